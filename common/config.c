@@ -1,0 +1,471 @@
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+typedef enum { K_INT, K_DOUBLE, K_U64, K_BOOL, K_STR, K_RECOMPUTE, K_DECAY } key_type;
+
+typedef struct {
+    const char *name; /* canonical, dashes */
+    key_type type;
+    size_t offset;
+    size_t size;      /* for K_STR */
+} key_def;
+
+#define F(name, type, field) { name, type, offsetof(atoll_config, field), sizeof(((atoll_config *)0)->field) }
+static const key_def KEYS[] = {
+    F("num-layers", K_INT, num_layers),
+    F("hidden-size", K_INT, hidden_size),
+    F("num-attention-heads", K_INT, num_attention_heads),
+    F("ffn-hidden-size", K_INT, ffn_hidden_size),
+    F("seq-length", K_INT, seq_length),
+    F("max-position-embeddings", K_INT, max_position_embeddings),
+    F("vocab-size", K_INT, vocab_size),
+    F("untie-embeddings-and-output-weights", K_BOOL, untie_embeddings_and_output_weights),
+    F("tensor-model-parallel-size", K_INT, tensor_model_parallel_size),
+    F("pipeline-model-parallel-size", K_INT, pipeline_model_parallel_size),
+    F("num-layers-per-virtual-pipeline-stage", K_INT, num_layers_per_virtual_pipeline_stage),
+    F("sequence-parallel", K_BOOL, sequence_parallel),
+    F("use-distributed-optimizer", K_BOOL, use_distributed_optimizer),
+    F("recompute-granularity", K_RECOMPUTE, recompute_granularity),
+    F("micro-batch-size", K_INT, micro_batch_size),
+    F("global-batch-size", K_INT, global_batch_size),
+    F("num-gpus", K_INT, num_gpus),
+    F("rank-order", K_STR, rank_order),
+    F("train-iters", K_INT, train_iters),
+    F("lr-warmup-iters", K_INT, lr_warmup_iters),
+    F("lr-decay-iters", K_INT, lr_decay_iters),
+    F("lr", K_DOUBLE, lr),
+    F("min-lr", K_DOUBLE, min_lr),
+    F("weight-decay", K_DOUBLE, weight_decay),
+    F("adam-beta1", K_DOUBLE, adam_beta1),
+    F("adam-beta2", K_DOUBLE, adam_beta2),
+    F("adam-eps", K_DOUBLE, adam_eps),
+    F("clip-grad", K_DOUBLE, clip_grad),
+    F("lr-decay-style", K_DECAY, lr_decay_style),
+    F("seed", K_U64, seed),
+    F("data-path", K_STR, data_path),
+    F("split", K_STR, split),
+    F("save", K_STR, save),
+    F("load", K_STR, load),
+    F("save-interval", K_INT, save_interval),
+    F("log-interval", K_INT, log_interval),
+    F("eval-interval", K_INT, eval_interval),
+    F("eval-iters", K_INT, eval_iters),
+    F("bf16", K_BOOL, bf16),
+};
+#undef F
+#define NKEYS (sizeof(KEYS) / sizeof(KEYS[0]))
+
+static void errf(char *err, size_t n, const char *fmt, ...)
+{
+    if (!err || !n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+}
+
+void cfg_defaults(atoll_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->vocab_size = 256; /* byte-level when no tokenizer is given */
+    c->tensor_model_parallel_size = 1;
+    c->pipeline_model_parallel_size = 1;
+    c->micro_batch_size = 1;
+    snprintf(c->rank_order, sizeof c->rank_order, "tp-cp-ep-dp-pp");
+    c->train_iters = 10;
+    c->lr = 1e-4;
+    c->min_lr = 0.0;
+    c->weight_decay = 0.01;
+    c->adam_beta1 = 0.9;
+    c->adam_beta2 = 0.999;
+    c->adam_eps = 1e-8;
+    c->clip_grad = 1.0;
+    c->lr_decay_style = LR_DECAY_COSINE;
+    c->seed = 1234;
+    snprintf(c->split, sizeof c->split, "969,30,1");
+    c->save_interval = 0;
+    c->log_interval = 1;
+    c->eval_iters = 0;
+}
+
+/* Flags compare with '-' and '_' as the same character, as Megatron's YAML does. */
+static const key_def *find_key(const char *key)
+{
+    for (size_t i = 0; i < NKEYS; i++) {
+        const char *a = KEYS[i].name, *b = key;
+        while (*a && *b && (*a == *b || (*a == '-' && *b == '_'))) a++, b++;
+        if (!*a && !*b) return &KEYS[i];
+    }
+    return NULL;
+}
+
+int cfg_is_flag(const char *key)
+{
+    const key_def *k = find_key(key);
+    return k && k->type == K_BOOL;
+}
+
+static int parse_long(const char *v, long long lo, long long hi, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) return -1;
+    *out = x;
+    return 0;
+}
+
+cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *err, size_t errlen)
+{
+    const key_def *k = find_key(key);
+    if (!k) return CFG_UNKNOWN;
+    char *field = (char *)c + k->offset;
+    if (k->type != K_BOOL && !value) {
+        errf(err, errlen, "--%s needs a value", k->name);
+        return CFG_BAD_VALUE;
+    }
+    long long ll;
+    switch (k->type) {
+    case K_INT:
+        if (parse_long(value, 0, 2147483647LL, &ll)) {
+            errf(err, errlen, "--%s: '%s' is not a non-negative integer", k->name, value);
+            return CFG_BAD_VALUE;
+        }
+        *(int *)field = (int)ll;
+        return CFG_OK;
+    case K_U64: {
+        char *end;
+        errno = 0;
+        unsigned long long x = strtoull(value, &end, 10);
+        if (errno || end == value || *end || value[0] == '-') {
+            errf(err, errlen, "--%s: '%s' is not an unsigned integer", k->name, value);
+            return CFG_BAD_VALUE;
+        }
+        *(uint64_t *)field = x;
+        return CFG_OK;
+    }
+    case K_DOUBLE: {
+        char *end;
+        errno = 0;
+        double x = strtod(value, &end);
+        if (errno || end == value || *end || x != x) {
+            errf(err, errlen, "--%s: '%s' is not a number", k->name, value);
+            return CFG_BAD_VALUE;
+        }
+        *(double *)field = x;
+        return CFG_OK;
+    }
+    case K_BOOL:
+        if (!value || !strcmp(value, "true") || !strcmp(value, "True") || !strcmp(value, "1"))
+            *(int *)field = 1;
+        else if (!strcmp(value, "false") || !strcmp(value, "False") || !strcmp(value, "0"))
+            *(int *)field = 0;
+        else {
+            errf(err, errlen, "--%s: '%s' is not true or false", k->name, value);
+            return CFG_BAD_VALUE;
+        }
+        return CFG_OK;
+    case K_STR:
+        if (strlen(value) >= k->size) {
+            errf(err, errlen, "--%s: value longer than %zu bytes", k->name, k->size - 1);
+            return CFG_BAD_VALUE;
+        }
+        memcpy(field, value, strlen(value) + 1);
+        return CFG_OK;
+    case K_RECOMPUTE:
+        if (!strcmp(value, "selective")) *(cfg_recompute *)field = RECOMPUTE_SELECTIVE;
+        else if (!strcmp(value, "full")) *(cfg_recompute *)field = RECOMPUTE_FULL;
+        else if (!strcmp(value, "none") || !strcmp(value, "null")) *(cfg_recompute *)field = RECOMPUTE_NONE;
+        else {
+            errf(err, errlen, "--%s: '%s' is not one of selective, full", k->name, value);
+            return CFG_BAD_VALUE;
+        }
+        return CFG_OK;
+    case K_DECAY:
+        if (!strcmp(value, "cosine")) *(cfg_lr_decay *)field = LR_DECAY_COSINE;
+        else if (!strcmp(value, "linear")) *(cfg_lr_decay *)field = LR_DECAY_LINEAR;
+        else if (!strcmp(value, "constant")) *(cfg_lr_decay *)field = LR_DECAY_CONSTANT;
+        else {
+            errf(err, errlen, "--%s: '%s' is not one of cosine, linear, constant", k->name, value);
+            return CFG_BAD_VALUE;
+        }
+        return CFG_OK;
+    }
+    return CFG_UNKNOWN;
+}
+
+int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
+                   cfg_extra_fn extra, void *ctx, char *err, size_t errlen)
+{
+    for (int i = start; i < argc;) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) != 0) {
+            errf(err, errlen, "unexpected argument '%s' (flags start with --)", a);
+            return -1;
+        }
+        if (extra) {
+            int used = extra(ctx, argc, argv, i, err, errlen);
+            if (used < 0) return -1;
+            if (used > 0) { i += used; continue; }
+        }
+        const char *key = a + 2;
+        char keybuf[128];
+        const char *value = NULL;
+        const char *eq = strchr(key, '=');
+        if (eq) { /* --key=value */
+            size_t n = (size_t)(eq - key);
+            if (n >= sizeof keybuf) n = sizeof keybuf - 1;
+            memcpy(keybuf, key, n);
+            keybuf[n] = 0;
+            key = keybuf;
+            value = eq + 1;
+        }
+        if (!strcmp(key, "yaml-cfg") || !strcmp(key, "yaml_cfg")) {
+            if (!value && i + 1 >= argc) { errf(err, errlen, "--yaml-cfg needs a file"); return -1; }
+            if (cfg_load_yaml(c, value ? value : argv[i + 1], err, errlen)) return -1;
+            i += value ? 1 : 2;
+            continue;
+        }
+        int consumed = 1;
+        if (!value && !cfg_is_flag(key)) {
+            if (i + 1 >= argc) {
+                if (find_key(key)) { errf(err, errlen, "%s needs a value", a); return -1; }
+            } else {
+                value = argv[i + 1];
+                consumed = 2;
+            }
+        }
+        cfg_status st = cfg_set(c, key, value, err, errlen);
+        if (st == CFG_UNKNOWN) {
+            errf(err, errlen, "unknown flag '--%s' (see --help)", key);
+            return -1;
+        }
+        if (st != CFG_OK) return -1;
+        i += consumed;
+    }
+    return 0;
+}
+
+/* Flattens nested mappings so `model: {num_layers: 2}` and `num_layers: 2` both work. */
+static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *err, size_t errlen)
+{
+    char key[128] = "";
+    int have_key = 0;
+    for (;;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(p, &ev)) {
+            errf(err, errlen, "%s: YAML error at line %zu: %s", path,
+                 p->problem_mark.line + 1, p->problem ? p->problem : "parse failed");
+            return -1;
+        }
+        int rc = 0, done = 0;
+        switch (ev.type) {
+        case YAML_MAPPING_END_EVENT:
+            done = 1;
+            break;
+        case YAML_SCALAR_EVENT: {
+            const char *s = (const char *)ev.data.scalar.value;
+            if (!have_key) {
+                snprintf(key, sizeof key, "%s", s);
+                have_key = 1;
+            } else {
+                cfg_status st = cfg_set(c, key, s, err, errlen);
+                if (st == CFG_UNKNOWN) {
+                    errf(err, errlen, "%s: unknown key '%s' (keys are atoll-train's flags)", path, key);
+                    rc = -1;
+                } else if (st != CFG_OK) {
+                    char inner[256];
+                    snprintf(inner, sizeof inner, "%s", err);
+                    errf(err, errlen, "%s: %s", path, inner);
+                    rc = -1;
+                }
+                have_key = 0;
+            }
+            break;
+        }
+        case YAML_MAPPING_START_EVENT:
+            if (have_key) have_key = 0; /* section name: flatten */
+            rc = yaml_walk(c, p, path, err, errlen);
+            break;
+        case YAML_SEQUENCE_START_EVENT:
+            errf(err, errlen, "%s: key '%s' has a list; atoll keys take one value", path, key);
+            rc = -1;
+            break;
+        case YAML_STREAM_END_EVENT:
+            done = 1;
+            break;
+        default:
+            break;
+        }
+        yaml_event_delete(&ev);
+        if (rc) return rc;
+        if (done) return 0;
+    }
+}
+
+int cfg_load_yaml(atoll_config *c, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        errf(err, errlen, "--yaml-cfg %s: %s", path, strerror(errno));
+        return -1;
+    }
+    yaml_parser_t p;
+    yaml_parser_initialize(&p);
+    yaml_parser_set_input_file(&p, f);
+    int rc = yaml_walk(c, &p, path, err, errlen);
+    yaml_parser_delete(&p);
+    fclose(f);
+    return rc;
+}
+
+int cfg_ffn(const atoll_config *c) { return c->ffn_hidden_size ? c->ffn_hidden_size : 4 * c->hidden_size; }
+int cfg_max_pos(const atoll_config *c) { return c->max_position_embeddings ? c->max_position_embeddings : c->seq_length; }
+
+int cfg_virtual_stages(const atoll_config *c)
+{
+    int per_stage = c->pipeline_model_parallel_size ? c->num_layers / c->pipeline_model_parallel_size : 0;
+    if (!c->num_layers_per_virtual_pipeline_stage || !per_stage) return 1;
+    return per_stage / c->num_layers_per_virtual_pipeline_stage;
+}
+
+int cfg_validate_model(const atoll_config *c, char *err, size_t errlen)
+{
+    const struct { const char *flag; int v; } need[] = {
+        { "--num-layers", c->num_layers }, { "--hidden-size", c->hidden_size },
+        { "--num-attention-heads", c->num_attention_heads }, { "--seq-length", c->seq_length },
+        { "--vocab-size", c->vocab_size }, { "--micro-batch-size", c->micro_batch_size },
+    };
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (need[i].v <= 0) {
+            errf(err, errlen, "%s is required and must be positive", need[i].flag);
+            return -1;
+        }
+    if (c->hidden_size % c->num_attention_heads) {
+        errf(err, errlen, "--hidden-size %d is not divisible by --num-attention-heads %d",
+             c->hidden_size, c->num_attention_heads);
+        return -1;
+    }
+    if (cfg_max_pos(c) < c->seq_length) {
+        errf(err, errlen, "--max-position-embeddings %d is smaller than --seq-length %d",
+             cfg_max_pos(c), c->seq_length);
+        return -1;
+    }
+    return 0;
+}
+
+int cfg_data_parallel_size(const atoll_config *c, int world)
+{
+    int mp = c->tensor_model_parallel_size * c->pipeline_model_parallel_size;
+    if (mp <= 0 || world <= 0 || world % mp) return 0;
+    return world / mp;
+}
+
+int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char *err, size_t errlen)
+{
+    if (cfg_validate_model(c, err, errlen)) return -1;
+    int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
+    if (tp < 1 || pp < 1) {
+        errf(err, errlen, "--tensor-model-parallel-size and --pipeline-model-parallel-size must be at least 1");
+        return -1;
+    }
+    if (world < 1) {
+        errf(err, errlen, "the job needs at least one GPU (--num-gpus)");
+        return -1;
+    }
+    if (world % (tp * pp)) {
+        errf(err, errlen, "--num-gpus %d is not divisible by tp*pp = %d*%d = %d; use a multiple of %d",
+             world, tp, pp, tp * pp, tp * pp);
+        return -1;
+    }
+    int dp = world / (tp * pp);
+    if (c->num_attention_heads % tp) {
+        errf(err, errlen, "--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d",
+             c->num_attention_heads, tp);
+        return -1;
+    }
+    if (cfg_ffn(c) % tp) {
+        errf(err, errlen, "FFN hidden size %d is not divisible by --tensor-model-parallel-size %d",
+             cfg_ffn(c), tp);
+        return -1;
+    }
+    if (c->vocab_size % tp) {
+        errf(err, errlen, "--vocab-size %d is not divisible by --tensor-model-parallel-size %d (pad it to %d)",
+             c->vocab_size, tp, (c->vocab_size + tp - 1) / tp * tp);
+        return -1;
+    }
+    if (c->num_layers % pp) {
+        errf(err, errlen, "--num-layers %d is not divisible by --pipeline-model-parallel-size %d",
+             c->num_layers, pp);
+        return -1;
+    }
+    if (c->num_layers_per_virtual_pipeline_stage) {
+        int per_stage = c->num_layers / pp, lv = c->num_layers_per_virtual_pipeline_stage;
+        if (pp < 2) {
+            errf(err, errlen, "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1");
+            return -1;
+        }
+        if (per_stage % lv) {
+            errf(err, errlen, "layers per pipeline stage (%d = %d/%d) is not divisible by "
+                 "--num-layers-per-virtual-pipeline-stage %d", per_stage, c->num_layers, pp, lv);
+            return -1;
+        }
+    }
+    if (c->sequence_parallel && tp > 1 && c->seq_length % tp) {
+        errf(err, errlen, "--sequence-parallel needs --seq-length %d divisible by --tensor-model-parallel-size %d",
+             c->seq_length, tp);
+        return -1;
+    }
+    int gbs = c->global_batch_size ? c->global_batch_size : c->micro_batch_size * dp;
+    if (gbs % (c->micro_batch_size * dp)) {
+        errf(err, errlen, "--global-batch-size %d is not divisible by micro-batch * dp = %d*%d = %d; use a multiple of %d",
+             gbs, c->micro_batch_size, dp, c->micro_batch_size * dp, c->micro_batch_size * dp);
+        return -1;
+    }
+    int m = gbs / (c->micro_batch_size * dp);
+    if (c->num_layers_per_virtual_pipeline_stage && m % pp) {
+        errf(err, errlen, "the interleaved schedule needs the number of micro-batches (%d) divisible by "
+             "--pipeline-model-parallel-size %d", m, pp);
+        return -1;
+    }
+    if (island_gpus > 0 && tp > island_gpus) {
+        errf(err, errlen, "--tensor-model-parallel-size %d is larger than the biggest NVLink island (%d GPUs); "
+             "use at most %d", tp, island_gpus, island_gpus);
+        return -1;
+    }
+    return 0;
+}
+
+double cfg_num_params(const atoll_config *c)
+{
+    double h = c->hidden_size, L = c->num_layers, f = cfg_ffn(c), V = c->vocab_size, P = cfg_max_pos(c);
+    double per_layer = 2 * (2 * h)          /* ln_1, ln_2 */
+                     + (h * 3 * h + 3 * h)  /* c_attn */
+                     + (h * h + h)          /* attn c_proj */
+                     + (h * f + f)          /* mlp c_fc */
+                     + (f * h + h);         /* mlp c_proj */
+    double emb = V * h * (c->untie_embeddings_and_output_weights ? 2 : 1) + P * h;
+    return L * per_layer + emb + 2 * h /* ln_f */;
+}
+
+double cfg_flops_per_token(const atoll_config *c)
+{
+    return 6.0 * cfg_num_params(c) + 12.0 * c->num_layers * c->hidden_size * (double)c->seq_length;
+}
+
+const char *cfg_recompute_name(cfg_recompute r)
+{
+    return r == RECOMPUTE_SELECTIVE ? "selective" : r == RECOMPUTE_FULL ? "full" : "none";
+}
+
+const char *cfg_lr_decay_name(cfg_lr_decay d)
+{
+    return d == LR_DECAY_LINEAR ? "linear" : d == LR_DECAY_CONSTANT ? "constant" : "cosine";
+}

@@ -1,0 +1,97 @@
+/* config: one parser for the Megatron-LM style settings of a training job.
+ *
+ * atoll-train, `atoll submit` and `atoll plan` all take the same flags
+ * (`--num-layers`, `--tensor-model-parallel-size`, ...) and the same keys in a
+ * `--yaml-cfg` file (underscores or dashes, as Megatron accepts). This module is
+ * the single table of those keys, their defaults and the layout rules that every
+ * job must satisfy. Each caller handles its own extra flags and hands the rest here.
+ *
+ * Ownership: atoll_config holds no pointers to caller memory; strings are copied
+ * into fixed buffers. All functions are pure apart from cfg_load_yaml (reads a file).
+ */
+#ifndef ATOLL_CONFIG_H
+#define ATOLL_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CFG_STR 512
+
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } cfg_recompute;
+typedef enum { LR_DECAY_COSINE = 0, LR_DECAY_LINEAR, LR_DECAY_CONSTANT } cfg_lr_decay;
+
+typedef struct atoll_config {
+    /* model */
+    int num_layers, hidden_size, num_attention_heads, ffn_hidden_size; /* ffn 0 -> 4*hidden */
+    int seq_length, max_position_embeddings, vocab_size;            /* max_pos 0 -> seq_length */
+    int untie_embeddings_and_output_weights;
+    /* parallel layout */
+    int tensor_model_parallel_size, pipeline_model_parallel_size;
+    int num_layers_per_virtual_pipeline_stage; /* 0 -> no interleaving */
+    int sequence_parallel, use_distributed_optimizer;
+    cfg_recompute recompute_granularity;
+    int micro_batch_size, global_batch_size;
+    int num_gpus;                              /* world size; 0 -> the launcher's */
+    char rank_order[32];                       /* Megatron-Core order string */
+    /* training */
+    int train_iters, lr_warmup_iters, lr_decay_iters; /* decay 0 -> train_iters */
+    double lr, min_lr, weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad;
+    cfg_lr_decay lr_decay_style;
+    uint64_t seed;
+    char data_path[CFG_STR], split[64], save[CFG_STR], load[CFG_STR];
+    int save_interval, log_interval, eval_interval, eval_iters;
+    int bf16;
+} atoll_config;
+
+typedef enum { CFG_OK = 0, CFG_UNKNOWN = 1, CFG_BAD_VALUE = 2 } cfg_status;
+
+/* Megatron's defaults where it has them; model sizes 0 (must be given). */
+void cfg_defaults(atoll_config *c);
+
+/* Sets one key ("num-layers" or "num_layers", no leading dashes). `value` is NULL
+ * for a bare boolean flag. CFG_UNKNOWN leaves `err` empty so the caller can try
+ * its own flags; CFG_BAD_VALUE fills `err` with what was wrong. */
+cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *err, size_t errlen);
+
+/* 1 when `key` names a boolean flag that takes no value on the command line. */
+int cfg_is_flag(const char *key);
+
+/* Parses argv[start..argc). For each `--key [value]` it first offers the pair to
+ * `extra` (may be NULL), which returns the number of argv entries it consumed
+ * (0 = not mine, -1 = error already written to err). `--yaml-cfg FILE` loads that
+ * file at that point, so later flags override it. Returns 0, or -1 with err set. */
+typedef int (*cfg_extra_fn)(void *ctx, int argc, char **argv, int i, char *err, size_t errlen);
+int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
+                   cfg_extra_fn extra, void *ctx, char *err, size_t errlen);
+
+/* Loads a flat YAML mapping of the same keys (nested mappings are flattened, so
+ * Megatron-style sections work). Unknown keys are an error naming the key. */
+int cfg_load_yaml(atoll_config *c, const char *path, char *err, size_t errlen);
+
+/* Derived sizes. */
+int cfg_ffn(const atoll_config *c);
+int cfg_max_pos(const atoll_config *c);
+int cfg_virtual_stages(const atoll_config *c); /* v: 1 when not interleaved */
+
+/* Checks the model alone: sizes given and positive, hidden divisible by heads. */
+int cfg_validate_model(const atoll_config *c, char *err, size_t errlen);
+
+/* Checks every layout rule for `world` ranks; `island_gpus` is the largest
+ * NVLink island available (0 = unknown, rule skipped). Each message names the
+ * rule that failed and a value that would pass. Returns 0 or -1. */
+int cfg_validate_layout(const atoll_config *c, int world, int island_gpus,
+                        char *err, size_t errlen);
+
+/* Data-parallel size for `world` ranks (world / (tp*pp)); 0 when it does not divide. */
+int cfg_data_parallel_size(const atoll_config *c, int world);
+
+/* Model FLOPs, PaLM count: 6N + 12*L*H*Q*T per token (H heads * Q head dim = hidden,
+ * T = seq length). N is every parameter of the full (unsharded) model; with tied
+ * embeddings the V*h matrix is counted once, as the output GEMM that costs it. */
+double cfg_num_params(const atoll_config *c);
+double cfg_flops_per_token(const atoll_config *c);
+
+const char *cfg_recompute_name(cfg_recompute r);
+const char *cfg_lr_decay_name(cfg_lr_decay d);
+
+#endif

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds atoll and runs every test: a normal build, then an ASan+UBSan build,
+# then each libFuzzer target for a bounded time. Exit status is non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=Debug -DATOLL_SANITIZE=ON -DATOLL_CUDA=OFF
+cmake --build build-san -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-san --output-on-failure -j "$jobs" -LE nosan
+
+if [ -d fuzz ] && command -v clang >/dev/null; then
+  cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
+        -DATOLL_FUZZ=ON -DATOLL_CUDA=OFF
+  cmake --build build-fuzz -j "$jobs" --target fuzz_all
+  for f in build-fuzz/bin/fuzz_*; do
+    corpus=fuzz/corpus/$(basename "$f")
+    mkdir -p "build-fuzz/corpus-$(basename "$f")"
+    echo "fuzzing $(basename "$f") for ${FUZZ_SECONDS}s"
+    "$f" -max_total_time="$FUZZ_SECONDS" -print_final_stats=1 \
+         "build-fuzz/corpus-$(basename "$f")" $( [ -d "$corpus" ] && echo "$corpus" )
+  done
+fi
+echo "all tests passed"
