@@ -1,0 +1,23 @@
+#include "cpu.h"
+
+#include <math.h>
+
+double kc_sumsq(const float *x, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+void kc_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+              float beta1, float beta2, float eps, float wd, float grad_scale, int t)
+{
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] * grad_scale;
+        m[i] = beta1 * m[i] + (1.0f - beta1) * g;
+        v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
+        float mhat = m[i] / bc1, vhat = v[i] / bc2;
+        param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
+    }
+}

@@ -1,0 +1,30 @@
+#include "cpu.h"
+
+#include <cblas.h>
+
+void kc_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                       int N, int C, int OC)
+{
+    /* Start from the broadcast bias so the GEMM can accumulate onto it (beta 1). */
+    float beta = 0.0f;
+    if (bias) {
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] = bias[o];
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta,
+                out, OC);
+}
+
+void kc_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                        const float *inp, const float *w, int N, int C, int OC)
+{
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
+                    0.0f, dinp, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
+                dw, C);
+    if (dbias)
+        for (int n = 0; n < N; n++)
+            for (int o = 0; o < OC; o++) dbias[o] += dout[(size_t)n * OC + o];
+}

@@ -1,0 +1,150 @@
+/* kernels: every op the engine runs, forward and backward, behind one table.
+ *
+ * A backend fills a `k_ops` table; the engine calls only through it, so one
+ * atoll-train binary can hold the CPU reference (`k_cpu()`, kernels/cpu/, fp32,
+ * GEMMs through CBLAS) and the CUDA backend (`k_cuda()`, kernels/cuda/,
+ * device pointers, cuBLAS) side by side and pick one with --device.
+ *
+ * Conventions (every backend):
+ * - Tensors are plain row-major float arrays in the backend's memory (host memory
+ *   for cpu, device memory for cuda), plus their sizes. Token ids are int32.
+ *   Shapes are written [rows, cols] with names: N = rows (B*T tokens), C = input
+ *   features, OC = output features, B = micro-batch, T = sequence length,
+ *   NH = attention heads held by this rank, HD = head dim, V = vocab entries held
+ *   by this rank (a tensor-parallel slice of the full vocab).
+ * - Linear weights are [OC, C] (torch.nn.Linear / Megatron layout): y = x W^T + b.
+ * - Weight gradients (dw, dbias, dwte, dwpe, layernorm dw/db) ACCUMULATE (+=) so
+ *   micro-batches add up; each function states what it does to input gradients.
+ * - Scalars (lr, scales) are host values. Only `sumsq` returns a value to the host.
+ * - Calls on one table are ordered; a backend may run them asynchronously as long
+ *   as to_host/sumsq/sync see all earlier work finished.
+ * - A bf16 variant (activations and weights in bf16, fp32 accumulation and fp32
+ *   master weights for AdamW) will be added as extra `*_bf16` entries taking
+ *   uint16_t pointers; the fp32 entries stay the reference every backend has.
+ *
+ * Tensor parallelism reuses these ops unchanged: column-parallel GEMMs run with
+ * OC/tp outputs, row-parallel ones with C/tp inputs (the engine all-reduces their
+ * outputs), and the cross-entropy is split into partial reductions over the local
+ * vocab slice (see xent_* below) that the engine all-reduces between calls.
+ *
+ * Ownership: tables are static and never freed; memory from `alloc` is freed with
+ * the same table's `free`.
+ */
+#ifndef ATOLL_KERNELS_H
+#define ATOLL_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct k_ops {
+    const char *name; /* "cpu", "cuda" */
+
+    /* ---- memory ---- */
+    void *(*alloc)(size_t bytes);                   /* zero-filled; NULL when out of memory */
+    void (*free)(void *p);
+    void (*to_device)(void *dst, const void *host_src, size_t bytes);
+    void (*to_host)(void *host_dst, const void *src, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes); /* within the backend */
+    void (*zero)(void *p, size_t bytes);
+    void (*sync)(void);
+
+    /* ---- embeddings ----
+     * out[N,C] = wte[tokens[n] - vocab_offset] for tokens inside this rank's slice
+     * [vocab_offset, vocab_offset+V); rows of other tokens are zero (the engine sums
+     * the TP slices with an all-reduce). wte is [V, C]. Overwrites out. */
+    void (*embedding_forward)(float *out, const int32_t *tokens, const float *wte,
+                              int N, int C, int vocab_offset, int V);
+    /* dwte[V,C] += dout rows of the tokens inside the slice. */
+    void (*embedding_backward)(float *dwte, const float *dout, const int32_t *tokens,
+                               int N, int C, int vocab_offset, int V);
+    /* out[B,T,C] += wpe[t] for position t (wpe is [>=T, C]). */
+    void (*position_forward)(float *out, const float *wpe, int B, int T, int C);
+    /* dwpe[t] += sum over b of dout[b,t]. */
+    void (*position_backward)(float *dwpe, const float *dout, int B, int T, int C);
+
+    /* ---- LayerNorm (eps 1e-5, biased variance) ----
+     * out[N,C] = (inp - mean) * rstd * w + b; saves mean[N], rstd[N] for backward. */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+    /* dinp[N,C] += d/dinp (accumulates: the input is the residual stream, which also
+     * receives the skip connection's gradient); dw[C], db[C] accumulate. */
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+
+    /* ---- linear ----
+     * out[N,OC] = inp[N,C] w[OC,C]^T + bias[OC] (bias may be NULL). Overwrites out. */
+    void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
+                           int N, int C, int OC);
+    /* dinp[N,C] = dout w (OVERWRITES; dinp may be NULL to skip it);
+     * dw[OC,C] += dout^T inp; dbias[OC] += column sums of dout (dbias may be NULL). */
+    void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC);
+
+    /* ---- causal self-attention ----
+     * qkv is [B, T, NH, 3, HD]: for each head its query, key and value vectors side
+     * by side (the row order of the c_attn weight, see engine/README.md).
+     * out[B, T, NH*HD] = softmax(q k^T / sqrt(HD), causal) v, head-major columns.
+     * att[B, NH, T, T] saves the probabilities (zero above the diagonal). */
+    void (*attention_forward)(float *out, float *att, const float *qkv,
+                              int B, int T, int NH, int HD);
+    /* dqkv[B,T,NH,3,HD] = gradient (OVERWRITES). scratch is [B, NH, T, T] workspace. */
+    void (*attention_backward)(float *dqkv, float *scratch, const float *dout,
+                               const float *qkv, const float *att, int B, int T, int NH, int HD);
+
+    /* ---- elementwise ----
+     * GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    /* dinp = gelu'(inp) * dout (OVERWRITES; dinp may alias dout). */
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    /* out = a + b (out may alias a or b). The backward of a residual add is the
+     * identity on both inputs, so it has no kernel of its own; see add_inplace. */
+    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    /* acc += x. */
+    void (*add_inplace)(float *acc, const float *x, size_t n);
+    /* x *= s. */
+    void (*scale)(float *x, float s, size_t n);
+
+    /* ---- softmax cross-entropy as partial reductions over a vocab slice ----
+     * logits[N,V] hold columns [vocab_offset, vocab_offset+V) of the full vocab.
+     * Single rank: vocab_offset 0, V = full vocab, and the all-reduces are identity.
+     *   1. xent_max: rowmax[N] = max over the local slice.     -> all-reduce MAX
+     *   2. xent_sumexp_target with the GLOBAL rowmax:
+     *      sumexp[N] = sum_j exp(logit_j - rowmax), target_logit[N] = the target's
+     *      logit when the target is in this slice, else 0.     -> all-reduce SUM (both)
+     *   3. xent_loss: loss[n] = log(sumexp) + rowmax - target_logit (global values).
+     *   4. xent_backward: dlogits = dloss * (softmax - onehot(target)) on the slice,
+     *      using the global rowmax and sumexp. OVERWRITES; may alias logits.
+     * Targets < 0 are ignored (loss 0, gradient 0). */
+    void (*xent_max)(float *rowmax, const float *logits, int N, int V);
+    void (*xent_sumexp_target)(float *sumexp, float *target_logit, const float *logits,
+                               const float *rowmax, const int32_t *targets,
+                               int N, int V, int vocab_offset);
+    void (*xent_loss)(float *loss, const float *rowmax, const float *sumexp,
+                      const float *target_logit, const int32_t *targets, int N);
+    void (*xent_backward)(float *dlogits, const float *logits, const float *rowmax,
+                          const float *sumexp, const int32_t *targets, float dloss,
+                          int N, int V, int vocab_offset);
+
+    /* ---- optimizer ----
+     * Sum of squares of x[n], accumulated in double, returned to the host
+     * (global-norm clipping sums these over tensors and ranks). */
+    double (*sumsq)(const float *x, size_t n);
+    /* Fused AdamW with decoupled weight decay (Loshchilov & Hutter), step t >= 1:
+     *   g = grad * grad_scale            (grad_scale carries clipping / loss scaling)
+     *   m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2
+     *   param -= lr * ( (m / (1-beta1^t)) / (sqrt(v / (1-beta2^t)) + eps) + wd * param )
+     * param, m and v are fp32 (master weights when the model runs in bf16). */
+    void (*adamw)(float *param, const float *grad, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float wd,
+                  float grad_scale, int t);
+} k_ops;
+
+/* The CPU reference backend (always built). */
+const k_ops *k_cpu(void);
+
+/* The CUDA backend, defined by kernels/cuda/ when it is built (ATOLL_HAVE_CUDA_KERNELS);
+ * returns NULL when no device is usable. */
+const k_ops *k_cuda(void);
+
+#endif
