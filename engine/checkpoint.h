@@ -1,0 +1,63 @@
+/* checkpoint: layout-independent checkpoints, Megatron-style step directories.
+ *
+ *   DIR/iter_0000010/model.safetensors   every tensor once, full logical shape
+ *   DIR/iter_0000010/optim.safetensors   NAME.master, NAME.exp_avg, NAME.exp_avg_sq (fp32)
+ *   DIR/iter_0000010/train_state.json    iteration, consumed samples, rng, data position
+ *   DIR/iter_0000010/manifest.json       bytes + FNV-1a-64 of each file above; written
+ *                                        last (temp name, fsync, rename): its presence
+ *                                        is what makes the step committed
+ *   DIR/latest_checkpointed_iteration.txt  updated after the manifest
+ *
+ * Both safetensors layouts come from the config alone (eng_full_table), so every
+ * rank pwrites its slices into the same files (ckpt_write_shards), then one rank
+ * commits the step (ckpt_commit) after all have finished. ckpt_save does both for
+ * a single rank. Loading checks every tensor's name and shape against the model
+ * before reading anything, and reads only this rank's slices, so any layout can
+ * resume any checkpoint. */
+#ifndef ATOLL_ENGINE_CHECKPOINT_H
+#define ATOLL_ENGINE_CHECKPOINT_H
+
+#include "model.h"
+#include "optimizer.h"
+
+#include <stdint.h>
+
+typedef struct eng_train_state {
+    long long iteration;        /* optimizer steps done */
+    long long consumed_samples; /* global samples consumed: the data position */
+    uint64_t seed;              /* init and data-order seed (the RNG is counter based) */
+} eng_train_state;
+
+/* "DIR/iter_0000010" */
+void ckpt_step_dir(char *out, size_t n, const char *dir, long long iteration);
+
+/* Writes this rank's slices of params and optimizer state into the step's files,
+ * creating the directory; `write_headers` on exactly one rank. */
+int ckpt_write_shards(const char *dir, long long iteration, const eng_model *m,
+                      const eng_optim *o, int write_headers, char *err, size_t errlen);
+
+/* Writes train_state.json, then the manifest (committing the step), then the
+ * latest-iteration file. Call once, after every rank's ckpt_write_shards. */
+int ckpt_commit(const char *dir, const eng_train_state *st, char *err, size_t errlen);
+
+/* Single rank: shards + commit. */
+int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,
+              const eng_train_state *st, char *err, size_t errlen);
+
+/* Finds the newest committed, intact step under `dir` (manifest present, sizes
+ * and checksums match). Newer steps that are torn or corrupt are reported on
+ * stderr and skipped. Returns 0 with *iteration set, 1 when `dir` holds no
+ * committed step, -1 on an error (err set). */
+int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen);
+
+/* Loads step `iteration` into the model and optimizer (this rank's slices) and
+ * the train state. A tensor missing from the files, a shape that differs from the
+ * model's, or a tensor the model does not have is a one-line error naming it;
+ * nothing is changed in the model when the check fails. */
+int ckpt_load(const char *dir, long long iteration, eng_model *m, eng_optim *o,
+              eng_train_state *st, char *err, size_t errlen);
+
+/* FNV-1a-64 of a whole file; -1 when it cannot be read. */
+int ckpt_file_checksum(const char *path, uint64_t *sum, uint64_t *bytes);
+
+#endif

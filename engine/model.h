@@ -1,0 +1,176 @@
+/* model: a GPT-2 decoder as the shard one rank holds.
+ *
+ * A rank holds one or more model chunks (a pipeline stage holds one; with the
+ * interleaved schedule it holds several), each a contiguous range of layers; the
+ * chunk with layer 0 also holds the embeddings (wte, wpe), the chunk with the
+ * last layer holds ln_f and the output layer. Inside every layer the rank holds
+ * heads/tp heads, ffn/tp FFN columns and, for the embedding and output layer,
+ * V/tp vocab rows (vocab-parallel). tp = pp = 1 with one chunk is the plain model.
+ *
+ * Memory: all parameters of all chunks live in ONE backend allocation (`params`)
+ * and their gradients in a second one of the same layout (`grads`); the param
+ * table says where each tensor sits, what its full logical shape is and which
+ * slice of it this rank holds, and drives init, checkpoints and the optimizer.
+ * With tied embeddings the output layer reads wte; when the output layer is on a
+ * different stage than the embedding, that stage holds its own copy of wte
+ * (marked `tied_copy`), whose gradient the parallel layer all-reduces with the
+ * first stage's, as Megatron does.
+ *
+ * Weight layout (see engine/README.md): linear weights are [out, in]; the rows of
+ * h.N.attn.c_attn.weight are grouped per head as [head][q,k,v][head_dim], so a
+ * tensor-parallel rank's heads are one contiguous block of rows.
+ *
+ * Ownership: eng_model owns its allocations and the table; eng_acts owns one
+ * micro-batch's activations. Not thread-safe; one thread drives a model.
+ */
+#ifndef ATOLL_ENGINE_MODEL_H
+#define ATOLL_ENGINE_MODEL_H
+
+#include "config.h"
+#include "kernels.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ENG_NAME 64
+#define ENG_MAX_CHUNKS 16
+
+/* Tensor-parallel collectives at the points Megatron puts them. For tp = 1 the
+ * engine uses an identity table (eng_tp_identity). Each returns 0 or -1. */
+typedef struct eng_tp_comm {
+    void *ctx;
+    int (*allreduce_sum)(void *ctx, float *buf, size_t n);
+    int (*allreduce_max)(void *ctx, float *buf, size_t n);
+} eng_tp_comm;
+
+extern const eng_tp_comm eng_tp_identity;
+
+/* One tensor of the param table. Shapes have 1 or 2 dims. */
+typedef struct eng_param {
+    char name[ENG_NAME];       /* GPT-2 name: "h.3.attn.c_attn.weight" */
+    int ndim;
+    int64_t full[2];           /* logical shape of the whole tensor */
+    int shard_dim;             /* -1: replicated; 0 or 1: dimension split by TP */
+    int64_t shard_off;         /* first index of this rank's slice along shard_dim */
+    int64_t local[2];          /* shape held here */
+    size_t numel;              /* local elements */
+    size_t offset;             /* in floats, into params / grads */
+    float init_std;            /* 0: constant init_value */
+    float init_value;
+    int decay;                 /* weight decay applies (2-D weights, not biases/LN) */
+    int tied_copy;             /* the last stage's copy of wte: not saved, grad shared */
+    int chunk;
+} eng_param;
+
+typedef struct eng_layer_w {
+    float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
+    float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+} eng_layer_w;
+
+/* Views of one chunk's tensors into params (or grads: same struct, other base). */
+typedef struct eng_views {
+    float *wte, *wpe;          /* first chunk only */
+    eng_layer_w *layers;       /* [layer_end - layer_begin] */
+    float *lnf_w, *lnf_b, *head; /* last chunk only; head = wte when tied */
+} eng_views;
+
+typedef struct eng_chunk {
+    int layer_begin, layer_end; /* global layer indexes [begin, end) */
+    int first, last;            /* holds the embeddings / holds ln_f and the head */
+    eng_views w, g;
+} eng_chunk;
+
+typedef struct eng_model {
+    atoll_config cfg;
+    const k_ops *k;
+    eng_tp_comm tp;
+    int tp_rank, tp_size;
+    int C, NH, HD, F, V, T, P;  /* hidden, local heads, head dim, local ffn, local vocab, seq, max pos */
+    int vocab_offset;           /* first vocab row held here */
+    int B;                      /* micro-batch size the buffers are sized for */
+    int nchunks;
+    eng_chunk chunks[ENG_MAX_CHUNKS];
+    eng_param *table;
+    int nparams;
+    size_t num_floats;          /* length of params and grads */
+    float *params, *grads;      /* backend memory */
+    /* backward workspace shared by all chunks (one backward runs at a time) */
+    float *ws;
+    float *ws_dres, *ws_dln, *ws_dqkv, *ws_datty, *ws_dfc, *ws_datt;
+} eng_model;
+
+/* Per micro-batch, per chunk activations kept from forward to backward. */
+typedef struct eng_layer_acts {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res2;
+    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fcg;
+} eng_layer_acts;
+
+typedef struct eng_acts {
+    int chunk;
+    float *mem;                 /* one backend allocation */
+    int32_t *tokens, *targets;  /* [B*T] in backend memory (first / last chunk) */
+    float **res;                /* res[0] = chunk input, res[l+1] = layer l output */
+    eng_layer_acts *layers;
+    float *lnf, *lnf_mean, *lnf_rstd, *logits, *rowmax, *sumexp, *tlogit, *losses;
+    float *dinput;              /* gradient of the chunk input (not on the first chunk) */
+} eng_acts;
+
+/* Which layers a rank holds: `nchunks` ranges; the chunk that starts at layer 0
+ * is first, the one that ends at num_layers is last. */
+typedef struct eng_layout {
+    int tp_rank, tp_size;
+    int nchunks;
+    int layer_begin[ENG_MAX_CHUNKS], layer_end[ENG_MAX_CHUNKS];
+} eng_layout;
+
+/* The single-rank layout: tp = 1, one chunk with every layer. */
+eng_layout eng_layout_single(const atoll_config *c);
+
+/* Builds the param table and allocates params, grads and the workspace for
+ * micro-batches of `cfg->micro_batch_size`. Parameters are left zero; call
+ * eng_init_params. Returns NULL with `err` set on a bad shape or no memory. */
+eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, const k_ops *k,
+                            char *err, size_t errlen);
+void eng_model_free(eng_model *m);
+
+/* The param table of the full model (tp = 1, all layers, no tied copy), in
+ * checkpoint order. This is what a checkpoint holds, whatever the layout.
+ * Caller frees the returned array with free(). */
+eng_param *eng_full_table(const atoll_config *cfg, int *n, char *err, size_t errlen);
+
+/* Fills parameters from the counter-based RNG: a shard gets exactly the values
+ * of its slice of the full tensor. Needs host scratch of the largest tensor. */
+int eng_init_params(eng_model *m, uint64_t seed);
+
+eng_acts *eng_acts_create(eng_model *m, int chunk);
+void eng_acts_free(eng_model *m, eng_acts *a);
+
+/* Forward of one micro-batch through one chunk.
+ * First chunk: `tokens` [B*T] (host memory) are the inputs; otherwise `input`
+ * [B*T, C] (backend memory) is copied into the acts. Last chunk: `targets` [B*T]
+ * (host) give the loss; *loss_sum receives the sum of the B*T token losses.
+ * Other chunks: the output is a->res[nlayers] ([B*T, C], backend memory). */
+int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const float *input,
+                const int32_t *targets, double *loss_sum);
+
+/* The chunk's output activations (not for the last chunk). */
+float *eng_output(eng_model *m, eng_acts *a);
+
+/* Backward of one micro-batch through one chunk; parameter gradients accumulate
+ * into m->grads. Last chunk: each token loss is weighted by `dloss` (1/tokens of
+ * the global batch for a mean). Other chunks: `dout` [B*T, C] (backend memory)
+ * is the gradient of the output. Non-first chunks leave the input's gradient in
+ * a->dinput. */
+int eng_backward(eng_model *m, eng_acts *a, const float *dout, float dloss);
+
+/* Zeroes every gradient. */
+void eng_zero_grads(eng_model *m);
+
+/* Looks a tensor up by name; NULL when this rank does not hold it. */
+const eng_param *eng_find_param(const eng_model *m, const char *name);
+
+/* 64-bit FNV-1a of a string (tensor keys of the RNG, checksums of names). */
+uint64_t eng_fnv1a(const void *data, size_t n, uint64_t h);
+#define ENG_FNV_INIT 0xcbf29ce484222325ULL
+
+#endif

@@ -1,0 +1,38 @@
+/* optimizer: AdamW over the param table, global-norm clipping and the learning
+ * rate schedule (warmup, then cosine/linear decay to --min-lr), as Megatron does.
+ *
+ * The Adam moments live in two allocations with the params' layout, so the
+ * k_ops adamw kernel runs once per tensor with that tensor's weight decay (2-D
+ * weights decay, biases and LayerNorm do not). In fp32 the params are the master
+ * weights. Ownership: eng_optim owns m and v. */
+#ifndef ATOLL_ENGINE_OPTIMIZER_H
+#define ATOLL_ENGINE_OPTIMIZER_H
+
+#include "model.h"
+
+typedef struct eng_optim {
+    const k_ops *k;
+    float *m, *v;   /* backend memory, model->num_floats each */
+    size_t n;
+} eng_optim;
+
+eng_optim *eng_optim_create(const eng_model *m);
+void eng_optim_free(eng_optim *o);
+
+/* Sum of squared gradients of the tensors this rank is responsible for in the
+ * global norm: tied copies are skipped, and TP-replicated tensors count on TP
+ * rank 0 only, so a sum over all ranks counts every logical element once. */
+double eng_grad_sumsq(const eng_model *m);
+
+/* Megatron's clip coefficient: min(1, clip / (norm + 1e-6)); 1 when clip <= 0. */
+float eng_clip_scale(double grad_norm, double clip);
+
+/* Learning rate of iteration `it` (1-based): linear warmup over --lr-warmup-iters
+ * to --lr, then decay over the remaining iterations up to --lr-decay-iters
+ * (default --train-iters) to --min-lr. */
+double eng_lr_at(const atoll_config *c, long long it);
+
+/* One AdamW step t (1-based) on every tensor, gradients scaled by grad_scale. */
+void eng_optim_step(eng_optim *o, eng_model *m, double lr, float grad_scale, int t);
+
+#endif

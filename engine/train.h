@@ -1,0 +1,28 @@
+/* train: the single-rank training loop of atoll-train.
+ *
+ * Each iteration: global-batch-size / micro-batch-size micro-batches, forward and
+ * backward each, gradients accumulated (each token's loss weighted 1/(gbs*T), so
+ * the gradient is that of the mean loss over the global batch), global-norm
+ * clipping, one AdamW step at the scheduled learning rate. Logs every
+ * --log-interval iterations (text on stdout, JSON lines in --metrics-file),
+ * checkpoints every --save-interval and at the end. */
+#ifndef ATOLL_ENGINE_TRAIN_H
+#define ATOLL_ENGINE_TRAIN_H
+
+#include "config.h"
+
+#include <stddef.h>
+
+typedef struct eng_run_opts {
+    char device[16];          /* "cpu" or "cuda" */
+    char metrics_file[1024];  /* "" = none */
+    char dump_dir[1024];      /* test hook: initial weights, batches, step-1 logits and grads */
+    int exit_interval;        /* stop after this iteration (0 = run to --train-iters) */
+} eng_run_opts;
+
+void eng_run_opts_defaults(eng_run_opts *o);
+
+/* Runs training; returns 0, or -1 with a one-line reason in err. */
+int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t errlen);
+
+#endif
