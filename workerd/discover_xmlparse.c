@@ -250,21 +250,44 @@ int dxml_parse(dxml_doc *doc, const char *text, size_t len, const char *path,
     return rc;
 }
 
+/* Whole file into a malloc'ed buffer; grows as it reads so pipes work too. */
+static char *slurp(FILE *f, size_t *len, const char *path, char *err, unsigned errlen)
+{
+    size_t cap = 64 << 10, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap || ferror(f)) break;
+        if (cap > DXML_MAX_BYTES) break; /* already too large: refused below */
+        char *b = realloc(buf, cap * 2);
+        if (!b) { free(buf); buf = NULL; break; }
+        buf = b;
+        cap *= 2;
+    }
+    if (!buf) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        return NULL;
+    }
+    if (ferror(f) || n > DXML_MAX_BYTES) {
+        if (ferror(f)) snprintf(err, errlen, "%s: read error", path);
+        else snprintf(err, errlen, "%s: larger than %u MiB; not a topology file?", path, DXML_MAX_BYTES >> 20);
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
 int dxml_load(dxml_doc *doc, const char *path, char *err, unsigned errlen)
 {
     memset(doc, 0, sizeof *doc);
     FILE *f = fopen(path, "rb");
     if (!f) { snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno)); return -1; }
-    char *buf = malloc(DXML_MAX_BYTES + 1);
-    size_t len = buf ? fread(buf, 1, DXML_MAX_BYTES + 1, f) : 0;
-    int rd_err = ferror(f);
+    size_t len = 0;
+    char *buf = slurp(f, &len, path, err, errlen);
     fclose(f);
-    int rc = -1;
-    if (!buf) snprintf(err, errlen, "%s: out of memory", path);
-    else if (rd_err) snprintf(err, errlen, "%s: read error", path);
-    else if (len > DXML_MAX_BYTES)
-        snprintf(err, errlen, "%s: larger than %u MiB; not a topology file?", path, DXML_MAX_BYTES >> 20);
-    else rc = dxml_parse(doc, buf, len, path, err, errlen);
+    if (!buf) return -1;
+    int rc = dxml_parse(doc, buf, len, path, err, errlen);
     free(buf);
     return rc;
 }

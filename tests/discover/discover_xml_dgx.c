@@ -170,10 +170,34 @@ static void test_long_name(void)
           "island %s", n.gpus[1].island);
 }
 
+/* What real files carry besides elements: a BOM, CRLF line ends, a prolog, DOCTYPE,
+ * comments, CDATA, text, spaces around '=', single quotes, tabs, entities. */
+static void test_tolerant_syntax(void)
+{
+    begin();
+    fputs("\xEF\xBB\xBF<?xml version=\"1.0\" encoding=\"UTF-8\"?>\r\n<!DOCTYPE system>\r\n"
+          "<system version = '1'>\r\n  <!-- dumped <by> hand -->\r\n"
+          "\t<cpu\tnumaid=\"0\" >text that means nothing<![CDATA[ <pci/> ]]>\r\n"
+          "\t\t<pci busid = '0000:3A:00.0'\r\n\t\t     class=\"0x030200\"></pci >\r\n"
+          "\t\t<pci busid=\"0000:3b:00.0\" class=\"0x020700\"><nic>"
+          "<net name=\"ib&amp;0\" speed=\"200000\" port=\"1\"/></nic></pci>\r\n"
+          "\t</cpu>\r\n</system>\r\n", f);
+    static topo_node n;
+    if (load(&n, "tolerant")) return;
+    CHECK(n.ngpus == 1 && n.nnics == 1, "%d GPUs %d NICs (the CDATA <pci/> is not an element)", n.ngpus, n.nnics);
+    if (n.ngpus != 1 || n.nnics != 1) return;
+    CHECK(!strcmp(n.gpus[0].pci_bus_id, "0000:3a:00.0"), "GPU bus %s", n.gpus[0].pci_bus_id);
+    CHECK(!strcmp(n.nics[0].name, "ib&0"), "NIC name %s", n.nics[0].name);
+    CHECK_CLOSE(n.nics[0].gbps, 200.0, 1e-12);
+    CHECK(n.gpus[0].rail == 0 && !strcmp(n.gpus[0].island, "tolerant"), "rail %d island %s", n.gpus[0].rail,
+          n.gpus[0].island);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
     test_dgx_nvswitch();
+    test_tolerant_syntax();
     test_pairs_and_nics();
     test_switch_by_target_no_nics();
     test_long_name();

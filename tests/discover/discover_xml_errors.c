@@ -80,6 +80,17 @@ int main(int argc, char **argv)
     k = 0;
     for (int d = 0; d < 70; d++) k += snprintf(big + k, sizeof big - (size_t)k, "<system>\n");
     expect_error("too deep", big, 65, "nested deeper than");
+
+    /* One byte over the size limit, and exactly at it (then only the content is wrong). */
+    for (int over = 1; over >= 0; over--) {
+        FILE *f = fopen(path, "w");
+        if (!f) { perror(path); return 1; }
+        fputs("<system>", f);
+        for (long i = 8; i < (16L << 20) + over; i++) fputc(' ', f);
+        fclose(f);
+        expect_error(over ? "one byte too large" : "at the size limit", NULL, over ? 0 : 1,
+                     over ? "larger than 16 MiB" : "file ends inside <system>");
+    }
     unlink(path);
     return check_summary(argv[0]);
 }
