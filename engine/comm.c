@@ -1,0 +1,267 @@
+/* comm.c: the backend-independent half of the comm interface: argument checks,
+ * group bookkeeping, dispatch through the backend vtable. */
+#include "comm.h"
+
+#include "store.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int comm_fail(comm_world *w, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->err, sizeof w->err, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static const comm_backend *backend_for(comm_backend_kind kind)
+{
+    switch (kind) {
+    case COMM_BACKEND_HOST:
+        return &comm_host_backend;
+    case COMM_BACKEND_NCCL:
+#ifdef ATOLL_HAVE_NCCL
+        return &comm_nccl_backend;
+#else
+        return NULL;
+#endif
+    }
+    return NULL;
+}
+
+/* FNV-1a over the name and member list: members of one group agree on it
+ * without talking, and different groups sharing a link almost surely differ.
+ * The creation index is mixed in so two groups with the same members and name
+ * (e.g. tp and mp when pp = 1 share neither name nor index) never collide. */
+static uint32_t group_ctx(const char *name, const int *ranks, int n, int index)
+{
+    uint32_t h = 2166136261u;
+    for (const char *p = name; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
+    for (int i = 0; i < n; i++)
+        for (int b = 0; b < 4; b++) h = (h ^ ((unsigned)ranks[i] >> (8 * b) & 0xff)) * 16777619u;
+    h = (h ^ (uint32_t)index) * 16777619u;
+    return h & 0x7fffffffu;
+}
+
+static comm *group_alloc(comm_world *w, const char *name, const int *ranks, int n, int index)
+{
+    comm *c = calloc(1, sizeof *c);
+    c->world = w;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->ranks = malloc(sizeof(int) * (size_t)n);
+    memcpy(c->ranks, ranks, sizeof(int) * (size_t)n);
+    c->size = n;
+    c->pos = -1;
+    for (int i = 0; i < n; i++)
+        if (ranks[i] == w->rank) c->pos = i;
+    c->ctx = group_ctx(name, ranks, n, index);
+    return c;
+}
+
+static void group_free(comm *c)
+{
+    if (!c) return;
+    if (c->impl && c->world->be->group_free) c->world->be->group_free(c);
+    free(c->ranks);
+    free(c);
+}
+
+int comm_world_init(comm_world **out, comm_backend_kind kind, int rank, int world,
+                    struct store_client *store, const char *prefix, int flags, int timeout_ms,
+                    char *err, size_t errlen)
+{
+    *out = NULL;
+    const comm_backend *be = backend_for(kind);
+    if (!be) {
+        snprintf(err, errlen, "comm: the %s backend is not built into this binary",
+                 kind == COMM_BACKEND_NCCL ? "nccl" : "requested");
+        return -1;
+    }
+    if (world < 1 || rank < 0 || rank >= world) {
+        snprintf(err, errlen, "comm: rank %d is outside world size %d (RANK must be 0..WORLD_SIZE-1)",
+                 rank, world);
+        return -1;
+    }
+    if (kind == COMM_BACKEND_NCCL && !(flags & COMM_DEVICE_BUFFERS)) {
+        snprintf(err, errlen, "comm: the nccl backend needs COMM_DEVICE_BUFFERS (device pointers)");
+        return -1;
+    }
+    comm_world *w = calloc(1, sizeof *w);
+    w->be = be;
+    w->kind = kind;
+    w->rank = rank;
+    w->size = world;
+    w->flags = flags;
+    w->timeout_ms = timeout_ms > 0 ? timeout_ms : 300000;
+    w->store = store;
+    snprintf(w->prefix, sizeof w->prefix, "%s", prefix ? prefix : "atoll");
+    if (be->world_init(w, err, errlen) != 0) {
+        free(w);
+        return -1;
+    }
+    int *all = malloc(sizeof(int) * (size_t)world);
+    for (int i = 0; i < world; i++) all[i] = i;
+    w->world_comm = group_alloc(w, "world", all, world, 0);
+    free(all);
+    if (be->group_init(w->world_comm) != 0) {
+        snprintf(err, errlen, "%s", w->err);
+        comm_world_free(w);
+        return -1;
+    }
+    *out = w;
+    return 0;
+}
+
+static int env_int(const char *name, int *v, char *err, size_t errlen)
+{
+    const char *s = getenv(name);
+    char *end = NULL;
+    long x = s ? strtol(s, &end, 10) : -1;
+    if (!s || !*s || *end || x < 0 || x > 1 << 20) {
+        snprintf(err, errlen, "comm: environment %s must be a non-negative integer (got '%s'); "
+                 "start ranks with atoll-train --nproc-per-node or a launcher that sets it",
+                 name, s ? s : "(unset)");
+        return -1;
+    }
+    *v = (int)x;
+    return 0;
+}
+
+int comm_world_init_env(comm_world **out, comm_backend_kind kind, int flags, char *err,
+                        size_t errlen)
+{
+    int rank, world;
+    if (env_int("RANK", &rank, err, errlen) || env_int("WORLD_SIZE", &world, err, errlen))
+        return -1;
+    store_client *sc = NULL;
+    if (store_connect_env(30000, &sc, err, errlen) != STORE_OK) return -1;
+    if (comm_world_init(out, kind, rank, world, sc, NULL, flags, 0, err, errlen) != 0) {
+        store_close(sc);
+        return -1;
+    }
+    (*out)->owns_store = 1;
+    return 0;
+}
+
+void comm_world_free(comm_world *w)
+{
+    if (!w) return;
+    for (int i = 0; i < w->ngroups; i++) group_free(w->groups[i]);
+    group_free(w->world_comm);
+    w->be->world_free(w);
+    if (w->owns_store) store_close(w->store);
+    free(w);
+}
+
+int comm_world_rank(const comm_world *w) { return w->rank; }
+int comm_world_size(const comm_world *w) { return w->size; }
+comm_backend_kind comm_world_backend(const comm_world *w) { return w->kind; }
+const char *comm_error(const comm_world *w) { return w->err; }
+comm *comm_world_comm(comm_world *w) { return w->world_comm; }
+
+int comm_group_new(comm_world *w, const char *name, const int *ranks, int n, comm **out)
+{
+    *out = NULL;
+    int index = ++w->nsplits;
+    if (n < 0 || n > w->size)
+        return comm_fail(w, "comm: group '%s' has %d ranks; world size is %d", name, n, w->size);
+    if (w->ngroups >= COMM_MAX_GROUPS)
+        return comm_fail(w, "comm: more than %d groups", COMM_MAX_GROUPS);
+    int self = 0;
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 0 || ranks[i] >= w->size)
+            return comm_fail(w, "comm: group '%s' names rank %d outside world size %d", name,
+                             ranks[i], w->size);
+        for (int j = 0; j < i; j++)
+            if (ranks[j] == ranks[i])
+                return comm_fail(w, "comm: group '%s' lists rank %d twice", name, ranks[i]);
+        self += ranks[i] == w->rank;
+    }
+    if (n > 0 && !self)
+        return comm_fail(w, "comm: rank %d called group '%s' with a group that does not contain it",
+                         w->rank, name);
+    comm *c = group_alloc(w, name, ranks, n, index);
+    /* n == 0 still reaches the backend: NCCL's split is collective over the world. */
+    if (w->be->group_init(c) != 0) {
+        group_free(c);
+        return -1;
+    }
+    if (n == 0) {
+        group_free(c);
+        return 0;
+    }
+    w->groups[w->ngroups++] = c;
+    *out = c;
+    return 0;
+}
+
+int comm_rank(const comm *c) { return c->pos; }
+int comm_size(const comm *c) { return c->size; }
+int comm_world_rank_of(const comm *c, int pos) { return c->ranks[pos]; }
+const char *comm_name(const comm *c) { return c->name; }
+
+int comm_allreduce(comm *c, float *buf, size_t n, comm_op op)
+{
+    if (n == 0) return 0;
+    return c->world->be->allreduce(c, buf, n, op);
+}
+
+int comm_reduce_scatter(comm *c, const float *in, float *out, size_t n, comm_op op)
+{
+    if (n == 0) return 0;
+    if (in == out)
+        return comm_fail(c->world, "comm: reduce-scatter on '%s' needs distinct in and out buffers",
+                         c->name);
+    return c->world->be->reduce_scatter(c, in, out, n, op);
+}
+
+int comm_allgather(comm *c, const float *in, float *out, size_t n)
+{
+    if (n == 0) return 0;
+    return c->world->be->allgather(c, in, out, n);
+}
+
+int comm_broadcast(comm *c, void *buf, size_t bytes, int root)
+{
+    if (root < 0 || root >= c->size)
+        return comm_fail(c->world, "comm: broadcast root %d outside group '%s' of size %d", root,
+                         c->name, c->size);
+    if (bytes == 0 || c->size == 1) return 0;
+    return c->world->be->broadcast(c, buf, bytes, root);
+}
+
+int comm_barrier(comm *c)
+{
+    if (c->size == 1) return 0;
+    return c->world->be->barrier(c);
+}
+
+int comm_p2p_batch(comm *c, comm_p2p *ops, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (ops[i].peer < 0 || ops[i].peer >= c->size || ops[i].peer == c->pos)
+            return comm_fail(c->world, "comm: %s peer %d is not another position in group '%s' (size %d)",
+                             ops[i].is_send ? "send" : "recv", ops[i].peer, c->name, c->size);
+        if (ops[i].tag >= 0x80000000u)
+            return comm_fail(c->world, "comm: tag %u on group '%s' is reserved (user tags are < 2^31)",
+                             ops[i].tag, c->name);
+    }
+    if (n == 0) return 0;
+    return c->world->be->p2p_batch(c, ops, n);
+}
+
+int comm_send(comm *c, const void *buf, size_t bytes, int peer, uint32_t tag)
+{
+    comm_p2p op = {1, (void *)buf, bytes, peer, tag};
+    return comm_p2p_batch(c, &op, 1);
+}
+
+int comm_recv(comm *c, void *buf, size_t bytes, int peer, uint32_t tag)
+{
+    comm_p2p op = {0, buf, bytes, peer, tag};
+    return comm_p2p_batch(c, &op, 1);
+}

@@ -1,0 +1,168 @@
+/* comm: collectives and point-to-point transfers over a group of ranks.
+ *
+ * One interface, two backends behind a vtable:
+ *   - host (comm_host.c): TCP between processes, ring algorithms. For CPU ranks,
+ *     and for CUDA ranks that share one GPU (see COMM_DEVICE_BUFFERS).
+ *   - nccl (comm_nccl.c, built only with CUDA): one NCCL communicator per group,
+ *     split from the world communicator; buffers are device pointers.
+ *
+ * A comm_world is this process's membership in the job (rank, world size, the
+ * transport, the rendezvous store). A comm is a group: an ordered list of world
+ * ranks; "position" means an index into that list, and every peer/root argument
+ * below is a position, not a world rank. comm_world_comm() is the group of all
+ * ranks in rank order.
+ *
+ * Ownership: the world owns every comm made from it (comm_world_free frees them).
+ * Buffers stay the caller's; no call keeps a pointer past its return.
+ *
+ * Threads: calls on one comm must come from one thread at a time. Different
+ * comms of one world may be used from different threads at once (host backend),
+ * e.g. a data-parallel all-reduce overlapping pipeline sends.
+ *
+ * Errors: every call returns 0 or -1; comm_error(world) then holds a one-line
+ * message naming the operation, the group and the peer. A dead peer is an error
+ * (the launcher stops the job), not a hang.
+ *
+ * Matching: collectives on a comm must be called by all its members in the same
+ * order with the same sizes. Point-to-point messages match by (group, sender,
+ * tag) in the order sent; a send completes without waiting for its receive on
+ * the host backend (buffered). NCCL has no tags: there, sends and receives
+ * between two ranks must be issued in matching order, and pairs that could block
+ * each other go in one comm_p2p_batch (NCCL group), as Megatron batches its
+ * send_forward_recv_backward.
+ */
+#ifndef ATOLL_COMM_H
+#define ATOLL_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct store_client;
+
+typedef enum { COMM_BACKEND_HOST = 0, COMM_BACKEND_NCCL = 1 } comm_backend_kind;
+typedef enum { COMM_SUM = 0, COMM_AVG = 1 } comm_op;
+
+/* World options. */
+enum {
+    /* Buffers are CUDA device pointers. NCCL needs this. For the host backend this
+     * is the hook for CUDA ranks sharing one GPU: each transfer stages the device
+     * buffer through a pinned host buffer (cudaMemcpy in, TCP, cudaMemcpy out).
+     * The staging itself lands with the CUDA engine work; until then the host
+     * backend refuses device buffers with a clear error at comm_world_init. */
+    COMM_DEVICE_BUFFERS = 1 << 0,
+};
+
+typedef struct comm_world comm_world;
+typedef struct comm comm;
+
+/* Joins the job: `rank` of `world` ranks, meeting through `store` (borrowed, must
+ * outlive the world). `prefix` namespaces the store keys so several worlds can
+ * meet through one store (e.g. a restart epoch); NULL = "atoll". Collective over
+ * all ranks. `timeout_ms` bounds the rendezvous and every later wait for a peer
+ * (0 = 300 s). The host backend listens on ATOLL_HOST_ADDR if set, else on the
+ * local address that routes to the store's host. Returns 0, or -1 with err set. */
+int comm_world_init(comm_world **out, comm_backend_kind kind, int rank, int world,
+                    struct store_client *store, const char *prefix, int flags, int timeout_ms,
+                    char *err, size_t errlen);
+/* Same, with rank and size from RANK and WORLD_SIZE and a store client from
+ * MASTER_ADDR/MASTER_PORT (owned by the world). */
+int comm_world_init_env(comm_world **out, comm_backend_kind kind, int flags, char *err,
+                        size_t errlen);
+void comm_world_free(comm_world *w);
+
+int comm_world_rank(const comm_world *w);
+int comm_world_size(const comm_world *w);
+comm_backend_kind comm_world_backend(const comm_world *w);
+const char *comm_error(const comm_world *w);
+
+comm *comm_world_comm(comm_world *w);
+
+/* Makes the group `ranks[0..n)` (world ranks, this rank among them, no repeats).
+ * Collective over the WORLD: every world rank calls it, in the same order, each
+ * passing the group that contains it, so one call per partition (all TP groups,
+ * then all DP groups, ...); NCCL splits by it. A rank in no group of the
+ * partition passes n = 0 and gets *out = NULL. `name` labels messages ("tp"). */
+int comm_group_new(comm_world *w, const char *name, const int *ranks, int n, comm **out);
+
+int comm_rank(const comm *c);             /* this rank's position */
+int comm_size(const comm *c);
+int comm_world_rank_of(const comm *c, int pos);
+const char *comm_name(const comm *c);
+
+/* fp32 collectives. n counts floats. */
+int comm_allreduce(comm *c, float *buf, size_t n, comm_op op);
+/* in: size*n floats (chunk i goes to position i); out: n floats. in != out. */
+int comm_reduce_scatter(comm *c, const float *in, float *out, size_t n, comm_op op);
+/* in: n floats; out: size*n floats (position i's chunk at i*n). in may equal out + rank*n. */
+int comm_allgather(comm *c, const float *in, float *out, size_t n);
+/* Bytes from position `root` to all. */
+int comm_broadcast(comm *c, void *buf, size_t bytes, int root);
+int comm_barrier(comm *c);
+
+/* Point to point; peer is a position, tag < 2^31 (tags at or above are internal).
+ * recv must be posted with exactly the sent size. */
+int comm_send(comm *c, const void *buf, size_t bytes, int peer, uint32_t tag);
+int comm_recv(comm *c, void *buf, size_t bytes, int peer, uint32_t tag);
+
+typedef struct {
+    int is_send;
+    void *buf; /* const for sends */
+    size_t bytes;
+    int peer;
+    uint32_t tag;
+} comm_p2p;
+/* Issues all ops so none waits on another: host posts every receive, then sends,
+ * then waits; NCCL wraps them in one group. */
+int comm_p2p_batch(comm *c, comm_p2p *ops, int n);
+
+/* ---- backend vtable (for comm.c and the backends only) ---------------------- */
+
+typedef struct comm_backend {
+    const char *name;
+    int (*world_init)(comm_world *w, char *err, size_t errlen);
+    void (*world_free)(comm_world *w);
+    int (*group_init)(comm *c); /* after c's ranks/name are filled in */
+    void (*group_free)(comm *c);
+    int (*allreduce)(comm *c, float *buf, size_t n, comm_op op);
+    int (*reduce_scatter)(comm *c, const float *in, float *out, size_t n, comm_op op);
+    int (*allgather)(comm *c, const float *in, float *out, size_t n);
+    int (*broadcast)(comm *c, void *buf, size_t bytes, int root);
+    int (*barrier)(comm *c);
+    int (*p2p_batch)(comm *c, comm_p2p *ops, int n);
+} comm_backend;
+
+#define COMM_MAX_GROUPS 256
+
+struct comm {
+    comm_world *world;
+    char name[32];
+    int *ranks; /* world ranks by position */
+    int size, pos;
+    uint32_t ctx;  /* host: tells this group's messages apart on a shared link */
+    uint32_t seq;  /* host: collective counter */
+    void *impl;    /* backend data */
+};
+
+struct comm_world {
+    const comm_backend *be;
+    comm_backend_kind kind;
+    int rank, size, flags, timeout_ms;
+    char prefix[64];
+    struct store_client *store;
+    int owns_store;
+    comm *world_comm;
+    comm *groups[COMM_MAX_GROUPS];
+    int ngroups, nsplits;
+    char err[512];
+    void *impl;
+};
+
+extern const comm_backend comm_host_backend;
+#ifdef ATOLL_HAVE_NCCL
+extern const comm_backend comm_nccl_backend;
+#endif
+
+/* Sets w->err (printf-style) and returns -1. */
+int comm_fail(comm_world *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#endif

@@ -1,0 +1,90 @@
+/* schedule: pipeline schedules as data, and a simulator that runs them.
+ *
+ * sched_build(p, rank, m, v) is a pure function giving the ordered list of
+ * actions one pipeline rank performs in one training step: forward/backward of
+ * micro-batch mb on local model chunk c, and the sends/receives around them.
+ *   v == 1: 1F1B (PipeDream-Flush): warm-up of min(p - rank - 1, m) forwards,
+ *           then one-forward-one-backward, then the cool-down backwards.
+ *   v > 1:  interleaved 1F1B (Megatron): chunk c on rank r holds virtual stage
+ *           c*p + r of the v*p stages. Requires m % p == 0 (micro-batches go in
+ *           groups of p through each chunk). Forward k (k = 0..m*v-1) runs
+ *           chunk (k mod p*v) / p on micro-batch (k div p*v)*p + k mod p; backward
+ *           k runs the chunks in reverse. Warm-up is Megatron's
+ *           min((p - rank - 1)*2 + (v - 1)*p, m*v) forwards.
+ *
+ * Transfers: a forward of virtual stage s > 0 is preceded by RECV_FWD from rank
+ * (r-1) mod p; a forward of s < v*p-1 is followed by SEND_FWD to (r+1) mod p;
+ * backward mirrors it (RECV_BWD from (r+1) mod p before, SEND_BWD to (r-1) mod p
+ * after). Receives sit right before the compute that needs them and sends right
+ * after the compute that produces them.
+ *
+ * Execution model the lists are proven against (sched_simulate, tests): sends
+ * are buffered (they complete without waiting for the receiver, as on the host
+ * backend) and receives block. A backend with rendezvous sends (NCCL) must
+ * issue a run of adjacent transfer actions as one batch (comm_p2p_batch).
+ *
+ * Messages are matched by sched_tag: (direction, micro-batch, receiving virtual
+ * stage), the same value for a send and its receive.
+ */
+#ifndef ATOLL_SCHEDULE_H
+#define ATOLL_SCHEDULE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    SCHED_FWD,      /* forward of (mb, chunk) */
+    SCHED_BWD,      /* backward of (mb, chunk) */
+    SCHED_SEND_FWD, /* send (mb, chunk)'s output activations to peer */
+    SCHED_RECV_FWD, /* receive (mb, chunk)'s input activations from peer */
+    SCHED_SEND_BWD, /* send the gradient of (mb, chunk)'s input to peer */
+    SCHED_RECV_BWD, /* receive the gradient of (mb, chunk)'s output from peer */
+} sched_op;
+
+typedef struct {
+    sched_op op;
+    int mb;    /* micro-batch, 0..m-1 */
+    int chunk; /* local model chunk, 0..v-1 */
+    int peer;  /* pipeline rank for transfers, -1 for compute */
+} sched_action;
+
+typedef struct {
+    int p, rank, m, v;
+    int warmup; /* forwards before the first backward */
+    int n;
+    sched_action *a; /* owned; sched_free */
+} sched_list;
+
+/* Returns 0, or -1 with err naming the rule (p, m, v >= 1; rank < p; m % p == 0
+ * and p >= 2 when v > 1). */
+int sched_build(int p, int rank, int m, int v, sched_list *out, char *err, size_t errlen);
+void sched_free(sched_list *s);
+
+int sched_warmup(int p, int rank, int m, int v);
+static inline int sched_virtual_stage(int p, int rank, int chunk) { return chunk * p + rank; }
+/* Same value on both ends of a transfer; < 2^31 for any m*v*p < 2^29. */
+uint32_t sched_tag(const sched_list *s, const sched_action *a);
+const char *sched_op_name(sched_op op);
+/* The ideal bubble fraction (p - 1) / (v * m), relative to the ideal step time. */
+double sched_bubble_theory(int p, int m, int v);
+
+/* Simulation of all p ranks running their lists. Cost model: each FWD of one
+ * chunk costs cost_fwd, each BWD cost_bwd, transfers are free and instant;
+ * sends are buffered, receives block until the matching send has happened. */
+typedef struct {
+    int deadlock;         /* 1: no rank could move; `why` says where each waits */
+    char why[512];
+    double makespan;      /* time the last rank finishes */
+    double ideal;         /* m * v * (cost_fwd + cost_bwd): one rank's compute */
+    double bubble;        /* (makespan - ideal) / ideal */
+    double wait_max;      /* largest per-rank time blocked in receives */
+} sched_sim_result;
+
+int sched_simulate(int p, int m, int v, double cost_fwd, double cost_bwd, sched_sim_result *r,
+                   char *err, size_t errlen);
+/* The same over given lists (lists[r] for rank r, all of one (p, m, v)), e.g.
+ * an executor's reordered lists. Returns 0 (result in *r) or -1. */
+int sched_simulate_lists(const sched_list *lists, double cost_fwd, double cost_bwd,
+                         sched_sim_result *r);
+
+#endif
