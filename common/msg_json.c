@@ -1,0 +1,142 @@
+#include "msg_json.h"
+
+#include "msg.h"
+
+void msg_json_node(jsonw *w, const Atoll__Node *n)
+{
+    jsonw_obj(w);
+    jsonw_kstr(w, "name", n->name);
+    jsonw_kstr(w, "state", msg_node_state_name(n->state));
+    jsonw_key(w, "gpus");
+    jsonw_arr(w);
+    for (size_t i = 0; i < n->n_gpus; i++) {
+        const Atoll__Gpu *g = n->gpus[i];
+        jsonw_obj(w);
+        jsonw_kint(w, "index", g->index);
+        jsonw_kstr(w, "name", g->name);
+        jsonw_key(w, "memory_bytes");
+        jsonw_uint(w, g->memory_bytes);
+        jsonw_kstr(w, "island", g->island);
+        jsonw_kstr(w, "uuid", g->uuid);
+        jsonw_kstr(w, "pci_bus_id", g->pci_bus_id);
+        jsonw_kint(w, "rail", g->rail);
+        jsonw_obj_end(w);
+    }
+    jsonw_arr_end(w);
+    jsonw_key(w, "nics");
+    jsonw_arr(w);
+    for (size_t i = 0; i < n->n_nics; i++) {
+        const Atoll__Nic *x = n->nics[i];
+        jsonw_obj(w);
+        jsonw_kstr(w, "name", x->name);
+        jsonw_kint(w, "rail", x->rail);
+        jsonw_knum(w, "gbps", x->gbps);
+        jsonw_kstr(w, "link_layer", x->link_layer);
+        jsonw_obj_end(w);
+    }
+    jsonw_arr_end(w);
+    jsonw_key(w, "leaf");
+    if (n->leaf && n->leaf[0]) jsonw_str(w, n->leaf);
+    else jsonw_null(w);
+    jsonw_kint(w, "cpu_ranks", n->cpu_ranks);
+    jsonw_kbool(w, "drained", n->drained);
+    jsonw_kstr(w, "host", n->host);
+    jsonw_kstr(w, "address", n->address);
+    jsonw_kint(w, "registered_ms", n->registered_ms);
+    jsonw_kint(w, "last_seen_ms", n->last_seen_ms);
+    jsonw_key(w, "heartbeats");
+    jsonw_uint(w, n->heartbeats);
+    jsonw_obj_end(w);
+}
+
+static void num_or_null(jsonw *w, const char *k, double v, int have)
+{
+    jsonw_key(w, k);
+    if (have) jsonw_num(w, v);
+    else jsonw_null(w);
+}
+
+void msg_json_job(jsonw *w, const Atoll__Job *j)
+{
+    const Atoll__JobMetrics *m = j->metrics;
+    int have = m && m->step > 0;
+    jsonw_obj(w);
+    jsonw_key(w, "job");
+    jsonw_uint(w, j->id);
+    jsonw_kstr(w, "name", j->name);
+    jsonw_kstr(w, "state", msg_job_state_name(j->state));
+    jsonw_kint(w, "step", m ? m->step : 0);
+    jsonw_kint(w, "restarts", j->restarts);
+    jsonw_kint(w, "epoch", j->epoch);
+    jsonw_kint(w, "num_gpus", j->spec ? j->spec->num_gpus : 0);
+    jsonw_key(w, "layout");
+    jsonw_obj(w);
+    jsonw_kint(w, "tp", j->tp);
+    jsonw_kint(w, "pp", j->pp);
+    jsonw_kint(w, "dp", j->dp);
+    jsonw_kint(w, "vpp", j->vpp);
+    jsonw_obj_end(w);
+    num_or_null(w, "loss", m ? m->loss : 0, have);
+    num_or_null(w, "mfu", m ? m->mfu : 0, have);
+    jsonw_key(w, "metrics");
+    jsonw_obj(w);
+    num_or_null(w, "loss", m ? m->loss : 0, have);
+    num_or_null(w, "tokens_per_s", m ? m->tokens_per_s : 0, have);
+    num_or_null(w, "mfu", m ? m->mfu : 0, have);
+    num_or_null(w, "bubble_measured", m ? m->bubble_measured : 0, have);
+    jsonw_knum(w, "bubble_theory", m ? m->bubble_theory : 0);
+    jsonw_obj_end(w);
+    jsonw_kstr(w, "message", j->message);
+    jsonw_kint(w, "created_ms", j->created_ms);
+    jsonw_kint(w, "updated_ms", j->updated_ms);
+    jsonw_obj_end(w);
+}
+
+void msg_json_event(jsonw *w, const Atoll__Event *e)
+{
+    jsonw_obj(w);
+    jsonw_key(w, "id");
+    jsonw_uint(w, e->id);
+    jsonw_kint(w, "time_ms", e->time_ms);
+    jsonw_kstr(w, "kind", e->kind);
+    jsonw_kstr(w, "subject", e->subject);
+    jsonw_kstr(w, "message", e->message);
+    jsonw_obj_end(w);
+}
+
+void msg_json_layout(jsonw *w, const Atoll__JobLayout *l)
+{
+    jsonw_obj(w);
+    jsonw_key(w, "job");
+    jsonw_uint(w, l->job);
+    jsonw_kint(w, "epoch", l->epoch);
+    jsonw_kint(w, "tp", l->tp);
+    jsonw_kint(w, "pp", l->pp);
+    jsonw_kint(w, "dp", l->dp);
+    jsonw_kint(w, "vpp", l->vpp);
+    jsonw_key(w, "ranks");
+    jsonw_arr(w);
+    for (size_t i = 0; i < l->n_ranks; i++) {
+        jsonw_obj(w);
+        jsonw_kint(w, "rank", l->ranks[i]->rank);
+        jsonw_kstr(w, "node", l->ranks[i]->node);
+        jsonw_kint(w, "gpu", l->ranks[i]->gpu);
+        jsonw_kint(w, "local_rank", l->ranks[i]->local_rank);
+        jsonw_obj_end(w);
+    }
+    jsonw_arr_end(w);
+    jsonw_key(w, "groups");
+    jsonw_arr(w);
+    for (size_t i = 0; i < l->n_groups; i++) {
+        jsonw_obj(w);
+        jsonw_kstr(w, "kind", l->groups[i]->kind);
+        jsonw_key(w, "ranks");
+        jsonw_arr(w);
+        for (size_t k = 0; k < l->groups[i]->n_ranks; k++) jsonw_int(w, l->groups[i]->ranks[k]);
+        jsonw_arr_end(w);
+        jsonw_obj_end(w);
+    }
+    jsonw_arr_end(w);
+    jsonw_kstr(w, "checkpoint", l->checkpoint);
+    jsonw_obj_end(w);
+}

@@ -1,0 +1,19 @@
+/* msg_json: the JSON shapes of INTERFACES.md, written from wire messages, shared
+ * by `atoll ... --json` and the coordinator's /api endpoints so both agree. */
+#ifndef ATOLL_MSG_JSON_H
+#define ATOLL_MSG_JSON_H
+
+#include "atoll.pb-c.h"
+#include "jsonw.h"
+
+/* {"name","state","gpus":[{"index","name","memory_bytes","island","uuid","pci_bus_id","rail"}],
+ *  "nics":[{"name","rail","gbps","link_layer"}],"leaf","cpu_ranks","last_seen_ms",...} */
+void msg_json_node(jsonw *w, const Atoll__Node *n);
+/* {"job","name","state","step","loss","mfu","tokens_per_s","restarts","epoch","num_gpus",
+ *  "layout":{"tp","pp","dp","vpp"},"metrics":{...},"message"}; metrics are null until
+ * the job reports a step. */
+void msg_json_job(jsonw *w, const Atoll__Job *j);
+void msg_json_event(jsonw *w, const Atoll__Event *e);
+void msg_json_layout(jsonw *w, const Atoll__JobLayout *l);
+
+#endif

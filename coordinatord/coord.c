@@ -1,0 +1,97 @@
+/* coord: setting up and tearing down the coordinator's state, and its counters. */
+#include "coord.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "jobs.h"
+#include "log.h"
+#include "topo.h"
+
+int64_t coord_wall_ms(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+static void discard(coord *c, coord_peer *p, uint16_t type, const ProtobufCMessage *m)
+{
+    (void)c; (void)p; (void)type; (void)m;
+}
+
+typedef struct {
+    coord *c;
+    int loaded;
+} load_ctx;
+
+/* Nodes come back with their identity, drain flag and liveness; their silence is
+ * counted from the coordinator's start, so live agents have one node timeout to
+ * reconnect before they are declared dead. */
+static int load_node(void *ctx, const store_node *sn)
+{
+    load_ctx *l = ctx;
+    reg_node *n = registry_add(&l->c->reg, sn->name);
+    if (!n) return 1;
+    Atoll__Node *node = atoll__node__unpack(NULL, sn->info_len, sn->info);
+    int ngpus = node ? (int)node->n_gpus : 0;
+    int slots = node ? (ngpus ? ngpus : node->cpu_ranks) : 0;
+    if (node) atoll__node__free_unpacked(node, NULL);
+    registry_set_info(n, sn->info, sn->info_len, ngpus, slots);
+    n->live = sn->state;
+    n->drained = sn->drained;
+    n->registered_ms = sn->registered_ms;
+    n->last_seen_ms = l->c->now();
+    l->loaded++;
+    return 0;
+}
+
+int coord_init(coord *c, const coord_opts *o, const char *db_path, char *err, size_t errlen)
+{
+    memset(c, 0, sizeof *c);
+    c->o = *o;
+    c->now = coord_wall_ms;
+    c->send = discard;
+    c->started_ms = coord_wall_ms();
+    registry_init(&c->reg, o->suspect_ms, o->node_timeout_ms);
+    if (store_open(&c->st, db_path, err, errlen)) return -1;
+    load_ctx l = { c, 0 };
+    if (store_nodes_each(c->st, load_node, &l)) {
+        snprintf(err, errlen, "cannot load nodes from %s: %s", db_path, store_errmsg(c->st));
+        coord_free(c);
+        return -1;
+    }
+    if (l.loaded) log_info("loaded %d nodes from %s; waiting for their agents to reconnect", l.loaded, db_path);
+    jobs_reconcile(c);
+    return 0;
+}
+
+void coord_free(coord *c)
+{
+    rendezvous_free_all(c);
+    store_close(c->st);
+    c->st = NULL;
+    registry_free(&c->reg);
+}
+
+void coord_hist_add(coord_hist *h, uint64_t us)
+{
+    int b = 0;
+    while (b < COORD_HIST_BUCKETS - 1 && (1ull << b) <= us) b++;
+    h->bucket[b]++;
+    h->count++;
+    h->sum_us += us;
+}
+
+uint64_t coord_hist_quantile(const coord_hist *h, double q)
+{
+    if (!h->count) return 0;
+    uint64_t need = (uint64_t)(q * (double)h->count + 0.999999), seen = 0;
+    for (int b = 0; b < COORD_HIST_BUCKETS; b++) {
+        seen += h->bucket[b];
+        if (seen >= need) return 1ull << b;
+    }
+    return 1ull << (COORD_HIST_BUCKETS - 1);
+}

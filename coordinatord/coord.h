@@ -1,0 +1,110 @@
+/* coord: the coordinator's state, shared by its modules. One event loop owns it.
+ *
+ *   server.c     listener, connections, timers, signals (the libuv side)
+ *   dispatch.c   one handler per request type (no libuv: fuzzable, testable)
+ *   registry.c   nodes and liveness          jobs.c       job state machine
+ *   scheduler.c  placement of pending jobs   store.c      SQLite state
+ *   events.c     the audit log               rendezvous.c key-value store for ranks
+ *   http.c       /metrics, /api/..., /
+ */
+#ifndef ATOLL_COORD_H
+#define ATOLL_COORD_H
+
+#include <stdint.h>
+
+#include "atoll.pb-c.h"
+#include "auth.h"
+#include "registry.h"
+#include "store.h"
+
+typedef struct coord_opts {
+    char listen[128];
+    char http[128];          /* "" = no HTTP listener */
+    char state_dir[512];
+    char token_file[600];
+    int heartbeat_ms;        /* told to workers */
+    int suspect_ms;          /* silence before a node is suspect */
+    int node_timeout_ms;     /* silence before a node is dead */
+    uint32_t max_frame;
+} coord_opts;
+
+/* A connected client, as the handlers see it. */
+typedef struct coord_peer {
+    void *conn;              /* rpc_conn *, NULL in tests and fuzzing */
+    int role;                /* Atoll__Role */
+    char name[64];
+    char address[64];
+    reg_node *node;          /* set once a worker has registered */
+} coord_peer;
+
+/* Log2 histogram of handling times in microseconds: bucket i counts [2^(i-1), 2^i). */
+#define COORD_HIST_BUCKETS 24
+typedef struct coord_hist {
+    uint64_t count, sum_us;
+    uint64_t bucket[COORD_HIST_BUCKETS];
+} coord_hist;
+
+typedef struct kv_waiter kv_waiter;
+
+typedef struct coord {
+    coord_opts o;
+    store *st;
+    registry reg;
+    auth_token token;
+    int64_t started_ms;
+    /* How frames leave: rpc_send in the daemon, a recorder in tests. */
+    void (*send)(struct coord *c, coord_peer *p, uint16_t type, const ProtobufCMessage *m);
+    void *send_ctx;
+    int64_t (*now)(void);    /* wall clock in ms; replaceable in tests */
+    int schedule_pending;    /* the scheduler should run soon */
+    kv_waiter *waiters;
+    /* counters for /metrics */
+    uint64_t frames, heartbeats, errors_sent, registrations;
+    coord_hist hb_hist;
+    void *server;            /* server.c's private state */
+} coord;
+
+int64_t coord_wall_ms(void);
+
+/* Sets up state from opts with the store at `db_path` (":memory:" allowed). */
+int coord_init(coord *c, const coord_opts *o, const char *db_path, char *err, size_t errlen);
+void coord_free(coord *c);
+
+/* ---- dispatch.c ---- */
+void coord_dispatch(coord *c, coord_peer *p, uint16_t type, const uint8_t *payload, size_t len);
+void coord_peer_closed(coord *c, coord_peer *p);
+void coord_reply(coord *c, coord_peer *p, uint16_t type, const ProtobufCMessage *m);
+void coord_error(coord *c, coord_peer *p, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Builds the NodesReply for `name` ("" = all) into *out using arena memory. */
+struct msg_arena;
+int coord_nodes_reply(coord *c, const char *name, Atoll__NodesReply *out, struct msg_arena *a);
+/* Fills a Job message from a stored job (strings borrowed from j, arrays from a). */
+void coord_job_msg(const store_job *j, Atoll__Job *out, Atoll__JobSpec **spec_out, struct msg_arena *a);
+
+/* ---- periodic work (called by server.c's timer) ---- */
+void coord_tick(coord *c);
+
+/* ---- server.c: serve until SIGTERM/SIGINT; 0 on a clean stop ---- */
+int server_run(coord *c, char *err, size_t errlen);
+
+/* ---- http.c ---- */
+int http_start(coord *c, void *uv_loop, const char *hostport, int *port, char *err, size_t errlen);
+void http_stop(coord *c);
+
+/* ---- events.c ---- */
+/* Appends an audit event and logs it. Call inside the transaction of the change. */
+int events_add(coord *c, const char *kind, const char *subject, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* ---- rendezvous.c ---- */
+void rendezvous_set(coord *c, coord_peer *p, const Atoll__KvSet *m);
+void rendezvous_get(coord *c, coord_peer *p, const Atoll__KvGet *m);
+void rendezvous_expire(coord *c, int64_t now_ms);
+void rendezvous_peer_closed(coord *c, coord_peer *p);
+void rendezvous_free_all(coord *c);
+
+void coord_hist_add(coord_hist *h, uint64_t us);
+/* Smallest bucket bound below which a fraction q of samples fall (microseconds). */
+uint64_t coord_hist_quantile(const coord_hist *h, double q);
+
+#endif

@@ -1,0 +1,45 @@
+/* jobs: the job state machine and the job-level operations behind the RPCs.
+ *
+ *   pending -> placing -> starting -> running -> completed
+ *      |          |          |          |   \-> failed
+ *      |          +-> pending (no room)  +----> restarting -> pending (re-place, epoch+1)
+ *      +--------------------+-----------+------------+-----> cancelled
+ * Terminal: completed, failed, cancelled. Each change is one store transaction
+ * that also appends a `job.state` event. */
+#ifndef ATOLL_JOBS_H
+#define ATOLL_JOBS_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "coord.h"
+
+int jobs_transition_allowed(int from, int to);
+int jobs_is_terminal(int state);
+int jobs_is_active(int state); /* holds GPUs: placing, starting, running, restarting */
+
+/* Changes state and message, with its event, inside the caller's transaction. */
+int jobs_change(coord *c, store_job *j, int to, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The same in its own transaction. -1 when the transition is not allowed or the store failed. */
+int jobs_set_state(coord *c, store_job *j, int to, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Validates and queues a job. Returns 0 with *id, or an Atoll__ErrorCode with err. */
+int jobs_submit(coord *c, const Atoll__JobSpec *spec, uint64_t *id, char *err, size_t errlen);
+/* Returns 0 (out = the cancelled job, caller clears), or an Atoll__ErrorCode with err. */
+int jobs_cancel(coord *c, uint64_t id, store_job *out, char *err, size_t errlen);
+
+/* A node died or went away: every active job using it restarts on a new placement. */
+void jobs_node_lost(coord *c, const char *node);
+/* Per-rank metrics relayed in a heartbeat: rank 0's become the job's; the first
+ * report of a starting job makes it running. */
+void jobs_rank_metrics(coord *c, const Atoll__RankMetrics *m);
+
+/* The job's settings as a config (and world size); -1 when the stored spec is corrupt. */
+int jobs_config(const store_job *j, atoll_config *cfg);
+/* (p-1)/(v*m): the theoretical pipeline bubble of the layout. */
+double jobs_bubble_theory(const atoll_config *cfg, int world);
+
+/* After a coordinator restart: jobs caught mid-placement go back to pending. */
+void jobs_reconcile(coord *c);
+
+#endif

@@ -1,0 +1,355 @@
+#include "scheduler.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobs.h"
+#include "log.h"
+#include "topo.h"
+
+/* ---- process groups (Megatron-Core RankGenerator order) ---- */
+
+static void add_group(Atoll__JobLayout *out, msg_arena *a, const char *kind, const int *ranks, int n)
+{
+    Atoll__ProcessGroup *g = msg_alloc(a, sizeof *g);
+    atoll__process_group__init(g);
+    g->kind = (char *)kind;
+    g->n_ranks = (size_t)n;
+    g->ranks = msg_alloc(a, sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++) g->ranks[i] = ranks[i];
+    out->groups[out->n_groups++] = g;
+}
+
+int sched_groups(const char *rank_order, int tp, int pp, int dp, Atoll__JobLayout *out, msg_arena *a)
+{
+    /* Strides follow the order string, first name fastest: "tp-cp-ep-dp-pp" gives
+     * rank = t + tp*(d + dp*p). cp and ep are 1 here. */
+    const char *order = rank_order && *rank_order ? rank_order : "tp-cp-ep-dp-pp";
+    int stride_tp = 0, stride_dp = 0, stride_pp = 0, stride = 1;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", order);
+    for (char *save = NULL, *tok = strtok_r(buf, "-", &save); tok; tok = strtok_r(NULL, "-", &save)) {
+        if (!strcmp(tok, "tp")) { stride_tp = stride; stride *= tp; }
+        else if (!strcmp(tok, "dp")) { stride_dp = stride; stride *= dp; }
+        else if (!strcmp(tok, "pp")) { stride_pp = stride; stride *= pp; }
+        else if (strcmp(tok, "cp") && strcmp(tok, "ep")) return -1;
+    }
+    if (!stride_tp || !stride_dp || !stride_pp) return -1;
+    int world = tp * pp * dp;
+    size_t ngroups = (size_t)(world / tp + world / dp + world / pp + (pp > 1 ? world / pp : 0));
+    out->groups = msg_alloc(a, sizeof(Atoll__ProcessGroup *) * (ngroups + 1));
+    out->n_groups = 0;
+    int *ranks = msg_alloc(a, sizeof(int) * (size_t)(world + 1));
+    const struct { const char *kind; int size, stride; } dims[] = {
+        { "tp", tp, stride_tp }, { "dp", dp, stride_dp }, { "pp", pp, stride_pp },
+    };
+    for (int d = 0; d < 3; d++) {
+        /* A group varies one coordinate; its base ranks are those where it is 0. */
+        for (int base = 0; base < world; base++) {
+            if ((base / dims[d].stride) % dims[d].size) continue;
+            for (int k = 0; k < dims[d].size; k++) ranks[k] = base + k * dims[d].stride;
+            add_group(out, a, dims[d].kind, ranks, dims[d].size);
+        }
+    }
+    /* Embedding groups tie the first and last pipeline stage (shared word embeddings). */
+    if (pp > 1)
+        for (int base = 0; base < world; base++) {
+            if ((base / stride_pp) % pp) continue;
+            ranks[0] = base;
+            ranks[1] = base + (pp - 1) * stride_pp;
+            add_group(out, a, "embedding", ranks, 2);
+        }
+    return 0;
+}
+
+int sched_place(const atoll_config *cfg, int world, const sched_node *nodes, int n,
+                Atoll__JobLayout *out, msg_arena *a, char *err, size_t errlen)
+{
+    int tp = cfg->tensor_model_parallel_size, pp = cfg->pipeline_model_parallel_size;
+    int dp = cfg_data_parallel_size(cfg, world);
+    int free_slots = 0, usable = 0;
+    for (int i = 0; i < n; i++) {
+        int f = 0;
+        for (int s = 0; s < nodes[i].slots; s++) f += !nodes[i].busy[s];
+        free_slots += f;
+        usable += f > 0;
+    }
+    if (free_slots < world) {
+        snprintf(err, errlen, "waiting for %d GPUs: %d free on %d usable nodes", world, free_slots, usable);
+        return -1;
+    }
+    out->tp = tp;
+    out->pp = pp;
+    out->dp = dp;
+    out->vpp = cfg_virtual_stages(cfg);
+    out->n_ranks = (size_t)world;
+    out->ranks = msg_alloc(a, sizeof(Atoll__RankPlacement *) * (size_t)world);
+    int r = 0;
+    for (int i = 0; i < n && r < world; i++) {
+        int local = 0;
+        for (int s = 0; s < nodes[i].slots && r < world; s++) {
+            if (nodes[i].busy[s]) continue;
+            Atoll__RankPlacement *p = msg_alloc(a, sizeof *p);
+            atoll__rank_placement__init(p);
+            p->rank = r;
+            p->node = (char *)nodes[i].name;
+            p->gpu = nodes[i].gpu[s];
+            p->local_rank = local++;
+            out->ranks[r++] = p;
+        }
+    }
+    if (sched_groups(cfg->rank_order, tp, pp, dp, out, a)) {
+        snprintf(err, errlen, "--rank-order '%s' is not a '-'-separated order of tp, cp, ep, dp, pp", cfg->rank_order);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- cluster view ---- */
+
+int sched_max_island(coord *c)
+{
+    /* Islands may span nodes (NVL72), so count GPUs per island id over all nodes. */
+    typedef struct { char id[TOPO_NAME]; int n; } isl;
+    isl *v = NULL;
+    size_t nv = 0, cap = 0;
+    int best = 0;
+    for (size_t i = 0; i < c->reg.n; i++) {
+        reg_node *rn = c->reg.nodes[i];
+        if (rn->live == NODE_DEAD || !rn->ngpus) continue;
+        Atoll__Node *node = atoll__node__unpack(NULL, rn->info_len, rn->info);
+        if (!node) continue;
+        for (size_t g = 0; g < node->n_gpus; g++) {
+            const char *id = node->gpus[g]->island;
+            size_t k = 0;
+            while (k < nv && strcmp(v[k].id, id)) k++;
+            if (k == nv) {
+                if (nv == cap) {
+                    cap = cap ? 2 * cap : 16;
+                    isl *nvv = realloc(v, cap * sizeof *v);
+                    if (!nvv) break;
+                    v = nvv;
+                }
+                snprintf(v[nv].id, sizeof v[nv].id, "%s", id);
+                v[nv++].n = 0;
+            }
+            if (++v[k].n > best) best = v[k].n;
+        }
+        atoll__node__free_unpacked(node, NULL);
+    }
+    free(v);
+    return best;
+}
+
+static Atoll__JobLayout *load_layout(coord *c, const store_job *j)
+{
+    uint8_t *blob;
+    size_t len;
+    if (store_layout_get(c->st, j->id, j->epoch, &blob, &len)) return NULL;
+    Atoll__JobLayout *l = atoll__job_layout__unpack(NULL, len, blob);
+    free(blob);
+    return l;
+}
+
+int sched_job_uses_node(coord *c, const store_job *j, const char *node)
+{
+    Atoll__JobLayout *l = load_layout(c, j);
+    if (!l) return 0;
+    int uses = 0;
+    for (size_t i = 0; i < l->n_ranks && !uses; i++) uses = !strcmp(l->ranks[i]->node, node);
+    atoll__job_layout__free_unpacked(l, NULL);
+    return uses;
+}
+
+void sched_stop_job(coord *c, const store_job *j, const char *reason)
+{
+    Atoll__JobLayout *l = load_layout(c, j);
+    if (!l) return;
+    Atoll__Stop stop = ATOLL__STOP__INIT;
+    stop.job = j->id;
+    stop.epoch = j->epoch;
+    stop.reason = (char *)reason;
+    for (size_t i = 0; i < l->n_ranks; i++) {
+        int first = 1; /* one Stop per node */
+        for (size_t k = 0; k < i && first; k++) first = strcmp(l->ranks[k]->node, l->ranks[i]->node) != 0;
+        reg_node *n = first ? registry_find(&c->reg, l->ranks[i]->node) : NULL;
+        if (n && n->peer) c->send(c, n->peer, ATOLL__MSG_TYPE__MSG_STOP, &stop.base);
+    }
+    atoll__job_layout__free_unpacked(l, NULL);
+}
+
+/* ---- the run ---- */
+
+typedef struct {
+    reg_node *rn;
+    int *gpu;
+    unsigned char *busy;
+} cand;
+
+typedef struct {
+    coord *c;
+    cand *cands;
+    size_t n;
+} busy_ctx;
+
+static int mark_busy(void *ctx, store_job *j)
+{
+    busy_ctx *b = ctx;
+    Atoll__JobLayout *l = load_layout(b->c, j);
+    if (!l) return 0;
+    for (size_t r = 0; r < l->n_ranks; r++)
+        for (size_t k = 0; k < b->n; k++) {
+            if (strcmp(b->cands[k].rn->name, l->ranks[r]->node)) continue;
+            for (int s = 0; s < b->cands[k].rn->slots; s++)
+                if (b->cands[k].gpu[s] == l->ranks[r]->gpu &&
+                    (l->ranks[r]->gpu >= 0 || s == l->ranks[r]->local_rank))
+                    b->cands[k].busy[s] = 1;
+        }
+    atoll__job_layout__free_unpacked(l, NULL);
+    return 0;
+}
+
+static void build_candidates(coord *c, busy_ctx *b)
+{
+    reg_node **sorted = registry_sorted(&c->reg);
+    b->cands = calloc(c->reg.n + 1, sizeof *b->cands);
+    b->n = 0;
+    if (!sorted || !b->cands) {
+        free(sorted);
+        return;
+    }
+    for (size_t i = 0; i < c->reg.n; i++) {
+        reg_node *rn = sorted[i];
+        if (registry_state(rn) != NODE_ALIVE || !rn->peer || rn->slots < 1) continue;
+        cand *cd = &b->cands[b->n++];
+        cd->rn = rn;
+        cd->gpu = calloc((size_t)rn->slots, sizeof *cd->gpu);
+        cd->busy = calloc((size_t)rn->slots, 1);
+        Atoll__Node *node = atoll__node__unpack(NULL, rn->info_len, rn->info);
+        for (int s = 0; s < rn->slots; s++)
+            cd->gpu[s] = node && (size_t)s < node->n_gpus ? node->gpus[s]->index : -1;
+        if (node) atoll__node__free_unpacked(node, NULL);
+    }
+    free(sorted);
+    for (int s = ATOLL__JOB_STATE__JOB_PLACING; s <= ATOLL__JOB_STATE__JOB_RESTARTING; s++)
+        store_jobs_each(c->st, s, mark_busy, b);
+}
+
+static void free_candidates(busy_ctx *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        free(b->cands[i].gpu);
+        free(b->cands[i].busy);
+    }
+    free(b->cands);
+}
+
+static void launch(coord *c, const store_job *j, Atoll__JobSpec *spec, Atoll__JobLayout *l)
+{
+    Atoll__Launch m = ATOLL__LAUNCH__INIT;
+    m.spec = spec;
+    m.layout = l;
+    for (size_t i = 0; i < l->n_ranks; i++) {
+        int first = 1;
+        for (size_t k = 0; k < i && first; k++) first = strcmp(l->ranks[k]->node, l->ranks[i]->node) != 0;
+        reg_node *n = first ? registry_find(&c->reg, l->ranks[i]->node) : NULL;
+        if (n && n->peer) c->send(c, n->peer, ATOLL__MSG_TYPE__MSG_LAUNCH, &m.base);
+    }
+    log_info("job %llu epoch %u dispatched to its nodes", (unsigned long long)j->id, j->epoch);
+}
+
+static void place_one(coord *c, busy_ctx *b, store_job *j)
+{
+    atoll_config cfg;
+    Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec);
+    if (!spec || msg_spec_to_cfg(spec, &cfg, j->message, sizeof j->message)) {
+        jobs_set_state(c, j, ATOLL__JOB_STATE__JOB_PLACING, "placing");
+        jobs_set_state(c, j, ATOLL__JOB_STATE__JOB_FAILED, "stored job spec is unreadable");
+        if (spec) atoll__job_spec__free_unpacked(spec, NULL);
+        return;
+    }
+    sched_node *nodes = calloc(b->n + 1, sizeof *nodes);
+    for (size_t i = 0; nodes && i < b->n; i++)
+        nodes[i] = (sched_node){ b->cands[i].rn->name, b->cands[i].rn->slots, b->cands[i].gpu, b->cands[i].busy };
+    msg_arena a = { 0 };
+    Atoll__JobLayout l = ATOLL__JOB_LAYOUT__INIT;
+    char why[256];
+    if (!nodes || sched_place(&cfg, cfg.num_gpus, nodes, (int)b->n, &l, &a, why, sizeof why)) {
+        if (nodes && strcmp(j->message, why)) { /* not a state change: no event, just say why */
+            snprintf(j->message, sizeof j->message, "%s", why);
+            store_job_update(c->st, j);
+        }
+        goto out;
+    }
+    if (jobs_set_state(c, j, ATOLL__JOB_STATE__JOB_PLACING, "placing %d ranks", cfg.num_gpus)) goto out;
+    l.job = j->id;
+    l.epoch = j->epoch;
+    l.checkpoint = cfg.load;
+    l.rendezvous = c->o.listen;
+    size_t len = protobuf_c_message_get_packed_size(&l.base);
+    uint8_t *blob = malloc(len ? len : 1);
+    if (!blob) goto out;
+    protobuf_c_message_pack(&l.base, blob);
+    int rc = store_begin(c->st);
+    if (!rc) rc = store_layout_put(c->st, j->id, j->epoch, blob, len);
+    if (!rc) rc = jobs_change(c, j, ATOLL__JOB_STATE__JOB_STARTING, "layout tp=%d pp=%d dp=%d on %zu ranks",
+                              l.tp, l.pp, l.dp, l.n_ranks);
+    if (!rc) rc = store_commit(c->st);
+    free(blob);
+    if (rc) {
+        store_rollback(c->st);
+        log_error("job %llu: cannot store its layout: %s", (unsigned long long)j->id, store_errmsg(c->st));
+        goto out;
+    }
+    for (size_t r = 0; r < l.n_ranks; r++) /* later jobs in this run see these GPUs taken */
+        for (size_t k = 0; k < b->n; k++)
+            if (!strcmp(b->cands[k].rn->name, l.ranks[r]->node))
+                for (int s = 0; s < b->cands[k].rn->slots; s++)
+                    if (b->cands[k].gpu[s] == l.ranks[r]->gpu && !b->cands[k].busy[s]) {
+                        b->cands[k].busy[s] = 1;
+                        break;
+                    }
+    launch(c, j, spec, &l);
+out:
+    msg_arena_free(&a);
+    free(nodes);
+    atoll__job_spec__free_unpacked(spec, NULL);
+}
+
+typedef struct {
+    uint64_t *ids;
+    size_t n, cap;
+} idlist;
+
+static int collect(void *ctx, store_job *j)
+{
+    idlist *l = ctx;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 8;
+        uint64_t *ids = realloc(l->ids, cap * sizeof *ids);
+        if (!ids) return 1;
+        l->ids = ids;
+        l->cap = cap;
+    }
+    l->ids[l->n++] = j->id;
+    return 0;
+}
+
+void sched_run(coord *c)
+{
+    c->schedule_pending = 0;
+    idlist pending = { 0 };
+    store_jobs_each(c->st, ATOLL__JOB_STATE__JOB_PENDING, collect, &pending);
+    if (!pending.n) return;
+    busy_ctx b = { .c = c };
+    build_candidates(c, &b);
+    for (size_t i = 0; i < pending.n; i++) {
+        store_job j;
+        if (store_job_get(c->st, pending.ids[i], &j)) continue;
+        place_one(c, &b, &j);
+        store_job_clear(&j);
+    }
+    free_candidates(&b);
+    free(pending.ids);
+}

@@ -1,0 +1,38 @@
+/* scheduler: turns pending jobs into layouts and dispatches them to the workers.
+ *
+ * sched_place is the one placement decision; everything else here is
+ * bookkeeping around it (which GPUs are free, storing the layout, sending each
+ * node its part). Today it is naive: usable nodes in name order, ranks in
+ * Megatron order filling each node's GPUs by index. */
+#ifndef ATOLL_SCHEDULER_H
+#define ATOLL_SCHEDULER_H
+
+#include "config.h"
+#include "coord.h"
+#include "msg.h"
+
+typedef struct sched_node {
+    const char *name;
+    int slots;
+    const int *gpu;          /* [slots] local GPU index of each slot; -1 for CPU ranks */
+    const unsigned char *busy; /* [slots] 1 when another job holds it */
+} sched_node;
+
+/* Fills out->ranks and out->groups (from the config's rank order) for `world`
+ * ranks on the nodes given (in the order given). 0, or -1 with err when the
+ * free slots do not suffice. */
+int sched_place(const atoll_config *cfg, int world, const sched_node *nodes, int n,
+                Atoll__JobLayout *out, msg_arena *a, char *err, size_t errlen);
+
+/* Megatron-Core process groups for tp/pp/dp under `rank_order`, appended to `out`. */
+int sched_groups(const char *rank_order, int tp, int pp, int dp, Atoll__JobLayout *out, msg_arena *a);
+
+/* Places what it can of the pending jobs (oldest first). */
+void sched_run(coord *c);
+/* Largest NVLink island over nodes that are not dead; 0 when unknown. */
+int sched_max_island(coord *c);
+int sched_job_uses_node(coord *c, const store_job *j, const char *node);
+/* Tells every node of the job's current layout to stop its ranks. */
+void sched_stop_job(coord *c, const store_job *j, const char *reason);
+
+#endif

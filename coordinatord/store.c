@@ -1,0 +1,392 @@
+#include "store.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct store {
+    sqlite3 *db;
+};
+
+/* Migration i takes the schema from version i to i+1. Append only: a released
+ * migration is never edited, since files in the field already ran it. */
+static const char *MIGRATIONS[STORE_SCHEMA_VERSION] = {
+    /* 0 -> 1: the first schema */
+    "CREATE TABLE nodes("
+    "  name TEXT PRIMARY KEY, info BLOB NOT NULL, state INTEGER NOT NULL,"
+    "  drained INTEGER NOT NULL DEFAULT 0, registered_ms INTEGER NOT NULL, last_seen_ms INTEGER NOT NULL);"
+    "CREATE TABLE jobs("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, spec BLOB NOT NULL,"
+    "  state INTEGER NOT NULL, message TEXT NOT NULL DEFAULT '',"
+    "  restarts INTEGER NOT NULL DEFAULT 0, epoch INTEGER NOT NULL DEFAULT 0,"
+    "  step INTEGER NOT NULL DEFAULT 0, loss REAL NOT NULL DEFAULT 0, tokens_per_s REAL NOT NULL DEFAULT 0,"
+    "  mfu REAL NOT NULL DEFAULT 0, bubble_measured REAL NOT NULL DEFAULT 0,"
+    "  bubble_theory REAL NOT NULL DEFAULT 0,"
+    "  created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL);"
+    "CREATE TABLE layouts(job INTEGER NOT NULL, epoch INTEGER NOT NULL, layout BLOB NOT NULL,"
+    "  PRIMARY KEY(job, epoch));"
+    "CREATE TABLE events(id INTEGER PRIMARY KEY AUTOINCREMENT, time_ms INTEGER NOT NULL,"
+    "  kind TEXT NOT NULL, subject TEXT NOT NULL, message TEXT NOT NULL);",
+    /* 1 -> 2: rendezvous keys, and jobs looked up by state by the scheduler */
+    "CREATE TABLE kv(job INTEGER NOT NULL, epoch INTEGER NOT NULL, key TEXT NOT NULL,"
+    "  value BLOB NOT NULL, PRIMARY KEY(job, epoch, key));"
+    "CREATE INDEX jobs_state ON jobs(state);",
+};
+
+const char *store_errmsg(store *s) { return sqlite3_errmsg(s->db); }
+
+int store_schema_version(store *s)
+{
+    sqlite3_stmt *st;
+    int v = -1;
+    if (sqlite3_prepare_v2(s->db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    }
+    return v;
+}
+
+static int migrate(store *s, char *err, size_t errlen)
+{
+    int v = store_schema_version(s);
+    if (v < 0) {
+        snprintf(err, errlen, "cannot read the schema version: %s", sqlite3_errmsg(s->db));
+        return -1;
+    }
+    if (v > STORE_SCHEMA_VERSION) {
+        snprintf(err, errlen, "the state database has schema version %d; this coordinatord knows up to %d "
+                 "(run a newer coordinatord)", v, STORE_SCHEMA_VERSION);
+        return -1;
+    }
+    for (; v < STORE_SCHEMA_VERSION; v++) {
+        char sql[64];
+        snprintf(sql, sizeof sql, "PRAGMA user_version=%d", v + 1);
+        char *msg = NULL;
+        /* The DDL and the version bump commit together, so a crash mid-migration re-runs it. */
+        if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, &msg) != SQLITE_OK ||
+            sqlite3_exec(s->db, MIGRATIONS[v], NULL, NULL, &msg) != SQLITE_OK ||
+            sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK ||
+            sqlite3_exec(s->db, "COMMIT", NULL, NULL, &msg) != SQLITE_OK) {
+            snprintf(err, errlen, "migration to schema version %d failed: %s", v + 1, msg ? msg : "?");
+            sqlite3_free(msg);
+            sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int store_open(store **out, const char *path, char *err, size_t errlen)
+{
+    *out = NULL;
+    store *s = calloc(1, sizeof *s);
+    if (!s) return -1;
+    if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL)
+        != SQLITE_OK) {
+        snprintf(err, errlen, "cannot open the state database %s: %s", path,
+                 s->db ? sqlite3_errmsg(s->db) : "out of memory");
+        sqlite3_close(s->db);
+        free(s);
+        return -1;
+    }
+    sqlite3_busy_timeout(s->db, 5000);
+    char *msg = NULL;
+    if (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
+                     NULL, NULL, &msg) != SQLITE_OK) {
+        snprintf(err, errlen, "%s: %s", path, msg ? msg : "cannot set WAL mode");
+        sqlite3_free(msg);
+        store_close(s);
+        return -1;
+    }
+    if (migrate(s, err, errlen)) {
+        store_close(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+void store_close(store *s)
+{
+    if (!s) return;
+    sqlite3_close(s->db);
+    free(s);
+}
+
+static int exec(store *s, const char *sql) { return sqlite3_exec(s->db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1; }
+int store_begin(store *s) { return exec(s, "BEGIN IMMEDIATE"); }
+int store_commit(store *s) { return exec(s, "COMMIT"); }
+void store_rollback(store *s) { exec(s, "ROLLBACK"); }
+
+static sqlite3_stmt *prep(store *s, const char *sql)
+{
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK) return NULL;
+    return st;
+}
+
+/* Runs a statement that returns no rows; finalizes it. */
+static int done(sqlite3_stmt *st)
+{
+    if (!st) return -1;
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static void text(char *dst, size_t cap, const unsigned char *src)
+{
+    snprintf(dst, cap, "%s", src ? (const char *)src : "");
+}
+
+/* ---- nodes ---- */
+
+int store_node_put(store *s, const store_node *n)
+{
+    sqlite3_stmt *st = prep(s, "INSERT INTO nodes(name, info, state, drained, registered_ms, last_seen_ms) "
+                               "VALUES(?1,?2,?3,?4,?5,?6) ON CONFLICT(name) DO UPDATE SET info=?2, state=?3, "
+                               "drained=?4, last_seen_ms=?6");
+    if (!st) return -1;
+    sqlite3_bind_text(st, 1, n->name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_blob(st, 2, n->info, (int)n->info_len, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 3, n->state);
+    sqlite3_bind_int(st, 4, n->drained);
+    sqlite3_bind_int64(st, 5, n->registered_ms);
+    sqlite3_bind_int64(st, 6, n->last_seen_ms);
+    return done(st);
+}
+
+int store_node_set_state(store *s, const char *name, int state, int drained, int64_t last_seen_ms)
+{
+    sqlite3_stmt *st = prep(s, "UPDATE nodes SET state=?2, drained=?3, last_seen_ms=?4 WHERE name=?1");
+    if (!st) return -1;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 2, state);
+    sqlite3_bind_int(st, 3, drained);
+    sqlite3_bind_int64(st, 4, last_seen_ms);
+    return done(st);
+}
+
+int store_nodes_each(store *s, store_node_fn fn, void *ctx)
+{
+    sqlite3_stmt *st = prep(s, "SELECT name, info, state, drained, registered_ms, last_seen_ms FROM nodes ORDER BY name");
+    if (!st) return -1;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_node n;
+        text(n.name, sizeof n.name, sqlite3_column_text(st, 0));
+        n.info = sqlite3_column_blob(st, 1);
+        n.info_len = (size_t)sqlite3_column_bytes(st, 1);
+        n.state = sqlite3_column_int(st, 2);
+        n.drained = sqlite3_column_int(st, 3);
+        n.registered_ms = sqlite3_column_int64(st, 4);
+        n.last_seen_ms = sqlite3_column_int64(st, 5);
+        if (fn(ctx, &n)) break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* ---- events ---- */
+
+int store_event_add(store *s, int64_t time_ms, const char *kind, const char *subject,
+                    const char *message, uint64_t *id)
+{
+    sqlite3_stmt *st = prep(s, "INSERT INTO events(time_ms, kind, subject, message) VALUES(?1,?2,?3,?4)");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, time_ms);
+    sqlite3_bind_text(st, 2, kind, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, subject, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 4, message, -1, SQLITE_TRANSIENT);
+    if (done(st)) return -1;
+    if (id) *id = (uint64_t)sqlite3_last_insert_rowid(s->db);
+    return 0;
+}
+
+int store_events_each(store *s, uint64_t after_id, unsigned limit, store_event_fn fn, void *ctx)
+{
+    sqlite3_stmt *st = prep(s, "SELECT id, time_ms, kind, subject, message FROM "
+                               "(SELECT * FROM events WHERE id > ?1 ORDER BY id DESC LIMIT ?2) ORDER BY id");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)after_id);
+    sqlite3_bind_int(st, 2, (int)(limit ? limit : 1000));
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_event e;
+        e.id = (uint64_t)sqlite3_column_int64(st, 0);
+        e.time_ms = sqlite3_column_int64(st, 1);
+        e.kind = (const char *)sqlite3_column_text(st, 2);
+        e.subject = (const char *)sqlite3_column_text(st, 3);
+        e.message = (const char *)sqlite3_column_text(st, 4);
+        if (fn(ctx, &e)) break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* ---- jobs ---- */
+
+void store_job_clear(store_job *j)
+{
+    free(j->spec);
+    memset(j, 0, sizeof *j);
+}
+
+int store_job_insert(store *s, store_job *j)
+{
+    sqlite3_stmt *st = prep(s, "INSERT INTO jobs(name, spec, state, message, restarts, epoch, bubble_theory, "
+                               "created_ms, updated_ms) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)");
+    if (!st) return -1;
+    sqlite3_bind_text(st, 1, j->name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_blob(st, 2, j->spec ? (const void *)j->spec : "", (int)j->spec_len, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 3, j->state);
+    sqlite3_bind_text(st, 4, j->message, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 5, (int)j->restarts);
+    sqlite3_bind_int(st, 6, (int)j->epoch);
+    sqlite3_bind_double(st, 7, j->bubble_theory);
+    sqlite3_bind_int64(st, 8, j->created_ms);
+    sqlite3_bind_int64(st, 9, j->updated_ms);
+    if (done(st)) return -1;
+    j->id = (uint64_t)sqlite3_last_insert_rowid(s->db);
+    return 0;
+}
+
+int store_job_update(store *s, const store_job *j)
+{
+    sqlite3_stmt *st = prep(s, "UPDATE jobs SET state=?2, message=?3, restarts=?4, epoch=?5, step=?6, loss=?7, "
+                               "tokens_per_s=?8, mfu=?9, bubble_measured=?10, bubble_theory=?11, updated_ms=?12 "
+                               "WHERE id=?1");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)j->id);
+    sqlite3_bind_int(st, 2, j->state);
+    sqlite3_bind_text(st, 3, j->message, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 4, (int)j->restarts);
+    sqlite3_bind_int(st, 5, (int)j->epoch);
+    sqlite3_bind_int64(st, 6, j->step);
+    sqlite3_bind_double(st, 7, j->loss);
+    sqlite3_bind_double(st, 8, j->tokens_per_s);
+    sqlite3_bind_double(st, 9, j->mfu);
+    sqlite3_bind_double(st, 10, j->bubble_measured);
+    sqlite3_bind_double(st, 11, j->bubble_theory);
+    sqlite3_bind_int64(st, 12, j->updated_ms);
+    if (done(st)) return -1;
+    return sqlite3_changes(s->db) == 1 ? 0 : -1;
+}
+
+#define JOB_COLUMNS "id, name, spec, state, message, restarts, epoch, step, loss, tokens_per_s, mfu, " \
+                    "bubble_measured, bubble_theory, created_ms, updated_ms"
+
+static int read_job(sqlite3_stmt *st, store_job *j)
+{
+    memset(j, 0, sizeof *j);
+    j->id = (uint64_t)sqlite3_column_int64(st, 0);
+    text(j->name, sizeof j->name, sqlite3_column_text(st, 1));
+    j->spec_len = (size_t)sqlite3_column_bytes(st, 2);
+    j->spec = malloc(j->spec_len ? j->spec_len : 1);
+    if (!j->spec) return -1;
+    if (j->spec_len) memcpy(j->spec, sqlite3_column_blob(st, 2), j->spec_len);
+    j->state = sqlite3_column_int(st, 3);
+    text(j->message, sizeof j->message, sqlite3_column_text(st, 4));
+    j->restarts = (uint32_t)sqlite3_column_int(st, 5);
+    j->epoch = (uint32_t)sqlite3_column_int(st, 6);
+    j->step = sqlite3_column_int64(st, 7);
+    j->loss = sqlite3_column_double(st, 8);
+    j->tokens_per_s = sqlite3_column_double(st, 9);
+    j->mfu = sqlite3_column_double(st, 10);
+    j->bubble_measured = sqlite3_column_double(st, 11);
+    j->bubble_theory = sqlite3_column_double(st, 12);
+    j->created_ms = sqlite3_column_int64(st, 13);
+    j->updated_ms = sqlite3_column_int64(st, 14);
+    return 0;
+}
+
+int store_job_get(store *s, uint64_t id, store_job *out)
+{
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *st = prep(s, "SELECT " JOB_COLUMNS " FROM jobs WHERE id=?1");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
+    int rc = sqlite3_step(st), r;
+    if (rc == SQLITE_ROW) r = read_job(st, out);
+    else r = rc == SQLITE_DONE ? 1 : -1;
+    sqlite3_finalize(st);
+    return r;
+}
+
+int store_jobs_each(store *s, int state, store_job_fn fn, void *ctx)
+{
+    sqlite3_stmt *st = prep(s, state < 0 ? "SELECT " JOB_COLUMNS " FROM jobs ORDER BY id"
+                                         : "SELECT " JOB_COLUMNS " FROM jobs WHERE state=?1 ORDER BY id");
+    if (!st) return -1;
+    if (state >= 0) sqlite3_bind_int(st, 1, state);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_job j;
+        if (read_job(st, &j)) break;
+        int stop = fn(ctx, &j);
+        store_job_clear(&j);
+        if (stop) break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* ---- layouts and kv: (job, epoch, key) -> blob ---- */
+
+int store_layout_put(store *s, uint64_t job, uint32_t epoch, const uint8_t *blob, size_t len)
+{
+    sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO layouts(job, epoch, layout) VALUES(?1,?2,?3)");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
+    sqlite3_bind_int(st, 2, (int)epoch);
+    sqlite3_bind_blob(st, 3, blob ? (const void *)blob : "", (int)len, SQLITE_TRANSIENT);
+    return done(st);
+}
+
+static int get_blob(sqlite3_stmt *st, uint8_t **blob, size_t *len)
+{
+    int rc = sqlite3_step(st), r = -1;
+    if (rc == SQLITE_ROW) {
+        *len = (size_t)sqlite3_column_bytes(st, 0);
+        *blob = malloc(*len ? *len : 1);
+        if (*blob) {
+            if (*len) memcpy(*blob, sqlite3_column_blob(st, 0), *len);
+            r = 0;
+        }
+    } else if (rc == SQLITE_DONE) {
+        r = 1;
+    }
+    sqlite3_finalize(st);
+    return r;
+}
+
+int store_layout_get(store *s, uint64_t job, uint32_t epoch, uint8_t **blob, size_t *len)
+{
+    sqlite3_stmt *st = prep(s, "SELECT layout FROM layouts WHERE job=?1 AND epoch=?2");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
+    sqlite3_bind_int(st, 2, (int)epoch);
+    return get_blob(st, blob, len);
+}
+
+int store_kv_set(store *s, uint64_t job, uint32_t epoch, const char *key, const uint8_t *v, size_t len)
+{
+    sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO kv(job, epoch, key, value) VALUES(?1,?2,?3,?4)");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
+    sqlite3_bind_int(st, 2, (int)epoch);
+    sqlite3_bind_text(st, 3, key, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_blob(st, 4, v ? (const void *)v : "", (int)len, SQLITE_TRANSIENT);
+    return done(st);
+}
+
+int store_kv_get(store *s, uint64_t job, uint32_t epoch, const char *key, uint8_t **v, size_t *len)
+{
+    sqlite3_stmt *st = prep(s, "SELECT value FROM kv WHERE job=?1 AND epoch=?2 AND key=?3");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
+    sqlite3_bind_int(st, 2, (int)epoch);
+    sqlite3_bind_text(st, 3, key, -1, SQLITE_TRANSIENT);
+    return get_blob(st, v, len);
+}

@@ -1,0 +1,95 @@
+/* store: the coordinator's durable state in one SQLite file (WAL mode).
+ *
+ * The schema is versioned (PRAGMA user_version) and brought up to date by the
+ * migrations in store.c when the file is opened; a file newer than this binary
+ * is refused. Callers group each state change and its audit event into one
+ * transaction (store_begin/store_commit), so a kill -9 at any moment leaves
+ * either both or neither. synchronous=FULL: an acknowledged change survives a
+ * crash of the process and of the machine.
+ *
+ * Ownership: the store owns its sqlite handle. store_job.spec and blobs returned
+ * by *_get are malloc'd and owned by the caller (store_job_clear, free). */
+#ifndef ATOLL_STORE_H
+#define ATOLL_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct store store;
+
+#define STORE_SCHEMA_VERSION 2
+
+/* Opens (creating when absent) and migrates. path ":memory:" gives a private
+ * in-memory database (tests, fuzzing). 0, or -1 with err. */
+int store_open(store **out, const char *path, char *err, size_t errlen);
+void store_close(store *s);
+int store_schema_version(store *s);
+const char *store_errmsg(store *s);
+
+int store_begin(store *s);
+int store_commit(store *s);
+void store_rollback(store *s);
+
+/* ---- nodes ---- */
+typedef struct store_node {
+    char name[64];
+    const uint8_t *info; /* packed atoll.Node (topology); borrowed during callbacks */
+    size_t info_len;
+    int state;           /* NODE_ALIVE / SUSPECT / DEAD (liveness only) */
+    int drained;
+    int64_t registered_ms, last_seen_ms;
+} store_node;
+
+int store_node_put(store *s, const store_node *n);
+int store_node_set_state(store *s, const char *name, int state, int drained, int64_t last_seen_ms);
+typedef int (*store_node_fn)(void *ctx, const store_node *n);
+int store_nodes_each(store *s, store_node_fn fn, void *ctx);
+
+/* ---- events ---- */
+typedef struct store_event {
+    uint64_t id;
+    int64_t time_ms;
+    const char *kind, *subject, *message;
+} store_event;
+
+int store_event_add(store *s, int64_t time_ms, const char *kind, const char *subject,
+                    const char *message, uint64_t *id);
+/* Events with id > after_id, oldest first; at most `limit` of the newest such. */
+typedef int (*store_event_fn)(void *ctx, const store_event *e);
+int store_events_each(store *s, uint64_t after_id, unsigned limit, store_event_fn fn, void *ctx);
+
+/* ---- jobs ---- */
+typedef struct store_job {
+    uint64_t id;
+    char name[128];
+    int state;           /* Atoll__JobState */
+    char message[256];
+    uint32_t restarts, epoch;
+    int64_t step;
+    double loss, tokens_per_s, mfu, bubble_measured, bubble_theory;
+    int64_t created_ms, updated_ms;
+    uint8_t *spec;       /* packed atoll.JobSpec, owned */
+    size_t spec_len;
+} store_job;
+
+void store_job_clear(store_job *j);
+/* Inserts and sets j->id. */
+int store_job_insert(store *s, store_job *j);
+/* Writes every column but id, name, spec and created_ms. */
+int store_job_update(store *s, const store_job *j);
+/* 0 found, 1 not found, -1 error. */
+int store_job_get(store *s, uint64_t id, store_job *out);
+/* In id order; `state` < 0 selects all. The job is cleared after each callback. */
+typedef int (*store_job_fn)(void *ctx, store_job *j);
+int store_jobs_each(store *s, int state, store_job_fn fn, void *ctx);
+
+/* ---- layouts (packed atoll.JobLayout per job and restart epoch) ---- */
+int store_layout_put(store *s, uint64_t job, uint32_t epoch, const uint8_t *blob, size_t len);
+/* The layout of `epoch`; 0 found (*blob malloc'd), 1 none, -1 error. */
+int store_layout_get(store *s, uint64_t job, uint32_t epoch, uint8_t **blob, size_t *len);
+
+/* ---- rendezvous key-value ---- */
+int store_kv_set(store *s, uint64_t job, uint32_t epoch, const char *key, const uint8_t *v, size_t len);
+int store_kv_get(store *s, uint64_t job, uint32_t epoch, const char *key, uint8_t **v, size_t *len);
+
+#endif

@@ -1,0 +1,35 @@
+/* agent: workerd's connection to the coordinator. Registers the node's topology,
+ * heartbeats on the interval the coordinator gives, and reconnects with
+ * exponential backoff (250 ms doubling to 5 s, +-25% jitter) whenever the
+ * coordinator is away, re-registering under the same name so the node keeps its
+ * identity. One libuv loop; SIGTERM/SIGINT stop it cleanly. */
+#ifndef ATOLL_AGENT_H
+#define ATOLL_AGENT_H
+
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "auth.h"
+#include "rpc.h"
+#include "topo.h"
+
+typedef struct agent {
+    uv_loop_t *loop;
+    char coordinator[128];
+    struct sockaddr_storage addr;
+    auth_token token;
+    topo_node topo;
+    int cpu_ranks;
+    char host[64];
+    rpc_conn *conn;
+    int registered, stopping;
+    int interval_ms, backoff_ms;
+    uint64_t seq, acks, registrations;
+    uv_timer_t hb_timer, retry_timer;
+    uv_signal_t sigterm, sigint;
+} agent;
+
+/* Runs until a signal stops it. 0 on a clean stop. */
+int agent_run(agent *a);
+
+#endif

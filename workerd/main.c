@@ -1,0 +1,111 @@
+/* workerd: the node agent. Flags: INTERFACES.md. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "agent.h"
+#include "discover.h"
+#include "log.h"
+
+static const char USAGE[] =
+    "usage: workerd [flags]\n"
+    "  --coordinator HOST:PORT  where to register (default $ATOLL_COORDINATOR or 127.0.0.1:7420)\n"
+    "  --name NAME              node name, unique in the cluster (default: host name)\n"
+    "  --token-file FILE        the cluster token (default $ATOLL_TOKEN_FILE or ./atoll-state/token)\n"
+    "  --simulate PROFILE       pretend hardware: dgx-h100, dgx-a100, gb200-tray, cpu:N\n"
+    "  --nvlink-domain ID       with gb200-tray: the 72-GPU NVLink domain this tray belongs to\n"
+    "  --topology-xml FILE      take GPUs/NICs/PCI tree from an NCCL topology XML file\n"
+    "  --sysfs-root DIR         where discovery reads sysfs (default /sys)\n"
+    "  --leaf NAME              leaf switch this node hangs under (default: unknown)\n"
+    "  --work-dir DIR           where rank processes run and log (default ./atoll-work)\n"
+    "  --log-level LEVEL        debug, info, warn, error (default info)\n"
+    "Without --simulate or --topology-xml, GPUs come from NVML and NICs from /sys/class/infiniband.\n";
+
+int main(int argc, char **argv)
+{
+    static agent a; /* holds a 20 KB topo_node */
+    const char *coordinator = getenv("ATOLL_COORDINATOR");
+    const char *token_file = getenv("ATOLL_TOKEN_FILE");
+    const char *name = NULL, *simulate = NULL, *domain = NULL, *xml = NULL, *leaf = NULL;
+    const char *sysfs = "/sys", *work_dir = "./atoll-work";
+    log_level level = LOG_INFO;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
+            fputs(USAGE, stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "workerd: %s needs a value (or is unknown)\n%s", f, USAGE);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(f, "--coordinator")) coordinator = v;
+        else if (!strcmp(f, "--name")) name = v;
+        else if (!strcmp(f, "--token-file")) token_file = v;
+        else if (!strcmp(f, "--simulate")) simulate = v;
+        else if (!strcmp(f, "--nvlink-domain")) domain = v;
+        else if (!strcmp(f, "--topology-xml")) xml = v;
+        else if (!strcmp(f, "--sysfs-root")) sysfs = v;
+        else if (!strcmp(f, "--leaf")) leaf = v;
+        else if (!strcmp(f, "--work-dir")) work_dir = v;
+        else if (!strcmp(f, "--log-level")) {
+            if (log_level_parse(v, &level)) {
+                fprintf(stderr, "workerd: --log-level '%s': expected debug, info, warn or error\n", v);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "workerd: unknown flag '%s'\n%s", f, USAGE);
+            return 2;
+        }
+    }
+    if (simulate && xml) {
+        fprintf(stderr, "workerd: give either --simulate or --topology-xml, not both\n");
+        return 2;
+    }
+    if (!coordinator) coordinator = "127.0.0.1:7420";
+    if (!token_file) token_file = "./atoll-state/token";
+    char host[64] = "localhost";
+    gethostname(host, sizeof host - 1);
+    if (!name) name = host;
+    log_init("workerd", level);
+
+    char err[512];
+    snprintf(a.coordinator, sizeof a.coordinator, "%s", coordinator);
+    snprintf(a.host, sizeof a.host, "%s", host);
+    if (rpc_resolve(coordinator, &a.addr, err, sizeof err)) {
+        fprintf(stderr, "workerd: --coordinator: %s\n", err);
+        return 2;
+    }
+    if (auth_token_load(&a.token, token_file, 0, NULL, err, sizeof err)) {
+        fprintf(stderr, "workerd: %s\n", err);
+        return 2;
+    }
+    int rc;
+    if (simulate) {
+        rc = topo_simulate(&a.topo, simulate, name, domain, err, sizeof err);
+        if (!rc && !strncmp(simulate, "cpu:", 4)) a.cpu_ranks = atoi(simulate + 4);
+    } else {
+        snprintf(a.topo.name, sizeof a.topo.name, "%s", name);
+        rc = xml ? discover_nccl_xml(&a.topo, xml, err, sizeof err) : discover_local(&a.topo, sysfs, err, sizeof err);
+        if (!rc && err[0]) log_info("discovery: %s", err);
+    }
+    if (rc) {
+        fprintf(stderr, "workerd: %s\n", err);
+        return 2;
+    }
+    if (strlen(name) >= sizeof a.topo.name) {
+        fprintf(stderr, "workerd: --name '%s' is longer than %zu characters\n", name, sizeof a.topo.name - 1);
+        return 2;
+    }
+    snprintf(a.topo.name, sizeof a.topo.name, "%s", name);
+    if (leaf) snprintf(a.topo.leaf, sizeof a.topo.leaf, "%s", leaf);
+    if (mkdir(work_dir, 0755) && errno != EEXIST) log_warn("--work-dir %s: %s", work_dir, strerror(errno));
+    log_info("node %s: %d GPUs, %d NICs%s; coordinator %s", a.topo.name, a.topo.ngpus, a.topo.nnics,
+             simulate ? " (simulated)" : "", coordinator);
+    a.loop = uv_default_loop();
+    return agent_run(&a);
+}
