@@ -29,14 +29,16 @@
  * <net name= speed= port=>), the PCI tree and <nvlink target= tclass=> elements.
  * Without any <nvlink> element all GPUs share the node's island (such files, like
  * Azure's, leave NVLink to NVML). NIC speed is in Mb/s in the file; gbps is 0 when
- * the file gives none. Returns 0, or -1 for a missing, malformed or oversize file. */
+ * the file gives none. Returns 0 (err then ""), or -1 for a missing, malformed or
+ * oversize file. */
 int discover_nccl_xml(topo_node *out, const char *path, char *err, unsigned errlen);
 
 /* GPUs from NVML (libnvidia-ml.so.1 opened with dlopen; no library or no driver means
  * zero GPUs, not an error), NICs from <sysfs_root>/class/infiniband/<dev>/ (ports/1/rate,
  * ports/1/link_layer, and the PCI path of the `device` link). sysfs_root is "/sys" on a
- * real machine. Returns 0 (err then holds "" or a note worth logging, such as why NVML
- * was not used), or -1 when the driver or sysfs answered something unusable. */
+ * real machine (NULL or "" mean that too). Returns 0 (err then holds "" or a note worth
+ * logging, such as why NVML was not used), or -1 when the driver or sysfs answered
+ * something unusable. */
 int discover_local(topo_node *out, const char *sysfs_root, char *err, unsigned errlen);
 
 #endif

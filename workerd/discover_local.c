@@ -25,6 +25,7 @@ static int pair_rails(topo_node *n, const char *sysfs_root, char (*nicpath)[DISC
 int discover_local(topo_node *out, const char *sysfs_root, char *err, unsigned errlen)
 {
     discover_reset(out);
+    if (!sysfs_root || !*sysfs_root) sysfs_root = "/sys";
     char note[256] = "";
     char (*nicpath)[DISCOVER_PATH] = calloc(TOPO_MAX_NICS, sizeof *nicpath);
     int rc = -1;

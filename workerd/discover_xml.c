@@ -67,39 +67,37 @@ static int xerr(xml_ctx *x, int e, const char *what, const char *arg)
     return -1;
 }
 
-static int add_gpu(xml_ctx *x, int dev, const char *sm)
+/* Index of the GPU that element `dev` stands for, added on first sight; -1 on error. */
+static int gpu_at(xml_ctx *x, int dev)
 {
+    char bus[32];
+    busid_of(x->doc, dev, bus, sizeof bus);
     for (int g = 0; g < x->ngpus; g++) {
-        if (x->gpus[g].elem == dev) return 0;
-        char bus[32];
-        busid_of(x->doc, dev, bus, sizeof bus);
+        if (x->gpus[g].elem == dev) return g;
         if (*bus && !strcmp(bus, x->gpus[g].u.gpu.pci_bus_id)) return xerr(x, dev, "a second GPU with bus id ", bus);
     }
     if (x->ngpus == TOPO_MAX_GPUS) return xerr(x, dev, "more GPUs than a node may have: ", STR(TOPO_MAX_GPUS));
-    xdev *d = &x->gpus[x->ngpus++];
+    xdev *d = &x->gpus[x->ngpus];
     memset(d, 0, sizeof *d);
     d->elem = d->order = dev;
-    busid_of(x->doc, dev, d->u.gpu.pci_bus_id, sizeof d->u.gpu.pci_bus_id);
-    if (sm) snprintf(d->u.gpu.name, sizeof d->u.gpu.name, "sm_%.20s", sm);
-    return 0;
+    memcpy(d->u.gpu.pci_bus_id, bus, sizeof bus);
+    return x->ngpus++;
 }
 
-/* GPUs: <pci> of a display class, and whatever <pci> (or lone <gpu>) holds a <gpu>. */
+/* GPUs: <pci> of a display class, and whatever <pci> (or lone <gpu>) holds a <gpu>.
+ * The file knows no marketing name; the compute capability stands in for one. */
 static int collect_gpus(xml_ctx *x)
 {
     const dxml_doc *d = x->doc;
     for (int e = 0; e < d->nelems; e++) {
         if (is(d, e, "pci") && pci_class(d, e) >> 16 == 0x03) {
-            if (add_gpu(x, e, NULL)) return -1;
+            if (gpu_at(x, e) < 0) return -1;
         } else if (is(d, e, "gpu")) {
             int pci = ancestor(d, e, "pci");
-            int dev = pci >= 0 ? pci : e;
-            if (add_gpu(x, dev, NULL)) return -1;
-            for (int g = 0; g < x->ngpus; g++) {
-                const char *sm = dxml_attr_get(d, e, "sm");
-                if (x->gpus[g].elem == dev && sm)
-                    snprintf(x->gpus[g].u.gpu.name, TOPO_NAME, "sm_%.20s", sm);
-            }
+            int g = gpu_at(x, pci >= 0 ? pci : e);
+            if (g < 0) return -1;
+            const char *sm = dxml_attr_get(d, e, "sm");
+            if (sm) snprintf(x->gpus[g].u.gpu.name, TOPO_NAME, "sm_%.20s", sm);
         }
     }
     return 0;
@@ -283,6 +281,11 @@ static int pair_rails(xml_ctx *x, topo_node *out)
 int discover_nccl_xml(topo_node *out, const char *path, char *err, unsigned errlen)
 {
     discover_reset(out);
+    if (errlen) err[0] = '\0';
+    if (!path || !*path) {
+        snprintf(err, errlen, "--topology-xml: no file given");
+        return -1;
+    }
     dxml_doc doc;
     if (dxml_load(&doc, path, err, errlen)) return -1;
     int rc = -1;
