@@ -1,0 +1,248 @@
+/* CPU kernels against finite differences and plain-loop references.
+ * Each backward is checked by perturbing inputs and weights of a scalar
+ * objective sum(dout * f(x)); tolerances are for fp32 central differences. */
+#include "check.h"
+#include "kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const k_ops *K;
+static unsigned rng_state = 12345;
+
+static float frand(void)
+{
+    rng_state = rng_state * 1103515245u + 12345u;
+    return ((float)((rng_state >> 8) & 0xffff) / 65536.0f - 0.5f) * 2.0f;
+}
+
+static float *randv(size_t n)
+{
+    float *v = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) v[i] = frand();
+    return v;
+}
+
+static double dotp(const float *a, const float *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+/* Central difference of obj() with respect to x[i]. */
+typedef double (*objective)(void *ctx);
+static double numgrad(float *x, size_t i, objective f, void *ctx)
+{
+    float h = 1e-2f, save = x[i];
+    x[i] = save + h;
+    double up = f(ctx);
+    x[i] = save - h;
+    double down = f(ctx);
+    x[i] = save;
+    return (up - down) / (2.0 * h);
+}
+
+static void check_grad(const char *what, float *x, const float *analytic, size_t n, objective f, void *ctx)
+{
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(analytic[i]));
+    for (size_t i = 0; i < n; i += (n > 64 ? 7 : 1)) {
+        double e = fabs(numgrad(x, i, f, ctx) - analytic[i]);
+        worst = fmax(worst, e);
+    }
+    CHECK(worst <= 2e-2 * fmax(scale, 1e-3), "%s: gradient off by %g (scale %g)", what, worst, scale);
+}
+
+/* ---- layernorm ---- */
+typedef struct { int N, C; float *x, *w, *b, *out, *mean, *rstd, *dout; } ln_ctx;
+static double ln_obj(void *p)
+{
+    ln_ctx *c = p;
+    K->layernorm_forward(c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C);
+    return dotp(c->out, c->dout, (size_t)c->N * c->C);
+}
+static void test_layernorm(void)
+{
+    ln_ctx c = { 3, 8, randv(24), randv(8), randv(8), randv(24), randv(3), randv(3), randv(24) };
+    float dx[24] = { 0 }, dw[8] = { 0 }, db[8] = { 0 };
+    ln_obj(&c);
+    double m = 0;
+    for (int i = 0; i < 8; i++) m += c.x[i];
+    CHECK(fabs(c.mean[0] - m / 8) < 1e-6, "layernorm mean");
+    K->layernorm_backward(dx, dw, db, c.dout, c.x, c.w, c.mean, c.rstd, c.N, c.C);
+    check_grad("layernorm dx", c.x, dx, 24, ln_obj, &c);
+    check_grad("layernorm dw", c.w, dw, 8, ln_obj, &c);
+    check_grad("layernorm db", c.b, db, 8, ln_obj, &c);
+    free(c.x); free(c.w); free(c.b); free(c.out); free(c.mean); free(c.rstd); free(c.dout);
+}
+
+/* ---- matmul ---- */
+typedef struct { int N, C, OC; float *x, *w, *b, *out, *dout; } mm_ctx;
+static double mm_obj(void *p)
+{
+    mm_ctx *c = p;
+    K->matmul_forward(c->out, c->x, c->w, c->b, c->N, c->C, c->OC);
+    return dotp(c->out, c->dout, (size_t)c->N * c->OC);
+}
+static void test_matmul(void)
+{
+    mm_ctx c = { 5, 6, 4, randv(30), randv(24), randv(4), randv(20), randv(20) };
+    mm_obj(&c);
+    double ref = c.b[1];
+    for (int k = 0; k < 6; k++) ref += (double)c.x[2 * 6 + k] * c.w[1 * 6 + k];
+    CHECK(fabs(c.out[2 * 4 + 1] - ref) < 1e-5, "matmul out[2,1] = %g, loops give %g", c.out[2 * 4 + 1], ref);
+    float dx[30], dw[24] = { 0 }, db[4] = { 0 };
+    K->matmul_backward(dx, dw, db, c.dout, c.x, c.w, c.N, c.C, c.OC);
+    check_grad("matmul dx", c.x, dx, 30, mm_obj, &c);
+    check_grad("matmul dw", c.w, dw, 24, mm_obj, &c);
+    check_grad("matmul db", c.b, db, 4, mm_obj, &c);
+    /* weight gradients accumulate */
+    K->matmul_backward(NULL, dw, db, c.dout, c.x, c.w, c.N, c.C, c.OC);
+    float dw1[24] = { 0 }, db1[4] = { 0 };
+    K->matmul_backward(NULL, dw1, db1, c.dout, c.x, c.w, c.N, c.C, c.OC);
+    CHECK(fabs(dw[3] - 2 * dw1[3]) < 1e-5 && fabs(db[2] - 2 * db1[2]) < 1e-5, "dw/dbias accumulate");
+    free(c.x); free(c.w); free(c.b); free(c.out); free(c.dout);
+}
+
+/* ---- attention ---- */
+typedef struct { int B, T, NH, HD; float *qkv, *out, *att, *dout; } at_ctx;
+static double at_obj(void *p)
+{
+    at_ctx *c = p;
+    K->attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->NH, c->HD);
+    return dotp(c->out, c->dout, (size_t)c->B * c->T * c->NH * c->HD);
+}
+static void test_attention(void)
+{
+    int B = 2, T = 5, NH = 2, HD = 3, C = NH * HD;
+    at_ctx c = { B, T, NH, HD, randv((size_t)B * T * 3 * C), randv((size_t)B * T * C),
+                 randv((size_t)B * NH * T * T), randv((size_t)B * T * C) };
+    at_obj(&c);
+    /* plain-loop reference for batch 1, head 1, position 3 */
+    int b = 1, h = 1, t = 3;
+    double s[5], mx = -1e30, sum = 0;
+    const float *q = c.qkv + ((size_t)b * T + t) * 3 * C + h * 3 * HD;
+    for (int j = 0; j <= t; j++) {
+        const float *k = c.qkv + ((size_t)b * T + j) * 3 * C + h * 3 * HD + HD;
+        s[j] = dotp(q, k, HD) / sqrt(HD);
+        mx = fmax(mx, s[j]);
+    }
+    for (int j = 0; j <= t; j++) sum += s[j] = exp(s[j] - mx);
+    for (int d = 0; d < HD; d++) {
+        double o = 0;
+        for (int j = 0; j <= t; j++) o += s[j] / sum * c.qkv[((size_t)b * T + j) * 3 * C + h * 3 * HD + 2 * HD + d];
+        float got = c.out[((size_t)b * T + t) * C + h * HD + d];
+        CHECK(fabs(got - o) < 1e-5, "attention out[%d] = %g, loops give %g", d, got, o);
+    }
+    CHECK(c.att[(((size_t)b * NH + h) * T + 1) * T + 4] == 0.0f, "causal mask: future probability is 0");
+    float *dqkv = calloc((size_t)B * T * 3 * C, sizeof(float)), *scratch = calloc((size_t)B * NH * T * T, sizeof(float));
+    K->attention_backward(dqkv, scratch, c.dout, c.qkv, c.att, B, T, NH, HD);
+    check_grad("attention dqkv", c.qkv, dqkv, (size_t)B * T * 3 * C, at_obj, &c);
+    free(dqkv); free(scratch); free(c.qkv); free(c.out); free(c.att); free(c.dout);
+}
+
+/* ---- gelu ---- */
+typedef struct { float *x, *out, *dout; } ge_ctx;
+static double ge_obj(void *p)
+{
+    ge_ctx *c = p;
+    K->gelu_forward(c->out, c->x, 16);
+    return dotp(c->out, c->dout, 16);
+}
+static void test_gelu(void)
+{
+    ge_ctx c = { randv(16), randv(16), randv(16) };
+    ge_obj(&c);
+    double x = c.x[5];
+    double ref = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    CHECK(fabs(c.out[5] - ref) < 1e-6, "gelu tanh form");
+    float dx[16];
+    K->gelu_backward(dx, c.x, c.dout, 16);
+    check_grad("gelu", c.x, dx, 16, ge_obj, &c);
+    free(c.x); free(c.out); free(c.dout);
+}
+
+/* ---- cross-entropy: two vocab slices combined == one whole vocab ---- */
+static void test_xent_split(void)
+{
+    int N = 4, V = 10, half = 5;
+    float *logits = randv((size_t)N * V);
+    for (int i = 0; i < N * V; i++) logits[i] *= 4;
+    int32_t targets[4] = { 1, 7, 5, -1 };
+    float mx[4], se[8], loss[4], d[40];
+    K->xent_max(mx, logits, N, V);
+    K->xent_sumexp_target(se, se + 4, logits, mx, targets, N, V, 0);
+    K->xent_loss(loss, mx, se, se + 4, targets, N);
+    for (int n = 0; n < 3; n++) {
+        double z = 0;
+        for (int j = 0; j < V; j++) z += exp(logits[n * V + j]);
+        CHECK(fabs(loss[n] - (log(z) - logits[n * V + targets[n]])) < 1e-5, "xent loss row %d", n);
+    }
+    CHECK(loss[3] == 0.0f, "ignored target has zero loss");
+    K->xent_backward(d, logits, mx, se, targets, 0.5f, N, V, 0);
+
+    /* slices: columns [0,5) and [5,10), each a [N,5] array */
+    float sl[2][20], smx[2][4], sse[2][8], gmx[4], gse[8], sloss[4], sd[2][20];
+    for (int s = 0; s < 2; s++) {
+        for (int n = 0; n < N; n++) memcpy(sl[s] + n * half, logits + n * V + s * half, sizeof(float) * half);
+        K->xent_max(smx[s], sl[s], N, half);
+    }
+    for (int n = 0; n < N; n++) gmx[n] = fmaxf(smx[0][n], smx[1][n]); /* all-reduce MAX */
+    for (int s = 0; s < 2; s++) K->xent_sumexp_target(sse[s], sse[s] + 4, sl[s], gmx, targets, N, half, s * half);
+    for (int i = 0; i < 8; i++) gse[i] = sse[0][i] + sse[1][i];         /* all-reduce SUM */
+    K->xent_loss(sloss, gmx, gse, gse + 4, targets, N);
+    for (int n = 0; n < N; n++) CHECK(fabs(sloss[n] - loss[n]) < 1e-5, "split loss row %d: %g vs %g", n, sloss[n], loss[n]);
+    for (int s = 0; s < 2; s++) K->xent_backward(sd[s], sl[s], gmx, gse, targets, 0.5f, N, half, s * half);
+    double worst = 0;
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < V; j++) worst = fmax(worst, fabs(sd[j / half][n * half + j % half] - d[n * V + j]));
+    CHECK(worst < 1e-6, "split dlogits differ by %g", worst);
+    double rowsum = 0;
+    for (int j = 0; j < V; j++) rowsum += d[j];
+    CHECK(fabs(rowsum) < 1e-6 && d[1] < 0, "softmax - onehot: row sums to 0, target negative");
+    free(logits);
+}
+
+/* ---- embeddings ---- */
+static void test_embedding(void)
+{
+    int N = 4, C = 3, V = 6;
+    float *wte = randv((size_t)V * C), out[12], dwte[18] = { 0 };
+    int32_t tok[4] = { 0, 5, 2, 5 };
+    K->embedding_forward(out, tok, wte + 3 * C, N, C, 3, 3); /* slice rows [3,6) */
+    CHECK(out[0] == 0 && out[C] == wte[5 * C] && out[2 * C] == 0, "vocab slice lookup zeroes other rows");
+    float g[12];
+    for (int i = 0; i < 12; i++) g[i] = (float)i;
+    K->embedding_backward(dwte, g, tok, N, C, 0, V);
+    CHECK(dwte[5 * C] == g[C] + g[3 * C] && dwte[2 * C + 1] == g[2 * C + 1], "dwte accumulates repeated tokens");
+    free(wte);
+}
+
+/* ---- adamw ---- */
+static void test_adamw(void)
+{
+    float p[2] = { 1.0f, -2.0f }, g[2] = { 0.5f, -0.25f }, m[2] = { 0 }, v[2] = { 0 };
+    K->adamw(p, g, m, v, 2, 0.1f, 0.9f, 0.999f, 1e-8f, 0.01f, 2.0f, 1);
+    /* step 1: mhat = g', vhat = g'^2 -> update = lr*(sign(g') + wd*p) */
+    CHECK(fabs(p[0] - (1.0 - 0.1 * (1.0 + 0.01))) < 1e-6, "adamw p0 = %g", p[0]);
+    CHECK(fabs(p[1] - (-2.0 - 0.1 * (-1.0 - 0.02))) < 1e-6, "adamw p1 = %g", p[1]);
+    CHECK(fabs(m[0] - 0.1) < 1e-6 && fabs(v[1] - 0.001 * 0.25) < 1e-7 * 0.25, "moments use the scaled grad");
+    float x[3] = { 1, 2, 3 };
+    CHECK(K->sumsq(x, 3) == 14.0, "sumsq");
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    K = k_cpu();
+    test_layernorm();
+    test_matmul();
+    test_attention();
+    test_gelu();
+    test_xent_split();
+    test_embedding();
+    test_adamw();
+    return check_summary(argv[0]);
+}
