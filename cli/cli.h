@@ -1,0 +1,52 @@
+/* cli: the `atoll` command. main.c holds the global flags and the command table;
+ * each cmd_<family>.c implements a family of commands against the coordinator.
+ * Exit statuses (INTERFACES.md): 0 success, 1 refused (reason on stderr),
+ * 2 bad usage, 3 coordinator unreachable. */
+#ifndef ATOLL_CLI_H
+#define ATOLL_CLI_H
+
+#include <stdint.h>
+
+#include "atoll.pb-c.h"
+
+enum { CLI_OK = 0, CLI_REFUSED = 1, CLI_USAGE = 2, CLI_UNREACHABLE = 3 };
+
+typedef struct cli_ctx {
+    const char *coordinator;
+    const char *token_file;
+    int json;
+    int timeout_ms;
+    const char *prog;
+} cli_ctx;
+
+typedef struct cli_command {
+    const char *name;
+    int (*run)(cli_ctx *c, int argc, char **argv); /* argv[0] is the command name */
+    const char *args;
+    const char *summary;
+} cli_command;
+
+/* One request, one reply; prints the reason and returns the exit status on failure. */
+int cli_call(cli_ctx *c, uint16_t type, const ProtobufCMessage *req, uint16_t reply_type, ProtobufCMessage **reply);
+
+int cli_usage(cli_ctx *c, const char *cmd, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* 1 when argv has --help/-h (after printing the command's usage). */
+int cli_wants_help(cli_ctx *c, int argc, char **argv);
+/* Parses a job id ("7" or "job-7"); -1 on error. */
+int cli_job_id(const char *s, uint64_t *id);
+/* "2026-11-20 23:59:01" (UTC) for an epoch in ms. */
+void cli_time(int64_t ms, char *buf, unsigned len);
+void cli_print_json_and_free(char *json);
+
+int cmd_nodes(cli_ctx *c, int argc, char **argv);
+int cmd_node(cli_ctx *c, int argc, char **argv);
+int cmd_drain(cli_ctx *c, int argc, char **argv);
+int cmd_submit(cli_ctx *c, int argc, char **argv);
+int cmd_jobs(cli_ctx *c, int argc, char **argv);
+int cmd_status(cli_ctx *c, int argc, char **argv);
+int cmd_cancel(cli_ctx *c, int argc, char **argv);
+int cmd_events(cli_ctx *c, int argc, char **argv);
+
+const cli_command *cli_find(const char *name);
+
+#endif

@@ -1,0 +1,174 @@
+/* atoll submit | jobs | status JOB | cancel JOB */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "config.h"
+#include "jsonw.h"
+#include "msg.h"
+#include "msg_json.h"
+
+typedef struct {
+    const char *name;
+} submit_extra;
+
+/* `--name NAME` is the job's, not a training flag. */
+static int submit_flag(void *ctx, int argc, char **argv, int i, char *err, size_t errlen)
+{
+    submit_extra *x = ctx;
+    if (strcmp(argv[i], "--name")) return 0;
+    if (i + 1 >= argc) {
+        snprintf(err, errlen, "--name needs a value");
+        return -1;
+    }
+    x->name = argv[i + 1];
+    return 2;
+}
+
+int cmd_submit(cli_ctx *c, int argc, char **argv)
+{
+    atoll_config cfg;
+    cfg_defaults(&cfg);
+    submit_extra x = { NULL };
+    char err[512];
+    if (cfg_parse_args(&cfg, argc, argv, 1, submit_flag, &x, err, sizeof err))
+        return cli_usage(c, "submit", "%s", err);
+    /* The coordinator validates against the live cluster (NVLink islands); we only parse. */
+    Atoll__JobSpec spec;
+    msg_spec_from_cfg(&spec, &cfg, x.name);
+    Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
+    req.spec = &spec;
+    Atoll__SubmitReply *r;
+    int rc = cli_call(c, ATOLL__MSG_TYPE__MSG_SUBMIT, &req.base, ATOLL__MSG_TYPE__MSG_SUBMIT_REPLY,
+                      (ProtobufCMessage **)&r);
+    if (rc) return rc;
+    if (c->json) printf("{\"job\":%llu}\n", (unsigned long long)r->job);
+    else printf("%llu\n", (unsigned long long)r->job);
+    atoll__submit_reply__free_unpacked(r, NULL);
+    return 0;
+}
+
+static int fetch(cli_ctx *c, uint64_t id, Atoll__JobsReply **out)
+{
+    Atoll__JobsRequest req = ATOLL__JOBS_REQUEST__INIT;
+    req.job = id;
+    return cli_call(c, ATOLL__MSG_TYPE__MSG_JOBS, &req.base, ATOLL__MSG_TYPE__MSG_JOBS_REPLY,
+                    (ProtobufCMessage **)out);
+}
+
+static void metric(char *buf, size_t len, const char *fmt, double v, int have)
+{
+    if (have) snprintf(buf, len, fmt, v);
+    else snprintf(buf, len, "-");
+}
+
+int cmd_jobs(cli_ctx *c, int argc, char **argv)
+{
+    if (argc > 1) return cli_usage(c, "jobs", "unexpected argument '%s'", argv[1]);
+    Atoll__JobsReply *r;
+    int rc = fetch(c, 0, &r);
+    if (rc) return rc;
+    if (c->json) {
+        jsonw w;
+        jsonw_init(&w);
+        jsonw_obj(&w);
+        jsonw_key(&w, "jobs");
+        jsonw_arr(&w);
+        for (size_t i = 0; i < r->n_jobs; i++) msg_json_job(&w, r->jobs[i]);
+        jsonw_arr_end(&w);
+        jsonw_obj_end(&w);
+        cli_print_json_and_free(jsonw_take(&w));
+    } else {
+        printf("%-6s %-16s %-11s %-5s %-16s %-8s %-9s %-7s %s\n", "JOB", "NAME", "STATE", "GPUS", "TPxPPxDP", "STEP",
+               "LOSS", "MFU", "MESSAGE");
+        for (size_t i = 0; i < r->n_jobs; i++) {
+            const Atoll__Job *j = r->jobs[i];
+            const Atoll__JobMetrics *m = j->metrics;
+            int have = m && m->step > 0;
+            char layout[32], loss[32], mfu[32];
+            snprintf(layout, sizeof layout, "%dx%dx%d", j->tp, j->pp, j->dp);
+            metric(loss, sizeof loss, "%.4f", have ? m->loss : 0, have);
+            metric(mfu, sizeof mfu, "%.1f%%", have ? 100 * m->mfu : 0, have);
+            printf("%-6llu %-16s %-11s %-5d %-16s %-8lld %-9s %-7s %s\n", (unsigned long long)j->id, j->name,
+                   msg_job_state_name(j->state), j->spec ? j->spec->num_gpus : 0, layout,
+                   (long long)(m ? m->step : 0), loss, mfu, j->message);
+        }
+        if (!r->n_jobs) printf("(no jobs; `atoll submit ... --num-gpus N` queues one)\n");
+    }
+    atoll__jobs_reply__free_unpacked(r, NULL);
+    return 0;
+}
+
+static void print_job(const Atoll__Job *j)
+{
+    const Atoll__JobMetrics *m = j->metrics;
+    int have = m && m->step > 0;
+    char t1[32], t2[32], buf[64];
+    cli_time(j->created_ms, t1, sizeof t1);
+    cli_time(j->updated_ms, t2, sizeof t2);
+    printf("job %llu (%s): %s%s%s\n", (unsigned long long)j->id, j->name, msg_job_state_name(j->state),
+           j->message[0] ? " - " : "", j->message);
+    printf("  layout: tp=%d pp=%d dp=%d vpp=%d on %d ranks", j->tp, j->pp, j->dp, j->vpp,
+           j->spec ? j->spec->num_gpus : 0);
+    if (j->spec)
+        printf(" (model: %d layers, hidden %d, %d heads, seq %d; micro-batch %d, global batch %d)",
+               j->spec->num_layers, j->spec->hidden_size, j->spec->num_attention_heads, j->spec->seq_length,
+               j->spec->micro_batch_size, j->spec->global_batch_size);
+    printf("\n  restarts: %u, epoch %u; submitted %s UTC, updated %s UTC\n", j->restarts, j->epoch, t1, t2);
+    if (have)
+        printf("  step %lld: loss %.4f, %.0f tokens/s, MFU %.1f%%\n", (long long)m->step, m->loss, m->tokens_per_s,
+               100 * m->mfu);
+    else
+        printf("  no step reported yet\n");
+    metric(buf, sizeof buf, "%.3f", have ? m->bubble_measured : 0, have);
+    printf("  pipeline bubble: measured %s, theory %.3f ((p-1)/(v*m))\n", buf, m ? m->bubble_theory : 0);
+}
+
+static int one_job(cli_ctx *c, int argc, char **argv, uint64_t *id)
+{
+    if (argc != 2) return cli_usage(c, argv[0], "expected one job id");
+    if (cli_job_id(argv[1], id)) return cli_usage(c, argv[0], "'%s' is not a job id (a positive number)", argv[1]);
+    return 0;
+}
+
+static void json_one(const Atoll__Job *j)
+{
+    jsonw w;
+    jsonw_init(&w);
+    msg_json_job(&w, j);
+    cli_print_json_and_free(jsonw_take(&w));
+}
+
+int cmd_status(cli_ctx *c, int argc, char **argv)
+{
+    uint64_t id;
+    int rc = one_job(c, argc, argv, &id);
+    if (rc) return rc;
+    Atoll__JobsReply *r;
+    if ((rc = fetch(c, id, &r))) return rc;
+    if (r->n_jobs == 1) {
+        if (c->json) json_one(r->jobs[0]);
+        else print_job(r->jobs[0]);
+    }
+    atoll__jobs_reply__free_unpacked(r, NULL);
+    return 0;
+}
+
+int cmd_cancel(cli_ctx *c, int argc, char **argv)
+{
+    uint64_t id;
+    int rc = one_job(c, argc, argv, &id);
+    if (rc) return rc;
+    Atoll__CancelRequest req = ATOLL__CANCEL_REQUEST__INIT;
+    req.job = id;
+    Atoll__JobsReply *r;
+    rc = cli_call(c, ATOLL__MSG_TYPE__MSG_CANCEL, &req.base, ATOLL__MSG_TYPE__MSG_JOBS_REPLY,
+                  (ProtobufCMessage **)&r);
+    if (rc) return rc;
+    if (r->n_jobs == 1) {
+        if (c->json) json_one(r->jobs[0]);
+        else printf("job %llu %s\n", (unsigned long long)id, msg_job_state_name(r->jobs[0]->state));
+    }
+    atoll__jobs_reply__free_unpacked(r, NULL);
+    return 0;
+}

@@ -1,0 +1,171 @@
+/* atoll: the command-line client. Global flags may come before or after the command. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "auth.h"
+#include "cli.h"
+#include "rpc.h"
+
+static const cli_command COMMANDS[] = {
+    { "nodes", cmd_nodes, "", "nodes with state, GPUs, NVLink islands, NICs/rails, leaf switch" },
+    { "node", cmd_node, "NAME", "one node in detail" },
+    { "drain", cmd_drain, "NAME", "keep new work off a node" },
+    { "undrain", cmd_drain, "NAME", "allow new work on a node again" },
+    { "submit", cmd_submit, "[Megatron-LM flags] [--yaml-cfg FILE] [--name NAME] --num-gpus N",
+      "validate and queue a job; prints its id" },
+    { "jobs", cmd_jobs, "", "all jobs with state, step, loss, MFU" },
+    { "status", cmd_status, "JOB", "one job: state, layout, restarts, latest metrics, bubble" },
+    { "cancel", cmd_cancel, "JOB", "stop a job" },
+    { "events", cmd_events, "[--after ID] [--limit N]", "the audit log" },
+};
+#define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
+
+const cli_command *cli_find(const char *name)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (!strcmp(COMMANDS[i].name, name)) return &COMMANDS[i];
+    return NULL;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: atoll [--coordinator HOST:PORT] [--token-file FILE] [--json] COMMAND [args]\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        fprintf(f, "  %-8s %-10s %s\n", COMMANDS[i].name, strlen(COMMANDS[i].args) > 10 ? "..." : COMMANDS[i].args,
+                COMMANDS[i].summary);
+    fprintf(f, "\nglobal flags:\n"
+               "  --coordinator HOST:PORT  default $ATOLL_COORDINATOR or 127.0.0.1:7420\n"
+               "  --token-file FILE        default $ATOLL_TOKEN_FILE or ./atoll-state/token\n"
+               "  --json                   machine-readable output on stdout\n"
+               "  --timeout SEC            how long to wait for the coordinator (default 10)\n"
+               "exit status: 0 ok, 1 refused, 2 bad usage, 3 coordinator unreachable\n");
+}
+
+int cli_usage(cli_ctx *c, const char *cmd, const char *fmt, ...)
+{
+    fprintf(stderr, "%s: ", c->prog);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    const cli_command *k = cmd ? cli_find(cmd) : NULL;
+    if (k) fprintf(stderr, "\nusage: atoll %s %s\n", k->name, k->args);
+    else fputc('\n', stderr);
+    return CLI_USAGE;
+}
+
+int cli_wants_help(cli_ctx *c, int argc, char **argv)
+{
+    (void)c;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            const cli_command *k = cli_find(argv[0]);
+            printf("usage: atoll %s %s\n  %s\n", k->name, k->args, k->summary);
+            return 1;
+        }
+    return 0;
+}
+
+int cli_job_id(const char *s, uint64_t *id)
+{
+    if (!strncmp(s, "job-", 4)) s += 4;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (!*s || *end || !v || s[0] == '-') return -1;
+    *id = v;
+    return 0;
+}
+
+void cli_time(int64_t ms, char *buf, unsigned len)
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+void cli_print_json_and_free(char *json)
+{
+    fputs(json, stdout);
+    fputc('\n', stdout);
+    free(json);
+}
+
+int cli_call(cli_ctx *c, uint16_t type, const ProtobufCMessage *req, uint16_t reply_type, ProtobufCMessage **reply)
+{
+    char err[600];
+    auth_token tok;
+    if (auth_token_load(&tok, c->token_file, 0, NULL, err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", c->prog, err);
+        return CLI_USAGE;
+    }
+    rpc_sync s;
+    rpc_status st = rpc_sync_open(&s, c->coordinator, &tok, ATOLL__ROLE__ROLE_CLI, "atoll", c->timeout_ms, err,
+                                  sizeof err);
+    if (!st) st = rpc_sync_call(&s, type, req, reply_type, reply, err, sizeof err);
+    rpc_sync_close(&s);
+    switch (st) {
+    case RPC_OK:
+        return CLI_OK;
+    case RPC_UNREACHABLE:
+        fprintf(stderr, "%s: %s\n  start a coordinator with `coordinatord --listen %s --state-dir DIR`, or point "
+                "--coordinator / ATOLL_COORDINATOR at a running one\n", c->prog, err, c->coordinator);
+        return CLI_UNREACHABLE;
+    default:
+        fprintf(stderr, "%s: %s\n", c->prog, err);
+        return CLI_REFUSED;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    cli_ctx c = { .prog = "atoll", .timeout_ms = 10000 };
+    c.coordinator = getenv("ATOLL_COORDINATOR");
+    c.token_file = getenv("ATOLL_TOKEN_FILE");
+    if (!c.coordinator || !*c.coordinator) c.coordinator = "127.0.0.1:7420";
+    if (!c.token_file || !*c.token_file) c.token_file = "./atoll-state/token";
+    /* Pull the global flags out wherever they are; the rest goes to the command. */
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    int n = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--json")) c.json = 1;
+        else if (!strcmp(a, "--coordinator") || !strcmp(a, "--token-file") || !strcmp(a, "--timeout")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "atoll: %s needs a value\n", a);
+                free(rest);
+                return CLI_USAGE;
+            }
+            const char *v = argv[++i];
+            if (a[2] == 'c') c.coordinator = v;
+            else if (a[2] == 't' && a[3] == 'o') c.token_file = v;
+            else {
+                double s = atof(v);
+                if (!(s > 0)) {
+                    fprintf(stderr, "atoll: --timeout '%s': expected seconds > 0\n", v);
+                    free(rest);
+                    return CLI_USAGE;
+                }
+                c.timeout_ms = (int)(s * 1000);
+            }
+        } else {
+            rest[n++] = argv[i];
+        }
+    }
+    int rc;
+    if (n == 0 || !strcmp(rest[0], "--help") || !strcmp(rest[0], "-h") || !strcmp(rest[0], "help")) {
+        usage(n ? stdout : stderr);
+        rc = n ? CLI_OK : CLI_USAGE;
+    } else {
+        const cli_command *k = cli_find(rest[0]);
+        if (!k) rc = cli_usage(&c, NULL, "unknown command '%s' (see `atoll --help`)", rest[0]);
+        else if (cli_wants_help(&c, n, rest)) rc = CLI_OK;
+        else rc = k->run(&c, n, rest);
+    }
+    free(rest);
+    return rc;
+}
