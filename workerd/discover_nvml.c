@@ -112,16 +112,19 @@ static int device_info(nvml *m, unsigned i, dnvml_device d, topo_gpu *gpu, char 
  * UUID; those are left to the NVLink peer walk. */
 static void fabric_island(nvml *m, dnvml_device d, char *out, size_t len)
 {
-    unsigned char uuid[DNVML_FABRIC_UUID_LEN];
+    unsigned char uuid[DNVML_FABRIC_UUID_LEN] = {0};
     unsigned clique = 0;
-    int ok = 0;
+    int ok = 0, answered = 0;
     out[0] = '\0';
     if (m->fabric_v) {
         dnvml_fabric_info_v2 fi = { .version = DNVML_FABRIC_INFO_V2 };
-        ok = !m->fabric_v(d, &fi) && fi.state == DNVML_FABRIC_STATE_COMPLETED && fi.status == DNVML_SUCCESS;
+        answered = !m->fabric_v(d, &fi);
+        ok = answered && fi.state == DNVML_FABRIC_STATE_COMPLETED && fi.status == DNVML_SUCCESS;
         memcpy(uuid, fi.cluster_uuid, sizeof uuid);
         clique = fi.clique_id;
-    } else if (m->fabric) {
+    }
+    /* r535 drivers have only the unversioned call; some refuse the versioned struct. */
+    if (!answered && m->fabric) {
         dnvml_fabric_info fi;
         memset(&fi, 0, sizeof fi);
         ok = !m->fabric(d, &fi) && fi.state == DNVML_FABRIC_STATE_COMPLETED && fi.status == DNVML_SUCCESS;

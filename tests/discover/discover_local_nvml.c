@@ -80,6 +80,12 @@ static void test_islands(void)
             CHECK(!strcmp(node.gpus[g].island, want), "fabric: GPU %d island %s, want %s", g,
                   node.gpus[g].island, want);
     } else CHECK(0, "fabric: %s", err);
+    if (!run("fabric_v1")) {
+        const char *want = "nvl-22222222-2222-2222-2222-222222222222.9";
+        for (int g = 0; g < node.ngpus; g++)
+            CHECK(!strcmp(node.gpus[g].island, want), "fabric_v1: GPU %d island %s, want %s", g,
+                  node.gpus[g].island, want);
+    } else CHECK(0, "fabric_v1: %s", err);
     const char *node_wide[2] = { "zero_fabric", "nolinks" };
     for (int k = 0; k < 2; k++) {
         if (run(node_wide[k])) { CHECK(0, "%s: %s", node_wide[k], err); continue; }

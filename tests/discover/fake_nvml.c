@@ -5,6 +5,8 @@
  *   pairs        GPU g has link 0 active to GPU g^1
  *   fabric       as nvswitch, plus a completed multi-node fabric (cluster 11..11, clique 5)
  *   zero_fabric  as nvswitch, plus a completed fabric with an all-zero cluster UUID
+ *   fabric_v1    as fabric (cluster 22..22, clique 9), but only through the r535 call:
+ *                the versioned one refuses with ARGUMENT_VERSION_MISMATCH
  *   nolinks      NVLink queries answer NOT_SUPPORTED
  *   nodriver     nvmlInit fails with DRIVER_NOT_LOADED
  *   badname      nvmlDeviceGetName fails for GPU 2
@@ -16,6 +18,7 @@
 #include "discover_nvml.h"
 
 #define FAKE_ERROR_UNKNOWN 999
+#define FAKE_ERROR_VERSION_MISMATCH 25
 
 static char mode[32];
 static unsigned ngpus;
@@ -102,7 +105,7 @@ dnvml_return nvmlDeviceGetPciInfo_v3(dnvml_device d, dnvml_pci_info *p)
 dnvml_return nvmlDeviceGetGpuFabricInfoV(dnvml_device d, dnvml_fabric_info_v2 *fi)
 {
     (void)d;
-    if (fi->version != DNVML_FABRIC_INFO_V2) return DNVML_ERROR_INVALID_ARGUMENT;
+    if (fi->version != DNVML_FABRIC_INFO_V2 || is("fabric_v1")) return FAKE_ERROR_VERSION_MISMATCH;
     if (!is("fabric") && !is("zero_fabric")) return DNVML_ERROR_NOT_SUPPORTED;
     memset(fi->cluster_uuid, is("fabric") ? 0x11 : 0, sizeof fi->cluster_uuid);
     fi->status = DNVML_SUCCESS;
@@ -111,7 +114,21 @@ dnvml_return nvmlDeviceGetGpuFabricInfoV(dnvml_device d, dnvml_fabric_info_v2 *f
     return DNVML_SUCCESS;
 }
 
-static int switched(void) { return is("nvswitch") || is("fabric") || is("zero_fabric") || is("badname"); }
+dnvml_return nvmlDeviceGetGpuFabricInfo(dnvml_device d, dnvml_fabric_info *fi)
+{
+    (void)d;
+    if (!is("fabric_v1")) return DNVML_ERROR_NOT_SUPPORTED;
+    memset(fi->cluster_uuid, 0x22, sizeof fi->cluster_uuid);
+    fi->status = DNVML_SUCCESS;
+    fi->clique_id = 9;
+    fi->state = DNVML_FABRIC_STATE_COMPLETED;
+    return DNVML_SUCCESS;
+}
+
+static int switched(void)
+{
+    return is("nvswitch") || is("fabric") || is("fabric_v1") || is("zero_fabric") || is("badname");
+}
 
 dnvml_return nvmlDeviceGetNvLinkState(dnvml_device d, unsigned link, int *active)
 {
