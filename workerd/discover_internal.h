@@ -52,8 +52,9 @@ const char *dxml_attr_get(const dxml_doc *doc, int e, const char *name);
 /* Clears everything in `n` but name and leaf. */
 void discover_reset(topo_node *n);
 
-/* Canonical bus id "dddd:bb:dd.f", lower case, 4-digit domain (NVML writes an 8-digit
- * domain and upper case). Input that is not a bus id is copied lower-cased. */
+/* Canonical bus id "dddd:bb:dd.f" as sysfs spells it: lower case, domain padded to 4
+ * digits (NVML pads it to 8, upper case). Input that is not a bus id is copied
+ * lower-cased. */
 void discover_busid_norm(char *out, size_t outlen, const char *in);
 
 /* hops[g * nnics + i]: PCI hops between GPU g and NIC i, or -1 when unknown (an

@@ -36,8 +36,9 @@ void discover_busid_norm(char *out, size_t outlen, const char *in)
     if (s) s = hex_field(s, 2, ':', &bus);
     if (s) s = hex_field(s, 2, '.', &dev);
     if (s) s = hex_field(s, 1, '\0', &fn);
-    if (s && dom <= 0xffffu && dev <= 0x1f && fn <= 7) {
-        /* NVML's 8-digit domain carries the same 16-bit value as sysfs's 4-digit one. */
+    if (s && dev <= 0x1f && fn <= 7) {
+        /* NVML pads the domain to 8 digits, sysfs to 4; VMD domains (0x10000 and up)
+         * keep their 5 digits in sysfs, which %04x also gives. */
         snprintf(out, outlen, "%04x:%02x:%02x.%x", dom, bus, dev, fn);
         return;
     }

@@ -13,6 +13,7 @@ static void test_busid(void)
         { "0000:1b:00.0", "0000:1b:00.0" },       /* sysfs */
         { "0001:C4:1f.7", "0001:c4:1f.7" },
         { "ffff:ff:01.0", "ffff:ff:01.0" },
+        { "00010000:E0:00.0", "10000:e0:00.0" },  /* VMD domain, as sysfs names it */
         { "not-a-BUS", "not-a-bus" },             /* kept, lower-cased */
         { "0000:1b:00.0x", "0000:1b:00.0x" },     /* trailing junk: not a bus id */
         { "0000:1b:20.0", "0000:1b:20.0" },       /* device > 0x1f: not a bus id, kept */
