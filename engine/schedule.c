@@ -119,14 +119,14 @@ int sched_simulate(int p, int m, int v, double cost_fwd, double cost_bwd, sched_
     sched_list *L = calloc((size_t)p, sizeof *L);
     int rc = 0;
     for (int r = 0; r < p && rc == 0; r++) rc = sched_build(p, r, m, v, &L[r], err, errlen);
-    if (rc == 0) rc = sched_simulate_lists(L, cost_fwd, cost_bwd, res);
+    if (rc == 0) rc = sched_simulate_lists(L, cost_fwd, cost_bwd, 0, res);
     for (int r = 0; r < p; r++) sched_free(&L[r]);
     free(L);
     return rc;
 }
 
 int sched_simulate_lists(const sched_list *L, double cost_fwd, double cost_bwd,
-                         sched_sim_result *res)
+                         double cost_xfer, sched_sim_result *res)
 {
     memset(res, 0, sizeof *res);
     int p = L[0].p, m = L[0].m, v = L[0].v, rc = 0;
@@ -151,7 +151,7 @@ int sched_simulate_lists(const sched_list *L, double cost_fwd, double cost_bwd,
                         x->clock = t;
                     }
                 } else if (a->op == SCHED_SEND_FWD || a->op == SCHED_SEND_BWD) {
-                    sent[(size_t)a->peer * ntags + tag] = x->clock;
+                    sent[(size_t)a->peer * ntags + tag] = x->clock + cost_xfer;
                 } else {
                     x->clock += a->op == SCHED_FWD ? cost_fwd : cost_bwd;
                 }
@@ -171,6 +171,10 @@ int sched_simulate_lists(const sched_list *L, double cost_fwd, double cost_bwd,
                               w ? "; " : "", r, R[r].done, sched_op_name(a->op), a->mb, a->chunk,
                               a->peer);
                 if (w >= (int)sizeof res->why) w = (int)sizeof res->why - 1;
+            }
+            if (r < SCHED_SIM_RANKS) {
+                res->wait[r] = R[r].wait;
+                res->finish[r] = R[r].clock;
             }
             if (R[r].clock > res->makespan) res->makespan = R[r].clock;
             if (R[r].wait > res->wait_max) res->wait_max = R[r].wait;

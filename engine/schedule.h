@@ -71,6 +71,7 @@ double sched_bubble_theory(int p, int m, int v);
 /* Simulation of all p ranks running their lists. Cost model: each FWD of one
  * chunk costs cost_fwd, each BWD cost_bwd, transfers are free and instant;
  * sends are buffered, receives block until the matching send has happened. */
+#define SCHED_SIM_RANKS 64
 typedef struct {
     int deadlock;         /* 1: no rank could move; `why` says where each waits */
     char why[512];
@@ -78,13 +79,17 @@ typedef struct {
     double ideal;         /* m * v * (cost_fwd + cost_bwd): one rank's compute */
     double bubble;        /* (makespan - ideal) / ideal */
     double wait_max;      /* largest per-rank time blocked in receives */
+    /* per rank (first SCHED_SIM_RANKS ranks): time blocked in receives, and the
+     * time its last action ends (makespan - finish is idle time after it). */
+    double wait[SCHED_SIM_RANKS], finish[SCHED_SIM_RANKS];
 } sched_sim_result;
 
 int sched_simulate(int p, int m, int v, double cost_fwd, double cost_bwd, sched_sim_result *r,
                    char *err, size_t errlen);
 /* The same over given lists (lists[r] for rank r, all of one (p, m, v)), e.g.
- * an executor's reordered lists. Returns 0 (result in *r) or -1. */
+ * an executor's reordered lists, and with a transfer latency: a message sent at
+ * time t can be received from t + cost_xfer (the sender does not wait). */
 int sched_simulate_lists(const sched_list *lists, double cost_fwd, double cost_bwd,
-                         sched_sim_result *r);
+                         double cost_xfer, sched_sim_result *r);
 
 #endif

@@ -161,7 +161,7 @@ int main(int argc, char **argv)
     memmove(D[0].a + 1, D[0].a, sizeof(sched_action) * (size_t)rb);
     D[0].a[0] = moved;
     sched_sim_result res;
-    CHECK(sched_simulate_lists(D, 1, 1, &res) == 0 && res.deadlock && strstr(res.why, "rank 0 waits"),
+    CHECK(sched_simulate_lists(D, 1, 1, 0, &res) == 0 && res.deadlock && strstr(res.why, "rank 0 waits"),
           "reordered schedule must deadlock: %s", res.why);
     for (int r = 0; r < 2; r++) sched_free(&D[r]);
 
