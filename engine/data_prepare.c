@@ -51,6 +51,7 @@ static uint16_t *read_doc(const char *path, size_t *n, char *err, size_t errlen)
 int data_prepare_main(int argc, char **argv)
 {
     const char *prefix = NULL;
+    int json = 0;
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
     int ninputs = 0;
     for (int i = 1; i < argc; i++) {
@@ -58,6 +59,8 @@ int data_prepare_main(int argc, char **argv)
             usage(stdout);
             free(inputs);
             return 0;
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
         } else if (!strcmp(argv[i], "--output-prefix") && i + 1 < argc) {
             prefix = argv[++i];
         } else if (!strcmp(argv[i], "--input")) {
@@ -90,7 +93,11 @@ int data_prepare_main(int argc, char **argv)
         }
     unsigned long long total = w.tokens;
     if (idx_writer_finish(&w, err, sizeof err)) goto out;
-    printf("wrote %s.bin and %s.idx: %d documents, %llu tokens\n", prefix, prefix, ninputs, total);
+    if (json)
+        printf("{\"bin\":\"%s.bin\",\"idx\":\"%s.idx\",\"documents\":%d,\"tokens\":%llu}\n", prefix,
+               prefix, ninputs, total);
+    else
+        printf("wrote %s.bin and %s.idx: %d documents, %llu tokens\n", prefix, prefix, ninputs, total);
     rc = 0;
 out:
     if (rc) fprintf(stderr, "atoll data prepare: %s\n", err);
