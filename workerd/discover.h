@@ -29,8 +29,12 @@
  * <net name= speed= port=>), the PCI tree and <nvlink target= tclass=> elements.
  * Without any <nvlink> element all GPUs share the node's island (such files, like
  * Azure's, leave NVLink to NVML). NIC speed is in Mb/s in the file; gbps is 0 when
- * the file gives none. Returns 0 (err then ""), or -1 for a missing, malformed or
- * oversize file. */
+ * the file gives none. Files name no GPU models, so a GPU's name is its compute
+ * capability ("sm_90") when the file has one, memory 0, and its UUID is made from node
+ * and bus id; but where this machine's NVML reports a GPU at the same bus id (the
+ * file describes this very machine, as NCCL_TOPO_FILE does on cloud VMs), NVML's
+ * name, UUID and memory replace those. Returns 0 (err then ""), or -1 for a
+ * missing, malformed or oversize file. */
 int discover_nccl_xml(topo_node *out, const char *path, char *err, unsigned errlen);
 
 /* GPUs from NVML (libnvidia-ml.so.1 opened with dlopen; no library or no driver means

@@ -73,6 +73,11 @@ void discover_name_islands(topo_node *n, const int *comp);
  * (no library, no driver) adds none, returns 0 and says why in `note`. */
 int discover_nvml_gpus(topo_node *n, char *note, unsigned notelen, char *err, unsigned errlen);
 
+/* For GPUs already in `n` (from a topology file) that NVML also reports at the same
+ * bus id: takes NVML's UUID, name and memory size, which files do not carry.
+ * Best effort; returns how many GPUs matched (0 without NVML). */
+int discover_nvml_fill(topo_node *n);
+
 /* Appends the RDMA devices of <sysfs_root>/class/infiniband in bus-id order; pcipath[i]
  * receives NIC i's place in the PCI tree (see discover_pci_path). No such directory
  * means no NICs. */

@@ -207,3 +207,41 @@ int discover_nvml_gpus(topo_node *n, char *note, unsigned notelen, char *err, un
     if (m.lib) dlclose(m.lib);
     return rc < 0 ? -1 : 0;
 }
+
+/* Best effort: a failing NVML leaves the file's view of the node as it was. */
+static int fill_matching(nvml *m, topo_node *n)
+{
+    unsigned count = 0;
+    int matched = 0;
+    if (m->count(&count)) return 0;
+    for (unsigned i = 0; i < count; i++) {
+        dnvml_device d;
+        topo_gpu seen;
+        char ignored[128];
+        memset(&seen, 0, sizeof seen);
+        if (m->handle(i, &d) || device_info(m, i, d, &seen, ignored, sizeof ignored)) continue;
+        for (int g = 0; g < n->ngpus; g++) {
+            topo_gpu *gpu = &n->gpus[g];
+            if (strcmp(gpu->pci_bus_id, seen.pci_bus_id)) continue;
+            memcpy(gpu->uuid, seen.uuid, sizeof gpu->uuid);
+            memcpy(gpu->name, seen.name, sizeof gpu->name);
+            gpu->memory_bytes = seen.memory_bytes;
+            matched++;
+        }
+    }
+    return matched;
+}
+
+int discover_nvml_fill(topo_node *n)
+{
+    if (!n->ngpus) return 0;
+    nvml m;
+    char note[256], err[256];
+    int matched = 0;
+    if (load(&m, note, sizeof note, err, sizeof err) == 0) {
+        matched = fill_matching(&m, n);
+        m.shutdown();
+    }
+    if (m.lib) dlclose(m.lib);
+    return matched;
+}

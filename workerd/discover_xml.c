@@ -304,6 +304,7 @@ int discover_nccl_xml(topo_node *out, const char *path, char *err, unsigned errl
         if (!collect_gpus(x) && !collect_nics(x)) {
             fill_node(x, out);
             rc = pair_rails(x, out);
+            if (!rc) discover_nvml_fill(out);
         }
     }
     if (rc) discover_reset(out);

@@ -1,7 +1,7 @@
 /* discover_local's NVML path against a stand-in libnvidia-ml.so.1 (fake_nvml.c, found
  * through LD_LIBRARY_PATH set by ctest): GPU fields, islands from NVSwitch links, from
- * GPU-GPU links and from a multi-node fabric, rails from the sysfs PCI tree, and the
- * driverless and failing cases. */
+ * GPU-GPU links and from a multi-node fabric, rails from the sysfs PCI tree, the
+ * driverless and failing cases, and NVML filling in what a topology file lacks. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +112,43 @@ static void test_failures(void)
     unsetenv("FAKE_NVML_GPUS");
 }
 
+/* A topology file describing this very machine: the file gives the layout, NVML the
+ * names, UUIDs and memory of the GPUs it also sees (matched by bus id). */
+static void test_xml_enriched(void)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/topo.xml", root);
+    FILE *f = fopen(path, "w");
+    if (!f) { perror(path); exit(1); }
+    fputs("<system version=\"1\"><cpu numaid=\"0\"><pci busid=\"0000:10:00.0\" class=\"0x060400\">"
+          "<pci busid=\"0000:18:00.0\" class=\"0x030200\"/>"
+          "<pci busid=\"0000:28:00.0\" class=\"0x030200\"><gpu dev=\"1\" sm=\"90\"/></pci>"
+          "<pci busid=\"0000:99:00.0\" class=\"0x030200\"><gpu dev=\"2\" sm=\"90\"/></pci>"
+          "</pci></cpu></system>\n", f);
+    fclose(f);
+    setenv("FAKE_NVML_MODE", "pairs", 1);
+    memset(&node, 0, sizeof node);
+    snprintf(node.name, sizeof node.name, "xml-node");
+    int rc = discover_nccl_xml(&node, path, err, sizeof err);
+    CHECK(rc == 0 && node.ngpus == 3, "xml: rc %d, %d GPUs: %s", rc, node.ngpus, err);
+    if (rc || node.ngpus != 3) return;
+    for (int g = 0; g < 2; g++) {
+        char uuid[64];
+        snprintf(uuid, sizeof uuid, "GPU-fake-%04d-0000-0000-0000-000000000000", g);
+        CHECK(!strcmp(node.gpus[g].uuid, uuid), "xml: GPU %d uuid %s, want NVML's %s", g, node.gpus[g].uuid, uuid);
+        CHECK(!strcmp(node.gpus[g].name, "NVIDIA H100 80GB HBM3"), "xml: GPU %d name %s", g, node.gpus[g].name);
+        CHECK(node.gpus[g].memory_bytes == 81559ULL << 20, "xml: GPU %d memory %llu", g,
+              (unsigned long long)node.gpus[g].memory_bytes);
+    }
+    CHECK(!strncmp(node.gpus[2].uuid, "GPU-xml-", 8) && !strcmp(node.gpus[2].name, "sm_90") &&
+          node.gpus[2].memory_bytes == 0, "xml: GPU unknown to NVML changed: %s %s", node.gpus[2].uuid,
+          node.gpus[2].name);
+    /* Islands follow the file (no <nvlink>: one island), not NVML's pairs. */
+    for (int g = 0; g < 3; g++)
+        CHECK(!strcmp(node.gpus[g].island, "xml-node"), "xml: GPU %d island %s", g, node.gpus[g].island);
+    unlink(path);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -119,6 +156,7 @@ int main(int argc, char **argv)
     test_nvswitch();
     test_islands();
     test_failures();
+    test_xml_enriched();
     fs_remove(root);
     return check_summary(argv[0]);
 }
