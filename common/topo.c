@@ -80,17 +80,29 @@ int topo_simulate(topo_node *out, const char *profile, const char *name,
     return 0;
 }
 
+static int cmp_island(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Sorts the island names once and counts runs: O(G log G), so a 16k-GPU
+ * cluster answers in milliseconds rather than the seconds a pairwise scan takes. */
 int topo_max_island_gpus(const topo_node *nodes, int n)
 {
-    int best = 0;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (size_t)nodes[i].ngpus;
+    if (!total) return 0;
+    const char **isl = malloc(total * sizeof *isl);
+    if (!isl) return 0;
+    size_t k = 0;
     for (int i = 0; i < n; i++)
-        for (int g = 0; g < nodes[i].ngpus; g++) {
-            const char *isl = nodes[i].gpus[g].island;
-            int count = 0;
-            for (int j = 0; j < n; j++)
-                for (int k = 0; k < nodes[j].ngpus; k++)
-                    count += !strcmp(nodes[j].gpus[k].island, isl);
-            if (count > best) best = count;
-        }
+        for (int g = 0; g < nodes[i].ngpus; g++) isl[k++] = nodes[i].gpus[g].island;
+    qsort(isl, total, sizeof *isl, cmp_island);
+    int best = 0, run = 0;
+    for (size_t i = 0; i < total; i++) {
+        run = (i && !strcmp(isl[i], isl[i - 1])) ? run + 1 : 1;
+        if (run > best) best = run;
+    }
+    free(isl);
     return best;
 }

@@ -1,0 +1,102 @@
+/* plan_mem: bytes per GPU for model state and activations. */
+#include "plan.h"
+
+const plan_precision PLAN_PRECISION_BF16 = { 2, 4, 0, 4, 8 };
+const plan_precision PLAN_PRECISION_FP16_FP32GRAD = { 2, 2, 4, 4, 8 };
+
+double plan_state_bytes_per_param(const plan_precision *p, int zero1, int dp)
+{
+    double sharded = p->master + p->moments + p->grad_copy;
+    return p->weight + p->grad + (zero1 && dp > 1 ? sharded / dp : sharded);
+}
+
+double plan_act_bytes_per_layer(const atoll_config *c)
+{
+    double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, a = c->num_attention_heads;
+    double t = c->tensor_model_parallel_size > 0 ? c->tensor_model_parallel_size : 1;
+    int sp = c->sequence_parallel && t > 1;
+    double sbh = s * b * h, attn = 5.0 * a * s / h; /* the softmax/dropout s^2 terms */
+    switch (c->recompute_granularity) {
+    case RECOMPUTE_FULL:      return sp ? 2 * sbh / t : 2 * sbh;
+    case RECOMPUTE_SELECTIVE: return sp ? 34 * sbh / t : sbh * (10 + 24 / t);
+    default:                  return sp ? sbh / t * (34 + attn) : sbh * (10 + 24 / t + attn / t);
+    }
+}
+
+double plan_inflight_microbatches(int pp, int v, int m, int stage)
+{
+    if (pp <= 1) return 1;
+    if (v <= 1) return (pp - stage) < m ? pp - stage : m;
+    /* Megatron's interleaved warm-up: (pp - stage - 1) * 2 + (v - 1) * pp chunks,
+     * plus the one in its first steady-state forward; a chunk is 1/v of the stage. */
+    double chunks = (double)(pp - stage - 1) * 2 + (double)(v - 1) * pp + 1;
+    if (chunks > (double)m * v) chunks = (double)m * v;
+    return chunks / v;
+}
+
+/* Parameters one GPU of `stage` holds. Layer matrices and their column biases are
+ * split over tp; LayerNorms and row-parallel biases (6h per layer) are replicated.
+ * The word embedding is split over tp (vocab-parallel) on the first stage, and the
+ * last stage holds the output matrix (a copy of it when tied and pp > 1). */
+static double stage_params(const atoll_config *c, int stage)
+{
+    double h = c->hidden_size, V = c->vocab_size, L = c->num_layers;
+    int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
+    atoll_config no_layers = *c;
+    no_layers.num_layers = 0;
+    double per_layer = (cfg_num_params(c) - cfg_num_params(&no_layers)) / L;
+    double layer_gpu = (per_layer - 6 * h) / tp + 6 * h;
+    double p = L / pp * layer_gpu;
+    if (stage == 0) p += V * h / tp + cfg_max_pos(c) * h;
+    if (stage == pp - 1) {
+        p += 2 * h; /* final LayerNorm */
+        if (pp > 1 || c->untie_embeddings_and_output_weights) p += V * h / tp;
+    }
+    return p;
+}
+
+static double stage_activations(const atoll_config *c, int dp, int stage, double *inflight_layers)
+{
+    int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
+    int v = cfg_virtual_stages(c), sp = c->sequence_parallel && tp > 1;
+    int gbs = c->global_batch_size ? c->global_batch_size : c->micro_batch_size * dp;
+    int m = gbs / (c->micro_batch_size * dp);
+    double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, V = c->vocab_size;
+    double inflight = plan_inflight_microbatches(pp, v, m, stage);
+    double layers = (double)c->num_layers / pp;
+    *inflight_layers = inflight * layers;
+    double act = *inflight_layers * plan_act_bytes_per_layer(c);
+    if (c->recompute_granularity == RECOMPUTE_FULL) {
+        /* the backward recomputes one layer at a time and holds its full activations */
+        atoll_config none = *c;
+        none.recompute_granularity = RECOMPUTE_NONE;
+        act += plan_act_bytes_per_layer(&none);
+    }
+    if (stage == 0) act += inflight * s * b * h / (sp ? tp : 1); /* embedding dropout mask */
+    if (stage == pp - 1)
+        act += inflight * (4 * s * b * h / (sp ? tp : 1) /* final LayerNorm + output input */
+                           + 4 * s * b * V / tp);        /* fp32 logits for the cross entropy */
+    return act;
+}
+
+void plan_memory_estimate(const atoll_config *c, int dp, const plan_precision *prec, plan_memory *out)
+{
+    int pp = c->pipeline_model_parallel_size;
+    double bpp = plan_state_bytes_per_param(prec, c->use_distributed_optimizer, dp);
+    out->total_bytes = -1;
+    int stages[2] = { 0, pp - 1 };
+    for (int i = 0; i < (pp > 1 ? 2 : 1); i++) {
+        double inflight_layers, params = stage_params(c, stages[i]);
+        double act = stage_activations(c, dp, stages[i], &inflight_layers);
+        double total = params * bpp + act;
+        if (total > out->total_bytes) {
+            out->params_per_gpu = params;
+            out->state_bytes = params * bpp;
+            out->act_per_layer = plan_act_bytes_per_layer(c);
+            out->inflight_layers = inflight_layers;
+            out->act_bytes = act;
+            out->total_bytes = total;
+            out->worst_stage = stages[i];
+        }
+    }
+}

@@ -1,0 +1,281 @@
+/* plan_perf: link classes, collective costs and the step-time model.
+ *
+ * Link-class defaults (plan_links_default), per GPU and per direction:
+ *                 NVLink      PCIe        NIC (1 rail)     leaf uplink
+ *   DGX H100      450 GB/s    64 GB/s     400 Gb/s=50 GB/s 25 GB/s
+ *   DGX A100      300 GB/s    32 GB/s     200 Gb/s=25 GB/s 12.5 GB/s
+ * Latency per ring step: NVLink 1 us, network 5 us, plus 1 us per switch hop.
+ * NVLink/PCIe/NIC come from gpu_specs.c. The uplink assumes a 2:1 tapered spine,
+ * common outside full-bisection SuperPODs; set uplink_Bps = nic_Bps for a
+ * non-blocking fabric. Traffic that changes rail between nodes is costed as
+ * uplink traffic with two extra hops: on a rail-optimised fabric it must go
+ * through the spine (or through an extra NVLink/PCIe hop on one side).
+ */
+#include "plan.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void plan_links_default(const gpu_spec *g, plan_links *out)
+{
+    out->nvlink_Bps = g->nvlink_bytes_per_s;
+    out->pcie_Bps = g->pcie_bytes_per_s;
+    out->nic_Bps = g->nic_bytes_per_s;
+    out->uplink_Bps = g->nic_bytes_per_s / 2;
+    /* per ring step: NCCL's small-message all-reduce on 8 NVSwitch GPUs takes
+     * ~10-15 us (14 steps); an InfiniBand step adds a few us; a switch hop ~1 us */
+    out->nvlink_lat_s = 1e-6;
+    out->net_lat_s = 5e-6;
+    out->hop_lat_s = 1e-6;
+    /* Published large-GPT MFU: ~52% on 3072 A100 (Megatron-LM 2021), 50-57% on H100;
+     * the base is what a GEMM-bound layer reaches before TP and small batches cost more. */
+    out->mfu_base = g->peak_bf16_flops > 500e12 ? 0.55 : 0.60;
+}
+
+static double ring_s(int n, double bytes, double Bps, double lat, double phases)
+{
+    if (n <= 1) return 0;
+    return phases * ((double)(n - 1) / n * bytes / Bps + (double)(n - 1) * lat);
+}
+
+static double collective_s(int n, double bytes, const plan_link *l, double phases)
+{
+    int g = l->local > 1 && l->multi_node && n % l->local == 0 ? l->local : 1;
+    if (g == 1) return ring_s(n, bytes, l->Bps, l->lat_s, phases);
+    return ring_s(g, bytes, l->local_Bps, l->local_lat_s, phases) + ring_s(n / g, bytes / g, l->Bps, l->lat_s, phases);
+}
+
+double plan_allreduce_s(int n, double bytes, const plan_link *l) { return collective_s(n, bytes, l, 2); }
+double plan_gather_s(int n, double bytes, const plan_link *l) { return collective_s(n, bytes, l, 1); }
+
+/* ---- link classes a placement uses ---------------------------------------------- */
+
+typedef struct {
+    const topo_node *nodes;
+    const fabric *fab;
+    const plan_links *links;
+    const place_result *r;
+    int *leaf_sw; /* per node: fabric switch of its leaf, -1 unknown */
+} cost_ctx;
+
+static void worst(plan_link *acc, double Bps, double lat, int multi)
+{
+    if (Bps < acc->Bps) acc->Bps = Bps;
+    if (lat > acc->lat_s) acc->lat_s = lat;
+    acc->multi_node |= multi;
+}
+
+/* Members of the group on its first node: the hierarchical factor of an aligned group. */
+static int members_per_node(const place_result *r, const int *ranks, int n)
+{
+    int c = 0;
+    for (int i = 0; i < n; i++) c += r->rank_node[ranks[i]] == r->rank_node[ranks[0]];
+    return c;
+}
+
+static const topo_gpu *gpu_of(const cost_ctx *x, int rank)
+{
+    return &x->nodes[x->r->rank_node[rank]].gpus[x->r->rank_gpu[rank]];
+}
+
+/* Switch hops between the leaves of two nodes: fabric distance when known, else
+ * 0 for the same leaf name and 2 (leaf-spine-leaf) otherwise. */
+static int leaf_hops(const cost_ctx *x, int na, int nb)
+{
+    if (x->leaf_sw[na] >= 0 && x->leaf_sw[nb] >= 0) {
+        int d = fabric_distance(x->fab, x->leaf_sw[na], x->leaf_sw[nb]);
+        return d >= 0 ? d : 4;
+    }
+    return strcmp(x->nodes[na].leaf, x->nodes[nb].leaf) ? 2 : 0;
+}
+
+/* A point-to-point hop between two ranks. */
+static void hop_cost(const cost_ctx *x, int ra, int rb, plan_link *acc)
+{
+    const topo_gpu *a = gpu_of(x, ra), *b = gpu_of(x, rb);
+    int na = x->r->rank_node[ra], nb = x->r->rank_node[rb];
+    const plan_links *L = x->links;
+    if (!strcmp(a->island, b->island)) {
+        worst(acc, L->nvlink_Bps, L->nvlink_lat_s, 0);
+        return;
+    }
+    int hops = leaf_hops(x, na, nb);
+    if (a->rail == b->rail && a->rail >= 0 && hops == 0)
+        worst(acc, L->nic_Bps, L->net_lat_s, 1);
+    else if (a->rail == b->rail && a->rail >= 0)
+        worst(acc, L->uplink_Bps, L->net_lat_s + hops * L->hop_lat_s, 1);
+    else
+        worst(acc, L->uplink_Bps, L->net_lat_s + (hops + 2) * L->hop_lat_s, 1);
+}
+
+/* A collective over `ranks`: NVLink when the group stays in one island;
+ * otherwise NCCL's rings cross nodes on matching rails when the group is
+ * rail-aligned (NIC rate under one leaf, uplink rate across leaves), or change
+ * rail when it is not. */
+static void group_cost(const cost_ctx *x, const int *ranks, int n, plan_link *acc)
+{
+    if (n <= 1) return;
+    const char *isl = gpu_of(x, ranks[0])->island;
+    int one_island = 1, hops = 0;
+    for (int i = 1; i < n; i++) {
+        if (strcmp(gpu_of(x, ranks[i])->island, isl)) one_island = 0;
+        int h = leaf_hops(x, x->r->rank_node[ranks[0]], x->r->rank_node[ranks[i]]);
+        if (h > hops) hops = h;
+    }
+    const plan_links *L = x->links;
+    if (one_island) {
+        worst(acc, L->nvlink_Bps, L->nvlink_lat_s, 0);
+        return;
+    }
+    int bad = place_group_misaligned(x->r, ranks, n, NULL);
+    /* the group's hierarchical factor is the smallest any group of this kind gets */
+    int g = bad ? 1 : members_per_node(x->r, ranks, n);
+    if (!acc->multi_node || g < acc->local) acc->local = g;
+    if (bad) worst(acc, L->uplink_Bps, L->net_lat_s + (hops + 2) * L->hop_lat_s, 1);
+    else if (hops) worst(acc, L->uplink_Bps, L->net_lat_s + hops * L->hop_lat_s, 1);
+    else worst(acc, L->nic_Bps, L->net_lat_s, 1);
+}
+
+void plan_fabric_cost_of(const topo_node *nodes, const fabric *fab, const place_result *r,
+                         const plan_links *links, plan_fabric_cost *out)
+{
+    memset(out, 0, sizeof *out);
+    plan_link init = { INFINITY, 0, 0, 1, links->nvlink_Bps, links->nvlink_lat_s };
+    out->tp = out->dp = out->pp = init;
+    int maxn = 0;
+    for (int i = 0; i < r->nnodes; i++)
+        if (r->nodes[i] + 1 > maxn) maxn = r->nodes[i] + 1;
+    int *leaf_sw = malloc((size_t)(maxn ? maxn : 1) * sizeof *leaf_sw);
+    int big = r->tp > r->dp ? r->tp : r->dp;
+    if (r->pp > big) big = r->pp;
+    int *ranks = malloc((size_t)big * sizeof *ranks);
+    if (!leaf_sw || !ranks) goto out;
+    for (int i = 0; i < maxn; i++) leaf_sw[i] = -1;
+    for (int i = 0; i < r->nnodes; i++)
+        if (fab && nodes[r->nodes[i]].leaf[0]) leaf_sw[r->nodes[i]] = fabric_switch_index(fab, nodes[r->nodes[i]].leaf);
+    cost_ctx x = { nodes, fab, links, r, leaf_sw };
+    for (int p = 0; p < r->pp; p++)
+        for (int d = 0; d < r->dp; d++) {
+            for (int t = 0; t < r->tp; t++) ranks[t] = place_rank(r, t, d, p);
+            group_cost(&x, ranks, r->tp, &out->tp);
+        }
+    for (int t = 0; t < r->tp; t++) {
+        for (int p = 0; p < r->pp; p++) {
+            for (int d = 0; d < r->dp; d++) ranks[d] = place_rank(r, t, d, p);
+            group_cost(&x, ranks, r->dp, &out->dp);
+        }
+        for (int d = 0; d < r->dp; d++)
+            for (int p = 0; p + 1 < r->pp; p++) hop_cost(&x, place_rank(r, t, d, p), place_rank(r, t, d, p + 1), &out->pp);
+    }
+    out->leaves = place_leaf_count(nodes, r);
+    out->misaligned_groups = place_misaligned_groups(nodes, r, NULL);
+    out->tp_island_violations = place_tp_island_violations(nodes, r);
+out:
+    free(leaf_sw);
+    free(ranks);
+}
+
+/* ---- step time -------------------------------------------------------------------- */
+
+/* Fraction of peak a layer's GEMMs reach: the calibrated base, less when the
+ * micro-batch gives fewer than 1024 rows (tiles no longer fill the SMs) and as
+ * TP makes each GEMM's hidden slice thinner. */
+static double gemm_efficiency(const atoll_config *c, const plan_links *L)
+{
+    double rows = (double)c->micro_batch_size * c->seq_length;
+    double slice = (double)c->hidden_size / c->tensor_model_parallel_size;
+    return L->mfu_base * fmin(1.0, rows / 1024) * slice / (slice + 64);
+}
+
+void plan_perf_estimate(const atoll_config *c, int dp, const gpu_spec *gpu, const plan_links *links,
+                        const plan_fabric_cost *fc, const plan_memory *mem, plan_estimate *out)
+{
+    memset(out, 0, sizeof *out);
+    int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size, v = cfg_virtual_stages(c);
+    int gbs = c->global_batch_size ? c->global_batch_size : c->micro_batch_size * dp;
+    int m = gbs / (c->micro_batch_size * dp);
+    double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, L = c->num_layers;
+    double model_per_token = cfg_flops_per_token(c), extra = 0;
+    if (c->recompute_granularity == RECOMPUTE_FULL) extra = model_per_token / 3; /* one more forward */
+    if (c->recompute_granularity == RECOMPUTE_SELECTIVE) extra = 4 * L * h * s; /* QK^T and AV forward */
+    double fmb = (model_per_token + extra) * b * s / ((double)pp * tp) / (gpu->peak_bf16_flops * gemm_efficiency(c, links));
+
+    /* TP: 2 all-reduces (or all-gather + reduce-scatter pairs with SP, the same
+     * bytes) forward and 2 backward per layer, 2 more when full recompute reruns the forward. */
+    double act = 2 * b * s * h, colls = 4 + (c->recompute_granularity == RECOMPUTE_FULL ? 2 : 0);
+    double tp_mb = L / pp * colls * plan_allreduce_s(tp, act, &fc->tp);
+    /* PP: one activation forward and one gradient back per model chunk, split over tp. */
+    double pp_mb = pp > 1 ? 2.0 * v * (act / tp / fc->pp.Bps + fc->pp.lat_s) : 0;
+    double tmb = fmb + tp_mb + pp_mb;
+
+    out->microbatches = m;
+    out->compute_s = m * fmb;
+    out->tp_s = m * tp_mb;
+    out->pp_s = m * pp_mb;
+    out->bubble = (double)(pp - 1) / ((double)v * m);
+    out->bubble_s = out->bubble * m * tmb;
+
+    /* DP: fp32 gradients reduce-scattered (ZeRO-1, then bf16 params all-gathered)
+     * or all-reduced; the reduction hides behind the last micro-batch's backward
+     * (2/3 of it), the gather behind the next step's first forward (1/3). */
+    double grads = mem->params_per_gpu * 4, params = mem->params_per_gpu * 2;
+    if (c->use_distributed_optimizer && dp > 1) {
+        double rs = plan_gather_s(dp, grads, &fc->dp), ag = plan_gather_s(dp, params, &fc->dp);
+        out->dp_s = rs + ag;
+        out->dp_exposed_s = fmax(0, rs - fmb * 2 / 3) + fmax(0, ag - fmb / 3);
+    } else {
+        out->dp_s = plan_allreduce_s(dp, grads, &fc->dp);
+        out->dp_exposed_s = fmax(0, out->dp_s - fmb * 2 / 3);
+    }
+    /* Adam is memory-bound: ~30 bytes read or written per parameter it updates. */
+    double updated = mem->params_per_gpu / (c->use_distributed_optimizer && dp > 1 ? dp : 1);
+    out->optimizer_s = updated * 30 / gpu->hbm_bytes_per_s;
+
+    out->step_s = m * tmb + out->bubble_s + out->dp_exposed_s + out->optimizer_s;
+    double world = (double)tp * pp * dp, model_flops = model_per_token * gbs * s;
+    out->tflops_per_gpu = model_flops / (out->step_s * world) / 1e12;
+    out->mfu = model_flops / (out->step_s * world * gpu->peak_bf16_flops);
+}
+
+/* ---- simulated cluster ------------------------------------------------------------ */
+
+topo_node *plan_sim_cluster(const gpu_spec *g, int num_gpus, int gpn, int leaf_nodes, char *err, size_t errlen)
+{
+    if (gpn < 1 || gpn > TOPO_MAX_GPUS || num_gpus < 1) {
+        snprintf(err, errlen, "--gpus-per-node %d / --num-gpus %d: need 1 <= gpus-per-node <= %d and num-gpus >= 1",
+                 gpn, num_gpus, TOPO_MAX_GPUS);
+        return NULL;
+    }
+    int n = (num_gpus + gpn - 1) / gpn, per_leaf = leaf_nodes > 0 ? leaf_nodes : 32;
+    int island_nodes = !strcmp(g->type, "gb200") && 72 % gpn == 0 ? 72 / gpn : 1;
+    topo_node *nodes = calloc((size_t)n, sizeof *nodes);
+    if (!nodes) {
+        snprintf(err, errlen, "out of memory for %d simulated nodes", n);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        topo_node *nd = &nodes[i];
+        snprintf(nd->name, sizeof nd->name, "node%04d", i);
+        snprintf(nd->leaf, sizeof nd->leaf, "leaf%03d", i / per_leaf);
+        nd->state = NODE_ALIVE;
+        nd->ngpus = gpn;
+        nd->nnics = gpn > TOPO_MAX_NICS ? TOPO_MAX_NICS : gpn;
+        for (int k = 0; k < gpn; k++) {
+            topo_gpu *gp = &nd->gpus[k];
+            gp->index = k;
+            snprintf(gp->name, sizeof gp->name, "NVIDIA %s", g->match);
+            gp->memory_bytes = g->memory_bytes;
+            if (island_nodes > 1) snprintf(gp->island, sizeof gp->island, "nvl%04d", i / island_nodes);
+            else memcpy(gp->island, nd->name, sizeof gp->island); /* island = the node */
+            gp->rail = k % TOPO_MAX_NICS;
+        }
+        for (int k = 0; k < nd->nnics; k++) {
+            snprintf(nd->nics[k].name, sizeof nd->nics[k].name, "mlx5_%d", k);
+            nd->nics[k].gbps = g->nic_bytes_per_s * 8 / 1e9;
+            nd->nics[k].rail = k;
+        }
+    }
+    return nodes;
+}

@@ -1,0 +1,156 @@
+/* plan_mem: model-state and activation memory against the published figures of
+ * MT-NLG 530B and "Reducing Activation Recomputation in Large Transformer Models". */
+#include "check.h"
+#include "config.h"
+#include "plan.h"
+
+#include <string.h>
+
+/* MT-NLG 530B: 105 layers, hidden 20480, 128 heads, sequence 2048, GPT-2 vocabulary
+ * padded to 51200, global batch 1920; trained with tp 8, pp 35 on 280 DGX A100. */
+static void mtnlg(atoll_config *c)
+{
+    cfg_defaults(c);
+    c->num_layers = 105;
+    c->hidden_size = 20480;
+    c->num_attention_heads = 128;
+    c->seq_length = 2048;
+    c->vocab_size = 51200;
+    c->global_batch_size = 1920;
+    c->micro_batch_size = 1;
+}
+
+static void test_mtnlg(void)
+{
+    atoll_config c;
+    mtnlg(&c);
+    double n = cfg_num_params(&c);
+    CHECK_CLOSE(n, 530e9, 0.01);
+    /* "training consumes 20 bytes of memory per parameter ... over 10 terabytes" */
+    double b20 = plan_state_bytes_per_param(&PLAN_PRECISION_FP16_FP32GRAD, 0, 1);
+    CHECK(b20 == 20, "MT-NLG mixed precision counts 20 bytes/param, got %g", b20);
+    CHECK(n * b20 > 10e12, "aggregate state %.3g bytes should exceed 10 TB", n * b20);
+    /* the same model under Megatron bf16 with fp32 main grads: 18 bytes */
+    CHECK(plan_state_bytes_per_param(&PLAN_PRECISION_BF16, 0, 1) == 18, "bf16: 18 bytes/param");
+
+    /* activations at layer boundaries with every block checkpointed (full
+     * recompute): 16.9 TB for a batch of 1920, 8.8 GB for micro-batches of 1 */
+    c.recompute_granularity = RECOMPUTE_FULL;
+    c.micro_batch_size = 1920;
+    CHECK_CLOSE(plan_act_bytes_per_layer(&c) * c.num_layers, 16.9e12, 0.01);
+    c.micro_batch_size = 1;
+    CHECK_CLOSE(plan_act_bytes_per_layer(&c) * c.num_layers, 8.8e9, 0.01);
+
+    /* the published layout fits on 80 GB A100s: tp 8, pp 35, dp 8, full recompute */
+    c.tensor_model_parallel_size = 8;
+    c.pipeline_model_parallel_size = 35;
+    c.sequence_parallel = 0;
+    char err[256];
+    CHECK(cfg_validate_layout(&c, 2240, 8, err, sizeof err) == 0, "MT-NLG layout: %s", err);
+    plan_memory m;
+    plan_memory_estimate(&c, 8, &PLAN_PRECISION_BF16, &m);
+    CHECK(m.total_bytes < 80e9 * PLAN_MEM_USABLE && m.total_bytes > 20e9, "MT-NLG per GPU %.1f GB", m.total_bytes / 1e9);
+    /* 530e9 / (8*35) params per GPU, plus the embedding on the first stage */
+    CHECK(m.params_per_gpu > 530e9 / 280 && m.params_per_gpu < 530e9 / 280 * 1.15, "params/GPU %.3g", m.params_per_gpu);
+    CHECK(m.inflight_layers == 35 * 3, "1F1B: stage 0 holds pp micro-batches of 3 layers: %g", m.inflight_layers);
+    /* and not without recompute */
+    c.recompute_granularity = RECOMPUTE_NONE;
+    plan_memory_estimate(&c, 8, &PLAN_PRECISION_BF16, &m);
+    CHECK(m.total_bytes > 80e9, "without recompute it does not fit: %.1f GB", m.total_bytes / 1e9);
+}
+
+/* The per-layer formulas, checked against the paper's own numbers and ordering. */
+static void test_activation_formulas(void)
+{
+    atoll_config c;
+    cfg_defaults(&c);
+    c.num_layers = 96;
+    c.hidden_size = 12288;
+    c.num_attention_heads = 96;
+    c.seq_length = 2048;
+    c.micro_batch_size = 1;
+    double s = 2048, h = 12288, a = 96, sbh = s * h;
+    c.tensor_model_parallel_size = 1;
+    double none1 = plan_act_bytes_per_layer(&c);
+    CHECK_CLOSE(none1, sbh * (34 + 5 * a * s / h), 1e-12);
+    c.tensor_model_parallel_size = 8;
+    double tp8 = plan_act_bytes_per_layer(&c);
+    c.sequence_parallel = 1;
+    double sp8 = plan_act_bytes_per_layer(&c);
+    c.recompute_granularity = RECOMPUTE_SELECTIVE;
+    double sel_sp8 = plan_act_bytes_per_layer(&c);
+    c.sequence_parallel = 0;
+    double sel8 = plan_act_bytes_per_layer(&c);
+    c.recompute_granularity = RECOMPUTE_FULL;
+    double full8 = plan_act_bytes_per_layer(&c);
+    c.sequence_parallel = 1;
+    double full_sp8 = plan_act_bytes_per_layer(&c);
+    /* SP shards everything TP alone leaves replicated: exactly 1/t of the unsharded layer */
+    CHECK_CLOSE(sp8, none1 / 8, 1e-12);
+    CHECK_CLOSE(sel_sp8, 34 * sbh / 8, 1e-12);
+    CHECK_CLOSE(full8, 2 * sbh, 1e-12);
+    CHECK_CLOSE(full_sp8, 2 * sbh / 8, 1e-12);
+    /* TP without SP keeps 10sbh replicated */
+    CHECK_CLOSE(tp8 - sp8, 10 * sbh - 10 * sbh / 8, 1e-9);
+    CHECK_CLOSE(sel8, sbh * (10 + 24.0 / 8), 1e-12);
+    CHECK(full_sp8 < full8 && full8 < sel_sp8 && sel_sp8 < sel8 && sel_sp8 < sp8 && sp8 < tp8 && tp8 < none1,
+          "ordering of the recompute/SP variants");
+    /* the paper's headline: SP + selective needs ~5x less than TP alone for GPT-3 */
+    CHECK(tp8 / sel_sp8 > 4.5 && tp8 / sel_sp8 < 6, "GPT-3 175B tp8: %.2fx", tp8 / sel_sp8);
+    /* activations scale with the micro-batch */
+    c.micro_batch_size = 4;
+    CHECK_CLOSE(plan_act_bytes_per_layer(&c), 4 * full_sp8, 1e-12);
+}
+
+static void test_inflight(void)
+{
+    CHECK(plan_inflight_microbatches(8, 1, 64, 0) == 8, "1F1B first stage holds pp");
+    CHECK(plan_inflight_microbatches(8, 1, 64, 7) == 1, "last stage holds one");
+    CHECK(plan_inflight_microbatches(8, 1, 3, 0) == 3, "fewer micro-batches than stages");
+    CHECK(plan_inflight_microbatches(1, 1, 64, 0) == 1, "no pipeline");
+    /* interleaving costs 1 + (p-1)/(p v) times the 1F1B first stage */
+    for (int p = 2; p <= 16; p *= 2)
+        for (int v = 2; v <= 4; v++)
+            CHECK_CLOSE(plan_inflight_microbatches(p, v, 64, 0) / p, 1 + (p - 1.0) / (p * v), 1e-12);
+}
+
+static void test_state(void)
+{
+    CHECK_CLOSE(plan_state_bytes_per_param(&PLAN_PRECISION_BF16, 1, 8), 6 + 12.0 / 8, 1e-12);
+    CHECK_CLOSE(plan_state_bytes_per_param(&PLAN_PRECISION_BF16, 1, 1), 18, 1e-12);
+    atoll_config c;
+    cfg_defaults(&c);
+    c.num_layers = 32;
+    c.hidden_size = 4096;
+    c.num_attention_heads = 32;
+    c.seq_length = 2048;
+    c.vocab_size = 32000;
+    c.micro_batch_size = 1;
+    c.global_batch_size = 512;
+    c.tensor_model_parallel_size = 2;
+    c.pipeline_model_parallel_size = 4;
+    plan_memory a, z;
+    plan_memory_estimate(&c, 16, &PLAN_PRECISION_BF16, &a);
+    c.use_distributed_optimizer = 1;
+    plan_memory_estimate(&c, 16, &PLAN_PRECISION_BF16, &z);
+    CHECK_CLOSE(a.state_bytes - z.state_bytes, a.params_per_gpu * 12 * (1 - 1.0 / 16), 1e-9);
+    /* embedding stages are the heavy ones: the first/last stage holds a V*h/tp slice more than a middle one */
+    double layers = 0;
+    {
+        atoll_config no = c;
+        no.num_layers = 0;
+        layers = (cfg_num_params(&c) - cfg_num_params(&no)) / 2 / 4; /* rough: per stage, per tp rank */
+    }
+    CHECK(a.params_per_gpu > layers + 32000.0 * 4096 / 2 * 0.99, "embedding counted: %.4g", a.params_per_gpu);
+    CHECK(a.worst_stage == 0 || a.worst_stage == 3, "worst stage is an embedding stage: %d", a.worst_stage);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    test_mtnlg();
+    test_activation_formulas();
+    test_inflight();
+    test_state();
+    return check_summary(argv[0]);
+}

@@ -1,0 +1,252 @@
+/* plan: the planner's best layouts against the published findings it is built on
+ * ("Efficient Parallelization Layouts for Large-Scale Distributed Model Training";
+ * Megatron-LM 2021), and the contract of plan_enumerate. */
+#include "check.h"
+#include "config.h"
+#include "plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void gpt(atoll_config *c, int L, int h, int heads, int seq, int vocab, int gbs)
+{
+    cfg_defaults(c);
+    c->num_layers = L;
+    c->hidden_size = h;
+    c->num_attention_heads = heads;
+    c->seq_length = seq;
+    c->vocab_size = vocab;
+    c->global_batch_size = gbs;
+}
+
+typedef struct {
+    topo_node *nodes;
+    plan_cluster cl;
+} sim;
+
+static void sim_make(sim *s, const char *type, int gpus, int gpn)
+{
+    char err[256];
+    memset(s, 0, sizeof *s);
+    s->cl.gpu = gpu_spec_by_type(type);
+    s->nodes = plan_sim_cluster(s->cl.gpu, gpus, gpn, 0, err, sizeof err);
+    CHECK(s->nodes != NULL, "sim: %s", err);
+    s->cl.nodes = s->nodes;
+    s->cl.nnodes = (gpus + gpn - 1) / gpn;
+    s->cl.num_gpus = gpus;
+    plan_links_default(s->cl.gpu, &s->cl.links);
+}
+
+static int plan(const atoll_config *c, sim *s, const plan_fixed *fx, plan_candidate **out, char *why)
+{
+    plan_fixed none;
+    plan_fixed_none(&none);
+    int n = plan_enumerate(c, &s->cl, fx ? fx : &none, out, why, 256);
+    return n;
+}
+
+static void show(const char *what, const plan_candidate *p)
+{
+    printf("%-28s tp %d pp %d dp %d mb %d v %d sp %d rc %-9s z %d  step %.3f s  mfu %.3f  bubble %.3f  mem %.1f GiB\n",
+           what, p->tp, p->pp, p->dp, p->micro_batch, p->vpp, p->sp, cfg_recompute_name(p->recompute), p->zero1,
+           p->est.step_s, p->est.mfu, p->est.bubble, p->mem.total_bytes / (1 << 30));
+}
+
+/* Every candidate: legal, fits, sorted, consistent figures. */
+static void check_contract(const atoll_config *m, const sim *s, const plan_candidate *v, int n)
+{
+    int island = topo_max_island_gpus(s->cl.nodes, s->cl.nnodes);
+    for (int i = 0; i < n; i++) {
+        const plan_candidate *p = &v[i];
+        atoll_config c = *m;
+        plan_apply(p, &c);
+        char err[256];
+        CHECK(cfg_validate_layout(&c, s->cl.num_gpus, island, err, sizeof err) == 0, "candidate %d invalid: %s", i, err);
+        CHECK(p->mem.total_bytes <= s->cl.gpu->memory_bytes * PLAN_MEM_USABLE, "candidate %d does not fit", i);
+        CHECK(p->est.mfu > 0 && p->est.mfu <= s->cl.links.mfu_base, "mfu %g", p->est.mfu);
+        int mb_count = m->global_batch_size / (p->micro_batch * p->dp);
+        CHECK_CLOSE(p->est.bubble, (p->pp - 1.0) / (p->vpp * mb_count), 1e-12);
+        CHECK(p->fabric.tp_island_violations == 0, "TP inside islands");
+        if (i) CHECK(v[i].est.step_s >= v[i - 1].est.step_s * (1 - 2 * PLAN_TIE), "ranked by step time (%d)", i);
+    }
+}
+
+/* For the best layout, micro-batch 1 ranks above every larger micro-batch of
+ * the same (tp, pp, v, sp, recompute, ZeRO-1): the bubble and TP granularity
+ * argument of the finding, not only a tie-break. */
+static void check_mb1_first(const plan_candidate *v, int n)
+{
+    int seen_larger = 0;
+    for (int i = 0; i < n; i++) {
+        const plan_candidate *p = &v[i];
+        if (p->tp != v[0].tp || p->pp != v[0].pp || p->vpp != v[0].vpp || p->sp != v[0].sp ||
+            p->recompute != v[0].recompute || p->zero1 != v[0].zero1)
+            continue;
+        if (p->micro_batch > 1) seen_larger = 1;
+        if (p->micro_batch == 1) CHECK(!seen_larger, "a larger micro-batch ranked above 1 for the best layout");
+    }
+}
+
+/* LLaMA-13B-like on 256 A100s (the paper's 32 DGX nodes): micro-batch 1 and no
+ * recompute when memory allows; TP within one node. */
+static void test_13b(void)
+{
+    atoll_config m;
+    gpt(&m, 40, 5120, 40, 2048, 32000, 2048);
+    sim s;
+    sim_make(&s, "a100-80gb", 256, 8);
+    plan_candidate *v;
+    char why[256] = "";
+    int n = plan(&m, &s, NULL, &v, why);
+    CHECK(n > 10, "13B candidates: %d (%s)", n, why);
+    if (n > 0) {
+        show("13B on 256 A100 best", &v[0]);
+        CHECK(v[0].micro_batch == 1, "micro-batch 1 preferred");
+        CHECK(v[0].recompute == RECOMPUTE_NONE, "no recompute when memory allows");
+        CHECK(v[0].tp <= 8, "TP within the node");
+        check_contract(&m, &s, v, n);
+        check_mb1_first(v, n);
+    }
+    free(v);
+    free(s.nodes);
+}
+
+/* GPT-3 175B on 1024 A100s: does not fit in one node, so the pipeline crosses
+ * nodes while TP stays inside the NVLink island. */
+static void test_175b(void)
+{
+    atoll_config m;
+    gpt(&m, 96, 12288, 96, 2048, 51200, 1536);
+    sim s;
+    sim_make(&s, "a100-80gb", 1024, 8);
+    plan_candidate *v;
+    char why[256] = "";
+    int n = plan(&m, &s, NULL, &v, why);
+    CHECK(n > 0, "175B: %s", why);
+    if (n > 0) {
+        show("175B on 1024 A100 best", &v[0]);
+        CHECK(v[0].tp <= 8 && v[0].tp * v[0].pp > 8 && v[0].pp > 1, "pipeline across nodes, TP in node");
+        CHECK(v[0].micro_batch == 1, "micro-batch 1");
+        check_mb1_first(v, n);
+        for (int i = 0; i < n; i++) CHECK(v[i].tp * v[i].pp > 8, "no layout fits in one node (%d)", i);
+        CHECK(v[0].est.mfu > 0.35 && v[0].est.mfu < 0.6, "MFU near the published 0.44-0.52: %.3f", v[0].est.mfu);
+        check_contract(&m, &s, v, n);
+    }
+    free(v);
+    free(s.nodes);
+}
+
+/* A 1.3B model needs no model parallelism at all. */
+static void test_small(void)
+{
+    atoll_config m;
+    gpt(&m, 24, 2048, 16, 2048, 51200, 512);
+    sim s;
+    sim_make(&s, "h100-sxm", 64, 8);
+    plan_candidate *v;
+    char why[256] = "";
+    int n = plan(&m, &s, NULL, &v, why);
+    CHECK(n > 0, "1.3B: %s", why);
+    if (n > 0) {
+        show("1.3B on 64 H100 best", &v[0]);
+        CHECK(v[0].tp == 1 && v[0].pp == 1 && v[0].recompute == RECOMPUTE_NONE, "pure data parallel");
+        check_contract(&m, &s, v, n);
+    }
+    free(v);
+    free(s.nodes);
+}
+
+/* GB200: the island is a 72-GPU rack, so TP may be wider than a 4-GPU tray. */
+static void test_gb200_and_fixed(void)
+{
+    atoll_config m;
+    gpt(&m, 96, 12288, 96, 4096, 51200, 1152);
+    sim s;
+    sim_make(&s, "gb200", 576, 4);
+    plan_candidate *v;
+    char why[256] = "";
+    int n = plan(&m, &s, NULL, &v, why);
+    CHECK(n > 0, "gb200: %s", why);
+    int wide = 0;
+    for (int i = 0; i < n; i++) wide |= v[i].tp > 4;
+    CHECK(wide, "TP wider than a tray is considered on NVL72");
+    if (n > 0) {
+        show("175B s4k on 576 GB200 best", &v[0]);
+        check_contract(&m, &s, v, n);
+    }
+    free(v);
+
+    plan_fixed fx;
+    plan_fixed_none(&fx);
+    fx.tp = 4;
+    fx.recompute = RECOMPUTE_SELECTIVE;
+    fx.micro_batch = 2;
+    n = plan(&m, &s, &fx, &v, why);
+    CHECK(n > 0, "fixed: %s", why);
+    for (int i = 0; i < n; i++)
+        CHECK(v[i].tp == 4 && v[i].recompute == RECOMPUTE_SELECTIVE && v[i].micro_batch == 2, "fixed choices kept");
+    free(v);
+    free(s.nodes);
+}
+
+static void test_refusals(void)
+{
+    atoll_config m;
+    gpt(&m, 128, 25600, 160, 2048, 51200, 3072); /* ~1T parameters */
+    sim s;
+    sim_make(&s, "h100-sxm", 8, 8);
+    plan_candidate *v;
+    char why[256] = "";
+    int n = plan(&m, &s, NULL, &v, why);
+    CHECK(n == 0 && strstr(why, "GiB per GPU") && v == NULL, "1T on 8 GPUs: %d, %s", n, why);
+    m.global_batch_size = 0;
+    CHECK(plan(&m, &s, NULL, &v, why) == -1 && strstr(why, "--global-batch-size"), "gbs required: %s", why);
+    gpt(&m, 4, 64, 3, 128, 256, 8);
+    CHECK(plan(&m, &s, NULL, &v, why) == -1 && strstr(why, "divisible"), "bad model: %s", why);
+    free(s.nodes);
+}
+
+/* The same layout predicts a slower step on a fragmented, misaligned placement. */
+static void test_placement_matters(void)
+{
+    atoll_config m;
+    gpt(&m, 32, 4096, 32, 2048, 32000, 256);
+    m.tensor_model_parallel_size = 4;
+    m.pipeline_model_parallel_size = 2;
+    m.micro_batch_size = 1;
+    sim s;
+    sim_make(&s, "a100-80gb", 512, 8);
+    int dp = 3; /* 24 GPUs: odd dp defeats Megatron-order rail alignment */
+    place_request req = { 4, 2, dp, NULL, 0 };
+    place_result a, nv;
+    char err[256];
+    CHECK(place_topology(s.cl.nodes, s.cl.nnodes, NULL, NULL, &req, &a, err, sizeof err) == 0, "%s", err);
+    CHECK(place_naive(s.cl.nodes, s.cl.nnodes, NULL, &req, &nv, err, sizeof err) == 0, "%s", err);
+    plan_fabric_cost fa, fn;
+    plan_fabric_cost_of(s.cl.nodes, NULL, &a, &s.cl.links, &fa);
+    plan_fabric_cost_of(s.cl.nodes, NULL, &nv, &s.cl.links, &fn);
+    plan_memory mem;
+    plan_memory_estimate(&m, dp, &PLAN_PRECISION_BF16, &mem);
+    plan_estimate ea, en;
+    plan_perf_estimate(&m, dp, s.cl.gpu, &s.cl.links, &fa, &mem, &ea);
+    plan_perf_estimate(&m, dp, s.cl.gpu, &s.cl.links, &fn, &mem, &en);
+    CHECK(fn.misaligned_groups > 0 && fa.misaligned_groups == 0, "alignment %d vs %d", fa.misaligned_groups,
+          fn.misaligned_groups);
+    CHECK(ea.step_s < en.step_s && ea.dp_s < en.dp_s, "aligned %.4f s (dp %.4f) vs naive %.4f s (dp %.4f)", ea.step_s,
+          ea.dp_s, en.step_s, en.dp_s);
+    place_result_free(&a);
+    place_result_free(&nv);
+    free(s.nodes);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    test_13b();
+    test_175b();
+    test_small();
+    test_gb200_and_fixed();
+    test_refusals();
+    test_placement_matters();
+    return check_summary(argv[0]);
+}
