@@ -4,11 +4,16 @@
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
+/* tanh through one expf: libm's tanhf costs about three times as much, and GELU
+ * was a quarter of a CPU training step. Saturates cleanly: exp -> inf gives 1,
+ * exp -> 0 gives -1; absolute error stays at fp32 rounding. */
+static inline float tanh_exp(float u) { return 1.0f - 2.0f / (1.0f + expf(2.0f * u)); }
+
 void kc_gelu_forward(float *out, const float *inp, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+        out[i] = 0.5f * x * (1.0f + tanh_exp(GELU_K * (x + 0.044715f * x * x * x)));
     }
 }
 
@@ -17,7 +22,7 @@ void kc_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = GELU_K * (x + 0.044715f * x * x * x);
-        float th = tanhf(u);
+        float th = tanh_exp(u);
         float sech2 = 1.0f - th * th;
         float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] = (0.5f * (1.0f + th) + 0.5f * x * sech2 * du) * dout[i];
