@@ -27,7 +27,7 @@ static double step_time(int p, int m, int v, double F, double B, double X, sched
             fprintf(stderr, "%s\n", err);
             exit(1);
         }
-    sched_simulate_lists(L, F / v, B / v, X, res);
+    sched_simulate_lists(L, F / v, B / v, X, SCHED_SENDS_BUFFERED, res);
     for (int r = 0; r < p; r++) sched_free(&L[r]);
     return res->makespan;
 }
@@ -42,7 +42,7 @@ static void row(FILE *o, int p, int m, int v, double F, double B, double X)
             exit(1);
         }
     sched_sim_result res;
-    sched_simulate_lists(L, F / v, B / v, X, &res);
+    sched_simulate_lists(L, F / v, B / v, X, SCHED_SENDS_BUFFERED, &res);
     double ideal = m * (F + B);
     fprintf(o, "| %d | %d | %d | %g | %g | %.3f | %.3f | %.4f | %.4f | ", p, m, v, B / F, X, res.makespan, ideal,
             (res.makespan - ideal) / ideal, sched_bubble_theory(p, m, v));
@@ -97,10 +97,10 @@ int main(int argc, char **argv)
                "synchronisation (or equal step time minus its own compute); the blocked-in-receive time alone "
                "understates the bubble on every stage but the first.\n"
                "- Transfers: the step grows by %.0f X at v=1 and %.0f X at v=2 (X = one transfer's latency, "
-               "B = F): transfers on the critical path, not all transfers (v=2 sends twice as many). Interleaving "
+               "B = F): the transfers on the critical path. v=2 has more of them because each slot of Megatron's interleaved structure ends in one batch that also receives the next slot's inputs, so a rank waits for the next forward's activation and the next backward's gradient together. Interleaving "
                "stops paying once X reaches about %.2f F here, i.e. when a boundary transfer costs that fraction of "
                "a full stage's forward. On the host transport a 1 KiB all-reduce of 2 ranks (two ring "
-               "messages each way) takes some 30-50 us on loopback (bench/results/comm_allreduce.md), so one small "
+               "messages each way) takes some 30-60 us on loopback (bench/results/comm_allreduce.md), so one small "
                "message costs roughly 15-25 us plus its bytes at about 1-2 GB/s. For the tiny test GPT, whose stage "
                "forward is itself only some hundreds of microseconds, X/F is not negligible and the measured v=2 "
                "gain will fall short of theory; larger micro-batches or models move it towards the floor.\n",

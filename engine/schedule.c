@@ -34,20 +34,69 @@ static void push(sched_list *s, sched_op op, int mb, int chunk, int peer)
     s->a[s->n++] = (sched_action){op, mb, chunk, peer};
 }
 
-static void emit(sched_list *s, int k, int backward)
+/* One transfer for the k-th forward (backward): its input (recv) or its output
+ * (send), when that crosses a stage boundary. */
+static void xfer(sched_list *s, int k, int backward, int send)
 {
-    int p = s->p, r = s->rank, mb, c;
+    int p = s->p, r = s->rank, mb, c, last = s->v * p - 1;
+    if (k < 0 || k >= s->m * s->v) return;
     nth(p, s->v, k, backward, &mb, &c);
-    int stage = sched_virtual_stage(p, r, c), last = s->v * p - 1;
-    int prev = (r - 1 + p) % p, next = (r + 1) % p;
-    if (!backward) {
-        if (stage > 0) push(s, SCHED_RECV_FWD, mb, c, prev);
-        push(s, SCHED_FWD, mb, c, -1);
-        if (stage < last) push(s, SCHED_SEND_FWD, mb, c, next);
-    } else {
-        if (stage < last) push(s, SCHED_RECV_BWD, mb, c, next);
-        push(s, SCHED_BWD, mb, c, -1);
-        if (stage > 0) push(s, SCHED_SEND_BWD, mb, c, prev);
+    int stage = sched_virtual_stage(p, r, c), prev = (r - 1 + p) % p, next = (r + 1) % p;
+    if (!backward && !send && stage > 0) push(s, SCHED_RECV_FWD, mb, c, prev);
+    if (!backward && send && stage < last) push(s, SCHED_SEND_FWD, mb, c, next);
+    if (backward && !send && stage < last) push(s, SCHED_RECV_BWD, mb, c, next);
+    if (backward && send && stage > 0) push(s, SCHED_SEND_BWD, mb, c, prev);
+}
+
+static void compute(sched_list *s, int k, int backward)
+{
+    int mb, c;
+    nth(s->p, s->v, k, backward, &mb, &c);
+    push(s, backward ? SCHED_BWD : SCHED_FWD, mb, c, -1);
+}
+
+/* 1F1B: each receive right before the compute that needs it, each send right
+ * after the compute that made it; the steady state is F, send-F/recv-B, B,
+ * send-B/recv-F, as Megatron batches it. */
+static void build_1f1b(sched_list *s)
+{
+    int total = s->m;
+    for (int k = 0; k < s->warmup; k++) xfer(s, k, 0, 0), compute(s, k, 0), xfer(s, k, 0, 1);
+    for (int i = 0; i < total - s->warmup; i++) {
+        xfer(s, s->warmup + i, 0, 0), compute(s, s->warmup + i, 0), xfer(s, s->warmup + i, 0, 1);
+        xfer(s, i, 1, 0), compute(s, i, 1), xfer(s, i, 1, 1);
+    }
+    for (int i = total - s->warmup; i < total; i++) xfer(s, i, 1, 0), compute(s, i, 1), xfer(s, i, 1, 1);
+}
+
+/* Interleaved: Megatron's slot structure. Each slot computes (a forward; a
+ * forward and a backward; a backward) and then exchanges in one batch the
+ * outputs of this slot and the inputs of the next one, so every rank's
+ * transfers come in a few large groups that pair up under NCCL's rendezvous
+ * semantics. The longer warm-up (2 more per earlier rank) is what lets the
+ * gradient for the next backward be received one slot ahead. */
+static void build_interleaved(sched_list *s)
+{
+    int total = s->m * s->v, W = s->warmup, R = total - W;
+    xfer(s, 0, 0, 0);
+    for (int k = 0; k < W; k++) {
+        compute(s, k, 0);
+        xfer(s, k, 0, 1);
+        xfer(s, k + 1, 0, 0); /* nothing past the last forward */
+        if (k == W - 1) xfer(s, 0, 1, 0);
+    }
+    for (int k = 0; k < R; k++) {
+        compute(s, W + k, 0);
+        compute(s, k, 1);
+        xfer(s, W + k, 0, 1);
+        xfer(s, k, 1, 1);
+        if (k + 1 < R) xfer(s, W + k + 1, 0, 0);
+        xfer(s, k + 1, 1, 0);
+    }
+    for (int k = R; k < total; k++) {
+        compute(s, k, 1);
+        xfer(s, k, 1, 1);
+        xfer(s, k + 1, 1, 0);
     }
 }
 
@@ -76,12 +125,8 @@ int sched_build(int p, int rank, int m, int v, sched_list *out, char *err, size_
     out->v = v;
     out->warmup = sched_warmup(p, rank, m, v);
     out->a = malloc(sizeof(sched_action) * (size_t)total * 6);
-    for (int k = 0; k < out->warmup; k++) emit(out, k, 0);
-    for (int i = 0; i < total - out->warmup; i++) {
-        emit(out, out->warmup + i, 0);
-        emit(out, i, 1);
-    }
-    for (int i = total - out->warmup; i < total; i++) emit(out, i, 1);
+    if (v == 1) build_1f1b(out);
+    else build_interleaved(out);
     return 0;
 }
 
@@ -108,9 +153,14 @@ uint32_t sched_tag(const sched_list *s, const sched_action *a)
 /* ---------------- simulator ---------------- */
 
 typedef struct {
-    int done; /* index of the next action */
+    int done;        /* index of the next action */
     double clock, wait;
+    int bend;        /* batched mode: end of the posted batch, 0 = none posted */
+    double posted;   /* when the batch was posted */
 } sim_rank;
+
+static int is_xfer(sched_op op) { return op >= SCHED_SEND_FWD; }
+static int is_send(sched_op op) { return op == SCHED_SEND_FWD || op == SCHED_SEND_BWD; }
 
 int sched_simulate(int p, int m, int v, double cost_fwd, double cost_bwd, sched_sim_result *res,
                    char *err, size_t errlen)
@@ -119,70 +169,138 @@ int sched_simulate(int p, int m, int v, double cost_fwd, double cost_bwd, sched_
     sched_list *L = calloc((size_t)p, sizeof *L);
     int rc = 0;
     for (int r = 0; r < p && rc == 0; r++) rc = sched_build(p, r, m, v, &L[r], err, errlen);
-    if (rc == 0) rc = sched_simulate_lists(L, cost_fwd, cost_bwd, 0, res);
+    if (rc == 0) rc = sched_simulate_lists(L, cost_fwd, cost_bwd, 0, SCHED_SENDS_BUFFERED, res);
     for (int r = 0; r < p; r++) sched_free(&L[r]);
     free(L);
     return rc;
 }
 
-int sched_simulate_lists(const sched_list *L, double cost_fwd, double cost_bwd,
-                         double cost_xfer, sched_sim_result *res)
+/* Buffered: a send records when its message can be received; a receive blocks
+ * until then. Returns 1 if the rank moved. */
+static int step_buffered(const sched_list *s, sim_rank *x, double *sent, size_t ntags, double cost_fwd,
+                         double cost_bwd, double cost_xfer)
+{
+    int moved = 0;
+    while (x->done < s->n) {
+        const sched_action *a = &s->a[x->done];
+        uint32_t tag = sched_tag(s, a);
+        if (a->op == SCHED_RECV_FWD || a->op == SCHED_RECV_BWD) {
+            double t = sent[(size_t)s->rank * ntags + tag];
+            if (t < 0) break;
+            if (t > x->clock) {
+                x->wait += t - x->clock;
+                x->clock = t;
+            }
+        } else if (is_send(a->op)) {
+            sent[(size_t)a->peer * ntags + tag] = x->clock + cost_xfer;
+        } else {
+            x->clock += a->op == SCHED_FWD ? cost_fwd : cost_bwd;
+        }
+        x->done++;
+        moved = 1;
+    }
+    return moved;
+}
+
+/* Batched rendezvous (NCCL group semantics): a maximal run of adjacent
+ * transfers is posted together; each transfer completes when its peer has
+ * posted the matching one; the rank moves on when its whole batch completed.
+ * done_at[r][i] holds the completion time of transfer i of rank r (< 0: not yet). */
+static int step_batched(const sched_list *L, sim_rank *R, double **done_at, int r, double cost_fwd,
+                        double cost_bwd, double cost_xfer)
+{
+    const sched_list *s = &L[r];
+    sim_rank *x = &R[r];
+    int moved = 0;
+    while (x->done < s->n) {
+        const sched_action *a = &s->a[x->done];
+        if (!is_xfer(a->op)) {
+            x->clock += a->op == SCHED_FWD ? cost_fwd : cost_bwd;
+            x->done++;
+            moved = 1;
+            continue;
+        }
+        if (!x->bend) {
+            x->bend = x->done;
+            while (x->bend < s->n && is_xfer(s->a[x->bend].op)) x->bend++;
+            x->posted = x->clock;
+            moved = 1;
+        }
+        /* match what the peers have posted */
+        for (int i = x->done; i < x->bend; i++) {
+            if (done_at[r][i] >= 0) continue;
+            const sched_action *o = &s->a[i];
+            int q = o->peer;
+            sim_rank *y = &R[q];
+            if (!y->bend) continue;
+            for (int j = y->done; j < y->bend; j++) {
+                const sched_action *b = &L[q].a[j];
+                if (b->peer == r && is_send(b->op) != is_send(o->op) && done_at[q][j] < 0 &&
+                    sched_tag(&L[q], b) == sched_tag(s, o)) {
+                    double t = (x->posted > y->posted ? x->posted : y->posted) + cost_xfer;
+                    done_at[r][i] = done_at[q][j] = t;
+                    moved = 1;
+                    break;
+                }
+            }
+        }
+        double end = x->clock;
+        for (int i = x->done; i < x->bend; i++) {
+            if (done_at[r][i] < 0) return moved;
+            if (done_at[r][i] > end) end = done_at[r][i];
+        }
+        x->wait += end - x->clock;
+        x->clock = end;
+        x->done = x->bend;
+        x->bend = 0;
+        moved = 1;
+    }
+    return moved;
+}
+
+int sched_simulate_lists(const sched_list *L, double cost_fwd, double cost_bwd, double cost_xfer,
+                         sched_send_mode mode, sched_sim_result *res)
 {
     memset(res, 0, sizeof *res);
-    int p = L[0].p, m = L[0].m, v = L[0].v, rc = 0;
+    int p = L[0].p, m = L[0].m, v = L[0].v;
     sim_rank *R = calloc((size_t)p, sizeof *R);
-    /* sent[dst][tag] = time the message became available, < 0 if not yet sent */
     size_t ntags = (size_t)m * (size_t)(v * p) * 2;
     double *sent = malloc(sizeof(double) * ntags * (size_t)p);
     for (size_t i = 0; i < ntags * (size_t)p; i++) sent[i] = -1;
-
-    for (int moved = 1; rc == 0 && moved;) {
+    double **done_at = calloc((size_t)p, sizeof *done_at);
+    for (int r = 0; r < p; r++) {
+        done_at[r] = malloc(sizeof(double) * (size_t)(L[r].n ? L[r].n : 1));
+        for (int i = 0; i < L[r].n; i++) done_at[r][i] = -1;
+    }
+    for (int moved = 1; moved;) {
         moved = 0;
-        for (int r = 0; r < p; r++) {
-            sim_rank *x = &R[r];
-            while (x->done < L[r].n) {
-                const sched_action *a = &L[r].a[x->done];
-                uint32_t tag = sched_tag(&L[r], a);
-                if (a->op == SCHED_RECV_FWD || a->op == SCHED_RECV_BWD) {
-                    double t = sent[(size_t)r * ntags + tag];
-                    if (t < 0) break; /* blocked */
-                    if (t > x->clock) {
-                        x->wait += t - x->clock;
-                        x->clock = t;
-                    }
-                } else if (a->op == SCHED_SEND_FWD || a->op == SCHED_SEND_BWD) {
-                    sent[(size_t)a->peer * ntags + tag] = x->clock + cost_xfer;
-                } else {
-                    x->clock += a->op == SCHED_FWD ? cost_fwd : cost_bwd;
-                }
-                x->done++;
-                moved = 1;
-            }
-        }
+        for (int r = 0; r < p; r++)
+            moved |= mode == SCHED_SENDS_BUFFERED
+                         ? step_buffered(&L[r], &R[r], sent, ntags, cost_fwd, cost_bwd, cost_xfer)
+                         : step_batched(L, R, done_at, r, cost_fwd, cost_bwd, cost_xfer);
     }
-    if (rc == 0) {
-        int w = 0;
-        for (int r = 0; r < p; r++) {
-            if (R[r].done < L[r].n) {
-                const sched_action *a = &L[r].a[R[r].done];
-                res->deadlock = 1;
+    int w = 0;
+    for (int r = 0; r < p; r++) {
+        if (R[r].done < L[r].n) {
+            const sched_action *a = &L[r].a[R[r].done];
+            res->deadlock = 1;
+            if (w < (int)sizeof res->why - 1)
                 w += snprintf(res->why + w, sizeof res->why - (size_t)w,
-                              "%srank %d waits at action %d %s(mb %d, chunk %d) from rank %d",
-                              w ? "; " : "", r, R[r].done, sched_op_name(a->op), a->mb, a->chunk,
-                              a->peer);
-                if (w >= (int)sizeof res->why) w = (int)sizeof res->why - 1;
-            }
-            if (r < SCHED_SIM_RANKS) {
-                res->wait[r] = R[r].wait;
-                res->finish[r] = R[r].clock;
-            }
-            if (R[r].clock > res->makespan) res->makespan = R[r].clock;
-            if (R[r].wait > res->wait_max) res->wait_max = R[r].wait;
+                              "%srank %d waits at action %d %s(mb %d, chunk %d) peer %d", w ? "; " : "",
+                              r, R[r].done, sched_op_name(a->op), a->mb, a->chunk, a->peer);
         }
-        res->ideal = (double)m * v * (cost_fwd + cost_bwd);
-        res->bubble = (res->makespan - res->ideal) / res->ideal;
+        if (r < SCHED_SIM_RANKS) {
+            res->wait[r] = R[r].wait;
+            res->finish[r] = R[r].clock;
+        }
+        if (R[r].clock > res->makespan) res->makespan = R[r].clock;
+        if (R[r].wait > res->wait_max) res->wait_max = R[r].wait;
     }
+    res->ideal = (double)m * v * (cost_fwd + cost_bwd);
+    res->bubble = (res->makespan - res->ideal) / res->ideal;
+    for (int r = 0; r < p; r++) free(done_at[r]);
+    free(done_at);
     free(R);
     free(sent);
-    return rc;
+    return 0;
 }

@@ -12,16 +12,25 @@
  *           k runs the chunks in reverse. Warm-up is Megatron's
  *           min((p - rank - 1)*2 + (v - 1)*p, m*v) forwards.
  *
- * Transfers: a forward of virtual stage s > 0 is preceded by RECV_FWD from rank
- * (r-1) mod p; a forward of s < v*p-1 is followed by SEND_FWD to (r+1) mod p;
- * backward mirrors it (RECV_BWD from (r+1) mod p before, SEND_BWD to (r-1) mod p
- * after). Receives sit right before the compute that needs them and sends right
- * after the compute that produces them.
+ * Transfers: a forward of virtual stage s > 0 needs a RECV_FWD from rank
+ * (r-1) mod p and, if s < v*p-1, is followed by a SEND_FWD to (r+1) mod p;
+ * backward mirrors it (RECV_BWD from (r+1) mod p, SEND_BWD to (r-1) mod p).
+ *   v == 1: each receive sits right before the compute that needs it and each
+ *           send right after the compute that made it (steady state: F,
+ *           SEND_FWD+RECV_BWD, B, SEND_BWD+RECV_FWD, as Megatron batches it).
+ *   v > 1:  Megatron's slots: each slot computes (F | F then B | B) and then
+ *           one run of transfers sends this slot's outputs and receives the
+ *           next slot's inputs (a gradient is received one slot ahead of its
+ *           backward).
+ * Adjacent transfer actions form one batch for comm_p2p_batch.
  *
- * Execution model the lists are proven against (sched_simulate, tests): sends
- * are buffered (they complete without waiting for the receiver, as on the host
- * backend) and receives block. A backend with rendezvous sends (NCCL) must
- * issue a run of adjacent transfer actions as one batch (comm_p2p_batch).
+ * Execution models the lists are proven against (sched_simulate_lists, tests):
+ * buffered sends (they complete without waiting for the receiver, as on the
+ * host backend) with blocking receives; and NCCL-style rendezvous where each
+ * run of adjacent transfer actions is issued as one batch (comm_p2p_batch).
+ * Neither deadlocks. Between any two ranks, the messages (both directions of
+ * the pipeline together) are received in the order they are sent, so a
+ * backend without tags (NCCL) matches them by order.
  *
  * Messages are matched by sched_tag: (direction, micro-batch, receiving virtual
  * stage), the same value for a send and its receive.
@@ -86,10 +95,20 @@ typedef struct {
 
 int sched_simulate(int p, int m, int v, double cost_fwd, double cost_bwd, sched_sim_result *r,
                    char *err, size_t errlen);
+typedef enum {
+    /* host backend: a send completes at once; its message can be received
+     * cost_xfer later */
+    SCHED_SENDS_BUFFERED = 0,
+    /* NCCL: each maximal run of adjacent transfer actions is one group
+     * (comm_p2p_batch); a transfer completes cost_xfer after both ends have
+     * posted theirs; a rank leaves a group when all of it completed */
+    SCHED_SENDS_BATCHED = 1,
+} sched_send_mode;
+
 /* The same over given lists (lists[r] for rank r, all of one (p, m, v)), e.g.
- * an executor's reordered lists, and with a transfer latency: a message sent at
- * time t can be received from t + cost_xfer (the sender does not wait). */
+ * an executor's reordered lists, with a transfer latency and a send model. A
+ * deadlock is reported in r->deadlock/why, not as an error. Returns 0. */
 int sched_simulate_lists(const sched_list *lists, double cost_fwd, double cost_bwd,
-                         double cost_xfer, sched_sim_result *r);
+                         double cost_xfer, sched_send_mode mode, sched_sim_result *r);
 
 #endif

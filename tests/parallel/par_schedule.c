@@ -81,23 +81,30 @@ static void check_one(int p, int m, int v)
             CHECK(matches == 1, "p%d m%d v%d r%d: %s(%d,%d) has %d receives", p, m, v, r,
                   sched_op_name(a->op), a->mb, a->chunk, matches);
         }
-        /* FIFO per (sender, receiver, direction) */
-        for (int dir = 0; dir < 2; dir++)
-            for (int q = 0; q < p; q++) {
-                if (q == r) continue;
-                uint32_t sent[4096], got[4096];
-                int ns = 0, ng = 0;
-                for (int i = 0; i < s->n; i++)
-                    if (s->a[i].op == (dir ? SCHED_SEND_BWD : SCHED_SEND_FWD) && s->a[i].peer == q && ns < 4096)
-                        sent[ns++] = sched_tag(s, &s->a[i]);
-                for (int i = 0; i < L[q].n; i++)
-                    if (L[q].a[i].op == (dir ? SCHED_RECV_BWD : SCHED_RECV_FWD) && L[q].a[i].peer == r && ng < 4096)
-                        got[ng++] = sched_tag(&L[q], &L[q].a[i]);
-                CHECK(ns == ng && memcmp(sent, got, sizeof(uint32_t) * (size_t)ns) == 0,
-                      "p%d m%d v%d: %s messages %d->%d are not received in send order", p, m, v,
-                      dir ? "backward" : "forward", r, q);
-            }
+        /* FIFO per (sender, receiver), both directions together: NCCL matches
+         * by order alone, and for p = 2 with interleaving one rank sends both
+         * activations and gradients to the other */
+        for (int q = 0; q < p; q++) {
+            if (q == r) continue;
+            uint32_t sent[4096], got[4096];
+            int ns = 0, ng = 0;
+            for (int i = 0; i < s->n; i++)
+                if ((s->a[i].op == SCHED_SEND_FWD || s->a[i].op == SCHED_SEND_BWD) && s->a[i].peer == q && ns < 4096)
+                    sent[ns++] = sched_tag(s, &s->a[i]);
+            for (int i = 0; i < L[q].n; i++)
+                if ((L[q].a[i].op == SCHED_RECV_FWD || L[q].a[i].op == SCHED_RECV_BWD) && L[q].a[i].peer == r && ng < 4096)
+                    got[ng++] = sched_tag(&L[q], &L[q].a[i]);
+            CHECK(ns == ng && memcmp(sent, got, sizeof(uint32_t) * (size_t)ns) == 0,
+                  "p%d m%d v%d: messages %d->%d are not received in send order", p, m, v, r, q);
+        }
     }
+
+    /* NCCL-style batched rendezvous: no deadlock, same step time when free */
+    sched_sim_result nres;
+    sched_simulate_lists(L, 1, 1, 0, SCHED_SENDS_BATCHED, &nres);
+    CHECK(!nres.deadlock, "p%d m%d v%d deadlocks with batched rendezvous sends: %s", p, m, v, nres.why);
+    CHECK(fabs(nres.bubble - sched_bubble_theory(p, m, v)) < 1e-12, "p%d m%d v%d batched bubble %.6f", p, m,
+          v, nres.bubble);
 
     sched_sim_result res;
     CHECK(sched_simulate(p, m, v, 1, 1, &res, err, sizeof err) == 0, "%s", err);
@@ -161,8 +168,10 @@ int main(int argc, char **argv)
     memmove(D[0].a + 1, D[0].a, sizeof(sched_action) * (size_t)rb);
     D[0].a[0] = moved;
     sched_sim_result res;
-    CHECK(sched_simulate_lists(D, 1, 1, 0, &res) == 0 && res.deadlock && strstr(res.why, "rank 0 waits"),
+    CHECK(sched_simulate_lists(D, 1, 1, 0, SCHED_SENDS_BUFFERED, &res) == 0 && res.deadlock && strstr(res.why, "rank 0 waits"),
           "reordered schedule must deadlock: %s", res.why);
+    CHECK(sched_simulate_lists(D, 1, 1, 0, SCHED_SENDS_BATCHED, &res) == 0 && res.deadlock,
+          "reordered schedule must deadlock with batched sends too");
     for (int r = 0; r < 2; r++) sched_free(&D[r]);
 
     CHECK(sched_build(4, 0, 6, 2, &s, err, sizeof err) == -1 && strstr(err, "multiple of"), "%s", err);
