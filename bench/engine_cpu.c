@@ -85,7 +85,7 @@ int main(int argc, char **argv)
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)N), *tgt = malloc(sizeof(int32_t) * (size_t)N);
     for (int i = 0; i < N; i++) { tok[i] = (i * 131 + 7) % 256; tgt[i] = (i * 37 + 3) % 256; }
 
-    double t_fwd = 0, t_bwd = 0, t_opt = 0, loss = 0;
+    double t_fwd = 0, t_bwd = 0, t_opt = 0, loss = 0, best = 1e30;
     for (int it = 0; it <= iters; it++) { /* iteration 0 warms up */
         double t0 = now_s();
         eng_zero_grads(m);
@@ -96,11 +96,14 @@ int main(int argc, char **argv)
         eng_optim_step(o, m, 1e-4, 1.0f, it + 1);
         double t3 = now_s();
         if (it) { t_fwd += t1 - t0; t_bwd += t2 - t1; t_opt += t3 - t2; }
+        if (it && t3 - t0 < best) best = t3 - t0;
     }
+    /* The fastest step against the fastest GEMM: both are the machine's rate with
+     * the least interference from other work on it. */
     double step = (t_fwd + t_bwd + t_opt) / iters;
-    double tokens_per_s = N / step, flops = cfg_flops_per_token(&c) * N / step / 1e9;
-    double g_square = sgemm_gflops(1024, 1024, 1024, 5);
-    double g_model = sgemm_gflops(N, 4 * c.hidden_size, c.hidden_size, 5); /* the c_fc GEMM */
+    double tokens_per_s = N / best, flops = cfg_flops_per_token(&c) * N / best / 1e9;
+    double g_square = sgemm_gflops(1024, 1024, 1024, 10);
+    double g_model = sgemm_gflops(N, 4 * c.hidden_size, c.hidden_size, 10); /* the c_fc GEMM */
 
     char cpu[256], date[64];
     cpu_name(cpu, sizeof cpu);
@@ -119,12 +122,12 @@ int main(int argc, char **argv)
     fprintf(f, "- model: 4 layers, hidden 256, 8 heads, seq 256, vocab 256, %.0f parameters, "
                "micro-batch %d (%d tokens per step), fp32, OpenBLAS\n\n", cfg_num_params(&c), mbs, N);
     fprintf(f, "| measure | value |\n| --- | --- |\n");
-    fprintf(f, "| step time (forward + backward + AdamW) | %.1f ms |\n", step * 1e3);
-    fprintf(f, "| of which forward / backward / optimizer | %.1f / %.1f / %.1f ms |\n", t_fwd / iters * 1e3,
+    fprintf(f, "| step time (forward + backward + AdamW), best / mean | %.1f / %.1f ms |\n", best * 1e3, step * 1e3);
+    fprintf(f, "| of which forward / backward / optimizer (mean) | %.1f / %.1f / %.1f ms |\n", t_fwd / iters * 1e3,
             t_bwd / iters * 1e3, t_opt / iters * 1e3);
-    fprintf(f, "| tokens/s | %.0f |\n", tokens_per_s);
+    fprintf(f, "| tokens/s (best step) | %.0f |\n", tokens_per_s);
     fprintf(f, "| achieved model GFLOP/s (PaLM count) | %.2f |\n", flops);
-    fprintf(f, "| SGEMM GFLOP/s, 1024x1024x1024 | %.2f |\n", g_square);
+    fprintf(f, "| SGEMM GFLOP/s, 1024x1024x1024 (best of 10) | %.2f |\n", g_square);
     fprintf(f, "| SGEMM GFLOP/s, model shape %dx%dx%d | %.2f |\n", N, 4 * c.hidden_size, c.hidden_size, g_model);
     fprintf(f, "| **model / SGEMM (1024^3) ratio** | **%.2f** |\n", flops / g_square);
     fprintf(f, "\nFinal loss on the fixed random batch: %.4f (a sanity figure, not a benchmark).\n",

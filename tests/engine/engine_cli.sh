@@ -58,6 +58,12 @@ rm ck_copy/iter_0000020/manifest.json
 grep -q "iter_0000020 is not committed" torn.err && ok "uncommitted step reported" \
     || bad "torn step not reported: $(cat torn.err)"
 
+# ---- --yaml-cfg: the same keys, later flags override ----
+printf 'model:\n  num_layers: 2\n  hidden_size: 64\n  num_attention_heads: 4\nseq_length: 32\nmicro_batch_size: 2\nglobal_batch_size: 8\ntrain_iters: 3\nlr: 1.0e-3\nlr_warmup_iters: 3\nseed: 11\n' > run.yaml
+"$TRAIN" --yaml-cfg run.yaml --train-iters 20 --metrics-file yaml.jsonl >/dev/null 2>&1 || bad "yaml run failed"
+diff <(losses straight.jsonl) <(losses yaml.jsonl) >/dev/null && ok "--yaml-cfg run equals the flag run" \
+    || bad "--yaml-cfg run differs from the same flags"
+
 # ---- bad input: one line on stderr naming the file/flag, non-zero exit, nothing written ----
 expect_error() { # name pattern args...
     local name=$1 pattern=$2; shift 2
