@@ -11,7 +11,7 @@
 #include "check.h"
 #include "discover.h"
 
-#define ROUNDS 3000
+#define ROUNDS 2000
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static unsigned rnd(unsigned n)
