@@ -86,6 +86,10 @@ int comm_world_init(comm_world **out, comm_backend_kind kind, int rank, int worl
                  rank, world);
         return -1;
     }
+    if (!store && world > 1) {
+        snprintf(err, errlen, "comm: %d ranks need a rendezvous store to meet through", world);
+        return -1;
+    }
     if (kind == COMM_BACKEND_NCCL && !(flags & COMM_DEVICE_BUFFERS)) {
         snprintf(err, errlen, "comm: the nccl backend needs COMM_DEVICE_BUFFERS (device pointers)");
         return -1;
@@ -134,12 +138,16 @@ static int env_int(const char *name, int *v, char *err, size_t errlen)
 int comm_world_init_env(comm_world **out, comm_backend_kind kind, int flags, char *err,
                         size_t errlen)
 {
-    int rank, world;
+    int rank, world, timeout_ms = 0;
+    if (!getenv("RANK") && !getenv("WORLD_SIZE"))
+        return comm_world_init(out, kind, 0, 1, NULL, NULL, flags, 0, err, errlen);
     if (env_int("RANK", &rank, err, errlen) || env_int("WORLD_SIZE", &world, err, errlen))
+        return -1;
+    if (getenv("ATOLL_COMM_TIMEOUT_MS") && env_int("ATOLL_COMM_TIMEOUT_MS", &timeout_ms, err, errlen))
         return -1;
     store_client *sc = NULL;
     if (store_connect_env(30000, &sc, err, errlen) != STORE_OK) return -1;
-    if (comm_world_init(out, kind, rank, world, sc, NULL, flags, 0, err, errlen) != 0) {
+    if (comm_world_init(out, kind, rank, world, sc, NULL, flags, timeout_ms, err, errlen) != 0) {
         store_close(sc);
         return -1;
     }

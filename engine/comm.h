@@ -56,7 +56,7 @@ typedef struct comm_world comm_world;
 typedef struct comm comm;
 
 /* Joins the job: `rank` of `world` ranks, meeting through `store` (borrowed, must
- * outlive the world). `prefix` namespaces the store keys so several worlds can
+ * outlive the world; may be NULL for a one-rank world). `prefix` namespaces the store keys so several worlds can
  * meet through one store (e.g. a restart epoch); NULL = "atoll". Collective over
  * all ranks. `timeout_ms` bounds the rendezvous and every later wait for a peer
  * (0 = 300 s). The host backend listens on ATOLL_HOST_ADDR if set, else on the
@@ -65,7 +65,8 @@ int comm_world_init(comm_world **out, comm_backend_kind kind, int rank, int worl
                     struct store_client *store, const char *prefix, int flags, int timeout_ms,
                     char *err, size_t errlen);
 /* Same, with rank and size from RANK and WORLD_SIZE and a store client from
- * MASTER_ADDR/MASTER_PORT (owned by the world). */
+ * MASTER_ADDR/MASTER_PORT (owned by the world); ATOLL_COMM_TIMEOUT_MS sets the
+ * timeout. With neither RANK nor WORLD_SIZE set: a one-rank world, no store. */
 int comm_world_init_env(comm_world **out, comm_backend_kind kind, int flags, char *err,
                         size_t errlen);
 void comm_world_free(comm_world *w);

@@ -309,9 +309,15 @@ static int wait_recv(comm *c, req *r)
         if (r->m && r->m->complete) break;
         if (r->state == REQ_DONE || r->state == REQ_FAILED) break;
         if (r->m && !r->m->complete && h->peers[r->peer].closed) break;
+        /* wake at the deadline or within a second, whichever is first */
+        double left = deadline - now_s();
+        if (left > 1) left = 1;
+        if (left < 0.001) left = 0.001;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
+        long long ns = ts.tv_nsec + (long long)(left * 1e9);
+        ts.tv_sec += ns / 1000000000;
+        ts.tv_nsec = ns % 1000000000;
         pthread_cond_timedwait(&h->cv, &h->mu, &ts);
         if (now_s() > deadline && r->state == REQ_POSTED) {
             peer *p = &h->peers[r->peer];

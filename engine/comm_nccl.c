@@ -60,6 +60,7 @@ static int nccl_world_init(comm_world *w, char *err, size_t errlen)
     snprintf(key, sizeof key, "%s/nccl/unique_id", w->prefix);
     if (w->rank == 0) {
         ncclResult_t r = ncclGetUniqueId(&id);
+        if (r == ncclSuccess && !w->store) goto have_id; /* one rank: nobody to tell */
         if (r != ncclSuccess) {
             snprintf(err, errlen, "comm(nccl): ncclGetUniqueId: %s", ncclGetErrorString(r));
             return -1;
@@ -84,6 +85,7 @@ static int nccl_world_init(comm_world *w, char *err, size_t errlen)
         memcpy(&id, val, sizeof id);
         free(val);
     }
+have_id:;
     nccl_world *nw = calloc(1, sizeof *nw);
     ce = cudaStreamCreate(&nw->stream);
     if (ce != cudaSuccess) {

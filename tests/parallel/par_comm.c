@@ -10,6 +10,7 @@
 #include "check.h"
 #include "comm.h"
 #include "launcher.h"
+#include "store.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -215,6 +216,25 @@ static int rank_main(void)
     double dt = now() - t0;
     if (R != 0 && W > 1) CHECK(dt > 0.2, "rank %d left the barrier after %.3f s, before rank 0 arrived", R, dt);
     CHECK(comm_barrier(wc) == 0, "second barrier: %s", comm_error(w));
+
+    /* a receive nobody answers fails after the world's timeout, naming the peer */
+    if (W >= 2) {
+        store_client *sc;
+        comm_world *sw;
+        char e2[512];
+        CHECK(store_connect_env(5000, &sc, e2, sizeof e2) == STORE_OK, "%s", e2);
+        CHECK(comm_world_init(&sw, COMM_BACKEND_HOST, R, W, sc, "short", 0, 400, e2, sizeof e2) == 0, "%s", e2);
+        if (R == 0) {
+            int never;
+            double t1 = now();
+            CHECK(comm_recv(comm_world_comm(sw), &never, sizeof never, 1, 77) == -1 &&
+                  strstr(comm_error(sw), "no message from rank 1 within 400 ms"), "timeout: %s", comm_error(sw));
+            CHECK(now() - t1 < 3, "timed out after %.2f s", now() - t1);
+        }
+        CHECK(comm_barrier(wc) == 0, "barrier after timeout: %s", comm_error(w));
+        comm_world_free(sw);
+        store_close(sc);
+    }
     comm_world_free(w);
     char name[32];
     snprintf(name, sizeof name, "rank %d/%d", R, W);
