@@ -102,6 +102,9 @@ static void test_failures(void)
     CHECK(rc == 0 && node.ngpus == 0 && node.nnics == 4, "nodriver: rc %d, %d GPUs, %d NICs", rc, node.ngpus,
           node.nnics);
     CHECK(strstr(err, "driver") != NULL, "nodriver: note '%s'", err);
+    /* A driver that is there but unusable is an error, not "no GPUs". */
+    rc = run("mismatch");
+    CHECK(rc == -1 && strstr(err, "NVML initialisation failed: RM has detected"), "mismatch: rc %d: %s", rc, err);
     rc = run("badname");
     CHECK(rc == -1, "badname: rc %d", rc);
     CHECK(strstr(err, "nvmlDeviceGetName(GPU 2)") && strstr(err, "Unknown Error"), "badname: %s", err);

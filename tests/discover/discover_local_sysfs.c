@@ -79,6 +79,21 @@ static void expect_refusal(const char *what, const char *rate, const char *needl
     fs_remove(root);
 }
 
+static void test_too_many(void)
+{
+    char root[512];
+    fs_root(root, sizeof root, "discover_sysfs");
+    for (int i = 0; i <= TOPO_MAX_NICS; i++) {
+        char name[16], pci[128];
+        snprintf(name, sizeof name, "mlx5_%d", i);
+        snprintf(pci, sizeof pci, "pci0000:00/0000:00:01.0/0000:%02x:00.0", 0x10 + i);
+        fs_ib(root, name, pci, "400 Gb/sec (4X NDR)\n", "InfiniBand\n");
+    }
+    int rc = run(root);
+    CHECK(rc == -1 && strstr(err, "/class/infiniband: more than 32 RDMA devices"), "33 NICs: rc %d: %s", rc, err);
+    fs_remove(root);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -86,5 +101,6 @@ int main(int argc, char **argv)
     test_no_rdma();
     expect_refusal("unreadable rate", "fast\n", "'fast' is not '<N> Gb/sec");
     expect_refusal("missing rate", NULL, "cannot read");
+    test_too_many();
     return check_summary(argv[0]);
 }

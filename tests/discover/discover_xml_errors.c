@@ -77,6 +77,11 @@ int main(int argc, char **argv)
         k += snprintf(big + k, sizeof big - (size_t)k, "<pci busid=\"0001:%02x:00.0\" class=\"0x030200\"/>\n", g);
     snprintf(big + k, sizeof big - (size_t)k, "</system>\n");
     expect_error("too many GPUs", big, TOPO_MAX_GPUS + 2, "more GPUs than a node may have");
+    k = snprintf(big, sizeof big, "<system>\n<pci busid=\"0000:01:00.0\" class=\"0x020700\"><nic>\n");
+    for (int i = 0; i <= TOPO_MAX_NICS; i++)
+        k += snprintf(big + k, sizeof big - (size_t)k, "<net name=\"mlx5_%d\"/>\n", i);
+    snprintf(big + k, sizeof big - (size_t)k, "</nic></pci></system>\n");
+    expect_error("too many NICs", big, TOPO_MAX_NICS + 3, "more NICs than a node may have: 32");
     k = 0;
     for (int d = 0; d < 70; d++) k += snprintf(big + k, sizeof big - (size_t)k, "<system>\n");
     expect_error("too deep", big, 65, "nested deeper than");

@@ -10,6 +10,7 @@
  *   nolinks      NVLink queries answer NOT_SUPPORTED
  *   nodriver     nvmlInit fails with DRIVER_NOT_LOADED
  *   badname      nvmlDeviceGetName fails for GPU 2
+ *   mismatch     nvmlInit fails with LIB_RM_VERSION_MISMATCH (library and driver differ)
  * GPU g sits at bus 00000000:<18 + 16 g>:00.0 (upper case, as NVML writes it). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "discover_nvml.h"
 
 #define FAKE_ERROR_UNKNOWN 999
+#define FAKE_ERROR_RM_MISMATCH 18
 #define FAKE_ERROR_VERSION_MISMATCH 25
 
 static char mode[32];
@@ -36,6 +38,7 @@ dnvml_return nvmlInit_v2(void)
     ngpus = n ? (unsigned)atoi(n) : 4;
     if (ngpus > 128) ngpus = 128;
     if (is("nodriver")) return DNVML_ERROR_DRIVER_NOT_LOADED;
+    if (is("mismatch")) return FAKE_ERROR_RM_MISMATCH;
     inited++;
     return DNVML_SUCCESS;
 }
@@ -49,7 +52,10 @@ dnvml_return nvmlShutdown(void)
 
 const char *nvmlErrorString(dnvml_return r)
 {
-    return r == FAKE_ERROR_UNKNOWN ? "Unknown Error" : r == DNVML_ERROR_NOT_SUPPORTED ? "Not Supported" : "error";
+    return r == FAKE_ERROR_UNKNOWN         ? "Unknown Error"
+           : r == FAKE_ERROR_RM_MISMATCH   ? "RM has detected an NVML/RM version mismatch."
+           : r == DNVML_ERROR_NOT_SUPPORTED ? "Not Supported"
+                                            : "error";
 }
 
 dnvml_return nvmlDeviceGetCount_v2(unsigned *count)
