@@ -78,7 +78,7 @@ static int load(nvml *m, char *note, unsigned notelen, char *err, unsigned errle
         return 1;
     }
     if (r != DNVML_SUCCESS) {
-        snprintf(err, errlen, "NVML initialisation failed: %s", why(m, r));
+        snprintf(err, errlen, "libnvidia-ml.so.1: nvmlInit failed: %s", why(m, r));
         return -1;
     }
     return 0;
