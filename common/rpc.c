@@ -340,7 +340,7 @@ static void on_connection(uv_stream_t *ls, int status)
         log_warn("accept failed: %s", uv_strerror(status));
         return;
     }
-    rpc_conn *c = conn_new(s->loop, s->token, s->max_frame, &s->h, s->data);
+    rpc_conn *c = conn_new(s->loop, s->token, s->max_frame, &s->h, NULL); /* data is the owner's, set on ready */
     if (!c) return;
     c->server = s;
     if (uv_accept(ls, (uv_stream_t *)&c->tcp)) {

@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# Integration tests of the control plane: a real coordinatord and several workerd
+# on loopback ports, driven only through the atoll CLI (plus raw bytes on a socket
+# for the malformed-frame cases). Usage: ctl_it.sh CASE BINDIR
+#   nodes    nodes appear with the right GPU counts and islands; node/drain/undrain; exit codes
+#   dead     kill -9 of a workerd: its node turns dead within the node timeout, with events
+#   restart  kill -9 of the coordinator: jobs, states and events survive, workers re-register
+#   refuse   wrong token, garbage frame, oversized frame, unauthenticated request and an
+#            invalid job spec are refused with clear messages; the daemon keeps serving
+# Every process started here is killed on exit, pass or fail.
+set -uo pipefail
+CASE=$1
+BIN=$2
+PY=$(command -v python3)
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/ctl_it_${CASE}.XXXXXX")
+PIDS=()
+HB=0.2
+TIMEOUT=1.5
+TIMEOUT_MS=1500
+
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  wait 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL ($CASE): $*" >&2
+  for f in "$TMP"/*.log; do echo "--- $f" >&2; tail -n 25 "$f" >&2; done
+  exit 1
+}
+ok() { echo "ok: $*"; }
+
+now() { date +%s.%N; }
+# wait_until SECONDS COMMAND...: polls every 100 ms
+wait_until() {
+  local limit=$1; shift
+  local end; end=$(awk -v a="$(now)" -v b="$limit" 'BEGIN { printf "%.3f", a + b }')
+  while ! "$@" >/dev/null 2>&1; do
+    if awk -v a="$(now)" -v b="$end" 'BEGIN { exit !(a > b) }'; then return 1; fi
+    sleep 0.1
+  done
+}
+# json EXPR < input: evaluates a Python expression over the parsed JSON `d`
+json() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+
+atoll() { "$BIN/atoll" "$@"; }
+
+start_coord() { # [PORT]
+  rm -f "$TMP/state/coordinatord.addr"
+  "$BIN/coordinatord" --listen "127.0.0.1:${1:-0}" --http 127.0.0.1:0 --state-dir "$TMP/state" \
+      --heartbeat-interval $HB --node-timeout $TIMEOUT >>"$TMP/coordinatord.log" 2>&1 &
+  COORD_PID=$!
+  PIDS+=("$COORD_PID")
+  wait_until 10 test -s "$TMP/state/coordinatord.addr" || fail "coordinatord did not start"
+  export ATOLL_COORDINATOR; ATOLL_COORDINATOR=$(cat "$TMP/state/coordinatord.addr")
+  export ATOLL_TOKEN_FILE=$TMP/state/token
+  PORT=${ATOLL_COORDINATOR##*:}
+}
+
+declare -A WPID
+start_worker() { # NAME workerd-flags...
+  local name=$1; shift
+  "$BIN/workerd" --name "$name" --work-dir "$TMP/work" "$@" >>"$TMP/workerd-$name.log" 2>&1 &
+  WPID[$name]=$!
+  PIDS+=("$!")
+}
+
+node_field() { # NAME PYEXPR over node n
+  atoll nodes --json | json "[$2 for n in d['nodes'] if n['name']=='$1'][0]"
+}
+nodes_alive() { # N: exactly N nodes alive
+  [ "$(atoll nodes --json | json "sum(n['state']=='alive' for n in d['nodes'])")" = "$1" ]
+}
+node_state_is() { [ "$(node_field "$1" "n['state']")" = "$2" ]; }
+has_event() { # KIND SUBJECT [AFTER_ID]
+  [ "$(atoll events --after "${3:-0}" --json | json "sum(e['kind']=='$1' and e['subject']=='$2' for e in d['events'])")" -ge 1 ]
+}
+
+# Stops the daemons with SIGTERM and checks each exits 0 (under ASan this also
+# catches leaks at shutdown).
+stop_all() {
+  for name in "${!WPID[@]}"; do
+    local p=${WPID[$name]}
+    kill -0 "$p" 2>/dev/null || continue
+    kill -TERM "$p"; wait "$p"; local rc=$?
+    [ $rc -eq 0 ] || fail "workerd $name exited $rc on SIGTERM"
+  done
+  kill -TERM "$COORD_PID"; wait "$COORD_PID"; local rc=$?
+  [ $rc -eq 0 ] || fail "coordinatord exited $rc on SIGTERM"
+  ok "daemons stopped cleanly"
+}
+
+spec=(--num-layers 4 --hidden-size 64 --num-attention-heads 8 --seq-length 32 --global-batch-size 16)
+
+case_nodes() {
+  start_coord
+  start_worker h100 --simulate dgx-h100
+  start_worker a100 --simulate dgx-a100
+  start_worker tray0 --simulate gb200-tray --nvlink-domain nvl72-0
+  start_worker tray1 --simulate gb200-tray --nvlink-domain nvl72-0
+  start_worker cpu --simulate cpu:4
+  wait_until 10 nodes_alive 5 || fail "5 nodes not alive: $(atoll nodes)"
+  atoll nodes
+  [ "$(node_field h100 "len(n['gpus'])")" = 8 ] || fail "h100 GPU count"
+  [ "$(node_field a100 "len(n['gpus'])")" = 8 ] || fail "a100 GPU count"
+  [ "$(node_field tray0 "len(n['gpus'])")" = 4 ] || fail "tray GPU count"
+  [ "$(node_field cpu "len(n['gpus'])")" = 0 ] || fail "cpu node has GPUs"
+  [ "$(node_field h100 "sorted(set(g['island'] for g in n['gpus']))")" = "['h100']" ] || fail "h100 island"
+  [ "$(node_field tray1 "sorted(set(g['island'] for g in n['gpus']))")" = "['nvl72-0']" ] || fail "tray island"
+  [ "$(node_field a100 "[x['gbps'] for x in n['nics']][0]")" = 200 ] || fail "a100 NIC rate"
+  [ "$(node_field h100 "[g['memory_bytes'] > 80e9 for g in n['gpus']].count(True)")" = 8 ] || fail "h100 memory"
+  ok "nodes with the right GPU counts, islands and NICs"
+  if [ -f "$SHARED/topologies/azure-ndv5-h100.xml" ]; then
+    start_worker ndv5 --topology-xml "$SHARED/topologies/azure-ndv5-h100.xml"
+    wait_until 10 nodes_alive 6 || fail "NCCL-XML node not alive: $(cat "$TMP/workerd-ndv5.log")"
+    [ "$(node_field ndv5 "(len(n['gpus']), len(n['nics']))")" = "(8, 8)" ] || fail "ndv5 XML node counts"
+    ok "a node described by NCCL topology XML registers with 8 GPUs and 8 NICs"
+  fi
+  atoll node tray0 --json | json "len(d['gpus'])" | grep -qx 4 || fail "atoll node --json"
+  atoll node tray0 | grep -q "NVLink islands: nvl72-0" || fail "atoll node text"
+  atoll drain a100 >/dev/null || fail "drain"
+  node_state_is a100 drained || fail "a100 not drained"
+  has_event node.drained a100 || fail "no drain event"
+  atoll undrain a100 --json | json "d['state']" | grep -qx alive || fail "undrain"
+  ok "drain / undrain"
+  # Exit statuses: 1 refused, 2 usage, 3 unreachable.
+  atoll node nosuch 2>"$TMP/err"; [ $? -eq 1 ] && grep -q "no node named 'nosuch'" "$TMP/err" || fail "unknown node: $(cat "$TMP/err")"
+  atoll status 999 2>"$TMP/err"; [ $? -eq 1 ] || fail "unknown job exit status"
+  atoll frobnicate 2>"$TMP/err"; [ $? -eq 2 ] || fail "unknown command exit status"
+  atoll node 2>"$TMP/err"; [ $? -eq 2 ] || fail "missing argument exit status"
+  atoll submit --num-layers x 2>"$TMP/err"; [ $? -eq 2 ] && grep -q "num-layers" "$TMP/err" || fail "bad flag value"
+  atoll --coordinator 127.0.0.1:1 nodes 2>"$TMP/err"; [ $? -eq 3 ] && grep -q "127.0.0.1:1" "$TMP/err" \
+    || fail "unreachable: $(cat "$TMP/err")"
+  ok "exit statuses 1, 2, 3"
+  "$PY" - "$(cat "$TMP/state/http.addr")" <<'PYEOF' || fail "/metrics"
+import sys, urllib.request, json
+base = "http://" + sys.argv[1]
+m = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
+assert 'atoll_nodes{state="alive"} 6' in m or 'atoll_nodes{state="alive"} 5' in m, m
+assert "atoll_heartbeat_handle_seconds_count" in m
+n = json.loads(urllib.request.urlopen(base + "/api/nodes", timeout=5).read())
+assert len(n["nodes"]) >= 5
+PYEOF
+  ok "/metrics and /api/nodes"
+  stop_all
+}
+
+case_dead() {
+  start_coord
+  start_worker keep --simulate dgx-h100
+  start_worker victim --simulate dgx-h100
+  wait_until 10 nodes_alive 2 || fail "2 nodes not alive"
+  local t0; t0=$(date +%s%3N)
+  kill -9 "${WPID[victim]}"
+  wait_until 5 node_state_is victim dead || fail "victim not dead: $(atoll nodes)"
+  # Judge by the coordinator's own record: the node.dead event's time against the
+  # kill. Silence counts from the last heartbeat (<= kill time), and the liveness
+  # check runs every 100 ms, so the bound is the timeout plus one tick and slack.
+  local dead_ms; dead_ms=$(atoll events --json | json "[e['time_ms'] for e in d['events'] if e['kind']=='node.dead' and e['subject']=='victim'][0]")
+  local took=$(( dead_ms - t0 ))
+  (( took <= TIMEOUT_MS + 300 )) || fail "dead ${took} ms after kill -9, timeout ${TIMEOUT}s"
+  ok "victim declared dead ${took} ms after kill -9 (node timeout ${TIMEOUT}s)"
+  has_event node.dead victim || fail "no node.dead event"
+  has_event node.suspect victim || fail "no node.suspect event"
+  atoll events | grep -q "node.dead.*victim.*no heartbeat" || fail "events text"
+  node_state_is keep alive || fail "the other node suffered"
+  ok "events record it; the other node stays alive"
+  unset 'WPID[victim]'
+  stop_all
+}
+
+case_restart() {
+  start_coord
+  start_worker n1 --simulate dgx-h100
+  start_worker n2 --simulate dgx-h100
+  wait_until 10 nodes_alive 2 || fail "2 nodes not alive"
+  local placed; placed=$(atoll submit "${spec[@]}" --num-gpus 16 --tensor-model-parallel-size 2 \
+      --pipeline-model-parallel-size 2 --name placed --json | json "d['job']") || fail "submit"
+  wait_until 5 sh -c "'$BIN/atoll' status $placed --json | grep -q '\"state\":\"starting\"'" || fail "job not placed"
+  # Five more, acknowledged one after another, then kill -9 right after the last ack.
+  local ids=()
+  for i in 1 2 3 4 5; do
+    ids+=("$(atoll submit "${spec[@]}" --num-gpus 8 --name "queued$i")") || fail "submit $i"
+  done
+  local events_before; events_before=$(atoll events --json | json "len(d['events'])")
+  kill -9 "$COORD_PID"
+  wait "$COORD_PID" 2>/dev/null
+  ok "coordinator killed with -9 after acknowledging jobs ${ids[*]}"
+  start_coord "$PORT"
+  local jobs; jobs=$(atoll jobs --json)
+  for id in "$placed" "${ids[@]}"; do
+    echo "$jobs" | json "[j['job'] for j in d['jobs']]" | grep -qw "$id" || fail "job $id lost"
+  done
+  [ "$(atoll status "$placed" --json | json "d['state']")" = starting ] || fail "placed job changed state"
+  [ "$(atoll status "$placed" --json | json "(d['layout']['tp'], d['layout']['pp'], d['layout']['dp'])")" = "(2, 2, 4)" ] \
+    || fail "layout summary"
+  local events_after; events_after=$(atoll events --json | json "len(d['events'])")
+  (( events_after >= events_before + 1 )) || fail "events lost: $events_before before, $events_after after"
+  has_event job.submitted "job ${ids[4]}" || fail "last acknowledged job's event lost"
+  ok "all jobs, states and $events_before events survived"
+  wait_until 10 has_event node.reregistered n1 || fail "n1 did not re-register"
+  wait_until 10 has_event node.reregistered n2 || fail "n2 did not re-register"
+  wait_until 5 nodes_alive 2 || fail "nodes not alive after restart"
+  [ "$(node_field n1 "len(n['gpus'])")" = 8 ] || fail "n1 lost its GPUs"
+  ok "workers re-registered and kept their identity"
+  local next; next=$(atoll submit "${spec[@]}" --num-gpus 8 --json | json "d['job']")
+  (( next > ${ids[4]} )) || fail "job id $next reused"
+  atoll cancel "$placed" | grep -q cancelled || fail "cancel"
+  atoll cancel "$placed" 2>"$TMP/err"; [ $? -eq 1 ] && grep -q "already cancelled" "$TMP/err" || fail "double cancel"
+  ok "new ids continue; cancel works after the restart"
+  stop_all
+}
+
+# raw_send BYTES(printf format): connects, sends, prints what comes back (2 s max)
+raw_send() {
+  "$PY" - "$PORT" "$1" <<'PYEOF'
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=2)
+s.sendall(sys.argv[2].encode("latin-1").decode("unicode_escape").encode("latin-1"))
+out = b""
+try:
+    while True:
+        b = s.recv(65536)
+        if not b: break
+        out += b
+except socket.timeout:
+    pass
+# Frames are binary; keep the printable bytes, which carry the error text.
+sys.stdout.write("".join(c if 32 <= ord(c) < 127 else "." for c in out.decode("latin-1")))
+PYEOF
+}
+
+case_refuse() {
+  start_coord
+  start_worker n1 --simulate dgx-h100
+  wait_until 10 nodes_alive 1 || fail "node not alive"
+  serving() { atoll nodes >/dev/null || fail "coordinator stopped serving after: $1"; }
+
+  echo "0123456789abcdef0123456789abcdef" > "$TMP/wrong-token"
+  atoll --token-file "$TMP/wrong-token" nodes 2>"$TMP/err"
+  [ $? -eq 1 ] && grep -q "wrong cluster token" "$TMP/err" || fail "wrong token: $(cat "$TMP/err")"
+  grep -q "refused .*wrong cluster token" "$TMP/coordinatord.log" || fail "wrong token not logged"
+  serving "wrong token"; ok "wrong token refused and logged: $(cat "$TMP/err")"
+  "$BIN/workerd" --name intruder --simulate dgx-h100 --token-file "$TMP/wrong-token" >"$TMP/intruder.log" 2>&1 &
+  local ip=$!; PIDS+=("$ip")
+  sleep 1
+  atoll node intruder 2>/dev/null && fail "a worker with a wrong token registered"
+  kill -TERM "$ip"; wait "$ip"
+  ok "a worker with the wrong token cannot register"
+
+  local out; out=$(raw_send 'GET / HTTP/1.0\r\n\r\n')
+  echo "$out" | grep -aq "bad frame: expected magic" || fail "garbage: $out"
+  serving "garbage"; ok "garbage frame refused: $(echo "$out" | grep -ao 'bad frame: [a-z ]*' | head -1)"
+
+  out=$(raw_send 'AT\x00\x02\x7f\xff\xff\xff')
+  echo "$out" | grep -aq "frame too large: 2147483647 bytes of payload, the limit is 16777216" || fail "oversized: $out"
+  serving "oversized"; ok "oversized frame refused"
+
+  out=$(raw_send 'AT\x00\x14\x00\x00\x00\x00')
+  echo "$out" | grep -aq "not authenticated" || fail "unauthenticated request: $out"
+  serving "unauthenticated"; ok "request before authentication refused"
+
+  atoll submit "${spec[@]}" --num-gpus 8 --num-attention-heads 6 --hidden-size 96 \
+      --tensor-model-parallel-size 4 2>"$TMP/err"
+  [ $? -eq 1 ] && grep -q "num-attention-heads 6 is not divisible by --tensor-model-parallel-size 4" "$TMP/err" \
+    || fail "invalid spec: $(cat "$TMP/err")"
+  atoll submit "${spec[@]}" --num-gpus 16 --tensor-model-parallel-size 16 --num-attention-heads 16 2>"$TMP/err"
+  [ $? -eq 1 ] && grep -q "NVLink island (8 GPUs)" "$TMP/err" || fail "tp > island: $(cat "$TMP/err")"
+  atoll submit "${spec[@]}" 2>"$TMP/err"
+  [ $? -eq 1 ] && grep -q -- "--num-gpus" "$TMP/err" || fail "missing world size: $(cat "$TMP/err")"
+  [ "$(atoll jobs --json | json "len(d['jobs'])")" = 0 ] || fail "a refused job was stored"
+  serving "invalid spec"; ok "invalid job specs refused: $(head -1 "$TMP/err")"
+  local id; id=$(atoll submit "${spec[@]}" --num-gpus 8) || fail "valid submit after refusals"
+  ok "the next valid job is accepted (job $id)"
+  node_state_is n1 alive || fail "worker lost during the refusals"
+  stop_all
+}
+
+SHARED=${ATOLL_SHARED_DIR:-$(cd "$(dirname "$0")/../../.." && pwd)/shared}
+"case_$CASE"
+echo "PASS ($CASE)"

@@ -1,0 +1,339 @@
+/* The coordinator's handlers without sockets: registration rules, job spec
+ * validation (each rule refused with its own message, nothing stored), naive
+ * placement and Megatron process groups, liveness -> job restart, cancel,
+ * rendezvous waits, and malformed requests. Time is a fake clock. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "coord.h"
+#include "jobs.h"
+#include "log.h"
+#include "msg.h"
+#include "scheduler.h"
+#include "topo.h"
+
+typedef struct test_peer {
+    coord_peer p;          /* first: the recorder casts back */
+    uint16_t type;         /* last frame sent to this peer */
+    uint8_t *buf;
+    size_t len;
+    int frames, launches, stops;
+} test_peer;
+
+static int64_t fake_ms = 1000000;
+static int64_t fake_now(void) { return fake_ms; }
+
+static void record(coord *c, coord_peer *p, uint16_t type, const ProtobufCMessage *m)
+{
+    (void)c;
+    test_peer *t = (test_peer *)p;
+    t->frames++;
+    t->launches += type == ATOLL__MSG_TYPE__MSG_LAUNCH;
+    t->stops += type == ATOLL__MSG_TYPE__MSG_STOP;
+    t->type = type;
+    free(t->buf);
+    t->len = protobuf_c_message_get_packed_size(m);
+    t->buf = malloc(t->len + 1);
+    protobuf_c_message_pack(m, t->buf);
+}
+
+static ProtobufCMessage *last(test_peer *t, uint16_t want)
+{
+    if (t->type != want) return NULL;
+    return protobuf_c_message_unpack(msg_descriptor(t->type), NULL, t->len, t->buf);
+}
+
+/* The message of the Error last sent to t, or "" when the last frame was no Error. */
+static const char *last_error(test_peer *t, int *code)
+{
+    static char text[512];
+    text[0] = 0;
+    Atoll__Error *e = (Atoll__Error *)last(t, ATOLL__MSG_TYPE__MSG_ERROR);
+    if (e) {
+        snprintf(text, sizeof text, "%s", e->message);
+        if (code) *code = e->code;
+        atoll__error__free_unpacked(e, NULL);
+    }
+    return text;
+}
+
+static void send_msg(coord *c, test_peer *t, uint16_t type, const ProtobufCMessage *m)
+{
+    size_t n = protobuf_c_message_get_packed_size(m);
+    uint8_t *b = malloc(n + 1);
+    protobuf_c_message_pack(m, b);
+    coord_dispatch(c, &t->p, type, b, n);
+    free(b);
+}
+
+static void do_register(coord *c, test_peer *t, const char *name, const char *profile)
+{
+    topo_node n;
+    char err[256];
+    topo_simulate(&n, profile, name, NULL, err, sizeof err);
+    msg_arena a = { 0 };
+    Atoll__Node node;
+    msg_node_from_topo(&node, &n, 0, &a);
+    Atoll__Register r = ATOLL__REGISTER__INIT;
+    r.node = &node;
+    send_msg(c, t, ATOLL__MSG_TYPE__MSG_REGISTER, &r.base);
+    msg_arena_free(&a);
+}
+
+static void heartbeat(coord *c, test_peer *t, Atoll__RankMetrics *m)
+{
+    Atoll__Heartbeat hb = ATOLL__HEARTBEAT__INIT;
+    hb.seq = 1;
+    if (m) {
+        hb.n_ranks = 1;
+        hb.ranks = &m;
+    }
+    send_msg(c, t, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hb.base);
+}
+
+static void base_cfg(atoll_config *cfg)
+{
+    cfg_defaults(cfg);
+    cfg->num_layers = 4;
+    cfg->hidden_size = 64;
+    cfg->num_attention_heads = 8;
+    cfg->seq_length = 32;
+    cfg->tensor_model_parallel_size = 2;
+    cfg->pipeline_model_parallel_size = 2;
+    cfg->global_batch_size = 16;
+    cfg->num_gpus = 16;
+}
+
+/* Submits and returns the job id, or 0 with the error in *err. */
+static uint64_t submit(coord *c, test_peer *t, const atoll_config *cfg, const char **err)
+{
+    Atoll__JobSpec spec;
+    msg_spec_from_cfg(&spec, cfg, "t");
+    Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
+    req.spec = &spec;
+    send_msg(c, t, ATOLL__MSG_TYPE__MSG_SUBMIT, &req.base);
+    Atoll__SubmitReply *r = (Atoll__SubmitReply *)last(t, ATOLL__MSG_TYPE__MSG_SUBMIT_REPLY);
+    *err = last_error(t, NULL);
+    if (!r) return 0;
+    uint64_t id = r->job;
+    atoll__submit_reply__free_unpacked(r, NULL);
+    return id;
+}
+
+static int job_state(coord *c, uint64_t id, store_job *out)
+{
+    if (store_job_get(c->st, id, out)) return -1;
+    return out->state;
+}
+
+static int count_kind(void *ctx, const store_event *e)
+{
+    const char **k = ctx;
+    if (!strcmp(e->kind, k[0])) k[1]++;
+    return 0;
+}
+
+static int events_of(coord *c, const char *kind)
+{
+    const char *k[2] = { kind, NULL };
+    store_events_each(c->st, 0, 0, count_kind, k);
+    return (int)(intptr_t)k[1];
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    log_init("test_ctl_coord", LOG_WARN);
+    coord c;
+    coord_opts o = { .heartbeat_ms = 1000, .suspect_ms = 2000, .node_timeout_ms = 5000 };
+    snprintf(o.listen, sizeof o.listen, "127.0.0.1:7420");
+    char err[256];
+    CHECK(coord_init(&c, &o, ":memory:", err, sizeof err) == 0, "%s", err);
+    c.now = fake_now;
+    c.send = record;
+    static test_peer w1, w2, w3, cli, cli2;
+    w1.p.role = w2.p.role = w3.p.role = ATOLL__ROLE__ROLE_WORKER;
+    cli.p.role = cli2.p.role = ATOLL__ROLE__ROLE_CLI;
+
+    /* ---- registration ---- */
+    do_register(&c, &w1, "n1", "dgx-h100");
+    Atoll__RegisterReply *rr = (Atoll__RegisterReply *)last(&w1, ATOLL__MSG_TYPE__MSG_REGISTER_REPLY);
+    CHECK(rr && rr->heartbeat_interval_ms == 1000 && !rr->reregistered, "register reply");
+    if (rr) atoll__register_reply__free_unpacked(rr, NULL);
+    do_register(&c, &w2, "n2", "dgx-h100");
+    CHECK(w2.type == ATOLL__MSG_TYPE__MSG_REGISTER_REPLY, "n2 registered");
+    do_register(&c, &w3, "n1", "dgx-h100");
+    int code = 0;
+    CHECK(strstr(last_error(&w3, &code), "in use") && code == ATOLL__ERROR_CODE__ERR_CONFLICT,
+          "duplicate live name: '%s'", last_error(&w3, NULL));
+    do_register(&c, &w3, "bad name!", "dgx-h100");
+    CHECK(strstr(last_error(&w3, NULL), "not valid"), "bad name: '%s'", last_error(&w3, NULL));
+    do_register(&c, &cli, "n9", "dgx-h100");
+    CHECK(strstr(last_error(&cli, NULL), "role WORKER"), "CLI registering: '%s'", last_error(&cli, NULL));
+    CHECK(c.reg.n == 2, "registry has %zu nodes", c.reg.n);
+    CHECK(sched_max_island(&c) == 8, "largest island %d", sched_max_island(&c));
+
+    /* ---- spec validation: each rule refused with its message, nothing stored ---- */
+    atoll_config cfg;
+    const char *e;
+    base_cfg(&cfg); cfg.hidden_size = 96; cfg.num_attention_heads = 6; cfg.tensor_model_parallel_size = 4;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "--num-attention-heads 6 is not divisible by --tensor-model-parallel-size 4"), "heads%%tp: '%s'", e);
+    base_cfg(&cfg); cfg.num_layers = 6; cfg.pipeline_model_parallel_size = 4; cfg.tensor_model_parallel_size = 1;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "--num-layers 6 is not divisible by --pipeline-model-parallel-size 4"), "layers%%pp: '%s'", e);
+    base_cfg(&cfg); cfg.global_batch_size = 10;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "--global-batch-size 10 is not divisible"), "gbs: '%s'", e);
+    base_cfg(&cfg); cfg.tensor_model_parallel_size = 16; cfg.pipeline_model_parallel_size = 1; cfg.num_attention_heads = 16;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "NVLink island (8 GPUs)"), "tp > island: '%s'", e);
+    base_cfg(&cfg); cfg.num_gpus = 0;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "--num-gpus"), "world size: '%s'", e);
+    base_cfg(&cfg); cfg.num_layers = 8; cfg.num_layers_per_virtual_pipeline_stage = 3;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "virtual-pipeline-stage 3"), "vpp: '%s'", e);
+    base_cfg(&cfg); cfg.num_gpus = 10;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "--num-gpus 10 is not divisible by tp*pp"), "world%%mp: '%s'", e);
+    base_cfg(&cfg); cfg.hidden_size = 0;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "--hidden-size is required"), "missing hidden: '%s'", e);
+    store_job j;
+    CHECK(store_job_get(c.st, 1, &j) == 1, "a refused spec was stored");
+
+    /* ---- a valid job is queued, then placed on the next tick ---- */
+    base_cfg(&cfg);
+    uint64_t id = submit(&c, &cli, &cfg, &e);
+    CHECK(id == 1, "valid job refused: '%s'", e);
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_PENDING, "state %d", j.state);
+    CHECK_CLOSE(j.bubble_theory, 1.0 / 4.0, 1e-12); /* (p-1)/(v*m) = 1/(1*16/(1*4)) */
+    store_job_clear(&j);
+    coord_tick(&c);
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_STARTING, "after tick: %d (%s)", j.state, j.message);
+    store_job_clear(&j);
+    CHECK(w1.launches == 1 && w2.launches == 1, "launches %d %d", w1.launches, w2.launches);
+    Atoll__LayoutRequest lr = ATOLL__LAYOUT_REQUEST__INIT;
+    lr.job = id;
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_LAYOUT, &lr.base);
+    Atoll__LayoutReply *lay = (Atoll__LayoutReply *)last(&cli, ATOLL__MSG_TYPE__MSG_LAYOUT_REPLY);
+    CHECK(lay && lay->layout->n_ranks == 16, "layout");
+    if (lay) {
+        Atoll__JobLayout *l = lay->layout;
+        CHECK(l->tp == 2 && l->pp == 2 && l->dp == 4, "sizes %d %d %d", l->tp, l->pp, l->dp);
+        int ok = 1;
+        for (int r = 0; r < 16; r++)
+            ok &= l->ranks[r]->rank == r && !strcmp(l->ranks[r]->node, r < 8 ? "n1" : "n2") && l->ranks[r]->gpu == r % 8;
+        CHECK(ok, "naive placement: ranks fill n1 then n2 in GPU order");
+        /* Megatron order tp-cp-ep-dp-pp: rank = t + 2*(d + 4*p). */
+        int ntp = 0, ndp = 0, npp = 0, nemb = 0, good = 1;
+        for (size_t g = 0; g < l->n_groups; g++) {
+            Atoll__ProcessGroup *pg = l->groups[g];
+            int r0 = pg->ranks[0];
+            if (!strcmp(pg->kind, "tp")) { ntp++; good &= pg->n_ranks == 2 && pg->ranks[1] == r0 + 1; }
+            if (!strcmp(pg->kind, "dp")) { ndp++; good &= pg->n_ranks == 4 && pg->ranks[3] == r0 + 6; }
+            if (!strcmp(pg->kind, "pp")) { npp++; good &= pg->n_ranks == 2 && pg->ranks[1] == r0 + 8; }
+            if (!strcmp(pg->kind, "embedding")) nemb++;
+        }
+        CHECK(ntp == 8 && ndp == 4 && npp == 8 && nemb == 8 && good, "groups tp %d dp %d pp %d emb %d shape %d",
+              ntp, ndp, npp, nemb, good);
+        atoll__layout_reply__free_unpacked(lay, NULL);
+    }
+
+    /* ---- metrics make it running; a dead node restarts it ---- */
+    Atoll__RankMetrics m = ATOLL__RANK_METRICS__INIT;
+    m.job = id;
+    m.rank = 0;
+    m.iteration = 5;
+    m.loss = 3.25;
+    fake_ms += 500;
+    heartbeat(&c, &w1, &m);
+    CHECK(w1.type == ATOLL__MSG_TYPE__MSG_HEARTBEAT_ACK, "heartbeat ack");
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_RUNNING && j.step == 5 && j.loss == 3.25,
+          "running with metrics: state %d step %lld", j.state, (long long)j.step);
+    store_job_clear(&j);
+    for (int i = 0; i < 6; i++) { /* n1 heartbeats every second, n2 is silent */
+        fake_ms += 1000;
+        heartbeat(&c, &w1, NULL);
+        coord_tick(&c);
+    }
+    CHECK(registry_state(registry_find(&c.reg, "n2")) == NODE_DEAD, "n2 not dead after 6.5 s of silence");
+    CHECK(registry_state(registry_find(&c.reg, "n1")) == NODE_ALIVE, "n1 should be alive");
+    CHECK(events_of(&c, "node.suspect") == 1 && events_of(&c, "node.dead") == 1, "liveness events");
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_PENDING && j.restarts == 1 && j.epoch == 1,
+          "after node loss: state %d restarts %u epoch %u", j.state, j.restarts, j.epoch);
+    CHECK(strstr(j.message, "waiting for 16 GPUs: 8 free"), "pending reason: '%s'", j.message);
+    store_job_clear(&j);
+    CHECK(w1.stops >= 1, "surviving node was not told to stop the job");
+    /* n2 comes back: heartbeat on its connection revives it, and the job is placed again. */
+    heartbeat(&c, &w2, NULL);
+    CHECK(registry_state(registry_find(&c.reg, "n2")) == NODE_ALIVE, "n2 revived by its heartbeat");
+    coord_tick(&c);
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_STARTING && j.epoch == 1, "re-placed: %d", j.state);
+    store_job_clear(&j);
+
+    /* ---- cancel ---- */
+    Atoll__CancelRequest cr = ATOLL__CANCEL_REQUEST__INIT;
+    cr.job = id;
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_CANCEL, &cr.base);
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_CANCELLED, "cancelled: %d", j.state);
+    store_job_clear(&j);
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_CANCEL, &cr.base);
+    CHECK(strstr(last_error(&cli, NULL), "already cancelled"), "second cancel: '%s'", last_error(&cli, NULL));
+    cr.job = 99;
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_CANCEL, &cr.base);
+    CHECK(strstr(last_error(&cli, &code), "no job 99") && code == ATOLL__ERROR_CODE__ERR_NOT_FOUND, "unknown job");
+    CHECK(jobs_transition_allowed(ATOLL__JOB_STATE__JOB_CANCELLED, ATOLL__JOB_STATE__JOB_RUNNING) == 0 &&
+          jobs_transition_allowed(ATOLL__JOB_STATE__JOB_PENDING, ATOLL__JOB_STATE__JOB_RUNNING) == 0 &&
+          jobs_transition_allowed(ATOLL__JOB_STATE__JOB_RUNNING, ATOLL__JOB_STATE__JOB_RESTARTING) == 1,
+          "transition table");
+
+    /* ---- rendezvous ---- */
+    Atoll__KvGet g = ATOLL__KV_GET__INIT;
+    g.job = 7;
+    g.key = "nccl-id";
+    g.wait_ms = 3000;
+    int before = cli2.frames;
+    send_msg(&c, &cli2, ATOLL__MSG_TYPE__MSG_KV_GET, &g.base);
+    CHECK(cli2.frames == before, "a waiting get answered at once");
+    Atoll__KvSet s = ATOLL__KV_SET__INIT;
+    s.job = 7;
+    s.key = "nccl-id";
+    s.value.data = (uint8_t *)"ID";
+    s.value.len = 2;
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_KV_SET, &s.base);
+    Atoll__KvReply *kr = (Atoll__KvReply *)last(&cli2, ATOLL__MSG_TYPE__MSG_KV_REPLY);
+    CHECK(kr && kr->found && kr->value.len == 2 && !memcmp(kr->value.data, "ID", 2), "waiter woken with the value");
+    if (kr) atoll__kv_reply__free_unpacked(kr, NULL);
+    g.key = "never";
+    send_msg(&c, &cli2, ATOLL__MSG_TYPE__MSG_KV_GET, &g.base);
+    fake_ms += 3001;
+    coord_tick(&c);
+    kr = (Atoll__KvReply *)last(&cli2, ATOLL__MSG_TYPE__MSG_KV_REPLY);
+    CHECK(kr && !kr->found, "expired wait answered not-found");
+    if (kr) atoll__kv_reply__free_unpacked(kr, NULL);
+
+    /* ---- malformed requests: refused, and the next one is served ---- */
+    coord_dispatch(&c, &cli.p, ATOLL__MSG_TYPE__MSG_NODES, (const uint8_t *)"\xff\xff\xff", 3);
+    CHECK(strstr(last_error(&cli, &code), "does not decode") && code == ATOLL__ERROR_CODE__ERR_BAD_MESSAGE,
+          "garbage payload: '%s'", last_error(&cli, NULL));
+    coord_dispatch(&c, &cli.p, 999, NULL, 0);
+    CHECK(strstr(last_error(&cli, &code), "999") && code == ATOLL__ERROR_CODE__ERR_UNKNOWN_TYPE, "unknown type");
+    coord_dispatch(&c, &cli.p, ATOLL__MSG_TYPE__MSG_NODES_REPLY, NULL, 0);
+    CHECK(code == ATOLL__ERROR_CODE__ERR_UNKNOWN_TYPE, "a reply type sent as a request");
+    heartbeat(&c, &cli, NULL);
+    CHECK(strstr(last_error(&cli, NULL), "Register before"), "heartbeat without registering");
+    Atoll__NodesRequest nr = ATOLL__NODES_REQUEST__INIT;
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_NODES, &nr.base);
+    Atoll__NodesReply *nodes = (Atoll__NodesReply *)last(&cli, ATOLL__MSG_TYPE__MSG_NODES_REPLY);
+    CHECK(nodes && nodes->n_nodes == 2 && !strcmp(nodes->nodes[0]->name, "n1") && nodes->nodes[0]->n_gpus == 8,
+          "nodes after all that");
+    if (nodes) atoll__nodes_reply__free_unpacked(nodes, NULL);
+
+    /* ---- a closed worker connection keeps the node; its name can register again ---- */
+    coord_peer_closed(&c, &w1.p);
+    do_register(&c, &w3, "n1", "dgx-h100");
+    rr = (Atoll__RegisterReply *)last(&w3, ATOLL__MSG_TYPE__MSG_REGISTER_REPLY);
+    CHECK(rr && rr->reregistered, "re-registration keeps identity");
+    if (rr) atoll__register_reply__free_unpacked(rr, NULL);
+    CHECK(events_of(&c, "node.reregistered") == 1, "re-registration event");
+
+    test_peer *all[] = { &w1, &w2, &w3, &cli, &cli2 };
+    for (int i = 0; i < 5; i++) free(all[i]->buf);
+    coord_free(&c);
+    return check_summary(argv[0]);
+}

@@ -1,0 +1,186 @@
+/* Framing (header, limits, streaming decoder) and the message conversions. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "config.h"
+#include "frame.h"
+#include "jsonw.h"
+#include "msg.h"
+#include "topo.h"
+
+static void decoder_cases(void)
+{
+    uint8_t buf[3 * 64];
+    size_t off = 0;
+    const char *payloads[3] = { "hello", "", "a longer payload of bytes" };
+    for (int i = 0; i < 3; i++) {
+        uint32_t n = (uint32_t)strlen(payloads[i]);
+        frame_header_encode(buf + off, (uint16_t)(100 + i), n);
+        memcpy(buf + off + FRAME_HEADER_LEN, payloads[i], n);
+        off += FRAME_HEADER_LEN + n;
+    }
+    /* Byte by byte: frames appear exactly when their last byte arrives. */
+    frame_decoder d;
+    frame_decoder_init(&d, 1024);
+    int got = 0;
+    for (size_t i = 0; i < off; i++) {
+        CHECK(frame_decoder_feed(&d, buf + i, 1) == 0, "feed");
+        frame_header h;
+        const uint8_t *p;
+        int r;
+        while ((r = frame_decoder_next(&d, &h, &p)) == 1) {
+            CHECK(h.type == 100 + got, "type %u, want %d", h.type, 100 + got);
+            CHECK(h.len == strlen(payloads[got]) && !memcmp(p, payloads[got], h.len), "payload %d", got);
+            got++;
+        }
+        CHECK(r == 0, "decoder error mid-stream: %s", d.err);
+    }
+    CHECK(got == 3, "decoded %d frames, want 3", got);
+    frame_decoder_free(&d);
+
+    /* All at once. */
+    frame_decoder_init(&d, 1024);
+    frame_decoder_feed(&d, buf, off);
+    frame_header h;
+    const uint8_t *p;
+    got = 0;
+    while (frame_decoder_next(&d, &h, &p) == 1) got++;
+    CHECK(got == 3, "decoded %d frames in one feed", got);
+    frame_decoder_free(&d);
+
+    /* Garbage: refused at the header, with a message naming the magic. */
+    frame_decoder_init(&d, 1024);
+    frame_decoder_feed(&d, "GET / HTTP/1.1\r\n", 16);
+    CHECK(frame_decoder_next(&d, &h, &p) == -1, "garbage accepted");
+    CHECK(strstr(d.err, "magic") != NULL, "error does not name the magic: %s", d.err);
+    CHECK(frame_decoder_feed(&d, "x", 1) == -1, "a failed decoder must stay failed");
+    frame_decoder_free(&d);
+
+    /* Oversized: refused as soon as the header arrives, before any payload. */
+    uint8_t hdr[FRAME_HEADER_LEN];
+    frame_decoder_init(&d, 1024);
+    frame_header_encode(hdr, 20, 1025);
+    frame_decoder_feed(&d, hdr, sizeof hdr);
+    CHECK(frame_decoder_next(&d, &h, &p) == -1, "oversized frame accepted");
+    CHECK(strstr(d.err, "1025") && strstr(d.err, "1024"), "error should give size and limit: %s", d.err);
+    frame_decoder_free(&d);
+    /* Exactly at the limit is fine. */
+    frame_decoder_init(&d, 16);
+    uint8_t exact[FRAME_HEADER_LEN + 16] = { 0 };
+    frame_header_encode(exact, 7, 16);
+    frame_decoder_feed(&d, exact, sizeof exact);
+    CHECK(frame_decoder_next(&d, &h, &p) == 1 && h.len == 16, "frame at the limit refused");
+    frame_decoder_free(&d);
+    /* The default limit is 16 MiB. */
+    char err[160];
+    frame_header_encode(hdr, 20, FRAME_MAX_DEFAULT + 1);
+    CHECK(frame_header_decode(hdr, FRAME_MAX_DEFAULT, &h, err, sizeof err) == -1, "16 MiB + 1 accepted");
+    frame_header_encode(hdr, 20, FRAME_MAX_DEFAULT);
+    CHECK(frame_header_decode(hdr, FRAME_MAX_DEFAULT, &h, err, sizeof err) == 0, "16 MiB refused");
+}
+
+static void message_cases(void)
+{
+    /* A frame built by msg_frame decodes with the descriptor its type names. */
+    Atoll__KvSet kv = ATOLL__KV_SET__INIT;
+    kv.job = 42;
+    kv.key = "nccl-id";
+    kv.value.data = (uint8_t *)"\x01\x02\x03";
+    kv.value.len = 3;
+    size_t len;
+    uint8_t *f = msg_frame(ATOLL__MSG_TYPE__MSG_KV_SET, &kv.base, &len);
+    frame_header h;
+    char err[160];
+    CHECK(frame_header_decode(f, FRAME_MAX_DEFAULT, &h, err, sizeof err) == 0, "%s", err);
+    CHECK(h.type == ATOLL__MSG_TYPE__MSG_KV_SET && h.len + FRAME_HEADER_LEN == len, "header of msg_frame");
+    ProtobufCMessage *m = protobuf_c_message_unpack(msg_descriptor(h.type), NULL, h.len, f + FRAME_HEADER_LEN);
+    CHECK(m && ((Atoll__KvSet *)m)->job == 42 && !strcmp(((Atoll__KvSet *)m)->key, "nccl-id"), "kv roundtrip");
+    if (m) protobuf_c_message_free_unpacked(m, NULL);
+    free(f);
+    CHECK(msg_descriptor(999) == NULL, "unknown type has a descriptor");
+
+    /* topo_node -> Node -> topo_node keeps everything. */
+    topo_node t, back;
+    CHECK(topo_simulate(&t, "dgx-h100", "node-a", NULL, err, sizeof err) == 0, "%s", err);
+    msg_arena a = { 0 };
+    Atoll__Node n;
+    msg_node_from_topo(&n, &t, 0, &a);
+    size_t plen = protobuf_c_message_get_packed_size(&n.base);
+    uint8_t *pb = malloc(plen);
+    protobuf_c_message_pack(&n.base, pb);
+    msg_arena_free(&a);
+    Atoll__Node *u = atoll__node__unpack(NULL, plen, pb);
+    CHECK(u != NULL, "node unpack");
+    CHECK(u && msg_node_to_topo(u, &back, err, sizeof err) == 0, "%s", err);
+    CHECK(back.ngpus == 8 && back.nnics == 8, "counts %d %d", back.ngpus, back.nnics);
+    CHECK(!memcmp(&back.gpus, &t.gpus, sizeof t.gpus) && !memcmp(&back.nics, &t.nics, sizeof t.nics),
+          "GPU/NIC fields changed in the roundtrip");
+    /* Oversized strings are refused with the field named. */
+    if (u) {
+        static char longname[200];
+        memset(longname, 'x', sizeof longname - 1);
+        char *saved = u->gpus[0]->uuid;
+        u->gpus[0]->uuid = longname;
+        CHECK(msg_node_to_topo(u, &back, err, sizeof err) == -1 && strstr(err, "uuid"), "long uuid: %s", err);
+        u->gpus[0]->uuid = saved;
+        atoll__node__free_unpacked(u, NULL);
+    }
+    free(pb);
+
+    /* atoll_config -> JobSpec -> atoll_config is the identity on every key. */
+    atoll_config c, c2;
+    cfg_defaults(&c);
+    c.num_layers = 24; c.hidden_size = 1024; c.num_attention_heads = 16; c.seq_length = 2048;
+    c.tensor_model_parallel_size = 2; c.pipeline_model_parallel_size = 4;
+    c.num_layers_per_virtual_pipeline_stage = 3; c.sequence_parallel = 1; c.use_distributed_optimizer = 1;
+    c.recompute_granularity = RECOMPUTE_SELECTIVE; c.global_batch_size = 512; c.num_gpus = 64;
+    c.lr = 3e-4; c.weight_decay = 0; c.clip_grad = 0; c.seed = 7; c.lr_decay_style = LR_DECAY_LINEAR;
+    snprintf(c.data_path, sizeof c.data_path, "/data/web_text_document");
+    Atoll__JobSpec s;
+    msg_spec_from_cfg(&s, &c, "gpt-1b");
+    plen = protobuf_c_message_get_packed_size(&s.base);
+    pb = malloc(plen);
+    protobuf_c_message_pack(&s.base, pb);
+    Atoll__JobSpec *su = atoll__job_spec__unpack(NULL, plen, pb);
+    CHECK(su && !strcmp(su->name, "gpt-1b"), "spec unpack");
+    CHECK(su && msg_spec_to_cfg(su, &c2, err, sizeof err) == 0, "%s", err);
+    CHECK(!memcmp(&c, &c2, sizeof c), "config changed in the JobSpec roundtrip");
+    /* Values are range-checked like flags. */
+    if (su) {
+        su->micro_batch_size = -1;
+        CHECK(msg_spec_to_cfg(su, &c2, err, sizeof err) == -1 && strstr(err, "micro-batch-size"), "negative: %s", err);
+        atoll__job_spec__free_unpacked(su, NULL);
+    }
+    free(pb);
+}
+
+static void json_cases(void)
+{
+    jsonw w;
+    jsonw_init(&w);
+    jsonw_obj(&w);
+    jsonw_kstr(&w, "s", "a\"b\\c\n\x01");
+    jsonw_key(&w, "v");
+    jsonw_arr(&w);
+    jsonw_int(&w, 1);
+    jsonw_num(&w, 0.5);
+    jsonw_null(&w);
+    jsonw_num(&w, 1.0 / 0.0);
+    jsonw_arr_end(&w);
+    jsonw_kbool(&w, "b", 1);
+    jsonw_obj_end(&w);
+    char *s = jsonw_take(&w);
+    const char *want = "{\"s\":\"a\\\"b\\\\c\\n\\u0001\",\"v\":[1,0.5,null,null],\"b\":true}";
+    CHECK(!strcmp(s, want), "json: %s\n want %s", s, want);
+    free(s);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    decoder_cases();
+    message_cases();
+    json_cases();
+    return check_summary(argv[0]);
+}

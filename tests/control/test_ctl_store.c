@@ -1,0 +1,190 @@
+/* The SQLite store: schema and migrations, CRUD, and what survives a kill -9
+ * of a process in the middle of its work (committed: all; uncommitted: none). */
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "store.h"
+
+static char dir[] = "/tmp/ctl_store_XXXXXX";
+static char path[128];
+
+static int count_events(void *ctx, const store_event *e)
+{
+    (void)e;
+    (*(int *)ctx)++;
+    return 0;
+}
+
+static int count_jobs(void *ctx, store_job *j)
+{
+    (void)j;
+    (*(int *)ctx)++;
+    return 0;
+}
+
+static void basic(void)
+{
+    store *s;
+    char err[256];
+    CHECK(store_open(&s, path, err, sizeof err) == 0, "%s", err);
+    CHECK(store_schema_version(s) == STORE_SCHEMA_VERSION, "version %d", store_schema_version(s));
+    store_job j = { 0 };
+    snprintf(j.name, sizeof j.name, "first");
+    j.spec = (uint8_t *)"\x10\x08";
+    j.spec_len = 2;
+    j.created_ms = j.updated_ms = 1000;
+    CHECK(store_job_insert(s, &j) == 0 && j.id == 1, "insert id %llu", (unsigned long long)j.id);
+    j.spec = NULL;
+    j.state = 3;
+    j.step = 77;
+    j.loss = 2.5;
+    snprintf(j.message, sizeof j.message, "running fine");
+    CHECK(store_job_update(s, &j) == 0, "update");
+    store_job g;
+    CHECK(store_job_get(s, 1, &g) == 0, "get");
+    CHECK(g.state == 3 && g.step == 77 && g.loss == 2.5 && !strcmp(g.message, "running fine") && g.spec_len == 2 &&
+              !memcmp(g.spec, "\x10\x08", 2), "job fields after update");
+    store_job_clear(&g);
+    CHECK(store_job_get(s, 99, &g) == 1, "missing job must be 'not found'");
+    store_job missing = { .id = 99 };
+    CHECK(store_job_update(s, &missing) == -1, "update of a missing job must fail");
+    for (int i = 0; i < 5; i++) CHECK(store_event_add(s, 2000 + i, "k", "subj", "msg", NULL) == 0, "event");
+    int n = 0;
+    store_events_each(s, 0, 3, count_events, &n);
+    CHECK(n == 3, "limit 3 gave %d", n);
+    n = 0;
+    store_events_each(s, 4, 0, count_events, &n);
+    CHECK(n == 1, "after 4 gave %d", n);
+    CHECK(store_layout_put(s, 1, 0, (const uint8_t *)"L0", 2) == 0 && store_layout_put(s, 1, 1, (const uint8_t *)"L1", 2) == 0,
+          "layouts");
+    uint8_t *b;
+    size_t bl;
+    CHECK(store_layout_get(s, 1, 1, &b, &bl) == 0 && bl == 2 && !memcmp(b, "L1", 2), "layout epoch 1");
+    free(b);
+    CHECK(store_layout_get(s, 1, 2, &b, &bl) == 1, "no layout for epoch 2");
+    CHECK(store_kv_set(s, 1, 0, "k", (const uint8_t *)"v", 1) == 0, "kv set");
+    CHECK(store_kv_get(s, 1, 0, "k", &b, &bl) == 0 && bl == 1 && b[0] == 'v', "kv get");
+    free(b);
+    CHECK(store_kv_get(s, 1, 1, "k", &b, &bl) == 1, "kv is scoped to the epoch");
+    /* A rolled-back transaction leaves nothing. */
+    store_begin(s);
+    store_event_add(s, 1, "rolled", "back", "x", NULL);
+    store_rollback(s);
+    n = 0;
+    store_events_each(s, 0, 0, count_events, &n);
+    CHECK(n == 5, "rollback kept an event (%d)", n);
+    store_close(s);
+}
+
+/* A child commits `acked` transactions, reports each on a pipe (the "ack" a
+ * client would get), starts one more transaction and is killed with SIGKILL. */
+static void unclean_close(void)
+{
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        store *s;
+        char err[256];
+        if (store_open(&s, path, err, sizeof err)) _exit(2);
+        for (int i = 0; i < 20; i++) {
+            store_begin(s);
+            store_job j = { 0 };
+            snprintf(j.name, sizeof j.name, "acked-%d", i);
+            j.spec_len = 0;
+            store_job_insert(s, &j);
+            store_event_add(s, i, "job.submitted", j.name, "x", NULL);
+            if (store_commit(s)) _exit(3);
+            if (write(fds[1], "a", 1) != 1) _exit(4);
+        }
+        store_begin(s);
+        store_job j = { 0 };
+        snprintf(j.name, sizeof j.name, "never-acked");
+        store_job_insert(s, &j);
+        store_event_add(s, 99, "job.submitted", j.name, "x", NULL);
+        if (write(fds[1], "u", 1) != 1) _exit(4);
+        pause(); /* killed here, mid-transaction, without closing anything */
+        _exit(5);
+    }
+    close(fds[1]);
+    int acked = 0;
+    char ch;
+    while (read(fds[0], &ch, 1) == 1) {
+        if (ch == 'a') acked++;
+        if (ch == 'u') break;
+    }
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    close(fds[0]);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "child was not killed (status %d)", status);
+    CHECK(acked == 20, "child acknowledged %d transactions", acked);
+
+    store *s;
+    char err[256];
+    CHECK(store_open(&s, path, err, sizeof err) == 0, "reopen after kill -9: %s", err);
+    int jobs = 0, events = 0;
+    store_jobs_each(s, -1, count_jobs, &jobs);
+    store_events_each(s, 0, 0, count_events, &events);
+    /* basic() left 1 job and 5 events. */
+    CHECK(jobs == 1 + 20, "jobs after reopen: %d, want 21 (every acknowledged one, no other)", jobs);
+    CHECK(events == 5 + 20, "events after reopen: %d, want 25", events);
+    store_job j;
+    CHECK(store_job_get(s, 21, &j) == 0 && !strcmp(j.name, "acked-19"), "last acknowledged job is there");
+    store_job_clear(&j);
+    CHECK(store_job_get(s, 22, &j) == 1, "the unacknowledged job survived the crash");
+    store_close(s);
+}
+
+static void migrations(void)
+{
+    /* Rewind the file to schema 1 by hand; opening must migrate it forward. */
+    sqlite3 *db;
+    CHECK(sqlite3_open(path, &db) == SQLITE_OK, "sqlite open");
+    CHECK(sqlite3_exec(db, "DROP TABLE kv; DROP INDEX jobs_state; PRAGMA user_version=1;", NULL, NULL, NULL) == SQLITE_OK,
+          "rewind: %s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    store *s;
+    char err[256];
+    CHECK(store_open(&s, path, err, sizeof err) == 0, "migrate from 1: %s", err);
+    CHECK(store_schema_version(s) == STORE_SCHEMA_VERSION, "version after migration %d", store_schema_version(s));
+    CHECK(store_kv_set(s, 1, 0, "k", (const uint8_t *)"v", 1) == 0, "kv table after migration");
+    store_job j;
+    CHECK(store_job_get(s, 1, &j) == 0, "data kept through migration");
+    store_job_clear(&j);
+    store_close(s);
+    /* A file from a newer coordinatord is refused, not silently used. */
+    sqlite3_open(path, &db);
+    sqlite3_exec(db, "PRAGMA user_version=99;", NULL, NULL, NULL);
+    sqlite3_close(db);
+    CHECK(store_open(&s, path, err, sizeof err) == -1 && strstr(err, "99"), "newer schema: %s", err);
+    /* WAL mode is what makes the crash test above meaningful. */
+    sqlite3_open(path, &db);
+    sqlite3_stmt *st;
+    sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL);
+    sqlite3_step(st);
+    CHECK(!strcmp((const char *)sqlite3_column_text(st, 0), "wal"), "journal mode %s", sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    if (!mkdtemp(dir)) return 1;
+    snprintf(path, sizeof path, "%s/state.db", dir);
+    basic();
+    unclean_close();
+    migrations();
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd)) return 1;
+    return check_summary(argv[0]);
+}
