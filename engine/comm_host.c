@@ -136,7 +136,7 @@ static void peer_closed(host_world *h, int rank, const char *why)
 
 /* A header arrived: find where its payload goes. The first posted receive with
  * the same (ctx, tag) takes it, in posting order; with none, it is buffered. */
-static void route_payload(host_world *h, peer *p)
+static int route_payload(host_world *h, peer *p)
 {
     pthread_mutex_lock(&h->mu);
     req *r = p->posted_head, *prev = NULL;
@@ -157,10 +157,22 @@ static void route_payload(host_world *h, peer *p)
         /* Unexpected; or a size mismatch, which the receive reports once the
          * whole message has been read off the link. */
         msg *m = calloc(1, sizeof *m);
+        unsigned char *data = m ? malloc(p->hdr.bytes ? p->hdr.bytes : 1) : NULL;
+        if (!data) {
+            free(m);
+            if (r) { /* put it back: peer_closed will fail it */
+                r->state = REQ_POSTED;
+                r->next = p->posted_head;
+                p->posted_head = r;
+                if (!p->posted_tail) p->posted_tail = r;
+            }
+            pthread_mutex_unlock(&h->mu);
+            return -1;
+        }
         m->ctx = p->hdr.ctx;
         m->tag = p->hdr.tag;
         m->bytes = p->hdr.bytes;
-        m->data = malloc(m->bytes ? m->bytes : 1);
+        m->data = data;
         if (r) {
             r->m = m;
         } else {
@@ -175,6 +187,7 @@ static void route_payload(host_world *h, peer *p)
     p->got = 0;
     p->in_payload = 1;
     pthread_mutex_unlock(&h->mu);
+    return 0;
 }
 
 static void payload_done(host_world *h, peer *p)
@@ -201,13 +214,18 @@ static int pump(host_world *h, int rank)
             if (r > 0) {
                 p->hdr_got += (size_t)r;
                 if (p->hdr_got < sizeof p->hdr) continue;
+                char why[160];
                 if (p->hdr.magic != HOST_MAGIC) {
-                    char why[160];
                     snprintf(why, sizeof why, "rank %d sent a corrupt message header", rank);
                     peer_closed(h, rank, why);
                     return -1;
                 }
-                route_payload(h, p);
+                if (route_payload(h, p) != 0) {
+                    snprintf(why, sizeof why, "out of memory buffering %llu bytes from rank %d",
+                             (unsigned long long)p->hdr.bytes, rank);
+                    peer_closed(h, rank, why);
+                    return -1;
+                }
                 if (p->need == 0) payload_done(h, p);
                 continue;
             }
