@@ -1,5 +1,6 @@
 #include "train.h"
 #include "checkpoint.h"
+#include "gpu_specs.h"
 #include "data.h"
 #include "model.h"
 #include "optimizer.h"
@@ -13,6 +14,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+#include "cuda/k_cuda.h"
+#endif
 
 static void errf(char *err, size_t n, const char *fmt, ...)
 {
@@ -102,24 +107,44 @@ out:
 typedef struct step_stats {
     long long it;
     double loss, lr, grad_norm, step_s, tokens_per_s, flops_per_s;
+    double mfu; /* < 0: no known peak (CPU, or an unknown GPU) */
     long long consumed;
 } step_stats;
 
+/* Dense bf16 peak of the device the backend runs on; 0 when unknown, so no MFU
+ * is printed against a made-up figure. */
+static double device_peak(const k_ops *k)
+{
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+    if (!strcmp(k->name, "cuda")) {
+        const gpu_spec *g = gpu_spec_by_device_name(k_cuda_status());
+        return g ? g->peak_bf16_flops : 0.0;
+    }
+#endif
+    (void)k;
+    return 0.0;
+}
+
 static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics)
 {
+    char mfu[32] = "n/a", mfu_json[32] = "null";
+    if (s->mfu >= 0) {
+        snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * s->mfu);
+        snprintf(mfu_json, sizeof mfu_json, "%.6g", s->mfu);
+    }
     printf(" iteration %8lld/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
            "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | grad norm: %.3f | "
-           "tokens/s: %.1f | achieved FLOP/s: %.3E | MFU: n/a |\n",
+           "tokens/s: %.1f | achieved FLOP/s: %.3E | MFU: %s |\n",
            s->it, c->train_iters, s->consumed, s->step_s * 1e3, s->lr, c->global_batch_size, s->loss,
-           s->grad_norm, s->tokens_per_s, s->flops_per_s);
+           s->grad_norm, s->tokens_per_s, s->flops_per_s, mfu);
     fflush(stdout);
     if (metrics) {
         fprintf(metrics,
                 "{\"iteration\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,"
-                "\"step_ms\":%.6g,\"mfu\":null,\"flops_per_s\":%.6g,\"bubble_measured\":0,"
+                "\"step_ms\":%.6g,\"mfu\":%s,\"flops_per_s\":%.6g,\"bubble_measured\":0,"
                 "\"bubble_theory\":0,\"consumed_samples\":%lld}\n",
-                s->it, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->step_s * 1e3, s->flops_per_s,
-                s->consumed);
+                s->it, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->step_s * 1e3, mfu_json,
+                s->flops_per_s, s->consumed);
         fflush(metrics);
     }
 }
@@ -247,6 +272,8 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     double tokens = (double)c->global_batch_size * T;
     s->tokens_per_s = tokens / s->step_s;
     s->flops_per_s = cfg_flops_per_token(c) * tokens / s->step_s;
+    double peak = device_peak(m->k);
+    s->mfu = peak > 0 ? s->flops_per_s / peak : -1.0;
     if (!isfinite(s->loss)) {
         errf(err, errlen, "iteration %lld: loss is %g; lower --lr or raise --clip-grad's effect", s->it, s->loss);
         return -1;
