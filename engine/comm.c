@@ -2,6 +2,7 @@
  * group bookkeeping, dispatch through the backend vtable. */
 #include "comm.h"
 
+#include "groups.h"
 #include "store.h"
 
 #include <stdarg.h>
@@ -204,6 +205,19 @@ int comm_group_new(comm_world *w, const char *name, const int *ranks, int n, com
     }
     w->groups[w->ngroups++] = c;
     *out = c;
+    return 0;
+}
+
+int comm_groups_new(comm_world *w, const struct rank_groups *g, comm **out)
+{
+    if (g->world != w->size)
+        return comm_fail(w, "comm: layout is for %d ranks, the world has %d", g->world, w->size);
+    for (int k = 0; k < GROUP_KINDS; k++) {
+        int n = 0;
+        const int *ranks = groups_find(g, (group_kind)k, w->rank, &n, NULL);
+        if (comm_group_new(w, groups_kind_name((group_kind)k), ranks, ranks ? n : 0, &out[k]) != 0)
+            return -1;
+    }
     return 0;
 }
 

@@ -85,6 +85,13 @@ comm *comm_world_comm(comm_world *w);
  * partition passes n = 0 and gets *out = NULL. `name` labels messages ("tp"). */
 int comm_group_new(comm_world *w, const char *name, const int *ranks, int n, comm **out);
 
+/* Makes this rank's TP, PP, DP, MP and embedding groups of a layout (groups.h),
+ * in that order, indexed by group_kind; out[k] is NULL where the rank is in no
+ * group of kind k (embedding, for middle pipeline stages). Collective over the
+ * world like comm_group_new. Returns 0 or -1 (comm_error). */
+struct rank_groups;
+int comm_groups_new(comm_world *w, const struct rank_groups *g, comm **out);
+
 int comm_rank(const comm *c);             /* this rank's position */
 int comm_size(const comm *c);
 int comm_world_rank_of(const comm *c, int pos);

@@ -24,7 +24,7 @@
 
 typedef enum { GROUP_TP, GROUP_PP, GROUP_DP, GROUP_MP, GROUP_EMBEDDING, GROUP_KINDS } group_kind;
 
-typedef struct {
+typedef struct rank_groups {
     int world, tp, pp, dp;
     char order[32];        /* normalised: every token present */
     int count[GROUP_KINDS]; /* number of groups of each kind */

@@ -9,6 +9,7 @@
  * on one link, a size mismatch reported, and the barrier actually waiting. */
 #include "check.h"
 #include "comm.h"
+#include "groups.h"
 #include "launcher.h"
 #include "store.h"
 
@@ -205,6 +206,29 @@ static int rank_main(void)
     int bogus[2] = {0, 0};
     if (W >= 2)
         CHECK(comm_group_new(w, "bogus", bogus, 2, &c) == -1 && strstr(comm_error(w), "twice"), "%s", comm_error(w));
+
+    /* a Megatron layout's groups: each all-reduce of world ranks sums its members */
+    for (int pp = 1; pp <= W; pp++) {
+        if (W % pp) continue;
+        rank_groups lg;
+        char e[256];
+        int tp = W / pp >= 2 && (W / pp) % 2 == 0 ? 2 : 1;
+        CHECK(groups_build(&lg, W, tp, pp, NULL, e, sizeof e) == 0, "%s", e);
+        comm *gc[GROUP_KINDS];
+        CHECK(comm_groups_new(w, &lg, gc) == 0, "layout groups: %s", comm_error(w));
+        for (int k = 0; k < GROUP_KINDS; k++) {
+            int n = 0, pos = -1;
+            const int *mem = groups_find(&lg, (group_kind)k, R, &n, &pos);
+            CHECK((mem == NULL) == (gc[k] == NULL), "kind %s presence", groups_kind_name((group_kind)k));
+            if (!mem || !gc[k]) continue;
+            float x = (float)R, want = 0;
+            for (int i = 0; i < n; i++) want += (float)mem[i];
+            CHECK(comm_size(gc[k]) == n && comm_rank(gc[k]) == pos, "kind %s shape", groups_kind_name((group_kind)k));
+            CHECK(comm_allreduce(gc[k], &x, 1, COMM_SUM) == 0 && x == want, "tp%d pp%d %s sum %g want %g", tp, pp,
+                  groups_kind_name((group_kind)k), x, want);
+        }
+        groups_free(&lg);
+    }
 
     check_p2p(w);
 
