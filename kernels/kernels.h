@@ -138,6 +138,56 @@ typedef struct k_ops {
     void (*adamw)(float *param, const float *grad, float *m, float *v, size_t n,
                   float lr, float beta1, float beta2, float eps, float wd,
                   float grad_scale, int t);
+
+    /* ---- bf16 extension (mixed precision) ----
+     * Added after the fp32 entries so existing tables and initialisers stay valid;
+     * NULL in a backend without bf16 (cpu), so callers test one entry before
+     * choosing the bf16 path. bf16 values travel as uint16_t bit patterns (the top
+     * 16 bits of an fp32, round-to-nearest-even). Activations, weights and
+     * activation gradients are bf16; arithmetic and every reduction are fp32;
+     * statistics (mean, rstd, xent partials), weight gradients (dw, dbias, dwte,
+     * dwpe, layernorm dw/db: fp32 so micro-batches accumulate without bf16
+     * rounding) and optimizer state stay fp32. Shapes and the overwrite /
+     * accumulate rule of each entry are those of the fp32 entry of the same name.
+     * Attention has no bf16 entry yet: cast its input and output around the fp32
+     * attention entries with to_bf16/from_bf16. */
+    void (*to_bf16)(uint16_t *dst, const float *src, size_t n);
+    void (*from_bf16)(float *dst, const uint16_t *src, size_t n);
+    void (*embedding_forward_bf16)(uint16_t *out, const int32_t *tokens, const uint16_t *wte,
+                                   int N, int C, int vocab_offset, int V);
+    void (*embedding_backward_bf16)(float *dwte, const uint16_t *dout, const int32_t *tokens,
+                                    int N, int C, int vocab_offset, int V);
+    void (*position_forward_bf16)(uint16_t *out, const uint16_t *wpe, int B, int T, int C);
+    void (*position_backward_bf16)(float *dwpe, const uint16_t *dout, int B, int T, int C);
+    void (*layernorm_forward_bf16)(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
+                                   const uint16_t *w, const uint16_t *b, int N, int C);
+    void (*layernorm_backward_bf16)(uint16_t *dinp, float *dw, float *db, const uint16_t *dout,
+                                    const uint16_t *inp, const uint16_t *w, const float *mean,
+                                    const float *rstd, int N, int C);
+    /* out = inp w^T + bias. With pre_gelu non-NULL (the MLP up-projection):
+     * pre_gelu = inp w^T + bias and out = gelu(pre_gelu), fused where the GEMM
+     * library allows; gelu_backward_bf16(d, pre_gelu, d, n) is its backward. */
+    void (*matmul_forward_bf16)(uint16_t *out, uint16_t *pre_gelu, const uint16_t *inp,
+                                const uint16_t *w, const uint16_t *bias, int N, int C, int OC);
+    void (*matmul_backward_bf16)(uint16_t *dinp, float *dw, float *dbias, const uint16_t *dout,
+                                 const uint16_t *inp, const uint16_t *w, int N, int C, int OC);
+    void (*gelu_forward_bf16)(uint16_t *out, const uint16_t *inp, size_t n);
+    void (*gelu_backward_bf16)(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout,
+                               size_t n);
+    void (*residual_forward_bf16)(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
+    void (*add_inplace_bf16)(uint16_t *acc, const uint16_t *x, size_t n);
+    void (*xent_max_bf16)(float *rowmax, const uint16_t *logits, int N, int V);
+    void (*xent_sumexp_target_bf16)(float *sumexp, float *target_logit, const uint16_t *logits,
+                                    const float *rowmax, const int32_t *targets,
+                                    int N, int V, int vocab_offset);
+    void (*xent_backward_bf16)(uint16_t *dlogits, const uint16_t *logits, const float *rowmax,
+                               const float *sumexp, const int32_t *targets, float dloss,
+                               int N, int V, int vocab_offset);
+    /* AdamW on the fp32 master weights (same update as adamw), then
+     * param_bf16 = round(master): the copy the bf16 model runs on. */
+    void (*adamw_bf16)(float *master, uint16_t *param_bf16, const float *grad, float *m,
+                       float *v, size_t n, float lr, float beta1, float beta2, float eps,
+                       float wd, float grad_scale, int t);
 } k_ops;
 
 /* The CPU reference backend (always built). */

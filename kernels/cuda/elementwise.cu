@@ -1,0 +1,126 @@
+/* elementwise: GELU (tanh form), residual add, in-place add and scale, the
+ * fp32 <-> bf16 casts, and the deterministic column sum used for bias
+ * gradients. All memory-bound: one read of each input, one write. */
+#include "kcuda.cuh"
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define EW_BLOCK 256
+
+#define GRID_STRIDE(i, n) \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); \
+         i += (size_t)gridDim.x * blockDim.x)
+
+template <typename T> __global__ void gelu_fwd_k(T *out, const T *inp, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float x = ldf(inp + i);
+        stf(out + i, 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x))));
+    }
+}
+
+template <typename T> __global__ void gelu_bwd_k(T *dinp, const T *inp, const T *dout, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float x = ldf(inp + i);
+        float th = tanhf(GELU_K * (x + 0.044715f * x * x * x));
+        float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        float g = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+        stf(dinp + i, g * ldf(dout + i)); /* dinp may alias dout: read before write */
+    }
+}
+
+template <typename T> __global__ void add_k(T *out, const T *a, const T *b, size_t n)
+{
+    GRID_STRIDE(i, n) stf(out + i, ldf(a + i) + ldf(b + i));
+}
+
+__global__ void scale_k(float *x, float s, size_t n)
+{
+    GRID_STRIDE(i, n) x[i] *= s;
+}
+
+template <typename D, typename S> __global__ void cast_k(D *dst, const S *src, size_t n)
+{
+    GRID_STRIDE(i, n) stf(dst + i, ldf(src + i));
+}
+
+/* ---- deterministic column sums ----
+ * Rows are cut into at most COLSUM_PARTS chunks; block (x, y) sums columns
+ * [x*256, x*256+256) over chunk y into part[y][c]; a second kernel adds the
+ * parts in chunk order. The chunk count depends only on N. */
+#define COLSUM_PARTS 64
+
+template <typename T>
+__global__ void colsum_part_k(float *part, const T *src, int N, int C, int rows_per)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    int r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
+    float s = 0.0f;
+    for (int r = r0; r < r1; r++) s += ldf(src + (size_t)r * C + c);
+    part[(size_t)blockIdx.y * C + c] = s;
+}
+
+__global__ void colsum_finish_k(float *dst, const float *part, int parts, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.0f;
+    for (int p = 0; p < parts; p++) s += part[(size_t)p * C + c];
+    dst[c] += s;
+}
+
+template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C)
+{
+    if (N <= 0 || C <= 0) return;
+    int rows_per = (N + COLSUM_PARTS - 1) / COLSUM_PARTS;
+    int parts = (N + rows_per - 1) / rows_per;
+    float *part = (float *)kcu_scratch(sizeof(float) * (size_t)parts * C);
+    dim3 grid((C + 255) / 256, parts);
+    colsum_part_k<T><<<grid, 256, 0, kcu_stream()>>>(part, src, N, C, rows_per);
+    kcu_launched();
+    colsum_finish_k<<<(C + 255) / 256, 256, 0, kcu_stream()>>>(dst, part, parts, C);
+    kcu_launched();
+}
+template void kcu_colsum_acc<float>(float *, const float *, int, int);
+template void kcu_colsum_acc<bf16>(float *, const bf16 *, int, int);
+
+/* ---- table entries ---- */
+
+template <typename... P, typename... A> static void launch_ew(void (*kernel)(P...), size_t n, A... args)
+{
+    if (n == 0) return;
+    kernel<<<kcu_grid(n, EW_BLOCK), EW_BLOCK, 0, kcu_stream()>>>(args...);
+    kcu_launched();
+}
+
+void kcu_gelu_forward(float *out, const float *inp, size_t n) { launch_ew(gelu_fwd_k<float>, n, out, inp, n); }
+void kcu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    launch_ew(gelu_bwd_k<float>, n, dinp, inp, dout, n);
+}
+void kcu_residual_forward(float *out, const float *a, const float *b, size_t n) { launch_ew(add_k<float>, n, out, a, b, n); }
+void kcu_add_inplace(float *acc, const float *x, size_t n) { launch_ew(add_k<float>, n, acc, acc, x, n); }
+void kcu_scale(float *x, float s, size_t n) { launch_ew(scale_k, n, x, s, n); }
+
+void kcu_to_bf16(uint16_t *dst, const float *src, size_t n) { launch_ew(cast_k<bf16, float>, n, as_bf(dst), src, n); }
+void kcu_from_bf16(float *dst, const uint16_t *src, size_t n) { launch_ew(cast_k<float, bf16>, n, dst, as_bf(src), n); }
+
+void kcu_gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n)
+{
+    launch_ew(gelu_fwd_k<bf16>, n, as_bf(out), as_bf(inp), n);
+}
+void kcu_gelu_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n)
+{
+    launch_ew(gelu_bwd_k<bf16>, n, as_bf(dinp), as_bf(inp), as_bf(dout), n);
+}
+void kcu_residual_forward_bf16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n)
+{
+    launch_ew(add_k<bf16>, n, as_bf(out), as_bf(a), as_bf(b), n);
+}
+void kcu_add_inplace_bf16(uint16_t *acc, const uint16_t *x, size_t n)
+{
+    launch_ew(add_k<bf16>, n, as_bf(acc), as_bf(acc), as_bf(x), n);
+}

@@ -1,0 +1,41 @@
+/* k_cuda: what the CUDA backend offers beyond the k_ops table (kernels.h).
+ *
+ * k_cuda() binds the backend to the device current at its first call (the
+ * engine calls cudaSetDevice(local_rank) before it), creates one stream, the
+ * cuBLAS/cuBLASLt handles and a 32 MiB GEMM workspace, and returns the table;
+ * every op is queued on that one stream, in call order. Nothing here is freed:
+ * the backend lives as long as the process, like the table.
+ *
+ * Ownership: the strings and the stream belong to the backend. */
+#ifndef ATOLL_K_CUDA_H
+#define ATOLL_K_CUDA_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* After k_cuda(): the device name ("NVIDIA H100 80GB HBM3") when the backend is
+ * up, else why it is not ("no CUDA device (<cudaGetErrorString>)"). */
+const char *k_cuda_status(void);
+
+/* The cudaStream_t every op runs on (as void * so C callers need no CUDA
+ * headers); NCCL collectives on the backend's buffers go on this stream, or on
+ * one ordered after it with events. NULL before a successful k_cuda(). */
+void *k_cuda_stream(void);
+
+/* Step timing for MFU: events recorded on the backend stream. end() waits for
+ * the work queued since begin() and returns its device time in milliseconds. */
+void k_cuda_timer_begin(void);
+float k_cuda_timer_end_ms(void);
+
+/* Bytes the backend holds besides the engine's own allocations (GEMM
+ * workspace and reduction scratch), for the memory report. */
+size_t k_cuda_reserved_bytes(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

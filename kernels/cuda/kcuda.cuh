@@ -1,0 +1,90 @@
+/* kcuda: shared pieces of the CUDA backend's .cu files (not a public header).
+ *
+ * Every kernel here is written once over its storage type T (float or bf16)
+ * and computes in fp32: ldf/stf convert at the load and the store, so the
+ * fp32 entry and the *_bf16 entry of an op are the same code. Launches go on
+ * kcu_stream() and are followed by kcu_launched() (cudaGetLastError). */
+#ifndef ATOLL_KCUDA_CUH
+#define ATOLL_KCUDA_CUH
+
+#include <cuda_bf16.h>
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <stdint.h>
+
+extern "C" {
+#include "kernels.h"
+}
+#include "cuda_check.h"
+#include "k_cuda.h"
+
+typedef __nv_bfloat16 bf16;
+
+/* ---- backend state (memory.cu) ---- */
+cudaStream_t kcu_stream(void);
+cublasHandle_t kcu_cublas(void);
+cublasLtHandle_t kcu_cublaslt(void);
+void *kcu_workspace(size_t *bytes);
+/* Reduction scratch owned by the backend, grown on demand (the first step sets
+ * its size; later steps reuse it). Valid until the next kcu_scratch call. */
+void *kcu_scratch(size_t bytes);
+#define kcu_launched() cudaCheck(cudaGetLastError())
+
+/* ---- fp32 <-> storage type ---- */
+__device__ __forceinline__ float ldf(const float *p) { return *p; }
+__device__ __forceinline__ float ldf(const bf16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void stf(float *p, float v) { *p = v; }
+__device__ __forceinline__ void stf(bf16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+static inline bf16 *as_bf(uint16_t *p) { return reinterpret_cast<bf16 *>(p); }
+static inline const bf16 *as_bf(const uint16_t *p) { return reinterpret_cast<const bf16 *>(p); }
+
+/* Grid for a grid-stride loop over n elements: enough blocks to fill the
+ * device several times over, never more than the work. */
+static inline unsigned kcu_grid(size_t n, unsigned block)
+{
+    size_t g = (n + block - 1) / block;
+    if (g > 65535u * 8u) g = 65535u * 8u;
+    return g ? (unsigned)g : 1u;
+}
+
+/* Sum over a block of blockDim.x threads (a multiple of 32, at most 1024);
+ * every thread gets the result. `sh` holds 32 floats. Deterministic: the
+ * order of additions depends only on blockDim. */
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ float block_sum(float v, float *sh)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* sh may still be read from a previous call */
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0f;
+    return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float *sh)
+{
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+/* dst[C] += column sums of src[N, C] (fp32 accumulation, fixed order: the
+ * same inputs always give the same bits). Two passes through kcu_scratch:
+ * per-row-chunk partials, then a sum over chunks. (elementwise.cu) */
+template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C);
+
+#endif

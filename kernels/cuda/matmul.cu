@@ -1,0 +1,226 @@
+/* matmul: the linear layers through cuBLASLt, fp32 (full fp32 math, no TF32,
+ * so the fp32 entries match the CPU reference) and bf16 (bf16 operands, fp32
+ * accumulation and scaling).
+ *
+ * Row-major X[r, c] is column-major X^T, so with w [OC, C]:
+ *   forward  out^T[OC,N] = w_cm^T inp_cm        (A = w, op T;  B = inp, op N)
+ *   dinp     dinp^T[C,N] = w_cm dout_cm         (A = w, op N;  B = dout, op N)
+ *   dw       dw^T[C,OC] += inp_cm dout_cm^T     (A = inp, op N; B = dout, op T; beta 1)
+ * Epilogues: BIAS (forward bias), GELU_AUX_BIAS (bf16 MLP up-projection:
+ * writes gelu(out) and keeps the pre-activation for the backward). The bias
+ * gradient is a deterministic column sum of dout (kcu_colsum_acc) because the
+ * table's dbias accumulates and the BGRAD epilogues overwrite.
+ * When the library has no algorithm for a fused epilogue on some shape, the
+ * plain GEMM plus the separate kernel is used instead. */
+#include "kcuda.cuh"
+
+typedef struct {
+    const void *A, *B;
+    void *D;
+    cudaDataType_t ab, d; /* operand type, output type */
+    bool ta, tb;
+    int m, n, k, lda, ldb, ldd;
+    float alpha, beta;
+    cublasLtEpilogue_t epi;
+    const void *bias;
+    void *aux;
+    int ldaux;
+} lt_call;
+
+/* The heuristic assumes 256-byte aligned pointers unless told: tell it the truth. */
+static uint32_t align_of(const void *p)
+{
+    uintptr_t a = (uintptr_t)p;
+    uint32_t al = 256;
+    while (al > 1 && (a % al)) al >>= 1;
+    return al;
+}
+
+static void set_pref_align(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, const void *p)
+{
+    uint32_t al = align_of(p);
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof al));
+}
+
+/* Returns false (and does nothing) when no algorithm supports this call. */
+static bool lt_matmul(const lt_call *c)
+{
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulPreference_t pref;
+    cublasOperation_t ta = c->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = c->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    size_t ws_bytes;
+    void *ws = kcu_workspace(&ws_bytes);
+
+    cublasCheck(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &c->epi, sizeof c->epi));
+    if (c->bias)
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c->bias, sizeof c->bias));
+    if (c->aux) {
+        int64_t ldaux = c->ldaux;
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c->aux, sizeof c->aux));
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux, sizeof ldaux));
+    }
+    /* Stored shapes (before op): A is m x k (op N) or k x m (op T); likewise B. */
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, c->ab, c->ta ? c->k : c->m, c->ta ? c->m : c->k, c->lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, c->ab, c->tb ? c->n : c->k, c->tb ? c->k : c->n, c->ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld, c->d, c->m, c->n, c->ldd));
+
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
+    set_pref_align(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, c->A);
+    set_pref_align(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, c->B);
+    set_pref_align(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c->D);
+    set_pref_align(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c->D);
+
+    cublasLtMatmulHeuristicResult_t h;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(kcu_cublaslt(), op, la, lb, ld, ld, pref, 1, &h, &found);
+    bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
+    if (ok)
+        cublasCheck(cublasLtMatmul(kcu_cublaslt(), op, &c->alpha, c->A, la, c->B, lb, &c->beta, c->D, ld,
+                                   c->D, ld, &h.algo, ws, ws_bytes, kcu_stream()));
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
+    cublasCheck(cublasLtMatmulDescDestroy(op));
+    return ok;
+}
+
+static void lt_matmul_or_die(const lt_call *c)
+{
+    if (lt_matmul(c)) return;
+    fprintf(stderr, "kernels/cuda: cuBLASLt has no algorithm for m=%d n=%d k=%d (op %c%c, epilogue %d)\n",
+            c->m, c->n, c->k, c->ta ? 'T' : 'N', c->tb ? 'T' : 'N', (int)c->epi);
+    exit(EXIT_FAILURE);
+}
+
+static lt_call forward_call(void *out, const void *inp, const void *w, cudaDataType_t t, int N, int C, int OC)
+{
+    lt_call c = {};
+    c.A = w; c.B = inp; c.D = out; c.ab = t; c.d = t;
+    c.ta = true; c.tb = false;
+    c.m = OC; c.n = N; c.k = C; c.lda = C; c.ldb = C; c.ldd = OC;
+    c.alpha = 1.0f; c.beta = 0.0f;
+    c.epi = CUBLASLT_EPILOGUE_DEFAULT;
+    return c;
+}
+
+template <typename T>
+static void matmul_backward(T *dinp, float *dw, float *dbias, const T *dout, const T *inp, const T *w,
+                            int N, int C, int OC, cudaDataType_t t)
+{
+    if (N <= 0 || C <= 0 || OC <= 0) return;
+    if (dinp) {
+        lt_call c = {};
+        c.A = w; c.B = dout; c.D = dinp; c.ab = t; c.d = t;
+        c.m = C; c.n = N; c.k = OC; c.lda = C; c.ldb = OC; c.ldd = C;
+        c.alpha = 1.0f; c.beta = 0.0f; c.epi = CUBLASLT_EPILOGUE_DEFAULT;
+        lt_matmul_or_die(&c);
+    }
+    lt_call c = {};
+    c.A = inp; c.B = dout; c.D = dw; c.ab = t; c.d = CUDA_R_32F; /* fp32 weight gradient */
+    c.ta = false; c.tb = true;
+    c.m = C; c.n = OC; c.k = N; c.lda = C; c.ldb = OC; c.ldd = C;
+    c.alpha = 1.0f; c.beta = 1.0f; c.epi = CUBLASLT_EPILOGUE_DEFAULT;
+    lt_matmul_or_die(&c);
+    if (dbias) kcu_colsum_acc(dbias, dout, N, OC);
+}
+
+/* ---- fp32 entries ---- */
+
+__global__ void bias_bcast_k(float *out, const float *bias, int N, int OC)
+{
+    size_t total = (size_t)N * OC;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = bias[i % OC];
+}
+
+void kcu_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC)
+{
+    if (N <= 0 || OC <= 0) return;
+    lt_call c = forward_call(out, inp, w, CUDA_R_32F, N, C, OC);
+    if (bias) {
+        c.epi = CUBLASLT_EPILOGUE_BIAS;
+        c.bias = bias;
+        if (lt_matmul(&c)) return;
+        /* no fused algorithm: broadcast the bias, then accumulate onto it */
+        size_t n = (size_t)N * OC;
+        bias_bcast_k<<<kcu_grid(n, 256), 256, 0, kcu_stream()>>>(out, bias, N, OC);
+        kcu_launched();
+        c.epi = CUBLASLT_EPILOGUE_DEFAULT;
+        c.bias = NULL;
+        c.beta = 1.0f;
+    }
+    lt_matmul_or_die(&c);
+}
+
+void kcu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                         const float *w, int N, int C, int OC)
+{
+    matmul_backward(dinp, dw, dbias, dout, inp, w, N, C, OC, CUDA_R_32F);
+}
+
+/* ---- bf16 entries ---- */
+
+__global__ void bias_gelu_k(bf16 *out, bf16 *pre, const bf16 *bias, int N, int OC, int gelu)
+{
+    size_t total = (size_t)N * OC;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float x = __bfloat162float(pre[i]) + (bias ? __bfloat162float(bias[i % OC]) : 0.0f);
+        if (!gelu) {
+            out[i] = __float2bfloat16_rn(x);
+            continue;
+        }
+        pre[i] = __float2bfloat16_rn(x);
+        x = __bfloat162float(pre[i]); /* gelu of the stored pre-activation, as the backward sees it */
+        out[i] = __float2bfloat16_rn(0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x))));
+    }
+}
+
+void kcu_matmul_forward_bf16(uint16_t *out, uint16_t *pre_gelu, const uint16_t *inp, const uint16_t *w,
+                             const uint16_t *bias, int N, int C, int OC)
+{
+    if (N <= 0 || OC <= 0) return;
+    lt_call c = forward_call(out, inp, w, CUDA_R_16BF, N, C, OC);
+    if (pre_gelu) {
+        c.epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+        c.bias = bias;
+        c.aux = pre_gelu;
+        c.ldaux = OC;
+        if (OC % 8 == 0 && lt_matmul(&c)) return;
+        /* unfused: the GEMM into pre_gelu, then bias + GELU in one pass */
+        lt_call p = forward_call(pre_gelu, inp, w, CUDA_R_16BF, N, C, OC);
+        lt_matmul_or_die(&p);
+        size_t n = (size_t)N * OC;
+        bias_gelu_k<<<kcu_grid(n, 256), 256, 0, kcu_stream()>>>(as_bf(out), as_bf(pre_gelu), as_bf(bias), N, OC, 1);
+        kcu_launched();
+        return;
+    }
+    if (bias) {
+        c.epi = CUBLASLT_EPILOGUE_BIAS;
+        c.bias = bias;
+        if (lt_matmul(&c)) return;
+        c.epi = CUBLASLT_EPILOGUE_DEFAULT;
+        c.bias = NULL;
+        lt_matmul_or_die(&c);
+        size_t n = (size_t)N * OC;
+        bias_gelu_k<<<kcu_grid(n, 256), 256, 0, kcu_stream()>>>(as_bf(out), as_bf(out), as_bf(bias), N, OC, 0);
+        kcu_launched();
+        return;
+    }
+    lt_matmul_or_die(&c);
+}
+
+void kcu_matmul_backward_bf16(uint16_t *dinp, float *dw, float *dbias, const uint16_t *dout, const uint16_t *inp,
+                              const uint16_t *w, int N, int C, int OC)
+{
+    matmul_backward(dinp ? as_bf(dinp) : (bf16 *)NULL, dw, dbias, as_bf(dout), as_bf(inp), as_bf(w), N, C, OC,
+                    CUDA_R_16BF);
+}

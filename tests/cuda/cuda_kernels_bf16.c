@@ -1,0 +1,213 @@
+/* Every *_bf16 entry of k_cuda() against the fp32 CPU reference run on the
+ * same (bf16-rounded) inputs: norm-wise relative error <= 1e-2 for bf16
+ * outputs, outputs poisoned first, no NaN. fp32 outputs of these entries
+ * (statistics, weight gradients, master weights) are held to the same bound
+ * except where the math is exactly the fp32 path's (AdamW: 1e-5). */
+#include "cuda_harness.h"
+
+#define TOL 1e-2
+
+static float *bf_rand(size_t n, float scale)
+{
+    float *v = h_rand(n, scale);
+    h_round_bf(v, n);
+    return v;
+}
+
+static void test_casts(size_t n)
+{
+    float *x = h_rand(n, 100), *back = malloc(n * 4);
+    float *dx = d_put(x, n * 4);
+    uint16_t *db = d_poison(n * 2), *h = malloc(n * 2);
+    G->to_bf16(db, dx, n);
+    G->to_host(h, db, n * 2);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += h[i] != h_f2bf(x[i]);
+    CHECK(bad == 0, "to_bf16: %zu of %zu values not rounded to nearest even", bad, n);
+    float *df = d_poison(n * 4);
+    G->from_bf16(df, db, n);
+    G->to_host(back, df, n * 4);
+    bad = 0;
+    for (size_t i = 0; i < n; i++) bad += back[i] != h_bf2f(h[i]);
+    CHECK(bad == 0, "from_bf16: %zu of %zu values not exact", bad, n);
+    free(x); free(back); free(h);
+    G->free(dx); G->free(db); G->free(df);
+}
+
+static void test_embedding(int N, int C, int off, int V, int Vfull)
+{
+    int32_t *tok = malloc(sizeof(int32_t) * N);
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)((h_frand() + 1.0f) * 0.5f * (float)Vfull) % Vfull;
+    float *wte = bf_rand((size_t)V * C, 1), *out = malloc((size_t)N * C * 4);
+    int32_t *dtok = d_put(tok, sizeof(int32_t) * N);
+    uint16_t *dwte = d_put_bf(wte, (size_t)V * C), *dout = d_poison((size_t)N * C * 2);
+    R->embedding_forward(out, tok, wte, N, C, off, V);
+    G->embedding_forward_bf16(dout, dtok, dwte, N, C, off, V);
+    h_compare("embedding_forward_bf16", d_get_bf(dout, (size_t)N * C), out, (size_t)N * C, TOL);
+    float *g = bf_rand((size_t)N * C, 1), *acc = h_rand((size_t)V * C, 1);
+    uint16_t *dg = d_put_bf(g, (size_t)N * C);
+    float *dacc = d_put(acc, (size_t)V * C * 4);
+    R->embedding_backward(acc, g, tok, N, C, off, V);
+    G->embedding_backward_bf16(dacc, dg, dtok, N, C, off, V);
+    h_compare("embedding_backward_bf16", d_get(dacc, (size_t)V * C), acc, (size_t)V * C, TOL);
+
+    int B = 2, T = N / 2;
+    float *wpe = bf_rand((size_t)T * C, 1), *x = bf_rand((size_t)B * T * C, 1);
+    uint16_t *dwpe = d_put_bf(wpe, (size_t)T * C), *dx = d_put_bf(x, (size_t)B * T * C);
+    R->position_forward(x, wpe, B, T, C);
+    G->position_forward_bf16(dx, dwpe, B, T, C);
+    h_compare("position_forward_bf16", d_get_bf(dx, (size_t)B * T * C), x, (size_t)B * T * C, TOL);
+    float *pacc = h_rand((size_t)T * C, 1), *dpacc = d_put(pacc, (size_t)T * C * 4);
+    R->position_backward(pacc, g, B, T, C);
+    G->position_backward_bf16(dpacc, dg, B, T, C);
+    h_compare("position_backward_bf16", d_get(dpacc, (size_t)T * C), pacc, (size_t)T * C, TOL);
+    free(tok); free(wte); free(out); free(g); free(acc); free(wpe); free(x); free(pacc);
+    G->free(dtok); G->free(dwte); G->free(dout); G->free(dg); G->free(dacc); G->free(dwpe); G->free(dx);
+    G->free(dpacc);
+}
+
+static void test_layernorm(int N, int C)
+{
+    size_t n = (size_t)N * C;
+    float *x = bf_rand(n, 2), *w = bf_rand(C, 1), *b = bf_rand(C, 1);
+    float *out = malloc(n * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
+    uint16_t *dx = d_put_bf(x, n), *dw = d_put_bf(w, C), *db = d_put_bf(b, C), *dout = d_poison(n * 2);
+    float *dmean = d_poison(N * 4), *drstd = d_poison(N * 4);
+    R->layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    G->layernorm_forward_bf16(dout, dmean, drstd, dx, dw, db, N, C);
+    h_compare("layernorm_forward_bf16 out", d_get_bf(dout, n), out, n, TOL);
+    h_compare("layernorm_forward_bf16 mean", d_get(dmean, N), mean, N, TOL);
+    h_compare("layernorm_forward_bf16 rstd", d_get(drstd, N), rstd, N, TOL);
+    float *g = bf_rand(n, 1), *dinp = bf_rand(n, 1), *gw = h_rand(C, 1), *gb = h_rand(C, 1);
+    uint16_t *dg = d_put_bf(g, n), *ddinp = d_put_bf(dinp, n);
+    float *dgw = d_put(gw, C * 4), *dgb = d_put(gb, C * 4);
+    R->layernorm_backward(dinp, gw, gb, g, x, w, mean, rstd, N, C);
+    G->layernorm_backward_bf16(ddinp, dgw, dgb, dg, dx, dw, dmean, drstd, N, C);
+    h_compare("layernorm_backward_bf16 dinp", d_get_bf(ddinp, n), dinp, n, TOL);
+    h_compare("layernorm_backward_bf16 dw", d_get(dgw, C), gw, C, TOL);
+    h_compare("layernorm_backward_bf16 db", d_get(dgb, C), gb, C, TOL);
+    free(x); free(w); free(b); free(out); free(mean); free(rstd); free(g); free(dinp); free(gw); free(gb);
+    G->free(dx); G->free(dw); G->free(db); G->free(dout); G->free(dmean); G->free(drstd);
+    G->free(dg); G->free(ddinp); G->free(dgw); G->free(dgb);
+}
+
+/* mode 0: no bias, 1: bias, 2: bias + fused GELU (pre_gelu kept) */
+static void test_matmul(int N, int C, int OC, int mode)
+{
+    size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
+    float *x = bf_rand(ni, 1), *w = bf_rand(nw, 0.1f), *bias = bf_rand(OC, 1), *out = malloc(no * 4);
+    uint16_t *dx = d_put_bf(x, ni), *dw = d_put_bf(w, nw), *dbias = d_put_bf(bias, OC);
+    uint16_t *dout = d_poison(no * 2), *dpre = mode == 2 ? d_poison(no * 2) : NULL;
+    R->matmul_forward(out, x, w, mode ? bias : NULL, N, C, OC);
+    G->matmul_forward_bf16(dout, dpre, dx, dw, mode ? dbias : NULL, N, C, OC);
+    if (mode == 2) {
+        h_compare("matmul_forward_bf16 pre_gelu", d_get_bf(dpre, no), out, no, TOL);
+        float *ge = malloc(no * 4);
+        R->gelu_forward(ge, out, no);
+        h_compare("matmul_forward_bf16 gelu(out)", d_get_bf(dout, no), ge, no, TOL);
+        free(ge);
+    } else {
+        h_compare(mode ? "matmul_forward_bf16 (bias)" : "matmul_forward_bf16", d_get_bf(dout, no), out, no, TOL);
+    }
+    float *g = bf_rand(no, 1), *dinp = malloc(ni * 4), *gw = h_rand(nw, 1), *gb = h_rand(OC, 1);
+    uint16_t *dg = d_put_bf(g, no), *ddinp = d_poison(ni * 2);
+    float *dgw = d_put(gw, nw * 4), *dgb = d_put(gb, OC * 4);
+    R->matmul_backward(dinp, gw, gb, g, x, w, N, C, OC);
+    G->matmul_backward_bf16(ddinp, dgw, dgb, dg, dx, dw, N, C, OC);
+    h_compare("matmul_backward_bf16 dinp", d_get_bf(ddinp, ni), dinp, ni, TOL);
+    h_compare("matmul_backward_bf16 dw", d_get(dgw, nw), gw, nw, TOL);
+    h_compare("matmul_backward_bf16 dbias", d_get(dgb, OC), gb, OC, TOL);
+    free(x); free(w); free(bias); free(out); free(g); free(dinp); free(gw); free(gb);
+    G->free(dx); G->free(dw); G->free(dbias); G->free(dout); G->free(dpre); G->free(dg); G->free(ddinp);
+    G->free(dgw); G->free(dgb);
+}
+
+static void test_elementwise(size_t n)
+{
+    float *x = bf_rand(n, 3), *y = bf_rand(n, 1), *out = malloc(n * 4);
+    uint16_t *dx = d_put_bf(x, n), *dy = d_put_bf(y, n), *dout = d_poison(n * 2);
+    R->gelu_forward(out, x, n);
+    G->gelu_forward_bf16(dout, dx, n);
+    h_compare("gelu_forward_bf16", d_get_bf(dout, n), out, n, TOL);
+    R->gelu_backward(out, x, y, n);
+    G->gelu_backward_bf16(dy, dx, dy, n); /* in place, as the MLP backward runs it */
+    h_compare("gelu_backward_bf16 (in place)", d_get_bf(dy, n), out, n, TOL);
+    G->free(dy);
+    dy = d_put_bf(y, n);
+    R->residual_forward(out, x, y, n);
+    G->residual_forward_bf16(dout, dx, dy, n);
+    h_compare("residual_forward_bf16", d_get_bf(dout, n), out, n, TOL);
+    R->add_inplace(x, y, n);
+    G->add_inplace_bf16(dx, dy, n);
+    h_compare("add_inplace_bf16", d_get_bf(dx, n), x, n, TOL);
+    free(x); free(y); free(out);
+    G->free(dx); G->free(dy); G->free(dout);
+}
+
+static void test_xent(int N, int Vfull, int off, int V)
+{
+    size_t nl = (size_t)N * V;
+    float *lg = bf_rand(nl, 4);
+    int32_t *tg = malloc(sizeof(int32_t) * N);
+    for (int i = 0; i < N; i++) tg[i] = i % 5 == 2 ? -1 : (int32_t)((h_frand() + 1.0f) * 0.5f * (float)Vfull) % Vfull;
+    float *mx = malloc(N * 4), *se = malloc(N * 4), *tl = malloc(N * 4), *d = malloc(nl * 4);
+    uint16_t *dlg = d_put_bf(lg, nl);
+    int32_t *dtg = d_put(tg, sizeof(int32_t) * N);
+    float *dmx = d_poison(N * 4), *dse = d_poison(N * 4), *dtl = d_poison(N * 4);
+    R->xent_max(mx, lg, N, V);
+    G->xent_max_bf16(dmx, dlg, N, V);
+    h_compare("xent_max_bf16", d_get(dmx, N), mx, N, TOL);
+    R->xent_sumexp_target(se, tl, lg, mx, tg, N, V, off);
+    G->xent_sumexp_target_bf16(dse, dtl, dlg, dmx, dtg, N, V, off);
+    h_compare("xent_sumexp_target_bf16 sumexp", d_get(dse, N), se, N, TOL);
+    h_compare("xent_sumexp_target_bf16 target_logit", d_get(dtl, N), tl, N, TOL);
+    R->xent_backward(d, lg, mx, se, tg, 1.0f / N, N, V, off);
+    G->xent_backward_bf16(dlg, dlg, dmx, dse, dtg, 1.0f / N, N, V, off); /* in place, no second buffer */
+    h_compare("xent_backward_bf16 (in place)", d_get_bf(dlg, nl), d, nl, TOL);
+    free(lg); free(tg); free(mx); free(se); free(tl); free(d);
+    G->free(dlg); G->free(dtg); G->free(dmx); G->free(dse); G->free(dtl);
+}
+
+static void test_adamw(size_t n)
+{
+    float *p = h_rand(n, 1), *g = h_rand(n, 0.1f), *m = h_rand(n, 0.01f), *v = h_rand(n, 0.01f);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]) * 0.01f;
+    float *dp = d_put(p, n * 4), *dg = d_put(g, n * 4), *dm = d_put(m, n * 4), *dv = d_put(v, n * 4);
+    uint16_t *dpb = d_poison(n * 2);
+    R->adamw(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 7);
+    G->adamw_bf16(dp, dpb, dg, dm, dv, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 7);
+    float *master = d_get(dp, n), *pb = d_get_bf(dpb, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += pb[i] != h_bf2f(h_f2bf(master[i]));
+    CHECK(bad == 0, "adamw_bf16: %zu of %zu bf16 params are not the rounded master weight", bad, n);
+    h_compare("adamw_bf16 master", master, p, n, 1e-5);
+    h_compare("adamw_bf16 param", pb, p, n, TOL);
+    h_compare("adamw_bf16 m", d_get(dm, n), m, n, 1e-5);
+    h_compare("adamw_bf16 v", d_get(dv, n), v, n, 1e-5);
+    free(p); free(g); free(m); free(v);
+    G->free(dp); G->free(dg); G->free(dm); G->free(dv); G->free(dpb);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    if (!h_setup()) return 0;
+    test_casts(1);
+    test_casts(70001);
+    test_embedding(38, 19, 0, 50, 50);
+    test_embedding(1024, 768, 1000, 1000, 3000);
+    test_layernorm(5, 37);
+    test_layernorm(512, 768);
+    for (int mode = 0; mode < 3; mode++) {
+        test_matmul(7, 13, 11, mode); /* odd sizes: the unfused fallbacks */
+        test_matmul(512, 768, 3072, mode);
+    }
+    test_matmul(256, 3072, 768, 1);
+    test_elementwise(1);
+    test_elementwise(100003);
+    test_xent(9, 50, 0, 50);
+    test_xent(256, 50304, 0, 50304);
+    test_adamw(5);
+    test_adamw(1000003);
+    return check_summary(argv[0]);
+}
