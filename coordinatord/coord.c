@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/time.h>
 
+#include "fabric.h"
 #include "jobs.h"
 #include "log.h"
 #include "topo.h"
@@ -56,7 +57,12 @@ int coord_init(coord *c, const coord_opts *o, const char *db_path, char *err, si
     c->send = discard;
     c->started_ms = coord_wall_ms();
     registry_init(&c->reg, o->suspect_ms, o->node_timeout_ms);
-    if (store_open(&c->st, db_path, err, errlen)) return -1;
+    if (o->fabric[0] && fabric_load(&c->fab, o->fabric, err, errlen)) return -1;
+    if (store_open(&c->st, db_path, err, errlen)) {
+        fabric_free(c->fab);
+        c->fab = NULL;
+        return -1;
+    }
     load_ctx l = { c, 0 };
     if (store_nodes_each(c->st, load_node, &l)) {
         snprintf(err, errlen, "cannot load nodes from %s: %s", db_path, store_errmsg(c->st));
@@ -74,6 +80,8 @@ void coord_free(coord *c)
     store_close(c->st);
     c->st = NULL;
     registry_free(&c->reg);
+    fabric_free(c->fab);
+    c->fab = NULL;
 }
 
 void coord_hist_add(coord_hist *h, uint64_t us)

@@ -26,6 +26,7 @@ typedef struct coord_opts {
     int suspect_ms;          /* silence before a node is suspect */
     int node_timeout_ms;     /* silence before a node is dead */
     uint32_t max_frame;
+    char fabric[512];        /* Slurm topology.conf for placement; "" = none */
 } coord_opts;
 
 /* A connected client, as the handlers see it. */
@@ -62,6 +63,7 @@ typedef struct coord {
     uint64_t frames, heartbeats, errors_sent, registrations;
     coord_hist hb_hist;
     void *server;            /* server.c's private state */
+    struct fabric *fab;      /* switch tree from --fabric (fabric.h); NULL = leaves unknown */
 } coord;
 
 int64_t coord_wall_ms(void);

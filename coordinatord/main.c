@@ -21,7 +21,7 @@ static const char USAGE[] =
     "  --node-timeout SEC         silence after which a node is dead (default 5)\n"
     "  --suspect-after SEC        silence after which a node is suspect (default: min(2 x interval, timeout/2))\n"
     "  --max-frame BYTES          largest accepted frame payload (default 16777216)\n"
-    "  --fabric FILE              Slurm topology.conf describing the switch tree (not used yet)\n"
+    "  --fabric FILE              Slurm topology.conf describing the switch tree (placement keeps jobs under few leaves)\n"
     "  --log-level LEVEL          debug, info, warn, error (default info)\n"
     "The bound addresses are written to STATE_DIR/coordinatord.addr and STATE_DIR/http.addr.\n";
 
@@ -69,7 +69,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--heartbeat-interval")) bad = seconds(a, v, &o.heartbeat_ms);
         else if (!strcmp(a, "--node-timeout")) bad = seconds(a, v, &o.node_timeout_ms);
         else if (!strcmp(a, "--suspect-after")) bad = seconds(a, v, &o.suspect_ms);
-        else if (!strcmp(a, "--fabric")) { /* accepted for compatibility; placement reads it later */ }
+        else if (!strcmp(a, "--fabric")) snprintf(o.fabric, sizeof o.fabric, "%s", v);
         else if (!strcmp(a, "--max-frame")) {
             char *end;
             unsigned long n = strtoul(v, &end, 10);

@@ -4,8 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fabric.h"
 #include "jobs.h"
 #include "log.h"
+#include "place.h"
+#include "plan.h"
 #include "topo.h"
 
 /* ---- process groups (Megatron-Core RankGenerator order) ---- */
@@ -259,6 +262,78 @@ static void launch(coord *c, const store_job *j, Atoll__JobSpec *spec, Atoll__Jo
     log_info("job %llu epoch %u dispatched to its nodes", (unsigned long long)j->id, j->epoch);
 }
 
+/* Topology-aware placement (common/place.h, plan_place) on whole free GPU nodes:
+ * TP inside NVLink islands, rail-aligned DP/PP groups, few leaf switches.
+ * Returns 0 with `out` filled, 1 when it does not apply (CPU ranks, or not
+ * enough whole free nodes; sched_place then decides), -1 on error. */
+static int place_topology_aware(coord *c, busy_ctx *b, const atoll_config *cfg, Atoll__JobLayout *out,
+                                msg_arena *a, char *err, size_t errlen)
+{
+    int n = (int)b->n, tp = cfg->tensor_model_parallel_size, pp = cfg->pipeline_model_parallel_size;
+    int dp = cfg_data_parallel_size(cfg, cfg->num_gpus);
+    if (n < 1 || dp < 1) return 1;
+    topo_node *nodes = calloc((size_t)n, sizeof *nodes);
+    unsigned char *busy = calloc((size_t)n, 1);
+    int rc = 1;
+    if (!nodes || !busy) goto out;
+    for (int i = 0; i < n; i++) {
+        Atoll__Node *info = atoll__node__unpack(NULL, b->cands[i].rn->info_len, b->cands[i].rn->info);
+        char why[256];
+        int bad = !info || msg_node_to_topo(info, &nodes[i], why, sizeof why) || nodes[i].ngpus < 1;
+        if (info) atoll__node__free_unpacked(info, NULL);
+        if (bad) goto out; /* CPU ranks or an unreadable node: the slot placement handles it */
+        nodes[i].state = NODE_ALIVE; /* build_candidates kept only live nodes */
+        for (int s = 0; s < b->cands[i].rn->slots; s++) busy[i] |= b->cands[i].busy[s];
+    }
+    if (c->fab) fabric_apply(c->fab, nodes, n);
+    plan_cluster cl;
+    memset(&cl, 0, sizeof cl);
+    cl.nodes = nodes;
+    cl.nnodes = n;
+    cl.busy = busy;
+    cl.fab = c->fab;
+    cl.gpu = gpu_spec_by_device_name(nodes[0].gpus[0].name);
+    place_result r;
+    char why[256];
+    int placed;
+    if (cl.gpu) {
+        plan_links_default(cl.gpu, &cl.links);
+        placed = plan_place(&cl, cfg, dp, &r, NULL, NULL, why, sizeof why);
+    } else {
+        place_request req = { tp, pp, dp, cfg->rank_order, 0 };
+        placed = place_topology(nodes, n, busy, c->fab, &req, &r, why, sizeof why);
+    }
+    if (placed) goto out; /* e.g. only partly free nodes left: the slot placement may still fit */
+    out->tp = tp;
+    out->pp = pp;
+    out->dp = dp;
+    out->vpp = cfg_virtual_stages(cfg);
+    out->n_ranks = (size_t)r.world;
+    out->ranks = msg_alloc(a, sizeof(Atoll__RankPlacement *) * (size_t)r.world);
+    int *local = calloc((size_t)n, sizeof *local);
+    for (int k = 0; local && k < r.world; k++) {
+        Atoll__RankPlacement *p = msg_alloc(a, sizeof *p);
+        atoll__rank_placement__init(p);
+        p->rank = k;
+        p->node = (char *)b->cands[r.rank_node[k]].rn->name;
+        p->gpu = nodes[r.rank_node[k]].gpus[r.rank_gpu[k]].index;
+        p->local_rank = local[r.rank_node[k]]++;
+        out->ranks[k] = p;
+    }
+    rc = local ? 0 : -1;
+    if (!local) snprintf(err, errlen, "out of memory placing %d ranks", r.world);
+    free(local);
+    place_result_free(&r);
+    if (!rc && sched_groups(cfg->rank_order, tp, pp, dp, out, a)) {
+        snprintf(err, errlen, "--rank-order '%s' is not a '-'-separated order of tp, cp, ep, dp, pp", cfg->rank_order);
+        rc = -1;
+    }
+out:
+    free(nodes);
+    free(busy);
+    return rc;
+}
+
 static void place_one(coord *c, busy_ctx *b, store_job *j)
 {
     atoll_config cfg;
@@ -275,7 +350,8 @@ static void place_one(coord *c, busy_ctx *b, store_job *j)
     msg_arena a = { 0 };
     Atoll__JobLayout l = ATOLL__JOB_LAYOUT__INIT;
     char why[256];
-    if (!nodes || sched_place(&cfg, cfg.num_gpus, nodes, (int)b->n, &l, &a, why, sizeof why)) {
+    int topo_rc = nodes ? place_topology_aware(c, b, &cfg, &l, &a, why, sizeof why) : -1;
+    if (topo_rc < 0 || (topo_rc > 0 && sched_place(&cfg, cfg.num_gpus, nodes, (int)b->n, &l, &a, why, sizeof why))) {
         if (nodes && strcmp(j->message, why)) { /* not a state change: no event, just say why */
             snprintf(j->message, sizeof j->message, "%s", why);
             store_job_update(c->st, j);
