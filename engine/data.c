@@ -51,14 +51,31 @@ static int parse_split(const char *split, double w[3], char *err, size_t errlen)
     return 0;
 }
 
-int eng_data_open(eng_data *d, const char *prefix, const char *split, int seq_len, int vocab,
-                  uint64_t seed, char *err, size_t errlen)
+/* Megatron's split_index: cumulative rounded fractions of ndocs; the difference
+ * of the last from ndocs is taken off every boundary after the first. */
+static void split_bounds(const double w[3], uint64_t ndocs, uint64_t b[4])
 {
+    double total = w[0] + w[1] + w[2];
+    int64_t idx[4] = { 0 };
+    for (int i = 0; i < 3; i++) idx[i + 1] = idx[i] + llround(w[i] / total * (double)ndocs);
+    int64_t diff = idx[3] - (int64_t)ndocs;
+    for (int i = 1; i < 4; i++) idx[i] -= diff;
+    for (int i = 0; i < 4; i++) b[i] = idx[i] < 0 ? 0 : (uint64_t)idx[i] > ndocs ? ndocs : (uint64_t)idx[i];
+}
+
+int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int which, int seq_len,
+                        int vocab, uint64_t seed, char *err, size_t errlen)
+{
+    static const char *NAMES[3] = { "train", "validation", "test" };
     memset(d, 0, sizeof *d);
     d->T = seq_len;
     d->vocab = vocab;
     d->seed = seed;
     if (!prefix || !*prefix) {
+        if (which != ENG_SPLIT_TRAIN) {
+            errf(err, errlen, "the built-in corpus has no %s split; give --data-path", NAMES[which]);
+            return -1;
+        }
         d->builtin = (const unsigned char *)CORPUS;
         d->ntokens = sizeof CORPUS; /* the text and its terminating NUL = end of document */
         snprintf(d->source, sizeof d->source, "the built-in corpus");
@@ -68,23 +85,29 @@ int eng_data_open(eng_data *d, const char *prefix, const char *split, int seq_le
         if (idx_open(&d->ds, prefix, err, errlen)) return -1;
         d->have_ds = 1;
         snprintf(d->source, sizeof d->source, "%s.bin", prefix);
-        uint64_t ndocs = d->ds.ndoc ? d->ds.ndoc - 1 : 0;
-        uint64_t train_docs = (uint64_t)llround(w[0] / (w[0] + w[1] + w[2]) * (double)ndocs);
-        if (train_docs > ndocs) train_docs = ndocs;
-        uint64_t s0 = ndocs ? (uint64_t)d->ds.doc_idx[0] : 0;
-        uint64_t s1 = ndocs ? (uint64_t)d->ds.doc_idx[train_docs] : 0;
+        uint64_t ndocs = d->ds.ndoc ? d->ds.ndoc - 1 : 0, b[4];
+        split_bounds(w, ndocs, b);
+        uint64_t s0 = ndocs ? (uint64_t)d->ds.doc_idx[b[which]] : 0;
+        uint64_t s1 = ndocs ? (uint64_t)d->ds.doc_idx[b[which + 1]] : 0;
         d->first_token = 0;
         for (uint64_t s = 0; s < s0; s++) d->first_token += (uint64_t)d->ds.sizes[s];
         for (uint64_t s = s0; s < s1; s++) d->ntokens += (uint64_t)d->ds.sizes[s];
     }
     if (d->ntokens < (uint64_t)seq_len + 1) {
-        errf(err, errlen, "%s: the train split has %llu tokens, fewer than one sample of --seq-length %d + 1",
-             d->source, (unsigned long long)d->ntokens, seq_len);
+        errf(err, errlen, "%s: the %s split (--split %s) has %llu tokens, fewer than one sample of "
+             "--seq-length %d + 1", d->source, NAMES[which], split && *split ? split : "969,30,1",
+             (unsigned long long)d->ntokens, seq_len);
         eng_data_close(d);
         return -1;
     }
     d->nsamples = (d->ntokens - 1) / (uint64_t)seq_len;
     return 0;
+}
+
+int eng_data_open(eng_data *d, const char *prefix, const char *split, int seq_len, int vocab,
+                  uint64_t seed, char *err, size_t errlen)
+{
+    return eng_data_open_split(d, prefix, split, ENG_SPLIT_TRAIN, seq_len, vocab, seed, err, errlen);
 }
 
 void eng_data_close(eng_data *d)

@@ -34,6 +34,12 @@ typedef struct eng_data {
  * split and checks it holds at least one sample of seq_len + 1 tokens. */
 int eng_data_open(eng_data *d, const char *prefix, const char *split, int seq_len, int vocab,
                   uint64_t seed, char *err, size_t errlen);
+/* The same for split `which` (0 train, 1 validation, 2 test), with Megatron's
+ * document boundaries: cumulative rounded fractions, the last one moved so they
+ * end at the document count. The built-in corpus has only a train split. */
+enum { ENG_SPLIT_TRAIN = 0, ENG_SPLIT_VALID = 1, ENG_SPLIT_TEST = 2 };
+int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int which, int seq_len,
+                        int vocab, uint64_t seed, char *err, size_t errlen);
 void eng_data_close(eng_data *d);
 
 /* Index within the epoch of global sample g. */

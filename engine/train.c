@@ -157,8 +157,8 @@ typedef struct run {
     eng_model *m;
     eng_optim *opt;
     eng_acts *acts;
-    eng_data data;
-    int have_data;
+    eng_data data, valid;
+    int have_data, have_valid;
     eng_train_state st;
     int32_t *tokens, *targets; /* [gbs, T] host */
     FILE *metrics;
@@ -281,6 +281,40 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     return 0;
 }
 
+/* Forward only over the first --eval-iters global batches of the validation
+ * split (the same samples every time, so evaluations compare). */
+static int evaluate(run *r, char *err, size_t errlen)
+{
+    const atoll_config *c = r->c;
+    int T = c->seq_length, mbs = c->micro_batch_size;
+    size_t mb_tokens = (size_t)mbs * T;
+    double sum = 0.0;
+    for (int i = 0; i < c->eval_iters; i++) {
+        for (int b = 0; b < c->global_batch_size; b++)
+            if (eng_data_sample(&r->valid, (uint64_t)i * (uint64_t)c->global_batch_size + (uint64_t)b,
+                                r->tokens + (size_t)b * T, r->targets + (size_t)b * T, err, errlen))
+                return -1;
+        for (int k = 0; k < c->global_batch_size / mbs; k++) {
+            double ls = 0.0;
+            if (eng_forward(r->m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, &ls)) {
+                errf(err, errlen, "evaluation forward pass failed");
+                return -1;
+            }
+            sum += ls;
+        }
+    }
+    double loss = sum / ((double)c->eval_iters * c->global_batch_size * T);
+    printf(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n", r->st.iteration,
+           loss, exp(loss < 700 ? loss : 700));
+    fflush(stdout);
+    if (r->metrics) {
+        fprintf(r->metrics, "{\"iteration\":%lld,\"valid_loss\":%.17g,\"valid_ppl\":%.6g}\n", r->st.iteration,
+                loss, exp(loss < 700 ? loss : 700));
+        fflush(r->metrics);
+    }
+    return 0;
+}
+
 static int resume(run *r, char *err, size_t errlen)
 {
     long long it;
@@ -318,6 +352,12 @@ static int setup(run *r, char *err, size_t errlen)
     if (eng_data_open(&r->data, c->data_path, c->split, c->seq_length, c->vocab_size, c->seed, err, errlen))
         return -1;
     r->have_data = 1;
+    if (c->eval_interval > 0 && c->eval_iters > 0) {
+        if (eng_data_open_split(&r->valid, c->data_path, c->split, ENG_SPLIT_VALID, c->seq_length,
+                                c->vocab_size, c->seed, err, errlen))
+            return -1;
+        r->have_valid = 1;
+    }
     eng_init_params(r->m, c->seed);
     r->st.seed = c->seed;
     if (c->load[0] && resume(r, err, errlen)) return -1;
@@ -339,6 +379,7 @@ static void teardown(run *r)
 {
     if (r->metrics) fclose(r->metrics);
     if (r->have_data) eng_data_close(&r->data);
+    if (r->have_valid) eng_data_close(&r->valid);
     free(r->tokens);
     free(r->targets);
     if (r->m) {
@@ -371,6 +412,8 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         step_stats s;
         if ((rc = train_step(&r, &s, err, errlen))) break;
         if (c.log_interval > 0 && s.it % c.log_interval == 0) log_step(&c, &s, r.metrics);
+        if (r.have_valid && (s.it % c.eval_interval == 0 || s.it == stop) && (rc = evaluate(&r, err, errlen)))
+            break;
         if (c.save[0] && c.save_interval > 0 && s.it % c.save_interval == 0) {
             if ((rc = ckpt_save(c.save, r.m, r.opt, &r.st, err, errlen))) break;
             last_saved = s.it;

@@ -58,6 +58,15 @@ rm ck_copy/iter_0000020/manifest.json
 grep -q "iter_0000020 is not committed" torn.err && ok "uncommitted step reported" \
     || bad "torn step not reported: $(cat torn.err)"
 
+# ---- validation split: --split 8,2,0 over ten documents, evaluated every 5 iterations ----
+for i in $(seq 10); do head -c $((200 + i * 10)) rep.txt > "doc$i.txt"; done
+"$PREP" --input doc1.txt doc2.txt doc3.txt doc4.txt doc5.txt doc6.txt doc7.txt doc8.txt doc9.txt doc10.txt \
+    --output-prefix ten >/dev/null || bad "prepare ten documents"
+"$TRAIN" "${TINY[@]}" --train-iters 10 --data-path ten --split 8,2,0 --eval-interval 5 --eval-iters 2 \
+    --metrics-file eval.jsonl >eval.log 2>&1 || bad "eval run failed: $(tail -1 eval.log)"
+[ "$(grep -c 'validation loss at iteration' eval.log)" = 2 ] && [ "$(grep -c valid_loss eval.jsonl)" = 2 ] \
+    && ok "validation loss logged at iterations 5 and 10" || bad "validation loss not logged: $(cat eval.log)"
+
 # ---- --yaml-cfg: the same keys, later flags override ----
 printf 'model:\n  num_layers: 2\n  hidden_size: 64\n  num_attention_heads: 4\nseq_length: 32\nmicro_batch_size: 2\nglobal_batch_size: 8\ntrain_iters: 3\nlr: 1.0e-3\nlr_warmup_iters: 3\nseed: 11\n' > run.yaml
 "$TRAIN" --yaml-cfg run.yaml --train-iters 20 --metrics-file yaml.jsonl >/dev/null 2>&1 || bad "yaml run failed"
@@ -89,6 +98,7 @@ expect_error "wrong shape" "tensor 'wpe.weight' has shape \[32, 64\], the model 
 expect_error "hidden % heads" "--hidden-size 66 is not divisible by --num-attention-heads 4" \
     --num-layers 2 --hidden-size 66 --num-attention-heads 4 --seq-length 32 --save never
 [ ! -e never ] && ok "nothing created for a bad config" || bad "a bad config created --save DIR"
+expect_error "no valid split" "no validation split" "${TINY[@]}" --eval-interval 5 --eval-iters 1
 expect_error "unknown flag" "no-such-flag" "${TINY[@]}" --no-such-flag 1
 expect_error "no cuda" "--device cuda" "${TINY[@]}" --device cuda
 

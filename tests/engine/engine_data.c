@@ -48,6 +48,11 @@ static void test_prepare_and_read(void)
     CHECK(eng_data_sample(&dd, 0, tok, tgt, err, sizeof err) == 0, "sample");
     CHECK(tgt[0] == tok[1] && tgt[2] == tok[3] && (tok[0] == 'a' || tok[0] == 'e'), "targets are inputs shifted by one");
     eng_data_close(&dd);
+    CHECK(eng_data_open_split(&dd, "two", "1,1,0", ENG_SPLIT_VALID, 4, 256, 9, err, sizeof err) == 0 &&
+              dd.ntokens == 21 && dd.first_token == 11, "validation split is the second document: %s", err);
+    eng_data_close(&dd);
+    CHECK(eng_data_open_split(&dd, "two", "969,30,1", ENG_SPLIT_VALID, 4, 256, 9, err, sizeof err) == -1 &&
+              strstr(err, "validation split"), "empty validation split: %s", err);
     CHECK(eng_data_open(&dd, "two", "969,30,1", 40, 256, 9, err, sizeof err) == -1 && strstr(err, "--seq-length"),
           "too-long sequence: %s", err);
     CHECK(eng_data_open(&dd, "two", "0,1", 4, 256, 9, err, sizeof err) == -1 && strstr(err, "--split"),
