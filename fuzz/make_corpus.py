@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Writes seed inputs for fuzz_handlers into fuzz/corpus/fuzz_handlers/.
+
+Each seed is one peer-selector byte followed by wire frames (8-byte header:
+"AT", u16 type, u32 length, big-endian; then the protobuf payload), so the
+fuzzer starts from requests that decode and reaches the handlers' logic.
+The protobuf encoding is done by hand here to need no protobuf package."""
+import os
+import struct
+
+
+def varint(n):
+    out = b""
+    n &= (1 << 64) - 1
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def f_int(num, v):
+    return varint(num << 3) + varint(v)
+
+
+def f_bytes(num, v):
+    if isinstance(v, str):
+        v = v.encode()
+    return varint(num << 3 | 2) + varint(len(v)) + v
+
+
+def frame(t, payload=b""):
+    return b"AT" + struct.pack(">HI", t, len(payload)) + payload
+
+
+gpu = lambda i: f_int(1, i) + f_bytes(3, "NVIDIA H100 80GB HBM3") + f_int(4, 80 << 30) + f_bytes(6, "isl") + f_int(7, i)
+node = f_bytes(1, "fz1") + b"".join(f_bytes(3, gpu(i)) for i in range(8)) + f_bytes(4, f_bytes(1, "mlx5_0") + f_int(5, 0))
+spec = (f_int(2, 8) + f_int(10, 4) + f_int(11, 64) + f_int(12, 8) + f_int(14, 32) + f_int(16, 256)
+        + f_int(20, 2) + f_int(21, 2) + f_int(26, 1) + f_int(27, 8) + f_bytes(28, "tp-cp-ep-dp-pp"))
+metrics = f_int(1, 1) + f_int(2, 0) + f_int(4, 5)
+seeds = {
+    "register": b"\x02" + frame(10, f_bytes(1, node)) + frame(12, f_int(1, 1) + f_bytes(4, metrics)),
+    "heartbeat": b"\x00" + frame(12, f_int(1, 7)),
+    "nodes": b"\x01" + frame(20) + frame(20, f_bytes(1, "seed")),
+    "drain": b"\x01" + frame(22, f_bytes(1, "seed") + f_int(2, 1)) + frame(22, f_bytes(1, "seed")),
+    "submit": b"\x01" + frame(24, f_bytes(1, spec)) + frame(26) + frame(26, f_int(1, 1)),
+    "cancel": b"\x01" + frame(28, f_int(1, 1)) + frame(30, f_int(1, 1)),
+    "events": b"\x01" + frame(32, f_int(1, 0) + f_int(2, 10)),
+    "kv": b"\x03" + frame(41, f_int(1, 1) + f_bytes(3, "k") + f_int(4, 100)) + frame(40, f_int(1, 1) + f_bytes(3, "k") + f_bytes(4, "v")),
+    "launch_ack": b"\x00" + frame(15, f_int(1, 1) + f_int(3, 1) + f_bytes(4, "ok")),
+}
+out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fuzz_handlers")
+os.makedirs(out, exist_ok=True)
+for name, data in seeds.items():
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(data)
+frames_out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fuzz_frame")
+os.makedirs(frames_out, exist_ok=True)
+for name, data in seeds.items():
+    with open(os.path.join(frames_out, name), "wb") as f:
+        f.write(b"\x07" + data[1:])
