@@ -48,6 +48,7 @@ int cmd_cancel(cli_ctx *c, int argc, char **argv);
 int cmd_events(cli_ctx *c, int argc, char **argv);
 int cmd_data(cli_ctx *c, int argc, char **argv);
 int cmd_plan(cli_ctx *c, int argc, char **argv);
+int cmd_layout(cli_ctx *c, int argc, char **argv);
 
 const cli_command *cli_find(const char *name);
 

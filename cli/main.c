@@ -20,6 +20,7 @@ static const cli_command COMMANDS[] = {
     { "status", cmd_status, "JOB", "one job: state, layout, restarts, latest metrics, bubble" },
     { "cancel", cmd_cancel, "JOB", "stop a job" },
     { "events", cmd_events, "[--after ID] [--limit N]", "the audit log" },
+    { "layout", cmd_layout, "JOB", "rank -> node/GPU map and every process group" },
     { "plan", cmd_plan, "[model flags] (--num-gpus N [--gpus-per-node N] [--gpu TYPE] | --cluster) [--top K] [--explain]",
       "rank layouts by predicted step time, MFU and memory, without running anything" },
     { "data", cmd_data, "prepare --input FILE... --output-prefix PREFIX",
