@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "atoll.pb-c.h"
+#include "config.h"
 
 enum { CLI_OK = 0, CLI_REFUSED = 1, CLI_USAGE = 2, CLI_UNREACHABLE = 3 };
 
@@ -49,6 +50,9 @@ int cmd_events(cli_ctx *c, int argc, char **argv);
 int cmd_data(cli_ctx *c, int argc, char **argv);
 int cmd_plan(cli_ctx *c, int argc, char **argv);
 int cmd_layout(cli_ctx *c, int argc, char **argv);
+/* `submit --auto-layout`: sets cfg's layout to the planner's best on the live
+ * cluster; parallel flags present in argv stay as given. Prints the choice on stderr. */
+int cli_auto_layout(cli_ctx *c, atoll_config *cfg, int argc, char **argv);
 
 const cli_command *cli_find(const char *name);
 

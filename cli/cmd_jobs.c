@@ -10,12 +10,14 @@
 
 typedef struct {
     const char *name;
+    int auto_layout;
 } submit_extra;
 
 /* `--name NAME` is the job's, not a training flag. */
 static int submit_flag(void *ctx, int argc, char **argv, int i, char *err, size_t errlen)
 {
     submit_extra *x = ctx;
+    if (!strcmp(argv[i], "--auto-layout")) return x->auto_layout = 1; /* the planner picks (cmd_plan.c) */
     if (strcmp(argv[i], "--name")) return 0;
     if (i + 1 >= argc) {
         snprintf(err, errlen, "--name needs a value");
@@ -29,10 +31,14 @@ int cmd_submit(cli_ctx *c, int argc, char **argv)
 {
     atoll_config cfg;
     cfg_defaults(&cfg);
-    submit_extra x = { NULL };
+    submit_extra x = { NULL, 0 };
     char err[512];
     if (cfg_parse_args(&cfg, argc, argv, 1, submit_flag, &x, err, sizeof err))
         return cli_usage(c, "submit", "%s", err);
+    if (x.auto_layout) {
+        int rc = cli_auto_layout(c, &cfg, argc, argv);
+        if (rc) return rc;
+    }
     /* The coordinator validates against the live cluster (NVLink islands); we only parse. */
     Atoll__JobSpec spec;
     msg_spec_from_cfg(&spec, &cfg, x.name);

@@ -190,6 +190,47 @@ static int live_cluster(cli_ctx *c, topo_node **out, int *n)
     return CLI_OK;
 }
 
+int cli_auto_layout(cli_ctx *c, atoll_config *cfg, int argc, char **argv)
+{
+    plan_args a = { .gpn = 8, .top = 1 };
+    char err[256];
+    for (int i = 1; i < argc; i++)
+        if (plan_extra(&a, argc, argv, i, err, sizeof err) < 0) return cli_usage(c, "submit", "%s", err);
+    fixed_from(&a, cfg);
+    plan_cluster cl;
+    memset(&cl, 0, sizeof cl);
+    topo_node *nodes = NULL;
+    int rc = live_cluster(c, &nodes, &cl.nnodes);
+    if (rc) return rc;
+    const char *dev = cl.nnodes && nodes[0].ngpus ? nodes[0].gpus[0].name : NULL;
+    cl.gpu = a.gpu ? gpu_spec_by_type(a.gpu) : gpu_spec_by_device_name(dev);
+    if (!cl.gpu) {
+        free(nodes);
+        fprintf(stderr, "%s: --auto-layout: no known GPU type on the live nodes (%s); give a layout instead\n", c->prog,
+                dev ? dev : "no GPUs");
+        return CLI_REFUSED;
+    }
+    cl.nodes = nodes;
+    cl.num_gpus = cfg->num_gpus;
+    plan_links_default(cl.gpu, &cl.links);
+    plan_candidate *v = NULL;
+    char why[512] = "";
+    int n = plan_enumerate(cfg, &cl, &a.fx, &v, why, sizeof why);
+    free(nodes);
+    if (n < 0) return cli_usage(c, "submit", "--auto-layout: %s", why);
+    if (n == 0) {
+        fprintf(stderr, "%s: --auto-layout: %s\n", c->prog, why);
+        return CLI_REFUSED;
+    }
+    plan_apply(&v[0], cfg);
+    fprintf(stderr, "auto-layout: tp %d, pp %d, dp %d, micro-batch %d, vpp %d, sp %d, recompute %s, zero1 %d "
+            "(predicted %.3f s/step, MFU %.3f, %.1f GiB/GPU)\n", v[0].tp, v[0].pp, v[0].dp, v[0].micro_batch, v[0].vpp,
+            v[0].sp, cfg_recompute_name(v[0].recompute), v[0].zero1, v[0].est.step_s, v[0].est.mfu,
+            v[0].mem.total_bytes / (double)(1u << 30));
+    free(v);
+    return CLI_OK;
+}
+
 int cmd_plan(cli_ctx *c, int argc, char **argv)
 {
     if (cli_wants_help(c, argc, argv)) {

@@ -76,4 +76,11 @@ out=$(atoll plan --cluster --num-layers 4 --hidden-size 64 --num-attention-heads
 [ "$(json "len(d['candidates']) > 0 and all(c['tp']*c['pp']*c['dp']==40 for c in d['candidates'])" <<<"$out")" = True ] \
   || fail "plan --cluster plans for every alive GPU: $out"
 echo "ok: atoll plan --cluster"
+auto=$(atoll submit --num-layers 4 --hidden-size 64 --num-attention-heads 8 --seq-length 32 --global-batch-size 16 \
+       --num-gpus 16 --tensor-model-parallel-size 2 --auto-layout --json 2>"$TMP/auto.err" | json "d['job']") \
+  || fail "submit --auto-layout: $(cat "$TMP/auto.err")"
+grep -q "auto-layout: tp 2, " "$TMP/auto.err" || fail "auto-layout choice not shown or tp not kept: $(cat "$TMP/auto.err")"
+[ "$(atoll status "$auto" --json | json "(d['layout']['tp'], d['layout']['tp']*d['layout']['pp']*d['layout']['dp'])")" = "(2, 16)" ] \
+  || fail "auto-layout job layout: $(atoll status "$auto" --json)"
+echo "ok: submit --auto-layout keeps the fixed tp and fills the rest"
 echo "plan_coord_it: all checks passed"
