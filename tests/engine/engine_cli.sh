@@ -25,7 +25,7 @@ for i in $(seq 40); do printf 'hello atoll, tiny model! '; done > rep.txt
     || bad "overfit run failed: $(tail -1 overfit.log)"
 final=$(losses overfit.jsonl | tail -1 | cut -d: -f2)
 first=$(losses overfit.jsonl | head -1 | cut -d: -f2)
-if awk -v f="$final" 'BEGIN { exit !(f < 0.1) }'; then ok "overfit: loss $first -> $final"
+if [ -n "$final" ] && awk -v f="$final" 'BEGIN { exit !(f < 0.1) }'; then ok "overfit: loss $first -> $final"
 else bad "overfit: final loss $final is not below 0.1"; fi
 
 # ---- resume ----
