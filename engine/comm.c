@@ -53,8 +53,8 @@ static comm *group_alloc(comm_world *w, const char *name, const int *ranks, int 
     comm *c = calloc(1, sizeof *c);
     c->world = w;
     snprintf(c->name, sizeof c->name, "%s", name);
-    c->ranks = malloc(sizeof(int) * (size_t)n);
-    memcpy(c->ranks, ranks, sizeof(int) * (size_t)n);
+    c->ranks = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    if (n) memcpy(c->ranks, ranks, sizeof(int) * (size_t)n);
     c->size = n;
     c->pos = -1;
     for (int i = 0; i < n; i++)
