@@ -1,0 +1,207 @@
+/* gpu_bench: the two ceilings of this GPU (device-to-device copy bandwidth and
+ * the cuBLASLt bf16 GEMM rate, both on random data) and the time of each
+ * k_cuda() kernel at GPT-2 124M shapes against its floor (FLOPs over the
+ * measured GEMM rate or bytes over the measured copy bandwidth, whichever is
+ * larger). Built and run by bench/gpu/run.sh; writes OUTDIR/gpu_bench.md.
+ *
+ *   gpu_bench OUTDIR [B]      (B = sequences of 1024 tokens, default 8) */
+#include "k_cuda.h"
+#include "kernels.h"
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REPS 20
+
+static const k_ops *G;
+static uint64_t rng = 88172645463325252ull;
+
+static void *dev_rand(size_t n, float scale) /* n random fp32 on the device */
+{
+    float *h = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        h[i] = ((float)((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f) * scale;
+    }
+    void *d = G->alloc(n * sizeof(float));
+    if (!d) { fprintf(stderr, "gpu_bench: out of device memory (%zu floats)\n", n); exit(1); }
+    G->to_device(d, h, n * sizeof(float));
+    free(h);
+    return d;
+}
+
+static uint16_t *dev_rand_bf(size_t n, float scale)
+{
+    float *f = dev_rand(n, scale);
+    uint16_t *b = G->alloc(n * 2);
+    G->to_bf16(b, f, n);
+    G->sync();
+    G->free(f);
+    return b;
+}
+
+static int32_t *dev_tokens(size_t n, int V)
+{
+    int32_t *h = malloc(n * sizeof(int32_t));
+    for (size_t i = 0; i < n; i++) {
+        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+        h[i] = (int32_t)(rng % (uint64_t)V);
+    }
+    int32_t *d = G->alloc(n * sizeof(int32_t));
+    G->to_device(d, h, n * sizeof(int32_t));
+    free(h);
+    return d;
+}
+
+static int cmpf(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median over REPS timed calls after two warm-up calls, in ms. */
+#define TIME_MS(out, stmt)                                            \
+    do {                                                              \
+        float t_[REPS];                                               \
+        stmt; stmt;                                                   \
+        for (int r_ = 0; r_ < REPS; r_++) {                           \
+            k_cuda_timer_begin();                                     \
+            stmt;                                                     \
+            t_[r_] = k_cuda_timer_end_ms();                           \
+        }                                                             \
+        qsort(t_, REPS, sizeof(float), cmpf);                         \
+        (out) = t_[REPS / 2];                                         \
+    } while (0)
+
+static FILE *md;
+static double peak_flops, copy_bw;
+
+static void row(const char *op, float ms, double flops, double bytes)
+{
+    double f_ms = flops / peak_flops * 1e3, b_ms = bytes / copy_bw * 1e3;
+    double floor_ms = f_ms > b_ms ? f_ms : b_ms;
+    const char *bound = f_ms > b_ms ? "FLOPs" : "bytes";
+    printf("%-34s %9.3f ms  floor %8.3f ms (%s)  %5.1f%% of floor speed\n", op, ms, floor_ms, bound,
+           100.0 * floor_ms / ms);
+    fprintf(md, "| %s | %.3f | %.3f | %s | %.1f%% |\n", op, ms, floor_ms, bound, 100.0 * floor_ms / ms);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) { fprintf(stderr, "usage: gpu_bench OUTDIR [B]\n"); return 2; }
+    int B = argc > 2 ? atoi(argv[2]) : 8;
+    G = k_cuda();
+    if (!G) { printf("SKIP: %s\n", k_cuda_status()); return 0; }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/gpu_bench.md", argv[1]);
+    md = fopen(path, "w");
+    if (!md) { perror(path); return 1; }
+    fprintf(md, "# gpu_bench on %s\n\n", k_cuda_status());
+
+    /* ---- ceilings ---- */
+    size_t cb = (size_t)1 << 30;
+    void *src = dev_rand(cb / 4, 1), *dst = G->alloc(cb);
+    float ms;
+    TIME_MS(ms, G->copy(dst, src, cb));
+    copy_bw = 2.0 * cb / (ms * 1e-3); /* bytes read + written */
+    G->free(src); G->free(dst);
+    int M = 8192;
+    uint16_t *a = dev_rand_bf((size_t)M * M, 1), *w = dev_rand_bf((size_t)M * M, 1), *o = G->alloc((size_t)M * M * 2);
+    TIME_MS(ms, G->matmul_forward_bf16(o, NULL, a, w, NULL, M, M, M));
+    peak_flops = 2.0 * M * M * (double)M / (ms * 1e-3);
+    G->free(a); G->free(w); G->free(o);
+    printf("copy bandwidth %.0f GB/s (read + write), cuBLASLt bf16 GEMM %dx%dx%d %.1f TFLOP/s\n", copy_bw / 1e9, M, M,
+           M, peak_flops / 1e12);
+    fprintf(md, "Ceilings, measured: device-to-device copy %.0f GB/s (read + write); cuBLASLt bf16 GEMM "
+                "%dx%dx%d on random data %.1f TFLOP/s.\n\n", copy_bw / 1e9, M, M, M, peak_flops / 1e12);
+
+    /* ---- kernels at GPT-2 124M shapes ---- */
+    int T = 1024, C = 768, NH = 12, HD = 64, V = 50304, N = B * T;
+    size_t NC = (size_t)N * C;
+    fprintf(md, "GPT-2 124M shapes: B=%d T=%d C=%d NH=%d V=%d (N=%d tokens). Floors use the ceilings above.\n\n",
+            B, T, C, NH, V, N);
+    fprintf(md, "| kernel | median ms | floor ms | bound by | floor/time |\n|---|---|---|---|---|\n");
+
+    int32_t *tok = dev_tokens(N, V);
+    float *x = dev_rand(NC, 1), *y = dev_rand(NC, 1), *z = dev_rand(NC, 1), *wte = dev_rand((size_t)V * C, 1);
+    float *mean = dev_rand(N, 1), *rstd = dev_rand(N, 1), *lw = dev_rand(C, 1), *lb = dev_rand(C, 1);
+    float *dwte = dev_rand((size_t)V * C, 1), *dw = dev_rand(C, 1), *db = dev_rand(C, 1);
+    uint16_t *xb = dev_rand_bf(NC, 1), *yb = dev_rand_bf(NC, 1), *zb = dev_rand_bf(NC, 1);
+    uint16_t *lwb = dev_rand_bf(C, 1), *lbb = dev_rand_bf(C, 1);
+
+    TIME_MS(ms, G->embedding_forward(x, tok, wte, N, C, 0, V));
+    row("embedding_forward fp32", ms, 0, NC * 8.0 + N * 4.0);
+    TIME_MS(ms, G->embedding_backward(dwte, y, tok, N, C, 0, V));
+    row("embedding_backward fp32", ms, NC, NC * 4.0 + NC * 8.0);
+    TIME_MS(ms, G->embedding_backward_bf16(dwte, yb, tok, N, C, 0, V));
+    row("embedding_backward_bf16", ms, NC, NC * 2.0 + NC * 8.0);
+    TIME_MS(ms, G->layernorm_forward(y, mean, rstd, x, lw, lb, N, C));
+    row("layernorm_forward fp32", ms, 8.0 * NC, NC * 8.0);
+    TIME_MS(ms, G->layernorm_forward_bf16(yb, mean, rstd, xb, lwb, lbb, N, C));
+    row("layernorm_forward_bf16", ms, 8.0 * NC, NC * 4.0);
+    TIME_MS(ms, G->layernorm_backward(z, dw, db, y, x, lw, mean, rstd, N, C));
+    row("layernorm_backward fp32", ms, 14.0 * NC, NC * 16.0);
+    TIME_MS(ms, G->layernorm_backward_bf16(zb, dw, db, yb, xb, lwb, mean, rstd, N, C));
+    row("layernorm_backward_bf16", ms, 14.0 * NC, NC * 8.0);
+    TIME_MS(ms, G->gelu_forward_bf16(yb, xb, NC));
+    row("gelu_forward_bf16 (N x C)", ms, 10.0 * NC, NC * 4.0);
+    TIME_MS(ms, G->residual_forward_bf16(yb, xb, yb, NC));
+    row("residual_forward_bf16", ms, NC, NC * 6.0);
+
+    /* the four GEMMs of a block, bf16 (the fp32 peak is not the bf16 one: fp32 rows use it anyway) */
+    int shapes[4][2] = { { C, 3 * C }, { C, C }, { C, 4 * C }, { 4 * C, C } };
+    const char *names[4] = { "qkv", "attn proj", "fc (+GELU)", "mlp proj" };
+    for (int s = 0; s < 4; s++) {
+        int IC = shapes[s][0], OC = shapes[s][1];
+        uint16_t *in = dev_rand_bf((size_t)N * IC, 1), *wt = dev_rand_bf((size_t)OC * IC, 0.05f);
+        uint16_t *bias = dev_rand_bf(OC, 1), *out = G->alloc((size_t)N * OC * 2);
+        uint16_t *pre = s == 2 ? G->alloc((size_t)N * OC * 2) : NULL, *din = G->alloc((size_t)N * IC * 2);
+        float *gw = G->alloc((size_t)OC * IC * 4), *gb = G->alloc((size_t)OC * 4);
+        double fl = 2.0 * N * IC * OC, by = 2.0 * ((size_t)N * IC + (size_t)OC * IC + (size_t)N * OC);
+        char name[80];
+        TIME_MS(ms, G->matmul_forward_bf16(out, pre, in, wt, bias, N, IC, OC));
+        snprintf(name, sizeof name, "matmul_forward_bf16 %s", names[s]);
+        row(name, ms, fl, by + (pre ? 2.0 * N * OC : 0));
+        TIME_MS(ms, G->matmul_backward_bf16(din, gw, gb, out, in, wt, N, IC, OC));
+        snprintf(name, sizeof name, "matmul_backward_bf16 %s", names[s]);
+        row(name, ms, 2 * fl, 2 * by + 8.0 * OC * IC);
+        G->free(in); G->free(wt); G->free(bias); G->free(out); G->free(pre); G->free(din); G->free(gw); G->free(gb);
+    }
+
+    /* attention (fp32, materialised [T, T]) */
+    float *qkv = dev_rand(3 * NC, 1), *att = G->alloc((size_t)B * NH * T * T * 4), *ao = G->alloc(NC * 4);
+    float *dqkv = G->alloc(3 * NC * 4), *scr = G->alloc((size_t)B * NH * T * T * 4);
+    double afl = 4.0 * B * NH * (double)T * T * HD; /* causal: half of the two full GEMMs */
+    TIME_MS(ms, G->attention_forward(ao, att, qkv, B, T, NH, HD));
+    row("attention_forward fp32", ms, afl, 16.0 * NC + 4.0 * B * NH * (double)T * T);
+    TIME_MS(ms, G->attention_backward(dqkv, scr, ao, qkv, att, B, T, NH, HD));
+    row("attention_backward fp32", ms, 2 * afl, 32.0 * NC + 8.0 * B * NH * (double)T * T);
+    G->free(qkv); G->free(att); G->free(ao); G->free(dqkv); G->free(scr);
+
+    /* classifier partials on bf16 logits [N, V] */
+    uint16_t *lg = dev_rand_bf((size_t)N * V, 4);
+    float *mx = G->alloc(N * 4), *se = G->alloc(N * 4), *tl = G->alloc(N * 4);
+    double LB = 2.0 * N * (double)V;
+    TIME_MS(ms, G->xent_max_bf16(mx, lg, N, V));
+    row("xent_max_bf16", ms, (double)N * V, LB);
+    TIME_MS(ms, G->xent_sumexp_target_bf16(se, tl, lg, mx, tok, N, V, 0));
+    row("xent_sumexp_target_bf16", ms, 2.0 * N * V, LB);
+    TIME_MS(ms, G->xent_backward_bf16(lg, lg, mx, se, tok, 1.0f / N, N, V, 0));
+    row("xent_backward_bf16 (in place)", ms, 4.0 * N * V, 2 * LB);
+    G->free(lg); G->free(mx); G->free(se); G->free(tl);
+
+    /* optimizer over the 124M parameters */
+    size_t P = 124439808;
+    float *p = dev_rand(P, 1), *g = dev_rand(P, 0.01f), *m = G->alloc(P * 4), *v = G->alloc(P * 4);
+    uint16_t *pb = G->alloc(P * 2);
+    TIME_MS(ms, (void)G->sumsq(g, P));
+    row("sumsq (global norm, 124M)", ms, 2.0 * P, 4.0 * P);
+    TIME_MS(ms, G->adamw_bf16(p, pb, g, m, v, P, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 10));
+    row("adamw_bf16 (124M)", ms, 15.0 * P, 16.0 * P + 12.0 * P + 2.0 * P);
+
+    fclose(md);
+    printf("wrote %s\n", path);
+    return 0;
+}
