@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "coord.h"
+#include "fabric.h"
 #include "jobs.h"
 #include "log.h"
 #include "msg.h"
@@ -69,6 +70,8 @@ static Atoll__Node *node_msg(coord *c, reg_node *rn, msg_arena *a)
     n->last_seen_ms = rn->last_seen_ms;
     n->address = rn->address;
     n->heartbeats = rn->heartbeats;
+    int leaf = c->fab ? fabric_leaf_of(c->fab, n->name) : -1; /* --fabric names the leaf switch */
+    if (leaf >= 0) n->leaf = (char *)fabric_switch_name(c->fab, leaf);
     return n;
 }
 

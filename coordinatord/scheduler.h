@@ -2,8 +2,10 @@
  *
  * sched_place is the one placement decision; everything else here is
  * bookkeeping around it (which GPUs are free, storing the layout, sending each
- * node its part). Today it is naive: usable nodes in name order, ranks in
- * Megatron order filling each node's GPUs by index. */
+ * node its part). Jobs on whole free GPU nodes get the topology-aware placement
+ * (place_topology_aware in scheduler.c: common/place.h via plan_place); otherwise
+ * it is naive: usable nodes in name order, ranks in Megatron order filling each
+ * node's GPUs by index. */
 #ifndef ATOLL_SCHEDULER_H
 #define ATOLL_SCHEDULER_H
 

@@ -55,6 +55,8 @@ for w in w0 w1 w4 w5 w6; do
 done
 alive() { [ "$(atoll nodes --json | json "sum(n['state']=='alive' for n in d['nodes'])")" = 5 ]; }
 wait_until 10 alive || fail "5 nodes not alive"
+[ "$(atoll nodes --json | json "[n['leaf'] for n in d['nodes'] if n['name']=='w4'][0]")" = leafB ] \
+  || fail "atoll nodes does not show the --fabric leaf"
 
 job=$(atoll submit --num-layers 4 --hidden-size 64 --num-attention-heads 8 --seq-length 32 --global-batch-size 24 \
       --num-gpus 24 --tensor-model-parallel-size 8 --json | json "d['job']") || fail "submit"
