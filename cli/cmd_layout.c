@@ -27,7 +27,6 @@ static void print_groups(const Atoll__JobLayout *l, const char *kind)
 
 int cmd_layout(cli_ctx *c, int argc, char **argv)
 {
-    if (cli_wants_help(c, argc, argv)) return CLI_OK;
     uint64_t id;
     if (argc != 2) return cli_usage(c, "layout", "expected one job id");
     if (cli_job_id(argv[1], &id)) return cli_usage(c, "layout", "'%s' is not a job id (e.g. 7 or job-7)", argv[1]);

@@ -233,16 +233,6 @@ int cli_auto_layout(cli_ctx *c, atoll_config *cfg, int argc, char **argv)
 
 int cmd_plan(cli_ctx *c, int argc, char **argv)
 {
-    if (cli_wants_help(c, argc, argv)) {
-        printf("  model: --num-layers --hidden-size --num-attention-heads --seq-length --vocab-size "
-               "--global-batch-size (or --yaml-cfg FILE)\n"
-               "  hardware: --num-gpus N --gpus-per-node N (8) --gpu TYPE (h100-sxm, h200, gb200, a100-80gb, "
-               "a100-40gb), or --cluster\n"
-               "  any of --tensor-model-parallel-size --pipeline-model-parallel-size --micro-batch-size\n"
-               "  --num-layers-per-virtual-pipeline-stage --sequence-parallel --recompute-granularity\n"
-               "  --use-distributed-optimizer fixes that choice; --top K (10); --explain (terms of the first)\n");
-        return CLI_OK;
-    }
     plan_args a = { .gpn = 8, .top = 10 };
     atoll_config cfg;
     cfg_defaults(&cfg);
