@@ -4,7 +4,8 @@ initial weights: step-1 logits, loss and every parameter gradient to 1e-5
 relative, then the losses of 5 AdamW steps (clipping, weight decay groups and
 the LR schedule included) to 1e-5.
 
-usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR
+usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie]
+(--untie: a separate lm_head.weight instead of the output layer tied to wte)
 """
 import json
 import math
@@ -59,7 +60,7 @@ def gpt_loss(p, tokens, targets, want_logits=False):
         f = torch.nn.functional.gelu(h @ w("mlp.c_fc.weight").T + w("mlp.c_fc.bias"), approximate="tanh")
         x = x + f @ w("mlp.c_proj.weight").T + w("mlp.c_proj.bias")
     x = torch.nn.functional.layer_norm(x, (H,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
-    logits = x @ p["wte.weight"].T
+    logits = x @ p["lm_head.weight" if "lm_head.weight" in p else "wte.weight"].T
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
     return (loss, logits) if want_logits else loss
 
@@ -79,6 +80,7 @@ def lr_at(it):
 
 def main():
     train, work = sys.argv[1], sys.argv[2]
+    untie = "--untie" in sys.argv[3:]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     metrics = os.path.join(work, "metrics.jsonl")
@@ -88,6 +90,8 @@ def main():
            "--min-lr", str(MIN_LR), "--lr-warmup-iters", str(WARMUP), "--weight-decay", str(WD),
            "--adam-beta1", str(B1), "--adam-beta2", str(B2), "--adam-eps", str(EPS),
            "--clip-grad", str(CLIP), "--seed", "7", "--dump-dir", work, "--metrics-file", metrics]
+    if untie:
+        cmd.append("--untie-embeddings-and-output-weights")
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     engine_losses = [json.loads(line)["loss"] for line in open(metrics)]
     assert len(engine_losses) == ITERS, f"expected {ITERS} logged steps, got {len(engine_losses)}"
@@ -95,7 +99,12 @@ def main():
     init = read_safetensors(os.path.join(work, "init.safetensors"))
     params = {k: torch.tensor(v.astype(np.float64), requires_grad=True) for k, v in init.items()}
     names = sorted(params)
+    if ("lm_head.weight" in params) != untie:
+        failures_msg = "lm_head.weight present" if not untie else "lm_head.weight missing"
+        print("FAIL:", failures_msg)
+        return 1
     failures = []
+    worst = {"logits": 0.0, "grads": 0.0, "losses": 0.0}
 
     m = {k: torch.zeros_like(v) for k, v in params.items()}
     s = {k: torch.zeros_like(v) for k, v in params.items()}
@@ -108,12 +117,14 @@ def main():
         loss = gpt_loss(params, tokens, targets)
         loss.backward()
         e = rel_err(engine_losses[it - 1], loss.item())
+        worst["losses"] = max(worst["losses"], e)
         if e > TOL:
             failures.append(f"iteration {it}: loss {engine_losses[it - 1]!r} vs torch {loss.item()!r} (rel {e:.2e})")
         if it == 1:
             with torch.no_grad():
                 _, logits = gpt_loss(params, tokens[:MBS], targets[:MBS], want_logits=True)
             e = rel_err(d["logits"], logits.reshape(-1, V).numpy())
+            worst["logits"] = e
             if e > TOL:
                 failures.append(f"logits of micro-batch 0 differ (rel {e:.2e})")
             e = rel_err(d["loss"][0], loss.item())
@@ -121,6 +132,7 @@ def main():
                 failures.append(f"dumped step-1 loss differs (rel {e:.2e})")
             for k in names:
                 e = rel_err(d["grad." + k], params[k].grad.numpy())
+                worst["grads"] = max(worst["grads"], e)
                 if e > TOL:
                     failures.append(f"gradient of {k} differs (rel {e:.2e})")
             print(f"step 1: loss {loss.item():.6f}, {len(names)} gradients compared")
@@ -137,6 +149,7 @@ def main():
                 wd = WD if v.dim() == 2 else 0.0
                 v.sub_(lr * (mhat / (shat.sqrt() + EPS) + wd * v))
     print("losses engine:", ["%.6f" % x for x in engine_losses])
+    print("worst relative error: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()) + f" (limit {TOL:.0e})")
     for f in failures:
         print("FAIL:", f)
     print("engine_torch_ref: %s" % ("FAILED" if failures else "all checks passed"))
