@@ -14,6 +14,8 @@
  * plain GEMM plus the separate kernel is used instead. */
 #include "kcuda.cuh"
 
+#include <string.h>
+
 typedef struct {
     const void *A, *B;
     void *D;
@@ -36,10 +38,33 @@ static uint32_t align_of(const void *p)
     return al;
 }
 
-static void set_pref_align(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, const void *p)
+/* Heuristic answers by problem: the query costs tens of microseconds of host
+ * time, and a training step asks the same few questions every time. */
+typedef struct {
+    cudaDataType_t ab, d;
+    int ta, tb, m, n, k, lda, ldb, ldd, ldaux, has_bias, has_aux;
+    cublasLtEpilogue_t epi;
+    uint32_t align[4];
+} lt_key;
+
+#define LT_CACHE 128
+static struct {
+    lt_key key;
+    int found;
+    cublasLtMatmulAlgo_t algo;
+} lt_cache[LT_CACHE];
+static int lt_cached;
+
+static lt_key key_of(const lt_call *c)
 {
-    uint32_t al = align_of(p);
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attr, &al, sizeof al));
+    lt_key k;
+    memset(&k, 0, sizeof k); /* padding too: keys are compared with memcmp */
+    k.ab = c->ab; k.d = c->d; k.ta = c->ta; k.tb = c->tb;
+    k.m = c->m; k.n = c->n; k.k = c->k; k.lda = c->lda; k.ldb = c->ldb; k.ldd = c->ldd;
+    k.ldaux = c->ldaux; k.has_bias = c->bias != NULL; k.has_aux = c->aux != NULL; k.epi = c->epi;
+    k.align[0] = align_of(c->A); k.align[1] = align_of(c->B); k.align[2] = align_of(c->D);
+    k.align[3] = c->aux ? align_of(c->aux) : 0;
+    return k;
 }
 
 /* Returns false (and does nothing) when no algorithm supports this call. */
@@ -47,7 +72,6 @@ static bool lt_matmul(const lt_call *c)
 {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
-    cublasLtMatmulPreference_t pref;
     cublasOperation_t ta = c->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = c->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     size_t ws_bytes;
     void *ws = kcu_workspace(&ws_bytes);
@@ -68,22 +92,35 @@ static bool lt_matmul(const lt_call *c)
     cublasCheck(cublasLtMatrixLayoutCreate(&lb, c->ab, c->tb ? c->n : c->k, c->tb ? c->k : c->n, c->ldb));
     cublasCheck(cublasLtMatrixLayoutCreate(&ld, c->d, c->m, c->n, c->ldd));
 
-    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
-    set_pref_align(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, c->A);
-    set_pref_align(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, c->B);
-    set_pref_align(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, c->D);
-    set_pref_align(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, c->D);
-
-    cublasLtMatmulHeuristicResult_t h;
-    int found = 0;
-    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(kcu_cublaslt(), op, la, lb, ld, ld, pref, 1, &h, &found);
-    bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
+    lt_key key = key_of(c);
+    int slot = -1;
+    for (int i = 0; i < lt_cached; i++)
+        if (!memcmp(&lt_cache[i].key, &key, sizeof key)) slot = i;
+    if (slot < 0) {
+        cublasLtMatmulPreference_t pref;
+        cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                         sizeof ws_bytes));
+        cublasLtMatmulPreferenceAttributes_t attrs[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES };
+        uint32_t als[4] = { key.align[0], key.align[1], key.align[2], key.align[2] };
+        for (int i = 0; i < 4; i++)
+            cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &als[i], sizeof als[i]));
+        cublasLtMatmulHeuristicResult_t h;
+        int found = 0;
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(kcu_cublaslt(), op, la, lb, ld, ld, pref, 1, &h, &found);
+        if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
+        cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+        slot = lt_cached < LT_CACHE ? lt_cached++ : (int)(key.m + key.n + key.k) % LT_CACHE;
+        lt_cache[slot].key = key;
+        lt_cache[slot].found = st == CUBLAS_STATUS_SUCCESS && found > 0;
+        if (lt_cache[slot].found) lt_cache[slot].algo = h.algo;
+    }
+    bool ok = lt_cache[slot].found;
     if (ok)
-        cublasCheck(cublasLtMatmul(kcu_cublaslt(), op, &c->alpha, c->A, la, c->B, lb, &c->beta, c->D, ld,
-                                   c->D, ld, &h.algo, ws, ws_bytes, kcu_stream()));
-    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+        cublasCheck(cublasLtMatmul(kcu_cublaslt(), op, &c->alpha, c->A, la, c->B, lb, &c->beta, c->D, ld, c->D, ld,
+                                   &lt_cache[slot].algo, ws, ws_bytes, kcu_stream()));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(ld));
@@ -91,9 +128,16 @@ static bool lt_matmul(const lt_call *c)
     return ok;
 }
 
+/* Without an epilogue, classic cuBLAS takes any shape and alignment. */
 static void lt_matmul_or_die(const lt_call *c)
 {
     if (lt_matmul(c)) return;
+    if (c->epi == CUBLASLT_EPILOGUE_DEFAULT) {
+        cublasCheck(cublasGemmEx(kcu_cublas(), c->ta ? CUBLAS_OP_T : CUBLAS_OP_N, c->tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 c->m, c->n, c->k, &c->alpha, c->A, c->ab, c->lda, c->B, c->ab, c->ldb, &c->beta, c->D,
+                                 c->d, c->ldd, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        return;
+    }
     fprintf(stderr, "kernels/cuda: cuBLASLt has no algorithm for m=%d n=%d k=%d (op %c%c, epilogue %d)\n",
             c->m, c->n, c->k, c->ta ? 'T' : 'N', c->tb ? 'T' : 'N', (int)c->epi);
     exit(EXIT_FAILURE);

@@ -55,7 +55,7 @@ int kcu_init(void)
     cudaDeviceProp p;
     e = cudaGetDevice(&dev);
     if (e == cudaSuccess) e = cudaGetDeviceProperties(&p, dev);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&S.stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaStreamCreate(&S.stream); /* blocking: legacy-stream copies order with it */
     if (e != cudaSuccess) {
         snprintf(S.status, sizeof S.status, "no CUDA device (%s)", cudaGetErrorString(e));
         (void)cudaGetLastError();
