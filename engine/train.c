@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef ATOLL_HAVE_CUDA_KERNELS
 #include "cuda/k_cuda.h"
@@ -352,6 +353,11 @@ static int setup(run *r, char *err, size_t errlen)
     if (eng_data_open(&r->data, c->data_path, c->split, c->seq_length, c->vocab_size, c->seed, err, errlen))
         return -1;
     r->have_data = 1;
+    /* Fail now, not after the first --save-interval iterations of work. */
+    if (c->save[0] && ((mkdir(c->save, 0755) && errno != EEXIST) || access(c->save, W_OK))) {
+        errf(err, errlen, "--save %s: cannot create or write the directory: %s", c->save, strerror(errno));
+        return -1;
+    }
     if (c->eval_interval > 0 && c->eval_iters > 0) {
         if (eng_data_open_split(&r->valid, c->data_path, c->split, ENG_SPLIT_VALID, c->seq_length,
                                 c->vocab_size, c->seed, err, errlen))

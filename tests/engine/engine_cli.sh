@@ -7,7 +7,7 @@
 #              one-line error naming the file/flag, non-zero exit, nothing written
 # usage: engine_cli.sh ATOLL_TRAIN PREPARE_TOOL WORKDIR
 set -uo pipefail
-TRAIN=$1 PREP=$2 W=$3
+TRAIN=$(realpath "$1") PREP=$(realpath "$2") W=$3
 rm -rf "$W" && mkdir -p "$W" && cd "$W" || exit 1
 failures=0
 ok() { echo "ok: $*"; }
@@ -99,6 +99,7 @@ expect_error "hidden % heads" "--hidden-size 66 is not divisible by --num-attent
     --num-layers 2 --hidden-size 66 --num-attention-heads 4 --seq-length 32 --save never
 [ ! -e never ] && ok "nothing created for a bad config" || bad "a bad config created --save DIR"
 expect_error "no valid split" "no validation split" "${TINY[@]}" --eval-interval 5 --eval-iters 1
+expect_error "unwritable --save" "--save /proc/atoll-ck: cannot create" "${TINY[@]}" --save /proc/atoll-ck
 expect_error "unknown flag" "no-such-flag" "${TINY[@]}" --no-such-flag 1
 expect_error "no cuda" "--device cuda" "${TINY[@]}" --device cuda
 
