@@ -72,6 +72,9 @@ int main(int argc, char **argv)
     }
     if (c.bf16 && !strcmp(o.device, "cpu"))
         fprintf(stderr, "atoll-train: note: --bf16 has no effect on --device cpu (fp32 reference)\n");
+    if (c.recompute_granularity != RECOMPUTE_NONE)
+        fprintf(stderr, "atoll-train: note: --recompute-granularity %s is accepted; this engine keeps every "
+                "activation (same results, more memory)\n", cfg_recompute_name(c.recompute_granularity));
     if (eng_train(&c, &o, err, sizeof err)) {
         fprintf(stderr, "atoll-train: %s\n", err);
         return 1;

@@ -135,14 +135,16 @@ int ckpt_file_checksum(const char *path, uint64_t *sum, uint64_t *bytes)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return -1;
-    static unsigned char buf[1 << 16];
+    enum { CHUNK = 1 << 16 };
+    unsigned char *buf = malloc(CHUNK);
     uint64_t h = ENG_FNV_INIT, n = 0;
     size_t r;
-    while ((r = fread(buf, 1, sizeof buf, f)) > 0) {
+    while (buf && (r = fread(buf, 1, CHUNK, f)) > 0) {
         h = eng_fnv1a(buf, r, h);
         n += r;
     }
-    int bad = ferror(f);
+    int bad = !buf || ferror(f);
+    free(buf);
     fclose(f);
     if (bad) return -1;
     *sum = h;
