@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #define FABRIC_MAX_RANGE 1000000 /* names one bracket may expand to; stops typos like [0-99999999] */
+#define FABRIC_MAX_NAMES 1000000 /* names one hostlist may expand to (brackets multiply) */
 
 typedef struct fab_switch {
     char *name;
@@ -67,10 +68,11 @@ static int node_table_grow(fabric *f)
 
 /* ---- hostlists ---------------------------------------------------------------- */
 
-static int expand_one(const char *item, size_t len, fabric_name_fn fn, void *ctx, char *err, size_t errlen);
+static int expand_one(const char *item, size_t len, fabric_name_fn fn, void *ctx, long *left, char *err,
+                      size_t errlen);
 
 /* Expands the first bracket of item[0..len) and recurses on the rest of the name. */
-static int expand_bracket(const char *item, size_t len, const char *lb, fabric_name_fn fn, void *ctx,
+static int expand_bracket(const char *item, size_t len, const char *lb, fabric_name_fn fn, void *ctx, long *left,
                           char *err, size_t errlen)
 {
     const char *rb = memchr(lb, ']', len - (size_t)(lb - item));
@@ -109,7 +111,7 @@ static int expand_bracket(const char *item, size_t len, const char *lb, fabric_n
                 errf(err, errlen, "hostlist \"%.*s\": name too long", (int)len, item);
                 return -1;
             }
-            int rc = expand_one(buf, (size_t)w, fn, ctx, err, errlen);
+            int rc = expand_one(buf, (size_t)w, fn, ctx, left, err, errlen);
             if (rc < 0) return -1;
             count += rc;
         }
@@ -119,10 +121,11 @@ static int expand_bracket(const char *item, size_t len, const char *lb, fabric_n
     return count;
 }
 
-static int expand_one(const char *item, size_t len, fabric_name_fn fn, void *ctx, char *err, size_t errlen)
+static int expand_one(const char *item, size_t len, fabric_name_fn fn, void *ctx, long *left, char *err,
+                      size_t errlen)
 {
     const char *lb = memchr(item, '[', len);
-    if (lb) return expand_bracket(item, len, lb, fn, ctx, err, errlen);
+    if (lb) return expand_bracket(item, len, lb, fn, ctx, left, err, errlen);
     if (memchr(item, ']', len)) {
         errf(err, errlen, "hostlist \"%.*s\": ']' without '['", (int)len, item);
         return -1;
@@ -130,6 +133,10 @@ static int expand_one(const char *item, size_t len, fabric_name_fn fn, void *ctx
     char buf[512];
     if (!len || len >= sizeof buf) {
         errf(err, errlen, "hostlist: empty or over-long name");
+        return -1;
+    }
+    if (--*left < 0) {
+        errf(err, errlen, "hostlist expands to more than %d names", FABRIC_MAX_NAMES);
         return -1;
     }
     memcpy(buf, item, len);
@@ -141,12 +148,13 @@ static int expand_one(const char *item, size_t len, fabric_name_fn fn, void *ctx
 int fabric_hostlist_expand(const char *list, fabric_name_fn fn, void *ctx, char *err, size_t errlen)
 {
     int count = 0, depth = 0;
+    long left = FABRIC_MAX_NAMES;
     const char *start = list;
     for (const char *p = list;; p++) {
         if (*p == '[') depth++;
         if (*p == ']') depth--;
         if ((*p == ',' && depth == 0) || !*p) {
-            int rc = expand_one(start, (size_t)(p - start), fn, ctx, err, errlen);
+            int rc = expand_one(start, (size_t)(p - start), fn, ctx, &left, err, errlen);
             if (rc < 0) return -1;
             count += rc;
             start = p + 1;

@@ -26,7 +26,8 @@ static void test_hostlist(void)
     CHECK(!strcmp(l.names[4], "gpu9"), "plain name: %s", l.names[4]);
     CHECK(!strcmp(l.names[5], "r1n08") && !strcmp(l.names[7], "r2n08"), "two brackets: %s %s", l.names[5], l.names[7]);
 
-    const char *bad[] = { "node[1-", "node[3-1]", "node[a-b]", "node]1", "node[1-2,]", "node[]", "node[0-99999999]" };
+    const char *bad[] = { "node[1-", "node[3-1]", "node[a-b]", "node]1", "node[1-2,]", "node[]", "node[0-99999999]",
+                          "a[0-999]b[0-999]c[0-9]" /* 10M names: brackets multiply */ };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = 0;
         CHECK(fabric_hostlist_expand(bad[i], NULL, NULL, err, sizeof err) < 0 && strstr(err, "hostlist"),
