@@ -7,6 +7,7 @@
  *    naive placement; plus the link-cost pass the planner runs on it.
  * 2. plan_enumerate for the 1T-parameter GPT of Narayanan et al. 2021 (128 layers,
  *    hidden 25600, 160 heads, seq 2048, batch 3072) on 3,072 A100 80GB GPUs.
+ * 3. plan_enumerate for MT-NLG 530B on 2,240 A100s, beside its published layout.
  * Each is timed as the best of several runs (wall clock, CLOCK_MONOTONIC). */
 #include "config.h"
 #include "fabric.h"
@@ -142,6 +143,22 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    /* --- 3. MT-NLG 530B on 2,240 A100s, against its published layout ------------- */
+    atoll_config mt = m;
+    mt.num_layers = 105;
+    mt.hidden_size = 20480;
+    mt.num_attention_heads = 128;
+    mt.global_batch_size = 1920;
+    plan_cluster mcl = cl;
+    topo_node *msim = plan_sim_cluster(mcl.gpu, 2240, 8, 0, err, sizeof err);
+    mcl.nodes = msim;
+    mcl.nnodes = 280;
+    mcl.num_gpus = 2240;
+    plan_candidate *mv = NULL;
+    double t_mt0 = now();
+    int mcount = plan_enumerate(&mt, &mcl, &fx, &mv, err, sizeof err);
+    double t_mt = now() - t_mt0;
+
     /* --- report --------------------------------------------------------------------- */
     char uname_s[512], cpu[256], date[64];
     shell_line("uname -a", uname_s, sizeof uname_s);
@@ -182,12 +199,20 @@ int main(int argc, char **argv)
     }
     fprintf(f, "\nFor reference, Narayanan et al. (2021) trained this model with tp 8, pp 64, micro-batch 1 and"
                " interleaving at 163 TFLOP/s per GPU (52%% of peak).\n");
+    if (mcount > 0)
+        fprintf(f, "\n## MT-NLG 530B on 2,240 A100 80GB\n\n%d layouts fit (enumerated in %.1f ms); the best is tp %d, pp %d,"
+                   " dp %d, micro-batch %d, recompute %s: %.1f TFLOP/s per GPU predicted, %.1f GiB per GPU. The"
+                   " published run used tp 8, pp 35, dp 8 (280 DGX A100 nodes).\n", mcount, t_mt * 1e3, mv[0].tp,
+                mv[0].pp, mv[0].dp, mv[0].micro_batch, cfg_recompute_name(mv[0].recompute), mv[0].est.tflops_per_gpu,
+                mv[0].mem.total_bytes / (double)(1u << 30));
     fclose(f);
     printf("placement 16384 GPUs: %.1f ms; plan 1T on 3072 GPUs: %.1f ms (%d layouts); wrote %s\n", t_place * 1e3,
            t_plan * 1e3, count, out_path);
     place_result_free(&r);
     place_result_free(&nv);
     free(v);
+    free(mv);
+    free(msim);
     free(sim);
     free(nodes);
     free(busy);

@@ -136,6 +136,27 @@ static void test_175b(void)
     free(s.nodes);
 }
 
+/* MT-NLG 530B on 2,240 A100s: the planner picks the published layout, tp 8
+ * (one node's island) and pp 35 across nodes, micro-batch 1. */
+static void test_mtnlg(void)
+{
+    atoll_config m;
+    gpt(&m, 105, 20480, 128, 2048, 51200, 1920);
+    sim s;
+    sim_make(&s, "a100-80gb", 2240, 8);
+    plan_candidate *v;
+    char why[256] = "";
+    int n = plan(&m, &s, NULL, &v, why);
+    CHECK(n > 0, "MT-NLG: %s", why);
+    if (n > 0) {
+        show("MT-NLG on 2240 A100 best", &v[0]);
+        CHECK(v[0].tp == 8 && v[0].pp == 35 && v[0].dp == 8 && v[0].micro_batch == 1, "published tp 8, pp 35, dp 8");
+        check_contract(&m, &s, v, n);
+    }
+    free(v);
+    free(s.nodes);
+}
+
 /* A 1.3B model needs no model parallelism at all. */
 static void test_small(void)
 {
@@ -245,6 +266,7 @@ int main(int argc, char **argv)
     test_13b();
     test_175b();
     test_small();
+    test_mtnlg();
     test_gb200_and_fixed();
     test_refusals();
     test_placement_matters();
