@@ -26,11 +26,6 @@ void plan_apply(const plan_candidate *p, atoll_config *c)
 
 /* ---- placement cache: one placement and link profile per (tp, pp) -------------- */
 
-typedef struct {
-    int tp, pp, ok;
-    plan_fabric_cost fc;
-} placed;
-
 static int place_and_cost(const plan_cluster *cl, int tp, int pp, int world, plan_fabric_cost *fc)
 {
     place_request req = { tp, pp, world / (tp * pp), NULL, 0 };
@@ -110,7 +105,6 @@ typedef struct {
     /* why nothing fit: the smallest memory need seen, and the last rule refused */
     double min_need;
     char rule[256];
-    int layouts_valid, placed_ok;
 } cand_list;
 
 static int push(cand_list *l, const plan_candidate *c)
@@ -149,7 +143,6 @@ static int enumerate_inner(const atoll_config *base, const plan_cluster *cl, con
                 snprintf(l->rule, sizeof l->rule, "%s", err);
                 continue;
             }
-            l->layouts_valid++;
             for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc++) {
                 if (!fixed_flag_ok(fx->recompute, rc)) continue;
                 for (int z = 0; z <= (dp > 1); z++) {
@@ -219,7 +212,6 @@ int plan_enumerate(const atoll_config *model, const plan_cluster *cl, const plan
                 snprintf(l.rule, sizeof l.rule, "tp %d x pp %d x dp %d cannot be placed on the usable nodes", tp, pp, dp);
                 continue;
             }
-            l.placed_ok++;
             int per_replica = model->global_batch_size / dp;
             for (int mb = 1; mb <= per_replica; mb++) {
                 if (per_replica % mb || !fixed_ok(fx->micro_batch, mb)) continue;
