@@ -80,6 +80,12 @@ static const topo_gpu *gpu_of(const cost_ctx *x, int rank)
     return &x->nodes[x->r->rank_node[rank]].gpus[x->r->rank_gpu[rank]];
 }
 
+/* Network traffic leaves the GPU over PCIe (GPUDirect RDMA), so a link is no faster than that. */
+static double net_Bps(const plan_links *L, double Bps)
+{
+    return L->pcie_Bps > 0 && L->pcie_Bps < Bps ? L->pcie_Bps : Bps;
+}
+
 /* Switch hops between the leaves of two nodes: fabric distance when known, else
  * 0 for the same leaf name and 2 (leaf-spine-leaf) otherwise. */
 static int leaf_hops(const cost_ctx *x, int na, int nb)
@@ -103,11 +109,11 @@ static void hop_cost(const cost_ctx *x, int ra, int rb, plan_link *acc)
     }
     int hops = leaf_hops(x, na, nb);
     if (a->rail == b->rail && a->rail >= 0 && hops == 0)
-        worst(acc, L->nic_Bps, L->net_lat_s, 1);
+        worst(acc, net_Bps(L, L->nic_Bps), L->net_lat_s, 1);
     else if (a->rail == b->rail && a->rail >= 0)
-        worst(acc, L->uplink_Bps, L->net_lat_s + hops * L->hop_lat_s, 1);
+        worst(acc, net_Bps(L, L->uplink_Bps), L->net_lat_s + hops * L->hop_lat_s, 1);
     else
-        worst(acc, L->uplink_Bps, L->net_lat_s + (hops + 2) * L->hop_lat_s, 1);
+        worst(acc, net_Bps(L, L->uplink_Bps), L->net_lat_s + (hops + 2) * L->hop_lat_s, 1);
 }
 
 /* A collective over `ranks`: NVLink when the group stays in one island;
@@ -133,9 +139,9 @@ static void group_cost(const cost_ctx *x, const int *ranks, int n, plan_link *ac
     /* the group's hierarchical factor is the smallest any group of this kind gets */
     int g = bad ? 1 : members_per_node(x->r, ranks, n);
     if (!acc->multi_node || g < acc->local) acc->local = g;
-    if (bad) worst(acc, L->uplink_Bps, L->net_lat_s + (hops + 2) * L->hop_lat_s, 1);
-    else if (hops) worst(acc, L->uplink_Bps, L->net_lat_s + hops * L->hop_lat_s, 1);
-    else worst(acc, L->nic_Bps, L->net_lat_s, 1);
+    if (bad) worst(acc, net_Bps(L, L->uplink_Bps), L->net_lat_s + (hops + 2) * L->hop_lat_s, 1);
+    else if (hops) worst(acc, net_Bps(L, L->uplink_Bps), L->net_lat_s + hops * L->hop_lat_s, 1);
+    else worst(acc, net_Bps(L, L->nic_Bps), L->net_lat_s, 1);
 }
 
 void plan_fabric_cost_of(const topo_node *nodes, const fabric *fab, const place_result *r,
