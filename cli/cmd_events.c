@@ -10,7 +10,7 @@
 int cmd_events(cli_ctx *c, int argc, char **argv)
 {
     Atoll__EventsRequest req = ATOLL__EVENTS_REQUEST__INIT;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         int after = !strcmp(argv[i], "--after");
         if ((!after && strcmp(argv[i], "--limit")) || i + 1 >= argc)
             return cli_usage(c, "events", "unexpected argument '%s'", argv[i]);
@@ -20,7 +20,6 @@ int cmd_events(cli_ctx *c, int argc, char **argv)
             return cli_usage(c, "events", "%s '%s': expected a non-negative number", argv[i], argv[i + 1]);
         if (after) req.after_id = v;
         else req.limit = (uint32_t)(v > 100000 ? 100000 : v);
-        i++;
     }
     Atoll__EventsReply *r;
     int rc = cli_call(c, ATOLL__MSG_TYPE__MSG_EVENTS, &req.base, ATOLL__MSG_TYPE__MSG_EVENTS_REPLY,
