@@ -148,9 +148,8 @@ typedef struct k_ops {
      * statistics (mean, rstd, xent partials), weight gradients (dw, dbias, dwte,
      * dwpe, layernorm dw/db: fp32 so micro-batches accumulate without bf16
      * rounding) and optimizer state stay fp32. Shapes and the overwrite /
-     * accumulate rule of each entry are those of the fp32 entry of the same name.
-     * Attention has no bf16 entry yet: cast its input and output around the fp32
-     * attention entries with to_bf16/from_bf16. */
+     * accumulate rule of each entry are those of the fp32 entry of the same name,
+     * except attention (below), which keeps no [T, T] matrix. */
     void (*to_bf16)(uint16_t *dst, const float *src, size_t n);
     void (*from_bf16)(float *dst, const uint16_t *src, size_t n);
     void (*embedding_forward_bf16)(uint16_t *out, const int32_t *tokens, const uint16_t *wte,
@@ -183,6 +182,16 @@ typedef struct k_ops {
     void (*xent_backward_bf16)(uint16_t *dlogits, const uint16_t *logits, const float *rowmax,
                                const float *sumexp, const int32_t *targets, float dloss,
                                int N, int V, int vocab_offset);
+    /* Causal attention that never stores the [B, NH, T, T] probabilities
+     * (flash-style): the forward saves lse[B, NH, T] = log sum_j exp(score_tj)
+     * (fp32, scores already scaled by 1/sqrt(HD)) and the backward recomputes the
+     * probabilities from it, using the forward's out. qkv/out/dout/dqkv layouts
+     * are the fp32 entries'; dqkv is OVERWRITTEN. HD must be 64 or 128. */
+    void (*attention_forward_bf16)(uint16_t *out, float *lse, const uint16_t *qkv,
+                                   int B, int T, int NH, int HD);
+    void (*attention_backward_bf16)(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv,
+                                    const uint16_t *out, const float *lse,
+                                    int B, int T, int NH, int HD);
     /* AdamW on the fp32 master weights (same update as adamw), then
      * param_bf16 = round(master): the copy the bf16 model runs on. */
     void (*adamw_bf16)(float *master, uint16_t *param_bf16, const float *grad, float *m,

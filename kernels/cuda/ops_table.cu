@@ -57,6 +57,9 @@ void kcu_xent_max_bf16(float *, const uint16_t *, int, int);
 void kcu_xent_sumexp_target_bf16(float *, float *, const uint16_t *, const float *, const int32_t *, int, int, int);
 void kcu_xent_backward_bf16(uint16_t *, const uint16_t *, const float *, const float *, const int32_t *, float, int,
                             int, int);
+void kcu_attention_forward_bf16(uint16_t *, float *, const uint16_t *, int, int, int, int);
+void kcu_attention_backward_bf16(uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, const float *, int,
+                                 int, int, int);
 void kcu_adamw_bf16(float *, uint16_t *, const float *, float *, float *, size_t, float, float, float, float, float,
                     float, int);
 
@@ -111,6 +114,8 @@ static void fill(k_ops *k)
     k->xent_max_bf16 = kcu_xent_max_bf16;
     k->xent_sumexp_target_bf16 = kcu_xent_sumexp_target_bf16;
     k->xent_backward_bf16 = kcu_xent_backward_bf16;
+    k->attention_forward_bf16 = kcu_attention_forward_bf16;
+    k->attention_backward_bf16 = kcu_attention_backward_bf16;
     k->adamw_bf16 = kcu_adamw_bf16;
 }
 

@@ -168,6 +168,49 @@ static void test_xent(int N, int Vfull, int off, int V)
     G->free(dlg); G->free(dtg); G->free(dmx); G->free(dse); G->free(dtl);
 }
 
+/* The flash-style entries against the fp32 CPU attention (which stores the
+ * probabilities) on the same bf16-rounded qkv; lse against plain loops. */
+static void test_attention(int B, int T, int NH, int HD)
+{
+    size_t nq = (size_t)B * T * 3 * NH * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
+    size_t nl = (size_t)B * NH * T;
+    float *qkv = bf_rand(nq, 2), *out = malloc(no * 4), *att = malloc(na * 4), *lse = malloc(nl * 4);
+    R->attention_forward(out, att, qkv, B, T, NH, HD);
+    int ld = 3 * NH * HD;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *q = qkv + ((size_t)b * T + t) * ld + h * 3 * HD;
+                double mx = -1e300, s = 0;
+                for (int j = 0; j <= t; j++) {
+                    const float *k = qkv + ((size_t)b * T + j) * ld + h * 3 * HD + HD;
+                    double d = 0;
+                    for (int e = 0; e < HD; e++) d += (double)q[e] * k[e];
+                    d /= sqrt((double)HD);
+                    if (d > mx) {
+                        s = s * exp(mx - d) + 1.0;
+                        mx = d;
+                    } else {
+                        s += exp(d - mx);
+                    }
+                }
+                lse[((size_t)b * NH + h) * T + t] = (float)(mx + log(s));
+            }
+    uint16_t *dqkv_in = d_put_bf(qkv, nq), *dout = d_poison(no * 2);
+    float *dlse = d_poison(nl * 4);
+    G->attention_forward_bf16(dout, dlse, dqkv_in, B, T, NH, HD);
+    h_compare("attention_forward_bf16 out", d_get_bf(dout, no), out, no, TOL);
+    h_compare("attention_forward_bf16 lse", d_get(dlse, nl), lse, nl, TOL);
+
+    float *g = bf_rand(no, 1), *dqkv = malloc(nq * 4), *scratch = malloc(na * 4);
+    R->attention_backward(dqkv, scratch, g, qkv, att, B, T, NH, HD);
+    uint16_t *dg = d_put_bf(g, no), *ddqkv = d_poison(nq * 2);
+    G->attention_backward_bf16(ddqkv, dg, dqkv_in, dout, dlse, B, T, NH, HD);
+    h_compare("attention_backward_bf16 dqkv", d_get_bf(ddqkv, nq), dqkv, nq, TOL);
+    free(qkv); free(out); free(att); free(lse); free(g); free(dqkv); free(scratch);
+    G->free(dqkv_in); G->free(dout); G->free(dlse); G->free(dg); G->free(ddqkv);
+}
+
 static void test_adamw(size_t n)
 {
     float *p = h_rand(n, 1), *g = h_rand(n, 0.1f), *m = h_rand(n, 0.01f), *v = h_rand(n, 0.01f);
@@ -205,6 +248,9 @@ int main(int argc, char **argv)
     test_matmul(256, 3072, 768, 1);
     test_elementwise(1);
     test_elementwise(100003);
+    test_attention(1, 64, 1, 64);   /* one tile */
+    test_attention(2, 200, 3, 64);  /* partial last tile */
+    test_attention(1, 130, 2, 128);
     test_xent(9, 50, 0, 50);
     test_xent(256, 50304, 0, 50304);
     test_adamw(5);
