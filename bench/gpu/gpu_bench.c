@@ -180,6 +180,18 @@ int main(int argc, char **argv)
     row("attention_backward fp32", ms, 2 * afl, 32.0 * NC + 8.0 * B * NH * (double)T * T);
     G->free(qkv); G->free(att); G->free(ao); G->free(dqkv); G->free(scr);
 
+    /* flash-style bf16 attention: no [T, T] traffic; the backward floor counts the
+     * recomputed scores (5 products against the forward's 2) */
+    uint16_t *qkvb = dev_rand_bf(3 * NC, 1), *aob = G->alloc(NC * 2), *dqkvb = G->alloc(3 * NC * 2);
+    uint16_t *doutb = dev_rand_bf(NC, 1);
+    float *lse = G->alloc((size_t)B * NH * T * 4);
+    double fl_f = 2.0 * B * NH * (double)T * T * HD; /* QK^T and PV over the causal half */
+    TIME_MS(ms, G->attention_forward_bf16(aob, lse, qkvb, B, T, NH, HD));
+    row("attention_forward_bf16 (flash)", ms, fl_f, 3.0 * NC * 2 + NC * 2);
+    TIME_MS(ms, G->attention_backward_bf16(dqkvb, doutb, qkvb, aob, lse, B, T, NH, HD));
+    row("attention_backward_bf16 (flash)", ms, 2.5 * fl_f, 3.0 * NC * 2 * 2 + NC * 2 * 2);
+    G->free(qkvb); G->free(aob); G->free(dqkvb); G->free(doutb); G->free(lse);
+
     /* classifier partials on bf16 logits [N, V] */
     uint16_t *lg = dev_rand_bf((size_t)N * V, 4);
     float *mx = G->alloc(N * 4), *se = G->alloc(N * 4), *tl = G->alloc(N * 4);
