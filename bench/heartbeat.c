@@ -10,6 +10,7 @@
  *                   [--warmup SEC] [--duration SEC] [--json FILE]
  */
 #include <stdint.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,6 +182,8 @@ int main(int argc, char **argv)
         return 2;
     }
     log_init("bench_heartbeat", LOG_WARN);
+    /* A peer that goes away mid-write must cost us that connection (EPIPE), not the process. */
+    signal(SIGPIPE, SIG_IGN);
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);
     rl.rlim_cur = rl.rlim_max;

@@ -1,6 +1,7 @@
 /* coordinatord: the cluster's coordinator daemon. Flags: INTERFACES.md. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,8 @@ int main(int argc, char **argv)
         return 2;
     }
     log_init("coordinatord", level);
+    /* A peer that goes away mid-write must cost us that connection (EPIPE), not the process. */
+    signal(SIGPIPE, SIG_IGN);
 
     if (mkdir(o.state_dir, 0700) && errno != EEXIST) {
         log_error("--state-dir %s: %s", o.state_dir, strerror(errno));

@@ -1,5 +1,6 @@
 /* workerd: the node agent. Flags: INTERFACES.md. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,8 @@ int main(int argc, char **argv)
     gethostname(host, sizeof host - 1);
     if (!name) name = host;
     log_init("workerd", level);
+    /* A peer that goes away mid-write must cost us that connection (EPIPE), not the process. */
+    signal(SIGPIPE, SIG_IGN);
 
     char err[512];
     snprintf(a.coordinator, sizeof a.coordinator, "%s", coordinator);
