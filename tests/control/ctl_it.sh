@@ -112,6 +112,8 @@ case_nodes() {
   [ "$(node_field a100 "[x['gbps'] for x in n['nics']][0]")" = 200 ] || fail "a100 NIC rate"
   [ "$(node_field h100 "[g['memory_bytes'] > 80e9 for g in n['gpus']].count(True)")" = 8 ] || fail "h100 memory"
   ok "nodes with the right GPU counts, islands and NICs"
+  [ "$(stat -c %a "$TMP/state/token")" = 600 ] || fail "token file mode $(stat -c %a "$TMP/state/token")"
+  ok "cluster token created with mode 0600"
   if [ -f "$SHARED/topologies/azure-ndv5-h100.xml" ]; then
     start_worker ndv5 --topology-xml "$SHARED/topologies/azure-ndv5-h100.xml"
     wait_until 10 nodes_alive 6 || fail "NCCL-XML node not alive: $(cat "$TMP/workerd-ndv5.log")"
@@ -185,6 +187,7 @@ case_restart() {
     ids+=("$(atoll submit "${spec[@]}" --num-gpus 8 --name "queued$i")") || fail "submit $i"
   done
   local events_before; events_before=$(atoll events --json | json "len(d['events'])")
+  local registered_before; registered_before=$(node_field n1 "n['registered_ms']")
   kill -9 "$COORD_PID"
   wait "$COORD_PID" 2>/dev/null
   ok "coordinator killed with -9 after acknowledging jobs ${ids[*]}"
@@ -204,6 +207,7 @@ case_restart() {
   wait_until 10 has_event node.reregistered n2 || fail "n2 did not re-register"
   wait_until 5 nodes_alive 2 || fail "nodes not alive after restart"
   [ "$(node_field n1 "len(n['gpus'])")" = 8 ] || fail "n1 lost its GPUs"
+  [ "$(node_field n1 "n['registered_ms']")" = "$registered_before" ] || fail "n1 got a new identity"
   ok "workers re-registered and kept their identity"
   local next; next=$(atoll submit "${spec[@]}" --num-gpus 8 --json | json "d['job']")
   (( next > ${ids[4]} )) || fail "job id $next reused"
@@ -272,8 +276,26 @@ case_refuse() {
   [ $? -eq 1 ] && grep -q -- "--num-gpus" "$TMP/err" || fail "missing world size: $(cat "$TMP/err")"
   [ "$(atoll jobs --json | json "len(d['jobs'])")" = 0 ] || fail "a refused job was stored"
   serving "invalid spec"; ok "invalid job specs refused: $(head -1 "$TMP/err")"
-  local id; id=$(atoll submit "${spec[@]}" --num-gpus 8) || fail "valid submit after refusals"
-  ok "the next valid job is accepted (job $id)"
+  # The next valid job, its model from a Megatron-style YAML file, flags overriding it.
+  cat > "$TMP/job.yaml" <<'YAML'
+model:
+  num_layers: 8
+  hidden_size: 128
+  num_attention_heads: 8
+  seq_length: 64
+parallel:
+  tensor_model_parallel_size: 4
+  pipeline_model_parallel_size: 2
+  global_batch_size: 32
+YAML
+  local id; id=$(atoll submit --yaml-cfg "$TMP/job.yaml" --pipeline-model-parallel-size 1 --num-gpus 8) \
+    || fail "valid submit after refusals"
+  [ "$(atoll status "$id" --json | json "(d['layout']['tp'], d['layout']['pp'], d['layout']['dp'])")" = "(4, 1, 2)" ] \
+    || fail "YAML + flag layout: $(atoll status "$id")"
+  echo "model: {num_layers: 8, bogus_key: 1}" > "$TMP/bad.yaml"
+  atoll submit --yaml-cfg "$TMP/bad.yaml" --num-gpus 8 2>"$TMP/err"
+  [ $? -eq 2 ] && grep -q "unknown key 'bogus_key'" "$TMP/err" || fail "bad YAML: $(cat "$TMP/err")"
+  ok "the next valid job (from --yaml-cfg, flags overriding) is accepted as job $id; a bad YAML key is a usage error"
   node_state_is n1 alive || fail "worker lost during the refusals"
   stop_all
 }
