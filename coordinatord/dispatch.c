@@ -245,13 +245,26 @@ static void handle_heartbeat(coord *c, coord_peer *p, Atoll__Heartbeat *m)
 
 static void handle_launch_ack(coord *c, coord_peer *p, Atoll__LaunchAck *m)
 {
+    if (!p->node) {
+        coord_error(c, p, ATOLL__ERROR_CODE__ERR_INVALID, "send Register before answering launches");
+        return;
+    }
     char subject[32];
     snprintf(subject, sizeof subject, "job %llu", (unsigned long long)m->job);
+    store_job j;
+    int have = store_job_get(c->st, m->job, &j) == 0 && j.epoch == m->epoch && jobs_is_active(j.state);
     if (store_begin(c->st) == 0) {
         events_add(c, m->ok ? "job.launch" : "job.launch_refused", subject, "node %s, epoch %u: %s",
-                   p->node ? p->node->name : p->name, m->epoch, m->message);
+                   p->node->name, m->epoch, m->message);
+        /* A refusal is why the job does not progress: say so in its status (no state change). */
+        if (have && !m->ok) {
+            snprintf(j.message, sizeof j.message, "node %s refused the launch: %s", p->node->name, m->message);
+            j.updated_ms = c->now();
+            store_job_update(c->st, &j);
+        }
         if (store_commit(c->st)) store_rollback(c->st);
     }
+    if (have) store_job_clear(&j);
 }
 
 static void handle_nodes(coord *c, coord_peer *p, Atoll__NodesRequest *m)
