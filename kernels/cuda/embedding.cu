@@ -3,9 +3,8 @@
  * The token backward is deterministic without float atomics: the first
  * position holding a token "owns" its dwte row and sums the dout rows of every
  * later position with that token, in position order, before one += into dwte.
- * Each block scans the int32 token list (O(N^2) int compares in all, served
- * from L1/L2: ~0.1-0.3 ms at N = 8-16k on an H100, small against the step);
- * every dout row is read exactly once. */
+ * Each block scans the int32 token list with coalesced block-wide reads
+ * (O(N^2) int compares in all, served from L2); every dout row is read once. */
 #include "kcuda.cuh"
 
 #define EMB_BLOCK 256
@@ -22,20 +21,42 @@ __global__ void embed_fwd_k(T *out, const int32_t *tokens, const T *wte, int N, 
     }
 }
 
-/* One block per position n. */
+/* One block per position n (blockDim EMB_BLOCK, a multiple of 32). The owner
+ * walks the later positions a block-width chunk at a time: each thread tests
+ * one position, the matches are compacted in position order into `list`
+ * (ballot + per-warp counts), and each thread adds those rows for its column. */
 template <typename T>
 __global__ void embed_bwd_k(float *dwte, const T *dout, const int32_t *tokens, int N, int C, int off, int V)
 {
+    __shared__ int list[EMB_BLOCK];
+    __shared__ int wcount[EMB_BLOCK / 32];
     int n = blockIdx.x, tok = tokens[n], r = tok - off;
     if (r < 0 || r >= V) return; /* uniform over the block */
     int seen = 0;
     for (int m = threadIdx.x; m < n && !seen; m += blockDim.x) seen = tokens[m] == tok;
     if (__syncthreads_or(seen)) return; /* an earlier position owns this row */
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    for (int c0 = 0; c0 < C; c0 += blockDim.x) {
+        int c = c0 + threadIdx.x;
         float acc = 0.0f;
-        for (int m = n; m < N; m++)
-            if (tokens[m] == tok) acc += ldf(dout + (size_t)m * C + c);
-        dwte[(size_t)r * C + c] += acc;
+        for (int m0 = n; m0 < N; m0 += blockDim.x) {
+            int m = m0 + threadIdx.x;
+            bool match = m < N && tokens[m] == tok;
+            unsigned bal = __ballot_sync(0xffffffffu, match);
+            if (lane == 0) wcount[warp] = __popc(bal);
+            __syncthreads();
+            int base = 0, total = 0;
+            for (int w = 0; w < nwarps; w++) {
+                base += w < warp ? wcount[w] : 0;
+                total += wcount[w];
+            }
+            if (match) list[base + __popc(bal & ((1u << lane) - 1u))] = m;
+            __syncthreads();
+            if (c < C)
+                for (int i = 0; i < total; i++) acc += ldf(dout + (size_t)list[i] * C + c);
+            __syncthreads(); /* list and wcount are rewritten by the next chunk */
+        }
+        if (c < C) dwte[(size_t)r * C + c] += acc;
     }
 }
 
