@@ -46,6 +46,11 @@ int rpc_resolve(const char *hostport, struct sockaddr_storage *out, char *err, s
 static void on_closed(uv_handle_t *h)
 {
     rpc_conn *c = h->data;
+    if (c->server) { /* unlink from the server's list */
+        if (c->prev) c->prev->next = c->next;
+        else c->server->conns = c->next;
+        if (c->next) c->next->prev = c->prev;
+    }
     if (c->h.on_close) c->h.on_close(c);
     frame_decoder_free(&c->dec);
     free(c);
@@ -342,11 +347,15 @@ static void on_connection(uv_stream_t *ls, int status)
     }
     rpc_conn *c = conn_new(s->loop, s->token, s->max_frame, &s->h, NULL); /* data is the owner's, set on ready */
     if (!c) return;
-    c->server = s;
     if (uv_accept(ls, (uv_stream_t *)&c->tcp)) {
         close_now(c);
         return;
     }
+    c->server = s;
+    c->next = s->conns;
+    if (s->conns) s->conns->prev = c;
+    s->conns = c;
+    c->accepted_ms = uv_now(s->loop);
     c->connected = 1;
     uv_tcp_nodelay(&c->tcp, 1);
     peer_name(c);
@@ -358,6 +367,20 @@ static void on_connection(uv_stream_t *ls, int status)
     ch.server = "coordinatord";
     rpc_send(c, ATOLL__MSG_TYPE__MSG_CHALLENGE, &ch.base);
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+/* Peers that connect and never authenticate would hold a connection forever. */
+static void on_sweep(uv_timer_t *t)
+{
+    rpc_server *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    for (rpc_conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        if (c->authed || c->closing || now - c->accepted_ms < s->auth_timeout_ms) continue;
+        rpc_send_error(c, ATOLL__ERROR_CODE__ERR_UNAUTHENTICATED,
+                       "not authenticated within %u ms of the Challenge; closing", s->auth_timeout_ms);
+        refuse(c, "no authentication in time");
+    }
 }
 
 int rpc_server_listen(rpc_server *s, uv_loop_t *loop, const char *hostport, const auth_token *token,
@@ -384,12 +407,18 @@ int rpc_server_listen(rpc_server *s, uv_loop_t *loop, const char *hostport, cons
     int blen = sizeof bound;
     uv_tcp_getsockname(&s->tcp, (struct sockaddr *)&bound, &blen);
     s->port = ntohs(((struct sockaddr_in *)&bound)->sin_port);
+    s->auth_timeout_ms = 10000;
+    uv_timer_init(loop, &s->sweep);
+    s->sweep.data = s;
+    uv_timer_start(&s->sweep, on_sweep, 250, 250);
     return 0;
 }
 
 void rpc_server_close(rpc_server *s)
 {
     if (!uv_is_closing((uv_handle_t *)&s->tcp)) uv_close((uv_handle_t *)&s->tcp, NULL);
+    if (!uv_is_closing((uv_handle_t *)&s->sweep)) uv_close((uv_handle_t *)&s->sweep, NULL);
+    for (rpc_conn *c = s->conns; c; c = c->next) rpc_close(c, "server closing");
 }
 
 /* ---- client ---- */

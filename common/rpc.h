@@ -52,6 +52,8 @@ struct rpc_conn {
     char peer[64];                /* "127.0.0.1:50312" */
     char name[64];                /* the peer's name from Auth */
     char err[256];
+    rpc_conn *prev, *next;        /* the server's list of its connections */
+    uint64_t accepted_ms;         /* loop time of accept, for the auth deadline */
 };
 
 typedef struct rpc_server {
@@ -63,10 +65,14 @@ typedef struct rpc_server {
     void *data;
     int port;                     /* the bound port (useful with port 0) */
     uint64_t refused;             /* connections refused for auth or framing */
+    uint32_t auth_timeout_ms;     /* a peer must authenticate this soon after accept (default 10 s) */
+    rpc_conn *conns;              /* every open connection, authenticated or not */
+    uv_timer_t sweep;             /* enforces auth_timeout_ms */
 } rpc_server;
 
 int rpc_server_listen(rpc_server *s, uv_loop_t *loop, const char *hostport, const auth_token *token,
                       uint32_t max_frame, const rpc_handlers *h, void *data, char *err, size_t errlen);
+/* Stops listening and closes every connection (each gets its on_close). */
 void rpc_server_close(rpc_server *s);
 
 /* Starts connecting; the result is reported through h->on_ready or h->on_close. */

@@ -2,6 +2,7 @@
  * complete the token handshake, frames flow both ways, a wrong token and an
  * oversized frame are refused with their reasons, and the blocking client
  * (run in a forked child, since it blocks) speaks the same protocol. */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +117,27 @@ int main(int argc, char **argv)
     run_until_closed(loop, 3);
     CHECK(client_errors == 1 && strstr(last_error_msg, "the limit is 4096"), "oversized: '%s'", last_error_msg);
     CHECK(server_frames == 1, "the oversized frame reached the handler");
+
+    /* Connecting and never authenticating: told why, then closed, after the deadline. */
+    srv.auth_timeout_ms = 300;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(connect(fd, (struct sockaddr *)&ss, sizeof(struct sockaddr_in)) == 0, "raw connect");
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    char raw[4096];
+    size_t got = 0;
+    int eof = 0;
+    for (int i = 0; i < 4000 && !eof; i++) {
+        uv_run(loop, UV_RUN_NOWAIT);
+        ssize_t n = recv(fd, raw + got, sizeof raw - 1 - got, 0);
+        if (n > 0) got += (size_t)n;
+        else if (n == 0) eof = 1;
+        else usleep(1000);
+    }
+    close(fd);
+    for (size_t i = 0; i < got; i++) if (!raw[i]) raw[i] = '.';
+    raw[got] = 0;
+    CHECK(eof && strstr(raw, "not authenticated within 300 ms"), "idle peer: eof %d, got '%s'", eof, raw);
+    CHECK(srv.refused == 3, "refusals %llu (wrong token, oversized frame, idle peer)", (unsigned long long)srv.refused);
 
     /* Nobody listening: the connect fails and is reported through on_close. */
     struct sockaddr_storage none;
