@@ -5,6 +5,7 @@
 #   nodes    nodes appear with the right GPU counts and islands; node/drain/undrain; exit codes
 #   dead     kill -9 of a workerd: its node turns dead within the node timeout, with events
 #   restart  kill -9 of the coordinator: jobs, states and events survive, workers re-register
+#   python   a client written with Python's protobuf package and hmac speaks the protocol
 #   refuse   wrong token, garbage frame, oversized frame, unauthenticated request and an
 #            invalid job spec are refused with clear messages; the daemon keeps serving
 # Every process started here is killed on exit, pass or fail.
@@ -297,6 +298,26 @@ YAML
   [ $? -eq 2 ] && grep -q "unknown key 'bogus_key'" "$TMP/err" || fail "bad YAML: $(cat "$TMP/err")"
   ok "the next valid job (from --yaml-cfg, flags overriding) is accepted as job $id; a bad YAML key is a usage error"
   node_state_is n1 alive || fail "worker lost during the refusals"
+  stop_all
+}
+
+case_python() {
+  local py=
+  for cand in /usr/bin/python3 python3; do
+    if "$cand" -c "import google.protobuf" 2>/dev/null; then py=$cand; break; fi
+  done
+  if [ -z "$py" ] || ! command -v protoc >/dev/null; then
+    echo "SKIP: needs protoc and Python's protobuf package (protobuf-compiler, python3-protobuf)"
+    exit 77
+  fi
+  local proto=${ATOLL_PROTO_DIR:-$(cd "$(dirname "$0")/../../proto" && pwd)}
+  protoc --python_out="$TMP" -I "$proto" "$proto/atoll.proto" || fail "protoc --python_out"
+  start_coord
+  start_worker n1 --simulate dgx-h100
+  wait_until 10 nodes_alive 1 || fail "node not alive"
+  "$py" "$(dirname "$0")/ctl_py_client.py" "$PORT" "$ATOLL_TOKEN_FILE" "$TMP" || fail "the Python client failed"
+  atoll jobs | grep -q "from-python" || fail "the CLI does not see the job the Python client submitted"
+  ok "a Python protobuf client speaks the protocol (handshake, nodes, submit, refusals)"
   stop_all
 }
 
