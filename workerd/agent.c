@@ -9,6 +9,7 @@
 
 #define BACKOFF_MIN_MS 250
 #define BACKOFF_MAX_MS 5000
+#define ACK_TIMEOUT_MS 10000
 
 static void connect_now(agent *a);
 
@@ -47,6 +48,11 @@ static void on_heartbeat(uv_timer_t *t)
 {
     agent *a = t->data;
     if (!a->conn || !a->registered) return;
+    uint64_t unacked = a->seq - a->last_acked_seq;
+    if (unacked * (uint64_t)a->interval_ms > ACK_TIMEOUT_MS && unacked > 3) {
+        rpc_close(a->conn, "no heartbeat acknowledged for 10 s");
+        return;
+    }
     Atoll__Heartbeat hb = ATOLL__HEARTBEAT__INIT;
     hb.seq = ++a->seq;
     hb.health = ATOLL__NODE_HEALTH__HEALTH_OK;
@@ -103,6 +109,7 @@ static void on_frame(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len)
         }
         a->registered = 1;
         a->registrations++;
+        a->last_acked_seq = a->seq;
         a->backoff_ms = BACKOFF_MIN_MS;
         log_info("registered %s with %s (%d GPUs, %d NICs%s); heartbeat every %u ms", a->topo.name,
                  a->coordinator, a->topo.ngpus, a->topo.nnics,
@@ -116,6 +123,7 @@ static void on_frame(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len)
         Atoll__HeartbeatAck *r = atoll__heartbeat_ack__unpack(NULL, len, p);
         if (!r) break;
         a->acks++;
+        if (r->seq > a->last_acked_seq) a->last_acked_seq = r->seq;
         set_interval(a, r->heartbeat_interval_ms);
         atoll__heartbeat_ack__free_unpacked(r, NULL);
         break;

@@ -2,7 +2,8 @@
  * heartbeats on the interval the coordinator gives, and reconnects with
  * exponential backoff (250 ms doubling to 5 s, +-25% jitter) whenever the
  * coordinator is away, re-registering under the same name so the node keeps its
- * identity. One libuv loop; SIGTERM/SIGINT stop it cleanly. */
+ * identity. A coordinator that stops acknowledging heartbeats for 10 s (hung, or a
+ * half-open connection) is treated as gone. One libuv loop; SIGTERM/SIGINT stop it cleanly. */
 #ifndef ATOLL_AGENT_H
 #define ATOLL_AGENT_H
 
@@ -25,6 +26,7 @@ typedef struct agent {
     int registered, stopping;
     int interval_ms, backoff_ms;
     uint64_t seq, acks, registrations;
+    uint64_t last_acked_seq;
     uv_timer_t hb_timer, retry_timer;
     uv_signal_t sigterm, sigint;
 } agent;
