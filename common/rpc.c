@@ -358,6 +358,7 @@ static void on_connection(uv_stream_t *ls, int status)
     c->accepted_ms = uv_now(s->loop);
     c->connected = 1;
     uv_tcp_nodelay(&c->tcp, 1);
+    uv_tcp_keepalive(&c->tcp, 1, 30); /* let the kernel find peers that vanished without a FIN */
     peer_name(c);
     auth_random(c->nonce, AUTH_NONCE_LEN);
     Atoll__Challenge ch = ATOLL__CHALLENGE__INIT;

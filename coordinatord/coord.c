@@ -23,6 +23,11 @@ static void discard(coord *c, coord_peer *p, uint16_t type, const ProtobufCMessa
     (void)c; (void)p; (void)type; (void)m;
 }
 
+static void forget(coord *c, coord_peer *p, const char *reason)
+{
+    (void)c; (void)p; (void)reason;
+}
+
 typedef struct {
     coord *c;
     int loaded;
@@ -55,6 +60,7 @@ int coord_init(coord *c, const coord_opts *o, const char *db_path, char *err, si
     c->o = *o;
     c->now = coord_wall_ms;
     c->send = discard;
+    c->drop = forget;
     c->started_ms = coord_wall_ms();
     registry_init(&c->reg, o->suspect_ms, o->node_timeout_ms);
     if (o->fabric[0] && fabric_load(&c->fab, o->fabric, err, errlen)) return -1;

@@ -134,10 +134,20 @@ static void handle_register(coord *c, coord_peer *p, Atoll__Register *m)
         return;
     }
     if (n && n->peer && n->peer != p) {
-        coord_error(c, p, ATOLL__ERROR_CODE__ERR_CONFLICT,
-                    "node name %s is in use by a connected agent at %s; give this one another --name",
-                    n->name, n->address);
-        return;
+        int64_t quiet = c->now() - n->last_seen_ms;
+        if (quiet < c->o.suspect_ms) {
+            coord_error(c, p, ATOLL__ERROR_CODE__ERR_CONFLICT,
+                        "node name %s is in use by a connected agent at %s (last heartbeat %lld ms ago); "
+                        "give this one another --name", n->name, n->address, (long long)quiet);
+            return;
+        }
+        /* The old connection has gone quiet (a half-open socket after a network cut, say):
+         * the agent that is talking now owns the name. */
+        coord_peer *old = n->peer;
+        log_info("node %s: replacing its silent connection %s with %s", n->name, old->address, p->address);
+        old->node = NULL;
+        n->peer = NULL;
+        c->drop(c, old, "replaced by a newer registration of the same node");
     }
     int is_new = n == NULL;
     if (is_new && !(n = registry_add(&c->reg, m->node->name))) {

@@ -26,6 +26,12 @@ static void send_rpc(coord *c, coord_peer *p, uint16_t type, const ProtobufCMess
     if (p && p->conn) rpc_send(p->conn, type, m);
 }
 
+static void drop_rpc(coord *c, coord_peer *p, const char *reason)
+{
+    (void)c;
+    if (p && p->conn) rpc_close(p->conn, reason);
+}
+
 static coord *coord_of(rpc_conn *conn) { return conn->server->data; }
 
 static void on_ready(rpc_conn *conn)
@@ -118,6 +124,7 @@ int server_run(coord *c, char *err, size_t errlen)
     s.loop = uv_default_loop();
     c->server = &s;
     c->send = send_rpc;
+    c->drop = drop_rpc;
     rpc_handlers h = { on_ready, on_frame, on_close };
     if (rpc_server_listen(&s.rpc, s.loop, c->o.listen, &c->token, c->o.max_frame, &h, c, err, errlen))
         return -1;

@@ -332,6 +332,19 @@ int main(int argc, char **argv)
     if (rr) atoll__register_reply__free_unpacked(rr, NULL);
     CHECK(events_of(&c, "node.reregistered") == 1, "re-registration event");
 
+    /* A still-attached but silent connection loses its name to a new registration. */
+    static test_peer w4;
+    w4.p.role = ATOLL__ROLE__ROLE_WORKER;
+    fake_ms += 1000;
+    heartbeat(&c, &w2, NULL);
+    do_register(&c, &w4, "n2", "dgx-h100");
+    CHECK(strstr(last_error(&w4, &code), "in use") && code == ATOLL__ERROR_CODE__ERR_CONFLICT, "fresh conflict");
+    fake_ms += 2500; /* past suspect_ms without a heartbeat from w2 */
+    do_register(&c, &w4, "n2", "dgx-h100");
+    CHECK(w4.type == ATOLL__MSG_TYPE__MSG_REGISTER_REPLY, "takeover of a silent name: '%s'", last_error(&w4, NULL));
+    CHECK(w2.p.node == NULL && registry_find(&c.reg, "n2")->peer == &w4.p, "old connection still owns n2");
+    free(w4.buf);
+
     test_peer *all[] = { &w1, &w2, &w3, &cli, &cli2 };
     for (int i = 0; i < 5; i++) free(all[i]->buf);
     coord_free(&c);
