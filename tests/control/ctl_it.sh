@@ -160,15 +160,16 @@ case_dead() {
   wait_until 5 node_state_is victim dead || fail "victim not dead: $(atoll nodes)"
   # Judge by the coordinator's own record: the node.dead event's time against the
   # kill. Silence counts from the last heartbeat (<= kill time), and the liveness
-  # check runs every 100 ms, so the bound is the timeout plus one tick and slack.
+  # check runs every 100 ms, so the bound is the timeout plus one tick, plus slack
+  # for a loaded CI machine (the sanitizer pass runs tests in parallel).
   local dead_ms; dead_ms=$(atoll events --json | json "[e['time_ms'] for e in d['events'] if e['kind']=='node.dead' and e['subject']=='victim'][0]")
   local took=$(( dead_ms - t0 ))
-  (( took <= TIMEOUT_MS + 300 )) || fail "dead ${took} ms after kill -9, timeout ${TIMEOUT}s"
+  (( took <= TIMEOUT_MS + 700 )) || fail "dead ${took} ms after kill -9, timeout ${TIMEOUT}s"
   ok "victim declared dead ${took} ms after kill -9 (node timeout ${TIMEOUT}s)"
   has_event node.dead victim || fail "no node.dead event"
   has_event node.suspect victim || fail "no node.suspect event"
   atoll events | grep -q "node.dead.*victim.*no heartbeat" || fail "events text"
-  node_state_is keep alive || fail "the other node suffered"
+  wait_until 3 node_state_is keep alive || fail "the other node suffered"
   ok "events record it; the other node stays alive"
   unset 'WPID[victim]'
   stop_all
@@ -297,7 +298,7 @@ YAML
   atoll submit --yaml-cfg "$TMP/bad.yaml" --num-gpus 8 2>"$TMP/err"
   [ $? -eq 2 ] && grep -q "unknown key 'bogus_key'" "$TMP/err" || fail "bad YAML: $(cat "$TMP/err")"
   ok "the next valid job (from --yaml-cfg, flags overriding) is accepted as job $id; a bad YAML key is a usage error"
-  node_state_is n1 alive || fail "worker lost during the refusals"
+  wait_until 3 node_state_is n1 alive || fail "worker lost during the refusals"
   stop_all
 }
 
