@@ -55,7 +55,6 @@ typedef struct coord {
     int64_t started_ms;
     /* How frames leave: rpc_send in the daemon, a recorder in tests. */
     void (*send)(struct coord *c, coord_peer *p, uint16_t type, const ProtobufCMessage *m);
-    void *send_ctx;
     /* Closes a peer's connection (the daemon) or just forgets it (tests). */
     void (*drop)(struct coord *c, coord_peer *p, const char *reason);
     int64_t (*now)(void);    /* wall clock in ms; replaceable in tests */
