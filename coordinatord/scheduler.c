@@ -32,10 +32,11 @@ int sched_groups(const char *rank_order, int tp, int pp, int dp, Atoll__JobLayou
     int stride_tp = 0, stride_dp = 0, stride_pp = 0, stride = 1;
     char buf[64];
     snprintf(buf, sizeof buf, "%s", order);
+    /* Each name once: a repeated one would make the strides (and group counts) wrong. */
     for (char *save = NULL, *tok = strtok_r(buf, "-", &save); tok; tok = strtok_r(NULL, "-", &save)) {
-        if (!strcmp(tok, "tp")) { stride_tp = stride; stride *= tp; }
-        else if (!strcmp(tok, "dp")) { stride_dp = stride; stride *= dp; }
-        else if (!strcmp(tok, "pp")) { stride_pp = stride; stride *= pp; }
+        if (!strcmp(tok, "tp") && !stride_tp) { stride_tp = stride; stride *= tp; }
+        else if (!strcmp(tok, "dp") && !stride_dp) { stride_dp = stride; stride *= dp; }
+        else if (!strcmp(tok, "pp") && !stride_pp) { stride_pp = stride; stride *= pp; }
         else if (strcmp(tok, "cp") && strcmp(tok, "ep")) return -1;
     }
     if (!stride_tp || !stride_dp || !stride_pp) return -1;

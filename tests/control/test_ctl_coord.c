@@ -234,6 +234,18 @@ int main(int argc, char **argv)
         atoll__layout_reply__free_unpacked(lay, NULL);
     }
 
+    /* Rank orders: each name once, only known names. */
+    msg_arena ga = { 0 };
+    Atoll__JobLayout gl = ATOLL__JOB_LAYOUT__INIT;
+    CHECK(sched_groups("tp-tp-dp-pp", 2, 2, 2, &gl, &ga) == -1, "repeated name accepted");
+    CHECK(sched_groups("tp-xx-dp-pp", 2, 2, 2, &gl, &ga) == -1, "unknown name accepted");
+    CHECK(sched_groups("tp-dp", 2, 1, 2, &gl, &ga) == -1, "missing pp accepted");
+    CHECK(sched_groups("pp-dp-tp", 2, 2, 2, &gl, &ga) == 0 && gl.n_groups == 4 + 4 + 4 + 4, "pp first: %zu groups",
+          gl.n_groups);
+    /* pp fastest: rank = p + 2*(d + 2*t), so tp groups stride 4. */
+    CHECK(!strcmp(gl.groups[0]->kind, "tp") && gl.groups[0]->ranks[1] == 4, "tp stride under pp-dp-tp");
+    msg_arena_free(&ga);
+
     /* ---- metrics make it running; a dead node restarts it ---- */
     Atoll__RankMetrics m = ATOLL__RANK_METRICS__INIT;
     m.job = id;
