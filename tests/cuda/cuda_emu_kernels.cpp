@@ -1,0 +1,253 @@
+/* The CUDA kernels that are not cuBLAS calls (everything but matmul.cu and
+ * attention.cu), run on the CPU through tests/cuda/emu/emu_cuda.h and
+ * compared with the CPU reference k_cpu(): the same bounds as the GPU tests
+ * (fp32 1e-5, bf16 1e-2), outputs poisoned first (emulated cudaMalloc fills
+ * NaN bytes too), no NaN. It checks the kernels' logic on machines without a
+ * GPU; cuda_kernels_fp32/bf16 remain the checks of the real thing. */
+#include "emu_cuda.h"
+
+extern "C" {
+#include "kernels.h"
+}
+
+#include <tuple>
+
+int kcu_init(void);
+void kcu_embedding_forward(float *, const int32_t *, const float *, int, int, int, int);
+void kcu_embedding_backward(float *, const float *, const int32_t *, int, int, int, int);
+void kcu_embedding_backward_bf16(float *, const uint16_t *, const int32_t *, int, int, int, int);
+void kcu_position_forward(float *, const float *, int, int, int);
+void kcu_position_backward(float *, const float *, int, int, int);
+void kcu_layernorm_forward(float *, float *, float *, const float *, const float *, const float *, int, int);
+void kcu_layernorm_backward(float *, float *, float *, const float *, const float *, const float *, const float *,
+                            const float *, int, int);
+void kcu_layernorm_forward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *,
+                                int, int);
+void kcu_gelu_forward(float *, const float *, size_t);
+void kcu_gelu_backward(float *, const float *, const float *, size_t);
+void kcu_residual_forward(float *, const float *, const float *, size_t);
+void kcu_xent_max(float *, const float *, int, int);
+void kcu_xent_sumexp_target(float *, float *, const float *, const float *, const int32_t *, int, int, int);
+void kcu_xent_loss(float *, const float *, const float *, const float *, const int32_t *, int);
+void kcu_xent_backward(float *, const float *, const float *, const float *, const int32_t *, float, int, int, int);
+void kcu_xent_backward_bf16(uint16_t *, const uint16_t *, const float *, const float *, const int32_t *, float, int,
+                            int, int);
+double kcu_sumsq(const float *, size_t);
+void kcu_adamw_bf16(float *, uint16_t *, const float *, float *, float *, size_t, float, float, float, float, float,
+                    float, int);
+void kcu_to_bf16(uint16_t *, const float *, size_t);
+void kcu_attention_forward_bf16(uint16_t *, float *, const uint16_t *, int, int, int, int);
+void kcu_attention_backward_bf16(uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, const float *, int,
+                                 int, int, int);
+template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C);
+
+typedef std::vector<float> vec;
+static const k_ops *R;
+static uint64_t rng = 0x853c49e6748fea9bull;
+static int passed, failed;
+
+static float fr()
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+static vec rv(size_t n, float s = 1)
+{
+    vec v(n);
+    for (auto &x : v) x = fr() * s;
+    return v;
+}
+static vec nanv(size_t n)
+{
+    vec v(n);
+    memset(v.data(), 0xff, n * sizeof(float));
+    return v;
+}
+static uint16_t f2b(float f) { return __nv_bfloat16(f).x; }
+static float b2f(uint16_t b)
+{
+    __nv_bfloat16 x;
+    x.x = b;
+    return __bfloat162float(x);
+}
+static vec rv_bf(size_t n, float s, std::vector<uint16_t> &bits) /* bf16-exact values and their bits */
+{
+    vec v = rv(n, s);
+    bits.resize(n);
+    for (size_t i = 0; i < n; i++) v[i] = b2f(bits[i] = f2b(v[i]));
+    return v;
+}
+static vec widen(const std::vector<uint16_t> &b)
+{
+    vec v(b.size());
+    for (size_t i = 0; i < b.size(); i++) v[i] = b2f(b[i]);
+    return v;
+}
+
+static void cmp(const char *what, const vec &got, const vec &ref, double tol)
+{
+    double a = 0, b = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+        if (!std::isfinite(got[i])) bad++;
+        a += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]);
+        b += (double)ref[i] * ref[i];
+    }
+    double rel = std::sqrt(a) / (b > 0 ? std::sqrt(b) : 1.0);
+    if (bad == 0 && rel <= tol) {
+        passed++;
+        return;
+    }
+    failed++;
+    fprintf(stderr, "%s: relative error %.3g (tol %.0e), %zu of %zu elements NaN/inf\n", what, rel, tol, bad,
+            got.size());
+}
+
+static void test_layernorm(int N, int C)
+{
+    vec x = rv((size_t)N * C, 2), w = rv(C), b = rv(C), g = rv((size_t)N * C), dx = rv((size_t)N * C), dw = rv(C),
+        db = rv(C);
+    vec o1 = nanv((size_t)N * C), m1 = nanv(N), r1 = nanv(N), o2 = o1, m2 = m1, r2 = r1;
+    R->layernorm_forward(o1.data(), m1.data(), r1.data(), x.data(), w.data(), b.data(), N, C);
+    kcu_layernorm_forward(o2.data(), m2.data(), r2.data(), x.data(), w.data(), b.data(), N, C);
+    cmp("layernorm_forward out", o2, o1, 1e-5);
+    cmp("layernorm_forward mean", m2, m1, 1e-5);
+    cmp("layernorm_forward rstd", r2, r1, 1e-5);
+    vec dx2 = dx, dw2 = dw, db2 = db;
+    R->layernorm_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), m1.data(), r1.data(), N, C);
+    kcu_layernorm_backward(dx2.data(), dw2.data(), db2.data(), g.data(), x.data(), w.data(), m2.data(), r2.data(), N, C);
+    cmp("layernorm_backward dinp", dx2, dx, 1e-5);
+    cmp("layernorm_backward dw", dw2, dw, 1e-5);
+    cmp("layernorm_backward db", db2, db, 1e-5);
+    /* bf16 forward on bf16-exact inputs */
+    std::vector<uint16_t> xb, wb, bb, ob((size_t)N * C, 0xffff);
+    vec xr = rv_bf((size_t)N * C, 2, xb), wr = rv_bf(C, 1, wb), br = rv_bf(C, 1, bb);
+    R->layernorm_forward(o1.data(), m1.data(), r1.data(), xr.data(), wr.data(), br.data(), N, C);
+    kcu_layernorm_forward_bf16(ob.data(), m2.data(), r2.data(), xb.data(), wb.data(), bb.data(), N, C);
+    cmp("layernorm_forward_bf16 out", widen(ob), o1, 1e-2);
+    /* bias-gradient column sums */
+    vec cs = rv(C), cs2 = cs;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) cs[c] += g[(size_t)n * C + c];
+    kcu_colsum_acc<float>(cs2.data(), g.data(), N, C);
+    cmp("colsum (dbias)", cs2, cs, 1e-5);
+}
+
+static void test_embedding(int N, int C, int off, int V)
+{
+    std::vector<int32_t> tok(N);
+    for (auto &t : tok) t = (int32_t)((fr() + 1) * 0.5f * (off + V + 10)) % (off + V + 10);
+    vec wte = rv((size_t)V * C), o1 = nanv((size_t)N * C), o2 = o1;
+    R->embedding_forward(o1.data(), tok.data(), wte.data(), N, C, off, V);
+    kcu_embedding_forward(o2.data(), tok.data(), wte.data(), N, C, off, V);
+    cmp("embedding_forward", o2, o1, 1e-5);
+    vec g = rv((size_t)N * C), d1 = rv((size_t)V * C), d2 = d1, d3 = d1;
+    R->embedding_backward(d1.data(), g.data(), tok.data(), N, C, off, V);
+    kcu_embedding_backward(d2.data(), g.data(), tok.data(), N, C, off, V);
+    cmp("embedding_backward", d2, d1, 1e-5);
+    std::vector<uint16_t> gb;
+    vec gr = rv_bf((size_t)N * C, 1, gb), d4 = d3;
+    R->embedding_backward(d3.data(), gr.data(), tok.data(), N, C, off, V);
+    kcu_embedding_backward_bf16(d4.data(), gb.data(), tok.data(), N, C, off, V);
+    cmp("embedding_backward_bf16", d4, d3, 1e-2);
+    int B = 2, T = N / 2;
+    vec wpe = rv((size_t)T * C), p1 = rv((size_t)B * T * C), p2 = p1, a1 = rv((size_t)T * C), a2 = a1;
+    R->position_forward(p1.data(), wpe.data(), B, T, C);
+    kcu_position_forward(p2.data(), wpe.data(), B, T, C);
+    cmp("position_forward", p2, p1, 1e-5);
+    R->position_backward(a1.data(), g.data(), B, T, C);
+    kcu_position_backward(a2.data(), g.data(), B, T, C);
+    cmp("position_backward", a2, a1, 1e-5);
+}
+
+static void test_xent(int N, int Vfull, int off, int V)
+{
+    vec lg = rv((size_t)N * V, 4);
+    std::vector<int32_t> tg(N);
+    for (int n = 0; n < N; n++) tg[n] = n % 7 == 3 ? -1 : (int32_t)((fr() + 1) * 0.5f * Vfull) % Vfull;
+    vec mx1 = nanv(N), mx2 = mx1, se1 = mx1, se2 = mx1, tl1 = mx1, tl2 = mx1, l1 = mx1, l2 = mx1;
+    vec d1 = nanv((size_t)N * V), d2 = d1;
+    R->xent_max(mx1.data(), lg.data(), N, V);
+    kcu_xent_max(mx2.data(), lg.data(), N, V);
+    cmp("xent_max", mx2, mx1, 1e-5);
+    R->xent_sumexp_target(se1.data(), tl1.data(), lg.data(), mx1.data(), tg.data(), N, V, off);
+    kcu_xent_sumexp_target(se2.data(), tl2.data(), lg.data(), mx2.data(), tg.data(), N, V, off);
+    cmp("xent_sumexp_target sumexp", se2, se1, 1e-5);
+    cmp("xent_sumexp_target target", tl2, tl1, 1e-5);
+    R->xent_loss(l1.data(), mx1.data(), se1.data(), tl1.data(), tg.data(), N);
+    kcu_xent_loss(l2.data(), mx2.data(), se2.data(), tl2.data(), tg.data(), N);
+    cmp("xent_loss", l2, l1, 1e-5);
+    R->xent_backward(d1.data(), lg.data(), mx1.data(), se1.data(), tg.data(), 0.5f, N, V, off);
+    kcu_xent_backward(d2.data(), lg.data(), mx2.data(), se2.data(), tg.data(), 0.5f, N, V, off);
+    cmp("xent_backward", d2, d1, 1e-5);
+    std::vector<uint16_t> lb((size_t)N * V);
+    for (size_t i = 0; i < lb.size(); i++) lg[i] = b2f(lb[i] = f2b(lg[i]));
+    R->xent_max(mx1.data(), lg.data(), N, V);
+    R->xent_sumexp_target(se1.data(), tl1.data(), lg.data(), mx1.data(), tg.data(), N, V, off);
+    R->xent_backward(d1.data(), lg.data(), mx1.data(), se1.data(), tg.data(), 0.5f, N, V, off);
+    kcu_xent_backward_bf16(lb.data(), lb.data(), mx1.data(), se1.data(), tg.data(), 0.5f, N, V, off);
+    cmp("xent_backward_bf16 (in place)", widen(lb), d1, 1e-2);
+}
+
+static void test_elementwise_optimizer(size_t n)
+{
+    vec x = rv(n, 3), y = rv(n), o1 = nanv(n), o2 = o1;
+    R->gelu_forward(o1.data(), x.data(), n);
+    kcu_gelu_forward(o2.data(), x.data(), n);
+    cmp("gelu_forward", o2, o1, 1e-5);
+    R->gelu_backward(o1.data(), x.data(), y.data(), n);
+    kcu_gelu_backward(o2.data(), x.data(), y.data(), n);
+    cmp("gelu_backward", o2, o1, 1e-5);
+    R->residual_forward(o1.data(), x.data(), y.data(), n);
+    kcu_residual_forward(o2.data(), x.data(), y.data(), n);
+    cmp("residual_forward", o2, o1, 1e-5);
+    vec g = rv(n, 0.1f), p = rv(n), m = rv(n, 0.01f), v = rv(n, 0.01f);
+    for (auto &e : v) e = std::fabs(e) * 0.01f;
+    double s1 = R->sumsq(g.data(), n), s2 = kcu_sumsq(g.data(), n);
+    if (std::fabs(s1 - s2) <= 1e-12 * s1) passed++;
+    else failed++, fprintf(stderr, "sumsq %.17g vs %.17g\n", s2, s1);
+    vec p2 = p, m2 = m, v2 = v;
+    std::vector<uint16_t> pb(n, 0xffff), pr(n);
+    R->adamw(p.data(), g.data(), m.data(), v.data(), n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 3);
+    kcu_adamw_bf16(p2.data(), pb.data(), g.data(), m2.data(), v2.data(), n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 3);
+    cmp("adamw_bf16 master", p2, p, 1e-5);
+    cmp("adamw_bf16 m", m2, m, 1e-5);
+    cmp("adamw_bf16 v", v2, v, 1e-5);
+    kcu_to_bf16(pr.data(), p2.data(), n);
+    if (!memcmp(pb.data(), pr.data(), n * 2)) passed++;
+    else failed++, fprintf(stderr, "adamw_bf16: the bf16 params are not the rounded master weights\n");
+}
+
+static void test_flash(int B, int T, int NH, int HD)
+{
+    size_t nq = (size_t)B * T * 3 * NH * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
+    std::vector<uint16_t> qb, gb, ob(no, 0xffff), dqb(nq, 0xffff);
+    vec qkv = rv_bf(nq, 2, qb), g = rv_bf(no, 1, gb), out(no), att(na), dq(nq), scr(na), lse((size_t)B * NH * T, NAN);
+    R->attention_forward(out.data(), att.data(), qkv.data(), B, T, NH, HD);
+    kcu_attention_forward_bf16(ob.data(), lse.data(), qb.data(), B, T, NH, HD);
+    cmp("attention_forward_bf16 (flash) out", widen(ob), out, 1e-2);
+    R->attention_backward(dq.data(), scr.data(), g.data(), qkv.data(), att.data(), B, T, NH, HD);
+    kcu_attention_backward_bf16(dqb.data(), gb.data(), qb.data(), ob.data(), lse.data(), B, T, NH, HD);
+    cmp("attention_backward_bf16 (flash) dqkv", widen(dqb), dq, 1e-2);
+}
+
+int main(int, char **argv)
+{
+    R = k_cpu();
+    kcu_init();
+    test_layernorm(5, 37);
+    test_layernorm(70, 300);
+    test_embedding(37, 19, 0, 50);
+    test_embedding(300, 64, 100, 100); /* a vocab slice, many repeats */
+    test_xent(9, 50, 0, 50);
+    test_xent(20, 3000, 1500, 1500);
+    test_elementwise_optimizer(1);
+    test_elementwise_optimizer(20001);
+    test_flash(1, 64, 1, 64);  /* one tile */
+    test_flash(1, 150, 1, 64); /* a partial last tile */
+    test_flash(1, 80, 1, 128);
+    printf("%s: %d passed, %d failed\n", argv[0], passed, failed);
+    return failed ? 1 : 0;
+}

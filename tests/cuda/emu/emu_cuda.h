@@ -1,0 +1,257 @@
+/* emu_cuda: runs the kernels of kernels/cuda on the CPU, for CI machines with
+ * no GPU. The .cu files are compiled as C++ (translate.cmake rewrites each
+ * `kernel<<<grid, block, smem, stream>>>(args)` as `emu_launch(kernel, grid,
+ * block, smem, stream, args)`), against these stand-ins for the CUDA headers.
+ *
+ * Model: one OS thread per CUDA thread of a block; the blocks of a launch run
+ * one after another, so `__shared__` (a function-level static here) is the
+ * block's shared memory. __syncthreads is a barrier over the block, __syncwarp
+ * one over the warp; shuffles and ballots exchange through per-warp arrays
+ * between two warp barriers. WMMA fragments hold the whole 16x16 tile in every
+ * thread, and each WMMA call is warp-collective (barriers around it), which is
+ * faithful for code that only loads, stores, fills and multiplies fragments.
+ *
+ * What it checks: indexing, tiling, masks, reductions, the order of
+ * operations (same results as the GPU up to expf/tanhf rounding), and that
+ * every output element is written. What it cannot: the GPU memory model
+ * beyond barriers, launch and shared-memory limits, timing, cuBLAS (matmul.cu
+ * and attention.cu are not emulated). A barrier reached by only part of a
+ * block deadlocks here where the GPU would be undefined: don't write one. */
+#ifndef ATOLL_EMU_CUDA_H
+#define ATOLL_EMU_CUDA_H
+
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+#define __align__(n)
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+
+struct emu_warp {
+    std::barrier<> *bar;
+    float f[32];
+    unsigned u[32];
+};
+
+/* Launch state: one launch at a time. `inline` variables: one definition across files. */
+inline thread_local dim3 threadIdx, blockIdx;
+inline thread_local emu_warp *emu_my_warp;
+inline dim3 blockDim, gridDim;
+inline void *emu_dyn_smem;
+inline std::barrier<> *emu_block_bar;
+inline int emu_or_flags[1024];
+
+inline void __syncthreads() { emu_block_bar->arrive_and_wait(); }
+inline int __syncthreads_or(int p)
+{
+    emu_or_flags[threadIdx.x] = p;
+    __syncthreads();
+    int r = 0;
+    for (unsigned i = 0; i < blockDim.x; i++) r |= emu_or_flags[i];
+    __syncthreads();
+    return r != 0;
+}
+inline void __syncwarp(unsigned = 0xffffffffu) { emu_my_warp->bar->arrive_and_wait(); }
+inline float __shfl_xor_sync(unsigned, float v, int o)
+{
+    int lane = threadIdx.x & 31;
+    emu_my_warp->f[lane] = v;
+    __syncwarp();
+    float r = emu_my_warp->f[lane ^ o];
+    __syncwarp();
+    return r;
+}
+inline unsigned __ballot_sync(unsigned, int p)
+{
+    int lane = threadIdx.x & 31;
+    emu_my_warp->u[lane] = p ? 1u : 0u;
+    __syncwarp();
+    unsigned m = 0;
+    for (int i = 0; i < 32; i++) m |= emu_my_warp->u[i] << i;
+    __syncwarp();
+    return m;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int min(int a, int b) { return a < b ? a : b; }
+
+/* ---- bf16: round to nearest even, as __float2bfloat16_rn ---- */
+struct __nv_bfloat16 {
+    uint16_t x;
+    __nv_bfloat16() = default;
+    __nv_bfloat16(float f)
+    {
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        if ((u & 0x7fffffffu) > 0x7f800000u) { x = 0x7fc0; return; }
+        u += 0x7fffu + ((u >> 16) & 1u);
+        x = (uint16_t)(u >> 16);
+    }
+};
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
+inline float __bfloat162float(__nv_bfloat16 b)
+{
+    uint32_t u = (uint32_t)b.x << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ---- runtime: device memory is host memory; every call completes at once ---- */
+typedef int cudaError_t;
+enum { cudaSuccess = 0 };
+typedef void *cudaStream_t;
+typedef void *cudaEvent_t;
+enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+struct cudaDeviceProp { char name[256]; };
+inline const char *cudaGetErrorString(cudaError_t) { return "emulated"; }
+inline const char *cudaGetErrorName(cudaError_t) { return "emulated"; }
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
+inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
+{
+    snprintf(p->name, sizeof p->name, "CPU emulation");
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = nullptr; return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaMalloc(void **p, size_t n)
+{
+    *p = malloc(n ? n : 1);
+    memset(*p, 0xff, n ? n : 1); /* NaN bytes: reads of unwritten memory show */
+    return *p ? cudaSuccess : 2;
+}
+inline cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return cudaSuccess; }
+inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t)
+{
+    memmove(d, s, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t *) { return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }
+template <typename F> cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
+
+/* ---- cuBLAS: handles only (the GEMM files are not emulated) ---- */
+typedef int cublasStatus_t;
+enum { CUBLAS_STATUS_SUCCESS = 0 };
+typedef void *cublasHandle_t;
+typedef void *cublasLtHandle_t;
+inline const char *cublasGetStatusString(cublasStatus_t) { return "emulated"; }
+inline cublasStatus_t cublasCreate(cublasHandle_t *) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasSetWorkspace(cublasHandle_t, void *, size_t) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtCreate(cublasLtHandle_t *) { return CUBLAS_STATUS_SUCCESS; }
+
+/* ---- WMMA ---- */
+namespace nvcuda {
+namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+template <typename Use, int M, int N, int K, typename T, typename L = void> struct fragment {
+    float v[16][16];
+};
+typedef fragment<accumulator, 16, 16, 16, float> acc_frag;
+
+template <typename Use, typename T, typename L>
+void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ldm)
+{
+    __syncwarp();
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++)
+            f.v[i][j] = __bfloat162float(std::is_same<L, col_major>::value ? p[j * ldm + i] : p[i * ldm + j]);
+    __syncwarp();
+}
+inline void load_matrix_sync(acc_frag &f, const float *p, unsigned ldm, layout_t l)
+{
+    __syncwarp();
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) f.v[i][j] = l == mem_row_major ? p[i * ldm + j] : p[j * ldm + i];
+    __syncwarp();
+}
+inline void store_matrix_sync(float *p, const acc_frag &f, unsigned ldm, layout_t l)
+{
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0)
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 16; j++) (l == mem_row_major ? p[i * ldm + j] : p[j * ldm + i]) = f.v[i][j];
+    __syncwarp();
+}
+inline void fill_fragment(acc_frag &f, float x)
+{
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) f.v[i][j] = x;
+}
+template <typename LA, typename LB, typename T>
+void mma_sync(acc_frag &d, const fragment<matrix_a, 16, 16, 16, T, LA> &a, const fragment<matrix_b, 16, 16, 16, T, LB> &b,
+              const acc_frag &c)
+{
+    float r[16][16];
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) {
+            float s = c.v[i][j];
+            for (int k = 0; k < 16; k++) s += a.v[i][k] * b.v[k][j];
+            r[i][j] = s;
+        }
+    memcpy(d.v, r, sizeof r);
+}
+} // namespace wmma
+} // namespace nvcuda
+
+/* kernel<<<g, b, smem, stream>>>(args...) */
+template <typename... P, typename... A>
+void emu_launch(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t, A... args)
+{
+    unsigned nt = b.x * b.y * b.z, nw = (nt + 31) / 32;
+    if (nt == 0 || nt > 1024) {
+        fprintf(stderr, "emu_launch: %u threads per block\n", nt);
+        abort();
+    }
+    blockDim = b;
+    gridDim = g;
+    std::vector<unsigned char> dyn(smem + 16);
+    emu_dyn_smem = dyn.data();
+    std::barrier<> block_bar(nt);
+    emu_block_bar = &block_bar;
+    std::vector<emu_warp> warps(nw);
+    for (unsigned w = 0; w < nw; w++) warps[w].bar = new std::barrier<>(nt - w * 32 < 32 ? nt - w * 32 : 32);
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < nt; t++)
+        threads.emplace_back([&, t] {
+            threadIdx = dim3(t);
+            emu_my_warp = &warps[t / 32];
+            for (unsigned by = 0; by < g.y; by++)
+                for (unsigned bx = 0; bx < g.x; bx++) {
+                    blockIdx = dim3(bx, by);
+                    kernel(args...);
+                    block_bar.arrive_and_wait(); /* the block is done before its shared memory is reused */
+                }
+        });
+    for (auto &th : threads) th.join();
+    for (auto &w : warps) delete w.bar;
+}
+
+#endif
