@@ -262,7 +262,8 @@ static void handle_launch_ack(coord *c, coord_peer *p, Atoll__LaunchAck *m)
     char subject[32];
     snprintf(subject, sizeof subject, "job %llu", (unsigned long long)m->job);
     store_job j;
-    int have = store_job_get(c->st, m->job, &j) == 0 && j.epoch == m->epoch && jobs_is_active(j.state);
+    int got = store_job_get(c->st, m->job, &j) == 0;
+    int have = got && j.epoch == m->epoch && jobs_is_active(j.state);
     if (store_begin(c->st) == 0) {
         events_add(c, m->ok ? "job.launch" : "job.launch_refused", subject, "node %s, epoch %u: %s",
                    p->node->name, m->epoch, m->message);
@@ -274,7 +275,7 @@ static void handle_launch_ack(coord *c, coord_peer *p, Atoll__LaunchAck *m)
         }
         if (store_commit(c->st)) store_rollback(c->st);
     }
-    if (have) store_job_clear(&j);
+    if (got) store_job_clear(&j);
 }
 
 static void handle_nodes(coord *c, coord_peer *p, Atoll__NodesRequest *m)
