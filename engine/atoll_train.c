@@ -1,6 +1,9 @@
-/* atoll-train: one engine rank. Megatron-LM flags (and --yaml-cfg) go through
- * common/config; the engine's own flags are handled here. */
+/* atoll-train: one engine rank, or with --nproc-per-node N the local launcher
+ * of N ranks. Megatron-LM flags (and --yaml-cfg) go through common/config; the
+ * engine's own flags are handled here. */
 #include "config.h"
+#include "groups.h"
+#include "launcher.h"
 #include "train.h"
 
 #include <stdio.h>
@@ -20,13 +23,40 @@ static void usage(FILE *f)
             "data:     --data-path PREFIX (Megatron .bin/.idx; without it the built-in corpus) --split 969,30,1\n"
             "ckpt:     --save DIR --save-interval N --load DIR\n"
             "logging:  --log-interval N --metrics-file FILE (one JSON object per logged step)\n"
-            "engine:   --device {cpu,cuda} --exit-interval N\n");
+            "parallel: --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
+            "          --num-layers-per-virtual-pipeline-stage L --sequence-parallel --use-distributed-optimizer\n"
+            "          --recompute-granularity {selective,full}\n"
+            "engine:   --device {cpu,cuda} --exit-interval N --nproc-per-node N (local launcher)\n"
+            "          --print-groups (the rank groups as JSON for --nproc-per-node, WORLD_SIZE or --num-gpus)\n");
 }
+
+typedef struct cli {
+    eng_run_opts o;
+    int nproc, print_groups;
+} cli;
 
 static int extra(void *ctx, int argc, char **argv, int i, char *err, size_t errlen)
 {
-    eng_run_opts *o = ctx;
+    cli *cl = ctx;
+    eng_run_opts *o = &cl->o;
     const char *a = argv[i];
+    if (!strcmp(a, "--print-groups")) {
+        cl->print_groups = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--nproc-per-node") || !strcmp(a, "--nproc_per_node") || !strncmp(a, "--nproc-per-node=", 17) ||
+        !strncmp(a, "--nproc_per_node=", 17)) {
+        int eq = a[16] == '=';
+        const char *v = eq ? a + 17 : (i + 1 < argc ? argv[i + 1] : "");
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (!*v || *end || n < 1 || n > 1024) {
+            snprintf(err, errlen, "--nproc-per-node needs a rank count from 1 to 1024, not '%s'", v);
+            return -1;
+        }
+        cl->nproc = (int)n;
+        return eq ? 1 : 2;
+    }
     struct { const char *flag; char *dst; size_t size; } strs[] = {
         { "--device", o->device, sizeof o->device },
         { "--metrics-file", o->metrics_file, sizeof o->metrics_file },
@@ -62,21 +92,36 @@ int main(int argc, char **argv)
             return 0;
         }
     atoll_config c;
-    eng_run_opts o;
+    cli cl = { .nproc = 0 };
+    eng_run_opts *o = &cl.o;
     char err[1024] = "";
     cfg_defaults(&c);
-    eng_run_opts_defaults(&o);
-    if (cfg_parse_args(&c, argc, argv, 1, extra, &o, err, sizeof err)) {
+    eng_run_opts_defaults(o);
+    if (cfg_parse_args(&c, argc, argv, 1, extra, &cl, err, sizeof err)) {
         fprintf(stderr, "atoll-train: %s\n", err);
         return 2;
     }
-    if (c.bf16 && !strcmp(o.device, "cpu"))
+    if (cl.print_groups) {
+        int world = cl.nproc ? cl.nproc : getenv("WORLD_SIZE") ? atoi(getenv("WORLD_SIZE")) : c.num_gpus ? c.num_gpus : 1;
+        return groups_print_json(stdout, world, c.tensor_model_parallel_size, c.pipeline_model_parallel_size, NULL)
+                   ? 2 : 0;
+    }
+    /* The launcher: check the layout once here rather than in N ranks. */
+    if (cl.nproc && !getenv("RANK")) {
+        if (!c.global_batch_size) c.global_batch_size = c.micro_batch_size * cl.nproc;
+        if (cfg_validate_layout(&c, cl.nproc, 0, err, sizeof err)) {
+            fprintf(stderr, "atoll-train: --nproc-per-node %d: %s\n", cl.nproc, err);
+            return 2;
+        }
+        return launcher_run(cl.nproc, argc, argv);
+    }
+    int rank0 = !getenv("RANK") || atoi(getenv("RANK")) == 0;
+    if (rank0 && c.bf16 && !strcmp(o->device, "cpu"))
         fprintf(stderr, "atoll-train: note: --bf16 has no effect on --device cpu (fp32 reference)\n");
-    if (c.recompute_granularity != RECOMPUTE_NONE)
-        fprintf(stderr, "atoll-train: note: --recompute-granularity %s is accepted; this engine keeps every "
-                "activation (same results, more memory)\n", cfg_recompute_name(c.recompute_granularity));
-    if (eng_train(&c, &o, err, sizeof err)) {
-        fprintf(stderr, "atoll-train: %s\n", err);
+    if (eng_train(&c, o, err, sizeof err)) {
+        const char *r = getenv("RANK");
+        if (r) fprintf(stderr, "atoll-train: rank %s: %s\n", r, err);
+        else fprintf(stderr, "atoll-train: %s\n", err);
         return 1;
     }
     return 0;

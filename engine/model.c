@@ -7,7 +7,7 @@
 #include <string.h>
 
 static int id_sum(void *ctx, float *buf, size_t n) { (void)ctx, (void)buf, (void)n; return 0; }
-const eng_tp_comm eng_tp_identity = { NULL, id_sum, id_sum };
+const eng_tp_comm eng_tp_identity = { NULL, id_sum, id_sum, NULL, NULL };
 
 static void errf(char *err, size_t n, const char *fmt, ...)
 {
@@ -211,6 +211,37 @@ static void set_views(eng_model *m, eng_chunk *ch, eng_views *v, float *base)
     }
 }
 
+typedef struct carver {
+    float *base;
+    size_t used;
+} carver;
+
+static float *carve(carver *cv, size_t n)
+{
+    float *p = cv->base ? cv->base + cv->used : NULL;
+    cv->used += (n + 15) / 16 * 16;
+    return p;
+}
+
+/* One layer's saved activations; `keep_att` = 0 under selective recompute. */
+static void layer_acts_carve(const eng_model *m, carver *cv, eng_layer_acts *la, int keep_att)
+{
+    size_t N = (size_t)m->B * m->T, R = (size_t)m->R, C = (size_t)m->C;
+    size_t Cl = (size_t)m->NH * m->HD, F = (size_t)m->F;
+    la->ln1 = carve(cv, N * C);
+    la->ln1_mean = carve(cv, R);
+    la->ln1_rstd = carve(cv, R);
+    la->qkv = carve(cv, N * 3 * Cl);
+    la->atty = carve(cv, N * Cl);
+    la->att = keep_att ? carve(cv, (size_t)m->B * m->NH * m->T * m->T) : NULL;
+    la->res2 = carve(cv, R * C);
+    la->ln2 = carve(cv, N * C);
+    la->ln2_mean = carve(cv, R);
+    la->ln2_rstd = carve(cv, R);
+    la->fch = carve(cv, N * F);
+    la->fcg = carve(cv, N * F);
+}
+
 eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, const k_ops *k,
                             char *err, size_t errlen)
 {
@@ -231,6 +262,15 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     m->T = cfg->seq_length;
     m->P = cfg_max_pos(cfg);
     m->B = cfg->micro_batch_size;
+    m->sp = cfg->sequence_parallel && lay->tp_size > 1;
+    m->R = m->B * m->T / (m->sp ? lay->tp_size : 1);
+    m->recompute = cfg->recompute_granularity;
+    if (m->sp && (m->B * m->T) % lay->tp_size) {
+        errf(err, errlen, "--sequence-parallel: micro-batch tokens %d not divisible by tp %d", m->B * m->T,
+             lay->tp_size);
+        free(m);
+        return NULL;
+    }
 
     table_builder tb = { 0 };
     tb.tp_rank = lay->tp_rank;
@@ -256,22 +296,32 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
 
     size_t N = (size_t)m->B * m->T, C = (size_t)m->C, Cl = (size_t)m->NH * m->HD;
     size_t att = (size_t)m->B * m->NH * m->T * m->T;
-    size_t sizes[6] = { N * C, N * C, N * 3 * Cl, N * Cl, N * (size_t)m->F, att };
+    size_t sizes[9] = { N * C, N * C, N * 3 * Cl, N * Cl, N * (size_t)m->F, att,
+                        m->sp ? N * C : 0, m->sp ? N * C : 0, m->recompute == RECOMPUTE_SELECTIVE ? att : 0 };
     size_t ws = 0;
-    for (int i = 0; i < 6; i++) ws += (sizes[i] + 15) / 16 * 16;
+    for (int i = 0; i < 9; i++) ws += (sizes[i] + 15) / 16 * 16;
     m->params = k->alloc(m->num_floats * sizeof(float));
     m->grads = k->alloc(m->num_floats * sizeof(float));
     m->ws = k->alloc(ws * sizeof(float));
     if (!m->params || !m->grads || !m->ws) goto oom;
-    float **slots[6] = { &m->ws_dres, &m->ws_dln, &m->ws_dqkv, &m->ws_datty, &m->ws_dfc, &m->ws_datt };
+    float **slots[9] = { &m->ws_dres, &m->ws_dln, &m->ws_dqkv, &m->ws_datty, &m->ws_dfc, &m->ws_datt,
+                         &m->ws_full, &m->ws_dlnl, &m->ws_att };
     float *p = m->ws;
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 9; i++) {
         *slots[i] = p;
         p += (sizes[i] + 15) / 16 * 16;
     }
     for (int i = 0; i < m->nchunks; i++) {
         set_views(m, &m->chunks[i], &m->chunks[i].w, m->params);
         set_views(m, &m->chunks[i], &m->chunks[i].g, m->grads);
+    }
+    if (m->recompute == RECOMPUTE_FULL) {
+        carver cv = { NULL, 0 };
+        if (!(m->ws_layer = calloc(1, sizeof *m->ws_layer))) goto oom;
+        layer_acts_carve(m, &cv, m->ws_layer, 1);
+        if (!(m->ws_layer_mem = k->alloc(cv.used * sizeof(float)))) goto oom;
+        cv = (carver){ m->ws_layer_mem, 0 };
+        layer_acts_carve(m, &cv, m->ws_layer, 1);
     }
     return m;
 oom:
@@ -286,6 +336,8 @@ void eng_model_free(eng_model *m)
     if (m->params) m->k->free(m->params);
     if (m->grads) m->k->free(m->grads);
     if (m->ws) m->k->free(m->ws);
+    if (m->ws_layer_mem) m->k->free(m->ws_layer_mem);
+    free(m->ws_layer);
     for (int i = 0; i < m->nchunks; i++) {
         free(m->chunks[i].w.layers);
         free(m->chunks[i].g.layers);
@@ -298,55 +350,31 @@ void eng_zero_grads(eng_model *m) { m->k->zero(m->grads, m->num_floats * sizeof(
 
 /* ---- activations ---- */
 
-typedef struct carver {
-    float *base;
-    size_t used;
-} carver;
-
-static float *carve(carver *cv, size_t n)
-{
-    float *p = cv->base ? cv->base + cv->used : NULL;
-    cv->used += (n + 15) / 16 * 16;
-    return p;
-}
 
 /* Lays the acts out twice: once to size the allocation, once to set pointers. */
 static size_t acts_layout(eng_model *m, eng_acts *a, float *base)
 {
     const eng_chunk *ch = &m->chunks[a->chunk];
-    size_t N = (size_t)m->B * m->T, C = (size_t)m->C, Cl = (size_t)m->NH * m->HD, F = (size_t)m->F;
-    size_t att = (size_t)m->B * m->NH * m->T * m->T;
+    size_t N = (size_t)m->B * m->T, R = (size_t)m->R, C = (size_t)m->C;
     int nl = ch->layer_end - ch->layer_begin;
     carver cv = { base, 0 };
     a->tokens = (int32_t *)carve(&cv, N);
     a->targets = (int32_t *)carve(&cv, N);
-    for (int l = 0; l <= nl; l++) a->res[l] = carve(&cv, N * C);
-    for (int l = 0; l < nl; l++) {
-        eng_layer_acts *la = &a->layers[l];
-        la->ln1 = carve(&cv, N * C);
-        la->ln1_mean = carve(&cv, N);
-        la->ln1_rstd = carve(&cv, N);
-        la->qkv = carve(&cv, N * 3 * Cl);
-        la->atty = carve(&cv, N * Cl);
-        la->att = carve(&cv, att);
-        la->res2 = carve(&cv, N * C);
-        la->ln2 = carve(&cv, N * C);
-        la->ln2_mean = carve(&cv, N);
-        la->ln2_rstd = carve(&cv, N);
-        la->fch = carve(&cv, N * F);
-        la->fcg = carve(&cv, N * F);
-    }
+    for (int l = 0; l <= nl; l++) a->res[l] = carve(&cv, R * C);
+    if (m->recompute != RECOMPUTE_FULL)
+        for (int l = 0; l < nl; l++)
+            layer_acts_carve(m, &cv, &a->layers[l], m->recompute != RECOMPUTE_SELECTIVE);
     if (ch->last) {
         a->lnf = carve(&cv, N * C);
-        a->lnf_mean = carve(&cv, N);
-        a->lnf_rstd = carve(&cv, N);
+        a->lnf_mean = carve(&cv, R);
+        a->lnf_rstd = carve(&cv, R);
         a->logits = carve(&cv, N * (size_t)m->V);
         a->rowmax = carve(&cv, N);
         a->sumexp = carve(&cv, 2 * N); /* sumexp and tlogit side by side: one all-reduce */
         a->tlogit = a->sumexp ? a->sumexp + N : NULL;
         a->losses = carve(&cv, N);
     }
-    if (!ch->first) a->dinput = carve(&cv, N * C);
+    if (!ch->first) a->dinput = carve(&cv, R * C);
     return cv.used;
 }
 
@@ -388,6 +416,43 @@ float *eng_output(eng_model *m, eng_acts *a)
     return a->res[ch->layer_end - ch->layer_begin];
 }
 
+size_t eng_boundary_floats(const eng_model *m) { return (size_t)m->R * m->C; }
+
+int eng_param_sp_partial(const eng_model *m, const eng_param *p)
+{
+    return m->sp && (strstr(p->name, ".ln_1.") || strstr(p->name, ".ln_2.") || !strncmp(p->name, "ln_f.", 5));
+}
+
+/* ---- sequence-parallel conjugates ----
+ * Without SP these are Megatron's f/g pair on a replicated [N, C]: identity one
+ * way, all-reduce the other. With SP, rows are split: gather_rows makes the full
+ * [N, C] input of a column-parallel GEMM, scatter_sum turns a row-parallel GEMM's
+ * partial [N, C] into this rank's summed [R, C] rows. */
+static const float *gather_rows(eng_model *m, const float *local)
+{
+    if (!m->sp) return local;
+    size_t n = (size_t)m->R * m->C;
+    if (m->tp.allgather(m->tp.ctx, local, m->ws_full, n)) return NULL;
+    return m->ws_full;
+}
+
+/* partial [N, C] -> out [R, C]; without SP out must equal partial (all-reduce). */
+static int scatter_sum(eng_model *m, float *partial, float *out)
+{
+    if (!m->sp) return m->tp.allreduce_sum(m->tp.ctx, partial, (size_t)m->B * m->T * m->C);
+    return m->tp.reduce_scatter(m->tp.ctx, partial, out, (size_t)m->R * m->C);
+}
+
+/* LayerNorm of this rank's rows into full[rank block], then gathered in place. */
+static int ln_gathered(eng_model *m, float *full, float *mean, float *rstd, const float *x,
+                       const float *w, const float *b)
+{
+    size_t n = (size_t)m->R * m->C;
+    float *mine = full + (m->sp ? n * (size_t)m->tp_rank : 0);
+    m->k->layernorm_forward(mine, mean, rstd, x, w, b, m->R, m->C);
+    return m->sp ? m->tp.allgather(m->tp.ctx, mine, full, n) : 0;
+}
+
 /* ---- forward ---- */
 
 static int layer_forward(eng_model *m, const eng_layer_w *w, eng_layer_acts *la, const float *x,
@@ -395,25 +460,29 @@ static int layer_forward(eng_model *m, const eng_layer_w *w, eng_layer_acts *la,
 {
     const k_ops *k = m->k;
     int B = m->B, T = m->T, N = B * T, C = m->C, Cl = m->NH * m->HD, F = m->F;
-    size_t NC = (size_t)N * C;
+    size_t RC = (size_t)m->R * C;
     /* Row-parallel layers add their bias once, on TP rank 0, before the all-reduce. */
     int bias_here = m->tp_rank == 0;
+    /* a row-parallel GEMM's partial [N, C]: in place without SP, else scattered */
+    float *part1 = m->sp ? m->ws_full : la->res2, *part2 = m->sp ? m->ws_full : out;
+    /* selective recompute: the probabilities are rebuilt in backward */
+    float *att = la->att ? la->att : m->ws_att;
 
-    k->layernorm_forward(la->ln1, la->ln1_mean, la->ln1_rstd, x, w->ln1_w, w->ln1_b, N, C);
+    if (ln_gathered(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, w->ln1_w, w->ln1_b)) return -1;
     /* column-parallel c_attn: its input is replicated, nothing to reduce forward */
     k->matmul_forward(la->qkv, la->ln1, w->qkv_w, w->qkv_b, N, C, 3 * Cl);
-    k->attention_forward(la->atty, la->att, la->qkv, B, T, m->NH, m->HD);
+    k->attention_forward(la->atty, att, la->qkv, B, T, m->NH, m->HD);
     /* row-parallel c_proj: partial sums over this rank's heads -> all-reduce */
-    k->matmul_forward(la->res2, la->atty, w->proj_w, bias_here ? w->proj_b : NULL, N, Cl, C);
-    if (m->tp.allreduce_sum(m->tp.ctx, la->res2, NC)) return -1;
-    k->residual_forward(la->res2, la->res2, x, NC);
+    k->matmul_forward(part1, la->atty, w->proj_w, bias_here ? w->proj_b : NULL, N, Cl, C);
+    if (scatter_sum(m, part1, la->res2)) return -1;
+    k->residual_forward(la->res2, la->res2, x, RC);
 
-    k->layernorm_forward(la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, w->ln2_w, w->ln2_b, N, C);
+    if (ln_gathered(m, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, w->ln2_w, w->ln2_b)) return -1;
     k->matmul_forward(la->fch, la->ln2, w->fc_w, w->fc_b, N, C, F);
     k->gelu_forward(la->fcg, la->fch, (size_t)N * F);
-    k->matmul_forward(out, la->fcg, w->fcproj_w, bias_here ? w->fcproj_b : NULL, N, F, C);
-    if (m->tp.allreduce_sum(m->tp.ctx, out, NC)) return -1;
-    k->residual_forward(out, out, la->res2, NC);
+    k->matmul_forward(part2, la->fcg, w->fcproj_w, bias_here ? w->fcproj_b : NULL, N, F, C);
+    if (scatter_sum(m, part2, out)) return -1;
+    k->residual_forward(out, out, la->res2, RC);
     return 0;
 }
 
@@ -441,19 +510,28 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const float *i
     size_t NC = (size_t)N * C;
     if (ch->first) {
         k->to_device(a->tokens, tokens, sizeof(int32_t) * (size_t)N);
-        k->embedding_forward(a->res[0], a->tokens, ch->w.wte, N, C, m->vocab_offset, m->V);
-        if (m->tp.allreduce_sum(m->tp.ctx, a->res[0], NC)) return -1;
-        k->position_forward(a->res[0], ch->w.wpe, B, T, C);
+        if (m->sp) {
+            /* wpe added once (TP rank 0) before the sum, like a row-parallel bias */
+            k->embedding_forward(m->ws_full, a->tokens, ch->w.wte, N, C, m->vocab_offset, m->V);
+            if (m->tp_rank == 0) k->position_forward(m->ws_full, ch->w.wpe, B, T, C);
+            if (scatter_sum(m, m->ws_full, a->res[0])) return -1;
+        } else {
+            k->embedding_forward(a->res[0], a->tokens, ch->w.wte, N, C, m->vocab_offset, m->V);
+            if (m->tp.allreduce_sum(m->tp.ctx, a->res[0], NC)) return -1;
+            k->position_forward(a->res[0], ch->w.wpe, B, T, C);
+        }
     } else {
-        k->copy(a->res[0], input, NC * sizeof(float));
+        k->copy(a->res[0], input, eng_boundary_floats(m) * sizeof(float));
     }
     int nl = ch->layer_end - ch->layer_begin;
-    for (int l = 0; l < nl; l++)
-        if (layer_forward(m, &ch->w.layers[l], &a->layers[l], a->res[l], a->res[l + 1])) return -1;
+    for (int l = 0; l < nl; l++) {
+        eng_layer_acts *la = m->recompute == RECOMPUTE_FULL ? m->ws_layer : &a->layers[l];
+        if (layer_forward(m, &ch->w.layers[l], la, a->res[l], a->res[l + 1])) return -1;
+    }
     if (!ch->last) return 0;
 
     k->to_device(a->targets, targets, sizeof(int32_t) * (size_t)N);
-    k->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->res[nl], ch->w.lnf_w, ch->w.lnf_b, N, C);
+    if (ln_gathered(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->res[nl], ch->w.lnf_w, ch->w.lnf_b)) return -1;
     k->matmul_forward(a->logits, a->lnf, ch->w.head, NULL, N, C, m->V);
     if (loss_forward(m, a)) return -1;
     if (loss_sum) {
@@ -475,26 +553,37 @@ static int layer_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w 
                           const eng_layer_acts *la, const float *x)
 {
     const k_ops *k = m->k;
-    int B = m->B, T = m->T, N = B * T, C = m->C, Cl = m->NH * m->HD, F = m->F;
-    size_t NC = (size_t)N * C;
+    int B = m->B, T = m->T, N = B * T, C = m->C, Cl = m->NH * m->HD, F = m->F, R = m->R;
     float *dres = m->ws_dres;
+    /* d(ln input) of a column-parallel GEMM: all-reduced in place, or scattered */
+    float *dln = m->sp ? m->ws_dlnl : m->ws_dln;
+    const float *dfull;
 
     /* MLP: out = res2 + c_proj(gelu(c_fc(ln2(res2)))) */
-    k->matmul_backward(m->ws_dfc, g->fcproj_w, g->fcproj_b, dres, la->fcg, w->fcproj_w, N, F, C);
+    if (!(dfull = gather_rows(m, dres))) return -1;
+    k->matmul_backward(m->ws_dfc, g->fcproj_w, g->fcproj_b, dfull, la->fcg, w->fcproj_w, N, F, C);
     k->gelu_backward(m->ws_dfc, la->fch, m->ws_dfc, (size_t)N * F);
     k->matmul_backward(m->ws_dln, g->fc_w, g->fc_b, m->ws_dfc, la->ln2, w->fc_w, N, C, F);
     /* column-parallel input: each rank holds part of d(ln2) -> all-reduce */
-    if (m->tp.allreduce_sum(m->tp.ctx, m->ws_dln, NC)) return -1;
-    k->layernorm_backward(dres, g->ln2_w, g->ln2_b, m->ws_dln, la->res2, w->ln2_w,
-                          la->ln2_mean, la->ln2_rstd, N, C);
+    if (scatter_sum(m, m->ws_dln, dln)) return -1;
+    k->layernorm_backward(dres, g->ln2_w, g->ln2_b, dln, la->res2, w->ln2_w,
+                          la->ln2_mean, la->ln2_rstd, R, C);
 
     /* attention: res2 = x + c_proj(attn(c_attn(ln1(x)))) */
-    k->matmul_backward(m->ws_datty, g->proj_w, g->proj_b, dres, la->atty, w->proj_w, N, Cl, C);
-    k->attention_backward(m->ws_dqkv, m->ws_datt, m->ws_datty, la->qkv, la->att, B, T, m->NH, m->HD);
+    const float *att = la->att;
+    if (!att) {
+        /* selective recompute: rebuild the probabilities; the output goes to
+         * scratch that attention_backward overwrites next */
+        k->attention_forward(m->ws_dqkv, m->ws_att, la->qkv, B, T, m->NH, m->HD);
+        att = m->ws_att;
+    }
+    if (!(dfull = gather_rows(m, dres))) return -1;
+    k->matmul_backward(m->ws_datty, g->proj_w, g->proj_b, dfull, la->atty, w->proj_w, N, Cl, C);
+    k->attention_backward(m->ws_dqkv, m->ws_datt, m->ws_datty, la->qkv, att, B, T, m->NH, m->HD);
     k->matmul_backward(m->ws_dln, g->qkv_w, g->qkv_b, m->ws_dqkv, la->ln1, w->qkv_w, N, C, 3 * Cl);
-    if (m->tp.allreduce_sum(m->tp.ctx, m->ws_dln, NC)) return -1;
-    k->layernorm_backward(dres, g->ln1_w, g->ln1_b, m->ws_dln, x, w->ln1_w,
-                          la->ln1_mean, la->ln1_rstd, N, C);
+    if (scatter_sum(m, m->ws_dln, dln)) return -1;
+    k->layernorm_backward(dres, g->ln1_w, g->ln1_b, dln, x, w->ln1_w,
+                          la->ln1_mean, la->ln1_rstd, R, C);
     return 0;
 }
 
@@ -503,27 +592,38 @@ int eng_backward(eng_model *m, eng_acts *a, const float *dout, float dloss)
     const k_ops *k = m->k;
     const eng_chunk *ch = &m->chunks[a->chunk];
     int B = m->B, T = m->T, N = B * T, C = m->C;
-    size_t NC = (size_t)N * C;
+    size_t RC = eng_boundary_floats(m);
     int nl = ch->layer_end - ch->layer_begin;
     if (ch->last) {
+        float *dln = m->sp ? m->ws_dlnl : m->ws_dln;
         /* dlogits overwrite the logits: they are not needed after this */
         k->xent_backward(a->logits, a->logits, a->rowmax, a->sumexp, a->targets, dloss, N, m->V,
                          m->vocab_offset);
         k->matmul_backward(m->ws_dln, ch->g.head, NULL, a->logits, a->lnf, ch->w.head, N, C, m->V);
-        if (m->tp.allreduce_sum(m->tp.ctx, m->ws_dln, NC)) return -1;
-        k->zero(m->ws_dres, NC * sizeof(float));
-        k->layernorm_backward(m->ws_dres, ch->g.lnf_w, ch->g.lnf_b, m->ws_dln, a->res[nl],
-                              ch->w.lnf_w, a->lnf_mean, a->lnf_rstd, N, C);
+        if (scatter_sum(m, m->ws_dln, dln)) return -1;
+        k->zero(m->ws_dres, RC * sizeof(float));
+        k->layernorm_backward(m->ws_dres, ch->g.lnf_w, ch->g.lnf_b, dln, a->res[nl],
+                              ch->w.lnf_w, a->lnf_mean, a->lnf_rstd, m->R, C);
     } else {
-        k->copy(m->ws_dres, dout, NC * sizeof(float));
+        k->copy(m->ws_dres, dout, RC * sizeof(float));
     }
-    for (int l = nl - 1; l >= 0; l--)
-        if (layer_backward(m, &ch->w.layers[l], &ch->g.layers[l], &a->layers[l], a->res[l])) return -1;
+    for (int l = nl - 1; l >= 0; l--) {
+        const eng_layer_acts *la = &a->layers[l];
+        if (m->recompute == RECOMPUTE_FULL) {
+            /* full recompute: rebuild the layer from its saved input (same TP
+             * collectives, in the same order on every TP rank) */
+            if (layer_forward(m, &ch->w.layers[l], m->ws_layer, a->res[l], a->res[l + 1])) return -1;
+            la = m->ws_layer;
+        }
+        if (layer_backward(m, &ch->w.layers[l], &ch->g.layers[l], la, a->res[l])) return -1;
+    }
     if (ch->first) {
-        k->position_backward(ch->g.wpe, m->ws_dres, B, T, C);
-        k->embedding_backward(ch->g.wte, m->ws_dres, a->tokens, N, C, m->vocab_offset, m->V);
+        const float *d = gather_rows(m, m->ws_dres);
+        if (!d) return -1;
+        k->position_backward(ch->g.wpe, d, B, T, C);
+        k->embedding_backward(ch->g.wte, d, a->tokens, N, C, m->vocab_offset, m->V);
     } else {
-        k->copy(a->dinput, m->ws_dres, NC * sizeof(float));
+        k->copy(a->dinput, m->ws_dres, RC * sizeof(float));
     }
     return 0;
 }

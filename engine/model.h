@@ -41,6 +41,11 @@ typedef struct eng_tp_comm {
     void *ctx;
     int (*allreduce_sum)(void *ctx, float *buf, size_t n);
     int (*allreduce_max)(void *ctx, float *buf, size_t n);
+    /* Sequence parallel only (NULL otherwise). allgather: in n floats -> out
+     * tp*n (rank i's at i*n; in may equal out + rank*n). reduce_scatter: in tp*n
+     * -> out n, the sum of every rank's chunk `rank`. */
+    int (*allgather)(void *ctx, const float *in, float *out, size_t n);
+    int (*reduce_scatter)(void *ctx, const float *in, float *out, size_t n);
 } eng_tp_comm;
 
 extern const eng_tp_comm eng_tp_identity;
@@ -88,6 +93,13 @@ typedef struct eng_model {
     int C, NH, HD, F, V, T, P;  /* hidden, local heads, head dim, local ffn, local vocab, seq, max pos */
     int vocab_offset;           /* first vocab row held here */
     int B;                      /* micro-batch size the buffers are sized for */
+    /* Sequence parallel (--sequence-parallel with tp > 1): the residual stream,
+     * LayerNorms and everything between them hold R = B*T/tp token rows, this
+     * rank's contiguous block of the micro-batch's B*T rows; all-gather before
+     * the column-parallel GEMMs, reduce-scatter after the row-parallel ones.
+     * Otherwise R = B*T. Pipeline stages exchange [R, C]. */
+    int sp, R;
+    cfg_recompute recompute;    /* selective: attention probabilities; full: whole layers */
     int nchunks;
     eng_chunk chunks[ENG_MAX_CHUNKS];
     eng_param *table;
@@ -97,9 +109,16 @@ typedef struct eng_model {
     /* backward workspace shared by all chunks (one backward runs at a time) */
     float *ws;
     float *ws_dres, *ws_dln, *ws_dqkv, *ws_datty, *ws_dfc, *ws_datt;
+    float *ws_full, *ws_dlnl;   /* sequence parallel: gathered [B*T, C], scattered [R, C] */
+    float *ws_att;              /* selective recompute: the recomputed probabilities */
+    float *ws_layer_mem;        /* full recompute: one layer's activations, rebuilt */
+    struct eng_layer_acts *ws_layer;
 } eng_model;
 
-/* Per micro-batch, per chunk activations kept from forward to backward. */
+/* Per micro-batch, per chunk activations kept from forward to backward. With
+ * sequence parallel ln1/ln2 (and lnf) hold the gathered [B*T, C] rows, the rest
+ * of the residual stream [R, C]. Selective recompute keeps no `att`; full
+ * recompute keeps only res[] (the layer inputs). */
 typedef struct eng_layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res2;
     float *ln2, *ln2_mean, *ln2_rstd, *fch, *fcg;
@@ -153,8 +172,13 @@ void eng_acts_free(eng_model *m, eng_acts *a);
 int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const float *input,
                 const int32_t *targets, double *loss_sum);
 
-/* The chunk's output activations (not for the last chunk). */
+/* The chunk's output activations (not for the last chunk): eng_boundary_floats. */
 float *eng_output(eng_model *m, eng_acts *a);
+/* Floats a pipeline stage sends per micro-batch: R * hidden. */
+size_t eng_boundary_floats(const eng_model *m);
+/* 1 for tensors whose gradient is a partial sum per TP rank under sequence
+ * parallel (the LayerNorms): the trainer all-reduces them over TP. */
+int eng_param_sp_partial(const eng_model *m, const eng_param *p);
 
 /* Backward of one micro-batch through one chunk; parameter gradients accumulate
  * into m->grads. Last chunk: each token loss is weighted by `dloss` (1/tokens of

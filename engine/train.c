@@ -1,5 +1,7 @@
 #include "train.h"
 #include "checkpoint.h"
+#include "dist.h"
+#include "schedule.h"
 #include "gpu_specs.h"
 #include "data.h"
 #include "model.h"
@@ -110,6 +112,9 @@ typedef struct step_stats {
     double loss, lr, grad_norm, step_s, tokens_per_s, flops_per_s;
     double mfu; /* < 0: no known peak (CPU, or an unknown GPU) */
     long long consumed;
+    double bubble, bubble_theory; /* mean measured over stages; (p-1)/(v*m) */
+    int pp;
+    double stage_bubble[64];      /* per pipeline stage (first 64) */
 } step_stats;
 
 /* Dense bf16 peak of the device the backend runs on; 0 when unknown, so no MFU
@@ -135,17 +140,21 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics)
     }
     printf(" iteration %8lld/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
            "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | grad norm: %.3f | "
-           "tokens/s: %.1f | achieved FLOP/s: %.3E | MFU: %s |\n",
+           "tokens/s: %.1f | achieved FLOP/s: %.3E | MFU: %s | bubble measured: %.4f | bubble theory: %.4f |\n",
            s->it, c->train_iters, s->consumed, s->step_s * 1e3, s->lr, c->global_batch_size, s->loss,
-           s->grad_norm, s->tokens_per_s, s->flops_per_s, mfu);
+           s->grad_norm, s->tokens_per_s, s->flops_per_s, mfu, s->bubble, s->bubble_theory);
     fflush(stdout);
     if (metrics) {
+        char stages[64 * 16] = "";
+        size_t at = 0;
+        for (int i = 0; i < s->pp && i < 64; i++)
+            at += (size_t)snprintf(stages + at, sizeof stages - at, "%s%.6g", i ? "," : "", s->stage_bubble[i]);
         fprintf(metrics,
                 "{\"iteration\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,"
-                "\"step_ms\":%.6g,\"mfu\":%s,\"flops_per_s\":%.6g,\"bubble_measured\":0,"
-                "\"bubble_theory\":0,\"consumed_samples\":%lld}\n",
+                "\"step_ms\":%.6g,\"mfu\":%s,\"flops_per_s\":%.6g,\"bubble_measured\":%.6g,"
+                "\"bubble_theory\":%.6g,\"bubble_stages\":[%s],\"consumed_samples\":%lld}\n",
                 s->it, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->step_s * 1e3, mfu_json,
-                s->flops_per_s, s->consumed);
+                s->flops_per_s, s->bubble, s->bubble_theory, stages, s->consumed);
         fflush(metrics);
     }
 }
@@ -156,8 +165,12 @@ typedef struct run {
     const atoll_config *c;
     const eng_run_opts *o;
     eng_model *m;
-    eng_optim *opt;
-    eng_acts *acts;
+    eng_optim *opt;      /* one rank: the moments (dopt.full) */
+    eng_acts *acts;      /* one rank: the single micro-batch's activations */
+    dist d;
+    int have_dist, have_pipe, have_dopt;
+    dist_pipe pipe;      /* several ranks: the pipeline executor */
+    dist_optim dopt;
     eng_data data, valid;
     int have_data, have_valid;
     eng_train_state st;
@@ -168,11 +181,6 @@ typedef struct run {
 static int check_config(const atoll_config *c, char *err, size_t errlen)
 {
     if (cfg_validate_model(c, err, errlen)) return -1;
-    if (c->tensor_model_parallel_size != 1 || c->pipeline_model_parallel_size != 1) {
-        errf(err, errlen, "--tensor-model-parallel-size %d / --pipeline-model-parallel-size %d: this engine "
-             "runs one rank; use 1 and 1", c->tensor_model_parallel_size, c->pipeline_model_parallel_size);
-        return -1;
-    }
     if (c->global_batch_size % c->micro_batch_size) {
         errf(err, errlen, "--global-batch-size %d is not divisible by --micro-batch-size %d",
              c->global_batch_size, c->micro_batch_size);
@@ -191,11 +199,13 @@ static int check_config(const atoll_config *c, char *err, size_t errlen)
 
 static int load_batch(run *r, char *err, size_t errlen)
 {
-    int T = r->c->seq_length;
-    for (int b = 0; b < r->c->global_batch_size; b++)
-        if (eng_data_sample(&r->data, (uint64_t)(r->st.consumed_samples + b), r->tokens + (size_t)b * T,
-                            r->targets + (size_t)b * T, err, errlen))
-            return -1;
+    int T = r->c->seq_length, mbs = r->c->micro_batch_size;
+    for (int k = 0; k < r->d.nmicro; k++)
+        for (int b = 0; b < mbs; b++) {
+            long long g = r->st.consumed_samples + dist_sample_offset(&r->d, r->c, k) + b;
+            size_t at = ((size_t)k * mbs + (size_t)b) * T;
+            if (eng_data_sample(&r->data, (uint64_t)g, r->tokens + at, r->targets + at, err, errlen)) return -1;
+        }
     return 0;
 }
 
@@ -227,8 +237,74 @@ static int dump_step(run *r, const float *logits0, double loss, char *err, size_
     return dump_file(path, ex, 2, exd, err, errlen);
 }
 
+static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errlen)
+{
+    const atoll_config *c = r->c;
+    r->m->k->sync();
+    r->st.iteration = s->it;
+    r->st.consumed_samples += c->global_batch_size;
+    s->consumed = r->st.consumed_samples;
+    s->step_s = now_s() - t0;
+    double tokens = (double)c->global_batch_size * c->seq_length;
+    s->tokens_per_s = tokens / s->step_s;
+    s->flops_per_s = cfg_flops_per_token(c) * tokens / s->step_s;
+    double peak = device_peak(r->m->k);
+    s->mfu = peak > 0 ? s->flops_per_s / peak / r->d.size : -1.0;
+    if (!isfinite(s->loss)) {
+        errf(err, errlen, "iteration %lld: loss is %g; lower --lr or raise --clip-grad's effect", s->it, s->loss);
+        return -1;
+    }
+    return 0;
+}
+
+/* Several ranks: the pipeline schedule (also for pp = 1), gradient reduction,
+ * then one world all-reduce of (sum of squares, loss, each stage's bubble), so
+ * every rank takes the same clipping decision and rank 0 can log. */
+static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
+{
+    const atoll_config *c = r->c;
+    dist *d = &r->d;
+    eng_model *m = r->m;
+    double t0 = now_s(), tokens = (double)c->global_batch_size * c->seq_length;
+    if (load_batch(r, err, errlen)) return -1;
+    eng_zero_grads(m);
+    dist_step_result res;
+    if (dist_pipeline(&r->pipe, r->tokens, r->targets, (float)(1.0 / tokens), &res, err, errlen)) return -1;
+    if (dist_sync_grads(d, m, &r->dopt)) {
+        errf(err, errlen, "gradient reduction: %s", dist_error(d));
+        return -1;
+    }
+    int pp = d->pp < 64 ? d->pp : 64;
+    float vec[2 + 64] = { 0 };
+    vec[0] = (float)dist_grad_sumsq(d, m, &r->dopt);
+    if (d->pp_rank == d->pp - 1 && d->tp_rank == 0) vec[1] = (float)(res.loss_sum / tokens);
+    if (d->tp_rank == 0 && d->dp_rank == 0 && d->pp_rank < 64 && d->pp > 1)
+        vec[2 + d->pp_rank] = (float)(res.idle_s / (res.busy_s > 0 ? res.busy_s : 1e-9));
+    if (dist_world_sum(d, vec, 2 + pp)) {
+        errf(err, errlen, "step reduction: %s", dist_error(d));
+        return -1;
+    }
+    s->it = r->st.iteration + 1;
+    s->loss = vec[1];
+    s->grad_norm = sqrt(vec[0]);
+    s->pp = d->pp;
+    s->bubble = 0;
+    for (int i = 0; i < pp; i++) {
+        s->stage_bubble[i] = vec[2 + i];
+        s->bubble += vec[2 + i] / pp;
+    }
+    s->bubble_theory = d->pp > 1 ? sched_bubble_theory(d->pp, d->nmicro, d->v) : 0.0;
+    s->lr = eng_lr_at(c, s->it);
+    if (dist_optim_step(d, m, &r->dopt, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), (int)s->it)) {
+        errf(err, errlen, "optimizer: %s", dist_error(d));
+        return -1;
+    }
+    return finish_step(r, s, t0, err, errlen);
+}
+
 static int train_step(run *r, step_stats *s, char *err, size_t errlen)
 {
+    if (r->d.size > 1) return train_step_dist(r, s, err, errlen);
     const atoll_config *c = r->c;
     eng_model *m = r->m;
     int T = c->seq_length, mbs = c->micro_batch_size, nmicro = c->global_batch_size / mbs;
@@ -265,21 +341,7 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     s->grad_norm = sqrt(eng_grad_sumsq(m));
     s->lr = eng_lr_at(c, s->it);
     eng_optim_step(r->opt, m, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), (int)s->it);
-    m->k->sync();
-    r->st.iteration = s->it;
-    r->st.consumed_samples += c->global_batch_size;
-    s->consumed = r->st.consumed_samples;
-    s->step_s = now_s() - t0;
-    double tokens = (double)c->global_batch_size * T;
-    s->tokens_per_s = tokens / s->step_s;
-    s->flops_per_s = cfg_flops_per_token(c) * tokens / s->step_s;
-    double peak = device_peak(m->k);
-    s->mfu = peak > 0 ? s->flops_per_s / peak : -1.0;
-    if (!isfinite(s->loss)) {
-        errf(err, errlen, "iteration %lld: loss is %g; lower --lr or raise --clip-grad's effect", s->it, s->loss);
-        return -1;
-    }
-    return 0;
+    return finish_step(r, s, t0, err, errlen);
 }
 
 /* Forward only over the first --eval-iters global batches of the validation
@@ -287,15 +349,24 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
 static int evaluate(run *r, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
+    dist *d = &r->d;
     int T = c->seq_length, mbs = c->micro_batch_size;
     size_t mb_tokens = (size_t)mbs * T;
     double sum = 0.0;
     for (int i = 0; i < c->eval_iters; i++) {
-        for (int b = 0; b < c->global_batch_size; b++)
-            if (eng_data_sample(&r->valid, (uint64_t)i * (uint64_t)c->global_batch_size + (uint64_t)b,
-                                r->tokens + (size_t)b * T, r->targets + (size_t)b * T, err, errlen))
-                return -1;
-        for (int k = 0; k < c->global_batch_size / mbs; k++) {
+        for (int k = 0; k < d->nmicro; k++)
+            for (int b = 0; b < mbs; b++) {
+                uint64_t g = (uint64_t)i * (uint64_t)c->global_batch_size + (uint64_t)dist_sample_offset(d, c, k) + (uint64_t)b;
+                size_t at = ((size_t)k * mbs + (size_t)b) * T;
+                if (eng_data_sample(&r->valid, g, r->tokens + at, r->targets + at, err, errlen)) return -1;
+            }
+        if (d->size > 1) {
+            double ls = 0.0;
+            if (dist_forward_only(&r->pipe, r->tokens, r->targets, &ls, err, errlen)) return -1;
+            if (d->pp_rank == d->pp - 1 && d->tp_rank == 0) sum += ls;
+            continue;
+        }
+        for (int k = 0; k < d->nmicro; k++) {
             double ls = 0.0;
             if (eng_forward(r->m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, &ls)) {
                 errf(err, errlen, "evaluation forward pass failed");
@@ -305,6 +376,15 @@ static int evaluate(run *r, char *err, size_t errlen)
         }
     }
     double loss = sum / ((double)c->eval_iters * c->global_batch_size * T);
+    float lf = (float)loss;
+    if (d->size > 1) {
+        if (dist_world_sum(d, &lf, 1)) {
+            errf(err, errlen, "evaluation: %s", dist_error(d));
+            return -1;
+        }
+        loss = lf;
+    }
+    if (d->rank != 0) return 0;
     printf(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n", r->st.iteration,
            loss, exp(loss < 700 ? loss : 700));
     fflush(stdout);
@@ -322,11 +402,20 @@ static int resume(run *r, char *err, size_t errlen)
     int rc = ckpt_latest(r->c->load, &it, err, errlen);
     if (rc < 0) return -1;
     if (rc == 1) {
-        fprintf(stderr, "atoll-train: no committed checkpoint in --load %s; starting from iteration 0\n",
+        if (r->d.rank == 0)
+            fprintf(stderr, "atoll-train: no committed checkpoint in --load %s; starting from iteration 0\n",
                 r->c->load);
         return 0;
     }
-    if (ckpt_load(r->c->load, it, r->m, r->opt, &r->st, err, errlen)) return -1;
+    /* ZeRO-1 loads the full-shape moments, then keeps its shard */
+    eng_optim *full = dist_optim_full(&r->d, r->m, &r->dopt);
+    if (!full) { errf(err, errlen, "--load: %s", dist_error(&r->d)); return -1; }
+    if (ckpt_load(r->c->load, it, r->m, full, &r->st, err, errlen)) return -1;
+    dist_optim_scatter_loaded(&r->d, r->m, &r->dopt);
+    if (r->d.rank != 0) {
+        r->data.seed = r->st.seed;
+        return 0;
+    }
     if (r->st.seed != r->c->seed)
         fprintf(stderr, "atoll-train: note: checkpoint was trained with --seed %llu; data order continues "
                 "with it\n", (unsigned long long)r->st.seed);
@@ -340,10 +429,23 @@ static int setup(run *r, char *err, size_t errlen)
     const atoll_config *c = r->c;
     const k_ops *k = pick_backend(r->o->device, err, errlen);
     if (!k) return -1;
-    eng_layout lay = eng_layout_single(c);
+    if (dist_init(&r->d, c, k, err, errlen)) return -1;
+    r->have_dist = 1;
+    if (r->d.size > 1 && r->o->dump_dir[0]) {
+        errf(err, errlen, "--dump-dir is a single-rank test hook; run it without --nproc-per-node");
+        return -1;
+    }
+    eng_layout lay = dist_layout(&r->d, c);
     if (!(r->m = eng_model_create(c, &lay, k, err, errlen))) return -1;
-    if (!(r->opt = eng_optim_create(r->m)) || !(r->acts = eng_acts_create(r->m, 0))) {
-        errf(err, errlen, "out of memory for the optimizer state or activations");
+    r->m->tp = dist_tp_comm(&r->d);
+    if (dist_optim_init(&r->dopt, &r->d, r->m, c->use_distributed_optimizer, err, errlen)) return -1;
+    r->have_dopt = 1;
+    r->opt = r->dopt.full;
+    if (r->d.size > 1) {
+        dist_pipe_init(&r->pipe, &r->d, r->m);
+        r->have_pipe = 1;
+    } else if (!(r->acts = eng_acts_create(r->m, 0))) {
+        errf(err, errlen, "out of memory for the activations");
         return -1;
     }
     size_t n = (size_t)c->global_batch_size * c->seq_length;
@@ -365,9 +467,10 @@ static int setup(run *r, char *err, size_t errlen)
         r->have_valid = 1;
     }
     eng_init_params(r->m, c->seed);
+    dist_optim_take_params(&r->dopt, &r->d, r->m);
     r->st.seed = c->seed;
     if (c->load[0] && resume(r, err, errlen)) return -1;
-    if (r->o->metrics_file[0] && !(r->metrics = fopen(r->o->metrics_file, "a"))) {
+    if (r->d.rank == 0 && r->o->metrics_file[0] && !(r->metrics = fopen(r->o->metrics_file, "a"))) {
         errf(err, errlen, "--metrics-file %s: %s", r->o->metrics_file, strerror(errno));
         return -1;
     }
@@ -389,10 +492,31 @@ static void teardown(run *r)
     free(r->tokens);
     free(r->targets);
     if (r->m) {
+        if (r->have_pipe) dist_pipe_free(&r->pipe);
         eng_acts_free(r->m, r->acts);
-        eng_optim_free(r->opt);
+        if (r->have_dopt) dist_optim_free(&r->dopt, r->m->k);
         eng_model_free(r->m);
     }
+    if (r->have_dist) dist_free(&r->d);
+}
+
+/* Every rank writes its slices (one DP replica of each model shard; ZeRO-1
+ * moments gathered first), then rank 0 commits the step once all are done. */
+static int save(run *r, char *err, size_t errlen)
+{
+    dist *d = &r->d;
+    if (d->size == 1) return ckpt_save(r->c->save, r->m, r->opt, &r->st, err, errlen);
+    eng_optim *full = dist_optim_full(d, r->m, &r->dopt);
+    if (!full) { errf(err, errlen, "--save: %s", dist_error(d)); return -1; }
+    if (d->dp_rank == 0 &&
+        ckpt_write_shards(r->c->save, r->st.iteration, r->m, full, d->rank == 0, err, errlen))
+        return -1;
+    comm *w = comm_world_comm(d->world);
+    if (comm_barrier(w) || (d->rank == 0 && ckpt_commit(r->c->save, &r->st, err, errlen)) || comm_barrier(w)) {
+        if (!err[0]) errf(err, errlen, "--save: %s", dist_error(d));
+        return -1;
+    }
+    return 0;
 }
 
 int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t errlen)
@@ -405,28 +529,37 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     r.c = &c;
     r.o = o;
     int rc = setup(&r, err, errlen);
-    if (!rc) {
+    if (!rc && r.d.rank == 0) {
         printf("atoll-train: %s, %d layers, hidden %d, %d heads, seq %d, vocab %d, %.0f parameters, "
                "data: %s (%llu samples per epoch)\n",
                r.m->k->name, c.num_layers, c.hidden_size, c.num_attention_heads, c.seq_length,
                c.vocab_size, cfg_num_params(&c), r.data.source, (unsigned long long)r.data.nsamples);
+        if (r.d.size > 1)
+            printf("atoll-train: %d ranks: tp %d, pp %d (%d model chunks per rank), dp %d, %d micro-batches per "
+                   "rank%s%s%s\n", r.d.size, r.d.tp, r.d.pp, r.d.v, r.d.dp, r.d.nmicro,
+                   r.m->sp ? ", sequence parallel" : "", r.dopt.zero ? ", distributed optimizer" : "",
+                   c.recompute_granularity ? (c.recompute_granularity == RECOMPUTE_FULL ? ", full recompute"
+                                                                                         : ", selective recompute") : "");
+        fflush(stdout);
     }
     long long last_saved = r.st.iteration;
     long long stop = c.train_iters;
     if (o->exit_interval > 0 && o->exit_interval < stop) stop = o->exit_interval;
     while (!rc && r.st.iteration < stop) {
         step_stats s;
+        memset(&s, 0, sizeof s);
+        s.pp = 1;
         if ((rc = train_step(&r, &s, err, errlen))) break;
-        if (c.log_interval > 0 && s.it % c.log_interval == 0) log_step(&c, &s, r.metrics);
+        if (r.d.rank == 0 && c.log_interval > 0 && s.it % c.log_interval == 0) log_step(&c, &s, r.metrics);
         if (r.have_valid && (s.it % c.eval_interval == 0 || s.it == stop) && (rc = evaluate(&r, err, errlen)))
             break;
         if (c.save[0] && c.save_interval > 0 && s.it % c.save_interval == 0) {
-            if ((rc = ckpt_save(c.save, r.m, r.opt, &r.st, err, errlen))) break;
+            if ((rc = save(&r, err, errlen))) break;
             last_saved = s.it;
         }
     }
     if (!rc && c.save[0] && last_saved != r.st.iteration)
-        rc = ckpt_save(c.save, r.m, r.opt, &r.st, err, errlen);
+        rc = save(&r, err, errlen);
     teardown(&r);
     return rc ? -1 : 0;
 }

@@ -116,7 +116,7 @@ static void test_tp(int untie)
         lay.tp_rank = r;
         lay.tp_size = 2;
         jobs[r].m = make(&c, lay);
-        jobs[r].m->tp = (eng_tp_comm){ &ctx[r], reduce_sum, reduce_max };
+        jobs[r].m->tp = (eng_tp_comm){ &ctx[r], reduce_sum, reduce_max, NULL, NULL };
         const char *w = "";
         double e = slice_err(jobs[r].m, jobs[r].m->params, one, one->params, &w);
         CHECK(e == 0.0, "tp rank %d init differs from the full tensor's slice (%s)", r, w);

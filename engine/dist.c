@@ -1,0 +1,331 @@
+#include "dist.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* DP all-reduce bucket: large enough to amortise a ring's per-message latency,
+ * small enough that a bucket's buffers stay in cache on the host transport. */
+#define DIST_BUCKET_FLOATS ((size_t)1 << 18)
+
+static void errf(char *err, size_t n, const char *fmt, ...)
+{
+    if (!err || !n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+}
+
+const char *dist_error(const dist *d) { return d->world ? comm_error(d->world) : "no world"; }
+
+static int env_world(void)
+{
+    const char *w = getenv("WORLD_SIZE");
+    return w ? atoi(w) : 1;
+}
+
+int dist_init(dist *d, const atoll_config *c, const k_ops *k, char *err, size_t errlen)
+{
+    memset(d, 0, sizeof *d);
+    d->k = k;
+    d->tp = c->tensor_model_parallel_size;
+    d->pp = c->pipeline_model_parallel_size;
+    d->v = cfg_virtual_stages(c);
+    int world = env_world();
+    if (c->num_gpus > 0 && c->num_gpus != world && world > 1) {
+        errf(err, errlen, "--num-gpus %d differs from the launched world of %d ranks", c->num_gpus, world);
+        return -1;
+    }
+    if (cfg_validate_layout(c, world, 0, err, errlen)) return -1;
+    if (c->num_layers % (d->pp * d->v)) {
+        errf(err, errlen, "--num-layers %d is not divisible by pp * virtual stages = %d", c->num_layers, d->pp * d->v);
+        return -1;
+    }
+    int cuda = !strcmp(k->name, "cuda");
+    comm_backend_kind kind = COMM_BACKEND_HOST;
+#ifdef ATOLL_HAVE_NCCL
+    if (cuda) kind = COMM_BACKEND_NCCL;
+#endif
+    if (comm_world_init_env(&d->world, kind, cuda ? COMM_DEVICE_BUFFERS : 0, err, errlen)) return -1;
+    d->rank = comm_world_rank(d->world);
+    d->size = comm_world_size(d->world);
+    if (groups_build(&d->groups, d->size, d->tp, d->pp, NULL, err, errlen)) return -1;
+    if (comm_groups_new(d->world, &d->groups, d->g)) {
+        errf(err, errlen, "%s", comm_error(d->world));
+        return -1;
+    }
+    d->dp = d->groups.dp;
+    d->tp_rank = comm_rank(d->g[GROUP_TP]);
+    d->pp_rank = comm_rank(d->g[GROUP_PP]);
+    d->dp_rank = comm_rank(d->g[GROUP_DP]);
+    int gbs = c->global_batch_size;
+    d->nmicro = gbs / (c->micro_batch_size * d->dp);
+    if (d->v > 1 && (d->nmicro % d->pp || d->pp < 2)) {
+        errf(err, errlen, "the interleaved schedule needs %d micro-batches per DP rank divisible by pp %d",
+             d->nmicro, d->pp);
+        return -1;
+    }
+    return 0;
+}
+
+void dist_free(dist *d)
+{
+    if (d->scratch) d->k->free(d->scratch);
+    free(d->host_a);
+    free(d->host_b);
+    comm_world_free(d->world);
+    groups_free(&d->groups);
+    memset(d, 0, sizeof *d);
+}
+
+eng_layout dist_layout(const dist *d, const atoll_config *c)
+{
+    eng_layout l;
+    memset(&l, 0, sizeof l);
+    l.tp_rank = d->tp_rank;
+    l.tp_size = d->tp;
+    l.nchunks = d->v;
+    int per = c->num_layers / (d->pp * d->v);
+    for (int ch = 0; ch < d->v; ch++) {
+        int s = ch * d->pp + d->pp_rank; /* virtual stage */
+        l.layer_begin[ch] = s * per;
+        l.layer_end[ch] = (s + 1) * per;
+    }
+    return l;
+}
+
+/* ---- tensor-parallel hooks ---- */
+
+static int tp_sum(void *ctx, float *buf, size_t n)
+{
+    dist *d = ctx;
+    return comm_allreduce(d->g[GROUP_TP], buf, n, COMM_SUM);
+}
+
+static int grow_scratch(dist *d, size_t n)
+{
+    if (n <= d->scratch_n) return 0;
+    if (d->scratch) d->k->free(d->scratch);
+    free(d->host_a);
+    free(d->host_b);
+    d->scratch = d->k->alloc(n * sizeof(float));
+    d->host_a = malloc(n * sizeof(float));
+    d->host_b = malloc(n * sizeof(float));
+    d->scratch_n = d->scratch && d->host_a && d->host_b ? n : 0;
+    return d->scratch_n ? 0 : -1;
+}
+
+/* The comm layer has SUM and AVG only: MAX is an all-gather and a local max
+ * (it runs on B*T row maxima, so the gather is small). */
+static int tp_max(void *ctx, float *buf, size_t n)
+{
+    dist *d = ctx;
+    if (grow_scratch(d, n * (size_t)d->tp)) return comm_fail(d->world, "tp max: out of memory");
+    if (comm_allgather(d->g[GROUP_TP], buf, d->scratch, n)) return -1;
+    d->k->to_host(d->host_a, d->scratch, n * (size_t)d->tp * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        float x = d->host_a[i];
+        for (int r = 1; r < d->tp; r++) x = fmaxf(x, d->host_a[(size_t)r * n + i]);
+        d->host_b[i] = x;
+    }
+    d->k->to_device(buf, d->host_b, n * sizeof(float));
+    return 0;
+}
+
+static int tp_gather(void *ctx, const float *in, float *out, size_t n)
+{
+    dist *d = ctx;
+    return comm_allgather(d->g[GROUP_TP], in, out, n);
+}
+
+static int tp_scatter(void *ctx, const float *in, float *out, size_t n)
+{
+    dist *d = ctx;
+    return comm_reduce_scatter(d->g[GROUP_TP], in, out, n, COMM_SUM);
+}
+
+eng_tp_comm dist_tp_comm(dist *d)
+{
+    if (d->tp == 1) return eng_tp_identity;
+    return (eng_tp_comm){ d, tp_sum, tp_max, tp_gather, tp_scatter };
+}
+
+int dist_world_sum(dist *d, float *buf, int n)
+{
+    if (d->size == 1) return 0;
+    if (grow_scratch(d, (size_t)n)) return comm_fail(d->world, "world sum: out of memory");
+    d->k->to_device(d->scratch, buf, (size_t)n * sizeof(float));
+    if (comm_allreduce(comm_world_comm(d->world), d->scratch, (size_t)n, COMM_SUM)) return -1;
+    d->k->to_host(buf, d->scratch, (size_t)n * sizeof(float));
+    return 0;
+}
+
+/* ---- gradients ---- */
+
+/* Which tensors of the flat buffer carry the tied embedding (both copies). */
+static const eng_param *tied_wte(const eng_model *m)
+{
+    if (m->cfg.untie_embeddings_and_output_weights) return NULL;
+    return eng_find_param(m, "wte.weight");
+}
+
+int dist_sync_grads(dist *d, eng_model *m, dist_optim *o)
+{
+    /* Sequence parallel: each TP rank saw only its rows of the LayerNorms. */
+    for (int i = 0; i < m->nparams; i++) {
+        const eng_param *p = &m->table[i];
+        if (eng_param_sp_partial(m, p) &&
+            comm_allreduce(d->g[GROUP_TP], m->grads + p->offset, p->numel, COMM_SUM))
+            return -1;
+    }
+    /* The first stage's wte and the last stage's copy get the sum of both. */
+    const eng_param *wte = tied_wte(m);
+    comm *emb = d->g[GROUP_EMBEDDING];
+    if (d->pp > 1 && wte && emb && comm_size(emb) > 1 &&
+        comm_allreduce(emb, m->grads + wte->offset, wte->numel, COMM_SUM))
+        return -1;
+    if (d->dp == 1) return 0;
+    comm *dp = d->g[GROUP_DP];
+    if (o->zero) {
+        m->k->zero(o->gbuf, o->shard * (size_t)d->dp * sizeof(float));
+        m->k->copy(o->gbuf, m->grads, m->num_floats * sizeof(float));
+        return comm_reduce_scatter(dp, o->gbuf, o->g, o->shard, COMM_SUM);
+    }
+    /* Each token's loss is already weighted 1/(global tokens): a SUM, not AVG. */
+    for (size_t off = 0; off < m->num_floats; off += DIST_BUCKET_FLOATS) {
+        size_t n = m->num_floats - off < DIST_BUCKET_FLOATS ? m->num_floats - off : DIST_BUCKET_FLOATS;
+        if (comm_allreduce(dp, m->grads + off, n, COMM_SUM)) return -1;
+    }
+    return 0;
+}
+
+static int counts_in_norm(const dist *d, const eng_model *m, const eng_param *p)
+{
+    (void)d;
+    return !p->tied_copy && (p->shard_dim >= 0 || m->tp_rank == 0);
+}
+
+/* The part of tensor p inside this rank's ZeRO shard, as [lo, hi) of the flat buffer. */
+static int shard_range(const dist *d, const dist_optim *o, const eng_param *p, size_t *lo, size_t *hi)
+{
+    size_t s0 = o->shard * (size_t)d->dp_rank, s1 = s0 + o->shard;
+    *lo = p->offset > s0 ? p->offset : s0;
+    *hi = p->offset + p->numel < s1 ? p->offset + p->numel : s1;
+    return *lo < *hi;
+}
+
+double dist_grad_sumsq(dist *d, eng_model *m, dist_optim *o)
+{
+    double s = 0.0;
+    if (!o->zero && d->dp_rank != 0) return 0.0; /* DP replicas hold the same sums */
+    for (int i = 0; i < m->nparams; i++) {
+        const eng_param *p = &m->table[i];
+        if (!counts_in_norm(d, m, p)) continue;
+        if (!o->zero) {
+            s += m->k->sumsq(m->grads + p->offset, p->numel);
+            continue;
+        }
+        size_t lo, hi;
+        if (shard_range(d, o, p, &lo, &hi)) s += m->k->sumsq(o->g + (lo - o->shard * (size_t)d->dp_rank), hi - lo);
+    }
+    return s;
+}
+
+/* ---- optimizer ---- */
+
+int dist_optim_init(dist_optim *o, dist *d, eng_model *m, int zero, char *err, size_t errlen)
+{
+    memset(o, 0, sizeof *o);
+    o->zero = zero && d->dp > 1;
+    if (!o->zero) {
+        if (!(o->full = eng_optim_create(m))) goto oom;
+        return 0;
+    }
+    const k_ops *k = m->k;
+    o->shard = (m->num_floats + (size_t)d->dp - 1) / (size_t)d->dp;
+    o->shard = (o->shard + 15) / 16 * 16;
+    size_t S = o->shard;
+    o->gbuf = k->alloc(S * (size_t)d->dp * sizeof(float));
+    o->g = k->alloc(S * sizeof(float));
+    o->master = k->alloc(S * sizeof(float));
+    o->m = k->alloc(S * sizeof(float));
+    o->v = k->alloc(S * sizeof(float));
+    if (!o->gbuf || !o->g || !o->master || !o->m || !o->v) goto oom;
+    k->zero(o->m, S * sizeof(float));
+    k->zero(o->v, S * sizeof(float));
+    return 0;
+oom:
+    errf(err, errlen, "out of memory for the optimizer state");
+    return -1;
+}
+
+void dist_optim_free(dist_optim *o, const k_ops *k)
+{
+    eng_optim_free(o->full);
+    float *bufs[5] = { o->gbuf, o->g, o->master, o->m, o->v };
+    for (int i = 0; i < 5; i++)
+        if (bufs[i]) k->free(bufs[i]);
+    memset(o, 0, sizeof *o);
+}
+
+/* Copies the shard's part of the flat buffer `src` into `dst` (shard-sized). */
+static void take_shard(dist *d, const eng_model *m, const dist_optim *o, float *dst, const float *src)
+{
+    size_t s0 = o->shard * (size_t)d->dp_rank;
+    m->k->zero(dst, o->shard * sizeof(float));
+    if (s0 < m->num_floats) {
+        size_t n = m->num_floats - s0 < o->shard ? m->num_floats - s0 : o->shard;
+        m->k->copy(dst, src + s0, n * sizeof(float));
+    }
+}
+
+void dist_optim_take_params(dist_optim *o, dist *d, eng_model *m)
+{
+    if (o->zero) take_shard(d, m, o, o->master, m->params);
+}
+
+int dist_optim_step(dist *d, eng_model *m, dist_optim *o, double lr, float grad_scale, int t)
+{
+    if (!o->zero) {
+        eng_optim_step(o->full, m, lr, grad_scale, t);
+        return 0;
+    }
+    const atoll_config *c = &m->cfg;
+    size_t s0 = o->shard * (size_t)d->dp_rank;
+    for (int i = 0; i < m->nparams; i++) {
+        const eng_param *p = &m->table[i];
+        size_t lo, hi;
+        if (!shard_range(d, o, p, &lo, &hi)) continue;
+        size_t at = lo - s0;
+        m->k->adamw(o->master + at, o->g + at, o->m + at, o->v + at, hi - lo, (float)lr, (float)c->adam_beta1,
+                    (float)c->adam_beta2, (float)c->adam_eps, p->decay ? (float)c->weight_decay : 0.0f,
+                    grad_scale, t);
+    }
+    /* Every DP rank gets every updated parameter back. */
+    if (comm_allgather(d->g[GROUP_DP], o->master, o->gbuf, o->shard)) return -1;
+    m->k->copy(m->params, o->gbuf, m->num_floats * sizeof(float));
+    return 0;
+}
+
+eng_optim *dist_optim_full(dist *d, eng_model *m, dist_optim *o)
+{
+    if (!o->zero) return o->full;
+    if (!o->full && !(o->full = eng_optim_create(m))) return NULL;
+    float *dst[2] = { o->full->m, o->full->v }, *src[2] = { o->m, o->v };
+    for (int i = 0; i < 2; i++) {
+        if (comm_allgather(d->g[GROUP_DP], src[i], o->gbuf, o->shard)) return NULL;
+        m->k->copy(dst[i], o->gbuf, m->num_floats * sizeof(float));
+    }
+    return o->full;
+}
+
+void dist_optim_scatter_loaded(dist *d, eng_model *m, dist_optim *o)
+{
+    if (!o->zero) return;
+    take_shard(d, m, o, o->m, o->full->m);
+    take_shard(d, m, o, o->v, o->full->v);
+    take_shard(d, m, o, o->master, m->params);
+}

@@ -1,0 +1,123 @@
+/* dist: one rank's place in a tensor x pipeline x data parallel job, and the
+ * steps of a training iteration that cross ranks.
+ *
+ *   dist_init       joins the world (RANK/WORLD_SIZE/MASTER_* from the launcher,
+ *                   or a one-rank world), builds Megatron's groups and this
+ *                   rank's layout: chunk c holds virtual stage c*pp + pp_rank.
+ *   dist_tp_comm    the model's TP hooks on the TP communicator.
+ *   dist_pipeline   runs sched_build's action list for one step: forwards,
+ *                   backwards, p2p batches on the PP communicator; measures
+ *                   the stage's bubble (time blocked in transfers and in the
+ *                   closing PP barrier).
+ *   dist_sync_grads sequence-parallel LayerNorm partials (TP), tied embedding
+ *                   copies (embedding group), then data parallel: a bucketed
+ *                   all-reduce, or with ZeRO-1 a reduce-scatter into this DP
+ *                   rank's shard.
+ *   dist_optim_*    AdamW over the whole buffer, or ZeRO-1: Adam moments and the
+ *                   fp32 master of this rank's 1/dp of the flat parameter buffer,
+ *                   then an all-gather of the updated parameters.
+ *
+ * Every rank of the job computes the same function as one rank: DP rank d of
+ * micro-batch k takes global samples k*mbs*dp + d*mbs + [0, mbs) of the global
+ * batch, each token's loss weighted 1/(gbs*T), and gradients are summed.
+ *
+ * Ownership: dist owns the world, its groups and its scratch; dist_optim owns
+ * the (sharded) optimizer state. One thread drives a dist.
+ */
+#ifndef ATOLL_ENGINE_DIST_H
+#define ATOLL_ENGINE_DIST_H
+
+#include "comm.h"
+#include "groups.h"
+#include "model.h"
+#include "optimizer.h"
+
+#include <stdint.h>
+
+typedef struct dist {
+    comm_world *world;
+    comm *g[GROUP_KINDS];      /* this rank's TP, PP, DP, MP, embedding groups (NULL: none) */
+    rank_groups groups;
+    int rank, size;
+    int tp, pp, dp, v;          /* sizes; v = model chunks per pipeline rank */
+    int tp_rank, pp_rank, dp_rank;
+    int nmicro;                 /* micro-batches per step on this DP rank */
+    const k_ops *k;
+    float *scratch;             /* TP max: gathered rows (backend memory) */
+    float *host_a, *host_b;
+    size_t scratch_n;
+} dist;
+
+/* Joins the job and derives the layout. Returns 0, or -1 with err naming the
+ * flag or rule (world not divisible by tp*pp, batch not divisible, ...). */
+int dist_init(dist *d, const atoll_config *c, const k_ops *k, char *err, size_t errlen);
+void dist_free(dist *d);
+
+eng_layout dist_layout(const dist *d, const atoll_config *c);
+eng_tp_comm dist_tp_comm(dist *d);
+const char *dist_error(const dist *d);
+
+/* First global sample of micro-batch k on this DP rank, relative to the step's. */
+static inline long long dist_sample_offset(const dist *d, const atoll_config *c, int k)
+{
+    return (long long)k * c->micro_batch_size * d->dp + (long long)d->dp_rank * c->micro_batch_size;
+}
+
+/* ---- pipeline executor ---- */
+
+typedef struct dist_slot dist_slot;
+typedef struct dist_pipe {
+    dist *d;
+    eng_model *m;
+    dist_slot *slots;
+    int nslots;
+} dist_pipe;
+
+typedef struct dist_step_result {
+    double loss_sum;    /* sum of token losses this rank's last stage computed */
+    double busy_s;      /* compute time */
+    double idle_s;      /* blocked in transfers and the closing PP barrier */
+} dist_step_result;
+
+int dist_pipe_init(dist_pipe *p, dist *d, eng_model *m);
+void dist_pipe_free(dist_pipe *p);
+/* One step: tokens/targets are this DP rank's [nmicro * mbs, T] (host). */
+int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, float dloss,
+                  dist_step_result *r, char *err, size_t errlen);
+/* Forward only (evaluation): returns the summed token loss on the last stage. */
+int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *targets, double *loss_sum,
+                      char *err, size_t errlen);
+
+/* ---- gradients and optimizer ---- */
+
+typedef struct dist_optim {
+    eng_optim *full;     /* without ZeRO-1: moments with the params' layout */
+    int zero;
+    size_t shard;        /* floats per DP rank (ZeRO-1) */
+    float *gbuf;         /* dp*shard: padded copy of the grads / gathered params */
+    float *g, *master, *m, *v; /* this rank's shard */
+} dist_optim;
+
+int dist_optim_init(dist_optim *o, dist *d, eng_model *m, int zero, char *err, size_t errlen);
+void dist_optim_free(dist_optim *o, const k_ops *k);
+/* After eng_init_params or a load: the shard's master copy from the params. */
+void dist_optim_take_params(dist_optim *o, dist *d, eng_model *m);
+
+/* Reduces gradients as described above. Returns 0 or -1 (dist_error). */
+int dist_sync_grads(dist *d, eng_model *m, dist_optim *o);
+/* This rank's share of the global sum of squared gradients: every logical
+ * element counted once over TP (replicated tensors on TP rank 0), PP (tied copy
+ * skipped) and DP (rank 0, or each rank's shard under ZeRO-1). */
+double dist_grad_sumsq(dist *d, eng_model *m, dist_optim *o);
+int dist_optim_step(dist *d, eng_model *m, dist_optim *o, double lr, float grad_scale, int t);
+
+/* Full-layout moments for a checkpoint (ZeRO-1: gathered over DP into a
+ * temporary owned by o); NULL on failure. */
+eng_optim *dist_optim_full(dist *d, eng_model *m, dist_optim *o);
+/* After a load into dist_optim_full's buffers: ZeRO-1 keeps its shard. */
+void dist_optim_scatter_loaded(dist *d, eng_model *m, dist_optim *o);
+
+/* Sums `n` floats over the whole world (host memory). */
+int dist_world_sum(dist *d, float *buf, int n);
+
+#endif

@@ -1,0 +1,223 @@
+/* pipeline: runs one rank's sched_build action list (dist.h).
+ *
+ * Each in-flight (micro-batch, chunk) has a slot: its activations, the buffer
+ * its input activations are received into, and the buffer its output gradient
+ * is received into. A slot is taken by the forward (or the receive before it)
+ * and given back after the backward has sent its input gradient. Each run of
+ * adjacent transfer actions goes out as one comm_p2p_batch on the PP group
+ * (position = pipeline rank, tag = sched_tag), as the schedule requires. */
+#include "dist.h"
+#include "schedule.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct dist_slot {
+    eng_acts *a;
+    float *xin, *dout;
+    int mb, chunk, busy;
+};
+
+static void errf(char *err, size_t n, const char *fmt, ...)
+{
+    if (!err || !n) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, n, fmt, ap);
+    va_end(ap);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int dist_pipe_init(dist_pipe *p, dist *d, eng_model *m)
+{
+    memset(p, 0, sizeof *p);
+    p->d = d;
+    p->m = m;
+    return 0;
+}
+
+void dist_pipe_free(dist_pipe *p)
+{
+    for (int i = 0; i < p->nslots; i++) {
+        dist_slot *s = &p->slots[i];
+        eng_acts_free(p->m, s->a);
+        if (s->xin) p->m->k->free(s->xin);
+        if (s->dout) p->m->k->free(s->dout);
+    }
+    free(p->slots);
+    memset(p, 0, sizeof *p);
+}
+
+static dist_slot *find_slot(dist_pipe *p, int mb, int chunk)
+{
+    for (int i = 0; i < p->nslots; i++)
+        if (p->slots[i].busy && p->slots[i].mb == mb && p->slots[i].chunk == chunk) return &p->slots[i];
+    return NULL;
+}
+
+/* A free slot of this chunk (activations are per chunk), made on first need. */
+static dist_slot *take_slot(dist_pipe *p, int mb, int chunk)
+{
+    dist_slot *s = find_slot(p, mb, chunk);
+    if (s) return s;
+    for (int i = 0; i < p->nslots && !s; i++)
+        if (!p->slots[i].busy && p->slots[i].chunk == chunk) s = &p->slots[i];
+    if (!s) {
+        dist_slot *n = realloc(p->slots, sizeof *n * (size_t)(p->nslots + 1));
+        if (!n) return NULL;
+        p->slots = n;
+        s = &p->slots[p->nslots];
+        memset(s, 0, sizeof *s);
+        size_t bytes = eng_boundary_floats(p->m) * sizeof(float);
+        s->chunk = chunk;
+        s->a = eng_acts_create(p->m, chunk);
+        s->xin = p->m->k->alloc(bytes);
+        s->dout = p->m->k->alloc(bytes);
+        if (!s->a || !s->xin || !s->dout) return NULL;
+        p->nslots++;
+    }
+    s->busy = 1;
+    s->mb = mb;
+    return s;
+}
+
+static int is_transfer(sched_op op) { return op != SCHED_FWD && op != SCHED_BWD; }
+
+/* Runs actions [i, j) (all transfers) as one batch; slots whose input gradient
+ * went out are freed. */
+static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double *idle, char *err, size_t errlen)
+{
+    comm_p2p ops[16];
+    size_t bytes = eng_boundary_floats(p->m) * sizeof(float);
+    int n = 0;
+    for (int k = i; k < j; k++) {
+        const sched_action *a = &l->a[k];
+        dist_slot *s = a->op == SCHED_RECV_FWD ? take_slot(p, a->mb, a->chunk) : find_slot(p, a->mb, a->chunk);
+        if (!s || n == 16) {
+            errf(err, errlen, "pipeline: no activations for micro-batch %d chunk %d at %s", a->mb, a->chunk,
+                 sched_op_name(a->op));
+            return -1;
+        }
+        void *buf = a->op == SCHED_SEND_FWD ? (void *)eng_output(p->m, s->a)
+                  : a->op == SCHED_RECV_FWD ? (void *)s->xin
+                  : a->op == SCHED_SEND_BWD ? (void *)s->a->dinput : (void *)s->dout;
+        int send = a->op == SCHED_SEND_FWD || a->op == SCHED_SEND_BWD;
+        ops[n++] = (comm_p2p){ send, buf, bytes, a->peer, sched_tag(l, a) };
+    }
+    double t0 = now_s();
+    if (comm_p2p_batch(p->d->g[GROUP_PP], ops, n)) {
+        errf(err, errlen, "pipeline: %s", dist_error(p->d));
+        return -1;
+    }
+    *idle += now_s() - t0;
+    for (int k = i; k < j; k++)
+        if (l->a[k].op == SCHED_SEND_BWD) find_slot(p, l->a[k].mb, l->a[k].chunk)->busy = 0;
+    return 0;
+}
+
+static int run_compute(dist_pipe *p, const sched_action *a, const int32_t *tokens, const int32_t *targets,
+                       float dloss, double *loss_sum, char *err, size_t errlen)
+{
+    eng_model *m = p->m;
+    const eng_chunk *ch = &m->chunks[a->chunk];
+    size_t off = (size_t)a->mb * m->B * m->T;
+    dist_slot *s = a->op == SCHED_FWD && ch->first ? take_slot(p, a->mb, a->chunk) : find_slot(p, a->mb, a->chunk);
+    if (!s) {
+        errf(err, errlen, "pipeline: %s of micro-batch %d chunk %d before its input", sched_op_name(a->op), a->mb,
+             a->chunk);
+        return -1;
+    }
+    if (a->op == SCHED_FWD) {
+        double ls = 0.0;
+        if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, &ls)) {
+            errf(err, errlen, "forward pass failed: %s", dist_error(p->d));
+            return -1;
+        }
+        *loss_sum += ls;
+        return 0;
+    }
+    if (eng_backward(m, s->a, ch->last ? NULL : s->dout, dloss)) {
+        errf(err, errlen, "backward pass failed: %s", dist_error(p->d));
+        return -1;
+    }
+    if (ch->first) s->busy = 0; /* nothing to send back */
+    return 0;
+}
+
+int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, float dloss,
+                  dist_step_result *r, char *err, size_t errlen)
+{
+    dist *d = p->d;
+    sched_list l;
+    memset(r, 0, sizeof *r);
+    if (sched_build(d->pp, d->pp_rank, d->nmicro, d->v, &l, err, errlen)) return -1;
+    double t0 = now_s(), idle = 0.0;
+    int rc = 0;
+    for (int i = 0; i < l.n && !rc;) {
+        if (!is_transfer(l.a[i].op)) {
+            rc = run_compute(p, &l.a[i], tokens, targets, dloss, &r->loss_sum, err, errlen);
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j < l.n && is_transfer(l.a[j].op)) j++;
+        rc = run_transfers(p, &l, i, j, &idle, err, errlen);
+        i = j;
+    }
+    sched_free(&l);
+    /* The closing synchronisation: a stage that finished early is idle until
+     * the last one is done, and that idleness is bubble too. */
+    if (!rc && d->pp > 1) {
+        double tb = now_s();
+        if (comm_barrier(d->g[GROUP_PP])) {
+            errf(err, errlen, "pipeline: %s", dist_error(d));
+            rc = -1;
+        }
+        idle += now_s() - tb;
+    }
+    r->idle_s = idle;
+    r->busy_s = now_s() - t0 - idle;
+    return rc;
+}
+
+/* Forward only, micro-batch by micro-batch through the virtual stages in
+ * order. Sends complete without the receiver on the host transport, so this
+ * order cannot deadlock there. */
+int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *targets, double *loss_sum,
+                      char *err, size_t errlen)
+{
+    dist *d = p->d;
+    eng_model *m = p->m;
+    comm *pp = d->g[GROUP_PP];
+    size_t bytes = eng_boundary_floats(m) * sizeof(float);
+    int S = d->pp * d->v;
+    *loss_sum = 0.0;
+    for (int mb = 0; mb < d->nmicro; mb++)
+        for (int c = 0; c < d->v; c++) {
+            const eng_chunk *ch = &m->chunks[c];
+            int stage = c * d->pp + d->pp_rank;
+            dist_slot *s = take_slot(p, mb, c);
+            if (!s) { errf(err, errlen, "out of memory for activations"); return -1; }
+            uint32_t tag = (uint32_t)(mb * S + stage);
+            if (!ch->first && comm_recv(pp, s->xin, bytes, (d->pp_rank + d->pp - 1) % d->pp, tag)) goto fail;
+            size_t off = (size_t)mb * m->B * m->T;
+            double ls = 0.0;
+            if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, &ls)) goto fail;
+            *loss_sum += ls;
+            if (!ch->last && comm_send(pp, eng_output(m, s->a), bytes, (d->pp_rank + 1) % d->pp, tag + 1)) goto fail;
+            s->busy = 0;
+        }
+    return 0;
+fail:
+    errf(err, errlen, "evaluation: %s", dist_error(d));
+    return -1;
+}
