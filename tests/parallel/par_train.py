@@ -1,0 +1,202 @@
+"""par_train: atoll-train's parallel layouts compute the single-rank function.
+
+Runs the tiny GPT (4 layers, hidden 64, 4 heads, vocab 256, seq 32, global batch
+16, 10 steps) on one rank, then under the local launcher (host transport, CPU)
+in each layout of the equivalence matrix: per-step losses must equal the
+single-rank run within 1e-5 relative (grad norms within 1e-4). Then: resume a
+tp2*pp2*dp2 ZeRO-1 checkpoint as tp1*pp4*dp2 and dp8 (losses continue as the
+uninterrupted run), --print-groups against an independent derivation of
+Megatron's groups, a killed rank (the launcher stops the rest and fails within
+seconds, naming the rank), and bad layouts (exit 2, one line naming the rule).
+
+usage: par_train.py ATOLL_TRAIN WORKDIR [--quick]
+--quick (sanitizer builds): the all-features layout, one resume, the rest.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+TRAIN, WORK = sys.argv[1], sys.argv[2]
+QUICK = "--quick" in sys.argv
+MODEL = ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 256 --seq-length 32 "
+         "--micro-batch-size 2 --global-batch-size 16 --train-iters 10 --lr 1e-3 --lr-warmup-iters 2 "
+         "--log-interval 1 --seed 7").split()
+ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1", ATOLL_COMM_TIMEOUT_MS="60000")
+failures = []
+
+
+def check(ok, msg):
+    print(("ok   " if ok else "FAIL ") + msg, flush=True)
+    if not ok:
+        failures.append(msg)
+
+
+def train(name, nproc, *flags):
+    metrics = os.path.join(WORK, name + ".jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    cmd = [TRAIN] + MODEL + list(flags) + ["--metrics-file", metrics]
+    if nproc > 1:
+        cmd += ["--nproc-per-node", str(nproc)]
+    t0 = time.time()
+    p = subprocess.run(cmd, env=ENV, cwd=WORK, capture_output=True, text=True, timeout=600)
+    check(p.returncode == 0, "%s: exit %d in %.1fs %s" % (name, p.returncode, time.time() - t0,
+                                                          p.stderr.strip()[-300:]))
+    steps = {}
+    if os.path.exists(metrics):
+        for line in open(metrics):
+            j = json.loads(line)
+            if "loss" in j:
+                steps[j["iteration"]] = j
+    return steps
+
+
+def compare(name, ref, got):
+    if not got or any(i not in ref for i in got):
+        check(False, "%s: steps %s" % (name, sorted(got)))
+        return
+    lw = max(abs(got[i]["loss"] - ref[i]["loss"]) / abs(ref[i]["loss"]) for i in got)
+    gw = max(abs(got[i]["grad_norm"] - ref[i]["grad_norm"]) / abs(ref[i]["grad_norm"]) for i in got)
+    check(lw <= 1e-5 and gw <= 1e-4,
+          "%s: %d steps, worst relative loss error %.2e, grad norm %.2e" % (name, len(got), lw, gw))
+
+
+def bubble_ok(name, steps, p, m, v):
+    last = steps[max(steps)]
+    theory = (p - 1) / (v * m)
+    check(abs(last["bubble_theory"] - theory) < 1e-6 and len(last["bubble_stages"]) == p
+          and all(b > 0 for b in last["bubble_stages"]),
+          "%s: bubble theory %.4f (want %.4f), measured per stage %s" %
+          (name, last["bubble_theory"], theory, last["bubble_stages"]))
+
+
+def children(pid):
+    kids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        kids.append(int(d))
+            except (OSError, ValueError, IndexError):
+                pass
+    return kids
+
+
+def killed_rank():
+    metrics = os.path.join(WORK, "kill.jsonl")
+    if os.path.exists(metrics):
+        os.remove(metrics)
+    # dp3: every rank takes part in every step's all-reduce
+    cmd = [TRAIN] + MODEL + ["--train-iters", "100000", "--nproc-per-node", "3", "--global-batch-size", "12",
+                             "--metrics-file", metrics]
+    p = subprocess.Popen(cmd, env=ENV, cwd=WORK, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (os.path.exists(metrics) and os.path.getsize(metrics) > 0):
+        time.sleep(0.1)
+    kids = children(p.pid)
+    check(len(kids) == 3, "kill: launcher has %d ranks running" % len(kids))
+    if not kids:
+        p.kill()
+        return
+    os.kill(sorted(kids)[1], signal.SIGKILL)
+    t0 = time.time()
+    try:
+        _, err = p.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+    took = time.time() - t0
+    left = [k for k in kids if os.path.exists("/proc/%d" % k) and open("/proc/%d/stat" % k).read().split()[2] != "Z"]
+    check(p.returncode != 0 and took < 10 and not left and "rank" in err and "signal 9" in err,
+          "kill: launcher exit %s after %.1fs, ranks left %s, message: %s" %
+          (p.returncode, took, left, err.strip().splitlines()[-1:] if err.strip() else ""))
+
+
+def print_groups():
+    tp, pp, world = 2, 2, 16
+    p = subprocess.run([TRAIN] + MODEL + ["--tensor-model-parallel-size", str(tp), "--pipeline-model-parallel-size",
+                                          str(pp), "--nproc-per-node", str(world), "--print-groups"],
+                       env=ENV, capture_output=True, text=True, timeout=60)
+    dp = world // (tp * pp)
+    # Megatron's default order tp-cp-ep-dp-pp: rank = t + tp*(d + dp*s)
+    rank = lambda t, d, s: t + tp * (d + dp * s)
+    want = {
+        "tp": [[rank(t, d, s) for t in range(tp)] for s in range(pp) for d in range(dp)],
+        "dp": [[rank(t, d, s) for d in range(dp)] for s in range(pp) for t in range(tp)],
+        "pp": [[rank(t, d, s) for s in range(pp)] for d in range(dp) for t in range(tp)],
+    }
+    try:
+        got = json.loads(p.stdout)
+    except ValueError:
+        got = {}
+    ok = p.returncode == 0 and all(sorted(got.get(k, [])) == sorted(v) for k, v in want.items())
+    ok = ok and sorted(got.get("embedding", [])) == sorted(want["pp"])  # pp = 2: first and last stage
+    check(ok, "--print-groups world %d tp %d pp %d: %s" % (world, tp, pp, p.stdout.strip()[:200]))
+    p = subprocess.run([TRAIN, "--print-groups", "--tensor-model-parallel-size", "3", "--num-gpus", "8"] + MODEL,
+                       env=ENV, capture_output=True, text=True, timeout=60)
+    check(p.returncode != 0 and "8" in p.stderr and "3" in p.stderr,
+          "--print-groups with world 8, tp 3 refused: %s" % p.stderr.strip())
+
+
+def bad_layouts():
+    for flags, word in ((["--nproc-per-node", "3", "--tensor-model-parallel-size", "2"], "divisible"),
+                        (["--nproc-per-node", "2", "--pipeline-model-parallel-size", "2",
+                          "--num-layers-per-virtual-pipeline-stage", "3"], "virtual"),
+                        (["--nproc-per-node", "0"], "--nproc-per-node")):
+        p = subprocess.run([TRAIN] + MODEL + flags, env=ENV, capture_output=True, text=True, timeout=60)
+        line = p.stderr.strip()
+        check(p.returncode == 2 and word in line and len(line.splitlines()) == 1,
+              "%s: exit %d, %s" % (" ".join(flags), p.returncode, line))
+
+
+def main():
+    os.makedirs(WORK, exist_ok=True)
+    ref = train("single", 1)
+    first, last = ref.get(1, {}).get("loss", 0), ref.get(10, {}).get("loss", 0)
+    check(len(ref) == 10 and last < first - 0.3, "single rank: loss %.4f -> %.4f over 10 steps" % (first, last))
+    tp2, pp2, vpp, sp = (["--tensor-model-parallel-size", "2"], ["--pipeline-model-parallel-size", "2"],
+                         ["--num-layers-per-virtual-pipeline-stage", "1"], ["--sequence-parallel"])
+    zero, sel = ["--use-distributed-optimizer"], ["--recompute-granularity", "selective"]
+    matrix = [
+        ("tp2", 2, tp2), ("tp2_sp", 2, tp2 + sp), ("pp2", 2, pp2),
+        ("pp4", 4, ["--pipeline-model-parallel-size", "4"]), ("pp2_v2", 2, pp2 + vpp), ("dp2", 2, []),
+        ("dp2_zero1", 2, zero), ("tp2_pp2_dp2", 8, tp2 + pp2),
+        ("tp2_pp2_dp2_full_recompute", 8, tp2 + pp2 + ["--recompute-granularity", "full"]),
+    ]
+    if QUICK:
+        matrix = []
+    for name, n, flags in matrix:
+        got = train(name, n, *flags)
+        compare(name, ref, got)
+    everything = train("tp2_pp2_dp2_vpp_sp_zero1_selective", 8, *(tp2 + pp2 + vpp + sp + zero + sel))
+    compare("tp2_pp2_dp2_vpp_sp_zero1_selective", ref, everything)
+    if everything:
+        bubble_ok("tp2_pp2_dp2_vpp_sp_zero1_selective", everything, 2, 4, 2)
+
+    ck = os.path.join(WORK, "ckpt")
+    shutil.rmtree(ck, ignore_errors=True)
+    train("save_tp2_pp2_dp2", 8, *(tp2 + pp2 + zero + ["--save", ck, "--exit-interval", "5"]))
+    resumes = [("resume_tp1_pp4_dp2", ["--pipeline-model-parallel-size", "4"])]
+    if not QUICK:
+        resumes.append(("resume_dp8", []))
+    for name, flags in resumes:
+        got = train(name, 8, *(flags + ["--load", ck]))
+        check(sorted(got) == list(range(6, 11)), "%s: resumed at iteration 6 (%s)" % (name, sorted(got)))
+        compare(name, ref, got)
+
+    print_groups()
+    bad_layouts()
+    killed_rank()
+    if failures:
+        print("%d check(s) failed" % len(failures))
+        return 1
+    print("all checks passed")
+    return 0
+
+
+sys.exit(main())
