@@ -87,6 +87,13 @@ out:
 int ckpt_write_shards(const char *dir, long long iteration, const eng_model *m,
                       const eng_optim *o, int write_headers, char *err, size_t errlen)
 {
+    ckpt_part all = { 1, { m->params, o->m, o->v }, 0, m->num_floats };
+    return ckpt_write_part(dir, iteration, m, &all, write_headers, err, errlen);
+}
+
+int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, const ckpt_part *part,
+                    int write_headers, char *err, size_t errlen)
+{
     char step[1024], path[1100];
     ckpt_step_dir(step, sizeof step, dir, iteration);
     if (mkdir_p(step)) {
@@ -112,15 +119,18 @@ int ckpt_write_shards(const char *dir, long long iteration, const eng_model *m,
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
         if (p->tied_copy) continue; /* the first stage writes wte */
-        const st_tensor *t = st_find(&mf, p->name);
-        m->k->to_host(host, m->params + p->offset, p->numel * sizeof(float));
-        if (st_write_slice(&mf, t, p, host, err, errlen)) goto out;
-        const float *src[3] = { m->params, o->m, o->v };
-        for (int s = 0; s < 3; s++) {
+        if (part->params) {
+            m->k->to_host(host, m->params + p->offset, p->numel * sizeof(float));
+            if (st_write_slice(&mf, st_find(&mf, p->name), p, host, err, errlen)) goto out;
+        }
+        size_t lo = p->offset > part->lo ? p->offset : part->lo;
+        size_t hi = p->offset + p->numel < part->hi ? p->offset + p->numel : part->hi;
+        for (int s = 0; s < 3 && lo < hi; s++) {
             char nm[ENG_NAME + 16];
             snprintf(nm, sizeof nm, "%s.%s", p->name, OPT_SUFFIX[s]);
-            if (s) m->k->to_host(host, src[s] + p->offset, p->numel * sizeof(float));
-            if (st_write_slice(&of, st_find(&of, nm), p, host, err, errlen)) goto out;
+            m->k->to_host(host, part->opt[s] + (lo - part->lo), (hi - lo) * sizeof(float));
+            if (st_write_range(&of, st_find(&of, nm), p, host, lo - p->offset, hi - p->offset, err, errlen))
+                goto out;
         }
     }
     rc = 0;

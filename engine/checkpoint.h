@@ -36,6 +36,19 @@ void ckpt_step_dir(char *out, size_t n, const char *dir, long long iteration);
 int ckpt_write_shards(const char *dir, long long iteration, const eng_model *m,
                       const eng_optim *o, int write_headers, char *err, size_t errlen);
 
+/* Part of the state one rank writes. `params`: the model file's slices of its
+ * parameters. Optimizer file: flat elements [lo, hi) of the rank's buffer
+ * layout (eng_param.offset), from opt[0] = master, opt[1] = exp_avg, opt[2] =
+ * exp_avg_sq, each holding element lo at index 0 (backend memory). A ZeRO-1
+ * rank passes its shard; ckpt_write_shards passes the whole buffer. */
+typedef struct ckpt_part {
+    int params;
+    const float *opt[3];
+    size_t lo, hi;
+} ckpt_part;
+int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, const ckpt_part *part,
+                    int write_headers, char *err, size_t errlen);
+
 /* Writes train_state.json, then the manifest (committing the step), then the
  * latest-iteration file. Call once, after every rank's ckpt_write_shards. */
 int ckpt_commit(const char *dir, const eng_train_state *st, char *err, size_t errlen);

@@ -102,6 +102,7 @@ eng_layout dist_layout(const dist *d, const atoll_config *c)
 static int tp_sum(void *ctx, float *buf, size_t n)
 {
     dist *d = ctx;
+    d->k->sync();
     return comm_allreduce(d->g[GROUP_TP], buf, n, COMM_SUM);
 }
 
@@ -123,6 +124,7 @@ static int grow_scratch(dist *d, size_t n)
 static int tp_max(void *ctx, float *buf, size_t n)
 {
     dist *d = ctx;
+    d->k->sync();
     if (grow_scratch(d, n * (size_t)d->tp)) return comm_fail(d->world, "tp max: out of memory");
     if (comm_allgather(d->g[GROUP_TP], buf, d->scratch, n)) return -1;
     d->k->to_host(d->host_a, d->scratch, n * (size_t)d->tp * sizeof(float));
@@ -138,12 +140,14 @@ static int tp_max(void *ctx, float *buf, size_t n)
 static int tp_gather(void *ctx, const float *in, float *out, size_t n)
 {
     dist *d = ctx;
+    d->k->sync();
     return comm_allgather(d->g[GROUP_TP], in, out, n);
 }
 
 static int tp_scatter(void *ctx, const float *in, float *out, size_t n)
 {
     dist *d = ctx;
+    d->k->sync();
     return comm_reduce_scatter(d->g[GROUP_TP], in, out, n, COMM_SUM);
 }
 
@@ -157,6 +161,7 @@ int dist_world_sum(dist *d, float *buf, int n)
 {
     if (d->size == 1) return 0;
     if (grow_scratch(d, (size_t)n)) return comm_fail(d->world, "world sum: out of memory");
+    d->k->sync();
     d->k->to_device(d->scratch, buf, (size_t)n * sizeof(float));
     if (comm_allreduce(comm_world_comm(d->world), d->scratch, (size_t)n, COMM_SUM)) return -1;
     d->k->to_host(buf, d->scratch, (size_t)n * sizeof(float));
@@ -174,6 +179,9 @@ static const eng_param *tied_wte(const eng_model *m)
 
 int dist_sync_grads(dist *d, eng_model *m, dist_optim *o)
 {
+    /* The kernels' stream and a comm backend's own stream are not ordered:
+     * every comm call below starts after the queued work is done. */
+    m->k->sync();
     /* Sequence parallel: each TP rank saw only its rows of the LayerNorms. */
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
@@ -305,6 +313,7 @@ int dist_optim_step(dist *d, eng_model *m, dist_optim *o, double lr, float grad_
                     grad_scale, t);
     }
     /* Every DP rank gets every updated parameter back. */
+    m->k->sync();
     if (comm_allgather(d->g[GROUP_DP], o->master, o->gbuf, o->shard)) return -1;
     m->k->copy(m->params, o->gbuf, m->num_floats * sizeof(float));
     return 0;
@@ -314,6 +323,7 @@ eng_optim *dist_optim_full(dist *d, eng_model *m, dist_optim *o)
 {
     if (!o->zero) return o->full;
     if (!o->full && !(o->full = eng_optim_create(m))) return NULL;
+    m->k->sync();
     float *dst[2] = { o->full->m, o->full->v }, *src[2] = { o->m, o->v };
     for (int i = 0; i < 2; i++) {
         if (comm_allgather(d->g[GROUP_DP], src[i], o->gbuf, o->shard)) return NULL;

@@ -113,6 +113,7 @@ static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double
         int send = a->op == SCHED_SEND_FWD || a->op == SCHED_SEND_BWD;
         ops[n++] = (comm_p2p){ send, buf, bytes, a->peer, sched_tag(l, a) };
     }
+    p->m->k->sync(); /* the activations sent are complete */
     double t0 = now_s();
     if (comm_p2p_batch(p->d->g[GROUP_PP], ops, n)) {
         errf(err, errlen, "pipeline: %s", dist_error(p->d));
@@ -208,6 +209,7 @@ int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *target
             dist_slot *s = take_slot(p, mb, c);
             if (!s) { errf(err, errlen, "out of memory for activations"); return -1; }
             uint32_t tag = (uint32_t)(mb * S + stage);
+            p->m->k->sync();
             if (!ch->first && comm_recv(pp, s->xin, bytes, (d->pp_rank + d->pp - 1) % d->pp, tag)) goto fail;
             size_t off = (size_t)mb * m->B * m->T;
             double ls = 0.0;

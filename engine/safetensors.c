@@ -153,6 +153,28 @@ int st_write_slice(st_file *f, const st_tensor *t, const eng_param *p, const flo
     return rc;
 }
 
+/* Whole rows of a dim-0 or unsplit tensor are contiguous in the file, so the
+ * range is one write; a dim-1 split is one write per (part of a) local row. */
+int st_write_range(st_file *f, const st_tensor *t, const eng_param *p, const float *src, size_t a,
+                   size_t b, char *err, size_t errlen)
+{
+    int rc = 0;
+    size_t w = (size_t)p->local[1];
+    if (p->shard_dim == 1) {
+        for (size_t e = a; e < b && !rc;) {
+            size_t i = e / w, j = e % w, n = w - j < b - e ? w - j : b - e;
+            rc = pwrite_all(f->fd, src + (e - a), sizeof(float) * n,
+                            t->begin + 4ULL * (uint64_t)((int64_t)i * p->full[1] + p->shard_off + (int64_t)j));
+            e += n;
+        }
+    } else {
+        uint64_t start = p->shard_dim == 0 ? 4ULL * (uint64_t)(p->shard_off * p->full[1]) : 0;
+        rc = pwrite_all(f->fd, src, sizeof(float) * (b - a), t->begin + start + 4ULL * a);
+    }
+    if (rc) errf(err, errlen, "writing tensor %s: %s", t->name, strerror(errno));
+    return rc;
+}
+
 int st_write_all(st_file *f, const st_tensor *t, const void *data, char *err, size_t errlen)
 {
     if (pwrite_all(f->fd, data, (size_t)(t->end - t->begin), t->begin)) {

@@ -49,6 +49,10 @@ int st_create(st_file *f, const char *path, int write_header, char *err, size_t 
  * `local` (host floats of shape p->local, sliced as p describes). */
 int st_write_slice(st_file *f, const st_tensor *t, const eng_param *p, const float *local,
                    char *err, size_t errlen);
+/* Writes local elements [a, b) (row-major in p->local) of this rank's slice of
+ * `t` from `src` (element a at src[0]): a ZeRO-1 shard's part of a tensor. */
+int st_write_range(st_file *f, const st_tensor *t, const eng_param *p, const float *src, size_t a,
+                   size_t b, char *err, size_t errlen);
 /* Writes a whole tensor from host memory (any dtype of 4 bytes). */
 int st_write_all(st_file *f, const st_tensor *t, const void *data, char *err, size_t errlen);
 

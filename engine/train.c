@@ -20,6 +20,7 @@
 
 #ifdef ATOLL_HAVE_CUDA_KERNELS
 #include "cuda/k_cuda.h"
+#include <cuda_runtime.h>
 #endif
 
 static void errf(char *err, size_t n, const char *fmt, ...)
@@ -49,6 +50,11 @@ static const k_ops *pick_backend(const char *device, char *err, size_t errlen)
     if (!strcmp(device, "cpu")) return k_cpu();
     if (!strcmp(device, "cuda")) {
 #ifdef ATOLL_HAVE_CUDA_KERNELS
+        /* one GPU per rank: the launcher's LOCAL_RANK picks it before the
+         * backend binds to the current device */
+        int ndev = 0;
+        const char *lr = getenv("LOCAL_RANK");
+        if (lr && cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0) cudaSetDevice(atoi(lr) % ndev);
         const k_ops *k = k_cuda();
         if (k) return k;
         errf(err, errlen, "--device cuda: no usable CUDA device");
@@ -500,17 +506,25 @@ static void teardown(run *r)
     if (r->have_dist) dist_free(&r->d);
 }
 
-/* Every rank writes its slices (one DP replica of each model shard; ZeRO-1
- * moments gathered first), then rank 0 commits the step once all are done. */
+/* DP rank 0 of each model shard writes its parameter slices and (without
+ * ZeRO-1) its optimizer slices; under ZeRO-1 every DP rank writes its shard's
+ * part of the full-shape optimizer tensors. Then rank 0 commits the step. */
 static int save(run *r, char *err, size_t errlen)
 {
     dist *d = &r->d;
     if (d->size == 1) return ckpt_save(r->c->save, r->m, r->opt, &r->st, err, errlen);
-    eng_optim *full = dist_optim_full(d, r->m, &r->dopt);
-    if (!full) { errf(err, errlen, "--save: %s", dist_error(d)); return -1; }
-    if (d->dp_rank == 0 &&
-        ckpt_write_shards(r->c->save, r->st.iteration, r->m, full, d->rank == 0, err, errlen))
-        return -1;
+    dist_optim *o = &r->dopt;
+    int rc = 0;
+    if (o->zero) {
+        size_t lo = o->shard * (size_t)d->dp_rank, hi = lo + o->shard;
+        if (hi > r->m->num_floats) hi = r->m->num_floats;
+        if (lo > hi) lo = hi;
+        ckpt_part part = { d->dp_rank == 0, { o->master, o->m, o->v }, lo, hi };
+        rc = ckpt_write_part(r->c->save, r->st.iteration, r->m, &part, d->rank == 0, err, errlen);
+    } else if (d->dp_rank == 0) {
+        rc = ckpt_write_shards(r->c->save, r->st.iteration, r->m, o->full, d->rank == 0, err, errlen);
+    }
+    if (rc) return -1;
     comm *w = comm_world_comm(d->world);
     if (comm_barrier(w) || (d->rank == 0 && ckpt_commit(r->c->save, &r->st, err, errlen)) || comm_barrier(w)) {
         if (!err[0]) errf(err, errlen, "--save: %s", dist_error(d));
