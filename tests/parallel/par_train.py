@@ -9,8 +9,7 @@ uninterrupted run), --print-groups against an independent derivation of
 Megatron's groups, a killed rank (the launcher stops the rest and fails within
 seconds, naming the rank), and bad layouts (exit 2, one line naming the rule).
 
-usage: par_train.py ATOLL_TRAIN WORKDIR [--quick]
---quick (sanitizer builds): the all-features layout, one resume, the rest.
+usage: par_train.py ATOLL_TRAIN WORKDIR
 """
 import array
 import json
@@ -23,7 +22,6 @@ import sys
 import time
 
 TRAIN, WORK = sys.argv[1], sys.argv[2]
-QUICK = "--quick" in sys.argv
 MODEL = ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 256 --seq-length 32 "
          "--micro-batch-size 2 --global-batch-size 16 --train-iters 10 --lr 1e-3 --lr-warmup-iters 2 "
          "--log-interval 1 --seed 7").split()
@@ -207,8 +205,6 @@ def main():
         ("dp2_zero1", 2, zero), ("tp2_pp2_dp2", 8, tp2 + pp2),
         ("tp2_pp2_dp2_full_recompute", 8, tp2 + pp2 + ["--recompute-granularity", "full"]),
     ]
-    if QUICK:
-        matrix = []
     for name, n, flags in matrix:
         got = train(name, n, *flags)
         compare(name, ref, got)
@@ -226,9 +222,7 @@ def main():
     for f in ("model.safetensors", "optim.safetensors"):
         same_tensors("ZeRO-1 tp2*pp2*dp2 " + f, os.path.join(ref_ck, "iter_0000005", f),
                      os.path.join(ck, "iter_0000005", f))
-    resumes = [("resume_tp1_pp4_dp2", ["--pipeline-model-parallel-size", "4"])]
-    if not QUICK:
-        resumes.append(("resume_dp8", []))
+    resumes = [("resume_tp1_pp4_dp2", ["--pipeline-model-parallel-size", "4"]), ("resume_dp8", [])]
     for name, flags in resumes:
         got = train(name, 8, *(flags + ["--load", ck]))
         check(sorted(got) == list(range(6, 11)), "%s: resumed at iteration 6 (%s)" % (name, sorted(got)))
