@@ -1,10 +1,12 @@
-/* The CUDA kernels that are not cuBLAS calls (everything but matmul.cu and
- * attention.cu), run on the CPU through tests/cuda/emu/emu_cuda.h and
- * compared with the CPU reference k_cpu(): the same bounds as the GPU tests
+/* The CUDA backend's kernels run on the CPU through tests/cuda/emu/emu_cuda.h
+ * (cuBLAS calls through emu/cublas_mock.h, so matmul.cu and attention.cu are
+ * checked for their shapes, transposes, leading dimensions, epilogues and
+ * fallbacks, not for cuBLAS itself) and compared with the CPU reference
+ * k_cpu(): the same bounds as the GPU tests
  * (fp32 1e-5, bf16 1e-2), outputs poisoned first (emulated cudaMalloc fills
  * NaN bytes too), no NaN. It checks the kernels' logic on machines without a
  * GPU; cuda_kernels_fp32/bf16 remain the checks of the real thing. */
-#include "emu_cuda.h"
+#include "cublas_mock.h"
 
 extern "C" {
 #include "kernels.h"
@@ -39,6 +41,14 @@ void kcu_to_bf16(uint16_t *, const float *, size_t);
 void kcu_attention_forward_bf16(uint16_t *, float *, const uint16_t *, int, int, int, int);
 void kcu_attention_backward_bf16(uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, const float *, int,
                                  int, int, int);
+void kcu_matmul_forward(float *, const float *, const float *, const float *, int, int, int);
+void kcu_matmul_backward(float *, float *, float *, const float *, const float *, const float *, int, int, int);
+void kcu_matmul_forward_bf16(uint16_t *, uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, int, int,
+                             int);
+void kcu_matmul_backward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *, int,
+                              int, int);
+void kcu_attention_forward(float *, float *, const float *, int, int, int, int);
+void kcu_attention_backward(float *, float *, const float *, const float *, const float *, int, int, int, int);
 template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C);
 
 typedef std::vector<float> vec;
@@ -220,6 +230,53 @@ static void test_elementwise_optimizer(size_t n)
     else failed++, fprintf(stderr, "adamw_bf16: the bf16 params are not the rounded master weights\n");
 }
 
+static void test_matmul(int N, int C, int OC)
+{
+    size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
+    vec x = rv(ni), w = rv(nw), bias = rv(OC), o1 = nanv(no), o2 = o1, g = rv(no);
+    R->matmul_forward(o1.data(), x.data(), w.data(), bias.data(), N, C, OC);
+    kcu_matmul_forward(o2.data(), x.data(), w.data(), bias.data(), N, C, OC);
+    cmp("matmul_forward (bias)", o2, o1, 1e-5);
+    vec d1 = nanv(ni), d2 = d1, gw1 = rv(nw), gw2 = gw1, gb1 = rv(OC), gb2 = gb1;
+    R->matmul_backward(d1.data(), gw1.data(), gb1.data(), g.data(), x.data(), w.data(), N, C, OC);
+    kcu_matmul_backward(d2.data(), gw2.data(), gb2.data(), g.data(), x.data(), w.data(), N, C, OC);
+    cmp("matmul_backward dinp", d2, d1, 1e-5);
+    cmp("matmul_backward dw", gw2, gw1, 1e-5);
+    cmp("matmul_backward dbias", gb2, gb1, 1e-5);
+    /* bf16: plain, bias, and bias + GELU with the pre-activation kept */
+    std::vector<uint16_t> xb, wb, bb, gb, ob(no, 0xffff), pb(no, 0xffff), db(ni, 0xffff);
+    vec xr = rv_bf(ni, 1, xb), wr = rv_bf(nw, 0.2f, wb), br = rv_bf(OC, 1, bb), gr = rv_bf(no, 1, gb), ge(no);
+    R->matmul_forward(o1.data(), xr.data(), wr.data(), nullptr, N, C, OC);
+    kcu_matmul_forward_bf16(ob.data(), nullptr, xb.data(), wb.data(), nullptr, N, C, OC);
+    cmp("matmul_forward_bf16", widen(ob), o1, 1e-2);
+    R->matmul_forward(o1.data(), xr.data(), wr.data(), br.data(), N, C, OC);
+    kcu_matmul_forward_bf16(ob.data(), nullptr, xb.data(), wb.data(), bb.data(), N, C, OC);
+    cmp("matmul_forward_bf16 (bias)", widen(ob), o1, 1e-2);
+    R->gelu_forward(ge.data(), o1.data(), no);
+    kcu_matmul_forward_bf16(ob.data(), pb.data(), xb.data(), wb.data(), bb.data(), N, C, OC);
+    cmp("matmul_forward_bf16 pre_gelu", widen(pb), o1, 1e-2);
+    cmp("matmul_forward_bf16 gelu", widen(ob), ge, 1e-2);
+    R->matmul_backward(d1.data(), gw1.data(), gb1.data(), gr.data(), xr.data(), wr.data(), N, C, OC);
+    kcu_matmul_backward_bf16(db.data(), gw2.data(), gb2.data(), gb.data(), xb.data(), wb.data(), N, C, OC);
+    cmp("matmul_backward_bf16 dinp", widen(db), d1, 1e-2);
+    cmp("matmul_backward_bf16 dw", gw2, gw1, 1e-2);
+    cmp("matmul_backward_bf16 dbias", gb2, gb1, 1e-2);
+}
+
+static void test_attention(int B, int T, int NH, int HD)
+{
+    size_t nq = (size_t)B * T * 3 * NH * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
+    vec qkv = rv(nq, 2), o1 = nanv(no), o2 = o1, a1 = nanv(na), a2 = a1, g = rv(no), d1 = nanv(nq), d2 = d1;
+    vec s1 = nanv(na), s2 = s1;
+    R->attention_forward(o1.data(), a1.data(), qkv.data(), B, T, NH, HD);
+    kcu_attention_forward(o2.data(), a2.data(), qkv.data(), B, T, NH, HD);
+    cmp("attention_forward out", o2, o1, 1e-5);
+    cmp("attention_forward att", a2, a1, 1e-5);
+    R->attention_backward(d1.data(), s1.data(), g.data(), qkv.data(), a1.data(), B, T, NH, HD);
+    kcu_attention_backward(d2.data(), s2.data(), g.data(), qkv.data(), a2.data(), B, T, NH, HD);
+    cmp("attention_backward dqkv", d2, d1, 1e-5);
+}
+
 static void test_flash(int B, int T, int NH, int HD)
 {
     size_t nq = (size_t)B * T * 3 * NH * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
@@ -245,9 +302,17 @@ int main(int, char **argv)
     test_xent(20, 3000, 1500, 1500);
     test_elementwise_optimizer(1);
     test_elementwise_optimizer(20001);
+    test_matmul(7, 13, 11);  /* odd: the mock offers no fused epilogue, fallbacks run */
+    test_matmul(16, 24, 32); /* even: fused epilogues */
+    test_attention(2, 9, 2, 4);
     test_flash(1, 64, 1, 64);  /* one tile */
     test_flash(1, 150, 1, 64); /* a partial last tile */
     test_flash(1, 80, 1, 128);
+    if (mock_fused_calls == 0 || mock_rejected_calls == 0) {
+        failed++;
+        fprintf(stderr, "the fused (%d) and the fallback (%d) GEMM paths must both run\n", mock_fused_calls,
+                mock_rejected_calls);
+    }
     printf("%s: %d passed, %d failed\n", argv[0], passed, failed);
     return failed ? 1 : 0;
 }

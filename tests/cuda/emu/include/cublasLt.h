@@ -1,2 +1,2 @@
-/* stand-in for the CUDA header of this name: see ../emu_cuda.h */
-#include "../emu_cuda.h"
+/* stand-in for the CUDA header of this name: see ../cublas_mock.h */
+#include "../cublas_mock.h"

@@ -1,0 +1,116 @@
+/* cublas_mock: the cuBLAS / cuBLASLt calls of matmul.cu and attention.cu on
+ * the CPU, for the emulated build (see emu_cuda.h). Column-major BLAS
+ * semantics in double; epilogues BIAS and GELU(_AUX)(_BIAS) as cuBLASLt
+ * documents them (bias per row of D, the GELU input kept in D's type). The
+ * heuristic offers no algorithm for a fused epilogue when D has an odd
+ * dimension, so odd test shapes exercise matmul.cu's fallbacks. Shapes and
+ * leading dimensions are checked; a mismatch aborts. */
+#ifndef ATOLL_CUBLAS_MOCK_H
+#define ATOLL_CUBLAS_MOCK_H
+#include "emu_cuda.h"
+#include <cmath>
+typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
+enum { CUBLAS_STATUS_NOT_SUPPORTED = 15 };
+typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
+typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU = 32,
+  CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128, CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4 } cublasLtEpilogue_t;
+typedef enum { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+  CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+  CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12 } cublasLtMatmulDescAttributes_t;
+typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8 } cublasLtMatmulPreferenceAttributes_t;
+struct mock_desc { int ta = 0, tb = 0; int epi = 1; const void *bias = nullptr; void *aux = nullptr; int64_t ldaux = 0; };
+struct mock_layout { cudaDataType_t t; uint64_t rows, cols; int64_t ld; };
+typedef mock_desc *cublasLtMatmulDesc_t;
+typedef mock_layout *cublasLtMatrixLayout_t;
+typedef int *cublasLtMatmulPreference_t;
+typedef struct { uint64_t data[8]; } cublasLtMatmulAlgo_t;
+typedef struct { cublasLtMatmulAlgo_t algo; size_t workspaceSize; int state; float wavesCount; int reserved[4]; } cublasLtMatmulHeuristicResult_t;
+inline int mock_fused_calls, mock_rejected_calls; /* how often each path ran */
+inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t, cudaDataType_t) { *d = new mock_desc; return 0; }
+inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return 0; }
+inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *v, size_t n)
+{
+    switch (a) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: memcpy(&d->ta, v, 4); break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: memcpy(&d->tb, v, 4); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: memcpy(&d->epi, v, 4); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: memcpy(&d->bias, v, sizeof(void *)); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: memcpy(&d->aux, v, sizeof(void *)); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: if (n != 8) abort(); memcpy(&d->ldaux, v, 8); break;
+    }
+    return 0;
+}
+inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType_t t, uint64_t r, uint64_t c, int64_t ld)
+{
+    if (ld < (int64_t)r) { fprintf(stderr, "mock: ld %ld < rows %lu\n", (long)ld, (unsigned long)r); abort(); }
+    *l = new mock_layout{t, r, c, ld}; return 0;
+}
+inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return 0; }
+inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) { *p = new int; return 0; }
+inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return 0; }
+inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t, const void *, size_t) { return 0; }
+/* policy: fused epilogues only when m and n are even, so odd test shapes take the fallbacks */
+inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t, int, cublasLtMatmulHeuristicResult_t *h, int *found)
+{
+    memset(h, 0, sizeof *h);
+    if (d->epi != CUBLASLT_EPILOGUE_DEFAULT && ((D->rows | D->cols) & 1)) { *found = 0; mock_rejected_calls++; return CUBLAS_STATUS_NOT_SUPPORTED; }
+    *found = 1; return 0;
+}
+inline float mock_ld(const void *p, cudaDataType_t t, size_t i) { return t == CUDA_R_32F ? ((const float *)p)[i] : __bfloat162float(((const __nv_bfloat16 *)p)[i]); }
+inline void mock_st(void *p, cudaDataType_t t, size_t i, float v) { if (t == CUDA_R_32F) ((float *)p)[i] = v; else ((__nv_bfloat16 *)p)[i] = __nv_bfloat16(v); }
+inline void mock_gemm(int ta, int tb, int m, int n, int k, float alpha, const void *A, cudaDataType_t at, long lda,
+                      const void *B, cudaDataType_t bt, long ldb, float beta, void *C, cudaDataType_t ct, long ldc,
+                      int epi = 1, const void *bias = nullptr, void *aux = nullptr, long ldaux = 0)
+{
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            double s = 0;
+            for (int p = 0; p < k; p++)
+                s += (double)mock_ld(A, at, ta ? (size_t)i * lda + p : (size_t)p * lda + i) *
+                     mock_ld(B, bt, tb ? (size_t)p * ldb + j : (size_t)j * ldb + p);
+            float v = alpha * (float)s + (beta != 0 ? beta * mock_ld(C, ct, (size_t)j * ldc + i) : 0.0f);
+            if (epi & 4) v += mock_ld(bias, ct, i);
+            if (epi & 32) {
+                if (epi & 128) { mock_st(aux, ct, (size_t)j * ldaux + i, v); v = mock_ld(aux, ct, (size_t)j * ldaux + i); }
+                v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+            }
+            mock_st(C, ct, (size_t)j * ldc + i, v);
+        }
+}
+inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void *alpha, const void *A, cublasLtMatrixLayout_t la,
+    const void *B, cublasLtMatrixLayout_t lb, const void *beta, const void *C, cublasLtMatrixLayout_t lc, void *D, cublasLtMatrixLayout_t ld,
+    const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t)
+{
+    if (C != D || lc != ld) abort();
+    int m = ld->rows, n = ld->cols, k = d->ta ? la->rows : la->cols;
+    if ((d->ta ? la->cols : la->rows) != (uint64_t)m || (d->tb ? lb->rows : lb->cols) != (uint64_t)n || (d->tb ? lb->cols : lb->rows) != (uint64_t)k) {
+        fprintf(stderr, "mock: inconsistent shapes\n"); abort();
+    }
+    if (d->epi & 128 && d->ldaux < m) abort();
+    if (d->epi != 1) mock_fused_calls++;
+    mock_gemm(d->ta, d->tb, m, n, k, *(const float *)alpha, A, la->t, la->ld, B, lb->t, lb->ld, *(const float *)beta, D, ld->t, ld->ld,
+              d->epi, d->bias, d->aux, d->ldaux);
+    return 0;
+}
+inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+    const float *alpha, const float *A, int lda, long long sa, const float *B, int ldb, long long sb, const float *beta,
+    float *C, int ldc, long long sc, int count)
+{
+    for (int i = 0; i < count; i++)
+        mock_gemm(ta, tb, m, n, k, *alpha, A + i * sa, CUDA_R_32F, lda, B + i * sb, CUDA_R_32F, ldb, *beta, C + i * sc, CUDA_R_32F, ldc);
+    return 0;
+}
+inline cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *alpha,
+    const void *A, cudaDataType_t at, int lda, const void *B, cudaDataType_t bt, int ldb, const void *beta, void *C, cudaDataType_t ct,
+    int ldc, cublasComputeType_t, cublasGemmAlgo_t)
+{
+    mock_gemm(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, B, bt, ldb, *(const float *)beta, C, ct, ldc);
+    return 0;
+}
+
+#endif
