@@ -1,6 +1,7 @@
 #include "dist.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,6 +169,107 @@ int dist_world_sum(dist *d, float *buf, int n)
     return 0;
 }
 
+/* ---- data-parallel overlap ---- */
+
+struct dist_overlap {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    comm *dp;
+    float *grads;
+    size_t *off, *n;   /* queue of ranges, cap entries */
+    int cap, head, tail, closing, failed;
+};
+
+static void *overlap_main(void *arg)
+{
+    struct dist_overlap *o = arg;
+    for (;;) {
+        pthread_mutex_lock(&o->mu);
+        while (o->head == o->tail && !o->closing) pthread_cond_wait(&o->cv, &o->mu);
+        if (o->head == o->tail) {
+            pthread_mutex_unlock(&o->mu);
+            return NULL;
+        }
+        size_t off = o->off[o->head], n = o->n[o->head];
+        o->head++;
+        int failed = o->failed;
+        pthread_mutex_unlock(&o->mu);
+        if (!failed && comm_allreduce(o->dp, o->grads + off, n, COMM_SUM)) {
+            pthread_mutex_lock(&o->mu);
+            o->failed = 1;
+            pthread_mutex_unlock(&o->mu);
+        }
+    }
+}
+
+int dist_overlap_begin(dist *d, eng_model *m, int zero)
+{
+    d->overlapped = 0;
+    if (d->dp == 1 || zero || comm_world_backend(d->world) != COMM_BACKEND_HOST || strcmp(m->k->name, "cpu"))
+        return 0;
+    struct dist_overlap *o = calloc(1, sizeof *o);
+    int cap = m->nparams + 1; /* at most one push per tensor */
+    if (!o || !(o->off = calloc((size_t)cap, sizeof *o->off)) || !(o->n = calloc((size_t)cap, sizeof *o->n))) {
+        if (o) free(o->off);
+        free(o);
+        return 0; /* no overlap: dist_sync_grads reduces afterwards */
+    }
+    o->cap = cap;
+    o->dp = d->g[GROUP_DP];
+    o->grads = m->grads;
+    pthread_mutex_init(&o->mu, NULL);
+    pthread_cond_init(&o->cv, NULL);
+    if (pthread_create(&o->thread, NULL, overlap_main, o)) {
+        pthread_mutex_destroy(&o->mu);
+        pthread_cond_destroy(&o->cv);
+        free(o->off);
+        free(o->n);
+        free(o);
+        return 0;
+    }
+    d->ovl = o;
+    return 1;
+}
+
+void dist_overlap_push(dist *d, size_t off, size_t n)
+{
+    struct dist_overlap *o = d->ovl;
+    if (!o || !n) return;
+    d->k->sync();
+    pthread_mutex_lock(&o->mu);
+    if (o->tail < o->cap) {
+        o->off[o->tail] = off;
+        o->n[o->tail] = n;
+        o->tail++;
+    } else {
+        o->failed = 2; /* more ranges than tensors: a bookkeeping bug, not a hang */
+    }
+    pthread_cond_signal(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+}
+
+int dist_overlap_end(dist *d)
+{
+    struct dist_overlap *o = d->ovl;
+    if (!o) return 0;
+    pthread_mutex_lock(&o->mu);
+    o->closing = 1;
+    pthread_cond_signal(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+    pthread_join(o->thread, NULL);
+    int failed = o->failed;
+    pthread_mutex_destroy(&o->mu);
+    pthread_cond_destroy(&o->cv);
+    free(o->off);
+    free(o->n);
+    free(o);
+    d->ovl = NULL;
+    d->overlapped = !failed;
+    if (failed == 2) return comm_fail(d->world, "dp overlap: more gradient ranges than tensors");
+    return failed ? -1 : 0;
+}
+
 /* ---- gradients ---- */
 
 /* Which tensors of the flat buffer carry the tied embedding (both copies). */
@@ -195,7 +297,7 @@ int dist_sync_grads(dist *d, eng_model *m, dist_optim *o)
     if (d->pp > 1 && wte && emb && comm_size(emb) > 1 &&
         comm_allreduce(emb, m->grads + wte->offset, wte->numel, COMM_SUM))
         return -1;
-    if (d->dp == 1) return 0;
+    if (d->dp == 1 || d->overlapped) return 0; /* (sums commute: DP first is the same) */
     comm *dp = d->g[GROUP_DP];
     if (o->zero) {
         m->k->zero(o->gbuf, o->shard * (size_t)d->dp * sizeof(float));

@@ -43,6 +43,8 @@ typedef struct dist {
     int tp_rank, pp_rank, dp_rank;
     int nmicro;                 /* micro-batches per step on this DP rank */
     const k_ops *k;
+    struct dist_overlap *ovl;   /* DP all-reduce thread of the current step, if any */
+    int overlapped;             /* this step's DP all-reduce ran during backward */
     float *scratch;             /* TP max: gathered rows (backend memory) */
     float *host_a, *host_b;
     size_t scratch_n;
@@ -87,6 +89,16 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
 /* Forward only (evaluation): returns the summed token loss on the last stage. */
 int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *targets, double *loss_sum,
                       char *err, size_t errlen);
+
+/* ---- data-parallel overlap ----
+ * Without ZeRO-1, on the host transport (whose groups may be driven from
+ * different threads), the DP all-reduce of a range of gradients starts on a
+ * helper thread as soon as the last micro-batch's backward has finished it,
+ * while the backward of the earlier layers goes on. NCCL runs every group on
+ * one stream here, so it reduces after the backward (dist_sync_grads). */
+int dist_overlap_begin(dist *d, eng_model *m, int zero);  /* 1: overlapping this step */
+void dist_overlap_push(dist *d, size_t off, size_t n);     /* grads[off, off+n) are final */
+int dist_overlap_end(dist *d);                             /* waits; 0 or -1 (dist_error) */
 
 /* ---- gradients and optimizer ---- */
 

@@ -616,6 +616,7 @@ int eng_backward(eng_model *m, eng_acts *a, const float *dout, float dloss)
             la = m->ws_layer;
         }
         if (layer_backward(m, &ch->w.layers[l], &ch->g.layers[l], la, a->res[l])) return -1;
+        if (m->layer_done) m->layer_done(m->layer_done_ctx, a->chunk, ch->layer_begin + l);
     }
     if (ch->first) {
         const float *d = gather_rows(m, m->ws_dres);

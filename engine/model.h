@@ -113,6 +113,10 @@ typedef struct eng_model {
     float *ws_att;              /* selective recompute: the recomputed probabilities */
     float *ws_layer_mem;        /* full recompute: one layer's activations, rebuilt */
     struct eng_layer_acts *ws_layer;
+    /* Called by eng_backward after each layer's backward when set (chunk and
+     * global layer index): the data-parallel overlap hooks in here. */
+    void (*layer_done)(void *ctx, int chunk, int layer);
+    void *layer_done_ctx;
 } eng_model;
 
 /* Per micro-batch, per chunk activations kept from forward to backward. With

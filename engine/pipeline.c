@@ -125,6 +125,33 @@ static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double
     return 0;
 }
 
+/* Data-parallel overlap: a layer's gradients are final once the last
+ * micro-batch's backward has passed it. */
+static void layer_done(void *ctx, int chunk, int layer)
+{
+    dist_pipe *p = ctx;
+    char prefix[32];
+    int n = snprintf(prefix, sizeof prefix, "h.%d.", layer);
+    size_t lo = (size_t)-1, hi = 0;
+    (void)chunk;
+    for (int i = 0; i < p->m->nparams; i++) {
+        const eng_param *t = &p->m->table[i];
+        if (strncmp(t->name, prefix, (size_t)n)) continue;
+        if (t->offset < lo) lo = t->offset;
+        if (t->offset + t->numel > hi) hi = t->offset + t->numel;
+    }
+    if (lo < hi) dist_overlap_push(p->d, lo, hi - lo);
+}
+
+/* ... and the chunk's embeddings, final LayerNorm and head after its whole backward. */
+static void chunk_done(dist_pipe *p, int chunk)
+{
+    for (int i = 0; i < p->m->nparams; i++) {
+        const eng_param *t = &p->m->table[i];
+        if (t->chunk == chunk && strncmp(t->name, "h.", 2)) dist_overlap_push(p->d, t->offset, t->numel);
+    }
+}
+
 static int run_compute(dist_pipe *p, const sched_action *a, const int32_t *tokens, const int32_t *targets,
                        float dloss, double *loss_sum, char *err, size_t errlen)
 {
@@ -146,10 +173,18 @@ static int run_compute(dist_pipe *p, const sched_action *a, const int32_t *token
         *loss_sum += ls;
         return 0;
     }
-    if (eng_backward(m, s->a, ch->last ? NULL : s->dout, dloss)) {
+    int final = p->d->ovl && a->mb == p->d->nmicro - 1;
+    if (final) {
+        m->layer_done = layer_done;
+        m->layer_done_ctx = p;
+    }
+    int rc = eng_backward(m, s->a, ch->last ? NULL : s->dout, dloss);
+    m->layer_done = NULL;
+    if (rc) {
         errf(err, errlen, "backward pass failed: %s", dist_error(p->d));
         return -1;
     }
+    if (final) chunk_done(p, a->chunk);
     if (ch->first) s->busy = 0; /* nothing to send back */
     return 0;
 }

@@ -275,7 +275,13 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     if (load_batch(r, err, errlen)) return -1;
     eng_zero_grads(m);
     dist_step_result res;
-    if (dist_pipeline(&r->pipe, r->tokens, r->targets, (float)(1.0 / tokens), &res, err, errlen)) return -1;
+    dist_overlap_begin(d, m, r->dopt.zero);
+    int prc = dist_pipeline(&r->pipe, r->tokens, r->targets, (float)(1.0 / tokens), &res, err, errlen);
+    if (dist_overlap_end(d) && !prc) {
+        errf(err, errlen, "data-parallel all-reduce: %s", dist_error(d));
+        return -1;
+    }
+    if (prc) return -1;
     if (dist_sync_grads(d, m, &r->dopt)) {
         errf(err, errlen, "gradient reduction: %s", dist_error(d));
         return -1;
