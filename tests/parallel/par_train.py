@@ -4,8 +4,9 @@ Runs the tiny GPT (4 layers, hidden 64, 4 heads, vocab 256, seq 32, global batch
 16, 10 steps) on one rank, then under the local launcher (host transport, CPU)
 in each layout of the equivalence matrix: per-step losses must equal the
 single-rank run within 1e-5 relative (grad norms within 1e-4). Then: resume a
-tp2*pp2*dp2 ZeRO-1 checkpoint as tp1*pp4*dp2 and dp8 (losses continue as the
-uninterrupted run), --print-groups against an independent derivation of
+tp2*pp2*dp2 ZeRO-1 checkpoint as tp1*pp4*dp2 and as dp8 with ZeRO-1 (other
+shards of the optimizer state; losses continue as in the uninterrupted run),
+--print-groups against an independent derivation of
 Megatron's groups, a killed rank (the launcher stops the rest and fails within
 seconds, naming the rank), and bad layouts (exit 2, one line naming the rule).
 
@@ -222,7 +223,7 @@ def main():
     for f in ("model.safetensors", "optim.safetensors"):
         same_tensors("ZeRO-1 tp2*pp2*dp2 " + f, os.path.join(ref_ck, "iter_0000005", f),
                      os.path.join(ck, "iter_0000005", f))
-    resumes = [("resume_tp1_pp4_dp2", ["--pipeline-model-parallel-size", "4"]), ("resume_dp8", [])]
+    resumes = [("resume_tp1_pp4_dp2", ["--pipeline-model-parallel-size", "4"]), ("resume_dp8_zero1", zero)]
     for name, flags in resumes:
         got = train(name, 8, *(flags + ["--load", ck]))
         check(sorted(got) == list(range(6, 11)), "%s: resumed at iteration 6 (%s)" % (name, sorted(got)))
