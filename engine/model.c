@@ -390,7 +390,8 @@ eng_acts *eng_acts_create(eng_model *m, int chunk)
     a->layers = calloc((size_t)nl, sizeof(eng_layer_acts));
     if (!a->res || !a->layers) goto fail;
     size_t n = acts_layout(m, a, NULL);
-    a->mem = m->k->alloc(n * sizeof(float));
+    a->bytes = n * sizeof(float);
+    a->mem = m->k->alloc(a->bytes);
     if (!a->mem) goto fail;
     acts_layout(m, a, a->mem);
     return a;

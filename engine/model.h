@@ -131,6 +131,7 @@ typedef struct eng_layer_acts {
 typedef struct eng_acts {
     int chunk;
     float *mem;                 /* one backend allocation */
+    size_t bytes;               /* its size */
     int32_t *tokens, *targets;  /* [B*T] in backend memory (first / last chunk) */
     float **res;                /* res[0] = chunk input, res[l+1] = layer l output */
     eng_layer_acts *layers;
