@@ -228,14 +228,15 @@ static void layer_acts_carve(const eng_model *m, carver *cv, eng_layer_acts *la,
 {
     size_t N = (size_t)m->B * m->T, R = (size_t)m->R, C = (size_t)m->C;
     size_t Cl = (size_t)m->NH * m->HD, F = (size_t)m->F;
-    la->ln1 = carve(cv, N * C);
+    size_t LN = m->sp ? R * C : N * C; /* SP keeps this rank's rows; backward re-gathers */
+    la->ln1 = carve(cv, LN);
     la->ln1_mean = carve(cv, R);
     la->ln1_rstd = carve(cv, R);
     la->qkv = carve(cv, N * 3 * Cl);
     la->atty = carve(cv, N * Cl);
     la->att = keep_att ? carve(cv, (size_t)m->B * m->NH * m->T * m->T) : NULL;
     la->res2 = carve(cv, R * C);
-    la->ln2 = carve(cv, N * C);
+    la->ln2 = carve(cv, LN);
     la->ln2_mean = carve(cv, R);
     la->ln2_rstd = carve(cv, R);
     la->fch = carve(cv, N * F);
@@ -296,18 +297,19 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
 
     size_t N = (size_t)m->B * m->T, C = (size_t)m->C, Cl = (size_t)m->NH * m->HD;
     size_t att = (size_t)m->B * m->NH * m->T * m->T;
-    size_t sizes[9] = { N * C, N * C, N * 3 * Cl, N * Cl, N * (size_t)m->F, att,
-                        m->sp ? N * C : 0, m->sp ? N * C : 0, m->recompute == RECOMPUTE_SELECTIVE ? att : 0 };
+    size_t sizes[10] = { N * C, N * C, N * 3 * Cl, N * Cl, N * (size_t)m->F, att,
+                         m->sp ? N * C : 0, m->sp ? N * C : 0, m->recompute == RECOMPUTE_SELECTIVE ? att : 0,
+                         m->sp ? N * C : 0 };
     size_t ws = 0;
-    for (int i = 0; i < 9; i++) ws += (sizes[i] + 15) / 16 * 16;
+    for (int i = 0; i < 10; i++) ws += (sizes[i] + 15) / 16 * 16;
     m->params = k->alloc(m->num_floats * sizeof(float));
     m->grads = k->alloc(m->num_floats * sizeof(float));
     m->ws = k->alloc(ws * sizeof(float));
     if (!m->params || !m->grads || !m->ws) goto oom;
-    float **slots[9] = { &m->ws_dres, &m->ws_dln, &m->ws_dqkv, &m->ws_datty, &m->ws_dfc, &m->ws_datt,
-                         &m->ws_full, &m->ws_dlnl, &m->ws_att };
+    float **slots[10] = { &m->ws_dres, &m->ws_dln, &m->ws_dqkv, &m->ws_datty, &m->ws_dfc, &m->ws_datt,
+                          &m->ws_full, &m->ws_dlnl, &m->ws_att, &m->ws_gath };
     float *p = m->ws;
-    for (int i = 0; i < 9; i++) {
+    for (int i = 0; i < 10; i++) {
         *slots[i] = p;
         p += (sizes[i] + 15) / 16 * 16;
     }
@@ -365,7 +367,7 @@ static size_t acts_layout(eng_model *m, eng_acts *a, float *base)
         for (int l = 0; l < nl; l++)
             layer_acts_carve(m, &cv, &a->layers[l], m->recompute != RECOMPUTE_SELECTIVE);
     if (ch->last) {
-        a->lnf = carve(&cv, N * C);
+        a->lnf = carve(&cv, m->sp ? R * C : N * C);
         a->lnf_mean = carve(&cv, R);
         a->lnf_rstd = carve(&cv, R);
         a->logits = carve(&cv, N * (size_t)m->V);
@@ -444,14 +446,20 @@ static int scatter_sum(eng_model *m, float *partial, float *out)
     return m->tp.reduce_scatter(m->tp.ctx, partial, out, (size_t)m->R * m->C);
 }
 
-/* LayerNorm of this rank's rows into full[rank block], then gathered in place. */
-static int ln_gathered(eng_model *m, float *full, float *mean, float *rstd, const float *x,
-                       const float *w, const float *b)
+/* The [N, C] input of a column-parallel GEMM from a LayerNorm output `ln`:
+ * itself without SP; with SP, ln holds this rank's [R, C] rows, gathered into
+ * ws_gath (again in backward, as Megatron does, rather than keeping N rows). */
+static const float *ln_full(eng_model *m, const float *ln)
 {
-    size_t n = (size_t)m->R * m->C;
-    float *mine = full + (m->sp ? n * (size_t)m->tp_rank : 0);
-    m->k->layernorm_forward(mine, mean, rstd, x, w, b, m->R, m->C);
-    return m->sp ? m->tp.allgather(m->tp.ctx, mine, full, n) : 0;
+    if (!m->sp) return ln;
+    return m->tp.allgather(m->tp.ctx, ln, m->ws_gath, (size_t)m->R * m->C) ? NULL : m->ws_gath;
+}
+
+static const float *ln_gathered(eng_model *m, float *ln, float *mean, float *rstd, const float *x,
+                                const float *w, const float *b)
+{
+    m->k->layernorm_forward(ln, mean, rstd, x, w, b, m->R, m->C);
+    return ln_full(m, ln);
 }
 
 /* ---- forward ---- */
@@ -469,17 +477,18 @@ static int layer_forward(eng_model *m, const eng_layer_w *w, eng_layer_acts *la,
     /* selective recompute: the probabilities are rebuilt in backward */
     float *att = la->att ? la->att : m->ws_att;
 
-    if (ln_gathered(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, w->ln1_w, w->ln1_b)) return -1;
+    const float *ln = ln_gathered(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, w->ln1_w, w->ln1_b);
+    if (!ln) return -1;
     /* column-parallel c_attn: its input is replicated, nothing to reduce forward */
-    k->matmul_forward(la->qkv, la->ln1, w->qkv_w, w->qkv_b, N, C, 3 * Cl);
+    k->matmul_forward(la->qkv, ln, w->qkv_w, w->qkv_b, N, C, 3 * Cl);
     k->attention_forward(la->atty, att, la->qkv, B, T, m->NH, m->HD);
     /* row-parallel c_proj: partial sums over this rank's heads -> all-reduce */
     k->matmul_forward(part1, la->atty, w->proj_w, bias_here ? w->proj_b : NULL, N, Cl, C);
     if (scatter_sum(m, part1, la->res2)) return -1;
     k->residual_forward(la->res2, la->res2, x, RC);
 
-    if (ln_gathered(m, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, w->ln2_w, w->ln2_b)) return -1;
-    k->matmul_forward(la->fch, la->ln2, w->fc_w, w->fc_b, N, C, F);
+    if (!(ln = ln_gathered(m, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, w->ln2_w, w->ln2_b))) return -1;
+    k->matmul_forward(la->fch, ln, w->fc_w, w->fc_b, N, C, F);
     k->gelu_forward(la->fcg, la->fch, (size_t)N * F);
     k->matmul_forward(part2, la->fcg, w->fcproj_w, bias_here ? w->fcproj_b : NULL, N, F, C);
     if (scatter_sum(m, part2, out)) return -1;
@@ -532,8 +541,9 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const float *i
     if (!ch->last) return 0;
 
     k->to_device(a->targets, targets, sizeof(int32_t) * (size_t)N);
-    if (ln_gathered(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->res[nl], ch->w.lnf_w, ch->w.lnf_b)) return -1;
-    k->matmul_forward(a->logits, a->lnf, ch->w.head, NULL, N, C, m->V);
+    const float *ln = ln_gathered(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->res[nl], ch->w.lnf_w, ch->w.lnf_b);
+    if (!ln) return -1;
+    k->matmul_forward(a->logits, ln, ch->w.head, NULL, N, C, m->V);
     if (loss_forward(m, a)) return -1;
     if (loss_sum) {
         float *host = malloc(sizeof(float) * (size_t)N);
@@ -564,7 +574,9 @@ static int layer_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w 
     if (!(dfull = gather_rows(m, dres))) return -1;
     k->matmul_backward(m->ws_dfc, g->fcproj_w, g->fcproj_b, dfull, la->fcg, w->fcproj_w, N, F, C);
     k->gelu_backward(m->ws_dfc, la->fch, m->ws_dfc, (size_t)N * F);
-    k->matmul_backward(m->ws_dln, g->fc_w, g->fc_b, m->ws_dfc, la->ln2, w->fc_w, N, C, F);
+    const float *ln = ln_full(m, la->ln2);
+    if (!ln) return -1;
+    k->matmul_backward(m->ws_dln, g->fc_w, g->fc_b, m->ws_dfc, ln, w->fc_w, N, C, F);
     /* column-parallel input: each rank holds part of d(ln2) -> all-reduce */
     if (scatter_sum(m, m->ws_dln, dln)) return -1;
     k->layernorm_backward(dres, g->ln2_w, g->ln2_b, dln, la->res2, w->ln2_w,
@@ -581,7 +593,8 @@ static int layer_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w 
     if (!(dfull = gather_rows(m, dres))) return -1;
     k->matmul_backward(m->ws_datty, g->proj_w, g->proj_b, dfull, la->atty, w->proj_w, N, Cl, C);
     k->attention_backward(m->ws_dqkv, m->ws_datt, m->ws_datty, la->qkv, att, B, T, m->NH, m->HD);
-    k->matmul_backward(m->ws_dln, g->qkv_w, g->qkv_b, m->ws_dqkv, la->ln1, w->qkv_w, N, C, 3 * Cl);
+    if (!(ln = ln_full(m, la->ln1))) return -1;
+    k->matmul_backward(m->ws_dln, g->qkv_w, g->qkv_b, m->ws_dqkv, ln, w->qkv_w, N, C, 3 * Cl);
     if (scatter_sum(m, m->ws_dln, dln)) return -1;
     k->layernorm_backward(dres, g->ln1_w, g->ln1_b, dln, x, w->ln1_w,
                           la->ln1_mean, la->ln1_rstd, R, C);
@@ -600,7 +613,9 @@ int eng_backward(eng_model *m, eng_acts *a, const float *dout, float dloss)
         /* dlogits overwrite the logits: they are not needed after this */
         k->xent_backward(a->logits, a->logits, a->rowmax, a->sumexp, a->targets, dloss, N, m->V,
                          m->vocab_offset);
-        k->matmul_backward(m->ws_dln, ch->g.head, NULL, a->logits, a->lnf, ch->w.head, N, C, m->V);
+        const float *ln = ln_full(m, a->lnf);
+        if (!ln) return -1;
+        k->matmul_backward(m->ws_dln, ch->g.head, NULL, a->logits, ln, ch->w.head, N, C, m->V);
         if (scatter_sum(m, m->ws_dln, dln)) return -1;
         k->zero(m->ws_dres, RC * sizeof(float));
         k->layernorm_backward(m->ws_dres, ch->g.lnf_w, ch->g.lnf_b, dln, a->res[nl],

@@ -110,6 +110,7 @@ typedef struct eng_model {
     float *ws;
     float *ws_dres, *ws_dln, *ws_dqkv, *ws_datty, *ws_dfc, *ws_datt;
     float *ws_full, *ws_dlnl;   /* sequence parallel: gathered [B*T, C], scattered [R, C] */
+    float *ws_gath;             /* sequence parallel: a LayerNorm output gathered to [B*T, C] */
     float *ws_att;              /* selective recompute: the recomputed probabilities */
     float *ws_layer_mem;        /* full recompute: one layer's activations, rebuilt */
     struct eng_layer_acts *ws_layer;
@@ -120,8 +121,9 @@ typedef struct eng_model {
 } eng_model;
 
 /* Per micro-batch, per chunk activations kept from forward to backward. With
- * sequence parallel ln1/ln2 (and lnf) hold the gathered [B*T, C] rows, the rest
- * of the residual stream [R, C]. Selective recompute keeps no `att`; full
+ * sequence parallel the residual stream and the LayerNorm outputs (ln1, ln2,
+ * lnf) hold this rank's [R, C] rows; the GEMMs' [B*T, C] inputs are gathered
+ * again in backward. Selective recompute keeps no `att`; full
  * recompute keeps only res[] (the layer inputs). */
 typedef struct eng_layer_acts {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res2;

@@ -204,7 +204,7 @@ def main():
         ("tp2", 2, tp2), ("tp2_sp", 2, tp2 + sp), ("pp2", 2, pp2),
         ("pp4", 4, ["--pipeline-model-parallel-size", "4"]), ("pp2_v2", 2, pp2 + vpp), ("dp2", 2, []),
         ("dp2_zero1", 2, zero), ("tp2_pp2_dp2", 8, tp2 + pp2),
-        ("tp2_pp2_dp2_full_recompute", 8, tp2 + pp2 + ["--recompute-granularity", "full"]),
+        ("tp2_pp2_dp2_sp_full_recompute", 8, tp2 + pp2 + sp + ["--recompute-granularity", "full"]),
     ]
     for name, n, flags in matrix:
         got = train(name, n, *flags)
