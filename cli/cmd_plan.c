@@ -257,9 +257,11 @@ int cmd_plan(cli_ctx *c, int argc, char **argv)
     } else {
         if (!cfg.num_gpus) return cli_usage(c, "plan", "--num-gpus N is required (or --cluster for the live cluster)");
         cl.gpu = gpu_spec_by_type(a.gpu ? a.gpu : "h100-sxm");
-        if (!cl.gpu)
-            return cli_usage(c, "plan", "--gpu %s: unknown type (accepted: h100-sxm, h200, gb200, a100-80gb, a100-40gb)",
-                             a.gpu);
+        if (!cl.gpu) {
+            char types[256];
+            return cli_usage(c, "plan", "--gpu %s: unknown type (accepted: %s)", a.gpu,
+                             gpu_spec_type_list(types, sizeof types));
+        }
         nodes = plan_sim_cluster(cl.gpu, cfg.num_gpus, a.gpn, 0, err, sizeof err);
         if (!nodes) return cli_usage(c, "plan", "%s", err);
         cl.nnodes = (cfg.num_gpus + a.gpn - 1) / a.gpn;

@@ -29,5 +29,7 @@ const gpu_spec *gpu_spec_by_type(const char *type);
 const gpu_spec *gpu_spec_by_device_name(const char *device_name);
 /* All known types, NULL-terminated, for --help texts. */
 const gpu_spec *const *gpu_spec_all(void);
+/* The known type names joined by ", " into buf (for "accepted: ..." messages); returns buf. */
+const char *gpu_spec_type_list(char *buf, unsigned buflen);
 
 #endif

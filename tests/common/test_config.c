@@ -110,6 +110,10 @@ static void test_specs_and_topo(void)
     const gpu_spec *h = gpu_spec_by_device_name("NVIDIA H100 80GB HBM3");
     CHECK(h && h->peak_bf16_flops == 989e12, "H100 peak");
     CHECK(gpu_spec_by_device_name("NVIDIA A100-SXM4-80GB") == gpu_spec_by_type("a100-80gb"), "A100 80GB");
+    CHECK(gpu_spec_by_device_name("NVIDIA H100 PCIe")->peak_bf16_flops == 756e12, "H100 PCIe is not the SXM part");
+    CHECK(gpu_spec_by_device_name("NVIDIA H100 NVL") == gpu_spec_by_type("h100-nvl"), "H100 NVL");
+    char types[256];
+    CHECK(strstr(gpu_spec_type_list(types, sizeof types), "h100-sxm, ") != NULL, "type list: %s", types);
     CHECK(gpu_spec_by_device_name("Tesla T4") == NULL, "unknown device has no peak");
 
     topo_node n[2];
