@@ -542,7 +542,12 @@ static int save(run *r, char *err, size_t errlen)
 int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t errlen)
 {
     atoll_config c = *cfg;
-    if (!c.global_batch_size) c.global_batch_size = c.micro_batch_size;
+    if (!c.global_batch_size) {
+        /* Megatron's default: one micro-batch per DP rank */
+        const char *ws = getenv("WORLD_SIZE");
+        int dp = cfg_data_parallel_size(&c, ws ? atoi(ws) : 1);
+        c.global_batch_size = c.micro_batch_size * (dp > 0 ? dp : 1);
+    }
     if (check_config(&c, err, errlen)) return -1;
     run r;
     memset(&r, 0, sizeof r);
