@@ -45,7 +45,8 @@ int dist_init(dist *d, const atoll_config *c, const k_ops *k, char *err, size_t 
         errf(err, errlen, "--num-layers %d is not divisible by pp * virtual stages = %d", c->num_layers, d->pp * d->v);
         return -1;
     }
-    int cuda = !strcmp(k->name, "cuda");
+    /* One rank exchanges nothing: no NCCL communicator to set up. */
+    int cuda = !strcmp(k->name, "cuda") && world > 1;
     comm_backend_kind kind = COMM_BACKEND_HOST;
 #ifdef ATOLL_HAVE_NCCL
     if (cuda) kind = COMM_BACKEND_NCCL;
