@@ -180,32 +180,23 @@ int jobs_cancel(coord *c, uint64_t id, store_job *out, char *err, size_t errlen)
 typedef struct {
     coord *c;
     const char *node;
-    uint64_t *ids;
-    size_t n, cap;
+    store_idlist ids;
 } lost_ctx;
 
 static int collect_active(void *ctx, store_job *j)
 {
     lost_ctx *l = ctx;
     if (!jobs_is_active(j->state) || !sched_job_uses_node(l->c, j, l->node)) return 0;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 8;
-        uint64_t *ids = realloc(l->ids, cap * sizeof *ids);
-        if (!ids) return 1;
-        l->ids = ids;
-        l->cap = cap;
-    }
-    l->ids[l->n++] = j->id;
-    return 0;
+    return store_idlist_push(&l->ids, j->id) ? 1 : 0;
 }
 
 void jobs_node_lost(coord *c, const char *node)
 {
     lost_ctx l = { .c = c, .node = node };
     for (int s = PLACING; s <= RESTARTING; s++) store_jobs_each(c->st, s, collect_active, &l);
-    for (size_t i = 0; i < l.n; i++) {
+    for (size_t i = 0; i < l.ids.n; i++) {
         store_job j;
-        if (store_job_get(c->st, l.ids[i], &j)) continue;
+        if (store_job_get(c->st, l.ids.ids[i], &j)) continue;
         sched_stop_job(c, &j, "a node of the job was lost");
         if (j.state != RESTARTING && jobs_set_state(c, &j, RESTARTING, "node %s lost", node) == 0) {
             j.restarts++;
@@ -214,7 +205,7 @@ void jobs_node_lost(coord *c, const char *node)
         }
         store_job_clear(&j);
     }
-    free(l.ids);
+    free(l.ids.ids);
     c->schedule_pending = 1;
 }
 
@@ -240,30 +231,16 @@ void jobs_rank_metrics(coord *c, const Atoll__RankMetrics *m)
     store_job_clear(&j);
 }
 
-static int collect_placing(void *ctx, store_job *j)
-{
-    lost_ctx *l = ctx;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 8;
-        uint64_t *ids = realloc(l->ids, cap * sizeof *ids);
-        if (!ids) return 1;
-        l->ids = ids;
-        l->cap = cap;
-    }
-    l->ids[l->n++] = j->id;
-    return 0;
-}
-
 void jobs_reconcile(coord *c)
 {
-    lost_ctx l = { .c = c };
-    store_jobs_each(c->st, PLACING, collect_placing, &l);
-    for (size_t i = 0; i < l.n; i++) {
+    store_idlist placing = { 0 };
+    store_job_ids(c->st, PLACING, &placing);
+    for (size_t i = 0; i < placing.n; i++) {
         store_job j;
-        if (store_job_get(c->st, l.ids[i], &j)) continue;
+        if (store_job_get(c->st, placing.ids[i], &j)) continue;
         jobs_set_state(c, &j, PENDING, "coordinator restarted during placement");
         store_job_clear(&j);
     }
-    free(l.ids);
+    free(placing.ids);
     c->schedule_pending = 1;
 }

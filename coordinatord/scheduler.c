@@ -394,30 +394,11 @@ out:
     atoll__job_spec__free_unpacked(spec, NULL);
 }
 
-typedef struct {
-    uint64_t *ids;
-    size_t n, cap;
-} idlist;
-
-static int collect(void *ctx, store_job *j)
-{
-    idlist *l = ctx;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 8;
-        uint64_t *ids = realloc(l->ids, cap * sizeof *ids);
-        if (!ids) return 1;
-        l->ids = ids;
-        l->cap = cap;
-    }
-    l->ids[l->n++] = j->id;
-    return 0;
-}
-
 void sched_run(coord *c)
 {
     c->schedule_pending = 0;
-    idlist pending = { 0 };
-    store_jobs_each(c->st, ATOLL__JOB_STATE__JOB_PENDING, collect, &pending);
+    store_idlist pending = { 0 };
+    store_job_ids(c->st, ATOLL__JOB_STATE__JOB_PENDING, &pending);
     if (!pending.n) return;
     busy_ctx b = { .c = c };
     build_candidates(c, &b);

@@ -332,6 +332,29 @@ int store_jobs_each(store *s, int state, store_job_fn fn, void *ctx)
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
 }
 
+int store_idlist_push(store_idlist *l, uint64_t id)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 8;
+        uint64_t *ids = realloc(l->ids, cap * sizeof *ids);
+        if (!ids) return -1;
+        l->ids = ids;
+        l->cap = cap;
+    }
+    l->ids[l->n++] = id;
+    return 0;
+}
+
+static int push_job_id(void *ctx, store_job *j)
+{
+    return store_idlist_push(ctx, j->id) ? 1 : 0;
+}
+
+int store_job_ids(store *s, int state, store_idlist *out)
+{
+    return store_jobs_each(s, state, push_job_id, out);
+}
+
 /* ---- layouts and kv: (job, epoch, key) -> blob ---- */
 
 int store_layout_put(store *s, uint64_t job, uint32_t epoch, const uint8_t *blob, size_t len)

@@ -83,6 +83,17 @@ int store_job_get(store *s, uint64_t id, store_job *out);
 typedef int (*store_job_fn)(void *ctx, store_job *j);
 int store_jobs_each(store *s, int state, store_job_fn fn, void *ctx);
 
+/* A growable list of job ids, for callers that change jobs while walking them
+ * (a change inside store_jobs_each would race its open statement). Owns `ids`;
+ * release with free(list.ids). */
+typedef struct store_idlist {
+    uint64_t *ids;
+    size_t n, cap;
+} store_idlist;
+int store_idlist_push(store_idlist *l, uint64_t id); /* 0, or -1 when out of memory */
+/* Appends the ids of every job in `state` (id order) to `out`. 0 or -1. */
+int store_job_ids(store *s, int state, store_idlist *out);
+
 /* ---- layouts (packed atoll.JobLayout per job and restart epoch) ---- */
 int store_layout_put(store *s, uint64_t job, uint32_t epoch, const uint8_t *blob, size_t len);
 /* The layout of `epoch`; 0 found (*blob malloc'd), 1 none, -1 error. */
