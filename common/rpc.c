@@ -72,7 +72,7 @@ void rpc_close(rpc_conn *c, const char *reason)
 {
     if (c->closing) return;
     c->closing = 1;
-    if (reason && !c->err[0]) snprintf(c->err, sizeof c->err, "%s", reason);
+    if (reason && !c->err[0]) snprintf(c->err, sizeof c->err, "%.*s", (int)sizeof c->err - 1, reason);
     uv_read_stop((uv_stream_t *)&c->tcp);
     c->shutdown_req.data = c;
     if (!c->connected || uv_shutdown(&c->shutdown_req, (uv_stream_t *)&c->tcp, on_shutdown))

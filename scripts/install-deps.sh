@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
 # Installs the Debian packages atoll builds and tests with. Safe to run again.
+# Works on a minimal Debian 12: every tool the build uses is named here (make and
+# the C++ compilers included, which a minimal image lacks), and apt-get runs
+# directly when we are root, through sudo otherwise.
 set -euo pipefail
-pkgs=(cmake ninja-build pkg-config gcc clang libclang-rt-14-dev
+pkgs=(cmake ninja-build make pkg-config gcc g++ clang libclang-rt-14-dev
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev libyaml-dev
-      libopenblas-dev python3-torch python3-numpy
+      libsodium-dev libopenblas-dev python3 python3-torch python3-numpy
       protobuf-compiler python3-protobuf)  # the last two: the Python wire-protocol test
+# clang++ comes with the clang package; g++ is the C++ compiler CMake finds first.
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  run=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null; then
+      echo "install-deps.sh: not root and no sudo; as root run:" >&2
+      echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+      exit 1
+    fi
+    run=(sudo)
+  fi
+  "${run[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${run[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+for tool in cmake ninja make gcc g++ clang clang++ protoc-c protoc python3; do
+  command -v "$tool" >/dev/null || { echo "install-deps.sh: $tool is still missing" >&2; exit 1; }
+done

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Builds atoll and runs every test: a normal build, then an ASan+UBSan build,
-# then each libFuzzer target for a bounded time. Exit status is non-zero on any failure.
+# then each libFuzzer target for a bounded time. In between, the other compiler and
+# build-type combinations are compiled (not tested again), since -Werror findings
+# differ between gcc and clang and between -O0 and -O3. Exit status is non-zero on
+# any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -9,6 +12,21 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
+
+# Compile-only variants: gcc Release, clang Release and Debug (gcc Debug is the
+# sanitizer build below). The CUDA parts are compiled by nvcc in the main build
+# whatever the C compiler, so these leave them out.
+for variant in gcc:g++:Release clang:clang++:Release clang:clang++:Debug; do
+  IFS=: read -r cc cxx type <<<"$variant"
+  dir=build-$cc-$type
+  echo "compiling with $cc/$cxx, $type"
+  CC=$cc CXX=$cxx cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$type" -DATOLL_CUDA=OFF >/dev/null
+  if ! cmake --build "$dir" -j "$jobs" >"$dir/compile.log" 2>&1; then
+    grep -E -A3 "error|warning" "$dir/compile.log" | head -40
+    echo "compile check failed: $cc $type (full log: $dir/compile.log)" >&2
+    exit 1
+  fi
+done
 
 cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=Debug -DATOLL_SANITIZE=ON -DATOLL_CUDA=OFF
 cmake --build build-san -j "$jobs"

@@ -115,12 +115,10 @@ case_nodes() {
   ok "nodes with the right GPU counts, islands and NICs"
   [ "$(stat -c %a "$TMP/state/token")" = 600 ] || fail "token file mode $(stat -c %a "$TMP/state/token")"
   ok "cluster token created with mode 0600"
-  if [ -f "$SHARED/topologies/azure-ndv5-h100.xml" ]; then
-    start_worker ndv5 --topology-xml "$SHARED/topologies/azure-ndv5-h100.xml"
-    wait_until 10 nodes_alive 6 || fail "NCCL-XML node not alive: $(cat "$TMP/workerd-ndv5.log")"
-    [ "$(node_field ndv5 "(len(n['gpus']), len(n['nics']))")" = "(8, 8)" ] || fail "ndv5 XML node counts"
-    ok "a node described by NCCL topology XML registers with 8 GPUs and 8 NICs"
-  fi
+  start_worker ndv5 --topology-xml "$DATA/topologies/azure-ndv5-h100.xml"
+  wait_until 10 nodes_alive 6 || fail "NCCL-XML node not alive: $(cat "$TMP/workerd-ndv5.log")"
+  [ "$(node_field ndv5 "(len(n['gpus']), len(n['nics']))")" = "(8, 8)" ] || fail "ndv5 XML node counts"
+  ok "a node described by NCCL topology XML registers with 8 GPUs and 8 NICs"
   atoll node tray0 --json | json "len(d['gpus'])" | grep -qx 4 || fail "atoll node --json"
   atoll node tray0 | grep -q "NVLink islands: nvl72-0" || fail "atoll node text"
   atoll drain a100 >/dev/null || fail "drain"
@@ -322,6 +320,6 @@ case_python() {
   stop_all
 }
 
-SHARED=${ATOLL_SHARED_DIR:-$(cd "$(dirname "$0")/../../.." && pwd)/shared}
+DATA=${ATOLL_TEST_DATA:-$(cd "$(dirname "$0")/../data" && pwd)}
 "case_$CASE"
 echo "PASS ($CASE)"

@@ -167,7 +167,7 @@ static void check_file(const char *dir, const char *file, int gpus_per_switch, i
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s SHARED_TOPOLOGIES_DIR\n", argv[0]);
+        fprintf(stderr, "usage: %s TOPOLOGIES_DIR\n", argv[0]);
         return 2;
     }
     check_file(argv[1], "azure-ndv5-h100.xml", 1, 0);

@@ -171,7 +171,7 @@ static void test_pp(void)
 static void test_two_chunks(void)
 {
     atoll_config c = cfg();
-    double loss1, loss2;
+    double loss1, loss2 = 0; /* set only when both chunk passes run */
     eng_model *one = single_run(&c, &loss1);
     eng_layout lay = eng_layout_single(&c);
     lay.nchunks = 2;

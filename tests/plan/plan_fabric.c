@@ -39,7 +39,7 @@ static void test_shared_file(void)
 {
     fabric *f;
     char err[256] = "";
-    int rc = fabric_load(&f, ATOLL_SHARED_DIR "/topologies/slurm-topology-2pods.conf", err, sizeof err);
+    int rc = fabric_load(&f, ATOLL_TEST_DATA "/topologies/slurm-topology-2pods.conf", err, sizeof err);
     CHECK(rc == 0, "load: %s", err);
     if (rc) return;
     CHECK(fabric_num_nodes(f) == 64, "64 nodes, got %d", fabric_num_nodes(f));
