@@ -2,6 +2,10 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,51 +19,60 @@ typedef struct {
     key_type type;
     size_t offset;
     size_t size;      /* for K_STR */
+    double lo, hi;    /* K_INT, K_DOUBLE: accepted values; hi excluded when hi_open */
+    int hi_open;
 } key_def;
 
-#define F(name, type, field) { name, type, offsetof(atoll_config, field), sizeof(((atoll_config *)0)->field) }
+/* The accepted range of every number is stated once, here. Integers default to
+ * 0..INT_MAX, reals to finite and >= 0. The limits keep each product the layout
+ * rules and the engine form (tp*pp, micro-batch*dp, tokens per step) exact in
+ * 64-bit arithmetic; memory is checked separately, against the device. */
+#define F(name, type, field) { name, type, offsetof(atoll_config, field), sizeof(((atoll_config *)0)->field), 0, 0, 0 }
+#define R(name, type, field, lo, hi, open) \
+    { name, type, offsetof(atoll_config, field), sizeof(((atoll_config *)0)->field), lo, hi, open }
 static const key_def KEYS[] = {
-    F("num-layers", K_INT, num_layers),
-    F("hidden-size", K_INT, hidden_size),
-    F("num-attention-heads", K_INT, num_attention_heads),
-    F("ffn-hidden-size", K_INT, ffn_hidden_size),
-    F("seq-length", K_INT, seq_length),
-    F("max-position-embeddings", K_INT, max_position_embeddings),
-    F("vocab-size", K_INT, vocab_size),
+    R("num-layers", K_INT, num_layers, 0, CFG_MAX_LAYERS, 0),
+    R("hidden-size", K_INT, hidden_size, 0, CFG_MAX_HIDDEN, 0),
+    R("num-attention-heads", K_INT, num_attention_heads, 0, CFG_MAX_HEADS, 0),
+    R("ffn-hidden-size", K_INT, ffn_hidden_size, 0, 4.0 * CFG_MAX_HIDDEN, 0),
+    R("seq-length", K_INT, seq_length, 0, CFG_MAX_SEQ, 0),
+    R("max-position-embeddings", K_INT, max_position_embeddings, 0, CFG_MAX_SEQ, 0),
+    R("vocab-size", K_INT, vocab_size, 0, CFG_MAX_VOCAB, 0),
     F("untie-embeddings-and-output-weights", K_BOOL, untie_embeddings_and_output_weights),
-    F("tensor-model-parallel-size", K_INT, tensor_model_parallel_size),
-    F("pipeline-model-parallel-size", K_INT, pipeline_model_parallel_size),
-    F("num-layers-per-virtual-pipeline-stage", K_INT, num_layers_per_virtual_pipeline_stage),
+    R("tensor-model-parallel-size", K_INT, tensor_model_parallel_size, 1, CFG_MAX_RANKS, 0),
+    R("pipeline-model-parallel-size", K_INT, pipeline_model_parallel_size, 1, CFG_MAX_RANKS, 0),
+    R("num-layers-per-virtual-pipeline-stage", K_INT, num_layers_per_virtual_pipeline_stage, 0, CFG_MAX_LAYERS, 0),
     F("sequence-parallel", K_BOOL, sequence_parallel),
     F("use-distributed-optimizer", K_BOOL, use_distributed_optimizer),
     F("recompute-granularity", K_RECOMPUTE, recompute_granularity),
-    F("micro-batch-size", K_INT, micro_batch_size),
-    F("global-batch-size", K_INT, global_batch_size),
-    F("num-gpus", K_INT, num_gpus),
+    R("micro-batch-size", K_INT, micro_batch_size, 1, CFG_MAX_MICRO_BATCH, 0),
+    R("global-batch-size", K_INT, global_batch_size, 0, CFG_MAX_GLOBAL_BATCH, 0),
+    R("num-gpus", K_INT, num_gpus, 0, CFG_MAX_RANKS, 0),
     F("rank-order", K_STR, rank_order),
-    F("train-iters", K_INT, train_iters),
-    F("lr-warmup-iters", K_INT, lr_warmup_iters),
-    F("lr-decay-iters", K_INT, lr_decay_iters),
-    F("lr", K_DOUBLE, lr),
-    F("min-lr", K_DOUBLE, min_lr),
-    F("weight-decay", K_DOUBLE, weight_decay),
-    F("adam-beta1", K_DOUBLE, adam_beta1),
-    F("adam-beta2", K_DOUBLE, adam_beta2),
-    F("adam-eps", K_DOUBLE, adam_eps),
-    F("clip-grad", K_DOUBLE, clip_grad),
+    R("train-iters", K_INT, train_iters, 0, 2147483647.0, 0),
+    R("lr-warmup-iters", K_INT, lr_warmup_iters, 0, 2147483647.0, 0),
+    R("lr-decay-iters", K_INT, lr_decay_iters, 0, 2147483647.0, 0),
+    R("lr", K_DOUBLE, lr, 0, HUGE_VAL, 0),
+    R("min-lr", K_DOUBLE, min_lr, 0, HUGE_VAL, 0),
+    R("weight-decay", K_DOUBLE, weight_decay, 0, HUGE_VAL, 0),
+    R("adam-beta1", K_DOUBLE, adam_beta1, 0, 1, 1),
+    R("adam-beta2", K_DOUBLE, adam_beta2, 0, 1, 1),
+    R("adam-eps", K_DOUBLE, adam_eps, 0, HUGE_VAL, 0),
+    R("clip-grad", K_DOUBLE, clip_grad, 0, HUGE_VAL, 0),
     F("lr-decay-style", K_DECAY, lr_decay_style),
     F("seed", K_U64, seed),
     F("data-path", K_STR, data_path),
     F("split", K_STR, split),
     F("save", K_STR, save),
     F("load", K_STR, load),
-    F("save-interval", K_INT, save_interval),
-    F("log-interval", K_INT, log_interval),
-    F("eval-interval", K_INT, eval_interval),
-    F("eval-iters", K_INT, eval_iters),
+    R("save-interval", K_INT, save_interval, 0, 2147483647.0, 0),
+    R("log-interval", K_INT, log_interval, 0, 2147483647.0, 0),
+    R("eval-interval", K_INT, eval_interval, 0, 2147483647.0, 0),
+    R("eval-iters", K_INT, eval_iters, 0, 2147483647.0, 0),
     F("bf16", K_BOOL, bf16),
 };
 #undef F
+#undef R
 #define NKEYS (sizeof(KEYS) / sizeof(KEYS[0]))
 
 static void errf(char *err, size_t n, const char *fmt, ...)
@@ -78,7 +91,7 @@ void cfg_defaults(atoll_config *c)
     c->tensor_model_parallel_size = 1;
     c->pipeline_model_parallel_size = 1;
     c->micro_batch_size = 1;
-    snprintf(c->rank_order, sizeof c->rank_order, "tp-cp-ep-dp-pp");
+    snprintf(c->rank_order, sizeof c->rank_order, "%s", CFG_DEFAULT_RANK_ORDER);
     c->train_iters = 10;
     c->lr = 1e-4;
     c->min_lr = 0.0;
@@ -112,14 +125,17 @@ int cfg_is_flag(const char *key)
     return k && k->type == K_BOOL;
 }
 
-static int parse_long(const char *v, long long lo, long long hi, long long *out)
+/* "--KEY: VALUE is ..." for a number outside the key's range. */
+static int out_of_range(const key_def *k, double x, const char *value, char *err, size_t errlen)
 {
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) return -1;
-    *out = x;
-    return 0;
+    if (x < k->lo)
+        errf(err, errlen, "--%s: %s is below the smallest accepted value, %.17g", k->name, value, k->lo);
+    else if (k->hi_open)
+        errf(err, errlen, "--%s: %s is not below %.17g (accepted: %.17g <= value < %.17g)", k->name, value,
+             k->hi, k->lo, k->hi);
+    else
+        errf(err, errlen, "--%s: %s is above the largest accepted value, %.17g", k->name, value, k->hi);
+    return -1;
 }
 
 cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *err, size_t errlen)
@@ -131,15 +147,22 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
         errf(err, errlen, "--%s needs a value", k->name);
         return CFG_BAD_VALUE;
     }
-    long long ll;
     switch (k->type) {
-    case K_INT:
-        if (parse_long(value, 0, 2147483647LL, &ll)) {
-            errf(err, errlen, "--%s: '%s' is not a non-negative integer", k->name, value);
+    case K_INT: {
+        char *end;
+        errno = 0;
+        long long x = strtoll(value, &end, 10);
+        if (errno == ERANGE || end == value || *end) {
+            errf(err, errlen, "--%s: '%s' is not an integer (accepted: %.0f to %.0f)", k->name, value, k->lo, k->hi);
             return CFG_BAD_VALUE;
         }
-        *(int *)field = (int)ll;
+        if ((double)x < k->lo || (double)x > k->hi) {
+            out_of_range(k, (double)x, value, err, errlen);
+            return CFG_BAD_VALUE;
+        }
+        *(int *)field = (int)x;
         return CFG_OK;
+    }
     case K_U64: {
         char *end;
         errno = 0;
@@ -155,8 +178,12 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
         char *end;
         errno = 0;
         double x = strtod(value, &end);
-        if (errno || end == value || *end || x != x) {
-            errf(err, errlen, "--%s: '%s' is not a number", k->name, value);
+        if (end == value || *end || !isfinite(x)) {
+            errf(err, errlen, "--%s: '%s' is not a finite number", k->name, value);
+            return CFG_BAD_VALUE;
+        }
+        if (x < k->lo || x > k->hi || (k->hi_open && x >= k->hi)) {
+            out_of_range(k, x, value, err, errlen);
             return CFG_BAD_VALUE;
         }
         *(double *)field = x;
@@ -253,11 +280,17 @@ int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
     return 0;
 }
 
-/* Flattens nested mappings so `model: {num_layers: 2}` and `num_layers: 2` both work. */
+/* YAML job files: a mapping of the keys above, nested mappings flattened so
+ * Megatron-style sections (`model: {num_layers: 2}`) work. Refused with a message:
+ * a file that is not a mapping (empty, a bare scalar, a list), a key given twice
+ * (in any section, with dashes or underscores), lists, aliases, nesting deeper
+ * than CFG_YAML_MAX_DEPTH and files over CFG_YAML_MAX_BYTES. The walk is a loop
+ * over libyaml's events with an explicit depth, so no input can exhaust the stack. */
 static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *err, size_t errlen)
 {
     char key[128] = "";
-    int have_key = 0;
+    int have_key = 0, depth = 0, docs = 0, rc = 0;
+    size_t key_line = 0, seen_line[NKEYS] = { 0 }; /* 1-based line a key was set on */
     for (;;) {
         yaml_event_t ev;
         if (!yaml_parser_parse(p, &ev)) {
@@ -265,37 +298,71 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
                  p->problem_mark.line + 1, p->problem ? p->problem : "parse failed");
             return -1;
         }
-        int rc = 0, done = 0;
+        size_t line = ev.start_mark.line + 1;
+        int done = 0;
         switch (ev.type) {
+        case YAML_DOCUMENT_START_EVENT:
+            if (++docs > 1) {
+                errf(err, errlen, "%s: line %zu starts a second YAML document; a job file holds one mapping", path, line);
+                rc = -1;
+            }
+            break;
+        case YAML_MAPPING_START_EVENT:
+            if (++depth > CFG_YAML_MAX_DEPTH) {
+                errf(err, errlen, "%s: line %zu: mappings nested %d deep; at most %d levels are accepted", path,
+                     line, depth, CFG_YAML_MAX_DEPTH);
+                rc = -1;
+            }
+            have_key = 0; /* a section name: flatten */
+            break;
         case YAML_MAPPING_END_EVENT:
-            done = 1;
+            depth--;
             break;
         case YAML_SCALAR_EVENT: {
             const char *s = (const char *)ev.data.scalar.value;
-            if (!have_key) {
+            if (depth == 0) {
+                if (*s) errf(err, errlen, "%s: line %zu: the file is a bare value ('%.40s'); expected a mapping of "
+                             "atoll-train's keys, e.g. 'num_layers: 24'", path, line, s);
+                else errf(err, errlen, "%s: the file holds no mapping; expected atoll-train's keys, e.g. "
+                          "'num_layers: 24'", path);
+                rc = -1;
+            } else if (!have_key) {
                 snprintf(key, sizeof key, "%s", s);
+                key_line = line;
                 have_key = 1;
             } else {
-                cfg_status st = cfg_set(c, key, s, err, errlen);
+                const key_def *k = find_key(key);
+                if (k && seen_line[k - KEYS]) {
+                    errf(err, errlen, "%s: line %zu: key '%s' is given a second time (first on line %zu); "
+                         "give each key once", path, key_line, key, seen_line[k - KEYS]);
+                    rc = -1;
+                    break;
+                }
+                char inner[256] = "";
+                cfg_status st = cfg_set(c, key, s, inner, sizeof inner);
                 if (st == CFG_UNKNOWN) {
-                    errf(err, errlen, "%s: unknown key '%s' (keys are atoll-train's flags)", path, key);
+                    errf(err, errlen, "%s: line %zu: unknown key '%s' (keys are atoll-train's flags)", path,
+                         key_line, key);
                     rc = -1;
                 } else if (st != CFG_OK) {
-                    char inner[256];
-                    snprintf(inner, sizeof inner, "%s", err);
-                    errf(err, errlen, "%s: %s", path, inner);
+                    errf(err, errlen, "%s: line %zu: %s", path, line, inner);
                     rc = -1;
+                } else {
+                    seen_line[k - KEYS] = key_line;
                 }
                 have_key = 0;
             }
             break;
         }
-        case YAML_MAPPING_START_EVENT:
-            if (have_key) have_key = 0; /* section name: flatten */
-            rc = yaml_walk(c, p, path, err, errlen);
-            break;
         case YAML_SEQUENCE_START_EVENT:
-            errf(err, errlen, "%s: key '%s' has a list; atoll keys take one value", path, key);
+            if (depth == 0)
+                errf(err, errlen, "%s: line %zu: the file is a list; expected a mapping of atoll-train's keys", path, line);
+            else
+                errf(err, errlen, "%s: line %zu: key '%s' has a list; atoll keys take one value", path, line, key);
+            rc = -1;
+            break;
+        case YAML_ALIAS_EVENT:
+            errf(err, errlen, "%s: line %zu: YAML aliases (*name) are not accepted; write the value out", path, line);
             rc = -1;
             break;
         case YAML_STREAM_END_EVENT:
@@ -306,15 +373,35 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
         }
         yaml_event_delete(&ev);
         if (rc) return rc;
-        if (done) return 0;
+        if (done) break;
     }
+    if (!docs) {
+        errf(err, errlen, "%s: the file is empty; expected a mapping of atoll-train's keys, e.g. 'num_layers: 24'", path);
+        return -1;
+    }
+    return 0;
 }
 
 int cfg_load_yaml(atoll_config *c, const char *path, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb)) {
+        errf(err, errlen, "--yaml-cfg %s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    if (!S_ISREG(sb.st_mode) || sb.st_size > CFG_YAML_MAX_BYTES) {
+        if (!S_ISREG(sb.st_mode)) errf(err, errlen, "--yaml-cfg %s: not a regular file", path);
+        else errf(err, errlen, "--yaml-cfg %s: %lld bytes; job files of at most %d bytes are accepted", path,
+                  (long long)sb.st_size, CFG_YAML_MAX_BYTES);
+        close(fd);
+        return -1;
+    }
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
         errf(err, errlen, "--yaml-cfg %s: %s", path, strerror(errno));
+        close(fd);
         return -1;
     }
     yaml_parser_t p;
@@ -361,31 +448,69 @@ int cfg_validate_model(const atoll_config *c, char *err, size_t errlen)
     return 0;
 }
 
+int cfg_validate_training(const atoll_config *c, char *err, size_t errlen)
+{
+    if (c->train_iters < 1) {
+        errf(err, errlen, "--train-iters must be at least 1");
+        return -1;
+    }
+    if (c->min_lr > c->lr) {
+        errf(err, errlen, "--min-lr %g is above --lr %g; the schedule decays from --lr down to --min-lr", c->min_lr, c->lr);
+        return -1;
+    }
+    if (c->save_interval && !c->save[0]) {
+        errf(err, errlen, "--save-interval %d needs --save DIR", c->save_interval);
+        return -1;
+    }
+    return 0;
+}
+
 int cfg_data_parallel_size(const atoll_config *c, int world)
 {
-    int mp = c->tensor_model_parallel_size * c->pipeline_model_parallel_size;
+    int64_t mp = (int64_t)c->tensor_model_parallel_size * c->pipeline_model_parallel_size;
     if (mp <= 0 || world <= 0 || world % mp) return 0;
-    return world / mp;
+    return (int)(world / mp);
+}
+
+int cfg_global_batch(const atoll_config *c, int dp)
+{
+    if (c->global_batch_size) return c->global_batch_size;
+    int64_t g = (int64_t)c->micro_batch_size * dp; /* Megatron's default: one micro-batch per DP rank */
+    return g > 0 && g <= CFG_MAX_GLOBAL_BATCH ? (int)g : 0;
+}
+
+int cfg_micro_batches(const atoll_config *c, int dp)
+{
+    int64_t per_step = (int64_t)c->micro_batch_size * dp, gbs = cfg_global_batch(c, dp);
+    if (per_step <= 0 || gbs <= 0 || gbs % per_step) return 0;
+    return (int)(gbs / per_step);
 }
 
 int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char *err, size_t errlen)
 {
-    if (cfg_validate_model(c, err, errlen)) return -1;
+    if (cfg_validate_model(c, err, errlen) || cfg_validate_training(c, err, errlen)) return -1;
     int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
     if (tp < 1 || pp < 1) {
         errf(err, errlen, "--tensor-model-parallel-size and --pipeline-model-parallel-size must be at least 1");
         return -1;
     }
-    if (world < 1) {
-        errf(err, errlen, "the job needs at least one GPU (--num-gpus)");
+    if (world < 1 || world > CFG_MAX_RANKS) {
+        errf(err, errlen, "the job needs 1 to %d GPUs (--num-gpus), not %d", CFG_MAX_RANKS, world);
         return -1;
     }
-    if (world % (tp * pp)) {
-        errf(err, errlen, "--num-gpus %d is not divisible by tp*pp = %d*%d = %d; use a multiple of %d",
-             world, tp, pp, tp * pp, tp * pp);
+    /* Products in 64 bits: tp and pp are each at most CFG_MAX_RANKS. */
+    int64_t mp = (int64_t)tp * pp;
+    if (mp > world) {
+        errf(err, errlen, "tp*pp = %d*%d = %lld is more than the job's %d ranks (--num-gpus, or the launched world); use a layout "
+             "whose tp*pp divides it", tp, pp, (long long)mp, world);
         return -1;
     }
-    int dp = world / (tp * pp);
+    if (world % mp) {
+        errf(err, errlen, "--num-gpus %d is not divisible by tp*pp = %d*%d = %lld; use a multiple of %lld",
+             world, tp, pp, (long long)mp, (long long)mp);
+        return -1;
+    }
+    int dp = (int)(world / mp);
     if (c->num_attention_heads % tp) {
         errf(err, errlen, "--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d",
              c->num_attention_heads, tp);
@@ -397,8 +522,8 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
         return -1;
     }
     if (c->vocab_size % tp) {
-        errf(err, errlen, "--vocab-size %d is not divisible by --tensor-model-parallel-size %d (pad it to %d)",
-             c->vocab_size, tp, (c->vocab_size + tp - 1) / tp * tp);
+        errf(err, errlen, "--vocab-size %d is not divisible by --tensor-model-parallel-size %d (pad it to %lld)",
+             c->vocab_size, tp, ((int64_t)c->vocab_size + tp - 1) / tp * tp);
         return -1;
     }
     if (c->num_layers % pp) {
@@ -423,13 +548,19 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
              c->seq_length, tp);
         return -1;
     }
-    int gbs = c->global_batch_size ? c->global_batch_size : c->micro_batch_size * dp;
-    if (gbs % (c->micro_batch_size * dp)) {
-        errf(err, errlen, "--global-batch-size %d is not divisible by micro-batch * dp = %d*%d = %d; use a multiple of %d",
-             gbs, c->micro_batch_size, dp, c->micro_batch_size * dp, c->micro_batch_size * dp);
+    int64_t per_step = (int64_t)c->micro_batch_size * dp; /* both at most 2^20 */
+    int gbs = cfg_global_batch(c, dp);
+    if (!gbs) {
+        errf(err, errlen, "the default --global-batch-size, micro-batch * dp = %d*%d = %lld, is over the limit "
+             "of %d; give --global-batch-size", c->micro_batch_size, dp, (long long)per_step, CFG_MAX_GLOBAL_BATCH);
         return -1;
     }
-    int m = gbs / (c->micro_batch_size * dp);
+    if (gbs % per_step) {
+        errf(err, errlen, "--global-batch-size %d is not divisible by micro-batch * dp = %d*%d = %lld; use a "
+             "multiple of %lld", gbs, c->micro_batch_size, dp, (long long)per_step, (long long)per_step);
+        return -1;
+    }
+    int m = cfg_micro_batches(c, dp);
     if (c->num_layers_per_virtual_pipeline_stage && m % pp) {
         errf(err, errlen, "the interleaved schedule needs the number of micro-batches (%d) divisible by "
              "--pipeline-model-parallel-size %d", m, pp);
@@ -439,6 +570,64 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
         errf(err, errlen, "--tensor-model-parallel-size %d is larger than the biggest NVLink island (%d GPUs); "
              "use at most %d", tp, island_gpus, island_gpus);
         return -1;
+    }
+    cfg_rank_order o;
+    return cfg_rank_order_parse(c->rank_order, tp, dp, pp, &o, err, errlen);
+}
+
+/* ---- rank order ---- */
+
+static const char *const DIM_NAMES[CFG_NDIMS] = { "tp", "cp", "ep", "dp", "pp" };
+
+const char *cfg_dim_name(cfg_dim d) { return d >= 0 && d < CFG_NDIMS ? DIM_NAMES[d] : "?"; }
+
+int cfg_rank_order_parse(const char *order, int tp, int dp, int pp, cfg_rank_order *o, char *err, size_t errlen)
+{
+    const char *text = order && *order ? order : CFG_DEFAULT_RANK_ORDER;
+    memset(o, 0, sizeof *o);
+    o->size[CFG_DIM_TP] = tp;
+    o->size[CFG_DIM_CP] = 1;
+    o->size[CFG_DIM_EP] = 1;
+    o->size[CFG_DIM_DP] = dp;
+    o->size[CFG_DIM_PP] = pp;
+    int seen[CFG_NDIMS] = { 0 };
+    for (const char *t = text; *t;) {
+        size_t n = strcspn(t, "-");
+        int d = -1;
+        for (int i = 0; i < CFG_NDIMS; i++)
+            if (n == 2 && !strncmp(t, DIM_NAMES[i], 2)) d = i;
+        if (d < 0 || seen[d]) {
+            errf(err, errlen, "--rank-order '%s': %s token '%.*s' (use each of tp, cp, ep, dp, pp at most once, "
+                 "joined by '-', e.g. %s)", text, d < 0 ? "unknown" : "repeated", (int)(n < 16 ? n : 16), t,
+                 CFG_DEFAULT_RANK_ORDER);
+            return -1;
+        }
+        seen[d] = 1;
+        o->dim[o->ndim++] = (cfg_dim)d;
+        t += n;
+        if (*t == '-' && !*++t) {
+            errf(err, errlen, "--rank-order '%s' ends with '-' (e.g. %s)", text, CFG_DEFAULT_RANK_ORDER);
+            return -1;
+        }
+    }
+    /* Megatron-Core appends absent dimensions of size 1 and refuses absent larger ones. */
+    for (int d = 0; d < CFG_NDIMS; d++) {
+        if (seen[d]) continue;
+        if (o->size[d] != 1) {
+            errf(err, errlen, "--rank-order '%s' leaves out %s, whose size is %d (e.g. %s)", text, DIM_NAMES[d],
+                 o->size[d], CFG_DEFAULT_RANK_ORDER);
+            return -1;
+        }
+        o->dim[o->ndim++] = (cfg_dim)d;
+    }
+    int64_t stride = 1;
+    for (int i = 0; i < o->ndim; i++) {
+        o->stride[o->dim[i]] = (int)stride;
+        stride *= o->size[o->dim[i]];
+        if (stride > CFG_MAX_RANKS) {
+            errf(err, errlen, "--rank-order '%s': tp*cp*ep*dp*pp is over %d ranks", text, CFG_MAX_RANKS);
+            return -1;
+        }
     }
     return 0;
 }

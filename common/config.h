@@ -17,6 +17,21 @@
 
 #define CFG_STR 512
 
+/* The largest values accepted; each is refused above its limit with a message.
+ * They keep every product of the layout rules exact in 64 bits (and in int where
+ * the engine stores it); whether a model fits is a separate, memory check. */
+#define CFG_MAX_RANKS (1 << 20)          /* --num-gpus, tp, pp */
+#define CFG_MAX_LAYERS (1 << 20)
+#define CFG_MAX_HIDDEN (1 << 20)
+#define CFG_MAX_HEADS (1 << 16)
+#define CFG_MAX_SEQ (1 << 24)            /* --seq-length, --max-position-embeddings */
+#define CFG_MAX_VOCAB (1 << 24)
+#define CFG_MAX_MICRO_BATCH (1 << 20)
+#define CFG_MAX_GLOBAL_BATCH (1 << 30)
+#define CFG_YAML_MAX_BYTES (1 << 20)     /* a --yaml-cfg file */
+#define CFG_YAML_MAX_DEPTH 16            /* nested sections in it */
+#define CFG_DEFAULT_RANK_ORDER "tp-cp-ep-dp-pp"
+
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } cfg_recompute;
 typedef enum { LR_DECAY_COSINE = 0, LR_DECAY_LINEAR, LR_DECAY_CONSTANT } cfg_lr_decay;
 
@@ -64,8 +79,10 @@ typedef int (*cfg_extra_fn)(void *ctx, int argc, char **argv, int i, char *err, 
 int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
                    cfg_extra_fn extra, void *ctx, char *err, size_t errlen);
 
-/* Loads a flat YAML mapping of the same keys (nested mappings are flattened, so
- * Megatron-style sections work). Unknown keys are an error naming the key. */
+/* Loads a YAML mapping of the same keys (nested mappings are flattened, so
+ * Megatron-style sections work). Refused, with the line: unknown keys, a key
+ * given twice, an empty file, a bare scalar or list, aliases, nesting deeper than
+ * CFG_YAML_MAX_DEPTH, files over CFG_YAML_MAX_BYTES. Values go through cfg_set. */
 int cfg_load_yaml(atoll_config *c, const char *path, char *err, size_t errlen);
 
 /* Derived sizes. */
@@ -76,14 +93,43 @@ int cfg_virtual_stages(const atoll_config *c); /* v: 1 when not interleaved */
 /* Checks the model alone: sizes given and positive, hidden divisible by heads. */
 int cfg_validate_model(const atoll_config *c, char *err, size_t errlen);
 
-/* Checks every layout rule for `world` ranks; `island_gpus` is the largest
- * NVLink island available (0 = unknown, rule skipped). Each message names the
- * rule that failed and a value that would pass. Returns 0 or -1. */
+/* Checks the training settings that ranges alone do not: --train-iters >= 1,
+ * --min-lr <= --lr, --save-interval only with --save. (cfg_set already refused
+ * non-finite and negative values.) */
+int cfg_validate_training(const atoll_config *c, char *err, size_t errlen);
+
+/* The one validator of a job: the model, the training settings and every layout
+ * rule for `world` ranks, the rank order included; `island_gpus` is the largest
+ * NVLink island available (0 = unknown, rule skipped). Arithmetic is overflow-safe
+ * for any field values. Each message names the rule that failed and a value that
+ * would pass. Returns 0 or -1. The CLI, the coordinator and atoll-train use it. */
 int cfg_validate_layout(const atoll_config *c, int world, int island_gpus,
                         char *err, size_t errlen);
 
 /* Data-parallel size for `world` ranks (world / (tp*pp)); 0 when it does not divide. */
 int cfg_data_parallel_size(const atoll_config *c, int world);
+/* The global batch: --global-batch-size, or Megatron's default of one micro-batch
+ * per DP rank (0 when that is over CFG_MAX_GLOBAL_BATCH). */
+int cfg_global_batch(const atoll_config *c, int dp);
+/* Micro-batches each DP rank runs per step: global batch / (micro-batch * dp);
+ * 0 when that is not a whole number. */
+int cfg_micro_batches(const atoll_config *c, int dp);
+
+/* Megatron-Core's rank order ("tp-cp-ep-dp-pp", first = fastest): ranks are a
+ * mixed-radix number whose digits are the parallel dimensions in that order.
+ * Parsed here once for the engine's groups, the scheduler and placement. */
+typedef enum { CFG_DIM_TP, CFG_DIM_CP, CFG_DIM_EP, CFG_DIM_DP, CFG_DIM_PP, CFG_NDIMS } cfg_dim;
+typedef struct cfg_rank_order {
+    int ndim;                 /* CFG_NDIMS after parsing */
+    cfg_dim dim[CFG_NDIMS];   /* fastest first: the named dimensions, then the absent (size 1) ones */
+    int size[CFG_NDIMS];      /* by cfg_dim: tp, 1, 1, dp, pp */
+    int stride[CFG_NDIMS];    /* by cfg_dim: rank = sum of coordinate * stride */
+} cfg_rank_order;
+/* `order` NULL or "" = CFG_DEFAULT_RANK_ORDER. Each of tp, cp, ep, dp, pp at most
+ * once; an absent one must have size 1 (as Megatron-Core refuses otherwise).
+ * 0, or -1 with err naming the token and a valid order. */
+int cfg_rank_order_parse(const char *order, int tp, int dp, int pp, cfg_rank_order *o, char *err, size_t errlen);
+const char *cfg_dim_name(cfg_dim d); /* "tp", ... */
 
 /* Model FLOPs, PaLM count: 6N + 12*L*H*Q*T per token (H heads * Q head dim = hidden,
  * T = seq length). N is every parameter of the full (unsharded) model; with tied

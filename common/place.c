@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
+
 static void errf(char *err, size_t n, const char *fmt, ...)
 {
     va_list ap;
@@ -19,22 +21,11 @@ static void errf(char *err, size_t n, const char *fmt, ...)
 /* Strides of tp, dp and pp in the order string (cp and ep have size 1 here). */
 static int order_strides(const place_request *req, place_result *r, char *err, size_t errlen)
 {
-    const char *order = req->rank_order && *req->rank_order ? req->rank_order : "tp-cp-ep-dp-pp";
-    char buf[64];
-    snprintf(buf, sizeof buf, "%s", order);
-    int stride = 1, seen = 0;
-    r->stride_tp = r->stride_dp = r->stride_pp = 0;
-    for (char *tok = strtok(buf, "-"); tok; tok = strtok(NULL, "-")) {
-        if (!strcmp(tok, "tp") && !r->stride_tp) { r->stride_tp = stride; stride *= req->tp; seen |= 1; }
-        else if (!strcmp(tok, "dp") && !r->stride_dp) { r->stride_dp = stride; stride *= req->dp; seen |= 2; }
-        else if (!strcmp(tok, "pp") && !r->stride_pp) { r->stride_pp = stride; stride *= req->pp; seen |= 4; }
-        else if (strcmp(tok, "cp") && strcmp(tok, "ep")) seen |= 8;
-    }
-    if (seen != 7) {
-        errf(err, errlen, "--rank-order %s: needs each of tp, dp, pp once (cp and ep allowed), e.g. tp-cp-ep-dp-pp",
-             order);
-        return -1;
-    }
+    cfg_rank_order o;
+    if (cfg_rank_order_parse(req->rank_order, req->tp, req->dp, req->pp, &o, err, errlen)) return -1;
+    r->stride_tp = o.stride[CFG_DIM_TP];
+    r->stride_dp = o.stride[CFG_DIM_DP];
+    r->stride_pp = o.stride[CFG_DIM_PP];
     return 0;
 }
 
@@ -53,8 +44,8 @@ static int result_alloc(place_result *r, const place_request *req, char *err, si
     r->tp = req->tp;
     r->pp = req->pp;
     r->dp = req->dp;
+    if (order_strides(req, r, err, errlen)) return -1; /* also bounds tp*pp*dp */
     r->world = req->tp * req->pp * req->dp;
-    if (order_strides(req, r, err, errlen)) return -1;
     r->rank_node = malloc((size_t)r->world * sizeof *r->rank_node);
     r->rank_gpu = malloc((size_t)r->world * sizeof *r->rank_gpu);
     r->nodes = malloc((size_t)r->world * sizeof *r->nodes);

@@ -35,18 +35,23 @@ typedef struct plan_precision {
     double grad_copy;  /* a second, fp32 gradient copy (DeepSpeed fp16), else 0 */
     double master;     /* fp32 master weights */
     double moments;    /* Adam m and v */
+    double activation; /* bytes per activation element (2: bf16/fp16, 4: fp32) */
 } plan_precision;
 
 /* Megatron bf16: 2 + 4 (fp32 main grads) + 4 + 8 = 18 bytes; 6 + 12/dp with ZeRO-1. */
 extern const plan_precision PLAN_PRECISION_BF16;
 /* Mixed precision as MT-NLG counts it: 2 + 2 + 4 (fp32 grads) + 4 + 8 = 20 bytes. */
 extern const plan_precision PLAN_PRECISION_FP16_FP32GRAD;
+/* atoll-train's engine: fp32 weights (they are the master copy), fp32 grads, Adam
+ * m and v: 16 bytes per parameter, and fp32 activations. */
+extern const plan_precision PLAN_PRECISION_FP32;
 
 /* Model-state bytes per parameter; ZeRO-1 shards master, moments and grad copy over dp. */
 double plan_state_bytes_per_param(const plan_precision *p, int zero1, int dp);
 
 /* Activation bytes one transformer layer keeps for one micro-batch, with the
- * layout's tp, sequence parallel and recompute (16-bit activations):
+ * layout's tp, sequence parallel and recompute (16-bit activations; the
+ * estimate below scales them by the precision's activation bytes):
  *   none       sbh(10 + 24/t + 5as/(ht))   sp: sbh/t (34 + 5as/h)
  *   selective  sbh(10 + 24/t)              sp: 34 sbh/t
  *   full       2sbh                        sp: 2sbh/t

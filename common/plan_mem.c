@@ -1,8 +1,9 @@
 /* plan_mem: bytes per GPU for model state and activations. */
 #include "plan.h"
 
-const plan_precision PLAN_PRECISION_BF16 = { 2, 4, 0, 4, 8 };
-const plan_precision PLAN_PRECISION_FP16_FP32GRAD = { 2, 2, 4, 4, 8 };
+const plan_precision PLAN_PRECISION_BF16 = { 2, 4, 0, 4, 8, 2 };
+const plan_precision PLAN_PRECISION_FP16_FP32GRAD = { 2, 2, 4, 4, 8, 2 };
+const plan_precision PLAN_PRECISION_FP32 = { 4, 4, 0, 0, 8, 4 };
 
 double plan_state_bytes_per_param(const plan_precision *p, int zero1, int dp)
 {
@@ -59,8 +60,7 @@ static double stage_activations(const atoll_config *c, int dp, int stage, double
 {
     int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
     int v = cfg_virtual_stages(c), sp = c->sequence_parallel && tp > 1;
-    int gbs = c->global_batch_size ? c->global_batch_size : c->micro_batch_size * dp;
-    int m = gbs / (c->micro_batch_size * dp);
+    int m = cfg_micro_batches(c, dp);
     double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, V = c->vocab_size;
     double inflight = plan_inflight_microbatches(pp, v, m, stage);
     double layers = (double)c->num_layers / pp;
@@ -87,12 +87,12 @@ void plan_memory_estimate(const atoll_config *c, int dp, const plan_precision *p
     int stages[2] = { 0, pp - 1 };
     for (int i = 0; i < (pp > 1 ? 2 : 1); i++) {
         double inflight_layers, params = stage_params(c, stages[i]);
-        double act = stage_activations(c, dp, stages[i], &inflight_layers);
+        double act = stage_activations(c, dp, stages[i], &inflight_layers) * prec->activation / 2;
         double total = params * bpp + act;
         if (total > out->total_bytes) {
             out->params_per_gpu = params;
             out->state_bytes = params * bpp;
-            out->act_per_layer = plan_act_bytes_per_layer(c);
+            out->act_per_layer = plan_act_bytes_per_layer(c) * prec->activation / 2;
             out->inflight_layers = inflight_layers;
             out->act_bytes = act;
             out->total_bytes = total;

@@ -200,8 +200,7 @@ void plan_perf_estimate(const atoll_config *c, int dp, const gpu_spec *gpu, cons
 {
     memset(out, 0, sizeof *out);
     int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size, v = cfg_virtual_stages(c);
-    int gbs = c->global_batch_size ? c->global_batch_size : c->micro_batch_size * dp;
-    int m = gbs / (c->micro_batch_size * dp);
+    int m = cfg_micro_batches(c, dp);
     double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, L = c->num_layers;
     double model_per_token = cfg_flops_per_token(c), extra = 0;
     if (c->recompute_granularity == RECOMPUTE_FULL) extra = model_per_token / 3; /* one more forward */
@@ -240,7 +239,7 @@ void plan_perf_estimate(const atoll_config *c, int dp, const gpu_spec *gpu, cons
     out->optimizer_s = updated * 30 / gpu->hbm_bytes_per_s;
 
     out->step_s = m * tmb + out->bubble_s + out->dp_exposed_s + out->optimizer_s;
-    double world = (double)tp * pp * dp, model_flops = model_per_token * gbs * s;
+    double world = (double)tp * pp * dp, model_flops = model_per_token * cfg_global_batch(c, dp) * s;
     out->tflops_per_gpu = model_flops / (out->step_s * world) / 1e12;
     out->mfu = model_flops / (out->step_s * world * gpu->peak_bf16_flops);
 }

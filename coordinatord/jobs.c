@@ -87,11 +87,9 @@ int jobs_config(const store_job *j, atoll_config *cfg)
 double jobs_bubble_theory(const atoll_config *cfg, int world)
 {
     int dp = cfg_data_parallel_size(cfg, world);
-    int pp = cfg->pipeline_model_parallel_size;
-    if (!dp || pp < 2 || cfg->micro_batch_size < 1) return 0.0;
-    int gbs = cfg->global_batch_size ? cfg->global_batch_size : cfg->micro_batch_size * dp;
-    double m = (double)gbs / (cfg->micro_batch_size * dp);
-    return (pp - 1) / (cfg_virtual_stages(cfg) * m);
+    int pp = cfg->pipeline_model_parallel_size, m = cfg_micro_batches(cfg, dp);
+    if (!dp || pp < 2 || m < 1) return 0.0;
+    return (pp - 1) / ((double)cfg_virtual_stages(cfg) * m);
 }
 
 int jobs_submit(coord *c, const Atoll__JobSpec *spec, uint64_t *id, char *err, size_t errlen)

@@ -24,22 +24,14 @@ static void add_group(Atoll__JobLayout *out, msg_arena *a, const char *kind, con
     out->groups[out->n_groups++] = g;
 }
 
-int sched_groups(const char *rank_order, int tp, int pp, int dp, Atoll__JobLayout *out, msg_arena *a)
+int sched_groups(const char *rank_order, int tp, int pp, int dp, Atoll__JobLayout *out, msg_arena *a,
+                 char *err, size_t errlen)
 {
     /* Strides follow the order string, first name fastest: "tp-cp-ep-dp-pp" gives
      * rank = t + tp*(d + dp*p). cp and ep are 1 here. */
-    const char *order = rank_order && *rank_order ? rank_order : "tp-cp-ep-dp-pp";
-    int stride_tp = 0, stride_dp = 0, stride_pp = 0, stride = 1;
-    char buf[64];
-    snprintf(buf, sizeof buf, "%s", order);
-    /* Each name once: a repeated one would make the strides (and group counts) wrong. */
-    for (char *save = NULL, *tok = strtok_r(buf, "-", &save); tok; tok = strtok_r(NULL, "-", &save)) {
-        if (!strcmp(tok, "tp") && !stride_tp) { stride_tp = stride; stride *= tp; }
-        else if (!strcmp(tok, "dp") && !stride_dp) { stride_dp = stride; stride *= dp; }
-        else if (!strcmp(tok, "pp") && !stride_pp) { stride_pp = stride; stride *= pp; }
-        else if (strcmp(tok, "cp") && strcmp(tok, "ep")) return -1;
-    }
-    if (!stride_tp || !stride_dp || !stride_pp) return -1;
+    cfg_rank_order o;
+    if (cfg_rank_order_parse(rank_order, tp, dp, pp, &o, err, errlen)) return -1;
+    int stride_tp = o.stride[CFG_DIM_TP], stride_dp = o.stride[CFG_DIM_DP], stride_pp = o.stride[CFG_DIM_PP];
     int world = tp * pp * dp;
     size_t ngroups = (size_t)(world / tp + world / dp + world / pp + (pp > 1 ? world / pp : 0));
     out->groups = msg_alloc(a, sizeof(Atoll__ProcessGroup *) * (ngroups + 1));
@@ -103,10 +95,7 @@ int sched_place(const atoll_config *cfg, int world, const sched_node *nodes, int
             out->ranks[r++] = p;
         }
     }
-    if (sched_groups(cfg->rank_order, tp, pp, dp, out, a)) {
-        snprintf(err, errlen, "--rank-order '%s' is not a '-'-separated order of tp, cp, ep, dp, pp", cfg->rank_order);
-        return -1;
-    }
+    if (sched_groups(cfg->rank_order, tp, pp, dp, out, a, err, errlen)) return -1;
     return 0;
 }
 
@@ -325,10 +314,7 @@ static int place_topology_aware(coord *c, busy_ctx *b, const atoll_config *cfg, 
     if (!local) snprintf(err, errlen, "out of memory placing %d ranks", r.world);
     free(local);
     place_result_free(&r);
-    if (!rc && sched_groups(cfg->rank_order, tp, pp, dp, out, a)) {
-        snprintf(err, errlen, "--rank-order '%s' is not a '-'-separated order of tp, cp, ep, dp, pp", cfg->rank_order);
-        rc = -1;
-    }
+    if (!rc && sched_groups(cfg->rank_order, tp, pp, dp, out, a, err, errlen)) rc = -1;
 out:
     free(nodes);
     free(busy);

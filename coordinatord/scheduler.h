@@ -26,8 +26,10 @@ typedef struct sched_node {
 int sched_place(const atoll_config *cfg, int world, const sched_node *nodes, int n,
                 Atoll__JobLayout *out, msg_arena *a, char *err, size_t errlen);
 
-/* Megatron-Core process groups for tp/pp/dp under `rank_order`, appended to `out`. */
-int sched_groups(const char *rank_order, int tp, int pp, int dp, Atoll__JobLayout *out, msg_arena *a);
+/* Megatron-Core process groups for tp/pp/dp under `rank_order`, appended to `out`.
+ * -1 with err when the order does not parse (cfg_rank_order_parse). */
+int sched_groups(const char *rank_order, int tp, int pp, int dp, Atoll__JobLayout *out, msg_arena *a,
+                 char *err, size_t errlen);
 
 /* Places what it can of the pending jobs (oldest first). */
 void sched_run(coord *c);

@@ -103,15 +103,19 @@ int main(int argc, char **argv)
     }
     if (cl.print_groups) {
         int world = cl.nproc ? cl.nproc : getenv("WORLD_SIZE") ? atoi(getenv("WORLD_SIZE")) : c.num_gpus ? c.num_gpus : 1;
-        return groups_print_json(stdout, world, c.tensor_model_parallel_size, c.pipeline_model_parallel_size, NULL)
-                   ? 2 : 0;
+        return groups_print_json(stdout, world, c.tensor_model_parallel_size, c.pipeline_model_parallel_size,
+                                 c.rank_order) ? 2 : 0;
     }
     /* The launcher: check the layout once here rather than in N ranks. */
     if (cl.nproc && !getenv("RANK")) {
-        if (!c.global_batch_size) c.global_batch_size = c.micro_batch_size * cl.nproc;
         if (cfg_validate_layout(&c, cl.nproc, 0, err, sizeof err)) {
             fprintf(stderr, "atoll-train: --nproc-per-node %d: %s\n", cl.nproc, err);
             return 2;
+        }
+        /* host memory is shared by the N ranks; a GPU rank checks its own device */
+        if (strcmp(o->device, "cuda") && eng_memory_check(&c, cl.nproc, cl.nproc, o->device, err, sizeof err)) {
+            fprintf(stderr, "atoll-train: --nproc-per-node %d: %s\n", cl.nproc, err);
+            return 1;
         }
         return launcher_run(cl.nproc, argc, argv);
     }

@@ -319,6 +319,7 @@ int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen)
     closedir(d);
     qsort(its, n, sizeof *its, cmp_desc);
     int rc = 1;
+    char newest[300] = "";
     for (size_t i = 0; i < n; i++) {
         char step[1024], why[256];
         ckpt_step_dir(step, sizeof step, dir, its[i]);
@@ -328,7 +329,16 @@ int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen)
             rc = 0;
             break;
         }
+        if (!newest[0]) snprintf(newest, sizeof newest, "iter_%07lld is %s", its[i], problem);
         fprintf(stderr, "atoll-train: checkpoint %s is %s; trying an older step\n", step, problem);
+    }
+    /* Step directories but none intact: starting over from iteration 0 would throw
+     * the run's progress away without a word, so refuse. */
+    if (rc == 1 && n > 0) {
+        errf(err, errlen, "--load %s: none of its %zu checkpoint step%s is intact (the newest, %s); remove the "
+             "torn step directories to start from iteration 0, or point --load at an intact checkpoint",
+             dir, n, n > 1 ? "s" : "", newest);
+        rc = -1;
     }
     free(its);
     return rc;

@@ -59,8 +59,9 @@ int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,
 
 /* Finds the newest committed, intact step under `dir` (manifest present, sizes
  * and checksums match). Newer steps that are torn or corrupt are reported on
- * stderr and skipped. Returns 0 with *iteration set, 1 when `dir` holds no
- * committed step, -1 on an error (err set). */
+ * stderr and skipped. Returns 0 with *iteration set, 1 when `dir` is absent or
+ * holds no step directory at all (a fresh run), -1 on an error (err set) --
+ * including step directories none of which is intact. */
 int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen);
 
 /* Loads step `iteration` into the model and optimizer (this rank's slices) and

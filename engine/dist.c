@@ -41,10 +41,6 @@ int dist_init(dist *d, const atoll_config *c, const k_ops *k, char *err, size_t 
         return -1;
     }
     if (cfg_validate_layout(c, world, 0, err, errlen)) return -1;
-    if (c->num_layers % (d->pp * d->v)) {
-        errf(err, errlen, "--num-layers %d is not divisible by pp * virtual stages = %d", c->num_layers, d->pp * d->v);
-        return -1;
-    }
     /* One rank exchanges nothing: no NCCL communicator to set up. */
     int cuda = !strcmp(k->name, "cuda") && world > 1;
     comm_backend_kind kind = COMM_BACKEND_HOST;
@@ -54,7 +50,7 @@ int dist_init(dist *d, const atoll_config *c, const k_ops *k, char *err, size_t 
     if (comm_world_init_env(&d->world, kind, cuda ? COMM_DEVICE_BUFFERS : 0, err, errlen)) return -1;
     d->rank = comm_world_rank(d->world);
     d->size = comm_world_size(d->world);
-    if (groups_build(&d->groups, d->size, d->tp, d->pp, NULL, err, errlen)) return -1;
+    if (groups_build(&d->groups, d->size, d->tp, d->pp, c->rank_order, err, errlen)) return -1;
     if (comm_groups_new(d->world, &d->groups, d->g)) {
         errf(err, errlen, "%s", comm_error(d->world));
         return -1;
@@ -63,13 +59,7 @@ int dist_init(dist *d, const atoll_config *c, const k_ops *k, char *err, size_t 
     d->tp_rank = comm_rank(d->g[GROUP_TP]);
     d->pp_rank = comm_rank(d->g[GROUP_PP]);
     d->dp_rank = comm_rank(d->g[GROUP_DP]);
-    int gbs = c->global_batch_size;
-    d->nmicro = gbs / (c->micro_batch_size * d->dp);
-    if (d->v > 1 && (d->nmicro % d->pp || d->pp < 2)) {
-        errf(err, errlen, "the interleaved schedule needs %d micro-batches per DP rank divisible by pp %d",
-             d->nmicro, d->pp);
-        return -1;
-    }
+    d->nmicro = cfg_micro_batches(c, d->dp); /* cfg_validate_layout checked it is whole (and pp-divisible when interleaved) */
     return 0;
 }
 

@@ -1,48 +1,28 @@
 #include "groups.h"
 
+#include "config.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-#define NDIM 5
-static const char *const dim_names[NDIM] = {"tp", "cp", "ep", "dp", "pp"};
+#define NDIM CFG_NDIMS
 
 typedef struct {
     int ndim;
     int size[NDIM]; /* by position in the order string */
-    int name[NDIM]; /* index into dim_names */
+    int name[NDIM]; /* cfg_dim */
 } layout;
 
-static int parse_order(layout *L, const char *order, const int sizes[NDIM], char *err,
-                       size_t errlen)
+/* The order string is parsed by common/config (cfg_rank_order_parse), as the
+ * scheduler and placement do. */
+static int parse_order(layout *L, const char *order, int tp, int dp, int pp, char *err, size_t errlen)
 {
-    char buf[64];
-    snprintf(buf, sizeof buf, "%s", order && *order ? order : GROUPS_DEFAULT_ORDER);
-    int seen[NDIM] = {0};
-    L->ndim = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(buf, "-", &save); tok; tok = strtok_r(NULL, "-", &save)) {
-        int d = -1;
-        for (int i = 0; i < NDIM; i++)
-            if (strcmp(tok, dim_names[i]) == 0) d = i;
-        if (d < 0 || seen[d]) {
-            snprintf(err, errlen, "--rank-order '%s': %s token '%s' (use each of tp, cp, ep, dp, pp "
-                     "at most once, joined by '-')", order, d < 0 ? "unknown" : "repeated", tok);
-            return -1;
-        }
-        seen[d] = 1;
-        L->name[L->ndim] = d;
-        L->size[L->ndim++] = sizes[d];
-    }
-    /* Megatron appends absent dimensions of size 1 and refuses absent larger ones. */
-    for (int d = 0; d < NDIM; d++) {
-        if (seen[d]) continue;
-        if (sizes[d] != 1) {
-            snprintf(err, errlen, "--rank-order '%s' leaves out %s, whose size is %d", order,
-                     dim_names[d], sizes[d]);
-            return -1;
-        }
-        L->name[L->ndim] = d;
-        L->size[L->ndim++] = 1;
+    cfg_rank_order o;
+    if (cfg_rank_order_parse(order, tp, dp, pp, &o, err, errlen)) return -1;
+    L->ndim = o.ndim;
+    for (int i = 0; i < o.ndim; i++) {
+        L->name[i] = o.dim[i];
+        L->size[i] = o.size[o.dim[i]];
     }
     return 0;
 }
@@ -100,15 +80,14 @@ int groups_build(rank_groups *g, int world, int tp, int pp, const char *order, c
                  "--pipeline-model-parallel-size (%d) must all be >= 1", world, tp, pp);
         return -1;
     }
-    if (world % (tp * pp) != 0) {
+    if ((long long)tp * pp > world || world % ((long long)tp * pp) != 0) {
         snprintf(err, errlen, "world size %d is not divisible by tensor x pipeline parallel size "
-                 "%d x %d = %d", world, tp, pp, tp * pp);
+                 "%d x %d = %lld", world, tp, pp, (long long)tp * pp);
         return -1;
     }
     int dp = world / (tp * pp);
-    int sizes[NDIM] = {tp, 1, 1, dp, pp};
     layout L;
-    if (parse_order(&L, order, sizes, err, errlen) != 0) return -1;
+    if (parse_order(&L, order, tp, dp, pp, err, errlen) != 0) return -1;
     g->world = world;
     g->tp = tp;
     g->pp = pp;
@@ -116,9 +95,9 @@ int groups_build(rank_groups *g, int world, int tp, int pp, const char *order, c
     int w = 0;
     for (int i = 0; i < L.ndim; i++)
         w += snprintf(g->order + w, sizeof g->order - (size_t)w, "%s%s", i ? "-" : "",
-                      dim_names[L.name[i]]);
+                      cfg_dim_name((cfg_dim)L.name[i]));
 
-    enum { TP = 1 << 0, DP = 1 << 3, PP = 1 << 4 };
+    enum { TP = 1 << CFG_DIM_TP, DP = 1 << CFG_DIM_DP, PP = 1 << CFG_DIM_PP };
     masked_groups(&L, world, TP, &g->ranks[GROUP_TP], &g->count[GROUP_TP], &g->size[GROUP_TP]);
     masked_groups(&L, world, PP, &g->ranks[GROUP_PP], &g->count[GROUP_PP], &g->size[GROUP_PP]);
     masked_groups(&L, world, DP, &g->ranks[GROUP_DP], &g->count[GROUP_DP], &g->size[GROUP_DP]);

@@ -20,7 +20,6 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define GROUPS_DEFAULT_ORDER "tp-cp-ep-dp-pp"
 
 typedef enum { GROUP_TP, GROUP_PP, GROUP_DP, GROUP_MP, GROUP_EMBEDDING, GROUP_KINDS } group_kind;
 
@@ -32,7 +31,7 @@ typedef struct rank_groups {
     int *ranks[GROUP_KINDS]; /* count*size world ranks, group g at [g*size] */
 } rank_groups;
 
-/* order NULL or "" = GROUPS_DEFAULT_ORDER. Returns 0, or -1 with err naming the
+/* order NULL or "" = CFG_DEFAULT_RANK_ORDER (config.h), parsed by cfg_rank_order_parse. Returns 0, or -1 with err naming the
  * rule that failed (sizes >= 1, world divisible by tp*pp, order tokens). */
 int groups_build(rank_groups *g, int world, int tp, int pp, const char *order, char *err,
                  size_t errlen);

@@ -184,25 +184,6 @@ typedef struct run {
     FILE *metrics;
 } run;
 
-static int check_config(const atoll_config *c, char *err, size_t errlen)
-{
-    if (cfg_validate_model(c, err, errlen)) return -1;
-    if (c->global_batch_size % c->micro_batch_size) {
-        errf(err, errlen, "--global-batch-size %d is not divisible by --micro-batch-size %d",
-             c->global_batch_size, c->micro_batch_size);
-        return -1;
-    }
-    if (c->train_iters < 1) {
-        errf(err, errlen, "--train-iters must be at least 1");
-        return -1;
-    }
-    if (c->save_interval && !c->save[0]) {
-        errf(err, errlen, "--save-interval %d needs --save DIR", c->save_interval);
-        return -1;
-    }
-    return 0;
-}
-
 static int load_batch(run *r, char *err, size_t errlen)
 {
     int T = r->c->seq_length, mbs = r->c->micro_batch_size;
@@ -542,13 +523,13 @@ static int save(run *r, char *err, size_t errlen)
 int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t errlen)
 {
     atoll_config c = *cfg;
-    if (!c.global_batch_size) {
-        /* Megatron's default: one micro-batch per DP rank */
-        const char *ws = getenv("WORLD_SIZE");
-        int dp = cfg_data_parallel_size(&c, ws ? atoi(ws) : 1);
-        c.global_batch_size = c.micro_batch_size * (dp > 0 ? dp : 1);
-    }
-    if (check_config(&c, err, errlen)) return -1;
+    const char *ws = getenv("WORLD_SIZE");
+    int world = ws ? atoi(ws) : 1;
+    /* The one validator (common/config) before anything is allocated. */
+    if (cfg_validate_layout(&c, world, 0, err, errlen)) return -1;
+    if (!c.global_batch_size) c.global_batch_size = cfg_global_batch(&c, cfg_data_parallel_size(&c, world));
+    const char *lws = getenv("LOCAL_WORLD_SIZE");
+    if (eng_memory_check(&c, world, lws ? atoi(lws) : 1, o->device, err, errlen)) return -1;
     run r;
     memset(&r, 0, sizeof r);
     r.c = &c;

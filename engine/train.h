@@ -25,4 +25,13 @@ void eng_run_opts_defaults(eng_run_opts *o);
 /* Runs training; returns 0, or -1 with a one-line reason in err. */
 int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t errlen);
 
+/* memory_check.c: refuses a layout whose memory per rank (the planner's model at
+ * the engine's fp32 precision) times the `local_ranks` sharing this host (cpu)
+ * is more than the device has free; 0, or -1 with err saying what it needs, what
+ * there is and what would lower it. Called before anything is allocated. */
+int eng_memory_check(const atoll_config *c, int world, int local_ranks, const char *device, char *err,
+                     size_t errlen);
+/* Bytes of host memory this process may still use (-1 when unknown). */
+double eng_host_memory_available(void);
+
 #endif

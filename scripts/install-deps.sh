@@ -6,7 +6,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build make pkg-config gcc g++ clang libclang-rt-14-dev
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev libyaml-dev
-      libsodium-dev libopenblas-dev python3 python3-torch python3-numpy
+      libsodium-dev libopenblas-dev python3 python3-torch python3-numpy time
       protobuf-compiler python3-protobuf)  # the last two: the Python wire-protocol test
 # clang++ comes with the clang package; g++ is the C++ compiler CMake finds first.
 missing=()

@@ -94,6 +94,164 @@ static void test_layout_rules(void)
     CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == -1 && strstr(err, "num-gpus"), "world: %s", err);
 }
 
+/* The inputs of issue 12 that crashed the daemons: products that overflowed int
+ * and were then used as divisors, and values that should never have been taken. */
+static void test_ranges_and_overflow(void)
+{
+    atoll_config c;
+    char err[256] = "";
+    const char *model = "--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --num-gpus 4 ";
+    char line[512];
+    snprintf(line, sizeof line, "%s--micro-batch-size 1073741824 --global-batch-size 8", model);
+    CHECK(parse(&c, line, err, sizeof err) == -1 && strstr(err, "--micro-batch-size: 1073741824 is above") &&
+          strstr(err, "1048576"), "huge micro-batch: %s", err);
+    snprintf(line, sizeof line, "%s--tensor-model-parallel-size 65536 --pipeline-model-parallel-size 65536", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0, "tp/pp 65536 parse: %s", err);
+    CHECK(cfg_validate_layout(&c, 4, 0, err, sizeof err) == -1 && strstr(err, "65536*65536 = 4294967296 is more than"),
+          "tp*pp overflow: %s", err);
+    CHECK(cfg_data_parallel_size(&c, 4) == 0, "dp of an impossible layout");
+    /* The largest accepted values, where 32-bit products would overflow. */
+    snprintf(line, sizeof line, "%s--micro-batch-size 1048576 --global-batch-size 8", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0, "%s", err);
+    CHECK(cfg_validate_layout(&c, 1048576, 0, err, sizeof err) == -1 && strstr(err, "1048576*1048576 = 1099511627776"),
+          "micro-batch * dp over 2^32: %s", err);
+    c.global_batch_size = 0; /* the default global batch would be 2^40 */
+    CHECK(cfg_validate_layout(&c, 1048576, 0, err, sizeof err) == -1 && strstr(err, "give --global-batch-size"),
+          "default gbs overflow: %s", err);
+    CHECK(cfg_global_batch(&c, 1048576) == 0 && cfg_micro_batches(&c, 1048576) == 0, "no default over the limit");
+    c.micro_batch_size = 2; c.global_batch_size = 0;
+    CHECK(cfg_global_batch(&c, 4) == 8 && cfg_micro_batches(&c, 4) == 1, "Megatron's default gbs");
+    c.global_batch_size = 24;
+    CHECK(cfg_micro_batches(&c, 4) == 3 && cfg_micro_batches(&c, 5) == 0, "micro-batches per DP rank");
+
+    /* Hyper-parameters: finite and non-negative, betas below 1, min-lr not above lr. */
+    struct { const char *args, *want; } bad[] = {
+        { "--lr inf", "'inf' is not a finite number" },
+        { "--lr nan", "'nan' is not a finite number" },
+        { "--lr -1", "--lr: -1 is below the smallest accepted value, 0" },
+        { "--lr 1e999", "not a finite number" },
+        { "--weight-decay -0.1", "below" },
+        { "--adam-beta2 1", "is not below 1" },
+        { "--adam-eps -1e-8", "below" },
+        { "--clip-grad -inf", "finite" },
+        { "--num-layers -3", "below" },
+        { "--num-layers 99999999999999999999", "not an integer" },
+        { "--tensor-model-parallel-size 0", "below the smallest accepted value, 1" },
+        { "--seq-length 16777217", "above" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(parse(&c, bad[i].args, err, sizeof err) == -1 && strstr(err, bad[i].want), "'%s': %s", bad[i].args, err);
+    CHECK(parse(&c, "--lr 1e-3 --min-lr 1e-5 --adam-beta2 0.95 --clip-grad 0", err, sizeof err) == 0, "%s", err);
+    base(&c); c.min_lr = 1.0;
+    CHECK(cfg_validate_layout(&c, 1, 0, err, sizeof err) == -1 && strstr(err, "--min-lr"), "min-lr > lr: %s", err);
+    base(&c); c.train_iters = 0;
+    CHECK(cfg_validate_layout(&c, 1, 0, err, sizeof err) == -1 && strstr(err, "--train-iters"), "iters: %s", err);
+
+    /* Every combination of extreme values: no trap, no UB (the sanitizer build runs this). */
+    const int ext[] = { 0, 1, 2, 3, 7, 65536, 1 << 20, 1 << 30, 2147483647 };
+    const int n = (int)(sizeof ext / sizeof ext[0]);
+    int refused = 0, total = 0;
+    for (int a = 0; a < n; a++) for (int b = 0; b < n; b++) for (int d = 0; d < n; d++) for (int e = 0; e < n; e++) {
+        base(&c);
+        c.tensor_model_parallel_size = ext[a];
+        c.pipeline_model_parallel_size = ext[b];
+        c.micro_batch_size = ext[d];
+        c.global_batch_size = ext[e];
+        c.num_layers_per_virtual_pipeline_stage = ext[(a + e) % n];
+        for (int w = 0; w < n; w++) {
+            total++;
+            if (cfg_validate_layout(&c, ext[w], ext[(w + d) % n], err, sizeof err)) { refused++; continue; }
+            int dp = cfg_data_parallel_size(&c, ext[w]), m = cfg_micro_batches(&c, dp);
+            CHECK(dp >= 1 && m >= 1 && (long long)m * c.micro_batch_size * dp == cfg_global_batch(&c, dp),
+                  "accepted layout is whole: tp %d pp %d mbs %d gbs %d world %d", ext[a], ext[b], ext[d], ext[e],
+                  ext[w]);
+        }
+    }
+    CHECK(refused > 0 && refused < total, "%d of %d extreme layouts refused", refused, total);
+}
+
+static void test_rank_order(void)
+{
+    cfg_rank_order o;
+    char err[256] = "";
+    CHECK(cfg_rank_order_parse(NULL, 2, 4, 8, &o, err, sizeof err) == 0, "%s", err);
+    CHECK(o.stride[CFG_DIM_TP] == 1 && o.stride[CFG_DIM_DP] == 2 && o.stride[CFG_DIM_PP] == 8, "default strides");
+    CHECK(cfg_rank_order_parse("pp-dp-tp", 2, 4, 8, &o, err, sizeof err) == 0 && o.stride[CFG_DIM_PP] == 1 &&
+          o.stride[CFG_DIM_DP] == 8 && o.stride[CFG_DIM_TP] == 32, "pp first: %s", err);
+    CHECK(cfg_rank_order_parse("tp-dp", 2, 4, 1, &o, err, sizeof err) == 0 && o.ndim == CFG_NDIMS, "absent pp of size 1");
+    CHECK(cfg_rank_order_parse("tp-dp", 2, 4, 2, &o, err, sizeof err) == -1 && strstr(err, "leaves out pp"), "%s", err);
+    CHECK(cfg_rank_order_parse("tp-tp-dp-pp", 2, 2, 2, &o, err, sizeof err) == -1 && strstr(err, "repeated"), "%s", err);
+    CHECK(cfg_rank_order_parse("tp-xx", 2, 1, 1, &o, err, sizeof err) == -1 && strstr(err, "unknown token 'xx'"), "%s", err);
+    CHECK(cfg_rank_order_parse("tp-dp-", 1, 1, 1, &o, err, sizeof err) == -1 && strstr(err, "ends with"), "%s", err);
+    atoll_config c;
+    base(&c);
+    snprintf(c.rank_order, sizeof c.rank_order, "tp-dp-dp");
+    CHECK(cfg_validate_layout(&c, 4, 0, err, sizeof err) == -1 && strstr(err, "--rank-order"), "validated at submit: %s", err);
+}
+
+static const char *yaml_file(const char *text)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/atoll_cfg_XXXXXX");
+    int fd = mkstemp(path);
+    size_t n = strlen(text);
+    CHECK(write(fd, text, n) == (ssize_t)n, "write yaml");
+    close(fd);
+    return path;
+}
+
+static void test_yaml_refusals(void)
+{
+    atoll_config c;
+    char err[512] = "";
+    struct { const char *text, *want; } bad[] = {
+        { "", "is empty" },
+        { "# only a comment\n", "is empty" },
+        { "---\n", "holds no mapping" },
+        { "24\n", "bare value ('24')" },
+        { "- num_layers: 2\n", "is a list" },
+        { "num_layers: 2\nnum_layers: 3\n", "line 2: key 'num_layers' is given a second time (first on line 1)" },
+        { "num-layers: 2\nnum_layers: 3\n", "given a second time" },
+        { "model:\n  num_layers: 2\ntraining:\n  num_layers: 4\n", "line 4: key 'num_layers' is given a second" },
+        { "lr: .inf\n", "not a finite number" },
+        { "lr: -1\n", "below the smallest accepted value" },
+        { "num_layers: &x 2\nhidden_size: *x\n", "aliases" },
+        { "num_layers: 2\n---\nnum_layers: 3\n", "second YAML document" },
+        { "num_layers: [2]\n", "has a list" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cfg_defaults(&c);
+        const char *p = yaml_file(bad[i].text);
+        CHECK(cfg_load_yaml(&c, p, err, sizeof err) == -1 && strstr(err, bad[i].want), "yaml '%s': %s", bad[i].text, err);
+        unlink(p);
+    }
+    /* 60,000 nested mappings (a segfault before): refused at the depth limit. */
+    size_t depth = 60000;
+    char *deep = malloc(depth * 6 + 16); /* flow style, {a: {a: ...1}}, under the size limit */
+    size_t at = 0;
+    for (size_t i = 0; i < depth; i++) { memcpy(deep + at, "{a: ", 4); at += 4; }
+    deep[at++] = '1';
+    for (size_t i = 0; i < depth; i++) deep[at++] = '}';
+    deep[at] = 0;
+    cfg_defaults(&c);
+    const char *p = yaml_file(deep);
+    CHECK(cfg_load_yaml(&c, p, err, sizeof err) == -1 && strstr(err, "at most 16 levels"), "deep yaml: %s", err);
+    unlink(p);
+    free(deep);
+    char *big = malloc(CFG_YAML_MAX_BYTES + 64);
+    memset(big, '#', CFG_YAML_MAX_BYTES + 63);
+    big[CFG_YAML_MAX_BYTES + 63] = 0;
+    p = yaml_file(big);
+    CHECK(cfg_load_yaml(&c, p, err, sizeof err) == -1 && strstr(err, "job files of at most 1048576 bytes"),
+          "big yaml: %s", err);
+    unlink(p);
+    free(big);
+    CHECK(cfg_load_yaml(&c, "/dev/zero", err, sizeof err) == -1 && strstr(err, "not a regular file"), "%s", err);
+    p = yaml_file("model:\n  num_layers: 2\n  hidden_size: 64\ntraining:\n  lr: 1e-3\n");
+    CHECK(cfg_load_yaml(&c, p, err, sizeof err) == 0 && c.num_layers == 2 && c.lr == 1e-3, "sections: %s", err);
+    unlink(p);
+}
+
 static void test_flops(void)
 {
     atoll_config c;
@@ -132,6 +290,9 @@ int main(int argc, char **argv)
     test_flags();
     test_yaml();
     test_layout_rules();
+    test_ranges_and_overflow();
+    test_rank_order();
+    test_yaml_refusals();
     test_flops();
     test_specs_and_topo();
     return check_summary(argv[0]);

@@ -193,6 +193,21 @@ int main(int argc, char **argv)
     CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "--num-gpus 10 is not divisible by tp*pp"), "world%%mp: '%s'", e);
     base_cfg(&cfg); cfg.hidden_size = 0;
     CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "--hidden-size is required"), "missing hidden: '%s'", e);
+    /* Issue 12: layouts whose 32-bit products overflowed to 0 and became divisors
+     * (SIGFPE), and hyper-parameters that should never be taken. */
+    base_cfg(&cfg); cfg.micro_batch_size = 1073741824; cfg.global_batch_size = 8; cfg.num_gpus = 4;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "--micro-batch-size: 1073741824 is above"), "huge mbs: '%s'", e);
+    base_cfg(&cfg); cfg.tensor_model_parallel_size = cfg.pipeline_model_parallel_size = 65536; cfg.num_gpus = 4;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "4294967296 is more than"), "tp*pp overflow: '%s'", e);
+    base_cfg(&cfg); cfg.tensor_model_parallel_size = cfg.pipeline_model_parallel_size = 1;
+    cfg.micro_batch_size = 1 << 20; cfg.num_gpus = 1 << 20; cfg.global_batch_size = 0;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "give --global-batch-size"), "default gbs 2^40: '%s'", e);
+    base_cfg(&cfg); cfg.lr = 1.0 / 0.0;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "--lr: 'inf' is not a finite number"), "lr inf: '%s'", e);
+    base_cfg(&cfg); cfg.lr = -1;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "--lr: -1 is below"), "lr -1: '%s'", e);
+    base_cfg(&cfg); snprintf(cfg.rank_order, sizeof cfg.rank_order, "tp-dp-dp");
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "--rank-order 'tp-dp-dp': repeated token 'dp'"), "order: '%s'", e);
     store_job j;
     CHECK(store_job_get(c.st, 1, &j) == 1, "a refused spec was stored");
 
@@ -234,13 +249,20 @@ int main(int argc, char **argv)
         atoll__layout_reply__free_unpacked(lay, NULL);
     }
 
-    /* Rank orders: each name once, only known names. */
+    /* Rank orders: each name once, only known names; an absent one only when its
+     * size is 1 (Megatron-Core's rule, cfg_rank_order_parse). */
     msg_arena ga = { 0 };
     Atoll__JobLayout gl = ATOLL__JOB_LAYOUT__INIT;
-    CHECK(sched_groups("tp-tp-dp-pp", 2, 2, 2, &gl, &ga) == -1, "repeated name accepted");
-    CHECK(sched_groups("tp-xx-dp-pp", 2, 2, 2, &gl, &ga) == -1, "unknown name accepted");
-    CHECK(sched_groups("tp-dp", 2, 1, 2, &gl, &ga) == -1, "missing pp accepted");
-    CHECK(sched_groups("pp-dp-tp", 2, 2, 2, &gl, &ga) == 0 && gl.n_groups == 4 + 4 + 4 + 4, "pp first: %zu groups",
+    char gerr[256];
+    CHECK(sched_groups("tp-tp-dp-pp", 2, 2, 2, &gl, &ga, gerr, sizeof gerr) == -1 && strstr(gerr, "repeated"),
+          "repeated name accepted: %s", gerr);
+    CHECK(sched_groups("tp-xx-dp-pp", 2, 2, 2, &gl, &ga, gerr, sizeof gerr) == -1 && strstr(gerr, "unknown"),
+          "unknown name accepted: %s", gerr);
+    CHECK(sched_groups("tp-dp", 2, 2, 2, &gl, &ga, gerr, sizeof gerr) == -1 && strstr(gerr, "leaves out pp"),
+          "missing pp of size 2 accepted: %s", gerr);
+    msg_arena_free(&ga);
+    gl = (Atoll__JobLayout)ATOLL__JOB_LAYOUT__INIT;
+    CHECK(sched_groups("pp-dp-tp", 2, 2, 2, &gl, &ga, gerr, sizeof gerr) == 0 && gl.n_groups == 4 + 4 + 4 + 4, "pp first: %zu groups",
           gl.n_groups);
     /* pp fastest: rank = p + 2*(d + 2*t), so tp groups stride 4. */
     CHECK(!strcmp(gl.groups[0]->kind, "tp") && gl.groups[0]->ranks[1] == 4, "tp stride under pp-dp-tp");

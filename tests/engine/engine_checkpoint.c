@@ -101,7 +101,8 @@ static void test_layout_independent_writes(void)
     }
     long long it = -1;
     CHECK(ckpt_latest("ck_tp", &it, err, sizeof err) == 0 && it == 3, "tp checkpoint committed (%lld)", it);
-    CHECK(ckpt_latest("ck_pp", &it, err, sizeof err) == 1, "uncommitted pp step is not used");
+    CHECK(ckpt_latest("ck_pp", &it, err, sizeof err) == -1 && strstr(err, "none of its 1 checkpoint step is intact"),
+          "uncommitted only step is refused, not silently skipped: %s", err);
     CHECK(ckpt_latest("no_such_dir", &it, err, sizeof err) == 1, "missing dir: nothing to resume");
 
     /* a TP rank reads its slices back from the single-rank checkpoint */
@@ -171,7 +172,8 @@ static void test_bad_files(void)
           strstr(err, "tensor 'h.1.ln_2.bias.exp_avg' is missing") && strstr(err, "optim.safetensors") &&
           !strchr(err, '\n'), "missing tensor: %s", err);
     long long it;
-    CHECK(ckpt_latest("ck_bad", &it, err, sizeof err) == 1, "a corrupt only step is not used");
+    CHECK(ckpt_latest("ck_bad", &it, err, sizeof err) == -1 && strstr(err, "iter_0000003 is corrupt"),
+          "a corrupt only step is refused: %s", err);
 
     CHECK(truncate("ck_bad/iter_0000003/model.safetensors", 3000) == 0, "truncate");
     CHECK(ckpt_load("ck_bad", 3, r.m, r.o, &st, err, sizeof err) == -1 && strstr(err, "model.safetensors") &&

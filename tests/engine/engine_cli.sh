@@ -57,6 +57,16 @@ rm ck_copy/iter_0000020/manifest.json
 "$TRAIN" "${RUN[@]}" --load ck_copy --train-iters 20 >torn.log 2>torn.err
 grep -q "iter_0000020 is not committed" torn.err && ok "uncommitted step reported" \
     || bad "torn step not reported: $(cat torn.err)"
+# The only checkpoint torn: refused with a reason, not a silent start from iteration 0.
+mkdir -p ck_torn && cp -r ck/iter_0000010 ck_torn/ && rm ck_torn/iter_0000010/manifest.json
+"$TRAIN" "${RUN[@]}" --load ck_torn --save ck_torn --metrics-file torn_only.jsonl >torn_only.log 2>torn_only.err
+rc=$?
+if [ $rc -ne 0 ] && grep -q "none of its 1 checkpoint step is intact (the newest, iter_0000010 is not committed" \
+       torn_only.err && [ ! -s torn_only.jsonl ] && [ "$(ls ck_torn)" = iter_0000010 ]; then
+    ok "only checkpoint torn: refused (exit $rc), nothing trained or written: $(tail -1 torn_only.err)"
+else
+    bad "only checkpoint torn: rc=$rc, $(cat torn_only.err)"
+fi
 
 # ---- validation split: --split 8,2,0 over ten documents, evaluated every 5 iterations ----
 for i in $(seq 10); do head -c $((200 + i * 10)) rep.txt > "doc$i.txt"; done
@@ -101,6 +111,31 @@ expect_error "hidden % heads" "--hidden-size 66 is not divisible by --num-attent
 expect_error "no valid split" "no validation split" "${TINY[@]}" --eval-interval 5 --eval-iters 1
 expect_error "unwritable --save" "--save /proc/atoll-ck: cannot create" "${TINY[@]}" --save /proc/atoll-ck
 expect_error "unknown flag" "no-such-flag" "${TINY[@]}" --no-such-flag 1
+# Issue 12's inputs: refused up front with a reason, nothing allocated or trained.
+expect_error "tp*pp overflow" "65536\*65536 = 4294967296 is more than" "${TINY[@]}" \
+    --tensor-model-parallel-size 65536 --pipeline-model-parallel-size 65536
+expect_error "launcher tp*pp overflow" "65536\*65536 = 4294967296 is more than" "${TINY[@]}" --nproc-per-node 4 \
+    --tensor-model-parallel-size 65536 --pipeline-model-parallel-size 65536
+expect_error "huge micro-batch" "micro-batch-size: 1073741824 is above" "${TINY[@]}" --micro-batch-size 1073741824
+expect_error "lr inf" "--lr: 'inf' is not a finite number" "${TINY[@]}" --lr inf
+expect_error "lr -1" "--lr: -1 is below the smallest accepted value, 0" "${TINY[@]}" --lr -1
+/usr/bin/time -f "%M" -o mem.txt "$TRAIN" --num-layers 100000 --hidden-size 128 --num-attention-heads 4 \
+    --seq-length 128 --train-iters 1 >/dev/null 2>err.txt
+rc=$?
+if [ $rc -ne 0 ] && grep -q "GiB per rank .* more than the .* GiB of host memory available" err.txt &&
+   [ "$(tail -1 mem.txt)" -lt 1048576 ]; then
+    ok "100000 layers refused before allocating (peak RSS $(tail -1 mem.txt) KiB): $(cut -c1-120 err.txt)..."
+else
+    bad "100000 layers: rc=$rc, peak RSS $(tail -1 mem.txt) KiB, $(cat err.txt)"
+fi
+python3 -c "import sys; sys.stdout.write('{a: ' * 60000 + '1' + '}' * 60000)" > deep.yaml
+expect_error "60000-deep YAML" "at most 16 levels" --yaml-cfg deep.yaml
+: > empty.yaml
+expect_error "empty YAML" "empty.yaml: the file is empty" --yaml-cfg empty.yaml
+printf 'num_layers: 2\nnum-layers: 3\n' > dup.yaml
+expect_error "duplicate YAML key" "line 2: key 'num-layers' is given a second time (first on line 1)" --yaml-cfg dup.yaml
+echo 42 > scalar.yaml
+expect_error "scalar YAML" "bare value ('42')" --yaml-cfg scalar.yaml
 expect_error "no cuda" "--device cuda" "${TINY[@]}" --device cuda
 
 echo "engine_cli: $failures failed"

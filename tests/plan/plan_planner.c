@@ -231,7 +231,7 @@ static void test_refusals(void)
 static void test_placement_matters(void)
 {
     atoll_config m;
-    gpt(&m, 32, 4096, 32, 2048, 32000, 256);
+    gpt(&m, 32, 4096, 32, 2048, 32000, 288); /* a whole number of micro-batches per DP rank at dp 3 */
     m.tensor_model_parallel_size = 4;
     m.pipeline_model_parallel_size = 2;
     m.micro_batch_size = 1;
