@@ -84,8 +84,21 @@ int frame_decoder_next(frame_decoder *d, frame_header *h, const uint8_t **payloa
         d->failed = 1;
         return -1;
     }
-    if (avail - FRAME_HEADER_LEN < h->len) return 0;
+    if (avail - FRAME_HEADER_LEN < (size_t)h->len + d->trailer) return 0;
     *payload = d->buf + d->start + FRAME_HEADER_LEN;
-    d->start += FRAME_HEADER_LEN + h->len;
+    d->start += FRAME_HEADER_LEN + (size_t)h->len + d->trailer;
     return 1;
 }
+
+int frame_decoder_pending(const frame_decoder *d)
+{
+    if (d->failed) return 1;
+    size_t avail = d->end - d->start;
+    if (avail < FRAME_HEADER_LEN) return 0;
+    const uint8_t *p = d->buf + d->start;
+    uint32_t len = (uint32_t)p[4] << 24 | (uint32_t)p[5] << 16 | (uint32_t)p[6] << 8 | p[7];
+    if (p[0] != FRAME_MAGIC0 || p[1] != FRAME_MAGIC1 || len > d->max) return 1; /* next() reports it */
+    return avail - FRAME_HEADER_LEN >= (size_t)len + d->trailer;
+}
+
+size_t frame_decoder_buffered(const frame_decoder *d) { return d->end - d->start; }

@@ -4,6 +4,8 @@
  *   offset 2  2 bytes  message type (MsgType in atoll.proto), big-endian
  *   offset 4  4 bytes  payload length, big-endian, at most the receiver's limit
  *   offset 8  payload: the protobuf encoding of the message named by the type
+ *   then      `trailer` bytes not counted in the length: after the handshake, the
+ *             frame's tag (auth.h); none before it
  *
  * The decoder is a pure byte-stream parser (no I/O) so it can be fuzzed and unit
  * tested. It owns its buffer; payload pointers it returns stay valid until the
@@ -33,7 +35,8 @@ int frame_header_decode(const uint8_t in[FRAME_HEADER_LEN], uint32_t max, frame_
 typedef struct frame_decoder {
     uint8_t *buf;
     size_t start, end, cap;   /* unread bytes are buf[start..end) */
-    uint32_t max;             /* payload limit */
+    uint32_t max;             /* payload limit; may change between frames */
+    uint32_t trailer;         /* bytes after each payload (the tag); may change between frames */
     int failed;               /* sticky: the stream cannot be resynchronised */
     char err[160];
 } frame_decoder;
@@ -44,10 +47,18 @@ void frame_decoder_free(frame_decoder *d);
 /* Appends received bytes. -1 when out of memory or the decoder already failed. */
 int frame_decoder_feed(frame_decoder *d, const void *data, size_t len);
 
-/* 1: a whole frame is ready (*h, *payload set); 0: need more bytes;
+/* 1: a whole frame is ready (*h, *payload set; the header is at payload - 8 and
+ * the trailer at payload + h->len); 0: need more bytes;
  * -1: the stream is bad (d->err says why; the connection should be closed,
  * since no later byte can be trusted to start a frame). A bad header is
  * reported as soon as its 8 bytes arrive, before any payload is buffered. */
 int frame_decoder_next(frame_decoder *d, frame_header *h, const uint8_t **payload);
+
+/* 1 when frame_decoder_next would return non-zero now (a whole frame, or a bad
+ * header, is buffered). */
+int frame_decoder_pending(const frame_decoder *d);
+
+/* Bytes received and not yet returned as frames. */
+size_t frame_decoder_buffered(const frame_decoder *d);
 
 #endif

@@ -6,10 +6,10 @@
 
 #include "frame.h"
 
-uint8_t *msg_frame(uint16_t type, const ProtobufCMessage *m, size_t *len)
+uint8_t *msg_frame(uint16_t type, const ProtobufCMessage *m, size_t trailer, size_t *len)
 {
     size_t n = m ? protobuf_c_message_get_packed_size(m) : 0;
-    uint8_t *buf = malloc(FRAME_HEADER_LEN + n);
+    uint8_t *buf = malloc(FRAME_HEADER_LEN + n + trailer);
     if (!buf) return NULL;
     frame_header_encode(buf, type, (uint32_t)n);
     if (m) protobuf_c_message_pack(m, buf + FRAME_HEADER_LEN);

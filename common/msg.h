@@ -14,9 +14,10 @@
 #include "config.h"
 #include "topo.h"
 
-/* Header + packed payload in one malloc'd buffer (caller frees); NULL on OOM.
+/* Header + packed payload in one malloc'd buffer (caller frees) with `trailer`
+ * more bytes of room after it (for the frame's tag; not in *len); NULL on OOM.
  * `m` may be NULL for an empty payload. */
-uint8_t *msg_frame(uint16_t type, const ProtobufCMessage *m, size_t *len);
+uint8_t *msg_frame(uint16_t type, const ProtobufCMessage *m, size_t trailer, size_t *len);
 
 /* The message a frame of `type` carries; NULL for unknown types. */
 const ProtobufCMessageDescriptor *msg_descriptor(uint16_t type);

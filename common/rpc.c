@@ -43,13 +43,18 @@ int rpc_resolve(const char *hostport, struct sockaddr_storage *out, char *err, s
 
 /* ---- connection lifecycle ---- */
 
+static void unauthed_done(rpc_conn *c);
+static void ready_remove(rpc_conn *c);
+
 static void on_closed(uv_handle_t *h)
 {
     rpc_conn *c = h->data;
-    if (c->server) { /* unlink from the server's list */
+    if (c->server) { /* unlink from the server's lists */
         if (c->prev) c->prev->next = c->next;
         else c->server->conns = c->next;
         if (c->next) c->next->prev = c->prev;
+        ready_remove(c);
+        unauthed_done(c);
     }
     if (c->h.on_close) c->h.on_close(c);
     frame_decoder_free(&c->dec);
@@ -89,7 +94,9 @@ static rpc_conn *conn_new(uv_loop_t *loop, const auth_token *token, uint32_t max
     c->token = token;
     c->h = *h;
     c->data = data;
-    frame_decoder_init(&c->dec, max_frame ? max_frame : FRAME_MAX_DEFAULT);
+    c->max_frame = max_frame ? max_frame : FRAME_MAX_DEFAULT;
+    /* Until the handshake is done only its small frames are accepted. */
+    frame_decoder_init(&c->dec, RPC_PREAUTH_MAX);
     return c;
 }
 
@@ -102,6 +109,7 @@ static void peer_name(rpc_conn *c)
         struct sockaddr_in *in = (struct sockaddr_in *)&ss;
         uv_ip4_name(in, ip, sizeof ip);
         snprintf(c->peer, sizeof c->peer, "%s:%d", ip, ntohs(in->sin_port));
+        c->peer_ip = ntohl(in->sin_addr.s_addr);
     } else {
         snprintf(c->peer, sizeof c->peer, "?");
     }
@@ -114,12 +122,21 @@ typedef struct {
     uint8_t *buf;
 } write_req;
 
+static void settle(rpc_conn *c);
+
 static void on_written(uv_write_t *req, int status)
 {
     write_req *w = (write_req *)req;
+    rpc_conn *c = req->handle->data;
     free(w->buf);
     free(w);
     (void)status; /* a failed write shows up as a read error / EOF as well */
+    /* Its replies drained: serve the peer's waiting requests again. */
+    if (c->write_wait && !c->closing &&
+        uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) <= RPC_WRITE_PAUSE / 2) {
+        c->write_wait = 0;
+        settle(c);
+    }
 }
 
 static int send_raw(rpc_conn *c, uint8_t *buf, size_t len)
@@ -164,8 +181,12 @@ static int send_raw(rpc_conn *c, uint8_t *buf, size_t len)
 int rpc_send(rpc_conn *c, uint16_t type, const ProtobufCMessage *m)
 {
     size_t len;
-    uint8_t *buf = msg_frame(type, m, &len);
+    uint8_t *buf = msg_frame(type, m, c->sealed_out ? AUTH_TAG_LEN : 0, &len);
     if (!buf) return -1;
+    if (c->sealed_out) {
+        auth_session_seal(&c->sess, buf, len, buf + len);
+        len += AUTH_TAG_LEN;
+    }
     return send_raw(c, buf, len);
 }
 
@@ -191,6 +212,81 @@ static void refuse(rpc_conn *c, const char *why)
     rpc_close(c, why);
 }
 
+/* ---- failed authentications per peer address ---- */
+
+static rpc_throttle *throttle_of(rpc_server *s, uint32_t ip, int create)
+{
+    rpc_throttle *free_slot = NULL, *oldest = NULL;
+    for (int i = 0; i < RPC_THROTTLE_SLOTS; i++) {
+        rpc_throttle *t = &s->throttle[i];
+        if (t->ip == ip && (t->at_ms || t->unauthed)) return t;
+        if (!t->at_ms && !t->unauthed) { if (!free_slot) free_slot = t; }
+        else if (!t->unauthed && (!oldest || t->at_ms < oldest->at_ms)) oldest = t;
+    }
+    if (!create) return NULL;
+    rpc_throttle *t = free_slot ? free_slot : oldest; /* forget the address heard from longest ago */
+    if (!t) return NULL;
+    memset(t, 0, sizeof *t);
+    t->ip = ip;
+    t->tokens = RPC_AUTH_FAIL_BURST;
+    t->at_ms = uv_now(s->loop);
+    return t;
+}
+
+static void throttle_refill(rpc_server *s, rpc_throttle *t)
+{
+    uint64_t now = uv_now(s->loop);
+    t->tokens += (double)(now - t->at_ms) / RPC_AUTH_FAIL_REFILL_MS;
+    if (t->tokens > RPC_AUTH_FAIL_BURST) t->tokens = RPC_AUTH_FAIL_BURST;
+    t->at_ms = now;
+}
+
+static void auth_failed(rpc_conn *c)
+{
+    rpc_throttle *t = c->server ? throttle_of(c->server, c->peer_ip, 1) : NULL;
+    if (!t) return;
+    throttle_refill(c->server, t);
+    t->tokens -= 1;
+}
+
+static void unauthed_done(rpc_conn *c)
+{
+    if (!c->counted_unauthed) return;
+    c->counted_unauthed = 0;
+    c->server->unauthed--;
+    rpc_throttle *t = throttle_of(c->server, c->peer_ip, 0);
+    if (t && t->unauthed) t->unauthed--;
+}
+
+/* At accept: NULL to go on, or why this peer is not heard now. */
+static const char *admit(rpc_conn *c, char *why, size_t n)
+{
+    rpc_server *s = c->server;
+    rpc_throttle *t = throttle_of(s, c->peer_ip, 1);
+    if (t) {
+        throttle_refill(s, t);
+        if (t->tokens < 1) {
+            t->refused++;
+            snprintf(why, n, "too many failed authentications from this address; retry in %.1f s",
+                     (1 - t->tokens) * RPC_AUTH_FAIL_REFILL_MS / 1000.0);
+            return why;
+        }
+        if (t->unauthed >= RPC_MAX_UNAUTHED_PER_PEER) {
+            snprintf(why, n, "%u connections from this address are already authenticating; at most %d",
+                     t->unauthed, RPC_MAX_UNAUTHED_PER_PEER);
+            return why;
+        }
+    }
+    if (s->unauthed >= RPC_MAX_UNAUTHED) {
+        snprintf(why, n, "%u connections are already authenticating; at most %d", s->unauthed, RPC_MAX_UNAUTHED);
+        return why;
+    }
+    s->unauthed++;
+    if (t) t->unauthed++;
+    c->counted_unauthed = 1;
+    return NULL;
+}
+
 static void server_auth(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len)
 {
     if (type != ATOLL__MSG_TYPE__MSG_AUTH) {
@@ -209,30 +305,37 @@ static void server_auth(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len
     }
     snprintf(c->name, sizeof c->name, "%s", a->name ? a->name : "");
     c->role = a->role;
-    uint8_t want[SHA256_LEN];
-    int ok = a->client_nonce.len == AUTH_NONCE_LEN && a->mac.len == SHA256_LEN;
+    uint8_t want[AUTH_MAC_LEN];
+    int ok = a->client_nonce.len == AUTH_NONCE_LEN && a->mac.len == AUTH_MAC_LEN;
     if (ok) {
         memcpy(c->client_nonce, a->client_nonce.data, AUTH_NONCE_LEN);
         auth_client_mac(c->token, c->nonce, c->client_nonce, want);
-        ok = sha256_equal(want, a->mac.data, SHA256_LEN);
+        ok = auth_equal(want, a->mac.data, AUTH_MAC_LEN);
     }
     atoll__auth__free_unpacked(a, NULL);
     Atoll__AuthResult r = ATOLL__AUTH_RESULT__INIT;
     if (!ok) {
+        auth_failed(c);
         r.message = "authentication failed: wrong cluster token (use the coordinator's token file, "
                     "STATE_DIR/token, via --token-file or ATOLL_TOKEN_FILE)";
         rpc_send(c, ATOLL__MSG_TYPE__MSG_AUTH_RESULT, &r.base);
         refuse(c, "wrong cluster token");
         return;
     }
-    uint8_t smac[SHA256_LEN];
+    uint8_t smac[AUTH_MAC_LEN];
     auth_server_mac(c->token, c->nonce, c->client_nonce, smac);
     r.ok = 1;
     r.message = "welcome";
     r.server_mac.data = smac;
     r.server_mac.len = sizeof smac;
     rpc_send(c, ATOLL__MSG_TYPE__MSG_AUTH_RESULT, &r.base);
+    /* From here on every frame both ways carries its tag. */
+    auth_session_init(&c->sess, c->token, c->nonce, c->client_nonce, 0);
+    c->sealed_in = c->sealed_out = 1;
+    c->dec.trailer = AUTH_TAG_LEN;
+    c->dec.max = c->max_frame;
     c->authed = 1;
+    unauthed_done(c);
     if (c->h.on_ready) c->h.on_ready(c);
 }
 
@@ -247,17 +350,19 @@ static void client_auth(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len
         }
         memcpy(c->nonce, ch->nonce.data, AUTH_NONCE_LEN);
         atoll__challenge__free_unpacked(ch, NULL);
-        uint8_t mac[SHA256_LEN];
+        uint8_t mac[AUTH_MAC_LEN];
         auth_random(c->client_nonce, AUTH_NONCE_LEN);
         auth_client_mac(c->token, c->nonce, c->client_nonce, mac);
         Atoll__Auth a = ATOLL__AUTH__INIT;
         a.client_nonce.data = c->client_nonce;
         a.client_nonce.len = AUTH_NONCE_LEN;
         a.mac.data = mac;
-        a.mac.len = SHA256_LEN;
+        a.mac.len = AUTH_MAC_LEN;
         a.role = (Atoll__Role)c->role;
         a.name = c->name;
         rpc_send(c, ATOLL__MSG_TYPE__MSG_AUTH, &a.base);
+        auth_session_init(&c->sess, c->token, c->nonce, c->client_nonce, 1);
+        c->sealed_out = 1; /* every frame after Auth carries its tag */
         return;
     }
     if (type == ATOLL__MSG_TYPE__MSG_AUTH_RESULT) {
@@ -266,9 +371,9 @@ static void client_auth(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len
             rpc_close(c, "server sent a malformed AuthResult");
             return;
         }
-        uint8_t want[SHA256_LEN];
+        uint8_t want[AUTH_MAC_LEN];
         auth_server_mac(c->token, c->nonce, c->client_nonce, want);
-        int ok = r->ok && r->server_mac.len == SHA256_LEN && sha256_equal(want, r->server_mac.data, SHA256_LEN);
+        int ok = r->ok && r->server_mac.len == AUTH_MAC_LEN && auth_equal(want, r->server_mac.data, AUTH_MAC_LEN);
         char why[256];
         snprintf(why, sizeof why, "%s", !r->ok ? r->message : "the server does not hold our cluster token");
         atoll__auth_result__free_unpacked(r, NULL);
@@ -276,6 +381,9 @@ static void client_auth(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len
             rpc_close(c, why);
             return;
         }
+        c->sealed_in = 1;
+        c->dec.trailer = AUTH_TAG_LEN;
+        c->dec.max = c->max_frame;
         c->authed = 1;
         if (c->h.on_ready) c->h.on_ready(c);
         return;
@@ -295,11 +403,111 @@ static void client_auth(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
-    (void)h;
     (void)suggested;
-    /* One loop, one thread: the read callback consumes the bytes before the next alloc. */
+    rpc_conn *c = h->data;
+    /* One loop, one thread: the read callback consumes the bytes before the next
+     * alloc. Before authentication reads are small, so an unauthenticated peer
+     * can make the process hold little memory. */
     static char shared[64 * 1024];
-    *buf = uv_buf_init(shared, sizeof shared);
+    *buf = uv_buf_init(shared, c->authed ? sizeof shared : 2 * (FRAME_HEADER_LEN + RPC_PREAUTH_MAX));
+}
+
+/* Handles up to `budget` whole frames (all when budget < 0). */
+static void pump(rpc_conn *c, int budget)
+{
+    while (budget-- != 0 && !c->closing && !c->write_wait) {
+        frame_header h;
+        const uint8_t *payload;
+        int r = frame_decoder_next(&c->dec, &h, &payload);
+        if (r == 0) return;
+        if (r < 0) {
+            if (!c->is_client) rpc_send_error(c, ATOLL__ERROR_CODE__ERR_BAD_FRAME, "%s", c->dec.err);
+            if (c->server) c->server->refused++;
+            log_warn("closing %s: %s", c->peer, c->dec.err);
+            rpc_close(c, c->dec.err);
+            return;
+        }
+        if (c->sealed_in &&
+            auth_session_open(&c->sess, payload - FRAME_HEADER_LEN, FRAME_HEADER_LEN + h.len, payload + h.len)) {
+            /* Altered, injected, dropped, replayed or reordered: nothing after it can be trusted. */
+            char why[160];
+            snprintf(why, sizeof why, "frame %llu (%s) fails its integrity check: altered, injected, dropped, "
+                     "replayed or reordered on the way", (unsigned long long)c->sess.recv_seq,
+                     msg_type_name(h.type));
+            if (!c->is_client) rpc_send_error(c, ATOLL__ERROR_CODE__ERR_UNAUTHENTICATED, "%s", why);
+            refuse(c, why);
+            return;
+        }
+        if (!c->authed) {
+            if (c->is_client) client_auth(c, h.type, payload, h.len);
+            else server_auth(c, h.type, payload, h.len);
+        } else if (c->h.on_frame) {
+            c->h.on_frame(c, h.type, payload, h.len);
+        }
+        /* A reply that is not being read: stop serving this peer until it drains. */
+        if (c->server && !c->closing &&
+            uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) > RPC_WRITE_PAUSE)
+            c->write_wait = 1;
+    }
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf);
+static void on_pump(uv_idle_t *h);
+
+static void ready_push(rpc_conn *c)
+{
+    rpc_server *s = c->server;
+    if (c->queued) return;
+    c->queued = 1;
+    c->ready_next = NULL;
+    if (s->ready_tail) s->ready_tail->ready_next = c;
+    else s->ready = c;
+    s->ready_tail = c;
+    if (!uv_is_active((uv_handle_t *)&s->pump)) uv_idle_start(&s->pump, on_pump);
+}
+
+static void ready_remove(rpc_conn *c)
+{
+    if (!c->queued) return;
+    rpc_server *s = c->server;
+    rpc_conn **pp = &s->ready, *prev = NULL;
+    while (*pp && *pp != c) prev = *pp, pp = &(*pp)->ready_next;
+    if (*pp) *pp = c->ready_next;
+    if (s->ready_tail == c) s->ready_tail = prev;
+    c->queued = 0;
+}
+
+/* After a connection's turn: read on when its buffer holds no whole frame; else
+ * stop reading (TCP pushes back) and queue it for a later turn. While its replies
+ * are not being read it waits for on_written. */
+static void settle(rpc_conn *c)
+{
+    if (c->closing) return;
+    int more = frame_decoder_pending(&c->dec);
+    if (c->write_wait || more) {
+        if (c->reading) uv_read_stop((uv_stream_t *)&c->tcp);
+        c->reading = 0;
+        if (!c->write_wait) ready_push(c);
+        return;
+    }
+    if (!c->reading && !uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read)) c->reading = 1;
+}
+
+/* Once per loop turn while connections wait: each gets its turn, in order. */
+static void on_pump(uv_idle_t *h)
+{
+    rpc_server *s = h->data;
+    rpc_conn *last = s->ready_tail; /* connections queued during this turn wait for the next */
+    while (s->ready) {
+        rpc_conn *c = s->ready;
+        s->ready = c->ready_next;
+        if (!s->ready) s->ready_tail = NULL;
+        c->queued = 0;
+        pump(c, RPC_FRAMES_PER_TURN);
+        settle(c);
+        if (c == last) break;
+    }
+    if (!s->ready) uv_idle_stop(&s->pump);
 }
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
@@ -314,26 +522,13 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
         rpc_close(c, c->dec.err);
         return;
     }
-    for (;;) {
-        frame_header h;
-        const uint8_t *payload;
-        int r = frame_decoder_next(&c->dec, &h, &payload);
-        if (r == 0) break;
-        if (r < 0) {
-            if (!c->is_client) rpc_send_error(c, ATOLL__ERROR_CODE__ERR_BAD_FRAME, "%s", c->dec.err);
-            if (c->server) c->server->refused++;
-            log_warn("closing %s: %s", c->peer, c->dec.err);
-            rpc_close(c, c->dec.err);
-            return;
-        }
-        if (!c->authed) {
-            if (c->is_client) client_auth(c, h.type, payload, h.len);
-            else server_auth(c, h.type, payload, h.len);
-        } else if (c->h.on_frame) {
-            c->h.on_frame(c, h.type, payload, h.len);
-        }
-        if (c->closing) return;
+    /* Outgoing connections talk to our own coordinator: all frames at once. */
+    if (!c->server) {
+        pump(c, -1);
+        return;
     }
+    pump(c, RPC_FRAMES_PER_TURN);
+    settle(c);
 }
 
 /* ---- server ---- */
@@ -360,6 +555,18 @@ static void on_connection(uv_stream_t *ls, int status)
     uv_tcp_nodelay(&c->tcp, 1);
     uv_tcp_keepalive(&c->tcp, 1, 30); /* let the kernel find peers that vanished without a FIN */
     peer_name(c);
+    char why[160];
+    if (admit(c, why, sizeof why)) {
+        rpc_throttle *t = throttle_of(s, c->peer_ip, 0);
+        rpc_send_error(c, ATOLL__ERROR_CODE__ERR_UNAUTHENTICATED, "%s", why);
+        s->refused++;
+        /* One line per burst, not per connection of a flood. */
+        if (!t || t->refused == 1 || t->refused % 1000 == 0)
+            log_warn("refused %s: %s (%llu refused from it so far)", c->peer, why,
+                     (unsigned long long)(t ? t->refused : 1));
+        rpc_close(c, why);
+        return;
+    }
     auth_random(c->nonce, AUTH_NONCE_LEN);
     Atoll__Challenge ch = ATOLL__CHALLENGE__INIT;
     ch.nonce.data = c->nonce;
@@ -367,7 +574,7 @@ static void on_connection(uv_stream_t *ls, int status)
     ch.protocol = RPC_PROTOCOL;
     ch.server = "coordinatord";
     rpc_send(c, ATOLL__MSG_TYPE__MSG_CHALLENGE, &ch.base);
-    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (!uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read)) c->reading = 1;
 }
 
 /* Peers that connect and never authenticate would hold a connection forever. */
@@ -412,6 +619,8 @@ int rpc_server_listen(rpc_server *s, uv_loop_t *loop, const char *hostport, cons
     uv_timer_init(loop, &s->sweep);
     s->sweep.data = s;
     uv_timer_start(&s->sweep, on_sweep, 250, 250);
+    uv_idle_init(loop, &s->pump);
+    s->pump.data = s;
     return 0;
 }
 
@@ -419,6 +628,7 @@ void rpc_server_close(rpc_server *s)
 {
     if (!uv_is_closing((uv_handle_t *)&s->tcp)) uv_close((uv_handle_t *)&s->tcp, NULL);
     if (!uv_is_closing((uv_handle_t *)&s->sweep)) uv_close((uv_handle_t *)&s->sweep, NULL);
+    if (!uv_is_closing((uv_handle_t *)&s->pump)) uv_close((uv_handle_t *)&s->pump, NULL);
     for (rpc_conn *c = s->conns; c; c = c->next) rpc_close(c, "server closing");
 }
 
@@ -436,7 +646,7 @@ static void on_connected(uv_connect_t *req, int status)
     c->connected = 1;
     uv_tcp_nodelay(&c->tcp, 1);
     peer_name(c);
-    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    if (!uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read)) c->reading = 1;
 }
 
 rpc_conn *rpc_connect(uv_loop_t *loop, const struct sockaddr *addr, const auth_token *token,

@@ -69,10 +69,14 @@ static int read_all(rpc_sync *s, uint8_t *p, size_t n)
 rpc_status rpc_sync_send(rpc_sync *s, uint16_t type, const ProtobufCMessage *m, char *err, size_t errlen)
 {
     size_t len;
-    uint8_t *buf = msg_frame(type, m, &len);
+    uint8_t *buf = msg_frame(type, m, s->sealed ? AUTH_TAG_LEN : 0, &len);
     if (!buf) {
         snprintf(err, errlen, "out of memory");
         return RPC_PROTOCOL_ERR;
+    }
+    if (s->sealed) {
+        auth_session_seal(&s->sess, buf, len, buf + len);
+        len += AUTH_TAG_LEN;
     }
     int rc = write_all(s, buf, len);
     free(buf);
@@ -93,21 +97,31 @@ rpc_status rpc_sync_recv(rpc_sync *s, uint16_t *type, ProtobufCMessage **reply, 
         return RPC_UNREACHABLE;
     }
     frame_header h;
-    if (frame_header_decode(hdr, s->max_frame, &h, err, errlen)) return RPC_PROTOCOL_ERR;
-    uint8_t *payload = malloc(h.len ? h.len : 1);
-    if (!payload) {
+    /* Before the handshake only its small frames are read. */
+    if (frame_header_decode(hdr, s->sealed ? s->max_frame : RPC_PREAUTH_MAX, &h, err, errlen)) return RPC_PROTOCOL_ERR;
+    size_t tail = s->sealed ? AUTH_TAG_LEN : 0;
+    uint8_t *frame = malloc(FRAME_HEADER_LEN + (size_t)h.len + tail);
+    if (!frame) {
         snprintf(err, errlen, "out of memory for a %u-byte reply", h.len);
         return RPC_PROTOCOL_ERR;
     }
-    if (read_all(s, payload, h.len)) {
-        free(payload);
+    memcpy(frame, hdr, FRAME_HEADER_LEN);
+    uint8_t *payload = frame + FRAME_HEADER_LEN;
+    if (read_all(s, payload, h.len + tail)) {
+        free(frame);
         snprintf(err, errlen, "the coordinator closed the connection mid-reply");
         return RPC_UNREACHABLE;
+    }
+    if (s->sealed && auth_session_open(&s->sess, frame, FRAME_HEADER_LEN + h.len, payload + h.len)) {
+        free(frame);
+        snprintf(err, errlen, "a reply from the coordinator fails its integrity check (altered, injected, dropped "
+                 "or replayed on the way); not trusting this connection");
+        return RPC_PROTOCOL_ERR;
     }
     *type = h.type;
     const ProtobufCMessageDescriptor *d = msg_descriptor(h.type);
     ProtobufCMessage *m = d ? protobuf_c_message_unpack(d, NULL, h.len, payload) : NULL;
-    free(payload);
+    free(frame);
     if (!m) {
         snprintf(err, errlen, "the coordinator sent an undecodable %s (type %u)", msg_type_name(h.type), h.type);
         return RPC_PROTOCOL_ERR;
@@ -151,7 +165,7 @@ static rpc_status handshake(rpc_sync *s, const auth_token *token, int role, cons
         snprintf(err, errlen, "the server did not open with a Challenge; is it an atoll coordinator?");
         return RPC_PROTOCOL_ERR;
     }
-    uint8_t nonce[AUTH_NONCE_LEN], cnonce[AUTH_NONCE_LEN], mac[SHA256_LEN];
+    uint8_t nonce[AUTH_NONCE_LEN], cnonce[AUTH_NONCE_LEN], mac[AUTH_MAC_LEN];
     memcpy(nonce, ((Atoll__Challenge *)m)->nonce.data, AUTH_NONCE_LEN);
     protobuf_c_message_free_unpacked(m, NULL);
     auth_random(cnonce, sizeof cnonce);
@@ -166,14 +180,17 @@ static rpc_status handshake(rpc_sync *s, const auth_token *token, int role, cons
     st = rpc_sync_call(s, ATOLL__MSG_TYPE__MSG_AUTH, &a.base, ATOLL__MSG_TYPE__MSG_AUTH_RESULT, &m, err, errlen);
     if (st) return st;
     Atoll__AuthResult *r = (Atoll__AuthResult *)m;
-    uint8_t want[SHA256_LEN];
+    uint8_t want[AUTH_MAC_LEN];
     auth_server_mac(token, nonce, cnonce, want);
     if (!r->ok) {
         snprintf(err, errlen, "%s", r->message);
         st = RPC_REFUSED;
-    } else if (r->server_mac.len != SHA256_LEN || !sha256_equal(want, r->server_mac.data, SHA256_LEN)) {
+    } else if (r->server_mac.len != AUTH_MAC_LEN || !auth_equal(want, r->server_mac.data, AUTH_MAC_LEN)) {
         snprintf(err, errlen, "the coordinator could not prove it holds the cluster token");
         st = RPC_REFUSED;
+    } else {
+        auth_session_init(&s->sess, token, nonce, cnonce, 1);
+        s->sealed = 1; /* every later frame both ways carries its tag */
     }
     protobuf_c_message_free_unpacked(m, NULL);
     return st;
@@ -185,6 +202,7 @@ rpc_status rpc_sync_open(rpc_sync *s, const char *hostport, const auth_token *to
     s->fd = -1;
     s->timeout_ms = timeout_ms > 0 ? timeout_ms : 10000;
     s->max_frame = FRAME_MAX_DEFAULT;
+    s->sealed = 0;
     struct sockaddr_storage ss;
     if (rpc_resolve(hostport, &ss, err, errlen)) return RPC_UNREACHABLE;
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);

@@ -25,7 +25,7 @@ static void sink(coord *c, coord_peer *p, uint16_t type, const ProtobufCMessage 
     (void)c; (void)p; (void)type;
     /* Pack every reply: a handler that builds a malformed message shows up here. */
     size_t len;
-    uint8_t *f = msg_frame(type, m, &len);
+    uint8_t *f = msg_frame(type, m, 0, &len);
     free(f);
 }
 

@@ -243,6 +243,7 @@ case_refuse() {
   serving() { atoll nodes >/dev/null || fail "coordinator stopped serving after: $1"; }
 
   echo "0123456789abcdef0123456789abcdef" > "$TMP/wrong-token"
+  chmod 600 "$TMP/wrong-token"
   atoll --token-file "$TMP/wrong-token" nodes 2>"$TMP/err"
   [ $? -eq 1 ] && grep -q "wrong cluster token" "$TMP/err" || fail "wrong token: $(cat "$TMP/err")"
   grep -q "refused .*wrong cluster token" "$TMP/coordinatord.log" || fail "wrong token not logged"
@@ -259,8 +260,21 @@ case_refuse() {
   serving "garbage"; ok "garbage frame refused: $(echo "$out" | grep -ao 'bad frame: [a-z ]*' | head -1)"
 
   out=$(raw_send 'AT\x00\x02\x7f\xff\xff\xff')
-  echo "$out" | grep -aq "frame too large: 2147483647 bytes of payload, the limit is 16777216" || fail "oversized: $out"
-  serving "oversized"; ok "oversized frame refused"
+  echo "$out" | grep -aq "frame too large: 2147483647 bytes of payload, the limit is 1024" || fail "oversized: $out"
+  serving "oversized"; ok "oversized frame refused (1024 bytes before authentication)"
+
+  # Token files: private and long enough, or refused with how to fix it.
+  cp "$ATOLL_TOKEN_FILE" "$TMP/open-token"; chmod 644 "$TMP/open-token"
+  atoll --token-file "$TMP/open-token" nodes 2>"$TMP/err"
+  [ $? -eq 2 ] && grep -q "mode 0644: group or others can read or write it; make it private with .chmod 600" "$TMP/err" \
+    || fail "group-readable token: $(cat "$TMP/err")"
+  printf '0123456789abcdef\n' > "$TMP/short-token"; chmod 600 "$TMP/short-token"
+  atoll --token-file "$TMP/short-token" nodes 2>"$TMP/err"
+  [ $? -eq 2 ] && grep -q "the token has 16 characters; 32 to 256 are accepted" "$TMP/err" \
+    || fail "short token: $(cat "$TMP/err")"
+  "$BIN/workerd" --name w-open --simulate cpu:1 --token-file "$TMP/open-token" >"$TMP/w-open.log" 2>&1
+  [ $? -ne 0 ] && grep -q "chmod 600" "$TMP/w-open.log" || fail "workerd took a group-readable token"
+  ok "token files readable by others or shorter than 32 characters are refused with how to fix them"
 
   out=$(raw_send 'AT\x00\x14\x00\x00\x00\x00')
   echo "$out" | grep -aq "not authenticated" || fail "unauthenticated request: $out"

@@ -89,7 +89,7 @@ static void message_cases(void)
     kv.value.data = (uint8_t *)"\x01\x02\x03";
     kv.value.len = 3;
     size_t len;
-    uint8_t *f = msg_frame(ATOLL__MSG_TYPE__MSG_KV_SET, &kv.base, &len);
+    uint8_t *f = msg_frame(ATOLL__MSG_TYPE__MSG_KV_SET, &kv.base, 0, &len);
     frame_header h;
     char err[160];
     CHECK(frame_header_decode(f, FRAME_MAX_DEFAULT, &h, err, sizeof err) == 0, "%s", err);
