@@ -24,7 +24,8 @@ Each libFuzzer target (`fuzz/`, built with ASan + UBSan: `cmake -S . -B build-fu
 `bench/fuzz.sh` until 10 million executions or one hour, at `nice -n 19` on a 2-core machine
 shared with other work, one target at a time. The corpus grown by each run is minimised into
 `fuzz/corpus/TARGET`, which `tests/run.sh` starts from. "crashes" counts crash, leak, timeout
-and out-of-memory artifacts; any would be a bug to fix before the row is recorded.
+and out-of-memory artifacts (kept in build-fuzz/artifacts-TARGET); each is a bug to fix, after
+which the target is run again.
 
 - command: `bench/fuzz.sh [TARGET...]` (RUNS=10000000, MAX_SECONDS=3600 unless the row says otherwise)
 - machine: MACHINE
@@ -39,6 +40,8 @@ for t in "${targets[@]}"; do
   seeds=fuzz/corpus/$t grown=build-fuzz/corpus-$t art=build-fuzz/artifacts-$t log=build-fuzz/$t.long.log
   mkdir -p "$seeds" "$grown" "$art"
   in_files=$(find "$seeds" -type f | wc -l)
+  commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- common coordinatord fuzz || echo "+changes")
+  rm -f "$art"/*
   start=$(date +%s)
   set +e
   nice -n 19 "$BIN/$t" -runs="$RUNS" -max_total_time="$MAX_SECONDS" -print_final_stats=1 \
@@ -55,6 +58,6 @@ for t in "${targets[@]}"; do
   nice -n 19 "$BIN/$t" -merge=1 "$tmp" "$seeds" "$grown" >/dev/null 2>&1
   rm -rf "$seeds" && mv "$tmp" "$seeds"
   out_files=$(find "$seeds" -type f | wc -l)
-  echo "| \`$t\` | ${execs:-?} | $secs | $(( ${execs:-0} / (secs > 0 ? secs : 1) )) | ${cov:-?} | ${ft:-?} | $in_files / $out_files | $crashes (exit $rc) | $(git rev-parse --short HEAD) | $(date -u '+%Y-%m-%d %H:%M') |" >>"$out"
+  echo "| \`$t\` | ${execs:-?} | $secs | $(( ${execs:-0} / (secs > 0 ? secs : 1) )) | ${cov:-?} | ${ft:-?} | $in_files / $out_files | $crashes (exit $rc) | $commit | $(date -u '+%Y-%m-%d %H:%M') |" >>"$out"
   tail -1 "$out"
 done

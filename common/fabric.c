@@ -10,6 +10,8 @@
 
 #define FABRIC_MAX_RANGE 1000000 /* names one bracket may expand to; stops typos like [0-99999999] */
 #define FABRIC_MAX_NAMES 1000000 /* names one hostlist may expand to (brackets multiply) */
+#define FABRIC_MAX_NAME 255       /* characters in a node or switch name (a host name's limit) */
+#define FABRIC_MAX_NODES (1 << 16) /* nodes in a whole fabric: a few KB of ranges must not become GBs */
 
 typedef struct fab_switch {
     char *name;
@@ -41,6 +43,11 @@ static uint32_t hash_name(const char *s)
 {
     uint32_t h = 2166136261u;
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    /* FNV-1a's low bits cluster for names that differ in their last digits
+     * (node0001, node0002, ...); mix the high bits down before masking. */
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
     return h;
 }
 
@@ -105,10 +112,11 @@ static int expand_bracket(const char *item, size_t len, const char *lb, fabric_n
         }
         int width = (int)lo_len; /* Slurm pads to the width of the lower bound */
         for (long v = lo; v <= hiv; v++) {
-            char buf[512];
+            char buf[FABRIC_MAX_NAME + 1];
             int w = snprintf(buf, sizeof buf, "%.*s%0*ld%.*s", (int)plen, item, width, v, (int)slen, rb + 1);
             if (w < 0 || (size_t)w >= sizeof buf) {
-                errf(err, errlen, "hostlist \"%.*s\": name too long", (int)len, item);
+                errf(err, errlen, "hostlist \"%.*s\": a name is longer than %d characters", (int)len, item,
+                     FABRIC_MAX_NAME);
                 return -1;
             }
             int rc = expand_one(buf, (size_t)w, fn, ctx, left, err, errlen);
@@ -130,9 +138,9 @@ static int expand_one(const char *item, size_t len, fabric_name_fn fn, void *ctx
         errf(err, errlen, "hostlist \"%.*s\": ']' without '['", (int)len, item);
         return -1;
     }
-    char buf[512];
+    char buf[FABRIC_MAX_NAME + 1];
     if (!len || len >= sizeof buf) {
-        errf(err, errlen, "hostlist: empty or over-long name");
+        errf(err, errlen, "hostlist: a name is empty or longer than %d characters", FABRIC_MAX_NAME);
         return -1;
     }
     if (--*left < 0) {
@@ -179,6 +187,11 @@ static int add_node(void *vctx, const char *name)
 {
     add_ctx *a = vctx;
     fabric *f = a->f;
+    if (f->nnodes >= FABRIC_MAX_NODES) {
+        errf(a->err, a->errlen, "%s:%d: more than %d nodes in the fabric; is a range mistyped?", a->fname, a->line,
+             FABRIC_MAX_NODES);
+        return -1;
+    }
     if ((f->nnodes + 1) * 2 > f->nslots && node_table_grow(f)) {
         errf(a->err, a->errlen, "%s:%d: out of memory", a->fname, a->line);
         return -1;
