@@ -29,6 +29,10 @@ typedef struct cli_command {
 
 /* One request, one reply; prints the reason and returns the exit status on failure. */
 int cli_call(cli_ctx *c, uint16_t type, const ProtobufCMessage *req, uint16_t reply_type, ProtobufCMessage **reply);
+/* The same; with `retry` set the request (which must be idempotent) is sent again
+ * on a new connection while the coordinator cannot be reached, until --timeout. */
+int cli_call_retry(cli_ctx *c, uint16_t type, const ProtobufCMessage *req, uint16_t reply_type,
+                   ProtobufCMessage **reply, int retry);
 
 int cli_usage(cli_ctx *c, const char *cmd, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* 1 when argv has --help/-h (after printing the command's usage). */

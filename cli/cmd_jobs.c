@@ -1,7 +1,9 @@
 /* atoll submit | jobs | status JOB | cancel JOB */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "auth.h"
 #include "cli.h"
 #include "config.h"
 #include "jsonw.h"
@@ -9,21 +11,22 @@
 #include "msg_json.h"
 
 typedef struct {
-    const char *name;
+    const char *name, *request_id;
     int auto_layout;
 } submit_extra;
 
-/* `--name NAME` is the job's, not a training flag. */
+/* `--name NAME` and `--request-id ID` are the submission's, not training flags. */
 static int submit_flag(void *ctx, int argc, char **argv, int i, char *err, size_t errlen)
 {
     submit_extra *x = ctx;
     if (!strcmp(argv[i], "--auto-layout")) return x->auto_layout = 1; /* the planner picks (cmd_plan.c) */
-    if (strcmp(argv[i], "--name")) return 0;
+    const char **dst = !strcmp(argv[i], "--name") ? &x->name : !strcmp(argv[i], "--request-id") ? &x->request_id : NULL;
+    if (!dst) return 0;
     if (i + 1 >= argc) {
-        snprintf(err, errlen, "--name needs a value");
+        snprintf(err, errlen, "%s needs a value", argv[i]);
         return -1;
     }
-    x->name = argv[i + 1];
+    *dst = argv[i + 1];
     return 2;
 }
 
@@ -31,7 +34,7 @@ int cmd_submit(cli_ctx *c, int argc, char **argv)
 {
     atoll_config cfg;
     cfg_defaults(&cfg);
-    submit_extra x = { NULL, 0 };
+    submit_extra x = { NULL, NULL, 0 };
     char err[512];
     if (cfg_parse_args(&cfg, argc, argv, 1, submit_flag, &x, err, sizeof err))
         return cli_usage(c, "submit", "%s", err);
@@ -44,9 +47,20 @@ int cmd_submit(cli_ctx *c, int argc, char **argv)
     msg_spec_from_cfg(&spec, &cfg, x.name);
     Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
     req.spec = &spec;
+    /* A request id makes the submission safe to send again: if the coordinator
+     * stored the job but the reply was lost, the retry gets the same job back. */
+    char rid[33];
+    if (x.request_id) {
+        req.request_id = (char *)x.request_id;
+    } else {
+        uint8_t raw[16];
+        if (auth_random(raw, sizeof raw)) return cli_usage(c, "submit", "cannot read random bytes for a request id");
+        for (size_t i = 0; i < sizeof raw; i++) snprintf(rid + 2 * i, 3, "%02x", raw[i]);
+        req.request_id = rid;
+    }
     Atoll__SubmitReply *r;
-    int rc = cli_call(c, ATOLL__MSG_TYPE__MSG_SUBMIT, &req.base, ATOLL__MSG_TYPE__MSG_SUBMIT_REPLY,
-                      (ProtobufCMessage **)&r);
+    int rc = cli_call_retry(c, ATOLL__MSG_TYPE__MSG_SUBMIT, &req.base, ATOLL__MSG_TYPE__MSG_SUBMIT_REPLY,
+                            (ProtobufCMessage **)&r, 1);
     if (rc) return rc;
     if (c->json) printf("{\"job\":%llu}\n", (unsigned long long)r->job);
     else printf("%llu\n", (unsigned long long)r->job);
@@ -68,11 +82,51 @@ static void metric(char *buf, size_t len, const char *fmt, double v, int have)
     else snprintf(buf, len, "-");
 }
 
+/* Every job, a page per request (the coordinator bounds each reply), merged into one reply. */
+static int fetch_all(cli_ctx *c, Atoll__JobsReply **out)
+{
+    Atoll__JobsReply *all = NULL;
+    uint64_t after = 0;
+    for (;;) {
+        Atoll__JobsRequest req = ATOLL__JOBS_REQUEST__INIT;
+        req.after_id = after;
+        Atoll__JobsReply *page;
+        int rc = cli_call(c, ATOLL__MSG_TYPE__MSG_JOBS, &req.base, ATOLL__MSG_TYPE__MSG_JOBS_REPLY,
+                          (ProtobufCMessage **)&page);
+        if (rc) {
+            if (all) atoll__jobs_reply__free_unpacked(all, NULL);
+            return rc;
+        }
+        if (!all) {
+            all = page;
+        } else {
+            /* Move the page's jobs over; the page keeps nothing it would free twice. */
+            Atoll__Job **v = realloc(all->jobs, (all->n_jobs + page->n_jobs) * sizeof *v);
+            if (!v) {
+                atoll__jobs_reply__free_unpacked(page, NULL);
+                atoll__jobs_reply__free_unpacked(all, NULL);
+                fprintf(stderr, "%s: out of memory\n", c->prog);
+                return CLI_REFUSED;
+            }
+            memcpy(v + all->n_jobs, page->jobs, page->n_jobs * sizeof *v);
+            all->jobs = v;
+            all->n_jobs += page->n_jobs;
+            all->next_after_id = page->next_after_id;
+            page->n_jobs = 0;
+            atoll__jobs_reply__free_unpacked(page, NULL);
+        }
+        if (!all->next_after_id || all->next_after_id <= after) break;
+        after = all->next_after_id;
+    }
+    *out = all;
+    return 0;
+}
+
 int cmd_jobs(cli_ctx *c, int argc, char **argv)
 {
     if (argc > 1) return cli_usage(c, "jobs", "unexpected argument '%s'", argv[1]);
     Atoll__JobsReply *r;
-    int rc = fetch(c, 0, &r);
+    int rc = fetch_all(c, &r);
     if (rc) return rc;
     if (c->json) {
         jsonw w;

@@ -14,7 +14,7 @@ static const cli_command COMMANDS[] = {
     { "node", cmd_node, "NAME", "one node in detail" },
     { "drain", cmd_drain, "NAME", "keep new work off a node" },
     { "undrain", cmd_drain, "NAME", "allow new work on a node again" },
-    { "submit", cmd_submit, "[Megatron-LM flags] [--yaml-cfg FILE] [--name NAME] --num-gpus N",
+    { "submit", cmd_submit, "[Megatron-LM flags] [--yaml-cfg FILE] [--name NAME] [--request-id ID] --num-gpus N",
       "validate and queue a job; prints its id" },
     { "jobs", cmd_jobs, "", "all jobs with state, step, loss, MFU" },
     { "status", cmd_status, "JOB", "one job: state, layout, restarts, latest metrics, bubble" },
@@ -100,7 +100,15 @@ void cli_print_json_and_free(char *json)
     free(json);
 }
 
-int cli_call(cli_ctx *c, uint16_t type, const ProtobufCMessage *req, uint16_t reply_type, ProtobufCMessage **reply)
+static long long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int cli_call_retry(cli_ctx *c, uint16_t type, const ProtobufCMessage *req, uint16_t reply_type,
+                   ProtobufCMessage **reply, int retry)
 {
     char err[600];
     auth_token tok;
@@ -108,11 +116,26 @@ int cli_call(cli_ctx *c, uint16_t type, const ProtobufCMessage *req, uint16_t re
         fprintf(stderr, "%s: %s\n", c->prog, err);
         return CLI_USAGE;
     }
-    rpc_sync s;
-    rpc_status st = rpc_sync_open(&s, c->coordinator, &tok, ATOLL__ROLE__ROLE_CLI, "atoll", c->timeout_ms, err,
-                                  sizeof err);
-    if (!st) st = rpc_sync_call(&s, type, req, reply_type, reply, err, sizeof err);
-    rpc_sync_close(&s);
+    /* An idempotent request is sent again while the coordinator is unreachable
+     * (restarting, say), with backoff, until --timeout has passed. */
+    long long deadline = mono_ms() + c->timeout_ms;
+    int backoff = 100;
+    rpc_status st;
+    for (int attempt = 0;; attempt++) {
+        rpc_sync s;
+        long long left = deadline - mono_ms();
+        st = rpc_sync_open(&s, c->coordinator, &tok, ATOLL__ROLE__ROLE_CLI, "atoll",
+                           retry && left > 0 ? (int)left : c->timeout_ms, err, sizeof err);
+        if (!st) st = rpc_sync_call(&s, type, req, reply_type, reply, err, sizeof err);
+        rpc_sync_close(&s);
+        if (st != RPC_UNREACHABLE || !retry || mono_ms() + backoff >= deadline) break;
+        if (!attempt) fprintf(stderr, "%s: %s; trying again until --timeout (%.0f s) has passed\n", c->prog, err,
+                              c->timeout_ms / 1000.0);
+        struct timespec ts = { backoff / 1000, (long)(backoff % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
+        backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+    }
+    sodium_memzero(&tok, sizeof tok);
     switch (st) {
     case RPC_OK:
         return CLI_OK;
@@ -124,6 +147,11 @@ int cli_call(cli_ctx *c, uint16_t type, const ProtobufCMessage *req, uint16_t re
         fprintf(stderr, "%s: %s\n", c->prog, err);
         return CLI_REFUSED;
     }
+}
+
+int cli_call(cli_ctx *c, uint16_t type, const ProtobufCMessage *req, uint16_t reply_type, ProtobufCMessage **reply)
+{
+    return cli_call_retry(c, type, req, reply_type, reply, 0);
 }
 
 int main(int argc, char **argv)

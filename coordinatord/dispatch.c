@@ -204,7 +204,7 @@ static void handle_register(coord *c, coord_peer *p, Atoll__Register *m)
     r.reregistered = !is_new;
     r.registered_ms = n->registered_ms;
     coord_reply(c, p, ATOLL__MSG_TYPE__MSG_REGISTER_REPLY, &r.base);
-    c->schedule_pending = 1;
+    sched_capacity_changed(c); /* a node joined or came back */
 }
 
 static void set_live(coord *c, reg_node *n, int to, const char *kind, const char *fmt, ...)
@@ -243,7 +243,7 @@ static void handle_heartbeat(coord *c, coord_peer *p, Atoll__Heartbeat *m)
         int was = n->live;
         set_live(c, n, NODE_ALIVE, "node.alive", "heartbeat after %.1f s of silence (was %s)", silent / 1000.0,
                  topo_state_name(was));
-        if (was == NODE_DEAD) c->schedule_pending = 1;
+        sched_capacity_changed(c); /* its GPUs are candidates again */
     }
     for (size_t i = 0; i < m->n_ranks; i++) jobs_rank_metrics(c, m->ranks[i]);
     Atoll__HeartbeatAck ack = ATOLL__HEARTBEAT_ACK__INIT;
@@ -309,7 +309,7 @@ static void handle_drain(coord *c, coord_peer *p, Atoll__DrainRequest *m)
             coord_error(c, p, ATOLL__ERROR_CODE__ERR_INTERNAL, "cannot store the change: %s", store_errmsg(c->st));
             return;
         }
-        if (!m->drain) c->schedule_pending = 1;
+        if (!m->drain) sched_capacity_changed(c);
     }
     Atoll__NodesRequest one = ATOLL__NODES_REQUEST__INIT;
     one.name = n->name;
@@ -358,16 +358,20 @@ static void handle_submit(coord *c, coord_peer *p, Atoll__SubmitRequest *m)
         return;
     }
     uint64_t id;
+    int existing;
     char err[512];
-    int code = jobs_submit(c, m->spec, &id, err, sizeof err);
+    int code = jobs_submit(c, m->spec, m->request_id, &id, &existing, err, sizeof err);
     if (code) {
         coord_error(c, p, code, "%s", err);
         return;
     }
     Atoll__SubmitReply r = ATOLL__SUBMIT_REPLY__INIT;
     r.job = id;
-    r.state = ATOLL__JOB_STATE__JOB_PENDING;
-    r.message = "queued";
+    r.existing = existing;
+    store_job j;
+    r.state = existing && store_job_get(c->st, id, &j) == 0 ? (Atoll__JobState)j.state : ATOLL__JOB_STATE__JOB_PENDING;
+    if (existing) store_job_clear(&j);
+    r.message = existing ? "already submitted with this request id" : "queued";
     coord_reply(c, p, ATOLL__MSG_TYPE__MSG_SUBMIT_REPLY, &r.base);
 }
 
@@ -422,13 +426,21 @@ static void handle_jobs(coord *c, coord_peer *p, Atoll__JobsRequest *m)
         store_job_clear(&j);
         return;
     }
+    /* A page at a time: one reply's cost stays bounded however many jobs are stored. */
     msg_arena a = { 0 };
     Atoll__JobsReply r = ATOLL__JOBS_REPLY__INIT;
     jobs_ctx x = { &a, &r, 0 };
-    if (store_jobs_each(c->st, -1, add_job, &x))
+    unsigned limit = m->limit && m->limit < COORD_JOBS_PAGE ? m->limit : COORD_JOBS_PAGE;
+    int n = store_jobs_after(c->st, -1, m->after_id, limit + 1, add_job, &x);
+    if (n < 0) {
         coord_error(c, p, ATOLL__ERROR_CODE__ERR_INTERNAL, "cannot list jobs: %s", store_errmsg(c->st));
-    else
+    } else {
+        if (r.n_jobs > limit) { /* the one past the page only says there is more */
+            r.n_jobs = limit;
+            r.next_after_id = r.jobs[limit - 1]->id;
+        }
         coord_reply(c, p, ATOLL__MSG_TYPE__MSG_JOBS_REPLY, &r.base);
+    }
     msg_arena_free(&a);
 }
 

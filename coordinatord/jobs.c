@@ -43,6 +43,8 @@ static int vchange(coord *c, store_job *j, int to, const char *fmt, va_list ap)
     int from = j->state;
     vsnprintf(j->message, sizeof j->message, fmt, ap);
     j->state = to;
+    /* GPUs freed, or an old job waiting again: every pending job is worth a new try. */
+    if ((jobs_is_active(from) && !jobs_is_active(to)) || to == PENDING) sched_capacity_changed(c);
     j->updated_ms = c->now();
     char subject[32];
     snprintf(subject, sizeof subject, "job %llu", (unsigned long long)j->id);
@@ -92,10 +94,53 @@ double jobs_bubble_theory(const atoll_config *cfg, int world)
     return (pp - 1) / ((double)cfg_virtual_stages(cfg) * m);
 }
 
-int jobs_submit(coord *c, const Atoll__JobSpec *spec, uint64_t *id, char *err, size_t errlen)
+static int valid_request_id(const char *s)
+{
+    size_t n = strlen(s);
+    if (n < 1 || n > 64) return 0;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '-' ||
+              *s == '_' || *s == '.'))
+            return 0;
+    return 1;
+}
+
+int jobs_submit(coord *c, const Atoll__JobSpec *spec, const char *request_id, uint64_t *id, int *existing,
+                char *err, size_t errlen)
 {
     atoll_config cfg;
     char why[400];
+    *existing = 0;
+    if (request_id && *request_id) {
+        if (!valid_request_id(request_id)) {
+            snprintf(err, errlen, "request id '%.80s' is not valid: use 1-64 characters from A-Z a-z 0-9 . _ -",
+                     request_id);
+            return ATOLL__ERROR_CODE__ERR_INVALID;
+        }
+        /* A retry of a submission that was stored but whose reply was lost. */
+        store_job prev;
+        int r = store_job_by_request(c->st, request_id, &prev);
+        if (r < 0) {
+            snprintf(err, errlen, "cannot look up request id %s: %s", request_id, store_errmsg(c->st));
+            return ATOLL__ERROR_CODE__ERR_INTERNAL;
+        }
+        if (r == 0) {
+            size_t len = protobuf_c_message_get_packed_size(&spec->base);
+            uint8_t *packed = malloc(len ? len : 1);
+            int same = packed && (protobuf_c_message_pack(&spec->base, packed), len == prev.spec_len) &&
+                       !memcmp(packed, prev.spec, len);
+            free(packed);
+            *id = prev.id;
+            store_job_clear(&prev);
+            if (!same) {
+                snprintf(err, errlen, "request id %s already created job %llu with another spec; use a new "
+                         "request id for a new job", request_id, (unsigned long long)*id);
+                return ATOLL__ERROR_CODE__ERR_CONFLICT;
+            }
+            *existing = 1;
+            return 0;
+        }
+    }
     if (msg_spec_to_cfg(spec, &cfg, why, sizeof why)) {
         snprintf(err, errlen, "invalid job spec: %s", why);
         return ATOLL__ERROR_CODE__ERR_INVALID;
@@ -117,6 +162,7 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, uint64_t *id, char *err, s
     store_job j;
     memset(&j, 0, sizeof j);
     snprintf(j.name, sizeof j.name, "%s", spec->name && spec->name[0] ? spec->name : "job");
+    snprintf(j.request_id, sizeof j.request_id, "%s", request_id ? request_id : "");
     j.state = PENDING;
     snprintf(j.message, sizeof j.message, "queued");
     j.bubble_theory = jobs_bubble_theory(&cfg, cfg.num_gpus);
@@ -232,7 +278,7 @@ void jobs_rank_metrics(coord *c, const Atoll__RankMetrics *m)
 void jobs_reconcile(coord *c)
 {
     store_idlist placing = { 0 };
-    store_job_ids(c->st, PLACING, &placing);
+    store_job_ids(c->st, PLACING, 0, &placing);
     for (size_t i = 0; i < placing.n; i++) {
         store_job j;
         if (store_job_get(c->st, placing.ids[i], &j)) continue;

@@ -23,8 +23,13 @@ int jobs_change(coord *c, store_job *j, int to, const char *fmt, ...) __attribut
 /* The same in its own transaction. -1 when the transition is not allowed or the store failed. */
 int jobs_set_state(coord *c, store_job *j, int to, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-/* Validates and queues a job. Returns 0 with *id, or an Atoll__ErrorCode with err. */
-int jobs_submit(coord *c, const Atoll__JobSpec *spec, uint64_t *id, char *err, size_t errlen);
+/* Validates and queues a job. Returns 0 with *id, or an Atoll__ErrorCode with err.
+ * With a `request_id` ("" or NULL: none) already stored, the job it created is
+ * returned (*existing = 1) when the spec is the same, ERR_CONFLICT when not; the
+ * id is stored with the job in its transaction, so a retry after a lost reply
+ * (the coordinator killed after committing) finds it. */
+int jobs_submit(coord *c, const Atoll__JobSpec *spec, const char *request_id, uint64_t *id, int *existing,
+                char *err, size_t errlen);
 /* Returns 0 (out = the cancelled job, caller clears), or an Atoll__ErrorCode with err. */
 int jobs_cancel(coord *c, uint64_t id, store_job *out, char *err, size_t errlen);
 

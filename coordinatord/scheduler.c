@@ -321,7 +321,30 @@ out:
     return rc;
 }
 
-static void place_one(coord *c, busy_ctx *b, store_job *j)
+/* A job that stays pending says why; messages are written in one transaction
+ * after the run rather than one fsync per job. */
+typedef struct {
+    uint64_t *ids;
+    char (*msgs)[256];
+    size_t n, cap;
+} why_list;
+
+static void why_add(why_list *w, uint64_t id, const char *msg)
+{
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 64;
+        uint64_t *ids = realloc(w->ids, cap * sizeof *ids);
+        char (*msgs)[256] = ids ? realloc(w->msgs, cap * sizeof *msgs) : NULL;
+        if (ids) w->ids = ids;
+        if (!msgs) return;
+        w->msgs = msgs;
+        w->cap = cap;
+    }
+    w->ids[w->n] = id;
+    snprintf(w->msgs[w->n++], sizeof w->msgs[0], "%s", msg);
+}
+
+static void place_one(coord *c, busy_ctx *b, store_job *j, why_list *waiting)
 {
     atoll_config cfg;
     Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec);
@@ -339,10 +362,7 @@ static void place_one(coord *c, busy_ctx *b, store_job *j)
     char why[256];
     int topo_rc = nodes ? place_topology_aware(c, b, &cfg, &l, &a, why, sizeof why) : -1;
     if (topo_rc < 0 || (topo_rc > 0 && sched_place(&cfg, cfg.num_gpus, nodes, (int)b->n, &l, &a, why, sizeof why))) {
-        if (nodes && strcmp(j->message, why)) { /* not a state change: no event, just say why */
-            snprintf(j->message, sizeof j->message, "%s", why);
-            store_job_update(c->st, j);
-        }
+        if (nodes && strcmp(j->message, why)) why_add(waiting, j->id, why); /* no state change: no event */
         goto out;
     }
     if (jobs_set_state(c, j, ATOLL__JOB_STATE__JOB_PLACING, "placing %d ranks", cfg.num_gpus)) goto out;
@@ -380,20 +400,38 @@ out:
     atoll__job_spec__free_unpacked(spec, NULL);
 }
 
+void sched_capacity_changed(coord *c)
+{
+    c->sched_gen++;
+    c->schedule_pending = 1;
+}
+
 void sched_run(coord *c)
 {
     c->schedule_pending = 0;
+    int full = c->sched_gen != c->sched_seen_gen;
     store_idlist pending = { 0 };
-    store_job_ids(c->st, ATOLL__JOB_STATE__JOB_PENDING, &pending);
+    store_job_ids(c->st, ATOLL__JOB_STATE__JOB_PENDING, full ? 0 : c->sched_seen_id, &pending);
+    c->sched_seen_gen = c->sched_gen;
     if (!pending.n) return;
+    /* Ids only grow (AUTOINCREMENT): a job submitted later has a higher one. */
+    if (pending.ids[pending.n - 1] > c->sched_seen_id) c->sched_seen_id = pending.ids[pending.n - 1];
     busy_ctx b = { .c = c };
     build_candidates(c, &b);
+    why_list waiting = { 0 };
     for (size_t i = 0; i < pending.n; i++) {
         store_job j;
         if (store_job_get(c->st, pending.ids[i], &j)) continue;
-        place_one(c, &b, &j);
+        place_one(c, &b, &j, &waiting);
         store_job_clear(&j);
     }
+    if (waiting.n && store_begin(c->st) == 0) {
+        int rc = 0;
+        for (size_t i = 0; i < waiting.n && !rc; i++) rc = store_job_set_message(c->st, waiting.ids[i], waiting.msgs[i]);
+        if (rc || store_commit(c->st)) store_rollback(c->st);
+    }
+    free(waiting.ids);
+    free(waiting.msgs);
     free_candidates(&b);
     free(pending.ids);
 }

@@ -33,6 +33,11 @@ int sched_groups(const char *rank_order, int tp, int pp, int dp, Atoll__JobLayou
 
 /* Places what it can of the pending jobs (oldest first). */
 void sched_run(coord *c);
+/* GPUs may have become free (a node joined or came back, was undrained, a job
+ * left its GPUs or went back to pending): the next run retries every pending
+ * job. Without it a run tries only jobs submitted since the last one, so the
+ * cost of a tick does not grow with the number of jobs waiting. */
+void sched_capacity_changed(coord *c);
 /* Largest NVLink island over nodes that are not dead; 0 when unknown. */
 int sched_max_island(coord *c);
 int sched_job_uses_node(coord *c, const store_job *j, const char *node);

@@ -32,6 +32,9 @@ static const char *MIGRATIONS[STORE_SCHEMA_VERSION] = {
     "CREATE TABLE kv(job INTEGER NOT NULL, epoch INTEGER NOT NULL, key TEXT NOT NULL,"
     "  value BLOB NOT NULL, PRIMARY KEY(job, epoch, key));"
     "CREATE INDEX jobs_state ON jobs(state);",
+    /* 2 -> 3: idempotent submissions (a retry finds the job its first try created) */
+    "ALTER TABLE jobs ADD COLUMN request_id TEXT;"
+    "CREATE UNIQUE INDEX jobs_request_id ON jobs(request_id) WHERE request_id IS NOT NULL;",
 };
 
 const char *store_errmsg(store *s) { return sqlite3_errmsg(s->db); }
@@ -236,7 +239,7 @@ void store_job_clear(store_job *j)
 int store_job_insert(store *s, store_job *j)
 {
     sqlite3_stmt *st = prep(s, "INSERT INTO jobs(name, spec, state, message, restarts, epoch, bubble_theory, "
-                               "created_ms, updated_ms) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)");
+                               "created_ms, updated_ms, request_id) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)");
     if (!st) return -1;
     sqlite3_bind_text(st, 1, j->name, -1, SQLITE_TRANSIENT);
     sqlite3_bind_blob(st, 2, j->spec ? (const void *)j->spec : "", (int)j->spec_len, SQLITE_TRANSIENT);
@@ -247,9 +250,20 @@ int store_job_insert(store *s, store_job *j)
     sqlite3_bind_double(st, 7, j->bubble_theory);
     sqlite3_bind_int64(st, 8, j->created_ms);
     sqlite3_bind_int64(st, 9, j->updated_ms);
+    if (j->request_id[0]) sqlite3_bind_text(st, 10, j->request_id, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, 10);
     if (done(st)) return -1;
     j->id = (uint64_t)sqlite3_last_insert_rowid(s->db);
     return 0;
+}
+
+int store_job_set_message(store *s, uint64_t id, const char *message)
+{
+    sqlite3_stmt *st = prep(s, "UPDATE jobs SET message=?2 WHERE id=?1");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
+    sqlite3_bind_text(st, 2, message, -1, SQLITE_TRANSIENT);
+    return done(st);
 }
 
 int store_job_update(store *s, const store_job *j)
@@ -275,7 +289,7 @@ int store_job_update(store *s, const store_job *j)
 }
 
 #define JOB_COLUMNS "id, name, spec, state, message, restarts, epoch, step, loss, tokens_per_s, mfu, " \
-                    "bubble_measured, bubble_theory, created_ms, updated_ms"
+                    "bubble_measured, bubble_theory, created_ms, updated_ms, request_id"
 
 static int read_job(sqlite3_stmt *st, store_job *j)
 {
@@ -298,6 +312,7 @@ static int read_job(sqlite3_stmt *st, store_job *j)
     j->bubble_theory = sqlite3_column_double(st, 12);
     j->created_ms = sqlite3_column_int64(st, 13);
     j->updated_ms = sqlite3_column_int64(st, 14);
+    text(j->request_id, sizeof j->request_id, sqlite3_column_text(st, 15));
     return 0;
 }
 
@@ -312,6 +327,40 @@ int store_job_get(store *s, uint64_t id, store_job *out)
     else r = rc == SQLITE_DONE ? 1 : -1;
     sqlite3_finalize(st);
     return r;
+}
+
+int store_job_by_request(store *s, const char *request_id, store_job *out)
+{
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *st = prep(s, "SELECT " JOB_COLUMNS " FROM jobs WHERE request_id=?1");
+    if (!st) return -1;
+    sqlite3_bind_text(st, 1, request_id, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st), r;
+    if (rc == SQLITE_ROW) r = read_job(st, out);
+    else r = rc == SQLITE_DONE ? 1 : -1;
+    sqlite3_finalize(st);
+    return r;
+}
+
+int store_jobs_after(store *s, int state, uint64_t after_id, unsigned limit, store_job_fn fn, void *ctx)
+{
+    sqlite3_stmt *st = prep(s, "SELECT " JOB_COLUMNS " FROM jobs WHERE id>?1 AND (?2<0 OR state=?2) "
+                               "ORDER BY id LIMIT ?3");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)after_id);
+    sqlite3_bind_int(st, 2, state);
+    sqlite3_bind_int64(st, 3, limit);
+    int rc, n = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_job j;
+        if (read_job(st, &j)) break;
+        n++;
+        int stop = fn(ctx, &j);
+        store_job_clear(&j);
+        if (stop) break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : -1;
 }
 
 int store_jobs_each(store *s, int state, store_job_fn fn, void *ctx)
@@ -345,14 +394,17 @@ int store_idlist_push(store_idlist *l, uint64_t id)
     return 0;
 }
 
-static int push_job_id(void *ctx, store_job *j)
+int store_job_ids(store *s, int state, uint64_t after_id, store_idlist *out)
 {
-    return store_idlist_push(ctx, j->id) ? 1 : 0;
-}
-
-int store_job_ids(store *s, int state, store_idlist *out)
-{
-    return store_jobs_each(s, state, push_job_id, out);
+    sqlite3_stmt *st = prep(s, "SELECT id FROM jobs WHERE state=?1 AND id>?2 ORDER BY id");
+    if (!st) return -1;
+    sqlite3_bind_int(st, 1, state);
+    sqlite3_bind_int64(st, 2, (sqlite3_int64)after_id);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        if (store_idlist_push(out, (uint64_t)sqlite3_column_int64(st, 0))) break;
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -1;
 }
 
 /* ---- layouts and kv: (job, epoch, key) -> blob ---- */

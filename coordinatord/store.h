@@ -17,7 +17,7 @@
 
 typedef struct store store;
 
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 3
 
 /* Opens (creating when absent) and migrates. path ":memory:" gives a private
  * in-memory database (tests, fuzzing). 0, or -1 with err. */
@@ -70,11 +70,14 @@ typedef struct store_job {
     int64_t created_ms, updated_ms;
     uint8_t *spec;       /* packed atoll.JobSpec, owned */
     size_t spec_len;
+    char request_id[65]; /* the submitter's id for idempotent retries; "" = none */
 } store_job;
 
 void store_job_clear(store_job *j);
-/* Inserts and sets j->id. */
+/* Inserts and sets j->id (request_id is stored with it, unique when not ""). */
 int store_job_insert(store *s, store_job *j);
+/* The job a submission with `request_id` created: 0 found (*out filled), 1 none, -1 error. */
+int store_job_by_request(store *s, const char *request_id, store_job *out);
 /* Writes every column but id, name, spec and created_ms. */
 int store_job_update(store *s, const store_job *j);
 /* 0 found, 1 not found, -1 error. */
@@ -82,6 +85,11 @@ int store_job_get(store *s, uint64_t id, store_job *out);
 /* In id order; `state` < 0 selects all. The job is cleared after each callback. */
 typedef int (*store_job_fn)(void *ctx, store_job *j);
 int store_jobs_each(store *s, int state, store_job_fn fn, void *ctx);
+/* A page: jobs with id > after_id in id order, at most `limit` (`state` < 0: any
+ * state). Returns the number visited, or -1. */
+int store_jobs_after(store *s, int state, uint64_t after_id, unsigned limit, store_job_fn fn, void *ctx);
+/* Sets one job's message (no state change, no event). */
+int store_job_set_message(store *s, uint64_t id, const char *message);
 
 /* A growable list of job ids, for callers that change jobs while walking them
  * (a change inside store_jobs_each would race its open statement). Owns `ids`;
@@ -91,8 +99,8 @@ typedef struct store_idlist {
     size_t n, cap;
 } store_idlist;
 int store_idlist_push(store_idlist *l, uint64_t id); /* 0, or -1 when out of memory */
-/* Appends the ids of every job in `state` (id order) to `out`. 0 or -1. */
-int store_job_ids(store *s, int state, store_idlist *out);
+/* Appends the ids of every job in `state` (id order) with id > after_id to `out`. 0 or -1. */
+int store_job_ids(store *s, int state, uint64_t after_id, store_idlist *out);
 
 /* ---- layouts (packed atoll.JobLayout per job and restart epoch) ---- */
 int store_layout_put(store *s, uint64_t job, uint32_t epoch, const uint8_t *blob, size_t len);

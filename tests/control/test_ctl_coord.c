@@ -379,6 +379,72 @@ int main(int argc, char **argv)
     CHECK(w2.p.node == NULL && registry_find(&c.reg, "n2")->peer == &w4.p, "old connection still owns n2");
     free(w4.buf);
 
+    /* ---- idempotent submissions: a retry with the same request id gets the same job ---- */
+    base_cfg(&cfg);
+    cfg.num_gpus = 64; /* more than the cluster has: stays pending */
+    Atoll__JobSpec spec;
+    msg_spec_from_cfg(&spec, &cfg, "retry");
+    Atoll__SubmitRequest sr = ATOLL__SUBMIT_REQUEST__INIT;
+    sr.spec = &spec;
+    sr.request_id = "req-42";
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_SUBMIT, &sr.base);
+    Atoll__SubmitReply *s1 = (Atoll__SubmitReply *)last(&cli, ATOLL__MSG_TYPE__MSG_SUBMIT_REPLY);
+    send_msg(&c, &cli2, ATOLL__MSG_TYPE__MSG_SUBMIT, &sr.base); /* the retry, on another connection */
+    Atoll__SubmitReply *s2 = (Atoll__SubmitReply *)last(&cli2, ATOLL__MSG_TYPE__MSG_SUBMIT_REPLY);
+    CHECK(s1 && s2 && s1->job == s2->job && !s1->existing && s2->existing, "retry: jobs %llu and %llu",
+          s1 ? (unsigned long long)s1->job : 0ULL, s2 ? (unsigned long long)s2->job : 0ULL);
+    uint64_t retried = s1 ? s1->job : 0;
+    if (s1) atoll__submit_reply__free_unpacked(s1, NULL);
+    if (s2) atoll__submit_reply__free_unpacked(s2, NULL);
+    spec.num_layers = 8; /* the same id with another spec is a client bug, not a retry */
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_SUBMIT, &sr.base);
+    CHECK(strstr(last_error(&cli, &code), "already created job") && code == ATOLL__ERROR_CODE__ERR_CONFLICT,
+          "same id, other spec: '%s'", last_error(&cli, NULL));
+    sr.request_id = "bad id!";
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_SUBMIT, &sr.base);
+    CHECK(strstr(last_error(&cli, &code), "request id 'bad id!' is not valid") && code == ATOLL__ERROR_CODE__ERR_INVALID,
+          "bad request id: '%s'", last_error(&cli, NULL));
+
+    /* ---- a tick retries old pending jobs only when capacity may have grown ---- */
+    coord_tick(&c);
+    store_job_set_message(c.st, retried, "sentinel");
+    spec.num_layers = 4;
+    sr.request_id = "req-43";
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_SUBMIT, &sr.base);
+    coord_tick(&c);
+    CHECK(job_state(&c, retried, &j) == ATOLL__JOB_STATE__JOB_PENDING && !strcmp(j.message, "sentinel"),
+          "an old pending job was tried again on a submit: '%s'", j.message);
+    store_job_clear(&j);
+    CHECK(job_state(&c, retried + 1, &j) == ATOLL__JOB_STATE__JOB_PENDING && strstr(j.message, "waiting for 64 GPUs"),
+          "the new job was tried: '%s'", j.message);
+    store_job_clear(&j);
+    Atoll__DrainRequest dr = ATOLL__DRAIN_REQUEST__INIT;
+    dr.name = "n1";
+    dr.drain = 0; /* undrain: capacity may have grown */
+    registry_find(&c.reg, "n1")->drained = 1;
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_DRAIN, &dr.base);
+    coord_tick(&c);
+    CHECK(job_state(&c, retried, &j) == ATOLL__JOB_STATE__JOB_PENDING && strstr(j.message, "waiting for 64 GPUs"),
+          "after an undrain every pending job is tried: '%s'", j.message);
+    store_job_clear(&j);
+
+    /* ---- job lists come a page at a time ---- */
+    Atoll__JobsRequest jr = ATOLL__JOBS_REQUEST__INIT;
+    jr.limit = 2;
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_JOBS, &jr.base);
+    Atoll__JobsReply *page = (Atoll__JobsReply *)last(&cli, ATOLL__MSG_TYPE__MSG_JOBS_REPLY);
+    CHECK(page && page->n_jobs == 2 && page->jobs[0]->id == 1 && page->next_after_id == page->jobs[1]->id,
+          "first page of 2");
+    uint64_t next = page ? page->next_after_id : 0;
+    if (page) atoll__jobs_reply__free_unpacked(page, NULL);
+    jr.after_id = next;
+    jr.limit = 0; /* the default page holds the rest */
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_JOBS, &jr.base);
+    page = (Atoll__JobsReply *)last(&cli, ATOLL__MSG_TYPE__MSG_JOBS_REPLY);
+    CHECK(page && page->n_jobs >= 1 && page->jobs[0]->id > next && page->jobs[page->n_jobs - 1]->id == retried + 1 &&
+              page->next_after_id == 0, "last page: %zu jobs", page ? page->n_jobs : 0);
+    if (page) atoll__jobs_reply__free_unpacked(page, NULL);
+
     test_peer *all[] = { &w1, &w2, &w3, &cli, &cli2 };
     for (int i = 0; i < 5; i++) free(all[i]->buf);
     coord_free(&c);

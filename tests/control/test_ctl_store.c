@@ -52,10 +52,31 @@ static void basic(void)
               !memcmp(g.spec, "\x10\x08", 2), "job fields after update");
     store_job_clear(&g);
     CHECK(store_job_get(s, 99, &g) == 1, "missing job must be 'not found'");
+    /* Request ids: found again, unique; pages of jobs by id. */
+    int n;
+    store_job r2 = { .state = 0, .spec = (uint8_t *)"x", .spec_len = 1, .created_ms = 1, .updated_ms = 1 };
+    snprintf(r2.name, sizeof r2.name, "r2");
+    snprintf(r2.request_id, sizeof r2.request_id, "req-1");
+    CHECK(store_job_insert(s, &r2) == 0 && r2.id == 2, "insert with a request id");
+    CHECK(store_job_by_request(s, "req-1", &g) == 0 && g.id == 2 && !strcmp(g.request_id, "req-1"), "by request id");
+    store_job_clear(&g);
+    CHECK(store_job_insert(s, &r2) == -1, "a second job with the same request id");
+    r2.request_id[0] = 0;
+    CHECK(store_job_insert(s, &r2) == 0 && store_job_insert(s, &r2) == 0 && r2.id == 4, "jobs without request ids");
+    n = 0;
+    CHECK(store_jobs_after(s, -1, 1, 2, count_jobs, &n) == 2 && n == 2, "page of 2 after id 1: %d", n);
+    n = 0;
+    CHECK(store_jobs_after(s, -1, 3, 100, count_jobs, &n) == 1 && n == 1, "last page");
+    CHECK(store_job_set_message(s, 4, "waiting") == 0 && store_job_get(s, 4, &g) == 0 && !strcmp(g.message, "waiting"),
+          "set message");
+    store_job_clear(&g);
+    store_idlist ids = { 0 };
+    CHECK(store_job_ids(s, 0, 2, &ids) == 0 && ids.n == 2 && ids.ids[0] == 3, "pending ids after 2: %zu", ids.n);
+    free(ids.ids);
     store_job missing = { .id = 99 };
     CHECK(store_job_update(s, &missing) == -1, "update of a missing job must fail");
     for (int i = 0; i < 5; i++) CHECK(store_event_add(s, 2000 + i, "k", "subj", "msg", NULL) == 0, "event");
-    int n = 0;
+    n = 0;
     store_events_each(s, 0, 3, count_events, &n);
     CHECK(n == 3, "limit 3 gave %d", n);
     n = 0;
@@ -133,13 +154,13 @@ static void unclean_close(void)
     int jobs = 0, events = 0;
     store_jobs_each(s, -1, count_jobs, &jobs);
     store_events_each(s, 0, 0, count_events, &events);
-    /* basic() left 1 job and 5 events. */
-    CHECK(jobs == 1 + 20, "jobs after reopen: %d, want 21 (every acknowledged one, no other)", jobs);
+    /* basic() left 4 jobs and 5 events. */
+    CHECK(jobs == 4 + 20, "jobs after reopen: %d, want 24 (every acknowledged one, no other)", jobs);
     CHECK(events == 5 + 20, "events after reopen: %d, want 25", events);
     store_job j;
-    CHECK(store_job_get(s, 21, &j) == 0 && !strcmp(j.name, "acked-19"), "last acknowledged job is there");
+    CHECK(store_job_get(s, 24, &j) == 0 && !strcmp(j.name, "acked-19"), "last acknowledged job is there");
     store_job_clear(&j);
-    CHECK(store_job_get(s, 22, &j) == 1, "the unacknowledged job survived the crash");
+    CHECK(store_job_get(s, 25, &j) == 1, "the unacknowledged job survived the crash");
     store_close(s);
 }
 
@@ -148,7 +169,8 @@ static void migrations(void)
     /* Rewind the file to schema 1 by hand; opening must migrate it forward. */
     sqlite3 *db;
     CHECK(sqlite3_open(path, &db) == SQLITE_OK, "sqlite open");
-    CHECK(sqlite3_exec(db, "DROP TABLE kv; DROP INDEX jobs_state; PRAGMA user_version=1;", NULL, NULL, NULL) == SQLITE_OK,
+    CHECK(sqlite3_exec(db, "DROP INDEX jobs_request_id; ALTER TABLE jobs DROP COLUMN request_id; "
+                           "DROP TABLE kv; DROP INDEX jobs_state; PRAGMA user_version=1;", NULL, NULL, NULL) == SQLITE_OK,
           "rewind: %s", sqlite3_errmsg(db));
     sqlite3_close(db);
     store *s;
@@ -159,6 +181,7 @@ static void migrations(void)
     store_job j;
     CHECK(store_job_get(s, 1, &j) == 0, "data kept through migration");
     store_job_clear(&j);
+    CHECK(store_job_by_request(s, "never", &j) == 1, "request ids after migration");
     store_close(s);
     /* A file from a newer coordinatord is refused, not silently used. */
     sqlite3_open(path, &db);
