@@ -6,8 +6,16 @@
  * coordinator's handling latency from above; bench/heartbeat.sh also reads the
  * coordinator's own handling-time histogram from /metrics.
  *
+ * Load beside the heartbeats, for the fairness bench (bench/fairness.sh) and the
+ * regression tests: --seed-jobs N first submits N jobs too big for the cluster
+ * (they stay pending), pipelined on one CLI connection; when the measured window
+ * opens, --bulk-requests N pipelines N JobsRequests for every job on one CLI
+ * connection, and --http-readers N keeps N connections reading GET /api/jobs from
+ * --http until the window closes.
+ *
  *   bench_heartbeat --coordinator HOST:PORT --token-file FILE [--nodes N] [--rate HZ]
- *                   [--warmup SEC] [--duration SEC] [--json FILE]
+ *                   [--warmup SEC] [--duration SEC] [--json FILE] [--seed-jobs N]
+ *                   [--bulk-requests N] [--http HOST:PORT --http-readers N]
  */
 #include <stdint.h>
 #include <signal.h>
@@ -44,6 +52,16 @@ static struct {
     uv_timer_t tick;
     int phase;              /* 0 connecting, 1 heartbeating, 2 done */
     uint8_t *reg_frame;
+    /* load beside the heartbeats */
+    int seed_jobs, seeded, seed_errors;
+    rpc_conn *seeder;
+    int bulk, bulk_replies, bulk_errors;
+    uint64_t bulk_jobs;
+    int64_t bulk_start_us, bulk_done_us;
+    rpc_conn *bulker;
+    struct sockaddr_storage http_addr;
+    int http_readers, http_on;
+    uint64_t http_responses, http_errors, http_bytes;
 } B;
 
 static int64_t mono_us(void)
@@ -93,6 +111,154 @@ static void on_frame(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len)
     }
 }
 
+/* ---- the CLI connections: seeding jobs, bulk requests ---- */
+
+static void seed_ready(rpc_conn *c)
+{
+    /* Jobs for far more GPUs than the simulated cluster has: they stay pending. */
+    atoll_config cfg;
+    cfg_defaults(&cfg);
+    cfg.num_layers = 4; cfg.hidden_size = 128; cfg.num_attention_heads = 4; cfg.seq_length = 128;
+    cfg.num_gpus = 4096;
+    Atoll__JobSpec spec;
+    msg_spec_from_cfg(&spec, &cfg, "bench-pending");
+    Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
+    req.spec = &spec;
+    for (int i = 0; i < B.seed_jobs; i++) rpc_send(c, ATOLL__MSG_TYPE__MSG_SUBMIT, &req.base);
+}
+
+static void seed_frame(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len)
+{
+    (void)p; (void)len;
+    if (type == ATOLL__MSG_TYPE__MSG_SUBMIT_REPLY) B.seeded++;
+    else B.seed_errors++;
+    if (B.seeded + B.seed_errors == B.seed_jobs) rpc_close(c, NULL);
+}
+
+static void bulk_ready(rpc_conn *c)
+{
+    (void)c;
+    Atoll__JobsRequest req = ATOLL__JOBS_REQUEST__INIT; /* every job: the coordinator answers a page */
+    B.bulk_start_us = mono_us();
+    for (int i = 0; i < B.bulk; i++) rpc_send(c, ATOLL__MSG_TYPE__MSG_JOBS, &req.base);
+}
+
+static void bulk_frame(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len)
+{
+    if (type == ATOLL__MSG_TYPE__MSG_JOBS_REPLY) {
+        Atoll__JobsReply *r = atoll__jobs_reply__unpack(NULL, len, p);
+        if (r) B.bulk_jobs += r->n_jobs;
+        if (r) atoll__jobs_reply__free_unpacked(r, NULL);
+        B.bulk_replies++;
+    } else {
+        B.bulk_errors++;
+    }
+    if (B.bulk_replies + B.bulk_errors == B.bulk) {
+        B.bulk_done_us = mono_us();
+        rpc_close(c, NULL);
+    }
+}
+
+static void cli_close(rpc_conn *c)
+{
+    if (c == B.seeder) B.seeder = NULL;
+    if (c == B.bulker) B.bulker = NULL;
+    if (c->err[0] && strcmp(c->err, "peer closed the connection"))
+        fprintf(stderr, "bench: CLI connection closed: %s\n", c->err);
+}
+
+/* ---- HTTP readers: GET /api/jobs over and over, one request per connection ---- */
+
+typedef struct http_reader {
+    uv_tcp_t tcp;
+    uv_connect_t connect;
+    uv_write_t write;
+    char buf[64 * 1024];
+} http_reader;
+
+static void http_start(http_reader *h);
+
+static void http_closed(uv_handle_t *hd)
+{
+    http_reader *h = hd->data;
+    if (B.http_on) http_start(h);
+    else free(h);
+}
+
+static void http_alloc(uv_handle_t *hd, size_t sz, uv_buf_t *b)
+{
+    (void)sz;
+    http_reader *h = hd->data;
+    *b = uv_buf_init(h->buf, sizeof h->buf);
+}
+
+static void http_read(uv_stream_t *st, ssize_t n, const uv_buf_t *b)
+{
+    (void)b;
+    if (n > 0) {
+        B.http_bytes += (uint64_t)n;
+        return;
+    }
+    if (n == UV_EOF) B.http_responses++;
+    else if (n < 0) B.http_errors++;
+    if (n < 0) uv_close((uv_handle_t *)st, http_closed);
+}
+
+static void http_written(uv_write_t *w, int status)
+{
+    http_reader *h = w->data;
+    if (status < 0) {
+        B.http_errors++;
+        uv_close((uv_handle_t *)&h->tcp, http_closed);
+        return;
+    }
+    uv_read_start((uv_stream_t *)&h->tcp, http_alloc, http_read);
+}
+
+static void http_connected(uv_connect_t *cr, int status)
+{
+    http_reader *h = cr->data;
+    if (status < 0) {
+        B.http_errors++;
+        uv_close((uv_handle_t *)&h->tcp, http_closed);
+        return;
+    }
+    static char req[] = "GET /api/jobs HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n";
+    uv_buf_t b = uv_buf_init(req, sizeof req - 1);
+    h->write.data = h;
+    if (uv_write(&h->write, (uv_stream_t *)&h->tcp, &b, 1, http_written)) {
+        B.http_errors++;
+        uv_close((uv_handle_t *)&h->tcp, http_closed);
+    }
+}
+
+static void http_start(http_reader *h)
+{
+    uv_tcp_init(B.loop, &h->tcp);
+    h->tcp.data = h;
+    h->connect.data = h;
+    if (uv_tcp_connect(&h->connect, &h->tcp, (struct sockaddr *)&B.http_addr, http_connected)) {
+        B.http_errors++;
+        B.http_on = 0; /* cannot even start: stop this reader */
+        uv_close((uv_handle_t *)&h->tcp, http_closed);
+    }
+}
+
+static void start_load(void)
+{
+    rpc_handlers h = { NULL, bulk_frame, cli_close };
+    if (B.bulk) {
+        h.on_ready = bulk_ready;
+        B.bulker = rpc_connect(B.loop, (struct sockaddr *)&B.addr, &B.token, ATOLL__ROLE__ROLE_CLI, "bench-bulk", 0,
+                               &h, NULL);
+    }
+    B.http_on = B.http_readers > 0;
+    for (int i = 0; i < B.http_readers; i++) {
+        http_reader *r = calloc(1, sizeof *r);
+        if (r) http_start(r);
+    }
+}
+
 static void on_close(rpc_conn *c)
 {
     sim_node *s = c->data;
@@ -115,6 +281,12 @@ static void on_tick(uv_timer_t *t)
             s->conn = rpc_connect(B.loop, (struct sockaddr *)&B.addr, &B.token, ATOLL__ROLE__ROLE_WORKER,
                                   "bench", 0, &h, s);
         }
+        if (B.seed_jobs && !B.seeder && B.seeded + B.seed_errors == 0) {
+            rpc_handlers h = { seed_ready, seed_frame, cli_close };
+            B.seeder = rpc_connect(B.loop, (struct sockaddr *)&B.addr, &B.token, ATOLL__ROLE__ROLE_CLI, "bench-seed",
+                                   0, &h, NULL);
+        }
+        if (B.seed_jobs && B.seeded + B.seed_errors < B.seed_jobs) return; /* the jobs go in first */
         if (B.registered + B.failed >= B.n) {
             B.phase = 1;
             B.measure_from_us = now + B.warmup_us; /* the window starts after registration + warmup */
@@ -126,8 +298,14 @@ static void on_tick(uv_timer_t *t)
         }
         return;
     }
+    if ((B.bulk || B.http_readers) && now >= B.measure_from_us && !B.bulk_start_us && !B.http_on) {
+        B.bulk_start_us = 1; /* load started (bulk_ready sets the real time) */
+        start_load();
+    }
+    if (now >= B.measure_to_us) B.http_on = 0;
     if (now >= B.measure_to_us + 500000) { /* let the last acks arrive */
         B.phase = 2;
+        if (B.bulker) rpc_close(B.bulker, "bench done");
         uv_timer_stop(&B.tick);
         for (int i = 0; i < B.n; i++)
             if (B.nodes[i].conn) rpc_close(B.nodes[i].conn, "bench done");
@@ -161,7 +339,7 @@ static int64_t pct(double q)
 
 int main(int argc, char **argv)
 {
-    const char *coordinator = "127.0.0.1:7420", *token_file = "./atoll-state/token", *json = NULL;
+    const char *coordinator = "127.0.0.1:7420", *token_file = "./atoll-state/token", *json = NULL, *http = NULL;
     int nodes = 1000;
     double rate = 1.0, warmup = 3, duration = 10;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -172,6 +350,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--warmup")) warmup = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--duration")) duration = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--json")) json = argv[i + 1];
+        else if (!strcmp(argv[i], "--seed-jobs")) B.seed_jobs = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--bulk-requests")) B.bulk = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--http-readers")) B.http_readers = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--http")) http = argv[i + 1];
         else {
             fprintf(stderr, "bench_heartbeat: unknown flag %s\n", argv[i]);
             return 2;
@@ -188,12 +370,16 @@ int main(int argc, char **argv)
     getrlimit(RLIMIT_NOFILE, &rl);
     rl.rlim_cur = rl.rlim_max;
     setrlimit(RLIMIT_NOFILE, &rl);
-    if ((rlim_t)nodes + 64 > rl.rlim_cur) {
-        fprintf(stderr, "bench_heartbeat: %d nodes need %d file descriptors; the limit is %llu\n", nodes, nodes + 64,
-                (unsigned long long)rl.rlim_cur);
+    if ((rlim_t)nodes + B.http_readers + 64 > rl.rlim_cur) {
+        fprintf(stderr, "bench_heartbeat: %d nodes and %d HTTP readers need %d file descriptors; the limit is %llu\n",
+                nodes, B.http_readers, nodes + B.http_readers + 64, (unsigned long long)rl.rlim_cur);
         return 2;
     }
     char err[512];
+    if (B.http_readers && (!http || rpc_resolve(http, &B.http_addr, err, sizeof err))) {
+        fprintf(stderr, "bench_heartbeat: --http-readers needs --http HOST:PORT%s%s\n", http ? ": " : "", http ? err : "");
+        return 2;
+    }
     if (rpc_resolve(coordinator, &B.addr, err, sizeof err) ||
         auth_token_load(&B.token, token_file, 0, NULL, err, sizeof err)) {
         fprintf(stderr, "bench_heartbeat: %s\n", err);
@@ -220,20 +406,33 @@ int main(int argc, char **argv)
            B.n * rate, hb_rate, window, B.nrtt, (unsigned long long)B.errors);
     printf("round trip us: p50 %lld p90 %lld p99 %lld p99.9 %lld max %lld\n", (long long)pct(0.5),
            (long long)pct(0.9), (long long)pct(0.99), (long long)pct(0.999), (long long)(B.nrtt ? B.rtt[B.nrtt - 1] : 0));
+    double bulk_s = B.bulk_done_us > B.bulk_start_us ? (B.bulk_done_us - B.bulk_start_us) / 1e6 : -1;
+    if (B.seed_jobs) printf("seeded %d pending jobs (%d refused)\n", B.seeded, B.seed_errors);
+    if (B.bulk)
+        printf("bulk: %d pipelined JobsRequests, %d replies (%llu jobs), %d errors, all answered in %.2f s\n", B.bulk,
+               B.bulk_replies, (unsigned long long)B.bulk_jobs, B.bulk_errors, bulk_s);
+    if (B.http_readers)
+        printf("http: %d readers, %llu responses (%.1f MB), %llu errors\n", B.http_readers,
+               (unsigned long long)B.http_responses, B.http_bytes / 1e6, (unsigned long long)B.http_errors);
     if (json) {
         FILE *f = fopen(json, "w");
         if (f) {
             fprintf(f, "{\"nodes\":%d,\"registered\":%d,\"failed\":%d,\"rate_hz\":%g,\"target_per_s\":%.1f,"
                        "\"acked_per_s\":%.1f,\"window_s\":%.2f,\"samples\":%zu,\"errors\":%llu,"
-                       "\"rtt_us\":{\"p50\":%lld,\"p90\":%lld,\"p99\":%lld,\"p999\":%lld,\"max\":%lld}}\n",
+                       "\"rtt_us\":{\"p50\":%lld,\"p90\":%lld,\"p99\":%lld,\"p999\":%lld,\"max\":%lld},"
+                       "\"seeded\":%d,\"bulk\":{\"requests\":%d,\"replies\":%d,\"jobs\":%llu,\"errors\":%d,\"seconds\":%.3f},"
+                       "\"http\":{\"readers\":%d,\"responses\":%llu,\"errors\":%llu,\"bytes\":%llu}}\n",
                     B.n, B.registered, B.failed, rate, B.n * rate, hb_rate, window, B.nrtt,
                     (unsigned long long)B.errors, (long long)pct(0.5), (long long)pct(0.9), (long long)pct(0.99),
-                    (long long)pct(0.999), (long long)(B.nrtt ? B.rtt[B.nrtt - 1] : 0));
+                    (long long)pct(0.999), (long long)(B.nrtt ? B.rtt[B.nrtt - 1] : 0), B.seeded, B.bulk,
+                    B.bulk_replies, (unsigned long long)B.bulk_jobs, B.bulk_errors, bulk_s, B.http_readers,
+                    (unsigned long long)B.http_responses, (unsigned long long)B.http_errors,
+                    (unsigned long long)B.http_bytes);
             fclose(f);
         }
     }
     uv_loop_close(B.loop);
     free(B.nodes);
     free(B.rtt);
-    return B.failed || B.registered < B.n ? 1 : 0;
+    return B.failed || B.registered < B.n || (B.bulk && B.bulk_replies < B.bulk) ? 1 : 0;
 }

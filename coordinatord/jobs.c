@@ -142,7 +142,7 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, const char *request_id, ui
         }
     }
     if (msg_spec_to_cfg(spec, &cfg, why, sizeof why)) {
-        snprintf(err, errlen, "invalid job spec: %s", why);
+        snprintf(err, errlen, "invalid %s", why); /* why starts "job spec: " */
         return ATOLL__ERROR_CODE__ERR_INVALID;
     }
     if (cfg.num_gpus < 1) {

@@ -8,6 +8,12 @@
 #   python   a client written with Python's protobuf package and hmac speaks the protocol
 #   refuse   wrong token, garbage frame, oversized frame, unauthenticated request and an
 #            invalid job spec are refused with clear messages; the daemon keeps serving
+#   attack_* issue 12's attacks (ctl_attack.py), each with heartbeats measured meanwhile
+#            (bench_heartbeat: round trips) and the workers' liveness checked after:
+#     attack_input    specs that crashed the coordinator, bad YAML through the CLI
+#     attack_preauth  partial 16 MiB frames before authenticating, a wrong-MAC burst
+#     attack_mitm     a relay altering, injecting, dropping or replaying one frame
+#     attack_bulk     3,000 pending jobs and 400 pipelined JobsRequests on one connection
 # Every process started here is killed on exit, pass or fail.
 set -uo pipefail
 CASE=$1
@@ -94,6 +100,47 @@ stop_all() {
 }
 
 spec=(--num-layers 4 --hidden-size 64 --num-attention-heads 8 --seq-length 32 --global-batch-size 16)
+
+# Heartbeat round trips while something else happens: 4 simulated workers at 5 Hz.
+hb_probe_start() { # SECONDS
+  "$BIN/bench_heartbeat" --coordinator "$ATOLL_COORDINATOR" --token-file "$ATOLL_TOKEN_FILE" --nodes 4 --rate 5 \
+      --warmup 0.3 --duration "$1" --json "$TMP/hb.json" >"$TMP/hb.log" 2>&1 &
+  PROBE_PID=$!
+  PIDS+=("$PROBE_PID")
+  wait_until 10 grep -q "heartbeating" "$TMP/hb.log" || fail "heartbeat probe did not start: $(cat "$TMP/hb.log")"
+}
+# Waits for the probe; the p99 round trip must stay under P99_MS and no probe
+# connection may have been lost. (The bench, bench/fairness.sh, holds the real
+# target of 50 ms; this bound only has to catch a loop that stalls.)
+P99_MS=250
+hb_probe_check() { # WHAT
+  wait "$PROBE_PID"; local rc=$?
+  [ -s "$TMP/hb.json" ] || fail "no heartbeat figures during $1: $(cat "$TMP/hb.log")"
+  local fig; fig=$(json "f\"{d['samples']} heartbeats, p50 {d['rtt_us']['p50']/1000:.1f} ms, p99 {d['rtt_us']['p99']/1000:.1f} ms, max {d['rtt_us']['max']/1000:.1f} ms\"" <"$TMP/hb.json")
+  [ $rc -eq 0 ] && [ "$(json "d['failed']" <"$TMP/hb.json")" = 0 ] || fail "heartbeat connections lost during $1: $fig"
+  [ "$(json "int(d['samples'] > 0 and d['rtt_us']['p99'] < $P99_MS * 1000)" <"$TMP/hb.json")" = 1 ] \
+    || fail "heartbeats stalled during $1: $fig"
+  ok "heartbeats kept flowing during $1: $fig"
+}
+# No worker of ours went suspect or dead.
+workers_never_suspect() { # NAMES...
+  for n in "$@"; do
+    has_event node.suspect "$n" && fail "$n went suspect: $(atoll events | grep "$n")"
+    node_state_is "$n" alive || fail "$n is not alive: $(atoll nodes)"
+  done
+  ok "workers $* stayed alive, never suspect"
+}
+attack() { "$PYPB" "$(dirname "$0")/ctl_attack.py" "$1" "$PORT" "$ATOLL_TOKEN_FILE" "$TMP/gen" "${@:2}"; }
+gen_proto() { # PYPB: a python3 with the protobuf package (Debian's python3-protobuf)
+  PYPB=
+  for cand in /usr/bin/python3 python3; do
+    if "$cand" -c "import google.protobuf" 2>/dev/null; then PYPB=$cand; break; fi
+  done
+  [ -n "$PYPB" ] && command -v protoc >/dev/null \
+    || fail "needs protoc and Python's protobuf package (scripts/install-deps.sh)"
+  local proto=${ATOLL_PROTO_DIR:-$(cd "$(dirname "$0")/../../proto" && pwd)}
+  mkdir -p "$TMP/gen" && protoc --python_out="$TMP/gen" -I "$proto" "$proto/atoll.proto" || fail "protoc --python_out"
+}
 
 case_nodes() {
   start_coord
@@ -211,6 +258,26 @@ case_restart() {
   ok "workers re-registered and kept their identity"
   local next; next=$(atoll submit "${spec[@]}" --num-gpus 8 --json | json "d['job']")
   (( next > ${ids[4]} )) || fail "job id $next reused"
+  # A submission retried after its reply was lost gets the job it created, not another.
+  local count; count=$(atoll jobs --json | json "len(d['jobs'])")
+  local r1; r1=$(atoll submit "${spec[@]}" --num-gpus 8 --request-id retry-me) || fail "submit with a request id"
+  local r2; r2=$(atoll submit "${spec[@]}" --num-gpus 8 --request-id retry-me) || fail "retried submit"
+  [ "$r1" = "$r2" ] && [ "$(atoll jobs --json | json "len(d['jobs'])")" = $((count + 1)) ] \
+    || fail "retry made another job: $r1 then $r2"
+  atoll submit "${spec[@]}" --num-gpus 16 --request-id retry-me 2>"$TMP/err"
+  [ $? -eq 1 ] && grep -q "already created job $r1 with another spec" "$TMP/err" || fail "same id, other spec: $(cat "$TMP/err")"
+  ok "a retried submission returns job $r1 again; the same id with another spec is refused"
+  # While the coordinator is down the CLI keeps trying; once it is back the job is made once.
+  kill -9 "$COORD_PID"; wait "$COORD_PID" 2>/dev/null
+  atoll --timeout 20 submit "${spec[@]}" --num-gpus 8 --request-id during-restart >"$TMP/late.out" 2>"$TMP/late.err" &
+  local late=$!
+  sleep 1
+  start_coord "$PORT"
+  wait "$late" || fail "submit across the restart: $(cat "$TMP/late.err")"
+  grep -q "trying again until --timeout" "$TMP/late.err" || fail "no retry: $(cat "$TMP/late.err")"
+  [ "$(atoll submit "${spec[@]}" --num-gpus 8 --request-id during-restart)" = "$(cat "$TMP/late.out")" ] \
+    || fail "the retried submission is not idempotent"
+  ok "a submit sent while the coordinator restarts is retried and lands once (job $(cat "$TMP/late.out"))"
   atoll cancel "$placed" | grep -q cancelled || fail "cancel"
   atoll cancel "$placed" 2>"$TMP/err"; [ $? -eq 1 ] && grep -q "already cancelled" "$TMP/err" || fail "double cancel"
   ok "new ids continue; cancel works after the restart"
@@ -331,6 +398,117 @@ case_python() {
   "$py" "$(dirname "$0")/ctl_py_client.py" "$PORT" "$ATOLL_TOKEN_FILE" "$TMP" || fail "the Python client failed"
   atoll jobs | grep -q "from-python" || fail "the CLI does not see the job the Python client submitted"
   ok "a Python protobuf client speaks the protocol (handshake, nodes, submit, refusals)"
+  stop_all
+}
+
+case_attack_input() {
+  HB=0.25; TIMEOUT=3
+  gen_proto
+  start_coord
+  start_worker n1 --simulate dgx-h100
+  start_worker n2 --simulate dgx-h100
+  wait_until 10 nodes_alive 2 || fail "2 nodes not alive"
+  hb_probe_start 6
+  attack input || fail "raw job specs"
+  # The same through the CLI: refused before anything is sent (exit 2), with the reason.
+  local m=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --num-gpus 4)
+  atoll submit "${m[@]}" --micro-batch-size 1073741824 --global-batch-size 8 2>"$TMP/err"
+  [ $? -eq 2 ] && grep -q "micro-batch-size: 1073741824 is above the largest accepted value, 1048576" "$TMP/err" \
+    || fail "huge micro-batch: $(cat "$TMP/err")"
+  atoll submit "${m[@]}" --tensor-model-parallel-size 65536 --pipeline-model-parallel-size 65536 2>"$TMP/err"
+  [ $? -eq 1 ] && grep -q "4294967296 is more than" "$TMP/err" || fail "tp*pp overflow: $(cat "$TMP/err")"
+  atoll submit "${m[@]}" --lr inf 2>"$TMP/err"
+  [ $? -eq 2 ] && grep -q "'inf' is not a finite number" "$TMP/err" || fail "lr inf: $(cat "$TMP/err")"
+  atoll submit "${m[@]}" --lr -1 2>"$TMP/err"
+  [ $? -eq 2 ] && grep -q -- "--lr: -1 is below" "$TMP/err" || fail "lr -1: $(cat "$TMP/err")"
+  "$PY" -c "import sys; sys.stdout.write('{a: ' * 60000 + '1' + '}' * 60000)" > "$TMP/deep.yaml"
+  atoll submit --yaml-cfg "$TMP/deep.yaml" --num-gpus 8 2>"$TMP/err"
+  [ $? -eq 2 ] && grep -q "at most 16 levels" "$TMP/err" || fail "deep YAML: $(cat "$TMP/err")"
+  : > "$TMP/empty.yaml"; echo 42 > "$TMP/scalar.yaml"; printf 'num_layers: 2\nnum_layers: 4\n' > "$TMP/dup.yaml"
+  for y in "empty.yaml:is empty" "scalar.yaml:bare value" "dup.yaml:given a second time"; do
+    atoll submit --yaml-cfg "$TMP/${y%%:*}" --num-gpus 8 2>"$TMP/err"
+    [ $? -eq 2 ] && grep -q "${y#*:}" "$TMP/err" || fail "${y%%:*}: $(cat "$TMP/err")"
+  done
+  ok "the same inputs through the CLI: refused with the reason (deep, empty, scalar, duplicate-key YAML too)"
+  hb_probe_check "the bad specs"
+  [ "$(atoll jobs --json | json "[j['name'] for j in d['jobs']]")" = "['after-attack']" ] \
+    || fail "jobs after the attack: $(atoll jobs)"
+  ok "only the one valid job was stored"
+  workers_never_suspect n1 n2
+  stop_all
+}
+
+case_attack_preauth() {
+  HB=0.25; TIMEOUT=3
+  gen_proto
+  start_coord
+  start_worker n1 --simulate dgx-h100
+  wait_until 10 nodes_alive 1 || fail "node not alive"
+  hb_probe_start 6
+  attack preauth "$COORD_PID" || fail "pre-authentication attacks"
+  hb_probe_check "the pre-authentication attacks"
+  grep -q "refused 127.0.0.3.*too many failed authentications" "$TMP/coordinatord.log" || fail "throttling not logged"
+  [ "$(grep -c "too many failed authentications" "$TMP/coordinatord.log")" -lt 5 ] \
+    || fail "the throttle logs every refused connection of a flood"
+  atoll nodes >/dev/null || fail "the CLI from 127.0.0.1 is refused"
+  workers_never_suspect n1
+  stop_all
+}
+
+case_attack_mitm() {
+  HB=0.25; TIMEOUT=3
+  gen_proto
+  start_coord
+  start_worker n1 --simulate dgx-h100
+  wait_until 10 nodes_alive 1 || fail "node not alive"
+  hb_probe_start 4
+  for mode in alter inject drop replay alter-reply; do
+    attack mitm "$mode" || fail "relay $mode"
+  done
+  # The issue's case: a relay in an atoll CLI session injects a DrainRequest.
+  attack relay inject "$TMP/relay.port" >"$TMP/relay.log" 2>&1 &
+  PIDS+=("$!")
+  wait_until 5 test -s "$TMP/relay.port" || fail "relay did not start"
+  atoll --coordinator "127.0.0.1:$(cat "$TMP/relay.port")" nodes >/dev/null 2>"$TMP/err"
+  wait_until 5 grep -q "relay inject" "$TMP/relay.log" || fail "relay: $(cat "$TMP/relay.log")"
+  node_state_is n1 alive || fail "an injected DrainRequest drained n1: $(atoll nodes)"
+  has_event node.drained n1 && fail "an injected DrainRequest drained n1"
+  ok "a DrainRequest injected into a CLI session is refused; n1 stays undrained"
+  # A reply altered on its way to the CLI: the CLI says so and fails.
+  rm -f "$TMP/relay.port"
+  attack relay alter-reply "$TMP/relay.port" >"$TMP/relay.log" 2>&1 &
+  PIDS+=("$!")
+  wait_until 5 test -s "$TMP/relay.port" || fail "relay did not start"
+  atoll --coordinator "127.0.0.1:$(cat "$TMP/relay.port")" nodes >/dev/null 2>"$TMP/err"
+  local rc=$?
+  [ $rc -ne 0 ] && grep -q "fails its integrity check" "$TMP/err" || fail "altered reply: rc $rc, $(cat "$TMP/err")"
+  ok "an altered reply makes the CLI fail: $(cat "$TMP/err")"
+  [ "$(grep -c "fails its integrity check" "$TMP/coordinatord.log")" -ge 5 ] || fail "refusals not logged"
+  hb_probe_check "the relays"
+  workers_never_suspect n1
+  stop_all
+}
+
+case_attack_bulk() {
+  HB=0.25; TIMEOUT=3
+  # 3,000 jobs: the state on tmpfs keeps each submit's fsync cheap.
+  [ -d /dev/shm ] && [ -w /dev/shm ] && { rm -rf "$TMP"; TMP=$(mktemp -d /dev/shm/ctl_it_bulk.XXXXXX); }
+  gen_proto
+  start_coord
+  start_worker n1 --simulate dgx-h100
+  start_worker n2 --simulate dgx-h100
+  wait_until 10 nodes_alive 2 || fail "2 nodes not alive"
+  attack seed 3000 || fail "seeding 3,000 jobs"
+  hb_probe_start 5
+  attack flood 400 || fail "400 pipelined JobsRequests"
+  local t0; t0=$(date +%s%N)
+  local id; id=$(atoll submit "${spec[@]}" --num-gpus 8) || fail "submit with 3,000 pending"
+  atoll nodes >/dev/null || fail "nodes with 3,000 pending"
+  ok "a submit and atoll nodes with 3,000 jobs pending: $(( ($(date +%s%N) - t0) / 1000000 )) ms together"
+  hb_probe_check "the flood of bulk requests"
+  [ "$(atoll jobs --json | json "len(d['jobs'])")" = 3001 ] || fail "atoll jobs does not page through every job"
+  ok "atoll jobs pages through all 3001 jobs"
+  workers_never_suspect n1 n2
   stop_all
 }
 
