@@ -13,6 +13,9 @@
  * connection, and --http-readers N keeps N connections reading GET /api/jobs from
  * --http until the window closes.
  *
+ * SIGTERM ends the measured window early (the results are still written), so a
+ * test can measure exactly while something else happens.
+ *
  *   bench_heartbeat --coordinator HOST:PORT --token-file FILE [--nodes N] [--rate HZ]
  *                   [--warmup SEC] [--duration SEC] [--json FILE] [--seed-jobs N]
  *                   [--bulk-requests N] [--http HOST:PORT --http-readers N]
@@ -50,6 +53,7 @@ static struct {
     int64_t *rtt;           /* RTT samples (us) in the measured window */
     size_t nrtt, caprtt;
     uv_timer_t tick;
+    uv_signal_t term;
     int phase;              /* 0 connecting, 1 heartbeating, 2 done */
     uint8_t *reg_frame;
     /* load beside the heartbeats */
@@ -306,6 +310,7 @@ static void on_tick(uv_timer_t *t)
     if (now >= B.measure_to_us + 500000) { /* let the last acks arrive */
         B.phase = 2;
         if (B.bulker) rpc_close(B.bulker, "bench done");
+        if (!uv_is_closing((uv_handle_t *)&B.term)) uv_close((uv_handle_t *)&B.term, NULL);
         uv_timer_stop(&B.tick);
         for (int i = 0; i < B.n; i++)
             if (B.nodes[i].conn) rpc_close(B.nodes[i].conn, "bench done");
@@ -322,6 +327,14 @@ static void on_tick(uv_timer_t *t)
         s->next_us += B.period_us;
         if (s->next_us < now) s->next_us = now + B.period_us; /* fell behind: do not burst */
     }
+}
+
+static void on_term(uv_signal_t *h, int signum)
+{
+    (void)signum;
+    int64_t now = mono_us();
+    if (B.phase == 1 && now < B.measure_to_us) B.measure_to_us = now > B.measure_from_us ? now : B.measure_from_us;
+    uv_close((uv_handle_t *)h, NULL);
 }
 
 static int cmp64(const void *a, const void *b)
@@ -396,6 +409,8 @@ int main(int argc, char **argv)
     B.measure_from_us = B.measure_to_us = INT64_MAX; /* set once every node has registered */
     uv_timer_init(B.loop, &B.tick);
     uv_timer_start(&B.tick, on_tick, 1, 1);
+    uv_signal_init(B.loop, &B.term);
+    uv_signal_start(&B.term, on_term, SIGTERM);
     uv_run(B.loop, UV_RUN_DEFAULT);
 
     qsort(B.rtt, B.nrtt, sizeof *B.rtt, cmp64);

@@ -200,6 +200,12 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
         }
         return CFG_OK;
     case K_STR:
+        if (!*value) { /* empty means the default, as an empty string in a protobuf JobSpec does */
+            atoll_config d;
+            cfg_defaults(&d);
+            memcpy(field, (char *)&d + k->offset, k->size);
+            return CFG_OK;
+        }
         if (strlen(value) >= k->size) {
             errf(err, errlen, "--%s: value longer than %zu bytes", k->name, k->size - 1);
             return CFG_BAD_VALUE;
@@ -382,6 +388,20 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
     return 0;
 }
 
+int cfg_parse_yaml(atoll_config *c, const char *text, size_t len, const char *name, char *err, size_t errlen)
+{
+    if (len > CFG_YAML_MAX_BYTES) {
+        errf(err, errlen, "%s: %zu bytes; job files of at most %d bytes are accepted", name, len, CFG_YAML_MAX_BYTES);
+        return -1;
+    }
+    yaml_parser_t p;
+    yaml_parser_initialize(&p);
+    yaml_parser_set_input_string(&p, (const unsigned char *)text, len);
+    int rc = yaml_walk(c, &p, name, err, errlen);
+    yaml_parser_delete(&p);
+    return rc;
+}
+
 int cfg_load_yaml(atoll_config *c, const char *path, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -398,18 +418,21 @@ int cfg_load_yaml(atoll_config *c, const char *path, char *err, size_t errlen)
         close(fd);
         return -1;
     }
-    FILE *f = fdopen(fd, "rb");
-    if (!f) {
-        errf(err, errlen, "--yaml-cfg %s: %s", path, strerror(errno));
-        close(fd);
+    char *text = malloc((size_t)sb.st_size + 1);
+    size_t got = 0;
+    while (text && got < (size_t)sb.st_size) {
+        ssize_t n = read(fd, text + got, (size_t)sb.st_size - got);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(fd);
+    if (!text || got != (size_t)sb.st_size) {
+        errf(err, errlen, "--yaml-cfg %s: %s", path, text ? "short read" : "out of memory");
+        free(text);
         return -1;
     }
-    yaml_parser_t p;
-    yaml_parser_initialize(&p);
-    yaml_parser_set_input_file(&p, f);
-    int rc = yaml_walk(c, &p, path, err, errlen);
-    yaml_parser_delete(&p);
-    fclose(f);
+    int rc = cfg_parse_yaml(c, text, got, path, err, errlen);
+    free(text);
     return rc;
 }
 

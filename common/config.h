@@ -64,7 +64,8 @@ typedef enum { CFG_OK = 0, CFG_UNKNOWN = 1, CFG_BAD_VALUE = 2 } cfg_status;
 void cfg_defaults(atoll_config *c);
 
 /* Sets one key ("num-layers" or "num_layers", no leading dashes). `value` is NULL
- * for a bare boolean flag. CFG_UNKNOWN leaves `err` empty so the caller can try
+ * for a bare boolean flag; an empty string gives a text key its default (as an
+ * empty string field of a protobuf JobSpec does). CFG_UNKNOWN leaves `err` empty so the caller can try
  * its own flags; CFG_BAD_VALUE fills `err` with what was wrong. */
 cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *err, size_t errlen);
 
@@ -84,6 +85,8 @@ int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
  * given twice, an empty file, a bare scalar or list, aliases, nesting deeper than
  * CFG_YAML_MAX_DEPTH, files over CFG_YAML_MAX_BYTES. Values go through cfg_set. */
 int cfg_load_yaml(atoll_config *c, const char *path, char *err, size_t errlen);
+/* The same for YAML text in memory; `name` is used in messages. */
+int cfg_parse_yaml(atoll_config *c, const char *text, size_t len, const char *name, char *err, size_t errlen);
 
 /* Derived sizes. */
 int cfg_ffn(const atoll_config *c);

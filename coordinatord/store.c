@@ -33,8 +33,8 @@ static const char *MIGRATIONS[STORE_SCHEMA_VERSION] = {
     "  value BLOB NOT NULL, PRIMARY KEY(job, epoch, key));"
     "CREATE INDEX jobs_state ON jobs(state);",
     /* 2 -> 3: idempotent submissions (a retry finds the job its first try created) */
-    "ALTER TABLE jobs ADD COLUMN request_id TEXT;"
-    "CREATE UNIQUE INDEX jobs_request_id ON jobs(request_id) WHERE request_id IS NOT NULL;",
+    ("ALTER TABLE jobs ADD COLUMN request_id TEXT;"
+     "CREATE UNIQUE INDEX jobs_request_id ON jobs(request_id) WHERE request_id IS NOT NULL;"),
 };
 
 const char *store_errmsg(store *s) { return sqlite3_errmsg(s->db); }
@@ -118,6 +118,22 @@ void store_close(store *s)
 }
 
 static int exec(store *s, const char *sql) { return sqlite3_exec(s->db, sql, NULL, NULL, NULL) == SQLITE_OK ? 0 : -1; }
+
+int store_reset(store *s)
+{
+    /* Every table the migrations made, whatever they are now. */
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(s->db, "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'",
+                           -1, &st, NULL) != SQLITE_OK)
+        return -1;
+    char sql[4096] = "BEGIN;";
+    size_t n = strlen(sql);
+    while (sqlite3_step(st) == SQLITE_ROW && n < sizeof sql - 128)
+        n += (size_t)snprintf(sql + n, sizeof sql - n, "DELETE FROM \"%s\";", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    snprintf(sql + n, sizeof sql - n, "DELETE FROM sqlite_sequence; COMMIT;");
+    return exec(s, sql);
+}
 int store_begin(store *s) { return exec(s, "BEGIN IMMEDIATE"); }
 int store_commit(store *s) { return exec(s, "COMMIT"); }
 void store_rollback(store *s) { exec(s, "ROLLBACK"); }

@@ -26,6 +26,10 @@ void store_close(store *s);
 int store_schema_version(store *s);
 const char *store_errmsg(store *s);
 
+/* Empties every table, keeping the schema (ids start again at 1). For tests and
+ * fuzzing, which reuse one store rather than build the schema again. 0 or -1. */
+int store_reset(store *s);
+
 int store_begin(store *s);
 int store_commit(store *s);
 void store_rollback(store *s);

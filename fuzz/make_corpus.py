@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes seed inputs for fuzz_handlers into fuzz/corpus/fuzz_handlers/.
+"""Writes seed inputs for fuzz_handlers, fuzz_frame and fuzz_jobspec into fuzz/corpus/.
 
 Each seed is one peer-selector byte followed by wire frames (8-byte header:
 "AT", u16 type, u32 length, big-endian; then the protobuf payload), so the
@@ -50,6 +50,10 @@ seeds = {
     "events": b"\x01" + frame(32, f_int(1, 0) + f_int(2, 10)),
     "kv": b"\x03" + frame(41, f_int(1, 1) + f_bytes(3, "k") + f_int(4, 100)) + frame(40, f_int(1, 1) + f_bytes(3, "k") + f_bytes(4, "v")),
     "launch_ack": b"\x00" + frame(15, f_int(1, 1) + f_int(3, 1) + f_bytes(4, "ok")),
+    # sequences with ticks (type 0xffff) between the frames
+    "submit_tick": b"\x01" + frame(24, f_bytes(1, spec) + f_bytes(2, "req-1")) + frame(0xFFFF) + frame(26)
+                   + frame(24, f_bytes(1, spec) + f_bytes(2, "req-1")),
+    "silence": b"\x00" + frame(12, f_int(1, 1)) + frame(0xFFFF) * 4 + frame(12, f_int(1, 2)),
 }
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fuzz_handlers")
 os.makedirs(out, exist_ok=True)
@@ -61,3 +65,29 @@ os.makedirs(frames_out, exist_ok=True)
 for name, data in seeds.items():
     with open(os.path.join(frames_out, name), "wb") as f:
         f.write(b"\x07" + data[1:])
+
+# fuzz_jobspec: byte 0 the way (0 flags, 1 YAML, 2 protobuf), bytes 1-4 the world size, byte 5 the island.
+def job(way, world, island, body):
+    return bytes([way]) + struct.pack(">I", world) + bytes([island]) + body
+
+
+flags = ["--num-layers", "8", "--hidden-size", "128", "--num-attention-heads", "8", "--seq-length", "64",
+         "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+         "--num-layers-per-virtual-pipeline-stage", "2", "--micro-batch-size", "2", "--global-batch-size", "16",
+         "--sequence-parallel", "--use-distributed-optimizer", "--recompute-granularity", "selective",
+         "--lr", "3e-4", "--min-lr", "3e-5", "--rank-order", "tp-dp-pp"]
+yaml = (b"model:\n  num_layers: 8\n  hidden_size: 128\n  num_attention_heads: 8\n  seq_length: 64\n"
+        b"parallel:\n  tensor_model_parallel_size: 2\n  pipeline_model_parallel_size: 2\n"
+        b"  global_batch_size: 16\ntraining:\n  lr: 3.0e-4\n  lr_decay_style: linear\n")
+jobs = {
+    "flags": job(0, 8, 8, b"\0".join(f.encode() for f in flags)),
+    "yaml": job(1, 8, 8, yaml),
+    "protobuf": job(2, 8, 8, spec),
+    "overflow": job(0, 4, 0, b"\0".join(f.encode() for f in flags[:8] + ["--micro-batch-size", "1048576",
+                                                                          "--tensor-model-parallel-size", "65536"])),
+}
+jobs_out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fuzz_jobspec")
+os.makedirs(jobs_out, exist_ok=True)
+for name, data in jobs.items():
+    with open(os.path.join(jobs_out, name), "wb") as f:
+        f.write(data)

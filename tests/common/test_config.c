@@ -142,6 +142,9 @@ static void test_ranges_and_overflow(void)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK(parse(&c, bad[i].args, err, sizeof err) == -1 && strstr(err, bad[i].want), "'%s': %s", bad[i].args, err);
     CHECK(parse(&c, "--lr 1e-3 --min-lr 1e-5 --adam-beta2 0.95 --clip-grad 0", err, sizeof err) == 0, "%s", err);
+    cfg_defaults(&c);
+    CHECK(cfg_set(&c, "split", "8,2,0", err, sizeof err) == CFG_OK && cfg_set(&c, "split", "", err, sizeof err) == CFG_OK &&
+          !strcmp(c.split, "969,30,1"), "an empty text value is the default: '%s'", c.split);
     base(&c); c.min_lr = 1.0;
     CHECK(cfg_validate_layout(&c, 1, 0, err, sizeof err) == -1 && strstr(err, "--min-lr"), "min-lr > lr: %s", err);
     base(&c); c.train_iters = 0;

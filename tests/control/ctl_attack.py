@@ -179,13 +179,14 @@ class Relay:
     @staticmethod
     def frames(src, untagged):
         n = 0
+        read = Conn(src).read
         while True:
-            h = src.recv(8, socket.MSG_WAITALL)
+            h = read(8)
             if len(h) < 8:
                 return
             t, ln = struct.unpack(">HI", h[2:])
-            body = src.recv(ln, socket.MSG_WAITALL) if ln else b""
-            tag = src.recv(32, socket.MSG_WAITALL) if n >= untagged else b""
+            body = read(ln)
+            tag = read(32) if n >= untagged else b""
             n += 1
             yield n - 1 - untagged, t, h, body, tag
 

@@ -101,10 +101,11 @@ stop_all() {
 
 spec=(--num-layers 4 --hidden-size 64 --num-attention-heads 8 --seq-length 32 --global-batch-size 16)
 
-# Heartbeat round trips while something else happens: 4 simulated workers at 5 Hz.
-hb_probe_start() { # SECONDS
+# Heartbeat round trips while something else happens: 4 simulated workers at 5 Hz,
+# measured from hb_probe_start until hb_probe_check (which ends the window).
+hb_probe_start() {
   "$BIN/bench_heartbeat" --coordinator "$ATOLL_COORDINATOR" --token-file "$ATOLL_TOKEN_FILE" --nodes 4 --rate 5 \
-      --warmup 0.3 --duration "$1" --json "$TMP/hb.json" >"$TMP/hb.log" 2>&1 &
+      --warmup 0.3 --duration 300 --json "$TMP/hb.json" >"$TMP/hb.log" 2>&1 &
   PROBE_PID=$!
   PIDS+=("$PROBE_PID")
   wait_until 10 grep -q "heartbeating" "$TMP/hb.log" || fail "heartbeat probe did not start: $(cat "$TMP/hb.log")"
@@ -114,6 +115,7 @@ hb_probe_start() { # SECONDS
 # target of 50 ms; this bound only has to catch a loop that stalls.)
 P99_MS=250
 hb_probe_check() { # WHAT
+  kill -TERM "$PROBE_PID"
   wait "$PROBE_PID"; local rc=$?
   [ -s "$TMP/hb.json" ] || fail "no heartbeat figures during $1: $(cat "$TMP/hb.log")"
   local fig; fig=$(json "f\"{d['samples']} heartbeats, p50 {d['rtt_us']['p50']/1000:.1f} ms, p99 {d['rtt_us']['p99']/1000:.1f} ms, max {d['rtt_us']['max']/1000:.1f} ms\"" <"$TMP/hb.json")
@@ -402,13 +404,13 @@ case_python() {
 }
 
 case_attack_input() {
-  HB=0.25; TIMEOUT=3
+  HB=0.5; TIMEOUT=4
   gen_proto
   start_coord
   start_worker n1 --simulate dgx-h100
   start_worker n2 --simulate dgx-h100
   wait_until 10 nodes_alive 2 || fail "2 nodes not alive"
-  hb_probe_start 6
+  hb_probe_start
   attack input || fail "raw job specs"
   # The same through the CLI: refused before anything is sent (exit 2), with the reason.
   local m=(--num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 --num-gpus 4)
@@ -439,12 +441,12 @@ case_attack_input() {
 }
 
 case_attack_preauth() {
-  HB=0.25; TIMEOUT=3
+  HB=0.5; TIMEOUT=4
   gen_proto
   start_coord
   start_worker n1 --simulate dgx-h100
   wait_until 10 nodes_alive 1 || fail "node not alive"
-  hb_probe_start 6
+  hb_probe_start
   attack preauth "$COORD_PID" || fail "pre-authentication attacks"
   hb_probe_check "the pre-authentication attacks"
   grep -q "refused 127.0.0.3.*too many failed authentications" "$TMP/coordinatord.log" || fail "throttling not logged"
@@ -456,12 +458,12 @@ case_attack_preauth() {
 }
 
 case_attack_mitm() {
-  HB=0.25; TIMEOUT=3
+  HB=0.5; TIMEOUT=4
   gen_proto
   start_coord
   start_worker n1 --simulate dgx-h100
   wait_until 10 nodes_alive 1 || fail "node not alive"
-  hb_probe_start 4
+  hb_probe_start
   for mode in alter inject drop replay alter-reply; do
     attack mitm "$mode" || fail "relay $mode"
   done
@@ -490,7 +492,7 @@ case_attack_mitm() {
 }
 
 case_attack_bulk() {
-  HB=0.25; TIMEOUT=3
+  HB=0.5; TIMEOUT=4
   # 3,000 jobs: the state on tmpfs keeps each submit's fsync cheap.
   [ -d /dev/shm ] && [ -w /dev/shm ] && { rm -rf "$TMP"; TMP=$(mktemp -d /dev/shm/ctl_it_bulk.XXXXXX); }
   gen_proto
@@ -499,7 +501,7 @@ case_attack_bulk() {
   start_worker n2 --simulate dgx-h100
   wait_until 10 nodes_alive 2 || fail "2 nodes not alive"
   attack seed 3000 || fail "seeding 3,000 jobs"
-  hb_probe_start 5
+  hb_probe_start
   attack flood 400 || fail "400 pipelined JobsRequests"
   local t0; t0=$(date +%s%N)
   local id; id=$(atoll submit "${spec[@]}" --num-gpus 8) || fail "submit with 3,000 pending"

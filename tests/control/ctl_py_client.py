@@ -38,13 +38,23 @@ class Conn:
     def send(self, t, msg):
         self.sock.sendall(self.frame(t, msg))
 
+    def read(self, n):
+        # A socket with a timeout is non-blocking underneath: MSG_WAITALL may return less.
+        b = b""
+        while len(b) < n:
+            got = self.sock.recv(n - len(b))
+            if not got:
+                break
+            b += got
+        return b
+
     def recv(self):
-        h = self.sock.recv(8, socket.MSG_WAITALL)
+        h = self.read(8)
         assert len(h) == 8 and h[:2] == b"AT", h
         t, n = struct.unpack(">HI", h[2:])
-        p = self.sock.recv(n, socket.MSG_WAITALL) if n else b""
+        p = self.read(n)
         if self.rx:
-            tag = self.sock.recv(32, socket.MSG_WAITALL)
+            tag = self.read(32)
             want = H(self.rx, self.nrx.to_bytes(8, "big") + h + p)
             assert hmac.compare_digest(tag, want), "a frame from the coordinator fails its integrity check"
             self.nrx += 1
