@@ -47,6 +47,8 @@ void kcu_matmul_forward_bf16(uint16_t *, uint16_t *, const uint16_t *, const uin
                              int);
 void kcu_matmul_backward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *, int,
                               int, int);
+void kcu_xent_fused(float *, float *, const int32_t *, float, int, int);
+void kcu_xent_fused_bf16(float *, uint16_t *, const int32_t *, float, int, int);
 void kcu_attention_forward(float *, float *, const float *, int, int, int, int);
 void kcu_attention_backward(float *, float *, const float *, const float *, const float *, int, int, int, int);
 template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C);
@@ -170,6 +172,27 @@ static void test_embedding(int N, int C, int off, int V)
     R->position_backward(a1.data(), g.data(), B, T, C);
     kcu_position_backward(a2.data(), g.data(), B, T, C);
     cmp("position_backward", a2, a1, 1e-5);
+}
+
+/* The fused classifier (fp32 and bf16) against the four-call reference. */
+static void test_xent_fused(int N, int V)
+{
+    vec lg = rv((size_t)N * V, 4), d1 = lg, d2 = lg, l1 = nanv(N), l2 = nanv(N);
+    std::vector<int32_t> tg(N);
+    for (int n = 0; n < N; n++) tg[n] = n % 7 == 3 ? -1 : (int32_t)((fr() + 1) * 0.5f * V) % V;
+    R->xent_fused(l1.data(), d1.data(), tg.data(), 0.5f, N, V);
+    kcu_xent_fused(l2.data(), d2.data(), tg.data(), 0.5f, N, V);
+    cmp("xent_fused loss", l2, l1, 1e-5);
+    cmp("xent_fused dlogits", d2, d1, 1e-5);
+    std::vector<uint16_t> lb((size_t)N * V);
+    for (size_t i = 0; i < lb.size(); i++) lg[i] = b2f(lb[i] = f2b(lg[i]));
+    d1 = lg;
+    R->xent_fused(l1.data(), d1.data(), tg.data(), 0.5f, N, V);
+    kcu_xent_fused_bf16(l2.data(), lb.data(), tg.data(), 0.5f, N, V);
+    cmp("xent_fused_bf16 loss", l2, l1, 1e-2);
+    vec wide(lb.size());
+    for (size_t i = 0; i < lb.size(); i++) wide[i] = b2f(lb[i]);
+    cmp("xent_fused_bf16 dlogits", wide, d1, 1e-2);
 }
 
 static void test_xent(int N, int Vfull, int off, int V)
@@ -300,6 +323,8 @@ int main(int, char **argv)
     test_embedding(300, 64, 100, 100); /* a vocab slice, many repeats */
     test_xent(9, 50, 0, 50);
     test_xent(20, 3000, 1500, 1500);
+    test_xent_fused(5, 37);   /* scalar path */
+    test_xent_fused(6, 1000); /* 16-byte path */
     test_elementwise_optimizer(1);
     test_elementwise_optimizer(20001);
     test_matmul(7, 13, 11);  /* odd: the mock offers no fused epilogue, fallbacks run */

@@ -168,6 +168,25 @@ static void test_xent(int N, int Vfull, int off, int V)
     G->free(dlg); G->free(dtg); G->free(dmx); G->free(dse); G->free(dtl);
 }
 
+/* The fused classifier against the four-call reference on the same rounded
+ * logits: losses, and the gradient written over the logits. */
+static void test_xent_fused(int N, int V)
+{
+    size_t nl = (size_t)N * V;
+    float *lg = bf_rand(nl, 4), *d = h_copy(lg, nl), *loss = malloc(N * 4);
+    int32_t *tg = malloc(sizeof(int32_t) * N);
+    for (int i = 0; i < N; i++) tg[i] = i % 5 == 2 ? -1 : (int32_t)((h_frand() + 1.0f) * 0.5f * (float)V) % V;
+    uint16_t *dlg = d_put_bf(lg, nl);
+    int32_t *dtg = d_put(tg, sizeof(int32_t) * N);
+    float *dloss = d_poison(N * 4);
+    R->xent_fused(loss, d, tg, 1.0f / N, N, V);
+    G->xent_fused_bf16(dloss, dlg, dtg, 1.0f / N, N, V);
+    h_compare("xent_fused_bf16 loss", d_get(dloss, N), loss, N, TOL);
+    h_compare("xent_fused_bf16 dlogits (in place)", d_get_bf(dlg, nl), d, nl, TOL);
+    free(lg); free(d); free(loss); free(tg);
+    G->free(dlg); G->free(dtg); G->free(dloss);
+}
+
 /* The flash-style entries against the fp32 CPU attention (which stores the
  * probabilities) on the same bf16-rounded qkv; lse against plain loops. */
 static void test_attention(int B, int T, int NH, int HD)
@@ -253,6 +272,9 @@ int main(int argc, char **argv)
     test_attention(1, 130, 2, 128);
     test_xent(9, 50, 0, 50);
     test_xent(256, 50304, 0, 50304);
+    test_xent_fused(9, 50);        /* V not a multiple of 8: scalar copies */
+    test_xent_fused(256, 50304);   /* GPT-2's padded vocab, row cached in shared memory */
+    test_xent_fused(4, 128256);    /* a row larger than shared memory: read from device memory */
     test_adamw(5);
     test_adamw(1000003);
     return check_summary(argv[0]);
