@@ -115,9 +115,6 @@ int main(int argc, char **argv)
         }
         return launcher_run(cl.nproc, argc, argv);
     }
-    int rank0 = !getenv("RANK") || atoi(getenv("RANK")) == 0;
-    if (rank0 && c.bf16 && !strcmp(o->device, "cpu"))
-        fprintf(stderr, "atoll-train: note: --bf16 has no effect on --device cpu (fp32 reference)\n");
     if (eng_train(&c, o, err, sizeof err)) {
         const char *r = getenv("RANK");
         if (r) fprintf(stderr, "atoll-train: rank %s: %s\n", r, err);

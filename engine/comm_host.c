@@ -515,11 +515,10 @@ static void host_world_free(comm_world *w);
 
 static int host_world_init(comm_world *w, char *err, size_t errlen)
 {
-    if (w->flags & COMM_DEVICE_BUFFERS) {
-        /* Hook for CUDA ranks sharing one GPU: stage each device buffer through a
-         * pinned host buffer around the TCP transfer. Lands with the CUDA engine. */
-        snprintf(err, errlen, "comm: the host backend does not stage device buffers yet "
-                 "(COMM_DEVICE_BUFFERS); use host buffers or the nccl backend");
+    if ((w->flags & COMM_DEVICE_BUFFERS) && !comm_world_can_stage()) {
+        /* comm.c stages device buffers through host memory with the engine's copies */
+        snprintf(err, errlen, "comm: the host backend got device buffers (COMM_DEVICE_BUFFERS) but no "
+                 "device copies to stage them with (comm_set_device_copy)");
         return -1;
     }
     host_world *h = calloc(1, sizeof *h);

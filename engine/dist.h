@@ -44,6 +44,8 @@ typedef struct dist {
     int nmicro;                 /* micro-batches per step on this DP rank */
     const k_ops *k;
     struct dist_overlap *ovl;   /* DP all-reduce thread of the current step, if any */
+    int ovl_async, ovl_failed;  /* NCCL: this step's DP all-reduces are queued per layer */
+    float *ovl_grads;
     int overlapped;             /* this step's DP all-reduce ran during backward */
     float *scratch;             /* TP max: gathered rows (backend memory) */
     float *host_a, *host_b;

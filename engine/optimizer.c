@@ -26,15 +26,43 @@ void eng_optim_free(eng_optim *o)
     free(o);
 }
 
+void eng_sumsq_runs_begin(eng_sumsq_runs *r, const k_ops *k, const float *base)
+{
+    r->k = k;
+    r->base = base;
+    r->lo = r->hi = 0;
+    r->sum = 0.0;
+}
+
+void eng_sumsq_runs_add(eng_sumsq_runs *r, size_t lo, size_t hi)
+{
+    if (lo >= hi) return;
+    if (r->hi > r->lo && lo >= r->hi) { /* extends the run over the zero padding */
+        r->hi = hi;
+        return;
+    }
+    eng_sumsq_runs_break(r);
+    r->lo = lo;
+    r->hi = hi;
+}
+
+void eng_sumsq_runs_break(eng_sumsq_runs *r)
+{
+    if (r->hi > r->lo) r->sum += r->k->sumsq(r->base + r->lo, r->hi - r->lo);
+    r->lo = r->hi = 0;
+}
+
 double eng_grad_sumsq(const eng_model *m)
 {
-    double s = 0.0;
+    eng_sumsq_runs r;
+    eng_sumsq_runs_begin(&r, m->k, m->grads);
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
-        if (p->tied_copy || (p->shard_dim < 0 && m->tp_rank != 0)) continue;
-        s += m->k->sumsq(m->grads + p->offset, p->numel);
+        if (p->tied_copy || (p->shard_dim < 0 && m->tp_rank != 0)) eng_sumsq_runs_break(&r);
+        else eng_sumsq_runs_add(&r, p->offset, p->offset + p->numel);
     }
-    return s;
+    eng_sumsq_runs_break(&r);
+    return r.sum;
 }
 
 float eng_clip_scale(double grad_norm, double clip)
@@ -63,8 +91,14 @@ void eng_optim_step(eng_optim *o, eng_model *m, double lr, float grad_scale, int
     const atoll_config *c = &m->cfg;
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
-        m->k->adamw(m->params + p->offset, m->grads + p->offset, o->m + p->offset, o->v + p->offset,
-                    p->numel, (float)lr, (float)c->adam_beta1, (float)c->adam_beta2,
-                    (float)c->adam_eps, p->decay ? (float)c->weight_decay : 0.0f, grad_scale, t);
+        float wd = p->decay ? (float)c->weight_decay : 0.0f;
+        if (m->params16) /* fused: the master weights and their bf16 copy in one pass */
+            m->k->adamw_bf16(m->params + p->offset, m->params16 + p->offset, m->grads + p->offset,
+                             o->m + p->offset, o->v + p->offset, p->numel, (float)lr, (float)c->adam_beta1,
+                             (float)c->adam_beta2, (float)c->adam_eps, wd, grad_scale, t);
+        else
+            m->k->adamw(m->params + p->offset, m->grads + p->offset, o->m + p->offset, o->v + p->offset,
+                        p->numel, (float)lr, (float)c->adam_beta1, (float)c->adam_beta2,
+                        (float)c->adam_eps, wd, grad_scale, t);
     }
 }

@@ -17,7 +17,7 @@
 
 struct dist_slot {
     eng_acts *a;
-    float *xin, *dout;
+    void *xin, *dout;
     int mb, chunk, busy;
 };
 
@@ -77,7 +77,7 @@ static dist_slot *take_slot(dist_pipe *p, int mb, int chunk)
         p->slots = n;
         s = &p->slots[p->nslots];
         memset(s, 0, sizeof *s);
-        size_t bytes = eng_boundary_floats(p->m) * sizeof(float);
+        size_t bytes = eng_boundary_bytes(p->m);
         s->chunk = chunk;
         s->a = eng_acts_create(p->m, chunk);
         s->xin = p->m->k->alloc(bytes);
@@ -97,7 +97,7 @@ static int is_transfer(sched_op op) { return op != SCHED_FWD && op != SCHED_BWD;
 static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double *idle, char *err, size_t errlen)
 {
     comm_p2p ops[16];
-    size_t bytes = eng_boundary_floats(p->m) * sizeof(float);
+    size_t bytes = eng_boundary_bytes(p->m);
     int n = 0;
     for (int k = i; k < j; k++) {
         const sched_action *a = &l->a[k];
@@ -166,7 +166,7 @@ static int run_compute(dist_pipe *p, const sched_action *a, const int32_t *token
     }
     if (a->op == SCHED_FWD) {
         double ls = 0.0;
-        if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, &ls)) {
+        if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, dloss, &ls)) {
             errf(err, errlen, "forward pass failed: %s", dist_error(p->d));
             return -1;
         }
@@ -234,7 +234,7 @@ int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *target
     dist *d = p->d;
     eng_model *m = p->m;
     comm *pp = d->g[GROUP_PP];
-    size_t bytes = eng_boundary_floats(m) * sizeof(float);
+    size_t bytes = eng_boundary_bytes(m);
     int S = d->pp * d->v;
     *loss_sum = 0.0;
     for (int mb = 0; mb < d->nmicro; mb++)
@@ -248,7 +248,7 @@ int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *target
             if (!ch->first && comm_recv(pp, s->xin, bytes, (d->pp_rank + d->pp - 1) % d->pp, tag)) goto fail;
             size_t off = (size_t)mb * m->B * m->T;
             double ls = 0.0;
-            if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, &ls)) goto fail;
+            if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, 0.0f, &ls)) goto fail;
             *loss_sum += ls;
             if (!ch->last && comm_send(pp, eng_output(m, s->a), bytes, (d->pp_rank + 1) % d->pp, tag + 1)) goto fail;
             s->busy = 0;

@@ -330,12 +330,14 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     float dloss = 1.0f / (float)((double)c->global_batch_size * T);
     for (int k = 0; k < nmicro; k++) {
         double ls = 0.0;
-        if (eng_forward(m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, &ls) ||
+        /* the dump wants the logits themselves: no fused classifier then */
+        float fdloss = dump_grads && k == 0 ? 0.0f : dloss;
+        if (eng_forward(m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, fdloss, &ls) ||
             (dump_grads && k == 0 && !(logits0 = malloc(mb_tokens * (size_t)m->V * sizeof(float))))) {
             errf(err, errlen, "forward pass failed");
             return -1;
         }
-        if (dump_grads && k == 0) m->k->to_host(logits0, r->acts->logits, mb_tokens * (size_t)m->V * sizeof(float));
+        if (dump_grads && k == 0) eng_logits_to_host(m, r->acts, logits0);
         loss_sum += ls;
         if (eng_backward(m, r->acts, NULL, dloss)) {
             errf(err, errlen, "backward pass failed");
@@ -380,7 +382,7 @@ static int evaluate(run *r, char *err, size_t errlen)
         }
         for (int k = 0; k < d->nmicro; k++) {
             double ls = 0.0;
-            if (eng_forward(r->m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, &ls)) {
+            if (eng_forward(r->m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, 0.0f, &ls)) {
                 errf(err, errlen, "evaluation forward pass failed");
                 return -1;
             }
@@ -478,10 +480,11 @@ static int setup(run *r, char *err, size_t errlen)
             return -1;
         r->have_valid = 1;
     }
-    eng_init_params(r->m, c->seed);
+    if (eng_init_params(r->m, c->seed)) { errf(err, errlen, "out of memory initialising the parameters"); return -1; }
     dist_optim_take_params(&r->dopt, &r->d, r->m);
     r->st.seed = c->seed;
     if (c->load[0] && resume(r, err, errlen)) return -1;
+    eng_params_updated(r->m); /* the bf16 copy of what init or the checkpoint wrote */
     if (r->d.rank == 0 && r->o->metrics_file[0] && !(r->metrics = fopen(r->o->metrics_file, "a"))) {
         errf(err, errlen, "--metrics-file %s: %s", r->o->metrics_file, strerror(errno));
         return -1;
