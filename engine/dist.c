@@ -405,6 +405,8 @@ int dist_optim_init(dist_optim *o, dist *d, eng_model *m, int zero, char *err, s
     if (!o->gbuf || !o->g || !o->master || !o->m || !o->v) goto oom;
     k->zero(o->m, S * sizeof(float));
     k->zero(o->v, S * sizeof(float));
+    size_t lo = S * (size_t)d->dp_rank, hi = lo + S < m->num_floats ? lo + S : m->num_floats;
+    if (eng_adamw_segs_build(&o->segs, m, lo, lo < hi ? hi : lo)) goto oom;
     return 0;
 oom:
     errf(err, errlen, "out of memory for the optimizer state");
@@ -414,6 +416,7 @@ oom:
 void dist_optim_free(dist_optim *o, const k_ops *k)
 {
     eng_optim_free(o->full);
+    eng_adamw_segs_free(&o->segs);
     float *bufs[5] = { o->gbuf, o->g, o->master, o->m, o->v };
     for (int i = 0; i < 5; i++)
         if (bufs[i]) k->free(bufs[i]);
@@ -444,6 +447,11 @@ int dist_optim_step(dist *d, eng_model *m, dist_optim *o, double lr, float grad_
     }
     const atoll_config *c = &m->cfg;
     size_t s0 = o->shard * (size_t)d->dp_rank;
+    if (m->k->adamw_segments && o->segs.n <= K_ADAMW_MAX_SEGS) { /* the shard in one launch */
+        m->k->adamw_segments(o->master, NULL, o->g, o->m, o->v, o->segs.n ? o->segs.end[o->segs.n - 1] : 0,
+                             o->segs.n, o->segs.end, o->segs.wd, (float)lr, (float)c->adam_beta1,
+                             (float)c->adam_beta2, (float)c->adam_eps, grad_scale, t);
+    } else
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
         size_t lo, hi;

@@ -110,6 +110,7 @@ typedef struct dist_optim {
     size_t shard;        /* floats per DP rank (ZeRO-1) */
     float *gbuf;         /* dp*shard: padded copy of the grads / gathered params */
     float *g, *master, *m, *v; /* this rank's shard */
+    eng_adamw_segs segs;       /* the shard's weight-decay segments */
 } dist_optim;
 
 int dist_optim_init(dist_optim *o, dist *d, eng_model *m, int zero, char *err, size_t errlen);

@@ -10,10 +10,22 @@
 
 #include "model.h"
 
+/* The flat buffer [lo, hi) as runs of equal weight decay for one
+ * adamw_segments call: each tensor with the padding after it, neighbours of
+ * equal decay merged, ends relative to lo (host memory, owned). */
+typedef struct eng_adamw_segs {
+    int n;
+    size_t *end;
+    float *wd;
+} eng_adamw_segs;
+int eng_adamw_segs_build(eng_adamw_segs *s, const eng_model *m, size_t lo, size_t hi);
+void eng_adamw_segs_free(eng_adamw_segs *s);
+
 typedef struct eng_optim {
     const k_ops *k;
     float *m, *v;   /* backend memory, model->num_floats each */
     size_t n;
+    eng_adamw_segs segs; /* the whole buffer's weight-decay segments */
 } eng_optim;
 
 eng_optim *eng_optim_create(const eng_model *m);

@@ -208,7 +208,19 @@ typedef struct k_ops {
     void (*xent_fused)(float *loss, float *logits, const int32_t *targets, float dloss, int N, int V);
     void (*xent_fused_bf16)(float *loss, uint16_t *logits, const int32_t *targets, float dloss,
                             int N, int V);
+
+    /* ---- AdamW over a whole flat buffer in one call ----
+     * Elements [0, n) in nseg segments: segment s covers [seg_end[s-1], seg_end[s])
+     * (seg_end[-1] = 0, seg_end[nseg-1] = n, host arrays) with weight decay
+     * seg_wd[s]; otherwise the update of adamw, and with param_bf16 non-NULL of
+     * adamw_bf16. nseg <= K_ADAMW_MAX_SEGS. One launch where a call per tensor
+     * would be hundreds of small ones. */
+    void (*adamw_segments)(float *master, uint16_t *param_bf16, const float *grad, float *m, float *v,
+                           size_t n, int nseg, const size_t *seg_end, const float *seg_wd, float lr,
+                           float beta1, float beta2, float eps, float grad_scale, int t);
 } k_ops;
+
+#define K_ADAMW_MAX_SEGS 4096
 
 /* The CPU reference backend (always built). */
 const k_ops *k_cpu(void);

@@ -56,19 +56,7 @@ EOF
 }
 
 # a Megatron indexed dataset of random GPT-2 token ids (2000 documents of 2048), for the throughput runs
-make_data() {
-  python3 - "$1" <<'EOF'
-import numpy as np, struct, sys
-S, L = 2000, 2048
-tok = np.random.default_rng(1).integers(0, 50257, S * L, dtype=np.uint16)
-tok.tofile(sys.argv[1] + ".bin")
-with open(sys.argv[1] + ".idx", "wb") as f:
-    f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, S, S + 1))
-    f.write(np.full(S, L, dtype=np.int32).tobytes())
-    f.write((np.arange(S, dtype=np.int64) * L * 2).tobytes())
-    f.write(np.arange(S + 1, dtype=np.int64).tobytes())
-EOF
-}
+make_data() { python3 "$root/bench/gpu/make_data.py" "$1" random 50257 2000 2048; }
 
 gpt2_flags="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --vocab-size 50304"
 big_flags="--num-layers 48 --hidden-size 1600 --num-attention-heads 25 --seq-length 1024 --vocab-size 50304"
@@ -99,6 +87,8 @@ for s in $stages; do
     done ;;
   torchref)
     stage torchref
+    if bash "$root/tests/engine/engine_bf16.sh" "$train" "$work/bf16" > "$work/bf16.log" 2>&1; then r=pass; else r=FAIL; fails=$((fails + 1)); fi
+    cat "$work/bf16.log"; note "- tests/engine/engine_bf16.sh (bf16 engine on the CPU twins; the cuda head-dim refusal): $r"
     for v in "" --untie; do
       if python3 "$root/tests/engine/engine_torch_ref.py" "$train" "$work/ref$v" $v --device cuda > "$work/ref.log" 2>&1
       then r=pass; else r=FAIL; fails=$((fails + 1)); fi

@@ -57,6 +57,10 @@ double kc_sumsq(const float *x, size_t n);
 void kc_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
               float beta1, float beta2, float eps, float wd, float grad_scale, int t);
 
+void kc_adamw_segments(float *master, uint16_t *param_bf16, const float *grad, float *m, float *v, size_t n, int nseg,
+                       const size_t *seg_end, const float *seg_wd, float lr, float beta1, float beta2, float eps,
+                       float grad_scale, int t);
+
 /* bf16 entries (bf16.c): widen, run the fp32 op, round to nearest even. */
 float kc_bf16_to_f32(uint16_t h);
 uint16_t kc_f32_to_bf16(float f);

@@ -58,6 +58,7 @@ static const k_ops CPU_OPS = {
     .adamw_bf16 = kc_adamw_bf16,
     .xent_fused = kc_xent_fused,
     .xent_fused_bf16 = kc_xent_fused_bf16,
+    .adamw_segments = kc_adamw_segments,
 };
 
 const k_ops *k_cpu(void) { return &CPU_OPS; }

@@ -1,6 +1,9 @@
 /* adamw: the global-norm reduction (sum of squares in double, fixed order)
  * and the fused AdamW update: one read of grad, m, v and the master weight,
- * one write of m, v and the master weight (plus the bf16 copy). */
+ * one write of m, v and the master weight (plus the bf16 copy). The segmented
+ * form updates a whole flat buffer of tensors in one launch; each thread finds
+ * its element's weight decay by walking the segment ends (in shared memory)
+ * forward, as its elements only increase. */
 #include "kcuda.cuh"
 
 #define SUMSQ_BLOCK 256
@@ -81,4 +84,64 @@ void kcu_adamw_bf16(float *master, uint16_t *param_bf16, const float *grad, floa
                     float beta1, float beta2, float eps, float wd, float grad_scale, int t)
 {
     adamw(master, as_bf(param_bf16), grad, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t);
+}
+
+__global__ void adamw_seg_k(float *param, bf16 *param_bf16, const float *grad, float *m, float *v, size_t n, int nseg,
+                            const unsigned long long *seg_end, const float *seg_wd, float lr, float beta1, float beta2,
+                            float eps, float grad_scale, float bc1, float bc2)
+{
+    extern __shared__ unsigned long long adamw_smem[];
+    unsigned long long *ends = adamw_smem;
+    float *wds = (float *)(ends + nseg);
+    for (int s = threadIdx.x; s < nseg; s += blockDim.x) {
+        ends[s] = seg_end[s];
+        wds[s] = seg_wd[s];
+    }
+    __syncthreads();
+    int s = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        while (s < nseg - 1 && ends[s] <= i) s++;
+        float wd = wds[s], g = grad[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float p = param[i];
+        p -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p);
+        param[i] = p;
+        if (param_bf16) param_bf16[i] = __float2bfloat16_rn(p);
+    }
+}
+
+void kcu_adamw_segments(float *master, uint16_t *param_bf16, const float *grad, float *m, float *v, size_t n,
+                        int nseg, const size_t *seg_end, const float *seg_wd, float lr, float beta1, float beta2,
+                        float eps, float grad_scale, int t)
+{
+    if (n == 0 || nseg <= 0) return;
+    if (nseg > K_ADAMW_MAX_SEGS) {
+        fprintf(stderr, "kernels/cuda: adamw_segments: %d segments, at most %d\n", nseg, K_ADAMW_MAX_SEGS);
+        exit(EXIT_FAILURE);
+    }
+    /* the table goes through a pinned host buffer, reused once the copy is done */
+    static unsigned long long *host = NULL;
+    static cudaEvent_t copied = NULL;
+    size_t bytes = (size_t)nseg * (sizeof(unsigned long long) + sizeof(float));
+    if (!host) {
+        cudaCheck(cudaMallocHost((void **)&host, (size_t)K_ADAMW_MAX_SEGS * (sizeof(unsigned long long) + sizeof(float))));
+        cudaCheck(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
+    } else {
+        cudaCheck(cudaEventSynchronize(copied)); /* the last step's table has left the buffer */
+    }
+    for (int s = 0; s < nseg; s++) host[s] = seg_end[s];
+    memcpy(host + nseg, seg_wd, (size_t)nseg * sizeof(float));
+    unsigned long long *dev = (unsigned long long *)kcu_scratch(bytes);
+    cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, kcu_stream()));
+    cudaCheck(cudaEventRecord(copied, kcu_stream()));
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    if (bytes > 48 * 1024)
+        cudaCheck(cudaFuncSetAttribute(adamw_seg_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    adamw_seg_k<<<kcu_grid(n, 256), 256, bytes, kcu_stream()>>>(master, as_bf(param_bf16), grad, m, v, n, nseg, dev,
+                                                                (const float *)(dev + nseg), lr, beta1, beta2, eps,
+                                                                grad_scale, bc1, bc2);
+    kcu_launched();
 }

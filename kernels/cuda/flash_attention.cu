@@ -116,14 +116,23 @@ template <int NT> __device__ __forceinline__ void c_to_a(uint32_t a[][4], const 
     }
 }
 
-template <int HD> static size_t fwd_smem(void) { return sizeof(bf16) * (FA_WARPS * 16 + 4 * FA_BK) * (HD + FA_PAD); }
+/* Forward: each warp owns FA_MT m-tiles of 16 query rows, (i * FA_WARPS +
+ * warp) * 16 of the block's FA_MT * 64 rows, so every K/V fragment read from
+ * shared memory feeds FA_MT products and each warp has FA_MT independent
+ * chains of tensor-core work in flight (2 for head dim 64; 128 would spill). */
+template <int HD> struct fa_fwd_mt { static constexpr int value = HD == 64 ? 2 : 1; }; /* HD 128: 1, no spills */
 
-/* grid (query tiles, B*NH), FA_WARPS*32 threads; sl2 = log2(e)/sqrt(HD) */
+template <int HD> static size_t fwd_smem(void)
+{
+    return sizeof(bf16) * (fa_fwd_mt<HD>::value * FA_WARPS * 16 + 4 * FA_BK) * (HD + FA_PAD);
+}
+
+/* grid (query tiles of FA_MT*64 rows, B*NH), FA_WARPS*32 threads; sl2 = log2(e)/sqrt(HD) */
 template <int HD>
 __global__ void __launch_bounds__(FA_WARPS * 32) fa_fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int NH,
                                                           float sl2)
 {
-    constexpr int LD = HD + FA_PAD, QT = FA_WARPS * 16;
+    constexpr int FA_MT = fa_fwd_mt<HD>::value, LD = HD + FA_PAD, QT = FA_MT * FA_WARPS * 16;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16 *Qs = (bf16 *)smem, *Ks = Qs + QT * LD, *Vs = Ks + 2 * FA_BK * LD;
     /* the last query tiles have the most keys: start them first */
@@ -136,10 +145,16 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_fwd_k(bf16 *out, float *lse,
     tile_async<HD, FA_BK>(Vs, base + 2 * HD, ld, 0, T);
     cp_async_commit();
 
-    float o[HD / 8][4], m[2] = { -INFINITY, -INFINITY }, l[2] = { 0.0f, 0.0f };
+    float o[FA_MT][HD / 8][4], m[FA_MT][2], l[FA_MT][2];
+    int rbase[FA_MT]; /* first row of each m-tile */
 #pragma unroll
-    for (int d = 0; d < HD / 8; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-    int row0 = q0 + warp * 16 + g; /* this thread's rows: row0 and row0 + 8 */
+    for (int i = 0; i < FA_MT; i++) {
+        rbase[i] = q0 + (i * FA_WARPS + warp) * 16;
+        m[i][0] = m[i][1] = -INFINITY;
+        l[i][0] = l[i][1] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++) o[i][d][0] = o[i][d][1] = o[i][d][2] = o[i][d][3] = 0.0f;
+    }
     int nkt = (q0 + QT - 1) / FA_BK + 1;
     for (int kt = 0; kt < nkt; kt++) {
         int cur = kt & 1, k0 = kt * FA_BK;
@@ -152,79 +167,125 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_fwd_k(bf16 *out, float *lse,
         __syncthreads();
         const bf16 *K = Ks + cur * FA_BK * LD, *V = Vs + cur * FA_BK * LD;
 
-        float s[FA_BK / 8][4];
+        /* S = Q K^T for every m-tile, each K fragment loaded once */
+        float s[FA_MT][FA_BK / 8][4];
 #pragma unroll
-        for (int n = 0; n < FA_BK / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-        mma_rows<LD, HD, FA_BK / 8>(s, Qs, warp * 16, K, 0); /* S = Q K^T */
-
-        /* scale to base 2, causal mask, running max */
-        bool diag = k0 + FA_BK - 1 > q0 + warp * 16; /* some key of the tile is after some row of the warp */
-        float mx[2] = { m[0], m[1] };
+        for (int i = 0; i < FA_MT; i++)
 #pragma unroll
-        for (int n = 0; n < FA_BK / 8; n++)
+            for (int n = 0; n < FA_BK / 8; n++) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.0f;
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int row = row0 + (e >> 1) * 8, key = k0 + n * 8 + 2 * c + (e & 1);
-                float v = s[n][e] * sl2;
-                if (diag && key > row) v = -INFINITY;
-                s[n][e] = v;
-                mx[e >> 1] = fmaxf(mx[e >> 1], v);
+        for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t a[FA_MT][4];
+#pragma unroll
+            for (int i = 0; i < FA_MT; i++) ld_a<LD>(a[i], Qs, rbase[i] - q0, kk * 16);
+#pragma unroll
+            for (int n = 0; n < FA_BK / 16; n++) {
+                uint32_t bb[4];
+                ld_b_rows<LD>(bb, K, n * 16, kk * 16);
+#pragma unroll
+                for (int i = 0; i < FA_MT; i++) {
+                    mma_bf16_16816(s[i][2 * n], a[i], bb);
+                    mma_bf16_16816(s[i][2 * n + 1], a[i], bb + 2);
+                }
             }
-        float alpha[2];
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
-            mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
-            alpha[i] = exp2f(m[i] - mx[i]); /* 0 on the first tile; key k0 <= row always, so mx is finite */
-            m[i] = mx[i];
-            l[i] *= alpha[i];
         }
+
+        uint32_t p[FA_MT][FA_BK / 16][4];
 #pragma unroll
-        for (int d = 0; d < HD / 8; d++) {
-            o[d][0] *= alpha[0], o[d][1] *= alpha[0];
-            o[d][2] *= alpha[1], o[d][3] *= alpha[1];
-        }
-        uint32_t p[FA_BK / 16][4];
+        for (int i = 0; i < FA_MT; i++) {
+            /* scale to base 2, causal mask, running max; an m-tile wholly
+             * before the tile's keys gets P = 0 (its rows see none of them) */
+            int row0 = rbase[i] + g;
+            bool diag = k0 + FA_BK - 1 > rbase[i];
+            float mx[2] = { m[i][0], m[i][1] };
 #pragma unroll
-        for (int n = 0; n < FA_BK / 8; n++) {
-            uint32_t lo = pack_bf16x2(exp2f(s[n][0] - m[0]), exp2f(s[n][1] - m[0]));
-            uint32_t hi = pack_bf16x2(exp2f(s[n][2] - m[1]), exp2f(s[n][3] - m[1]));
-            l[0] += bf16x2_lo(lo) + bf16x2_hi(lo);
-            l[1] += bf16x2_lo(hi) + bf16x2_hi(hi);
-            p[n >> 1][(n & 1) * 2] = lo;
-            p[n >> 1][(n & 1) * 2 + 1] = hi;
+            for (int n = 0; n < FA_BK / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int row = row0 + (e >> 1) * 8, key = k0 + n * 8 + 2 * c + (e & 1);
+                    float v = s[i][n][e] * sl2;
+                    if (diag && key > row) v = -INFINITY;
+                    s[i][n][e] = v;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], v);
+                }
+            float alpha[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                /* key 0 <= row always, so mx is finite from the first tile on; alpha 0 there */
+                alpha[r] = exp2f(m[i][r] - mx[r]);
+                m[i][r] = mx[r];
+                l[i][r] *= alpha[r];
+            }
+#pragma unroll
+            for (int d = 0; d < HD / 8; d++) {
+                o[i][d][0] *= alpha[0], o[i][d][1] *= alpha[0];
+                o[i][d][2] *= alpha[1], o[i][d][3] *= alpha[1];
+            }
+#pragma unroll
+            for (int n = 0; n < FA_BK / 8; n++) {
+                uint32_t lo = pack_bf16x2(exp2f(s[i][n][0] - m[i][0]), exp2f(s[i][n][1] - m[i][0]));
+                uint32_t hi = pack_bf16x2(exp2f(s[i][n][2] - m[i][1]), exp2f(s[i][n][3] - m[i][1]));
+                l[i][0] += bf16x2_lo(lo) + bf16x2_hi(lo);
+                l[i][1] += bf16x2_lo(hi) + bf16x2_hi(hi);
+                p[i][n >> 1][(n & 1) * 2] = lo;
+                p[i][n >> 1][(n & 1) * 2 + 1] = hi;
+            }
         }
-        mma_cols<LD, FA_BK, HD>(o, p, V); /* O += P V */
+        /* O += P V for every m-tile, each V fragment loaded once */
+#pragma unroll
+        for (int kc = 0; kc < FA_BK / 16; kc++)
+#pragma unroll
+            for (int d = 0; d < HD / 16; d++) {
+                uint32_t bb[4];
+                ld_b_cols<LD>(bb, V, kc * 16, d * 16);
+#pragma unroll
+                for (int i = 0; i < FA_MT; i++) {
+                    mma_bf16_16816(o[i][2 * d], p[i][kc], bb);
+                    mma_bf16_16816(o[i][2 * d + 1], p[i][kc], bb + 2);
+                }
+            }
         __syncthreads(); /* this K/V buffer is free for the prefetch two tiles on */
     }
     size_t ldo = (size_t)NH * HD;
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-        l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-        int t = row0 + i * 8;
-        if (t >= T) continue;
-        float inv = 1.0f / l[i];
-        bf16 *dst = out + ((size_t)b * T + t) * ldo + (size_t)h * HD + 2 * c;
+    for (int i = 0; i < FA_MT; i++)
 #pragma unroll
-        for (int d = 0; d < HD / 8; d++)
-            *reinterpret_cast<uint32_t *>(dst + d * 8) = pack_bf16x2(o[d][2 * i] * inv, o[d][2 * i + 1] * inv);
-        if (c == 0) lse[(size_t)bh * T + t] = (m[i] + log2f(l[i])) * FA_LN2;
-    }
+        for (int r = 0; r < 2; r++) {
+            float lr = l[i][r];
+            lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+            lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+            int t = rbase[i] + g + r * 8;
+            if (t >= T) continue;
+            float inv = 1.0f / lr;
+            bf16 *dst = out + ((size_t)b * T + t) * ldo + (size_t)h * HD + 2 * c;
+#pragma unroll
+            for (int d = 0; d < HD / 8; d++)
+                *reinterpret_cast<uint32_t *>(dst + d * 8) = pack_bf16x2(o[i][d][2 * r] * inv, o[i][d][2 * r + 1] * inv);
+            if (c == 0) lse[(size_t)bh * T + t] = (m[i][r] + log2f(lr)) * FA_LN2;
+        }
 }
 
 /* D[bh, t] = sum_d dout[t, h, d] * out[t, h, d]: the softmax gradient's row
- * term. One warp per row, lanes across the head's columns. */
-__global__ void fa_rowdot_k(float *D, const bf16 *dout, const bf16 *out, int B, int T, int NH, int HD)
+ * term. HD/8 lanes per row, 8 elements each through 16-byte loads. */
+template <int HD> __global__ void fa_rowdot_k(float *D, const bf16 *dout, const bf16 *out, int B, int T, int NH)
 {
-    size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, n = (size_t)B * NH * T;
-    if (row >= n) return; /* whole warps leave together */
-    int lane = threadIdx.x & 31, t = (int)(row % T), bh = (int)(row / T), b = bh / NH, h = bh % NH;
-    size_t off = ((size_t)b * T + t) * NH * HD + (size_t)h * HD;
+    constexpr int L = HD / 8; /* lanes per row: 8 or 16, rows never straddle a warp */
+    size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / L, n = (size_t)B * NH * T;
+    int j = threadIdx.x % L;
     float s = 0.0f;
-    for (int d = lane; d < HD; d += 32) s += ldf(dout + off + d) * ldf(out + off + d);
-    s = warp_sum(s);
-    if (lane == 0) D[row] = s;
+    if (row < n) {
+        int t = (int)(row % T), bh = (int)(row / T), b = bh / NH, h = bh % NH;
+        size_t off = ((size_t)b * T + t) * NH * HD + (size_t)h * HD + j * 8;
+        float x[8], y[8];
+        ld8(dout + off, x);
+        ld8(out + off, y);
+#pragma unroll
+        for (int k = 0; k < 8; k++) s += x[k] * y[k];
+    }
+    for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (row < n && j == 0) D[row] = s;
 }
 
 /* query rows per tile in the dK/dV kernel: fewer for HD 128 to keep the
@@ -418,7 +479,8 @@ template <int HD> static void flash_forward(bf16 *out, float *lse, const bf16 *q
 {
     size_t smem = fwd_smem<HD>();
     cudaCheck(cudaFuncSetAttribute(fa_fwd_k<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid((T + FA_WARPS * 16 - 1) / (FA_WARPS * 16), B * NH);
+    constexpr int QT = fa_fwd_mt<HD>::value * FA_WARPS * 16;
+    dim3 grid((T + QT - 1) / QT, B * NH);
     fa_fwd_k<HD><<<grid, FA_WARPS * 32, smem, kcu_stream()>>>(out, lse, qkv, T, NH, FA_LOG2E / sqrtf((float)HD));
     kcu_launched();
 }
@@ -429,7 +491,7 @@ static void flash_backward(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const 
 {
     size_t n = (size_t)B * NH * T;
     float *D = (float *)kcu_scratch(n * sizeof(float));
-    fa_rowdot_k<<<(unsigned)((n + 7) / 8), 256, 0, kcu_stream()>>>(D, dout, out, B, T, NH, HD);
+    fa_rowdot_k<HD><<<(unsigned)((n * (HD / 8) + 255) / 256), 256, 0, kcu_stream()>>>(D, dout, out, B, T, NH);
     kcu_launched();
     float scale = 1.0f / sqrtf((float)HD), sl2 = FA_LOG2E * scale;
     size_t smem = bwd_kv_smem<HD>();

@@ -80,13 +80,11 @@ __global__ void xent_fused_k(float *loss, T *logits, const int32_t *targets, flo
     if (cached) {
         T *c = (T *)xent_smem;
         if (sizeof(T) == 2 && V % 8 == 0) { /* 16-byte copies; rows are 16-byte aligned */
-            const uint4 *src = (const uint4 *)g;
-            uint4 *dst = (uint4 *)c;
             for (int i = threadIdx.x; i < V / 8; i += blockDim.x) {
-                uint4 v = src[i];
-                dst[i] = v;
-                const T *e = (const T *)&v;
-                for (int k = 0; k < 8; k++) m = fmaxf(m, ldf(e + k));
+                float v[8];
+                *reinterpret_cast<uint4 *>(c + i * 8) = *reinterpret_cast<const uint4 *>(g + i * 8);
+                ld8(c + i * 8, v);
+                for (int k = 0; k < 8; k++) m = fmaxf(m, v[k]);
             }
         } else {
             for (int j = threadIdx.x; j < V; j += blockDim.x) {
@@ -107,15 +105,14 @@ __global__ void xent_fused_k(float *loss, T *logits, const int32_t *targets, flo
     float inv = 1.0f / s;
     if (tgt < 0) inv = 0.0f; /* an ignored token: gradient 0 */
     if (cached && sizeof(T) == 2 && V % 8 == 0) {
-        uint4 *dst = (uint4 *)g;
         for (int i = threadIdx.x; i < V / 8; i += blockDim.x) {
-            uint4 v;
-            T *e = (T *)&v;
+            float v[8];
+            ld8(row + i * 8, v);
             for (int k = 0; k < 8; k++) {
                 int j = i * 8 + k;
-                stf(e + k, dloss * (expf(ldf(row + j) - m) * inv - (j == tgt ? 1.0f : 0.0f)));
+                v[k] = dloss * (expf(v[k] - m) * inv - (j == tgt ? 1.0f : 0.0f));
             }
-            dst[i] = v;
+            st8(g + i * 8, v);
         }
     } else {
         for (int j = threadIdx.x; j < V; j += blockDim.x)

@@ -318,7 +318,8 @@ int main(int, char **argv)
     R = k_cpu();
     kcu_init();
     test_layernorm(5, 37);
-    test_layernorm(70, 300);
+    test_layernorm(70, 300);  /* C % 8 != 0: the general kernels */
+    test_layernorm(37, 264);  /* the warp-per-row kernels, a partial last block of rows */
     test_embedding(37, 19, 0, 50);
     test_embedding(300, 64, 100, 100); /* a vocab slice, many repeats */
     test_xent(9, 50, 0, 50);
@@ -327,6 +328,7 @@ int main(int, char **argv)
     test_xent_fused(6, 1000); /* 16-byte path */
     test_elementwise_optimizer(1);
     test_elementwise_optimizer(20001);
+    test_elementwise_optimizer(4096); /* 16-byte paths */
     test_matmul(7, 13, 11);  /* odd: the mock offers no fused epilogue, fallbacks run */
     test_matmul(16, 24, 32); /* even: fused epilogues */
     test_attention(2, 9, 2, 4);

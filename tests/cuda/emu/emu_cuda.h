@@ -128,6 +128,9 @@ enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin };
 struct uint4 {
     unsigned x, y, z, w;
 };
+struct float4 {
+    float x, y, z, w;
+};
 struct cudaDeviceProp { char name[256]; };
 inline const char *cudaGetErrorString(cudaError_t) { return "emulated"; }
 inline const char *cudaGetErrorName(cudaError_t) { return "emulated"; }
@@ -149,6 +152,9 @@ inline cudaError_t cudaMalloc(void **p, size_t n)
     return *p ? cudaSuccess : 2;
 }
 inline cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+inline cudaError_t cudaMallocHost(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? cudaSuccess : 2; }
+enum { cudaEventDisableTiming = 2 };
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *, unsigned) { return cudaSuccess; }
 inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return cudaSuccess; }
 inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t)
 {
