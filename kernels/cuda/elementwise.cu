@@ -112,13 +112,24 @@ __global__ void colsum_part_k(float *part, const T *src, int N, int C, int rows_
     part[(size_t)blockIdx.y * C + c] = s;
 }
 
+/* dst[c] += sum over p of part[p][c]. A block of 32 columns x 8 lanes: lane j
+ * sums parts j, j+8, ... in order, then the 8 lane sums are added in lane
+ * order: the order depends only on `parts`. Also the LayerNorm dw/db finish
+ * (part rows of 2C, dst2 = db). */
 __global__ void colsum_finish_k(float *dst, const float *part, int parts, int C)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    __shared__ float sh[8][33];
+    int c = blockIdx.x * 32 + (threadIdx.x & 31), j = threadIdx.x >> 5;
     float s = 0.0f;
-    for (int p = 0; p < parts; p++) s += part[(size_t)p * C + c];
-    dst[c] += s;
+    if (c < C)
+        for (int p = j; p < parts; p += 8) s += part[(size_t)p * C + c];
+    sh[j][threadIdx.x & 31] = s;
+    __syncthreads();
+    if (j == 0 && c < C) {
+        float t = 0.0f;
+        for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
+        dst[c] += t;
+    }
 }
 
 template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C)
@@ -130,7 +141,7 @@ template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C
         dim3 grid((C / 8 + threads - 1) / threads, parts);
         colsum8_part_k<T><<<grid, threads, 0, kcu_stream()>>>(part, src, N, C);
         kcu_launched();
-        colsum_finish_k<<<(C + 255) / 256, 256, 0, kcu_stream()>>>(dst, part, parts, C);
+        colsum_finish_k<<<(C + 31) / 32, 256, 0, kcu_stream()>>>(dst, part, parts, C);
         kcu_launched();
         return;
     }
@@ -140,7 +151,7 @@ template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C
     dim3 grid((C + 255) / 256, parts);
     colsum_part_k<T><<<grid, 256, 0, kcu_stream()>>>(part, src, N, C, rows_per);
     kcu_launched();
-    colsum_finish_k<<<(C + 255) / 256, 256, 0, kcu_stream()>>>(dst, part, parts, C);
+    colsum_finish_k<<<(C + 31) / 32, 256, 0, kcu_stream()>>>(dst, part, parts, C);
     kcu_launched();
 }
 template void kcu_colsum_acc<float>(float *, const float *, int, int);

@@ -98,7 +98,7 @@ __global__ void xent_fused_k(float *loss, T *logits, const int32_t *targets, flo
     }
     m = block_max(m, sh); /* its barriers also publish the cached row */
     float s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(ldf(row + j) - m);
+    for (int j = threadIdx.x; j < V; j += blockDim.x) s += __expf(ldf(row + j) - m);
     s = block_sum(s, sh);
     if (threadIdx.x == 0) loss[n] = tgt < 0 ? 0.0f : logf(s) + m - ldf(row + tgt);
     if (dloss == 0.0f) return;
@@ -110,13 +110,13 @@ __global__ void xent_fused_k(float *loss, T *logits, const int32_t *targets, flo
             ld8(row + i * 8, v);
             for (int k = 0; k < 8; k++) {
                 int j = i * 8 + k;
-                v[k] = dloss * (expf(v[k] - m) * inv - (j == tgt ? 1.0f : 0.0f));
+                v[k] = dloss * (__expf(v[k] - m) * inv - (j == tgt ? 1.0f : 0.0f));
             }
             st8(g + i * 8, v);
         }
     } else {
         for (int j = threadIdx.x; j < V; j += blockDim.x)
-            stf(g + j, dloss * (expf(ldf(row + j) - m) * inv - (j == tgt ? 1.0f : 0.0f)));
+            stf(g + j, dloss * (__expf(ldf(row + j) - m) * inv - (j == tgt ? 1.0f : 0.0f)));
     }
 }
 

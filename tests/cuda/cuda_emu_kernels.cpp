@@ -48,6 +48,8 @@ void kcu_matmul_forward_bf16(uint16_t *, uint16_t *, const uint16_t *, const uin
 void kcu_matmul_backward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *, int,
                               int, int);
 void kcu_xent_fused(float *, float *, const int32_t *, float, int, int);
+void kcu_adamw_segments(float *, uint16_t *, const float *, float *, float *, size_t, int, const size_t *,
+                        const float *, float, float, float, float, float, int);
 void kcu_xent_fused_bf16(float *, uint16_t *, const int32_t *, float, int, int);
 void kcu_attention_forward(float *, float *, const float *, int, int, int, int);
 void kcu_attention_backward(float *, float *, const float *, const float *, const float *, int, int, int, int);
@@ -251,6 +253,22 @@ static void test_elementwise_optimizer(size_t n)
     kcu_to_bf16(pr.data(), p2.data(), n);
     if (!memcmp(pb.data(), pr.data(), n * 2)) passed++;
     else failed++, fprintf(stderr, "adamw_bf16: the bf16 params are not the rounded master weights\n");
+    if (n < 64) return;
+    /* the one-launch segmented form: vector path (ends % 4 == 0) and fallback */
+    for (int mis = 0; mis < 2; mis++) {
+        size_t ends[3] = { n / 4 / 4 * 4, n / 2 / 4 * 4 + (size_t)mis, n };
+        float wd[3] = { 0.1f, 0.0f, 0.05f };
+        vec a = p, am = m, av = v, b = p, bm = m, bv = v;
+        std::vector<uint16_t> ab(n), bb(n, 0xffff);
+        R->adamw_segments(a.data(), ab.data(), g.data(), am.data(), av.data(), n, 3, ends, wd, 1e-3f, 0.9f, 0.95f,
+                          1e-8f, 0.9f, 5);
+        kcu_adamw_segments(b.data(), bb.data(), g.data(), bm.data(), bv.data(), n, 3, ends, wd, 1e-3f, 0.9f, 0.95f,
+                           1e-8f, 0.9f, 5);
+        cmp(mis ? "adamw_segments master (fallback)" : "adamw_segments master", b, a, 1e-5);
+        cmp("adamw_segments m", bm, am, 1e-5);
+        cmp("adamw_segments v", bv, av, 1e-5);
+        cmp("adamw_segments bf16 copy", widen(bb), widen(ab), 1e-2);
+    }
 }
 
 static void test_matmul(int N, int C, int OC)

@@ -230,6 +230,29 @@ static void test_attention(int B, int T, int NH, int HD)
     G->free(dqkv_in); G->free(dout); G->free(dlse); G->free(dg); G->free(ddqkv);
 }
 
+/* The one-launch form over segments of different decay (the engine's path)
+ * against the CPU's per-segment calls; with an end not a multiple of 4 the
+ * CUDA entry takes its per-segment fallback. */
+static void test_adamw_segments(size_t n, int misaligned)
+{
+    size_t ends[5] = { n / 7 * 4, n / 3 * 4 / 4 * 4, n / 2 / 4 * 4 + (misaligned ? 1 : 0), n - 64, n };
+    float wd[5] = { 0.1f, 0.0f, 0.1f, 0.0f, 0.05f };
+    float *p = h_rand(n, 1), *g = h_rand(n, 0.1f), *m = h_rand(n, 0.01f), *v = h_rand(n, 0.01f);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]) * 0.01f;
+    float *dp = d_put(p, n * 4), *dg = d_put(g, n * 4), *dm = d_put(m, n * 4), *dv = d_put(v, n * 4);
+    uint16_t *dpb = d_poison(n * 2), *pb = malloc(n * 2);
+    R->adamw_segments(p, pb, g, m, v, n, 5, ends, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.8f, 4);
+    G->adamw_segments(dp, dpb, dg, dm, dv, n, 5, ends, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.8f, 4);
+    h_compare(misaligned ? "adamw_segments master (fallback)" : "adamw_segments master", d_get(dp, n), p, n, 1e-5);
+    h_compare("adamw_segments m", d_get(dm, n), m, n, 1e-5);
+    h_compare("adamw_segments v", d_get(dv, n), v, n, 1e-5);
+    float *want = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) want[i] = h_bf2f(pb[i]);
+    h_compare("adamw_segments bf16 copy", d_get_bf(dpb, n), want, n, TOL);
+    free(p); free(g); free(m); free(v); free(pb); free(want);
+    G->free(dp); G->free(dg); G->free(dm); G->free(dv); G->free(dpb);
+}
+
 static void test_adamw(size_t n)
 {
     float *p = h_rand(n, 1), *g = h_rand(n, 0.1f), *m = h_rand(n, 0.01f), *v = h_rand(n, 0.01f);
@@ -277,5 +300,7 @@ int main(int argc, char **argv)
     test_xent_fused(4, 128256);    /* a row larger than shared memory: read from device memory */
     test_adamw(5);
     test_adamw(1000003);
+    test_adamw_segments(1 << 20, 0);
+    test_adamw_segments(1 << 20, 1);
     return check_summary(argv[0]);
 }

@@ -93,6 +93,7 @@ inline unsigned __ballot_sync(unsigned, int p)
     return m;
 }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline float __expf(float x) { return expf(x); }
 inline int min(int a, int b) { return a < b ? a : b; }
 
 /* ---- bf16: round to nearest even, as __float2bfloat16_rn ---- */
@@ -124,7 +125,7 @@ typedef void *cudaStream_t;
 typedef void *cudaEvent_t;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin };
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrMultiProcessorCount };
 struct uint4 {
     unsigned x, y, z, w;
 };
@@ -137,7 +138,11 @@ inline const char *cudaGetErrorName(cudaError_t) { return "emulated"; }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
 inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
-inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) { *v = 227 * 1024; return cudaSuccess; }
+inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int)
+{
+    *v = a == cudaDevAttrMultiProcessorCount ? 2 : 227 * 1024;
+    return cudaSuccess;
+}
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
 {
     snprintf(p->name, sizeof p->name, "CPU emulation");
