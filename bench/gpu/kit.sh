@@ -47,6 +47,9 @@ fi
 rm -rf "$kit/peers" && mkdir -p "$kit/peers"
 if [ -d "$PEERS_DIR" ]; then cp -a "$PEERS_DIR"/. "$kit/peers/"; fi
 
+# the commit the kit was built from (the GPU machine's copy of the tree may carry another .git)
+echo "$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes')" \
+  > "$kit/bin/COMMIT"
 echo "kit ready: $(du -sh "$kit/bin" | cut -f1) binaries, $(du -sh "$kit/libs.tar.xz" | cut -f1) libraries,"\
      "peers: $(ls "$kit/peers" | tr '\n' ' ')"
 ldd "$kit/bin/atoll-train" | grep -E 'not found|uv|yaml|openblas|nccl|cublas' || true

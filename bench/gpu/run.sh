@@ -65,7 +65,7 @@ big_flags="--num-layers 48 --hidden-size 1600 --num-attention-heads 25 --seq-len
   echo "# atoll on a GPU: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo
   echo "- command: bench/gpu/run.sh $out $stages"
-  echo "- commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo ' (+ uncommitted changes)')"
+  echo "- kit built from commit: $(cat "$kit/bin/COMMIT" 2>/dev/null || echo unknown)"
   echo "- device: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null)"
   echo "- host: $(uname -r), $(nproc) CPUs; torch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)"
   echo
@@ -125,6 +125,8 @@ for s in $stages; do
   bench)
     stage bench
     "$kit/bin/gpu_bench" "$out" 8 || fails=$((fails + 1))
+    { echo; echo "- device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null), $(date -u +%F)"
+      echo "- command: bench/gpu/run.sh OUT bench (kit built from $(cat "$kit/bin/COMMIT" 2>/dev/null))"; } >> "$out/gpu_bench.md"
     note "- gpu_bench: $(grep -o 'Ceilings.*' "$out/gpu_bench.md" 2>/dev/null)" ;;
   gpt2)
     stage "gpt2 (B=$B124, T=1024, $STEPS steps)"
