@@ -519,11 +519,18 @@ static void op_matmul_bwd(const eng_model *m, void *dx, void *dw, void *db, cons
     else m->k->matmul_backward(dx, dw, db, dout, x, w, N, C, OC);
 }
 
-/* d = gelu'(pre) * d */
-static void op_gelu_bwd(const eng_model *m, void *d, const void *pre, size_t n)
+/* The MLP down-projection's backward through the GELU: dpre = gelu'(pre) *
+ * (dout w), one GEMM with a fused epilogue where the backend has it */
+static void op_matmul_bwd_gelu(const eng_model *m, void *dpre, void *dw, void *db, const void *dout, const void *x,
+                               const void *w, const void *pre, int N, int C, int OC)
 {
-    if (m->bf16) m->k->gelu_backward_bf16(d, pre, d, n);
-    else m->k->gelu_backward(d, pre, d, n);
+    if (m->bf16 && m->k->matmul_backward_gelu_bf16) {
+        m->k->matmul_backward_gelu_bf16(dpre, dw, db, dout, x, w, pre, N, C, OC);
+        return;
+    }
+    op_matmul_bwd(m, dpre, dw, db, dout, x, w, N, C, OC);
+    if (m->bf16) m->k->gelu_backward_bf16(dpre, pre, dpre, (size_t)N * C);
+    else m->k->gelu_backward(dpre, pre, dpre, (size_t)N * C);
 }
 
 static void op_residual(const eng_model *m, void *out, const void *a, const void *b, size_t n)
@@ -759,8 +766,7 @@ static int layer_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w 
 
     /* MLP: out = res2 + c_proj(gelu(c_fc(ln2(res2)))) */
     if (!(dfull = gather_rows(m, dres))) return -1;
-    op_matmul_bwd(m, m->ws_dfc, g->fcproj_w, g->fcproj_b, dfull, la->fcg, w->fcproj_w, N, F, C);
-    op_gelu_bwd(m, m->ws_dfc, la->fch, (size_t)N * F);
+    op_matmul_bwd_gelu(m, m->ws_dfc, g->fcproj_w, g->fcproj_b, dfull, la->fcg, w->fcproj_w, la->fch, N, F, C);
     const void *ln = ln_full(m, la->ln2);
     if (!ln) return -1;
     op_matmul_bwd(m, m->ws_dln, g->fc_w, g->fc_b, m->ws_dfc, ln, w->fc_w, N, C, F);

@@ -209,6 +209,15 @@ typedef struct k_ops {
     void (*xent_fused_bf16)(float *loss, uint16_t *logits, const int32_t *targets, float dloss,
                             int N, int V);
 
+    /* ---- the MLP's down-projection backward through the GELU, in one GEMM ----
+     * dpre[N,C] = gelu'(pre_gelu) * (dout w) (OVERWRITES: the gradient of the
+     * up-projection's output, i.e. matmul_backward_bf16's dinp followed by
+     * gelu_backward_bf16, rounded once), dw += dout^T inp, dbias += column sums
+     * of dout. pre_gelu is [N, C], as matmul_forward_bf16 kept it. */
+    void (*matmul_backward_gelu_bf16)(uint16_t *dpre, float *dw, float *dbias, const uint16_t *dout,
+                                      const uint16_t *inp, const uint16_t *w, const uint16_t *pre_gelu,
+                                      int N, int C, int OC);
+
     /* ---- AdamW over a whole flat buffer in one call ----
      * Elements [0, n) in nseg segments: segment s covers [seg_end[s-1], seg_end[s])
      * (seg_end[-1] = 0, seg_end[nseg-1] = n, host arrays) with weight decay

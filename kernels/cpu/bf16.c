@@ -132,6 +132,18 @@ void kc_matmul_backward_bf16(uint16_t *dinp, float *dw, float *dbias, const uint
     free(d), free(x), free(wf), free(dx);
 }
 
+void kc_matmul_backward_gelu_bf16(uint16_t *dpre, float *dw, float *dbias, const uint16_t *dout, const uint16_t *inp,
+                                  const uint16_t *w, const uint16_t *pre_gelu, int N, int C, int OC)
+{
+    size_t NC = (size_t)N * C;
+    float *d = wide(dout, (size_t)N * OC), *x = wide(inp, NC), *wf = wide(w, (size_t)OC * C);
+    float *dx = wide(NULL, NC), *pre = wide(pre_gelu, NC);
+    kc_matmul_backward(dx, dw, dbias, d, x, wf, N, C, OC);
+    kc_gelu_backward(dx, pre, dx, NC); /* in fp32, rounded once below, as the fused epilogue does */
+    kc_to_bf16(dpre, dx, NC);
+    free(d), free(x), free(wf), free(dx), free(pre);
+}
+
 void kc_gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

@@ -80,6 +80,8 @@ void kc_matmul_forward_bf16(uint16_t *out, uint16_t *pre_gelu, const uint16_t *i
                             const uint16_t *bias, int N, int C, int OC);
 void kc_matmul_backward_bf16(uint16_t *dinp, float *dw, float *dbias, const uint16_t *dout, const uint16_t *inp,
                              const uint16_t *w, int N, int C, int OC);
+void kc_matmul_backward_gelu_bf16(uint16_t *dpre, float *dw, float *dbias, const uint16_t *dout, const uint16_t *inp,
+                                  const uint16_t *w, const uint16_t *pre_gelu, int N, int C, int OC);
 void kc_gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n);
 void kc_gelu_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n);
 void kc_residual_forward_bf16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);

@@ -59,6 +59,7 @@ static const k_ops CPU_OPS = {
     .xent_fused = kc_xent_fused,
     .xent_fused_bf16 = kc_xent_fused_bf16,
     .adamw_segments = kc_adamw_segments,
+    .matmul_backward_gelu_bf16 = kc_matmul_backward_gelu_bf16,
 };
 
 const k_ops *k_cpu(void) { return &CPU_OPS; }

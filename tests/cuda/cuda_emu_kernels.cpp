@@ -48,6 +48,8 @@ void kcu_matmul_forward_bf16(uint16_t *, uint16_t *, const uint16_t *, const uin
 void kcu_matmul_backward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *, int,
                               int, int);
 void kcu_xent_fused(float *, float *, const int32_t *, float, int, int);
+void kcu_matmul_backward_gelu_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *,
+                                   const uint16_t *, int, int, int);
 void kcu_adamw_segments(float *, uint16_t *, const float *, float *, float *, size_t, int, const size_t *,
                         const float *, float, float, float, float, float, int);
 void kcu_xent_fused_bf16(float *, uint16_t *, const int32_t *, float, int, int);
@@ -302,6 +304,15 @@ static void test_matmul(int N, int C, int OC)
     cmp("matmul_backward_bf16 dinp", widen(db), d1, 1e-2);
     cmp("matmul_backward_bf16 dw", gw2, gw1, 1e-2);
     cmp("matmul_backward_bf16 dbias", gb2, gb1, 1e-2);
+    /* through GELU: the fused DGELU epilogue (even shapes) or the fallback (odd),
+     * against the CPU twin; xb plays the kept pre-activation [N, C] */
+    std::vector<uint16_t> d3(ni, 0xffff), d4(ni, 0xffff);
+    vec gw3 = gw1, gw4 = gw1, gb3 = gb1, gb4 = gb1;
+    R->matmul_backward_gelu_bf16(d3.data(), gw3.data(), gb3.data(), gb.data(), xb.data(), wb.data(), xb.data(), N, C, OC);
+    kcu_matmul_backward_gelu_bf16(d4.data(), gw4.data(), gb4.data(), gb.data(), xb.data(), wb.data(), xb.data(), N, C, OC);
+    cmp("matmul_backward_gelu_bf16 dpre", widen(d4), widen(d3), 1e-2);
+    cmp("matmul_backward_gelu_bf16 dw", gw4, gw3, 1e-2);
+    cmp("matmul_backward_gelu_bf16 dbias", gb4, gb3, 1e-2);
 }
 
 static void test_attention(int B, int T, int NH, int HD)

@@ -117,6 +117,22 @@ static void test_matmul(int N, int C, int OC, int mode)
     h_compare("matmul_backward_bf16 dinp", d_get_bf(ddinp, ni), dinp, ni, TOL);
     h_compare("matmul_backward_bf16 dw", d_get(dgw, nw), gw, nw, TOL);
     h_compare("matmul_backward_bf16 dbias", d_get(dgb, OC), gb, OC, TOL);
+    /* the down-projection backward through GELU (x plays the kept pre-activation):
+     * against the CPU twin, which rounds once as the fused epilogue does */
+    uint16_t *pre_h = malloc(ni * 2), *want = malloc(ni * 2), *g_h = malloc(no * 2), *w_h = malloc(nw * 2);
+    uint16_t *x_h = malloc(ni * 2);
+    for (size_t i = 0; i < ni; i++) pre_h[i] = x_h[i] = h_f2bf(x[i]);
+    for (size_t i = 0; i < no; i++) g_h[i] = h_f2bf(g[i]);
+    for (size_t i = 0; i < nw; i++) w_h[i] = h_f2bf(w[i]);
+    /* here dout is [N, OC] and the product is [N, C]: pre-activation x [N, C], inputs out[N, C] = x too */
+    R->matmul_backward_gelu_bf16(want, gw, gb, g_h, x_h, w_h, pre_h, N, C, OC);
+    G->matmul_backward_gelu_bf16(ddinp, dgw, dgb, dg, dx, dw, dx, N, C, OC);
+    float *wantf = malloc(ni * 4);
+    for (size_t i = 0; i < ni; i++) wantf[i] = h_bf2f(want[i]);
+    h_compare("matmul_backward_gelu_bf16 dpre", d_get_bf(ddinp, ni), wantf, ni, TOL);
+    h_compare("matmul_backward_gelu_bf16 dw", d_get(dgw, nw), gw, nw, TOL);
+    h_compare("matmul_backward_gelu_bf16 dbias", d_get(dgb, OC), gb, OC, TOL);
+    free(pre_h); free(want); free(g_h); free(w_h); free(x_h); free(wantf);
     free(x); free(w); free(bias); free(out); free(g); free(dinp); free(gw); free(gb);
     G->free(dx); G->free(dw); G->free(dbias); G->free(dout); G->free(dpre); G->free(dg); G->free(ddinp);
     G->free(dgw); G->free(dgb);
