@@ -48,6 +48,14 @@ static const struct {
     { ATOLL__MSG_TYPE__MSG_KV_SET, "KvSet", &atoll__kv_set__descriptor },
     { ATOLL__MSG_TYPE__MSG_KV_GET, "KvGet", &atoll__kv_get__descriptor },
     { ATOLL__MSG_TYPE__MSG_KV_REPLY, "KvReply", &atoll__kv_reply__descriptor },
+    { ATOLL__MSG_TYPE__MSG_KV_ADD, "KvAdd", &atoll__kv_add__descriptor },
+    { ATOLL__MSG_TYPE__MSG_LOG_READ, "LogRead", &atoll__log_read__descriptor },
+    { ATOLL__MSG_TYPE__MSG_LOG_DATA, "LogData", &atoll__log_data__descriptor },
+    { ATOLL__MSG_TYPE__MSG_LOGS, "LogsRequest", &atoll__logs_request__descriptor },
+    { ATOLL__MSG_TYPE__MSG_LOGS_REPLY, "LogsReply", &atoll__logs_reply__descriptor },
+    { ATOLL__MSG_TYPE__MSG_METRICS, "MetricsRequest", &atoll__metrics_request__descriptor },
+    { ATOLL__MSG_TYPE__MSG_METRICS_REPLY, "MetricsReply", &atoll__metrics_reply__descriptor },
+    { ATOLL__MSG_TYPE__MSG_RANK_METRICS, "RankMetrics", &atoll__rank_metrics__descriptor },
 };
 
 const ProtobufCMessageDescriptor *msg_descriptor(uint16_t type)

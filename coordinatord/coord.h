@@ -14,6 +14,7 @@
 
 #include "atoll.pb-c.h"
 #include "auth.h"
+#include "kv.h"
 #include "registry.h"
 #include "store.h"
 
@@ -33,6 +34,8 @@ typedef struct coord_opts {
 typedef struct coord_peer {
     void *conn;              /* rpc_conn *, NULL in tests and fuzzing */
     int role;                /* Atoll__Role */
+    uint64_t job;            /* ROLE_RANK: the (job, epoch) whose secret it proved */
+    uint32_t epoch;
     char name[64];
     char address[64];
     reg_node *node;          /* set once a worker has registered */
@@ -45,7 +48,7 @@ typedef struct coord_hist {
     uint64_t bucket[COORD_HIST_BUCKETS];
 } coord_hist;
 
-typedef struct kv_waiter kv_waiter;
+struct kv_store;
 
 typedef struct coord {
     coord_opts o;
@@ -59,7 +62,7 @@ typedef struct coord {
     void (*drop)(struct coord *c, coord_peer *p, const char *reason);
     int64_t (*now)(void);    /* wall clock in ms; replaceable in tests */
     int schedule_pending;    /* the scheduler should run soon */
-    kv_waiter *waiters;
+    struct kv_store *kv;     /* rendezvous keys (rendezvous.c) */
     /* counters for /metrics */
     uint64_t frames, heartbeats, errors_sent, registrations;
     coord_hist hb_hist;
@@ -100,8 +103,12 @@ int events_add(coord *c, const char *kind, const char *subject, const char *fmt,
     __attribute__((format(printf, 4, 5)));
 
 /* ---- rendezvous.c ---- */
+int rendezvous_init(coord *c);
 void rendezvous_set(coord *c, coord_peer *p, const Atoll__KvSet *m);
 void rendezvous_get(coord *c, coord_peer *p, const Atoll__KvGet *m);
+void rendezvous_add(coord *c, coord_peer *p, const Atoll__KvAdd *m);
+/* A job moved to `epoch` (older epochs' keys go) or ended (all its keys go). */
+void rendezvous_job_changed(coord *c, uint64_t job, uint32_t epoch, int ended);
 void rendezvous_expire(coord *c, int64_t now_ms);
 void rendezvous_peer_closed(coord *c, coord_peer *p);
 void rendezvous_free_all(coord *c);

@@ -534,10 +534,19 @@ void coord_dispatch(coord *c, coord_peer *p, uint16_t type, const uint8_t *paylo
                  type == ATOLL__MSG_TYPE__MSG_DRAIN || type == ATOLL__MSG_TYPE__MSG_SUBMIT ||
                  type == ATOLL__MSG_TYPE__MSG_JOBS || type == ATOLL__MSG_TYPE__MSG_CANCEL ||
                  type == ATOLL__MSG_TYPE__MSG_LAYOUT || type == ATOLL__MSG_TYPE__MSG_EVENTS ||
-                 type == ATOLL__MSG_TYPE__MSG_KV_SET || type == ATOLL__MSG_TYPE__MSG_KV_GET;
+                 type == ATOLL__MSG_TYPE__MSG_KV_SET || type == ATOLL__MSG_TYPE__MSG_KV_GET ||
+                 type == ATOLL__MSG_TYPE__MSG_KV_ADD;
     if (!d || !served) {
         coord_error(c, p, ATOLL__ERROR_CODE__ERR_UNKNOWN_TYPE,
                     "message type %u (%s) is not a request the coordinator serves", type, msg_type_name(type));
+        return;
+    }
+    int kv = type == ATOLL__MSG_TYPE__MSG_KV_SET || type == ATOLL__MSG_TYPE__MSG_KV_GET ||
+             type == ATOLL__MSG_TYPE__MSG_KV_ADD;
+    if (p->role == ATOLL__ROLE__ROLE_RANK && !kv) {
+        coord_error(c, p, ATOLL__ERROR_CODE__ERR_UNAUTHENTICATED,
+                    "a rank's connection (job secret) may only use its job's rendezvous keys, not %s",
+                    msg_type_name(type));
         return;
     }
     ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, payload);
@@ -560,6 +569,7 @@ void coord_dispatch(coord *c, coord_peer *p, uint16_t type, const uint8_t *paylo
     case ATOLL__MSG_TYPE__MSG_EVENTS: handle_events(c, p, (Atoll__EventsRequest *)m); break;
     case ATOLL__MSG_TYPE__MSG_KV_SET: rendezvous_set(c, p, (Atoll__KvSet *)m); break;
     case ATOLL__MSG_TYPE__MSG_KV_GET: rendezvous_get(c, p, (Atoll__KvGet *)m); break;
+    case ATOLL__MSG_TYPE__MSG_KV_ADD: rendezvous_add(c, p, (Atoll__KvAdd *)m); break;
     }
     protobuf_c_message_free_unpacked(m, NULL);
     if (type == ATOLL__MSG_TYPE__MSG_HEARTBEAT) coord_hist_add(&c->hb_hist, (uint64_t)(mono_us() - t0));

@@ -17,7 +17,7 @@
 
 typedef struct store store;
 
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 3
 
 /* Opens (creating when absent) and migrates. path ":memory:" gives a private
  * in-memory database (tests, fuzzing). 0, or -1 with err. */
@@ -99,8 +99,48 @@ int store_layout_put(store *s, uint64_t job, uint32_t epoch, const uint8_t *blob
 /* The layout of `epoch`; 0 found (*blob malloc'd), 1 none, -1 error. */
 int store_layout_get(store *s, uint64_t job, uint32_t epoch, uint8_t **blob, size_t *len);
 
-/* ---- rendezvous key-value ---- */
-int store_kv_set(store *s, uint64_t job, uint32_t epoch, const char *key, const uint8_t *v, size_t len);
-int store_kv_get(store *s, uint64_t job, uint32_t epoch, const char *key, uint8_t **v, size_t *len);
+/* ---- per-step metrics of jobs (series.c keeps them bounded) ---- */
+#define STORE_MAX_STAGES 64
+typedef struct store_step {
+    uint64_t job;
+    int64_t iteration;
+    uint32_t epoch;
+    int64_t time_ms;
+    int have_job;            /* the job-wide fields below were reported (rank 0) */
+    double loss, lr, grad_norm, tokens_per_s, step_ms, flops_per_gpu, peak_flops;
+    uint64_t memory_bytes;   /* largest peak over the ranks that reported */
+    int nstages;
+    double bubble[STORE_MAX_STAGES];   /* idle / step time per stage; < 0: not reported */
+    double transfer[STORE_MAX_STAGES]; /* transfer / step time per stage; < 0: not reported */
+} store_step;
+
+/* Inserts or replaces the step (job, iteration). */
+int store_step_put(store *s, const store_step *st);
+/* 0 found, 1 none, -1 error. */
+int store_step_get(store *s, uint64_t job, int64_t iteration, store_step *out);
+/* The newest step of the job: 0 found, 1 none, -1 error. */
+int store_step_latest(store *s, uint64_t job, store_step *out);
+/* Steps with iteration > after, oldest first; at most `limit` (the oldest such). */
+typedef int (*store_step_fn)(void *ctx, const store_step *st);
+int store_steps_each(store *s, uint64_t job, int64_t after, unsigned limit, store_step_fn fn, void *ctx);
+/* Number of steps of the job below `before`. */
+int store_steps_count(store *s, uint64_t job, int64_t before, int64_t *n);
+/* Deletes every second step below `before` (oldest kept): halves the older series. */
+int store_steps_thin(store *s, uint64_t job, int64_t before);
+
+/* ---- rank exits (per job and restart epoch) ---- */
+typedef struct store_exit {
+    uint64_t job;
+    uint32_t epoch;
+    int rank, pid, exit_status, term_signal, stopped;
+    int64_t time_ms;
+    char node[64];
+    char log_tail[2048];
+} store_exit;
+
+/* Records an exit once: 1 when new, 0 when already recorded, -1 on error. */
+int store_exit_put(store *s, const store_exit *e);
+/* How many ranks of (job, epoch) exited, and how many of them with status 0. */
+int store_exits_count(store *s, uint64_t job, uint32_t epoch, int *total, int *ok);
 
 #endif

@@ -22,6 +22,7 @@
  */
 #include "comm.h"
 
+#include "auth.h"
 #include "store.h"
 
 #include <arpa/inet.h>
@@ -457,11 +458,29 @@ static int full_read(int fd, void *buf, size_t n, double deadline)
     return 0;
 }
 
+/* Rank-to-rank links prove the job secret both ways before any traffic:
+ *   connector -> acceptor  {magic, rank, cn}                    (cn, sn: 32 random bytes)
+ *   acceptor -> connector  {sn, HMAC(secret, "atoll-v1 peer accept A<-C", cn, sn)}
+ *   connector -> acceptor  {HMAC(secret, "atoll-v1 peer connect C->A", sn, cn)}
+ * So no process without the secret can take a rank's place or be sent its traffic. */
+typedef struct {
+    uint32_t magic, rank;
+    uint8_t nonce[AUTH_NONCE_LEN];
+} hello_msg;
+
+static void peer_label(char *buf, size_t len, const char *what, int from, int to)
+{
+    snprintf(buf, len, "atoll-v1 peer %s %d %d", what, from, to);
+}
+
+#define PEER_HANDSHAKE_S 5.0
+
 static int connect_mesh(comm_world *w, int lfd, char *err, size_t errlen)
 {
     host_world *h = w->impl;
+    const auth_token *secret = &store_client_auth(w->store)->secret;
     double deadline = now_s() + w->timeout_ms / 1e3;
-    uint32_t hello[2] = {HOST_MAGIC, (uint32_t)w->rank};
+    char label[64];
     for (int j = 0; j < w->rank; j++) {
         char key[128];
         snprintf(key, sizeof key, "%s/host/addr/%d", w->prefix, j);
@@ -482,31 +501,75 @@ static int connect_mesh(comm_world *w, int lfd, char *err, size_t errlen)
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
         int ok = inet_pton(AF_INET, val, &sa.sin_addr) == 1;
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        hello_msg hello = {HOST_MAGIC, (uint32_t)w->rank, {0}};
+        auth_random(hello.nonce, sizeof hello.nonce);
         if (!ok || fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-            send(fd, hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello) {
+            send(fd, &hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello) {
             snprintf(err, errlen, "comm: rank %d cannot connect to rank %d at %s:%s: %s", w->rank, j,
                      (char *)val, colon + 1, strerror(errno));
             if (fd >= 0) close(fd);
             free(val);
             return -1;
         }
+        uint8_t reply[AUTH_NONCE_LEN + SHA256_LEN], want[SHA256_LEN], mine[SHA256_LEN];
+        double hs = now_s() + PEER_HANDSHAKE_S;
+        int got = full_read(fd, reply, sizeof reply, hs < deadline ? hs : deadline) == 0;
+        peer_label(label, sizeof label, "accept", j, w->rank);
+        if (got) auth_mac(secret, label, hello.nonce, reply, want);
+        if (!got || !sha256_equal(want, reply + AUTH_NONCE_LEN, SHA256_LEN)) {
+            snprintf(err, errlen, "comm: rank %d: the process at %s:%s did not prove the job secret of rank %d",
+                     w->rank, (char *)val, colon + 1, j);
+            close(fd);
+            free(val);
+            return -1;
+        }
         free(val);
+        peer_label(label, sizeof label, "connect", w->rank, j);
+        auth_mac(secret, label, reply, hello.nonce, mine);
+        if (send(fd, mine, sizeof mine, MSG_NOSIGNAL) != (ssize_t)sizeof mine) {
+            snprintf(err, errlen, "comm: rank %d: rank %d dropped the link during its handshake", w->rank, j);
+            close(fd);
+            return -1;
+        }
         h->peers[j].fd = setup_socket(fd);
     }
-    for (int k = w->rank + 1; k < w->size; k++) {
+    int need = w->size - w->rank - 1, refused = 0;
+    while (need > 0) {
         struct pollfd pfd = {.fd = lfd, .events = POLLIN};
         int left = (int)((deadline - now_s()) * 1e3);
         int fd = -1;
         if (left > 0 && poll(&pfd, 1, left) == 1) fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-        uint32_t got[2];
-        if (fd < 0 || full_read(fd, got, sizeof got, deadline) != 0 || got[0] != HOST_MAGIC ||
-            got[1] <= (uint32_t)w->rank || got[1] >= (uint32_t)w->size || h->peers[got[1]].fd >= 0) {
-            snprintf(err, errlen, "comm: rank %d: ranks above it did not all connect within %d ms",
-                     w->rank, w->timeout_ms);
-            if (fd >= 0) close(fd);
+        if (fd < 0) {
+            snprintf(err, errlen, "comm: rank %d: ranks above it did not all connect within %d ms%s", w->rank,
+                     w->timeout_ms, refused ? " (connections without the job secret were refused)" : "");
             return -1;
         }
-        h->peers[got[1]].fd = setup_socket(fd);
+        double hs = now_s() + PEER_HANDSHAKE_S;
+        if (hs > deadline) hs = deadline;
+        hello_msg hello;
+        uint8_t reply[AUTH_NONCE_LEN + SHA256_LEN], proof[SHA256_LEN], want[SHA256_LEN];
+        int ok = full_read(fd, &hello, sizeof hello, hs) == 0 && hello.magic == HOST_MAGIC &&
+                 hello.rank > (uint32_t)w->rank && hello.rank < (uint32_t)w->size && h->peers[hello.rank].fd < 0;
+        if (ok) {
+            auth_random(reply, AUTH_NONCE_LEN);
+            peer_label(label, sizeof label, "accept", w->rank, (int)hello.rank);
+            auth_mac(secret, label, hello.nonce, reply, reply + AUTH_NONCE_LEN);
+            ok = send(fd, reply, sizeof reply, MSG_NOSIGNAL) == (ssize_t)sizeof reply &&
+                 full_read(fd, proof, sizeof proof, hs) == 0;
+        }
+        if (ok) {
+            peer_label(label, sizeof label, "connect", (int)hello.rank, w->rank);
+            auth_mac(secret, label, reply, hello.nonce, want);
+            ok = sha256_equal(want, proof, SHA256_LEN);
+        }
+        if (!ok) { /* not one of ours: drop it and keep waiting for the real rank */
+            fprintf(stderr, "comm: rank %d: refused a connection that did not prove the job secret\n", w->rank);
+            refused++;
+            close(fd);
+            continue;
+        }
+        h->peers[hello.rank].fd = setup_socket(fd);
+        need--;
     }
     return 0;
 }

@@ -157,8 +157,11 @@ int launcher_spawn(const launcher_opts *o, launcher_result *res)
         l.ranks[i].rank = l.ranks[i].local_rank = i;
         l.ranks[i].gpu = -1; /* CUDA ranks pick their device by LOCAL_RANK */
     }
+    store_auth auth; /* the ranks prove this secret to the store and to each other */
+    store_server_auth(l.store, &auth);
     sup_opts so = {
         .exe = exe, .argv = args, .world = o->nproc, .group_rank = 0, .master_addr = addr, .master_port = port,
+        .job = auth.job, .epoch = auth.epoch, .secret = &auth.secret,
         .grace_ms = o->kill_grace_ms > 0 ? o->kill_grace_ms : 2000, .on_exit = on_rank_exit,
         .on_closed = on_ranks_closed, .data = &l,
     };
@@ -170,6 +173,7 @@ int launcher_spawn(const launcher_opts *o, launcher_result *res)
     }
     uv_run(&l.loop, UV_RUN_DEFAULT);
     uv_loop_close(&l.loop);
+    store_server_free(l.store);
     res->seconds = (uv_hrtime() - l.t0) / 1e9;
     free(l.ranks);
     free(l.failed);

@@ -294,28 +294,52 @@ int main(int argc, char **argv)
           jobs_transition_allowed(ATOLL__JOB_STATE__JOB_RUNNING, ATOLL__JOB_STATE__JOB_RESTARTING) == 1,
           "transition table");
 
-    /* ---- rendezvous ---- */
+    /* ---- rendezvous: only ranks of the scope they proved ---- */
+    static test_peer r1, r2, other;
+    r1.p.role = r2.p.role = other.p.role = ATOLL__ROLE__ROLE_RANK;
+    r1.p.job = r2.p.job = 7;
+    other.p.job = 8;
     Atoll__KvGet g = ATOLL__KV_GET__INIT;
     g.job = 7;
     g.key = "nccl-id";
     g.wait_ms = 3000;
-    int before = cli2.frames;
-    send_msg(&c, &cli2, ATOLL__MSG_TYPE__MSG_KV_GET, &g.base);
-    CHECK(cli2.frames == before, "a waiting get answered at once");
+    int before = r2.frames;
+    send_msg(&c, &r2, ATOLL__MSG_TYPE__MSG_KV_GET, &g.base);
+    CHECK(r2.frames == before, "a waiting get answered at once");
     Atoll__KvSet s = ATOLL__KV_SET__INIT;
     s.job = 7;
     s.key = "nccl-id";
     s.value.data = (uint8_t *)"ID";
     s.value.len = 2;
     send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_KV_SET, &s.base);
-    Atoll__KvReply *kr = (Atoll__KvReply *)last(&cli2, ATOLL__MSG_TYPE__MSG_KV_REPLY);
+    CHECK(strstr(last_error(&cli, &code), "ROLE_RANK") && code == ATOLL__ERROR_CODE__ERR_UNAUTHENTICATED,
+          "the CLI (cluster token) may not write a job's keys: '%s'", last_error(&cli, NULL));
+    send_msg(&c, &other, ATOLL__MSG_TYPE__MSG_KV_SET, &s.base);
+    CHECK(strstr(last_error(&other, NULL), "not of job 7"), "a rank of job 8 may not write job 7's keys: '%s'",
+          last_error(&other, NULL));
+    CHECK(r2.frames == before, "refused sets woke nobody");
+    Atoll__JobsRequest jr_all = ATOLL__JOBS_REQUEST__INIT;
+    send_msg(&c, &other, ATOLL__MSG_TYPE__MSG_JOBS, &jr_all.base);
+    CHECK(strstr(last_error(&other, NULL), "only use its job's rendezvous keys"), "a rank may not list jobs: '%s'",
+          last_error(&other, NULL));
+    send_msg(&c, &r1, ATOLL__MSG_TYPE__MSG_KV_SET, &s.base);
+    Atoll__KvReply *kr = (Atoll__KvReply *)last(&r2, ATOLL__MSG_TYPE__MSG_KV_REPLY);
     CHECK(kr && kr->found && kr->value.len == 2 && !memcmp(kr->value.data, "ID", 2), "waiter woken with the value");
     if (kr) atoll__kv_reply__free_unpacked(kr, NULL);
+    Atoll__KvAdd ad = ATOLL__KV_ADD__INIT;
+    ad.job = 7;
+    ad.key = "count";
+    ad.delta = 3;
+    send_msg(&c, &r1, ATOLL__MSG_TYPE__MSG_KV_ADD, &ad.base);
+    send_msg(&c, &r2, ATOLL__MSG_TYPE__MSG_KV_ADD, &ad.base);
+    kr = (Atoll__KvReply *)last(&r2, ATOLL__MSG_TYPE__MSG_KV_REPLY);
+    CHECK(kr && kr->number == 6, "add over two ranks: %lld", kr ? (long long)kr->number : -1);
+    if (kr) atoll__kv_reply__free_unpacked(kr, NULL);
     g.key = "never";
-    send_msg(&c, &cli2, ATOLL__MSG_TYPE__MSG_KV_GET, &g.base);
+    send_msg(&c, &r2, ATOLL__MSG_TYPE__MSG_KV_GET, &g.base);
     fake_ms += 3001;
     coord_tick(&c);
-    kr = (Atoll__KvReply *)last(&cli2, ATOLL__MSG_TYPE__MSG_KV_REPLY);
+    kr = (Atoll__KvReply *)last(&r2, ATOLL__MSG_TYPE__MSG_KV_REPLY);
     CHECK(kr && !kr->found, "expired wait answered not-found");
     if (kr) atoll__kv_reply__free_unpacked(kr, NULL);
 
