@@ -84,16 +84,6 @@ int jobs_config(const store_job *j, atoll_config *cfg)
     return rc;
 }
 
-double jobs_bubble_theory(const atoll_config *cfg, int world)
-{
-    int dp = cfg_data_parallel_size(cfg, world);
-    int pp = cfg->pipeline_model_parallel_size;
-    if (!dp || pp < 2 || cfg->micro_batch_size < 1) return 0.0;
-    int gbs = cfg->global_batch_size ? cfg->global_batch_size : cfg->micro_batch_size * dp;
-    double m = (double)gbs / (cfg->micro_batch_size * dp);
-    return (pp - 1) / (cfg_virtual_stages(cfg) * m);
-}
-
 int jobs_submit(coord *c, const Atoll__JobSpec *spec, uint64_t *id, char *err, size_t errlen)
 {
     atoll_config cfg;
@@ -121,7 +111,7 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, uint64_t *id, char *err, s
     snprintf(j.name, sizeof j.name, "%s", spec->name && spec->name[0] ? spec->name : "job");
     j.state = PENDING;
     snprintf(j.message, sizeof j.message, "queued");
-    j.bubble_theory = jobs_bubble_theory(&cfg, cfg.num_gpus);
+    j.bubble_theory = cfg_bubble_theory(&cfg, cfg.num_gpus);
     j.created_ms = j.updated_ms = c->now();
     j.spec_len = protobuf_c_message_get_packed_size(&spec->base);
     j.spec = malloc(j.spec_len ? j.spec_len : 1);

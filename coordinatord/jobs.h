@@ -36,8 +36,6 @@ void jobs_rank_metrics(coord *c, const Atoll__RankMetrics *m);
 
 /* The job's settings as a config (and world size); -1 when the stored spec is corrupt. */
 int jobs_config(const store_job *j, atoll_config *cfg);
-/* (p-1)/(v*m): the theoretical pipeline bubble of the layout. */
-double jobs_bubble_theory(const atoll_config *cfg, int world);
 
 /* After a coordinator restart: jobs caught mid-placement go back to pending. */
 void jobs_reconcile(coord *c);

@@ -53,6 +53,7 @@ typedef struct {
 /* A message that arrived before its receive was posted. */
 typedef struct msg {
     uint32_t ctx, tag;
+    double t_first, t_done; /* header arrived, payload complete */
     size_t bytes;
     unsigned char *data;
     int complete;
@@ -68,6 +69,7 @@ typedef struct req {
     int peer; /* world rank */
     int state;
     msg *m; /* matched an already-arrived message */
+    double t_first, t_done; /* header arrived, payload complete */
     char why[160];
     struct req *next;
 } req;
@@ -152,6 +154,7 @@ static int route_payload(host_world *h, peer *p)
         r->state = REQ_RECEIVING;
     }
     if (r && r->bytes == p->hdr.bytes) {
+        r->t_first = now_s();
         p->cur_req = r;
         p->dst = r->buf;
     } else {
@@ -173,6 +176,7 @@ static int route_payload(host_world *h, peer *p)
         m->ctx = p->hdr.ctx;
         m->tag = p->hdr.tag;
         m->bytes = p->hdr.bytes;
+        m->t_first = now_s();
         m->data = data;
         if (r) {
             r->m = m;
@@ -194,8 +198,15 @@ static int route_payload(host_world *h, peer *p)
 static void payload_done(host_world *h, peer *p)
 {
     pthread_mutex_lock(&h->mu);
-    if (p->cur_req) p->cur_req->state = REQ_DONE;
-    if (p->cur_msg) p->cur_msg->complete = 1;
+    double t = now_s();
+    if (p->cur_req) {
+        p->cur_req->t_done = t;
+        p->cur_req->state = REQ_DONE;
+    }
+    if (p->cur_msg) {
+        p->cur_msg->t_done = t;
+        p->cur_msg->complete = 1;
+    }
     p->cur_req = NULL;
     p->cur_msg = NULL;
     p->in_payload = 0;
@@ -316,8 +327,10 @@ static req *post_recv(comm *c, int wrank, void *buf, size_t bytes, uint32_t tag)
 
 static const char *op_label(uint32_t tag) { return tag & COLL_TAG ? "collective" : "recv"; }
 
-/* Waits for r and frees it. Returns 0 or -1 with the world error set. */
-static int wait_recv(comm *c, req *r)
+/* Waits for r and frees it. Returns 0 or -1 with the world error set. When
+ * `when` is given, it gets when the message's first byte arrived and when it was
+ * complete. */
+static int wait_recv_timed(comm *c, req *r, double when[2])
 {
     comm_world *w = c->world;
     host_world *h = w->impl;
@@ -363,16 +376,24 @@ static int wait_recv(comm *c, req *r)
         } else {
             memcpy(r->buf, r->m->data, r->bytes);
         }
+        r->t_first = r->m->t_first;
+        r->t_done = r->m->t_done;
         free(r->m->data);
         free(r->m);
     } else if (r->state == REQ_FAILED) {
         rc = comm_fail(w, "comm: %s on group '%s' from rank %d: %s", op_label(r->tag), c->name,
                        r->peer, r->why);
     }
+    if (when) {
+        when[0] = r->t_first;
+        when[1] = r->t_done;
+    }
     pthread_mutex_unlock(&h->mu);
     free(r);
     return rc;
 }
+
+static int wait_recv(comm *c, req *r) { return wait_recv_timed(c, r, NULL); }
 
 static int send_msg(comm *c, int wrank, const void *buf, size_t bytes, uint32_t tag)
 {
@@ -833,20 +854,33 @@ static int host_barrier(comm *c)
     return 0;
 }
 
+/* Transfer time of the batch: the sends, plus each receive from its first byte
+ * (or the batch's start, when it was already arriving) to its last. Time before a
+ * receive's first byte is the peer not having sent yet: waiting, not transfer. */
 static int host_p2p_batch(comm *c, comm_p2p *ops, int n)
 {
+    double t0 = now_s(), xfer = 0;
     req **rq = calloc((size_t)n, sizeof(req *));
     for (int i = 0; i < n; i++)
         if (!ops[i].is_send) rq[i] = post_recv(c, c->ranks[ops[i].peer], ops[i].buf, ops[i].bytes, ops[i].tag);
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++)
-        if (ops[i].is_send) rc = send_msg(c, c->ranks[ops[i].peer], ops[i].buf, ops[i].bytes, ops[i].tag);
+        if (ops[i].is_send) {
+            double ts = now_s();
+            rc = send_msg(c, c->ranks[ops[i].peer], ops[i].buf, ops[i].bytes, ops[i].tag);
+            xfer += now_s() - ts;
+        }
     for (int i = 0; i < n; i++)
         if (rq[i]) {
-            int e = wait_recv(c, rq[i]);
+            double when[2] = {0, 0};
+            int e = wait_recv_timed(c, rq[i], when);
             if (rc == 0) rc = e;
+            double from = when[0] > t0 ? when[0] : t0;
+            if (when[1] > from) xfer += when[1] - from;
         }
     free(rq);
+    double total = now_s() - t0;
+    c->xfer_s += xfer < total ? xfer : total;
     return rc;
 }
 
