@@ -261,6 +261,55 @@ int msg_spec_to_cfg(const Atoll__JobSpec *in, atoll_config *c, char *err, size_t
     return 0;
 }
 
+char **msg_spec_to_argv(const Atoll__JobSpec *in, const char *exe, int *argc)
+{
+    const ProtobufCMessageDescriptor *d = &atoll__job_spec__descriptor;
+    char **argv = calloc(2 * d->n_fields + 2, sizeof *argv);
+    if (!argv) return NULL;
+    int n = 0;
+    argv[n++] = strdup(exe);
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        if (!strcmp(f->name, "name") || !strcmp(f->name, "num_gpus")) continue;
+        const char *p = (const char *)in + f->offset;
+        char val[64];
+        const char *v = val;
+        switch (f->type) {
+        case PROTOBUF_C_TYPE_INT32: snprintf(val, sizeof val, "%d", *(const int32_t *)p); break;
+        case PROTOBUF_C_TYPE_UINT64: snprintf(val, sizeof val, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+        case PROTOBUF_C_TYPE_DOUBLE: snprintf(val, sizeof val, "%.17g", *(const double *)p); break;
+        case PROTOBUF_C_TYPE_BOOL:
+            if (!*(const protobuf_c_boolean *)p) continue;
+            v = NULL;
+            break;
+        case PROTOBUF_C_TYPE_STRING:
+            v = *(char *const *)p;
+            if (!v || !*v) continue;
+            break;
+        default: continue;
+        }
+        char flag[80] = "--";
+        size_t k = 2;
+        for (const char *c = f->name; *c && k < sizeof flag - 1; c++) flag[k++] = *c == '_' ? '-' : *c;
+        flag[k] = 0;
+        argv[n++] = strdup(flag);
+        if (v) argv[n++] = strdup(v);
+    }
+    for (int i = 0; i < n; i++)
+        if (!argv[i]) {
+            msg_argv_free(argv);
+            return NULL;
+        }
+    *argc = n;
+    return argv;
+}
+
+void msg_argv_free(char **argv)
+{
+    for (char **a = argv; a && *a; a++) free(*a);
+    free(argv);
+}
+
 const char *msg_job_state_name(int s)
 {
     static const char *n[] = { "pending", "placing", "starting", "running",

@@ -8,6 +8,7 @@
 
 #include "fabric.h"
 #include "jobs.h"
+#include "series.h"
 #include "log.h"
 #include "topo.h"
 
@@ -89,6 +90,9 @@ int coord_init(coord *c, const coord_opts *o, const char *db_path, char *err, si
 
 void coord_free(coord *c)
 {
+    series_flush(c);
+    jobs_live_free(c);
+    logs_free_all(c);
     rendezvous_free_all(c);
     store_close(c->st);
     c->st = NULL;

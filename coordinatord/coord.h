@@ -5,6 +5,7 @@
  *   registry.c   nodes and liveness          jobs.c       job state machine
  *   scheduler.c  placement of pending jobs   store.c      SQLite state
  *   events.c     the audit log               rendezvous.c key-value store for ranks
+ *   series.c     per-step metrics of jobs    logs.c       rank logs fetched from nodes
  *   http.c       /metrics, /api/..., /
  */
 #ifndef ATOLL_COORD_H
@@ -50,6 +51,37 @@ typedef struct coord_hist {
 
 struct kv_store;
 
+typedef struct series_acc series_acc;
+
+/* A rank that failed, waiting for the settle period before the job is failed. */
+typedef struct live_fail {
+    int rank, pid, exit_status, term_signal;
+    char node[64];
+    char tail[1024];
+} live_fail;
+
+#define LIVE_FAILS 8
+
+/* An active job (placing, starting, running, restarting), cached in memory so
+ * heartbeats with metrics and exits need no database read (jobs.c keeps it in
+ * step with every state change; rebuilt from the store at start). */
+typedef struct live_job {
+    uint64_t id;
+    uint32_t epoch;
+    int state;
+    int world, pp;
+    double bubble_theory;
+    struct series_acc *acc;  /* series.c: steps being gathered (NULL until the first report) */
+    int nfail;
+    live_fail fail[LIVE_FAILS];
+    int64_t settle_ms;       /* fail the job at this time (after the first failure) */
+} live_job;
+
+typedef struct live_table {
+    live_job **v;            /* open addressing on id; NULL = empty, LIVE_GONE = deleted */
+    size_t cap, n, used;
+} live_table;
+
 typedef struct coord {
     coord_opts o;
     store *st;
@@ -63,6 +95,11 @@ typedef struct coord {
     int64_t (*now)(void);    /* wall clock in ms; replaceable in tests */
     int schedule_pending;    /* the scheduler should run soon */
     struct kv_store *kv;     /* rendezvous keys (rendezvous.c) */
+    live_table live;         /* active jobs (jobs.c) */
+    struct logs_pending *logs; /* log reads forwarded to workers (logs.c) */
+    uint64_t next_log_id;
+    uint64_t metrics_records; /* RankMetrics received */
+    int series_dirty;        /* reports gathered since the last flush */
     /* counters for /metrics */
     uint64_t frames, heartbeats, errors_sent, registrations;
     coord_hist hb_hist;
@@ -112,6 +149,13 @@ void rendezvous_job_changed(coord *c, uint64_t job, uint32_t epoch, int ended);
 void rendezvous_expire(coord *c, int64_t now_ms);
 void rendezvous_peer_closed(coord *c, coord_peer *p);
 void rendezvous_free_all(coord *c);
+
+/* ---- logs.c ---- */
+void logs_request(coord *c, coord_peer *p, const Atoll__LogsRequest *m);
+void logs_data(coord *c, coord_peer *p, const Atoll__LogData *m);
+void logs_expire(coord *c, int64_t now_ms);
+void logs_peer_closed(coord *c, coord_peer *p);
+void logs_free_all(coord *c);
 
 void coord_hist_add(coord_hist *h, uint64_t us);
 /* Smallest bucket bound below which a fraction q of samples fall (microseconds). */

@@ -286,6 +286,22 @@ int store_job_update(store *s, const store_job *j)
     return sqlite3_changes(s->db) == 1 ? 0 : -1;
 }
 
+int store_job_set_metrics(store *s, uint64_t id, int64_t step, double loss, double tokens_per_s, double mfu,
+                          double bubble_measured, int64_t updated_ms)
+{
+    sqlite3_stmt *st = prep(s, "UPDATE jobs SET step=?2, loss=?3, tokens_per_s=?4, mfu=?5, bubble_measured=?6, "
+                               "updated_ms=?7 WHERE id=?1 AND step<=?2");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
+    sqlite3_bind_int64(st, 2, step);
+    sqlite3_bind_double(st, 3, loss);
+    sqlite3_bind_double(st, 4, tokens_per_s);
+    sqlite3_bind_double(st, 5, mfu);
+    sqlite3_bind_double(st, 6, bubble_measured);
+    sqlite3_bind_int64(st, 7, updated_ms);
+    return done(st);
+}
+
 #define JOB_COLUMNS "id, name, spec, state, message, restarts, epoch, step, loss, tokens_per_s, mfu, " \
                     "bubble_measured, bubble_theory, created_ms, updated_ms"
 

@@ -77,6 +77,9 @@ void store_job_clear(store_job *j);
 int store_job_insert(store *s, store_job *j);
 /* Writes every column but id, name, spec and created_ms. */
 int store_job_update(store *s, const store_job *j);
+/* The latest-step columns only (no state change). */
+int store_job_set_metrics(store *s, uint64_t id, int64_t step, double loss, double tokens_per_s, double mfu,
+                          double bubble_measured, int64_t updated_ms);
 /* 0 found, 1 not found, -1 error. */
 int store_job_get(store *s, uint64_t id, store_job *out);
 /* In id order; `state` < 0 selects all. The job is cleared after each callback. */

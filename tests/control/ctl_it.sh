@@ -63,7 +63,8 @@ start_coord() { # [PORT]
 declare -A WPID
 start_worker() { # NAME workerd-flags...
   local name=$1; shift
-  "$BIN/workerd" --name "$name" --work-dir "$TMP/work" "$@" >>"$TMP/workerd-$name.log" 2>&1 &
+  "$BIN/workerd" --name "$name" --work-dir "$TMP/work" --train-bin "$(dirname "$0")/idle_rank.sh" "$@" \
+      >>"$TMP/workerd-$name.log" 2>&1 &
   WPID[$name]=$!
   PIDS+=("$!")
 }

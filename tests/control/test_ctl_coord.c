@@ -201,7 +201,7 @@ int main(int argc, char **argv)
     uint64_t id = submit(&c, &cli, &cfg, &e);
     CHECK(id == 1, "valid job refused: '%s'", e);
     CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_PENDING, "state %d", j.state);
-    CHECK_CLOSE(j.bubble_theory, 1.0 / 4.0, 1e-12); /* (p-1)/(v*m) = 1/(1*16/(1*4)) */
+    CHECK_CLOSE(j.bubble_theory, 1.0 / 5.0, 1e-12); /* (p-1)/(v*m + p-1), m = 16/(1*4) */
     store_job_clear(&j);
     coord_tick(&c);
     CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_STARTING, "after tick: %d (%s)", j.state, j.message);
@@ -255,6 +255,7 @@ int main(int argc, char **argv)
     fake_ms += 500;
     heartbeat(&c, &w1, &m);
     CHECK(w1.type == ATOLL__MSG_TYPE__MSG_HEARTBEAT_ACK, "heartbeat ack");
+    coord_tick(&c); /* steps are written once per tick */
     CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_RUNNING && j.step == 5 && j.loss == 3.25,
           "running with metrics: state %d step %lld", j.state, (long long)j.step);
     store_job_clear(&j);
