@@ -13,6 +13,13 @@ void msg_json_node(jsonw *w, const Atoll__Node *n);
  *  "layout":{"tp","pp","dp","vpp"},"metrics":{...},"message"}; metrics are null until
  * the job reports a step. */
 void msg_json_job(jsonw *w, const Atoll__Job *j);
+/* One step's metrics: {"iteration","time_ms","loss","lr","grad_norm","tokens_per_s","step_ms",
+ * "flops_per_gpu","tflops_per_gpu","peak_flops","mfu" (null when the device's peak is unknown,
+ * e.g. CPU ranks),"memory_bytes","bubble_measured","bubble_theory","stages":[{"stage","measured",
+ * "theory","transfer"}]}; a stage's measured/transfer is null until its rank reported. */
+void msg_json_metrics(jsonw *w, const Atoll__JobMetrics *m);
+/* 1 when MFU means something: the ranks' device has a known dense bf16 peak. */
+int msg_mfu_known(const Atoll__JobMetrics *m);
 void msg_json_event(jsonw *w, const Atoll__Event *e);
 void msg_json_layout(jsonw *w, const Atoll__JobLayout *l);
 
