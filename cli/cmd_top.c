@@ -95,8 +95,8 @@ static int frame(cli_ctx *c, uint64_t want, screen *s, int json)
         strftime(now, sizeof now, "%H:%M:%S", &tm);
         put(s, "atoll top - %s - %s UTC - %zu jobs   (q quits)", c->coordinator, now, all->n_jobs);
         put(s, "%s", "");
-        put(s, "%-5s %-12s %-10s %-11s %-8s %-9s %-9s %-6s %s", "JOB", "NAME", "STATE", "STEP", "LOSS", "TOKENS/S",
-            "TFLOP/GPU", "MFU", "BUBBLE");
+        put(s, "%-4s %-10s %-9s %-10s %-7s %-8s %-8s %-5s %s", "JOB", "NAME", "STATE", "STEP", "LOSS", "TOKENS/S",
+            "TF/GPU", "MFU", "BUBBLE m/t");
         /* active jobs first, newest first; finished ones after */
         for (int pass = 0; pass < 2; pass++)
             for (size_t k = all->n_jobs; k-- > 0;) {
@@ -110,14 +110,14 @@ static int frame(cli_ctx *c, uint64_t want, screen *s, int json)
                     if (j->spec && j->spec->train_iters)
                         snprintf(step, sizeof step, "%lld/%d", (long long)m->step, j->spec->train_iters);
                     else snprintf(step, sizeof step, "%lld", (long long)m->step);
-                    snprintf(loss, sizeof loss, "%.4f", m->loss);
+                    snprintf(loss, sizeof loss, "%.3f", m->loss);
                     snprintf(tps, sizeof tps, "%.0f", m->tokens_per_s);
                     if (m->flops_per_gpu > 0) snprintf(tfl, sizeof tfl, "%.4f", m->flops_per_gpu / 1e12);
                     if (msg_mfu_known(m)) snprintf(mfu, sizeof mfu, "%.1f%%", 100 * m->mfu);
                     else snprintf(mfu, sizeof mfu, "n/a");
                     snprintf(bub, sizeof bub, "%.3f/%.3f", m->bubble_measured, m->bubble_theory);
                 }
-                put(s, "%-5llu %-12.12s %-10s %-11s %-8s %-9s %-9s %-6s %s", (unsigned long long)j->id, j->name,
+                put(s, "%-4llu %-10.10s %-9s %-10s %-7s %-8s %-8s %-5s %s", (unsigned long long)j->id, j->name,
                     msg_job_state_name(j->state), step, loss, tps, tfl, mfu, bub);
             }
         if (!all->n_jobs) put(s, "(no jobs; `atoll submit ... --num-gpus N` queues one)");
@@ -129,10 +129,13 @@ static int frame(cli_ctx *c, uint64_t want, screen *s, int json)
                 detail->spec ? detail->spec->num_gpus : 0);
             put(s, "  %.60s", detail->message);
             if (m && m->step > 0) {
-                char mfu[200];
-                cli_format_mfu(mfu, sizeof mfu, m);
-                put(s, "  step %lld: loss %.4f  lr %.2e  %.0f tokens/s  %.1f ms/step  MFU %s", (long long)m->step,
-                    m->loss, m->lr, m->tokens_per_s, m->step_ms, mfu);
+                char mfu[64];
+                if (msg_mfu_known(m)) snprintf(mfu, sizeof mfu, "MFU %.1f%%", 100 * m->mfu);
+                else snprintf(mfu, sizeof mfu, "MFU n/a (CPU)");
+                put(s, "  step %lld: loss %.4f  lr %.2e  %.1f ms/step  %s", (long long)m->step, m->loss, m->lr,
+                    m->step_ms, mfu);
+                put(s, "  %.0f tokens/s, %.3f TFLOP/s per GPU, peak memory %.0f MiB per rank", m->tokens_per_s,
+                    m->flops_per_gpu / 1e12, m->memory_bytes / 1048576.0);
                 put(s, "  %-6s %-9s %-7s %-9s %s", "STAGE", "MEASURED", "THEORY", "TRANSFER", "IDLE SHARE OF THE STEP");
                 for (size_t i = 0; i < m->n_stages && detail->pp > 1; i++) {
                     const Atoll__StageBubble *b = m->stages[i];

@@ -327,6 +327,7 @@ void jobs_rank_exit(coord *c, const char *node, const Atoll__RankExit *e)
     if (e->exit_status == 0 && e->term_signal == 0) {
         int total = 0, ok = 0;
         if (store_exits_count(c->st, e->job, e->epoch, &total, &ok) || ok < lj->world || lj->nfail) return;
+        series_flush(c); /* the last steps first, so the job ends with its final figures */
         store_job j;
         if (store_job_get(c->st, e->job, &j)) return;
         if (j.state == STARTING) jobs_set_state(c, &j, RUNNING, "ranks reporting");

@@ -192,8 +192,12 @@ void series_msg(const store_step *st, double bubble_theory, Atoll__JobMetrics *o
 
 int series_latest(coord *c, uint64_t job, Atoll__JobMetrics *out, msg_arena *a)
 {
-    store_step st;
+    store_step st, prev;
     if (store_step_latest(c->st, job, &st)) return 1;
+    /* The newest step may still wait for a stage's report: show the one before then. */
+    int missing = !st.have_job;
+    for (int i = 0; i < st.nstages && st.nstages > 1; i++) missing |= st.bubble[i] < 0;
+    if (missing && st.iteration > 1 && store_step_get(c->st, job, st.iteration - 1, &prev) == 0) st = prev;
     store_job j;
     double theory = 0;
     if (store_job_get(c->st, job, &j) == 0) {
