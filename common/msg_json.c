@@ -5,6 +5,12 @@
 void msg_json_node(jsonw *w, const Atoll__Node *n)
 {
     jsonw_obj(w);
+    msg_json_node_fields(w, n);
+    jsonw_obj_end(w);
+}
+
+void msg_json_node_fields(jsonw *w, const Atoll__Node *n)
+{
     jsonw_kstr(w, "name", n->name);
     jsonw_kstr(w, "state", msg_node_state_name(n->state));
     jsonw_key(w, "gpus");
@@ -46,7 +52,6 @@ void msg_json_node(jsonw *w, const Atoll__Node *n)
     jsonw_kint(w, "last_seen_ms", n->last_seen_ms);
     jsonw_key(w, "heartbeats");
     jsonw_uint(w, n->heartbeats);
-    jsonw_obj_end(w);
 }
 
 static void num_or_null(jsonw *w, const char *k, double v, int have)

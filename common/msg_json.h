@@ -9,6 +9,8 @@
 /* {"name","state","gpus":[{"index","name","memory_bytes","island","uuid","pci_bus_id","rail"}],
  *  "nics":[{"name","rail","gbps","link_layer"}],"leaf","cpu_ranks","last_seen_ms",...} */
 void msg_json_node(jsonw *w, const Atoll__Node *n);
+/* The same members without the enclosing braces, for callers that add their own. */
+void msg_json_node_fields(jsonw *w, const Atoll__Node *n);
 /* {"job","name","state","step","loss","mfu","tokens_per_s","restarts","epoch","num_gpus",
  *  "layout":{"tp","pp","dp","vpp"},"metrics":{...},"message"}; metrics are null until
  * the job reports a step. */

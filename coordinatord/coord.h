@@ -29,6 +29,8 @@ typedef struct coord_opts {
     int node_timeout_ms;     /* silence before a node is dead */
     uint32_t max_frame;
     char fabric[512];        /* Slurm topology.conf for placement; "" = none */
+    char http_token_file[512]; /* "" = HTTP open to whoever can connect */
+    int http_max_conns;
 } coord_opts;
 
 /* A connected client, as the handlers see it. */
@@ -87,6 +89,8 @@ typedef struct coord {
     store *st;
     registry reg;
     auth_token token;
+    auth_token http_token;   /* len 0: no bearer required */
+    uint64_t jobs_gen;       /* bumped on every job change: HTTP caches key on it */
     int64_t started_ms;
     /* How frames leave: rpc_send in the daemon, a recorder in tests. */
     void (*send)(struct coord *c, coord_peer *p, uint16_t type, const ProtobufCMessage *m);

@@ -115,6 +115,7 @@ void jobs_live_free(coord *c)
 /* Brings the live table in line with a job's new state and epoch. */
 static void live_sync(coord *c, const store_job *j)
 {
+    c->jobs_gen++;
     live_job *lj = jobs_live(c, j->id);
     if (!jobs_is_active(j->state)) {
         if (lj) live_remove(c, j->id);
@@ -254,6 +255,7 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, uint64_t *id, char *err, s
     }
     *id = j.id;
     store_job_clear(&j);
+    c->jobs_gen++;
     c->schedule_pending = 1;
     return 0;
 }

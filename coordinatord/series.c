@@ -145,6 +145,7 @@ void series_flush(coord *c)
         return;
     }
     c->series_dirty = 0;
+    c->jobs_gen++; /* the jobs' latest figures changed */
     /* Everything received before this flush is now on disk. */
     for (size_t i = 0; i < c->reg.n; i++) c->reg.nodes[i]->relay_durable = c->reg.nodes[i]->relay_seen;
 }

@@ -360,6 +360,24 @@ int store_jobs_each(store *s, int state, store_job_fn fn, void *ctx)
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
 }
 
+int store_jobs_page(store *s, uint64_t after_id, unsigned limit, store_job_fn fn, void *ctx)
+{
+    sqlite3_stmt *st = prep(s, "SELECT " JOB_COLUMNS " FROM jobs WHERE id>?1 ORDER BY id LIMIT ?2");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)after_id);
+    sqlite3_bind_int(st, 2, (int)limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_job j;
+        if (read_job(st, &j)) break;
+        int stop = fn(ctx, &j);
+        store_job_clear(&j);
+        if (stop) break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
 int store_idlist_push(store_idlist *l, uint64_t id)
 {
     if (l->n == l->cap) {

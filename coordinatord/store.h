@@ -86,6 +86,9 @@ int store_job_get(store *s, uint64_t id, store_job *out);
 typedef int (*store_job_fn)(void *ctx, store_job *j);
 int store_jobs_each(store *s, int state, store_job_fn fn, void *ctx);
 
+/* Jobs with id > after_id in id order, at most `limit`; the job is cleared after each callback. */
+int store_jobs_page(store *s, uint64_t after_id, unsigned limit, store_job_fn fn, void *ctx);
+
 /* A growable list of job ids, for callers that change jobs while walking them
  * (a change inside store_jobs_each would race its open statement). Owns `ids`;
  * release with free(list.ids). */
