@@ -14,6 +14,10 @@
 #            and the job is still running (workerd kept the reports until they were stored)
 #   secret   without the job secret nothing can claim a rank or touch the job's keys
 #   top      `atoll top` in a real terminal (tmux, 80x24) shows the job's row; q quits
+#   http     /metrics parsed by python3-prometheus-client with the per-job series typed; /api
+#            pagination and errors; --http-token bearer
+#   dashboard  the page in a real headless Chromium (DevTools protocol): no request leaves
+#            loopback, nodes and a running job's plots with points, live updates; screenshot kept
 # Every process started here is killed on exit, pass or fail.
 set -uo pipefail
 CASE=$1
@@ -50,9 +54,10 @@ wait_until() { # SECONDS COMMAND...: polls every 100 ms
 json() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 atoll() { "$BIN/atoll" "$@"; }
 
-start_coord() { # [PORT]
+start_coord() { # [PORT] [more flags]
   rm -f "$TMP/state/coordinatord.addr"
-  "$BIN/coordinatord" --listen "127.0.0.1:${1:-0}" --http 127.0.0.1:0 --state-dir "$TMP/state" \
+  local port=${1:-0}; shift
+  "$BIN/coordinatord" --listen "127.0.0.1:$port" --http 127.0.0.1:0 --state-dir "$TMP/state" "$@" \
       --heartbeat-interval 0.2 --node-timeout 3 >>"$TMP/coordinatord.log" 2>&1 &
   COORD_PID=$!
   PIDS+=("$COORD_PID")
@@ -70,7 +75,7 @@ start_worker() { # NAME
 }
 nodes_alive() { [ "$(atoll nodes --json | json "sum(n['state']=='alive' for n in d['nodes'])")" = "$1" ]; }
 start_cluster() {
-  start_coord
+  start_coord 0 "$@"
   start_worker node-a
   start_worker node-b
   wait_until 10 nodes_alive 2 || fail "2 nodes not alive: $(atoll nodes)"
@@ -266,6 +271,91 @@ $(screen)"
 $(screen)"
   ok "atoll top in an 80x24 tmux pane shows job $id's row, refreshes (step $step1 and later), and q quits"
   cat "$TMP/top-screen.txt"
+  atoll cancel "$id" >/dev/null
+  wait_until 10 no_ranks_of "$id" || fail "ranks alive after cancel"
+  stop_all
+}
+
+debian_python() { # the Python with Debian's packages (python3-prometheus-client)
+  for cand in /usr/bin/python3 python3; do "$cand" -c "import $1" 2>/dev/null && { echo "$cand"; return 0; }; done
+  return 1
+}
+
+case_http() {
+  local dpy; dpy=$(debian_python prometheus_client) || { echo "SKIP: needs python3-prometheus-client"; exit 77; }
+  echo "s3cret-bearer-token-0123456789" >"$TMP/http-token"
+  start_cluster --http-token "$TMP/http-token"
+  local id; id=$(long_job scraped) || fail "submit"
+  wait_until 60 step_at_least "$id" 3 || fail "job not running: $(atoll status "$id")"
+  local H; H=http://$(cat "$TMP/state/http.addr")
+  "$dpy" - "$H" "$id" "$(cat "$TMP/http-token")" <<'PYEOF' || fail "/metrics"
+import sys, urllib.request, urllib.error, json
+from prometheus_client.parser import text_string_to_metric_families
+base, job, token = sys.argv[1], sys.argv[2], sys.argv[3]
+def get(path, tok=token):
+    req = urllib.request.Request(base + path, headers={"Authorization": "Bearer " + tok} if tok else {})
+    return urllib.request.urlopen(req, timeout=10)
+for path in ("/metrics", "/api/jobs"):
+    for tok in (None, "wrong"):
+        try:
+            get(path, tok)
+            raise SystemExit("%s served without the right bearer token" % path)
+        except urllib.error.HTTPError as e:
+            assert e.code == 401, e.code
+assert get("/", None).status == 200, "the page itself holds no data and is open"
+fams = {f.name: f for f in text_string_to_metric_families(get("/metrics").read().decode())}
+want = {"atoll_job_info": "gauge", "atoll_job_step": "gauge", "atoll_job_loss": "gauge",
+        "atoll_job_tokens_per_second": "gauge", "atoll_job_achieved_flops_per_gpu": "gauge",
+        "atoll_job_bubble_ratio": "gauge", "atoll_job_transfer_ratio": "gauge", "atoll_job_restarts": "counter",
+        "atoll_job_ranks": "gauge", "atoll_job_nodes": "gauge", "atoll_job_memory_bytes": "gauge",
+        "atoll_job_step_seconds": "gauge", "atoll_nodes": "gauge", "atoll_gpus": "gauge",
+        "atoll_heartbeat_handle_seconds": "histogram", "atoll_rank_reports": "counter"}
+for name, typ in want.items():
+    assert name in fams, "missing %s" % name
+    assert fams[name].type == typ, "%s is %s, want %s" % (name, fams[name].type, typ)
+def samples(name): return [s for s in fams[name].samples if s.labels.get("job") == job]
+assert samples("atoll_job_step")[0].value >= 3
+assert samples("atoll_job_ranks")[0].value == 8 and samples("atoll_job_nodes")[0].value == 2
+assert samples("atoll_job_tokens_per_second")[0].value > 0
+bub = samples("atoll_job_bubble_ratio")
+kinds = sorted((s.labels["stage"], s.labels["kind"]) for s in bub)
+assert kinds == [("0", "measured"), ("0", "theory"), ("1", "measured"), ("1", "theory")], kinds
+assert all(0 <= s.value <= 1 for s in bub + samples("atoll_job_transfer_ratio")), "ratios outside 0..1"
+assert not samples("atoll_job_mfu_ratio"), "no MFU series for CPU ranks (no peak)"
+assert not any("iteration" in s.labels or "step" in s.labels for f in fams.values() for s in f.samples), "per-step label"
+print("ok: %d families; per-job series present and typed; bubble per stage measured/theory in 0..1" % len(fams))
+# /api: one job with its series; pagination; clear errors
+d = json.load(get("/api/jobs/" + job))
+assert d["job"]["state"] == "running" and len(d["series"]) >= 3 and d["layout"]["pp"] == 2, d["job"]
+after = d["series"][-1]["iteration"]
+assert all(s["iteration"] > after for s in json.load(get("/api/jobs/%s?after=%d" % (job, after)))["series"])
+p = json.load(get("/api/jobs?limit=1"))
+assert len(p["jobs"]) == 1 and p["next"] == int(job), p["next"]
+assert json.load(get("/api/jobs?after=%s" % job))["jobs"] == []
+for bad in ("/api/jobs/999", "/nope"):
+    try:
+        get(bad)
+        raise SystemExit(bad + " answered 200")
+    except urllib.error.HTTPError as e:
+        assert e.code == 404 and b"/api/jobs" in e.read(), e.code
+n = json.load(get("/api/nodes"))["nodes"]
+assert sum(len(x["held"]) for x in n) == 8 and {h["job"] for x in n for h in x["held"]} == {int(job)}
+print("ok: /api/jobs/ID with series (and ?after), paginated /api/jobs, 404s that say what exists, GPU holders")
+PYEOF
+  ok "/metrics and /api behind --http-token"
+  atoll cancel "$id" >/dev/null
+  wait_until 10 no_ranks_of "$id" || fail "ranks alive after cancel"
+  stop_all
+}
+
+case_dashboard() {
+  command -v chromium >/dev/null || { echo "SKIP: needs chromium"; exit 77; }
+  start_cluster
+  local id; id=$(long_job watched) || fail "submit"
+  wait_until 60 step_at_least "$id" 3 || fail "job not running: $(atoll status "$id")"
+  local shot=${ATOLL_ARTIFACTS:-$TMP}/dashboard.png
+  "$PY" "$HERE/dashboard_cdp.py" "http://$(cat "$TMP/state/http.addr")/" "$shot" 2 || fail "dashboard"
+  ok "the dashboard in headless Chromium; screenshot $shot"
   atoll cancel "$id" >/dev/null
   wait_until 10 no_ranks_of "$id" || fail "ranks alive after cancel"
   stop_all
