@@ -195,10 +195,20 @@ int series_latest(coord *c, uint64_t job, Atoll__JobMetrics *out, msg_arena *a)
 {
     store_step st, prev;
     if (store_step_latest(c->st, job, &st)) return 1;
-    /* The newest step may still wait for a stage's report: show the one before then. */
-    int missing = !st.have_job;
-    for (int i = 0; i < st.nstages && st.nstages > 1; i++) missing |= st.bubble[i] < 0;
-    if (missing && st.iteration > 1 && store_step_get(c->st, job, st.iteration - 1, &prev) == 0) st = prev;
+    /* The newest steps may still wait for some ranks' reports (their nodes heartbeat
+     * at other moments): show the newest complete one of the last few. */
+    for (int back = 1; back <= 16; back++) {
+        int missing = !st.have_job;
+        for (int i = 0; i < st.nstages && st.nstages > 1; i++) missing |= st.bubble[i] < 0;
+        if (!missing) break;
+        if (st.iteration - back < 1 || store_step_get(c->st, job, st.iteration - back, &prev)) continue;
+        int ok = prev.have_job;
+        for (int i = 0; i < prev.nstages && prev.nstages > 1; i++) ok &= prev.bubble[i] >= 0;
+        if (ok) {
+            st = prev;
+            break;
+        }
+    }
     store_job j;
     double theory = 0;
     if (store_job_get(c->st, job, &j) == 0) {
