@@ -83,11 +83,12 @@ start_cluster() {
 state_is() { [ "$(atoll status "$1" --json | json "d['state']")" = "$2" ]; }
 step_at_least() { [ "$(atoll status "$1" --json | json "d['step']")" -ge "$2" ]; }
 
-# Processes whose environment names job $1 (and rank $2 when given): the job's ranks.
+# Processes whose environment names job $1 (and rank $2 when given) and one of this
+# test's workerds as their supervisor: the job's ranks (other tests run jobs too).
 rank_pids() {
-  "$PY" - "$1" "${2:-}" <<'PYEOF'
+  "$PY" - "$1" "${2:-}" "${WPID[@]}" <<'PYEOF'
 import os, sys
-job, rank = sys.argv[1], sys.argv[2]
+job, rank, sups = sys.argv[1], sys.argv[2], sys.argv[3:]
 for p in os.listdir("/proc"):
     if not p.isdigit(): continue
     try:
@@ -96,8 +97,10 @@ for p in os.listdir("/proc"):
     except OSError:
         continue
     if stat.rsplit(")", 1)[1].split()[0] == "Z": continue
-    if ("ATOLL_JOB_ID=%s" % job).encode() in env and (not rank or ("RANK=%s" % rank).encode() in env):
-        print(p)
+    if ("ATOLL_JOB_ID=%s" % job).encode() not in env: continue
+    if rank and ("RANK=%s" % rank).encode() not in env: continue
+    if not any(("ATOLL_SUPERVISOR_PID=%s" % s).encode() in env for s in sups): continue
+    print(p)
 PYEOF
 }
 no_ranks_of() { [ -z "$(rank_pids "$1")" ]; }
