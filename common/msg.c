@@ -227,6 +227,24 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->bf16 = c->bf16;
 }
 
+/* A JobSpec field's value as config text: numbers printed, booleans "true"/"false",
+ * strings as they are. NULL for an empty string or a type the config does not use. */
+static const char *spec_field(const Atoll__JobSpec *in, const ProtobufCFieldDescriptor *f, char *val, size_t len)
+{
+    const char *p = (const char *)in + f->offset;
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_INT32: snprintf(val, len, "%d", *(const int32_t *)p); return val;
+    case PROTOBUF_C_TYPE_UINT64: snprintf(val, len, "%llu", (unsigned long long)*(const uint64_t *)p); return val;
+    case PROTOBUF_C_TYPE_DOUBLE: snprintf(val, len, "%.17g", *(const double *)p); return val;
+    case PROTOBUF_C_TYPE_BOOL: return *(const protobuf_c_boolean *)p ? "true" : "false";
+    case PROTOBUF_C_TYPE_STRING: {
+        const char *v = *(char *const *)p;
+        return v && *v ? v : NULL;
+    }
+    default: return NULL;
+    }
+}
+
 /* Walks the JobSpec descriptor so a field added to the .proto with a config key of
  * the same name is carried without touching this function. */
 int msg_spec_to_cfg(const Atoll__JobSpec *in, atoll_config *c, char *err, size_t errlen)
@@ -236,20 +254,9 @@ int msg_spec_to_cfg(const Atoll__JobSpec *in, atoll_config *c, char *err, size_t
     for (unsigned i = 0; i < d->n_fields; i++) {
         const ProtobufCFieldDescriptor *f = &d->fields[i];
         if (!strcmp(f->name, "name")) continue;
-        const char *p = (const char *)in + f->offset;
         char val[64];
-        const char *v = val;
-        switch (f->type) {
-        case PROTOBUF_C_TYPE_INT32: snprintf(val, sizeof val, "%d", *(const int32_t *)p); break;
-        case PROTOBUF_C_TYPE_UINT64: snprintf(val, sizeof val, "%llu", (unsigned long long)*(const uint64_t *)p); break;
-        case PROTOBUF_C_TYPE_DOUBLE: snprintf(val, sizeof val, "%.17g", *(const double *)p); break;
-        case PROTOBUF_C_TYPE_BOOL: v = *(const protobuf_c_boolean *)p ? "true" : "false"; break;
-        case PROTOBUF_C_TYPE_STRING:
-            v = *(char *const *)p;
-            if (!v || !*v) continue; /* empty string: keep the default */
-            break;
-        default: continue;
-        }
+        const char *v = spec_field(in, f, val, sizeof val);
+        if (!v) continue; /* empty string: keep the default */
         char inner[256] = "";
         cfg_status st = cfg_set(c, f->name, v, inner, sizeof inner);
         if (st == CFG_UNKNOWN) continue; /* spec fields the config does not model yet */
@@ -271,23 +278,10 @@ char **msg_spec_to_argv(const Atoll__JobSpec *in, const char *exe, int *argc)
     for (unsigned i = 0; i < d->n_fields; i++) {
         const ProtobufCFieldDescriptor *f = &d->fields[i];
         if (!strcmp(f->name, "name") || !strcmp(f->name, "num_gpus")) continue;
-        const char *p = (const char *)in + f->offset;
         char val[64];
-        const char *v = val;
-        switch (f->type) {
-        case PROTOBUF_C_TYPE_INT32: snprintf(val, sizeof val, "%d", *(const int32_t *)p); break;
-        case PROTOBUF_C_TYPE_UINT64: snprintf(val, sizeof val, "%llu", (unsigned long long)*(const uint64_t *)p); break;
-        case PROTOBUF_C_TYPE_DOUBLE: snprintf(val, sizeof val, "%.17g", *(const double *)p); break;
-        case PROTOBUF_C_TYPE_BOOL:
-            if (!*(const protobuf_c_boolean *)p) continue;
-            v = NULL;
-            break;
-        case PROTOBUF_C_TYPE_STRING:
-            v = *(char *const *)p;
-            if (!v || !*v) continue;
-            break;
-        default: continue;
-        }
+        const char *v = spec_field(in, f, val, sizeof val);
+        if (!v || !strcmp(v, "false")) continue; /* booleans: a bare flag when set */
+        if (f->type == PROTOBUF_C_TYPE_BOOL) v = NULL;
         char flag[80] = "--";
         size_t k = 2;
         for (const char *c = f->name; *c && k < sizeof flag - 1; c++) flag[k++] = *c == '_' ? '-' : *c;

@@ -122,6 +122,12 @@ void coord_dispatch(coord *c, coord_peer *p, uint16_t type, const uint8_t *paylo
 void coord_peer_closed(coord *c, coord_peer *p);
 void coord_reply(coord *c, coord_peer *p, uint16_t type, const ProtobufCMessage *m);
 void coord_error(coord *c, coord_peer *p, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Reads job `id` into *out (caller clears) or answers p with ERR_NOT_FOUND naming
+ * it (ERR_INTERNAL on a store failure). 0 found, -1 answered. */
+int coord_find_job(coord *c, coord_peer *p, uint64_t id, store_job *out);
+/* The job's layout of its current epoch; NULL when it has none. Free with
+ * atoll__job_layout__free_unpacked. */
+Atoll__JobLayout *coord_layout(coord *c, uint64_t job, uint32_t epoch);
 /* Builds the NodesReply for `name` ("" = all) into *out using arena memory. */
 struct msg_arena;
 int coord_nodes_reply(coord *c, const char *name, Atoll__NodesReply *out, struct msg_arena *a);

@@ -375,6 +375,25 @@ void coord_job_msg(const store_job *j, Atoll__Job *out, Atoll__JobSpec **spec_ou
     out->metrics = mt;
 }
 
+int coord_find_job(coord *c, coord_peer *p, uint64_t id, store_job *out)
+{
+    int r = store_job_get(c->st, id, out);
+    if (!r) return 0;
+    coord_error(c, p, r > 0 ? ATOLL__ERROR_CODE__ERR_NOT_FOUND : ATOLL__ERROR_CODE__ERR_INTERNAL,
+                "no job %llu (`atoll jobs` lists them)", (unsigned long long)id);
+    return -1;
+}
+
+Atoll__JobLayout *coord_layout(coord *c, uint64_t job, uint32_t epoch)
+{
+    uint8_t *blob;
+    size_t len;
+    if (store_layout_get(c->st, job, epoch, &blob, &len)) return NULL;
+    Atoll__JobLayout *l = atoll__job_layout__unpack(NULL, len, blob);
+    free(blob);
+    return l;
+}
+
 static void handle_submit(coord *c, coord_peer *p, Atoll__SubmitRequest *m)
 {
     if (!m->spec) {
@@ -439,12 +458,7 @@ static void handle_jobs(coord *c, coord_peer *p, Atoll__JobsRequest *m)
 {
     if (m->job) {
         store_job j;
-        int r = store_job_get(c->st, m->job, &j);
-        if (r) {
-            coord_error(c, p, r > 0 ? ATOLL__ERROR_CODE__ERR_NOT_FOUND : ATOLL__ERROR_CODE__ERR_INTERNAL,
-                        "no job %llu (`atoll jobs` lists them)", (unsigned long long)m->job);
-            return;
-        }
+        if (coord_find_job(c, p, m->job, &j)) return;
         reply_one_job(c, p, &j);
         store_job_clear(&j);
         return;
@@ -475,18 +489,8 @@ static void handle_cancel(coord *c, coord_peer *p, Atoll__CancelRequest *m)
 static void handle_layout(coord *c, coord_peer *p, Atoll__LayoutRequest *m)
 {
     store_job j;
-    int r = store_job_get(c->st, m->job, &j);
-    if (r) {
-        coord_error(c, p, r > 0 ? ATOLL__ERROR_CODE__ERR_NOT_FOUND : ATOLL__ERROR_CODE__ERR_INTERNAL,
-                    "no job %llu (`atoll jobs` lists them)", (unsigned long long)m->job);
-        return;
-    }
-    uint8_t *blob = NULL;
-    size_t len = 0;
-    msg_arena a = { 0 };
-    Atoll__JobLayout *l = NULL;
-    if (store_layout_get(c->st, j.id, j.epoch, &blob, &len) == 0)
-        l = (Atoll__JobLayout *)unpack_in(&a, &atoll__job_layout__descriptor, blob, len);
+    if (coord_find_job(c, p, m->job, &j)) return;
+    Atoll__JobLayout *l = coord_layout(c, j.id, j.epoch);
     if (!l) {
         coord_error(c, p, ATOLL__ERROR_CODE__ERR_NOT_FOUND, "job %llu has no layout yet (%s: %s)",
                     (unsigned long long)j.id, msg_job_state_name(j.state), j.message);
@@ -494,9 +498,8 @@ static void handle_layout(coord *c, coord_peer *p, Atoll__LayoutRequest *m)
         Atoll__LayoutReply rep = ATOLL__LAYOUT_REPLY__INIT;
         rep.layout = l;
         coord_reply(c, p, ATOLL__MSG_TYPE__MSG_LAYOUT_REPLY, &rep.base);
+        atoll__job_layout__free_unpacked(l, NULL);
     }
-    free(blob);
-    msg_arena_free(&a);
     store_job_clear(&j);
 }
 
@@ -526,12 +529,7 @@ static int add_step(void *ctx, const store_step *st)
 static void handle_metrics(coord *c, coord_peer *p, Atoll__MetricsRequest *m)
 {
     store_job j;
-    int r = store_job_get(c->st, m->job, &j);
-    if (r) {
-        coord_error(c, p, r > 0 ? ATOLL__ERROR_CODE__ERR_NOT_FOUND : ATOLL__ERROR_CODE__ERR_INTERNAL,
-                    "no job %llu (`atoll jobs` lists them)", (unsigned long long)m->job);
-        return;
-    }
+    if (coord_find_job(c, p, m->job, &j)) return;
     msg_arena a = { 0 };
     Atoll__MetricsReply rep = ATOLL__METRICS_REPLY__INIT;
     rep.job = j.id;

@@ -300,11 +300,7 @@ typedef struct {
 
 static int count_nodes(coord *c, const store_job *j)
 {
-    uint8_t *blob;
-    size_t len;
-    if (store_layout_get(c->st, j->id, j->epoch, &blob, &len)) return 0;
-    Atoll__JobLayout *l = atoll__job_layout__unpack(NULL, len, blob);
-    free(blob);
+    Atoll__JobLayout *l = coord_layout(c, j->id, j->epoch);
     int n = 0;
     for (size_t i = 0; l && i < l->n_ranks; i++) {
         int seen = 0;
@@ -469,11 +465,7 @@ typedef struct {
 static void collect_holders(coord *c, live_job *lj, void *ctx)
 {
     holders *h = ctx;
-    uint8_t *blob;
-    size_t len;
-    if (store_layout_get(c->st, lj->id, lj->epoch, &blob, &len)) return;
-    Atoll__JobLayout *l = atoll__job_layout__unpack(NULL, len, blob);
-    free(blob);
+    Atoll__JobLayout *l = coord_layout(c, lj->id, lj->epoch);
     if (!l) return;
     if (h->nl == h->capl) {
         size_t cap = h->capl ? 2 * h->capl : 16;
@@ -642,13 +634,7 @@ static int job_body(coord *c, uint64_t id, int64_t after, char **out)
     jsonw_key(&w, "job");
     msg_json_job(&w, &m);
     jsonw_key(&w, "layout");
-    uint8_t *blob;
-    size_t len;
-    Atoll__JobLayout *l = NULL;
-    if (store_layout_get(c->st, j.id, j.epoch, &blob, &len) == 0) {
-        l = atoll__job_layout__unpack(NULL, len, blob);
-        free(blob);
-    }
+    Atoll__JobLayout *l = coord_layout(c, j.id, j.epoch);
     if (l) {
         msg_json_layout(&w, l);
         atoll__job_layout__free_unpacked(l, NULL);

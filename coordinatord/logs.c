@@ -22,26 +22,11 @@ struct logs_pending {
     int64_t deadline_ms;
 };
 
-static Atoll__JobLayout *layout_of(coord *c, const store_job *j)
-{
-    uint8_t *blob;
-    size_t len;
-    if (store_layout_get(c->st, j->id, j->epoch, &blob, &len)) return NULL;
-    Atoll__JobLayout *l = atoll__job_layout__unpack(NULL, len, blob);
-    free(blob);
-    return l;
-}
-
 void logs_request(coord *c, coord_peer *p, const Atoll__LogsRequest *m)
 {
     store_job j;
-    int r = store_job_get(c->st, m->job, &j);
-    if (r) {
-        coord_error(c, p, r > 0 ? ATOLL__ERROR_CODE__ERR_NOT_FOUND : ATOLL__ERROR_CODE__ERR_INTERNAL,
-                    "no job %llu (`atoll jobs` lists them)", (unsigned long long)m->job);
-        return;
-    }
-    Atoll__JobLayout *l = layout_of(c, &j);
+    if (coord_find_job(c, p, m->job, &j)) return;
+    Atoll__JobLayout *l = coord_layout(c, j.id, j.epoch);
     if (!l) {
         coord_error(c, p, ATOLL__ERROR_CODE__ERR_NOT_FOUND, "job %llu has not been placed yet (%s), so it has no logs",
                     (unsigned long long)j.id, j.message);

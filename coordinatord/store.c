@@ -342,12 +342,10 @@ int store_job_get(store *s, uint64_t id, store_job *out)
     return r;
 }
 
-int store_jobs_each(store *s, int state, store_job_fn fn, void *ctx)
+/* Runs a prepared job query, one callback per row; finalizes it. */
+static int each_job(sqlite3_stmt *st, store_job_fn fn, void *ctx)
 {
-    sqlite3_stmt *st = prep(s, state < 0 ? "SELECT " JOB_COLUMNS " FROM jobs ORDER BY id"
-                                         : "SELECT " JOB_COLUMNS " FROM jobs WHERE state=?1 ORDER BY id");
     if (!st) return -1;
-    if (state >= 0) sqlite3_bind_int(st, 1, state);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         store_job j;
@@ -360,22 +358,22 @@ int store_jobs_each(store *s, int state, store_job_fn fn, void *ctx)
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
 }
 
+int store_jobs_each(store *s, int state, store_job_fn fn, void *ctx)
+{
+    sqlite3_stmt *st = prep(s, state < 0 ? "SELECT " JOB_COLUMNS " FROM jobs ORDER BY id"
+                                         : "SELECT " JOB_COLUMNS " FROM jobs WHERE state=?1 ORDER BY id");
+    if (st && state >= 0) sqlite3_bind_int(st, 1, state);
+    return each_job(st, fn, ctx);
+}
+
 int store_jobs_page(store *s, uint64_t after_id, unsigned limit, store_job_fn fn, void *ctx)
 {
     sqlite3_stmt *st = prep(s, "SELECT " JOB_COLUMNS " FROM jobs WHERE id>?1 ORDER BY id LIMIT ?2");
-    if (!st) return -1;
-    sqlite3_bind_int64(st, 1, (sqlite3_int64)after_id);
-    sqlite3_bind_int(st, 2, (int)limit);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_job j;
-        if (read_job(st, &j)) break;
-        int stop = fn(ctx, &j);
-        store_job_clear(&j);
-        if (stop) break;
+    if (st) {
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)after_id);
+        sqlite3_bind_int(st, 2, (int)limit);
     }
-    sqlite3_finalize(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+    return each_job(st, fn, ctx);
 }
 
 int store_idlist_push(store_idlist *l, uint64_t id)

@@ -28,31 +28,8 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/jobs_it_${CASE}.XXXXXX")
 PIDS=()
 export OPENBLAS_NUM_THREADS=1
 
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  [ -n "${TMUX_SOCK:-}" ] && tmux -S "$TMUX_SOCK" kill-server 2>/dev/null
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL ($CASE): $*" >&2
-  for f in "$TMP"/*.log; do echo "--- $f" >&2; tail -n 30 "$f" >&2; done
-  exit 1
-}
-ok() { echo "ok: $*"; }
-now() { date +%s.%N; }
-wait_until() { # SECONDS COMMAND...: polls every 100 ms
-  local limit=$1; shift
-  local end; end=$(awk -v a="$(now)" -v b="$limit" 'BEGIN { printf "%.3f", a + b }')
-  while ! "$@" >/dev/null 2>&1; do
-    if awk -v a="$(now)" -v b="$end" 'BEGIN { exit !(a > b) }'; then return 1; fi
-    sleep 0.1
-  done
-}
-json() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
-atoll() { "$BIN/atoll" "$@"; }
+. "$HERE/it_lib.sh"
+it_extra_cleanup() { [ -n "${TMUX_SOCK:-}" ] && tmux -S "$TMUX_SOCK" kill-server 2>/dev/null; }
 
 start_coord() { # [PORT] [more flags]
   rm -f "$TMP/state/coordinatord.addr"
@@ -163,11 +140,19 @@ stop_all() {
 long_job() { # NAME [ITERS]: a job that runs until stopped
   atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters "${2:-100000}" --name "$1" --json | json "d['job']"
 }
+running_job() { # NAME STEPS: submits a long job, waits until it has reported STEPS steps; sets ID
+  ID=$(long_job "$1") || fail "submit"
+  wait_until 60 step_at_least "$ID" "$2" || fail "job not running: $(atoll status "$ID")"
+}
+cancel_job() { # ID: cancels it and checks no rank is left
+  atoll cancel "$1" >/dev/null
+  wait_until 10 no_ranks_of "$1" || fail "ranks alive after cancel: $(rank_pids "$1")"
+}
 
 case_cancel() {
   start_cluster
-  local id; id=$(long_job victim) || fail "submit"
-  wait_until 60 step_at_least "$id" 2 || fail "job not running: $(atoll status "$id")"
+  running_job victim 2
+  local id=$ID
   local pids; pids=$(rank_pids "$id")
   [ "$(echo "$pids" | wc -w)" = 8 ] || fail "expected 8 rank processes, found: $pids"
   atoll cancel "$id" | grep -q cancelled || fail "cancel"
@@ -180,8 +165,8 @@ case_cancel() {
 
 case_kill9() {
   start_cluster
-  local id; id=$(long_job victim) || fail "submit"
-  wait_until 60 step_at_least "$id" 2 || fail "job not running: $(atoll status "$id")"
+  running_job victim 2
+  local id=$ID
   local victim; victim=$(rank_pids "$id" 3)
   [ -n "$victim" ] || fail "no rank 3"
   kill -9 "$victim"
@@ -197,8 +182,8 @@ ranks_gone() { for p in $MINE; do [ -d "/proc/$p" ] && [ "$(awk '{print $3}' "/p
 
 case_workerd() {
   start_cluster
-  local id; id=$(long_job orphans) || fail "submit"
-  wait_until 60 step_at_least "$id" 2 || fail "job not running: $(atoll status "$id")"
+  running_job orphans 2
+  local id=$ID
   local mine; mine=$(for p in $(rank_pids "$id"); do
     tr '\0' '\n' </proc/"$p"/environ | grep -qx "ATOLL_SUPERVISOR_PID=${WPID[node-a]}" && echo "$p"; done)
   [ "$(echo "$mine" | wc -w)" = 4 ] || fail "node-a's 4 ranks: $mine"
@@ -234,8 +219,8 @@ case_restart() {
 
 case_secret() {
   start_cluster
-  local id; id=$(long_job guarded) || fail "submit"
-  wait_until 60 step_at_least "$id" 1 || fail "job not running: $(atoll status "$id")"
+  running_job guarded 1
+  local id=$ID
   local py=
   for cand in /usr/bin/python3 python3; do "$cand" -c "import google.protobuf" 2>/dev/null && { py=$cand; break; }; done
   [ -n "$py" ] && command -v protoc >/dev/null || { echo "SKIP: needs protoc and python3-protobuf"; exit 77; }
@@ -243,16 +228,15 @@ case_secret() {
   "$py" "$HERE/jobs_intruder.py" "$PORT" "$ATOLL_TOKEN_FILE" "$TMP" "$id" || fail "an intruder got in"
   step_at_least "$id" 2 && state_is "$id" running || fail "the job suffered: $(atoll status "$id")"
   ok "no claim of a rank, no write of the job's keys without its secret; the job runs on"
-  atoll cancel "$id" >/dev/null
-  wait_until 10 no_ranks_of "$id" || fail "ranks alive after cancel"
+  cancel_job "$id"
   stop_all
 }
 
 case_top() {
   command -v tmux >/dev/null || { echo "SKIP: needs tmux"; exit 77; }
   start_cluster
-  local id; id=$(long_job watched) || fail "submit"
-  wait_until 60 step_at_least "$id" 2 || fail "job not running: $(atoll status "$id")"
+  running_job watched 2
+  local id=$ID
   TMUX_SOCK=$TMP/tmux.sock
   tmux -S "$TMUX_SOCK" new-session -d -s top -x 80 -y 24 \
     "ATOLL_COORDINATOR=$ATOLL_COORDINATOR ATOLL_TOKEN_FILE=$ATOLL_TOKEN_FILE TERM=xterm $BIN/atoll top; echo TOP-EXITED \$?; sleep 30" \
@@ -274,8 +258,7 @@ $(screen)"
 $(screen)"
   ok "atoll top in an 80x24 tmux pane shows job $id's row, refreshes (step $step1 and later), and q quits"
   cat "$TMP/top-screen.txt"
-  atoll cancel "$id" >/dev/null
-  wait_until 10 no_ranks_of "$id" || fail "ranks alive after cancel"
+  cancel_job "$id"
   stop_all
 }
 
@@ -288,8 +271,8 @@ case_http() {
   local dpy; dpy=$(debian_python prometheus_client) || { echo "SKIP: needs python3-prometheus-client"; exit 77; }
   echo "s3cret-bearer-token-0123456789" >"$TMP/http-token"
   start_cluster --http-token "$TMP/http-token"
-  local id; id=$(long_job scraped) || fail "submit"
-  wait_until 60 step_at_least "$id" 3 || fail "job not running: $(atoll status "$id")"
+  running_job scraped 3
+  local id=$ID
   local H; H=http://$(cat "$TMP/state/http.addr")
   "$dpy" - "$H" "$id" "$(cat "$TMP/http-token")" <<'PYEOF' || fail "/metrics"
 import sys, urllib.request, urllib.error, json
@@ -346,21 +329,19 @@ assert sum(len(x["held"]) for x in n) == 8 and {h["job"] for x in n for h in x["
 print("ok: /api/jobs/ID with series (and ?after), paginated /api/jobs, 404s that say what exists, GPU holders")
 PYEOF
   ok "/metrics and /api behind --http-token"
-  atoll cancel "$id" >/dev/null
-  wait_until 10 no_ranks_of "$id" || fail "ranks alive after cancel"
+  cancel_job "$id"
   stop_all
 }
 
 case_dashboard() {
   command -v chromium >/dev/null || { echo "SKIP: needs chromium"; exit 77; }
   start_cluster
-  local id; id=$(long_job watched) || fail "submit"
-  wait_until 60 step_at_least "$id" 3 || fail "job not running: $(atoll status "$id")"
+  running_job watched 3
+  local id=$ID
   local shot=${ATOLL_ARTIFACTS:-$TMP}/dashboard.png
   "$PY" "$HERE/dashboard_cdp.py" "http://$(cat "$TMP/state/http.addr")/" "$shot" 2 || fail "dashboard"
   ok "the dashboard in headless Chromium; screenshot $shot"
-  atoll cancel "$id" >/dev/null
-  wait_until 10 no_ranks_of "$id" || fail "ranks alive after cancel"
+  cancel_job "$id"
   stop_all
 }
 
