@@ -244,7 +244,8 @@ static void handle_heartbeat(coord *c, coord_peer *p, Atoll__Heartbeat *m)
         int was = n->live;
         set_live(c, n, NODE_ALIVE, "node.alive", "heartbeat after %.1f s of silence (was %s)", silent / 1000.0,
                  topo_state_name(was));
-        if (was == NODE_DEAD) c->schedule_pending = 1;
+        /* Placement skips nodes that are not alive: a job queued meanwhile may fit now. */
+        c->schedule_pending = 1;
     }
     /* Reports come in relay order; one already received is a resend after a reconnect. */
     for (size_t i = 0; i < m->n_ranks; i++) {

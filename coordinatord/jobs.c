@@ -143,9 +143,27 @@ static void live_sync(coord *c, const store_job *j)
     lj->state = j->state;
 }
 
+static void note_failure(coord *c, live_job *lj, const store_exit *x);
+
+typedef struct {
+    coord *c;
+    live_job *lj;
+} exits_ctx;
+
+static int refail(void *ctx, const store_exit *e)
+{
+    exits_ctx *x = ctx;
+    if (!e->stopped && (e->exit_status || e->term_signal)) note_failure(x->c, x->lj, e);
+    return 0;
+}
+
 static int load_live(void *ctx, store_job *j)
 {
-    live_sync(ctx, j);
+    coord *c = ctx;
+    live_sync(c, j);
+    /* Rank failures stored before a restart still fail the job (their reports are acknowledged). */
+    exits_ctx x = { c, jobs_live(c, j->id) };
+    if (x.lj) store_exits_each(c->st, j->id, j->epoch, refail, &x);
     return 0;
 }
 
@@ -317,6 +335,24 @@ void jobs_node_lost(coord *c, const char *node)
     c->schedule_pending = 1;
 }
 
+/* A rank failed: remember it; its peers fail within moments once their links
+ * drop, so the job is judged after a settle period (jobs_tick). */
+static void note_failure(coord *c, live_job *lj, const store_exit *x)
+{
+    if (lj->nfail < LIVE_FAILS) {
+        live_fail *f = &lj->fail[lj->nfail++];
+        f->rank = x->rank;
+        f->pid = x->pid;
+        f->exit_status = x->exit_status;
+        f->term_signal = x->term_signal;
+        snprintf(f->node, sizeof f->node, "%s", x->node);
+        size_t n = strlen(x->log_tail); /* the end of the tail: the last lines matter */
+        const char *from = n >= sizeof f->tail ? x->log_tail + n - (sizeof f->tail - 1) : x->log_tail;
+        memcpy(f->tail, from, strlen(from) + 1);
+    }
+    if (lj->nfail == 1) lj->settle_ms = c->now() + JOBS_SETTLE_MS;
+}
+
 void jobs_rank_exit(coord *c, const char *node, const Atoll__RankExit *e)
 {
     store_exit x = { .job = e->job, .epoch = e->epoch, .rank = e->rank, .pid = e->pid, .exit_status = e->exit_status,
@@ -339,17 +375,7 @@ void jobs_rank_exit(coord *c, const char *node, const Atoll__RankExit *e)
         store_job_clear(&j);
         return;
     }
-    if (lj->nfail < LIVE_FAILS) {
-        live_fail *f = &lj->fail[lj->nfail++];
-        f->rank = e->rank;
-        f->pid = e->pid;
-        f->exit_status = e->exit_status;
-        f->term_signal = e->term_signal;
-        snprintf(f->node, sizeof f->node, "%s", node);
-        snprintf(f->tail, sizeof f->tail, "%s", e->log_tail ? e->log_tail : "");
-    }
-    /* Its peers fail within moments once their links drop: wait, then blame one. */
-    if (lj->nfail == 1) lj->settle_ms = c->now() + JOBS_SETTLE_MS;
+    note_failure(c, lj, &x);
 }
 
 typedef struct {

@@ -604,6 +604,33 @@ int store_exit_put(store *s, const store_exit *e)
     return sqlite3_changes(s->db) == 1;
 }
 
+int store_exits_each(store *s, uint64_t job, uint32_t epoch, store_exit_fn fn, void *ctx)
+{
+    sqlite3_stmt *st = prep(s, "SELECT rank, pid, exit_status, term_signal, stopped, time_ms, node, log_tail "
+                               "FROM rank_exits WHERE job=?1 AND epoch=?2 ORDER BY time_ms, rowid");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
+    sqlite3_bind_int(st, 2, (int)epoch);
+    int rc;
+    store_exit e;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        memset(&e, 0, sizeof e);
+        e.job = job;
+        e.epoch = epoch;
+        e.rank = sqlite3_column_int(st, 0);
+        e.pid = sqlite3_column_int(st, 1);
+        e.exit_status = sqlite3_column_int(st, 2);
+        e.term_signal = sqlite3_column_int(st, 3);
+        e.stopped = sqlite3_column_int(st, 4);
+        e.time_ms = sqlite3_column_int64(st, 5);
+        text(e.node, sizeof e.node, sqlite3_column_text(st, 6));
+        text(e.log_tail, sizeof e.log_tail, sqlite3_column_text(st, 7));
+        if (fn(ctx, &e)) break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
 int store_exits_count(store *s, uint64_t job, uint32_t epoch, int *total, int *ok)
 {
     sqlite3_stmt *st = prep(s, "SELECT count(*), coalesce(sum(exit_status = 0 AND term_signal = 0), 0) "

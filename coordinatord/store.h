@@ -146,6 +146,9 @@ typedef struct store_exit {
 
 /* Records an exit once: 1 when new, 0 when already recorded, -1 on error. */
 int store_exit_put(store *s, const store_exit *e);
+/* The exits of (job, epoch) in the order they were reported. */
+typedef int (*store_exit_fn)(void *ctx, const store_exit *e);
+int store_exits_each(store *s, uint64_t job, uint32_t epoch, store_exit_fn fn, void *ctx);
 /* How many ranks of (job, epoch) exited, and how many of them with status 0. */
 int store_exits_count(store *s, uint64_t job, uint32_t epoch, int *total, int *ok);
 
