@@ -92,6 +92,23 @@ static void heartbeat(coord *c, test_peer *t, Atoll__RankMetrics *m)
     send_msg(c, t, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hb.base);
 }
 
+static void heartbeat_exit(coord *c, test_peer *t, Atoll__RankExit *e)
+{
+    Atoll__Heartbeat hb = ATOLL__HEARTBEAT__INIT;
+    hb.seq = 2;
+    hb.n_exits = 1;
+    hb.exits = &e;
+    send_msg(c, t, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hb.base);
+}
+
+static uint64_t last_relayed(test_peer *t)
+{
+    Atoll__HeartbeatAck *a = (Atoll__HeartbeatAck *)last(t, ATOLL__MSG_TYPE__MSG_HEARTBEAT_ACK);
+    uint64_t r = a ? a->relayed : (uint64_t)-1;
+    if (a) atoll__heartbeat_ack__free_unpacked(a, NULL);
+    return r;
+}
+
 static void base_cfg(atoll_config *cfg)
 {
     cfg_defaults(cfg);
@@ -294,6 +311,58 @@ int main(int argc, char **argv)
           jobs_transition_allowed(ATOLL__JOB_STATE__JOB_PENDING, ATOLL__JOB_STATE__JOB_RUNNING) == 0 &&
           jobs_transition_allowed(ATOLL__JOB_STATE__JOB_RUNNING, ATOLL__JOB_STATE__JOB_RESTARTING) == 1,
           "transition table");
+
+    /* ---- reports are acknowledged once stored, replays change nothing, a failed rank fails the job ---- */
+    base_cfg(&cfg);
+    uint64_t id2 = submit(&c, &cli, &cfg, &e);
+    coord_tick(&c);
+    CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_STARTING, "second job placed: %d (%s)", j.state, j.message);
+    store_job_clear(&j);
+    int stops_before = w1.stops + w2.stops;
+    Atoll__RankMetrics r0 = ATOLL__RANK_METRICS__INIT;
+    r0.job = id2;
+    r0.rank = 0;
+    r0.iteration = 1;
+    r0.loss = 4.0;
+    r0.relay_seq = 7;
+    heartbeat(&c, &w1, &r0);
+    CHECK(last_relayed(&w1) < 7, "a report is not acknowledged before it is stored");
+    coord_tick(&c);
+    heartbeat(&c, &w1, NULL);
+    CHECK(last_relayed(&w1) == 7, "acknowledged once stored: %llu", (unsigned long long)last_relayed(&w1));
+    r0.loss = 99.0; /* the same report again (a worker resending after a reconnect) */
+    heartbeat(&c, &w1, &r0);
+    coord_tick(&c);
+    store_step st;
+    CHECK(store_step_get(c.st, id2, 1, &st) == 0 && st.loss == 4.0, "a replayed report changes nothing: loss %g",
+          st.loss);
+    CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "running after its first report: %d", j.state);
+    store_job_clear(&j);
+    Atoll__RankExit ex = ATOLL__RANK_EXIT__INIT;
+    ex.job = id2;
+    ex.rank = 5;
+    ex.pid = 4242;
+    ex.term_signal = 9;
+    ex.relay_seq = 8;
+    ex.log_tail = "step 1 done\nboom";
+    heartbeat_exit(&c, &w1, &ex);
+    Atoll__RankExit ex2 = ATOLL__RANK_EXIT__INIT; /* a peer that lost its link to rank 5 */
+    ex2.job = id2;
+    ex2.rank = 9;
+    ex2.pid = 4343;
+    ex2.exit_status = 1;
+    ex2.relay_seq = 3;
+    heartbeat_exit(&c, &w2, &ex2);
+    coord_tick(&c);
+    CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "judged only after the settle period: %d", j.state);
+    store_job_clear(&j);
+    fake_ms += JOBS_SETTLE_MS + 1;
+    coord_tick(&c);
+    CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_FAILED &&
+          strstr(j.message, "rank 5 (pid 4242) was killed by signal 9") && strstr(j.message, "on node n1") &&
+          strstr(j.message, "boom"), "failed, naming the rank killed by a signal: %d '%s'", j.state, j.message);
+    store_job_clear(&j);
+    CHECK(w1.stops + w2.stops > stops_before, "the other ranks were told to stop");
 
     /* ---- rendezvous: only ranks of the scope they proved ---- */
     static test_peer r1, r2, other;
