@@ -85,8 +85,8 @@ int auth_token_load(auth_token *t, const char *path, int create, int *created, c
     return 0;
 }
 
-static void mac(const auth_token *t, const char *label, const uint8_t *a, const uint8_t *b,
-                uint8_t out[SHA256_LEN])
+void auth_mac(const auth_token *t, const char *label, const uint8_t a[AUTH_NONCE_LEN],
+              const uint8_t b[AUTH_NONCE_LEN], uint8_t out[SHA256_LEN])
 {
     hmac_sha256_ctx c;
     hmac_sha256_init(&c, t->bytes, t->len);
@@ -99,11 +99,29 @@ static void mac(const auth_token *t, const char *label, const uint8_t *a, const 
 void auth_client_mac(const auth_token *t, const uint8_t nonce[AUTH_NONCE_LEN],
                      const uint8_t client_nonce[AUTH_NONCE_LEN], uint8_t out[SHA256_LEN])
 {
-    mac(t, "atoll-v1 client", nonce, client_nonce, out);
+    auth_mac(t, "atoll-v1 client", nonce, client_nonce, out);
 }
 
 void auth_server_mac(const auth_token *t, const uint8_t nonce[AUTH_NONCE_LEN],
                      const uint8_t client_nonce[AUTH_NONCE_LEN], uint8_t out[SHA256_LEN])
 {
-    mac(t, "atoll-v1 server", client_nonce, nonce, out);
+    auth_mac(t, "atoll-v1 server", client_nonce, nonce, out);
+}
+
+void auth_job_secret(const auth_token *cluster, uint64_t job, uint32_t epoch, auth_token *out)
+{
+    uint8_t scope[12], raw[SHA256_LEN];
+    for (int i = 0; i < 8; i++) scope[i] = (uint8_t)(job >> (56 - 8 * i));
+    for (int i = 0; i < 4; i++) scope[8 + i] = (uint8_t)(epoch >> (24 - 8 * i));
+    hmac_sha256_ctx c;
+    hmac_sha256_init(&c, cluster->bytes, cluster->len);
+    hmac_sha256_update(&c, "atoll-v1 job", 12);
+    hmac_sha256_update(&c, scope, sizeof scope);
+    hmac_sha256_final(&c, raw);
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < SHA256_LEN; i++) {
+        out->bytes[2 * i] = (uint8_t)hex[raw[i] >> 4];
+        out->bytes[2 * i + 1] = (uint8_t)hex[raw[i] & 15];
+    }
+    out->len = 2 * SHA256_LEN;
 }

@@ -38,4 +38,15 @@ void auth_client_mac(const auth_token *t, const uint8_t nonce[AUTH_NONCE_LEN],
 void auth_server_mac(const auth_token *t, const uint8_t nonce[AUTH_NONCE_LEN],
                      const uint8_t client_nonce[AUTH_NONCE_LEN], uint8_t out[SHA256_LEN]);
 
+/* The secret of one job's restart epoch, given to its ranks instead of the token:
+ * hex(HMAC-SHA256(token, "atoll-v1 job" || job (8 bytes BE) || epoch (4 bytes BE))).
+ * It proves membership of that (job, epoch) and nothing else; the token cannot be
+ * recovered from it. */
+void auth_job_secret(const auth_token *cluster, uint64_t job, uint32_t epoch, auth_token *out);
+
+/* HMAC-SHA256(t, label || a || b) over two nonces: the one primitive of every
+ * challenge-response here (the handshake above, rank-to-rank links). */
+void auth_mac(const auth_token *t, const char *label, const uint8_t a[AUTH_NONCE_LEN],
+              const uint8_t b[AUTH_NONCE_LEN], uint8_t out[SHA256_LEN]);
+
 #endif

@@ -4,6 +4,7 @@
 #include "config.h"
 #include "groups.h"
 #include "launcher.h"
+#include "supervise.h"
 #include "train.h"
 
 #include <stdio.h>
@@ -86,6 +87,10 @@ static int extra(void *ctx, int argc, char **argv, int i, char *err, size_t errl
 
 int main(int argc, char **argv)
 {
+    if (sup_child_guard()) {
+        fprintf(stderr, "atoll-train: the process that started this rank is gone; exiting\n");
+        return 1;
+    }
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);

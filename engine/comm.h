@@ -163,6 +163,9 @@ struct comm {
     int size, pos;
     uint32_t ctx;  /* host: tells this group's messages apart on a shared link */
     uint32_t seq;  /* host: collective counter */
+    double xfer_s; /* host: seconds of p2p batches spent moving bytes (sends, and receives
+                    * from their first byte on), so callers can tell transfer from waiting;
+                    * backends that cannot tell leave it 0 */
     void *impl;    /* backend data */
     void *stage;   /* host backend with device buffers: staging memory (comm.c) */
     size_t stage_bytes;

@@ -80,7 +80,8 @@ typedef struct dist_pipe {
 typedef struct dist_step_result {
     double loss_sum;    /* sum of token losses this rank's last stage computed */
     double busy_s;      /* compute time */
-    double idle_s;      /* blocked in transfers and the closing PP barrier */
+    double idle_s;      /* waiting for a peer (in p2p batches and the closing PP barrier) */
+    double transfer_s;  /* moving activations in p2p batches (not idle, not compute) */
 } dist_step_result;
 
 int dist_pipe_init(dist_pipe *p, dist *d, eng_model *m);

@@ -94,7 +94,8 @@ static int is_transfer(sched_op op) { return op != SCHED_FWD && op != SCHED_BWD;
 
 /* Runs actions [i, j) (all transfers) as one batch; slots whose input gradient
  * went out are freed. */
-static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double *idle, char *err, size_t errlen)
+static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double *idle, double *xfer, char *err,
+                         size_t errlen)
 {
     comm_p2p ops[16];
     size_t bytes = eng_boundary_bytes(p->m);
@@ -114,12 +115,16 @@ static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double
         ops[n++] = (comm_p2p){ send, buf, bytes, a->peer, sched_tag(l, a) };
     }
     p->m->k->sync(); /* the activations sent are complete */
-    double t0 = now_s();
-    if (comm_p2p_batch(p->d->g[GROUP_PP], ops, n)) {
+    comm *pp = p->d->g[GROUP_PP];
+    double t0 = now_s(), x0 = pp->xfer_s;
+    if (comm_p2p_batch(pp, ops, n)) {
         errf(err, errlen, "pipeline: %s", dist_error(p->d));
         return -1;
     }
-    *idle += now_s() - t0;
+    double dt = now_s() - t0, dx = pp->xfer_s - x0;
+    if (dx > dt) dx = dt;
+    *idle += dt - dx;
+    *xfer += dx;
     for (int k = i; k < j; k++)
         if (l->a[k].op == SCHED_SEND_BWD) find_slot(p, l->a[k].mb, l->a[k].chunk)->busy = 0;
     return 0;
@@ -196,7 +201,7 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
     sched_list l;
     memset(r, 0, sizeof *r);
     if (sched_build(d->pp, d->pp_rank, d->nmicro, d->v, &l, err, errlen)) return -1;
-    double t0 = now_s(), idle = 0.0;
+    double t0 = now_s(), idle = 0.0, xfer = 0.0;
     int rc = 0;
     for (int i = 0; i < l.n && !rc;) {
         if (!is_transfer(l.a[i].op)) {
@@ -206,7 +211,7 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
         }
         int j = i;
         while (j < l.n && is_transfer(l.a[j].op)) j++;
-        rc = run_transfers(p, &l, i, j, &idle, err, errlen);
+        rc = run_transfers(p, &l, i, j, &idle, &xfer, err, errlen);
         i = j;
     }
     sched_free(&l);
@@ -221,7 +226,8 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
         idle += now_s() - tb;
     }
     r->idle_s = idle;
-    r->busy_s = now_s() - t0 - idle;
+    r->transfer_s = xfer;
+    r->busy_s = now_s() - t0 - idle - xfer;
     return rc;
 }
 
