@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # bench/bubble_cpu: the pipeline bubble atoll-train measures on the CPU backend
 # (host transport over loopback) at pp = 4, m = 8 micro-batches, v = 1 (1F1B)
-# and v = 2 (interleaved), against the theory (p-1)/(v*m); and at pp = 2, where
+# and v = 2 (interleaved), against the theory (p-1)/(v*m + p-1); and at pp = 2, where
 # each rank has a core of its own on a 2-core machine.
 #
-# A stage's bubble is its time blocked in p2p transfers plus its wait in the
-# closing PP barrier, over its compute time (engine/README.md). Each setting
+# A stage's bubble is its idle time (waiting for a peer in p2p batches and in the
+# closing PP barrier) over the step time, a share in [0, 1]; transfer time is
+# apart (engine/README.md). The recorded results before this definition changed
+# used idle over compute time, compared with (p-1)/(v*m). Each setting
 # runs ITERS steps; the table gives the median over the steps after the first.
 #
 # usage: bench/bubble_cpu.sh [ATOLL_TRAIN] [OUT.md]
@@ -46,7 +48,7 @@ run p2v2 2 --num-layers-per-virtual-pipeline-stage 2
     /usr/bin/env python3 - "$WORK" <<'EOF'
 import json, statistics, sys
 work = sys.argv[1]
-print("| pp | schedule | v | bubble theory (p-1)/(vm) | measured, mean of stages | per stage | step ms |")
+print("| pp | schedule | v | bubble theory (p-1)/(vm+p-1) | measured, mean of stages | per stage | step ms |")
 print("|---:|---|---:|---:|---:|---|---:|")
 for name, p, v, label in (("p4v1", 4, 1, "1F1B"), ("p4v2", 4, 2, "interleaved"), ("p2v1", 2, 1, "1F1B"),
                           ("p2v2", 2, 2, "interleaved")):

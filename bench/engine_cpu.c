@@ -89,7 +89,7 @@ int main(int argc, char **argv)
     for (int it = 0; it <= iters; it++) { /* iteration 0 warms up */
         double t0 = now_s();
         eng_zero_grads(m);
-        eng_forward(m, a, tok, NULL, tgt, &loss);
+        eng_forward(m, a, tok, NULL, tgt, 0.0f, &loss);
         double t1 = now_s();
         eng_backward(m, a, NULL, 1.0f / (float)N);
         double t2 = now_s();

@@ -5,6 +5,7 @@
 #ifndef ATOLL_CLI_H
 #define ATOLL_CLI_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "atoll.pb-c.h"
@@ -54,6 +55,13 @@ int cmd_events(cli_ctx *c, int argc, char **argv);
 int cmd_data(cli_ctx *c, int argc, char **argv);
 int cmd_plan(cli_ctx *c, int argc, char **argv);
 int cmd_layout(cli_ctx *c, int argc, char **argv);
+int cmd_metrics(cli_ctx *c, int argc, char **argv);
+int cmd_logs(cli_ctx *c, int argc, char **argv);
+int cmd_top(cli_ctx *c, int argc, char **argv);
+/* "41.2%", or "n/a (CPU ranks: no dense bf16 peak; 3.2 GFLOP/s achieved per rank)". */
+void cli_format_mfu(char *buf, size_t len, const Atoll__JobMetrics *m);
+/* One job with its latest step in full (JobsRequest for one id). */
+int cli_fetch_job(cli_ctx *c, uint64_t id, Atoll__JobsReply **out);
 /* `submit --auto-layout`: sets cfg's layout to the planner's best on the live
  * cluster; parallel flags present in argv stay as given. Prints the choice on stderr. */
 int cli_auto_layout(cli_ctx *c, atoll_config *cfg, int argc, char **argv);

@@ -68,8 +68,11 @@ int cmd_submit(cli_ctx *c, int argc, char **argv)
     return 0;
 }
 
-static int fetch(cli_ctx *c, uint64_t id, Atoll__JobsReply **out)
+static int fetch_all(cli_ctx *c, Atoll__JobsReply **out);
+
+int cli_fetch_job(cli_ctx *c, uint64_t id, Atoll__JobsReply **out)
 {
+    if (!id) return fetch_all(c, out);
     Atoll__JobsRequest req = ATOLL__JOBS_REQUEST__INIT;
     req.job = id;
     return cli_call(c, ATOLL__MSG_TYPE__MSG_JOBS, &req.base, ATOLL__MSG_TYPE__MSG_JOBS_REPLY,
@@ -126,7 +129,7 @@ int cmd_jobs(cli_ctx *c, int argc, char **argv)
 {
     if (argc > 1) return cli_usage(c, "jobs", "unexpected argument '%s'", argv[1]);
     Atoll__JobsReply *r;
-    int rc = fetch_all(c, &r);
+    int rc = cli_fetch_job(c, 0, &r);
     if (rc) return rc;
     if (c->json) {
         jsonw w;
@@ -148,7 +151,8 @@ int cmd_jobs(cli_ctx *c, int argc, char **argv)
             char layout[32], loss[32], mfu[32];
             snprintf(layout, sizeof layout, "%dx%dx%d", j->tp, j->pp, j->dp);
             metric(loss, sizeof loss, "%.4f", have ? m->loss : 0, have);
-            metric(mfu, sizeof mfu, "%.1f%%", have ? 100 * m->mfu : 0, have);
+            if (have && msg_mfu_known(m)) snprintf(mfu, sizeof mfu, "%.1f%%", 100 * m->mfu);
+            else snprintf(mfu, sizeof mfu, have ? "n/a" : "-");
             printf("%-6llu %-16s %-11s %-5d %-16s %-8lld %-9s %-7s %s\n", (unsigned long long)j->id, j->name,
                    msg_job_state_name(j->state), j->spec ? j->spec->num_gpus : 0, layout,
                    (long long)(m ? m->step : 0), loss, mfu, j->message);
@@ -163,7 +167,7 @@ static void print_job(const Atoll__Job *j)
 {
     const Atoll__JobMetrics *m = j->metrics;
     int have = m && m->step > 0;
-    char t1[32], t2[32], buf[64];
+    char t1[32], t2[32], line[256];
     cli_time(j->created_ms, t1, sizeof t1);
     cli_time(j->updated_ms, t2, sizeof t2);
     printf("job %llu (%s): %s%s%s\n", (unsigned long long)j->id, j->name, msg_job_state_name(j->state),
@@ -175,13 +179,31 @@ static void print_job(const Atoll__Job *j)
                j->spec->num_layers, j->spec->hidden_size, j->spec->num_attention_heads, j->spec->seq_length,
                j->spec->micro_batch_size, j->spec->global_batch_size);
     printf("\n  restarts: %u, epoch %u; submitted %s UTC, updated %s UTC\n", j->restarts, j->epoch, t1, t2);
-    if (have)
-        printf("  step %lld: loss %.4f, %.0f tokens/s, MFU %.1f%%\n", (long long)m->step, m->loss, m->tokens_per_s,
-               100 * m->mfu);
-    else
-        printf("  no step reported yet\n");
-    metric(buf, sizeof buf, "%.3f", have ? m->bubble_measured : 0, have);
-    printf("  pipeline bubble: measured %s, theory %.3f ((p-1)/(v*m))\n", buf, m ? m->bubble_theory : 0);
+    if (!have) {
+        printf("  no step reported yet; pipeline bubble theory %.3f\n", m ? m->bubble_theory : 0);
+        return;
+    }
+    printf("  step %lld", (long long)m->step);
+    if (j->spec && j->spec->train_iters) printf(" of %d", j->spec->train_iters);
+    printf(": loss %.4f", m->loss);
+    if (m->n_stages) printf(", lr %.3e, grad norm %.3f", m->lr, m->grad_norm);
+    printf("\n");
+    cli_format_mfu(line, sizeof line, m);
+    printf("  throughput: %.0f tokens/s", m->tokens_per_s);
+    if (m->n_stages) printf(", %.1f ms per step, %.3f TFLOP/s per GPU", m->step_ms, m->flops_per_gpu / 1e12);
+    printf(", MFU %s\n", line);
+    if (m->memory_bytes) printf("  memory: peak %.0f MiB per rank (largest)\n", m->memory_bytes / 1048576.0);
+    printf("  pipeline bubble (idle / step time): measured %.3f, theory %.3f ((p-1)/(v*m+p-1))\n",
+           m->bubble_measured, m->bubble_theory);
+    for (size_t i = 0; i < m->n_stages && j->pp > 1; i++) {
+        const Atoll__StageBubble *b = m->stages[i];
+        char meas[32], xfer[32];
+        if (b->measured >= 0) snprintf(meas, sizeof meas, "%.3f", b->measured);
+        else snprintf(meas, sizeof meas, "-");
+        if (b->transfer >= 0) snprintf(xfer, sizeof xfer, "%.3f", b->transfer);
+        else snprintf(xfer, sizeof xfer, "-");
+        printf("    stage %d: measured %s, theory %.3f, transfer %s\n", b->stage, meas, b->theory, xfer);
+    }
 }
 
 static int one_job(cli_ctx *c, int argc, char **argv, uint64_t *id)
@@ -205,7 +227,7 @@ int cmd_status(cli_ctx *c, int argc, char **argv)
     int rc = one_job(c, argc, argv, &id);
     if (rc) return rc;
     Atoll__JobsReply *r;
-    if ((rc = fetch(c, id, &r))) return rc;
+    if ((rc = cli_fetch_job(c, id, &r))) return rc;
     if (r->n_jobs == 1) {
         if (c->json) json_one(r->jobs[0]);
         else print_job(r->jobs[0]);

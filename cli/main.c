@@ -7,6 +7,7 @@
 
 #include "auth.h"
 #include "cli.h"
+#include "msg_json.h"
 #include "rpc.h"
 
 static const cli_command COMMANDS[] = {
@@ -18,6 +19,9 @@ static const cli_command COMMANDS[] = {
       "validate and queue a job; prints its id" },
     { "jobs", cmd_jobs, "", "all jobs with state, step, loss, MFU" },
     { "status", cmd_status, "JOB", "one job: state, layout, restarts, latest metrics, bubble" },
+    { "top", cmd_top, "[JOB] [--once]", "live view refreshed every second: jobs, throughput, MFU, bubble per stage (q quits)" },
+    { "metrics", cmd_metrics, "JOB [--after N] [--limit N]", "the job's per-step time series" },
+    { "logs", cmd_logs, "JOB [--rank R] [--follow] [--tail BYTES]", "a rank's log (rank 0 by default)" },
     { "cancel", cmd_cancel, "JOB", "stop a job" },
     { "events", cmd_events, "[--after ID] [--limit N]", "the audit log" },
     { "layout", cmd_layout, "JOB", "rank -> node/GPU map and every process group" },
@@ -91,6 +95,15 @@ void cli_time(int64_t ms, char *buf, unsigned len)
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+void cli_format_mfu(char *buf, size_t len, const Atoll__JobMetrics *m)
+{
+    if (msg_mfu_known(m)) snprintf(buf, len, "%.1f%%", 100 * m->mfu);
+    else if (m->flops_per_gpu > 0)
+        snprintf(buf, len, "n/a (no dense bf16 peak for CPU ranks; %.3g GFLOP/s achieved per rank)",
+                 m->flops_per_gpu / 1e9);
+    else snprintf(buf, len, "n/a");
 }
 
 void cli_print_json_and_free(char *json)

@@ -107,8 +107,8 @@ int auth_token_load(auth_token *t, const char *path, int create, int *created, c
 }
 
 /* HMAC-SHA256(token, label || a || b) */
-static void mac(const auth_token *t, const char *label, const uint8_t *a, const uint8_t *b,
-                uint8_t out[AUTH_MAC_LEN])
+void auth_mac(const auth_token *t, const char *label, const uint8_t a[AUTH_NONCE_LEN],
+              const uint8_t b[AUTH_NONCE_LEN], uint8_t out[AUTH_MAC_LEN])
 {
     crypto_auth_hmacsha256_state st;
     crypto_auth_hmacsha256_init(&st, t->bytes, t->len);
@@ -121,13 +121,32 @@ static void mac(const auth_token *t, const char *label, const uint8_t *a, const 
 void auth_client_mac(const auth_token *t, const uint8_t nonce[AUTH_NONCE_LEN],
                      const uint8_t client_nonce[AUTH_NONCE_LEN], uint8_t out[AUTH_MAC_LEN])
 {
-    mac(t, "atoll-v1 client", nonce, client_nonce, out);
+    auth_mac(t, "atoll-v1 client", nonce, client_nonce, out);
 }
 
 void auth_server_mac(const auth_token *t, const uint8_t nonce[AUTH_NONCE_LEN],
                      const uint8_t client_nonce[AUTH_NONCE_LEN], uint8_t out[AUTH_MAC_LEN])
 {
-    mac(t, "atoll-v1 server", client_nonce, nonce, out);
+    auth_mac(t, "atoll-v1 server", client_nonce, nonce, out);
+}
+
+void auth_job_secret(const auth_token *cluster, uint64_t job, uint32_t epoch, auth_token *out)
+{
+    uint8_t scope[12], raw[AUTH_MAC_LEN];
+    for (int i = 0; i < 8; i++) scope[i] = (uint8_t)(job >> (56 - 8 * i));
+    for (int i = 0; i < 4; i++) scope[8 + i] = (uint8_t)(epoch >> (24 - 8 * i));
+    crypto_auth_hmacsha256_state c;
+    crypto_auth_hmacsha256_init(&c, cluster->bytes, cluster->len);
+    crypto_auth_hmacsha256_update(&c, (const uint8_t *)"atoll-v1 job", 12);
+    crypto_auth_hmacsha256_update(&c, scope, sizeof scope);
+    crypto_auth_hmacsha256_final(&c, raw);
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < AUTH_MAC_LEN; i++) {
+        out->bytes[2 * i] = (uint8_t)hex[raw[i] >> 4];
+        out->bytes[2 * i + 1] = (uint8_t)hex[raw[i] & 15];
+    }
+    out->len = 2 * AUTH_MAC_LEN;
+    sodium_memzero(raw, sizeof raw);
 }
 
 /* ---- per-frame MACs ---- */
@@ -136,8 +155,8 @@ void auth_session_init(auth_session *s, const auth_token *t, const uint8_t nonce
                        const uint8_t client_nonce[AUTH_NONCE_LEN], int is_client)
 {
     uint8_t c2s[AUTH_MAC_LEN], s2c[AUTH_MAC_LEN];
-    mac(t, "atoll-v1 client->server", nonce, client_nonce, c2s);
-    mac(t, "atoll-v1 server->client", nonce, client_nonce, s2c);
+    auth_mac(t, "atoll-v1 client->server", nonce, client_nonce, c2s);
+    auth_mac(t, "atoll-v1 server->client", nonce, client_nonce, s2c);
     crypto_auth_hmacsha256_init(&s->send_key, is_client ? c2s : s2c, AUTH_MAC_LEN);
     crypto_auth_hmacsha256_init(&s->recv_key, is_client ? s2c : c2s, AUTH_MAC_LEN);
     s->send_seq = s->recv_seq = 0;

@@ -9,7 +9,8 @@
  *   server -> AuthResult{ok, server_mac = HMAC-SHA256(token, "atoll-v1 server" || C || N)}
  * The client checks server_mac too, so a worker never reports to a coordinator that
  * does not hold the token. Both nonces are fresh per connection, so a recorded
- * exchange cannot be replayed.
+ * exchange cannot be replayed. A rank proves its job's secret (auth_job_secret)
+ * the same way, and its session keys come from that secret.
  *
  * Every later frame carries a tag: HMAC-SHA256 under a key of its direction,
  *   k_c2s = HMAC-SHA256(token, "atoll-v1 client->server" || N || C)
@@ -73,5 +74,16 @@ void auth_session_init(auth_session *s, const auth_token *t, const uint8_t nonce
 void auth_session_seal(auth_session *s, const uint8_t *frame, size_t len, uint8_t tag[AUTH_TAG_LEN]);
 /* 0 when `tag` is that of the next expected frame (recv_seq advances), -1 when not. */
 int auth_session_open(auth_session *s, const uint8_t *frame, size_t len, const uint8_t tag[AUTH_TAG_LEN]);
+
+/* The secret of one job's restart epoch, given to its ranks instead of the token:
+ * hex(HMAC-SHA256(token, "atoll-v1 job" || job (8 bytes BE) || epoch (4 bytes BE))).
+ * It proves membership of that (job, epoch) and nothing else; the token cannot be
+ * recovered from it. */
+void auth_job_secret(const auth_token *cluster, uint64_t job, uint32_t epoch, auth_token *out);
+
+/* HMAC-SHA256(t, label || a || b) over two nonces: the one primitive of every
+ * challenge-response here (the handshake above, rank-to-rank links). */
+void auth_mac(const auth_token *t, const char *label, const uint8_t a[AUTH_NONCE_LEN],
+              const uint8_t b[AUTH_NONCE_LEN], uint8_t out[AUTH_MAC_LEN]);
 
 #endif

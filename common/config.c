@@ -681,3 +681,13 @@ const char *cfg_lr_decay_name(cfg_lr_decay d)
 {
     return d == LR_DECAY_LINEAR ? "linear" : d == LR_DECAY_CONSTANT ? "constant" : "cosine";
 }
+
+double cfg_bubble_theory(const atoll_config *c, int world)
+{
+    int dp = cfg_data_parallel_size(c, world);
+    int pp = c->pipeline_model_parallel_size;
+    if (!dp || pp < 2 || c->micro_batch_size < 1) return 0.0;
+    int gbs = c->global_batch_size ? c->global_batch_size : c->micro_batch_size * dp;
+    double m = (double)gbs / ((double)c->micro_batch_size * dp);
+    return (pp - 1) / (cfg_virtual_stages(c) * m + (pp - 1));
+}

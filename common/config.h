@@ -140,6 +140,11 @@ const char *cfg_dim_name(cfg_dim d); /* "tp", ... */
 double cfg_num_params(const atoll_config *c);
 double cfg_flops_per_token(const atoll_config *c);
 
+/* The pipeline bubble of the layout in an ideal schedule, as a share of the step:
+ * (p-1)/(v*m + p-1), m = micro-batches per DP rank. It compares with a measured
+ * bubble (idle time / step time). 0 without pipelining. */
+double cfg_bubble_theory(const atoll_config *c, int world);
+
 const char *cfg_recompute_name(cfg_recompute r);
 const char *cfg_lr_decay_name(cfg_lr_decay d);
 

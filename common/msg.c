@@ -48,6 +48,14 @@ static const struct {
     { ATOLL__MSG_TYPE__MSG_KV_SET, "KvSet", &atoll__kv_set__descriptor },
     { ATOLL__MSG_TYPE__MSG_KV_GET, "KvGet", &atoll__kv_get__descriptor },
     { ATOLL__MSG_TYPE__MSG_KV_REPLY, "KvReply", &atoll__kv_reply__descriptor },
+    { ATOLL__MSG_TYPE__MSG_KV_ADD, "KvAdd", &atoll__kv_add__descriptor },
+    { ATOLL__MSG_TYPE__MSG_LOG_READ, "LogRead", &atoll__log_read__descriptor },
+    { ATOLL__MSG_TYPE__MSG_LOG_DATA, "LogData", &atoll__log_data__descriptor },
+    { ATOLL__MSG_TYPE__MSG_LOGS, "LogsRequest", &atoll__logs_request__descriptor },
+    { ATOLL__MSG_TYPE__MSG_LOGS_REPLY, "LogsReply", &atoll__logs_reply__descriptor },
+    { ATOLL__MSG_TYPE__MSG_METRICS, "MetricsRequest", &atoll__metrics_request__descriptor },
+    { ATOLL__MSG_TYPE__MSG_METRICS_REPLY, "MetricsReply", &atoll__metrics_reply__descriptor },
+    { ATOLL__MSG_TYPE__MSG_RANK_METRICS, "RankMetrics", &atoll__rank_metrics__descriptor },
 };
 
 const ProtobufCMessageDescriptor *msg_descriptor(uint16_t type)
@@ -219,6 +227,24 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->bf16 = c->bf16;
 }
 
+/* A JobSpec field's value as config text: numbers printed, booleans "true"/"false",
+ * strings as they are. NULL for an empty string or a type the config does not use. */
+static const char *spec_field(const Atoll__JobSpec *in, const ProtobufCFieldDescriptor *f, char *val, size_t len)
+{
+    const char *p = (const char *)in + f->offset;
+    switch (f->type) {
+    case PROTOBUF_C_TYPE_INT32: snprintf(val, len, "%d", *(const int32_t *)p); return val;
+    case PROTOBUF_C_TYPE_UINT64: snprintf(val, len, "%llu", (unsigned long long)*(const uint64_t *)p); return val;
+    case PROTOBUF_C_TYPE_DOUBLE: snprintf(val, len, "%.17g", *(const double *)p); return val;
+    case PROTOBUF_C_TYPE_BOOL: return *(const protobuf_c_boolean *)p ? "true" : "false";
+    case PROTOBUF_C_TYPE_STRING: {
+        const char *v = *(char *const *)p;
+        return v && *v ? v : NULL;
+    }
+    default: return NULL;
+    }
+}
+
 /* Walks the JobSpec descriptor so a field added to the .proto with a config key of
  * the same name is carried without touching this function. */
 int msg_spec_to_cfg(const Atoll__JobSpec *in, atoll_config *c, char *err, size_t errlen)
@@ -228,20 +254,9 @@ int msg_spec_to_cfg(const Atoll__JobSpec *in, atoll_config *c, char *err, size_t
     for (unsigned i = 0; i < d->n_fields; i++) {
         const ProtobufCFieldDescriptor *f = &d->fields[i];
         if (!strcmp(f->name, "name")) continue;
-        const char *p = (const char *)in + f->offset;
         char val[64];
-        const char *v = val;
-        switch (f->type) {
-        case PROTOBUF_C_TYPE_INT32: snprintf(val, sizeof val, "%d", *(const int32_t *)p); break;
-        case PROTOBUF_C_TYPE_UINT64: snprintf(val, sizeof val, "%llu", (unsigned long long)*(const uint64_t *)p); break;
-        case PROTOBUF_C_TYPE_DOUBLE: snprintf(val, sizeof val, "%.17g", *(const double *)p); break;
-        case PROTOBUF_C_TYPE_BOOL: v = *(const protobuf_c_boolean *)p ? "true" : "false"; break;
-        case PROTOBUF_C_TYPE_STRING:
-            v = *(char *const *)p;
-            if (!v || !*v) continue; /* empty string: keep the default */
-            break;
-        default: continue;
-        }
+        const char *v = spec_field(in, f, val, sizeof val);
+        if (!v) continue; /* empty string: keep the default */
         char inner[256] = "";
         cfg_status st = cfg_set(c, f->name, v, inner, sizeof inner);
         if (st == CFG_UNKNOWN) continue; /* spec fields the config does not model yet */
@@ -251,6 +266,42 @@ int msg_spec_to_cfg(const Atoll__JobSpec *in, atoll_config *c, char *err, size_t
         }
     }
     return 0;
+}
+
+char **msg_spec_to_argv(const Atoll__JobSpec *in, const char *exe, int *argc)
+{
+    const ProtobufCMessageDescriptor *d = &atoll__job_spec__descriptor;
+    char **argv = calloc(2 * d->n_fields + 2, sizeof *argv);
+    if (!argv) return NULL;
+    int n = 0;
+    argv[n++] = strdup(exe);
+    for (unsigned i = 0; i < d->n_fields; i++) {
+        const ProtobufCFieldDescriptor *f = &d->fields[i];
+        if (!strcmp(f->name, "name") || !strcmp(f->name, "num_gpus")) continue;
+        char val[64];
+        const char *v = spec_field(in, f, val, sizeof val);
+        if (!v || !strcmp(v, "false")) continue; /* booleans: a bare flag when set */
+        if (f->type == PROTOBUF_C_TYPE_BOOL) v = NULL;
+        char flag[80] = "--";
+        size_t k = 2;
+        for (const char *c = f->name; *c && k < sizeof flag - 1; c++) flag[k++] = *c == '_' ? '-' : *c;
+        flag[k] = 0;
+        argv[n++] = strdup(flag);
+        if (v) argv[n++] = strdup(v);
+    }
+    for (int i = 0; i < n; i++)
+        if (!argv[i]) {
+            msg_argv_free(argv);
+            return NULL;
+        }
+    *argc = n;
+    return argv;
+}
+
+void msg_argv_free(char **argv)
+{
+    for (char **a = argv; a && *a; a++) free(*a);
+    free(argv);
 }
 
 const char *msg_job_state_name(int s)

@@ -5,6 +5,12 @@
 void msg_json_node(jsonw *w, const Atoll__Node *n)
 {
     jsonw_obj(w);
+    msg_json_node_fields(w, n);
+    jsonw_obj_end(w);
+}
+
+void msg_json_node_fields(jsonw *w, const Atoll__Node *n)
+{
     jsonw_kstr(w, "name", n->name);
     jsonw_kstr(w, "state", msg_node_state_name(n->state));
     jsonw_key(w, "gpus");
@@ -46,7 +52,6 @@ void msg_json_node(jsonw *w, const Atoll__Node *n)
     jsonw_kint(w, "last_seen_ms", n->last_seen_ms);
     jsonw_key(w, "heartbeats");
     jsonw_uint(w, n->heartbeats);
-    jsonw_obj_end(w);
 }
 
 static void num_or_null(jsonw *w, const char *k, double v, int have)
@@ -54,6 +59,44 @@ static void num_or_null(jsonw *w, const char *k, double v, int have)
     jsonw_key(w, k);
     if (have) jsonw_num(w, v);
     else jsonw_null(w);
+}
+
+int msg_mfu_known(const Atoll__JobMetrics *m)
+{
+    return m && (m->peak_flops > 0 || m->mfu > 0);
+}
+
+void msg_json_metrics(jsonw *w, const Atoll__JobMetrics *m)
+{
+    jsonw_obj(w);
+    jsonw_kint(w, "iteration", m->step);
+    jsonw_kint(w, "time_ms", m->time_ms);
+    jsonw_knum(w, "loss", m->loss);
+    jsonw_knum(w, "lr", m->lr);
+    jsonw_knum(w, "grad_norm", m->grad_norm);
+    jsonw_knum(w, "tokens_per_s", m->tokens_per_s);
+    jsonw_knum(w, "step_ms", m->step_ms);
+    jsonw_knum(w, "flops_per_gpu", m->flops_per_gpu);
+    jsonw_knum(w, "tflops_per_gpu", m->flops_per_gpu / 1e12);
+    jsonw_knum(w, "peak_flops", m->peak_flops);
+    num_or_null(w, "mfu", m->mfu, msg_mfu_known(m));
+    jsonw_key(w, "memory_bytes");
+    jsonw_uint(w, m->memory_bytes);
+    jsonw_knum(w, "bubble_measured", m->bubble_measured);
+    jsonw_knum(w, "bubble_theory", m->bubble_theory);
+    jsonw_key(w, "stages");
+    jsonw_arr(w);
+    for (size_t i = 0; i < m->n_stages; i++) {
+        const Atoll__StageBubble *b = m->stages[i];
+        jsonw_obj(w);
+        jsonw_kint(w, "stage", b->stage);
+        num_or_null(w, "measured", b->measured, b->measured >= 0);
+        jsonw_knum(w, "theory", b->theory);
+        num_or_null(w, "transfer", b->transfer, b->transfer >= 0);
+        jsonw_obj_end(w);
+    }
+    jsonw_arr_end(w);
+    jsonw_obj_end(w);
 }
 
 void msg_json_job(jsonw *w, const Atoll__Job *j)
@@ -66,6 +109,7 @@ void msg_json_job(jsonw *w, const Atoll__Job *j)
     jsonw_kstr(w, "name", j->name);
     jsonw_kstr(w, "state", msg_job_state_name(j->state));
     jsonw_kint(w, "step", m ? m->step : 0);
+    jsonw_kint(w, "train_iters", j->spec ? j->spec->train_iters : 0);
     jsonw_kint(w, "restarts", j->restarts);
     jsonw_kint(w, "epoch", j->epoch);
     jsonw_kint(w, "num_gpus", j->spec ? j->spec->num_gpus : 0);
@@ -77,15 +121,23 @@ void msg_json_job(jsonw *w, const Atoll__Job *j)
     jsonw_kint(w, "vpp", j->vpp);
     jsonw_obj_end(w);
     num_or_null(w, "loss", m ? m->loss : 0, have);
-    num_or_null(w, "mfu", m ? m->mfu : 0, have);
+    num_or_null(w, "mfu", m ? m->mfu : 0, have && msg_mfu_known(m));
     jsonw_key(w, "metrics");
-    jsonw_obj(w);
-    num_or_null(w, "loss", m ? m->loss : 0, have);
-    num_or_null(w, "tokens_per_s", m ? m->tokens_per_s : 0, have);
-    num_or_null(w, "mfu", m ? m->mfu : 0, have);
-    num_or_null(w, "bubble_measured", m ? m->bubble_measured : 0, have);
-    jsonw_knum(w, "bubble_theory", m ? m->bubble_theory : 0);
-    jsonw_obj_end(w);
+    if (have) {
+        msg_json_metrics(w, m);
+    } else {
+        jsonw_obj(w); /* no step yet: the shape of INTERFACES.md, nulls where nothing is known */
+        jsonw_key(w, "loss");
+        jsonw_null(w);
+        jsonw_key(w, "tokens_per_s");
+        jsonw_null(w);
+        jsonw_key(w, "mfu");
+        jsonw_null(w);
+        jsonw_key(w, "bubble_measured");
+        jsonw_null(w);
+        jsonw_knum(w, "bubble_theory", m ? m->bubble_theory : 0);
+        jsonw_obj_end(w);
+    }
     jsonw_kstr(w, "message", j->message);
     jsonw_kint(w, "created_ms", j->created_ms);
     jsonw_kint(w, "updated_ms", j->updated_ms);

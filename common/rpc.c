@@ -305,32 +305,44 @@ static void server_auth(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len
     }
     snprintf(c->name, sizeof c->name, "%s", a->name ? a->name : "");
     c->role = a->role;
+    /* A rank proves its job's secret, derived from the token, never the token itself. */
+    auth_token job_secret;
+    const auth_token *key = c->token;
+    if (c->role == ATOLL__ROLE__ROLE_RANK) {
+        c->job = a->job;
+        c->epoch = a->epoch;
+        auth_job_secret(c->token, c->job, c->epoch, &job_secret);
+        key = &job_secret;
+    }
     uint8_t want[AUTH_MAC_LEN];
     int ok = a->client_nonce.len == AUTH_NONCE_LEN && a->mac.len == AUTH_MAC_LEN;
     if (ok) {
         memcpy(c->client_nonce, a->client_nonce.data, AUTH_NONCE_LEN);
-        auth_client_mac(c->token, c->nonce, c->client_nonce, want);
+        auth_client_mac(key, c->nonce, c->client_nonce, want);
         ok = auth_equal(want, a->mac.data, AUTH_MAC_LEN);
     }
     atoll__auth__free_unpacked(a, NULL);
     Atoll__AuthResult r = ATOLL__AUTH_RESULT__INIT;
     if (!ok) {
         auth_failed(c);
-        r.message = "authentication failed: wrong cluster token (use the coordinator's token file, "
-                    "STATE_DIR/token, via --token-file or ATOLL_TOKEN_FILE)";
+        r.message = key == c->token
+                        ? "authentication failed: wrong cluster token (use the coordinator's token file, "
+                          "STATE_DIR/token, via --token-file or ATOLL_TOKEN_FILE)"
+                        : "authentication failed: wrong job secret for this job and epoch (a rank gets it "
+                          "from its workerd or launcher through ATOLL_JOB_SECRET_FD)";
         rpc_send(c, ATOLL__MSG_TYPE__MSG_AUTH_RESULT, &r.base);
-        refuse(c, "wrong cluster token");
+        refuse(c, key == c->token ? "wrong cluster token" : "wrong job secret");
         return;
     }
     uint8_t smac[AUTH_MAC_LEN];
-    auth_server_mac(c->token, c->nonce, c->client_nonce, smac);
+    auth_server_mac(key, c->nonce, c->client_nonce, smac);
     r.ok = 1;
     r.message = "welcome";
     r.server_mac.data = smac;
     r.server_mac.len = sizeof smac;
     rpc_send(c, ATOLL__MSG_TYPE__MSG_AUTH_RESULT, &r.base);
-    /* From here on every frame both ways carries its tag. */
-    auth_session_init(&c->sess, c->token, c->nonce, c->client_nonce, 0);
+    /* From here on every frame both ways carries its tag, keyed by what it proved. */
+    auth_session_init(&c->sess, key, c->nonce, c->client_nonce, 0);
     c->sealed_in = c->sealed_out = 1;
     c->dec.trailer = AUTH_TAG_LEN;
     c->dec.max = c->max_frame;

@@ -68,6 +68,8 @@ struct rpc_conn {
     struct rpc_server *server;    /* NULL for outgoing connections */
     int is_client, authed, closing, connected;
     int role;                     /* Atoll__Role the peer claimed (server side) */
+    uint64_t job;                 /* ROLE_RANK: the (job, epoch) whose secret it proved */
+    uint32_t epoch;
     uint8_t nonce[AUTH_NONCE_LEN], client_nonce[AUTH_NONCE_LEN];
     auth_session sess;            /* per-frame MACs once sealed */
     int sealed_in, sealed_out;    /* frames read / written carry tags */
@@ -145,6 +147,10 @@ typedef struct rpc_sync {
 /* Connects and authenticates. */
 rpc_status rpc_sync_open(rpc_sync *s, const char *hostport, const auth_token *token, int role,
                          const char *name, int timeout_ms, char *err, size_t errlen);
+/* The same as a rank of (job, epoch), proving `secret` (auth_job_secret) instead of
+ * the cluster token. Such a connection may use that scope's rendezvous keys only. */
+rpc_status rpc_sync_open_rank(rpc_sync *s, const char *hostport, const auth_token *secret, uint64_t job,
+                              uint32_t epoch, const char *name, int timeout_ms, char *err, size_t errlen);
 void rpc_sync_close(rpc_sync *s);
 rpc_status rpc_sync_send(rpc_sync *s, uint16_t type, const ProtobufCMessage *m, char *err, size_t errlen);
 /* Reads one frame; an Error frame is returned as RPC_REFUSED with its message.

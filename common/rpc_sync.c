@@ -154,7 +154,7 @@ rpc_status rpc_sync_call(rpc_sync *s, uint16_t type, const ProtobufCMessage *req
 }
 
 static rpc_status handshake(rpc_sync *s, const auth_token *token, int role, const char *name,
-                            char *err, size_t errlen)
+                            uint64_t job, uint32_t epoch, char *err, size_t errlen)
 {
     uint16_t type;
     ProtobufCMessage *m;
@@ -177,6 +177,8 @@ static rpc_status handshake(rpc_sync *s, const auth_token *token, int role, cons
     a.mac.len = sizeof mac;
     a.role = (Atoll__Role)role;
     a.name = (char *)(name ? name : "");
+    a.job = job;
+    a.epoch = epoch;
     st = rpc_sync_call(s, ATOLL__MSG_TYPE__MSG_AUTH, &a.base, ATOLL__MSG_TYPE__MSG_AUTH_RESULT, &m, err, errlen);
     if (st) return st;
     Atoll__AuthResult *r = (Atoll__AuthResult *)m;
@@ -196,8 +198,8 @@ static rpc_status handshake(rpc_sync *s, const auth_token *token, int role, cons
     return st;
 }
 
-rpc_status rpc_sync_open(rpc_sync *s, const char *hostport, const auth_token *token, int role,
-                         const char *name, int timeout_ms, char *err, size_t errlen)
+static rpc_status open_as(rpc_sync *s, const char *hostport, const auth_token *token, int role,
+                         const char *name, uint64_t job, uint32_t epoch, int timeout_ms, char *err, size_t errlen)
 {
     s->fd = -1;
     s->timeout_ms = timeout_ms > 0 ? timeout_ms : 10000;
@@ -230,9 +232,21 @@ rpc_status rpc_sync_open(rpc_sync *s, const char *hostport, const auth_token *to
             return RPC_UNREACHABLE;
         }
     }
-    rpc_status st = handshake(s, token, role, name, err, errlen);
+    rpc_status st = handshake(s, token, role, name, job, epoch, err, errlen);
     if (st) rpc_sync_close(s);
     return st;
+}
+
+rpc_status rpc_sync_open(rpc_sync *s, const char *hostport, const auth_token *token, int role,
+                         const char *name, int timeout_ms, char *err, size_t errlen)
+{
+    return open_as(s, hostport, token, role, name, 0, 0, timeout_ms, err, errlen);
+}
+
+rpc_status rpc_sync_open_rank(rpc_sync *s, const char *hostport, const auth_token *secret, uint64_t job,
+                              uint32_t epoch, const char *name, int timeout_ms, char *err, size_t errlen)
+{
+    return open_as(s, hostport, secret, ATOLL__ROLE__ROLE_RANK, name, job, epoch, timeout_ms, err, errlen);
 }
 
 void rpc_sync_close(rpc_sync *s)

@@ -8,6 +8,7 @@
 
 #include "fabric.h"
 #include "jobs.h"
+#include "series.h"
 #include "log.h"
 #include "topo.h"
 
@@ -64,7 +65,14 @@ int coord_init(coord *c, const coord_opts *o, const char *db_path, char *err, si
     c->started_ms = coord_wall_ms();
     registry_init(&c->reg, o->suspect_ms, o->node_timeout_ms);
     if (o->fabric[0] && fabric_load(&c->fab, o->fabric, err, errlen)) return -1;
+    if (rendezvous_init(c)) {
+        snprintf(err, errlen, "out of memory");
+        fabric_free(c->fab);
+        c->fab = NULL;
+        return -1;
+    }
     if (store_open(&c->st, db_path, err, errlen)) {
+        rendezvous_free_all(c);
         fabric_free(c->fab);
         c->fab = NULL;
         return -1;
@@ -82,6 +90,9 @@ int coord_init(coord *c, const coord_opts *o, const char *db_path, char *err, si
 
 void coord_free(coord *c)
 {
+    series_flush(c);
+    jobs_live_free(c);
+    logs_free_all(c);
     rendezvous_free_all(c);
     store_close(c->st);
     c->st = NULL;

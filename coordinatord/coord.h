@@ -5,6 +5,7 @@
  *   registry.c   nodes and liveness          jobs.c       job state machine
  *   scheduler.c  placement of pending jobs   store.c      SQLite state
  *   events.c     the audit log               rendezvous.c key-value store for ranks
+ *   series.c     per-step metrics of jobs    logs.c       rank logs fetched from nodes
  *   http.c       /metrics, /api/..., /
  */
 #ifndef ATOLL_COORD_H
@@ -14,6 +15,7 @@
 
 #include "atoll.pb-c.h"
 #include "auth.h"
+#include "kv.h"
 #include "registry.h"
 #include "store.h"
 
@@ -27,12 +29,16 @@ typedef struct coord_opts {
     int node_timeout_ms;     /* silence before a node is dead */
     uint32_t max_frame;
     char fabric[512];        /* Slurm topology.conf for placement; "" = none */
+    char http_token_file[512]; /* "" = HTTP open to whoever can connect */
+    int http_max_conns;
 } coord_opts;
 
 /* A connected client, as the handlers see it. */
 typedef struct coord_peer {
     void *conn;              /* rpc_conn *, NULL in tests and fuzzing */
     int role;                /* Atoll__Role */
+    uint64_t job;            /* ROLE_RANK: the (job, epoch) whose secret it proved */
+    uint32_t epoch;
     char name[64];
     char address[64];
     reg_node *node;          /* set once a worker has registered */
@@ -45,13 +51,46 @@ typedef struct coord_hist {
     uint64_t bucket[COORD_HIST_BUCKETS];
 } coord_hist;
 
-typedef struct kv_waiter kv_waiter;
+struct kv_store;
+
+typedef struct series_acc series_acc;
+
+/* A rank that failed, waiting for the settle period before the job is failed. */
+typedef struct live_fail {
+    int rank, pid, exit_status, term_signal;
+    char node[64];
+    char tail[1024];
+} live_fail;
+
+#define LIVE_FAILS 8
+
+/* An active job (placing, starting, running, restarting), cached in memory so
+ * heartbeats with metrics and exits need no database read (jobs.c keeps it in
+ * step with every state change; rebuilt from the store at start). */
+typedef struct live_job {
+    uint64_t id;
+    uint32_t epoch;
+    int state;
+    int world, pp;
+    double bubble_theory;
+    struct series_acc *acc;  /* series.c: steps being gathered (NULL until the first report) */
+    int nfail;
+    live_fail fail[LIVE_FAILS];
+    int64_t settle_ms;       /* fail the job at this time (after the first failure) */
+} live_job;
+
+typedef struct live_table {
+    live_job **v;            /* open addressing on id; NULL = empty, LIVE_GONE = deleted */
+    size_t cap, n, used;
+} live_table;
 
 typedef struct coord {
     coord_opts o;
     store *st;
     registry reg;
     auth_token token;
+    auth_token http_token;   /* len 0: no bearer required */
+    uint64_t jobs_gen;       /* bumped on every job change: HTTP caches key on it */
     int64_t started_ms;
     /* How frames leave: rpc_send in the daemon, a recorder in tests. */
     void (*send)(struct coord *c, coord_peer *p, uint16_t type, const ProtobufCMessage *m);
@@ -63,7 +102,12 @@ typedef struct coord {
      * (sched_gen moved since its last full pass); otherwise only jobs newer than
      * the newest it tried (scheduler.c). */
     uint64_t sched_gen, sched_seen_gen, sched_seen_id;
-    kv_waiter *waiters;
+    struct kv_store *kv;     /* rendezvous keys (rendezvous.c) */
+    live_table live;         /* active jobs (jobs.c) */
+    struct logs_pending *logs; /* log reads forwarded to workers (logs.c) */
+    uint64_t next_log_id;
+    uint64_t metrics_records; /* RankMetrics received */
+    int series_dirty;        /* reports gathered since the last flush */
     /* counters for /metrics */
     uint64_t frames, heartbeats, errors_sent, registrations;
     coord_hist hb_hist;
@@ -83,6 +127,12 @@ void coord_dispatch(coord *c, coord_peer *p, uint16_t type, const uint8_t *paylo
 void coord_peer_closed(coord *c, coord_peer *p);
 void coord_reply(coord *c, coord_peer *p, uint16_t type, const ProtobufCMessage *m);
 void coord_error(coord *c, coord_peer *p, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Reads job `id` into *out (caller clears) or answers p with ERR_NOT_FOUND naming
+ * it (ERR_INTERNAL on a store failure). 0 found, -1 answered. */
+int coord_find_job(coord *c, coord_peer *p, uint64_t id, store_job *out);
+/* The job's layout of its current epoch; NULL when it has none. Free with
+ * atoll__job_layout__free_unpacked. */
+Atoll__JobLayout *coord_layout(coord *c, uint64_t job, uint32_t epoch);
 /* Builds the NodesReply for `name` ("" = all) into *out using arena memory. */
 struct msg_arena;
 int coord_nodes_reply(coord *c, const char *name, Atoll__NodesReply *out, struct msg_arena *a);
@@ -105,11 +155,22 @@ int events_add(coord *c, const char *kind, const char *subject, const char *fmt,
     __attribute__((format(printf, 4, 5)));
 
 /* ---- rendezvous.c ---- */
+int rendezvous_init(coord *c);
 void rendezvous_set(coord *c, coord_peer *p, const Atoll__KvSet *m);
 void rendezvous_get(coord *c, coord_peer *p, const Atoll__KvGet *m);
+void rendezvous_add(coord *c, coord_peer *p, const Atoll__KvAdd *m);
+/* A job moved to `epoch` (older epochs' keys go) or ended (all its keys go). */
+void rendezvous_job_changed(coord *c, uint64_t job, uint32_t epoch, int ended);
 void rendezvous_expire(coord *c, int64_t now_ms);
 void rendezvous_peer_closed(coord *c, coord_peer *p);
 void rendezvous_free_all(coord *c);
+
+/* ---- logs.c ---- */
+void logs_request(coord *c, coord_peer *p, const Atoll__LogsRequest *m);
+void logs_data(coord *c, coord_peer *p, const Atoll__LogData *m);
+void logs_expire(coord *c, int64_t now_ms);
+void logs_peer_closed(coord *c, coord_peer *p);
+void logs_free_all(coord *c);
 
 void coord_hist_add(coord_hist *h, uint64_t us);
 /* Smallest bucket bound below which a fraction q of samples fall (microseconds). */

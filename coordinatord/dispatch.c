@@ -13,6 +13,7 @@
 #include "log.h"
 #include "msg.h"
 #include "scheduler.h"
+#include "series.h"
 #include "topo.h"
 
 void coord_reply(coord *c, coord_peer *p, uint16_t type, const ProtobufCMessage *m)
@@ -243,13 +244,38 @@ static void handle_heartbeat(coord *c, coord_peer *p, Atoll__Heartbeat *m)
         int was = n->live;
         set_live(c, n, NODE_ALIVE, "node.alive", "heartbeat after %.1f s of silence (was %s)", silent / 1000.0,
                  topo_state_name(was));
-        sched_capacity_changed(c); /* its GPUs are candidates again */
+        /* Placement skips nodes that are not alive: a job queued meanwhile may fit now. */
+        sched_capacity_changed(c);
     }
-    for (size_t i = 0; i < m->n_ranks; i++) jobs_rank_metrics(c, m->ranks[i]);
+    /* Reports come in relay order; one already received is a resend after a reconnect. */
+    for (size_t i = 0; i < m->n_ranks; i++) {
+        const Atoll__RankMetrics *r = m->ranks[i];
+        if (r->relay_seq && r->relay_seq <= n->relay_seen) continue;
+        series_add(c, r);
+        if (r->relay_seq > n->relay_seen) n->relay_seen = r->relay_seq;
+    }
+    for (size_t i = 0; i < m->n_exits; i++) {
+        const Atoll__RankExit *e = m->exits[i];
+        if (e->relay_seq && e->relay_seq <= n->relay_seen) continue;
+        jobs_rank_exit(c, n->name, e);
+        if (e->relay_seq > n->relay_seen) n->relay_seen = e->relay_seq;
+    }
+    /* Ranks of a job that is no longer active here (cancelled while the agent was
+     * away, or an older placement) are told to stop. */
+    for (size_t i = 0; i < m->n_running; i++) {
+        live_job *lj = jobs_live(c, m->running[i]->job);
+        if (lj && lj->epoch == m->running[i]->epoch) continue;
+        Atoll__Stop stop = ATOLL__STOP__INIT;
+        stop.job = m->running[i]->job;
+        stop.epoch = m->running[i]->epoch;
+        stop.reason = lj ? "the job was placed again" : "the job is not active";
+        coord_reply(c, p, ATOLL__MSG_TYPE__MSG_STOP, &stop.base);
+    }
     Atoll__HeartbeatAck ack = ATOLL__HEARTBEAT_ACK__INIT;
     ack.seq = m->seq;
     ack.heartbeat_interval_ms = (uint32_t)c->o.heartbeat_ms;
     ack.sent_us = m->sent_us;
+    ack.relayed = n->relay_durable;
     coord_reply(c, p, ATOLL__MSG_TYPE__MSG_HEARTBEAT_ACK, &ack.base);
 }
 
@@ -267,14 +293,13 @@ static void handle_launch_ack(coord *c, coord_peer *p, Atoll__LaunchAck *m)
     if (store_begin(c->st) == 0) {
         events_add(c, m->ok ? "job.launch" : "job.launch_refused", subject, "node %s, epoch %u: %s",
                    p->node->name, m->epoch, m->message);
-        /* A refusal is why the job does not progress: say so in its status (no state change). */
-        if (have && !m->ok) {
-            snprintf(j.message, sizeof j.message, "node %s refused the launch: %s", p->node->name, m->message);
-            j.updated_ms = c->now();
-            store_job_update(c->st, &j);
-        }
+        /* A node that cannot start its ranks fails the job: it would never run. */
+        if (have && !m->ok && (j.state == ATOLL__JOB_STATE__JOB_STARTING || j.state == ATOLL__JOB_STATE__JOB_RUNNING))
+            jobs_change(c, &j, ATOLL__JOB_STATE__JOB_FAILED, "node %s could not start its ranks: %s", p->node->name,
+                        m->message);
         if (store_commit(c->st)) store_rollback(c->st);
     }
+    if (have && !m->ok) sched_stop_job(c, &j, "the launch failed on another node");
     if (got) store_job_clear(&j);
 }
 
@@ -351,6 +376,25 @@ void coord_job_msg(const store_job *j, Atoll__Job *out, Atoll__JobSpec **spec_ou
     out->metrics = mt;
 }
 
+int coord_find_job(coord *c, coord_peer *p, uint64_t id, store_job *out)
+{
+    int r = store_job_get(c->st, id, out);
+    if (!r) return 0;
+    coord_error(c, p, r > 0 ? ATOLL__ERROR_CODE__ERR_NOT_FOUND : ATOLL__ERROR_CODE__ERR_INTERNAL,
+                "no job %llu (`atoll jobs` lists them)", (unsigned long long)id);
+    return -1;
+}
+
+Atoll__JobLayout *coord_layout(coord *c, uint64_t job, uint32_t epoch)
+{
+    uint8_t *blob;
+    size_t len;
+    if (store_layout_get(c->st, job, epoch, &blob, &len)) return NULL;
+    Atoll__JobLayout *l = atoll__job_layout__unpack(NULL, len, blob);
+    free(blob);
+    return l;
+}
+
 static void handle_submit(coord *c, coord_peer *p, Atoll__SubmitRequest *m)
 {
     if (!m->spec) {
@@ -408,6 +452,9 @@ static void reply_one_job(coord *c, coord_peer *p, const store_job *j)
     Atoll__JobsReply r = ATOLL__JOBS_REPLY__INIT;
     jobs_ctx x = { &a, &r, 0 };
     add_job(&x, (store_job *)j);
+    /* One job: its latest step in full (every stage's bubble, FLOP/s, memory). */
+    Atoll__JobMetrics *mt = msg_alloc(&a, sizeof *mt);
+    if (series_latest(c, j->id, mt, &a) == 0) r.jobs[0]->metrics = mt;
     coord_reply(c, p, ATOLL__MSG_TYPE__MSG_JOBS_REPLY, &r.base);
     msg_arena_free(&a);
 }
@@ -416,12 +463,7 @@ static void handle_jobs(coord *c, coord_peer *p, Atoll__JobsRequest *m)
 {
     if (m->job) {
         store_job j;
-        int r = store_job_get(c->st, m->job, &j);
-        if (r) {
-            coord_error(c, p, r > 0 ? ATOLL__ERROR_CODE__ERR_NOT_FOUND : ATOLL__ERROR_CODE__ERR_INTERNAL,
-                        "no job %llu (`atoll jobs` lists them)", (unsigned long long)m->job);
-            return;
-        }
+        if (coord_find_job(c, p, m->job, &j)) return;
         reply_one_job(c, p, &j);
         store_job_clear(&j);
         return;
@@ -431,8 +473,7 @@ static void handle_jobs(coord *c, coord_peer *p, Atoll__JobsRequest *m)
     Atoll__JobsReply r = ATOLL__JOBS_REPLY__INIT;
     jobs_ctx x = { &a, &r, 0 };
     unsigned limit = m->limit && m->limit < COORD_JOBS_PAGE ? m->limit : COORD_JOBS_PAGE;
-    int n = store_jobs_after(c->st, -1, m->after_id, limit + 1, add_job, &x);
-    if (n < 0) {
+    if (store_jobs_page(c->st, m->after_id, limit + 1, add_job, &x)) {
         coord_error(c, p, ATOLL__ERROR_CODE__ERR_INTERNAL, "cannot list jobs: %s", store_errmsg(c->st));
     } else {
         if (r.n_jobs > limit) { /* the one past the page only says there is more */
@@ -460,18 +501,8 @@ static void handle_cancel(coord *c, coord_peer *p, Atoll__CancelRequest *m)
 static void handle_layout(coord *c, coord_peer *p, Atoll__LayoutRequest *m)
 {
     store_job j;
-    int r = store_job_get(c->st, m->job, &j);
-    if (r) {
-        coord_error(c, p, r > 0 ? ATOLL__ERROR_CODE__ERR_NOT_FOUND : ATOLL__ERROR_CODE__ERR_INTERNAL,
-                    "no job %llu (`atoll jobs` lists them)", (unsigned long long)m->job);
-        return;
-    }
-    uint8_t *blob = NULL;
-    size_t len = 0;
-    msg_arena a = { 0 };
-    Atoll__JobLayout *l = NULL;
-    if (store_layout_get(c->st, j.id, j.epoch, &blob, &len) == 0)
-        l = (Atoll__JobLayout *)unpack_in(&a, &atoll__job_layout__descriptor, blob, len);
+    if (coord_find_job(c, p, m->job, &j)) return;
+    Atoll__JobLayout *l = coord_layout(c, j.id, j.epoch);
     if (!l) {
         coord_error(c, p, ATOLL__ERROR_CODE__ERR_NOT_FOUND, "job %llu has no layout yet (%s: %s)",
                     (unsigned long long)j.id, msg_job_state_name(j.state), j.message);
@@ -479,8 +510,46 @@ static void handle_layout(coord *c, coord_peer *p, Atoll__LayoutRequest *m)
         Atoll__LayoutReply rep = ATOLL__LAYOUT_REPLY__INIT;
         rep.layout = l;
         coord_reply(c, p, ATOLL__MSG_TYPE__MSG_LAYOUT_REPLY, &rep.base);
+        atoll__job_layout__free_unpacked(l, NULL);
     }
-    free(blob);
+    store_job_clear(&j);
+}
+
+typedef struct {
+    msg_arena *a;
+    Atoll__MetricsReply *r;
+    size_t cap;
+    double theory;
+} steps_ctx;
+
+static int add_step(void *ctx, const store_step *st)
+{
+    steps_ctx *x = ctx;
+    if (x->r->n_steps == x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 256;
+        Atoll__JobMetrics **v = msg_alloc(x->a, cap * sizeof *v);
+        if (x->r->n_steps) memcpy(v, x->r->steps, x->r->n_steps * sizeof *v);
+        x->r->steps = v;
+        x->cap = cap;
+    }
+    Atoll__JobMetrics *m = msg_alloc(x->a, sizeof *m);
+    series_msg(st, x->theory, m, x->a);
+    x->r->steps[x->r->n_steps++] = m;
+    return 0;
+}
+
+static void handle_metrics(coord *c, coord_peer *p, Atoll__MetricsRequest *m)
+{
+    store_job j;
+    if (coord_find_job(c, p, m->job, &j)) return;
+    msg_arena a = { 0 };
+    Atoll__MetricsReply rep = ATOLL__METRICS_REPLY__INIT;
+    rep.job = j.id;
+    steps_ctx x = { &a, &rep, 0, j.bubble_theory };
+    if (store_steps_each(c->st, j.id, m->after, m->limit > 10000 || !m->limit ? 10000 : m->limit, add_step, &x))
+        coord_error(c, p, ATOLL__ERROR_CODE__ERR_INTERNAL, "cannot read metrics: %s", store_errmsg(c->st));
+    else
+        coord_reply(c, p, ATOLL__MSG_TYPE__MSG_METRICS_REPLY, &rep.base);
     msg_arena_free(&a);
     store_job_clear(&j);
 }
@@ -546,10 +615,20 @@ void coord_dispatch(coord *c, coord_peer *p, uint16_t type, const uint8_t *paylo
                  type == ATOLL__MSG_TYPE__MSG_DRAIN || type == ATOLL__MSG_TYPE__MSG_SUBMIT ||
                  type == ATOLL__MSG_TYPE__MSG_JOBS || type == ATOLL__MSG_TYPE__MSG_CANCEL ||
                  type == ATOLL__MSG_TYPE__MSG_LAYOUT || type == ATOLL__MSG_TYPE__MSG_EVENTS ||
-                 type == ATOLL__MSG_TYPE__MSG_KV_SET || type == ATOLL__MSG_TYPE__MSG_KV_GET;
+                 type == ATOLL__MSG_TYPE__MSG_KV_SET || type == ATOLL__MSG_TYPE__MSG_KV_GET ||
+                 type == ATOLL__MSG_TYPE__MSG_KV_ADD || type == ATOLL__MSG_TYPE__MSG_METRICS ||
+                 type == ATOLL__MSG_TYPE__MSG_LOGS || type == ATOLL__MSG_TYPE__MSG_LOG_DATA;
     if (!d || !served) {
         coord_error(c, p, ATOLL__ERROR_CODE__ERR_UNKNOWN_TYPE,
                     "message type %u (%s) is not a request the coordinator serves", type, msg_type_name(type));
+        return;
+    }
+    int kv = type == ATOLL__MSG_TYPE__MSG_KV_SET || type == ATOLL__MSG_TYPE__MSG_KV_GET ||
+             type == ATOLL__MSG_TYPE__MSG_KV_ADD;
+    if (p->role == ATOLL__ROLE__ROLE_RANK && !kv) {
+        coord_error(c, p, ATOLL__ERROR_CODE__ERR_UNAUTHENTICATED,
+                    "a rank's connection (job secret) may only use its job's rendezvous keys, not %s",
+                    msg_type_name(type));
         return;
     }
     ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, payload);
@@ -572,6 +651,10 @@ void coord_dispatch(coord *c, coord_peer *p, uint16_t type, const uint8_t *paylo
     case ATOLL__MSG_TYPE__MSG_EVENTS: handle_events(c, p, (Atoll__EventsRequest *)m); break;
     case ATOLL__MSG_TYPE__MSG_KV_SET: rendezvous_set(c, p, (Atoll__KvSet *)m); break;
     case ATOLL__MSG_TYPE__MSG_KV_GET: rendezvous_get(c, p, (Atoll__KvGet *)m); break;
+    case ATOLL__MSG_TYPE__MSG_KV_ADD: rendezvous_add(c, p, (Atoll__KvAdd *)m); break;
+    case ATOLL__MSG_TYPE__MSG_METRICS: handle_metrics(c, p, (Atoll__MetricsRequest *)m); break;
+    case ATOLL__MSG_TYPE__MSG_LOGS: logs_request(c, p, (Atoll__LogsRequest *)m); break;
+    case ATOLL__MSG_TYPE__MSG_LOG_DATA: logs_data(c, p, (Atoll__LogData *)m); break;
     }
     protobuf_c_message_free_unpacked(m, NULL);
     if (type == ATOLL__MSG_TYPE__MSG_HEARTBEAT) coord_hist_add(&c->hb_hist, (uint64_t)(mono_us() - t0));
@@ -580,6 +663,7 @@ void coord_dispatch(coord *c, coord_peer *p, uint16_t type, const uint8_t *paylo
 void coord_peer_closed(coord *c, coord_peer *p)
 {
     rendezvous_peer_closed(c, p);
+    logs_peer_closed(c, p);
     if (p->node && p->node->peer == p) {
         log_info("node %s disconnected (%s); liveness now follows its silence", p->node->name, p->address);
         p->node->peer = NULL;
@@ -609,5 +693,8 @@ void coord_tick(coord *c)
     int64_t now = c->now();
     registry_tick(&c->reg, now, on_live_change, c);
     rendezvous_expire(c, now);
+    logs_expire(c, now);
+    series_flush(c);
+    jobs_tick(c);
     if (c->schedule_pending) sched_run(c);
 }

@@ -8,6 +8,8 @@
 #include "log.h"
 #include "msg.h"
 #include "scheduler.h"
+#include "series.h"
+#include "supervise.h"
 
 enum {
     PENDING = ATOLL__JOB_STATE__JOB_PENDING, PLACING = ATOLL__JOB_STATE__JOB_PLACING,
@@ -33,6 +35,138 @@ int jobs_transition_allowed(int from, int to)
     }
 }
 
+/* ---- live table: open addressing on the job id ---- */
+
+#define LIVE_GONE ((live_job *)1)
+
+static size_t slot_of(uint64_t id, size_t cap) { return (size_t)(id * 0x9e3779b97f4a7c15ull) & (cap - 1); }
+
+live_job *jobs_live(coord *c, uint64_t id)
+{
+    live_table *t = &c->live;
+    if (!t->cap) return NULL;
+    for (size_t i = slot_of(id, t->cap), k = 0; k < t->cap; i = (i + 1) & (t->cap - 1), k++) {
+        live_job *lj = t->v[i];
+        if (!lj) return NULL;
+        if (lj != LIVE_GONE && lj->id == id) return lj;
+    }
+    return NULL;
+}
+
+static void live_insert(live_table *t, live_job *lj)
+{
+    if ((t->used + 1) * 2 > t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 64;
+        while (t->n * 4 > cap) cap *= 2;
+        live_job **v = calloc(cap, sizeof *v);
+        if (!v) abort(); /* the daemon cannot go on without its job table */
+        for (size_t i = 0; i < t->cap; i++)
+            if (t->v[i] && t->v[i] != LIVE_GONE) {
+                size_t k = slot_of(t->v[i]->id, cap);
+                while (v[k]) k = (k + 1) & (cap - 1);
+                v[k] = t->v[i];
+            }
+        free(t->v);
+        t->v = v;
+        t->cap = cap;
+        t->used = t->n;
+    }
+    size_t k = slot_of(lj->id, t->cap);
+    while (t->v[k] && t->v[k] != LIVE_GONE) k = (k + 1) & (t->cap - 1);
+    if (!t->v[k]) t->used++;
+    t->v[k] = lj;
+    t->n++;
+}
+
+static void live_remove(coord *c, uint64_t id)
+{
+    live_table *t = &c->live;
+    if (!t->cap) return;
+    for (size_t i = slot_of(id, t->cap), k = 0; k < t->cap; i = (i + 1) & (t->cap - 1), k++) {
+        live_job *lj = t->v[i];
+        if (!lj) return;
+        if (lj != LIVE_GONE && lj->id == id) {
+            series_forget(c, lj);
+            free(lj);
+            t->v[i] = LIVE_GONE;
+            t->n--;
+            return;
+        }
+    }
+}
+
+void jobs_live_each(coord *c, void (*fn)(coord *c, live_job *lj, void *ctx), void *ctx)
+{
+    for (size_t i = 0; i < c->live.cap; i++)
+        if (c->live.v[i] && c->live.v[i] != LIVE_GONE) fn(c, c->live.v[i], ctx);
+}
+
+void jobs_live_free(coord *c)
+{
+    for (size_t i = 0; i < c->live.cap; i++)
+        if (c->live.v[i] && c->live.v[i] != LIVE_GONE) {
+            series_forget(c, c->live.v[i]);
+            free(c->live.v[i]);
+        }
+    free(c->live.v);
+    memset(&c->live, 0, sizeof c->live);
+}
+
+/* Brings the live table in line with a job's new state and epoch. */
+static void live_sync(coord *c, const store_job *j)
+{
+    c->jobs_gen++;
+    live_job *lj = jobs_live(c, j->id);
+    if (!jobs_is_active(j->state)) {
+        if (lj) live_remove(c, j->id);
+        rendezvous_job_changed(c, j->id, j->epoch, 1);
+        return;
+    }
+    if (lj && lj->epoch != j->epoch) { /* a new placement: nothing of the old one carries over */
+        live_remove(c, j->id);
+        lj = NULL;
+        rendezvous_job_changed(c, j->id, j->epoch, 0);
+    }
+    if (!lj) {
+        lj = calloc(1, sizeof *lj);
+        if (!lj) abort();
+        lj->id = j->id;
+        lj->epoch = j->epoch;
+        atoll_config cfg;
+        if (jobs_config(j, &cfg) == 0) {
+            lj->world = cfg.num_gpus;
+            lj->pp = cfg.pipeline_model_parallel_size;
+            lj->bubble_theory = cfg_bubble_theory(&cfg, cfg.num_gpus);
+        }
+        live_insert(&c->live, lj);
+    }
+    lj->state = j->state;
+}
+
+static void note_failure(coord *c, live_job *lj, const store_exit *x);
+
+typedef struct {
+    coord *c;
+    live_job *lj;
+} exits_ctx;
+
+static int refail(void *ctx, const store_exit *e)
+{
+    exits_ctx *x = ctx;
+    if (!e->stopped && (e->exit_status || e->term_signal)) note_failure(x->c, x->lj, e);
+    return 0;
+}
+
+static int load_live(void *ctx, store_job *j)
+{
+    coord *c = ctx;
+    live_sync(c, j);
+    /* Rank failures stored before a restart still fail the job (their reports are acknowledged). */
+    exits_ctx x = { c, jobs_live(c, j->id) };
+    if (x.lj) store_exits_each(c->st, j->id, j->epoch, refail, &x);
+    return 0;
+}
+
 static int vchange(coord *c, store_job *j, int to, const char *fmt, va_list ap)
 {
     if (!jobs_transition_allowed(j->state, to)) {
@@ -49,6 +183,7 @@ static int vchange(coord *c, store_job *j, int to, const char *fmt, va_list ap)
     char subject[32];
     snprintf(subject, sizeof subject, "job %llu", (unsigned long long)j->id);
     if (store_job_update(c->st, j)) return -1;
+    live_sync(c, j);
     return events_add(c, "job.state", subject, "%s -> %s%s%s", msg_job_state_name(from),
                       msg_job_state_name(to), j->message[0] ? ": " : "", j->message);
 }
@@ -84,14 +219,6 @@ int jobs_config(const store_job *j, atoll_config *cfg)
     int rc = msg_spec_to_cfg(spec, cfg, err, sizeof err);
     atoll__job_spec__free_unpacked(spec, NULL);
     return rc;
-}
-
-double jobs_bubble_theory(const atoll_config *cfg, int world)
-{
-    int dp = cfg_data_parallel_size(cfg, world);
-    int pp = cfg->pipeline_model_parallel_size, m = cfg_micro_batches(cfg, dp);
-    if (!dp || pp < 2 || m < 1) return 0.0;
-    return (pp - 1) / ((double)cfg_virtual_stages(cfg) * m);
 }
 
 static int valid_request_id(const char *s)
@@ -165,7 +292,7 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, const char *request_id, ui
     snprintf(j.request_id, sizeof j.request_id, "%s", request_id ? request_id : "");
     j.state = PENDING;
     snprintf(j.message, sizeof j.message, "queued");
-    j.bubble_theory = jobs_bubble_theory(&cfg, cfg.num_gpus);
+    j.bubble_theory = cfg_bubble_theory(&cfg, cfg.num_gpus);
     j.created_ms = j.updated_ms = c->now();
     j.spec_len = protobuf_c_message_get_packed_size(&spec->base);
     j.spec = malloc(j.spec_len ? j.spec_len : 1);
@@ -192,6 +319,7 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, const char *request_id, ui
     }
     *id = j.id;
     store_job_clear(&j);
+    c->jobs_gen++;
     c->schedule_pending = 1;
     return 0;
 }
@@ -253,30 +381,92 @@ void jobs_node_lost(coord *c, const char *node)
     c->schedule_pending = 1;
 }
 
-void jobs_rank_metrics(coord *c, const Atoll__RankMetrics *m)
+/* A rank failed: remember it; its peers fail within moments once their links
+ * drop, so the job is judged after a settle period (jobs_tick). */
+static void note_failure(coord *c, live_job *lj, const store_exit *x)
 {
-    store_job j;
-    if (store_job_get(c->st, m->job, &j)) return;
-    if (m->epoch != j.epoch || !jobs_is_active(j.state)) {
+    if (lj->nfail < LIVE_FAILS) {
+        live_fail *f = &lj->fail[lj->nfail++];
+        f->rank = x->rank;
+        f->pid = x->pid;
+        f->exit_status = x->exit_status;
+        f->term_signal = x->term_signal;
+        snprintf(f->node, sizeof f->node, "%s", x->node);
+        size_t n = strlen(x->log_tail); /* the end of the tail: the last lines matter */
+        const char *from = n >= sizeof f->tail ? x->log_tail + n - (sizeof f->tail - 1) : x->log_tail;
+        memcpy(f->tail, from, strlen(from) + 1);
+    }
+    if (lj->nfail == 1) lj->settle_ms = c->now() + JOBS_SETTLE_MS;
+}
+
+void jobs_rank_exit(coord *c, const char *node, const Atoll__RankExit *e)
+{
+    store_exit x = { .job = e->job, .epoch = e->epoch, .rank = e->rank, .pid = e->pid, .exit_status = e->exit_status,
+                     .term_signal = e->term_signal, .stopped = e->stopped, .time_ms = e->time_ms };
+    snprintf(x.node, sizeof x.node, "%s", node);
+    snprintf(x.log_tail, sizeof x.log_tail, "%s", e->log_tail ? e->log_tail : "");
+    if (store_exit_put(c->st, &x) != 1) return; /* already known (a replay), or the store failed */
+    live_job *lj = jobs_live(c, e->job);
+    if (!lj || lj->epoch != e->epoch || e->stopped) return; /* stopped on request: no verdict from it */
+    if (e->exit_status == 0 && e->term_signal == 0) {
+        int total = 0, ok = 0;
+        if (store_exits_count(c->st, e->job, e->epoch, &total, &ok) || ok < lj->world || lj->nfail) return;
+        series_flush(c); /* the last steps first, so the job ends with its final figures */
+        store_job j;
+        if (store_job_get(c->st, e->job, &j)) return;
+        if (j.state == STARTING) jobs_set_state(c, &j, RUNNING, "ranks reporting");
+        if (j.state == RUNNING)
+            jobs_set_state(c, &j, COMPLETED, "all %d ranks finished; step %lld, loss %.4f", lj->world,
+                           (long long)j.step, j.loss);
         store_job_clear(&j);
-        return; /* a late report from a previous placement */
+        return;
     }
-    if (j.state == STARTING) jobs_set_state(c, &j, RUNNING, "ranks reporting");
-    if (m->rank == 0 && m->iteration >= j.step) {
-        j.step = m->iteration;
-        j.loss = m->loss;
-        j.tokens_per_s = m->tokens_per_s;
-        j.mfu = m->mfu;
-        j.bubble_measured = m->bubble_measured;
-        if (m->bubble_theory > 0) j.bubble_theory = m->bubble_theory;
-        j.updated_ms = c->now();
-        store_job_update(c->st, &j); /* metrics, not a state change: no event */
+    note_failure(c, lj, &x);
+}
+
+typedef struct {
+    store_idlist due;
+} settle_ctx;
+
+static void collect_due(coord *c, live_job *lj, void *ctx)
+{
+    settle_ctx *x = ctx;
+    if (lj->nfail && c->now() >= lj->settle_ms) store_idlist_push(&x->due, lj->id);
+}
+
+void jobs_tick(coord *c)
+{
+    settle_ctx x = { { 0 } };
+    jobs_live_each(c, collect_due, &x);
+    for (size_t i = 0; i < x.due.n; i++) {
+        live_job *lj = jobs_live(c, x.due.ids[i]);
+        store_job j;
+        if (!lj || store_job_get(c->st, lj->id, &j)) continue;
+        int sigs[LIVE_FAILS];
+        for (int k = 0; k < lj->nfail; k++) sigs[k] = lj->fail[k].term_signal;
+        live_fail f = lj->fail[sup_blame(sigs, lj->nfail)];
+        char what[160], tail[600];
+        sup_describe_exit(what, sizeof what, f.rank, f.pid, f.exit_status, f.term_signal);
+        /* the last lines, on one line: the message is one line */
+        size_t n = strlen(f.tail), k = 0;
+        const char *from = n > 400 ? f.tail + n - 400 : f.tail;
+        for (; *from && k < sizeof tail - 1; from++) tail[k++] = *from == '\n' ? '|' : *from;
+        tail[k] = 0;
+        int others = lj->nfail - 1;
+        sched_stop_job(c, &j, "a rank failed");
+        if (j.state == STARTING || j.state == RUNNING)
+            jobs_set_state(c, &j, FAILED, "%s on node %s%s; last log lines: %s", what, f.node,
+                           others ? "; other ranks failed after it" : "", tail[0] ? tail : "(empty log)");
+        else
+            lj->nfail = 0;
+        store_job_clear(&j);
     }
-    store_job_clear(&j);
+    free(x.due.ids);
 }
 
 void jobs_reconcile(coord *c)
 {
+    for (int s = PLACING; s <= RESTARTING; s++) store_jobs_each(c->st, s, load_live, c);
     store_idlist placing = { 0 };
     store_job_ids(c->st, PLACING, 0, &placing);
     for (size_t i = 0; i < placing.n; i++) {

@@ -14,6 +14,8 @@
 #include "config.h"
 #include "coord.h"
 
+#define JOBS_SETTLE_MS 1000 /* after a rank fails, how long to wait for the others before judging */
+
 int jobs_transition_allowed(int from, int to);
 int jobs_is_terminal(int state);
 int jobs_is_active(int state); /* holds GPUs: placing, starting, running, restarting */
@@ -35,14 +37,22 @@ int jobs_cancel(coord *c, uint64_t id, store_job *out, char *err, size_t errlen)
 
 /* A node died or went away: every active job using it restarts on a new placement. */
 void jobs_node_lost(coord *c, const char *node);
-/* Per-rank metrics relayed in a heartbeat: rank 0's become the job's; the first
- * report of a starting job makes it running. */
-void jobs_rank_metrics(coord *c, const Atoll__RankMetrics *m);
+/* A rank of a job ended (relayed by its workerd). Recorded once; when every rank
+ * of the epoch exited 0 the job completes; a rank that failed (not stopped on
+ * request) fails the job after a settle period, naming the rank to blame
+ * (sup_blame), its exit and the last lines of its log. */
+void jobs_rank_exit(coord *c, const char *node, const Atoll__RankExit *e);
+/* Periodic: fails jobs whose settle period after a rank failure has passed. */
+void jobs_tick(coord *c);
+
+/* ---- the live table of active jobs ---- */
+live_job *jobs_live(coord *c, uint64_t id);
+void jobs_live_free(coord *c);
+/* Calls fn for every active job; fn must not change the table. */
+void jobs_live_each(coord *c, void (*fn)(coord *c, live_job *lj, void *ctx), void *ctx);
 
 /* The job's settings as a config (and world size); -1 when the stored spec is corrupt. */
 int jobs_config(const store_job *j, atoll_config *cfg);
-/* (p-1)/(v*m): the theoretical pipeline bubble of the layout. */
-double jobs_bubble_theory(const atoll_config *cfg, int world);
 
 /* After a coordinator restart: jobs caught mid-placement go back to pending. */
 void jobs_reconcile(coord *c);

@@ -16,6 +16,8 @@ static const char USAGE[] =
     "usage: coordinatord [flags]\n"
     "  --listen HOST:PORT         RPC listener for workers and the CLI (default 127.0.0.1:7420; port 0 = any)\n"
     "  --http HOST:PORT           /metrics, /api/..., / (default 127.0.0.1:7421; 'off' to disable)\n"
+    "  --http-token FILE          require 'Authorization: Bearer <the file's text>' on /metrics and /api\n"
+    "  --http-max-conns N         concurrent HTTP connections (default 512; more wait in the listen queue)\n"
     "  --state-dir DIR            SQLite state and the cluster token (default ./atoll-state)\n"
     "  --token-file FILE          shared secret (default STATE_DIR/token; created 0600 on first start)\n"
     "  --heartbeat-interval SEC   interval workers are told to use (default 1)\n"
@@ -50,6 +52,7 @@ int main(int argc, char **argv)
     o.heartbeat_ms = 1000;
     o.node_timeout_ms = 5000;
     o.max_frame = 16u << 20;
+    o.http_max_conns = 512;
     log_level level = LOG_INFO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -71,6 +74,16 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--node-timeout")) bad = seconds(a, v, &o.node_timeout_ms);
         else if (!strcmp(a, "--suspect-after")) bad = seconds(a, v, &o.suspect_ms);
         else if (!strcmp(a, "--fabric")) snprintf(o.fabric, sizeof o.fabric, "%s", v);
+        else if (!strcmp(a, "--http-token")) snprintf(o.http_token_file, sizeof o.http_token_file, "%s", v);
+        else if (!strcmp(a, "--http-max-conns")) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end || n < 1 || n > 100000) {
+                fprintf(stderr, "coordinatord: --http-max-conns '%s': expected 1..100000\n", v);
+                bad = 1;
+            }
+            o.http_max_conns = (int)n;
+        }
         else if (!strcmp(a, "--max-frame")) {
             char *end;
             unsigned long n = strtoul(v, &end, 10);
@@ -131,6 +144,11 @@ int main(int argc, char **argv)
         return 1;
     }
     if (created) log_info("created cluster token %s (mode 0600); give it to workers and the CLI", o.token_file);
+    if (o.http_token_file[0] && auth_token_load(&c.http_token, o.http_token_file, 0, NULL, err, sizeof err)) {
+        log_error("--http-token: %s", err);
+        coord_free(&c);
+        return 1;
+    }
     if (store_begin(c.st) == 0) {
         events_add(&c, "coordinator.started", "coordinator", "listening on %s, state in %s", o.listen, o.state_dir);
         if (store_commit(c.st)) store_rollback(c.st);

@@ -24,6 +24,8 @@ typedef struct reg_node {
     int64_t registered_ms, last_seen_ms;
     uint64_t heartbeats;
     void *peer;             /* the agent's connection while it is connected */
+    uint64_t relay_seen;    /* highest relay_seq received from this agent (metrics, exits) */
+    uint64_t relay_durable; /* ... of which everything up to here is committed */
     char address[64];
 } reg_node;
 

@@ -1,135 +1,103 @@
-/* rendezvous: the key-value store ranks use to exchange NCCL unique ids and
- * host-transport addresses. Keys live in SQLite, scoped to (job, epoch), so a
- * restart of the coordinator does not lose a half-finished rendezvous; a get with
- * wait_ms parks the request until the key is set or the wait runs out. */
+/* rendezvous: the key-value store the ranks of cluster jobs meet through
+ * (common/kv.h semantics, the same protocol and client as the standalone
+ * launcher's store). Only a connection that proved a job's secret (ROLE_RANK,
+ * rpc.c) may use keys, and only those of the (job, epoch) it proved; each scope
+ * is bounded in memory and dropped when its job ends or restarts. Keys live in
+ * memory: a rendezvous takes seconds, and ranks that lose the coordinator in the
+ * middle of one fail and are restarted with the job. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "coord.h"
 #include "log.h"
 
-struct kv_waiter {
-    kv_waiter *next;
-    coord_peer *peer;
-    uint64_t job;
-    uint32_t epoch;
-    char *key;
-    int64_t deadline_ms;
-};
-
-#define KV_MAX_KEY 256
-#define KV_MAX_VALUE (1u << 20)
-
-static void reply(coord *c, coord_peer *p, int found, const uint8_t *v, size_t len)
+static void answer(void *ctx, void *who, int found, const uint8_t *v, size_t len)
 {
+    coord *c = ctx;
     Atoll__KvReply r = ATOLL__KV_REPLY__INIT;
     r.found = found;
     r.value.data = (uint8_t *)v;
     r.value.len = len;
-    c->send(c, p, ATOLL__MSG_TYPE__MSG_KV_REPLY, &r.base);
+    c->send(c, who, ATOLL__MSG_TYPE__MSG_KV_REPLY, &r.base);
 }
 
-static int check_key(coord *c, coord_peer *p, const char *key)
+int rendezvous_init(coord *c)
 {
-    size_t n = key ? strlen(key) : 0;
-    if (n == 0 || n > KV_MAX_KEY) {
-        coord_error(c, p, ATOLL__ERROR_CODE__ERR_INVALID, "rendezvous key must be 1..%d bytes, got %zu", KV_MAX_KEY, n);
-        return -1;
+    c->kv = kv_new(answer, c);
+    return c->kv ? 0 : -1;
+}
+
+/* The peer may use keys of (job, epoch): it authenticated with exactly that scope's secret. */
+static int in_scope(coord *c, coord_peer *p, uint64_t job, uint32_t epoch)
+{
+    if (p->role != ATOLL__ROLE__ROLE_RANK) {
+        coord_error(c, p, ATOLL__ERROR_CODE__ERR_UNAUTHENTICATED,
+                    "rendezvous keys belong to a job's ranks: authenticate as ROLE_RANK with the job secret "
+                    "(ATOLL_JOB_SECRET_FD), not the cluster token");
+        return 0;
     }
-    return 0;
+    if (job != p->job || epoch != p->epoch) {
+        coord_error(c, p, ATOLL__ERROR_CODE__ERR_UNAUTHENTICATED,
+                    "this connection proved the secret of job %llu epoch %u, not of job %llu epoch %u",
+                    (unsigned long long)p->job, p->epoch, (unsigned long long)job, epoch);
+        return 0;
+    }
+    return 1;
 }
 
 void rendezvous_set(coord *c, coord_peer *p, const Atoll__KvSet *m)
 {
-    if (check_key(c, p, m->key)) return;
-    if (m->value.len > KV_MAX_VALUE) {
-        coord_error(c, p, ATOLL__ERROR_CODE__ERR_INVALID, "rendezvous value is %zu bytes; at most %u",
-                    m->value.len, KV_MAX_VALUE);
+    if (!in_scope(c, p, m->job, m->epoch)) return;
+    char err[300];
+    if (kv_set(c->kv, m->job, m->epoch, m->key, m->value.data, m->value.len, err, sizeof err)) {
+        coord_error(c, p, ATOLL__ERROR_CODE__ERR_INVALID, "%s", err);
         return;
     }
-    if (store_kv_set(c->st, m->job, m->epoch, m->key, m->value.data, m->value.len)) {
-        coord_error(c, p, ATOLL__ERROR_CODE__ERR_INTERNAL, "cannot store key: %s", store_errmsg(c->st));
-        return;
-    }
-    reply(c, p, 1, m->value.data, m->value.len);
-    /* Wake whoever waits for this key. */
-    for (kv_waiter **w = &c->waiters; *w;) {
-        kv_waiter *x = *w;
-        if (x->job == m->job && x->epoch == m->epoch && !strcmp(x->key, m->key)) {
-            reply(c, x->peer, 1, m->value.data, m->value.len);
-            *w = x->next;
-            free(x->key);
-            free(x);
-        } else {
-            w = &x->next;
-        }
-    }
+    answer(c, p, 1, NULL, 0);
 }
 
 void rendezvous_get(coord *c, coord_peer *p, const Atoll__KvGet *m)
 {
-    if (check_key(c, p, m->key)) return;
-    uint8_t *v = NULL;
-    size_t len = 0;
-    int r = store_kv_get(c->st, m->job, m->epoch, m->key, &v, &len);
-    if (r < 0) {
-        coord_error(c, p, ATOLL__ERROR_CODE__ERR_INTERNAL, "cannot read key: %s", store_errmsg(c->st));
+    if (!in_scope(c, p, m->job, m->epoch)) return;
+    const char *why = kv_check_key(m->key);
+    if (*why) {
+        coord_error(c, p, ATOLL__ERROR_CODE__ERR_INVALID, "%s", why);
         return;
     }
-    if (r == 0 || m->wait_ms == 0) {
-        reply(c, p, r == 0, v, len);
-        free(v);
-        return;
-    }
-    kv_waiter *w = calloc(1, sizeof *w);
-    if (!w || !(w->key = strdup(m->key))) {
-        free(w);
+    const uint8_t *v;
+    size_t len;
+    if (kv_get(c->kv, m->job, m->epoch, m->key, &v, &len)) answer(c, p, 1, v, len);
+    else if (!m->wait_ms) answer(c, p, 0, NULL, 0);
+    else if (kv_wait(c->kv, m->job, m->epoch, m->key, p,
+                     c->now() + (m->wait_ms > KV_MAX_WAIT_MS ? KV_MAX_WAIT_MS : m->wait_ms)))
         coord_error(c, p, ATOLL__ERROR_CODE__ERR_INTERNAL, "out of memory");
+}
+
+void rendezvous_add(coord *c, coord_peer *p, const Atoll__KvAdd *m)
+{
+    if (!in_scope(c, p, m->job, m->epoch)) return;
+    char err[300];
+    int64_t out;
+    if (kv_add(c->kv, m->job, m->epoch, m->key, m->delta, &out, err, sizeof err)) {
+        coord_error(c, p, ATOLL__ERROR_CODE__ERR_INVALID, "%s", err);
         return;
     }
-    w->peer = p;
-    w->job = m->job;
-    w->epoch = m->epoch;
-    w->deadline_ms = c->now() + (m->wait_ms > 600000 ? 600000 : m->wait_ms);
-    w->next = c->waiters;
-    c->waiters = w;
+    Atoll__KvReply r = ATOLL__KV_REPLY__INIT;
+    r.found = 1;
+    r.number = out;
+    c->send(c, p, ATOLL__MSG_TYPE__MSG_KV_REPLY, &r.base);
 }
 
-void rendezvous_expire(coord *c, int64_t now_ms)
-{
-    for (kv_waiter **w = &c->waiters; *w;) {
-        kv_waiter *x = *w;
-        if (now_ms >= x->deadline_ms) {
-            reply(c, x->peer, 0, NULL, 0);
-            *w = x->next;
-            free(x->key);
-            free(x);
-        } else {
-            w = &x->next;
-        }
-    }
-}
+void rendezvous_expire(coord *c, int64_t now_ms) { kv_expire(c->kv, now_ms); }
+void rendezvous_peer_closed(coord *c, coord_peer *p) { kv_forget(c->kv, p); }
 
-void rendezvous_peer_closed(coord *c, coord_peer *p)
+void rendezvous_job_changed(coord *c, uint64_t job, uint32_t epoch, int ended)
 {
-    for (kv_waiter **w = &c->waiters; *w;) {
-        kv_waiter *x = *w;
-        if (x->peer == p) {
-            *w = x->next;
-            free(x->key);
-            free(x);
-        } else {
-            w = &x->next;
-        }
-    }
+    kv_drop(c->kv, job, epoch, ended);
 }
 
 void rendezvous_free_all(coord *c)
 {
-    while (c->waiters) {
-        kv_waiter *x = c->waiters;
-        c->waiters = x->next;
-        free(x->key);
-        free(x);
-    }
+    kv_free(c->kv);
+    c->kv = NULL;
 }

@@ -135,15 +135,7 @@ int sched_max_island(coord *c)
     return best;
 }
 
-static Atoll__JobLayout *load_layout(coord *c, const store_job *j)
-{
-    uint8_t *blob;
-    size_t len;
-    if (store_layout_get(c->st, j->id, j->epoch, &blob, &len)) return NULL;
-    Atoll__JobLayout *l = atoll__job_layout__unpack(NULL, len, blob);
-    free(blob);
-    return l;
-}
+static Atoll__JobLayout *load_layout(coord *c, const store_job *j) { return coord_layout(c, j->id, j->epoch); }
 
 int sched_job_uses_node(coord *c, const store_job *j, const char *node)
 {

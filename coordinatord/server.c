@@ -43,6 +43,8 @@ static void on_ready(rpc_conn *conn)
     }
     p->conn = conn;
     p->role = conn->role;
+    p->job = conn->job;
+    p->epoch = conn->epoch;
     snprintf(p->name, sizeof p->name, "%s", conn->name);
     snprintf(p->address, sizeof p->address, "%s", conn->peer);
     conn->data = p;

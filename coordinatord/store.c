@@ -32,7 +32,19 @@ static const char *MIGRATIONS[STORE_SCHEMA_VERSION] = {
     "CREATE TABLE kv(job INTEGER NOT NULL, epoch INTEGER NOT NULL, key TEXT NOT NULL,"
     "  value BLOB NOT NULL, PRIMARY KEY(job, epoch, key));"
     "CREATE INDEX jobs_state ON jobs(state);",
-    /* 2 -> 3: idempotent submissions (a retry finds the job its first try created) */
+    /* 2 -> 3: rendezvous keys move to memory (bounded, per job); per-step metrics
+     * of jobs (recent in full, older thinned by the coordinator); rank exits */
+    "DROP TABLE kv;"
+    "CREATE TABLE steps(job INTEGER NOT NULL, iteration INTEGER NOT NULL, epoch INTEGER NOT NULL,"
+    "  time_ms INTEGER NOT NULL, have_job INTEGER NOT NULL, loss REAL NOT NULL, lr REAL NOT NULL,"
+    "  grad_norm REAL NOT NULL, tokens_per_s REAL NOT NULL, step_ms REAL NOT NULL,"
+    "  flops_per_gpu REAL NOT NULL, peak_flops REAL NOT NULL, memory_bytes INTEGER NOT NULL,"
+    "  bubble TEXT NOT NULL, transfer TEXT NOT NULL, PRIMARY KEY(job, iteration)) WITHOUT ROWID;"
+    "CREATE TABLE rank_exits(job INTEGER NOT NULL, epoch INTEGER NOT NULL, rank INTEGER NOT NULL,"
+    "  pid INTEGER NOT NULL, exit_status INTEGER NOT NULL, term_signal INTEGER NOT NULL,"
+    "  stopped INTEGER NOT NULL, time_ms INTEGER NOT NULL, node TEXT NOT NULL, log_tail TEXT NOT NULL,"
+    "  PRIMARY KEY(job, epoch, rank));",
+    /* 3 -> 4: idempotent submissions (a retry finds the job its first try created) */
     ("ALTER TABLE jobs ADD COLUMN request_id TEXT;"
      "CREATE UNIQUE INDEX jobs_request_id ON jobs(request_id) WHERE request_id IS NOT NULL;"),
 };
@@ -304,6 +316,22 @@ int store_job_update(store *s, const store_job *j)
     return sqlite3_changes(s->db) == 1 ? 0 : -1;
 }
 
+int store_job_set_metrics(store *s, uint64_t id, int64_t step, double loss, double tokens_per_s, double mfu,
+                          double bubble_measured, int64_t updated_ms)
+{
+    sqlite3_stmt *st = prep(s, "UPDATE jobs SET step=?2, loss=?3, tokens_per_s=?4, mfu=?5, bubble_measured=?6, "
+                               "updated_ms=?7 WHERE id=?1 AND step<=?2");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
+    sqlite3_bind_int64(st, 2, step);
+    sqlite3_bind_double(st, 3, loss);
+    sqlite3_bind_double(st, 4, tokens_per_s);
+    sqlite3_bind_double(st, 5, mfu);
+    sqlite3_bind_double(st, 6, bubble_measured);
+    sqlite3_bind_int64(st, 7, updated_ms);
+    return done(st);
+}
+
 #define JOB_COLUMNS "id, name, spec, state, message, restarts, epoch, step, loss, tokens_per_s, mfu, " \
                     "bubble_measured, bubble_theory, created_ms, updated_ms, request_id"
 
@@ -358,33 +386,10 @@ int store_job_by_request(store *s, const char *request_id, store_job *out)
     return r;
 }
 
-int store_jobs_after(store *s, int state, uint64_t after_id, unsigned limit, store_job_fn fn, void *ctx)
+/* Runs a prepared job query, one callback per row; finalizes it. */
+static int each_job(sqlite3_stmt *st, store_job_fn fn, void *ctx)
 {
-    sqlite3_stmt *st = prep(s, "SELECT " JOB_COLUMNS " FROM jobs WHERE id>?1 AND (?2<0 OR state=?2) "
-                               "ORDER BY id LIMIT ?3");
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, (sqlite3_int64)after_id);
-    sqlite3_bind_int(st, 2, state);
-    sqlite3_bind_int64(st, 3, limit);
-    int rc, n = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_job j;
-        if (read_job(st, &j)) break;
-        n++;
-        int stop = fn(ctx, &j);
-        store_job_clear(&j);
-        if (stop) break;
-    }
-    sqlite3_finalize(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : -1;
-}
-
-int store_jobs_each(store *s, int state, store_job_fn fn, void *ctx)
-{
-    sqlite3_stmt *st = prep(s, state < 0 ? "SELECT " JOB_COLUMNS " FROM jobs ORDER BY id"
-                                         : "SELECT " JOB_COLUMNS " FROM jobs WHERE state=?1 ORDER BY id");
-    if (!st) return -1;
-    if (state >= 0) sqlite3_bind_int(st, 1, state);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         store_job j;
@@ -395,6 +400,24 @@ int store_jobs_each(store *s, int state, store_job_fn fn, void *ctx)
     }
     sqlite3_finalize(st);
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
+int store_jobs_each(store *s, int state, store_job_fn fn, void *ctx)
+{
+    sqlite3_stmt *st = prep(s, state < 0 ? "SELECT " JOB_COLUMNS " FROM jobs ORDER BY id"
+                                         : "SELECT " JOB_COLUMNS " FROM jobs WHERE state=?1 ORDER BY id");
+    if (st && state >= 0) sqlite3_bind_int(st, 1, state);
+    return each_job(st, fn, ctx);
+}
+
+int store_jobs_page(store *s, uint64_t after_id, unsigned limit, store_job_fn fn, void *ctx)
+{
+    sqlite3_stmt *st = prep(s, "SELECT " JOB_COLUMNS " FROM jobs WHERE id>?1 ORDER BY id LIMIT ?2");
+    if (st) {
+        sqlite3_bind_int64(st, 1, (sqlite3_int64)after_id);
+        sqlite3_bind_int(st, 2, (int)limit);
+    }
+    return each_job(st, fn, ctx);
 }
 
 int store_idlist_push(store_idlist *l, uint64_t id)
@@ -423,7 +446,7 @@ int store_job_ids(store *s, int state, uint64_t after_id, store_idlist *out)
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
-/* ---- layouts and kv: (job, epoch, key) -> blob ---- */
+/* ---- layouts: (job, epoch) -> blob ---- */
 
 int store_layout_put(store *s, uint64_t job, uint32_t epoch, const uint8_t *blob, size_t len)
 {
@@ -461,23 +484,212 @@ int store_layout_get(store *s, uint64_t job, uint32_t epoch, uint8_t **blob, siz
     return get_blob(st, blob, len);
 }
 
-int store_kv_set(store *s, uint64_t job, uint32_t epoch, const char *key, const uint8_t *v, size_t len)
+/* ---- steps ---- */
+
+static void put_stages(char *out, size_t cap, const double *v, int n)
 {
-    sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO kv(job, epoch, key, value) VALUES(?1,?2,?3,?4)");
+    size_t at = 0;
+    out[0] = 0;
+    for (int i = 0; i < n && at < cap; i++)
+        at += (size_t)snprintf(out + at, cap - at, "%s%.6g", i ? "," : "", v[i]);
+}
+
+static int get_stages(const unsigned char *txt, double *v)
+{
+    int n = 0;
+    const char *p = (const char *)txt;
+    while (p && *p && n < STORE_MAX_STAGES) {
+        char *end;
+        v[n++] = strtod(p, &end);
+        if (end == p) break;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+int store_step_put(store *s, const store_step *x)
+{
+    sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO steps(job, iteration, epoch, time_ms, have_job, loss, lr, "
+                               "grad_norm, tokens_per_s, step_ms, flops_per_gpu, peak_flops, memory_bytes, bubble, "
+                               "transfer) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)");
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
-    sqlite3_bind_int(st, 2, (int)epoch);
-    sqlite3_bind_text(st, 3, key, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_blob(st, 4, v ? (const void *)v : "", (int)len, SQLITE_TRANSIENT);
+    char b[STORE_MAX_STAGES * 16], t[STORE_MAX_STAGES * 16];
+    int n = x->nstages > STORE_MAX_STAGES ? STORE_MAX_STAGES : x->nstages;
+    put_stages(b, sizeof b, x->bubble, n);
+    put_stages(t, sizeof t, x->transfer, n);
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)x->job);
+    sqlite3_bind_int64(st, 2, x->iteration);
+    sqlite3_bind_int(st, 3, (int)x->epoch);
+    sqlite3_bind_int64(st, 4, x->time_ms);
+    sqlite3_bind_int(st, 5, x->have_job);
+    sqlite3_bind_double(st, 6, x->loss);
+    sqlite3_bind_double(st, 7, x->lr);
+    sqlite3_bind_double(st, 8, x->grad_norm);
+    sqlite3_bind_double(st, 9, x->tokens_per_s);
+    sqlite3_bind_double(st, 10, x->step_ms);
+    sqlite3_bind_double(st, 11, x->flops_per_gpu);
+    sqlite3_bind_double(st, 12, x->peak_flops);
+    sqlite3_bind_int64(st, 13, (sqlite3_int64)x->memory_bytes);
+    sqlite3_bind_text(st, 14, b, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 15, t, -1, SQLITE_TRANSIENT);
     return done(st);
 }
 
-int store_kv_get(store *s, uint64_t job, uint32_t epoch, const char *key, uint8_t **v, size_t *len)
+#define STEP_COLUMNS "job, iteration, epoch, time_ms, have_job, loss, lr, grad_norm, tokens_per_s, step_ms, " \
+                     "flops_per_gpu, peak_flops, memory_bytes, bubble, transfer"
+
+static void read_step(sqlite3_stmt *st, store_step *x)
 {
-    sqlite3_stmt *st = prep(s, "SELECT value FROM kv WHERE job=?1 AND epoch=?2 AND key=?3");
+    memset(x, 0, sizeof *x);
+    x->job = (uint64_t)sqlite3_column_int64(st, 0);
+    x->iteration = sqlite3_column_int64(st, 1);
+    x->epoch = (uint32_t)sqlite3_column_int(st, 2);
+    x->time_ms = sqlite3_column_int64(st, 3);
+    x->have_job = sqlite3_column_int(st, 4);
+    x->loss = sqlite3_column_double(st, 5);
+    x->lr = sqlite3_column_double(st, 6);
+    x->grad_norm = sqlite3_column_double(st, 7);
+    x->tokens_per_s = sqlite3_column_double(st, 8);
+    x->step_ms = sqlite3_column_double(st, 9);
+    x->flops_per_gpu = sqlite3_column_double(st, 10);
+    x->peak_flops = sqlite3_column_double(st, 11);
+    x->memory_bytes = (uint64_t)sqlite3_column_int64(st, 12);
+    x->nstages = get_stages(sqlite3_column_text(st, 13), x->bubble);
+    int nt = get_stages(sqlite3_column_text(st, 14), x->transfer);
+    for (int i = nt; i < x->nstages; i++) x->transfer[i] = -1;
+}
+
+static int one_step(sqlite3_stmt *st, store_step *out)
+{
+    int rc = sqlite3_step(st), r = -1;
+    if (rc == SQLITE_ROW) {
+        read_step(st, out);
+        r = 0;
+    } else if (rc == SQLITE_DONE) {
+        r = 1;
+    }
+    sqlite3_finalize(st);
+    return r;
+}
+
+int store_step_get(store *s, uint64_t job, int64_t iteration, store_step *out)
+{
+    sqlite3_stmt *st = prep(s, "SELECT " STEP_COLUMNS " FROM steps WHERE job=?1 AND iteration=?2");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
+    sqlite3_bind_int64(st, 2, iteration);
+    return one_step(st, out);
+}
+
+int store_step_latest(store *s, uint64_t job, store_step *out)
+{
+    sqlite3_stmt *st = prep(s, "SELECT " STEP_COLUMNS " FROM steps WHERE job=?1 ORDER BY iteration DESC LIMIT 1");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
+    return one_step(st, out);
+}
+
+int store_steps_each(store *s, uint64_t job, int64_t after, unsigned limit, store_step_fn fn, void *ctx)
+{
+    sqlite3_stmt *st = prep(s, "SELECT " STEP_COLUMNS " FROM steps WHERE job=?1 AND iteration>?2 "
+                               "ORDER BY iteration LIMIT ?3");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
+    sqlite3_bind_int64(st, 2, after);
+    sqlite3_bind_int(st, 3, (int)(limit ? limit : 10000));
+    int rc;
+    store_step x;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        read_step(st, &x);
+        if (fn(ctx, &x)) break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
+int store_steps_count(store *s, uint64_t job, int64_t before, int64_t *n)
+{
+    sqlite3_stmt *st = prep(s, "SELECT count(*) FROM steps WHERE job=?1 AND iteration<?2");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
+    sqlite3_bind_int64(st, 2, before);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? 0 : -1;
+}
+
+int store_steps_thin(store *s, uint64_t job, int64_t before)
+{
+    sqlite3_stmt *st = prep(s, "DELETE FROM steps WHERE job=?1 AND iteration IN (SELECT iteration FROM "
+                               "(SELECT iteration, row_number() OVER (ORDER BY iteration) AS rn FROM steps "
+                               "WHERE job=?1 AND iteration<?2) WHERE rn % 2 = 0)");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
+    sqlite3_bind_int64(st, 2, before);
+    return done(st);
+}
+
+/* ---- rank exits ---- */
+
+int store_exit_put(store *s, const store_exit *e)
+{
+    sqlite3_stmt *st = prep(s, "INSERT OR IGNORE INTO rank_exits(job, epoch, rank, pid, exit_status, term_signal, "
+                               "stopped, time_ms, node, log_tail) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)e->job);
+    sqlite3_bind_int(st, 2, (int)e->epoch);
+    sqlite3_bind_int(st, 3, e->rank);
+    sqlite3_bind_int(st, 4, e->pid);
+    sqlite3_bind_int(st, 5, e->exit_status);
+    sqlite3_bind_int(st, 6, e->term_signal);
+    sqlite3_bind_int(st, 7, e->stopped);
+    sqlite3_bind_int64(st, 8, e->time_ms);
+    sqlite3_bind_text(st, 9, e->node, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 10, e->log_tail, -1, SQLITE_TRANSIENT);
+    if (done(st)) return -1;
+    return sqlite3_changes(s->db) == 1;
+}
+
+int store_exits_each(store *s, uint64_t job, uint32_t epoch, store_exit_fn fn, void *ctx)
+{
+    sqlite3_stmt *st = prep(s, "SELECT rank, pid, exit_status, term_signal, stopped, time_ms, node, log_tail "
+                               "FROM rank_exits WHERE job=?1 AND epoch=?2 ORDER BY time_ms, rowid");
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
     sqlite3_bind_int(st, 2, (int)epoch);
-    sqlite3_bind_text(st, 3, key, -1, SQLITE_TRANSIENT);
-    return get_blob(st, v, len);
+    int rc;
+    store_exit e;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        memset(&e, 0, sizeof e);
+        e.job = job;
+        e.epoch = epoch;
+        e.rank = sqlite3_column_int(st, 0);
+        e.pid = sqlite3_column_int(st, 1);
+        e.exit_status = sqlite3_column_int(st, 2);
+        e.term_signal = sqlite3_column_int(st, 3);
+        e.stopped = sqlite3_column_int(st, 4);
+        e.time_ms = sqlite3_column_int64(st, 5);
+        text(e.node, sizeof e.node, sqlite3_column_text(st, 6));
+        text(e.log_tail, sizeof e.log_tail, sqlite3_column_text(st, 7));
+        if (fn(ctx, &e)) break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
+int store_exits_count(store *s, uint64_t job, uint32_t epoch, int *total, int *ok)
+{
+    sqlite3_stmt *st = prep(s, "SELECT count(*), coalesce(sum(exit_status = 0 AND term_signal = 0), 0) "
+                               "FROM rank_exits WHERE job=?1 AND epoch=?2");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
+    sqlite3_bind_int(st, 2, (int)epoch);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *total = sqlite3_column_int(st, 0);
+        *ok = sqlite3_column_int(st, 1);
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? 0 : -1;
 }

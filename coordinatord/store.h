@@ -17,7 +17,7 @@
 
 typedef struct store store;
 
-#define STORE_SCHEMA_VERSION 3
+#define STORE_SCHEMA_VERSION 4
 
 /* Opens (creating when absent) and migrates. path ":memory:" gives a private
  * in-memory database (tests, fuzzing). 0, or -1 with err. */
@@ -84,16 +84,19 @@ int store_job_insert(store *s, store_job *j);
 int store_job_by_request(store *s, const char *request_id, store_job *out);
 /* Writes every column but id, name, spec and created_ms. */
 int store_job_update(store *s, const store_job *j);
+/* The latest-step columns only (no state change). */
+int store_job_set_metrics(store *s, uint64_t id, int64_t step, double loss, double tokens_per_s, double mfu,
+                          double bubble_measured, int64_t updated_ms);
 /* 0 found, 1 not found, -1 error. */
 int store_job_get(store *s, uint64_t id, store_job *out);
 /* In id order; `state` < 0 selects all. The job is cleared after each callback. */
 typedef int (*store_job_fn)(void *ctx, store_job *j);
 int store_jobs_each(store *s, int state, store_job_fn fn, void *ctx);
-/* A page: jobs with id > after_id in id order, at most `limit` (`state` < 0: any
- * state). Returns the number visited, or -1. */
-int store_jobs_after(store *s, int state, uint64_t after_id, unsigned limit, store_job_fn fn, void *ctx);
 /* Sets one job's message (no state change, no event). */
 int store_job_set_message(store *s, uint64_t id, const char *message);
+
+/* Jobs with id > after_id in id order, at most `limit`; the job is cleared after each callback. */
+int store_jobs_page(store *s, uint64_t after_id, unsigned limit, store_job_fn fn, void *ctx);
 
 /* A growable list of job ids, for callers that change jobs while walking them
  * (a change inside store_jobs_each would race its open statement). Owns `ids`;
@@ -111,8 +114,51 @@ int store_layout_put(store *s, uint64_t job, uint32_t epoch, const uint8_t *blob
 /* The layout of `epoch`; 0 found (*blob malloc'd), 1 none, -1 error. */
 int store_layout_get(store *s, uint64_t job, uint32_t epoch, uint8_t **blob, size_t *len);
 
-/* ---- rendezvous key-value ---- */
-int store_kv_set(store *s, uint64_t job, uint32_t epoch, const char *key, const uint8_t *v, size_t len);
-int store_kv_get(store *s, uint64_t job, uint32_t epoch, const char *key, uint8_t **v, size_t *len);
+/* ---- per-step metrics of jobs (series.c keeps them bounded) ---- */
+#define STORE_MAX_STAGES 64
+typedef struct store_step {
+    uint64_t job;
+    int64_t iteration;
+    uint32_t epoch;
+    int64_t time_ms;
+    int have_job;            /* the job-wide fields below were reported (rank 0) */
+    double loss, lr, grad_norm, tokens_per_s, step_ms, flops_per_gpu, peak_flops;
+    uint64_t memory_bytes;   /* largest peak over the ranks that reported */
+    int nstages;
+    double bubble[STORE_MAX_STAGES];   /* idle / step time per stage; < 0: not reported */
+    double transfer[STORE_MAX_STAGES]; /* transfer / step time per stage; < 0: not reported */
+} store_step;
+
+/* Inserts or replaces the step (job, iteration). */
+int store_step_put(store *s, const store_step *st);
+/* 0 found, 1 none, -1 error. */
+int store_step_get(store *s, uint64_t job, int64_t iteration, store_step *out);
+/* The newest step of the job: 0 found, 1 none, -1 error. */
+int store_step_latest(store *s, uint64_t job, store_step *out);
+/* Steps with iteration > after, oldest first; at most `limit` (the oldest such). */
+typedef int (*store_step_fn)(void *ctx, const store_step *st);
+int store_steps_each(store *s, uint64_t job, int64_t after, unsigned limit, store_step_fn fn, void *ctx);
+/* Number of steps of the job below `before`. */
+int store_steps_count(store *s, uint64_t job, int64_t before, int64_t *n);
+/* Deletes every second step below `before` (oldest kept): halves the older series. */
+int store_steps_thin(store *s, uint64_t job, int64_t before);
+
+/* ---- rank exits (per job and restart epoch) ---- */
+typedef struct store_exit {
+    uint64_t job;
+    uint32_t epoch;
+    int rank, pid, exit_status, term_signal, stopped;
+    int64_t time_ms;
+    char node[64];
+    char log_tail[2048];
+} store_exit;
+
+/* Records an exit once: 1 when new, 0 when already recorded, -1 on error. */
+int store_exit_put(store *s, const store_exit *e);
+/* The exits of (job, epoch) in the order they were reported. */
+typedef int (*store_exit_fn)(void *ctx, const store_exit *e);
+int store_exits_each(store *s, uint64_t job, uint32_t epoch, store_exit_fn fn, void *ctx);
+/* How many ranks of (job, epoch) exited, and how many of them with status 0. */
+int store_exits_count(store *s, uint64_t job, uint32_t epoch, int *total, int *ok);
 
 #endif

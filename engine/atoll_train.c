@@ -4,6 +4,7 @@
 #include "config.h"
 #include "groups.h"
 #include "launcher.h"
+#include "supervise.h"
 #include "train.h"
 
 #include <stdio.h>
@@ -86,6 +87,10 @@ static int extra(void *ctx, int argc, char **argv, int i, char *err, size_t errl
 
 int main(int argc, char **argv)
 {
+    if (sup_child_guard()) {
+        fprintf(stderr, "atoll-train: the process that started this rank is gone; exiting\n");
+        return 1;
+    }
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
@@ -119,9 +124,6 @@ int main(int argc, char **argv)
         }
         return launcher_run(cl.nproc, argc, argv);
     }
-    int rank0 = !getenv("RANK") || atoi(getenv("RANK")) == 0;
-    if (rank0 && c.bf16 && !strcmp(o->device, "cpu"))
-        fprintf(stderr, "atoll-train: note: --bf16 has no effect on --device cpu (fp32 reference)\n");
     if (eng_train(&c, o, err, sizeof err)) {
         const char *r = getenv("RANK");
         if (r) fprintf(stderr, "atoll-train: rank %s: %s\n", r, err);

@@ -67,6 +67,7 @@ static void group_free(comm *c)
 {
     if (!c) return;
     if (c->impl && c->world->be->group_free) c->world->be->group_free(c);
+    free(c->stage);
     free(c->ranks);
     free(c);
 }
@@ -226,11 +227,60 @@ int comm_size(const comm *c) { return c->size; }
 int comm_world_rank_of(const comm *c, int pos) { return c->ranks[pos]; }
 const char *comm_name(const comm *c) { return c->name; }
 
+/* ---- staging device buffers through the host backend ---- */
+
+static comm_copy_fn dev_to_host, dev_to_device;
+
+void comm_set_device_copy(comm_copy_fn to_host, comm_copy_fn to_device)
+{
+    dev_to_host = to_host;
+    dev_to_device = to_device;
+}
+
+int comm_world_can_stage(void) { return dev_to_host && dev_to_device; }
+
+static int staged(const comm *c)
+{
+    return c->world->kind == COMM_BACKEND_HOST && (c->world->flags & COMM_DEVICE_BUFFERS);
+}
+
+/* The comm's staging memory, at least `bytes`; NULL when out of memory. */
+static void *stage_mem(comm *c, size_t bytes)
+{
+    if (bytes > c->stage_bytes) {
+        void *p = realloc(c->stage, bytes);
+        if (!p) return NULL;
+        c->stage = p;
+        c->stage_bytes = bytes;
+    }
+    return c->stage;
+}
+
+static int stage_oom(comm *c, const char *what, size_t bytes)
+{
+    return comm_fail(c->world, "comm: %s on '%s': no host memory to stage %zu bytes", what, c->name, bytes);
+}
+
 int comm_allreduce(comm *c, float *buf, size_t n, comm_op op)
 {
     if (n == 0) return 0;
-    return c->world->be->allreduce(c, buf, n, op);
+    if (!staged(c)) return c->world->be->allreduce(c, buf, n, op);
+    float *h = stage_mem(c, n * sizeof(float));
+    if (!h) return stage_oom(c, "all-reduce", n * sizeof(float));
+    dev_to_host(h, buf, n * sizeof(float));
+    if (c->world->be->allreduce(c, h, n, op)) return -1;
+    dev_to_device(buf, h, n * sizeof(float));
+    return 0;
 }
+
+int comm_allreduce_async(comm *c, float *buf, size_t n, comm_op op)
+{
+    if (n == 0) return 0;
+    if (!c->world->be->allreduce_async) return comm_allreduce(c, buf, n, op);
+    return c->world->be->allreduce_async(c, buf, n, op);
+}
+
+int comm_wait(comm *c) { return c->world->be->wait ? c->world->be->wait(c) : 0; }
 
 int comm_reduce_scatter(comm *c, const float *in, float *out, size_t n, comm_op op)
 {
@@ -238,13 +288,27 @@ int comm_reduce_scatter(comm *c, const float *in, float *out, size_t n, comm_op 
     if (in == out)
         return comm_fail(c->world, "comm: reduce-scatter on '%s' needs distinct in and out buffers",
                          c->name);
-    return c->world->be->reduce_scatter(c, in, out, n, op);
+    if (!staged(c)) return c->world->be->reduce_scatter(c, in, out, n, op);
+    size_t all = n * (size_t)c->size;
+    float *h = stage_mem(c, (all + n) * sizeof(float));
+    if (!h) return stage_oom(c, "reduce-scatter", (all + n) * sizeof(float));
+    dev_to_host(h, in, all * sizeof(float));
+    if (c->world->be->reduce_scatter(c, h, h + all, n, op)) return -1;
+    dev_to_device(out, h + all, n * sizeof(float));
+    return 0;
 }
 
 int comm_allgather(comm *c, const float *in, float *out, size_t n)
 {
     if (n == 0) return 0;
-    return c->world->be->allgather(c, in, out, n);
+    if (!staged(c)) return c->world->be->allgather(c, in, out, n);
+    size_t all = n * (size_t)c->size;
+    float *h = stage_mem(c, all * sizeof(float));
+    if (!h) return stage_oom(c, "all-gather", all * sizeof(float));
+    dev_to_host(h + (size_t)c->pos * n, in, n * sizeof(float));
+    if (c->world->be->allgather(c, h + (size_t)c->pos * n, h, n)) return -1;
+    dev_to_device(out, h, all * sizeof(float));
+    return 0;
 }
 
 int comm_broadcast(comm *c, void *buf, size_t bytes, int root)
@@ -253,7 +317,13 @@ int comm_broadcast(comm *c, void *buf, size_t bytes, int root)
         return comm_fail(c->world, "comm: broadcast root %d outside group '%s' of size %d", root,
                          c->name, c->size);
     if (bytes == 0 || c->size == 1) return 0;
-    return c->world->be->broadcast(c, buf, bytes, root);
+    if (!staged(c)) return c->world->be->broadcast(c, buf, bytes, root);
+    void *h = stage_mem(c, bytes);
+    if (!h) return stage_oom(c, "broadcast", bytes);
+    if (c->pos == root) dev_to_host(h, buf, bytes);
+    if (c->world->be->broadcast(c, h, bytes, root)) return -1;
+    if (c->pos != root) dev_to_device(buf, h, bytes);
+    return 0;
 }
 
 int comm_barrier(comm *c)
@@ -273,7 +343,28 @@ int comm_p2p_batch(comm *c, comm_p2p *ops, int n)
                              ops[i].tag, c->name);
     }
     if (n == 0) return 0;
-    return c->world->be->p2p_batch(c, ops, n);
+    if (!staged(c)) return c->world->be->p2p_batch(c, ops, n);
+    /* each op gets its own slice of the staging memory */
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += (ops[i].bytes + 63) / 64 * 64;
+    char *h = stage_mem(c, total ? total : 64);
+    comm_p2p *hops = malloc(sizeof *hops * (size_t)n);
+    if (!h || !hops) {
+        free(hops);
+        return stage_oom(c, "send/recv", total);
+    }
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        hops[i] = ops[i];
+        hops[i].buf = h + at;
+        if (ops[i].is_send) dev_to_host(hops[i].buf, ops[i].buf, ops[i].bytes);
+        at += (ops[i].bytes + 63) / 64 * 64;
+    }
+    int rc = c->world->be->p2p_batch(c, hops, n);
+    for (int i = 0; i < n && !rc; i++)
+        if (!ops[i].is_send) dev_to_device(ops[i].buf, hops[i].buf, ops[i].bytes);
+    free(hops);
+    return rc;
 }
 
 int comm_send(comm *c, const void *buf, size_t bytes, int peer, uint32_t tag)

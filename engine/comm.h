@@ -44,13 +44,18 @@ typedef enum { COMM_SUM = 0, COMM_AVG = 1 } comm_op;
 
 /* World options. */
 enum {
-    /* Buffers are CUDA device pointers. NCCL needs this. For the host backend this
-     * is the hook for CUDA ranks sharing one GPU: each transfer stages the device
-     * buffer through a pinned host buffer (cudaMemcpy in, TCP, cudaMemcpy out).
-     * The staging itself lands with the CUDA engine work; until then the host
-     * backend refuses device buffers with a clear error at comm_world_init. */
+    /* Buffers are CUDA device pointers. NCCL needs this. The host backend (CUDA
+     * ranks sharing one GPU, where NCCL refuses) stages each buffer through host
+     * memory with the copies given to comm_set_device_copy: device to host, the
+     * TCP algorithm, host to device. Without those copies it refuses at init. */
     COMM_DEVICE_BUFFERS = 1 << 0,
 };
+
+/* The process's device<->host copies for staging device buffers through the
+ * host backend (the engine passes its backend's to_host / to_device: they
+ * complete before returning). Set before comm_world_init. */
+typedef void (*comm_copy_fn)(void *dst, const void *src, size_t bytes);
+void comm_set_device_copy(comm_copy_fn to_host, comm_copy_fn to_device);
 
 typedef struct comm_world comm_world;
 typedef struct comm comm;
@@ -97,8 +102,16 @@ int comm_size(const comm *c);
 int comm_world_rank_of(const comm *c, int pos);
 const char *comm_name(const comm *c);
 
-/* fp32 collectives. n counts floats. */
+/* fp32 collectives. n counts floats. With device buffers on NCCL every call
+ * is ordered after the work already queued on the kernels' stream and before
+ * the work queued after it (events, no host wait): the caller sees the same
+ * order as with host buffers. */
 int comm_allreduce(comm *c, float *buf, size_t n, comm_op op);
+/* The same, but the kernels' stream does not wait for it: later kernels may
+ * run while it does (the data-parallel all-reduce beside backward), until
+ * comm_wait(c). Host backend: the same as comm_allreduce. */
+int comm_allreduce_async(comm *c, float *buf, size_t n, comm_op op);
+int comm_wait(comm *c);
 /* in: size*n floats (chunk i goes to position i); out: n floats. in != out. */
 int comm_reduce_scatter(comm *c, const float *in, float *out, size_t n, comm_op op);
 /* in: n floats; out: size*n floats (position i's chunk at i*n). in may equal out + rank*n. */
@@ -137,6 +150,8 @@ typedef struct comm_backend {
     int (*broadcast)(comm *c, void *buf, size_t bytes, int root);
     int (*barrier)(comm *c);
     int (*p2p_batch)(comm *c, comm_p2p *ops, int n);
+    int (*allreduce_async)(comm *c, float *buf, size_t n, comm_op op); /* NULL: synchronous */
+    int (*wait)(comm *c);                                              /* NULL: nothing pending */
 } comm_backend;
 
 #define COMM_MAX_GROUPS 256
@@ -148,7 +163,12 @@ struct comm {
     int size, pos;
     uint32_t ctx;  /* host: tells this group's messages apart on a shared link */
     uint32_t seq;  /* host: collective counter */
+    double xfer_s; /* host: seconds of p2p batches spent moving bytes (sends, and receives
+                    * from their first byte on), so callers can tell transfer from waiting;
+                    * backends that cannot tell leave it 0 */
     void *impl;    /* backend data */
+    void *stage;   /* host backend with device buffers: staging memory (comm.c) */
+    size_t stage_bytes;
 };
 
 struct comm_world {
@@ -169,6 +189,9 @@ extern const comm_backend comm_host_backend;
 #ifdef ATOLL_HAVE_NCCL
 extern const comm_backend comm_nccl_backend;
 #endif
+
+/* Whether comm_set_device_copy has given the staging copies. */
+int comm_world_can_stage(void);
 
 /* Sets w->err (printf-style) and returns -1. */
 int comm_fail(comm_world *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -22,6 +22,7 @@
  */
 #include "comm.h"
 
+#include "auth.h"
 #include "store.h"
 
 #include <arpa/inet.h>
@@ -52,6 +53,7 @@ typedef struct {
 /* A message that arrived before its receive was posted. */
 typedef struct msg {
     uint32_t ctx, tag;
+    double t_first, t_done; /* header arrived, payload complete */
     size_t bytes;
     unsigned char *data;
     int complete;
@@ -67,6 +69,7 @@ typedef struct req {
     int peer; /* world rank */
     int state;
     msg *m; /* matched an already-arrived message */
+    double t_first, t_done; /* header arrived, payload complete */
     char why[160];
     struct req *next;
 } req;
@@ -151,6 +154,7 @@ static int route_payload(host_world *h, peer *p)
         r->state = REQ_RECEIVING;
     }
     if (r && r->bytes == p->hdr.bytes) {
+        r->t_first = now_s();
         p->cur_req = r;
         p->dst = r->buf;
     } else {
@@ -172,6 +176,7 @@ static int route_payload(host_world *h, peer *p)
         m->ctx = p->hdr.ctx;
         m->tag = p->hdr.tag;
         m->bytes = p->hdr.bytes;
+        m->t_first = now_s();
         m->data = data;
         if (r) {
             r->m = m;
@@ -193,8 +198,15 @@ static int route_payload(host_world *h, peer *p)
 static void payload_done(host_world *h, peer *p)
 {
     pthread_mutex_lock(&h->mu);
-    if (p->cur_req) p->cur_req->state = REQ_DONE;
-    if (p->cur_msg) p->cur_msg->complete = 1;
+    double t = now_s();
+    if (p->cur_req) {
+        p->cur_req->t_done = t;
+        p->cur_req->state = REQ_DONE;
+    }
+    if (p->cur_msg) {
+        p->cur_msg->t_done = t;
+        p->cur_msg->complete = 1;
+    }
     p->cur_req = NULL;
     p->cur_msg = NULL;
     p->in_payload = 0;
@@ -315,8 +327,10 @@ static req *post_recv(comm *c, int wrank, void *buf, size_t bytes, uint32_t tag)
 
 static const char *op_label(uint32_t tag) { return tag & COLL_TAG ? "collective" : "recv"; }
 
-/* Waits for r and frees it. Returns 0 or -1 with the world error set. */
-static int wait_recv(comm *c, req *r)
+/* Waits for r and frees it. Returns 0 or -1 with the world error set. When
+ * `when` is given, it gets when the message's first byte arrived and when it was
+ * complete. */
+static int wait_recv_timed(comm *c, req *r, double when[2])
 {
     comm_world *w = c->world;
     host_world *h = w->impl;
@@ -362,16 +376,24 @@ static int wait_recv(comm *c, req *r)
         } else {
             memcpy(r->buf, r->m->data, r->bytes);
         }
+        r->t_first = r->m->t_first;
+        r->t_done = r->m->t_done;
         free(r->m->data);
         free(r->m);
     } else if (r->state == REQ_FAILED) {
         rc = comm_fail(w, "comm: %s on group '%s' from rank %d: %s", op_label(r->tag), c->name,
                        r->peer, r->why);
     }
+    if (when) {
+        when[0] = r->t_first;
+        when[1] = r->t_done;
+    }
     pthread_mutex_unlock(&h->mu);
     free(r);
     return rc;
 }
+
+static int wait_recv(comm *c, req *r) { return wait_recv_timed(c, r, NULL); }
 
 static int send_msg(comm *c, int wrank, const void *buf, size_t bytes, uint32_t tag)
 {
@@ -457,11 +479,29 @@ static int full_read(int fd, void *buf, size_t n, double deadline)
     return 0;
 }
 
+/* Rank-to-rank links prove the job secret both ways before any traffic:
+ *   connector -> acceptor  {magic, rank, cn}                    (cn, sn: 32 random bytes)
+ *   acceptor -> connector  {sn, HMAC(secret, "atoll-v1 peer accept A<-C", cn, sn)}
+ *   connector -> acceptor  {HMAC(secret, "atoll-v1 peer connect C->A", sn, cn)}
+ * So no process without the secret can take a rank's place or be sent its traffic. */
+typedef struct {
+    uint32_t magic, rank;
+    uint8_t nonce[AUTH_NONCE_LEN];
+} hello_msg;
+
+static void peer_label(char *buf, size_t len, const char *what, int from, int to)
+{
+    snprintf(buf, len, "atoll-v1 peer %s %d %d", what, from, to);
+}
+
+#define PEER_HANDSHAKE_S 5.0
+
 static int connect_mesh(comm_world *w, int lfd, char *err, size_t errlen)
 {
     host_world *h = w->impl;
+    const auth_token *secret = &store_client_auth(w->store)->secret;
     double deadline = now_s() + w->timeout_ms / 1e3;
-    uint32_t hello[2] = {HOST_MAGIC, (uint32_t)w->rank};
+    char label[64];
     for (int j = 0; j < w->rank; j++) {
         char key[128];
         snprintf(key, sizeof key, "%s/host/addr/%d", w->prefix, j);
@@ -482,31 +522,75 @@ static int connect_mesh(comm_world *w, int lfd, char *err, size_t errlen)
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
         int ok = inet_pton(AF_INET, val, &sa.sin_addr) == 1;
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        hello_msg hello = {HOST_MAGIC, (uint32_t)w->rank, {0}};
+        auth_random(hello.nonce, sizeof hello.nonce);
         if (!ok || fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-            send(fd, hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello) {
+            send(fd, &hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello) {
             snprintf(err, errlen, "comm: rank %d cannot connect to rank %d at %s:%s: %s", w->rank, j,
                      (char *)val, colon + 1, strerror(errno));
             if (fd >= 0) close(fd);
             free(val);
             return -1;
         }
+        uint8_t reply[AUTH_NONCE_LEN + AUTH_MAC_LEN], want[AUTH_MAC_LEN], mine[AUTH_MAC_LEN];
+        double hs = now_s() + PEER_HANDSHAKE_S;
+        int got = full_read(fd, reply, sizeof reply, hs < deadline ? hs : deadline) == 0;
+        peer_label(label, sizeof label, "accept", j, w->rank);
+        if (got) auth_mac(secret, label, hello.nonce, reply, want);
+        if (!got || !auth_equal(want, reply + AUTH_NONCE_LEN, AUTH_MAC_LEN)) {
+            snprintf(err, errlen, "comm: rank %d: the process at %s:%s did not prove the job secret of rank %d",
+                     w->rank, (char *)val, colon + 1, j);
+            close(fd);
+            free(val);
+            return -1;
+        }
         free(val);
+        peer_label(label, sizeof label, "connect", w->rank, j);
+        auth_mac(secret, label, reply, hello.nonce, mine);
+        if (send(fd, mine, sizeof mine, MSG_NOSIGNAL) != (ssize_t)sizeof mine) {
+            snprintf(err, errlen, "comm: rank %d: rank %d dropped the link during its handshake", w->rank, j);
+            close(fd);
+            return -1;
+        }
         h->peers[j].fd = setup_socket(fd);
     }
-    for (int k = w->rank + 1; k < w->size; k++) {
+    int need = w->size - w->rank - 1, refused = 0;
+    while (need > 0) {
         struct pollfd pfd = {.fd = lfd, .events = POLLIN};
         int left = (int)((deadline - now_s()) * 1e3);
         int fd = -1;
         if (left > 0 && poll(&pfd, 1, left) == 1) fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-        uint32_t got[2];
-        if (fd < 0 || full_read(fd, got, sizeof got, deadline) != 0 || got[0] != HOST_MAGIC ||
-            got[1] <= (uint32_t)w->rank || got[1] >= (uint32_t)w->size || h->peers[got[1]].fd >= 0) {
-            snprintf(err, errlen, "comm: rank %d: ranks above it did not all connect within %d ms",
-                     w->rank, w->timeout_ms);
-            if (fd >= 0) close(fd);
+        if (fd < 0) {
+            snprintf(err, errlen, "comm: rank %d: ranks above it did not all connect within %d ms%s", w->rank,
+                     w->timeout_ms, refused ? " (connections without the job secret were refused)" : "");
             return -1;
         }
-        h->peers[got[1]].fd = setup_socket(fd);
+        double hs = now_s() + PEER_HANDSHAKE_S;
+        if (hs > deadline) hs = deadline;
+        hello_msg hello;
+        uint8_t reply[AUTH_NONCE_LEN + AUTH_MAC_LEN], proof[AUTH_MAC_LEN], want[AUTH_MAC_LEN];
+        int ok = full_read(fd, &hello, sizeof hello, hs) == 0 && hello.magic == HOST_MAGIC &&
+                 hello.rank > (uint32_t)w->rank && hello.rank < (uint32_t)w->size && h->peers[hello.rank].fd < 0;
+        if (ok) {
+            auth_random(reply, AUTH_NONCE_LEN);
+            peer_label(label, sizeof label, "accept", w->rank, (int)hello.rank);
+            auth_mac(secret, label, hello.nonce, reply, reply + AUTH_NONCE_LEN);
+            ok = send(fd, reply, sizeof reply, MSG_NOSIGNAL) == (ssize_t)sizeof reply &&
+                 full_read(fd, proof, sizeof proof, hs) == 0;
+        }
+        if (ok) {
+            peer_label(label, sizeof label, "connect", (int)hello.rank, w->rank);
+            auth_mac(secret, label, reply, hello.nonce, want);
+            ok = auth_equal(want, proof, AUTH_MAC_LEN);
+        }
+        if (!ok) { /* not one of ours: drop it and keep waiting for the real rank */
+            fprintf(stderr, "comm: rank %d: refused a connection that did not prove the job secret\n", w->rank);
+            refused++;
+            close(fd);
+            continue;
+        }
+        h->peers[hello.rank].fd = setup_socket(fd);
+        need--;
     }
     return 0;
 }
@@ -515,11 +599,10 @@ static void host_world_free(comm_world *w);
 
 static int host_world_init(comm_world *w, char *err, size_t errlen)
 {
-    if (w->flags & COMM_DEVICE_BUFFERS) {
-        /* Hook for CUDA ranks sharing one GPU: stage each device buffer through a
-         * pinned host buffer around the TCP transfer. Lands with the CUDA engine. */
-        snprintf(err, errlen, "comm: the host backend does not stage device buffers yet "
-                 "(COMM_DEVICE_BUFFERS); use host buffers or the nccl backend");
+    if ((w->flags & COMM_DEVICE_BUFFERS) && !comm_world_can_stage()) {
+        /* comm.c stages device buffers through host memory with the engine's copies */
+        snprintf(err, errlen, "comm: the host backend got device buffers (COMM_DEVICE_BUFFERS) but no "
+                 "device copies to stage them with (comm_set_device_copy)");
         return -1;
     }
     host_world *h = calloc(1, sizeof *h);
@@ -770,20 +853,33 @@ static int host_barrier(comm *c)
     return 0;
 }
 
+/* Transfer time of the batch: the sends, plus each receive from its first byte
+ * (or the batch's start, when it was already arriving) to its last. Time before a
+ * receive's first byte is the peer not having sent yet: waiting, not transfer. */
 static int host_p2p_batch(comm *c, comm_p2p *ops, int n)
 {
+    double t0 = now_s(), xfer = 0;
     req **rq = calloc((size_t)n, sizeof(req *));
     for (int i = 0; i < n; i++)
         if (!ops[i].is_send) rq[i] = post_recv(c, c->ranks[ops[i].peer], ops[i].buf, ops[i].bytes, ops[i].tag);
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++)
-        if (ops[i].is_send) rc = send_msg(c, c->ranks[ops[i].peer], ops[i].buf, ops[i].bytes, ops[i].tag);
+        if (ops[i].is_send) {
+            double ts = now_s();
+            rc = send_msg(c, c->ranks[ops[i].peer], ops[i].buf, ops[i].bytes, ops[i].tag);
+            xfer += now_s() - ts;
+        }
     for (int i = 0; i < n; i++)
         if (rq[i]) {
-            int e = wait_recv(c, rq[i]);
+            double when[2] = {0, 0};
+            int e = wait_recv_timed(c, rq[i], when);
             if (rc == 0) rc = e;
+            double from = when[0] > t0 ? when[0] : t0;
+            if (when[1] > from) xfer += when[1] - from;
         }
     free(rq);
+    double total = now_s() - t0;
+    c->xfer_s += xfer < total ? xfer : total;
     return rc;
 }
 

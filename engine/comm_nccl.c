@@ -6,11 +6,15 @@
  * comm_group_new is collective over the world.
  *
  * Buffers are device pointers on the current device (the engine selects it,
- * e.g. LOCAL_RANK, before comm_world_init). Every call is enqueued on the
- * world's stream and waits for it, so callers see the same synchronous
- * semantics as the host backend; the stream is a blocking stream, ordered with
- * work on the legacy default stream. Asynchronous variants for overlapping the
- * data-parallel all-reduce with backward come with the CUDA engine work.
+ * e.g. LOCAL_RANK, before comm_world_init). NCCL runs on the world's own
+ * stream, ordered with the kernels' stream (k_cuda_stream) by events, never by
+ * a host wait: each call first makes the NCCL stream wait for the work already
+ * queued on the kernels' stream, and then the kernels' stream wait for the
+ * call, so kernels queued afterwards see its result and the host goes on
+ * queueing. comm_allreduce_async leaves out the second wait (the data-parallel
+ * all-reduce runs beside the rest of backward) until comm_wait. Barriers wait
+ * on the host: they order host-side work (checkpoint commits). Without the
+ * CUDA kernels (no k_cuda_stream) every call waits on the host.
  *
  * Built only with the CUDA toolkit; without NCCL found the file is empty.
  */
@@ -21,6 +25,9 @@
 
 #include <cuda_runtime.h>
 #include <nccl.h>
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+#include "cuda/k_cuda.h"
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +35,7 @@
 typedef struct {
     ncclComm_t world;
     cudaStream_t stream;
+    cudaEvent_t queued, done; /* kernels' work before a call; the call's completion */
 } nccl_world;
 
 typedef struct {
@@ -87,9 +95,11 @@ static int nccl_world_init(comm_world *w, char *err, size_t errlen)
     }
 have_id:;
     nccl_world *nw = calloc(1, sizeof *nw);
-    ce = cudaStreamCreate(&nw->stream);
+    ce = cudaStreamCreateWithFlags(&nw->stream, cudaStreamNonBlocking);
+    if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&nw->queued, cudaEventDisableTiming);
+    if (ce == cudaSuccess) ce = cudaEventCreateWithFlags(&nw->done, cudaEventDisableTiming);
     if (ce != cudaSuccess) {
-        snprintf(err, errlen, "comm(nccl): cudaStreamCreate: %s", cudaGetErrorString(ce));
+        snprintf(err, errlen, "comm(nccl): creating the stream and events: %s", cudaGetErrorString(ce));
         free(nw);
         return -1;
     }
@@ -110,6 +120,8 @@ static void nccl_world_free(comm_world *w)
     nccl_world *nw = w->impl;
     if (!nw) return;
     ncclCommDestroy(nw->world);
+    cudaEventDestroy(nw->queued);
+    cudaEventDestroy(nw->done);
     cudaStreamDestroy(nw->stream);
     free(nw);
     w->impl = NULL;
@@ -157,37 +169,85 @@ static void nccl_group_free(comm *c)
 }
 
 static ncclComm_t gcomm(comm *c) { return ((nccl_group *)c->impl)->comm; }
-static cudaStream_t gstream(comm *c) { return ((nccl_world *)c->world->impl)->stream; }
+static nccl_world *gworld(comm *c) { return c->world->impl; }
+static cudaStream_t gstream(comm *c) { return gworld(c)->stream; }
 
-static int finish(comm *c, const char *what, ncclResult_t r)
+/* The kernels' stream, or NULL without the CUDA kernels (then calls wait on the host). */
+static cudaStream_t kernels_stream(void)
+{
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+    return (cudaStream_t)k_cuda_stream();
+#else
+    return NULL;
+#endif
+}
+
+/* Before a call: the NCCL stream waits for the kernels queued so far. */
+static int order_after_kernels(comm *c)
+{
+    cudaStream_t ks = kernels_stream();
+    if (!ks) return 0;
+    nccl_world *nw = gworld(c);
+    cudaError_t ce = cudaEventRecord(nw->queued, ks);
+    if (ce == cudaSuccess) ce = cudaStreamWaitEvent(nw->stream, nw->queued, 0);
+    return ce == cudaSuccess ? 0 : cuda_fail(c->world, "ordering after the kernels' stream", ce);
+}
+
+/* After a call: kernels queued from now on wait for it (sync = 0), or the host
+ * waits (sync = 1, or no kernels' stream). */
+static int finish_ordered(comm *c, const char *what, ncclResult_t r, int sync)
 {
     if (r != ncclSuccess) return nccl_fail(c->world, what, c->name, r);
-    cudaError_t ce = cudaStreamSynchronize(gstream(c));
-    if (ce != cudaSuccess) return cuda_fail(c->world, what, ce);
-    return 0;
+    cudaStream_t ks = kernels_stream();
+    cudaError_t ce;
+    if (sync || !ks) {
+        ce = cudaStreamSynchronize(gstream(c));
+    } else {
+        nccl_world *nw = gworld(c);
+        ce = cudaEventRecord(nw->done, gstream(c));
+        if (ce == cudaSuccess) ce = cudaStreamWaitEvent(ks, nw->done, 0);
+    }
+    return ce == cudaSuccess ? 0 : cuda_fail(c->world, what, ce);
 }
+
+static int finish(comm *c, const char *what, ncclResult_t r) { return finish_ordered(c, what, r, 0); }
 
 static ncclRedOp_t red(comm_op op) { return op == COMM_AVG ? ncclAvg : ncclSum; }
 
 static int nccl_allreduce(comm *c, float *buf, size_t n, comm_op op)
 {
+    if (order_after_kernels(c)) return -1;
     return finish(c, "all-reduce",
                   ncclAllReduce(buf, buf, n, ncclFloat32, red(op), gcomm(c), gstream(c)));
 }
 
+/* Queued after the kernels so far; the kernels' stream does not wait for it. */
+static int nccl_allreduce_async(comm *c, float *buf, size_t n, comm_op op)
+{
+    if (order_after_kernels(c)) return -1;
+    ncclResult_t r = ncclAllReduce(buf, buf, n, ncclFloat32, red(op), gcomm(c), gstream(c));
+    return r == ncclSuccess ? 0 : nccl_fail(c->world, "all-reduce", c->name, r);
+}
+
+/* The kernels' stream waits for every call queued on this comm's world. */
+static int nccl_wait(comm *c) { return finish(c, "wait", ncclSuccess); }
+
 static int nccl_reduce_scatter(comm *c, const float *in, float *out, size_t n, comm_op op)
 {
+    if (order_after_kernels(c)) return -1;
     return finish(c, "reduce-scatter",
                   ncclReduceScatter(in, out, n, ncclFloat32, red(op), gcomm(c), gstream(c)));
 }
 
 static int nccl_allgather(comm *c, const float *in, float *out, size_t n)
 {
+    if (order_after_kernels(c)) return -1;
     return finish(c, "all-gather", ncclAllGather(in, out, n, ncclFloat32, gcomm(c), gstream(c)));
 }
 
 static int nccl_broadcast(comm *c, void *buf, size_t bytes, int root)
 {
+    if (order_after_kernels(c)) return -1;
     return finish(c, "broadcast",
                   ncclBroadcast(buf, buf, bytes, ncclUint8, root, gcomm(c), gstream(c)));
 }
@@ -195,12 +255,14 @@ static int nccl_broadcast(comm *c, void *buf, size_t bytes, int root)
 static int nccl_barrier(comm *c)
 {
     nccl_group *g = c->impl;
-    return finish(c, "barrier",
-                  ncclAllReduce(g->one, g->one, 1, ncclFloat32, ncclSum, g->comm, gstream(c)));
+    if (order_after_kernels(c)) return -1;
+    return finish_ordered(c, "barrier",
+                          ncclAllReduce(g->one, g->one, 1, ncclFloat32, ncclSum, g->comm, gstream(c)), 1);
 }
 
 static int nccl_p2p_batch(comm *c, comm_p2p *ops, int n)
 {
+    if (order_after_kernels(c)) return -1;
     /* Tags are not an NCCL concept: order between a pair is the match. */
     ncclResult_t r = ncclGroupStart();
     for (int i = 0; i < n && r == ncclSuccess; i++) {
@@ -210,7 +272,8 @@ static int nccl_p2p_batch(comm *c, comm_p2p *ops, int n)
             r = ncclRecv(ops[i].buf, ops[i].bytes, ncclUint8, ops[i].peer, gcomm(c), gstream(c));
     }
     ncclResult_t e = ncclGroupEnd();
-    return finish(c, "send/recv", r != ncclSuccess ? r : e);
+    /* the host waits: the pipeline executor times its transfers (idle time) */
+    return finish_ordered(c, "send/recv", r != ncclSuccess ? r : e, 1);
 }
 
 const comm_backend comm_nccl_backend = {
@@ -225,6 +288,8 @@ const comm_backend comm_nccl_backend = {
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
     .p2p_batch = nccl_p2p_batch,
+    .allreduce_async = nccl_allreduce_async,
+    .wait = nccl_wait,
 };
 #else
 /* ISO C forbids an empty translation unit. */

@@ -2,6 +2,9 @@
 
 #include <math.h>
 #include <pthread.h>
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+#include <cuda_runtime.h>
+#endif
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +31,20 @@ static int env_world(void)
     return w ? atoi(w) : 1;
 }
 
+/* More local ranks than visible GPUs (LOCAL_WORLD_SIZE, torchrun's), or
+ * ATOLL_COMM=host: the ranks stage through the host backend. */
+static int gpus_shared(void)
+{
+    const char *force = getenv("ATOLL_COMM");
+    if (force && !strcmp(force, "host")) return 1;
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+    const char *lws = getenv("LOCAL_WORLD_SIZE");
+    int ndev = 0;
+    if (lws && cudaGetDeviceCount(&ndev) == cudaSuccess && atoi(lws) > ndev) return 1;
+#endif
+    return 0;
+}
+
 int dist_init(dist *d, const atoll_config *c, const k_ops *k, char *err, size_t errlen)
 {
     memset(d, 0, sizeof *d);
@@ -41,12 +58,15 @@ int dist_init(dist *d, const atoll_config *c, const k_ops *k, char *err, size_t 
         return -1;
     }
     if (cfg_validate_layout(c, world, 0, err, errlen)) return -1;
-    /* One rank exchanges nothing: no NCCL communicator to set up. */
+    /* One rank exchanges nothing: no NCCL communicator to set up. Ranks that
+     * share a GPU (more local ranks than devices: every layout checked on one
+     * GPU) cannot use NCCL; they stage device buffers through the host backend. */
     int cuda = !strcmp(k->name, "cuda") && world > 1;
     comm_backend_kind kind = COMM_BACKEND_HOST;
 #ifdef ATOLL_HAVE_NCCL
-    if (cuda) kind = COMM_BACKEND_NCCL;
+    if (cuda && !gpus_shared()) kind = COMM_BACKEND_NCCL;
 #endif
+    if (cuda && kind == COMM_BACKEND_HOST) comm_set_device_copy(k->to_host, k->to_device);
     if (comm_world_init_env(&d->world, kind, cuda ? COMM_DEVICE_BUFFERS : 0, err, errlen)) return -1;
     d->rank = comm_world_rank(d->world);
     d->size = comm_world_size(d->world);
@@ -91,10 +111,12 @@ eng_layout dist_layout(const dist *d, const atoll_config *c)
 
 /* ---- tensor-parallel hooks ---- */
 
+/* The TP hooks queue their collectives in order with the kernels (NCCL:
+ * events; host backend: CPU buffers, or staging copies that wait for the
+ * device), so none of them waits on the host itself. */
 static int tp_sum(void *ctx, float *buf, size_t n)
 {
     dist *d = ctx;
-    d->k->sync();
     return comm_allreduce(d->g[GROUP_TP], buf, n, COMM_SUM);
 }
 
@@ -116,7 +138,6 @@ static int grow_scratch(dist *d, size_t n)
 static int tp_max(void *ctx, float *buf, size_t n)
 {
     dist *d = ctx;
-    d->k->sync();
     if (grow_scratch(d, n * (size_t)d->tp)) return comm_fail(d->world, "tp max: out of memory");
     if (comm_allgather(d->g[GROUP_TP], buf, d->scratch, n)) return -1;
     d->k->to_host(d->host_a, d->scratch, n * (size_t)d->tp * sizeof(float));
@@ -132,14 +153,12 @@ static int tp_max(void *ctx, float *buf, size_t n)
 static int tp_gather(void *ctx, const float *in, float *out, size_t n)
 {
     dist *d = ctx;
-    d->k->sync();
     return comm_allgather(d->g[GROUP_TP], in, out, n);
 }
 
 static int tp_scatter(void *ctx, const float *in, float *out, size_t n)
 {
     dist *d = ctx;
-    d->k->sync();
     return comm_reduce_scatter(d->g[GROUP_TP], in, out, n, COMM_SUM);
 }
 
@@ -197,8 +216,17 @@ static void *overlap_main(void *arg)
 int dist_overlap_begin(dist *d, eng_model *m, int zero)
 {
     d->overlapped = 0;
-    if (d->dp == 1 || zero || comm_world_backend(d->world) != COMM_BACKEND_HOST || strcmp(m->k->name, "cpu"))
-        return 0;
+    d->ovl_async = 0;
+    if (d->dp == 1 || zero) return 0;
+    if (comm_world_backend(d->world) == COMM_BACKEND_NCCL) {
+        /* NCCL: each layer's all-reduce is queued on the NCCL stream as its
+         * gradients become final and runs beside the rest of backward */
+        d->ovl_async = 1;
+        d->ovl_grads = m->grads;
+        d->ovl_failed = 0;
+        return 1;
+    }
+    if (comm_world_backend(d->world) != COMM_BACKEND_HOST || strcmp(m->k->name, "cpu")) return 0;
     struct dist_overlap *o = calloc(1, sizeof *o);
     int cap = m->nparams + 1; /* at most one push per tensor */
     if (!o || !(o->off = calloc((size_t)cap, sizeof *o->off)) || !(o->n = calloc((size_t)cap, sizeof *o->n))) {
@@ -225,6 +253,11 @@ int dist_overlap_begin(dist *d, eng_model *m, int zero)
 
 void dist_overlap_push(dist *d, size_t off, size_t n)
 {
+    if (d->ovl_async) {
+        if (n && !d->ovl_failed && comm_allreduce_async(d->g[GROUP_DP], d->ovl_grads + off, n, COMM_SUM))
+            d->ovl_failed = 1;
+        return;
+    }
     struct dist_overlap *o = d->ovl;
     if (!o || !n) return;
     d->k->sync();
@@ -242,6 +275,12 @@ void dist_overlap_push(dist *d, size_t off, size_t n)
 
 int dist_overlap_end(dist *d)
 {
+    if (d->ovl_async) {
+        d->ovl_async = 0;
+        int rc = d->ovl_failed ? -1 : comm_wait(d->g[GROUP_DP]);
+        d->overlapped = rc == 0;
+        return rc;
+    }
     struct dist_overlap *o = d->ovl;
     if (!o) return 0;
     pthread_mutex_lock(&o->mu);
@@ -272,9 +311,8 @@ static const eng_param *tied_wte(const eng_model *m)
 
 int dist_sync_grads(dist *d, eng_model *m, dist_optim *o)
 {
-    /* The kernels' stream and a comm backend's own stream are not ordered:
-     * every comm call below starts after the queued work is done. */
-    m->k->sync();
+    /* Every comm call below is ordered after the kernels queued before it
+     * (comm.h), the ZeRO copy into gbuf included. */
     /* Sequence parallel: each TP rank saw only its rows of the LayerNorms. */
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
@@ -320,19 +358,19 @@ static int shard_range(const dist *d, const dist_optim *o, const eng_param *p, s
 
 double dist_grad_sumsq(dist *d, eng_model *m, dist_optim *o)
 {
-    double s = 0.0;
     if (!o->zero && d->dp_rank != 0) return 0.0; /* DP replicas hold the same sums */
+    size_t s0 = o->zero ? o->shard * (size_t)d->dp_rank : 0;
+    eng_sumsq_runs r;
+    eng_sumsq_runs_begin(&r, m->k, o->zero ? o->g : m->grads);
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
-        if (!counts_in_norm(d, m, p)) continue;
-        if (!o->zero) {
-            s += m->k->sumsq(m->grads + p->offset, p->numel);
-            continue;
-        }
-        size_t lo, hi;
-        if (shard_range(d, o, p, &lo, &hi)) s += m->k->sumsq(o->g + (lo - o->shard * (size_t)d->dp_rank), hi - lo);
+        size_t lo = p->offset, hi = p->offset + p->numel;
+        if (!counts_in_norm(d, m, p)) eng_sumsq_runs_break(&r);
+        else if (!o->zero) eng_sumsq_runs_add(&r, lo, hi);
+        else if (shard_range(d, o, p, &lo, &hi)) eng_sumsq_runs_add(&r, lo - s0, hi - s0);
     }
-    return s;
+    eng_sumsq_runs_break(&r);
+    return r.sum;
 }
 
 /* ---- optimizer ---- */
@@ -357,6 +395,8 @@ int dist_optim_init(dist_optim *o, dist *d, eng_model *m, int zero, char *err, s
     if (!o->gbuf || !o->g || !o->master || !o->m || !o->v) goto oom;
     k->zero(o->m, S * sizeof(float));
     k->zero(o->v, S * sizeof(float));
+    size_t lo = S * (size_t)d->dp_rank, hi = lo + S < m->num_floats ? lo + S : m->num_floats;
+    if (eng_adamw_segs_build(&o->segs, m, lo, lo < hi ? hi : lo)) goto oom;
     return 0;
 oom:
     errf(err, errlen, "out of memory for the optimizer state");
@@ -366,6 +406,7 @@ oom:
 void dist_optim_free(dist_optim *o, const k_ops *k)
 {
     eng_optim_free(o->full);
+    eng_adamw_segs_free(&o->segs);
     float *bufs[5] = { o->gbuf, o->g, o->master, o->m, o->v };
     for (int i = 0; i < 5; i++)
         if (bufs[i]) k->free(bufs[i]);
@@ -396,6 +437,11 @@ int dist_optim_step(dist *d, eng_model *m, dist_optim *o, double lr, float grad_
     }
     const atoll_config *c = &m->cfg;
     size_t s0 = o->shard * (size_t)d->dp_rank;
+    if (m->k->adamw_segments && o->segs.n <= K_ADAMW_MAX_SEGS) { /* the shard in one launch */
+        m->k->adamw_segments(o->master, NULL, o->g, o->m, o->v, o->segs.n ? o->segs.end[o->segs.n - 1] : 0,
+                             o->segs.n, o->segs.end, o->segs.wd, (float)lr, (float)c->adam_beta1,
+                             (float)c->adam_beta2, (float)c->adam_eps, grad_scale, t);
+    } else
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
         size_t lo, hi;
@@ -409,6 +455,7 @@ int dist_optim_step(dist *d, eng_model *m, dist_optim *o, double lr, float grad_
     m->k->sync();
     if (comm_allgather(d->g[GROUP_DP], o->master, o->gbuf, o->shard)) return -1;
     m->k->copy(m->params, o->gbuf, m->num_floats * sizeof(float));
+    eng_params_updated(m);
     return 0;
 }
 

@@ -44,6 +44,8 @@ typedef struct dist {
     int nmicro;                 /* micro-batches per step on this DP rank */
     const k_ops *k;
     struct dist_overlap *ovl;   /* DP all-reduce thread of the current step, if any */
+    int ovl_async, ovl_failed;  /* NCCL: this step's DP all-reduces are queued per layer */
+    float *ovl_grads;
     int overlapped;             /* this step's DP all-reduce ran during backward */
     float *scratch;             /* TP max: gathered rows (backend memory) */
     float *host_a, *host_b;
@@ -78,7 +80,8 @@ typedef struct dist_pipe {
 typedef struct dist_step_result {
     double loss_sum;    /* sum of token losses this rank's last stage computed */
     double busy_s;      /* compute time */
-    double idle_s;      /* blocked in transfers and the closing PP barrier */
+    double idle_s;      /* waiting for a peer (in p2p batches and the closing PP barrier) */
+    double transfer_s;  /* moving activations in p2p batches (not idle, not compute) */
 } dist_step_result;
 
 int dist_pipe_init(dist_pipe *p, dist *d, eng_model *m);
@@ -108,6 +111,7 @@ typedef struct dist_optim {
     size_t shard;        /* floats per DP rank (ZeRO-1) */
     float *gbuf;         /* dp*shard: padded copy of the grads / gathered params */
     float *g, *master, *m, *v; /* this rank's shard */
+    eng_adamw_segs segs;       /* the shard's weight-decay segments */
 } dist_optim;
 
 int dist_optim_init(dist_optim *o, dist *d, eng_model *m, int zero, char *err, size_t errlen);

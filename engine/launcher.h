@@ -6,10 +6,12 @@
  * launcher's own environment if set, else an ephemeral port). The ranks'
  * command line is the launcher's with `--nproc-per-node N` removed.
  *
- * One libuv loop runs the store server, the child processes and the timers. If
- * any rank exits non-zero or by a signal, the launcher sends SIGTERM to the
- * others, SIGKILL after a grace period, and fails naming the rank. SIGINT or
- * SIGTERM to the launcher stops all ranks the same way.
+ * One libuv loop runs the store server, the child processes and the timers; the
+ * ranks are spawned and supervised by common/supervise.h, as workerd's are (own
+ * process group, die with the launcher even when it is SIGKILLed). If any rank
+ * exits non-zero or by a signal, the launcher sends SIGTERM to the others,
+ * SIGKILL after a grace period, and fails naming the rank. SIGINT or SIGTERM to
+ * the launcher stops all ranks the same way.
  */
 #ifndef ATOLL_LAUNCHER_H
 #define ATOLL_LAUNCHER_H

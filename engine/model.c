@@ -177,24 +177,25 @@ const eng_param *eng_find_param(const eng_model *m, const char *name)
     return NULL;
 }
 
-static float *view(const eng_model *m, float *base, const char *name)
+/* A tensor's place in a buffer whose elements are `esz` bytes (params16: 2). */
+static void *view(const eng_model *m, void *base, size_t esz, const char *name)
 {
     const eng_param *p = eng_find_param(m, name);
-    return p ? base + p->offset : NULL;
+    return p ? (char *)base + p->offset * esz : NULL;
 }
 
-static void set_views(eng_model *m, eng_chunk *ch, eng_views *v, float *base)
+static void set_views(eng_model *m, eng_chunk *ch, eng_views *v, void *base, size_t esz)
 {
     if (ch->first) {
-        v->wte = view(m, base, "wte.weight");
-        v->wpe = view(m, base, "wpe.weight");
+        v->wte = view(m, base, esz, "wte.weight");
+        v->wpe = view(m, base, esz, "wpe.weight");
     }
     int nl = ch->layer_end - ch->layer_begin;
     for (int i = 0; i < nl; i++) {
         char nm[ENG_NAME];
         int l = ch->layer_begin + i;
         eng_layer_w *w = &v->layers[i];
-#define V_(field, suffix) (snprintf(nm, sizeof nm, "h.%d." suffix, l), w->field = view(m, base, nm))
+#define V_(field, suffix) (snprintf(nm, sizeof nm, "h.%d." suffix, l), w->field = view(m, base, esz, nm))
         V_(ln1_w, "ln_1.weight"); V_(ln1_b, "ln_1.bias");
         V_(qkv_w, "attn.c_attn.weight"); V_(qkv_b, "attn.c_attn.bias");
         V_(proj_w, "attn.c_proj.weight"); V_(proj_b, "attn.c_proj.bias");
@@ -204,43 +205,76 @@ static void set_views(eng_model *m, eng_chunk *ch, eng_views *v, float *base)
 #undef V_
     }
     if (ch->last) {
-        v->lnf_w = view(m, base, "ln_f.weight");
-        v->lnf_b = view(m, base, "ln_f.bias");
-        v->head = m->cfg.untie_embeddings_and_output_weights ? view(m, base, "lm_head.weight")
-                                                              : view(m, base, "wte.weight");
+        v->lnf_w = view(m, base, esz, "ln_f.weight");
+        v->lnf_b = view(m, base, esz, "ln_f.bias");
+        v->head = view(m, base, esz, m->cfg.untie_embeddings_and_output_weights ? "lm_head.weight" : "wte.weight");
     }
 }
 
+/* Carves 64-byte aligned pieces out of one allocation; with base NULL it only
+ * counts, so a layout is run once to size the allocation and once to place. */
 typedef struct carver {
-    float *base;
-    size_t used;
+    char *base;
+    size_t used; /* bytes */
 } carver;
 
-static float *carve(carver *cv, size_t n)
+static void *carve(carver *cv, size_t bytes)
 {
-    float *p = cv->base ? cv->base + cv->used : NULL;
-    cv->used += (n + 15) / 16 * 16;
+    void *p = cv->base ? cv->base + cv->used : NULL;
+    cv->used += (bytes + 63) / 64 * 64;
     return p;
 }
+
+static float *carve_f32(carver *cv, size_t n) { return carve(cv, n * sizeof(float)); }
 
 /* One layer's saved activations; `keep_att` = 0 under selective recompute. */
 static void layer_acts_carve(const eng_model *m, carver *cv, eng_layer_acts *la, int keep_att)
 {
-    size_t N = (size_t)m->B * m->T, R = (size_t)m->R, C = (size_t)m->C;
+    size_t N = (size_t)m->B * m->T, R = (size_t)m->R, C = (size_t)m->C, E = m->act_bytes;
     size_t Cl = (size_t)m->NH * m->HD, F = (size_t)m->F;
     size_t LN = m->sp ? R * C : N * C; /* SP keeps this rank's rows; backward re-gathers */
-    la->ln1 = carve(cv, LN);
-    la->ln1_mean = carve(cv, R);
-    la->ln1_rstd = carve(cv, R);
-    la->qkv = carve(cv, N * 3 * Cl);
-    la->atty = carve(cv, N * Cl);
-    la->att = keep_att ? carve(cv, (size_t)m->B * m->NH * m->T * m->T) : NULL;
-    la->res2 = carve(cv, R * C);
-    la->ln2 = carve(cv, LN);
-    la->ln2_mean = carve(cv, R);
-    la->ln2_rstd = carve(cv, R);
-    la->fch = carve(cv, N * F);
-    la->fcg = carve(cv, N * F);
+    la->ln1 = carve(cv, LN * E);
+    la->ln1_mean = carve_f32(cv, R);
+    la->ln1_rstd = carve_f32(cv, R);
+    la->qkv = carve(cv, N * 3 * Cl * E);
+    la->atty = carve(cv, N * Cl * E);
+    la->att = !m->bf16 && keep_att ? carve_f32(cv, (size_t)m->B * m->NH * m->T * m->T) : NULL;
+    la->lse = m->bf16 ? carve_f32(cv, (size_t)m->B * m->NH * m->T) : NULL;
+    la->res2 = carve(cv, R * C * E);
+    la->ln2 = carve(cv, LN * E);
+    la->ln2_mean = carve_f32(cv, R);
+    la->ln2_rstd = carve_f32(cv, R);
+    la->fch = carve(cv, N * F * E);
+    la->fcg = carve(cv, N * F * E);
+}
+
+/* The backward workspace; `att_ws`: fp32 attention's [B, NH, T, T] scratch. */
+static void ws_carve(eng_model *m, carver *cv)
+{
+    size_t N = (size_t)m->B * m->T, C = (size_t)m->C, Cl = (size_t)m->NH * m->HD, E = m->act_bytes;
+    size_t att = (size_t)m->B * m->NH * m->T * m->T;
+    m->ws_dres = carve(cv, N * C * E);
+    m->ws_dln = carve(cv, N * C * E);
+    m->ws_dqkv = carve(cv, N * 3 * Cl * E);
+    m->ws_datty = carve(cv, N * Cl * E);
+    m->ws_dfc = carve(cv, N * (size_t)m->F * E);
+    m->ws_full = m->sp ? carve(cv, N * C * E) : NULL;
+    m->ws_dlnl = m->sp ? carve(cv, N * C * E) : NULL;
+    m->ws_gath = m->sp ? carve(cv, N * C * E) : NULL;
+    m->ws_datt = m->bf16 ? NULL : carve_f32(cv, att);
+    m->ws_att = !m->bf16 && m->recompute == RECOMPUTE_SELECTIVE ? carve_f32(cv, att) : NULL;
+    m->ws_cvt = m->bf16 && m->tp_size > 1 ? carve_f32(cv, 2 * N * C) : NULL;
+}
+
+/* Why this backend cannot run the model in bf16, or NULL when it can. */
+static const char *bf16_refusal(const eng_model *m)
+{
+    const k_ops *k = m->k;
+    if (!k->matmul_forward_bf16 || !k->attention_forward_bf16 || !k->adamw_bf16)
+        return "this backend has no bf16 kernels";
+    if (!strcmp(k->name, "cuda") && m->HD != 64 && m->HD != 128)
+        return "the CUDA flash attention takes head dim 64 or 128";
+    return NULL;
 }
 
 eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, const k_ops *k,
@@ -263,9 +297,18 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     m->T = cfg->seq_length;
     m->P = cfg_max_pos(cfg);
     m->B = cfg->micro_batch_size;
+    m->bf16 = cfg->bf16 != 0;
+    m->act_bytes = m->bf16 ? 2 : 4;
     m->sp = cfg->sequence_parallel && lay->tp_size > 1;
     m->R = m->B * m->T / (m->sp ? lay->tp_size : 1);
     m->recompute = cfg->recompute_granularity;
+    const char *why = m->bf16 ? bf16_refusal(m) : NULL;
+    if (why) {
+        errf(err, errlen, "--bf16 on --device %s: %s (hidden %d / %d heads = head dim %d); run without --bf16 "
+             "for fp32", k->name, why, m->C, cfg->num_attention_heads, m->HD);
+        free(m);
+        return NULL;
+    }
     if (m->sp && (m->B * m->T) % lay->tp_size) {
         errf(err, errlen, "--sequence-parallel: micro-batch tokens %d not divisible by tp %d", m->B * m->T,
              lay->tp_size);
@@ -295,33 +338,25 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
         if (!ch->w.layers || !ch->g.layers) goto oom;
     }
 
-    size_t N = (size_t)m->B * m->T, C = (size_t)m->C, Cl = (size_t)m->NH * m->HD;
-    size_t att = (size_t)m->B * m->NH * m->T * m->T;
-    size_t sizes[10] = { N * C, N * C, N * 3 * Cl, N * Cl, N * (size_t)m->F, att,
-                         m->sp ? N * C : 0, m->sp ? N * C : 0, m->recompute == RECOMPUTE_SELECTIVE ? att : 0,
-                         m->sp ? N * C : 0 };
-    size_t ws = 0;
-    for (int i = 0; i < 10; i++) ws += (sizes[i] + 15) / 16 * 16;
+    carver cv = { NULL, 0 };
+    ws_carve(m, &cv);
     m->params = k->alloc(m->num_floats * sizeof(float));
     m->grads = k->alloc(m->num_floats * sizeof(float));
-    m->ws = k->alloc(ws * sizeof(float));
+    m->ws = k->alloc(cv.used);
     if (!m->params || !m->grads || !m->ws) goto oom;
-    float **slots[10] = { &m->ws_dres, &m->ws_dln, &m->ws_dqkv, &m->ws_datty, &m->ws_dfc, &m->ws_datt,
-                          &m->ws_full, &m->ws_dlnl, &m->ws_att, &m->ws_gath };
-    float *p = m->ws;
-    for (int i = 0; i < 10; i++) {
-        *slots[i] = p;
-        p += (sizes[i] + 15) / 16 * 16;
-    }
+    if (m->bf16 && !(m->params16 = k->alloc(m->num_floats * sizeof(uint16_t)))) goto oom;
+    cv = (carver){ m->ws, 0 };
+    ws_carve(m, &cv);
     for (int i = 0; i < m->nchunks; i++) {
-        set_views(m, &m->chunks[i], &m->chunks[i].w, m->params);
-        set_views(m, &m->chunks[i], &m->chunks[i].g, m->grads);
+        if (m->bf16) set_views(m, &m->chunks[i], &m->chunks[i].w, m->params16, sizeof(uint16_t));
+        else set_views(m, &m->chunks[i], &m->chunks[i].w, m->params, sizeof(float));
+        set_views(m, &m->chunks[i], &m->chunks[i].g, m->grads, sizeof(float));
     }
     if (m->recompute == RECOMPUTE_FULL) {
-        carver cv = { NULL, 0 };
+        cv = (carver){ NULL, 0 };
         if (!(m->ws_layer = calloc(1, sizeof *m->ws_layer))) goto oom;
         layer_acts_carve(m, &cv, m->ws_layer, 1);
-        if (!(m->ws_layer_mem = k->alloc(cv.used * sizeof(float)))) goto oom;
+        if (!(m->ws_layer_mem = k->alloc(cv.used))) goto oom;
         cv = (carver){ m->ws_layer_mem, 0 };
         layer_acts_carve(m, &cv, m->ws_layer, 1);
     }
@@ -335,10 +370,9 @@ oom:
 void eng_model_free(eng_model *m)
 {
     if (!m) return;
-    if (m->params) m->k->free(m->params);
-    if (m->grads) m->k->free(m->grads);
-    if (m->ws) m->k->free(m->ws);
-    if (m->ws_layer_mem) m->k->free(m->ws_layer_mem);
+    void *bufs[5] = { m->params, m->grads, m->params16, m->ws, m->ws_layer_mem };
+    for (int i = 0; i < 5; i++)
+        if (bufs[i]) m->k->free(bufs[i]);
     free(m->ws_layer);
     for (int i = 0; i < m->nchunks; i++) {
         free(m->chunks[i].w.layers);
@@ -350,33 +384,37 @@ void eng_model_free(eng_model *m)
 
 void eng_zero_grads(eng_model *m) { m->k->zero(m->grads, m->num_floats * sizeof(float)); }
 
+void eng_params_updated(eng_model *m)
+{
+    if (m->params16) m->k->to_bf16(m->params16, m->params, m->num_floats);
+}
+
 /* ---- activations ---- */
 
-
 /* Lays the acts out twice: once to size the allocation, once to set pointers. */
-static size_t acts_layout(eng_model *m, eng_acts *a, float *base)
+static size_t acts_layout(eng_model *m, eng_acts *a, void *base)
 {
     const eng_chunk *ch = &m->chunks[a->chunk];
-    size_t N = (size_t)m->B * m->T, R = (size_t)m->R, C = (size_t)m->C;
+    size_t N = (size_t)m->B * m->T, R = (size_t)m->R, C = (size_t)m->C, E = m->act_bytes;
     int nl = ch->layer_end - ch->layer_begin;
     carver cv = { base, 0 };
-    a->tokens = (int32_t *)carve(&cv, N);
-    a->targets = (int32_t *)carve(&cv, N);
-    for (int l = 0; l <= nl; l++) a->res[l] = carve(&cv, R * C);
+    a->tokens = carve(&cv, N * sizeof(int32_t));
+    a->targets = carve(&cv, N * sizeof(int32_t));
+    for (int l = 0; l <= nl; l++) a->res[l] = carve(&cv, R * C * E);
     if (m->recompute != RECOMPUTE_FULL)
         for (int l = 0; l < nl; l++)
             layer_acts_carve(m, &cv, &a->layers[l], m->recompute != RECOMPUTE_SELECTIVE);
     if (ch->last) {
-        a->lnf = carve(&cv, m->sp ? R * C : N * C);
-        a->lnf_mean = carve(&cv, R);
-        a->lnf_rstd = carve(&cv, R);
-        a->logits = carve(&cv, N * (size_t)m->V);
-        a->rowmax = carve(&cv, N);
-        a->sumexp = carve(&cv, 2 * N); /* sumexp and tlogit side by side: one all-reduce */
+        a->lnf = carve(&cv, (m->sp ? R * C : N * C) * E);
+        a->lnf_mean = carve_f32(&cv, R);
+        a->lnf_rstd = carve_f32(&cv, R);
+        a->logits = carve(&cv, N * (size_t)m->V * E);
+        a->rowmax = carve_f32(&cv, N);
+        a->sumexp = carve_f32(&cv, 2 * N); /* sumexp and tlogit side by side: one all-reduce */
         a->tlogit = a->sumexp ? a->sumexp + N : NULL;
-        a->losses = carve(&cv, N);
+        a->losses = carve_f32(&cv, N);
     }
-    if (!ch->first) a->dinput = carve(&cv, R * C);
+    if (!ch->first) a->dinput = carve(&cv, R * C * E);
     return cv.used;
 }
 
@@ -388,11 +426,10 @@ eng_acts *eng_acts_create(eng_model *m, int chunk)
     eng_acts *a = calloc(1, sizeof *a);
     if (!a) return NULL;
     a->chunk = chunk;
-    a->res = calloc((size_t)nl + 1, sizeof(float *));
+    a->res = calloc((size_t)nl + 1, sizeof(void *));
     a->layers = calloc((size_t)nl, sizeof(eng_layer_acts));
     if (!a->res || !a->layers) goto fail;
-    size_t n = acts_layout(m, a, NULL);
-    a->bytes = n * sizeof(float);
+    a->bytes = acts_layout(m, a, NULL);
     a->mem = m->k->alloc(a->bytes);
     if (!a->mem) goto fail;
     acts_layout(m, a, a->mem);
@@ -413,17 +450,168 @@ void eng_acts_free(eng_model *m, eng_acts *a)
     free(a);
 }
 
-float *eng_output(eng_model *m, eng_acts *a)
+void *eng_output(eng_model *m, eng_acts *a)
 {
     const eng_chunk *ch = &m->chunks[a->chunk];
     return a->res[ch->layer_end - ch->layer_begin];
 }
 
-size_t eng_boundary_floats(const eng_model *m) { return (size_t)m->R * m->C; }
+size_t eng_boundary_bytes(const eng_model *m) { return (size_t)m->R * m->C * m->act_bytes; }
+
+void eng_logits_to_host(eng_model *m, const eng_acts *a, float *host)
+{
+    size_t n = (size_t)m->B * m->T * m->V;
+    if (!m->bf16) {
+        m->k->to_host(host, a->logits, n * sizeof(float));
+        return;
+    }
+    uint16_t *h16 = malloc(n * sizeof(uint16_t));
+    if (!h16) abort();
+    m->k->to_host(h16, a->logits, n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)h16[i] << 16;
+        memcpy(&host[i], &u, sizeof u);
+    }
+    free(h16);
+}
 
 int eng_param_sp_partial(const eng_model *m, const eng_param *p)
 {
     return m->sp && (strstr(p->name, ".ln_1.") || strstr(p->name, ".ln_2.") || !strncmp(p->name, "ln_f.", 5));
+}
+
+/* ---- the ops in the model's activation type ----
+ * One call per op whatever the precision: fp32 runs the reference entries,
+ * bf16 the *_bf16 entries (fp32 statistics and weight gradients in both). */
+
+static void op_layernorm(const eng_model *m, void *out, float *mean, float *rstd, const void *x, const void *w,
+                         const void *b)
+{
+    if (m->bf16) m->k->layernorm_forward_bf16(out, mean, rstd, x, w, b, m->R, m->C);
+    else m->k->layernorm_forward(out, mean, rstd, x, w, b, m->R, m->C);
+}
+
+/* dx += d/dx; dw, db accumulate (fp32) */
+static void op_layernorm_bwd(const eng_model *m, void *dx, void *dw, void *db, const void *dout, const void *x,
+                             const void *w, const float *mean, const float *rstd)
+{
+    if (m->bf16) m->k->layernorm_backward_bf16(dx, dw, db, dout, x, w, mean, rstd, m->R, m->C);
+    else m->k->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, m->R, m->C);
+}
+
+/* out = x w^T + b; with pre_gelu: pre_gelu = x w^T + b, out = gelu(pre_gelu) */
+static void op_matmul(const eng_model *m, void *out, void *pre_gelu, const void *x, const void *w, const void *b,
+                      int N, int C, int OC)
+{
+    if (m->bf16) {
+        m->k->matmul_forward_bf16(out, pre_gelu, x, w, b, N, C, OC);
+        return;
+    }
+    m->k->matmul_forward(pre_gelu ? pre_gelu : out, x, w, b, N, C, OC);
+    if (pre_gelu) m->k->gelu_forward(out, pre_gelu, (size_t)N * OC);
+}
+
+/* dx = dout w (overwrites); dw, db accumulate (fp32) */
+static void op_matmul_bwd(const eng_model *m, void *dx, void *dw, void *db, const void *dout, const void *x,
+                          const void *w, int N, int C, int OC)
+{
+    if (m->bf16) m->k->matmul_backward_bf16(dx, dw, db, dout, x, w, N, C, OC);
+    else m->k->matmul_backward(dx, dw, db, dout, x, w, N, C, OC);
+}
+
+/* The MLP down-projection's backward through the GELU: dpre = gelu'(pre) *
+ * (dout w), one GEMM with a fused epilogue where the backend has it */
+static void op_matmul_bwd_gelu(const eng_model *m, void *dpre, void *dw, void *db, const void *dout, const void *x,
+                               const void *w, const void *pre, int N, int C, int OC)
+{
+    if (m->bf16 && m->k->matmul_backward_gelu_bf16) {
+        m->k->matmul_backward_gelu_bf16(dpre, dw, db, dout, x, w, pre, N, C, OC);
+        return;
+    }
+    op_matmul_bwd(m, dpre, dw, db, dout, x, w, N, C, OC);
+    if (m->bf16) m->k->gelu_backward_bf16(dpre, pre, dpre, (size_t)N * C);
+    else m->k->gelu_backward(dpre, pre, dpre, (size_t)N * C);
+}
+
+static void op_residual(const eng_model *m, void *out, const void *a, const void *b, size_t n)
+{
+    if (m->bf16) m->k->residual_forward_bf16(out, a, b, n);
+    else m->k->residual_forward(out, a, b, n);
+}
+
+/* fp32 keeps the probabilities in att; bf16 keeps lse */
+static void op_attention(const eng_model *m, void *out, eng_layer_acts *la, float *att)
+{
+    if (m->bf16) m->k->attention_forward_bf16(out, la->lse, la->qkv, m->B, m->T, m->NH, m->HD);
+    else m->k->attention_forward(out, att, la->qkv, m->B, m->T, m->NH, m->HD);
+}
+
+static void op_attention_bwd(const eng_model *m, void *dqkv, const void *dout, const eng_layer_acts *la,
+                             const float *att)
+{
+    if (m->bf16) m->k->attention_backward_bf16(dqkv, dout, la->qkv, la->atty, la->lse, m->B, m->T, m->NH, m->HD);
+    else m->k->attention_backward(dqkv, m->ws_datt, dout, la->qkv, att, m->B, m->T, m->NH, m->HD);
+}
+
+static void op_embedding(const eng_model *m, void *out, const int32_t *tokens, const void *wte)
+{
+    int N = m->B * m->T;
+    if (m->bf16) m->k->embedding_forward_bf16(out, tokens, wte, N, m->C, m->vocab_offset, m->V);
+    else m->k->embedding_forward(out, tokens, wte, N, m->C, m->vocab_offset, m->V);
+}
+
+static void op_position(const eng_model *m, void *out, const void *wpe)
+{
+    if (m->bf16) m->k->position_forward_bf16(out, wpe, m->B, m->T, m->C);
+    else m->k->position_forward(out, wpe, m->B, m->T, m->C);
+}
+
+static void op_embedding_bwd(const eng_model *m, const eng_chunk *ch, const void *d, const int32_t *tokens)
+{
+    int N = m->B * m->T;
+    if (m->bf16) {
+        m->k->position_backward_bf16(ch->g.wpe, d, m->B, m->T, m->C);
+        m->k->embedding_backward_bf16(ch->g.wte, d, tokens, N, m->C, m->vocab_offset, m->V);
+    } else {
+        m->k->position_backward(ch->g.wpe, d, m->B, m->T, m->C);
+        m->k->embedding_backward(ch->g.wte, d, tokens, N, m->C, m->vocab_offset, m->V);
+    }
+}
+
+/* ---- tensor-parallel collectives on activations ----
+ * The comm layer reduces fp32. In bf16 the activations are widened into
+ * ws_cvt, reduced in fp32 and rounded back once. tp = 1 has nothing to do. */
+
+static int act_allreduce(eng_model *m, void *buf, size_t n)
+{
+    if (m->tp_size == 1) return 0;
+    if (!m->bf16) return m->tp.allreduce_sum(m->tp.ctx, buf, n);
+    m->k->from_bf16(m->ws_cvt, buf, n);
+    if (m->tp.allreduce_sum(m->tp.ctx, m->ws_cvt, n)) return -1;
+    m->k->to_bf16(buf, m->ws_cvt, n);
+    return 0;
+}
+
+/* in: n elements; out: tp*n (rank i's at i*n) */
+static int act_allgather(eng_model *m, const void *in, void *out, size_t n)
+{
+    if (!m->bf16) return m->tp.allgather(m->tp.ctx, in, out, n);
+    float *mine = m->ws_cvt + (size_t)m->tp_rank * n;
+    m->k->from_bf16(mine, in, n);
+    if (m->tp.allgather(m->tp.ctx, mine, m->ws_cvt, n)) return -1;
+    m->k->to_bf16(out, m->ws_cvt, (size_t)m->tp_size * n);
+    return 0;
+}
+
+/* in: tp*n elements; out: n, the sum of every rank's chunk `rank` */
+static int act_reduce_scatter(eng_model *m, const void *in, void *out, size_t n)
+{
+    if (!m->bf16) return m->tp.reduce_scatter(m->tp.ctx, in, out, n);
+    float *sum = m->ws_cvt + (size_t)m->tp_size * n;
+    m->k->from_bf16(m->ws_cvt, in, (size_t)m->tp_size * n);
+    if (m->tp.reduce_scatter(m->tp.ctx, m->ws_cvt, sum, n)) return -1;
+    m->k->to_bf16(out, sum, n);
+    return 0;
 }
 
 /* ---- sequence-parallel conjugates ----
@@ -431,107 +619,114 @@ int eng_param_sp_partial(const eng_model *m, const eng_param *p)
  * way, all-reduce the other. With SP, rows are split: gather_rows makes the full
  * [N, C] input of a column-parallel GEMM, scatter_sum turns a row-parallel GEMM's
  * partial [N, C] into this rank's summed [R, C] rows. */
-static const float *gather_rows(eng_model *m, const float *local)
+static const void *gather_rows(eng_model *m, const void *local)
 {
     if (!m->sp) return local;
-    size_t n = (size_t)m->R * m->C;
-    if (m->tp.allgather(m->tp.ctx, local, m->ws_full, n)) return NULL;
+    if (act_allgather(m, local, m->ws_full, (size_t)m->R * m->C)) return NULL;
     return m->ws_full;
 }
 
 /* partial [N, C] -> out [R, C]; without SP out must equal partial (all-reduce). */
-static int scatter_sum(eng_model *m, float *partial, float *out)
+static int scatter_sum(eng_model *m, void *partial, void *out)
 {
-    if (!m->sp) return m->tp.allreduce_sum(m->tp.ctx, partial, (size_t)m->B * m->T * m->C);
-    return m->tp.reduce_scatter(m->tp.ctx, partial, out, (size_t)m->R * m->C);
+    if (!m->sp) return act_allreduce(m, partial, (size_t)m->B * m->T * m->C);
+    return act_reduce_scatter(m, partial, out, (size_t)m->R * m->C);
 }
 
 /* The [N, C] input of a column-parallel GEMM from a LayerNorm output `ln`:
  * itself without SP; with SP, ln holds this rank's [R, C] rows, gathered into
  * ws_gath (again in backward, as Megatron does, rather than keeping N rows). */
-static const float *ln_full(eng_model *m, const float *ln)
+static const void *ln_full(eng_model *m, const void *ln)
 {
     if (!m->sp) return ln;
-    return m->tp.allgather(m->tp.ctx, ln, m->ws_gath, (size_t)m->R * m->C) ? NULL : m->ws_gath;
+    return act_allgather(m, ln, m->ws_gath, (size_t)m->R * m->C) ? NULL : m->ws_gath;
 }
 
-static const float *ln_gathered(eng_model *m, float *ln, float *mean, float *rstd, const float *x,
-                                const float *w, const float *b)
+static const void *ln_gathered(eng_model *m, void *ln, float *mean, float *rstd, const void *x, const void *w,
+                               const void *b)
 {
-    m->k->layernorm_forward(ln, mean, rstd, x, w, b, m->R, m->C);
+    op_layernorm(m, ln, mean, rstd, x, w, b);
     return ln_full(m, ln);
 }
 
 /* ---- forward ---- */
 
-static int layer_forward(eng_model *m, const eng_layer_w *w, eng_layer_acts *la, const float *x,
-                         float *out)
+static int layer_forward(eng_model *m, const eng_layer_w *w, eng_layer_acts *la, const void *x, void *out)
 {
-    const k_ops *k = m->k;
-    int B = m->B, T = m->T, N = B * T, C = m->C, Cl = m->NH * m->HD, F = m->F;
+    int N = m->B * m->T, C = m->C, Cl = m->NH * m->HD, F = m->F;
     size_t RC = (size_t)m->R * C;
     /* Row-parallel layers add their bias once, on TP rank 0, before the all-reduce. */
     int bias_here = m->tp_rank == 0;
     /* a row-parallel GEMM's partial [N, C]: in place without SP, else scattered */
-    float *part1 = m->sp ? m->ws_full : la->res2, *part2 = m->sp ? m->ws_full : out;
-    /* selective recompute: the probabilities are rebuilt in backward */
+    void *part1 = m->sp ? m->ws_full : la->res2, *part2 = m->sp ? m->ws_full : out;
+    /* fp32 selective recompute: the probabilities are rebuilt in backward */
     float *att = la->att ? la->att : m->ws_att;
 
-    const float *ln = ln_gathered(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, w->ln1_w, w->ln1_b);
+    const void *ln = ln_gathered(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, w->ln1_w, w->ln1_b);
     if (!ln) return -1;
     /* column-parallel c_attn: its input is replicated, nothing to reduce forward */
-    k->matmul_forward(la->qkv, ln, w->qkv_w, w->qkv_b, N, C, 3 * Cl);
-    k->attention_forward(la->atty, att, la->qkv, B, T, m->NH, m->HD);
+    op_matmul(m, la->qkv, NULL, ln, w->qkv_w, w->qkv_b, N, C, 3 * Cl);
+    op_attention(m, la->atty, la, att);
     /* row-parallel c_proj: partial sums over this rank's heads -> all-reduce */
-    k->matmul_forward(part1, la->atty, w->proj_w, bias_here ? w->proj_b : NULL, N, Cl, C);
+    op_matmul(m, part1, NULL, la->atty, w->proj_w, bias_here ? w->proj_b : NULL, N, Cl, C);
     if (scatter_sum(m, part1, la->res2)) return -1;
-    k->residual_forward(la->res2, la->res2, x, RC);
+    op_residual(m, la->res2, la->res2, x, RC);
 
     if (!(ln = ln_gathered(m, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, w->ln2_w, w->ln2_b))) return -1;
-    k->matmul_forward(la->fch, ln, w->fc_w, w->fc_b, N, C, F);
-    k->gelu_forward(la->fcg, la->fch, (size_t)N * F);
-    k->matmul_forward(part2, la->fcg, w->fcproj_w, bias_here ? w->fcproj_b : NULL, N, F, C);
+    op_matmul(m, la->fcg, la->fch, ln, w->fc_w, w->fc_b, N, C, F);
+    op_matmul(m, part2, NULL, la->fcg, w->fcproj_w, bias_here ? w->fcproj_b : NULL, N, F, C);
     if (scatter_sum(m, part2, out)) return -1;
-    k->residual_forward(out, out, la->res2, RC);
+    op_residual(m, out, out, la->res2, RC);
     return 0;
 }
 
 /* Vocab-parallel cross-entropy: local partials, then all-reduces of max and of
- * (sum-exp, target logit). Leaves the per-token losses in a->losses. */
-static int loss_forward(eng_model *m, eng_acts *a)
+ * (sum-exp, target logit). Leaves the per-token losses in a->losses. With the
+ * whole vocab here and dloss != 0, one fused pass also leaves dloss * dlogits
+ * over the logits (a->dlogits_ready). */
+static int loss_forward(eng_model *m, eng_acts *a, float dloss)
 {
     const k_ops *k = m->k;
     int N = m->B * m->T;
-    k->xent_max(a->rowmax, a->logits, N, m->V);
+    a->dlogits_ready = 0;
+    if (m->tp_size == 1 && dloss != 0.0f && k->xent_fused) {
+        if (m->bf16) k->xent_fused_bf16(a->losses, a->logits, a->targets, dloss, N, m->V);
+        else k->xent_fused(a->losses, a->logits, a->targets, dloss, N, m->V);
+        a->dlogits_ready = 1;
+        return 0;
+    }
+    if (m->bf16) k->xent_max_bf16(a->rowmax, a->logits, N, m->V);
+    else k->xent_max(a->rowmax, a->logits, N, m->V);
     if (m->tp.allreduce_max(m->tp.ctx, a->rowmax, (size_t)N)) return -1;
-    k->xent_sumexp_target(a->sumexp, a->tlogit, a->logits, a->rowmax, a->targets, N, m->V,
-                          m->vocab_offset);
+    if (m->bf16)
+        k->xent_sumexp_target_bf16(a->sumexp, a->tlogit, a->logits, a->rowmax, a->targets, N, m->V, m->vocab_offset);
+    else
+        k->xent_sumexp_target(a->sumexp, a->tlogit, a->logits, a->rowmax, a->targets, N, m->V, m->vocab_offset);
     if (m->tp.allreduce_sum(m->tp.ctx, a->sumexp, 2 * (size_t)N)) return -1;
     k->xent_loss(a->losses, a->rowmax, a->sumexp, a->tlogit, a->targets, N);
     return 0;
 }
 
-int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const float *input,
-                const int32_t *targets, double *loss_sum)
+int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *input,
+                const int32_t *targets, float dloss, double *loss_sum)
 {
     const k_ops *k = m->k;
     const eng_chunk *ch = &m->chunks[a->chunk];
-    int B = m->B, T = m->T, N = B * T, C = m->C;
-    size_t NC = (size_t)N * C;
+    int N = m->B * m->T, C = m->C;
     if (ch->first) {
         k->to_device(a->tokens, tokens, sizeof(int32_t) * (size_t)N);
         if (m->sp) {
             /* wpe added once (TP rank 0) before the sum, like a row-parallel bias */
-            k->embedding_forward(m->ws_full, a->tokens, ch->w.wte, N, C, m->vocab_offset, m->V);
-            if (m->tp_rank == 0) k->position_forward(m->ws_full, ch->w.wpe, B, T, C);
+            op_embedding(m, m->ws_full, a->tokens, ch->w.wte);
+            if (m->tp_rank == 0) op_position(m, m->ws_full, ch->w.wpe);
             if (scatter_sum(m, m->ws_full, a->res[0])) return -1;
         } else {
-            k->embedding_forward(a->res[0], a->tokens, ch->w.wte, N, C, m->vocab_offset, m->V);
-            if (m->tp.allreduce_sum(m->tp.ctx, a->res[0], NC)) return -1;
-            k->position_forward(a->res[0], ch->w.wpe, B, T, C);
+            op_embedding(m, a->res[0], a->tokens, ch->w.wte);
+            if (act_allreduce(m, a->res[0], (size_t)N * C)) return -1;
+            op_position(m, a->res[0], ch->w.wpe);
         }
     } else {
-        k->copy(a->res[0], input, eng_boundary_floats(m) * sizeof(float));
+        k->copy(a->res[0], input, eng_boundary_bytes(m));
     }
     int nl = ch->layer_end - ch->layer_begin;
     for (int l = 0; l < nl; l++) {
@@ -541,10 +736,10 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const float *i
     if (!ch->last) return 0;
 
     k->to_device(a->targets, targets, sizeof(int32_t) * (size_t)N);
-    const float *ln = ln_gathered(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->res[nl], ch->w.lnf_w, ch->w.lnf_b);
+    const void *ln = ln_gathered(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->res[nl], ch->w.lnf_w, ch->w.lnf_b);
     if (!ln) return -1;
-    k->matmul_forward(a->logits, ln, ch->w.head, NULL, N, C, m->V);
-    if (loss_forward(m, a)) return -1;
+    op_matmul(m, a->logits, NULL, ln, ch->w.head, NULL, N, C, m->V);
+    if (loss_forward(m, a, dloss)) return -1;
     if (loss_sum) {
         float *host = malloc(sizeof(float) * (size_t)N);
         if (!host) return -1;
@@ -561,67 +756,70 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const float *i
 
 /* On entry m->ws_dres holds d(layer output); on exit d(layer input). */
 static int layer_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w *g,
-                          const eng_layer_acts *la, const float *x)
+                          const eng_layer_acts *la, const void *x)
 {
-    const k_ops *k = m->k;
-    int B = m->B, T = m->T, N = B * T, C = m->C, Cl = m->NH * m->HD, F = m->F, R = m->R;
-    float *dres = m->ws_dres;
+    int N = m->B * m->T, C = m->C, Cl = m->NH * m->HD, F = m->F;
+    void *dres = m->ws_dres;
     /* d(ln input) of a column-parallel GEMM: all-reduced in place, or scattered */
-    float *dln = m->sp ? m->ws_dlnl : m->ws_dln;
-    const float *dfull;
+    void *dln = m->sp ? m->ws_dlnl : m->ws_dln;
+    const void *dfull;
 
     /* MLP: out = res2 + c_proj(gelu(c_fc(ln2(res2)))) */
     if (!(dfull = gather_rows(m, dres))) return -1;
-    k->matmul_backward(m->ws_dfc, g->fcproj_w, g->fcproj_b, dfull, la->fcg, w->fcproj_w, N, F, C);
-    k->gelu_backward(m->ws_dfc, la->fch, m->ws_dfc, (size_t)N * F);
-    const float *ln = ln_full(m, la->ln2);
+    op_matmul_bwd_gelu(m, m->ws_dfc, g->fcproj_w, g->fcproj_b, dfull, la->fcg, w->fcproj_w, la->fch, N, F, C);
+    const void *ln = ln_full(m, la->ln2);
     if (!ln) return -1;
-    k->matmul_backward(m->ws_dln, g->fc_w, g->fc_b, m->ws_dfc, ln, w->fc_w, N, C, F);
+    op_matmul_bwd(m, m->ws_dln, g->fc_w, g->fc_b, m->ws_dfc, ln, w->fc_w, N, C, F);
     /* column-parallel input: each rank holds part of d(ln2) -> all-reduce */
     if (scatter_sum(m, m->ws_dln, dln)) return -1;
-    k->layernorm_backward(dres, g->ln2_w, g->ln2_b, dln, la->res2, w->ln2_w,
-                          la->ln2_mean, la->ln2_rstd, R, C);
+    op_layernorm_bwd(m, dres, g->ln2_w, g->ln2_b, dln, la->res2, w->ln2_w, la->ln2_mean, la->ln2_rstd);
 
     /* attention: res2 = x + c_proj(attn(c_attn(ln1(x)))) */
     const float *att = la->att;
-    if (!att) {
-        /* selective recompute: rebuild the probabilities; the output goes to
-         * scratch that attention_backward overwrites next */
-        k->attention_forward(m->ws_dqkv, m->ws_att, la->qkv, B, T, m->NH, m->HD);
+    if (!m->bf16 && !att) {
+        /* fp32 selective recompute: rebuild the probabilities; the output goes
+         * to scratch that attention_backward overwrites next */
+        m->k->attention_forward(m->ws_dqkv, m->ws_att, la->qkv, m->B, m->T, m->NH, m->HD);
         att = m->ws_att;
     }
     if (!(dfull = gather_rows(m, dres))) return -1;
-    k->matmul_backward(m->ws_datty, g->proj_w, g->proj_b, dfull, la->atty, w->proj_w, N, Cl, C);
-    k->attention_backward(m->ws_dqkv, m->ws_datt, m->ws_datty, la->qkv, att, B, T, m->NH, m->HD);
+    op_matmul_bwd(m, m->ws_datty, g->proj_w, g->proj_b, dfull, la->atty, w->proj_w, N, Cl, C);
+    op_attention_bwd(m, m->ws_dqkv, m->ws_datty, la, att);
     if (!(ln = ln_full(m, la->ln1))) return -1;
-    k->matmul_backward(m->ws_dln, g->qkv_w, g->qkv_b, m->ws_dqkv, ln, w->qkv_w, N, C, 3 * Cl);
+    op_matmul_bwd(m, m->ws_dln, g->qkv_w, g->qkv_b, m->ws_dqkv, ln, w->qkv_w, N, C, 3 * Cl);
     if (scatter_sum(m, m->ws_dln, dln)) return -1;
-    k->layernorm_backward(dres, g->ln1_w, g->ln1_b, dln, x, w->ln1_w,
-                          la->ln1_mean, la->ln1_rstd, R, C);
+    op_layernorm_bwd(m, dres, g->ln1_w, g->ln1_b, dln, x, w->ln1_w, la->ln1_mean, la->ln1_rstd);
     return 0;
 }
 
-int eng_backward(eng_model *m, eng_acts *a, const float *dout, float dloss)
+int eng_backward(eng_model *m, eng_acts *a, const void *dout, float dloss)
 {
     const k_ops *k = m->k;
     const eng_chunk *ch = &m->chunks[a->chunk];
-    int B = m->B, T = m->T, N = B * T, C = m->C;
-    size_t RC = eng_boundary_floats(m);
+    int N = m->B * m->T, C = m->C;
+    size_t RCb = eng_boundary_bytes(m);
     int nl = ch->layer_end - ch->layer_begin;
     if (ch->last) {
-        float *dln = m->sp ? m->ws_dlnl : m->ws_dln;
-        /* dlogits overwrite the logits: they are not needed after this */
-        k->xent_backward(a->logits, a->logits, a->rowmax, a->sumexp, a->targets, dloss, N, m->V,
-                         m->vocab_offset);
-        const float *ln = ln_full(m, a->lnf);
+        void *dln = m->sp ? m->ws_dlnl : m->ws_dln;
+        /* dlogits overwrite the logits: they are not needed after this (the
+         * fused classifier already wrote them in forward) */
+        if (a->dlogits_ready)
+            ;
+        else if (m->bf16)
+            k->xent_backward_bf16(a->logits, a->logits, a->rowmax, a->sumexp, a->targets, dloss, N, m->V,
+                                  m->vocab_offset);
+        else
+            k->xent_backward(a->logits, a->logits, a->rowmax, a->sumexp, a->targets, dloss, N, m->V,
+                             m->vocab_offset);
+        const void *ln = ln_full(m, a->lnf);
         if (!ln) return -1;
-        k->matmul_backward(m->ws_dln, ch->g.head, NULL, a->logits, ln, ch->w.head, N, C, m->V);
+        op_matmul_bwd(m, m->ws_dln, ch->g.head, NULL, a->logits, ln, ch->w.head, N, C, m->V);
         if (scatter_sum(m, m->ws_dln, dln)) return -1;
-        k->zero(m->ws_dres, RC * sizeof(float));
-        k->layernorm_backward(m->ws_dres, ch->g.lnf_w, ch->g.lnf_b, dln, a->res[nl],
-                              ch->w.lnf_w, a->lnf_mean, a->lnf_rstd, m->R, C);
+        k->zero(m->ws_dres, RCb);
+        op_layernorm_bwd(m, m->ws_dres, ch->g.lnf_w, ch->g.lnf_b, dln, a->res[nl], ch->w.lnf_w, a->lnf_mean,
+                         a->lnf_rstd);
     } else {
-        k->copy(m->ws_dres, dout, RC * sizeof(float));
+        k->copy(m->ws_dres, dout, RCb);
     }
     for (int l = nl - 1; l >= 0; l--) {
         const eng_layer_acts *la = &a->layers[l];
@@ -635,12 +833,11 @@ int eng_backward(eng_model *m, eng_acts *a, const float *dout, float dloss)
         if (m->layer_done) m->layer_done(m->layer_done_ctx, a->chunk, ch->layer_begin + l);
     }
     if (ch->first) {
-        const float *d = gather_rows(m, m->ws_dres);
+        const void *d = gather_rows(m, m->ws_dres);
         if (!d) return -1;
-        k->position_backward(ch->g.wpe, d, B, T, C);
-        k->embedding_backward(ch->g.wte, d, a->tokens, N, C, m->vocab_offset, m->V);
+        op_embedding_bwd(m, ch, d, a->tokens);
     } else {
-        k->copy(a->dinput, m->ws_dres, RC * sizeof(float));
+        k->copy(a->dinput, m->ws_dres, RCb);
     }
     return 0;
 }

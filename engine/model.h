@@ -8,7 +8,9 @@
  * V/tp vocab rows (vocab-parallel). tp = pp = 1 with one chunk is the plain model.
  *
  * Memory: all parameters of all chunks live in ONE backend allocation (`params`)
- * and their gradients in a second one of the same layout (`grads`); the param
+ * and their gradients in a second one of the same layout (`grads`), each tensor
+ * 64-byte aligned; the padding between tensors is zero and stays zero (nothing
+ * writes it), so a sum over a run of tensors may cover it; the param
  * table says where each tensor sits, what its full logical shape is and which
  * slice of it this rank holds, and drives init, checkpoints and the optimizer.
  * With tied embeddings the output layer reads wte; when the output layer is on a
@@ -67,16 +69,18 @@ typedef struct eng_param {
     int chunk;
 } eng_param;
 
+/* A layer's tensors: weights in the model's activation type (fp32, or the bf16
+ * copy under --bf16), or gradients (always fp32; cast with (float *)). */
 typedef struct eng_layer_w {
-    float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
-    float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+    void *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
+    void *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
 } eng_layer_w;
 
-/* Views of one chunk's tensors into params (or grads: same struct, other base). */
+/* Views of one chunk's tensors into params16/params (w) or grads (g). */
 typedef struct eng_views {
-    float *wte, *wpe;          /* first chunk only */
+    void *wte, *wpe;           /* first chunk only */
     eng_layer_w *layers;       /* [layer_end - layer_begin] */
-    float *lnf_w, *lnf_b, *head; /* last chunk only; head = wte when tied */
+    void *lnf_w, *lnf_b, *head; /* last chunk only; head = wte when tied */
 } eng_views;
 
 typedef struct eng_chunk {
@@ -85,6 +89,12 @@ typedef struct eng_chunk {
     eng_views w, g;
 } eng_chunk;
 
+/* Mixed precision (--bf16): weights, activations and activation gradients are
+ * bf16 (`act_bytes` 2); `params` stay the fp32 master weights the optimizer
+ * updates and checkpoints save, `params16` is their bf16 copy the model runs
+ * on (refreshed by eng_params_updated), gradients, LayerNorm statistics,
+ * softmax partials and losses are fp32. Without --bf16 act_bytes is 4 and the
+ * model runs on `params` directly. */
 typedef struct eng_model {
     atoll_config cfg;
     const k_ops *k;
@@ -93,6 +103,8 @@ typedef struct eng_model {
     int C, NH, HD, F, V, T, P;  /* hidden, local heads, head dim, local ffn, local vocab, seq, max pos */
     int vocab_offset;           /* first vocab row held here */
     int B;                      /* micro-batch size the buffers are sized for */
+    int bf16;                   /* activations and weights in bf16 */
+    size_t act_bytes;           /* 2 (bf16) or 4 (fp32) */
     /* Sequence parallel (--sequence-parallel with tp > 1): the residual stream,
      * LayerNorms and everything between them hold R = B*T/tp token rows, this
      * rank's contiguous block of the micro-batch's B*T rows; all-gather before
@@ -106,13 +118,17 @@ typedef struct eng_model {
     int nparams;
     size_t num_floats;          /* length of params and grads */
     float *params, *grads;      /* backend memory */
-    /* backward workspace shared by all chunks (one backward runs at a time) */
-    float *ws;
-    float *ws_dres, *ws_dln, *ws_dqkv, *ws_datty, *ws_dfc, *ws_datt;
-    float *ws_full, *ws_dlnl;   /* sequence parallel: gathered [B*T, C], scattered [R, C] */
-    float *ws_gath;             /* sequence parallel: a LayerNorm output gathered to [B*T, C] */
-    float *ws_att;              /* selective recompute: the recomputed probabilities */
-    float *ws_layer_mem;        /* full recompute: one layer's activations, rebuilt */
+    uint16_t *params16;         /* --bf16: the bf16 copy of params; NULL otherwise */
+    /* backward workspace shared by all chunks (one backward runs at a time),
+     * in the activation type */
+    void *ws;
+    void *ws_dres, *ws_dln, *ws_dqkv, *ws_datty, *ws_dfc;
+    void *ws_full, *ws_dlnl;    /* sequence parallel: gathered [B*T, C], scattered [R, C] */
+    void *ws_gath;              /* sequence parallel: a LayerNorm output gathered to [B*T, C] */
+    float *ws_datt;             /* fp32 attention backward scratch [B, NH, T, T] */
+    float *ws_att;              /* selective recompute (fp32): the recomputed probabilities */
+    float *ws_cvt;              /* bf16 with tp > 1: fp32 staging for the TP collectives */
+    void *ws_layer_mem;         /* full recompute: one layer's activations, rebuilt */
     struct eng_layer_acts *ws_layer;
     /* Called by eng_backward after each layer's backward when set (chunk and
      * global layer index): the data-parallel overlap hooks in here. */
@@ -120,25 +136,29 @@ typedef struct eng_model {
     void *layer_done_ctx;
 } eng_model;
 
-/* Per micro-batch, per chunk activations kept from forward to backward. With
+/* Per micro-batch, per chunk activations kept from forward to backward, in the
+ * activation type except the fp32 statistics (means, rstds, att, lse). With
  * sequence parallel the residual stream and the LayerNorm outputs (ln1, ln2,
  * lnf) hold this rank's [R, C] rows; the GEMMs' [B*T, C] inputs are gathered
- * again in backward. Selective recompute keeps no `att`; full
+ * again in backward. fp32 attention keeps the probabilities `att` (none under
+ * selective recompute); bf16 attention keeps lse [B, NH, T] instead. Full
  * recompute keeps only res[] (the layer inputs). */
 typedef struct eng_layer_acts {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *res2;
-    float *ln2, *ln2_mean, *ln2_rstd, *fch, *fcg;
+    void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fcg;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att, *lse;
 } eng_layer_acts;
 
 typedef struct eng_acts {
     int chunk;
-    float *mem;                 /* one backend allocation */
+    void *mem;                  /* one backend allocation */
     size_t bytes;               /* its size */
     int32_t *tokens, *targets;  /* [B*T] in backend memory (first / last chunk) */
-    float **res;                /* res[0] = chunk input, res[l+1] = layer l output */
+    void **res;                 /* res[0] = chunk input, res[l+1] = layer l output */
     eng_layer_acts *layers;
-    float *lnf, *lnf_mean, *lnf_rstd, *logits, *rowmax, *sumexp, *tlogit, *losses;
-    float *dinput;              /* gradient of the chunk input (not on the first chunk) */
+    void *lnf, *logits;
+    float *lnf_mean, *lnf_rstd, *rowmax, *sumexp, *tlogit, *losses;
+    int dlogits_ready;          /* the forward left dloss * dlogits over the logits */
+    void *dinput;               /* gradient of the chunk input (not on the first chunk) */
 } eng_acts;
 
 /* Which layers a rank holds: `nchunks` ranges; the chunk that starts at layer 0
@@ -153,8 +173,10 @@ typedef struct eng_layout {
 eng_layout eng_layout_single(const atoll_config *c);
 
 /* Builds the param table and allocates params, grads and the workspace for
- * micro-batches of `cfg->micro_batch_size`. Parameters are left zero; call
- * eng_init_params. Returns NULL with `err` set on a bad shape or no memory. */
+ * micro-batches of `cfg->micro_batch_size`, in bf16 when cfg->bf16 (the backend
+ * must have the bf16 entries, and cuda's flash attention head dim 64 or 128).
+ * Parameters are left zero; call eng_init_params. Returns NULL with `err` set
+ * on a bad shape, an unsupported precision or no memory. */
 eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, const k_ops *k,
                             char *err, size_t errlen);
 void eng_model_free(eng_model *m);
@@ -175,14 +197,20 @@ void eng_acts_free(eng_model *m, eng_acts *a);
  * First chunk: `tokens` [B*T] (host memory) are the inputs; otherwise `input`
  * [B*T, C] (backend memory) is copied into the acts. Last chunk: `targets` [B*T]
  * (host) give the loss; *loss_sum receives the sum of the B*T token losses.
+ * dloss != 0 on a training step's last chunk with tp = 1 fuses the classifier's
+ * backward into the forward (xent_fused: the logits are read once and their
+ * gradient, weighted by dloss, written over them); eng_backward must then get
+ * the same dloss. 0 (evaluation, or when the logits are wanted) keeps them.
  * Other chunks: the output is a->res[nlayers] ([B*T, C], backend memory). */
-int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const float *input,
-                const int32_t *targets, double *loss_sum);
+int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *input,
+                const int32_t *targets, float dloss, double *loss_sum);
 
-/* The chunk's output activations (not for the last chunk): eng_boundary_floats. */
-float *eng_output(eng_model *m, eng_acts *a);
-/* Floats a pipeline stage sends per micro-batch: R * hidden. */
-size_t eng_boundary_floats(const eng_model *m);
+/* The chunk's output activations (not for the last chunk): eng_boundary_bytes. */
+void *eng_output(eng_model *m, eng_acts *a);
+/* Bytes a pipeline stage sends per micro-batch: R * hidden activations. */
+size_t eng_boundary_bytes(const eng_model *m);
+/* The last chunk's logits of the micro-batch as fp32 [B*T, V] in host memory. */
+void eng_logits_to_host(eng_model *m, const eng_acts *a, float *host);
 /* 1 for tensors whose gradient is a partial sum per TP rank under sequence
  * parallel (the LayerNorms): the trainer all-reduces them over TP. */
 int eng_param_sp_partial(const eng_model *m, const eng_param *p);
@@ -192,7 +220,11 @@ int eng_param_sp_partial(const eng_model *m, const eng_param *p);
  * the global batch for a mean). Other chunks: `dout` [B*T, C] (backend memory)
  * is the gradient of the output. Non-first chunks leave the input's gradient in
  * a->dinput. */
-int eng_backward(eng_model *m, eng_acts *a, const float *dout, float dloss);
+int eng_backward(eng_model *m, eng_acts *a, const void *dout, float dloss);
+
+/* After anything wrote m->params (init, a checkpoint load, an optimizer step
+ * without the fused bf16 update): refreshes the bf16 copy; no-op in fp32. */
+void eng_params_updated(eng_model *m);
 
 /* Zeroes every gradient. */
 void eng_zero_grads(eng_model *m);

@@ -2,6 +2,37 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+
+int eng_adamw_segs_build(eng_adamw_segs *s, const eng_model *m, size_t lo, size_t hi)
+{
+    memset(s, 0, sizeof *s);
+    s->end = malloc(sizeof(size_t) * (size_t)(m->nparams + 1));
+    s->wd = malloc(sizeof(float) * (size_t)(m->nparams + 1));
+    if (!s->end || !s->wd) {
+        eng_adamw_segs_free(s);
+        return -1;
+    }
+    for (int i = 0; i < m->nparams; i++) {
+        const eng_param *p = &m->table[i];
+        size_t a = p->offset, b = i + 1 < m->nparams ? m->table[i + 1].offset : m->num_floats;
+        if (i == 0) a = 0;
+        a = a > lo ? a : lo;
+        b = b < hi ? b : hi;
+        if (a >= b) continue;
+        float wd = p->decay ? (float)m->cfg.weight_decay : 0.0f;
+        if (s->n && s->wd[s->n - 1] == wd) s->end[s->n - 1] = b - lo;
+        else s->end[s->n] = b - lo, s->wd[s->n++] = wd;
+    }
+    return 0;
+}
+
+void eng_adamw_segs_free(eng_adamw_segs *s)
+{
+    free(s->end);
+    free(s->wd);
+    memset(s, 0, sizeof *s);
+}
 
 eng_optim *eng_optim_create(const eng_model *m)
 {
@@ -11,7 +42,7 @@ eng_optim *eng_optim_create(const eng_model *m)
     o->n = m->num_floats;
     o->m = m->k->alloc(o->n * sizeof(float));
     o->v = m->k->alloc(o->n * sizeof(float));
-    if (!o->m || !o->v) {
+    if (!o->m || !o->v || eng_adamw_segs_build(&o->segs, m, 0, m->num_floats)) {
         eng_optim_free(o);
         return NULL;
     }
@@ -23,18 +54,47 @@ void eng_optim_free(eng_optim *o)
     if (!o) return;
     if (o->m) o->k->free(o->m);
     if (o->v) o->k->free(o->v);
+    eng_adamw_segs_free(&o->segs);
     free(o);
+}
+
+void eng_sumsq_runs_begin(eng_sumsq_runs *r, const k_ops *k, const float *base)
+{
+    r->k = k;
+    r->base = base;
+    r->lo = r->hi = 0;
+    r->sum = 0.0;
+}
+
+void eng_sumsq_runs_add(eng_sumsq_runs *r, size_t lo, size_t hi)
+{
+    if (lo >= hi) return;
+    if (r->hi > r->lo && lo >= r->hi) { /* extends the run over the zero padding */
+        r->hi = hi;
+        return;
+    }
+    eng_sumsq_runs_break(r);
+    r->lo = lo;
+    r->hi = hi;
+}
+
+void eng_sumsq_runs_break(eng_sumsq_runs *r)
+{
+    if (r->hi > r->lo) r->sum += r->k->sumsq(r->base + r->lo, r->hi - r->lo);
+    r->lo = r->hi = 0;
 }
 
 double eng_grad_sumsq(const eng_model *m)
 {
-    double s = 0.0;
+    eng_sumsq_runs r;
+    eng_sumsq_runs_begin(&r, m->k, m->grads);
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
-        if (p->tied_copy || (p->shard_dim < 0 && m->tp_rank != 0)) continue;
-        s += m->k->sumsq(m->grads + p->offset, p->numel);
+        if (p->tied_copy || (p->shard_dim < 0 && m->tp_rank != 0)) eng_sumsq_runs_break(&r);
+        else eng_sumsq_runs_add(&r, p->offset, p->offset + p->numel);
     }
-    return s;
+    eng_sumsq_runs_break(&r);
+    return r.sum;
 }
 
 float eng_clip_scale(double grad_norm, double clip)
@@ -61,10 +121,22 @@ double eng_lr_at(const atoll_config *c, long long it)
 void eng_optim_step(eng_optim *o, eng_model *m, double lr, float grad_scale, int t)
 {
     const atoll_config *c = &m->cfg;
+    if (m->k->adamw_segments && o->segs.n <= K_ADAMW_MAX_SEGS) { /* one launch for every tensor */
+        m->k->adamw_segments(m->params, m->params16, m->grads, o->m, o->v, m->num_floats, o->segs.n, o->segs.end,
+                             o->segs.wd, (float)lr, (float)c->adam_beta1, (float)c->adam_beta2, (float)c->adam_eps,
+                             grad_scale, t);
+        return;
+    }
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
-        m->k->adamw(m->params + p->offset, m->grads + p->offset, o->m + p->offset, o->v + p->offset,
-                    p->numel, (float)lr, (float)c->adam_beta1, (float)c->adam_beta2,
-                    (float)c->adam_eps, p->decay ? (float)c->weight_decay : 0.0f, grad_scale, t);
+        float wd = p->decay ? (float)c->weight_decay : 0.0f;
+        if (m->params16) /* fused: the master weights and their bf16 copy in one pass */
+            m->k->adamw_bf16(m->params + p->offset, m->params16 + p->offset, m->grads + p->offset,
+                             o->m + p->offset, o->v + p->offset, p->numel, (float)lr, (float)c->adam_beta1,
+                             (float)c->adam_beta2, (float)c->adam_eps, wd, grad_scale, t);
+        else
+            m->k->adamw(m->params + p->offset, m->grads + p->offset, o->m + p->offset, o->v + p->offset,
+                        p->numel, (float)lr, (float)c->adam_beta1, (float)c->adam_beta2,
+                        (float)c->adam_eps, wd, grad_scale, t);
     }
 }

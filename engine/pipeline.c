@@ -17,7 +17,7 @@
 
 struct dist_slot {
     eng_acts *a;
-    float *xin, *dout;
+    void *xin, *dout;
     int mb, chunk, busy;
 };
 
@@ -77,7 +77,7 @@ static dist_slot *take_slot(dist_pipe *p, int mb, int chunk)
         p->slots = n;
         s = &p->slots[p->nslots];
         memset(s, 0, sizeof *s);
-        size_t bytes = eng_boundary_floats(p->m) * sizeof(float);
+        size_t bytes = eng_boundary_bytes(p->m);
         s->chunk = chunk;
         s->a = eng_acts_create(p->m, chunk);
         s->xin = p->m->k->alloc(bytes);
@@ -94,10 +94,11 @@ static int is_transfer(sched_op op) { return op != SCHED_FWD && op != SCHED_BWD;
 
 /* Runs actions [i, j) (all transfers) as one batch; slots whose input gradient
  * went out are freed. */
-static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double *idle, char *err, size_t errlen)
+static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double *idle, double *xfer, char *err,
+                         size_t errlen)
 {
     comm_p2p ops[16];
-    size_t bytes = eng_boundary_floats(p->m) * sizeof(float);
+    size_t bytes = eng_boundary_bytes(p->m);
     int n = 0;
     for (int k = i; k < j; k++) {
         const sched_action *a = &l->a[k];
@@ -114,12 +115,16 @@ static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double
         ops[n++] = (comm_p2p){ send, buf, bytes, a->peer, sched_tag(l, a) };
     }
     p->m->k->sync(); /* the activations sent are complete */
-    double t0 = now_s();
-    if (comm_p2p_batch(p->d->g[GROUP_PP], ops, n)) {
+    comm *pp = p->d->g[GROUP_PP];
+    double t0 = now_s(), x0 = pp->xfer_s;
+    if (comm_p2p_batch(pp, ops, n)) {
         errf(err, errlen, "pipeline: %s", dist_error(p->d));
         return -1;
     }
-    *idle += now_s() - t0;
+    double dt = now_s() - t0, dx = pp->xfer_s - x0;
+    if (dx > dt) dx = dt;
+    *idle += dt - dx;
+    *xfer += dx;
     for (int k = i; k < j; k++)
         if (l->a[k].op == SCHED_SEND_BWD) find_slot(p, l->a[k].mb, l->a[k].chunk)->busy = 0;
     return 0;
@@ -166,7 +171,7 @@ static int run_compute(dist_pipe *p, const sched_action *a, const int32_t *token
     }
     if (a->op == SCHED_FWD) {
         double ls = 0.0;
-        if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, &ls)) {
+        if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, dloss, &ls)) {
             errf(err, errlen, "forward pass failed: %s", dist_error(p->d));
             return -1;
         }
@@ -196,7 +201,7 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
     sched_list l;
     memset(r, 0, sizeof *r);
     if (sched_build(d->pp, d->pp_rank, d->nmicro, d->v, &l, err, errlen)) return -1;
-    double t0 = now_s(), idle = 0.0;
+    double t0 = now_s(), idle = 0.0, xfer = 0.0;
     int rc = 0;
     for (int i = 0; i < l.n && !rc;) {
         if (!is_transfer(l.a[i].op)) {
@@ -206,7 +211,7 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
         }
         int j = i;
         while (j < l.n && is_transfer(l.a[j].op)) j++;
-        rc = run_transfers(p, &l, i, j, &idle, err, errlen);
+        rc = run_transfers(p, &l, i, j, &idle, &xfer, err, errlen);
         i = j;
     }
     sched_free(&l);
@@ -221,7 +226,8 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
         idle += now_s() - tb;
     }
     r->idle_s = idle;
-    r->busy_s = now_s() - t0 - idle;
+    r->transfer_s = xfer;
+    r->busy_s = now_s() - t0 - idle - xfer;
     return rc;
 }
 
@@ -234,7 +240,7 @@ int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *target
     dist *d = p->d;
     eng_model *m = p->m;
     comm *pp = d->g[GROUP_PP];
-    size_t bytes = eng_boundary_floats(m) * sizeof(float);
+    size_t bytes = eng_boundary_bytes(m);
     int S = d->pp * d->v;
     *loss_sum = 0.0;
     for (int mb = 0; mb < d->nmicro; mb++)
@@ -248,7 +254,7 @@ int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *target
             if (!ch->first && comm_recv(pp, s->xin, bytes, (d->pp_rank + d->pp - 1) % d->pp, tag)) goto fail;
             size_t off = (size_t)mb * m->B * m->T;
             double ls = 0.0;
-            if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, &ls)) goto fail;
+            if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, 0.0f, &ls)) goto fail;
             *loss_sum += ls;
             if (!ch->last && comm_send(pp, eng_output(m, s->a), bytes, (d->pp_rank + 1) % d->pp, tag + 1)) goto fail;
             s->busy = 0;

@@ -4,6 +4,7 @@
 #include "schedule.h"
 #include "gpu_specs.h"
 #include "data.h"
+#include "metrics_emit.h"
 #include "model.h"
 #include "optimizer.h"
 #include "safetensors.h"
@@ -118,9 +119,12 @@ typedef struct step_stats {
     double loss, lr, grad_norm, step_s, tokens_per_s, flops_per_s;
     double mfu; /* < 0: no known peak (CPU, or an unknown GPU) */
     long long consumed;
-    double bubble, bubble_theory; /* mean measured over stages; (p-1)/(v*m) */
+    double bubble, bubble_theory; /* mean measured over stages; (p-1)/(v*m + p-1) */
     int pp;
-    double stage_bubble[64];      /* per pipeline stage (first 64) */
+    /* per pipeline stage (first 64): idle and transfer time, then (finish_step)
+     * each over the step time, so bubbles are shares of the step in [0, 1] */
+    double stage_bubble[64], stage_transfer[64];
+    double peak;                  /* device peak FLOP/s; 0 unknown */
 } step_stats;
 
 /* Dense bf16 peak of the device the backend runs on; 0 when unknown, so no MFU
@@ -137,8 +141,19 @@ static double device_peak(const k_ops *k)
     return 0.0;
 }
 
-static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics)
+/* Every rank, every step: its metrics to its supervisor (metrics_emit.h); rank
+ * 0 every --log-interval: the log line and the --metrics-file record. */
+static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, metrics_emit *emit, const dist *d)
 {
+    int stage = d->tp_rank == 0 && d->dp_rank == 0 && d->pp_rank < 64 ? d->pp_rank : -1;
+    rank_step rs = {
+        .iteration = s->it, .consumed_samples = s->consumed, .loss = s->loss, .lr = s->lr, .grad_norm = s->grad_norm,
+        .tokens_per_s = s->tokens_per_s, .step_s = s->step_s, .flops_per_gpu = s->flops_per_s / d->size,
+        .peak_flops = s->peak, .stage = stage, .bubble = stage >= 0 ? s->stage_bubble[stage] : 0,
+        .transfer = stage >= 0 ? s->stage_transfer[stage] : 0, .bubble_theory = s->bubble_theory,
+    };
+    metrics_emit_step(emit, &rs);
+    if (d->rank != 0 || c->log_interval <= 0 || s->it % c->log_interval) return;
     char mfu[32] = "n/a", mfu_json[32] = "null";
     if (s->mfu >= 0) {
         snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * s->mfu);
@@ -151,16 +166,18 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics)
            s->grad_norm, s->tokens_per_s, s->flops_per_s, mfu, s->bubble, s->bubble_theory);
     fflush(stdout);
     if (metrics) {
-        char stages[64 * 16] = "";
-        size_t at = 0;
-        for (int i = 0; i < s->pp && i < 64; i++)
+        char stages[64 * 16] = "", xfer[64 * 16] = "";
+        size_t at = 0, ax = 0;
+        for (int i = 0; i < s->pp && i < 64; i++) {
             at += (size_t)snprintf(stages + at, sizeof stages - at, "%s%.6g", i ? "," : "", s->stage_bubble[i]);
+            ax += (size_t)snprintf(xfer + ax, sizeof xfer - ax, "%s%.6g", i ? "," : "", s->stage_transfer[i]);
+        }
         fprintf(metrics,
                 "{\"iteration\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,"
                 "\"step_ms\":%.6g,\"mfu\":%s,\"flops_per_s\":%.6g,\"bubble_measured\":%.6g,"
-                "\"bubble_theory\":%.6g,\"bubble_stages\":[%s],\"consumed_samples\":%lld}\n",
+                "\"bubble_theory\":%.6g,\"bubble_stages\":[%s],\"transfer_stages\":[%s],\"consumed_samples\":%lld}\n",
                 s->it, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->step_s * 1e3, mfu_json,
-                s->flops_per_s, s->bubble, s->bubble_theory, stages, s->consumed);
+                s->flops_per_s, s->bubble, s->bubble_theory, stages, xfer, s->consumed);
         fflush(metrics);
     }
 }
@@ -182,6 +199,7 @@ typedef struct run {
     eng_train_state st;
     int32_t *tokens, *targets; /* [gbs, T] host */
     FILE *metrics;
+    metrics_emit emit;
 } run;
 
 static int load_batch(run *r, char *err, size_t errlen)
@@ -236,7 +254,16 @@ static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errle
     s->tokens_per_s = tokens / s->step_s;
     s->flops_per_s = cfg_flops_per_token(c) * tokens / s->step_s;
     double peak = device_peak(r->m->k);
+    s->peak = peak;
     s->mfu = peak > 0 ? s->flops_per_s / peak / r->d.size : -1.0;
+    /* idle and transfer seconds of each stage over the step time (every rank
+     * steps in lockstep, so this rank's step time stands for all) */
+    s->bubble = 0;
+    for (int i = 0; i < s->pp && i < 64 && s->pp > 1; i++) {
+        s->stage_bubble[i] = fmin(1.0, s->stage_bubble[i] / s->step_s);
+        s->stage_transfer[i] = fmin(1.0, s->stage_transfer[i] / s->step_s);
+        s->bubble += s->stage_bubble[i] / (s->pp < 64 ? s->pp : 64);
+    }
     if (!isfinite(s->loss)) {
         errf(err, errlen, "iteration %lld: loss is %g; lower --lr or raise --clip-grad's effect", s->it, s->loss);
         return -1;
@@ -245,8 +272,9 @@ static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errle
 }
 
 /* Several ranks: the pipeline schedule (also for pp = 1), gradient reduction,
- * then one world all-reduce of (sum of squares, loss, each stage's bubble), so
- * every rank takes the same clipping decision and rank 0 can log. */
+ * then one world all-reduce of (sum of squares, loss, each stage's idle and
+ * transfer seconds), so every rank takes the same clipping decision and rank 0
+ * can log. */
 static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
@@ -268,12 +296,14 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
         return -1;
     }
     int pp = d->pp < 64 ? d->pp : 64;
-    float vec[2 + 64] = { 0 };
+    float vec[2 + 2 * 64] = { 0 };
     vec[0] = (float)dist_grad_sumsq(d, m, &r->dopt);
     if (d->pp_rank == d->pp - 1 && d->tp_rank == 0) vec[1] = (float)(res.loss_sum / tokens);
-    if (d->tp_rank == 0 && d->dp_rank == 0 && d->pp_rank < 64 && d->pp > 1)
-        vec[2 + d->pp_rank] = (float)(res.idle_s / (res.busy_s > 0 ? res.busy_s : 1e-9));
-    if (dist_world_sum(d, vec, 2 + pp)) {
+    if (d->tp_rank == 0 && d->dp_rank == 0 && d->pp_rank < 64 && d->pp > 1) {
+        vec[2 + d->pp_rank] = (float)res.idle_s;
+        vec[2 + pp + d->pp_rank] = (float)res.transfer_s;
+    }
+    if (dist_world_sum(d, vec, 2 + 2 * pp)) {
         errf(err, errlen, "step reduction: %s", dist_error(d));
         return -1;
     }
@@ -281,12 +311,11 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     s->loss = vec[1];
     s->grad_norm = sqrt(vec[0]);
     s->pp = d->pp;
-    s->bubble = 0;
-    for (int i = 0; i < pp; i++) {
+    for (int i = 0; i < pp; i++) { /* seconds here; finish_step makes them shares of the step */
         s->stage_bubble[i] = vec[2 + i];
-        s->bubble += vec[2 + i] / pp;
+        s->stage_transfer[i] = vec[2 + pp + i];
     }
-    s->bubble_theory = d->pp > 1 ? sched_bubble_theory(d->pp, d->nmicro, d->v) : 0.0;
+    s->bubble_theory = cfg_bubble_theory(c, d->size);
     s->lr = eng_lr_at(c, s->it);
     if (dist_optim_step(d, m, &r->dopt, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), (int)s->it)) {
         errf(err, errlen, "optimizer: %s", dist_error(d));
@@ -311,12 +340,14 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     float dloss = 1.0f / (float)((double)c->global_batch_size * T);
     for (int k = 0; k < nmicro; k++) {
         double ls = 0.0;
-        if (eng_forward(m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, &ls) ||
+        /* the dump wants the logits themselves: no fused classifier then */
+        float fdloss = dump_grads && k == 0 ? 0.0f : dloss;
+        if (eng_forward(m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, fdloss, &ls) ||
             (dump_grads && k == 0 && !(logits0 = malloc(mb_tokens * (size_t)m->V * sizeof(float))))) {
             errf(err, errlen, "forward pass failed");
             return -1;
         }
-        if (dump_grads && k == 0) m->k->to_host(logits0, r->acts->logits, mb_tokens * (size_t)m->V * sizeof(float));
+        if (dump_grads && k == 0) eng_logits_to_host(m, r->acts, logits0);
         loss_sum += ls;
         if (eng_backward(m, r->acts, NULL, dloss)) {
             errf(err, errlen, "backward pass failed");
@@ -361,7 +392,7 @@ static int evaluate(run *r, char *err, size_t errlen)
         }
         for (int k = 0; k < d->nmicro; k++) {
             double ls = 0.0;
-            if (eng_forward(r->m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, &ls)) {
+            if (eng_forward(r->m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, 0.0f, &ls)) {
                 errf(err, errlen, "evaluation forward pass failed");
                 return -1;
             }
@@ -459,10 +490,12 @@ static int setup(run *r, char *err, size_t errlen)
             return -1;
         r->have_valid = 1;
     }
-    eng_init_params(r->m, c->seed);
+    if (eng_init_params(r->m, c->seed)) { errf(err, errlen, "out of memory initialising the parameters"); return -1; }
     dist_optim_take_params(&r->dopt, &r->d, r->m);
     r->st.seed = c->seed;
     if (c->load[0] && resume(r, err, errlen)) return -1;
+    eng_params_updated(r->m); /* the bf16 copy of what init or the checkpoint wrote */
+    metrics_emit_open(&r->emit, r->d.rank);
     if (r->d.rank == 0 && r->o->metrics_file[0] && !(r->metrics = fopen(r->o->metrics_file, "a"))) {
         errf(err, errlen, "--metrics-file %s: %s", r->o->metrics_file, strerror(errno));
         return -1;
@@ -556,7 +589,7 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         memset(&s, 0, sizeof s);
         s.pp = 1;
         if ((rc = train_step(&r, &s, err, errlen))) break;
-        if (r.d.rank == 0 && c.log_interval > 0 && s.it % c.log_interval == 0) log_step(&c, &s, r.metrics);
+        log_step(&c, &s, r.metrics, &r.emit, &r.d);
         if (r.have_valid && (s.it % c.eval_interval == 0 || s.it == stop) && (rc = evaluate(&r, err, errlen)))
             break;
         if (c.save[0] && c.save_interval > 0 && s.it % c.save_interval == 0) {

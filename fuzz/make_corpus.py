@@ -48,7 +48,14 @@ seeds = {
     "submit": b"\x01" + frame(24, f_bytes(1, spec)) + frame(26) + frame(26, f_int(1, 1)),
     "cancel": b"\x01" + frame(28, f_int(1, 1)) + frame(30, f_int(1, 1)),
     "events": b"\x01" + frame(32, f_int(1, 0) + f_int(2, 10)),
-    "kv": b"\x03" + frame(41, f_int(1, 1) + f_bytes(3, "k") + f_int(4, 100)) + frame(40, f_int(1, 1) + f_bytes(3, "k") + f_bytes(4, "v")),
+    "kv": b"\x03" + frame(41, f_bytes(3, "k") + f_int(4, 100)) + frame(40, f_bytes(3, "k") + f_bytes(4, "v"))
+          + frame(43, f_bytes(3, "c") + f_int(4, 2)) + frame(41, f_bytes(3, "c")),
+    # a worker relaying step reports, a rank exit and its running jobs; then a log answer
+    "reports": b"\x00" + frame(12, f_int(1, 8) + f_bytes(4, f_int(1, 1) + f_int(4, 3) + f_int(16, 0) + f_int(19, 5))
+                               + f_bytes(6, f_int(1, 1) + f_int(3, 2) + f_int(6, 9) + f_bytes(7, "boom") + f_int(9, 6))
+                               + f_bytes(7, f_int(1, 1)))
+               + frame(18, f_int(1, 1) + f_bytes(2, "log line")),
+    "metrics_logs": b"\x01" + frame(36, f_int(1, 1) + f_int(3, 10)) + frame(34, f_int(1, 1) + f_int(3, -100)),
     "launch_ack": b"\x00" + frame(15, f_int(1, 1) + f_int(3, 1) + f_bytes(4, "ok")),
     # sequences with ticks (type 0xffff) between the frames
     "submit_tick": b"\x01" + frame(24, f_bytes(1, spec) + f_bytes(2, "req-1")) + frame(0xFFFF) + frame(26)

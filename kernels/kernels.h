@@ -18,9 +18,9 @@
  * - Scalars (lr, scales) are host values. Only `sumsq` returns a value to the host.
  * - Calls on one table are ordered; a backend may run them asynchronously as long
  *   as to_host/sumsq/sync see all earlier work finished.
- * - A bf16 variant (activations and weights in bf16, fp32 accumulation and fp32
- *   master weights for AdamW) will be added as extra `*_bf16` entries taking
- *   uint16_t pointers; the fp32 entries stay the reference every backend has.
+ * - The bf16 variant (activations and weights in bf16, fp32 accumulation and fp32
+ *   master weights for AdamW) is the extra `*_bf16` entries taking uint16_t
+ *   pointers; the fp32 entries stay the reference every backend has.
  *
  * Tensor parallelism reuses these ops unchanged: column-parallel GEMMs run with
  * OC/tp outputs, row-parallel ones with C/tp inputs (the engine all-reduces their
@@ -141,8 +141,9 @@ typedef struct k_ops {
 
     /* ---- bf16 extension (mixed precision) ----
      * Added after the fp32 entries so existing tables and initialisers stay valid;
-     * NULL in a backend without bf16 (cpu), so callers test one entry before
-     * choosing the bf16 path. bf16 values travel as uint16_t bit patterns (the top
+     * a backend without bf16 leaves them NULL, so callers test one entry before
+     * choosing the bf16 path. The CPU reference has them (kernels/cpu/bf16.c:
+     * widen, run the fp32 op, round), so the bf16 path runs anywhere. bf16 values travel as uint16_t bit patterns (the top
      * 16 bits of an fp32, round-to-nearest-even). Activations, weights and
      * activation gradients are bf16; arithmetic and every reduction are fp32;
      * statistics (mean, rstd, xent partials), weight gradients (dw, dbias, dwte,
@@ -197,7 +198,38 @@ typedef struct k_ops {
     void (*adamw_bf16)(float *master, uint16_t *param_bf16, const float *grad, float *m,
                        float *v, size_t n, float lr, float beta1, float beta2, float eps,
                        float wd, float grad_scale, int t);
+
+    /* ---- the classifier fused, for a rank holding the whole vocab ----
+     * Per row n of logits[N, V]: loss[n] = log sum_j exp(logit_j) - logit_target
+     * (0 when the target is < 0), and when dloss != 0 the logits are OVERWRITTEN
+     * by dloss * (softmax - onehot(target)) (0 for targets < 0). The same values
+     * as xent_max, xent_sumexp_target, xent_loss and xent_backward with
+     * vocab_offset 0, with one read of the logits and one write. */
+    void (*xent_fused)(float *loss, float *logits, const int32_t *targets, float dloss, int N, int V);
+    void (*xent_fused_bf16)(float *loss, uint16_t *logits, const int32_t *targets, float dloss,
+                            int N, int V);
+
+    /* ---- the MLP's down-projection backward through the GELU, in one GEMM ----
+     * dpre[N,C] = gelu'(pre_gelu) * (dout w) (OVERWRITES: the gradient of the
+     * up-projection's output, i.e. matmul_backward_bf16's dinp followed by
+     * gelu_backward_bf16, rounded once), dw += dout^T inp, dbias += column sums
+     * of dout. pre_gelu is [N, C], as matmul_forward_bf16 kept it. */
+    void (*matmul_backward_gelu_bf16)(uint16_t *dpre, float *dw, float *dbias, const uint16_t *dout,
+                                      const uint16_t *inp, const uint16_t *w, const uint16_t *pre_gelu,
+                                      int N, int C, int OC);
+
+    /* ---- AdamW over a whole flat buffer in one call ----
+     * Elements [0, n) in nseg segments: segment s covers [seg_end[s-1], seg_end[s])
+     * (seg_end[-1] = 0, seg_end[nseg-1] = n, host arrays) with weight decay
+     * seg_wd[s]; otherwise the update of adamw, and with param_bf16 non-NULL of
+     * adamw_bf16. nseg <= K_ADAMW_MAX_SEGS. One launch where a call per tensor
+     * would be hundreds of small ones. */
+    void (*adamw_segments)(float *master, uint16_t *param_bf16, const float *grad, float *m, float *v,
+                           size_t n, int nseg, const size_t *seg_end, const float *seg_wd, float lr,
+                           float beta1, float beta2, float eps, float grad_scale, int t);
 } k_ops;
+
+#define K_ADAMW_MAX_SEGS 4096
 
 /* The CPU reference backend (always built). */
 const k_ops *k_cpu(void);

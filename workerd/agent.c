@@ -6,6 +6,7 @@
 
 #include "log.h"
 #include "msg.h"
+#include "ranks.h"
 
 #define BACKOFF_MIN_MS 250
 #define BACKOFF_MAX_MS 5000
@@ -57,7 +58,18 @@ static void on_heartbeat(uv_timer_t *t)
     hb.seq = ++a->seq;
     hb.health = ATOLL__NODE_HEALTH__HEALTH_OK;
     hb.sent_us = now_us();
+    void *scratch = NULL;
+    relay_fill(&a->relay, &hb, &scratch);
+    hb.n_running = ranks_running(a, &hb.running);
     rpc_send(a->conn, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hb.base);
+    free(scratch);
+    for (size_t i = 0; i < hb.n_running; i++) free(hb.running[i]);
+    free(hb.running);
+}
+
+void agent_report_now(agent *a)
+{
+    if (a->conn && a->registered) on_heartbeat(&a->hb_timer);
 }
 
 static void set_interval(agent *a, uint32_t ms)
@@ -83,16 +95,11 @@ static void handle_launch(agent *a, const uint8_t *p, size_t len)
         if (m) atoll__launch__free_unpacked(m, NULL);
         return;
     }
-    int mine = 0;
-    for (size_t i = 0; i < m->layout->n_ranks; i++) mine += !strcmp(m->layout->ranks[i]->node, a->topo.name);
-    log_info("job %llu epoch %u: %d of %zu ranks placed here", (unsigned long long)m->layout->job,
-             m->layout->epoch, mine, m->layout->n_ranks);
     Atoll__LaunchAck ack = ATOLL__LAUNCH_ACK__INIT;
-    ack.job = m->layout->job;
-    ack.epoch = m->layout->epoch;
-    /* Spawning atoll-train ranks is not part of this agent yet; say so rather than pretend. */
-    ack.ok = 0;
-    ack.message = "this workerd does not launch rank processes yet";
+    char msg[512] = "";
+    ranks_launch(a, m, &ack, msg, sizeof msg);
+    if (!ack.ok) log_error("job %llu epoch %u: launch failed: %s", (unsigned long long)m->layout->job,
+                           m->layout->epoch, msg);
     rpc_send(a->conn, ATOLL__MSG_TYPE__MSG_LAUNCH_ACK, &ack.base);
     atoll__launch__free_unpacked(m, NULL);
 }
@@ -110,6 +117,7 @@ static void on_frame(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len)
         a->registered = 1;
         a->registrations++;
         a->last_acked_seq = a->seq;
+        relay_rewind(&a->relay); /* a new connection: resend what was never acknowledged */
         a->backoff_ms = BACKOFF_MIN_MS;
         log_info("registered %s with %s (%d GPUs, %d NICs%s); heartbeat every %u ms", a->topo.name,
                  a->coordinator, a->topo.ngpus, a->topo.nnics,
@@ -124,6 +132,7 @@ static void on_frame(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len)
         if (!r) break;
         a->acks++;
         if (r->seq > a->last_acked_seq) a->last_acked_seq = r->seq;
+        relay_acked(&a->relay, r->relayed);
         set_interval(a, r->heartbeat_interval_ms);
         atoll__heartbeat_ack__free_unpacked(r, NULL);
         break;
@@ -133,8 +142,14 @@ static void on_frame(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len)
         break;
     case ATOLL__MSG_TYPE__MSG_STOP: {
         Atoll__Stop *s = atoll__stop__unpack(NULL, len, p);
-        if (s) log_info("stop job %llu epoch %u: %s", (unsigned long long)s->job, s->epoch, s->reason);
+        if (s) ranks_stop(a, s->job, s->epoch, s->reason);
         if (s) atoll__stop__free_unpacked(s, NULL);
+        break;
+    }
+    case ATOLL__MSG_TYPE__MSG_LOG_READ: {
+        Atoll__LogRead *r = atoll__log_read__unpack(NULL, len, p);
+        if (r) ranks_read_log(a, r);
+        if (r) atoll__log_read__free_unpacked(r, NULL);
         break;
     }
     case ATOLL__MSG_TYPE__MSG_ERROR: {
@@ -155,7 +170,7 @@ static void on_close(rpc_conn *c)
 {
     agent *a = c->data;
     if (a->conn == c) a->conn = NULL;
-    uv_timer_stop(&a->hb_timer);
+    if (!uv_is_closing((uv_handle_t *)&a->hb_timer)) uv_timer_stop(&a->hb_timer);
     int was = a->registered;
     a->registered = 0;
     if (a->stopping) return;
@@ -175,11 +190,8 @@ static void connect_now(agent *a)
     if (!a->conn) schedule_retry(a);
 }
 
-static void on_signal(uv_signal_t *s, int signum)
+void agent_finish_stop(agent *a)
 {
-    agent *a = s->data;
-    log_info("stopping on %s", signum == SIGTERM ? "SIGTERM" : "SIGINT");
-    a->stopping = 1;
     uv_timer_stop(&a->hb_timer);
     uv_timer_stop(&a->retry_timer);
     uv_close((uv_handle_t *)&a->hb_timer, NULL);
@@ -187,6 +199,16 @@ static void on_signal(uv_signal_t *s, int signum)
     uv_close((uv_handle_t *)&a->sigterm, NULL);
     uv_close((uv_handle_t *)&a->sigint, NULL);
     if (a->conn) rpc_close(a->conn, "agent stopping");
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    agent *a = s->data;
+    if (a->stopping) return;
+    log_info("stopping on %s%s", signum == SIGTERM ? "SIGTERM" : "SIGINT", a->sets ? ": stopping the ranks first" : "");
+    a->stopping = 1;
+    /* The ranks go first (their exits still reach the coordinator); the rest when the last is gone. */
+    if (!ranks_stop_all(a)) agent_finish_stop(a);
 }
 
 int agent_run(agent *a)
@@ -201,8 +223,10 @@ int agent_run(agent *a)
     a->sigterm.data = a->sigint.data = a;
     uv_signal_start(&a->sigterm, on_signal, SIGTERM);
     uv_signal_start(&a->sigint, on_signal, SIGINT);
+    relay_init(&a->relay);
     connect_now(a);
     uv_run(a->loop, UV_RUN_DEFAULT);
     uv_loop_close(a->loop);
+    relay_free(&a->relay);
     return 0;
 }

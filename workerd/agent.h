@@ -3,7 +3,10 @@
  * exponential backoff (250 ms doubling to 5 s, +-25% jitter) whenever the
  * coordinator is away, re-registering under the same name so the node keeps its
  * identity. A coordinator that stops acknowledging heartbeats for 10 s (hung, or a
- * half-open connection) is treated as gone. One libuv loop; SIGTERM/SIGINT stop it cleanly. */
+ * half-open connection) is treated as gone. One libuv loop; SIGTERM/SIGINT stop it
+ * cleanly: its ranks first (SIGTERM, SIGKILL after a grace period), then the agent.
+ * Ranks are run by ranks.c; what they report waits in relay.c's queue until the
+ * coordinator has stored it. */
 #ifndef ATOLL_AGENT_H
 #define ATOLL_AGENT_H
 
@@ -11,8 +14,11 @@
 #include <uv.h>
 
 #include "auth.h"
+#include "relay.h"
 #include "rpc.h"
 #include "topo.h"
+
+struct job_set;
 
 typedef struct agent {
     uv_loop_t *loop;
@@ -29,9 +35,19 @@ typedef struct agent {
     uint64_t last_acked_seq;
     uv_timer_t hb_timer, retry_timer;
     uv_signal_t sigterm, sigint;
+    /* rank processes (ranks.c) and what they report (relay.c) */
+    char work_dir[512];
+    char train_bin[512];     /* the atoll-train the ranks run */
+    int simulated;           /* --simulate: GPUs are not real, ranks train on the CPU */
+    struct job_set *sets;
+    relay relay;
 } agent;
 
-/* Runs until a signal stops it. 0 on a clean stop. */
+/* Runs until a signal stops it (after its ranks have stopped). 0 on a clean stop. */
 int agent_run(agent *a);
+/* Sends a heartbeat now (a rank exited) instead of at the next interval. */
+void agent_report_now(agent *a);
+/* ranks.c: the last rank set of a stopping agent is gone; finish stopping. */
+void agent_finish_stop(agent *a);
 
 #endif

@@ -21,7 +21,9 @@ static const char USAGE[] =
     "  --topology-xml FILE      take GPUs/NICs/PCI tree from an NCCL topology XML file\n"
     "  --sysfs-root DIR         where discovery reads sysfs (default /sys)\n"
     "  --leaf NAME              leaf switch this node hangs under (default: unknown)\n"
-    "  --work-dir DIR           where rank processes run and log (default ./atoll-work)\n"
+    "  --work-dir DIR           where rank processes run and log (default ./atoll-work):\n"
+    "                           DIR/job-<id>/epoch-<e>/rank-<r>.log\n"
+    "  --train-bin FILE         the atoll-train the ranks run (default: the one beside workerd)\n"
     "  --log-level LEVEL        debug, info, warn, error (default info)\n"
     "Without --simulate or --topology-xml, GPUs come from NVML and NICs from /sys/class/infiniband.\n";
 
@@ -31,7 +33,7 @@ int main(int argc, char **argv)
     const char *coordinator = getenv("ATOLL_COORDINATOR");
     const char *token_file = getenv("ATOLL_TOKEN_FILE");
     const char *name = NULL, *simulate = NULL, *domain = NULL, *xml = NULL, *leaf = NULL;
-    const char *sysfs = "/sys", *work_dir = "./atoll-work";
+    const char *sysfs = "/sys", *work_dir = "./atoll-work", *train_bin = NULL;
     log_level level = LOG_INFO;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
@@ -53,6 +55,7 @@ int main(int argc, char **argv)
         else if (!strcmp(f, "--sysfs-root")) sysfs = v;
         else if (!strcmp(f, "--leaf")) leaf = v;
         else if (!strcmp(f, "--work-dir")) work_dir = v;
+        else if (!strcmp(f, "--train-bin")) train_bin = v;
         else if (!strcmp(f, "--log-level")) {
             if (log_level_parse(v, &level)) {
                 fprintf(stderr, "workerd: --log-level '%s': expected debug, info, warn or error\n", v);
@@ -106,7 +109,30 @@ int main(int argc, char **argv)
     }
     snprintf(a.topo.name, sizeof a.topo.name, "%s", name);
     if (leaf) snprintf(a.topo.leaf, sizeof a.topo.leaf, "%s", leaf);
-    if (mkdir(work_dir, 0755) && errno != EEXIST) log_warn("--work-dir %s: %s", work_dir, strerror(errno));
+    if (mkdir(work_dir, 0755) && errno != EEXIST) {
+        fprintf(stderr, "workerd: --work-dir %s: %s\n", work_dir, strerror(errno));
+        return 2;
+    }
+    /* Absolute, since ranks run in their own directories below it. */
+    char *wd = realpath(work_dir, NULL);
+    snprintf(a.work_dir, sizeof a.work_dir, "%s", wd ? wd : work_dir);
+    free(wd);
+    if (train_bin) {
+        snprintf(a.train_bin, sizeof a.train_bin, "%s", train_bin);
+    } else { /* beside this workerd, as the build and the install put them */
+        char self[400];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        self[n > 0 ? n : 0] = 0;
+        char *slash = strrchr(self, '/');
+        if (slash) *slash = 0;
+        snprintf(a.train_bin, sizeof a.train_bin, "%s/atoll-train", n > 0 ? self : ".");
+    }
+    if (access(a.train_bin, X_OK)) {
+        fprintf(stderr, "workerd: cannot run %s (%s); give the rank program with --train-bin FILE\n", a.train_bin,
+                strerror(errno));
+        return 2;
+    }
+    a.simulated = simulate != NULL;
     log_info("node %s: %d GPUs, %d NICs%s; coordinator %s", a.topo.name, a.topo.ngpus, a.topo.nnics,
              simulate ? " (simulated)" : "", coordinator);
     a.loop = uv_default_loop();

@@ -1,94 +1,193 @@
 #!/usr/bin/env bash
-# GPU checks and benchmark for kernels/cuda, self-contained: builds with nvcc
-# and cc only (no CMake, no project dependencies besides a BLAS for the CPU
-# reference, replaced by tests/cuda/cblas_shim when none is installed), so it
-# runs on a bare GPU machine with the CUDA toolkit.
+# Every GPU check and measurement of atoll in one run on a GPU machine, from the
+# kit that bench/gpu/kit.sh prepared (.gpukit/: atoll built for sm_90, its
+# Debian libraries, and optional peer programs). Nothing is compiled here.
 #
-#   bench/gpu/run.sh check            kernel tests vs the CPU reference (cuda_kernels_*)
-#   bench/gpu/run.sh memcheck         the same tests under compute-sanitizer memcheck
-#   bench/gpu/run.sh bench OUTDIR [B] ceilings + per-kernel times -> OUTDIR/gpu_bench.md
-#   bench/gpu/run.sh all OUTDIR       check, then bench
+#   bench/gpu/run.sh OUTDIR [STAGE...]      (default: every stage, in this order)
 #
-# Environment: NVCC (default nvcc on PATH, else /usr/local/cuda/bin/nvcc),
-# ARCH (default "-gencode=arch=compute_90,code=sm_90"), BUILD (default
-# /tmp/atoll-gpu-build). Results go to OUTDIR only: copy them into
-# bench/results/ by hand, with the machine, once they come from a real GPU.
-set -euo pipefail
+# Stages:
+#   info      the device, driver, libraries found
+#   kernels   cuda_kernels_fp32 / cuda_kernels_bf16: every CUDA op against the CPU reference
+#   torchref  the whole model in fp32 on cuda against the float64 PyTorch reference
+#             (tests/engine/engine_torch_ref.py, tied and untied)
+#   traj      a 50-step bf16 cuda trajectory against the CPU fp32 run of the same job
+#   layouts   tp/pp/sp/vpp/dp/ZeRO layouts with their ranks sharing the GPU, against one rank
+#   memcheck  compute-sanitizer memcheck: the kernel tests and a few training steps
+#   bench     gpu_bench: copy and GEMM ceilings, each kernel against its floor
+#   gpt2      GPT-2 124M tokens/s and MFU: atoll, llm.c (if in the kit), PyTorch
+#   big       MFU of a ~1.5B GPT (48 layers, hidden 1600, 25 heads, seq 1024)
+# Output: OUTDIR/run.log (everything), OUTDIR/summary.md (the figures),
+# OUTDIR/gpu_bench.md, OUTDIR/profile_*.md (kernel times over 10 steps, ktrace.so). Environment: B124 (micro-batch for gpt2, default 16),
+# STEPS (timed steps per program, default 20).
+set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-mode=${1:-check}
-NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-ARCH=${ARCH:--gencode=arch=compute_90,code=sm_90}
-BUILD=${BUILD:-/tmp/atoll-gpu-build}
-cuda_home=$(dirname "$(dirname "$NVCC")")
-mkdir -p "$BUILD"
-rm -f "$BUILD"/*.o
+out=${1:?usage: run.sh OUTDIR [STAGE...]}
+shift
+stages=${*:-info kernels torchref traj layouts bench gpt2 big memcheck}
+kit=$root/.gpukit
+B124=${B124:-16}
+STEPS=${STEPS:-20}
+mkdir -p "$out"
+log=$out/run.log
+sum=$out/summary.md
+exec > >(tee -a "$log") 2>&1
 
-build() {
-  local inc="-I$root/kernels -I$root/kernels/cuda -I$root/tests"
-  echo "building kernels/cuda with $NVCC $ARCH"
-  for f in "$root"/kernels/cuda/*.cu; do
-    "$NVCC" -std=c++17 -O3 $ARCH -Werror=all-warnings -Xcompiler=-Wall,-Wextra \
-      $inc -c "$f" -o "$BUILD/cu_$(basename "$f" .cu).o" &
-  done
-  for job in $(jobs -p); do wait "$job"; done # one failed compile fails the build (set -e)
-  local blas_inc="" blas_lib="-lopenblas" shim=""
-  if ! echo '#include <cblas.h>' | cc $(pkg-config --cflags openblas 2>/dev/null) -E - >/dev/null 2>&1; then
-    echo "no <cblas.h>: the CPU reference uses tests/cuda/cblas_shim (plain loops, OpenMP)"
-    blas_inc="-I$root/tests/cuda/cblas_shim"
-    blas_lib=""
-    shim="$root/tests/cuda/cblas_shim/cblas_shim.c"
-  else
-    blas_inc=$(pkg-config --cflags openblas 2>/dev/null || true)
-  fi
-  local cflags="-std=c11 -O2 -fopenmp -D_GNU_SOURCE -Wall -Wextra -Werror $inc $blas_inc -I$cuda_home/include"
-  local libs="-L$cuda_home/lib64 -lcublasLt -lcublas -lcudart $blas_lib -lgomp -lstdc++ -lm -ldl -lpthread"
-  for f in "$root"/kernels/cpu/*.c $shim; do
-    # shellcheck disable=SC2086
-    cc $cflags -c "$f" -o "$BUILD/cpu_$(basename "$f" .c).o"
-  done
-  local objs=("$BUILD"/cu_*.o "$BUILD"/cpu_*.o)
-  for t in cuda_kernels_fp32 cuda_kernels_bf16; do
-    # shellcheck disable=SC2086
-    cc $cflags "$root/tests/cuda/$t.c" "${objs[@]}" $libs -o "$BUILD/$t"
-  done
-  # shellcheck disable=SC2086
-  cc $cflags "$root/bench/gpu/gpu_bench.c" "${objs[@]}" $libs -o "$BUILD/gpu_bench"
+# ---- environment ----
+work=$(mktemp -d /tmp/atoll-gpu.XXXX)
+tar -C "$work" -xJf "$kit/libs.tar.xz"
+pylib() { python3 -c "import $1 as m; print(m.__path__[0] + '/lib')" 2>/dev/null; }
+export LD_LIBRARY_PATH="$work/lib:$(pylib nvidia.nccl):$(pylib nvidia.cudnn):$(pylib nvidia.cublas):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-8}
+train=$kit/bin/atoll-train
+fails=0
+note() { echo "$*" | tee -a "$sum" >/dev/null; echo "$*"; }
+stage() { echo; echo "==== $1 ($(date -u +%H:%M:%S))"; }
+# atoll-train's log -> "tokens/s step_ms MFU", medians over the logged steps after the first 3
+atoll_rate() {
+  python3 - "$1" <<'EOF'
+import re, statistics, sys
+rows = [l for l in open(sys.argv[1]) if "tokens/s:" in l][3:]
+if rows:
+    g = lambda pat: statistics.median(float(re.search(pat, l).group(1)) for l in rows)
+    mfu = [re.search(r"MFU: ([0-9.]+)%", l) for l in rows]
+    m = f"{statistics.median(float(x.group(1)) for x in mfu):.1f}%" if all(mfu) else "n/a"
+    print(f"{g(r'tokens/s: ([0-9.]+)'):.0f} {g(r'iteration [(]ms[)]: ([0-9.]+)'):.2f} {m}")
+EOF
 }
 
-machine() {
-  echo "- machine: $(uname -a)"
-  echo "- cpu: $(lscpu 2>/dev/null | grep 'Model name' | sed 's/.*: *//')"
-  echo "- gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo unknown)"
-  echo "- nvcc: $("$NVCC" --version | tail -1)"
-  echo "- command: bench/gpu/run.sh $*"
-  echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "- commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-}
+# a Megatron indexed dataset of random GPT-2 token ids (2000 documents of 2048), for the throughput runs
+make_data() { python3 "$root/bench/gpu/make_data.py" "$1" random 50257 2000 2048; }
 
-check() {
-  local rc=0
-  for t in cuda_kernels_fp32 cuda_kernels_bf16; do
-    echo "== $t"
-    "$BUILD/$t" || rc=1
-  done
-  return $rc
-}
+gpt2_flags="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --vocab-size 50304"
+big_flags="--num-layers 48 --hidden-size 1600 --num-attention-heads 25 --seq-length 1024 --vocab-size 50304"
 
-case "$mode" in
-  check) build; check ;;
-  memcheck)
-    build
-    cs=$(command -v compute-sanitizer || echo "$cuda_home/bin/compute-sanitizer")
+{
+  echo "# atoll on a GPU: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo
+  echo "- command: bench/gpu/run.sh $out $stages"
+  echo "- kit built from commit: $(cat "$kit/bin/COMMIT" 2>/dev/null || echo unknown)"
+  echo "- device: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null)"
+  echo "- host: $(uname -r), $(nproc) CPUs; torch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+  echo
+} > "$sum"
+
+for s in $stages; do
+  case $s in
+  info)
+    stage info
+    nvidia-smi
+    ldd "$train" | grep -E 'not found|nccl|cublas|cudart|uv|yaml|openblas'
+    ls "$kit/peers" ;;
+  kernels)
+    stage kernels
     for t in cuda_kernels_fp32 cuda_kernels_bf16; do
-      "$cs" --tool memcheck --leak-check full --error-exitcode 1 "$BUILD/$t"
+      if "$kit/bin/$t" > "$work/$t.log" 2>&1; then r=pass; else r=FAIL; fails=$((fails + 1)); fi
+      tail -3 "$work/$t.log"; grep -E 'FAIL|fail ' "$work/$t.log" | head -20
+      note "- $t: $r ($(tail -1 "$work/$t.log"))"
     done ;;
-  bench|all)
-    out=${2:?usage: run.sh $mode OUTDIR [B]}
-    mkdir -p "$out"
-    build
-    if [ "$mode" = all ]; then check; fi
-    rm -f "$out/gpu_bench.md"
-    "$BUILD/gpu_bench" "$out" "${3:-8}"
-    if [ -f "$out/gpu_bench.md" ]; then machine "$@" >> "$out/gpu_bench.md"; fi ;;
-  *) echo "run.sh: unknown mode '$mode' (check, memcheck, bench OUTDIR, all OUTDIR)" >&2; exit 2 ;;
-esac
+  torchref)
+    stage torchref
+    if bash "$root/tests/engine/engine_bf16.sh" "$train" "$work/bf16" > "$work/bf16.log" 2>&1; then r=pass; else r=FAIL; fails=$((fails + 1)); fi
+    cat "$work/bf16.log"; note "- tests/engine/engine_bf16.sh (bf16 engine on the CPU twins; the cuda head-dim refusal): $r"
+    for v in "" --untie; do
+      if python3 "$root/tests/engine/engine_torch_ref.py" "$train" "$work/ref$v" $v --device cuda > "$work/ref.log" 2>&1
+      then r=pass; else r=FAIL; fails=$((fails + 1)); fi
+      tail -4 "$work/ref.log"
+      note "- whole model fp32 on cuda vs float64 PyTorch ${v:-(tied)}: $r: $(tail -1 "$work/ref.log")"
+    done ;;
+  traj)
+    stage traj
+    if [ -f "$root/bench/gpu/traj.sh" ]; then
+      if bash "$root/bench/gpu/traj.sh" "$train" "$work/traj" "$work/traj" > "$work/traj.log" 2>&1; then r=pass; else r=FAIL; fails=$((fails + 1)); fi
+      tail -8 "$work/traj.log"; note "- 50-step bf16 trajectory vs CPU fp32: $r: $(tail -1 "$work/traj.log")"
+    fi ;;
+  layouts)
+    stage layouts
+    if bash "$root/bench/gpu/layouts.sh" "$train" "$work/layouts" > "$work/lay.log" 2>&1; then r=pass; else r=FAIL; fails=$((fails + 1)); fi
+    cat "$work/lay.log"; note "- layouts on one GPU (host transport, staged device buffers): $r"
+    grep -E '^(pass|FAIL):' "$work/lay.log" | sed 's/^/  - /' >> "$sum" ;;
+  memcheck)
+    stage memcheck
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    for p in "" "--bf16"; do
+      if timeout 60 "$cs" --tool memcheck --error-exitcode 1 "$train" --device cuda $p --num-layers 2 --hidden-size 128 \
+          --num-attention-heads 2 --seq-length 128 --micro-batch-size 2 --global-batch-size 4 --train-iters 3 \
+          > "$work/mc.log" 2>&1; then r=pass; else r="FAIL (rc $?)"; fails=$((fails + 1)); fi
+      grep -E 'ERROR SUMMARY|Invalid|error' "$work/mc.log" | head -5
+      note "- compute-sanitizer memcheck atoll-train ${p:-fp32} 3 steps: $r, $(grep -o 'ERROR SUMMARY.*' "$work/mc.log" | tail -1)"
+    done
+    for t in cuda_kernels_fp32 cuda_kernels_bf16; do
+      if timeout 90 "$cs" --tool memcheck --error-exitcode 1 "$kit/bin/$t" > "$work/mc.log" 2>&1; then r=pass
+      else r="FAIL (rc $?)"; fails=$((fails + 1)); fi
+      grep -E 'ERROR SUMMARY|Invalid|out of bounds' "$work/mc.log" | head -5
+      note "- compute-sanitizer memcheck $t: $r, $(grep -o 'ERROR SUMMARY.*' "$work/mc.log" | tail -1)"
+    done ;;
+  bench)
+    stage bench
+    "$kit/bin/gpu_bench" "$out" 8 || fails=$((fails + 1))
+    { echo; echo "- device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null), $(date -u +%F)"
+      echo "- command: bench/gpu/run.sh OUT bench (kit built from $(cat "$kit/bin/COMMIT" 2>/dev/null))"; } >> "$out/gpu_bench.md"
+    note "- gpu_bench: $(grep -o 'Ceilings.*' "$out/gpu_bench.md" 2>/dev/null)" ;;
+  gpt2)
+    stage "gpt2 (B=$B124, T=1024, $STEPS steps)"
+    note ""
+    note "GPT-2 124M (12 layers, hidden 768, 12 heads, seq 1024, vocab 50304), micro-batch $B124, one GPU:"
+    note ""
+    make_data "$work/rand"
+    note "| program | tokens/s | step ms | MFU (PaLM, 989 TFLOP/s) |"
+    note "|---|---:|---:|---:|"
+    for p in "--bf16" ""; do
+      timeout 300 "$train" --device cuda $p $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" \
+        --train-iters $((STEPS + 3)) --lr 6e-4 --data-path "$work/rand" > "$work/a.log" 2>&1 || { tail -5 "$work/a.log"; fails=$((fails + 1)); }
+      tail -2 "$work/a.log"
+      read -r tps ms mfu <<< "$(atoll_rate "$work/a.log")"
+      note "| atoll ${p:-fp32} | ${tps:-failed} | ${ms:-} | ${mfu:-} |"
+    done
+    # where atoll's GPU time goes (bf16), kernel by kernel
+    CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_OUT=$out/profile_atoll.md timeout 200 "$train" --device cuda --bf16 \
+      $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" --train-iters 10 --lr 6e-4 \
+      --data-path "$work/rand" > "$work/p.log" 2>&1 || tail -3 "$work/p.log"
+    if [ -x "$kit/peers/train_gpt2cu" ]; then
+      python3 - "$work" <<'EOF'
+import numpy as np, sys
+for name, n in (("train", 4_000_000), ("val", 200_000)):
+    hdr = np.zeros(256, dtype=np.int32); hdr[0], hdr[1], hdr[2] = 20240520, 1, n
+    tok = np.random.default_rng(1).integers(0, 50257, n, dtype=np.uint16)
+    with open(f"{sys.argv[1]}/llmc_{name}.bin", "wb") as f:
+        f.write(hdr.tobytes()); f.write(tok.tobytes())
+EOF
+      (cd "$work" && timeout 300 "$kit/peers/train_gpt2cu" -i "$work/llmc_train.bin" -j "$work/llmc_val.bin" -e d12 \
+        -b "$B124" -t 1024 -d $((B124 * 1024)) -x $((STEPS + 5)) -v 100000 -s 0 -h 0 -l 6e-4 > "$work/l.log" 2>&1) ||
+        { tail -20 "$work/l.log"; fails=$((fails + 1)); }
+      grep -E '^step' "$work/l.log" | tail -3
+      (cd "$work" && CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_OUT=$out/profile_llmc.md timeout 200 \
+        "$kit/peers/train_gpt2cu" -i "$work/llmc_train.bin" -j "$work/llmc_val.bin" -e d12 -b "$B124" -t 1024 \
+        -d $((B124 * 1024)) -x 10 -v 100000 -s 0 -h 0 -l 6e-4 > "$work/lp.log" 2>&1) || tail -3 "$work/lp.log"
+      read -r tps ms <<< "$(grep -E '^step' "$work/l.log" | tail -n +6 | sed 's/.*| *\([0-9.]*\) ms.*| *\([0-9]*\) tok\/s.*/\2 \1/' |
+        sort -n | awk '{t[NR]=$1; m[NR]=$2} END {if (NR) print t[int((NR+1)/2)], m[int((NR+1)/2)]}')"
+      mfu=$(python3 -c "print(f'{$tps * (6 * 124475904 + 12 * 12 * 768 * 1024) / 989e12 * 100:.1f}%')" 2>/dev/null)
+      note "| llm.c train_gpt2cu (cuDNN attention, bf16) | ${tps:-failed} | ${ms:-} | ${mfu:-} |"
+    fi
+    python3 "$root/bench/gpu/torch_gpt2.py" --batch "$B124" --steps "$STEPS" > "$work/t.log" 2>&1 || { tail -20 "$work/t.log"; fails=$((fails + 1)); }
+    tail -1 "$work/t.log"
+    read -r tps ms mfu <<< "$(tail -1 "$work/t.log" | python3 -c 'import json,sys; d=json.loads(sys.stdin.read()); print(round(d["tokens_per_s"]), round(d["step_ms"], 2), "%.1f%%" % (d["mfu"] * 100))' 2>/dev/null)"
+    note "| PyTorch (bf16 autocast, SDPA, fused AdamW, torch.compile) | ${tps:-failed} | ${ms:-} | ${mfu:-} |" ;;
+  big)
+    stage big
+    for mb in 8 4; do
+      [ -f "$work/rand.idx" ] || make_data "$work/rand"
+      timeout 300 "$train" --device cuda --bf16 $big_flags --micro-batch-size $mb --global-batch-size $mb \
+        --train-iters 10 --lr 1e-4 --data-path "$work/rand" > "$work/b.log" 2>&1 && break
+      tail -3 "$work/b.log"
+    done
+    tail -2 "$work/b.log"
+    read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
+    note ""
+    note "- ~1.5B GPT (48 x 1600, 25 heads, seq 1024), bf16, micro-batch $mb: ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-}" ;;
+  *) echo "run.sh: unknown stage '$s'"; fails=$((fails + 1)) ;;
+  esac
+done
+note ""
+note "failed checks: $fails"
+rm -rf "$work"
+exit $((fails > 0))

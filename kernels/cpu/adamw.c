@@ -21,3 +21,19 @@ void kc_adamw(float *param, const float *grad, float *m, float *v, size_t n, flo
         param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
     }
 }
+
+void kc_adamw_segments(float *master, uint16_t *param_bf16, const float *grad, float *m, float *v, size_t n, int nseg,
+                       const size_t *seg_end, const float *seg_wd, float lr, float beta1, float beta2, float eps,
+                       float grad_scale, int t)
+{
+    size_t lo = 0;
+    for (int s = 0; s < nseg && lo < n; s++) {
+        size_t hi = seg_end[s] < n ? seg_end[s] : n;
+        if (param_bf16)
+            kc_adamw_bf16(master + lo, param_bf16 + lo, grad + lo, m + lo, v + lo, hi - lo, lr, beta1, beta2, eps,
+                          seg_wd[s], grad_scale, t);
+        else
+            kc_adamw(master + lo, grad + lo, m + lo, v + lo, hi - lo, lr, beta1, beta2, eps, seg_wd[s], grad_scale, t);
+        lo = hi;
+    }
+}

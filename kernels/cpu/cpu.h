@@ -50,8 +50,51 @@ void kc_xent_backward(float *dlogits, const float *logits, const float *rowmax,
                       const float *sumexp, const int32_t *targets, float dloss,
                       int N, int V, int vocab_offset);
 
+void kc_xent_fused(float *loss, float *logits, const int32_t *targets, float dloss, int N, int V);
+void kc_xent_fused_bf16(float *loss, uint16_t *logits, const int32_t *targets, float dloss, int N, int V);
+
 double kc_sumsq(const float *x, size_t n);
 void kc_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
               float beta1, float beta2, float eps, float wd, float grad_scale, int t);
+
+void kc_adamw_segments(float *master, uint16_t *param_bf16, const float *grad, float *m, float *v, size_t n, int nseg,
+                       const size_t *seg_end, const float *seg_wd, float lr, float beta1, float beta2, float eps,
+                       float grad_scale, int t);
+
+/* bf16 entries (bf16.c): widen, run the fp32 op, round to nearest even. */
+float kc_bf16_to_f32(uint16_t h);
+uint16_t kc_f32_to_bf16(float f);
+void kc_to_bf16(uint16_t *dst, const float *src, size_t n);
+void kc_from_bf16(float *dst, const uint16_t *src, size_t n);
+void kc_embedding_forward_bf16(uint16_t *out, const int32_t *tokens, const uint16_t *wte, int N, int C,
+                               int vocab_offset, int V);
+void kc_embedding_backward_bf16(float *dwte, const uint16_t *dout, const int32_t *tokens, int N, int C,
+                                int vocab_offset, int V);
+void kc_position_forward_bf16(uint16_t *out, const uint16_t *wpe, int B, int T, int C);
+void kc_position_backward_bf16(float *dwpe, const uint16_t *dout, int B, int T, int C);
+void kc_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const uint16_t *inp, const uint16_t *w,
+                               const uint16_t *b, int N, int C);
+void kc_layernorm_backward_bf16(uint16_t *dinp, float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
+                                const uint16_t *w, const float *mean, const float *rstd, int N, int C);
+void kc_matmul_forward_bf16(uint16_t *out, uint16_t *pre_gelu, const uint16_t *inp, const uint16_t *w,
+                            const uint16_t *bias, int N, int C, int OC);
+void kc_matmul_backward_bf16(uint16_t *dinp, float *dw, float *dbias, const uint16_t *dout, const uint16_t *inp,
+                             const uint16_t *w, int N, int C, int OC);
+void kc_matmul_backward_gelu_bf16(uint16_t *dpre, float *dw, float *dbias, const uint16_t *dout, const uint16_t *inp,
+                                  const uint16_t *w, const uint16_t *pre_gelu, int N, int C, int OC);
+void kc_gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n);
+void kc_gelu_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n);
+void kc_residual_forward_bf16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
+void kc_add_inplace_bf16(uint16_t *acc, const uint16_t *x, size_t n);
+void kc_xent_max_bf16(float *rowmax, const uint16_t *logits, int N, int V);
+void kc_xent_sumexp_target_bf16(float *sumexp, float *target_logit, const uint16_t *logits, const float *rowmax,
+                                const int32_t *targets, int N, int V, int vocab_offset);
+void kc_xent_backward_bf16(uint16_t *dlogits, const uint16_t *logits, const float *rowmax, const float *sumexp,
+                           const int32_t *targets, float dloss, int N, int V, int vocab_offset);
+void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int NH, int HD);
+void kc_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const uint16_t *out,
+                                const float *lse, int B, int T, int NH, int HD);
+void kc_adamw_bf16(float *master, uint16_t *param_bf16, const float *grad, float *m, float *v, size_t n, float lr,
+                   float beta1, float beta2, float eps, float wd, float grad_scale, int t);
 
 #endif

@@ -52,3 +52,15 @@ void kc_xent_backward(float *dlogits, const float *logits, const float *rowmax,
         }
     }
 }
+
+void kc_xent_fused(float *loss, float *logits, const int32_t *targets, float dloss, int N, int V)
+{
+    for (int n = 0; n < N; n++) {
+        float mx, se, tl;
+        int32_t t = targets[n];
+        kc_xent_max(&mx, logits + (size_t)n * V, 1, V);
+        kc_xent_sumexp_target(&se, &tl, logits + (size_t)n * V, &mx, &t, 1, V, 0);
+        kc_xent_loss(&loss[n], &mx, &se, &tl, &t, 1);
+        if (dloss != 0.0f) kc_xent_backward(logits + (size_t)n * V, logits + (size_t)n * V, &mx, &se, &t, dloss, 1, V, 0);
+    }
+}

@@ -1,6 +1,9 @@
 /* adamw: the global-norm reduction (sum of squares in double, fixed order)
  * and the fused AdamW update: one read of grad, m, v and the master weight,
- * one write of m, v and the master weight (plus the bf16 copy). */
+ * one write of m, v and the master weight (plus the bf16 copy). The segmented
+ * form updates a whole flat buffer of tensors in one launch; each thread finds
+ * its element's weight decay by walking the segment ends (in shared memory)
+ * forward, as its elements only increase. */
 #include "kcuda.cuh"
 
 #define SUMSQ_BLOCK 256
@@ -81,4 +84,103 @@ void kcu_adamw_bf16(float *master, uint16_t *param_bf16, const float *grad, floa
                     float beta1, float beta2, float eps, float wd, float grad_scale, int t)
 {
     adamw(master, as_bf(param_bf16), grad, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t);
+}
+
+/* Four elements per thread step (float4; every segment end is a multiple of
+ * 4), a grid of a few blocks per SM so the table load is paid a few thousand
+ * times, not once per 256 elements. */
+__device__ __forceinline__ void adamw_one(float &p, float &mi, float &vi, float g, float lr, float beta1, float beta2,
+                                          float eps, float wd, float bc1, float bc2)
+{
+    mi = beta1 * mi + (1.0f - beta1) * g;
+    vi = beta2 * vi + (1.0f - beta2) * g * g;
+    p -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p);
+}
+
+__global__ void adamw_seg_k(float *param, bf16 *param_bf16, const float *grad, float *m, float *v, size_t n4, int nseg,
+                            const unsigned long long *seg_end, const float *seg_wd, float lr, float beta1, float beta2,
+                            float eps, float grad_scale, float bc1, float bc2)
+{
+    extern __shared__ unsigned long long adamw_smem[];
+    unsigned long long *ends = adamw_smem;
+    float *wds = (float *)(ends + nseg);
+    for (int s = threadIdx.x; s < nseg; s += blockDim.x) {
+        ends[s] = seg_end[s];
+        wds[s] = seg_wd[s];
+    }
+    __syncthreads();
+    int s = 0;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n4; i += (size_t)gridDim.x * blockDim.x) {
+        while (s < nseg - 1 && ends[s] <= 4 * i) s++;
+        float wd = wds[s];
+        float4 g = reinterpret_cast<const float4 *>(grad)[i], p = reinterpret_cast<float4 *>(param)[i];
+        float4 mi = reinterpret_cast<float4 *>(m)[i], vi = reinterpret_cast<float4 *>(v)[i];
+        adamw_one(p.x, mi.x, vi.x, g.x * grad_scale, lr, beta1, beta2, eps, wd, bc1, bc2);
+        adamw_one(p.y, mi.y, vi.y, g.y * grad_scale, lr, beta1, beta2, eps, wd, bc1, bc2);
+        adamw_one(p.z, mi.z, vi.z, g.z * grad_scale, lr, beta1, beta2, eps, wd, bc1, bc2);
+        adamw_one(p.w, mi.w, vi.w, g.w * grad_scale, lr, beta1, beta2, eps, wd, bc1, bc2);
+        reinterpret_cast<float4 *>(param)[i] = p;
+        reinterpret_cast<float4 *>(m)[i] = mi;
+        reinterpret_cast<float4 *>(v)[i] = vi;
+        if (param_bf16) {
+            bf16 *o = param_bf16 + 4 * i;
+            o[0] = __float2bfloat16_rn(p.x), o[1] = __float2bfloat16_rn(p.y);
+            o[2] = __float2bfloat16_rn(p.z), o[3] = __float2bfloat16_rn(p.w);
+        }
+    }
+}
+
+void kcu_adamw_segments(float *master, uint16_t *param_bf16, const float *grad, float *m, float *v, size_t n,
+                        int nseg, const size_t *seg_end, const float *seg_wd, float lr, float beta1, float beta2,
+                        float eps, float grad_scale, int t)
+{
+    if (n == 0 || nseg <= 0) return;
+    bool vec = n % 4 == 0 && (uintptr_t)master % 16 == 0 && (uintptr_t)grad % 16 == 0 && (uintptr_t)m % 16 == 0 &&
+               (uintptr_t)v % 16 == 0;
+    for (int s = 0; s < nseg && vec; s++) vec = seg_end[s] % 4 == 0;
+    if (!vec) { /* a call per segment */
+        size_t lo = 0;
+        for (int s = 0; s < nseg && lo < n; s++) {
+            size_t hi = seg_end[s] < n ? seg_end[s] : n;
+            adamw(master + lo, param_bf16 ? as_bf(param_bf16) + lo : NULL, grad + lo, m + lo, v + lo, hi - lo, lr,
+                  beta1, beta2, eps, seg_wd[s], grad_scale, t);
+            lo = hi;
+        }
+        return;
+    }
+    if (nseg > K_ADAMW_MAX_SEGS) {
+        fprintf(stderr, "kernels/cuda: adamw_segments: %d segments, at most %d\n", nseg, K_ADAMW_MAX_SEGS);
+        exit(EXIT_FAILURE);
+    }
+    /* the table goes through a pinned host buffer, reused once the copy is done */
+    static unsigned long long *host = NULL;
+    static cudaEvent_t copied = NULL;
+    size_t bytes = (size_t)nseg * (sizeof(unsigned long long) + sizeof(float));
+    if (!host) {
+        cudaCheck(cudaMallocHost((void **)&host, (size_t)K_ADAMW_MAX_SEGS * (sizeof(unsigned long long) + sizeof(float))));
+        cudaCheck(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
+    } else {
+        cudaCheck(cudaEventSynchronize(copied)); /* the last step's table has left the buffer */
+    }
+    for (int s = 0; s < nseg; s++) host[s] = seg_end[s];
+    memcpy(host + nseg, seg_wd, (size_t)nseg * sizeof(float));
+    unsigned long long *dev = (unsigned long long *)kcu_scratch(bytes);
+    cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, kcu_stream()));
+    cudaCheck(cudaEventRecord(copied, kcu_stream()));
+    float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+    if (bytes > 48 * 1024)
+        cudaCheck(cudaFuncSetAttribute(adamw_seg_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    static int blocks = 0;
+    if (!blocks) {
+        int dev_id = 0, sms = 0;
+        cudaCheck(cudaGetDevice(&dev_id));
+        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev_id));
+        blocks = 8 * (sms > 0 ? sms : 1);
+    }
+    size_t need = (n / 4 + 255) / 256;
+    unsigned grid = need < (size_t)blocks ? (unsigned)(need ? need : 1) : (unsigned)blocks;
+    adamw_seg_k<<<grid, 256, bytes, kcu_stream()>>>(master, as_bf(param_bf16), grad, m, v, n / 4, nseg, dev,
+                                                                (const float *)(dev + nseg), lr, beta1, beta2, eps,
+                                                                grad_scale, bc1, bc2);
+    kcu_launched();
 }

@@ -1,10 +1,11 @@
 /* embedding: token and position embeddings, forward and backward.
  *
- * The token backward is deterministic without float atomics: the first
- * position holding a token "owns" its dwte row and sums the dout rows of every
- * later position with that token, in position order, before one += into dwte.
- * Each block scans the int32 token list with coalesced block-wide reads
- * (O(N^2) int compares in all, served from L2); every dout row is read once. */
+ * The token backward is deterministic without float atomics: each block owns
+ * a range of EMB_ROWS vocab rows, finds the positions whose token falls in it
+ * (a block-wide scan of the int32 token list, compacted in position order by
+ * ballots), and adds their dout rows into its dwte rows in position order, the
+ * order of the CPU reference. V/EMB_ROWS blocks each read the token list from
+ * L2 once; every dout row is read once. */
 #include "kcuda.cuh"
 
 #define EMB_BLOCK 256
@@ -21,42 +22,39 @@ __global__ void embed_fwd_k(T *out, const int32_t *tokens, const T *wte, int N, 
     }
 }
 
-/* One block per position n (blockDim EMB_BLOCK, a multiple of 32). The owner
- * walks the later positions a block-width chunk at a time: each thread tests
- * one position, the matches are compacted in position order into `list`
- * (ballot + per-warp counts), and each thread adds those rows for its column. */
+#define EMB_ROWS 128 /* vocab rows owned by one block of the backward */
+
+/* Block b owns dwte rows [b*EMB_ROWS, +EMB_ROWS) of the local slice. The token
+ * list is walked a block-width chunk at a time: each thread tests one
+ * position, matches are compacted in position order into `list` (ballot +
+ * per-warp counts), then the block adds each listed dout row to its row. */
 template <typename T>
 __global__ void embed_bwd_k(float *dwte, const T *dout, const int32_t *tokens, int N, int C, int off, int V)
 {
     __shared__ int list[EMB_BLOCK];
     __shared__ int wcount[EMB_BLOCK / 32];
-    int n = blockIdx.x, tok = tokens[n], r = tok - off;
-    if (r < 0 || r >= V) return; /* uniform over the block */
-    int seen = 0;
-    for (int m = threadIdx.x; m < n && !seen; m += blockDim.x) seen = tokens[m] == tok;
-    if (__syncthreads_or(seen)) return; /* an earlier position owns this row */
+    int r0 = blockIdx.x * EMB_ROWS, r1 = min(V, r0 + EMB_ROWS);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    for (int c0 = 0; c0 < C; c0 += blockDim.x) {
-        int c = c0 + threadIdx.x;
-        float acc = 0.0f;
-        for (int m0 = n; m0 < N; m0 += blockDim.x) {
-            int m = m0 + threadIdx.x;
-            bool match = m < N && tokens[m] == tok;
-            unsigned bal = __ballot_sync(0xffffffffu, match);
-            if (lane == 0) wcount[warp] = __popc(bal);
-            __syncthreads();
-            int base = 0, total = 0;
-            for (int w = 0; w < nwarps; w++) {
-                base += w < warp ? wcount[w] : 0;
-                total += wcount[w];
-            }
-            if (match) list[base + __popc(bal & ((1u << lane) - 1u))] = m;
-            __syncthreads();
-            if (c < C)
-                for (int i = 0; i < total; i++) acc += ldf(dout + (size_t)list[i] * C + c);
-            __syncthreads(); /* list and wcount are rewritten by the next chunk */
+    for (int m0 = 0; m0 < N; m0 += blockDim.x) {
+        int m = m0 + threadIdx.x, r = m < N ? tokens[m] - off : -1;
+        bool match = r >= r0 && r < r1;
+        unsigned bal = __ballot_sync(0xffffffffu, match);
+        if (lane == 0) wcount[warp] = __popc(bal);
+        __syncthreads();
+        int base = 0, total = 0;
+        for (int w = 0; w < nwarps; w++) {
+            base += w < warp ? wcount[w] : 0;
+            total += wcount[w];
         }
-        if (c < C) dwte[(size_t)r * C + c] += acc;
+        if (match) list[base + __popc(bal & ((1u << lane) - 1u))] = m;
+        __syncthreads();
+        for (int i = 0; i < total; i++) {
+            int p = list[i];
+            float *dst = dwte + (size_t)(tokens[p] - off) * C;
+            const T *src = dout + (size_t)p * C;
+            for (int c = threadIdx.x; c < C; c += blockDim.x) dst[c] += ldf(src + c);
+        }
+        __syncthreads(); /* list and wcount are rewritten by the next chunk */
     }
 }
 
@@ -95,7 +93,7 @@ template <typename T>
 static void embedding_backward(float *dwte, const T *dout, const int32_t *tokens, int N, int C, int off, int V)
 {
     if (N <= 0 || C <= 0) return;
-    embed_bwd_k<T><<<N, EMB_BLOCK, 0, kcu_stream()>>>(dwte, dout, tokens, N, C, off, V);
+    embed_bwd_k<T><<<(V + EMB_ROWS - 1) / EMB_ROWS, EMB_BLOCK, 0, kcu_stream()>>>(dwte, dout, tokens, N, C, off, V);
     kcu_launched();
 }
 

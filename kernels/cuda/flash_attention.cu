@@ -1,292 +1,471 @@
 /* flash_attention: causal attention in bf16 that never writes the [T, T]
- * matrix (FlashAttention-2's schedule, written from the paper's equations):
- * each block takes a 64-row tile of queries (forward, dQ) or keys (dK/dV) of
- * one (sequence, head), walks the tiles on the other side that the causal
- * mask leaves, and keeps running row statistics in shared memory. Products
- * run on the tensor cores through WMMA (bf16 in, fp32 accumulate); softmax
- * and its gradient are fp32. The forward saves lse = max + log(sum) per row,
- * from which the backward recomputes the probabilities.
+ * matrix (FlashAttention-2's schedule, written from the paper's equations).
  *
- * Four warps per block, each owning 16 rows of the block's tile, so within
- * one tile a warp only reads what it wrote (__syncwarp) and block barriers
- * are needed only around the shared K/V (or Q/dO) tile loads. No atomics:
- * dK/dV and dQ come from two kernels that each own their output rows.
- * Head dims 64 and 128 (templates); T any length (tiles are zero-padded and
- * padded rows are never written). */
+ * Forward, per block: 64 query rows of one (sequence, head), 16 per warp. The
+ * warp keeps its rows' scores, probabilities and output accumulator in
+ * registers (mma.sync m16n8k16, bf16 in, fp32 accumulate); K/V tiles of 64
+ * keys stream through shared memory with cp.async, two buffers deep, so the
+ * next tile loads while this one is multiplied. Online softmax in base 2
+ * (scores pre-multiplied by log2(e)/sqrt(HD)); the probabilities are rounded
+ * to bf16 for the P V product and the row sum adds the rounded values, so
+ * O / l normalises exactly what P V added. Saves lse = max + log(sum) per row
+ * (natural log), from which the backward recomputes the probabilities.
+ *
+ * Backward: D = rowsum(dO * O), then two kernels that each own their outputs
+ * (no atomics, same bits every run): per key tile, dK and dV (each warp owns
+ * 16 keys and walks the query tiles the causal mask leaves: S^T, P^T, dV +=
+ * P^T dO, dP^T = V dO^T, dS^T, dK += dS^T Q); per query tile, dQ (S, P, dP,
+ * dS, dQ += dS K). That is 7 tile products against FlashAttention-2's 5 (S and
+ * dP are recomputed for dQ), the price of no atomics.
+ *
+ * Head dims 64 and 128 (templates); T any length (tiles past T load zeros and
+ * their rows are never written). Tiles in shared memory are padded by 8
+ * elements per row, so the 8 rows an ldmatrix reads fall in distinct banks.
+ * The warp-level instructions are in kcuda_mma.cuh, whose CPU stand-in lets
+ * these kernels run under tests/cuda/emu. */
 #include "kcuda.cuh"
+#include "kcuda_mma.cuh"
 
-#include <mma.h>
+#define FA_BK 64   /* keys per K/V tile */
+#define FA_WARPS 4 /* 16 rows each: 64-row blocks */
+#define FA_PAD 8   /* bf16 elements of padding per shared-memory row */
+#define FA_LOG2E 1.4426950408889634f
+#define FA_LN2 0.6931471805599453f
 
-using namespace nvcuda;
-
-#define FT 64     /* tile rows, both sides */
-#define FWARPS 4  /* 16 rows each */
-
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> frag_a;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> frag_b_row;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> frag_b_col;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
-
-/* Rows [t0, t0+FT) of one head's q, k or v (part 0, 1, 2) into smem [FT][HD],
- * zeros past T. Rows of qkv are 3*NH*HD long; the head's part starts at
- * column (h*3 + part)*HD. */
-template <int HD>
-__device__ void load_tile(bf16 *dst, const bf16 *qkv, int b, int h, int part, int t0, int T, int NH)
+/* Rows [t0, t0 + R) of a [T, ld] tensor, HD columns from `src` (row 0 of the
+ * head's columns), into a shared tile [R][HD + FA_PAD]; rows >= T are zeros.
+ * Every thread of the block issues its share of 16-byte copies. */
+template <int HD, int R> __device__ __forceinline__ void tile_async(bf16 *dst, const bf16 *src, size_t ld, int t0, int T)
 {
-    size_t ld = (size_t)3 * NH * HD;
-    const bf16 *src = qkv + (size_t)b * T * ld + (size_t)(h * 3 + part) * HD;
-    for (int i = threadIdx.x; i < FT * HD; i += blockDim.x) {
-        int r = i / HD, d = i % HD, t = t0 + r;
-        dst[i] = t < T ? src[(size_t)t * ld + d] : __float2bfloat16_rn(0.0f);
+    constexpr int CH = HD / 8; /* 16-byte chunks per row */
+    for (int i = threadIdx.x; i < R * CH; i += blockDim.x) {
+        int r = i / CH, col = (i % CH) * 8, t = t0 + r;
+        bool ok = t < T;
+        cp_async16(dst + r * (HD + FA_PAD) + col, src + (size_t)(ok ? t : 0) * ld + col, ok);
     }
 }
 
-/* Rows of a [B, T, NH*HD] tensor (out, dout) for head h. */
-template <int HD>
-__device__ void load_rows(bf16 *dst, const bf16 *x, int b, int h, int t0, int T, int NH)
+/* A fragment (16x16) of a row-major shared tile at rows r0.., columns k0.. */
+template <int LD> __device__ __forceinline__ void ld_a(uint32_t a[4], const bf16 *tile, int r0, int k0)
 {
-    size_t ld = (size_t)NH * HD;
-    const bf16 *src = x + (size_t)b * T * ld + (size_t)h * HD;
-    for (int i = threadIdx.x; i < FT * HD; i += blockDim.x) {
-        int r = i / HD, d = i % HD, t = t0 + r;
-        dst[i] = t < T ? src[(size_t)t * ld + d] : __float2bfloat16_rn(0.0f);
-    }
+    int l = threadIdx.x & 31, j = l >> 3, r = l & 7;
+    ldsm_x4(a, tile + (r0 + r + (j & 1) * 8) * LD + k0 + (j >> 1) * 8);
 }
 
-/* C[16 x 64] (fp32, row stride 64) = A[16 x HD] (row-major, stride HD) times
- * the transpose of B[64 x HD] (row-major, stride HD): rows of A against rows of B. */
-template <int HD> __device__ void rows_dot_rows(float *C, const bf16 *A, const bf16 *B)
+/* B fragments of two n-tiles (n0, n0 + 8) at k-chunk k0 where B[k][n] =
+ * tile[n][k] (the tile's rows are the n index: K rows for Q K^T):
+ * b[0..1] for n0, b[2..3] for n0 + 8. */
+template <int LD> __device__ __forceinline__ void ld_b_rows(uint32_t b[4], const bf16 *tile, int n0, int k0)
+{
+    int l = threadIdx.x & 31, j = l >> 3, r = l & 7;
+    ldsm_x4(b, tile + (n0 + r + (j >> 1) * 8) * LD + k0 + (j & 1) * 8);
+}
+
+/* The same where B[k][n] = tile[k][n] (the tile's rows are the k index: V rows
+ * for P V), through the transposing ldmatrix. */
+template <int LD> __device__ __forceinline__ void ld_b_cols(uint32_t b[4], const bf16 *tile, int k0, int n0)
+{
+    int l = threadIdx.x & 31, j = l >> 3, r = l & 7;
+    ldsm_x4_t(b, tile + (k0 + r + (j & 1) * 8) * LD + n0 + (j >> 1) * 8);
+}
+
+/* acc[NT][4] += A (16 x K, fragments a[K/16]) times B given as shared-tile rows
+ * (ld_b_rows: the result's NT*8 columns are tile rows n0..) */
+template <int LD, int K, int NT>
+__device__ __forceinline__ void mma_rows(float acc[][4], const bf16 *A, int ar0, const bf16 *Bt, int bn0)
 {
 #pragma unroll
-    for (int cf = 0; cf < FT / 16; cf++) {
-        frag_c acc;
-        wmma::fill_fragment(acc, 0.0f);
+    for (int kk = 0; kk < K / 16; kk++) {
+        uint32_t a[4];
+        ld_a<LD>(a, A, ar0, kk * 16);
 #pragma unroll
-        for (int kk = 0; kk < HD; kk += 16) {
-            frag_a a;
-            frag_b_col bt;
-            wmma::load_matrix_sync(a, A + kk, HD);
-            wmma::load_matrix_sync(bt, B + cf * 16 * HD + kk, HD);
-            wmma::mma_sync(acc, a, bt, acc);
+        for (int n = 0; n < NT / 2; n++) {
+            uint32_t b[4];
+            ld_b_rows<LD>(b, Bt, bn0 + n * 16, kk * 16);
+            mma_bf16_16816(acc[2 * n], a, b);
+            mma_bf16_16816(acc[2 * n + 1], a, b + 2);
         }
-        wmma::store_matrix_sync(C + cf * 16, acc, FT, wmma::mem_row_major);
     }
 }
 
-/* acc[df] += A[16 x 64] (row-major, stride 64) times B[64 x HD] (row-major, stride HD). */
-template <int HD> __device__ void rows_times_tile(frag_c *acc, const bf16 *A, const bf16 *B)
+/* acc[HD/8][4] += P (16 x K, register fragments p[K/16]) times the shared
+ * tile [K][HD] (ld_b_cols) */
+template <int LD, int K, int HD>
+__device__ __forceinline__ void mma_cols(float acc[][4], const uint32_t p[][4], const bf16 *Bt)
 {
 #pragma unroll
-    for (int df = 0; df < HD / 16; df++)
+    for (int kc = 0; kc < K / 16; kc++)
 #pragma unroll
-        for (int kk = 0; kk < FT; kk += 16) {
-            frag_a a;
-            frag_b_row bm;
-            wmma::load_matrix_sync(a, A + kk, FT);
-            wmma::load_matrix_sync(bm, B + kk * HD + df * 16, HD);
-            wmma::mma_sync(acc[df], a, bm, acc[df]);
+        for (int d = 0; d < HD / 16; d++) {
+            uint32_t b[4];
+            ld_b_cols<LD>(b, Bt, kc * 16, d * 16);
+            mma_bf16_16816(acc[2 * d], p[kc], b);
+            mma_bf16_16816(acc[2 * d + 1], p[kc], b + 2);
         }
 }
+
+/* C fragments (fp32, NT n-tiles of 8 columns) -> A fragments (bf16, NT/2
+ * k-chunks of 16): the m16n8 accumulator layout is the m16k16 operand layout
+ * of two adjacent n-tiles. */
+template <int NT> __device__ __forceinline__ void c_to_a(uint32_t a[][4], const float s[][4])
+{
+#pragma unroll
+    for (int n = 0; n < NT; n++) {
+        a[n >> 1][(n & 1) * 2] = pack_bf16x2(s[n][0], s[n][1]);
+        a[n >> 1][(n & 1) * 2 + 1] = pack_bf16x2(s[n][2], s[n][3]);
+    }
+}
+
+/* Forward: each warp owns FA_MT m-tiles of 16 query rows, (i * FA_WARPS +
+ * warp) * 16 of the block's FA_MT * 64 rows, so every K/V fragment read from
+ * shared memory feeds FA_MT products and each warp has FA_MT independent
+ * chains of tensor-core work in flight (2 for head dim 64; 128 would spill). */
+template <int HD> struct fa_fwd_mt { static constexpr int value = HD == 64 ? 2 : 1; }; /* HD 128: 1, no spills */
 
 template <int HD> static size_t fwd_smem(void)
 {
-    return sizeof(bf16) * (3 * FT * HD + FT * FT) + sizeof(float) * (FT * FT + FT * HD + 2 * FT);
+    return sizeof(bf16) * (fa_fwd_mt<HD>::value * FA_WARPS * 16 + 4 * FA_BK) * (HD + FA_PAD);
 }
 
-/* grid (query tiles, B*NH), FWARPS*32 threads */
+/* grid (query tiles of FA_MT*64 rows, B*NH), FA_WARPS*32 threads; sl2 = log2(e)/sqrt(HD) */
 template <int HD>
-__global__ void __launch_bounds__(FWARPS * 32) flash_fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int NH,
-                                                           float scale)
+__global__ void __launch_bounds__(FA_WARPS * 32) fa_fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int NH,
+                                                          float sl2)
 {
+    constexpr int FA_MT = fa_fwd_mt<HD>::value, LD = HD + FA_PAD, QT = FA_MT * FA_WARPS * 16;
     extern __shared__ __align__(128) unsigned char smem[];
-    bf16 *Qs = (bf16 *)smem, *Ks = Qs + FT * HD, *Vs = Ks + FT * HD, *Ps = Vs + FT * HD;
-    float *Ss = (float *)(Ps + FT * FT), *Os = Ss + FT * FT, *rowm = Os + FT * HD, *rowl = rowm + FT;
-    int qt = blockIdx.x, b = blockIdx.y / NH, h = blockIdx.y % NH, q0 = qt * FT;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16;
+    bf16 *Qs = (bf16 *)smem, *Ks = Qs + QT * LD, *Vs = Ks + 2 * FA_BK * LD;
+    /* the last query tiles have the most keys: start them first */
+    int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = qt * QT;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    size_t ld = (size_t)3 * NH * HD;
+    const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * 3 * HD;
+    tile_async<HD, QT>(Qs, base, ld, q0, T);
+    tile_async<HD, FA_BK>(Ks, base + HD, ld, 0, T);
+    tile_async<HD, FA_BK>(Vs, base + 2 * HD, ld, 0, T);
+    cp_async_commit();
 
-    load_tile<HD>(Qs, qkv, b, h, 0, q0, T, NH);
-    for (int i = threadIdx.x; i < FT * HD; i += blockDim.x) Os[i] = 0.0f;
-    for (int i = threadIdx.x; i < FT; i += blockDim.x) {
-        rowm[i] = -INFINITY;
-        rowl[i] = 0.0f;
+    float o[FA_MT][HD / 8][4], m[FA_MT][2], l[FA_MT][2];
+    int rbase[FA_MT]; /* first row of each m-tile */
+#pragma unroll
+    for (int i = 0; i < FA_MT; i++) {
+        rbase[i] = q0 + (i * FA_WARPS + warp) * 16;
+        m[i][0] = m[i][1] = -INFINITY;
+        l[i][0] = l[i][1] = 0.0f;
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++) o[i][d][0] = o[i][d][1] = o[i][d][2] = o[i][d][3] = 0.0f;
     }
-    for (int kt = 0; kt <= qt; kt++) { /* causal: key tiles up to the diagonal one */
-        int k0 = kt * FT;
-        __syncthreads(); /* previous tile's K/V reads are done */
-        load_tile<HD>(Ks, qkv, b, h, 1, k0, T, NH);
-        load_tile<HD>(Vs, qkv, b, h, 2, k0, T, NH);
+    int nkt = (q0 + QT - 1) / FA_BK + 1;
+    for (int kt = 0; kt < nkt; kt++) {
+        int cur = kt & 1, k0 = kt * FA_BK;
+        if (kt + 1 < nkt) {
+            tile_async<HD, FA_BK>(Ks + (cur ^ 1) * FA_BK * LD, base + HD, ld, k0 + FA_BK, T);
+            tile_async<HD, FA_BK>(Vs + (cur ^ 1) * FA_BK * LD, base + 2 * HD, ld, k0 + FA_BK, T);
+        }
+        cp_async_commit();
+        cp_async_wait<1>(); /* this tile (and Q) has landed */
         __syncthreads();
-        rows_dot_rows<HD>(Ss + r0 * FT, Qs + r0 * HD, Ks);
-        __syncwarp();
-        for (int r = r0; r < r0 + 16; r++) {
-            int t = q0 + r, j0 = k0 + lane, j1 = j0 + 32;
-            float s0 = j0 <= t ? Ss[r * FT + lane] * scale : -INFINITY;
-            float s1 = j1 <= t ? Ss[r * FT + lane + 32] * scale : -INFINITY;
-            float mold = rowm[r], lold = rowl[r];
-            float mnew = fmaxf(mold, warp_max(fmaxf(s0, s1))); /* finite: key k0 <= t always */
-            bf16 p0 = __float2bfloat16_rn(expf(s0 - mnew)), p1 = __float2bfloat16_rn(expf(s1 - mnew));
-            Ps[r * FT + lane] = p0;
-            Ps[r * FT + lane + 32] = p1;
-            /* the sum of the rounded values, so that O / l normalises what P V adds */
-            float psum = warp_sum(__bfloat162float(p0) + __bfloat162float(p1));
-            float alpha = expf(mold - mnew); /* 0 on the first tile (mold = -inf) */
-            for (int d = lane; d < HD; d += 32) Os[r * HD + d] *= alpha;
-            __syncwarp(); /* every lane has read rowm/rowl[r] */
-            if (lane == 0) {
-                rowm[r] = mnew;
-                rowl[r] = lold * alpha + psum;
+        const bf16 *K = Ks + cur * FA_BK * LD, *V = Vs + cur * FA_BK * LD;
+
+        /* S = Q K^T for every m-tile, each K fragment loaded once */
+        float s[FA_MT][FA_BK / 8][4];
+#pragma unroll
+        for (int i = 0; i < FA_MT; i++)
+#pragma unroll
+            for (int n = 0; n < FA_BK / 8; n++) s[i][n][0] = s[i][n][1] = s[i][n][2] = s[i][n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            uint32_t a[FA_MT][4];
+#pragma unroll
+            for (int i = 0; i < FA_MT; i++) ld_a<LD>(a[i], Qs, rbase[i] - q0, kk * 16);
+#pragma unroll
+            for (int n = 0; n < FA_BK / 16; n++) {
+                uint32_t bb[4];
+                ld_b_rows<LD>(bb, K, n * 16, kk * 16);
+#pragma unroll
+                for (int i = 0; i < FA_MT; i++) {
+                    mma_bf16_16816(s[i][2 * n], a[i], bb);
+                    mma_bf16_16816(s[i][2 * n + 1], a[i], bb + 2);
+                }
             }
         }
-        __syncwarp();
-        frag_c acc[HD / 16];
+
+        uint32_t p[FA_MT][FA_BK / 16][4];
 #pragma unroll
-        for (int df = 0; df < HD / 16; df++) wmma::load_matrix_sync(acc[df], Os + r0 * HD + df * 16, HD, wmma::mem_row_major);
-        rows_times_tile<HD>(acc, Ps + r0 * FT, Vs);
+        for (int i = 0; i < FA_MT; i++) {
+            /* scale to base 2, causal mask, running max; an m-tile wholly
+             * before the tile's keys gets P = 0 (its rows see none of them) */
+            int row0 = rbase[i] + g;
+            bool diag = k0 + FA_BK - 1 > rbase[i];
+            float mx[2] = { m[i][0], m[i][1] };
 #pragma unroll
-        for (int df = 0; df < HD / 16; df++) wmma::store_matrix_sync(Os + r0 * HD + df * 16, acc[df], HD, wmma::mem_row_major);
+            for (int n = 0; n < FA_BK / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int row = row0 + (e >> 1) * 8, key = k0 + n * 8 + 2 * c + (e & 1);
+                    float v = s[i][n][e] * sl2;
+                    if (diag && key > row) v = -INFINITY;
+                    s[i][n][e] = v;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], v);
+                }
+            float alpha[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                /* key 0 <= row always, so mx is finite from the first tile on; alpha 0 there */
+                alpha[r] = exp2f(m[i][r] - mx[r]);
+                m[i][r] = mx[r];
+                l[i][r] *= alpha[r];
+            }
+#pragma unroll
+            for (int d = 0; d < HD / 8; d++) {
+                o[i][d][0] *= alpha[0], o[i][d][1] *= alpha[0];
+                o[i][d][2] *= alpha[1], o[i][d][3] *= alpha[1];
+            }
+#pragma unroll
+            for (int n = 0; n < FA_BK / 8; n++) {
+                uint32_t lo = pack_bf16x2(exp2f(s[i][n][0] - m[i][0]), exp2f(s[i][n][1] - m[i][0]));
+                uint32_t hi = pack_bf16x2(exp2f(s[i][n][2] - m[i][1]), exp2f(s[i][n][3] - m[i][1]));
+                l[i][0] += bf16x2_lo(lo) + bf16x2_hi(lo);
+                l[i][1] += bf16x2_lo(hi) + bf16x2_hi(hi);
+                p[i][n >> 1][(n & 1) * 2] = lo;
+                p[i][n >> 1][(n & 1) * 2 + 1] = hi;
+            }
+        }
+        /* O += P V for every m-tile, each V fragment loaded once */
+#pragma unroll
+        for (int kc = 0; kc < FA_BK / 16; kc++)
+#pragma unroll
+            for (int d = 0; d < HD / 16; d++) {
+                uint32_t bb[4];
+                ld_b_cols<LD>(bb, V, kc * 16, d * 16);
+#pragma unroll
+                for (int i = 0; i < FA_MT; i++) {
+                    mma_bf16_16816(o[i][2 * d], p[i][kc], bb);
+                    mma_bf16_16816(o[i][2 * d + 1], p[i][kc], bb + 2);
+                }
+            }
+        __syncthreads(); /* this K/V buffer is free for the prefetch two tiles on */
     }
-    __syncthreads();
     size_t ldo = (size_t)NH * HD;
-    for (int i = threadIdx.x; i < FT * HD; i += blockDim.x) {
-        int r = i / HD, d = i % HD, t = q0 + r;
-        if (t < T) out[((size_t)b * T + t) * ldo + (size_t)h * HD + d] = __float2bfloat16_rn(Os[i] / rowl[r]);
-    }
-    for (int r = threadIdx.x; r < FT; r += blockDim.x)
-        if (q0 + r < T) lse[(size_t)blockIdx.y * T + q0 + r] = rowm[r] + logf(rowl[r]);
-}
-
-/* D[bh, t] = sum_d dout[t, h, d] * out[t, h, d]: the softmax gradient's row term. */
-__global__ void flash_rowdot_k(float *D, const bf16 *dout, const bf16 *out, int B, int T, int NH, int HD)
-{
-    size_t n = (size_t)B * NH * T;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        int t = (int)(i % T), bh = (int)(i / T), b = bh / NH, h = bh % NH;
-        size_t off = ((size_t)b * T + t) * NH * HD + (size_t)h * HD;
-        float s = 0.0f;
-        for (int d = 0; d < HD; d++) s += __bfloat162float(dout[off + d]) * __bfloat162float(out[off + d]);
-        D[i] = s;
-    }
-}
-
-template <int HD> static size_t bwd_smem(void)
-{
-    return sizeof(bf16) * (4 * FT * HD + 2 * FT * FT) + sizeof(float) * (2 * FT * FT + 2 * FT);
-}
-
-/* Writes rows [t0, t0+FT) < T of acc (the warp's 16 rows, times `mul`) into part
- * `part` of dqkv, staging through the warp's rows of `stage` (fp32 [FT][HD]). */
-template <int HD>
-__device__ void store_grad(bf16 *dqkv, frag_c *acc, float *stage, float mul, int b, int h, int part, int t0, int T,
-                           int NH)
-{
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16;
 #pragma unroll
-    for (int df = 0; df < HD / 16; df++) wmma::store_matrix_sync(stage + r0 * HD + df * 16, acc[df], HD, wmma::mem_row_major);
-    __syncwarp();
+    for (int i = 0; i < FA_MT; i++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float lr = l[i][r];
+            lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+            lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+            int t = rbase[i] + g + r * 8;
+            if (t >= T) continue;
+            float inv = 1.0f / lr;
+            bf16 *dst = out + ((size_t)b * T + t) * ldo + (size_t)h * HD + 2 * c;
+#pragma unroll
+            for (int d = 0; d < HD / 8; d++)
+                *reinterpret_cast<uint32_t *>(dst + d * 8) = pack_bf16x2(o[i][d][2 * r] * inv, o[i][d][2 * r + 1] * inv);
+            if (c == 0) lse[(size_t)bh * T + t] = (m[i][r] + log2f(lr)) * FA_LN2;
+        }
+}
+
+/* D[bh, t] = sum_d dout[t, h, d] * out[t, h, d]: the softmax gradient's row
+ * term. HD/8 lanes per row, 8 elements each through 16-byte loads. */
+template <int HD> __global__ void fa_rowdot_k(float *D, const bf16 *dout, const bf16 *out, int B, int T, int NH)
+{
+    constexpr int L = HD / 8; /* lanes per row: 8 or 16, rows never straddle a warp */
+    size_t row = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / L, n = (size_t)B * NH * T;
+    int j = threadIdx.x % L;
+    float s = 0.0f;
+    if (row < n) {
+        int t = (int)(row % T), bh = (int)(row / T), b = bh / NH, h = bh % NH;
+        size_t off = ((size_t)b * T + t) * NH * HD + (size_t)h * HD + j * 8;
+        float x[8], y[8];
+        ld8(dout + off, x);
+        ld8(out + off, y);
+#pragma unroll
+        for (int k = 0; k < 8; k++) s += x[k] * y[k];
+    }
+    for (int o = L / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (row < n && j == 0) D[row] = s;
+}
+
+/* query rows per tile in the dK/dV kernel: fewer for HD 128 to keep the
+ * warp's dK, dV, S^T and dP^T accumulators in registers */
+template <int HD> struct fa_bwd_q_rows { static constexpr int value = HD == 64 ? 64 : 32; };
+
+template <int HD> static size_t bwd_kv_smem(void)
+{
+    constexpr int BQ = fa_bwd_q_rows<HD>::value;
+    return sizeof(bf16) * (2 * FA_WARPS * 16 + 4 * BQ) * (HD + FA_PAD) + sizeof(float) * 4 * BQ;
+}
+
+/* Stores the thread's rows of acc (times mul) into part `part` of dqkv. */
+template <int HD>
+__device__ __forceinline__ void store_rows(bf16 *dqkv, const float acc[][4], float mul, int b, int h, int part,
+                                           int row0, int T, int NH)
+{
+    int c = (threadIdx.x & 31) & 3;
     size_t ld = (size_t)3 * NH * HD;
-    bf16 *dst = dqkv + (size_t)b * T * ld + (size_t)(h * 3 + part) * HD;
-    for (int i = lane; i < 16 * HD; i += 32) {
-        int r = r0 + i / HD, d = i % HD, t = t0 + r;
-        if (t < T) dst[(size_t)t * ld + d] = __float2bfloat16_rn(stage[r * HD + d] * mul);
-    }
-    __syncwarp();
-}
-
-/* dK, dV for one key tile: grid (key tiles, B*NH). The warp's rows are keys j;
- * the tile products are transposed (S^T[j][t]) so each warp owns its rows. */
-template <int HD>
-__global__ void __launch_bounds__(FWARPS * 32) flash_bwd_kv_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
-                                                              const float *lse, const float *D, int T, int NH,
-                                                              float scale)
-{
-    extern __shared__ __align__(128) unsigned char smem[];
-    bf16 *Ks = (bf16 *)smem, *Vs = Ks + FT * HD, *Qs = Vs + FT * HD, *dOs = Qs + FT * HD;
-    bf16 *Ps = dOs + FT * HD, *dSs = Ps + FT * FT;
-    float *Ss = (float *)(dSs + FT * FT), *dPs = Ss + FT * FT, *lse_s = dPs + FT * FT, *D_s = lse_s + FT;
-    int kt = blockIdx.x, b = blockIdx.y / NH, h = blockIdx.y % NH, k0 = kt * FT;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16;
-    int nqt = (T + FT - 1) / FT;
-
-    load_tile<HD>(Ks, qkv, b, h, 1, k0, T, NH);
-    load_tile<HD>(Vs, qkv, b, h, 2, k0, T, NH);
-    frag_c dK[HD / 16], dV[HD / 16];
 #pragma unroll
-    for (int df = 0; df < HD / 16; df++) {
-        wmma::fill_fragment(dK[df], 0.0f);
-        wmma::fill_fragment(dV[df], 0.0f);
+    for (int i = 0; i < 2; i++) {
+        int t = row0 + i * 8;
+        if (t >= T) continue;
+        bf16 *dst = dqkv + ((size_t)b * T + t) * ld + (size_t)(h * 3 + part) * HD + 2 * c;
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++)
+            *reinterpret_cast<uint32_t *>(dst + d * 8) = pack_bf16x2(acc[d][2 * i] * mul, acc[d][2 * i + 1] * mul);
     }
-    for (int qt = kt; qt < nqt; qt++) { /* query tiles that see this key tile */
-        int q0 = qt * FT;
-        __syncthreads();
-        load_tile<HD>(Qs, qkv, b, h, 0, q0, T, NH);
-        load_rows<HD>(dOs, dout, b, h, q0, T, NH);
-        for (int i = threadIdx.x; i < FT; i += blockDim.x) {
-            int t = q0 + i;
-            lse_s[i] = t < T ? lse[(size_t)blockIdx.y * T + t] : 0.0f;
-            D_s[i] = t < T ? D[(size_t)blockIdx.y * T + t] : 0.0f;
-        }
-        __syncthreads();
-        rows_dot_rows<HD>(Ss + r0 * FT, Ks + r0 * HD, Qs);   /* S^T[j][t] */
-        rows_dot_rows<HD>(dPs + r0 * FT, Vs + r0 * HD, dOs); /* dP^T[j][t] */
-        __syncwarp();
-        for (int i = lane; i < 16 * FT; i += 32) {
-            int r = r0 + i / FT, c = i % FT, j = k0 + r, t = q0 + c;
-            float p = (j <= t && t < T) ? expf(Ss[r * FT + c] * scale - lse_s[c]) : 0.0f;
-            Ps[r * FT + c] = __float2bfloat16_rn(p);
-            dSs[r * FT + c] = __float2bfloat16_rn(p * (dPs[r * FT + c] - D_s[c]));
-        }
-        __syncwarp();
-        rows_times_tile<HD>(dV, Ps + r0 * FT, dOs); /* dV += P^T dO */
-        rows_times_tile<HD>(dK, dSs + r0 * FT, Qs); /* dK += dS^T Q (scaled at the end) */
-    }
-    __syncthreads(); /* Ss/dPs become the staging area */
-    store_grad<HD>(dqkv, dV, Ss, 1.0f, b, h, 2, k0, T, NH);
-    store_grad<HD>(dqkv, dK, Ss, scale, b, h, 1, k0, T, NH);
 }
 
-/* dQ for one query tile: grid (query tiles, B*NH). */
+/* dK, dV of one 64-key tile: grid (key tiles, B*NH). Each warp owns 16 keys;
+ * products are transposed (rows are keys) so each warp owns its outputs. */
 template <int HD>
-__global__ void __launch_bounds__(FWARPS * 32) flash_bwd_q_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
+__global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_kv_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
                                                              const float *lse, const float *D, int T, int NH,
-                                                             float scale)
+                                                             float scale, float sl2)
 {
+    constexpr int LD = HD + FA_PAD, KT = FA_WARPS * 16, BQ = fa_bwd_q_rows<HD>::value;
     extern __shared__ __align__(128) unsigned char smem[];
-    bf16 *Qs = (bf16 *)smem, *dOs = Qs + FT * HD, *Ks = dOs + FT * HD, *Vs = Ks + FT * HD;
-    bf16 *Ps = Vs + FT * HD, *dSs = Ps + FT * FT;
-    float *Ss = (float *)(dSs + FT * FT), *dPs = Ss + FT * FT, *lse_s = dPs + FT * FT, *D_s = lse_s + FT;
-    int qt = blockIdx.x, b = blockIdx.y / NH, h = blockIdx.y % NH, q0 = qt * FT;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r0 = warp * 16;
-    (void)Ps;
+    bf16 *Ks = (bf16 *)smem, *Vs = Ks + KT * LD, *Qs = Vs + KT * LD, *Os = Qs + 2 * BQ * LD;
+    float *Ls = (float *)(Os + 2 * BQ * LD), *Ds = Ls + 2 * BQ;
+    /* the first key tiles meet the most queries: start them first */
+    int kt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, k0 = kt * KT;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    size_t ld = (size_t)3 * NH * HD, ldo = (size_t)NH * HD;
+    const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * 3 * HD;
+    const bf16 *obase = dout + (size_t)b * T * ldo + (size_t)h * HD;
+    const float *L = lse + (size_t)bh * T, *Dr = D + (size_t)bh * T;
+    int qt0 = k0 / BQ, nqt = (T + BQ - 1) / BQ;
 
-    load_tile<HD>(Qs, qkv, b, h, 0, q0, T, NH);
-    load_rows<HD>(dOs, dout, b, h, q0, T, NH);
-    for (int i = threadIdx.x; i < FT; i += blockDim.x) {
-        int t = q0 + i;
-        lse_s[i] = t < T ? lse[(size_t)blockIdx.y * T + t] : 0.0f;
-        D_s[i] = t < T ? D[(size_t)blockIdx.y * T + t] : 0.0f;
+    tile_async<HD, KT>(Ks, base + HD, ld, k0, T);
+    tile_async<HD, KT>(Vs, base + 2 * HD, ld, k0, T);
+    tile_async<HD, BQ>(Qs, base, ld, qt0 * BQ, T);
+    tile_async<HD, BQ>(Os, obase, ldo, qt0 * BQ, T);
+    for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
+        int t = qt0 * BQ + i;
+        Ls[i] = t < T ? L[t] * FA_LOG2E : INFINITY; /* a row past T: P = 0 */
+        Ds[i] = t < T ? Dr[t] : 0.0f;
     }
-    frag_c dQ[HD / 16];
+    cp_async_commit();
+
+    float dk[HD / 8][4], dv[HD / 8][4];
 #pragma unroll
-    for (int df = 0; df < HD / 16; df++) wmma::fill_fragment(dQ[df], 0.0f);
-    for (int kt = 0; kt <= qt; kt++) {
-        int k0 = kt * FT;
-        __syncthreads();
-        load_tile<HD>(Ks, qkv, b, h, 1, k0, T, NH);
-        load_tile<HD>(Vs, qkv, b, h, 2, k0, T, NH);
-        __syncthreads();
-        rows_dot_rows<HD>(Ss + r0 * FT, Qs + r0 * HD, Ks);   /* S[t][j] */
-        rows_dot_rows<HD>(dPs + r0 * FT, dOs + r0 * HD, Vs); /* dP[t][j] */
-        __syncwarp();
-        for (int i = lane; i < 16 * FT; i += 32) {
-            int r = r0 + i / FT, c = i % FT, t = q0 + r, j = k0 + c;
-            float p = (j <= t && t < T) ? expf(Ss[r * FT + c] * scale - lse_s[r]) : 0.0f;
-            dSs[r * FT + c] = __float2bfloat16_rn(p * (dPs[r * FT + c] - D_s[r]));
-        }
-        __syncwarp();
-        rows_times_tile<HD>(dQ, dSs + r0 * FT, Ks); /* dQ += dS K */
+    for (int d = 0; d < HD / 8; d++) {
+        dk[d][0] = dk[d][1] = dk[d][2] = dk[d][3] = 0.0f;
+        dv[d][0] = dv[d][1] = dv[d][2] = dv[d][3] = 0.0f;
     }
-    __syncthreads();
-    store_grad<HD>(dqkv, dQ, Ss, scale, b, h, 0, q0, T, NH);
+    int key0 = k0 + warp * 16 + g; /* this thread's keys: key0 and key0 + 8 */
+    for (int qt = qt0; qt < nqt; qt++) {
+        int cur = (qt - qt0) & 1, q0 = qt * BQ;
+        if (qt + 1 < nqt) {
+            int nb = cur ^ 1, n0 = q0 + BQ;
+            tile_async<HD, BQ>(Qs + nb * BQ * LD, base, ld, n0, T);
+            tile_async<HD, BQ>(Os + nb * BQ * LD, obase, ldo, n0, T);
+            for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
+                int t = n0 + i;
+                Ls[nb * BQ + i] = t < T ? L[t] * FA_LOG2E : INFINITY;
+                Ds[nb * BQ + i] = t < T ? Dr[t] : 0.0f;
+            }
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        const bf16 *Q = Qs + cur * BQ * LD, *dO = Os + cur * BQ * LD;
+        const float *Lc = Ls + cur * BQ, *Dc = Ds + cur * BQ;
+
+        float st[BQ / 8][4], dpt[BQ / 8][4];
+#pragma unroll
+        for (int n = 0; n < BQ / 8; n++)
+            st[n][0] = st[n][1] = st[n][2] = st[n][3] = dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
+        mma_rows<LD, HD, BQ / 8>(st, Ks, warp * 16, Q, 0); /* S^T = K Q^T */
+        bool diag = q0 < k0 + KT;
+#pragma unroll
+        for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int key = key0 + (e >> 1) * 8, i = n * 8 + 2 * c + (e & 1);
+                float p = exp2f(st[n][e] * sl2 - Lc[i]);
+                st[n][e] = diag && key > q0 + i ? 0.0f : p; /* P^T */
+            }
+        uint32_t pa[BQ / 16][4];
+        c_to_a<BQ / 8>(pa, st);
+        mma_cols<LD, BQ, HD>(dv, pa, dO);                  /* dV += P^T dO */
+        mma_rows<LD, HD, BQ / 8>(dpt, Vs, warp * 16, dO, 0); /* dP^T = V dO^T */
+#pragma unroll
+        for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dpt[n][e] = st[n][e] * (dpt[n][e] - Dc[n * 8 + 2 * c + (e & 1)]); /* dS^T */
+        c_to_a<BQ / 8>(pa, dpt);
+        mma_cols<LD, BQ, HD>(dk, pa, Q); /* dK += dS^T Q (scaled at the store) */
+        __syncthreads();
+    }
+    store_rows<HD>(dqkv, dk, scale, b, h, 1, key0, T, NH);
+    store_rows<HD>(dqkv, dv, 1.0f, b, h, 2, key0, T, NH);
+}
+
+template <int HD> static size_t bwd_q_smem(void) { return sizeof(bf16) * (2 * FA_WARPS * 16 + 4 * FA_BK) * (HD + FA_PAD); }
+
+/* dQ of one 64-query tile: grid (query tiles, B*NH); each warp owns 16 queries. */
+template <int HD>
+__global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_q_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
+                                                            const float *lse, const float *D, int T, int NH,
+                                                            float scale, float sl2)
+{
+    constexpr int LD = HD + FA_PAD, QT = FA_WARPS * 16;
+    extern __shared__ __align__(128) unsigned char smem[];
+    bf16 *Qs = (bf16 *)smem, *Os = Qs + QT * LD, *Ks = Os + QT * LD, *Vs = Ks + 2 * FA_BK * LD;
+    int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = qt * QT;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    size_t ld = (size_t)3 * NH * HD, ldo = (size_t)NH * HD;
+    const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * 3 * HD;
+    tile_async<HD, QT>(Qs, base, ld, q0, T);
+    tile_async<HD, QT>(Os, dout + (size_t)b * T * ldo + (size_t)h * HD, ldo, q0, T);
+    tile_async<HD, FA_BK>(Ks, base + HD, ld, 0, T);
+    tile_async<HD, FA_BK>(Vs, base + 2 * HD, ld, 0, T);
+    cp_async_commit();
+
+    int row0 = q0 + warp * 16 + g;
+    float l2[2], Dv[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int t = row0 + i * 8;
+        l2[i] = t < T ? lse[(size_t)bh * T + t] * FA_LOG2E : INFINITY;
+        Dv[i] = t < T ? D[(size_t)bh * T + t] : 0.0f;
+    }
+    float dq[HD / 8][4];
+#pragma unroll
+    for (int d = 0; d < HD / 8; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+    int nkt = (q0 + QT - 1) / FA_BK + 1;
+    for (int kt = 0; kt < nkt; kt++) {
+        int cur = kt & 1, k0 = kt * FA_BK;
+        if (kt + 1 < nkt) {
+            tile_async<HD, FA_BK>(Ks + (cur ^ 1) * FA_BK * LD, base + HD, ld, k0 + FA_BK, T);
+            tile_async<HD, FA_BK>(Vs + (cur ^ 1) * FA_BK * LD, base + 2 * HD, ld, k0 + FA_BK, T);
+        }
+        cp_async_commit();
+        cp_async_wait<1>();
+        __syncthreads();
+        const bf16 *K = Ks + cur * FA_BK * LD, *V = Vs + cur * FA_BK * LD;
+        float s[FA_BK / 8][4], dp[FA_BK / 8][4];
+#pragma unroll
+        for (int n = 0; n < FA_BK / 8; n++)
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = dp[n][0] = dp[n][1] = dp[n][2] = dp[n][3] = 0.0f;
+        mma_rows<LD, HD, FA_BK / 8>(s, Qs, warp * 16, K, 0);  /* S = Q K^T */
+        mma_rows<LD, HD, FA_BK / 8>(dp, Os, warp * 16, V, 0); /* dP = dO V^T */
+        bool diag = k0 + FA_BK - 1 > q0 + warp * 16;
+#pragma unroll
+        for (int n = 0; n < FA_BK / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int row = row0 + (e >> 1) * 8, key = k0 + n * 8 + 2 * c + (e & 1), i = e >> 1;
+                float p = diag && key > row ? 0.0f : exp2f(s[n][e] * sl2 - l2[i]);
+                s[n][e] = p * (dp[n][e] - Dv[i]); /* dS */
+            }
+        uint32_t sa[FA_BK / 16][4];
+        c_to_a<FA_BK / 8>(sa, s);
+        mma_cols<LD, FA_BK, HD>(dq, sa, K); /* dQ += dS K (scaled at the store) */
+        __syncthreads();
+    }
+    store_rows<HD>(dqkv, dq, scale, b, h, 0, row0, T, NH);
 }
 
 static void check_hd(const char *what, int HD)
@@ -299,9 +478,10 @@ static void check_hd(const char *what, int HD)
 template <int HD> static void flash_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH)
 {
     size_t smem = fwd_smem<HD>();
-    cudaCheck(cudaFuncSetAttribute(flash_fwd_k<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid((T + FT - 1) / FT, B * NH);
-    flash_fwd_k<HD><<<grid, FWARPS * 32, smem, kcu_stream()>>>(out, lse, qkv, T, NH, 1.0f / sqrtf((float)HD));
+    cudaCheck(cudaFuncSetAttribute(fa_fwd_k<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    constexpr int QT = fa_fwd_mt<HD>::value * FA_WARPS * 16;
+    dim3 grid((T + QT - 1) / QT, B * NH);
+    fa_fwd_k<HD><<<grid, FA_WARPS * 32, smem, kcu_stream()>>>(out, lse, qkv, T, NH, FA_LOG2E / sqrtf((float)HD));
     kcu_launched();
 }
 
@@ -311,16 +491,17 @@ static void flash_backward(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const 
 {
     size_t n = (size_t)B * NH * T;
     float *D = (float *)kcu_scratch(n * sizeof(float));
-    flash_rowdot_k<<<kcu_grid(n, 256), 256, 0, kcu_stream()>>>(D, dout, out, B, T, NH, HD);
+    fa_rowdot_k<HD><<<(unsigned)((n * (HD / 8) + 255) / 256), 256, 0, kcu_stream()>>>(D, dout, out, B, T, NH);
     kcu_launched();
-    size_t smem = bwd_smem<HD>();
-    float scale = 1.0f / sqrtf((float)HD);
-    dim3 grid((T + FT - 1) / FT, B * NH);
-    cudaCheck(cudaFuncSetAttribute(flash_bwd_kv_k<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    flash_bwd_kv_k<HD><<<grid, FWARPS * 32, smem, kcu_stream()>>>(dqkv, dout, qkv, lse, D, T, NH, scale);
+    float scale = 1.0f / sqrtf((float)HD), sl2 = FA_LOG2E * scale;
+    size_t smem = bwd_kv_smem<HD>();
+    cudaCheck(cudaFuncSetAttribute(fa_bwd_kv_k<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    dim3 grid((T + FA_WARPS * 16 - 1) / (FA_WARPS * 16), B * NH);
+    fa_bwd_kv_k<HD><<<grid, FA_WARPS * 32, smem, kcu_stream()>>>(dqkv, dout, qkv, lse, D, T, NH, scale, sl2);
     kcu_launched();
-    cudaCheck(cudaFuncSetAttribute(flash_bwd_q_k<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    flash_bwd_q_k<HD><<<grid, FWARPS * 32, smem, kcu_stream()>>>(dqkv, dout, qkv, lse, D, T, NH, scale);
+    smem = bwd_q_smem<HD>();
+    cudaCheck(cudaFuncSetAttribute(fa_bwd_q_k<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    fa_bwd_q_k<HD><<<grid, FA_WARPS * 32, smem, kcu_stream()>>>(dqkv, dout, qkv, lse, D, T, NH, scale, sl2);
     kcu_launched();
 }
 

@@ -36,6 +36,44 @@ __device__ __forceinline__ float ldf(const bf16 *p) { return __bfloat162float(*p
 __device__ __forceinline__ void stf(float *p, float v) { *p = v; }
 __device__ __forceinline__ void stf(bf16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
+/* 8 consecutive elements as fp32 through 16-byte accesses (one for bf16, two
+ * for fp32); p must be 16-byte aligned (vec8_ok on the host checks). */
+union kcu_bf16x8 { /* 16 bytes seen as 8 bf16 (a union: no aliasing through casts) */
+    uint4 u;
+    bf16 h[8];
+};
+__device__ __forceinline__ void ld8(const bf16 *p, float v[8])
+{
+    kcu_bf16x8 x;
+    x.u = *reinterpret_cast<const uint4 *>(p);
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = __bfloat162float(x.h[k]);
+}
+__device__ __forceinline__ void ld8(const float *p, float v[8])
+{
+    float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void st8(bf16 *p, const float v[8])
+{
+    kcu_bf16x8 x;
+#pragma unroll
+    for (int k = 0; k < 8; k++) x.h[k] = __float2bfloat16_rn(v[k]);
+    *reinterpret_cast<uint4 *>(p) = x.u;
+}
+__device__ __forceinline__ void st8(float *p, const float v[8])
+{
+    float4 a, b;
+    a.x = v[0], a.y = v[1], a.z = v[2], a.w = v[3], b.x = v[4], b.y = v[5], b.z = v[6], b.w = v[7];
+    reinterpret_cast<float4 *>(p)[0] = a;
+    reinterpret_cast<float4 *>(p)[1] = b;
+}
+/* whether n elements at these pointers can go 8 at a time */
+static inline bool vec8_ok(size_t n, const void *a, const void *b = nullptr, const void *c = nullptr)
+{
+    return n % 8 == 0 && (uintptr_t)a % 16 == 0 && (uintptr_t)b % 16 == 0 && (uintptr_t)c % 16 == 0;
+}
+
 static inline bf16 *as_bf(uint16_t *p) { return reinterpret_cast<bf16 *>(p); }
 static inline const bf16 *as_bf(const uint16_t *p) { return reinterpret_cast<const bf16 *>(p); }
 

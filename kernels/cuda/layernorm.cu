@@ -1,17 +1,119 @@
-/* layernorm: fused forward (one block per row, two-pass mean/variance as the
- * CPU reference) and fused backward (dinp, dw and db from one read of dout
- * and inp per row).
+/* layernorm: forward and backward, in fp32 arithmetic over T storage.
  *
- * Backward: a fixed grid of LN_PARTS blocks takes rows round-robin; each
- * thread keeps dw/db of the columns it owns (c = tid + k*blockDim) in shared
- * memory, so no two threads touch one sum and no atomics are needed. The
- * per-block sums go to scratch and a second kernel adds them in block order:
+ * Rows of C elements with C a multiple of 8 (every model here) take the fast
+ * kernels: a warp per row, 16-byte accesses, the row's sums by warp shuffles
+ * (no block barriers), so every SM keeps many rows in flight:
+ *   forward: mean, then the variance about it (two passes, as the CPU
+ *   reference), then the output; the row is re-read from L1/L2, not DRAM.
+ *   backward: dinp per row the same way; dw and db are column sums over the
+ *   rows, taken by a second kernel over row chunks (16-byte column strips per
+ *   thread) whose per-chunk partials a third adds in chunk order.
+ * Other C take the general kernels (a block per row; the backward a fixed
+ * grid of LN_PARTS blocks with dw/db in shared memory). No atomics anywhere:
  * the same inputs give the same bits on every run. */
 #include "kcuda.cuh"
 
 #define LN_EPS 1e-5f
 #define LN_BLOCK 256
 #define LN_PARTS 256
+#define LN_WARPS 8        /* rows per block in the warp-per-row kernels */
+#define LN_ROW_CHUNK 32   /* rows per partial sum in the dw/db column kernel */
+
+/* ---- warp per row (C % 8 == 0) ---- */
+
+template <typename T>
+__global__ void __launch_bounds__(LN_WARPS * 32) ln_fwd_warp_k(T *out, float *mean, float *rstd, const T *inp,
+                                                               const T *w, const T *b, int N, int C)
+{
+    int n = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (n >= N) return; /* whole warps */
+    const T *x = inp + (size_t)n * C;
+    float s = 0.0f, v[8];
+    for (int c = lane * 8; c < C; c += 256) {
+        ld8(x + c, v);
+#pragma unroll
+        for (int k = 0; k < 8; k++) s += v[k];
+    }
+    float m = warp_sum(s) / (float)C, q = 0.0f;
+    for (int c = lane * 8; c < C; c += 256) {
+        ld8(x + c, v);
+#pragma unroll
+        for (int k = 0; k < 8; k++) q += (v[k] - m) * (v[k] - m);
+    }
+    float rs = 1.0f / sqrtf(warp_sum(q) / (float)C + LN_EPS), ww[8], bb[8];
+    for (int c = lane * 8; c < C; c += 256) {
+        ld8(x + c, v);
+        ld8(w + c, ww);
+        ld8(b + c, bb);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] = (v[k] - m) * rs * ww[k] + bb[k];
+        st8(out + (size_t)n * C + c, v);
+    }
+    if (lane == 0) {
+        mean[n] = m;
+        rstd[n] = rs;
+    }
+}
+
+/* dinp += rstd * (g w - mean(g w) - xhat mean(g w xhat)), a warp per row */
+template <typename T>
+__global__ void __launch_bounds__(LN_WARPS * 32) ln_bwd_dx_k(T *dinp, const T *dout, const T *inp, const T *w,
+                                                             const float *mean, const float *rstd, int N, int C)
+{
+    int n = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (n >= N) return;
+    const T *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
+    T *dx = dinp + (size_t)n * C;
+    float m = mean[n], rs = rstd[n], gs = 0.0f, gxs = 0.0f, xv[8], gv[8], wv[8], dv[8];
+    for (int c = lane * 8; c < C; c += 256) {
+        ld8(x + c, xv);
+        ld8(g + c, gv);
+        ld8(w + c, wv);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float gw = gv[k] * wv[k];
+            gs += gw;
+            gxs += gw * (xv[k] - m) * rs;
+        }
+    }
+    float gmean = warp_sum(gs) / (float)C, gxmean = warp_sum(gxs) / (float)C;
+    for (int c = lane * 8; c < C; c += 256) {
+        ld8(x + c, xv);
+        ld8(g + c, gv);
+        ld8(w + c, wv);
+        ld8(dx + c, dv);
+#pragma unroll
+        for (int k = 0; k < 8; k++) dv[k] += rs * (gv[k] * wv[k] - gmean - (xv[k] - m) * rs * gxmean);
+        st8(dx + c, dv);
+    }
+}
+
+/* Partial dw, db over rows [y*LN_ROW_CHUNK, +LN_ROW_CHUNK): each thread owns 8
+ * columns; part[y][0..C) = dw, part[y][C..2C) = db. */
+template <typename T>
+__global__ void ln_bwd_dwdb_k(float *part, const T *dout, const T *inp, const float *mean, const float *rstd, int N,
+                              int C)
+{
+    int c = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (c >= C) return;
+    int r0 = blockIdx.y * LN_ROW_CHUNK, r1 = min(N, r0 + LN_ROW_CHUNK);
+    float dw[8] = { 0 }, db[8] = { 0 }, xv[8], gv[8];
+    for (int r = r0; r < r1; r++) {
+        ld8(inp + (size_t)r * C + c, xv);
+        ld8(dout + (size_t)r * C + c, gv);
+        float m = mean[r], rs = rstd[r];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            db[k] += gv[k];
+            dw[k] += gv[k] * (xv[k] - m) * rs;
+        }
+    }
+    float *p = part + (size_t)blockIdx.y * 2 * C;
+    st8(p + c, dw);
+    st8(p + C + c, db);
+}
+
+/* ---- general C: a block per row (forward), LN_PARTS blocks (backward) ---- */
 
 template <typename T>
 __global__ void ln_fwd_k(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int C)
@@ -72,24 +174,34 @@ __global__ void ln_bwd_k(T *dinp, float *part, const T *dout, const T *inp, cons
     }
 }
 
+/* dw[c] += sum of part[p][c], db[c] += sum of part[p][C + c]: 32 columns of
+ * the 2C per block, 8 lanes each taking every 8th part, lanes added in order. */
 __global__ void ln_finish_k(float *dw, float *db, const float *part, int parts, int C)
 {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float sw = 0.0f, sb = 0.0f;
-    for (int p = 0; p < parts; p++) {
-        sw += part[(size_t)p * 2 * C + c];
-        sb += part[(size_t)p * 2 * C + C + c];
+    __shared__ float sh[8][33];
+    int c2 = blockIdx.x * 32 + (threadIdx.x & 31), j = threadIdx.x >> 5; /* c2 in [0, 2C) */
+    float s = 0.0f;
+    if (c2 < 2 * C)
+        for (int p = j; p < parts; p += 8) s += part[(size_t)p * 2 * C + c2];
+    sh[j][threadIdx.x & 31] = s;
+    __syncthreads();
+    if (j == 0 && c2 < 2 * C) {
+        float t = 0.0f;
+        for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
+        if (c2 < C) dw[c2] += t;
+        else db[c2 - C] += t;
     }
-    dw[c] += sw;
-    db[c] += sb;
 }
 
 template <typename T>
 static void layernorm_forward(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C)
 {
     if (N <= 0 || C <= 0) return;
-    ln_fwd_k<T><<<N, LN_BLOCK, 0, kcu_stream()>>>(out, mean, rstd, inp, w, b, C);
+    if (vec8_ok((size_t)C, out, inp) && vec8_ok(8, w, b))
+        ln_fwd_warp_k<T><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(out, mean, rstd, inp, w,
+                                                                                           b, N, C);
+    else
+        ln_fwd_k<T><<<N, LN_BLOCK, 0, kcu_stream()>>>(out, mean, rstd, inp, w, b, C);
     kcu_launched();
 }
 
@@ -98,6 +210,20 @@ static void layernorm_backward(T *dinp, float *dw, float *db, const T *dout, con
                                const float *mean, const float *rstd, int N, int C)
 {
     if (N <= 0 || C <= 0) return;
+    if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w)) {
+        int parts = (N + LN_ROW_CHUNK - 1) / LN_ROW_CHUNK;
+        float *part = (float *)kcu_scratch(sizeof(float) * 2 * (size_t)C * parts);
+        ln_bwd_dx_k<T><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(dinp, dout, inp, w, mean,
+                                                                                         rstd, N, C);
+        kcu_launched();
+        int threads = C / 8 < 128 ? C / 8 : 128;
+        dim3 grid((C / 8 + threads - 1) / threads, parts);
+        ln_bwd_dwdb_k<T><<<grid, threads, 0, kcu_stream()>>>(part, dout, inp, mean, rstd, N, C);
+        kcu_launched();
+        ln_finish_k<<<(2 * C + 31) / 32, 256, 0, kcu_stream()>>>(dw, db, part, parts, C);
+        kcu_launched();
+        return;
+    }
     int parts = N < LN_PARTS ? N : LN_PARTS;
     size_t smem = sizeof(float) * 2 * (size_t)C;
     if (smem > 48 * 1024) /* above the default limit: ask for it (up to the device's opt-in cap) */
@@ -105,7 +231,7 @@ static void layernorm_backward(T *dinp, float *dw, float *db, const T *dout, con
     float *part = (float *)kcu_scratch(sizeof(float) * 2 * (size_t)C * parts);
     ln_bwd_k<T><<<parts, LN_BLOCK, smem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N, C);
     kcu_launched();
-    ln_finish_k<<<(C + 255) / 256, 256, 0, kcu_stream()>>>(dw, db, part, parts, C);
+    ln_finish_k<<<(2 * C + 31) / 32, 256, 0, kcu_stream()>>>(dw, db, part, parts, C);
     kcu_launched();
 }
 

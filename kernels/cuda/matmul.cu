@@ -7,7 +7,8 @@
  *   dinp     dinp^T[C,N] = w_cm dout_cm         (A = w, op N;  B = dout, op N)
  *   dw       dw^T[C,OC] += inp_cm dout_cm^T     (A = inp, op N; B = dout, op T; beta 1)
  * Epilogues: BIAS (forward bias), GELU_AUX_BIAS (bf16 MLP up-projection:
- * writes gelu(out) and keeps the pre-activation for the backward). The bias
+ * writes gelu(out) and keeps the pre-activation for the backward), DGELU (the
+ * down-projection's dinp times gelu' of that pre-activation). The bias
  * gradient is a deterministic column sum of dout (kcu_colsum_acc) because the
  * table's dbias accumulates and the BGRAD epilogues overwrite.
  * When the library has no algorithm for a fused epilogue on some shape, the
@@ -267,4 +268,27 @@ void kcu_matmul_backward_bf16(uint16_t *dinp, float *dw, float *dbias, const uin
 {
     matmul_backward(dinp ? as_bf(dinp) : (bf16 *)NULL, dw, dbias, as_bf(dout), as_bf(inp), as_bf(w), N, C, OC,
                     CUDA_R_16BF);
+}
+
+void kcu_gelu_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n);
+
+void kcu_matmul_backward_gelu_bf16(uint16_t *dpre, float *dw, float *dbias, const uint16_t *dout, const uint16_t *inp,
+                                   const uint16_t *w, const uint16_t *pre_gelu, int N, int C, int OC)
+{
+    if (N <= 0 || C <= 0 || OC <= 0) return;
+    lt_call c = {};
+    c.A = w; c.B = dout; c.D = dpre; c.ab = CUDA_R_16BF; c.d = CUDA_R_16BF;
+    c.m = C; c.n = N; c.k = OC; c.lda = C; c.ldb = OC; c.ldd = C;
+    c.alpha = 1.0f; c.beta = 0.0f;
+    c.epi = CUBLASLT_EPILOGUE_DGELU;
+    c.aux = (void *)pre_gelu;
+    c.ldaux = C;
+    if (C % 8 != 0 || !lt_matmul(&c)) { /* unfused: the product, then GELU's gradient in one pass */
+        c.epi = CUBLASLT_EPILOGUE_DEFAULT;
+        c.aux = NULL;
+        c.ldaux = 0;
+        lt_matmul_or_die(&c);
+        kcu_gelu_backward_bf16(dpre, pre_gelu, dpre, (size_t)N * C);
+    }
+    matmul_backward((bf16 *)NULL, dw, dbias, as_bf(dout), as_bf(inp), as_bf(w), N, C, OC, CUDA_R_16BF);
 }

@@ -60,6 +60,12 @@ void kcu_xent_backward_bf16(uint16_t *, const uint16_t *, const float *, const f
 void kcu_attention_forward_bf16(uint16_t *, float *, const uint16_t *, int, int, int, int);
 void kcu_attention_backward_bf16(uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, const float *, int,
                                  int, int, int);
+void kcu_xent_fused(float *, float *, const int32_t *, float, int, int);
+void kcu_xent_fused_bf16(float *, uint16_t *, const int32_t *, float, int, int);
+void kcu_matmul_backward_gelu_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *,
+                                   const uint16_t *, int, int, int);
+void kcu_adamw_segments(float *, uint16_t *, const float *, float *, float *, size_t, int, const size_t *,
+                        const float *, float, float, float, float, float, int);
 void kcu_adamw_bf16(float *, uint16_t *, const float *, float *, float *, size_t, float, float, float, float, float,
                     float, int);
 
@@ -117,6 +123,10 @@ static void fill(k_ops *k)
     k->attention_forward_bf16 = kcu_attention_forward_bf16;
     k->attention_backward_bf16 = kcu_attention_backward_bf16;
     k->adamw_bf16 = kcu_adamw_bf16;
+    k->xent_fused = kcu_xent_fused;
+    k->xent_fused_bf16 = kcu_xent_fused_bf16;
+    k->adamw_segments = kcu_adamw_segments;
+    k->matmul_backward_gelu_bf16 = kcu_matmul_backward_gelu_bf16;
 }
 
 /* 0: not probed yet, 1: up, -1: no device. Not thread-safe: the engine calls

@@ -1,7 +1,13 @@
 /* xent: softmax cross-entropy over a vocab slice as partial reductions (see
  * kernels.h): row max, then sum of exp and the target logit with the global
  * max, then the loss, then the logit gradient written over the logits in the
- * same pass that reads them (no second [N, V] buffer). One block per row. */
+ * same pass that reads them (no second [N, V] buffer). One block per row.
+ *
+ * xent_fused (one rank holds the whole vocab): the row is read from device
+ * memory once into shared memory (when it fits), max, sum-exp, loss and the
+ * gradient come from there, and the gradient is written over the logits: one
+ * read and one write of [N, V] where the partials take three reads and a
+ * write. */
 #include "kcuda.cuh"
 
 #define XENT_BLOCK 512
@@ -58,6 +64,86 @@ __global__ void xent_bwd_k(T *dlogits, const T *logits, const float *rowmax, con
         float p = expf(ldf(l + j) - mx) * inv;
         stf(d + j, dloss * (p - (j == r ? 1.0f : 0.0f)));
     }
+}
+
+/* One block per row. `cache` (dynamic shared memory, V elements) holds the
+ * row, or is NULL when it does not fit and the passes read device memory. */
+template <typename T>
+__global__ void xent_fused_k(float *loss, T *logits, const int32_t *targets, float dloss, int V, int cached)
+{
+    extern __shared__ __align__(16) unsigned char xent_smem[];
+    __shared__ float sh[32];
+    int n = blockIdx.x, tgt = targets[n];
+    T *g = logits + (size_t)n * V;
+    const T *row = g;
+    float m = -INFINITY;
+    if (cached) {
+        T *c = (T *)xent_smem;
+        if (sizeof(T) == 2 && V % 8 == 0) { /* 16-byte copies; rows are 16-byte aligned */
+            for (int i = threadIdx.x; i < V / 8; i += blockDim.x) {
+                float v[8];
+                *reinterpret_cast<uint4 *>(c + i * 8) = *reinterpret_cast<const uint4 *>(g + i * 8);
+                ld8(c + i * 8, v);
+                for (int k = 0; k < 8; k++) m = fmaxf(m, v[k]);
+            }
+        } else {
+            for (int j = threadIdx.x; j < V; j += blockDim.x) {
+                c[j] = g[j];
+                m = fmaxf(m, ldf(c + j));
+            }
+        }
+        row = c;
+    } else {
+        for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, ldf(row + j));
+    }
+    m = block_max(m, sh); /* its barriers also publish the cached row */
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) s += __expf(ldf(row + j) - m);
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) loss[n] = tgt < 0 ? 0.0f : logf(s) + m - ldf(row + tgt);
+    if (dloss == 0.0f) return;
+    float inv = 1.0f / s;
+    if (tgt < 0) inv = 0.0f; /* an ignored token: gradient 0 */
+    if (cached && sizeof(T) == 2 && V % 8 == 0) {
+        for (int i = threadIdx.x; i < V / 8; i += blockDim.x) {
+            float v[8];
+            ld8(row + i * 8, v);
+            for (int k = 0; k < 8; k++) {
+                int j = i * 8 + k;
+                v[k] = dloss * (__expf(v[k] - m) * inv - (j == tgt ? 1.0f : 0.0f));
+            }
+            st8(g + i * 8, v);
+        }
+    } else {
+        for (int j = threadIdx.x; j < V; j += blockDim.x)
+            stf(g + j, dloss * (__expf(ldf(row + j) - m) * inv - (j == tgt ? 1.0f : 0.0f)));
+    }
+}
+
+template <typename T> static void xent_fused(float *loss, T *logits, const int32_t *targets, float dloss, int N, int V)
+{
+    if (N <= 0) return;
+    static int max_smem = -1;
+    if (max_smem < 0) {
+        int dev = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    }
+    size_t bytes = (size_t)V * sizeof(T);
+    int cached = bytes + 1024 <= (size_t)max_smem; /* + the block reductions' static shared memory */
+    if (cached)
+        cudaCheck(cudaFuncSetAttribute(xent_fused_k<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    xent_fused_k<T><<<N, XENT_BLOCK, cached ? bytes : 0, kcu_stream()>>>(loss, logits, targets, dloss, V, cached);
+    kcu_launched();
+}
+
+void kcu_xent_fused(float *loss, float *logits, const int32_t *targets, float dloss, int N, int V)
+{
+    xent_fused(loss, logits, targets, dloss, N, V);
+}
+void kcu_xent_fused_bf16(float *loss, uint16_t *logits, const int32_t *targets, float dloss, int N, int V)
+{
+    xent_fused(loss, as_bf(logits), targets, dloss, N, V);
 }
 
 template <typename T> static void xent_max(float *rowmax, const T *logits, int N, int V)

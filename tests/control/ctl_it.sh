@@ -25,34 +25,7 @@ HB=0.2
 TIMEOUT=1.5
 TIMEOUT_MS=1500
 
-cleanup() {
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL ($CASE): $*" >&2
-  for f in "$TMP"/*.log; do echo "--- $f" >&2; tail -n 25 "$f" >&2; done
-  exit 1
-}
-ok() { echo "ok: $*"; }
-
-now() { date +%s.%N; }
-# wait_until SECONDS COMMAND...: polls every 100 ms
-wait_until() {
-  local limit=$1; shift
-  local end; end=$(awk -v a="$(now)" -v b="$limit" 'BEGIN { printf "%.3f", a + b }')
-  while ! "$@" >/dev/null 2>&1; do
-    if awk -v a="$(now)" -v b="$end" 'BEGIN { exit !(a > b) }'; then return 1; fi
-    sleep 0.1
-  done
-}
-# json EXPR < input: evaluates a Python expression over the parsed JSON `d`
-json() { "$PY" -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
-
-atoll() { "$BIN/atoll" "$@"; }
+. "$(dirname "$0")/it_lib.sh"
 
 start_coord() { # [PORT]
   rm -f "$TMP/state/coordinatord.addr"
@@ -69,7 +42,8 @@ start_coord() { # [PORT]
 declare -A WPID
 start_worker() { # NAME workerd-flags...
   local name=$1; shift
-  "$BIN/workerd" --name "$name" --work-dir "$TMP/work" "$@" >>"$TMP/workerd-$name.log" 2>&1 &
+  "$BIN/workerd" --name "$name" --work-dir "$TMP/work" --train-bin "$(dirname "$0")/idle_rank.sh" "$@" \
+      >>"$TMP/workerd-$name.log" 2>&1 &
   WPID[$name]=$!
   PIDS+=("$!")
 }

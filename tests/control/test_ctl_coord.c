@@ -92,6 +92,23 @@ static void heartbeat(coord *c, test_peer *t, Atoll__RankMetrics *m)
     send_msg(c, t, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hb.base);
 }
 
+static void heartbeat_exit(coord *c, test_peer *t, Atoll__RankExit *e)
+{
+    Atoll__Heartbeat hb = ATOLL__HEARTBEAT__INIT;
+    hb.seq = 2;
+    hb.n_exits = 1;
+    hb.exits = &e;
+    send_msg(c, t, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hb.base);
+}
+
+static uint64_t last_relayed(test_peer *t)
+{
+    Atoll__HeartbeatAck *a = (Atoll__HeartbeatAck *)last(t, ATOLL__MSG_TYPE__MSG_HEARTBEAT_ACK);
+    uint64_t r = a ? a->relayed : (uint64_t)-1;
+    if (a) atoll__heartbeat_ack__free_unpacked(a, NULL);
+    return r;
+}
+
 static void base_cfg(atoll_config *cfg)
 {
     cfg_defaults(cfg);
@@ -216,7 +233,7 @@ int main(int argc, char **argv)
     uint64_t id = submit(&c, &cli, &cfg, &e);
     CHECK(id == 1, "valid job refused: '%s'", e);
     CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_PENDING, "state %d", j.state);
-    CHECK_CLOSE(j.bubble_theory, 1.0 / 4.0, 1e-12); /* (p-1)/(v*m) = 1/(1*16/(1*4)) */
+    CHECK_CLOSE(j.bubble_theory, 1.0 / 5.0, 1e-12); /* (p-1)/(v*m + p-1), m = 16/(1*4) */
     store_job_clear(&j);
     coord_tick(&c);
     CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_STARTING, "after tick: %d (%s)", j.state, j.message);
@@ -277,6 +294,7 @@ int main(int argc, char **argv)
     fake_ms += 500;
     heartbeat(&c, &w1, &m);
     CHECK(w1.type == ATOLL__MSG_TYPE__MSG_HEARTBEAT_ACK, "heartbeat ack");
+    coord_tick(&c); /* steps are written once per tick */
     CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_RUNNING && j.step == 5 && j.loss == 3.25,
           "running with metrics: state %d step %lld", j.state, (long long)j.step);
     store_job_clear(&j);
@@ -316,28 +334,104 @@ int main(int argc, char **argv)
           jobs_transition_allowed(ATOLL__JOB_STATE__JOB_RUNNING, ATOLL__JOB_STATE__JOB_RESTARTING) == 1,
           "transition table");
 
-    /* ---- rendezvous ---- */
+    /* ---- reports are acknowledged once stored, replays change nothing, a failed rank fails the job ---- */
+    base_cfg(&cfg);
+    uint64_t id2 = submit(&c, &cli, &cfg, &e);
+    coord_tick(&c);
+    CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_STARTING, "second job placed: %d (%s)", j.state, j.message);
+    store_job_clear(&j);
+    int stops_before = w1.stops + w2.stops;
+    Atoll__RankMetrics r0 = ATOLL__RANK_METRICS__INIT;
+    r0.job = id2;
+    r0.rank = 0;
+    r0.iteration = 1;
+    r0.loss = 4.0;
+    r0.relay_seq = 7;
+    heartbeat(&c, &w1, &r0);
+    CHECK(last_relayed(&w1) < 7, "a report is not acknowledged before it is stored");
+    coord_tick(&c);
+    heartbeat(&c, &w1, NULL);
+    CHECK(last_relayed(&w1) == 7, "acknowledged once stored: %llu", (unsigned long long)last_relayed(&w1));
+    r0.loss = 99.0; /* the same report again (a worker resending after a reconnect) */
+    heartbeat(&c, &w1, &r0);
+    coord_tick(&c);
+    store_step st;
+    CHECK(store_step_get(c.st, id2, 1, &st) == 0 && st.loss == 4.0, "a replayed report changes nothing: loss %g",
+          st.loss);
+    CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "running after its first report: %d", j.state);
+    store_job_clear(&j);
+    Atoll__RankExit ex = ATOLL__RANK_EXIT__INIT;
+    ex.job = id2;
+    ex.rank = 5;
+    ex.pid = 4242;
+    ex.term_signal = 9;
+    ex.relay_seq = 8;
+    ex.log_tail = "step 1 done\nboom";
+    heartbeat_exit(&c, &w1, &ex);
+    Atoll__RankExit ex2 = ATOLL__RANK_EXIT__INIT; /* a peer that lost its link to rank 5 */
+    ex2.job = id2;
+    ex2.rank = 9;
+    ex2.pid = 4343;
+    ex2.exit_status = 1;
+    ex2.relay_seq = 3;
+    heartbeat_exit(&c, &w2, &ex2);
+    coord_tick(&c);
+    CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "judged only after the settle period: %d", j.state);
+    store_job_clear(&j);
+    fake_ms += JOBS_SETTLE_MS + 1;
+    coord_tick(&c);
+    CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_FAILED &&
+          strstr(j.message, "rank 5 (pid 4242) was killed by signal 9") && strstr(j.message, "on node n1") &&
+          strstr(j.message, "boom"), "failed, naming the rank killed by a signal: %d '%s'", j.state, j.message);
+    store_job_clear(&j);
+    CHECK(w1.stops + w2.stops > stops_before, "the other ranks were told to stop");
+
+    /* ---- rendezvous: only ranks of the scope they proved ---- */
+    static test_peer r1, r2, other;
+    r1.p.role = r2.p.role = other.p.role = ATOLL__ROLE__ROLE_RANK;
+    r1.p.job = r2.p.job = 7;
+    other.p.job = 8;
     Atoll__KvGet g = ATOLL__KV_GET__INIT;
     g.job = 7;
     g.key = "nccl-id";
     g.wait_ms = 3000;
-    int before = cli2.frames;
-    send_msg(&c, &cli2, ATOLL__MSG_TYPE__MSG_KV_GET, &g.base);
-    CHECK(cli2.frames == before, "a waiting get answered at once");
+    int before = r2.frames;
+    send_msg(&c, &r2, ATOLL__MSG_TYPE__MSG_KV_GET, &g.base);
+    CHECK(r2.frames == before, "a waiting get answered at once");
     Atoll__KvSet s = ATOLL__KV_SET__INIT;
     s.job = 7;
     s.key = "nccl-id";
     s.value.data = (uint8_t *)"ID";
     s.value.len = 2;
     send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_KV_SET, &s.base);
-    Atoll__KvReply *kr = (Atoll__KvReply *)last(&cli2, ATOLL__MSG_TYPE__MSG_KV_REPLY);
+    CHECK(strstr(last_error(&cli, &code), "ROLE_RANK") && code == ATOLL__ERROR_CODE__ERR_UNAUTHENTICATED,
+          "the CLI (cluster token) may not write a job's keys: '%s'", last_error(&cli, NULL));
+    send_msg(&c, &other, ATOLL__MSG_TYPE__MSG_KV_SET, &s.base);
+    CHECK(strstr(last_error(&other, NULL), "not of job 7"), "a rank of job 8 may not write job 7's keys: '%s'",
+          last_error(&other, NULL));
+    CHECK(r2.frames == before, "refused sets woke nobody");
+    Atoll__JobsRequest jr_all = ATOLL__JOBS_REQUEST__INIT;
+    send_msg(&c, &other, ATOLL__MSG_TYPE__MSG_JOBS, &jr_all.base);
+    CHECK(strstr(last_error(&other, NULL), "only use its job's rendezvous keys"), "a rank may not list jobs: '%s'",
+          last_error(&other, NULL));
+    send_msg(&c, &r1, ATOLL__MSG_TYPE__MSG_KV_SET, &s.base);
+    Atoll__KvReply *kr = (Atoll__KvReply *)last(&r2, ATOLL__MSG_TYPE__MSG_KV_REPLY);
     CHECK(kr && kr->found && kr->value.len == 2 && !memcmp(kr->value.data, "ID", 2), "waiter woken with the value");
     if (kr) atoll__kv_reply__free_unpacked(kr, NULL);
+    Atoll__KvAdd ad = ATOLL__KV_ADD__INIT;
+    ad.job = 7;
+    ad.key = "count";
+    ad.delta = 3;
+    send_msg(&c, &r1, ATOLL__MSG_TYPE__MSG_KV_ADD, &ad.base);
+    send_msg(&c, &r2, ATOLL__MSG_TYPE__MSG_KV_ADD, &ad.base);
+    kr = (Atoll__KvReply *)last(&r2, ATOLL__MSG_TYPE__MSG_KV_REPLY);
+    CHECK(kr && kr->number == 6, "add over two ranks: %lld", kr ? (long long)kr->number : -1);
+    if (kr) atoll__kv_reply__free_unpacked(kr, NULL);
     g.key = "never";
-    send_msg(&c, &cli2, ATOLL__MSG_TYPE__MSG_KV_GET, &g.base);
+    send_msg(&c, &r2, ATOLL__MSG_TYPE__MSG_KV_GET, &g.base);
     fake_ms += 3001;
     coord_tick(&c);
-    kr = (Atoll__KvReply *)last(&cli2, ATOLL__MSG_TYPE__MSG_KV_REPLY);
+    kr = (Atoll__KvReply *)last(&r2, ATOLL__MSG_TYPE__MSG_KV_REPLY);
     CHECK(kr && !kr->found, "expired wait answered not-found");
     if (kr) atoll__kv_reply__free_unpacked(kr, NULL);
 

@@ -21,6 +21,13 @@ static int count_events(void *ctx, const store_event *e)
     return 0;
 }
 
+static int count_steps(void *ctx, const store_step *st)
+{
+    (void)st;
+    (*(int *)ctx)++;
+    return 0;
+}
+
 static int count_jobs(void *ctx, store_job *j)
 {
     (void)j;
@@ -64,9 +71,9 @@ static void basic(void)
     r2.request_id[0] = 0;
     CHECK(store_job_insert(s, &r2) == 0 && store_job_insert(s, &r2) == 0 && r2.id == 4, "jobs without request ids");
     n = 0;
-    CHECK(store_jobs_after(s, -1, 1, 2, count_jobs, &n) == 2 && n == 2, "page of 2 after id 1: %d", n);
+    CHECK(store_jobs_page(s, 1, 2, count_jobs, &n) == 0 && n == 2, "page of 2 after id 1: %d", n);
     n = 0;
-    CHECK(store_jobs_after(s, -1, 3, 100, count_jobs, &n) == 1 && n == 1, "last page");
+    CHECK(store_jobs_page(s, 3, 100, count_jobs, &n) == 0 && n == 1, "last page");
     CHECK(store_job_set_message(s, 4, "waiting") == 0 && store_job_get(s, 4, &g) == 0 && !strcmp(g.message, "waiting"),
           "set message");
     store_job_clear(&g);
@@ -89,10 +96,35 @@ static void basic(void)
     CHECK(store_layout_get(s, 1, 1, &b, &bl) == 0 && bl == 2 && !memcmp(b, "L1", 2), "layout epoch 1");
     free(b);
     CHECK(store_layout_get(s, 1, 2, &b, &bl) == 1, "no layout for epoch 2");
-    CHECK(store_kv_set(s, 1, 0, "k", (const uint8_t *)"v", 1) == 0, "kv set");
-    CHECK(store_kv_get(s, 1, 0, "k", &b, &bl) == 0 && bl == 1 && b[0] == 'v', "kv get");
-    free(b);
-    CHECK(store_kv_get(s, 1, 1, "k", &b, &bl) == 1, "kv is scoped to the epoch");
+    /* steps: put, replace, latest, range, thinning of the older ones */
+    store_step st = { .job = 1, .epoch = 0, .have_job = 1, .loss = 5.0, .nstages = 2, .bubble = { 0.25, 0.5 },
+                      .transfer = { 0.01, -1 } };
+    for (int i = 1; i <= 20; i++) {
+        st.iteration = i;
+        st.loss = 5.0 - 0.1 * i;
+        CHECK(store_step_put(s, &st) == 0, "step %d", i);
+    }
+    store_step got;
+    CHECK(store_step_get(s, 1, 7, &got) == 0 && got.nstages == 2 && got.bubble[1] == 0.5 && got.transfer[1] == -1 &&
+          got.loss > 4.29 && got.loss < 4.31, "step 7 round-trips");
+    CHECK(store_step_latest(s, 1, &got) == 0 && got.iteration == 20, "latest is 20");
+    CHECK(store_step_get(s, 2, 7, &got) == 1, "no steps of job 2");
+    int64_t older = 0;
+    CHECK(store_steps_thin(s, 1, 11) == 0 && store_steps_count(s, 1, 11, &older) == 0 && older == 5,
+          "thinning halves the steps below 11: %lld left", (long long)older);
+    CHECK(store_step_get(s, 1, 1, &got) == 0 && store_step_get(s, 1, 2, &got) == 1 &&
+          store_step_get(s, 1, 12, &got) == 0, "the oldest and the recent ones stay");
+    n = 0;
+    store_steps_each(s, 1, 10, 3, count_steps, &n);
+    CHECK(n == 3, "range after 10, limit 3: %d", n);
+    /* rank exits are recorded once per (job, epoch, rank) */
+    store_exit ex = { .job = 1, .epoch = 0, .rank = 0, .pid = 10 };
+    CHECK(store_exit_put(s, &ex) == 1 && store_exit_put(s, &ex) == 0, "an exit is recorded once");
+    ex.rank = 1;
+    ex.term_signal = 9;
+    CHECK(store_exit_put(s, &ex) == 1, "second rank's exit");
+    int total = 0, ok = 0;
+    CHECK(store_exits_count(s, 1, 0, &total, &ok) == 0 && total == 2 && ok == 1, "exits %d, ok %d", total, ok);
     /* A rolled-back transaction leaves nothing. */
     store_begin(s);
     store_event_add(s, 1, "rolled", "back", "x", NULL);
@@ -170,14 +202,16 @@ static void migrations(void)
     sqlite3 *db;
     CHECK(sqlite3_open(path, &db) == SQLITE_OK, "sqlite open");
     CHECK(sqlite3_exec(db, "DROP INDEX jobs_request_id; ALTER TABLE jobs DROP COLUMN request_id; "
-                           "DROP TABLE kv; DROP INDEX jobs_state; PRAGMA user_version=1;", NULL, NULL, NULL) == SQLITE_OK,
+                           "DROP TABLE steps; DROP TABLE rank_exits; DROP INDEX jobs_state; "
+                           "PRAGMA user_version=1;", NULL, NULL, NULL) == SQLITE_OK,
           "rewind: %s", sqlite3_errmsg(db));
     sqlite3_close(db);
     store *s;
     char err[256];
     CHECK(store_open(&s, path, err, sizeof err) == 0, "migrate from 1: %s", err);
     CHECK(store_schema_version(s) == STORE_SCHEMA_VERSION, "version after migration %d", store_schema_version(s));
-    CHECK(store_kv_set(s, 1, 0, "k", (const uint8_t *)"v", 1) == 0, "kv table after migration");
+    store_step one = { .job = 1, .iteration = 1, .nstages = 1 };
+    CHECK(store_step_put(s, &one) == 0, "steps table after migration");
     store_job j;
     CHECK(store_job_get(s, 1, &j) == 0, "data kept through migration");
     store_job_clear(&j);

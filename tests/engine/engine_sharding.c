@@ -86,7 +86,7 @@ static void *tp_run(void *p)
     tp_job *j = p;
     eng_acts *a = eng_acts_create(j->m, 0);
     eng_zero_grads(j->m);
-    j->rc = eng_forward(j->m, a, TOK, NULL, TGT, &j->loss) || eng_backward(j->m, a, NULL, 1.0f / 16);
+    j->rc = eng_forward(j->m, a, TOK, NULL, TGT, 0.0f, &j->loss) || eng_backward(j->m, a, NULL, 1.0f / 16);
     eng_acts_free(j->m, a);
     return NULL;
 }
@@ -95,9 +95,24 @@ static eng_model *single_run(const atoll_config *c, double *loss)
 {
     eng_model *m = make(c, eng_layout_single(c));
     eng_acts *a = eng_acts_create(m, 0);
-    CHECK(eng_forward(m, a, TOK, NULL, TGT, loss) == 0 && eng_backward(m, a, NULL, 1.0f / 16) == 0, "single run");
+    CHECK(eng_forward(m, a, TOK, NULL, TGT, 0.0f, loss) == 0 && eng_backward(m, a, NULL, 1.0f / 16) == 0, "single run");
     eng_acts_free(m, a);
     return m;
+}
+
+/* The padding between tensors of params and grads is zero after a step (the
+ * gradient norm sums runs of tensors across it). */
+static int padding_zero(const eng_model *m)
+{
+    size_t at = 0;
+    for (int t = 0; t < m->nparams; t++) {
+        for (; at < m->table[t].offset; at++)
+            if (m->grads[at] != 0.0f || m->params[at] != 0.0f) return 0;
+        at = m->table[t].offset + m->table[t].numel;
+    }
+    for (; at < m->num_floats; at++)
+        if (m->grads[at] != 0.0f || m->params[at] != 0.0f) return 0;
+    return 1;
 }
 
 static void test_tp(int untie)
@@ -130,6 +145,7 @@ static void test_tp(int untie)
         const char *w = "";
         double e = slice_err(jobs[r].m, jobs[r].m->grads, one, one->grads, &w);
         CHECK(e < 1e-5, "tp=2 rank %d (untie %d): gradient of %s off by %g", r, untie, w, e);
+        CHECK(padding_zero(jobs[r].m), "tp=2 rank %d: the padding between tensors stayed zero", r);
         eng_model_free(jobs[r].m);
     }
     pthread_barrier_destroy(&g.bar);
@@ -148,8 +164,8 @@ static void test_pp(void)
     CHECK(s1->chunks[0].last && !s1->chunks[0].first && eng_find_param(s1, "wte.weight")->tied_copy,
           "last stage holds a tied copy of wte");
     eng_acts *a0 = eng_acts_create(s0, 0), *a1 = eng_acts_create(s1, 0);
-    CHECK(eng_forward(s0, a0, TOK, NULL, NULL, NULL) == 0, "stage 0 forward");
-    CHECK(eng_forward(s1, a1, NULL, eng_output(s0, a0), TGT, &loss2) == 0, "stage 1 forward");
+    CHECK(eng_forward(s0, a0, TOK, NULL, NULL, 0.0f, NULL) == 0, "stage 0 forward");
+    CHECK(eng_forward(s1, a1, NULL, eng_output(s0, a0), TGT, 0.0f, &loss2) == 0, "stage 1 forward");
     CHECK(loss1 == loss2, "pp loss %.9g vs %.9g", loss2, loss1);
     CHECK(eng_backward(s1, a1, NULL, 1.0f / 16) == 0 && eng_backward(s0, a0, a1->dinput, 0) == 0, "pp backward");
     /* the embedding-group all-reduce of the tied wte gradient */
@@ -181,8 +197,8 @@ static void test_two_chunks(void)
     eng_model *m = make(&c, lay);
     CHECK(m->nparams == one->nparams, "two chunks hold every tensor once (%d vs %d)", m->nparams, one->nparams);
     eng_acts *a0 = eng_acts_create(m, 0), *a1 = eng_acts_create(m, 1);
-    CHECK(eng_forward(m, a0, TOK, NULL, NULL, NULL) == 0 &&
-          eng_forward(m, a1, NULL, eng_output(m, a0), TGT, &loss2) == 0 &&
+    CHECK(eng_forward(m, a0, TOK, NULL, NULL, 0.0f, NULL) == 0 &&
+          eng_forward(m, a1, NULL, eng_output(m, a0), TGT, 0.0f, &loss2) == 0 &&
           eng_backward(m, a1, NULL, 1.0f / 16) == 0 && eng_backward(m, a0, a1->dinput, 0) == 0, "chunk passes");
     CHECK(loss1 == loss2, "two-chunk loss");
     const char *w = "";

@@ -4,8 +4,9 @@ initial weights: step-1 logits, loss and every parameter gradient to 1e-5
 relative, then the losses of 5 AdamW steps (clipping, weight decay groups and
 the LR schedule included) to 1e-5.
 
-usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie]
-(--untie: a separate lm_head.weight instead of the output layer tied to wte)
+usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [ATOLL-TRAIN FLAGS...]
+(--untie: a separate lm_head.weight instead of the output layer tied to wte;
+any other argument goes to atoll-train, e.g. --device cuda for the GPU run)
 """
 import json
 import math
@@ -81,6 +82,7 @@ def lr_at(it):
 def main():
     train, work = sys.argv[1], sys.argv[2]
     untie = "--untie" in sys.argv[3:]
+    extra = [a for a in sys.argv[3:] if a != "--untie"]
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     metrics = os.path.join(work, "metrics.jsonl")
@@ -92,6 +94,7 @@ def main():
            "--clip-grad", str(CLIP), "--seed", "7", "--dump-dir", work, "--metrics-file", metrics]
     if untie:
         cmd.append("--untie-embeddings-and-output-weights")
+    cmd += extra
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     engine_losses = [json.loads(line)["loss"] for line in open(metrics)]
     assert len(engine_losses) == ITERS, f"expected {ITERS} logged steps, got {len(engine_losses)}"

@@ -7,8 +7,12 @@
 #include "check.h"
 #include "comm.h"
 #include "launcher.h"
+#include "supervise.h"
 
 #include <signal.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -22,6 +26,7 @@ static int env_is(const char *name, int want)
 
 static int rank_main(int argc, char **argv)
 {
+    if (sup_child_guard()) return 1;
     const char *mode = argc > 1 ? argv[1] : "";
     int k = argc > 2 ? atoi(argv[2]) : -1;
     int rank = atoi(getenv("RANK")), world = atoi(getenv("WORLD_SIZE"));
@@ -34,6 +39,17 @@ static int rank_main(int argc, char **argv)
     }
     if (!strcmp(mode, "exit")) {
         if (rank == k) return 7;
+        sleep(60);
+        return 0;
+    }
+    if (!strcmp(mode, "pidfile")) { /* argv[2] is a directory: leave our pid there, then wait */
+        char path[512];
+        snprintf(path, sizeof path, "%s/rank-%d.pid", argv[2], rank);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fprintf(f, "%d\n", (int)getpid());
+            fclose(f);
+        }
         sleep(60);
         return 0;
     }
@@ -98,6 +114,55 @@ int main(int argc, char **argv)
     CHECK(launcher_run(3, 5, a1) == 0, "launcher_run with --nproc-per-node N");
     char *a2[] = {argv[0], "env", "--nproc-per-node=3", "tail", NULL};
     CHECK(launcher_run(3, 4, a2) == 0, "launcher_run with --nproc-per-node=N");
+
+    /* A supervisor killed with SIGKILL leaves no rank behind (PR_SET_PDEATHSIG). */
+    char dir[] = "/tmp/par_launch_orphan.XXXXXX";
+    CHECK(mkdtemp(dir) != NULL, "temporary directory");
+    pid_t sup = fork();
+    if (sup == 0) {
+        launcher_result r2;
+        _exit(run(3, "pidfile", dir, &r2));
+    }
+    int pids[3] = {0, 0, 0}, have = 0;
+    for (int t = 0; t < 500 && have < 3; t++) {
+        have = 0;
+        for (int i = 0; i < 3; i++) {
+            char path[600];
+            snprintf(path, sizeof path, "%s/rank-%d.pid", dir, i);
+            FILE *f = fopen(path, "r");
+            if (f) {
+                have += fscanf(f, "%d", &pids[i]) == 1;
+                fclose(f);
+            }
+        }
+        usleep(10000);
+    }
+    CHECK(have == 3, "3 ranks started under a supervisor that will be killed");
+    kill(sup, SIGKILL);
+    waitpid(sup, NULL, 0);
+    int alive = 3;
+    for (int t = 0; t < 300 && alive; t++) {
+        alive = 0;
+        for (int i = 0; i < 3; i++) {
+            char path[64];
+            snprintf(path, sizeof path, "/proc/%d/stat", pids[i]);
+            FILE *f = fopen(path, "r");
+            char st = 'X';
+            if (f) {
+                if (fscanf(f, "%*d %*s %c", &st) != 1) st = 'X';
+                fclose(f);
+            }
+            alive += f && st != 'Z' && st != 'X';
+        }
+        if (alive) usleep(10000);
+    }
+    CHECK(alive == 0, "no rank outlives its SIGKILLed supervisor (%d still running)", alive);
+    for (int i = 0; i < 3; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/rank-%d.pid", dir, i);
+        unlink(path);
+    }
+    rmdir(dir);
 
     char *bad[] = {"x", NULL};
     launcher_opts o = {.nproc = 2, .argc = 1, .argv = bad, .exe = "/nonexistent/atoll-train"};

@@ -18,7 +18,10 @@ int main(int argc, char **argv)
     store_client *sc;
     char err[512];
     CHECK(store_server_start_thread("127.0.0.1", 0, &srv, err, sizeof err) == 0, "%s", err);
-    CHECK(store_connect("127.0.0.1", store_server_port(srv), 2000, &sc, err, sizeof err) == STORE_OK, "%s", err);
+    store_auth auth;
+    store_server_auth(srv, &auth);
+    CHECK(store_connect("127.0.0.1", store_server_port(srv), &auth, 2000, &sc, err, sizeof err) == STORE_OK, "%s",
+          err);
     comm_world *w = NULL;
     CHECK(comm_world_init(&w, COMM_BACKEND_NCCL, 0, 1, sc, "t", 0, 5000, err, sizeof err) == -1 &&
           strstr(err, "COMM_DEVICE_BUFFERS"), "nccl without device buffers refused: %s", err);

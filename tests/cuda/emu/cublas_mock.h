@@ -1,6 +1,6 @@
 /* cublas_mock: the cuBLAS / cuBLASLt calls of matmul.cu and attention.cu on
  * the CPU, for the emulated build (see emu_cuda.h). Column-major BLAS
- * semantics in double; epilogues BIAS and GELU(_AUX)(_BIAS) as cuBLASLt
+ * semantics in double; epilogues BIAS, GELU(_AUX)(_BIAS) and DGELU as cuBLASLt
  * documents them (bias per row of D, the GELU input kept in D's type). The
  * heuristic offers no algorithm for a fused epilogue when D has an odd
  * dimension, so odd test shapes exercise matmul.cu's fallbacks. Shapes and
@@ -15,7 +15,8 @@ typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 enum { CUBLAS_STATUS_NOT_SUPPORTED = 15 };
 typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU = 32,
-  CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128, CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4 } cublasLtEpilogue_t;
+  CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128, CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
+  CUBLASLT_EPILOGUE_DGELU = 64 | 128 } cublasLtEpilogue_t;
 typedef enum { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
   CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12 } cublasLtMatmulDescAttributes_t;
@@ -75,6 +76,11 @@ inline void mock_gemm(int ta, int tb, int m, int n, int k, float alpha, const vo
                      mock_ld(B, bt, tb ? (size_t)p * ldb + j : (size_t)j * ldb + p);
             float v = alpha * (float)s + (beta != 0 ? beta * mock_ld(C, ct, (size_t)j * ldc + i) : 0.0f);
             if (epi & 4) v += mock_ld(bias, ct, i);
+            if (epi & 64) { /* DGELU: times gelu' of the kept pre-activation */
+                float x = mock_ld(aux, ct, (size_t)j * ldaux + i);
+                float th = tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x));
+                v *= 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * 0.7978845608028654f * (1.0f + 3.0f * 0.044715f * x * x);
+            }
             if (epi & 32) {
                 if (epi & 128) { mock_st(aux, ct, (size_t)j * ldaux + i, v); v = mock_ld(aux, ct, (size_t)j * ldaux + i); }
                 v = 0.5f * v * (1.0f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));

@@ -10,6 +10,9 @@
  * between two warp barriers. WMMA fragments hold the whole 16x16 tile in every
  * thread, and each WMMA call is warp-collective (barriers around it), which is
  * faithful for code that only loads, stores, fills and multiplies fragments.
+ * The mma.sync / ldmatrix / cp.async functions of kcuda_mma.cuh have a
+ * stand-in in include/kcuda_mma.cuh that exchanges each lane's registers and
+ * addresses through the warp and computes from the PTX fragment layouts.
  *
  * What it checks: indexing, tiling, masks, reductions, the order of
  * operations (same results as the GPU up to expf/tanhf rounding), and that
@@ -47,6 +50,8 @@ struct emu_warp {
     std::barrier<> *bar;
     float f[32];
     unsigned u[32];
+    uint32_t a[32][4], b[32][2]; /* mma operands, by lane (include/kcuda_mma.cuh) */
+    const void *p[32];           /* ldmatrix row addresses, by lane */
 };
 
 /* Launch state: one launch at a time. `inline` variables: one definition across files. */
@@ -88,6 +93,7 @@ inline unsigned __ballot_sync(unsigned, int p)
     return m;
 }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline float __expf(float x) { return expf(x); }
 inline int min(int a, int b) { return a < b ? a : b; }
 
 /* ---- bf16: round to nearest even, as __float2bfloat16_rn ---- */
@@ -119,12 +125,24 @@ typedef void *cudaStream_t;
 typedef void *cudaEvent_t;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrMultiProcessorCount };
+struct uint4 {
+    unsigned x, y, z, w;
+};
+struct float4 {
+    float x, y, z, w;
+};
 struct cudaDeviceProp { char name[256]; };
 inline const char *cudaGetErrorString(cudaError_t) { return "emulated"; }
 inline const char *cudaGetErrorName(cudaError_t) { return "emulated"; }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaGetDeviceCount(int *n) { *n = 1; return cudaSuccess; }
 inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
+inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int)
+{
+    *v = a == cudaDevAttrMultiProcessorCount ? 2 : 227 * 1024;
+    return cudaSuccess;
+}
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
 {
     snprintf(p->name, sizeof p->name, "CPU emulation");
@@ -139,6 +157,9 @@ inline cudaError_t cudaMalloc(void **p, size_t n)
     return *p ? cudaSuccess : 2;
 }
 inline cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+inline cudaError_t cudaMallocHost(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? cudaSuccess : 2; }
+enum { cudaEventDisableTiming = 2 };
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *, unsigned) { return cudaSuccess; }
 inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return cudaSuccess; }
 inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t)
 {

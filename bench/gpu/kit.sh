@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Prepares .gpukit/ (ignored by git): everything a bare GPU machine with the CUDA
+# 13 toolkit, PyTorch and Python but none of atoll's Debian libraries needs to
+# run bench/gpu/run.sh there.
+#
+#   bench/gpu/kit.sh            build atoll for sm_90 (Release) and pack its libraries
+#
+# What goes in:
+#   .gpukit/bin/      atoll-train, cuda_kernels_fp32, cuda_kernels_bf16, gpu_bench (sm_90),
+#                     ktrace.so (bench/gpu/ktrace.c: per-kernel GPU time of any program)
+#   .gpukit/libs.tar.xz   libuv, libyaml, OpenBLAS (+ gfortran, quadmath) from Debian
+#                     packages (apt-get download + dpkg -x), unpacked by run.sh
+#   .gpukit/peers/    whatever PEERS_DIR holds (default /tmp/peers/out): peer
+#                     programs built from their own sources outside this repository,
+#                     e.g. llm.c's train_gpt2cu; run.sh measures those it finds.
+# NCCL, cuBLAS and cuDNN come from the GPU machine (its CUDA toolkit and
+# PyTorch's nvidia-* wheels); run.sh puts them on LD_LIBRARY_PATH.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+kit=$root/.gpukit
+PEERS_DIR=${PEERS_DIR:-/tmp/peers/out}
+mkdir -p "$kit/bin" "$kit/peers"
+
+cmake -S "$root" -B "$kit/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATOLL_CUDA_ARCHS=90 >/dev/null
+cmake --build "$kit/build" -j "$(nproc)" --target atoll-train cuda_kernels_fp32 cuda_kernels_bf16 gpu_bench
+for b in atoll-train cuda_kernels_fp32 cuda_kernels_bf16 gpu_bench; do
+  cp "$kit/build/bin/$b" "$kit/bin/"
+done
+strip --strip-debug "$kit/bin/"*
+# the kernel-time profiler (CUPTI injection library) for atoll and the peers alike
+cc -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC -I/usr/local/cuda/include "$root/bench/gpu/ktrace.c" \
+   -L/usr/local/cuda/lib64 -lcupti -lstdc++ -o "$kit/bin/ktrace.so"
+
+if [ ! -f "$kit/libs.tar.xz" ]; then
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download libuv1 libyaml-0-2 libopenblas0-pthread libgfortran5 libquadmath0 >/dev/null)
+  mkdir -p "$tmp/root"
+  for d in "$tmp"/*.deb; do dpkg -x "$d" "$tmp/root"; done
+  mkdir -p "$tmp/lib"
+  find "$tmp/root" \( -name '*.so*' \) \( -type f -o -type l \) -exec cp -a {} "$tmp/lib/" \;
+  # OpenBLAS's alternatives layout: libblas/liblapack are not needed, libopenblas is
+  rm -f "$tmp/lib/"libblas* "$tmp/lib/"liblapack*
+  tar -C "$tmp" -cJf "$kit/libs.tar.xz" lib
+  rm -rf "$tmp"
+fi
+
+rm -rf "$kit/peers" && mkdir -p "$kit/peers"
+if [ -d "$PEERS_DIR" ]; then cp -a "$PEERS_DIR"/. "$kit/peers/"; fi
+
+# the commit the kit was built from (the GPU machine's copy of the tree may carry another .git)
+echo "$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes')" \
+  > "$kit/bin/COMMIT"
+echo "kit ready: $(du -sh "$kit/bin" | cut -f1) binaries, $(du -sh "$kit/libs.tar.xz" | cut -f1) libraries,"\
+     "peers: $(ls "$kit/peers" | tr '\n' ' ')"
+ldd "$kit/bin/atoll-train" | grep -E 'not found|uv|yaml|openblas|nccl|cublas' || true

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# 50 training steps of one small GPT three ways: fp32 on the CPU (the reference),
+# fp32 on cuda, bf16 on cuda; same seed, data and schedule. Prints each run's
+# loss every 10 steps and the largest relative difference from the reference.
+#
+#   traj.sh ATOLL_TRAIN WORKDIR [OUTDIR]
+#
+# The data is a synthetic bigram language (bench/gpu/make_data.py): the loss
+# falls from ln(256) = 5.5 towards the chain's entropy without memorising a
+# small corpus (a memorising run's loss heads for 0, where any relative
+# difference blows up and says nothing about the arithmetic).
+#
+# Tolerance: fp32 cuda within 1e-4 relative at every step (only the summation
+# order differs); bf16 within 1e-2 relative at every step. bf16 keeps 8
+# significant bits (unit roundoff 2^-9 = 2e-3); each step's loss is a mean over
+# 8 x 128 tokens of a sum of rounded terms whose errors mostly cancel, and the
+# fp32 master weights keep the updates from drifting, so a bf16 run that
+# follows the fp32 run to 1e-2 over 50 steps is training the same function;
+# a broken kernel moves it by far more (a wrong mask or scale: > 1e-1).
+set -euo pipefail
+train=${1:?usage: traj.sh ATOLL_TRAIN WORKDIR [OUTDIR]}
+work=${2:?usage: traj.sh ATOLL_TRAIN WORKDIR [OUTDIR]}
+out=${3:-$work}
+mkdir -p "$work" "$out"
+python3 "$(dirname "$0")/make_data.py" "$work/bigram" bigram 256 256 2048
+flags=(--data-path "$work/bigram" --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 256
+       --micro-batch-size 4 --global-batch-size 8 --train-iters 50 --lr 1e-3 --lr-warmup-iters 5
+       --min-lr 1e-4 --clip-grad 1.0 --seed 11 --log-interval 1)
+for run in cpu_fp32 cuda_fp32 cuda_bf16; do
+  dev=${run%_*}; prec=${run#*_}
+  rm -f "$work/$run.jsonl"
+  "$train" "${flags[@]}" --device "$dev" $([ "$prec" = bf16 ] && echo --bf16) \
+    --metrics-file "$work/$run.jsonl" > "$work/$run.log" 2>&1 || { tail -5 "$work/$run.log"; exit 1; }
+done
+python3 - "$work" "$out" <<'PY'
+import json, sys
+work, out = sys.argv[1], sys.argv[2]
+runs = {r: [json.loads(l)["loss"] for l in open(f"{work}/{r}.jsonl")] for r in ("cpu_fp32", "cuda_fp32", "cuda_bf16")}
+ref = runs["cpu_fp32"]
+assert len(ref) == 50 and all(len(v) == 50 for v in runs.values()), {k: len(v) for k, v in runs.items()}
+lines = ["| step | cpu fp32 | cuda fp32 | cuda bf16 |", "|---:|---:|---:|---:|"]
+for i in list(range(0, 50, 10)) + [49]:
+    lines.append(f"| {i + 1} | {ref[i]:.5f} | {runs['cuda_fp32'][i]:.5f} | {runs['cuda_bf16'][i]:.5f} |")
+err = {r: max(abs(a - b) / abs(b) for a, b in zip(runs[r], ref)) for r in ("cuda_fp32", "cuda_bf16")}
+open(f"{out}/traj.md", "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+ok = err["cuda_fp32"] <= 1e-4 and err["cuda_bf16"] <= 1e-2
+print(f"{'pass' if ok else 'FAIL'}: max relative loss difference from cpu fp32 over 50 steps: "
+      f"cuda fp32 {err['cuda_fp32']:.1e} (limit 1e-4), cuda bf16 {err['cuda_bf16']:.1e} (limit 1e-2)")
+sys.exit(0 if ok else 1)
+PY

@@ -1,0 +1,112 @@
+/* supervise: spawning and supervising the rank processes of one job on this
+ * machine. The standalone launcher (`atoll-train --nproc-per-node`) and workerd
+ * both run their ranks through it, on their libuv loop (uv_spawn, exit callbacks;
+ * no threads).
+ *
+ * Each rank gets the torchrun-style environment: RANK, WORLD_SIZE, LOCAL_RANK,
+ * LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (the rendezvous store),
+ * GROUP_RANK when the caller gives one, CUDA_VISIBLE_DEVICES when the rank has a
+ * GPU, and atoll's own: ATOLL_JOB_ID and ATOLL_JOB_EPOCH (the rendezvous scope),
+ * ATOLL_JOB_SECRET_FD (an inherited, sealed memfd holding the job secret, when
+ * given), ATOLL_METRICS_FD (the write end of a channel of frames to the
+ * supervisor, when asked for) and ATOLL_SUPERVISOR_PID. Every other variable of
+ * the supervisor's environment, NCCL_* included, passes through untouched.
+ *
+ * Ranks run in their own process group (a session each), so a stop reaches
+ * anything a rank started. A rank that calls sup_child_guard() first dies with its
+ * supervisor (PR_SET_PDEATHSIG), so killing the supervisor, even with SIGKILL,
+ * leaves no orphan. sup_stop sends SIGTERM to every rank's group, then SIGKILL
+ * after the grace period. Each exit is reported at once through on_exit.
+ *
+ * Ownership: the caller owns the sup_set and the sup_rank array and keeps both
+ * alive until on_closed has been called (every process and channel handle
+ * closed); the module owns what it allocates inside them and frees it by then.
+ */
+#ifndef ATOLL_SUPERVISE_H
+#define ATOLL_SUPERVISE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "auth.h"
+#include "frame.h"
+
+#define SUP_SECRET_FD 3   /* ATOLL_JOB_SECRET_FD in the rank */
+#define SUP_CHANNEL_FD 4  /* ATOLL_METRICS_FD in the rank */
+#define SUP_LOG_PATH 512
+
+typedef struct sup_set sup_set;
+
+typedef struct sup_rank {
+    int rank, local_rank;      /* given */
+    int gpu;                   /* given: local GPU index, -1 = none (CUDA_VISIBLE_DEVICES untouched) */
+    /* filled by the module */
+    int pid;
+    int running;
+    int exit_status;           /* when it exited */
+    int term_signal;           /* when a signal killed it, else 0 */
+    char log_path[SUP_LOG_PATH]; /* "" when it logs to the supervisor's stdout/stderr */
+    /* private */
+    sup_set *set;
+    uv_process_t proc;
+    uv_pipe_t chan;
+    frame_decoder dec;
+    int proc_open, chan_open;
+} sup_rank;
+
+typedef struct sup_opts {
+    const char *exe;           /* the program */
+    char *const *argv;         /* its argv, argv[0] included */
+    int world;                 /* WORLD_SIZE */
+    int group_rank;            /* GROUP_RANK (node index); -1 = not set */
+    const char *master_addr;   /* rendezvous store */
+    int master_port;
+    uint64_t job;              /* rendezvous scope: ATOLL_JOB_ID, ATOLL_JOB_EPOCH */
+    uint32_t epoch;
+    const auth_token *secret;  /* the job secret handed to every rank; NULL = none */
+    const char *log_dir;       /* rank-<R>.log there (stdout and stderr); NULL = inherit */
+    const char *cwd;           /* working directory of the ranks; NULL = the supervisor's */
+    int channel;               /* 1: a frame channel per rank on SUP_CHANNEL_FD */
+    int grace_ms;              /* SIGTERM -> SIGKILL; 0 = 2000 */
+    void (*on_exit)(sup_set *s, sup_rank *r);
+    void (*on_frame)(sup_set *s, sup_rank *r, uint16_t type, const uint8_t *payload, size_t len);
+    void (*on_closed)(sup_set *s);
+    void *data;                /* the caller's */
+} sup_opts;
+
+struct sup_set {
+    uv_loop_t *loop;
+    sup_opts o;
+    sup_rank *ranks;
+    int n;
+    int alive;                 /* ranks still running */
+    int open_handles;          /* process, channel and timer handles not yet closed */
+    int stopping;
+    int closed_reported;
+    uv_timer_t kill_timer;
+    char ***envs;              /* per-rank environment blocks, freed at the end */
+};
+
+/* Starts the n ranks. On a spawn failure the ones already started are stopped
+ * and -1 is returned with err naming the rank and the reason; on_closed still
+ * follows once they are gone. 0 on success. */
+int sup_start(sup_set *s, uv_loop_t *loop, const sup_opts *o, sup_rank *ranks, int n, char *err, size_t errlen);
+
+/* SIGTERM to every running rank's process group now, SIGKILL after the grace
+ * period. Safe to call more than once. */
+void sup_stop(sup_set *s);
+
+/* In the rank, first thing: die with the supervisor. 0, or -1 when the
+ * supervisor named in ATOLL_SUPERVISOR_PID is already gone (exit then). */
+int sup_child_guard(void);
+
+/* "rank 3 (pid 1234) exited with status 1" / "... was killed by signal 9 (Killed)". */
+void sup_describe_exit(char *buf, size_t len, int rank, int pid, int exit_status, int term_signal);
+
+/* Of n failed ranks, in the order their failures were seen, the one to blame:
+ * the first killed by a signal, else the first. A rank's death makes its peers
+ * fail within moments (their links drop), so the signalled one is the cause. */
+int sup_blame(const int *term_signals, int n);
+
+#endif

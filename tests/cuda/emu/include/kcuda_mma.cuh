@@ -1,0 +1,87 @@
+/* CPU stand-in for kernels/cuda/kcuda_mma.cuh under emu_cuda.h: the same
+ * functions, warp-collective like the instructions. Each lane publishes its
+ * operand registers (or its ldmatrix row address) in the warp's exchange, the
+ * warp meets at a barrier, and each lane assembles its own result from the
+ * fragment layouts that kcuda_mma.cuh documents (PTX ISA, mma.m16n8k16 .bf16
+ * and ldmatrix .m8n8 .x4). cp.async copies at once. */
+#ifndef ATOLL_EMU_KCUDA_MMA_CUH
+#define ATOLL_EMU_KCUDA_MMA_CUH
+
+#include "emu_cuda.h"
+
+inline float emu_bf16_bits(uint32_t h)
+{
+    uint32_t u = h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline float bf16x2_lo(uint32_t x) { return emu_bf16_bits(x & 0xffffu); }
+inline float bf16x2_hi(uint32_t x) { return emu_bf16_bits(x >> 16); }
+inline uint32_t pack_bf16x2(float x, float y)
+{
+    return (uint32_t)__float2bfloat16_rn(x).x | (uint32_t)__float2bfloat16_rn(y).x << 16;
+}
+
+inline void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
+{
+    emu_warp *w = emu_my_warp;
+    int lane = threadIdx.x & 31;
+    memcpy(w->a[lane], a, sizeof w->a[lane]);
+    memcpy(w->b[lane], b, sizeof w->b[lane]);
+    __syncwarp();
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        int g = l >> 2, c = l & 3;
+        for (int h = 0; h < 2; h++) {
+            A[g][2 * c + h] = h ? bf16x2_hi(w->a[l][0]) : bf16x2_lo(w->a[l][0]);
+            A[g + 8][2 * c + h] = h ? bf16x2_hi(w->a[l][1]) : bf16x2_lo(w->a[l][1]);
+            A[g][2 * c + 8 + h] = h ? bf16x2_hi(w->a[l][2]) : bf16x2_lo(w->a[l][2]);
+            A[g + 8][2 * c + 8 + h] = h ? bf16x2_hi(w->a[l][3]) : bf16x2_lo(w->a[l][3]);
+            B[2 * c + h][g] = h ? bf16x2_hi(w->b[l][0]) : bf16x2_lo(w->b[l][0]);
+            B[2 * c + 8 + h][g] = h ? bf16x2_hi(w->b[l][1]) : bf16x2_lo(w->b[l][1]);
+        }
+    }
+    __syncwarp();
+    int g = lane >> 2, c = lane & 3;
+    for (int e = 0; e < 4; e++) {
+        int row = g + (e >> 1) * 8, col = 2 * c + (e & 1);
+        float s = d[e];
+        for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
+        d[e] = s;
+    }
+}
+
+/* trans = 0: register j = matrix j's row g, columns 2c, 2c+1;
+ * trans = 1: matrix j's rows 2c, 2c+1 at column g */
+inline void emu_ldsm_x4(uint32_t r[4], const void *row, int trans)
+{
+    emu_warp *w = emu_my_warp;
+    int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    w->p[lane] = row;
+    __syncwarp();
+    for (int j = 0; j < 4; j++) {
+        uint16_t x, y;
+        if (!trans) {
+            const uint16_t *rp = (const uint16_t *)w->p[j * 8 + g];
+            x = rp[2 * c], y = rp[2 * c + 1];
+        } else {
+            x = ((const uint16_t *)w->p[j * 8 + 2 * c])[g];
+            y = ((const uint16_t *)w->p[j * 8 + 2 * c + 1])[g];
+        }
+        r[j] = (uint32_t)x | (uint32_t)y << 16;
+    }
+    __syncwarp();
+}
+inline void ldsm_x4(uint32_t r[4], const void *row) { emu_ldsm_x4(r, row, 0); }
+inline void ldsm_x4_t(uint32_t r[4], const void *row) { emu_ldsm_x4(r, row, 1); }
+
+inline void cp_async16(void *dst, const void *src, bool valid)
+{
+    if (valid) memcpy(dst, src, 16);
+    else memset(dst, 0, 16);
+}
+inline void cp_async_commit(void) {}
+template <int N> inline void cp_async_wait(void) {}
+
+#endif
