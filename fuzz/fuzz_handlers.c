@@ -8,9 +8,10 @@
  *
  * Each input starts from the same state (an empty in-memory store, one dgx-h100
  * node registered), so an input is reproducible on its own: after it the peers
- * close, the registry and the parked rendezvous waiters are freed, the store is
- * emptied (store_reset: building the schema again would cost most of the run)
- * and the coordinator's fields are put back as coord_init left them. Every
+ * close, what coord_free would release in memory is released (live jobs, pending
+ * log reads, rendezvous keys, the registry), the store is emptied (store_reset:
+ * building the schema again would cost most of the run) and the coordinator's
+ * fields are put back as coord_init left them, with a new rendezvous store. Every
  * allocation of an input is returned, so libFuzzer's leak check stays cheap (it
  * scans the heap only after an input that allocated more than it freed) and a
  * leak in a handler is reported at the input that made it. */
@@ -19,6 +20,8 @@
 #include <string.h>
 
 #include "coord.h"
+#include "jobs.h"
+#include "series.h"
 #include "frame.h"
 #include "log.h"
 #include "msg.h"
@@ -76,10 +79,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         g_c.now = fake_now;
         g_c.send = sink;
         g_c.drop = forget;
+        rendezvous_free_all(&g_c); /* each input gets its own */
         g_pristine = g_c;
     }
     if (size < 1) return 0;
     coord c = g_pristine;
+    if (rendezvous_init(&c)) abort();
     g_now = 1000000;
     coord_peer peers[4];
     memset(peers, 0, sizeof peers);
@@ -107,6 +112,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     g_now += 700;
     coord_tick(&c);
     for (int i = 0; i < 4; i++) coord_peer_closed(&c, &peers[i]);
+    series_flush(&c);
+    jobs_live_free(&c);
+    logs_free_all(&c);
     rendezvous_free_all(&c);
     registry_free(&c.reg);
     if (store_reset(c.st)) abort();
