@@ -14,8 +14,9 @@ usage: ctl_attack.py CASE PORT TOKEN_FILE GENERATED_DIR [ARGS...]
                      the coordinator (or the client) detects it and refuses
   relay MODE PORTFILE  the same relay for another client (the atoll CLI): listens on a
                      port written to PORTFILE, relays one connection, then exits
-  flood N            pipelines N JobsRequests for every job on one connection and
-                     checks every page comes back, tags verified
+  flood N PID        pipelines N JobsRequests for every job on one connection and
+                     checks every page comes back, tags verified; then the same from a
+                     client that reads nothing (the coordinator's RSS must stay bounded)
   seed N             submits N jobs too large for the cluster (they stay pending)
 """
 import os
@@ -308,6 +309,16 @@ def case_flood():
         jobs += len(r.jobs)
     print(f"flood: {n} pipelined JobsRequests answered in {time.time() - t0:.2f} s, pages of at most 500 "
           f"({jobs} jobs in all)")
+    # A client that asks and never reads: its requests wait once 1 MiB of replies is queued.
+    pid = int(ARGS[1])
+    before = rss_kb(pid)
+    d = connect(PORT, TOKEN, name="deaf")
+    d.sock.sendall(b"".join(d.frame(pb.MSG_JOBS, pb.JobsRequest()) for _ in range(n)))
+    time.sleep(1.5)
+    during = rss_kb(pid)
+    d.sock.close()
+    print(f"flood: {n} requests from a client that reads nothing: coordinator RSS {before} -> {during} KiB")
+    assert during - before < 48 * 1024, f"the coordinator buffered {during - before} KiB for a client not reading"
 
 
 def case_seed():

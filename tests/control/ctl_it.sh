@@ -476,7 +476,7 @@ case_attack_bulk() {
   wait_until 10 nodes_alive 2 || fail "2 nodes not alive"
   attack seed 3000 || fail "seeding 3,000 jobs"
   hb_probe_start
-  attack flood 400 || fail "400 pipelined JobsRequests"
+  attack flood 400 "$COORD_PID" || fail "400 pipelined JobsRequests"
   local t0; t0=$(date +%s%N)
   local id; id=$(atoll submit "${spec[@]}" --num-gpus 8) || fail "submit with 3,000 pending"
   atoll nodes >/dev/null || fail "nodes with 3,000 pending"
