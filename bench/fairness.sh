@@ -12,15 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 DURATION=${DURATION:-20}
-BIN=$BUILD/bin
-[ -x "$BIN/coordinatord" ] && [ -x "$BIN/bench_heartbeat" ] && [ -x "$BIN/atoll" ] || {
-  echo "build first: cmake --build $BUILD --target coordinatord atoll bench_heartbeat" >&2; exit 2; }
-base=/dev/shm; [ -d "$base" ] && [ -w "$base" ] || base=${TMPDIR:-/tmp}
-TMP=$(mktemp -d "$base/atoll-bench-fair.XXXXXX")
-COORD=
-cleanup() { [ -n "$COORD" ] && kill -9 "$COORD" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
-ulimit -n "$(ulimit -Hn)"
+. bench/lib.sh
+bench_setup fair coordinatord atoll bench_heartbeat
 
 ms() { # COMMAND...: wall milliseconds of one run
   local t0 t1; t0=$(date +%s%N); "$@" >/dev/null; t1=$(date +%s%N); echo $(( (t1 - t0) / 1000000 )); }

@@ -20,15 +20,8 @@ JOBS=${JOBS:-16}
 NODES_PER_JOB=${NODES_PER_JOB:-8}
 FINISHED=${FINISHED:-3000}
 READERS=(${READERS:-0 300})
-BIN=$BUILD/bin
-[ -x "$BIN/coordinatord" ] && [ -x "$BIN/bench_heartbeat" ] || {
-  echo "build first: cmake --build $BUILD --target coordinatord bench_heartbeat" >&2; exit 2; }
-base=/dev/shm; [ -d "$base" ] && [ -w "$base" ] || base=${TMPDIR:-/tmp}
-TMP=$(mktemp -d "$base/atoll-bench-hb.XXXXXX")
-COORD=
-cleanup() { [ -n "$COORD" ] && kill -9 "$COORD" 2>/dev/null; wait 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
-ulimit -n "$(ulimit -Hn)"
+. bench/lib.sh
+bench_setup hb coordinatord bench_heartbeat
 
 # p99 upper bound from the Prometheus histogram: the first bucket whose count
 # reaches 99% of the total (bucket bounds are powers of two microseconds).

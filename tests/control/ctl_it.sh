@@ -106,6 +106,15 @@ workers_never_suspect() { # NAMES...
   done
   ok "workers $* stayed alive, never suspect"
 }
+# A coordinator and workers n1..nN heartbeating every 0.5 s (suspect after 1 s: slack
+# for a loaded machine), the protobuf module for the attack script, and the probe.
+attack_cluster() { # N
+  HB=0.5; TIMEOUT=4
+  gen_proto
+  start_coord
+  for i in $(seq "$1"); do start_worker "n$i" --simulate dgx-h100; done
+  wait_until 10 nodes_alive "$1" || fail "$1 nodes not alive"
+}
 attack() { "$PYPB" "$(dirname "$0")/ctl_attack.py" "$1" "$PORT" "$ATOLL_TOKEN_FILE" "$TMP/gen" "${@:2}"; }
 gen_proto() { # PYPB: a python3 with the protobuf package (Debian's python3-protobuf)
   PYPB=
@@ -378,12 +387,7 @@ case_python() {
 }
 
 case_attack_input() {
-  HB=0.5; TIMEOUT=4
-  gen_proto
-  start_coord
-  start_worker n1 --simulate dgx-h100
-  start_worker n2 --simulate dgx-h100
-  wait_until 10 nodes_alive 2 || fail "2 nodes not alive"
+  attack_cluster 2
   hb_probe_start
   attack input || fail "raw job specs"
   # The same through the CLI: refused before anything is sent (exit 2), with the reason.
@@ -415,11 +419,7 @@ case_attack_input() {
 }
 
 case_attack_preauth() {
-  HB=0.5; TIMEOUT=4
-  gen_proto
-  start_coord
-  start_worker n1 --simulate dgx-h100
-  wait_until 10 nodes_alive 1 || fail "node not alive"
+  attack_cluster 1
   hb_probe_start
   attack preauth "$COORD_PID" || fail "pre-authentication attacks"
   hb_probe_check "the pre-authentication attacks"
@@ -432,11 +432,7 @@ case_attack_preauth() {
 }
 
 case_attack_mitm() {
-  HB=0.5; TIMEOUT=4
-  gen_proto
-  start_coord
-  start_worker n1 --simulate dgx-h100
-  wait_until 10 nodes_alive 1 || fail "node not alive"
+  attack_cluster 1
   hb_probe_start
   for mode in alter inject drop replay alter-reply; do
     attack mitm "$mode" || fail "relay $mode"
@@ -466,14 +462,9 @@ case_attack_mitm() {
 }
 
 case_attack_bulk() {
-  HB=0.5; TIMEOUT=4
   # 3,000 jobs: the state on tmpfs keeps each submit's fsync cheap.
   [ -d /dev/shm ] && [ -w /dev/shm ] && { rm -rf "$TMP"; TMP=$(mktemp -d /dev/shm/ctl_it_bulk.XXXXXX); }
-  gen_proto
-  start_coord
-  start_worker n1 --simulate dgx-h100
-  start_worker n2 --simulate dgx-h100
-  wait_until 10 nodes_alive 2 || fail "2 nodes not alive"
+  attack_cluster 2
   attack seed 3000 || fail "seeding 3,000 jobs"
   hb_probe_start
   attack flood 400 "$COORD_PID" || fail "400 pipelined JobsRequests"
