@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Heartbeats under bulk load, on this machine: a real coordinatord (state on tmpfs)
 # holding 3,000 pending jobs; 10 simulated workers heartbeating at 1 Hz while one
-# CLI connection pipelines 400 JobsRequests (each answered with a page of 500
+# CLI connection pipelines 400 JobsRequests (each answered with a page of 256
 # jobs) -- first alone (the RPC side), then with 300 concurrent HTTP readers of
 # /api/jobs beside it. Records heartbeat round trips, whether any node went
 # suspect or dead (from the coordinator's event log), and how long `atoll nodes`,
@@ -58,7 +58,7 @@ out=bench/results/fairness.md
   echo
   echo "A real \`coordinatord\` (state on tmpfs, \`$base\`) holds 3,000 pending jobs (submitted by the simulator"
   echo "before the window). 10 simulated workers heartbeat at 1 Hz over their own connections while one CLI"
-  echo "connection pipelines 400 \`JobsRequest\`s for every job (each answered with a page of at most 500 jobs),"
+  echo "connection pipelines 400 \`JobsRequest\`s for every job (each answered with a page of at most 256 jobs),"
   echo "and, in the second row, 300 HTTP clients read \`GET /api/jobs\` back to back (each opens a connection,"
   echo "reads the page, and at once starts again; \`--http-max-conns 1024\`)."
   echo "Round trip = heartbeat sent -> ack received, timed by the simulator, over a ${DURATION} s window after a"
@@ -70,7 +70,7 @@ out=bench/results/fairness.md
   for r in "${rows[@]}"; do echo "$r"; done
   echo
   echo "Aim (issue 12): no node suspect or dead and heartbeat p99 under 50 ms with 300 HTTP readers and 400"
-  echo "pipelined bulk requests. The RPC side: one frame per connection per loop turn, pages of 500 jobs, a"
+  echo "pipelined bulk requests. The RPC side: one frame per connection per loop turn, pages of 256 jobs, a"
   echo "scheduler tick that does not revisit every pending job; the HTTP side (issue 9): \`/api/jobs\` in"
   echo "pages shared between readers, a connection cap, idle and write timeouts."
   echo

@@ -25,13 +25,14 @@ Each libFuzzer target (`fuzz/`, built with ASan + UBSan: `cmake -S . -B build-fu
 shared with other work, one target at a time. The corpus grown by each run is minimised into
 `fuzz/corpus/TARGET`, which `tests/run.sh` starts from. "crashes" counts crash, leak, timeout
 and out-of-memory artifacts (kept in build-fuzz/artifacts-TARGET); each is a bug to fix, after
-which the target is run again.
+which the target is run again. "slow" counts inputs libFuzzer reported as slow (over 10 s of
+wall time on this shared machine at nice 19), which are kept too and timed again alone.
 
 - command: `bench/fuzz.sh [TARGET...]` (RUNS=10000000, MAX_SECONDS=3600 unless the row says otherwise)
 - machine: MACHINE
 
-| target | executions | seconds | exec/s | coverage (edges) | features | corpus in / out (files) | crashes | commit | date (UTC) |
-|---|---|---|---|---|---|---|---|---|---|
+| target | executions | seconds | exec/s | coverage (edges) | features | corpus in / out (files) | crashes | slow | commit | date (UTC) |
+|---|---|---|---|---|---|---|---|---|---|---|
 EOF
   sed -i "s|MACHINE|\`$(uname -srm)\`, $(lscpu | grep 'Model name' | sed 's/Model name:[ ]*//'), $(nproc) cores|" "$out"
 fi
@@ -40,7 +41,7 @@ for t in "${targets[@]}"; do
   seeds=fuzz/corpus/$t grown=build-fuzz/corpus-$t art=build-fuzz/artifacts-$t log=build-fuzz/$t.long.log
   mkdir -p "$seeds" "$grown" "$art"
   in_files=$(find "$seeds" -type f | wc -l)
-  commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- common coordinatord fuzz || echo "+changes")
+  commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- common coordinatord engine fuzz/*.c || echo "+changes")
   rm -f "$art"/*
   start=$(date +%s)
   set +e
@@ -52,12 +53,13 @@ for t in "${targets[@]}"; do
   execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | awk '{print $2}')
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | awk '{print $2}')
   ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | awk '{print $2}')
-  crashes=$(find "$art" -type f | wc -l)
+  crashes=$(find "$art" -type f ! -name 'slow-unit-*' | wc -l)
+  slow=$(find "$art" -type f -name 'slow-unit-*' | wc -l)
   # Minimise what the run grew back into the project's corpus.
   tmp=$(mktemp -d build-fuzz/merge-XXXXXX)
   nice -n 19 "$BIN/$t" -merge=1 "$tmp" "$seeds" "$grown" >/dev/null 2>&1
   rm -rf "$seeds" && mv "$tmp" "$seeds"
   out_files=$(find "$seeds" -type f | wc -l)
-  echo "| \`$t\` | ${execs:-?} | $secs | $(( ${execs:-0} / (secs > 0 ? secs : 1) )) | ${cov:-?} | ${ft:-?} | $in_files / $out_files | $crashes (exit $rc) | $commit | $(date -u '+%Y-%m-%d %H:%M') |" >>"$out"
+  echo "| \`$t\` | ${execs:-?} | $secs | $(( ${execs:-0} / (secs > 0 ? secs : 1) )) | ${cov:-?} | ${ft:-?} | $in_files / $out_files | $crashes (exit $rc) | $slow | $commit | $(date -u '+%Y-%m-%d %H:%M') |" >>"$out"
   tail -1 "$out"
 done

@@ -99,9 +99,11 @@ typedef struct coord {
     int64_t (*now)(void);    /* wall clock in ms; replaceable in tests */
     int schedule_pending;    /* the scheduler should run soon */
     /* The scheduler retries every pending job only when capacity may have grown
-     * (sched_gen moved since its last full pass); otherwise only jobs newer than
-     * the newest it tried (scheduler.c). */
-    uint64_t sched_gen, sched_seen_gen, sched_seen_id;
+     * (sched_gen moved since its last full pass; the pass walks from sched_cursor a
+     * bounded number of jobs per tick); otherwise only jobs newer than the newest it
+     * tried (scheduler.c). */
+    uint64_t sched_gen, sched_seen_gen, sched_seen_id, sched_cursor;
+    int sched_full;
     struct kv_store *kv;     /* rendezvous keys (rendezvous.c) */
     live_table live;         /* active jobs (jobs.c) */
     struct logs_pending *logs; /* log reads forwarded to workers (logs.c) */
@@ -122,7 +124,7 @@ int coord_init(coord *c, const coord_opts *o, const char *db_path, char *err, si
 void coord_free(coord *c);
 
 /* ---- dispatch.c ---- */
-#define COORD_JOBS_PAGE 500 /* jobs in one JobsReply at most */
+#define COORD_JOBS_PAGE 256 /* jobs in one JobsReply at most */
 void coord_dispatch(coord *c, coord_peer *p, uint16_t type, const uint8_t *payload, size_t len);
 void coord_peer_closed(coord *c, coord_peer *p);
 void coord_reply(coord *c, coord_peer *p, uint16_t type, const ProtobufCMessage *m);

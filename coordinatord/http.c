@@ -348,7 +348,7 @@ static char *metrics_body(coord *c)
     int counts[8] = { 0 };
     for (int s = 0; s < 8; s++) {
         store_idlist ids = { 0 };
-        store_job_ids(c->st, s, 0, &ids);
+        store_job_ids(c->st, s, 0, 0, &ids);
         counts[s] = (int)ids.n;
         free(ids.ids);
     }

@@ -468,7 +468,7 @@ void jobs_reconcile(coord *c)
 {
     for (int s = PLACING; s <= RESTARTING; s++) store_jobs_each(c->st, s, load_live, c);
     store_idlist placing = { 0 };
-    store_job_ids(c->st, PLACING, 0, &placing);
+    store_job_ids(c->st, PLACING, 0, 0, &placing);
     for (size_t i = 0; i < placing.n; i++) {
         store_job j;
         if (store_job_get(c->st, placing.ids[i], &j)) continue;

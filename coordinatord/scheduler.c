@@ -59,6 +59,12 @@ int sched_groups(const char *rank_order, int tp, int pp, int dp, Atoll__JobLayou
     return 0;
 }
 
+/* Why a job of `world` ranks waits (one wording for every caller). */
+static void waiting_for(int world, int free_slots, int usable, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "waiting for %d GPUs: %d free on %d usable nodes", world, free_slots, usable);
+}
+
 int sched_place(const atoll_config *cfg, int world, const sched_node *nodes, int n,
                 Atoll__JobLayout *out, msg_arena *a, char *err, size_t errlen)
 {
@@ -72,7 +78,7 @@ int sched_place(const atoll_config *cfg, int world, const sched_node *nodes, int
         usable += f > 0;
     }
     if (free_slots < world) {
-        snprintf(err, errlen, "waiting for %d GPUs: %d free on %d usable nodes", world, free_slots, usable);
+        waiting_for(world, free_slots, usable, err, errlen);
         return -1;
     }
     out->tp = tp;
@@ -166,6 +172,8 @@ void sched_stop_job(coord *c, const store_job *j, const char *reason)
 
 /* ---- the run ---- */
 
+#define SCHED_JOBS_PER_TICK 256 /* pending jobs looked at per run; the rest on the next tick */
+
 typedef struct {
     reg_node *rn;
     int *gpu;
@@ -176,7 +184,19 @@ typedef struct {
     coord *c;
     cand *cands;
     size_t n;
+    int free_slots, usable; /* over all candidates, kept up to date as jobs are placed */
 } busy_ctx;
+
+static void count_free(busy_ctx *b)
+{
+    b->free_slots = b->usable = 0;
+    for (size_t i = 0; i < b->n; i++) {
+        int f = 0;
+        for (int s = 0; s < b->cands[i].rn->slots; s++) f += !b->cands[i].busy[s];
+        b->free_slots += f;
+        b->usable += f > 0;
+    }
+}
 
 static int mark_busy(void *ctx, store_job *j)
 {
@@ -219,6 +239,7 @@ static void build_candidates(coord *c, busy_ctx *b)
     free(sorted);
     for (int s = ATOLL__JOB_STATE__JOB_PLACING; s <= ATOLL__JOB_STATE__JOB_RESTARTING; s++)
         store_jobs_each(c->st, s, mark_busy, b);
+    count_free(b);
 }
 
 static void free_candidates(busy_ctx *b)
@@ -340,6 +361,13 @@ static void place_one(coord *c, busy_ctx *b, store_job *j, why_list *waiting)
 {
     atoll_config cfg;
     Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec);
+    char why[256];
+    if (spec && spec->num_gpus > b->free_slots) { /* cannot fit: say so without trying a placement */
+        waiting_for(spec->num_gpus, b->free_slots, b->usable, why, sizeof why);
+        if (strcmp(j->message, why)) why_add(waiting, j->id, why);
+        atoll__job_spec__free_unpacked(spec, NULL);
+        return;
+    }
     if (!spec || msg_spec_to_cfg(spec, &cfg, j->message, sizeof j->message)) {
         jobs_set_state(c, j, ATOLL__JOB_STATE__JOB_PLACING, "placing");
         jobs_set_state(c, j, ATOLL__JOB_STATE__JOB_FAILED, "stored job spec is unreadable");
@@ -351,7 +379,6 @@ static void place_one(coord *c, busy_ctx *b, store_job *j, why_list *waiting)
         nodes[i] = (sched_node){ b->cands[i].rn->name, b->cands[i].rn->slots, b->cands[i].gpu, b->cands[i].busy };
     msg_arena a = { 0 };
     Atoll__JobLayout l = ATOLL__JOB_LAYOUT__INIT;
-    char why[256];
     int topo_rc = nodes ? place_topology_aware(c, b, &cfg, &l, &a, why, sizeof why) : -1;
     if (topo_rc < 0 || (topo_rc > 0 && sched_place(&cfg, cfg.num_gpus, nodes, (int)b->n, &l, &a, why, sizeof why))) {
         if (nodes && strcmp(j->message, why)) why_add(waiting, j->id, why); /* no state change: no event */
@@ -385,6 +412,7 @@ static void place_one(coord *c, busy_ctx *b, store_job *j, why_list *waiting)
                         b->cands[k].busy[s] = 1;
                         break;
                     }
+    count_free(b);
     launch(c, j, spec, &l);
 out:
     msg_arena_free(&a);
@@ -401,10 +429,22 @@ void sched_capacity_changed(coord *c)
 void sched_run(coord *c)
 {
     c->schedule_pending = 0;
-    int full = c->sched_gen != c->sched_seen_gen;
+    if (c->sched_gen != c->sched_seen_gen) { /* capacity may have grown: every pending job again */
+        c->sched_seen_gen = c->sched_gen;
+        c->sched_cursor = 0;
+        c->sched_full = 1;
+    }
+    /* At most SCHED_JOBS_PER_TICK jobs a tick, so a long queue costs heartbeats nothing
+     * noticeable; the rest continue on the next tick. */
     store_idlist pending = { 0 };
-    store_job_ids(c->st, ATOLL__JOB_STATE__JOB_PENDING, full ? 0 : c->sched_seen_id, &pending);
-    c->sched_seen_gen = c->sched_gen;
+    store_job_ids(c->st, ATOLL__JOB_STATE__JOB_PENDING, c->sched_full ? c->sched_cursor : c->sched_seen_id,
+                  SCHED_JOBS_PER_TICK, &pending);
+    if (pending.n == SCHED_JOBS_PER_TICK) {
+        c->sched_cursor = pending.ids[pending.n - 1];
+        c->schedule_pending = 1;
+    } else {
+        c->sched_full = 0;
+    }
     if (!pending.n) return;
     /* Ids only grow (AUTOINCREMENT): a job submitted later has a higher one. */
     if (pending.ids[pending.n - 1] > c->sched_seen_id) c->sched_seen_id = pending.ids[pending.n - 1];

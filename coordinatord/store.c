@@ -433,12 +433,13 @@ int store_idlist_push(store_idlist *l, uint64_t id)
     return 0;
 }
 
-int store_job_ids(store *s, int state, uint64_t after_id, store_idlist *out)
+int store_job_ids(store *s, int state, uint64_t after_id, unsigned limit, store_idlist *out)
 {
-    sqlite3_stmt *st = prep(s, "SELECT id FROM jobs WHERE state=?1 AND id>?2 ORDER BY id");
+    sqlite3_stmt *st = prep(s, "SELECT id FROM jobs WHERE state=?1 AND id>?2 ORDER BY id LIMIT ?3");
     if (!st) return -1;
     sqlite3_bind_int(st, 1, state);
     sqlite3_bind_int64(st, 2, (sqlite3_int64)after_id);
+    sqlite3_bind_int64(st, 3, limit ? (sqlite3_int64)limit : -1);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW)
         if (store_idlist_push(out, (uint64_t)sqlite3_column_int64(st, 0))) break;

@@ -106,8 +106,9 @@ typedef struct store_idlist {
     size_t n, cap;
 } store_idlist;
 int store_idlist_push(store_idlist *l, uint64_t id); /* 0, or -1 when out of memory */
-/* Appends the ids of every job in `state` (id order) with id > after_id to `out`. 0 or -1. */
-int store_job_ids(store *s, int state, uint64_t after_id, store_idlist *out);
+/* Appends the ids of the jobs in `state` with id > after_id to `out`, in id order,
+ * at most `limit` of them (0: all). 0 or -1. */
+int store_job_ids(store *s, int state, uint64_t after_id, unsigned limit, store_idlist *out);
 
 /* ---- layouts (packed atoll.JobLayout per job and restart epoch) ---- */
 int store_layout_put(store *s, uint64_t job, uint32_t epoch, const uint8_t *blob, size_t len);

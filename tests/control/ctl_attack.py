@@ -110,17 +110,21 @@ def case_preauth():
     pid = int(ARGS[0])
     before = rss_kb(pid)
     # 1. Headers announcing 16 MiB frames, then part of the payload: refused at the header.
+    # (The part stays within one pre-authentication read: bytes left unread when the
+    # coordinator closes would make the kernel reset the connection, Error and all.)
     big = []
     for i in range(200):
         s = socket.create_connection(("127.0.0.1", PORT), timeout=5, source_address=("127.0.0.2", 0))
-        s.sendall(b"AT" + struct.pack(">HI", pb.MSG_AUTH, 16 << 20) + os.urandom(60000))
+        s.sendall(b"AT" + struct.pack(">HI", pb.MSG_AUTH, 16 << 20) + os.urandom(1000))
         big.append(s)
-    refused = 0
+    too_large = capped = 0
     for s in big:
         out = read_all(s)
-        refused += b"frame too large: 16777216 bytes of payload, the limit is 1024" in out
+        too_large += b"frame too large: 16777216 bytes of payload, the limit is 1024" in out
+        capped += b"connections from this address are already authenticating; at most 64" in out
         s.close()
-    assert refused == 200, f"only {refused} of 200 oversized handshakes refused"
+    # Opened faster than refused, some meet the per-address cap of connections still authenticating.
+    assert too_large + capped == 200 and too_large > 0, f"refused: {too_large} too large, {capped} capped of 200"
     # 2. Half-sent handshakes that stay open: what they can make the coordinator hold.
     held = []
     for i in range(60):
@@ -132,8 +136,8 @@ def case_preauth():
     for s in held:
         s.close()
     grew = during - before
-    print(f"preauth: 200 oversized handshakes refused at their header; 60 half-sent ones held open; "
-          f"coordinator RSS {before} -> {during} KiB")
+    print(f"preauth: 200 oversized handshakes refused ({too_large} at their header, {capped} by the cap of 64 "
+          f"authenticating per address); 60 half-sent ones held open; coordinator RSS {before} -> {during} KiB")
     assert grew < 32 * 1024, f"coordinator grew {grew} KiB before authentication"
     # 3. A burst of wrong MACs from one address: a few are checked, the rest refused outright.
     wrong = throttled = 0
@@ -305,9 +309,9 @@ def case_flood():
         t, p = c.recv()
         assert t == pb.MSG_JOBS_REPLY, t
         r = pb.JobsReply.FromString(p)
-        assert len(r.jobs) <= 500
+        assert len(r.jobs) <= 256
         jobs += len(r.jobs)
-    print(f"flood: {n} pipelined JobsRequests answered in {time.time() - t0:.2f} s, pages of at most 500 "
+    print(f"flood: {n} pipelined JobsRequests answered in {time.time() - t0:.2f} s, pages of at most 256 "
           f"({jobs} jobs in all)")
     # A client that asks and never reads: its requests wait once 1 MiB of replies is queued.
     pid = int(ARGS[1])

@@ -78,7 +78,7 @@ static void basic(void)
           "set message");
     store_job_clear(&g);
     store_idlist ids = { 0 };
-    CHECK(store_job_ids(s, 0, 2, &ids) == 0 && ids.n == 2 && ids.ids[0] == 3, "pending ids after 2: %zu", ids.n);
+    CHECK(store_job_ids(s, 0, 2, 0, &ids) == 0 && ids.n == 2 && ids.ids[0] == 3, "pending ids after 2: %zu", ids.n);
     free(ids.ids);
     store_job missing = { .id = 99 };
     CHECK(store_job_update(s, &missing) == -1, "update of a missing job must fail");
