@@ -20,18 +20,20 @@ ms() { # COMMAND...: wall milliseconds of one run
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 rows=() cli_rows=()
-for http in 0 300; do
+for mode in 0:0 300:1 300:0; do   # HTTP readers : seconds between one reader's requests (0: back to back)
+  http=${mode%%:*} interval=${mode##*:}
   rm -rf "$TMP/state"
   "$BIN/coordinatord" --listen 127.0.0.1:0 --http 127.0.0.1:0 --state-dir "$TMP/state" --http-max-conns 1024 \
-      --heartbeat-interval 1 --node-timeout 5 --log-level warn 2>"$TMP/coord-$http.log" &
+      --heartbeat-interval 1 --node-timeout 5 --log-level warn 2>"$TMP/coord-$http-$interval.log" &
   COORD=$!
   for _ in $(seq 100); do [ -s "$TMP/state/coordinatord.addr" ] && [ -s "$TMP/state/http.addr" ] && break; sleep 0.05; done
   addr=$(cat "$TMP/state/coordinatord.addr"); haddr=$(cat "$TMP/state/http.addr")
   export ATOLL_COORDINATOR=$addr ATOLL_TOKEN_FILE=$TMP/state/token
   "$BIN/bench_heartbeat" --coordinator "$addr" --token-file "$TMP/state/token" --nodes 10 --rate 1 \
       --warmup 2 --duration "$DURATION" --pending-jobs 3000 --bulk-requests 400 \
-      --http "$haddr" --http-readers "$http" --http-interval 0 --json "$TMP/r-$http.json" | tee "$TMP/out-$http.txt" || true
-  "$BIN/atoll" events --json > "$TMP/events-$http.json"
+      --http "$haddr" --http-readers "$http" --http-interval "$interval" --json "$TMP/r-$mode.json" \
+      | tee "$TMP/out-$mode.txt" || true
+  "$BIN/atoll" events --json > "$TMP/events-$mode.json"
   if [ "$http" = 0 ]; then
     for cmd in "nodes" "submit --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --num-gpus 4096" "jobs"; do
       t=(); for _ in 1 2 3 4 5; do t+=("$(ms "$BIN/atoll" $cmd)"); done
@@ -39,12 +41,13 @@ for http in 0 300; do
     done
   fi
   kill -TERM "$COORD"; wait "$COORD" || true; COORD=
-  row=$(python3 - "$TMP/r-$http.json" "$TMP/events-$http.json" <<'PY'
+  row=$(python3 - "$TMP/r-$mode.json" "$TMP/events-$mode.json" "$interval" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1])); ev = json.load(open(sys.argv[2]))["events"]
+every = "back to back" if float(sys.argv[3]) == 0 else f"every {sys.argv[3]} s"
 sus = sum(e["kind"] == "node.suspect" for e in ev); dead = sum(e["kind"] == "node.dead" for e in ev)
 t, b = r["rtt_us"], r["bulk"]
-print(f"| {r['http_readers']} | {r['pending_jobs']} | {b['requests']} / {b['replies']} ({b['jobs']} jobs) | "
+print(f"| {r['http_readers']}{'' if not r['http_readers'] else ', ' + every} | {r['pending_jobs']} | {b['requests']} / {b['replies']} ({b['jobs']} jobs) | "
       f"{b['seconds']:.2f} | {r['http_replies']} | {r['samples']} | {t['p50']/1000:.2f} | {t['p99']/1000:.2f} | "
       f"{t['max']/1000:.2f} | {sus} / {dead} |")
 PY
@@ -59,8 +62,8 @@ out=bench/results/fairness.md
   echo "A real \`coordinatord\` (state on tmpfs, \`$base\`) holds 3,000 pending jobs (submitted by the simulator"
   echo "before the window). 10 simulated workers heartbeat at 1 Hz over their own connections while one CLI"
   echo "connection pipelines 400 \`JobsRequest\`s for every job (each answered with a page of at most 256 jobs),"
-  echo "and, in the second row, 300 HTTP clients read \`GET /api/jobs\` back to back (each opens a connection,"
-  echo "reads the page, and at once starts again; \`--http-max-conns 1024\`)."
+  echo "and 300 HTTP clients read \`GET /api/jobs\` (each opens a connection, reads the first page and closes;"
+  echo "once a second each as a dashboard polls, or back to back, the worst case; \`--http-max-conns 1024\`)."
   echo "Round trip = heartbeat sent -> ack received, timed by the simulator, over a ${DURATION} s window after a"
   echo "2 s warmup; the simulator and the coordinator share the machine's 2 cores. Suspect/dead = node.suspect and"
   echo "node.dead events in the coordinator's log (suspect after 2 s of silence, dead after 5 s)."
