@@ -45,7 +45,8 @@ void kc_from_bf16(float *dst, const uint16_t *src, size_t n)
  * any allocation failure inside a kernel call would on a device. */
 static float *wide(const uint16_t *x, size_t n)
 {
-    float *f = malloc((n ? n : 1) * sizeof(float));
+    /* Zeroed, so an output buffer (x NULL) holds nothing uninitialised (gcc -O3 checks). */
+    float *f = calloc(n ? n : 1, sizeof(float));
     if (!f) abort();
     if (x) kc_from_bf16(f, x, n);
     return f;
