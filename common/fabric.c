@@ -214,10 +214,11 @@ static int add_switch(fabric *f, const char *name, int line)
     return f->nsw++;
 }
 
-/* One line: "SwitchName=X [Nodes=...] [Switches=...] [LinkSpeed=N]". */
+/* One line: "SwitchName=X [Nodes=...] [Switches=...] [LinkSpeed=N] [Level=N]". */
 static int parse_line(fabric *f, char *line, const char *fname, int lineno, char *err, size_t errlen)
 {
     char *name = NULL, *nodes = NULL, *switches = NULL;
+    int level = 0;
     for (char *tok = strtok(line, " \t\r"); tok; tok = strtok(NULL, " \t\r")) {
         char *eq = strchr(tok, '=');
         if (!eq || eq == tok || !eq[1]) {
@@ -229,12 +230,16 @@ static int parse_line(fabric *f, char *line, const char *fname, int lineno, char
         else if (!strcasecmp(tok, "Nodes")) nodes = eq + 1;
         else if (!strcasecmp(tok, "Switches")) switches = eq + 1;
         else if (!strcasecmp(tok, "LinkSpeed")) continue;
+        else if (!strcasecmp(tok, "Level")) level = 1;
         else {
-            errf(err, errlen, "%s:%d: unknown key %s (accepted: SwitchName, Nodes, Switches, LinkSpeed)", fname,
-                 lineno, tok);
+            errf(err, errlen, "%s:%d: unknown key %s (accepted: SwitchName, Nodes, Switches, LinkSpeed, Level)",
+                 fname, lineno, tok);
             return -1;
         }
     }
+    /* `scontrol show topology` (Level= present) lists under an upper switch every
+     * node below it; the leaves' lines say where each node hangs. */
+    if (level && switches) nodes = NULL;
     if (!name) {
         errf(err, errlen, "%s:%d: a line needs SwitchName=NAME", fname, lineno);
         return -1;

@@ -5,6 +5,8 @@
  *   SwitchName=leaf0 Nodes=node[000-007,010]    a leaf switch and the nodes under it
  *   SwitchName=spine0 Switches=leaf[0-3]         a switch above other switches
  *   LinkSpeed=N is accepted and ignored (Slurm uses it only for its own weights).
+ * `scontrol show topology` output is accepted too: its Level=N is ignored, and so
+ * are the Nodes= of a switch with Switches= (it repeats the nodes of the leaves).
  * A node may hang under one switch only; a switch may have one parent only; the
  * tree must have no cycles. Hostlists use Slurm's syntax: prefix[a-b,c,...]suffix,
  * with zero padding kept from the range's lower bound.
