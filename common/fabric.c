@@ -354,14 +354,8 @@ int fabric_parse(fabric **out, const char *text, const char *fname, char *err, s
     return 0;
 }
 
-int fabric_load(fabric **out, const char *path, char *err, size_t errlen)
+char *fabric_read_text(FILE *fp, const char *name, char *err, size_t errlen)
 {
-    *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        errf(err, errlen, "%s: cannot open (--fabric expects a Slurm topology.conf)", path);
-        return -1;
-    }
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap);
     for (size_t r; buf && (r = fread(buf + len, 1, cap - len - 1, fp)) > 0;) {
@@ -373,17 +367,30 @@ int fabric_load(fabric **out, const char *path, char *err, size_t errlen)
             cap *= 2;
         }
     }
-    fclose(fp);
     if (!buf) {
-        errf(err, errlen, "%s: out of memory or larger than 64 MiB", path);
-        return -1;
+        errf(err, errlen, "%s: out of memory or larger than 64 MiB", name);
+        return NULL;
     }
     buf[len] = 0;
     if (memchr(buf, 0, len)) {
         free(buf);
-        errf(err, errlen, "%s: contains a NUL byte (not a text topology.conf)", path);
+        errf(err, errlen, "%s: contains a NUL byte (not a text topology.conf)", name);
+        return NULL;
+    }
+    return buf;
+}
+
+int fabric_load(fabric **out, const char *path, char *err, size_t errlen)
+{
+    *out = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        errf(err, errlen, "%s: cannot open (--fabric expects a Slurm topology.conf)", path);
         return -1;
     }
+    char *buf = fabric_read_text(fp, path, err, errlen);
+    fclose(fp);
+    if (!buf) return -1;
     int rc = fabric_parse(out, buf, path, err, errlen);
     free(buf);
     return rc;

@@ -18,6 +18,7 @@
 #define ATOLL_FABRIC_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "topo.h"
 
@@ -27,6 +28,9 @@ typedef struct fabric fabric;
  * Returns 0 and *out, or -1 with err set and *out NULL. */
 int fabric_parse(fabric **out, const char *text, const char *fname, char *err, size_t errlen);
 int fabric_load(fabric **out, const char *path, char *err, size_t errlen);
+/* A whole topology text from a stream (64 MiB at most, no NUL bytes): a string from
+ * malloc, or NULL with err set. */
+char *fabric_read_text(FILE *fp, const char *name, char *err, size_t errlen);
 void fabric_free(fabric *f);
 
 int fabric_num_switches(const fabric *f);

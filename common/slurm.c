@@ -112,33 +112,19 @@ int slurm_gpus(slurm_getenv_fn get, int *idx, int *cuda, int max, char *err, siz
     return n;
 }
 
-/* Reads a command's whole output; NULL when it cannot run or exits non-zero. */
+/* A command's whole output; NULL when it cannot run or exits non-zero. */
 static char *command_output(const char *cmd)
 {
     FILE *p = popen(cmd, "r");
     if (!p) return NULL;
-    size_t cap = 1 << 14, len = 0;
-    char *buf = malloc(cap);
-    for (size_t r; buf && (r = fread(buf + len, 1, cap - len - 1, p)) > 0;) {
-        len += r;
-        if (cap - len < 2) {
-            char *nb = cap < (16u << 20) ? realloc(buf, cap * 2) : NULL;
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-    }
+    char err[200];
+    char *text = fabric_read_text(p, cmd, err, sizeof err);
     int st = pclose(p);
-    if (!buf || st == -1 || !WIFEXITED(st) || WEXITSTATUS(st)) {
-        free(buf);
+    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+        free(text);
         return NULL;
     }
-    buf[len] = 0;
-    return buf;
+    return text;
 }
 
 int slurm_fabric(fabric **out, char *from, size_t fromlen, char *err, size_t errlen)

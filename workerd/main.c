@@ -43,7 +43,7 @@ static int slurm_keep_gpus(agent *a, char *err, size_t errlen)
     if (n < 0) return -1;
     topo_node *t = &a->topo;
     int kept = 0;
-    char list[256] = "";
+    char list[SLURM_MAX_GPUS * 6] = "";
     size_t at = 0;
     for (int k = 0; k < n; k++) {
         int found = 0;

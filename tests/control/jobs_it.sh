@@ -108,19 +108,7 @@ case_run() {
   (cd "$TMP" && "$BIN/atoll-train" --nproc-per-node 8 "${model[@]}" "${layout[@]}" --train-iters 12 \
       --metrics-file "$TMP/standalone.jsonl" >"$TMP/standalone.log" 2>&1) || fail "standalone run (exit $?)"
   atoll metrics "$id" --json >"$TMP/cluster.json" || fail "atoll metrics"
-  "$PY" - "$TMP/cluster.json" "$TMP/standalone.jsonl" <<'PYEOF' || fail "loss series differ"
-import json, sys
-cl = {s["iteration"]: s["loss"] for s in json.load(open(sys.argv[1]))["steps"]}
-sa = {}
-for line in open(sys.argv[2]):
-    d = json.loads(line)
-    if "loss" in d: sa[d["iteration"]] = d["loss"]
-assert sorted(cl) == list(range(1, 13)), "cluster steps %s" % sorted(cl)
-assert sorted(sa) == sorted(cl), "standalone steps %s" % sorted(sa)
-worst = max(abs(cl[i] - sa[i]) / abs(sa[i]) for i in sa)
-assert worst <= 1e-6, "worst relative difference %.3g" % worst
-print("12 steps, worst relative loss difference %.2g" % worst)
-PYEOF
+  "$PY" "$HERE/loss_match.py" "$TMP/cluster.json" "$TMP/standalone.jsonl" 1 12 || fail "loss series differ"
   ok "the coordinator's loss series equals the standalone run's, step for step"
   atoll metrics "$id" | grep -qE "^12 " || fail "metrics text"
   atoll logs "$id" --rank 0 | grep -q "iteration       12/      12" || fail "rank 0 log: $(atoll logs "$id")"
@@ -250,16 +238,7 @@ case_checkpoint() {
   (cd "$TMP" && "$BIN/atoll-train" --nproc-per-node 8 "${model[@]}" "${layout[@]}" --train-iters $iters \
       --metrics-file "$TMP/standalone.jsonl" >"$TMP/standalone.log" 2>&1) || fail "standalone run (exit $?)"
   atoll metrics "$id2" --json >"$TMP/resumed.json" || fail "atoll metrics"
-  "$PY" - "$TMP/resumed.json" "$TMP/standalone.jsonl" $((saved + 1)) $iters <<'PYEOF' || fail "resumed losses differ"
-import json, sys
-cl = {s["iteration"]: s["loss"] for s in json.load(open(sys.argv[1]))["steps"]}
-sa = {d["iteration"]: d["loss"] for d in map(json.loads, open(sys.argv[2])) if "loss" in d}
-lo, hi = int(sys.argv[3]), int(sys.argv[4])
-assert sorted(cl) == list(range(lo, hi + 1)), "steps %s..%s" % (min(cl), max(cl))
-worst = max(abs(cl[i] - sa[i]) / abs(sa[i]) for i in cl)
-assert worst <= 1e-6, "worst relative difference %.3g" % worst
-print("resumed steps %d..%d, worst relative loss difference %.2g" % (lo, hi, worst))
-PYEOF
+  "$PY" "$HERE/loss_match.py" "$TMP/resumed.json" "$TMP/standalone.jsonl" $((saved + 1)) $iters || fail "resumed losses differ"
   ok "job $id2 resumed from step $saved with the uninterrupted run's losses"
   stop_all
 }

@@ -168,16 +168,7 @@ case_run() {
     || fail "ranks not on both nodes: $(atoll layout 1)"
   standalone 12
   atoll metrics 1 --json >"$TMP/cluster.json" || fail "atoll metrics"
-  "$PY" - "$TMP/cluster.json" "$TMP/standalone.jsonl" 1 12 <<'PYEOF' || fail "loss series differ"
-import json, sys
-cl = {s["iteration"]: s["loss"] for s in json.load(open(sys.argv[1]))["steps"]}
-sa = {d["iteration"]: d["loss"] for d in map(json.loads, open(sys.argv[2])) if "loss" in d}
-lo, hi = int(sys.argv[3]), int(sys.argv[4])
-assert sorted(cl) == list(range(lo, hi + 1)), "steps %s" % sorted(cl)
-worst = max(abs(cl[i] - sa[i]) / abs(sa[i]) for i in cl)
-assert worst <= 1e-6, "worst relative difference %.3g" % worst
-print("steps %d..%d, worst relative loss difference %.2g" % (lo, hi, worst))
-PYEOF
+  "$PY" "$ROOT/tests/control/loss_match.py" "$TMP/cluster.json" "$TMP/standalone.jsonl" 1 12 || fail "loss series differ"
   ok "ranks on node1 and node2; the stored losses equal the standalone run's"
   show_out
 }
@@ -212,16 +203,7 @@ case_requeue() {
   atoll status 1 --json | json "d['state'] + ' ' + str(d['step'])" | grep -qx "cancelled $saved" || fail "job 1: $(atoll status 1)"
   standalone $iters
   atoll metrics 2 --json >"$TMP/resumed.json" || fail "atoll metrics 2"
-  "$PY" - "$TMP/resumed.json" "$TMP/standalone.jsonl" $((saved + 1)) $iters <<'PYEOF' || fail "resumed losses differ"
-import json, sys
-cl = {s["iteration"]: s["loss"] for s in json.load(open(sys.argv[1]))["steps"]}
-sa = {d["iteration"]: d["loss"] for d in map(json.loads, open(sys.argv[2])) if "loss" in d}
-lo, hi = int(sys.argv[3]), int(sys.argv[4])
-assert sorted(cl) == list(range(lo, hi + 1)), "steps %s..%s" % (min(cl), max(cl))
-worst = max(abs(cl[i] - sa[i]) / abs(sa[i]) for i in cl)
-assert worst <= 1e-6, "worst relative difference %.3g" % worst
-print("resumed steps %d..%d, worst relative loss difference %.2g" % (lo, hi, worst))
-PYEOF
+  "$PY" "$ROOT/tests/control/loss_match.py" "$TMP/resumed.json" "$TMP/standalone.jsonl" $((saved + 1)) $iters || fail "resumed losses differ"
   ok "after the requeue the losses continue as the uninterrupted run's"
 }
 
