@@ -11,6 +11,7 @@
 
 #include "coord.h"
 #include "log.h"
+#include "slurm.h"
 
 static const char USAGE[] =
     "usage: coordinatord [flags]\n"
@@ -24,7 +25,9 @@ static const char USAGE[] =
     "  --node-timeout SEC         silence after which a node is dead (default 5)\n"
     "  --suspect-after SEC        silence after which a node is suspect (default: min(2 x interval, timeout/2))\n"
     "  --max-frame BYTES          largest accepted frame payload (default 16777216)\n"
-    "  --fabric FILE              Slurm topology.conf describing the switch tree (placement keeps jobs under few leaves)\n"
+    "  --fabric FILE              Slurm topology.conf describing the switch tree (placement keeps jobs under few\n"
+    "                             leaves); in a Slurm job without it: `scontrol show topology` or topology.conf\n"
+    "  --stop-grace SEC           on SIGTERM, keep serving while jobs are active, at most SEC (default 0: stop)\n"
     "  --log-level LEVEL          debug, info, warn, error (default info)\n"
     "The bound addresses are written to STATE_DIR/coordinatord.addr and STATE_DIR/http.addr.\n";
 
@@ -74,6 +77,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--node-timeout")) bad = seconds(a, v, &o.node_timeout_ms);
         else if (!strcmp(a, "--suspect-after")) bad = seconds(a, v, &o.suspect_ms);
         else if (!strcmp(a, "--fabric")) snprintf(o.fabric, sizeof o.fabric, "%s", v);
+        else if (!strcmp(a, "--stop-grace")) bad = seconds(a, v, &o.stop_grace_ms);
         else if (!strcmp(a, "--http-token")) snprintf(o.http_token_file, sizeof o.http_token_file, "%s", v);
         else if (!strcmp(a, "--http-max-conns")) {
             char *end;
@@ -113,6 +117,7 @@ int main(int argc, char **argv)
         return 2;
     }
     log_init("coordinatord", level);
+    o.fabric_from_slurm = slurm_in_job(getenv);
     /* A peer that goes away mid-write must cost us that connection (EPIPE), not the process. */
     signal(SIGPIPE, SIG_IGN);
 

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,7 +127,19 @@ typedef struct step_stats {
     double stage_bubble[64], stage_transfer[64];
     double peak;                  /* device peak FLOP/s; 0 unknown */
     uint64_t device_bytes;        /* GPU: peak device memory in use so far; 0 on the CPU */
+    int stop;                     /* some rank was asked to stop (SIGTERM) before this step's reduction */
 } step_stats;
+
+/* SIGTERM with --save (Slurm's signal before it ends an allocation, workerd passing
+ * it on for `atoll cancel --checkpoint`): finish the step, commit a checkpoint, stop.
+ * The handler only sets the flag; every rank learns of it in the step's world
+ * all-reduce, so all stop after the same step. */
+static volatile sig_atomic_t stop_requested;
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
 
 /* Dense bf16 peak of the device the backend runs on; 0 when unknown, so no MFU
  * is printed against a made-up figure. */
@@ -313,18 +326,20 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
         return -1;
     }
     int pp = d->pp < 64 ? d->pp : 64;
-    float vec[2 + 2 * 64] = { 0 };
+    float vec[3 + 2 * 64] = { 0 };
     vec[0] = (float)dist_grad_sumsq(d, m, &r->dopt);
     if (d->pp_rank == d->pp - 1 && d->tp_rank == 0) vec[1] = (float)(res.loss_sum / tokens);
     if (d->tp_rank == 0 && d->dp_rank == 0 && d->pp_rank < 64 && d->pp > 1) {
         vec[2 + d->pp_rank] = (float)res.idle_s;
         vec[2 + pp + d->pp_rank] = (float)res.transfer_s;
     }
-    if (dist_world_sum(d, vec, 2 + 2 * pp)) {
+    vec[2 + 2 * pp] = stop_requested ? 1.0f : 0.0f;
+    if (dist_world_sum(d, vec, 3 + 2 * pp)) {
         errf(err, errlen, "step reduction: %s", dist_error(d));
         return -1;
     }
     s->it = r->st.iteration + 1;
+    s->stop = vec[2 + 2 * pp] > 0;
     s->loss = vec[1];
     s->grad_norm = sqrt(vec[0]);
     s->pp = d->pp;
@@ -379,6 +394,7 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
         if (rc) return -1;
     }
     s->it = r->st.iteration + 1;
+    s->stop = stop_requested;
     s->grad_norm = sqrt(eng_grad_sumsq(m));
     s->lr = eng_lr_at(c, s->it);
     eng_optim_step(r->opt, m, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), (int)s->it);
@@ -598,7 +614,15 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
                                                                                          : ", selective recompute") : "");
         fflush(stdout);
     }
+    if (c.save[0]) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGTERM, &sa, NULL);
+    }
     long long last_saved = r.st.iteration;
+    int stopped = 0;
     long long stop = c.train_iters;
     if (o->exit_interval > 0 && o->exit_interval < stop) stop = o->exit_interval;
     while (!rc && r.st.iteration < stop) {
@@ -613,9 +637,18 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
             if ((rc = save(&r, err, errlen))) break;
             last_saved = s.it;
         }
+        if (s.stop && s.it < stop) { /* on the last step it is simply done */
+            stopped = 1;
+            break;
+        }
     }
     if (!rc && c.save[0] && last_saved != r.st.iteration)
         rc = save(&r, err, errlen);
+    if (!rc && stopped && r.d.rank == 0) {
+        printf("atoll-train: stopped on SIGTERM after iteration %lld; checkpoint committed in %s "
+               "(resume with --load %s)\n", r.st.iteration, c.save, c.save);
+        fflush(stdout);
+    }
     teardown(&r);
-    return rc ? -1 : 0;
+    return rc ? -1 : stopped;
 }

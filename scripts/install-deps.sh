@@ -8,7 +8,8 @@ pkgs=(cmake ninja-build make pkg-config gcc g++ clang libclang-rt-14-dev
       libuv1-dev libprotobuf-c-dev protobuf-c-compiler libsqlite3-dev libyaml-dev
       libsodium-dev libopenblas-dev python3 python3-torch python3-numpy time
       protobuf-compiler python3-protobuf   # the Python wire-protocol test
-      python3-prometheus-client chromium tmux)  # /metrics parsed for real, the dashboard in a browser, atoll top in a terminal
+      python3-prometheus-client chromium tmux   # /metrics parsed for real, the dashboard in a browser, atoll top in a terminal
+      slurm-wlm munge)  # tests/slurm: real slurmctld + slurmd allocations running the sbatch template
 # clang++ comes with the clang package; g++ is the C++ compiler CMake finds first.
 missing=()
 for p in "${pkgs[@]}"; do
