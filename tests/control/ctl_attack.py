@@ -74,11 +74,13 @@ def case_input():
                      pb.ERR_INVALID, "is not valid")
     print("input: refused:", m)
     # The connection is still good: a valid spec is accepted on it, and a retry is idempotent.
-    c.send(pb.MSG_SUBMIT, pb.SubmitRequest(spec=spec(name="after-attack"), request_id="attack-1"))
+    # (Larger than the cluster, so it stays pending: running ranks are not this test's subject.)
+    ok = spec(name="after-attack", num_gpus=1024, global_batch_size=1024)
+    c.send(pb.MSG_SUBMIT, pb.SubmitRequest(spec=ok, request_id="attack-1"))
     t, p = c.recv()
     assert t == pb.MSG_SUBMIT_REPLY, (t, p)
     first = pb.SubmitReply.FromString(p)
-    c.send(pb.MSG_SUBMIT, pb.SubmitRequest(spec=spec(name="after-attack"), request_id="attack-1"))
+    c.send(pb.MSG_SUBMIT, pb.SubmitRequest(spec=ok, request_id="attack-1"))
     t, p = c.recv()
     again = pb.SubmitReply.FromString(p)
     assert t == pb.MSG_SUBMIT_REPLY and again.job == first.job and again.existing and not first.existing
