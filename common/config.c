@@ -58,6 +58,7 @@ static const key_def KEYS[] = {
     F("eval-interval", K_INT, eval_interval),
     F("eval-iters", K_INT, eval_iters),
     F("bf16", K_BOOL, bf16),
+    F("async-save", K_BOOL, async_save),
 };
 #undef F
 #define NKEYS (sizeof(KEYS) / sizeof(KEYS[0]))

@@ -15,8 +15,8 @@
  * Ranks run in their own process group (a session each), so a stop reaches
  * anything a rank started. A rank that calls sup_child_guard() first dies with its
  * supervisor (PR_SET_PDEATHSIG), so killing the supervisor, even with SIGKILL,
- * leaves no orphan. sup_stop sends SIGTERM to every rank's group, then SIGKILL
- * after the grace period. Each exit is reported at once through on_exit.
+ * leaves no orphan. sup_stop sends SIGTERM (and SIGCONT, so a stopped rank
+ * acts on it) to every rank's group, then SIGKILL after the grace period. Each exit is reported at once through on_exit.
  *
  * Ownership: the caller owns the sup_set and the sup_rank array and keeps both
  * alive until on_closed has been called (every process and channel handle

@@ -260,6 +260,12 @@ static void handle_heartbeat(coord *c, coord_peer *p, Atoll__Heartbeat *m)
         jobs_rank_exit(c, n->name, e);
         if (e->relay_seq > n->relay_seen) n->relay_seen = e->relay_seq;
     }
+    /* Watchdog reports are state (the newest per rank), not history: kept by hang.c. */
+    for (size_t i = 0; i < m->n_watches; i++) {
+        Atoll__RankWatch *w = m->watches[i];
+        m->watches[i] = NULL; /* hang.c owns it now (free_unpacked skips NULL) */
+        hang_watch(c, n->name, w);
+    }
     /* Ranks of a job that is no longer active here (cancelled while the agent was
      * away, or an older placement) are told to stop. */
     for (size_t i = 0; i < m->n_running; i++) {
@@ -442,12 +448,39 @@ static int add_job(void *ctx, store_job *j)
     return 0;
 }
 
+/* The ranks of an active job's placement: straggler scores and watchdog state. */
+static void job_ranks(coord *c, uint64_t id, Atoll__Job *out, msg_arena *a)
+{
+    live_job *lj = jobs_live(c, id);
+    if (!lj || jobs_live_ranks(c, lj)) return;
+    out->world = lj->nranks;
+    out->ranks = msg_alloc(a, sizeof *out->ranks * (size_t)(lj->nranks + 1));
+    int64_t now = c->now();
+    for (int i = 0; i < lj->nranks; i++) {
+        const live_rank *r = &lj->ranks[i];
+        Atoll__RankHealth *h = msg_alloc(a, sizeof *h);
+        atoll__rank_health__init(h);
+        h->rank = i;
+        h->node = (char *)r->node;
+        h->compute_ms = r->compute_ms;
+        h->score = r->score;
+        h->straggler = r->straggler;
+        char what[200];
+        hang_describe(r, what, sizeof what);
+        h->watch = arena_strdup(a, r->watch ? what : "");
+        h->watch_age_ms = r->watch ? now - r->watch_ms : 0;
+        out->ranks[out->n_ranks++] = h;
+    }
+}
+
 static void reply_one_job(coord *c, coord_peer *p, const store_job *j)
 {
     msg_arena a = { 0 };
     Atoll__JobsReply r = ATOLL__JOBS_REPLY__INIT;
     jobs_ctx x = { &a, &r, 0 };
     add_job(&x, (store_job *)j);
+    job_ranks(c, j->id, r.jobs[0], &a);
+    r.jobs[0]->max_restarts = jobs_max_restarts(c, r.jobs[0]->spec);
     /* One job: its latest step in full (every stage's bubble, FLOP/s, memory). */
     Atoll__JobMetrics *mt = msg_alloc(&a, sizeof *mt);
     if (series_latest(c, j->id, mt, &a) == 0) r.jobs[0]->metrics = mt;
@@ -685,5 +718,7 @@ void coord_tick(coord *c)
     logs_expire(c, now);
     series_flush(c);
     jobs_tick(c);
+    hang_tick(c);
+    straggler_tick(c);
     if (c->schedule_pending) sched_run(c);
 }

@@ -290,6 +290,7 @@ typedef struct job_row {
     Atoll__JobMetrics m;
     int have;
     int nodes;
+    live_job *lj;            /* valid while the body is built (one loop) */
 } job_row;
 
 typedef struct {
@@ -326,6 +327,7 @@ static void collect_live(coord *c, live_job *lj, void *ctx)
     if (store_job_get(c->st, lj->id, &x->j)) return;
     x->have = series_latest(c, lj->id, &x->m, &r->a) == 0;
     x->nodes = count_nodes(c, &x->j);
+    x->lj = lj;
     r->n++;
 }
 
@@ -441,6 +443,29 @@ static char *metrics_body(coord *c)
                 }
             }
         }
+    }
+    /* Per rank of the running placements: straggler scores. */
+    metric_head(&t, "atoll_rank_compute_seconds", "gauge",
+                "Per rank: smoothed compute time per step (the step less time blocked in communication).");
+    for (size_t i = 0; i < r.n; i++)
+        for (int k = 0; r.v[i].lj && k < r.v[i].lj->nranks; k++)
+            if (r.v[i].lj->ranks[k].samples)
+                tprintf(&t, "atoll_rank_compute_seconds{job=\"%llu\",rank=\"%d\",node=\"%s\"} %.6g\n",
+                        (unsigned long long)r.v[i].j.id, k, r.v[i].lj->ranks[k].node,
+                        r.v[i].lj->ranks[k].compute_ms / 1e3);
+    metric_head(&t, "atoll_rank_straggler_score", "gauge",
+                "Per rank: compute time over the median of its peers (1 = typical; a straggler from "
+                "--straggler-threshold).");
+    for (size_t i = 0; i < r.n; i++)
+        for (int k = 0; r.v[i].lj && k < r.v[i].lj->nranks; k++)
+            if (r.v[i].lj->ranks[k].score > 0)
+                tprintf(&t, "atoll_rank_straggler_score{job=\"%llu\",rank=\"%d\",node=\"%s\"} %.6g\n",
+                        (unsigned long long)r.v[i].j.id, k, r.v[i].lj->ranks[k].node, r.v[i].lj->ranks[k].score);
+    metric_head(&t, "atoll_job_stragglers", "gauge", "Ranks of the job that are stragglers now.");
+    for (size_t i = 0; i < r.n; i++) {
+        int n = 0;
+        for (int k = 0; r.v[i].lj && k < r.v[i].lj->nranks; k++) n += r.v[i].lj->ranks[k].straggler;
+        tprintf(&t, "atoll_job_stragglers{job=\"%llu\"} %d\n", (unsigned long long)r.v[i].j.id, n);
     }
     for (size_t i = 0; i < r.n; i++) store_job_clear(&r.v[i].j);
     free(r.v);

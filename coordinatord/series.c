@@ -80,6 +80,8 @@ void series_add(coord *c, const Atoll__RankMetrics *m)
         }
         if (!(lj = jobs_live(c, m->job)) || !lj->acc) return;
     }
+    hang_step(c, lj, m);
+    straggler_step(c, lj, m);
     series_slot *s = slot_for(c, lj, m->iteration);
     store_step *st = &s->st;
     if (m->rank == 0) {

@@ -8,6 +8,7 @@
 #include "model.h"
 #include "optimizer.h"
 #include "safetensors.h"
+#include "watchdog.h"
 
 #include <errno.h>
 #include <math.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,6 +39,13 @@ void eng_run_opts_defaults(eng_run_opts *o)
 {
     memset(o, 0, sizeof *o);
     snprintf(o->device, sizeof o->device, "cpu");
+}
+
+static int64_t wall_ms(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
 static double now_s(void)
@@ -125,6 +134,10 @@ typedef struct step_stats {
      * each over the step time, so bubbles are shares of the step in [0, 1] */
     double stage_bubble[64], stage_transfer[64];
     double peak;                  /* device peak FLOP/s; 0 unknown */
+    double compute_s;             /* step_s less this rank's time blocked in communication */
+    /* for the supervisor (rank_step) */
+    long long checkpoint_iteration, start_iteration;
+    double save_stall_s, save_s, startup_s;
 } step_stats;
 
 /* Dense bf16 peak of the device the backend runs on; 0 when unknown, so no MFU
@@ -151,6 +164,9 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, 
         .tokens_per_s = s->tokens_per_s, .step_s = s->step_s, .flops_per_gpu = s->flops_per_s / d->size,
         .peak_flops = s->peak, .stage = stage, .bubble = stage >= 0 ? s->stage_bubble[stage] : 0,
         .transfer = stage >= 0 ? s->stage_transfer[stage] : 0, .bubble_theory = s->bubble_theory,
+        .compute_s = s->compute_s, .time_ms = wall_ms(), .checkpoint_iteration = s->checkpoint_iteration,
+        .save_stall_s = s->save_stall_s, .save_s = s->save_s, .start_iteration = s->start_iteration,
+        .startup_s = s->startup_s,
     };
     metrics_emit_step(emit, &rs);
     if (d->rank != 0 || c->log_interval <= 0 || s->it % c->log_interval) return;
@@ -200,6 +216,14 @@ typedef struct run {
     int32_t *tokens, *targets; /* [gbs, T] host */
     FILE *metrics;
     metrics_emit emit;
+    int have_emit;
+    eng_watchdog *wd;    /* reports what this rank is blocked in (watchdog.h) */
+    double t_start;      /* eng_train's start: start-up time is counted from it */
+    long long start_iteration; /* the iteration this run resumed from */
+    /* checkpoints, for the supervisor: the newest this run committed, the stall
+     * not yet reported, and how long the newest took from start to commit */
+    long long ckpt_committed;
+    double stall_unreported, save_s;
 } run;
 
 static int check_config(const atoll_config *c, char *err, size_t errlen)
@@ -474,6 +498,9 @@ static int setup(run *r, char *err, size_t errlen)
     if (!k) return -1;
     if (dist_init(&r->d, c, k, err, errlen)) return -1;
     r->have_dist = 1;
+    metrics_emit_open(&r->emit, r->d.rank);
+    r->have_emit = 1;
+    r->wd = watchdog_start(r->d.world, &r->emit); /* from here a hang names where this rank is */
     if (r->d.size > 1 && r->o->dump_dir[0]) {
         errf(err, errlen, "--dump-dir is a single-rank test hook; run it without --nproc-per-node");
         return -1;
@@ -514,7 +541,7 @@ static int setup(run *r, char *err, size_t errlen)
     r->st.seed = c->seed;
     if (c->load[0] && resume(r, err, errlen)) return -1;
     eng_params_updated(r->m); /* the bf16 copy of what init or the checkpoint wrote */
-    metrics_emit_open(&r->emit, r->d.rank);
+    r->start_iteration = r->st.iteration;
     if (r->d.rank == 0 && r->o->metrics_file[0] && !(r->metrics = fopen(r->o->metrics_file, "a"))) {
         errf(err, errlen, "--metrics-file %s: %s", r->o->metrics_file, strerror(errno));
         return -1;
@@ -531,6 +558,11 @@ static int setup(run *r, char *err, size_t errlen)
 
 static void teardown(run *r)
 {
+    if (r->wd) {
+        watchdog_phase(r->wd, "done", r->st.iteration);
+        watchdog_stop(r->wd);
+    }
+    if (r->have_emit) metrics_emit_close(&r->emit);
     if (r->metrics) fclose(r->metrics);
     if (r->have_data) eng_data_close(&r->data);
     if (r->have_valid) eng_data_close(&r->valid);
@@ -572,8 +604,26 @@ static int save(run *r, char *err, size_t errlen)
     return 0;
 }
 
+/* A save, timed: its stall is reported with the next step, and rank 0 (which
+ * commits) reports the step as committed. */
+static int save_timed(run *r, char *err, size_t errlen)
+{
+    watchdog_phase(r->wd, "save", r->st.iteration);
+    double t0 = now_s();
+    int rc = save(r, err, errlen);
+    double dt = now_s() - t0;
+    r->stall_unreported += dt;
+    if (!rc) {
+        r->ckpt_committed = r->st.iteration;
+        r->save_s = dt;
+    }
+    watchdog_phase(r->wd, "step", r->st.iteration);
+    return rc;
+}
+
 int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t errlen)
 {
+    double t_start = now_s();
     atoll_config c = *cfg;
     if (!c.global_batch_size) {
         /* Megatron's default: one micro-batch per DP rank */
@@ -586,6 +636,7 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     memset(&r, 0, sizeof r);
     r.c = &c;
     r.o = o;
+    r.t_start = t_start;
     int rc = setup(&r, err, errlen);
     if (!rc && r.d.rank == 0) {
         printf("atoll-train: %s, %d layers, hidden %d, %d heads, seq %d, vocab %d, %.0f parameters, "
@@ -603,21 +654,36 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     long long last_saved = r.st.iteration;
     long long stop = c.train_iters;
     if (o->exit_interval > 0 && o->exit_interval < stop) stop = o->exit_interval;
+    int first = 1;
     while (!rc && r.st.iteration < stop) {
         step_stats s;
         memset(&s, 0, sizeof s);
         s.pp = 1;
+        watchdog_phase(r.wd, "step", r.st.iteration);
+        double comm0 = comm_thread_comm_s(), t0 = now_s();
         if ((rc = train_step(&r, &s, err, errlen))) break;
+        s.compute_s = s.step_s - (comm_thread_comm_s() - comm0);
+        if (s.compute_s < 0) s.compute_s = 0;
+        s.start_iteration = r.start_iteration;
+        if (first) s.startup_s = t0 - r.t_start;
+        first = 0;
+        s.checkpoint_iteration = r.ckpt_committed;
+        s.save_s = r.save_s;
+        s.save_stall_s = r.stall_unreported;
+        r.stall_unreported = 0;
+        watchdog_step_time(r.wd, s.step_s);
         log_step(&c, &s, r.metrics, &r.emit, &r.d);
-        if (r.have_valid && (s.it % c.eval_interval == 0 || s.it == stop) && (rc = evaluate(&r, err, errlen)))
-            break;
+        if (r.have_valid && (s.it % c.eval_interval == 0 || s.it == stop)) {
+            watchdog_phase(r.wd, "eval", r.st.iteration);
+            if ((rc = evaluate(&r, err, errlen))) break;
+        }
         if (c.save[0] && c.save_interval > 0 && s.it % c.save_interval == 0) {
-            if ((rc = save(&r, err, errlen))) break;
+            if ((rc = save_timed(&r, err, errlen))) break;
             last_saved = s.it;
         }
     }
     if (!rc && c.save[0] && last_saved != r.st.iteration)
-        rc = save(&r, err, errlen);
+        rc = save_timed(&r, err, errlen);
     teardown(&r);
     return rc ? -1 : 0;
 }

@@ -31,7 +31,9 @@ static void sink(coord *c, coord_peer *p, uint16_t type, const ProtobufCMessage 
 
 static void setup(void)
 {
-    coord_opts o = { .heartbeat_ms = 1000, .suspect_ms = 2000, .node_timeout_ms = 5000 };
+    coord_opts o;
+    coord_opts_defaults(&o);
+    o.suspect_ms = 2000;
     strcpy(o.listen, "127.0.0.1:7420");
     char err[256];
     if (coord_init(&g_c, &o, ":memory:", err, sizeof err)) abort();

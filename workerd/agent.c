@@ -61,8 +61,10 @@ static void on_heartbeat(uv_timer_t *t)
     void *scratch = NULL;
     relay_fill(&a->relay, &hb, &scratch);
     hb.n_running = ranks_running(a, &hb.running);
+    hb.n_watches = ranks_watches(a, &hb.watches);
     rpc_send(a->conn, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hb.base);
     free(scratch);
+    free(hb.watches);
     for (size_t i = 0; i < hb.n_running; i++) free(hb.running[i]);
     free(hb.running);
 }

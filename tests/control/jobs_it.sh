@@ -18,6 +18,10 @@
 #            pagination and errors; --http-token bearer
 #   dashboard  the page in a real headless Chromium (DevTools protocol): no request leaves
 #            loopback, nodes and a running job's plots with points, live updates; screenshot kept
+#   hang     SIGSTOP of a rank: a hang is declared within the bound, naming that rank, its node and
+#            that it is stopped; no rank is left
+#   straggler  a throttled rank (SIGSTOP/SIGCONT, stopped 3/4 of the time) is named a straggler in events,
+#            atoll status and /metrics
 # Every process started here is killed on exit, pass or fail.
 set -uo pipefail
 CASE=$1
@@ -344,6 +348,74 @@ case_dashboard() {
   local shot=${ATOLL_ARTIFACTS:-$TMP}/dashboard.png
   "$PY" "$HERE/dashboard_cdp.py" "http://$(cat "$TMP/state/http.addr")/" "$shot" 2 || fail "dashboard"
   ok "the dashboard in headless Chromium; screenshot $shot"
+  cancel_job "$id"
+  stop_all
+}
+
+# Events of KIND (a python list of dicts) as JSON
+events_of() { atoll events --json | json "json.dumps([e for e in d['events'] if e['kind']=='$1'])"; }
+
+case_hang() {
+  start_cluster --hang-floor 2 --hang-factor 3
+  running_job frozen 5
+  local id=$ID
+  local victim; victim=$(rank_pids "$id" 5)
+  [ -n "$victim" ] || fail "no rank 5"
+  local t0; t0=$(now)
+  kill -STOP "$victim"
+  has_hang() { [ "$(events_of job.hang | json "len(d)")" -ge 1 ]; }
+  wait_until 15 has_hang || fail "no hang declared: $(atoll events | tail -5)"
+  local took; took=$(awk -v a="$(now)" -v b="$t0" 'BEGIN { printf "%.1f", a - b }')
+  local msg; msg=$(events_of job.hang | json "d[0]['message']")
+  echo "$msg" | grep -q "culprit rank 5 on node node-b (pid $victim): never entered" || fail "culprit not named: $msg"
+  echo "$msg" | grep -q "process stopped (SIGSTOP)" || fail "stopped state not named: $msg"
+  ok "SIGSTOP of rank 5: hang declared within ${took} s naming it: $msg"
+  wait_until 10 no_ranks_of "$id" || fail "ranks alive after the hang: $(rank_pids "$id")"
+  ok "no rank of the hung job is left (the stopped one included)"
+  stop_all
+}
+
+case_straggler() {
+  local dpy; dpy=$(debian_python prometheus_client) || { echo "SKIP: needs python3-prometheus-client"; exit 77; }
+  start_cluster
+  # data parallel over 4 ranks with enough compute per step that a slow rank's compute shows
+  ID=$(atoll submit --num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 64 --micro-batch-size 2 \
+       --global-batch-size 8 --lr 1e-3 --num-gpus 4 --train-iters 100000 --name slowpoke --json | json "d['job']") \
+    || fail "submit"
+  local id=$ID
+  wait_until 60 step_at_least "$id" 5 || fail "job not running: $(atoll status "$id")"
+  local victim; victim=$(rank_pids "$id" 2)
+  [ -n "$victim" ] || fail "no rank 2"
+  # A throttled rank, as a slow GPU or a busy host would leave it: stopped 3/4 of the time.
+  "$PY" - "$victim" <<'PYEOF' &
+import os, signal, sys, time
+pid = int(sys.argv[1])
+try:
+    while True:
+        os.kill(pid, signal.SIGSTOP); time.sleep(0.03)
+        os.kill(pid, signal.SIGCONT); time.sleep(0.01)
+except ProcessLookupError:
+    pass
+PYEOF
+  local throttle=$!
+  PIDS+=("$throttle")
+  has_straggler() { [ "$(events_of job.straggler | json "len([e for e in d if 'rank 2 on node node-a' in e['message']])")" -ge 1 ]; }
+  wait_until 60 has_straggler || fail "rank 2 not named a straggler: $(atoll status "$id" | tail -3)"
+  ok "straggler event: $(events_of job.straggler | json "[e['message'] for e in d if 'rank 2' in e['message']][0]")"
+  atoll status "$id" | grep -E "stragglers .*: rank 2 \(node-a\) [0-9.]+x" >/dev/null || fail "status: $(atoll status "$id")"
+  atoll status "$id" --json | json "[r['rank'] for r in d['ranks'] if r['straggler']]" | grep -q "2" || fail "status --json"
+  "$dpy" - "http://$(cat "$TMP/state/http.addr")" "$id" <<'PYEOF' || fail "/metrics straggler scores"
+import sys, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+fams = {f.name: f for f in text_string_to_metric_families(urllib.request.urlopen(sys.argv[1] + "/metrics").read().decode())}
+sc = {s.labels["rank"]: s.value for s in fams["atoll_rank_straggler_score"].samples if s.labels["job"] == sys.argv[2]}
+assert len(sc) == 4 and sc["2"] >= 1.5 and sc["2"] == max(sc.values()), sc
+n = [s.value for s in fams["atoll_job_stragglers"].samples if s.labels["job"] == sys.argv[2]]
+assert n and n[0] >= 1, n
+print("atoll_rank_straggler_score: rank 2 %.2f, others up to %.2f" % (sc["2"], max(v for k, v in sc.items() if k != "2")))
+PYEOF
+  kill "$throttle"; wait "$throttle" 2>/dev/null; kill -CONT "$victim" 2>/dev/null
+  ok "atoll status and /metrics show rank 2's score"
   cancel_job "$id"
   stop_all
 }

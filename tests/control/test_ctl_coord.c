@@ -163,7 +163,9 @@ int main(int argc, char **argv)
     (void)argc;
     log_init("test_ctl_coord", LOG_WARN);
     coord c;
-    coord_opts o = { .heartbeat_ms = 1000, .suspect_ms = 2000, .node_timeout_ms = 5000 };
+    coord_opts o;
+    coord_opts_defaults(&o);
+    o.suspect_ms = 2000;
     snprintf(o.listen, sizeof o.listen, "127.0.0.1:7420");
     char err[256];
     CHECK(coord_init(&c, &o, ":memory:", err, sizeof err) == 0, "%s", err);
@@ -338,6 +340,18 @@ int main(int argc, char **argv)
           st.loss);
     CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "running after its first report: %d", j.state);
     store_job_clear(&j);
+    Atoll__RankExit ex2 = ATOLL__RANK_EXIT__INIT; /* a peer that lost its link to rank 5, reported first */
+    ex2.job = id2;
+    ex2.rank = 9;
+    ex2.pid = 4343;
+    ex2.exit_status = 1;
+    ex2.relay_seq = 3;
+    heartbeat_exit(&c, &w2, &ex2);
+    coord_tick(&c);
+    CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_RUNNING,
+          "an exit by itself is judged only after the settle period: %d", j.state);
+    store_job_clear(&j);
+    fake_ms += JOBS_SETTLE_MS / 2;
     Atoll__RankExit ex = ATOLL__RANK_EXIT__INIT;
     ex.job = id2;
     ex.rank = 5;
@@ -346,23 +360,110 @@ int main(int argc, char **argv)
     ex.relay_seq = 8;
     ex.log_tail = "step 1 done\nboom";
     heartbeat_exit(&c, &w1, &ex);
-    Atoll__RankExit ex2 = ATOLL__RANK_EXIT__INIT; /* a peer that lost its link to rank 5 */
-    ex2.job = id2;
-    ex2.rank = 9;
-    ex2.pid = 4343;
-    ex2.exit_status = 1;
-    ex2.relay_seq = 3;
-    heartbeat_exit(&c, &w2, &ex2);
-    coord_tick(&c);
-    CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "judged only after the settle period: %d", j.state);
-    store_job_clear(&j);
-    fake_ms += JOBS_SETTLE_MS + 1;
-    coord_tick(&c);
+    coord_tick(&c); /* killed by a signal: the cause, judged at once */
     CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_FAILED &&
           strstr(j.message, "rank 5 (pid 4242) was killed by signal 9") && strstr(j.message, "on node n1") &&
           strstr(j.message, "boom"), "failed, naming the rank killed by a signal: %d '%s'", j.state, j.message);
     store_job_clear(&j);
     CHECK(w1.stops + w2.stops > stops_before, "the other ranks were told to stop");
+
+    /* ---- a hang: step progress stops; the watchdog reports name the rank that never entered ---- */
+    c.o.hang_floor_ms = 1000;
+    base_cfg(&cfg);
+    uint64_t id3 = submit(&c, &cli, &cfg, &e);
+    fake_ms += 100;
+    heartbeat(&c, &w1, NULL);
+    heartbeat(&c, &w2, NULL);
+    coord_tick(&c);
+    CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_STARTING, "third job placed: %d (%s)", j.state, j.message);
+    store_job_clear(&j);
+    for (int it = 1; it <= 3; it++) { /* 200 ms steps */
+        fake_ms += 200;
+        Atoll__RankMetrics sm = ATOLL__RANK_METRICS__INIT;
+        sm.job = id3;
+        sm.epoch = 0;
+        sm.rank = 0;
+        sm.iteration = it;
+        sm.step_ms = 200;
+        sm.time_ms = fake_ms;
+        heartbeat(&c, &w1, &sm);
+        coord_tick(&c);
+    }
+    CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "third job running: %d", j.state);
+    store_job_clear(&j);
+    live_job *lj3 = jobs_live(&c, id3);
+    CHECK(lj3 && hang_bound_ms(&c, lj3) == 1000, "bound max(1 s floor, 3 x 0.2 s): %lld",
+          lj3 ? (long long)hang_bound_ms(&c, lj3) : -1);
+    /* Rank 1 was stopped while computing step 4; rank 0, its TP peer, waits for it in tp all-reduce #41;
+     * everyone else waits on rank 0 or 1 further down (the pipeline and data parallel peers). */
+    int32_t tp01[2] = { 0, 1 }, pp0[2] = { 0, 8 }, pp1[2] = { 1, 9 };
+    Atoll__WatchOp op_tp = ATOLL__WATCH_OP__INIT, op_pp0 = ATOLL__WATCH_OP__INIT, op_pp1 = ATOLL__WATCH_OP__INIT;
+    op_tp.group = "tp"; op_tp.op = "all-reduce"; op_tp.seq = 41; op_tp.members = tp01; op_tp.n_members = 2;
+    op_tp.waited_ms = 900;
+    op_pp0.group = "pp"; op_pp0.op = "send/recv"; op_pp0.members = pp0; op_pp0.n_members = 1; op_pp0.waited_ms = 800;
+    op_pp1.group = "pp"; op_pp1.op = "send/recv"; op_pp1.members = pp1; op_pp1.n_members = 1; op_pp1.waited_ms = 800;
+    Atoll__WatchOp *ops0[1] = { &op_tp }, *ops8[1] = { &op_pp0 }, *ops9[1] = { &op_pp1 };
+    fake_ms += 900;
+    Atoll__RankWatch wv[16], *wp[16];
+    for (int r = 0; r < 16; r++) {
+        Atoll__RankWatch *w = &wv[r];
+        atoll__rank_watch__init(w);
+        w->job = id3;
+        w->rank = r;
+        w->iteration = 3;
+        w->phase = "step";
+        w->pid = 5000 + r;
+        w->age_ms = 100;
+        if (r == 0) w->ops = ops0, w->n_ops = 1;
+        if (r == 8) w->ops = ops8, w->n_ops = 1;
+        if (r == 9) w->ops = ops9, w->n_ops = 1;
+        if (r == 1) w->age_ms = 1100, w->stopped = 1; /* silent since it stopped */
+        wp[r] = w;
+    }
+    Atoll__Heartbeat hw = ATOLL__HEARTBEAT__INIT;
+    hw.seq = 5;
+    hw.watches = wp; /* n1's ranks: 0..7 */
+    hw.n_watches = 8;
+    send_msg(&c, &w1, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hw.base);
+    hw.watches = wp + 8;
+    send_msg(&c, &w2, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hw.base);
+    int culprits[4];
+    char why[512];
+    lj3 = jobs_live(&c, id3);
+    int nc = lj3 ? hang_culprits(lj3, fake_ms, 1000, culprits, 4, why, sizeof why) : -1;
+    CHECK(nc == 1 && culprits[0] == 1, "culprit: %d ranks, first %d: %s", nc, nc > 0 ? culprits[0] : -1, why);
+    CHECK(strstr(why, "culprit rank 1 on node n1 (pid 5001): never entered tp all-reduce #41") &&
+          strstr(why, "process stopped (SIGSTOP)") && strstr(why, "last seen computing at iteration 3"), "why: %s", why);
+    coord_tick(&c);
+    CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "not hung within the bound: %d", j.state);
+    store_job_clear(&j);
+    fake_ms += 600; /* 1.5 s since step 3 (ticks come every 100 ms: a longer gap means a held-up loop) */
+    coord_tick(&c);
+    CHECK(events_of(&c, "job.hang") == 0, "judged after a held-up loop");
+    fake_ms += 100;
+    coord_tick(&c);
+    CHECK(events_of(&c, "job.hang") == 1, "one hang event, got %d", events_of(&c, "job.hang"));
+    CHECK(job_state(&c, id3, &j) != ATOLL__JOB_STATE__JOB_RUNNING, "a hung job is handled: still %d", j.state);
+    store_job_clear(&j);
+    /* Every rank inside the same all-reduce, one of them silent: that one holds it. */
+    live_job tj;
+    memset(&tj, 0, sizeof tj);
+    live_rank tr[2];
+    memset(tr, 0, sizeof tr);
+    Atoll__RankWatch tw[2];
+    for (int r = 0; r < 2; r++) {
+        atoll__rank_watch__init(&tw[r]);
+        tw[r].phase = "step";
+        tw[r].ops = ops0;
+        tw[r].n_ops = 1;
+        tr[r].watch = &tw[r];
+        tr[r].watch_ms = fake_ms - (r == 1 ? 3000 : 100);
+        snprintf(tr[r].node, sizeof tr[r].node, "n%d", r);
+    }
+    tj.ranks = tr;
+    tj.nranks = 2;
+    nc = hang_culprits(&tj, fake_ms, 1000, culprits, 4, why, sizeof why);
+    CHECK(nc == 1 && culprits[0] == 1 && strstr(why, "watchdog silent 3.0 s"), "silent inside the op: %s", why);
 
     /* ---- rendezvous: only ranks of the scope they proved ---- */
     static test_peer r1, r2, other;
