@@ -1,5 +1,6 @@
 /* atoll submit | jobs | status JOB | cancel JOB */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -11,13 +12,25 @@
 typedef struct {
     const char *name;
     int auto_layout;
+    int max_restarts;        /* -1: the coordinator's default */
 } submit_extra;
 
-/* `--name NAME` is the job's, not a training flag. */
+/* `--name NAME` and `--max-restarts N` are the job's, not training flags. */
 static int submit_flag(void *ctx, int argc, char **argv, int i, char *err, size_t errlen)
 {
     submit_extra *x = ctx;
     if (!strcmp(argv[i], "--auto-layout")) return x->auto_layout = 1; /* the planner picks (cmd_plan.c) */
+    if (!strcmp(argv[i], "--max-restarts")) {
+        char *end = NULL;
+        long n = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+        if (i + 1 >= argc || !*argv[i + 1] || *end || n < 0 || n > 1000000) {
+            snprintf(err, errlen, "--max-restarts needs a count of restarts after failures, 0..1000000 (0: fail at "
+                     "the first fault)");
+            return -1;
+        }
+        x->max_restarts = (int)n;
+        return 2;
+    }
     if (strcmp(argv[i], "--name")) return 0;
     if (i + 1 >= argc) {
         snprintf(err, errlen, "--name needs a value");
@@ -31,7 +44,7 @@ int cmd_submit(cli_ctx *c, int argc, char **argv)
 {
     atoll_config cfg;
     cfg_defaults(&cfg);
-    submit_extra x = { NULL, 0 };
+    submit_extra x = { NULL, 0, -1 };
     char err[512];
     if (cfg_parse_args(&cfg, argc, argv, 1, submit_flag, &x, err, sizeof err))
         return cli_usage(c, "submit", "%s", err);
@@ -42,6 +55,7 @@ int cmd_submit(cli_ctx *c, int argc, char **argv)
     /* The coordinator validates against the live cluster (NVLink islands); we only parse. */
     Atoll__JobSpec spec;
     msg_spec_from_cfg(&spec, &cfg, x.name);
+    spec.max_restarts = x.max_restarts;
     Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
     req.spec = &spec;
     Atoll__SubmitReply *r;
@@ -176,8 +190,12 @@ static void print_job(const Atoll__Job *j)
     cli_time(j->updated_ms, t2, sizeof t2);
     printf("job %llu (%s): %s%s%s\n", (unsigned long long)j->id, j->name, msg_job_state_name(j->state),
            j->message[0] ? " - " : "", j->message);
-    printf("  layout: tp=%d pp=%d dp=%d vpp=%d on %d ranks", j->tp, j->pp, j->dp, j->vpp,
-           j->spec ? j->spec->num_gpus : 0);
+    int full = j->spec ? j->spec->num_gpus : 0;
+    if (j->world > 0 && j->world < full)
+        printf("  layout: tp=%d pp=%d dp=%d vpp=%d on %d of %d ranks (data parallel shrunk after a fault)", j->tp, j->pp,
+               j->dp, j->vpp, j->world, full);
+    else
+        printf("  layout: tp=%d pp=%d dp=%d vpp=%d on %d ranks", j->tp, j->pp, j->dp, j->vpp, full);
     if (j->spec)
         printf(" (model: %d layers, hidden %d, %d heads, seq %d; micro-batch %d, global batch %d)",
                j->spec->num_layers, j->spec->hidden_size, j->spec->num_attention_heads, j->spec->seq_length,

@@ -84,6 +84,7 @@ typedef struct live_rank {
     int straggler;
     int streak;              /* scores in a row over (> 0) or under (< 0) the threshold */
     int64_t straggler_since; /* when it became one (0: is not) */
+    int gone;                /* restarting: its node reported it no longer running */
 } live_rank;
 
 #define LIVE_STEP_TIMES 16
@@ -111,6 +112,10 @@ typedef struct live_job {
     int nstep;
     int hung;                /* a hang was declared for this placement */
     int64_t straggler_tick_ms;
+    /* restart.c */
+    int64_t restart_ms;      /* restarting since (0: not restarting) */
+    int ran;                 /* this placement's first step was seen */
+    int64_t checkpoint;      /* newest committed checkpoint reported by this placement */
 } live_job;
 
 typedef struct live_table {
@@ -213,6 +218,8 @@ int hang_culprits(const live_job *lj, int64_t now, int64_t frozen_ms, int *culpr
                   size_t len);
 /* What the rank's watchdog last said, one line ("computing at iteration 12", "in tp all-reduce #41 ..."). */
 void hang_describe(const live_rank *r, char *out, size_t len);
+/* The median of rank 0's recent step times, ms (0 before any). */
+double hang_step_ms(const live_job *lj);
 /* The job's hang bound now: max(--hang-floor, --hang-factor x median step time); 0 before any step. */
 int64_t hang_bound_ms(const coord *c, const live_job *lj);
 

@@ -55,14 +55,20 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-int64_t hang_bound_ms(const coord *c, const live_job *lj)
+double hang_step_ms(const live_job *lj)
 {
     int n = lj->nstep < LIVE_STEP_TIMES ? lj->nstep : LIVE_STEP_TIMES;
     if (!n) return 0;
     double v[LIVE_STEP_TIMES];
     memcpy(v, lj->step_ms, sizeof(double) * (size_t)n);
     qsort(v, (size_t)n, sizeof v[0], cmp_double);
-    double b = c->o.hang_factor * v[n / 2];
+    return v[n / 2];
+}
+
+int64_t hang_bound_ms(const coord *c, const live_job *lj)
+{
+    if (!lj->nstep) return 0;
+    double b = c->o.hang_factor * hang_step_ms(lj);
     return b > c->o.hang_floor_ms ? (int64_t)b : c->o.hang_floor_ms;
 }
 
@@ -159,7 +165,10 @@ int hang_culprits(const live_job *lj, int64_t now, int64_t frozen_ms, int *culpr
         doing(r, what, sizeof what);
         const Atoll__WatchOp *o = wait_in[culprits[k]];
         char never[96] = "";
-        if (o) snprintf(never, sizeof never, " never entered %s %s #%llu:", o->group, o->op, (unsigned long long)o->seq);
+        if (o && o->seq && !entered(r, o))
+            snprintf(never, sizeof never, " never entered %s %s #%llu:", o->group, o->op, (unsigned long long)o->seq);
+        else if (o)
+            snprintf(never, sizeof never, " the others wait for it in %s %s:", o->group, o->op);
         at += (size_t)snprintf(why + at, len - at, "; culprit rank %d on node %s (pid %d):%s", culprits[k], r->node,
                                r->watch ? r->watch->pid : 0, never);
         if (at >= len) break;
@@ -229,10 +238,6 @@ static int judge(coord *c, live_job *lj, jobs_fault *f)
     int culprits[4];
     char why[400];
     int nc = hang_culprits(lj, now, frozen, culprits, 4, why, sizeof why);
-    int n = lj->nstep < LIVE_STEP_TIMES ? lj->nstep : LIVE_STEP_TIMES;
-    double v[LIVE_STEP_TIMES];
-    memcpy(v, lj->step_ms, sizeof(double) * (size_t)n);
-    qsort(v, (size_t)n, sizeof v[0], cmp_double);
     memset(f, 0, sizeof *f);
     f->cause = "hang";
     f->rank = nc ? culprits[0] : -1;
@@ -240,7 +245,7 @@ static int judge(coord *c, live_job *lj, jobs_fault *f)
     snprintf(f->node, sizeof f->node, "%s", nc ? lj->ranks[culprits[0]].node : "");
     snprintf(f->detail, sizeof f->detail, "no step for %.1f s after iteration %lld (bound %.1f s = max(floor %.1f s, "
              "%g x step %.2f s)); %s", stall / 1000.0, (long long)lj->newest, bound / 1000.0,
-             c->o.hang_floor_ms / 1000.0, c->o.hang_factor, v[n / 2] / 1000.0, why);
+             c->o.hang_floor_ms / 1000.0, c->o.hang_factor, hang_step_ms(lj) / 1000.0, why);
     lj->hung = 1;
     return 1;
 }

@@ -7,9 +7,11 @@
 
 #include "log.h"
 #include "msg.h"
+#include "restart.h"
 #include "scheduler.h"
 #include "series.h"
 #include "supervise.h"
+#include "topo.h"
 
 enum {
     PENDING = ATOLL__JOB_STATE__JOB_PENDING, PLACING = ATOLL__JOB_STATE__JOB_PLACING,
@@ -207,6 +209,7 @@ static int vchange(coord *c, store_job *j, int to, const char *fmt, va_list ap)
     vsnprintf(j->message, sizeof j->message, fmt, ap);
     j->state = to;
     j->updated_ms = c->now();
+    if (jobs_is_terminal(to)) j->ended_ms = j->updated_ms; /* goodput's wall time ends */
     char subject[32];
     snprintf(subject, sizeof subject, "job %llu", (unsigned long long)j->id);
     if (store_job_update(c->st, j)) return -1;
@@ -369,15 +372,10 @@ void jobs_fault_raise(coord *c, uint64_t id, const jobs_fault *f)
         events_add(c, fault_kind(f->cause), subject, "%s", f->detail);
         if (store_commit(c->st)) store_rollback(c->st);
     }
-    sched_stop_job(c, &j, f->cause);
-    if (!strcmp(f->cause, "node-lost")) {
-        if (jobs_set_state(c, &j, RESTARTING, "node %s lost", f->node) == 0) {
-            j.restarts++;
-            j.epoch++;
-            jobs_set_state(c, &j, PENDING, "waiting to re-place after node %s was lost (epoch %u)", f->node, j.epoch);
-        }
-    } else if (j.state == STARTING || j.state == RUNNING) {
-        jobs_set_state(c, &j, FAILED, "%s", f->detail);
+    if (j.state == PLACING) { /* nothing runs yet: place it again */
+        jobs_set_state(c, &j, PENDING, "placing again after %s", f->cause);
+    } else {
+        restart_begin(c, &j, f, 1);
     }
     store_job_clear(&j);
     c->schedule_pending = 1;
@@ -457,16 +455,20 @@ static void collect_due(coord *c, live_job *lj, void *ctx)
     if (lj->nfail && c->now() >= lj->settle_ms) store_idlist_push(&x->due, lj->id);
 }
 
-/* A node of the job that has gone quiet (no heartbeat for 1.5 intervals) while its
- * peers failed: its own ranks likely died with it, and it is the cause. Returns it,
- * or NULL when every node of the job is heard from. */
-static reg_node *quiet_node(coord *c, live_job *lj)
+/* A node of the job whose agent disconnected or has gone quiet (no heartbeat for
+ * 1.5 intervals) while its peers failed: its own ranks died with it (they die with
+ * their workerd), and it is the cause. Returns it, or NULL when every node of the
+ * job is heard from. *lost says whether that is certain already (disconnected,
+ * or not alive) or still to be seen (quiet). */
+static reg_node *quiet_node(coord *c, live_job *lj, int *lost)
 {
     if (jobs_live_ranks(c, lj)) return NULL;
     int64_t now = c->now(), quiet = c->o.heartbeat_ms * 3 / 2 + 100;
     for (int i = 0; i < lj->nranks; i++) {
         reg_node *n = registry_find(&c->reg, lj->ranks[i].node);
-        if (n && now - n->last_seen_ms > quiet) return n;
+        if (!n) continue;
+        *lost = !n->peer || n->live != NODE_ALIVE;
+        if (*lost || now - n->last_seen_ms > quiet) return n;
     }
     return NULL;
 }
@@ -482,16 +484,18 @@ void jobs_tick(coord *c)
         for (int k = 0; k < lj->nfail; k++) sigs[k] = lj->fail[k].term_signal;
         int blamed = sup_blame(sigs, lj->nfail);
         live_fail f = lj->fail[blamed];
-        reg_node *quiet = f.term_signal ? NULL : quiet_node(c, lj);
-        if (quiet && quiet->live == NODE_ALIVE) continue; /* wait: it speaks again, or is suspect */
+        int lost = 0;
+        reg_node *quiet = f.term_signal ? NULL : quiet_node(c, lj, &lost);
+        if (quiet && !lost) continue; /* wait: it speaks again, disconnects, or is suspect */
         jobs_fault jf = { .rank = f.rank, .fault_ms = lj->first_fail_ms };
         if (quiet) { /* its ranks died with it; the peers' exits are the symptom */
             jf.cause = "node-lost";
             jf.rank = -1;
-            jf.fault_ms = quiet->last_seen_ms;
+            jf.fault_ms = quiet->peer ? quiet->last_seen_ms : lj->first_fail_ms;
             snprintf(jf.node, sizeof jf.node, "%s", quiet->name);
-            snprintf(jf.detail, sizeof jf.detail, "node %s lost: no heartbeat for %.1f s while %d rank%s of the "
-                     "job failed (first: rank %d on node %s)", quiet->name, (c->now() - quiet->last_seen_ms) / 1000.0,
+            snprintf(jf.detail, sizeof jf.detail, "node %s lost: %s (last heartbeat %.1f s ago) while %d rank%s of "
+                     "the job failed (first: rank %d on node %s)", quiet->name,
+                     quiet->peer ? "no heartbeat" : "its agent disconnected", (c->now() - quiet->last_seen_ms) / 1000.0,
                      lj->nfail, lj->nfail == 1 ? "" : "s", lj->fail[0].rank, lj->fail[0].node);
             lj->nfail = 0;
             jobs_fault_raise(c, lj->id, &jf);
@@ -514,9 +518,25 @@ void jobs_tick(coord *c)
     free(x.due.ids);
 }
 
+static int note_reconciled(void *ctx, store_job *j)
+{
+    coord *c = ctx;
+    if (j->state == PLACING) return 0; /* placed again below */
+    char subject[32];
+    snprintf(subject, sizeof subject, "job %llu", (unsigned long long)j->id);
+    events_add(c, "job.reconciled", subject, "%s in epoch %u on %d ranks: left as it is (a coordinator restart is "
+               "not a failure); its nodes reconnect and their reports resume", msg_job_state_name(j->state), j->epoch,
+               j->world);
+    return 0;
+}
+
 void jobs_reconcile(coord *c)
 {
     for (int s = PLACING; s <= RESTARTING; s++) store_jobs_each(c->st, s, load_live, c);
+    if (store_begin(c->st) == 0) {
+        for (int s = STARTING; s <= RESTARTING; s++) store_jobs_each(c->st, s, note_reconciled, c);
+        if (store_commit(c->st)) store_rollback(c->st);
+    }
     store_idlist placing = { 0 };
     store_job_ids(c->st, PLACING, &placing);
     for (size_t i = 0; i < placing.n; i++) {

@@ -206,7 +206,20 @@ static int mark_busy(void *ctx, store_job *j)
     return 0;
 }
 
-static void build_candidates(coord *c, busy_ctx *b)
+typedef struct {
+    busy_ctx *b;
+    uint64_t except;
+} busy_but;
+
+static int mark_busy_but(void *ctx, store_job *j)
+{
+    busy_but *x = ctx;
+    return j->id == x->except ? 0 : mark_busy(x->b, j);
+}
+
+/* Live, connected nodes with slots, and which slots the active jobs hold (but
+ * job `except`'s: 0 = none excepted). */
+static void build_candidates(coord *c, busy_ctx *b, uint64_t except)
 {
     reg_node **sorted = registry_sorted(&c->reg);
     b->cands = calloc(c->reg.n + 1, sizeof *b->cands);
@@ -228,8 +241,9 @@ static void build_candidates(coord *c, busy_ctx *b)
         if (node) atoll__node__free_unpacked(node, NULL);
     }
     free(sorted);
+    busy_but x = { b, except };
     for (int s = ATOLL__JOB_STATE__JOB_PLACING; s <= ATOLL__JOB_STATE__JOB_RESTARTING; s++)
-        store_jobs_each(c->st, s, mark_busy, b);
+        store_jobs_each(c->st, s, mark_busy_but, &x);
 }
 
 static void free_candidates(busy_ctx *b)
@@ -327,6 +341,59 @@ out:
     return rc;
 }
 
+/* One placement attempt of `cfg` (its num_gpus ranks) on the candidates. 0 placed. */
+static int try_place(coord *c, busy_ctx *b, const atoll_config *cfg, Atoll__JobLayout *l, msg_arena *a, char *why,
+                     size_t whylen)
+{
+    sched_node *nodes = calloc(b->n + 1, sizeof *nodes);
+    if (!nodes) {
+        snprintf(why, whylen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < b->n; i++)
+        nodes[i] = (sched_node){ b->cands[i].rn->name, b->cands[i].rn->slots, b->cands[i].gpu, b->cands[i].busy };
+    int topo_rc = place_topology_aware(c, b, cfg, l, a, why, whylen);
+    int rc = topo_rc < 0 || (topo_rc > 0 && sched_place(cfg, cfg->num_gpus, nodes, (int)b->n, l, a, why, whylen));
+    free(nodes);
+    return rc ? -1 : 0;
+}
+
+int sched_dp_fits(const atoll_config *cfg, int dp)
+{
+    int micro = cfg->micro_batch_size > 0 ? cfg->global_batch_size / cfg->micro_batch_size : 0;
+    return dp >= 1 && micro > 0 && micro % dp == 0;
+}
+
+/* The job's placement: its full size, or for a restart the largest data-parallel
+ * size below it that fits, keeping TP and PP and the global batch (so each DP
+ * rank takes more micro-batches). 0 placed (*cfg then has the placed size). */
+static int place_elastic(coord *c, busy_ctx *b, const store_job *j, atoll_config *cfg, Atoll__JobLayout *l,
+                         msg_arena *a, char *why, size_t whylen)
+{
+    if (try_place(c, b, cfg, l, a, why, whylen) == 0) return 0;
+    if (j->epoch == 0) return -1; /* a new job waits for its full size */
+    int mp = cfg->tensor_model_parallel_size * cfg->pipeline_model_parallel_size;
+    int full = cfg_data_parallel_size(cfg, cfg->num_gpus), free_slots = 0;
+    for (size_t i = 0; i < b->n; i++)
+        for (int s = 0; s < b->cands[i].rn->slots; s++) free_slots += !b->cands[i].busy[s];
+    for (int dp = full - 1; dp >= 1; dp--) {
+        if (!sched_dp_fits(cfg, dp) || mp * dp > free_slots) continue;
+        atoll_config small = *cfg;
+        small.num_gpus = mp * dp;
+        Atoll__JobLayout sl = ATOLL__JOB_LAYOUT__INIT;
+        char w2[256];
+        if (try_place(c, b, &small, &sl, a, w2, sizeof w2) == 0) {
+            *cfg = small;
+            *l = sl;
+            return 0;
+        }
+    }
+    snprintf(why, whylen, "cannot place again: even data-parallel size 1 needs %d ranks (tp %d x pp %d) on healthy "
+             "nodes with free slots; %d free", mp, cfg->tensor_model_parallel_size, cfg->pipeline_model_parallel_size,
+             free_slots);
+    return -1;
+}
+
 static void place_one(coord *c, busy_ctx *b, store_job *j)
 {
     atoll_config cfg;
@@ -337,33 +404,46 @@ static void place_one(coord *c, busy_ctx *b, store_job *j)
         if (spec) atoll__job_spec__free_unpacked(spec, NULL);
         return;
     }
-    sched_node *nodes = calloc(b->n + 1, sizeof *nodes);
-    for (size_t i = 0; nodes && i < b->n; i++)
-        nodes[i] = (sched_node){ b->cands[i].rn->name, b->cands[i].rn->slots, b->cands[i].gpu, b->cands[i].busy };
     msg_arena a = { 0 };
     Atoll__JobLayout l = ATOLL__JOB_LAYOUT__INIT;
     char why[256];
-    int topo_rc = nodes ? place_topology_aware(c, b, &cfg, &l, &a, why, sizeof why) : -1;
-    if (topo_rc < 0 || (topo_rc > 0 && sched_place(&cfg, cfg.num_gpus, nodes, (int)b->n, &l, &a, why, sizeof why))) {
-        if (nodes && strcmp(j->message, why)) { /* not a state change: no event, just say why */
+    int full = cfg.num_gpus;
+    if (place_elastic(c, b, j, &cfg, &l, &a, why, sizeof why)) {
+        if (strcmp(j->message, why)) { /* not a state change: no event, just say why */
+            char subject[32];
+            snprintf(subject, sizeof subject, "job %llu", (unsigned long long)j->id);
             snprintf(j->message, sizeof j->message, "%s", why);
-            store_job_update(c->st, j);
+            int rc = store_begin(c->st);
+            if (!rc) rc = store_job_update(c->st, j);
+            /* a restart that nothing fits is worth an event: the job waits for nodes */
+            if (!rc && j->epoch > 0) rc = events_add(c, "job.unplaceable", subject, "%s", why);
+            if (!rc) rc = store_commit(c->st);
+            if (rc) store_rollback(c->st);
         }
         goto out;
     }
     if (jobs_set_state(c, j, ATOLL__JOB_STATE__JOB_PLACING, "placing %d ranks", cfg.num_gpus)) goto out;
     l.job = j->id;
     l.epoch = j->epoch;
-    l.checkpoint = cfg.load;
+    /* A restart resumes from the job's own checkpoints once it has committed one. */
+    l.checkpoint = j->checkpoint > 0 && cfg.save[0] ? cfg.save : cfg.load;
     l.rendezvous = c->o.listen;
     size_t len = protobuf_c_message_get_packed_size(&l.base);
     uint8_t *blob = malloc(len ? len : 1);
     if (!blob) goto out;
     protobuf_c_message_pack(&l.base, blob);
+    j->world = (int)l.n_ranks;
+    if (!j->started_ms) j->started_ms = c->now();
+    store_restart r;
     int rc = store_begin(c->st);
     if (!rc) rc = store_layout_put(c->st, j->id, j->epoch, blob, len);
-    if (!rc) rc = jobs_change(c, j, ATOLL__JOB_STATE__JOB_STARTING, "layout tp=%d pp=%d dp=%d on %zu ranks",
-                              l.tp, l.pp, l.dp, l.n_ranks);
+    if (!rc && j->epoch > 0 && store_restart_get(c->st, j->id, j->epoch, &r) == 0) {
+        r.dp = l.dp;
+        rc = store_restart_put(c->st, &r);
+    }
+    if (!rc)
+        rc = jobs_change(c, j, ATOLL__JOB_STATE__JOB_STARTING, "layout tp=%d pp=%d dp=%d on %zu ranks%s", l.tp, l.pp,
+                         l.dp, l.n_ranks, (int)l.n_ranks < full ? " (data parallel shrunk to fit; global batch kept)" : "");
     if (!rc) rc = store_commit(c->st);
     free(blob);
     if (rc) {
@@ -382,8 +462,32 @@ static void place_one(coord *c, busy_ctx *b, store_job *j)
     launch(c, j, spec, &l);
 out:
     msg_arena_free(&a);
-    free(nodes);
     atoll__job_spec__free_unpacked(spec, NULL);
+}
+
+int sched_grow_dp(coord *c, const store_job *j, const atoll_config *cfg, int dp_now)
+{
+    busy_ctx b = { .c = c };
+    build_candidates(c, &b, j->id); /* the job's own slots count as free: it would move */
+    int best = dp_now;
+    int mp = cfg->tensor_model_parallel_size * cfg->pipeline_model_parallel_size;
+    int full = cfg_data_parallel_size(cfg, cfg->num_gpus);
+    for (int dp = full; dp > dp_now; dp--) {
+        if (!sched_dp_fits(cfg, dp)) continue;
+        atoll_config big = *cfg;
+        big.num_gpus = mp * dp;
+        msg_arena a = { 0 };
+        Atoll__JobLayout l = ATOLL__JOB_LAYOUT__INIT;
+        char why[256];
+        int ok = try_place(c, &b, &big, &l, &a, why, sizeof why) == 0;
+        msg_arena_free(&a);
+        if (ok) {
+            best = dp;
+            break;
+        }
+    }
+    free_candidates(&b);
+    return best;
 }
 
 void sched_run(coord *c)
@@ -393,7 +497,7 @@ void sched_run(coord *c)
     store_job_ids(c->st, ATOLL__JOB_STATE__JOB_PENDING, &pending);
     if (!pending.n) return;
     busy_ctx b = { .c = c };
-    build_candidates(c, &b);
+    build_candidates(c, &b, 0);
     for (size_t i = 0; i < pending.n; i++) {
         store_job j;
         if (store_job_get(c->st, pending.ids[i], &j)) continue;

@@ -5,6 +5,7 @@
 
 #include "jobs.h"
 #include "log.h"
+#include "restart.h"
 
 typedef struct series_slot {
     int used, dirty;
@@ -82,6 +83,7 @@ void series_add(coord *c, const Atoll__RankMetrics *m)
     }
     hang_step(c, lj, m);
     straggler_step(c, lj, m);
+    restart_step(c, lj, m);
     series_slot *s = slot_for(c, lj, m->iteration);
     store_step *st = &s->st;
     if (m->rank == 0) {
@@ -104,6 +106,7 @@ void series_add(coord *c, const Atoll__RankMetrics *m)
     s->dirty = 1;
     c->series_dirty = 1;
     if (m->iteration > lj->acc->newest) lj->acc->newest = m->iteration;
+    restart_checkpoint(c, lj, m); /* last: it may restart the job (lj then changes) */
 }
 
 typedef struct {

@@ -29,7 +29,8 @@ typedef struct job_set {
     int stopped;             /* a Stop (or workerd stopping) ended it */
     Atoll__RankWatch **watch; /* [n] each rank's newest watchdog report (NULL: none yet) */
     int64_t *watch_at;       /* [n] when it came (monotonic ms) */
-    char dir[700];
+    char dir[700];           /* logs: WORK_DIR/job-N/epoch-E */
+    char cwd[700];           /* where the ranks run: WORK_DIR/job-N */
     char **argv;
 } job_set;
 
@@ -270,6 +271,8 @@ void ranks_launch(agent *a, const Atoll__Launch *m, Atoll__LaunchAck *ack, char 
     js->job = l->job;
     js->epoch = l->epoch;
     snprintf(js->dir, sizeof js->dir, "%s/job-%llu/epoch-%u", a->work_dir, (unsigned long long)l->job, l->epoch);
+    /* Ranks run in the job's directory, so a relative --save is the same one for every epoch. */
+    snprintf(js->cwd, sizeof js->cwd, "%s/job-%llu", a->work_dir, (unsigned long long)l->job);
     int gpus = 0;
     for (size_t i = 0; i < l->n_ranks; i++) {
         if (strcmp(l->ranks[i]->node, a->topo.name)) continue;
@@ -281,12 +284,17 @@ void ranks_launch(agent *a, const Atoll__Launch *m, Atoll__LaunchAck *ack, char 
     }
     int argc = 0;
     js->argv = msg_spec_to_argv(m->spec, a->train_bin, &argc);
-    char **grown = js->argv ? realloc(js->argv, (size_t)(argc + 3) * sizeof *grown) : NULL;
+    char **grown = js->argv ? realloc(js->argv, (size_t)(argc + 5) * sizeof *grown) : NULL;
     if (grown) {
         js->argv = grown;
         /* GPUs of a simulated node are not real: its ranks train on the CPU. */
         js->argv[argc++] = strdup("--device");
         js->argv[argc++] = strdup(gpus && !a->simulated ? "cuda" : "cpu");
+        /* A restart resumes from the checkpoint the layout names (later flags win). */
+        if (l->checkpoint && *l->checkpoint) {
+            js->argv[argc++] = strdup("--load");
+            js->argv[argc++] = strdup(l->checkpoint);
+        }
         js->argv[argc] = NULL;
     }
     char host[128];
@@ -305,7 +313,7 @@ void ranks_launch(agent *a, const Atoll__Launch *m, Atoll__LaunchAck *ack, char 
     }
     sup_opts o = {
         .exe = a->train_bin, .argv = js->argv, .world = (int)l->n_ranks, .group_rank = -1, .master_addr = host,
-        .master_port = port, .job = l->job, .epoch = l->epoch, .secret = &secret, .log_dir = js->dir, .cwd = js->dir,
+        .master_port = port, .job = l->job, .epoch = l->epoch, .secret = &secret, .log_dir = js->dir, .cwd = js->cwd,
         .channel = 1, .grace_ms = GRACE_MS, .on_exit = on_exit_rank, .on_frame = on_frame, .on_closed = on_closed,
         .data = js,
     };

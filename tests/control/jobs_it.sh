@@ -8,8 +8,8 @@
 #            stored loss series equals, step for step, the same layout run standalone with
 #            atoll-train --nproc-per-node; status/metrics/logs show it
 #   cancel   atoll cancel leaves no rank process alive
-#   kill9    kill -9 of a rank fails the job, naming that rank
-#   workerd  kill -9 of a workerd leaves none of its ranks alive
+#   kill9    kill -9 of a rank fails a job with --max-restarts 0, naming that rank
+#   workerd  kill -9 of a workerd leaves none of its ranks alive; the job runs again on the other node
 #   restart  kill -9 of the coordinator mid-job: after a restart no reported step is lost
 #            and the job is still running (workerd kept the reports until they were stored)
 #   secret   without the job secret nothing can claim a rank or touch the job's keys
@@ -19,7 +19,7 @@
 #   dashboard  the page in a real headless Chromium (DevTools protocol): no request leaves
 #            loopback, nodes and a running job's plots with points, live updates; screenshot kept
 #   hang     SIGSTOP of a rank: a hang is declared within the bound, naming that rank, its node and
-#            that it is stopped; no rank is left
+#            that it is stopped; the stopped rank is gone and the job runs again in the next epoch
 #   straggler  a throttled rank (SIGSTOP/SIGCONT, stopped 3/4 of the time) is named a straggler in events,
 #            atoll status and /metrics
 # Every process started here is killed on exit, pass or fail.
@@ -61,6 +61,8 @@ start_cluster() {
   start_worker node-b
   wait_until 10 nodes_alive 2 || fail "2 nodes not alive: $(atoll nodes)"
 }
+# The events of kind $1, as a JSON list
+events_of() { atoll events --json | json "json.dumps([e for e in d['events'] if e['kind']=='$1'])"; }
 state_is() { [ "$(atoll status "$1" --json | json "d['state']")" = "$2" ]; }
 step_at_least() { [ "$(atoll status "$1" --json | json "d['step']")" -ge "$2" ]; }
 
@@ -141,12 +143,14 @@ stop_all() {
   [ $rc -eq 0 ] || fail "coordinatord exited $rc on SIGTERM"
 }
 
-long_job() { # NAME [ITERS]: a job that runs until stopped
-  atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters "${2:-100000}" --name "$1" --json | json "d['job']"
+long_job() { # NAME [ITERS] [more submit flags]: a job that runs until stopped
+  local name=$1 iters=${2:-100000}; shift; shift
+  atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters "$iters" --name "$name" "$@" --json | json "d['job']"
 }
-running_job() { # NAME STEPS: submits a long job, waits until it has reported STEPS steps; sets ID
-  ID=$(long_job "$1") || fail "submit"
-  wait_until 60 step_at_least "$ID" "$2" || fail "job not running: $(atoll status "$ID")"
+running_job() { # NAME STEPS [more submit flags]: submits a long job, waits until it has reported STEPS steps; sets ID
+  local name=$1 steps=$2; shift 2
+  ID=$(long_job "$name" 100000 "$@") || fail "submit"
+  wait_until 60 step_at_least "$ID" "$steps" || fail "job not running: $(atoll status "$ID")"
 }
 cancel_job() { # ID: cancels it and checks no rank is left
   atoll cancel "$1" >/dev/null
@@ -169,7 +173,7 @@ case_cancel() {
 
 case_kill9() {
   start_cluster
-  running_job victim 2
+  running_job victim 2 --max-restarts 0
   local id=$ID
   local victim; victim=$(rank_pids "$id" 3)
   [ -n "$victim" ] || fail "no rank 3"
@@ -177,6 +181,7 @@ case_kill9() {
   wait_until 15 state_is "$id" failed || fail "job did not fail: $(atoll status "$id")"
   local msg; msg=$(atoll status "$id" --json | json "d['message']")
   echo "$msg" | grep -q "rank 3 (pid $victim) was killed by signal 9" || fail "failure names: $msg"
+  echo "$msg" | grep -q "no restarts left (max 0)" || fail "failure says why it did not restart: $msg"
   wait_until 10 no_ranks_of "$id" || fail "ranks alive after the failure: $(rank_pids "$id")"
   ok "kill -9 of rank 3 failed the job: $msg"
   stop_all
@@ -196,7 +201,17 @@ case_workerd() {
   wait_until 5 ranks_gone || fail "ranks outlived their workerd: $mine"
   ok "kill -9 of workerd node-a: its 4 ranks died with it"
   unset 'WPID[node-a]'
-  wait_until 10 no_ranks_of "$id" || fail "the other node's ranks did not stop"
+  # The job goes on without node-a: tp2 x pp2 with data parallel 2 -> 1 on node-b's 4 slots.
+  recovered() { [ "$(events_of job.recovered | json "len(d)")" -ge 1 ]; }
+  wait_until 30 recovered || fail "not running again: $(atoll status "$id")"
+  events_of job.node_lost | json "d[0]['message']" | grep -q "node node-a lost" || fail "cause: $(atoll events | tail)"
+  atoll status "$id" --json | json "(d['state'], d['epoch'], d['world'], d['layout']['dp'])" | grep -qx "('running', 1, 4, 1)" \
+    || fail "shrunk placement: $(atoll status "$id" --json)"
+  local old; old=$(for p in $(rank_pids "$id"); do
+    tr '\0' '\n' </proc/"$p"/environ | grep -qx "ATOLL_JOB_EPOCH=0" && echo "$p"; done)
+  [ -z "$old" ] || fail "ranks of epoch 0 still alive: $old"
+  ok "node-a lost: the job runs again on node-b alone (dp 1, epoch 1), no rank of epoch 0 left"
+  cancel_job "$id"
   stop_all
 }
 
@@ -352,8 +367,6 @@ case_dashboard() {
   stop_all
 }
 
-# Events of KIND (a python list of dicts) as JSON
-events_of() { atoll events --json | json "json.dumps([e for e in d['events'] if e['kind']=='$1'])"; }
 
 case_hang() {
   start_cluster --hang-floor 2 --hang-factor 3
@@ -370,8 +383,15 @@ case_hang() {
   echo "$msg" | grep -q "culprit rank 5 on node node-b (pid $victim): never entered" || fail "culprit not named: $msg"
   echo "$msg" | grep -q "process stopped (SIGSTOP)" || fail "stopped state not named: $msg"
   ok "SIGSTOP of rank 5: hang declared within ${took} s naming it: $msg"
-  wait_until 10 no_ranks_of "$id" || fail "ranks alive after the hang: $(rank_pids "$id")"
-  ok "no rank of the hung job is left (the stopped one included)"
+  MINE=$victim
+  wait_until 10 ranks_gone || fail "the stopped rank outlived the restart: $victim"
+  recovered() { [ "$(events_of job.recovered | json "len(d)")" -ge 1 ]; }
+  wait_until 60 recovered || fail "not running again: $(atoll status "$id")"
+  atoll status "$id" --json | json "(d['state'], d['epoch'], d['restart_history'][0]['cause'], d['restart_history'][0]['rank'], d['restart_history'][0]['node'])" \
+    | grep -qx "('running', 1, 'hang', 5, 'node-b')" || fail "history: $(atoll status "$id" --json)"
+  [ "$(rank_pids "$id" | wc -w)" = 8 ] || fail "expected the 8 ranks of epoch 1 only: $(rank_pids "$id")"
+  ok "the stopped rank is gone and the job runs again in epoch 1; atoll status: $(atoll status "$id" | grep -A1 'epoch 1 ' | tr -s ' ' | head -2 | tr '\n' ' ')"
+  cancel_job "$id"
   stop_all
 }
 

@@ -122,11 +122,14 @@ static void base_cfg(atoll_config *cfg)
     cfg->num_gpus = 16;
 }
 
+static int max_restarts = -1; /* the spec's: -1 the coordinator's default */
+
 /* Submits and returns the job id, or 0 with the error in *err. */
 static uint64_t submit(coord *c, test_peer *t, const atoll_config *cfg, const char **err)
 {
     Atoll__JobSpec spec;
     msg_spec_from_cfg(&spec, cfg, "t");
+    spec.max_restarts = max_restarts;
     Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
     req.spec = &spec;
     send_msg(c, t, ATOLL__MSG_TYPE__MSG_SUBMIT, &req.base);
@@ -286,16 +289,57 @@ int main(int argc, char **argv)
     CHECK(registry_state(registry_find(&c.reg, "n2")) == NODE_DEAD, "n2 not dead after 6.5 s of silence");
     CHECK(registry_state(registry_find(&c.reg, "n1")) == NODE_ALIVE, "n1 should be alive");
     CHECK(events_of(&c, "node.suspect") == 1 && events_of(&c, "node.dead") == 1, "liveness events");
-    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_PENDING && j.restarts == 1 && j.epoch == 1,
-          "after node loss: state %d restarts %u epoch %u", j.state, j.restarts, j.epoch);
-    CHECK(strstr(j.message, "waiting for 16 GPUs: 8 free"), "pending reason: '%s'", j.message);
+    /* Restarted at once on what is left: n1's 8 GPUs, TP and PP kept, DP 4 -> 2 (global batch kept). */
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_STARTING && j.restarts == 1 && j.epoch == 1 && j.world == 8,
+          "after node loss: state %d restarts %u epoch %u world %d (%s)", j.state, j.restarts, j.epoch, j.world,
+          j.message);
+    CHECK(strstr(j.message, "dp=2 on 8 ranks (data parallel shrunk"), "placed shrunk: '%s'", j.message);
     store_job_clear(&j);
     CHECK(w1.stops >= 1, "surviving node was not told to stop the job");
-    /* n2 comes back: heartbeat on its connection revives it, and the job is placed again. */
+    CHECK(events_of(&c, "job.node_lost") == 1 && events_of(&c, "job.restart") == 1, "fault and restart events");
+    store_restart rs;
+    CHECK(store_restart_get(c.st, id, 1, &rs) == 0 && !strcmp(rs.cause, "node-lost") && !strcmp(rs.node, "n2") &&
+          rs.counted && rs.dp == 2 && rs.detected_ms - rs.fault_ms >= 5000 && rs.reached == 5 && rs.running_ms == 0,
+          "restart row: %s node %s dp %d detection %lld ms", rs.cause, rs.node, rs.dp,
+          (long long)(rs.detected_ms - rs.fault_ms));
+    /* The new placement's first step closes the row: resumed from step 4, one step done again. */
+    Atoll__RankMetrics m1 = ATOLL__RANK_METRICS__INIT;
+    m1.job = id;
+    m1.epoch = 1;
+    m1.rank = 0;
+    m1.iteration = 5;
+    m1.start_iteration = 4;
+    m1.step_ms = 100;
+    fake_ms += 1000;
+    m1.time_ms = fake_ms;
+    heartbeat(&c, &w1, &m1);
+    coord_tick(&c);
+    CHECK(store_restart_get(c.st, id, 1, &rs) == 0 && rs.running_ms == fake_ms - 100 && rs.from_iteration == 4 &&
+          rs.steps_recomputed == 1, "closed row: running %lld from %lld recomputed %lld", (long long)rs.running_ms,
+          (long long)rs.from_iteration, (long long)rs.steps_recomputed);
+    CHECK(events_of(&c, "job.recovered") == 1, "recovered event");
+    /* n2 comes back: nothing moves until the job commits a checkpoint, then DP grows back to 4. */
     heartbeat(&c, &w2, NULL);
     CHECK(registry_state(registry_find(&c.reg, "n2")) == NODE_ALIVE, "n2 revived by its heartbeat");
     coord_tick(&c);
-    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_STARTING && j.epoch == 1, "re-placed: %d", j.state);
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_RUNNING && j.epoch == 1, "still shrunk: %d", j.state);
+    store_job_clear(&j);
+    m1.iteration = 7;
+    m1.checkpoint_iteration = 6;
+    m1.save_stall_ms = 30;
+    heartbeat(&c, &w1, &m1);
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_RESTARTING && j.checkpoint == 6 && j.lost_ckpt_ms == 30,
+          "scale-up at the checkpoint: state %d checkpoint %lld stall %lld", j.state, (long long)j.checkpoint,
+          (long long)j.lost_ckpt_ms);
+    store_job_clear(&j);
+    CHECK(store_restart_get(c.st, id, 2, &rs) == 0 && !strcmp(rs.cause, "scale-up") && !rs.counted,
+          "scale-up row: %s counted %d", rs.cause, rs.counted);
+    fake_ms += 100;
+    heartbeat(&c, &w1, NULL); /* the old ranks are gone: their nodes list no running job */
+    heartbeat(&c, &w2, NULL);
+    coord_tick(&c);
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_STARTING && j.epoch == 2 && j.world == 16 && j.restarts == 2,
+          "grown back: state %d epoch %u world %d (%s)", j.state, j.epoch, j.world, j.message);
     store_job_clear(&j);
 
     /* ---- cancel ---- */
@@ -316,7 +360,9 @@ int main(int argc, char **argv)
 
     /* ---- reports are acknowledged once stored, replays change nothing, a failed rank fails the job ---- */
     base_cfg(&cfg);
+    max_restarts = 0; /* fails at the first fault */
     uint64_t id2 = submit(&c, &cli, &cfg, &e);
+    max_restarts = -1;
     coord_tick(&c);
     CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_STARTING, "second job placed: %d (%s)", j.state, j.message);
     store_job_clear(&j);
@@ -363,7 +409,8 @@ int main(int argc, char **argv)
     coord_tick(&c); /* killed by a signal: the cause, judged at once */
     CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_FAILED &&
           strstr(j.message, "rank 5 (pid 4242) was killed by signal 9") && strstr(j.message, "on node n1") &&
-          strstr(j.message, "boom"), "failed, naming the rank killed by a signal: %d '%s'", j.state, j.message);
+          strstr(j.message, "boom") && strstr(j.message, "no restarts left (max 0)"),
+          "failed, naming the rank killed by a signal: %d '%s'", j.state, j.message);
     store_job_clear(&j);
     CHECK(w1.stops + w2.stops > stops_before, "the other ranks were told to stop");
 
