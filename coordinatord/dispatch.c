@@ -182,6 +182,10 @@ static void handle_register(coord *c, coord_peer *p, Atoll__Register *m)
     n->live = NODE_ALIVE;
     n->last_seen_ms = now;
     n->peer = p;
+    if (m->incarnation != n->incarnation) { /* a new agent process: its relay sequence starts over */
+        n->incarnation = m->incarnation;
+        n->relay_seen = n->relay_durable = 0;
+    }
     snprintf(n->address, sizeof n->address, "%s", p->address);
     p->node = n;
     c->registrations++;

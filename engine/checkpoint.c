@@ -183,16 +183,29 @@ static int write_atomic(const char *dir, const char *path, const char *text, cha
     return 0;
 }
 
+void ckpt_note_step(eng_train_state *st, long long iteration, double loss, double lr, double grad_norm)
+{
+    if (st->nsteps == CKPT_STEPS) {
+        memmove(st->steps, st->steps + 1, sizeof st->steps[0] * (CKPT_STEPS - 1));
+        st->nsteps--;
+    }
+    st->steps[st->nsteps++] = (ckpt_step){ iteration, loss, lr, grad_norm };
+}
+
 int ckpt_commit(const char *dir, const eng_train_state *st, char *err, size_t errlen)
 {
-    char step[1024], path[1100], text[2048];
+    char step[1024], path[1100], text[2048 + CKPT_STEPS * 96];
     ckpt_step_dir(step, sizeof step, dir, st->iteration);
     snprintf(path, sizeof path, "%s/train_state.json", step);
-    snprintf(text, sizeof text,
+    size_t at = (size_t)snprintf(text, sizeof text,
              "{\"iteration\":%lld,\"consumed_samples\":%lld,\"seed\":%llu,"
-             "\"rng\":{\"kind\":\"counter\",\"seed\":%llu},\"data\":{\"position\":%lld}}\n",
+             "\"rng\":{\"kind\":\"counter\",\"seed\":%llu},\"data\":{\"position\":%lld},\"steps\":[",
              st->iteration, st->consumed_samples, (unsigned long long)st->seed,
              (unsigned long long)st->seed, st->consumed_samples);
+    for (int i = 0; i < st->nsteps && at < sizeof text; i++) /* [iteration, loss, lr, grad norm], bit-exact */
+        at += (size_t)snprintf(text + at, sizeof text - at, "%s[%lld,%.17g,%.17g,%.17g]", i ? "," : "",
+                               st->steps[i].iteration, st->steps[i].loss, st->steps[i].lr, st->steps[i].grad_norm);
+    if (at < sizeof text) snprintf(text + at, sizeof text - at, "]}\n");
     if (write_atomic(step, path, text, err, errlen)) return -1;
 
     size_t len = (size_t)snprintf(text, sizeof text, "{\"iteration\":%lld,\"files\":{", st->iteration);
@@ -386,6 +399,14 @@ static int load_state(const char *step, eng_train_state *st, char *err, size_t e
     st->iteration = (long long)it->num;
     st->consumed_samples = (long long)cs->num;
     st->seed = (uint64_t)sd->num;
+    st->nsteps = 0;
+    const jsonr *steps = jsonr_get(root, "steps"); /* absent in older checkpoints */
+    for (int i = 0; steps && i < steps->count && st->nsteps < CKPT_STEPS; i++) {
+        const jsonr *e = jsonr_at(steps, i);
+        const jsonr *v[4] = { jsonr_at(e, 0), jsonr_at(e, 1), jsonr_at(e, 2), jsonr_at(e, 3) };
+        if (!v[0] || !v[1] || !v[2] || !v[3]) continue;
+        st->steps[st->nsteps++] = (ckpt_step){ (long long)v[0]->num, v[1]->num, v[2]->num, v[3]->num };
+    }
     jsonr_free(root);
     return 0;
 }

@@ -2,7 +2,8 @@
  *
  *   DIR/iter_0000010/model.safetensors   every tensor once, full logical shape
  *   DIR/iter_0000010/optim.safetensors   NAME.master, NAME.exp_avg, NAME.exp_avg_sq (fp32)
- *   DIR/iter_0000010/train_state.json    iteration, consumed samples, rng, data position
+ *   DIR/iter_0000010/train_state.json    iteration, consumed samples, rng, data position,
+ *                                        the figures of the last steps (re-reported on resume)
  *   DIR/iter_0000010/manifest.json       bytes + FNV-1a-64 of each file above; written
  *                                        last (temp name, fsync, rename): its presence
  *                                        is what makes the step committed
@@ -22,11 +23,24 @@
 
 #include <stdint.h>
 
+/* A step's figures, kept in the checkpoint so a run resumed from it can report
+ * them again: a supervisor that died with the reports unsent loses none. */
+#define CKPT_STEPS 64
+typedef struct ckpt_step {
+    long long iteration;
+    double loss, lr, grad_norm;
+} ckpt_step;
+
 typedef struct eng_train_state {
     long long iteration;        /* optimizer steps done */
     long long consumed_samples; /* global samples consumed: the data position */
     uint64_t seed;              /* init and data-order seed (the RNG is counter based) */
+    int nsteps;                 /* the newest steps up to `iteration`, oldest first */
+    ckpt_step steps[CKPT_STEPS];
 } eng_train_state;
+
+/* Appends a finished step to st->steps (dropping the oldest when full). */
+void ckpt_note_step(eng_train_state *st, long long iteration, double loss, double lr, double grad_norm);
 
 /* "DIR/iter_0000010" */
 void ckpt_step_dir(char *out, size_t n, const char *dir, long long iteration);

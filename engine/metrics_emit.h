@@ -42,6 +42,7 @@ typedef struct rank_step {
     double save_s;           /* the newest committed save, start to commit (rank 0) */
     long long start_iteration; /* where this run started (a checkpoint's iteration, 0 fresh) */
     double startup_s;        /* process start to the first step's start (first step only) */
+    int from_checkpoint;     /* a step re-reported from the checkpoint resumed from */
 } rank_step;
 
 /* Opens the channel named by ATOLL_METRICS_FD, if any. */

@@ -651,6 +651,14 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
                                                                                          : ", selective recompute") : "");
         fflush(stdout);
     }
+    /* The steps the checkpoint recorded, reported again: those whose reports were
+     * lost with a node (queued in its supervisor) come back to the coordinator. */
+    for (int i = 0; !rc && r.d.rank == 0 && i < r.st.nsteps; i++) {
+        rank_step rs = { .iteration = r.st.steps[i].iteration, .loss = r.st.steps[i].loss, .lr = r.st.steps[i].lr,
+                         .grad_norm = r.st.steps[i].grad_norm, .stage = -1, .start_iteration = r.start_iteration,
+                         .from_checkpoint = 1 };
+        metrics_emit_step(&r.emit, &rs);
+    }
     long long last_saved = r.st.iteration;
     long long stop = c.train_iters;
     if (o->exit_interval > 0 && o->exit_interval < stop) stop = o->exit_interval;
@@ -672,6 +680,7 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         s.save_stall_s = r.stall_unreported;
         r.stall_unreported = 0;
         watchdog_step_time(r.wd, s.step_s);
+        ckpt_note_step(&r.st, s.it, s.loss, s.lr, s.grad_norm);
         log_step(&c, &s, r.metrics, &r.emit, &r.d);
         if (r.have_valid && (s.it % c.eval_interval == 0 || s.it == stop)) {
             watchdog_phase(r.wd, "eval", r.st.iteration);

@@ -41,6 +41,7 @@ static void send_register(agent *a)
     Atoll__Register r = ATOLL__REGISTER__INIT;
     r.node = &node;
     r.version = "workerd 0.1";
+    r.incarnation = a->incarnation;
     rpc_send(a->conn, ATOLL__MSG_TYPE__MSG_REGISTER, &r.base);
     msg_arena_free(&ar);
 }
@@ -216,6 +217,7 @@ static void on_signal(uv_signal_t *s, int signum)
 int agent_run(agent *a)
 {
     srand((unsigned)now_us() ^ (unsigned)getpid());
+    a->incarnation = ((uint64_t)now_us() << 16) ^ (uint64_t)getpid() ^ ((uint64_t)rand() << 40);
     a->backoff_ms = BACKOFF_MIN_MS;
     uv_timer_init(a->loop, &a->hb_timer);
     uv_timer_init(a->loop, &a->retry_timer);

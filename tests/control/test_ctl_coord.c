@@ -67,6 +67,8 @@ static void send_msg(coord *c, test_peer *t, uint16_t type, const ProtobufCMessa
     free(b);
 }
 
+static uint64_t incarnation; /* of the agent process registering */
+
 static void do_register(coord *c, test_peer *t, const char *name, const char *profile)
 {
     topo_node n;
@@ -77,6 +79,7 @@ static void do_register(coord *c, test_peer *t, const char *name, const char *pr
     msg_node_from_topo(&node, &n, 0, &a);
     Atoll__Register r = ATOLL__REGISTER__INIT;
     r.node = &node;
+    r.incarnation = incarnation;
     send_msg(c, t, ATOLL__MSG_TYPE__MSG_REGISTER, &r.base);
     msg_arena_free(&a);
 }
@@ -579,12 +582,20 @@ int main(int argc, char **argv)
     if (nodes) atoll__nodes_reply__free_unpacked(nodes, NULL);
 
     /* ---- a closed worker connection keeps the node; its name can register again ---- */
+    uint64_t seen = registry_find(&c.reg, "n1")->relay_seen;
     coord_peer_closed(&c, &w1.p);
     do_register(&c, &w3, "n1", "dgx-h100");
     rr = (Atoll__RegisterReply *)last(&w3, ATOLL__MSG_TYPE__MSG_REGISTER_REPLY);
     CHECK(rr && rr->reregistered, "re-registration keeps identity");
     if (rr) atoll__register_reply__free_unpacked(rr, NULL);
-    CHECK(events_of(&c, "node.reregistered") == 1, "re-registration event");
+    CHECK(seen > 0 && registry_find(&c.reg, "n1")->relay_seen == seen,
+          "the same agent reconnecting keeps its relay sequence: %llu", (unsigned long long)seen);
+    /* A restarted agent (a new process) numbers its reports from 1 again: none may be taken for a resend. */
+    coord_peer_closed(&c, &w3.p);
+    incarnation = 77;
+    do_register(&c, &w3, "n1", "dgx-h100");
+    CHECK(registry_find(&c.reg, "n1")->relay_seen == 0, "a new agent process starts a new relay sequence");
+    CHECK(events_of(&c, "node.reregistered") == 2, "re-registration event");
 
     /* A still-attached but silent connection loses its name to a new registration. */
     static test_peer w4;

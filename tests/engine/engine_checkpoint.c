@@ -70,7 +70,7 @@ static void test_layout_independent_writes(void)
     rmrf("ck_tp");
     rmrf("ck_pp");
     rank one = make(&c, eng_layout_single(&c));
-    eng_train_state st = { 3, 24, 5 };
+    eng_train_state st = { .iteration = 3, .consumed_samples = 24, .seed = 5 };
     CHECK(ckpt_save("ck_one", one.m, one.o, &st, err, sizeof err) == 0, "save: %s", err);
 
     for (int r = 0; r < 2; r++) {
