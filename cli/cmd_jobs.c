@@ -263,16 +263,20 @@ int cmd_status(cli_ctx *c, int argc, char **argv)
 int cmd_cancel(cli_ctx *c, int argc, char **argv)
 {
     uint64_t id;
-    int rc = one_job(c, argc, argv, &id);
+    int checkpoint = argc == 3 && !strcmp(argv[2], "--checkpoint");
+    if (argc == 3 && !checkpoint) return cli_usage(c, argv[0], "unknown flag '%s' (accepted: --checkpoint)", argv[2]);
+    int rc = one_job(c, checkpoint ? 2 : argc, argv, &id);
     if (rc) return rc;
     Atoll__CancelRequest req = ATOLL__CANCEL_REQUEST__INIT;
     req.job = id;
+    req.checkpoint = checkpoint;
     Atoll__JobsReply *r;
     rc = cli_call(c, ATOLL__MSG_TYPE__MSG_CANCEL, &req.base, ATOLL__MSG_TYPE__MSG_JOBS_REPLY,
                   (ProtobufCMessage **)&r);
     if (rc) return rc;
     if (r->n_jobs == 1) {
         if (c->json) json_one(r->jobs[0]);
+        else if (checkpoint) printf("job %llu %s\n", (unsigned long long)id, r->jobs[0]->message);
         else printf("job %llu %s\n", (unsigned long long)id, msg_job_state_name(r->jobs[0]->state));
     }
     atoll__jobs_reply__free_unpacked(r, NULL);

@@ -22,7 +22,7 @@ static const cli_command COMMANDS[] = {
     { "top", cmd_top, "[JOB] [--once]", "live view refreshed every second: jobs, throughput, MFU, bubble per stage (q quits)" },
     { "metrics", cmd_metrics, "JOB [--after N] [--limit N]", "the job's per-step time series" },
     { "logs", cmd_logs, "JOB [--rank R] [--follow] [--tail BYTES]", "a rank's log (rank 0 by default)" },
-    { "cancel", cmd_cancel, "JOB", "stop a job" },
+    { "cancel", cmd_cancel, "JOB [--checkpoint]", "stop a job (--checkpoint: its ranks commit a checkpoint first)" },
     { "events", cmd_events, "[--after ID] [--limit N]", "the audit log" },
     { "layout", cmd_layout, "JOB", "rank -> node/GPU map and every process group" },
     { "plan", cmd_plan, "[model flags] (--num-gpus N [--gpus-per-node N] [--gpu TYPE] | --cluster) [--top K] [--explain]",

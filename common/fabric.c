@@ -214,10 +214,11 @@ static int add_switch(fabric *f, const char *name, int line)
     return f->nsw++;
 }
 
-/* One line: "SwitchName=X [Nodes=...] [Switches=...] [LinkSpeed=N]". */
+/* One line: "SwitchName=X [Nodes=...] [Switches=...] [LinkSpeed=N] [Level=N]". */
 static int parse_line(fabric *f, char *line, const char *fname, int lineno, char *err, size_t errlen)
 {
     char *name = NULL, *nodes = NULL, *switches = NULL;
+    int level = 0;
     for (char *tok = strtok(line, " \t\r"); tok; tok = strtok(NULL, " \t\r")) {
         char *eq = strchr(tok, '=');
         if (!eq || eq == tok || !eq[1]) {
@@ -229,12 +230,16 @@ static int parse_line(fabric *f, char *line, const char *fname, int lineno, char
         else if (!strcasecmp(tok, "Nodes")) nodes = eq + 1;
         else if (!strcasecmp(tok, "Switches")) switches = eq + 1;
         else if (!strcasecmp(tok, "LinkSpeed")) continue;
+        else if (!strcasecmp(tok, "Level")) level = 1;
         else {
-            errf(err, errlen, "%s:%d: unknown key %s (accepted: SwitchName, Nodes, Switches, LinkSpeed)", fname,
-                 lineno, tok);
+            errf(err, errlen, "%s:%d: unknown key %s (accepted: SwitchName, Nodes, Switches, LinkSpeed, Level)",
+                 fname, lineno, tok);
             return -1;
         }
     }
+    /* `scontrol show topology` (Level= present) lists under an upper switch every
+     * node below it; the leaves' lines say where each node hangs. */
+    if (level && switches) nodes = NULL;
     if (!name) {
         errf(err, errlen, "%s:%d: a line needs SwitchName=NAME", fname, lineno);
         return -1;
@@ -349,14 +354,8 @@ int fabric_parse(fabric **out, const char *text, const char *fname, char *err, s
     return 0;
 }
 
-int fabric_load(fabric **out, const char *path, char *err, size_t errlen)
+char *fabric_read_text(FILE *fp, const char *name, char *err, size_t errlen)
 {
-    *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        errf(err, errlen, "%s: cannot open (--fabric expects a Slurm topology.conf)", path);
-        return -1;
-    }
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap);
     for (size_t r; buf && (r = fread(buf + len, 1, cap - len - 1, fp)) > 0;) {
@@ -368,17 +367,30 @@ int fabric_load(fabric **out, const char *path, char *err, size_t errlen)
             cap *= 2;
         }
     }
-    fclose(fp);
     if (!buf) {
-        errf(err, errlen, "%s: out of memory or larger than 64 MiB", path);
-        return -1;
+        errf(err, errlen, "%s: out of memory or larger than 64 MiB", name);
+        return NULL;
     }
     buf[len] = 0;
     if (memchr(buf, 0, len)) {
         free(buf);
-        errf(err, errlen, "%s: contains a NUL byte (not a text topology.conf)", path);
+        errf(err, errlen, "%s: contains a NUL byte (not a text topology.conf)", name);
+        return NULL;
+    }
+    return buf;
+}
+
+int fabric_load(fabric **out, const char *path, char *err, size_t errlen)
+{
+    *out = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        errf(err, errlen, "%s: cannot open (--fabric expects a Slurm topology.conf)", path);
         return -1;
     }
+    char *buf = fabric_read_text(fp, path, err, errlen);
+    fclose(fp);
+    if (!buf) return -1;
     int rc = fabric_parse(out, buf, path, err, errlen);
     free(buf);
     return rc;

@@ -5,6 +5,8 @@
  *   SwitchName=leaf0 Nodes=node[000-007,010]    a leaf switch and the nodes under it
  *   SwitchName=spine0 Switches=leaf[0-3]         a switch above other switches
  *   LinkSpeed=N is accepted and ignored (Slurm uses it only for its own weights).
+ * `scontrol show topology` output is accepted too: its Level=N is ignored, and so
+ * are the Nodes= of a switch with Switches= (it repeats the nodes of the leaves).
  * A node may hang under one switch only; a switch may have one parent only; the
  * tree must have no cycles. Hostlists use Slurm's syntax: prefix[a-b,c,...]suffix,
  * with zero padding kept from the range's lower bound.
@@ -16,6 +18,7 @@
 #define ATOLL_FABRIC_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "topo.h"
 
@@ -25,6 +28,9 @@ typedef struct fabric fabric;
  * Returns 0 and *out, or -1 with err set and *out NULL. */
 int fabric_parse(fabric **out, const char *text, const char *fname, char *err, size_t errlen);
 int fabric_load(fabric **out, const char *path, char *err, size_t errlen);
+/* A whole topology text from a stream (64 MiB at most, no NUL bytes): a string from
+ * malloc, or NULL with err set. */
+char *fabric_read_text(FILE *fp, const char *name, char *err, size_t errlen);
 void fabric_free(fabric *f);
 
 int fabric_num_switches(const fabric *f);

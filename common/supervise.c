@@ -284,18 +284,20 @@ int sup_start(sup_set *s, uv_loop_t *loop, const sup_opts *o, sup_rank *ranks, i
     return rc;
 }
 
-void sup_stop(sup_set *s)
+void sup_stop_signal(sup_set *s, int signum, int grace_ms)
 {
     for (int i = 0; i < s->n; i++)
         if (s->ranks[i].running) {
-            kill(-s->ranks[i].pid, SIGTERM);
+            kill(-s->ranks[i].pid, signum);
             kill(-s->ranks[i].pid, SIGCONT); /* a stopped rank (SIGSTOP) acts on it now, not at the SIGKILL */
         }
     if (s->stopping) return;
     s->stopping = 1;
     if (s->alive > 0 && !uv_is_closing((uv_handle_t *)&s->kill_timer))
-        uv_timer_start(&s->kill_timer, on_kill_timer, (uint64_t)s->o.grace_ms, 0);
+        uv_timer_start(&s->kill_timer, on_kill_timer, (uint64_t)(grace_ms > 0 ? grace_ms : s->o.grace_ms), 0);
 }
+
+void sup_stop(sup_set *s) { sup_stop_signal(s, SIGINT, 0); }
 
 int sup_child_guard(void)
 {

@@ -15,8 +15,12 @@
  * Ranks run in their own process group (a session each), so a stop reaches
  * anything a rank started. A rank that calls sup_child_guard() first dies with its
  * supervisor (PR_SET_PDEATHSIG), so killing the supervisor, even with SIGKILL,
- * leaves no orphan. sup_stop sends SIGTERM (and SIGCONT, so a stopped rank
- * acts on it) to every rank's group, then SIGKILL after the grace period. Each exit is reported at once through on_exit.
+ * leaves no orphan. sup_stop sends SIGINT to every rank's group (stop now; with
+ * SIGCONT, so a stopped rank acts on it), then
+ * SIGKILL after the grace period; sup_stop_signal(SIGTERM) asks ranks that save
+ * checkpoints to commit one first and exit with SUP_EXIT_SAVED (the signal Slurm
+ * sends before it ends an allocation means the same). Each exit is reported at
+ * once through on_exit.
  *
  * Ownership: the caller owns the sup_set and the sup_rank array and keeps both
  * alive until on_closed has been called (every process and channel handle
@@ -35,6 +39,9 @@
 #define SUP_SECRET_FD 3   /* ATOLL_JOB_SECRET_FD in the rank */
 #define SUP_CHANNEL_FD 4  /* ATOLL_METRICS_FD in the rank */
 #define SUP_LOG_PATH 512
+/* A rank's exit status after it stopped on SIGTERM with its checkpoint committed
+ * (EX_TEMPFAIL: resume it with --load). */
+#define SUP_EXIT_SAVED 75
 
 typedef struct sup_set sup_set;
 
@@ -93,9 +100,12 @@ struct sup_set {
  * follows once they are gone. 0 on success. */
 int sup_start(sup_set *s, uv_loop_t *loop, const sup_opts *o, sup_rank *ranks, int n, char *err, size_t errlen);
 
-/* SIGTERM to every running rank's process group now, SIGKILL after the grace
+/* SIGINT to every running rank's process group now, SIGKILL after the grace
  * period. Safe to call more than once. */
 void sup_stop(sup_set *s);
+/* The same with `signum`, and SIGKILL after grace_ms (0: the set's grace). A
+ * later call sends its signal but keeps the first SIGKILL deadline. */
+void sup_stop_signal(sup_set *s, int signum, int grace_ms);
 
 /* In the rank, first thing: die with the supervisor. 0, or -1 when the
  * supervisor named in ATOLL_SUPERVISOR_PID is already gone (exit then). */

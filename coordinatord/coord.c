@@ -7,6 +7,7 @@
 #include <sys/time.h>
 
 #include "fabric.h"
+#include "slurm.h"
 #include "jobs.h"
 #include "series.h"
 #include "log.h"
@@ -81,6 +82,17 @@ int coord_init(coord *c, const coord_opts *o, const char *db_path, char *err, si
     c->started_ms = coord_wall_ms();
     registry_init(&c->reg, o->suspect_ms, o->node_timeout_ms);
     if (o->fabric[0] && fabric_load(&c->fab, o->fabric, err, errlen)) return -1;
+    if (!o->fabric[0] && o->fabric_from_slurm) {
+        char from[700], why[400] = "";
+        int rc = slurm_fabric(&c->fab, from, sizeof from, why, sizeof why);
+        if (rc == 0)
+            log_info("fabric from Slurm (%s): %d switches, %d nodes", from, fabric_num_switches(c->fab),
+                     fabric_num_nodes(c->fab));
+        else if (rc == 1)
+            log_info("no switch tree from Slurm: %s; placement goes without leaf switches", from);
+        else
+            log_warn("the switch tree from Slurm (%s) is unusable, placing without it: %s", from, why);
+    }
     if (rendezvous_init(c)) {
         snprintf(err, errlen, "out of memory");
         fabric_free(c->fab);

@@ -30,6 +30,8 @@ typedef struct coord_opts {
     int node_timeout_ms;     /* silence before a node is dead */
     uint32_t max_frame;
     char fabric[512];        /* Slurm topology.conf for placement; "" = none */
+    int fabric_from_slurm;   /* no --fabric, in a Slurm job: ask Slurm (common/slurm.h) */
+    int stop_grace_ms;       /* on SIGTERM, how long to wait for active jobs to end; 0 = stop at once */
     char http_token_file[512]; /* "" = HTTP open to whoever can connect */
     int http_max_conns;
     /* failure detection */

@@ -565,7 +565,7 @@ static void handle_cancel(coord *c, coord_peer *p, Atoll__CancelRequest *m)
 {
     store_job j;
     char err[512];
-    int code = jobs_cancel(c, m->job, &j, err, sizeof err);
+    int code = jobs_cancel(c, m->job, m->checkpoint, &j, err, sizeof err);
     if (code) {
         coord_error(c, p, code, "%s", err);
         return;

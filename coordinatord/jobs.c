@@ -172,6 +172,7 @@ static void live_sync(coord *c, const store_job *j)
         live_insert(&c->live, lj);
     }
     lj->state = j->state;
+    if (j->world > 0) lj->world = j->world; /* the placement's: smaller while DP is shrunk */
 }
 
 static void note_failure(coord *c, live_job *lj, const store_exit *x);
@@ -315,7 +316,40 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, uint64_t *id, char *err, s
     return 0;
 }
 
-int jobs_cancel(coord *c, uint64_t id, store_job *out, char *err, size_t errlen)
+/* Asks the ranks of a running job to commit a checkpoint and stop; the job stays
+ * running until their exits say how that went. */
+static int cancel_with_checkpoint(coord *c, store_job *j, char *err, size_t errlen)
+{
+    atoll_config cfg;
+    if (j->state != RUNNING) {
+        snprintf(err, errlen, "job %llu is %s; only a running job can stop with a checkpoint (`atoll cancel %llu` "
+                 "without --checkpoint stops it now)", (unsigned long long)j->id, msg_job_state_name(j->state),
+                 (unsigned long long)j->id);
+        return ATOLL__ERROR_CODE__ERR_INVALID;
+    }
+    if (jobs_config(j, &cfg) || !cfg.save[0]) {
+        snprintf(err, errlen, "job %llu was submitted without --save DIR, so it has nowhere to write a checkpoint; "
+                 "cancel it without --checkpoint", (unsigned long long)j->id);
+        return ATOLL__ERROR_CODE__ERR_INVALID;
+    }
+    char subject[32];
+    snprintf(subject, sizeof subject, "job %llu", (unsigned long long)j->id);
+    snprintf(j->message, sizeof j->message, "stopping: the ranks are committing a checkpoint to %.180s", cfg.save);
+    j->updated_ms = c->now();
+    if (store_begin(c->st) || store_job_update(c->st, j) ||
+        events_add(c, "job.stopping", subject, "atoll cancel --checkpoint at step %lld: SIGTERM to the ranks, "
+                   "which commit a checkpoint to %s and exit", (long long)j->step, cfg.save) ||
+        store_commit(c->st)) {
+        store_rollback(c->st);
+        snprintf(err, errlen, "cannot record the stop: %s", store_errmsg(c->st));
+        return ATOLL__ERROR_CODE__ERR_INTERNAL;
+    }
+    c->jobs_gen++;
+    sched_checkpoint_job(c, j, "atoll cancel --checkpoint");
+    return 0;
+}
+
+int jobs_cancel(coord *c, uint64_t id, int checkpoint, store_job *out, char *err, size_t errlen)
 {
     int r = store_job_get(c->st, id, out);
     if (r) {
@@ -328,6 +362,11 @@ int jobs_cancel(coord *c, uint64_t id, store_job *out, char *err, size_t errlen)
                  (unsigned long long)id, msg_job_state_name(out->state));
         store_job_clear(out);
         return ATOLL__ERROR_CODE__ERR_INVALID;
+    }
+    if (checkpoint) {
+        int code = cancel_with_checkpoint(c, out, err, errlen);
+        if (code) store_job_clear(out);
+        return code;
     }
     int was_active = jobs_is_active(out->state);
     if (jobs_set_state(c, out, CANCELLED, "cancelled by request")) {
@@ -428,15 +467,23 @@ void jobs_rank_exit(coord *c, const char *node, const Atoll__RankExit *e)
     snprintf(x.log_tail, sizeof x.log_tail, "%s", e->log_tail ? e->log_tail : "");
     if (store_exit_put(c->st, &x) != 1) return; /* already known (a replay), or the store failed */
     live_job *lj = jobs_live(c, e->job);
-    if (!lj || lj->epoch != e->epoch || e->stopped) return; /* stopped on request: no verdict from it */
-    if (e->exit_status == 0 && e->term_signal == 0) {
-        int total = 0, ok = 0;
-        if (store_exits_count(c->st, e->job, e->epoch, &total, &ok) || ok < lj->world || lj->nfail) return;
+    int saved = e->exit_status == SUP_EXIT_SAVED && e->term_signal == 0;
+    /* stopped on request: no verdict from it, unless it says it saved a checkpoint */
+    if (!lj || lj->epoch != e->epoch || (e->stopped && !saved)) return;
+    if (saved || (e->exit_status == 0 && e->term_signal == 0)) {
+        int total = 0, ok = 0, nsaved = 0;
+        if (store_exits_count(c->st, e->job, e->epoch, &total, &ok, &nsaved) || ok + nsaved < lj->world ||
+            lj->nfail)
+            return;
         series_flush(c); /* the last steps first, so the job ends with its final figures */
         store_job j;
         if (store_job_get(c->st, e->job, &j)) return;
         if (j.state == STARTING) jobs_set_state(c, &j, RUNNING, "ranks reporting");
-        if (j.state == RUNNING)
+        atoll_config cfg;
+        if (j.state == RUNNING && nsaved)
+            jobs_set_state(c, &j, CANCELLED, "stopped on SIGTERM after step %lld with a checkpoint committed to %.160s "
+                           "(resume with --load)", (long long)j.step, jobs_config(&j, &cfg) ? "--save" : cfg.save);
+        else if (j.state == RUNNING)
             jobs_set_state(c, &j, COMPLETED, "all %d ranks finished; step %lld, loss %.4f", lj->world,
                            (long long)j.step, j.loss);
         store_job_clear(&j);

@@ -27,8 +27,10 @@ int jobs_set_state(coord *c, store_job *j, int to, const char *fmt, ...) __attri
 
 /* Validates and queues a job. Returns 0 with *id, or an Atoll__ErrorCode with err. */
 int jobs_submit(coord *c, const Atoll__JobSpec *spec, uint64_t *id, char *err, size_t errlen);
-/* Returns 0 (out = the cancelled job, caller clears), or an Atoll__ErrorCode with err. */
-int jobs_cancel(coord *c, uint64_t id, store_job *out, char *err, size_t errlen);
+/* Returns 0 (out = the cancelled job, caller clears), or an Atoll__ErrorCode with err.
+ * With `checkpoint` a running job (submitted with --save) stays running while its
+ * ranks commit a checkpoint (SIGTERM); their exits (SUP_EXIT_SAVED) then cancel it. */
+int jobs_cancel(coord *c, uint64_t id, int checkpoint, store_job *out, char *err, size_t errlen);
 
 /* A fault of an active job, as detected: `cause` is "node-lost", "rank-exit" or
  * "hang"; node and rank name where (""/-1 when unknown); fault_ms is when it
@@ -47,9 +49,12 @@ void jobs_fault_raise(coord *c, uint64_t id, const jobs_fault *f);
 /* A node died or went away: every active job using it restarts on a new placement. */
 void jobs_node_lost(coord *c, const char *node);
 /* A rank of a job ended (relayed by its workerd). Recorded once; when every rank
- * of the epoch exited 0 the job completes; a rank that failed (not stopped on
- * request) fails the job after a settle period, naming the rank to blame
- * (sup_blame), its exit and the last lines of its log. */
+ * of the epoch exited 0 the job completes, and when they all exited 0 or
+ * SUP_EXIT_SAVED, some of them SAVED (SIGTERM: Slurm ending the allocation,
+ * workerd stopping, `atoll cancel --checkpoint`), it is cancelled with its
+ * checkpoint named; a rank that failed (not stopped on request) fails the job
+ * after a settle period, naming the rank to blame (sup_blame), its exit and the
+ * last lines of its log. */
 void jobs_rank_exit(coord *c, const char *node, const Atoll__RankExit *e);
 /* Periodic: fails jobs whose settle period after a rank failure has passed. */
 void jobs_tick(coord *c);

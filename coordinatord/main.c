@@ -11,6 +11,7 @@
 
 #include "coord.h"
 #include "log.h"
+#include "slurm.h"
 
 static const char USAGE[] =
     "usage: coordinatord [flags]\n"
@@ -24,7 +25,9 @@ static const char USAGE[] =
     "  --node-timeout SEC         silence after which a node is dead (default 5)\n"
     "  --suspect-after SEC        silence after which a node is suspect (default: min(2 x interval, timeout/2))\n"
     "  --max-frame BYTES          largest accepted frame payload (default 16777216)\n"
-    "  --fabric FILE              Slurm topology.conf describing the switch tree (placement keeps jobs under few leaves)\n"
+    "  --fabric FILE              Slurm topology.conf describing the switch tree (placement keeps jobs under few\n"
+    "                             leaves); in a Slurm job without it: `scontrol show topology` or topology.conf\n"
+    "  --stop-grace SEC           on SIGTERM, keep serving while jobs are active, at most SEC (default 0: stop)\n"
     "  --hang-floor SEC           a running job with no step for max(this, factor x step time) is hung (default 10)\n"
     "  --hang-factor F            ... the step-time factor of that bound (default 3)\n"
     "  --straggler-threshold R    a rank computing R x its peers' median is a straggler (default 1.5)\n"
@@ -93,6 +96,7 @@ int main(int argc, char **argv)
             }
             o.max_restarts = (int)n;
         }
+        else if (!strcmp(a, "--stop-grace")) bad = seconds(a, v, &o.stop_grace_ms);
         else if (!strcmp(a, "--http-token")) snprintf(o.http_token_file, sizeof o.http_token_file, "%s", v);
         else if (!strcmp(a, "--http-max-conns")) {
             char *end;
@@ -132,6 +136,7 @@ int main(int argc, char **argv)
         return 2;
     }
     log_init("coordinatord", level);
+    o.fabric_from_slurm = slurm_in_job(getenv);
     /* A peer that goes away mid-write must cost us that connection (EPIPE), not the process. */
     signal(SIGPIPE, SIG_IGN);
 

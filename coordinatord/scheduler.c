@@ -158,7 +158,7 @@ int sched_job_uses_node(coord *c, const store_job *j, const char *node)
     return uses;
 }
 
-void sched_stop_job(coord *c, const store_job *j, const char *reason)
+static void send_stop(coord *c, const store_job *j, const char *reason, int checkpoint)
 {
     Atoll__JobLayout *l = load_layout(c, j);
     if (!l) return;
@@ -166,6 +166,7 @@ void sched_stop_job(coord *c, const store_job *j, const char *reason)
     stop.job = j->id;
     stop.epoch = j->epoch;
     stop.reason = (char *)reason;
+    stop.checkpoint = checkpoint;
     for (size_t i = 0; i < l->n_ranks; i++) {
         int first = 1; /* one Stop per node */
         for (size_t k = 0; k < i && first; k++) first = strcmp(l->ranks[k]->node, l->ranks[i]->node) != 0;
@@ -174,6 +175,9 @@ void sched_stop_job(coord *c, const store_job *j, const char *reason)
     }
     atoll__job_layout__free_unpacked(l, NULL);
 }
+
+void sched_stop_job(coord *c, const store_job *j, const char *reason) { send_stop(c, j, reason, 0); }
+void sched_checkpoint_job(coord *c, const store_job *j, const char *reason) { send_stop(c, j, reason, 1); }
 
 /* ---- the run ---- */
 

@@ -43,5 +43,7 @@ int sched_max_island(coord *c);
 int sched_job_uses_node(coord *c, const store_job *j, const char *node);
 /* Tells every node of the job's current layout to stop its ranks. */
 void sched_stop_job(coord *c, const store_job *j, const char *reason);
+/* The same, asking the ranks to commit a checkpoint first (Stop.checkpoint). */
+void sched_checkpoint_job(coord *c, const store_job *j, const char *reason);
 
 #endif

@@ -1,6 +1,9 @@
 /* server: the coordinator's libuv side. One loop: the RPC listener, the HTTP
  * listener, a 100 ms tick for liveness, rendezvous timeouts and scheduling, and
- * SIGTERM/SIGINT for a clean stop. */
+ * SIGTERM/SIGINT for a clean stop. With --stop-grace, SIGTERM while jobs are
+ * active keeps serving until they have ended (their ranks are stopping too when
+ * Slurm ends the allocation, and their exits say how), and 2 s more for clients
+ * to read how, or until the grace has passed. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +14,7 @@
 #include "rpc.h"
 
 #define TICK_MS 100
+#define DRAIN_LINGER_MS 2000
 
 typedef struct server_state {
     uv_loop_t *loop;
@@ -18,6 +22,8 @@ typedef struct server_state {
     uv_timer_t tick;
     uv_signal_t sigterm, sigint;
     int stopping;
+    uint64_t drain_until_ms; /* SIGTERM with --stop-grace: stop then */
+    int drained;             /* no job active any more: DRAIN_LINGER_MS left for clients to read how they ended */
 } server_state;
 
 static void send_rpc(coord *c, coord_peer *p, uint16_t type, const ProtobufCMessage *m)
@@ -65,10 +71,21 @@ static void on_close(rpc_conn *conn)
     conn->data = NULL;
 }
 
+static void stop(coord *c, const char *why);
+
 static void on_tick(uv_timer_t *t)
 {
     coord *c = t->data;
     coord_tick(c);
+    server_state *s = c->server;
+    if (!s->drain_until_ms) return;
+    uint64_t now = (uint64_t)c->now();
+    if (c->live.n == 0 && !s->drained) {
+        s->drained = 1;
+        if (now + DRAIN_LINGER_MS < s->drain_until_ms) s->drain_until_ms = now + DRAIN_LINGER_MS;
+        log_info("SIGTERM: no job is active any more; stopping in %d ms", (int)(s->drain_until_ms - now));
+    }
+    if (now >= s->drain_until_ms) stop(c, s->drained ? "SIGTERM; the jobs have ended" : "SIGTERM; --stop-grace has passed");
 }
 
 static void stop(coord *c, const char *why)
@@ -88,7 +105,15 @@ static void stop(coord *c, const char *why)
 
 static void on_signal(uv_signal_t *h, int signum)
 {
-    stop(h->data, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    coord *c = h->data;
+    server_state *s = c->server;
+    if (signum == SIGTERM && !s->drain_until_ms && c->o.stop_grace_ms > 0 && c->live.n > 0) {
+        s->drain_until_ms = (uint64_t)c->now() + (uint64_t)c->o.stop_grace_ms;
+        log_info("SIGTERM: %zu job(s) active; serving until they end, at most %d s (--stop-grace; SIGINT stops "
+                 "at once)", c->live.n, (c->o.stop_grace_ms + 999) / 1000);
+        return;
+    }
+    stop(c, signum == SIGTERM ? "SIGTERM" : "SIGINT");
 }
 
 static void close_any(uv_handle_t *h, void *arg)

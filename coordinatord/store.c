@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "supervise.h"
+
 struct store {
     sqlite3 *db;
 };
@@ -679,17 +681,20 @@ int store_exits_each(store *s, uint64_t job, uint32_t epoch, store_exit_fn fn, v
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
 }
 
-int store_exits_count(store *s, uint64_t job, uint32_t epoch, int *total, int *ok)
+int store_exits_count(store *s, uint64_t job, uint32_t epoch, int *total, int *ok, int *saved)
 {
-    sqlite3_stmt *st = prep(s, "SELECT count(*), coalesce(sum(exit_status = 0 AND term_signal = 0), 0) "
+    sqlite3_stmt *st = prep(s, "SELECT count(*), coalesce(sum(exit_status = 0 AND term_signal = 0), 0), "
+                               "coalesce(sum(exit_status = ?3 AND term_signal = 0), 0) "
                                "FROM rank_exits WHERE job=?1 AND epoch=?2");
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
     sqlite3_bind_int(st, 2, (int)epoch);
+    sqlite3_bind_int(st, 3, SUP_EXIT_SAVED);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         *total = sqlite3_column_int(st, 0);
         *ok = sqlite3_column_int(st, 1);
+        if (saved) *saved = sqlite3_column_int(st, 2);
     }
     sqlite3_finalize(st);
     return rc == SQLITE_ROW ? 0 : -1;

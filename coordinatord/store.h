@@ -186,7 +186,8 @@ int store_exit_put(store *s, const store_exit *e);
 /* The exits of (job, epoch) in the order they were reported. */
 typedef int (*store_exit_fn)(void *ctx, const store_exit *e);
 int store_exits_each(store *s, uint64_t job, uint32_t epoch, store_exit_fn fn, void *ctx);
-/* How many ranks of (job, epoch) exited, and how many of them with status 0. */
-int store_exits_count(store *s, uint64_t job, uint32_t epoch, int *total, int *ok);
+/* How many ranks of (job, epoch) exited, how many of them with status 0, and how
+ * many with SUP_EXIT_SAVED (stopped with a checkpoint; `saved` may be NULL). */
+int store_exits_count(store *s, uint64_t job, uint32_t epoch, int *total, int *ok, int *saved);
 
 #endif

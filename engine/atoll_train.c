@@ -120,11 +120,12 @@ int main(int argc, char **argv)
         }
         return launcher_run(cl.nproc, argc, argv);
     }
-    if (eng_train(&c, o, err, sizeof err)) {
+    int rc = eng_train(&c, o, err, sizeof err);
+    if (rc < 0) {
         const char *r = getenv("RANK");
         if (r) fprintf(stderr, "atoll-train: rank %s: %s\n", r, err);
         else fprintf(stderr, "atoll-train: %s\n", err);
         return 1;
     }
-    return 0;
+    return rc ? SUP_EXIT_SAVED : 0;
 }

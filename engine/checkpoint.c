@@ -330,7 +330,7 @@ int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen)
         its[n++] = it;
     }
     closedir(d);
-    qsort(its, n, sizeof *its, cmp_desc);
+    if (n) qsort(its, n, sizeof *its, cmp_desc); /* its is NULL for an empty directory */
     int rc = 1;
     for (size_t i = 0; i < n; i++) {
         char step[1024], why[256];

@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #define SETTLE_MS 250
+#define SAVE_GRACE_MS 30000 /* SIGTERM to the launcher: how long ranks get to commit a checkpoint */
 
 typedef struct launch {
     uv_loop_t loop;
@@ -22,6 +23,7 @@ typedef struct launch {
     uv_timer_t settle_timer;
     sup_rank **failed; /* in the order their exits were reaped */
     int nfailed, interrupted;
+    int saved; /* ranks that exited SUP_EXIT_SAVED */
     uv_signal_t sigint, sigterm;
     launcher_result *res;
     uint64_t t0;
@@ -35,11 +37,12 @@ static void close_loop_handles(launch *l)
     uv_close((uv_handle_t *)&l->sigterm, NULL);
 }
 
-/* Stop the job: SIGTERM now, SIGKILL after the grace period. */
-static void stop_job(launch *l)
+/* Stop the job: `signum` now, SIGKILL after the grace period (SIGTERM: after
+ * SAVE_GRACE_MS, the ranks commit a checkpoint first). */
+static void stop_job(launch *l, int signum)
 {
     l->stopping = 1;
-    sup_stop(&l->set);
+    sup_stop_signal(&l->set, signum, signum == SIGTERM ? SAVE_GRACE_MS : 0);
 }
 
 /* A rank's death usually makes its peers fail too (their links drop) within
@@ -67,13 +70,15 @@ static void on_settle(uv_timer_t *t)
         snprintf(r->message + n, sizeof r->message - (size_t)n, "; stopping the other %d rank(s)",
                  l->set.alive);
     fprintf(stderr, "atoll-train: %s\n", r->message);
-    stop_job(l);
+    stop_job(l, SIGINT);
 }
 
 static void on_rank_exit(sup_set *s, sup_rank *r)
 {
     launch *l = s->o.data;
-    if ((r->exit_status != 0 || r->term_signal != 0) && !l->stopping && !l->interrupted) {
+    int saved = r->exit_status == SUP_EXIT_SAVED && !r->term_signal;
+    l->saved += saved;
+    if ((r->exit_status != 0 || r->term_signal != 0) && !saved && !l->stopping && !l->interrupted) {
         l->failed[l->nfailed++] = r;
         if (l->nfailed == 1) uv_timer_start(&l->settle_timer, on_settle, SETTLE_MS, 0);
     }
@@ -98,7 +103,7 @@ static void on_signal(uv_signal_t *s, int signum)
         fprintf(stderr, "atoll-train: %s\n", l->res->message);
         l->res->term_signal = signum;
     }
-    stop_job(l);
+    stop_job(l, signum);
 }
 
 int launcher_spawn(const launcher_opts *o, launcher_result *res)
@@ -179,6 +184,11 @@ int launcher_spawn(const launcher_opts *o, launcher_result *res)
     free(l.failed);
     free(args);
     if (launch_failed) return 2;
+    if (l.saved == o->nproc && res->failed_rank < 0) {
+        snprintf(res->message, sizeof res->message, "all %d ranks saved a checkpoint and stopped", o->nproc);
+        fprintf(stderr, "atoll-train: %s\n", res->message);
+        return SUP_EXIT_SAVED;
+    }
     if (res->failed_rank >= 0 || res->term_signal) return 1;
     return 0;
 }

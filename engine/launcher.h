@@ -9,9 +9,11 @@
  * One libuv loop runs the store server, the child processes and the timers; the
  * ranks are spawned and supervised by common/supervise.h, as workerd's are (own
  * process group, die with the launcher even when it is SIGKILLed). If any rank
- * exits non-zero or by a signal, the launcher sends SIGTERM to the others,
- * SIGKILL after a grace period, and fails naming the rank. SIGINT or SIGTERM to
- * the launcher stops all ranks the same way.
+ * exits non-zero or by a signal, the launcher sends SIGINT to the others,
+ * SIGKILL after a grace period, and fails naming the rank. SIGINT to the launcher
+ * stops all ranks the same way; SIGTERM is passed on with 30 s before SIGKILL, so
+ * ranks with --save commit a checkpoint and stop, and when all of them did the
+ * launcher exits SUP_EXIT_SAVED (75).
  */
 #ifndef ATOLL_LAUNCHER_H
 #define ATOLL_LAUNCHER_H
@@ -21,7 +23,7 @@ typedef struct {
     int argc;
     char **argv;         /* the ranks' argv (argv[0] included), used as given */
     const char *exe;     /* NULL: this binary (/proc/self/exe) */
-    int kill_grace_ms;   /* SIGTERM -> SIGKILL; 0 = 2000 */
+    int kill_grace_ms;   /* SIGINT -> SIGKILL; 0 = 2000 */
 } launcher_opts;
 
 typedef struct {
@@ -33,7 +35,8 @@ typedef struct {
 } launcher_result;
 
 /* Runs the ranks to completion. Returns 0 when all exit 0, 1 when a rank failed
- * (res says which), 2 when the launch itself failed (message says why). */
+ * (res says which), 2 when the launch itself failed (message says why),
+ * SUP_EXIT_SAVED when every rank stopped after saving a checkpoint. */
 int launcher_spawn(const launcher_opts *o, launcher_result *res);
 
 /* atoll-train's entry: strips --nproc-per-node from argv and runs launcher_spawn.

@@ -87,7 +87,7 @@ void metrics_emit_step(metrics_emit *e, const rank_step *s)
     m.bubble_measured = s->bubble;
     m.transfer = s->transfer;
     m.bubble_theory = s->bubble_theory;
-    m.memory_bytes = peak_rss();
+    m.memory_bytes = s->device_bytes ? s->device_bytes : peak_rss();
     m.compute_ms = s->compute_s * 1e3;
     m.time_ms = s->time_ms;
     m.checkpoint_iteration = s->checkpoint_iteration;

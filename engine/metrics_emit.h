@@ -43,12 +43,14 @@ typedef struct rank_step {
     long long start_iteration; /* where this run started (a checkpoint's iteration, 0 fresh) */
     double startup_s;        /* process start to the first step's start (first step only) */
     int from_checkpoint;     /* a step re-reported from the checkpoint resumed from */
+    uint64_t device_bytes;   /* peak device memory in use (GPU ranks); 0: report peak resident memory */
 } rank_step;
 
 /* Opens the channel named by ATOLL_METRICS_FD, if any. */
 void metrics_emit_open(metrics_emit *e, int rank);
 void metrics_emit_close(metrics_emit *e);
-/* Writes the step (with the rank's peak resident memory). */
+/* Writes the step (with the peak device memory of a GPU rank, else the rank's
+ * peak resident memory). */
 void metrics_emit_step(metrics_emit *e, const rank_step *s);
 /* Writes one frame of `type` (any thread); dropped when the channel is full. */
 void metrics_emit_frame(metrics_emit *e, uint16_t type, const struct ProtobufCMessage *m);

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,7 +139,20 @@ typedef struct step_stats {
     /* for the supervisor (rank_step) */
     long long checkpoint_iteration, start_iteration;
     double save_stall_s, save_s, startup_s;
+    uint64_t device_bytes;        /* GPU: peak device memory in use so far; 0 on the CPU */
+    int stop;                     /* some rank was asked to stop (SIGTERM) before this step's reduction */
 } step_stats;
+
+/* SIGTERM with --save (Slurm's signal before it ends an allocation, workerd passing
+ * it on for `atoll cancel --checkpoint`): finish the step, commit a checkpoint, stop.
+ * The handler only sets the flag; every rank learns of it in the step's world
+ * all-reduce, so all stop after the same step. */
+static volatile sig_atomic_t stop_requested;
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
 
 /* Dense bf16 peak of the device the backend runs on; 0 when unknown, so no MFU
  * is printed against a made-up figure. */
@@ -154,6 +168,20 @@ static double device_peak(const k_ops *k)
     return 0.0;
 }
 
+/* Peak device memory in use, sampled after each step; 0 on the CPU. */
+static uint64_t device_used_peak(const k_ops *k)
+{
+    static uint64_t peak;
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+    if (!strcmp(k->name, "cuda")) {
+        uint64_t now = k_cuda_device_used_bytes();
+        if (now > peak) peak = now;
+    }
+#endif
+    (void)k;
+    return peak;
+}
+
 /* Every rank, every step: its metrics to its supervisor (metrics_emit.h); rank
  * 0 every --log-interval: the log line and the --metrics-file record. */
 static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, metrics_emit *emit, const dist *d)
@@ -167,6 +195,7 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, 
         .compute_s = s->compute_s, .time_ms = wall_ms(), .checkpoint_iteration = s->checkpoint_iteration,
         .save_stall_s = s->save_stall_s, .save_s = s->save_s, .start_iteration = s->start_iteration,
         .startup_s = s->startup_s,
+        .device_bytes = s->device_bytes,
     };
     metrics_emit_step(emit, &rs);
     if (d->rank != 0 || c->log_interval <= 0 || s->it % c->log_interval) return;
@@ -298,6 +327,7 @@ static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errle
     s->flops_per_s = cfg_flops_per_token(c) * tokens / s->step_s;
     double peak = device_peak(r->m->k);
     s->peak = peak;
+    s->device_bytes = device_used_peak(r->m->k);
     s->mfu = peak > 0 ? s->flops_per_s / peak / r->d.size : -1.0;
     /* idle and transfer seconds of each stage over the step time (every rank
      * steps in lockstep, so this rank's step time stands for all) */
@@ -339,18 +369,20 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
         return -1;
     }
     int pp = d->pp < 64 ? d->pp : 64;
-    float vec[2 + 2 * 64] = { 0 };
+    float vec[3 + 2 * 64] = { 0 };
     vec[0] = (float)dist_grad_sumsq(d, m, &r->dopt);
     if (d->pp_rank == d->pp - 1 && d->tp_rank == 0) vec[1] = (float)(res.loss_sum / tokens);
     if (d->tp_rank == 0 && d->dp_rank == 0 && d->pp_rank < 64 && d->pp > 1) {
         vec[2 + d->pp_rank] = (float)res.idle_s;
         vec[2 + pp + d->pp_rank] = (float)res.transfer_s;
     }
-    if (dist_world_sum(d, vec, 2 + 2 * pp)) {
+    vec[2 + 2 * pp] = stop_requested ? 1.0f : 0.0f;
+    if (dist_world_sum(d, vec, 3 + 2 * pp)) {
         errf(err, errlen, "step reduction: %s", dist_error(d));
         return -1;
     }
     s->it = r->st.iteration + 1;
+    s->stop = vec[2 + 2 * pp] > 0;
     s->loss = vec[1];
     s->grad_norm = sqrt(vec[0]);
     s->pp = d->pp;
@@ -405,6 +437,7 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
         if (rc) return -1;
     }
     s->it = r->st.iteration + 1;
+    s->stop = stop_requested;
     s->grad_norm = sqrt(eng_grad_sumsq(m));
     s->lr = eng_lr_at(c, s->it);
     eng_optim_step(r->opt, m, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), (int)s->it);
@@ -651,15 +684,25 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
                                                                                          : ", selective recompute") : "");
         fflush(stdout);
     }
-    /* The steps the checkpoint recorded, reported again: those whose reports were
-     * lost with a node (queued in its supervisor) come back to the coordinator. */
-    for (int i = 0; !rc && r.d.rank == 0 && i < r.st.nsteps; i++) {
+    /* A restart of the job (a later placement, ATOLL_JOB_EPOCH > 0) reports the steps
+     * its checkpoint recorded again: those whose reports were lost with a node
+     * (queued in its supervisor) come back to the coordinator. */
+    const char *epoch = getenv("ATOLL_JOB_EPOCH");
+    for (int i = 0; !rc && r.d.rank == 0 && epoch && atoi(epoch) > 0 && i < r.st.nsteps; i++) {
         rank_step rs = { .iteration = r.st.steps[i].iteration, .loss = r.st.steps[i].loss, .lr = r.st.steps[i].lr,
                          .grad_norm = r.st.steps[i].grad_norm, .stage = -1, .start_iteration = r.start_iteration,
                          .from_checkpoint = 1 };
         metrics_emit_step(&r.emit, &rs);
     }
+    if (c.save[0]) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_stop_signal;
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGTERM, &sa, NULL);
+    }
     long long last_saved = r.st.iteration;
+    int stopped = 0;
     long long stop = c.train_iters;
     if (o->exit_interval > 0 && o->exit_interval < stop) stop = o->exit_interval;
     int first = 1;
@@ -690,9 +733,18 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
             if ((rc = save_timed(&r, err, errlen))) break;
             last_saved = s.it;
         }
+        if (s.stop && s.it < stop) { /* on the last step it is simply done */
+            stopped = 1;
+            break;
+        }
     }
     if (!rc && c.save[0] && last_saved != r.st.iteration)
         rc = save_timed(&r, err, errlen);
+    if (!rc && stopped && r.d.rank == 0) {
+        printf("atoll-train: stopped on SIGTERM after iteration %lld; checkpoint committed in %s "
+               "(resume with --load %s)\n", r.st.iteration, c.save, c.save);
+        fflush(stdout);
+    }
     teardown(&r);
-    return rc ? -1 : 0;
+    return rc ? -1 : stopped;
 }

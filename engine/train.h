@@ -5,7 +5,8 @@
  * the gradient is that of the mean loss over the global batch), global-norm
  * clipping, one AdamW step at the scheduled learning rate. Logs every
  * --log-interval iterations (text on stdout, JSON lines in --metrics-file),
- * checkpoints every --save-interval and at the end. */
+ * checkpoints every --save-interval and at the end. With --save, SIGTERM stops it
+ * after the step in progress (every rank after the same one), with a checkpoint. */
 #ifndef ATOLL_ENGINE_TRAIN_H
 #define ATOLL_ENGINE_TRAIN_H
 
@@ -22,7 +23,8 @@ typedef struct eng_run_opts {
 
 void eng_run_opts_defaults(eng_run_opts *o);
 
-/* Runs training; returns 0, or -1 with a one-line reason in err. */
+/* Runs training; returns 0, 1 when it stopped on SIGTERM with its checkpoint
+ * committed, or -1 with a one-line reason in err. */
 int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t errlen);
 
 #endif

@@ -145,7 +145,7 @@ static void on_frame(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len)
         break;
     case ATOLL__MSG_TYPE__MSG_STOP: {
         Atoll__Stop *s = atoll__stop__unpack(NULL, len, p);
-        if (s) ranks_stop(a, s->job, s->epoch, s->reason);
+        if (s) ranks_stop(a, s->job, s->epoch, s->reason, s->checkpoint);
         if (s) atoll__stop__free_unpacked(s, NULL);
         break;
     }
@@ -208,10 +208,12 @@ static void on_signal(uv_signal_t *s, int signum)
 {
     agent *a = s->data;
     if (a->stopping) return;
-    log_info("stopping on %s%s", signum == SIGTERM ? "SIGTERM" : "SIGINT", a->sets ? ": stopping the ranks first" : "");
+    log_info("stopping on %s%s", signum == SIGTERM ? "SIGTERM" : "SIGINT",
+             !a->sets ? "" : signum == SIGTERM ? ": the ranks first, passing SIGTERM on (those with --save commit a "
+                                                 "checkpoint)" : ": stopping the ranks first");
     a->stopping = 1;
     /* The ranks go first (their exits still reach the coordinator); the rest when the last is gone. */
-    if (!ranks_stop_all(a)) agent_finish_stop(a);
+    if (!ranks_stop_all(a, signum)) agent_finish_stop(a);
 }
 
 int agent_run(agent *a)

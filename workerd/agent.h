@@ -3,8 +3,11 @@
  * exponential backoff (250 ms doubling to 5 s, +-25% jitter) whenever the
  * coordinator is away, re-registering under the same name so the node keeps its
  * identity. A coordinator that stops acknowledging heartbeats for 10 s (hung, or a
- * half-open connection) is treated as gone. One libuv loop; SIGTERM/SIGINT stop it
- * cleanly: its ranks first (SIGTERM, SIGKILL after a grace period), then the agent.
+ * half-open connection) is treated as gone. One libuv loop; a signal stops it
+ * cleanly, its ranks first, then the agent: SIGTERM (what Slurm sends before the
+ * end of an allocation) passes SIGTERM on, so ranks that save checkpoints commit
+ * one and exit, with --stop-grace before SIGKILL; SIGINT stops them at once
+ * (SIGINT, SIGKILL after 3 s).
  * Ranks are run by ranks.c; what they report waits in relay.c's queue until the
  * coordinator has stored it. */
 #ifndef ATOLL_AGENT_H
@@ -40,6 +43,8 @@ typedef struct agent {
     char work_dir[512];
     char train_bin[512];     /* the atoll-train the ranks run */
     int simulated;           /* --simulate: GPUs are not real, ranks train on the CPU */
+    int cuda_ordinal[TOPO_MAX_GPUS]; /* a GPU index's CUDA_VISIBLE_DEVICES entry for its rank */
+    int stop_grace_ms;       /* SIGTERM -> SIGKILL when ranks are asked to checkpoint and stop */
     struct job_set *sets;
     relay relay;
 } agent;

@@ -10,11 +10,13 @@
 #include "agent.h"
 #include "discover.h"
 #include "log.h"
+#include "slurm.h"
 
 static const char USAGE[] =
     "usage: workerd [flags]\n"
-    "  --coordinator HOST:PORT  where to register (default $ATOLL_COORDINATOR or 127.0.0.1:7420)\n"
-    "  --name NAME              node name, unique in the cluster (default: host name)\n"
+    "  --coordinator HOST:PORT  where to register (default $ATOLL_COORDINATOR; in a Slurm job the node srun\n"
+    "                           ran on, port $ATOLL_COORDINATOR_PORT or 7420; else 127.0.0.1:7420)\n"
+    "  --name NAME              node name, unique in the cluster (default: $SLURMD_NODENAME, else host name)\n"
     "  --token-file FILE        the cluster token (default $ATOLL_TOKEN_FILE or ./atoll-state/token)\n"
     "  --simulate PROFILE       pretend hardware: dgx-h100, dgx-a100, gb200-tray, cpu:N\n"
     "  --nvlink-domain ID       with gb200-tray: the 72-GPU NVLink domain this tray belongs to\n"
@@ -24,8 +26,46 @@ static const char USAGE[] =
     "  --work-dir DIR           where rank processes run and log (default ./atoll-work):\n"
     "                           DIR/job-<id>/epoch-<e>/rank-<r>.log\n"
     "  --train-bin FILE         the atoll-train the ranks run (default: the one beside workerd)\n"
+    "  --stop-grace SEC         on SIGTERM or `atoll cancel --checkpoint`, how long ranks get to commit a\n"
+    "                           checkpoint before SIGKILL (default 30, Slurm's default KillWait)\n"
     "  --log-level LEVEL        debug, info, warn, error (default info)\n"
-    "Without --simulate or --topology-xml, GPUs come from NVML and NICs from /sys/class/infiniband.\n";
+    "Without --simulate or --topology-xml, GPUs come from NVML and NICs from /sys/class/infiniband;\n"
+    "in a Slurm step only the GPUs Slurm gave it ($SLURM_STEP_GPUS, else $SLURM_JOB_GPUS).\n"
+    "SIGTERM stops the ranks with a checkpoint (SIGTERM to them), SIGINT at once.\n";
+
+/* In a Slurm step, only the GPUs Slurm gave it are this node's to offer; their
+ * ranks see them by the CUDA ordinals Slurm set up for the step. */
+static int slurm_keep_gpus(agent *a, char *err, size_t errlen)
+{
+    int idx[SLURM_MAX_GPUS], cuda[SLURM_MAX_GPUS];
+    int n = slurm_gpus(getenv, idx, cuda, SLURM_MAX_GPUS, err, errlen);
+    if (n == -1) return 0;
+    if (n < 0) return -1;
+    topo_node *t = &a->topo;
+    int kept = 0;
+    char list[SLURM_MAX_GPUS * 6] = "";
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        int found = 0;
+        for (int g = 0; g < t->ngpus && !found; g++) found = t->gpus[g].index == idx[k];
+        if (!found) {
+            snprintf(err, errlen, "Slurm gave this step GPU %d, which discovery did not find (found %d GPUs)", idx[k],
+                     t->ngpus);
+            return -1;
+        }
+        if (idx[k] < TOPO_MAX_GPUS) a->cuda_ordinal[idx[k]] = cuda[k];
+        at += (size_t)snprintf(list + at, at < sizeof list ? sizeof list - at : 0, "%s%d", k ? "," : "", idx[k]);
+    }
+    for (int g = 0; g < t->ngpus; g++) {
+        int given = 0;
+        for (int k = 0; k < n && !given; k++) given = t->gpus[g].index == idx[k];
+        if (given) t->gpus[kept++] = t->gpus[g];
+    }
+    log_info("Slurm job %s: this step has GPUs %s of the %d found", getenv("SLURM_JOB_ID"), n ? list : "(none)",
+             t->ngpus);
+    t->ngpus = kept;
+    return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -34,6 +74,7 @@ int main(int argc, char **argv)
     const char *token_file = getenv("ATOLL_TOKEN_FILE");
     const char *name = NULL, *simulate = NULL, *domain = NULL, *xml = NULL, *leaf = NULL;
     const char *sysfs = "/sys", *work_dir = "./atoll-work", *train_bin = NULL;
+    double stop_grace = 30;
     log_level level = LOG_INFO;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i];
@@ -56,6 +97,14 @@ int main(int argc, char **argv)
         else if (!strcmp(f, "--leaf")) leaf = v;
         else if (!strcmp(f, "--work-dir")) work_dir = v;
         else if (!strcmp(f, "--train-bin")) train_bin = v;
+        else if (!strcmp(f, "--stop-grace")) {
+            char *end;
+            stop_grace = strtod(v, &end);
+            if (*end || end == v || !(stop_grace > 0) || stop_grace > 86400) {
+                fprintf(stderr, "workerd: --stop-grace '%s': expected seconds, more than 0 and at most 86400\n", v);
+                return 2;
+            }
+        }
         else if (!strcmp(f, "--log-level")) {
             if (log_level_parse(v, &level)) {
                 fprintf(stderr, "workerd: --log-level '%s': expected debug, info, warn or error\n", v);
@@ -70,16 +119,25 @@ int main(int argc, char **argv)
         fprintf(stderr, "workerd: give either --simulate or --topology-xml, not both\n");
         return 2;
     }
-    if (!coordinator) coordinator = "127.0.0.1:7420";
+    log_init("workerd", level);
+    char err[512];
+    char slurm_coord[120];
+    if (!coordinator || !*coordinator) {
+        int rc = slurm_coordinator(getenv, slurm_coord, sizeof slurm_coord, err, sizeof err);
+        if (rc < 0) {
+            fprintf(stderr, "workerd: %s\n", err);
+            return 2;
+        }
+        coordinator = rc == 0 ? slurm_coord : "127.0.0.1:7420";
+    }
     if (!token_file) token_file = "./atoll-state/token";
     char host[64] = "localhost";
     gethostname(host, sizeof host - 1);
+    if (!name) name = slurm_node_name(getenv);
     if (!name) name = host;
-    log_init("workerd", level);
     /* A peer that goes away mid-write must cost us that connection (EPIPE), not the process. */
     signal(SIGPIPE, SIG_IGN);
 
-    char err[512];
     snprintf(a.coordinator, sizeof a.coordinator, "%s", coordinator);
     snprintf(a.host, sizeof a.host, "%s", host);
     if (rpc_resolve(coordinator, &a.addr, err, sizeof err)) {
@@ -99,6 +157,8 @@ int main(int argc, char **argv)
         rc = xml ? discover_nccl_xml(&a.topo, xml, err, sizeof err) : discover_local(&a.topo, sysfs, err, sizeof err);
         if (!rc && err[0]) log_info("discovery: %s", err);
     }
+    for (int g = 0; g < TOPO_MAX_GPUS; g++) a.cuda_ordinal[g] = g;
+    if (!rc && !simulate && slurm_keep_gpus(&a, err, sizeof err)) rc = -1;
     if (rc) {
         fprintf(stderr, "workerd: %s\n", err);
         return 2;
@@ -133,6 +193,7 @@ int main(int argc, char **argv)
         return 2;
     }
     a.simulated = simulate != NULL;
+    a.stop_grace_ms = (int)(stop_grace * 1000 + 0.5);
     log_info("node %s: %d GPUs, %d NICs%s; coordinator %s", a.topo.name, a.topo.ngpus, a.topo.nnics,
              simulate ? " (simulated)" : "", coordinator);
     a.loop = uv_default_loop();

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,7 +105,8 @@ static void on_exit_rank(sup_set *s, sup_rank *r)
     if (!e->log_tail) e->log_tail = strdup("");
     char what[160];
     sup_describe_exit(what, sizeof what, r->rank, r->pid, r->exit_status, r->term_signal);
-    if (js->stopped || (!r->exit_status && !r->term_signal)) log_info("job %llu: %s", (unsigned long long)js->job, what);
+    if (js->stopped || (!r->exit_status && !r->term_signal) || (r->exit_status == SUP_EXIT_SAVED && !r->term_signal))
+        log_info("job %llu: %s", (unsigned long long)js->job, what);
     else log_warn("job %llu: %s (log %s)", (unsigned long long)js->job, what, r->log_path);
     relay_push_exit(&js->a->relay, e);
     agent_report_now(js->a); /* exits are reported at once, not at the next interval */
@@ -256,7 +258,7 @@ void ranks_launch(agent *a, const Atoll__Launch *m, Atoll__LaunchAck *ack, char 
         return;
     }
     /* An older placement of the same job still here has lost: stop it. */
-    if (l->epoch > 0) ranks_stop(a, l->job, l->epoch - 1, "the job was placed again");
+    if (l->epoch > 0) ranks_stop(a, l->job, l->epoch - 1, "the job was placed again", 0);
     job_set *js = calloc(1, sizeof *js);
     if (!js || !(js->ranks = calloc((size_t)mine, sizeof *js->ranks)) ||
         !(js->watch = calloc((size_t)mine, sizeof *js->watch)) ||
@@ -279,7 +281,8 @@ void ranks_launch(agent *a, const Atoll__Launch *m, Atoll__LaunchAck *ack, char 
         sup_rank *r = &js->ranks[js->n++];
         r->rank = l->ranks[i]->rank;
         r->local_rank = l->ranks[i]->local_rank;
-        r->gpu = l->ranks[i]->gpu;
+        int g = l->ranks[i]->gpu;
+        r->gpu = g >= 0 && g < TOPO_MAX_GPUS ? a->cuda_ordinal[g] : g; /* Slurm may renumber the step's GPUs */
         gpus += r->gpu >= 0;
     }
     int argc = 0;
@@ -331,23 +334,27 @@ void ranks_launch(agent *a, const Atoll__Launch *m, Atoll__LaunchAck *ack, char 
              js->n, l->n_ranks, argc > 2 ? js->argv[0] : "?", js->dir);
 }
 
-void ranks_stop(agent *a, uint64_t job, uint32_t epoch, const char *reason)
+void ranks_stop(agent *a, uint64_t job, uint32_t epoch, const char *reason, int checkpoint)
 {
     for (job_set *js = a->sets; js; js = js->next)
         if (js->job == job && js->epoch <= epoch && (js->set.alive > 0)) {
-            if (!js->stopped)
-                log_info("job %llu epoch %u: stopping %d ranks: %s", (unsigned long long)job, js->epoch,
-                         js->set.alive, reason);
-            js->stopped = 1;
-            sup_stop(&js->set);
+            if (!js->set.stopping)
+                log_info("job %llu epoch %u: stopping %d ranks%s: %s", (unsigned long long)job, js->epoch,
+                         js->set.alive, checkpoint ? " with a checkpoint (SIGTERM)" : "", reason);
+            if (checkpoint) {
+                sup_stop_signal(&js->set, SIGTERM, a->stop_grace_ms);
+            } else {
+                js->stopped = 1;
+                sup_stop(&js->set);
+            }
         }
 }
 
-int ranks_stop_all(agent *a)
+int ranks_stop_all(agent *a, int signum)
 {
     for (job_set *js = a->sets; js; js = js->next) {
         js->stopped = 1;
-        sup_stop(&js->set);
+        sup_stop_signal(&js->set, signum, signum == SIGTERM ? a->stop_grace_ms : 0);
     }
     return a->sets != NULL;
 }

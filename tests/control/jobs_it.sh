@@ -12,6 +12,9 @@
 #   workerd  kill -9 of a workerd leaves none of its ranks alive; the job runs again on the other node
 #   restart  kill -9 of the coordinator mid-job: after a restart no reported step is lost
 #            and the job is still running (workerd kept the reports until they were stored)
+#   checkpoint  `atoll cancel --checkpoint`: the ranks commit a checkpoint and stop, the job
+#            is cancelled naming it; a job submitted with --load resumes from it with the
+#            losses of an uninterrupted run; without --save the request is refused
 #   secret   without the job secret nothing can claim a rank or touch the job's keys
 #   top      `atoll top` in a real terminal (tmux, 80x24) shows the job's row; q quits
 #   http     /metrics parsed by python3-prometheus-client with the per-job series typed; /api
@@ -67,11 +70,13 @@ state_is() { [ "$(atoll status "$1" --json | json "d['state']")" = "$2" ]; }
 step_at_least() { [ "$(atoll status "$1" --json | json "d['step']")" -ge "$2" ]; }
 
 # Processes whose environment names job $1 (and rank $2 when given) and one of this
-# test's workerds as their supervisor: the job's ranks (other tests run jobs too).
+# test's workerds as their supervisor, and whose output goes to a log under this
+# test's work directory: the job's ranks (other tests and clusters run jobs too, and
+# a supervisor pid may have been reused by another test's workerd).
 rank_pids() {
-  "$PY" - "$1" "${2:-}" "${WPID[@]}" <<'PYEOF'
+  "$PY" - "$1" "${2:-}" "$TMP/work" "${WPID[@]}" <<'PYEOF'
 import os, sys
-job, rank, sups = sys.argv[1], sys.argv[2], sys.argv[3:]
+job, rank, work, sups = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 for p in os.listdir("/proc"):
     if not p.isdigit(): continue
     try:
@@ -83,6 +88,10 @@ for p in os.listdir("/proc"):
     if ("ATOLL_JOB_ID=%s" % job).encode() not in env: continue
     if rank and ("RANK=%s" % rank).encode() not in env: continue
     if not any(("ATOLL_SUPERVISOR_PID=%s" % s).encode() in env for s in sups): continue
+    try:
+        if not os.readlink("/proc/%s/fd/1" % p).startswith(work + "/"): continue
+    except OSError:
+        continue
     print(p)
 PYEOF
 }
@@ -111,19 +120,7 @@ case_run() {
   (cd "$TMP" && "$BIN/atoll-train" --nproc-per-node 8 "${model[@]}" "${layout[@]}" --train-iters 12 \
       --metrics-file "$TMP/standalone.jsonl" >"$TMP/standalone.log" 2>&1) || fail "standalone run (exit $?)"
   atoll metrics "$id" --json >"$TMP/cluster.json" || fail "atoll metrics"
-  "$PY" - "$TMP/cluster.json" "$TMP/standalone.jsonl" <<'PYEOF' || fail "loss series differ"
-import json, sys
-cl = {s["iteration"]: s["loss"] for s in json.load(open(sys.argv[1]))["steps"]}
-sa = {}
-for line in open(sys.argv[2]):
-    d = json.loads(line)
-    if "loss" in d: sa[d["iteration"]] = d["loss"]
-assert sorted(cl) == list(range(1, 13)), "cluster steps %s" % sorted(cl)
-assert sorted(sa) == sorted(cl), "standalone steps %s" % sorted(sa)
-worst = max(abs(cl[i] - sa[i]) / abs(sa[i]) for i in sa)
-assert worst <= 1e-6, "worst relative difference %.3g" % worst
-print("12 steps, worst relative loss difference %.2g" % worst)
-PYEOF
+  "$PY" "$HERE/loss_match.py" "$TMP/cluster.json" "$TMP/standalone.jsonl" 1 12 || fail "loss series differ"
   ok "the coordinator's loss series equals the standalone run's, step for step"
   atoll metrics "$id" | grep -qE "^12 " || fail "metrics text"
   atoll logs "$id" --rank 0 | grep -q "iteration       12/      12" || fail "rank 0 log: $(atoll logs "$id")"
@@ -236,6 +233,38 @@ case_restart() {
   [ "$gaps" -gt $((at + 99)) ] || fail "only $gaps steps"
   ok "steps 1..$gaps all stored, none lost across the coordinator's kill -9 at step $at"
   cancel_job "$id"
+  stop_all
+}
+
+case_checkpoint() {
+  start_cluster
+  local ck=$TMP/ckpt iters=150
+  running_job plain 1
+  atoll cancel "$ID" --checkpoint 2>"$TMP/err"; [ $? -eq 1 ] && grep -q "without --save DIR" "$TMP/err" \
+    || fail "cancel --checkpoint of a job without --save: $(cat "$TMP/err")"
+  cancel_job "$ID"
+  ok "cancel --checkpoint of a job without --save is refused: $(cat "$TMP/err")"
+  local id; id=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters $iters --save "$ck" --load "$ck" \
+                 --name stopped --json | json "d['job']") || fail "submit"
+  wait_until 60 step_at_least "$id" 10 || fail "job not running: $(atoll status "$id")"
+  atoll cancel "$id" --checkpoint | grep -q "stopping: the ranks are committing a checkpoint" || fail "cancel --checkpoint"
+  wait_until 30 state_is "$id" cancelled || fail "not stopped: $(atoll status "$id")"
+  local saved; saved=$(cat "$ck/latest_checkpointed_iteration.txt")
+  atoll status "$id" --json | json "d['message']" | grep -q "stopped on SIGTERM after step $saved with a checkpoint committed to $ck" \
+    || fail "message: $(atoll status "$id" --json | json "d['message']") (checkpoint $saved)"
+  [ "$saved" -ge 10 ] && [ "$saved" -lt $iters ] || fail "checkpoint at step $saved"
+  wait_until 10 no_ranks_of "$id" || fail "ranks alive after the stop"
+  atoll events --json | json "[e['message'] for e in d['events'] if e['kind']=='job.stopping']" | grep -q "atoll cancel --checkpoint" \
+    || fail "no job.stopping event"
+  ok "atoll cancel --checkpoint: job $id cancelled with its checkpoint at step $saved"
+  local id2; id2=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters $iters --save "$ck" --load "$ck" \
+                   --name resumed --json | json "d['job']") || fail "submit"
+  wait_until 90 state_is "$id2" completed || fail "resumed job: $(atoll status "$id2")"
+  (cd "$TMP" && "$BIN/atoll-train" --nproc-per-node 8 "${model[@]}" "${layout[@]}" --train-iters $iters \
+      --metrics-file "$TMP/standalone.jsonl" >"$TMP/standalone.log" 2>&1) || fail "standalone run (exit $?)"
+  atoll metrics "$id2" --json >"$TMP/resumed.json" || fail "atoll metrics"
+  "$PY" "$HERE/loss_match.py" "$TMP/resumed.json" "$TMP/standalone.jsonl" $((saved + 1)) $iters || fail "resumed losses differ"
+  ok "job $id2 resumed from step $saved with the uninterrupted run's losses"
   stop_all
 }
 

@@ -103,7 +103,7 @@ static void basic(void)
     ex.term_signal = 9;
     CHECK(store_exit_put(s, &ex) == 1, "second rank's exit");
     int total = 0, ok = 0;
-    CHECK(store_exits_count(s, 1, 0, &total, &ok) == 0 && total == 2 && ok == 1, "exits %d, ok %d", total, ok);
+    CHECK(store_exits_count(s, 1, 0, &total, &ok, NULL) == 0 && total == 2 && ok == 1, "exits %d, ok %d", total, ok);
     /* A rolled-back transaction leaves nothing. */
     store_begin(s);
     store_event_add(s, 1, "rolled", "back", "x", NULL);

@@ -45,10 +45,16 @@ pids+=($!)
 LD_LIBRARY_PATH=$fake_nvml FAKE_NVML_MODE=pairs "$bin/workerd" "${common[@]}" --name fake --sysfs-root "$sys" \
   --work-dir "$tmp/w2" >"$tmp/fake.log" 2>&1 &
 pids+=($!)
+# The same machine as a Slurm step that was given GPUs 1 and 3 (Slurm confining
+# devices renumbers CUDA_VISIBLE_DEVICES): only those two are offered.
+env -u ATOLL_COORDINATOR LD_LIBRARY_PATH=$fake_nvml FAKE_NVML_MODE=pairs SLURM_JOB_ID=42 SLURMD_NODENAME=slurmstep \
+  SLURM_STEP_GPUS=1,3 CUDA_VISIBLE_DEVICES=0,1 "$bin/workerd" "${common[@]}" --sysfs-root "$sys" \
+  --work-dir "$tmp/w3" >"$tmp/slurmstep.log" 2>&1 &
+pids+=($!)
 
 for _ in $(seq 100); do
   out=$("$bin/atoll" "${common[@]}" nodes --json 2>/dev/null || true)
-  [ "$(echo "$out" | grep -o '"state":"alive"' | wc -l)" = 2 ] && break
+  [ "$(echo "$out" | grep -o '"state":"alive"' | wc -l)" = 3 ] && break
   sleep 0.1
 done
 echo "$out" | "$py" -c '
@@ -57,7 +63,9 @@ nodes = {n["name"]: n for n in json.load(sys.stdin)["nodes"]}
 def need(cond, what):
     if not cond:
         sys.exit("discover_e2e: " + what)
-need(set(nodes) == {"ndv4", "fake"}, "nodes %s" % sorted(nodes))
+need(set(nodes) == {"ndv4", "fake", "slurmstep"}, "nodes %s" % sorted(nodes))
+st = nodes["slurmstep"]
+need([g["index"] for g in st["gpus"]] == [1, 3], "the Slurm step offers GPUs %s, not 1 and 3" % [g["index"] for g in st["gpus"]])
 a = nodes["ndv4"]
 need(len(a["gpus"]) == 8 and len(a["nics"]) == 8, "ndv4: %d GPUs, %d NICs" % (len(a["gpus"]), len(a["nics"])))
 need({g["island"] for g in a["gpus"]} == {"ndv4"}, "ndv4 islands")
@@ -70,5 +78,6 @@ need([g["rail"] for g in f["gpus"]] == [3, 2, 1, 0], "fake rails %s" % [g["rail"
 need([n["name"] for n in f["nics"]] == ["mlx5_3", "mlx5_2", "mlx5_1", "mlx5_0"], "fake NIC order (bus order)")
 need(all(n["gbps"] == 400 for n in f["nics"]), "fake NIC rates")
 need(all(g["name"] == "NVIDIA H100 80GB HBM3" for g in f["gpus"]), "fake GPU names")
-print("discover_e2e: both nodes registered with their discovered topology")
+print("discover_e2e: the nodes registered with their discovered topology; the Slurm step with its GPUs 1 and 3")
 ' || fail "atoll nodes --json: $out"
+grep -q "Slurm job 42: this step has GPUs 1,3 of the 4 found" "$tmp/slurmstep.log" || fail "the Slurm step's log"

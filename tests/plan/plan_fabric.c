@@ -100,9 +100,32 @@ static void test_errors(void)
     }
 }
 
+/* What `scontrol show topology` prints (Slurm 22.05, topology/tree): upper
+ * switches repeat every node below them, which must not count as a second leaf. */
+static void test_scontrol_output(void)
+{
+    fabric *f = NULL;
+    char err[256] = "";
+    int rc = fabric_parse(&f,
+                          "SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=node[1-2]\n"
+                          "SwitchName=leaf2 Level=0 LinkSpeed=1 Nodes=node3\n"
+                          "SwitchName=spine Level=1 LinkSpeed=1 Nodes=node[1-3] Switches=leaf[1-2]\n",
+                          "scontrol show topology", err, sizeof err);
+    CHECK(rc == 0, "scontrol output: %s", err);
+    if (rc) return;
+    CHECK(fabric_num_nodes(f) == 3 && fabric_num_switches(f) == 3, "%d nodes, %d switches", fabric_num_nodes(f),
+          fabric_num_switches(f));
+    CHECK(!strcmp(fabric_switch_name(f, fabric_leaf_of(f, "node3")), "leaf2"), "node3's leaf");
+    CHECK(fabric_distance(f, fabric_leaf_of(f, "node1"), fabric_leaf_of(f, "node3")) == 2, "leaf1-leaf2 distance");
+    fabric_free(f);
+    /* in a topology.conf (no Level=) a switch's own Nodes= still count */
+    expect_error("SwitchName=a Nodes=n1\nSwitchName=b Nodes=n1 Switches=a\n", "node n1 is already under switch a");
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
+    test_scontrol_output();
     test_hostlist();
     test_shared_file();
     test_errors();

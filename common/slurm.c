@@ -1,0 +1,151 @@
+#include "slurm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *var(slurm_getenv_fn get, const char *name)
+{
+    const char *v = get(name);
+    return v && *v ? v : NULL;
+}
+
+int slurm_in_job(slurm_getenv_fn get) { return var(get, "SLURM_JOB_ID") != NULL; }
+
+const char *slurm_node_name(slurm_getenv_fn get) { return var(get, "SLURMD_NODENAME"); }
+
+static int first_host(void *ctx, const char *name)
+{
+    char *out = ctx;
+    if (!out[0]) snprintf(out, 256, "%s", name);
+    return 0;
+}
+
+int slurm_coordinator(slurm_getenv_fn get, char *out, size_t outlen, char *err, size_t errlen)
+{
+    if (!slurm_in_job(get)) return 1;
+    const char *ps = var(get, "ATOLL_COORDINATOR_PORT");
+    long port = SLURM_DEFAULT_PORT;
+    if (ps) {
+        char *end;
+        port = strtol(ps, &end, 10);
+        if (*end || port < 1 || port > 65535) {
+            snprintf(err, errlen, "ATOLL_COORDINATOR_PORT '%s': expected a TCP port, 1..65535", ps);
+            return -1;
+        }
+    }
+    char host[256] = "";
+    const char *launch = var(get, "SLURM_LAUNCH_NODE_IPADDR");
+    const char *list = var(get, "SLURM_JOB_NODELIST");
+    if (!list) list = var(get, "SLURM_NODELIST");
+    if (launch) {
+        snprintf(host, sizeof host, "%s", launch);
+    } else if (list) {
+        char sub[200] = "";
+        if (fabric_hostlist_expand(list, first_host, host, sub, sizeof sub) < 1 || !host[0]) {
+            snprintf(err, errlen, "SLURM_JOB_NODELIST '%s': %s", list, sub[0] ? sub : "names no node");
+            return -1;
+        }
+    } else {
+        snprintf(err, errlen, "a Slurm job (SLURM_JOB_ID) without SLURM_LAUNCH_NODE_IPADDR or SLURM_JOB_NODELIST: "
+                 "give --coordinator HOST:PORT");
+        return -1;
+    }
+    /* an IPv6 literal needs brackets before the port */
+    int v6 = strchr(host, ':') != NULL;
+    if ((size_t)snprintf(out, outlen, "%s%s%s:%ld", v6 ? "[" : "", host, v6 ? "]" : "", port) >= outlen) {
+        snprintf(err, errlen, "coordinator host '%s' is too long", host);
+        return -1;
+    }
+    return 0;
+}
+
+/* "0,1,4" (also "0-3,6": Slurm prints ranges in some versions) into idx[]. */
+static int parse_index_list(const char *name, const char *s, int *idx, int max, char *err, size_t errlen)
+{
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p || a < 0 || a > 1023) goto bad;
+        p = end;
+        if (*p == '-') {
+            const char *q = p + 1;
+            b = strtol(q, &end, 10);
+            if (end == q || b < a || b > 1023) goto bad;
+            p = end;
+        }
+        for (long i = a; i <= b; i++) {
+            if (n == max) {
+                snprintf(err, errlen, "%s '%s': more than %d GPUs", name, s, max);
+                return -2;
+            }
+            idx[n++] = (int)i;
+        }
+        if (*p == ',') p++;
+        else if (*p) goto bad;
+    }
+    return n;
+bad:
+    snprintf(err, errlen, "%s '%s': expected GPU indices like 0,1,4 or 0-3", name, s);
+    return -2;
+}
+
+int slurm_gpus(slurm_getenv_fn get, int *idx, int *cuda, int max, char *err, size_t errlen)
+{
+    const char *name = "SLURM_STEP_GPUS";
+    const char *v = var(get, name);
+    if (!v) v = var(get, name = "SLURM_JOB_GPUS");
+    if (!v || !slurm_in_job(get)) return -1;
+    int n = parse_index_list(name, v, idx, max, err, errlen);
+    if (n < 0) return n;
+    /* CUDA_VISIBLE_DEVICES as Slurm set it for this step: entry i is GPU idx[i]
+     * when it has as many numeric entries; otherwise the indices are the ordinals. */
+    int cvd[SLURM_MAX_GPUS], nc = -1;
+    const char *c = var(get, "CUDA_VISIBLE_DEVICES");
+    char sub[160];
+    if (c) nc = parse_index_list("CUDA_VISIBLE_DEVICES", c, cvd, SLURM_MAX_GPUS, sub, sizeof sub);
+    for (int i = 0; i < n; i++) cuda[i] = nc == n ? cvd[i] : idx[i];
+    return n;
+}
+
+/* A command's whole output; NULL when it cannot run or exits non-zero. */
+static char *command_output(const char *cmd)
+{
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    char err[200];
+    char *text = fabric_read_text(p, cmd, err, sizeof err);
+    int st = pclose(p);
+    if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st)) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+int slurm_fabric(fabric **out, char *from, size_t fromlen, char *err, size_t errlen)
+{
+    *out = NULL;
+    char *text = command_output("scontrol show topology 2>/dev/null");
+    if (text && strstr(text, "SwitchName=")) {
+        snprintf(from, fromlen, "scontrol show topology");
+        int rc = fabric_parse(out, text, "scontrol show topology", err, errlen);
+        free(text);
+        return rc;
+    }
+    free(text);
+    char conf[600] = "/etc/slurm/topology.conf";
+    const char *sc = getenv("SLURM_CONF");
+    const char *slash = sc ? strrchr(sc, '/') : NULL;
+    if (slash) snprintf(conf, sizeof conf, "%.*s/topology.conf", (int)(slash - sc), sc);
+    if (access(conf, R_OK)) {
+        snprintf(from, fromlen, "scontrol show topology (no switches) and %s (absent)", conf);
+        return 1;
+    }
+    snprintf(from, fromlen, "%s", conf);
+    return fabric_load(out, conf, err, errlen);
+}
