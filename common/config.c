@@ -59,6 +59,7 @@ static const key_def KEYS[] = {
     F("eval-iters", K_INT, eval_iters),
     F("bf16", K_BOOL, bf16),
     F("async-save", K_BOOL, async_save),
+    F("save-mtbf", K_DOUBLE, save_mtbf),
 };
 #undef F
 #define NKEYS (sizeof(KEYS) / sizeof(KEYS[0]))

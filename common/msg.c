@@ -227,6 +227,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->eval_iters = c->eval_iters;
     o->bf16 = c->bf16;
     o->async_save = c->async_save;
+    o->save_mtbf = c->save_mtbf;
     o->max_restarts = -1; /* the coordinator's default unless the caller says */
 }
 

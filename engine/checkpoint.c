@@ -87,9 +87,11 @@ out:
 int ckpt_write_shards(const char *dir, long long iteration, const eng_model *m,
                       const eng_optim *o, int write_headers, char *err, size_t errlen)
 {
-    ckpt_part all = { 1, { m->params, o->m, o->v }, 0, m->num_floats };
+    ckpt_part all = { 1, { m->params, o->m, o->v }, 0, m->num_floats, NULL, 0 };
     return ckpt_write_part(dir, iteration, m, &all, write_headers, err, errlen);
 }
+
+static void host_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 
 int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, const ckpt_part *part,
                     int write_headers, char *err, size_t errlen)
@@ -116,11 +118,14 @@ int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, co
     if (!host || st_create(&mf, path, write_headers, err, errlen)) goto out;
     snprintf(path, sizeof path, "%s/optim.safetensors", step);
     if (st_create(&of, path, write_headers, err, errlen)) goto out;
+    /* a snapshot is host memory already; the backend's needs its copy out */
+    void (*copy)(void *, const void *, size_t) = part->host ? host_copy : m->k->to_host;
+    const float *params = part->params_src ? part->params_src : m->params;
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
         if (p->tied_copy) continue; /* the first stage writes wte */
         if (part->params) {
-            m->k->to_host(host, m->params + p->offset, p->numel * sizeof(float));
+            copy(host, params + p->offset, p->numel * sizeof(float));
             if (st_write_slice(&mf, st_find(&mf, p->name), p, host, err, errlen)) goto out;
         }
         size_t lo = p->offset > part->lo ? p->offset : part->lo;
@@ -128,7 +133,7 @@ int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, co
         for (int s = 0; s < 3 && lo < hi; s++) {
             char nm[ENG_NAME + 16];
             snprintf(nm, sizeof nm, "%s.%s", p->name, OPT_SUFFIX[s]);
-            m->k->to_host(host, part->opt[s] + (lo - part->lo), (hi - lo) * sizeof(float));
+            copy(host, part->opt[s] + (lo - part->lo), (hi - lo) * sizeof(float));
             if (st_write_range(&of, st_find(&of, nm), p, host, lo - p->offset, hi - p->offset, err, errlen))
                 goto out;
         }

@@ -59,6 +59,8 @@ typedef struct ckpt_part {
     int params;
     const float *opt[3];
     size_t lo, hi;
+    const float *params_src; /* NULL: m->params; else a copy with the same layout */
+    int host;                /* params_src and opt[] are host memory (a snapshot), not the backend's */
 } ckpt_part;
 int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, const ckpt_part *part,
                     int write_headers, char *err, size_t errlen);

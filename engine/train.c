@@ -1,5 +1,6 @@
 #include "train.h"
 #include "checkpoint.h"
+#include "ckpt_async.h"
 #include "dist.h"
 #include "schedule.h"
 #include "gpu_specs.h"
@@ -141,6 +142,8 @@ typedef struct step_stats {
     double save_stall_s, save_s, startup_s;
     uint64_t device_bytes;        /* GPU: peak device memory in use so far; 0 on the CPU */
     int stop;                     /* some rank was asked to stop (SIGTERM) before this step's reduction */
+    int saves_durable;            /* every rank's part of the save in flight is on disk (--async-save) */
+    int save_due;                 /* --save-mtbf: rank 0 says to save after this step */
 } step_stats;
 
 /* SIGTERM with --save (Slurm's signal before it ends an allocation, workerd passing
@@ -220,9 +223,11 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, 
         fprintf(metrics,
                 "{\"iteration\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,"
                 "\"step_ms\":%.6g,\"mfu\":%s,\"flops_per_s\":%.6g,\"bubble_measured\":%.6g,"
-                "\"bubble_theory\":%.6g,\"bubble_stages\":[%s],\"transfer_stages\":[%s],\"consumed_samples\":%lld}\n",
+                "\"bubble_theory\":%.6g,\"bubble_stages\":[%s],\"transfer_stages\":[%s],\"consumed_samples\":%lld,"
+                "\"save_stall_ms\":%.6g,\"checkpoint_iteration\":%lld}\n",
                 s->it, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->step_s * 1e3, mfu_json,
-                s->flops_per_s, s->bubble, s->bubble_theory, stages, xfer, s->consumed);
+                s->flops_per_s, s->bubble, s->bubble_theory, stages, xfer, s->consumed, s->save_stall_s * 1e3,
+                s->checkpoint_iteration);
         fflush(metrics);
     }
 }
@@ -253,7 +258,28 @@ typedef struct run {
      * not yet reported, and how long the newest took from start to commit */
     long long ckpt_committed;
     double stall_unreported, save_s;
+    /* --async-save: the save in flight (pending_it > 0 on every rank; `pending` only
+     * where this rank writes a part), and whether every rank's part is known durable */
+    ckpt_async *pending;
+    long long pending_it;
+    int pending_seen;
+    /* --save-mtbf: the training stall per save (EWMA) and when the last save was */
+    double stall_avg, last_save_t;
+    long long last_save_it;
 } run;
+
+/* --save-mtbf (rank 0): is a save due after the step being computed? Young's
+ * interval Tc = sqrt(2 x MTBF x Ts) minimises the expected time lost to saves
+ * plus recomputation, with Ts the measured stall per save. Until one save was
+ * measured, the first comes after --save-interval steps (10 when unset). */
+static int mtbf_due(const run *r)
+{
+    const atoll_config *c = r->c;
+    if (!c->save[0] || c->save_mtbf <= 0) return 0;
+    if (r->stall_avg <= 0)
+        return r->st.iteration + 1 - r->last_save_it >= (c->save_interval > 0 ? c->save_interval : 10);
+    return now_s() - r->last_save_t >= sqrt(2.0 * c->save_mtbf * r->stall_avg);
+}
 
 static int check_config(const atoll_config *c, char *err, size_t errlen)
 {
@@ -369,7 +395,7 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
         return -1;
     }
     int pp = d->pp < 64 ? d->pp : 64;
-    float vec[3 + 2 * 64] = { 0 };
+    float vec[5 + 2 * 64] = { 0 };
     vec[0] = (float)dist_grad_sumsq(d, m, &r->dopt);
     if (d->pp_rank == d->pp - 1 && d->tp_rank == 0) vec[1] = (float)(res.loss_sum / tokens);
     if (d->tp_rank == 0 && d->dp_rank == 0 && d->pp_rank < 64 && d->pp > 1) {
@@ -377,12 +403,17 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
         vec[2 + pp + d->pp_rank] = (float)res.transfer_s;
     }
     vec[2 + 2 * pp] = stop_requested ? 1.0f : 0.0f;
-    if (dist_world_sum(d, vec, 3 + 2 * pp)) {
+    /* this rank's part of the save in flight is on disk (or it has none) */
+    vec[3 + 2 * pp] = !r->pending || ckpt_async_durable(r->pending) == 1 ? 1.0f : 0.0f;
+    vec[4 + 2 * pp] = d->rank == 0 && mtbf_due(r) ? 1.0f : 0.0f; /* every rank saves after the same step */
+    if (dist_world_sum(d, vec, 5 + 2 * pp)) {
         errf(err, errlen, "step reduction: %s", dist_error(d));
         return -1;
     }
     s->it = r->st.iteration + 1;
     s->stop = vec[2 + 2 * pp] > 0;
+    s->saves_durable = vec[3 + 2 * pp] > d->size - 0.5f;
+    s->save_due = vec[4 + 2 * pp] > 0;
     s->loss = vec[1];
     s->grad_norm = sqrt(vec[0]);
     s->pp = d->pp;
@@ -438,6 +469,7 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     }
     s->it = r->st.iteration + 1;
     s->stop = stop_requested;
+    s->save_due = mtbf_due(r);
     s->grad_norm = sqrt(eng_grad_sumsq(m));
     s->lr = eng_lr_at(c, s->it);
     eng_optim_step(r->opt, m, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), (int)s->it);
@@ -591,6 +623,8 @@ static int setup(run *r, char *err, size_t errlen)
 
 static void teardown(run *r)
 {
+    ckpt_async_free(r->pending); /* after an error: let its writer finish with the model it reads */
+    r->pending = NULL;
     if (r->wd) {
         watchdog_phase(r->wd, "done", r->st.iteration);
         watchdog_stop(r->wd);
@@ -610,25 +644,35 @@ static void teardown(run *r)
     if (r->have_dist) dist_free(&r->d);
 }
 
-/* DP rank 0 of each model shard writes its parameter slices and (without
- * ZeRO-1) its optimizer slices; under ZeRO-1 every DP rank writes its shard's
- * part of the full-shape optimizer tensors. Then rank 0 commits the step. */
+/* What this rank writes of a checkpoint: DP rank 0 of each model shard its
+ * parameter slices and (without ZeRO-1) its optimizer slices; under ZeRO-1 every
+ * DP rank its shard's part of the full-shape optimizer tensors. 0 when it writes
+ * nothing (a DP replica). */
+static int my_part(run *r, ckpt_part *part)
+{
+    dist *d = &r->d;
+    dist_optim *o = &r->dopt;
+    memset(part, 0, sizeof *part);
+    if (o->zero && d->size > 1) {
+        size_t lo = o->shard * (size_t)d->dp_rank, hi = lo + o->shard;
+        if (hi > r->m->num_floats) hi = r->m->num_floats;
+        if (lo > hi) lo = hi;
+        *part = (ckpt_part){ d->dp_rank == 0, { o->master, o->m, o->v }, lo, hi, NULL, 0 };
+        return 1;
+    }
+    if (d->size > 1 && d->dp_rank != 0) return 0;
+    *part = (ckpt_part){ 1, { r->m->params, r->opt->m, r->opt->v }, 0, r->m->num_floats, NULL, 0 };
+    return 1;
+}
+
+/* Every rank writes its part, then rank 0 commits the step. */
 static int save(run *r, char *err, size_t errlen)
 {
     dist *d = &r->d;
     if (d->size == 1) return ckpt_save(r->c->save, r->m, r->opt, &r->st, err, errlen);
-    dist_optim *o = &r->dopt;
-    int rc = 0;
-    if (o->zero) {
-        size_t lo = o->shard * (size_t)d->dp_rank, hi = lo + o->shard;
-        if (hi > r->m->num_floats) hi = r->m->num_floats;
-        if (lo > hi) lo = hi;
-        ckpt_part part = { d->dp_rank == 0, { o->master, o->m, o->v }, lo, hi };
-        rc = ckpt_write_part(r->c->save, r->st.iteration, r->m, &part, d->rank == 0, err, errlen);
-    } else if (d->dp_rank == 0) {
-        rc = ckpt_write_shards(r->c->save, r->st.iteration, r->m, o->full, d->rank == 0, err, errlen);
-    }
-    if (rc) return -1;
+    ckpt_part part;
+    if (my_part(r, &part) && ckpt_write_part(r->c->save, r->st.iteration, r->m, &part, d->rank == 0, err, errlen))
+        return -1;
     comm *w = comm_world_comm(d->world);
     if (comm_barrier(w) || (d->rank == 0 && ckpt_commit(r->c->save, &r->st, err, errlen)) || comm_barrier(w)) {
         if (!err[0]) errf(err, errlen, "--save: %s", dist_error(d));
@@ -637,18 +681,103 @@ static int save(run *r, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- --async-save ---- */
+
+/* Rank 0's (or a single rank's) save just committed: report it. */
+static void async_committed(run *r)
+{
+    r->ckpt_committed = r->pending_it;
+    r->save_s = ckpt_async_seconds(r->pending);
+}
+
+/* After each step: a failed write fails the run; once every part is durable,
+ * rank 0 commits in the background; a committed or (elsewhere) durable save is done. */
+static int async_poll(run *r, const step_stats *s, char *err, size_t errlen)
+{
+    if (!r->pending_it) return 0;
+    if (r->pending && ckpt_async_durable(r->pending) < 0) {
+        ckpt_async_wait(r->pending, err, errlen);
+        return -1;
+    }
+    if (s->saves_durable || r->d.size == 1) r->pending_seen = 1;
+    if (!r->pending_seen) return 0;
+    if (r->d.rank == 0 && r->pending) {
+        ckpt_async_commit(r->pending); /* (once) */
+        if (!ckpt_async_committed(r->pending)) return 0;
+        async_committed(r);
+    }
+    ckpt_async_free(r->pending); /* this rank's part is on disk: nothing left to do here */
+    r->pending = NULL;
+    r->pending_it = 0;
+    r->pending_seen = 0;
+    return 0;
+}
+
+/* Finishes the save in flight before another, or before the end. When some part
+ * is not known durable yet, all ranks wait for their own writes and meet in a
+ * barrier, then rank 0 commits. (pending_it and pending_seen are equal on every
+ * rank except where rank 0 already finished: the same branch everywhere.) */
+static int async_drain(run *r, char *err, size_t errlen)
+{
+    if (!r->pending_it) return 0;
+    if (r->pending && ckpt_async_wait(r->pending, err, errlen)) return -1;
+    if (!r->pending_seen && r->d.size > 1 && comm_barrier(comm_world_comm(r->d.world))) {
+        errf(err, errlen, "--async-save: %s", dist_error(&r->d));
+        return -1;
+    }
+    if (r->d.rank == 0 && r->pending) {
+        ckpt_async_commit(r->pending);
+        if (ckpt_async_wait(r->pending, err, errlen)) return -1;
+        async_committed(r);
+    }
+    ckpt_async_free(r->pending);
+    r->pending = NULL;
+    r->pending_it = 0;
+    r->pending_seen = 0;
+    return 0;
+}
+
+/* Snapshots this rank's part (what save() writes) and writes it in the background. */
+static int save_async(run *r, char *err, size_t errlen)
+{
+    if (async_drain(r, err, errlen)) return -1;
+    ckpt_part part;
+    if (my_part(r, &part) && !(r->pending = ckpt_async_start(r->c->save, r->m, &part, r->d.rank == 0, &r->st,
+                                                             r->d.size == 1, err, errlen)))
+        return -1;
+    r->pending_it = r->st.iteration;
+    r->pending_seen = 0;
+    return 0;
+}
+
 /* A save, timed: its stall is reported with the next step, and rank 0 (which
- * commits) reports the step as committed. */
-static int save_timed(run *r, char *err, size_t errlen)
+ * commits) reports the step as committed. `final`: the run's last save, which
+ * is complete when this returns. */
+static int save_timed(run *r, int final, char *err, size_t errlen)
 {
     watchdog_phase(r->wd, "save", r->st.iteration);
     double t0 = now_s();
-    int rc = save(r, err, errlen);
-    double dt = now_s() - t0;
-    r->stall_unreported += dt;
-    if (!rc) {
-        r->ckpt_committed = r->st.iteration;
-        r->save_s = dt;
+    int rc;
+    if (r->c->async_save && !final) {
+        rc = save_async(r, err, errlen);
+    } else {
+        rc = async_drain(r, err, errlen);
+        if (!rc) rc = save(r, err, errlen);
+        if (!rc) {
+            r->ckpt_committed = r->st.iteration;
+            r->save_s = now_s() - t0;
+        }
+    }
+    double stall = now_s() - t0;
+    r->stall_unreported += stall;
+    r->stall_avg = r->stall_avg > 0 ? 0.7 * r->stall_avg + 0.3 * stall : stall;
+    r->last_save_t = now_s();
+    r->last_save_it = r->st.iteration;
+    if (r->c->save_mtbf > 0 && r->d.rank == 0 && !final) {
+        printf("atoll-train: saved iteration %lld (stall %.1f ms); --save-mtbf %.0f s: next save in Tc = "
+               "sqrt(2 x MTBF x Ts) = %.1f s\n", r->st.iteration, stall * 1e3, r->c->save_mtbf,
+               sqrt(2.0 * r->c->save_mtbf * r->stall_avg));
+        fflush(stdout);
     }
     watchdog_phase(r->wd, "step", r->st.iteration);
     return rc;
@@ -702,6 +831,8 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         sigaction(SIGTERM, &sa, NULL);
     }
     long long last_saved = r.st.iteration;
+    r.last_save_it = r.st.iteration;
+    r.last_save_t = now_s();
     int stopped = 0;
     long long stop = c.train_iters;
     if (o->exit_interval > 0 && o->exit_interval < stop) stop = o->exit_interval;
@@ -729,8 +860,10 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
             watchdog_phase(r.wd, "eval", r.st.iteration);
             if ((rc = evaluate(&r, err, errlen))) break;
         }
-        if (c.save[0] && c.save_interval > 0 && s.it % c.save_interval == 0) {
-            if ((rc = save_timed(&r, err, errlen))) break;
+        if ((rc = async_poll(&r, &s, err, errlen))) break;
+        int due = c.save_mtbf > 0 ? s.save_due : c.save_interval > 0 && s.it % c.save_interval == 0;
+        if (c.save[0] && due && s.it < stop && !s.stop) {
+            if ((rc = save_timed(&r, 0, err, errlen))) break;
             last_saved = s.it;
         }
         if (s.stop && s.it < stop) { /* on the last step it is simply done */
@@ -739,7 +872,8 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         }
     }
     if (!rc && c.save[0] && last_saved != r.st.iteration)
-        rc = save_timed(&r, err, errlen);
+        rc = save_timed(&r, 1, err, errlen);
+    if (!rc) rc = async_drain(&r, err, errlen);
     if (!rc && stopped && r.d.rank == 0) {
         printf("atoll-train: stopped on SIGTERM after iteration %lld; checkpoint committed in %s "
                "(resume with --load %s)\n", r.st.iteration, c.save, c.save);

@@ -142,7 +142,7 @@ def main():
     ap.add_argument("--node-timeout", type=float, default=1.5)
     ap.add_argument("--hang-floor", type=float, default=1.5)
     ap.add_argument("--steps-between", type=int, default=15, help="steps the job makes between faults")
-    ap.add_argument("--async-save", action="store_true")
+    ap.add_argument("--sync-save", action="store_true", help="synchronous checkpoints (default: --async-save)")
     ap.add_argument("--hidden", type=int, default=128, help="the model's hidden size (its step time)")
     ap.add_argument("--results")
     ap.add_argument("--keep", action="store_true")
@@ -174,7 +174,7 @@ def run(a, rng, cl, tmp):
     model = ["--num-layers", "4", "--hidden-size", str(a.hidden), "--num-attention-heads", "4", "--seq-length", "32",
              "--micro-batch-size", "1", "--global-batch-size", "16", "--lr", "1e-3", "--lr-warmup-iters", "2",
              "--seed", "1234", "--log-interval", "1", "--pipeline-model-parallel-size", "2"]
-    if a.async_save:
+    if not a.sync_save:
         model.append("--async-save")
     # faults: every kind once per round, shuffled; a killed node comes back later in the round
     plan = []
@@ -191,8 +191,8 @@ def run(a, rng, cl, tmp):
     wait_for("2 nodes alive", lambda: sum(n["state"] == "alive" for n in cl.atoll("nodes")["nodes"]) == 2, 15)
     job = cl.atoll("submit", *model, "--num-gpus", "4", "--train-iters", str(iters), "--save", ckpt,
                    "--save-interval", "5", "--name", "chaos")["job"]
-    log("job %d: tp1 x pp2 x dp2 on node-a and node-b, %d iterations, checkpoints every 5; faults: %s"
-        % (job, iters, " ".join(plan)))
+    log("job %d: tp1 x pp2 x dp2 on node-a and node-b, %d iterations, %s checkpoints every 5; faults: %s"
+        % (job, iters, "synchronous" if a.sync_save else "asynchronous", " ".join(plan)))
     # the reference: the same job without faults, standalone
     ref_metrics = os.path.join(tmp, "reference.jsonl")
     ref = subprocess.Popen([os.path.join(cl.bin, "atoll-train"), "--nproc-per-node", "4"] + model +
@@ -365,7 +365,8 @@ def check_events_name_faults(cl, job, results):
             want = "coordinator.started + job.reconciled"
             hit = [e for e in after if e["kind"] == "job.reconciled" and e["subject"] == "job %d" % job]
         if not hit:
-            raise Fail("no event names %s (%s)" % (r["kind"], want))
+            near = [e["kind"] + ": " + e["message"] for e in after if e["kind"].startswith("job.")][:6]
+            raise Fail("no event names %s (%s); events after it:\n  %s" % (r["kind"], want, "\n  ".join(near)))
     log("ok: the events name every fault's node, rank and cause (%d faults)" % len(results))
 
 
