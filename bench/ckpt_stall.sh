@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
-BIN=$BUILD/bin
+BIN=$(cd "$BUILD/bin" 2>/dev/null && pwd) || { echo "no $BUILD/bin: build first" >&2; exit 2; }
 ITERS=${ITERS:-60}
 SAVE_EVERY=${SAVE_EVERY:-5}
 HIDDEN=${HIDDEN:-512}
@@ -29,7 +29,7 @@ run() { # NAME [flags...]: one run; prints "wall_s"
   rm -rf "$TMP/$name.ckpt" "$TMP/$name.jsonl"
   local t0 t1
   t0=$(date +%s.%N)
-  (cd "$TMP" && "$OLDPWD/$BIN/atoll-train" --nproc-per-node 4 "${model[@]}" "$@" --metrics-file "$TMP/$name.jsonl" \
+  (cd "$TMP" && "$BIN/atoll-train" --nproc-per-node 4 "${model[@]}" "$@" --metrics-file "$TMP/$name.jsonl" \
       >"$TMP/$name.log" 2>&1) || { echo "run $name failed:" >&2; tail -5 "$TMP/$name.log" >&2; exit 1; }
   t1=$(date +%s.%N)
   awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }'

@@ -177,6 +177,9 @@ struct msg_arena;
 int coord_nodes_reply(coord *c, const char *name, Atoll__NodesReply *out, struct msg_arena *a);
 /* Fills a Job message from a stored job (strings borrowed from j, arrays from a). */
 void coord_job_msg(const store_job *j, Atoll__Job *out, Atoll__JobSpec **spec_out, struct msg_arena *a);
+/* Adds what one job's detail shows: its ranks' health (active jobs), max_restarts,
+ * restart history and goodput (from the arena). */
+void coord_job_detail(coord *c, const store_job *j, Atoll__Job *out, struct msg_arena *a);
 
 /* ---- periodic work (called by server.c's timer) ---- */
 void coord_tick(coord *c);

@@ -516,9 +516,10 @@ static int add_restart(void *ctx, const store_restart *r)
     return 0;
 }
 
-/* Restart history and goodput of one job. */
-static void job_history(coord *c, const store_job *j, Atoll__Job *out, msg_arena *a)
+void coord_job_detail(coord *c, const store_job *j, Atoll__Job *out, msg_arena *a)
 {
+    job_ranks(c, j->id, out, a);
+    out->max_restarts = jobs_max_restarts(c, out->spec);
     history_ctx x = { a, out, 0 };
     store_restarts_each(c->st, j->id, add_restart, &x);
     Atoll__Goodput *g = msg_alloc(a, sizeof *g);
@@ -532,9 +533,7 @@ static void reply_one_job(coord *c, coord_peer *p, const store_job *j)
     Atoll__JobsReply r = ATOLL__JOBS_REPLY__INIT;
     jobs_ctx x = { &a, &r, 0 };
     add_job(&x, (store_job *)j);
-    job_ranks(c, j->id, r.jobs[0], &a);
-    r.jobs[0]->max_restarts = jobs_max_restarts(c, r.jobs[0]->spec);
-    job_history(c, j, r.jobs[0], &a);
+    coord_job_detail(c, j, r.jobs[0], &a);
     /* One job: its latest step in full (every stage's bubble, FLOP/s, memory). */
     Atoll__JobMetrics *mt = msg_alloc(&a, sizeof *mt);
     if (series_latest(c, j->id, mt, &a) == 0) r.jobs[0]->metrics = mt;

@@ -359,6 +359,13 @@ kinds = sorted((s.labels["stage"], s.labels["kind"]) for s in bub)
 assert kinds == [("0", "measured"), ("0", "theory"), ("1", "measured"), ("1", "theory")], kinds
 assert all(0 <= s.value <= 1 for s in bub + samples("atoll_job_transfer_ratio")), "ratios outside 0..1"
 assert not samples("atoll_job_mfu_ratio"), "no MFU series for CPU ranks (no peak)"
+gr = samples("atoll_job_goodput_ratio")
+assert fams["atoll_job_goodput_ratio"].type == "gauge" and len(gr) == 1 and 0 < gr[0].value <= 1, gr
+lost = {s.labels["cause"]: s.value for s in samples("atoll_job_lost_seconds")}
+assert fams["atoll_job_lost_seconds"].type == "counter", fams["atoll_job_lost_seconds"].type
+assert sorted(lost) == ["checkpoint", "detection", "recompute", "restart", "startup"] and lost["startup"] > 0, lost
+wall = samples("atoll_job_wall_seconds")[0].value
+assert wall >= sum(lost.values()), (wall, lost)
 assert not any("iteration" in s.labels or "step" in s.labels for f in fams.values() for s in f.samples), "per-step label"
 print("ok: %d families; per-job series present and typed; bubble per stage measured/theory in 0..1" % len(fams))
 # /api: one job with its series; pagination; clear errors
