@@ -224,7 +224,9 @@ case_restart() {
   sleep 1.5 # the ranks train on; their workerds keep the reports
   start_coord "$PORT"
   state_is "$id" running || fail "state after restart: $(atoll status "$id")"
-  ok "job $id still running after the restart"
+  events_of job.reconciled | json "d[-1]['message']" | grep -q "running in epoch 0 on 2 ranks: left as it is" \
+    || fail "no job.reconciled event: $(atoll events | tail -3)"
+  ok "job $id still running after the restart (job.reconciled, no restart)"
   wait_until 60 step_at_least "$id" $((at + 100)) || fail "no progress after the restart: $(atoll status "$id")"
   # Every step from the first to the newest is stored: none reported while the coordinator
   # was down (or in flight when it died) was lost.
@@ -232,6 +234,8 @@ case_restart() {
   case $gaps in \[*) fail "steps lost: $gaps" ;; esac
   [ "$gaps" -gt $((at + 99)) ] || fail "only $gaps steps"
   ok "steps 1..$gaps all stored, none lost across the coordinator's kill -9 at step $at"
+  atoll status "$id" --json | json "(d['restarts'], d['epoch'], d['restart_history'])" | grep -qx "(0, 0, \[\])" \
+    || fail "the coordinator's restart restarted the job: $(atoll status "$id" --json)"
   cancel_job "$id"
   stop_all
 }
