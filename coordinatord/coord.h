@@ -7,6 +7,7 @@
  *   events.c     the audit log               rendezvous.c key-value store for ranks
  *   series.c     per-step metrics of jobs    logs.c       rank logs fetched from nodes
  *   hang.c       hangs and their culprits    straggler.c  per-rank compute scores
+ *   restart.c    reaction to faults, history goodput.c    where wall time went
  *   http.c       /metrics, /api/..., /
  */
 #ifndef ATOLL_COORD_H

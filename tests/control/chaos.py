@@ -12,7 +12,7 @@ with no restart). At the end the job must complete, and:
   - no rank process of the job is left, nor one of an old epoch beside a new one;
   - the events name every fault's node, rank and cause.
 
-    chaos.py BINDIR [--seed N] [--rounds R] [--heartbeat S] [--results FILE.json]
+    chaos.py BINDIR [--seed N] [--rounds R] [--heartbeat S] [--fault-every S] [--results FILE.json]
 
 Each round injects every kind of fault once (in the seed's order; a node comes
 back only after it was killed). --results writes per-fault figures (detection
@@ -41,12 +41,12 @@ def fnv1a64(path):
 
 
 class Cluster:
-    def __init__(self, bindir, tmp, hb, timeout, hang_floor):
+    def __init__(self, bindir, tmp, hb, timeout, hang_floor, hang_factor):
         self.bin, self.tmp, self.hb = bindir, tmp, hb
         self.state = os.path.join(tmp, "state")
         self.work = os.path.join(tmp, "work")
         self.flags = ["--heartbeat-interval", str(hb), "--node-timeout", str(timeout),
-                      "--hang-floor", str(hang_floor), "--hang-factor", "3", "--max-restarts", "1000"]
+                      "--hang-floor", str(hang_floor), "--hang-factor", str(hang_factor), "--max-restarts", "1000"]
         self.coord = None
         self.port = 0
         self.workers = {}
@@ -141,7 +141,11 @@ def main():
     ap.add_argument("--heartbeat", type=float, default=0.2)
     ap.add_argument("--node-timeout", type=float, default=1.5)
     ap.add_argument("--hang-floor", type=float, default=1.5)
+    ap.add_argument("--hang-factor", type=float, default=3)
     ap.add_argument("--steps-between", type=int, default=15, help="steps the job makes between faults")
+    ap.add_argument("--fault-every", type=float, default=0,
+                    help="seconds between faults instead (a goodput run: the job is cancelled one interval after "
+                         "the last fault; no reference run, so no loss check)")
     ap.add_argument("--sync-save", action="store_true", help="synchronous checkpoints (default: --async-save)")
     ap.add_argument("--hidden", type=int, default=128, help="the model's hidden size (its step time)")
     ap.add_argument("--results")
@@ -149,7 +153,7 @@ def main():
     a = ap.parse_args()
     rng = random.Random(a.seed)
     tmp = tempfile.mkdtemp(prefix="chaos.")
-    cl = Cluster(os.path.abspath(a.bindir), tmp, a.heartbeat, a.node_timeout, a.hang_floor)
+    cl = Cluster(os.path.abspath(a.bindir), tmp, a.heartbeat, a.node_timeout, a.hang_floor, a.hang_factor)
     ok = False
     try:
         ok = run(a, rng, cl, tmp)
@@ -184,7 +188,7 @@ def run(a, rng, cl, tmp):
         at = kinds.index("kill-workerd")
         kinds.insert(rng.randint(at + 1, len(kinds)), "node-back")
         plan += kinds
-    iters = (len(plan) + 2) * a.steps_between + 20
+    iters = (len(plan) + 2) * a.steps_between + 20 if not a.fault_every else 10 ** 7
     cl.start_coord()
     cl.start_worker("node-a", 2)
     cl.start_worker("node-b", 2)
@@ -195,27 +199,33 @@ def run(a, rng, cl, tmp):
         % (job, iters, "synchronous" if a.sync_save else "asynchronous", " ".join(plan)))
     # the reference: the same job without faults, standalone
     ref_metrics = os.path.join(tmp, "reference.jsonl")
-    ref = subprocess.Popen([os.path.join(cl.bin, "atoll-train"), "--nproc-per-node", "4"] + model +
-                           ["--train-iters", str(iters), "--metrics-file", ref_metrics],
-                           cwd=tmp, stdout=open(os.path.join(tmp, "reference.log"), "w"), stderr=subprocess.STDOUT,
-                           env=cl.env)
+    ref = None
+    if not a.fault_every:
+        ref = subprocess.Popen([os.path.join(cl.bin, "atoll-train"), "--nproc-per-node", "4"] + model +
+                               ["--train-iters", str(iters), "--metrics-file", ref_metrics],
+                               cwd=tmp, stdout=open(os.path.join(tmp, "reference.log"), "w"), stderr=subprocess.STDOUT,
+                               env=cl.env)
     step = lambda: cl.status(job)["step"]
     wait_for("the job's first steps", lambda: step() >= 5, 60)
     results = []
+    last_fault = time.time()
     killed = None  # the node whose workerd was killed, until it comes back
     last_event = 0
     for n, kind in enumerate(plan):
         st = cl.status(job)
         base = st["step"]
-        wait_for("%d more steps" % a.steps_between, lambda: step() >= base + a.steps_between, 120)
+        if a.fault_every:
+            time.sleep(max(0, a.fault_every - (time.time() - last_fault)))
+        else:
+            wait_for("%d more steps" % a.steps_between, lambda: step() >= base + a.steps_between, 120)
         st = cl.status(job)
         last_event = max([e["id"] for e in cl.events(last_event)] + [last_event])
         restarts = st["restarts"]
         epoch = st["epoch"]
         pids = cl.rank_pids(job, epoch=epoch)
         ranks = sorted({r for r, _ in pids.values()})
-        rec = {"kind": kind, "step": st["step"], "epoch": epoch}
-        t0 = time.time()
+        rec = {"kind": kind, "step": st["step"], "epoch": epoch, "step_ms": st["metrics"].get("step_ms")}
+        t0 = last_fault = time.time()
         if kind in ("kill-rank", "stop-rank"):
             rank = rng.choice(ranks)
             pid = [p for p, (r, _) in pids.items() if r == rank][0]
@@ -241,15 +251,23 @@ def run(a, rng, cl, tmp):
                                             rec["step"]))
         check_fault(cl, job, rec, restarts, epoch, last_event)
         results.append(rec)
-    wait_for("the job to complete", lambda: cl.status(job)["state"] in ("completed", "failed"), 300)
-    st = cl.status(job)
-    if st["state"] != "completed":
-        raise Fail("job ended %s: %s" % (st["state"], st["message"]))
-    if ref.wait(timeout=300):
-        raise Fail("the reference run failed (exit %d)" % ref.returncode)
-    wait_for("no rank left", lambda: not cl.rank_pids(job), 15)
-    log("ok: job completed after %d faults; no rank process left" % len(plan))
-    check_losses(cl, job, st, ref_metrics, iters)
+    if a.fault_every:
+        time.sleep(max(0, a.fault_every - (time.time() - last_fault)))
+        cl.atoll("cancel", str(job))
+        wait_for("no rank left", lambda: not cl.rank_pids(job), 15)
+        st = cl.status(job)
+        log("ok: job ran through %d faults, one every %.0f s, and was cancelled; no rank process left" %
+            (len(plan), a.fault_every))
+    else:
+        wait_for("the job to complete", lambda: cl.status(job)["state"] in ("completed", "failed"), 600)
+        st = cl.status(job)
+        if st["state"] != "completed":
+            raise Fail("job ended %s: %s" % (st["state"], st["message"]))
+        if ref.wait(timeout=600):
+            raise Fail("the reference run failed (exit %d)" % ref.returncode)
+        wait_for("no rank left", lambda: not cl.rank_pids(job), 15)
+        log("ok: job completed after %d faults; no rank process left" % len(plan))
+        check_losses(cl, job, st, ref_metrics, iters)
     check_checkpoints(cl, job, ckpt)
     check_events_name_faults(cl, job, results)
     g = st.get("goodput", {})
@@ -257,7 +275,9 @@ def run(a, rng, cl, tmp):
                                                  ", ".join("%s %.1f s" % kv for kv in g.get("lost_s", {}).items())))
     if a.results:
         json.dump({"faults": results, "goodput": g, "history": st["restart_history"], "iters": iters,
-                   "heartbeat_s": a.heartbeat}, open(a.results, "w"), indent=1)
+                   "steps": st["step"], "heartbeat_s": a.heartbeat, "node_timeout_s": a.node_timeout,
+                   "hang_floor_s": a.hang_floor, "hang_factor": a.hang_factor, "hidden": a.hidden, "seed": a.seed, "fault_every": a.fault_every,
+                   "async_save": not a.sync_save}, open(a.results, "w"), indent=1)
     log("PASS")
     return True
 
