@@ -493,7 +493,30 @@ int main(int argc, char **argv)
     fake_ms += 100;
     coord_tick(&c);
     CHECK(events_of(&c, "job.hang") == 1, "one hang event, got %d", events_of(&c, "job.hang"));
-    CHECK(job_state(&c, id3, &j) != ATOLL__JOB_STATE__JOB_RUNNING, "a hung job is handled: still %d", j.state);
+    CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_RESTARTING, "a hung job restarts: %d", j.state);
+    store_job_clear(&j);
+    /* Nothing fits (both nodes drained): the restart waits, and an event says why. */
+    Atoll__DrainRequest dr = ATOLL__DRAIN_REQUEST__INIT;
+    dr.drain = 1;
+    dr.name = "n1";
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_DRAIN, &dr.base);
+    dr.name = "n2";
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_DRAIN, &dr.base);
+    fake_ms += 100;
+    heartbeat(&c, &w1, NULL); /* no running ranks listed: the old ones are gone */
+    heartbeat(&c, &w2, NULL);
+    coord_tick(&c);
+    CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_PENDING && j.epoch == 1 &&
+          strstr(j.message, "cannot place again: even data-parallel size 1 needs 4 ranks (tp 2 x pp 2)"),
+          "unplaceable restart: %d '%s'", j.state, j.message);
+    store_job_clear(&j);
+    CHECK(events_of(&c, "job.unplaceable") == 1, "job.unplaceable event: %d", events_of(&c, "job.unplaceable"));
+    dr.drain = 0;
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_DRAIN, &dr.base);
+    fake_ms += 100;
+    coord_tick(&c);
+    CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_STARTING && j.world == 8,
+          "placed again on n2 once it is undrained: %d world %d (%s)", j.state, j.world, j.message);
     store_job_clear(&j);
     /* Every rank inside the same all-reduce, one of them silent: that one holds it. */
     live_job tj;
