@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { WRITING, DURABLE, COMMITTING, COMMITTED, FAILED };
 
@@ -40,9 +43,21 @@ static void commit(ckpt_async *a)
     atomic_store(&a->state, COMMITTED);
 }
 
+/* The writer takes what the training leaves: the lowest CPU priority and the
+ * lowest best-effort I/O priority, for this thread only (Linux). */
+static void yield_to_training(void)
+{
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    setpriority(PRIO_PROCESS, (id_t)tid, 19);
+#ifdef SYS_ioprio_set
+    syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, tid, (2 << 13) | 7 /* best effort, level 7 */);
+#endif
+}
+
 static void *write_main(void *arg)
 {
     ckpt_async *a = arg;
+    yield_to_training();
     if (ckpt_write_part(a->dir, a->st.iteration, a->m, &a->part, a->write_headers, a->err, sizeof a->err)) {
         atomic_store(&a->state, FAILED);
         return NULL;
@@ -56,6 +71,7 @@ static void *write_main(void *arg)
 
 static void *commit_main(void *arg)
 {
+    yield_to_training();
     commit(arg);
     return NULL;
 }

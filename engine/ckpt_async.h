@@ -10,7 +10,8 @@
  * that never finishes (the rank was killed) leaves the step without a manifest,
  * which --load skips: no save is ever claimed before it is complete.
  *
- * One save at a time per rank: a new one first waits for the previous one.
+ * The writer runs at the lowest CPU and I/O priority, so it takes what training
+ * leaves. One save at a time per rank: a new one first waits for the previous one.
  *
  * Ownership: the save owns its snapshot and thread; it borrows the model (its
  * parameter table and config, which do not change while training) until freed. */
