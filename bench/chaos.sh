@@ -13,6 +13,7 @@ BUILD=${1:-build}
 BIN=$(cd "$BUILD/bin" 2>/dev/null && pwd) || { echo "no $BUILD/bin: build first" >&2; exit 2; }
 ROUNDS=${ROUNDS:-20}
 GOODPUT_FAULTS=${GOODPUT_FAULTS:-10}
+FAULT_EVERY=${FAULT_EVERY:-60}
 SEED=${SEED:-11}
 OUT=bench/results
 mkdir -p "$OUT"
@@ -22,8 +23,8 @@ common=(--heartbeat 1 --node-timeout 3 --hang-floor 1 --hang-factor 2)
 echo "== $ROUNDS rounds of faults"
 python3 tests/control/chaos.py "$BIN" --seed "$SEED" --rounds "$ROUNDS" --steps-between 12 --hidden 192 "${common[@]}" \
     --results "$OUT/chaos_faults.json" | grep -vE '^ iteration|^\[' | tail -n 40
-echo "== one fault a minute"
-python3 tests/control/chaos.py "$BIN" --seed "$((SEED + 1))" --rounds $(((GOODPUT_FAULTS + 4) / 5)) --fault-every 60 \
+echo "== one fault every $FAULT_EVERY s"
+python3 tests/control/chaos.py "$BIN" --seed "$((SEED + 1))" --rounds $(((GOODPUT_FAULTS + 4) / 5)) --fault-every "$FAULT_EVERY" \
     --hidden 384 "${common[@]}" --results "$OUT/chaos_goodput.json" | tail -n 20
 if [ "${SKIP_STALL:-0}" != 1 ]; then
   echo "== checkpoint stall"

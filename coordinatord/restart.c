@@ -173,13 +173,15 @@ void restart_tick(coord *c)
 
 void restart_step(coord *c, live_job *lj, const Atoll__RankMetrics *m)
 {
-    /* the run's first step (resent after a coordinator restart, it still carries its own time) */
-    if (lj->ran || m->rank != 0 || m->iteration != m->start_iteration + 1) return;
+    /* the run's first step (resent after a coordinator restart, it still carries its own time;
+     * should its report have been dropped, the next one stands in) */
+    if (lj->ran || m->rank != 0 || m->iteration <= m->start_iteration) return;
     lj->ran = 1;
     store_job j;
     if (store_job_get(c->st, lj->id, &j)) return;
     int64_t now = c->now(), end = m->time_ms > 0 && m->time_ms <= now ? m->time_ms : now;
-    int64_t start = end - (int64_t)m->step_ms; /* the first step's start: training again */
+    /* the first step's start: training again */
+    int64_t start = end - (int64_t)(m->step_ms * (double)(m->iteration - m->start_iteration));
     char subject[32];
     subject_of(subject, sizeof subject, j.id);
     store_restart r;
