@@ -88,8 +88,8 @@ print("rank; every fault named in the events. Goodput of this run (a fault every
     12, 100 * g["ratio"]))
 g = G["goodput"]
 print()
-print("## One fault per minute (hidden %d, %d faults, %.0f s of wall time)\n" % (G["hidden"], len(G["faults"]),
-                                                                             g["wall_s"]))
+print("## One fault every %.0f s (hidden %d, %d faults, %.0f s of wall time)\n" % (
+    G["fault_every"], G["hidden"], len(G["faults"]), g["wall_s"]))
 print("| effective training time | productive s | start-up s | checkpoint stalls s | detection s | restarts s | recomputed s |")
 print("|---:|---:|---:|---:|---:|---:|---:|")
 l = g["lost_s"]
