@@ -11,6 +11,7 @@
  * stopped process stops reporting; workerd also says when /proc shows it
  * stopped). The hang is one event naming the culprit's node, rank and what it
  * was last seen doing, and it is handled as a fault of the job (jobs_fault). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,9 +73,13 @@ int64_t hang_bound_ms(const coord *c, const live_job *lj)
     return b > c->o.hang_floor_ms ? (int64_t)b : c->o.hang_floor_ms;
 }
 
+/* Silent: no watchdog report for `frozen_ms` as of its node's latest heartbeat
+ * (what workerd said then: the report's age). Between heartbeats nothing newer is
+ * known, so nothing is extrapolated. `now` is unused: kept for the callers' shape. */
 static int silent(const live_rank *r, int64_t now, int64_t frozen_ms)
 {
-    return !r->watch || now - r->watch_ms > frozen_ms;
+    (void)now;
+    return !r->watch || r->watch->age_ms > frozen_ms;
 }
 
 /* Is rank t inside the same collective as op o (group, op, count)? */
@@ -175,7 +180,7 @@ int hang_culprits(const live_job *lj, int64_t now, int64_t frozen_ms, int *culpr
         if (r->watch && r->watch->stopped)
             at += (size_t)snprintf(why + at, len - at, " process stopped (SIGSTOP),");
         if (silent(r, now, frozen_ms) && r->watch)
-            at += (size_t)snprintf(why + at, len - at, " watchdog silent %.1f s,", (now - r->watch_ms) / 1000.0);
+            at += (size_t)snprintf(why + at, len - at, " watchdog silent %.1f s,", r->watch->age_ms / 1000.0);
         if (at < len) at += (size_t)snprintf(why + at, len - at, " last seen %s", what);
     }
     if (!nc && at < len) snprintf(why + at, len - at, "; no culprit found (every rank is computing or waiting)");
@@ -204,37 +209,45 @@ static int excused(const live_job *lj, int64_t now, int64_t stall, int64_t bound
     return busy;
 }
 
-/* Is the rank's node heard from now (its reports would be here)? */
-static int node_fresh(coord *c, const live_rank *r, int64_t now)
+/* Until when the job's state is known: its nodes' oldest latest heartbeat (each
+ * brings every step its ranks finished until then). 0 when a node is not alive:
+ * its loss is judged as such, not as a hang. */
+static int64_t known_until(coord *c, const live_job *lj)
 {
-    reg_node *n = registry_find(&c->reg, r->node);
-    return n && n->live == NODE_ALIVE && now - n->last_seen_ms <= c->o.heartbeat_ms + 500;
+    int64_t t = INT64_MAX;
+    for (int i = 0; i < lj->nranks; i++) {
+        reg_node *n = registry_find(&c->reg, lj->ranks[i].node);
+        if (!n || n->live != NODE_ALIVE) return 0;
+        if (n->last_seen_ms < t) t = n->last_seen_ms;
+    }
+    return t == INT64_MAX ? 0 : t;
 }
 
-/* Evidence from the watchdogs that the job is stuck, not just slow to report: a
- * rank of a node that is heard from has been waiting in one op longer than the
- * bound, or has gone silent. */
-static int stuck(coord *c, const live_job *lj, int64_t now, int64_t bound, int64_t frozen)
+/* Evidence from the watchdogs that the job is stuck, not just slow: a rank has
+ * been waiting in one op longer than the bound, is stopped, or went silent, as
+ * of its node's latest heartbeat. */
+static int stuck(const live_job *lj, int64_t bound, int64_t frozen)
 {
     for (int i = 0; i < lj->nranks; i++) {
         const live_rank *r = &lj->ranks[i];
-        if (!node_fresh(c, r, now)) continue;
-        if (silent(r, now, frozen) || r->watch->stopped) return 1;
+        if (silent(r, 0, frozen) || r->watch->stopped) return 1;
         for (size_t k = 0; k < r->watch->n_ops; k++)
-            if (r->watch->ops[k]->waited_ms + (now - r->watch_ms) > bound) return 1;
+            if (r->watch->ops[k]->waited_ms + r->watch->age_ms > bound) return 1;
     }
     return 0;
 }
 
-/* The job's verdict now: 1 with f filled when it is hung. Step reports reach the
- * coordinator once per heartbeat, so a stall alone is trusted only after two more
- * intervals; with the watchdogs' evidence (stuck) it is declared at the bound. */
+/* The job's verdict now: 1 with f filled when it is hung. The stall is measured up
+ * to what the nodes' heartbeats cover (step reports wait in workerd until one), so a
+ * slow relay is not a hang; with the watchdogs' evidence (stuck) a stall past the
+ * bound is one, without it only past three bounds. */
 static int judge(coord *c, live_job *lj, jobs_fault *f)
 {
     if (lj->state != ATOLL__JOB_STATE__JOB_RUNNING || lj->hung || !lj->nstep || jobs_live_ranks(c, lj)) return 0;
-    int64_t now = c->now(), bound = hang_bound_ms(c, lj), stall = now - lj->progress_ms, frozen = frozen_after(bound);
-    if (stall <= bound || excused(lj, now, stall, bound, frozen)) return 0;
-    if (stall <= bound + 2 * (int64_t)c->o.heartbeat_ms + 1000 && !stuck(c, lj, now, bound, frozen)) return 0;
+    int64_t now = c->now(), bound = hang_bound_ms(c, lj), frozen = frozen_after(bound);
+    int64_t known = known_until(c, lj), stall = known - lj->progress_ms;
+    if (!known || stall <= bound || excused(lj, now, stall, bound, frozen)) return 0;
+    if (stall <= 3 * bound && !stuck(lj, bound, frozen)) return 0;
     int culprits[4];
     char why[400];
     int nc = hang_culprits(lj, now, frozen, culprits, 4, why, sizeof why);

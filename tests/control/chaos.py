@@ -48,6 +48,7 @@ class Cluster:
         self.flags = ["--heartbeat-interval", str(hb), "--node-timeout", str(timeout),
                       "--hang-floor", str(hang_floor), "--hang-factor", str(hang_factor), "--max-restarts", "1000"]
         self.coord = None
+        self.ref = None  # the no-failure reference run (atoll-train --nproc-per-node)
         self.port = 0
         self.workers = {}
         self.env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
@@ -114,6 +115,9 @@ class Cluster:
         return out
 
     def stop(self):
+        if self.ref and self.ref.poll() is None:
+            self.ref.kill()  # the reference run's ranks die with their launcher
+            self.ref.wait()
         if self.coord and self.coord.poll() is not None:
             log("coordinatord had exited by itself: status %d" % self.coord.returncode)
         for p in list(self.workers.values()) + ([self.coord] if self.coord else []):
@@ -157,8 +161,8 @@ def main():
     ok = False
     try:
         ok = run(a, rng, cl, tmp)
-    except Fail as e:
-        log("FAIL:", e)
+    except Exception as e:  # noqa: BLE001 (a crash of the driver is a failure too, with the logs)
+        log("FAIL:", e if isinstance(e, Fail) else repr(e))
         for f in sorted(os.listdir(tmp)):
             if f.endswith(".log"):
                 log("--- %s" % f)
@@ -201,7 +205,7 @@ def run(a, rng, cl, tmp):
     ref_metrics = os.path.join(tmp, "reference.jsonl")
     ref = None
     if not a.fault_every:
-        ref = subprocess.Popen([os.path.join(cl.bin, "atoll-train"), "--nproc-per-node", "4"] + model +
+        ref = cl.ref = subprocess.Popen([os.path.join(cl.bin, "atoll-train"), "--nproc-per-node", "4"] + model +
                                ["--train-iters", str(iters), "--metrics-file", ref_metrics],
                                cwd=tmp, stdout=open(os.path.join(tmp, "reference.log"), "w"), stderr=subprocess.STDOUT,
                                env=cl.env)
@@ -222,7 +226,7 @@ def run(a, rng, cl, tmp):
         last_event = max([e["id"] for e in cl.events(last_event)] + [last_event])
         restarts = st["restarts"]
         epoch = st["epoch"]
-        pids = cl.rank_pids(job, epoch=epoch)
+        pids = wait_for("the ranks of epoch %d" % epoch, lambda: cl.rank_pids(job, epoch=epoch), 30)
         ranks = sorted({r for r, _ in pids.values()})
         rec = {"kind": kind, "step": st["step"], "epoch": epoch, "step_ms": st["metrics"].get("step_ms")}
         t0 = last_fault = time.time()

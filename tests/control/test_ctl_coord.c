@@ -487,7 +487,14 @@ int main(int argc, char **argv)
     coord_tick(&c);
     CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "not hung within the bound: %d", j.state);
     store_job_clear(&j);
-    fake_ms += 600; /* 1.5 s since step 3 (ticks come every 100 ms: a longer gap means a held-up loop) */
+    /* The next heartbeats, 0.6 s later: rank 1 still silent, rank 0 still waiting; no step. */
+    fake_ms += 600; /* (ticks come every 100 ms: a longer gap means a held-up loop) */
+    for (int r = 0; r < 16; r++) wv[r].age_ms = r == 1 ? 1700 : 100;
+    op_tp.waited_ms = 1500;
+    hw.watches = wp;
+    send_msg(&c, &w1, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hw.base);
+    hw.watches = wp + 8;
+    send_msg(&c, &w2, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hw.base);
     coord_tick(&c);
     CHECK(events_of(&c, "job.hang") == 0, "judged after a held-up loop");
     fake_ms += 100;
@@ -531,6 +538,7 @@ int main(int argc, char **argv)
         tw[r].n_ops = 1;
         tr[r].watch = &tw[r];
         tr[r].watch_ms = fake_ms - (r == 1 ? 3000 : 100);
+        tw[r].age_ms = r == 1 ? 3000 : 100;
         snprintf(tr[r].node, sizeof tr[r].node, "n%d", r);
     }
     tj.ranks = tr;
