@@ -53,7 +53,7 @@ void restart_begin(coord *c, store_job *j, const jobs_fault *f, int counted)
     store_restarts_counted(c->st, j->id, &used);
     sched_stop_job(c, j, f->cause);
     if (counted && used >= max) {
-        jobs_set_state(c, j, FAILED, "%.*s; no restarts left (max %d)", 400, f->detail, max);
+        jobs_set_state(c, j, FAILED, "no restarts left (max %d) after %s: %.400s", max, f->cause, f->detail);
         return;
     }
     /* A restart that never got running again (another fault came first) ends here. */
