@@ -192,7 +192,8 @@ def run(a, rng, cl, tmp):
         at = kinds.index("kill-workerd")
         kinds.insert(rng.randint(at + 1, len(kinds)), "node-back")
         plan += kinds
-    iters = (len(plan) + 2) * a.steps_between + 20 if not a.fault_every else 10 ** 7
+    # room for the steps made while each fault is handled and checked, beyond steps_between
+    iters = (len(plan) + 2) * 2 * a.steps_between + 20 if not a.fault_every else 10 ** 7
     cl.start_coord()
     cl.start_worker("node-a", 2)
     cl.start_worker("node-b", 2)
@@ -218,6 +219,8 @@ def run(a, rng, cl, tmp):
     for n, kind in enumerate(plan):
         st = cl.status(job)
         base = st["step"]
+        if st["state"] not in ("running", "starting"):
+            raise Fail("the job is %s before fault %d of %d (%s)" % (st["state"], n + 1, len(plan), st["message"]))
         if a.fault_every:
             time.sleep(max(0, a.fault_every - (time.time() - last_fault)))
         else:
