@@ -13,13 +13,25 @@
 typedef struct {
     const char *name, *request_id;
     int auto_layout;
+    int max_restarts;        /* -1: the coordinator's default */
 } submit_extra;
 
-/* `--name NAME` and `--request-id ID` are the submission's, not training flags. */
+/* `--name NAME`, `--request-id ID` and `--max-restarts N` are the job's, not training flags. */
 static int submit_flag(void *ctx, int argc, char **argv, int i, char *err, size_t errlen)
 {
     submit_extra *x = ctx;
     if (!strcmp(argv[i], "--auto-layout")) return x->auto_layout = 1; /* the planner picks (cmd_plan.c) */
+    if (!strcmp(argv[i], "--max-restarts")) {
+        char *end = NULL;
+        long n = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+        if (i + 1 >= argc || !*argv[i + 1] || *end || n < 0 || n > 1000000) {
+            snprintf(err, errlen, "--max-restarts needs a count of restarts after failures, 0..1000000 (0: fail at "
+                     "the first fault)");
+            return -1;
+        }
+        x->max_restarts = (int)n;
+        return 2;
+    }
     const char **dst = !strcmp(argv[i], "--name") ? &x->name : !strcmp(argv[i], "--request-id") ? &x->request_id : NULL;
     if (!dst) return 0;
     if (i + 1 >= argc) {
@@ -34,7 +46,7 @@ int cmd_submit(cli_ctx *c, int argc, char **argv)
 {
     atoll_config cfg;
     cfg_defaults(&cfg);
-    submit_extra x = { NULL, NULL, 0 };
+    submit_extra x = { NULL, NULL, 0, -1 };
     char err[512];
     if (cfg_parse_args(&cfg, argc, argv, 1, submit_flag, &x, err, sizeof err))
         return cli_usage(c, "submit", "%s", err);
@@ -45,6 +57,7 @@ int cmd_submit(cli_ctx *c, int argc, char **argv)
     /* The coordinator validates against the live cluster (NVLink islands); we only parse. */
     Atoll__JobSpec spec;
     msg_spec_from_cfg(&spec, &cfg, x.name);
+    spec.max_restarts = x.max_restarts;
     Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
     req.spec = &spec;
     /* A request id makes the submission safe to send again: if the coordinator
@@ -163,6 +176,67 @@ int cmd_jobs(cli_ctx *c, int argc, char **argv)
     return 0;
 }
 
+static void span(char *out, size_t len, double s)
+{
+    if (s < 120) snprintf(out, len, "%.1f s", s);
+    else if (s < 7200) snprintf(out, len, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else snprintf(out, len, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+}
+
+/* Restarts, goodput and the ranks' health: what went wrong and what it cost. */
+static void print_resilience(const Atoll__Job *j)
+{
+    if (j->n_history) {
+        printf("  restart history (max %d after failures):\n", j->max_restarts);
+        for (size_t i = 0; i < j->n_history; i++) {
+            const Atoll__RestartRecord *h = j->history[i];
+            char when[32], det[32] = "-", run[32] = "-";
+            cli_time(h->detected_ms, when, sizeof when);
+            if (h->fault_ms > 0) snprintf(det, sizeof det, "%.1f s", (h->detected_ms - h->fault_ms) / 1000.0);
+            if (h->running_ms > 0) snprintf(run, sizeof run, "%.1f s", (h->running_ms - h->detected_ms) / 1000.0);
+            printf("    epoch %u %s UTC %-9s detected in %s, running again after %s, %lld steps recomputed from "
+                   "step %lld, dp %d%s\n      %s\n", h->epoch, when, h->cause, det, run, (long long)h->steps_recomputed,
+                   (long long)h->from_iteration, h->dp, h->counted ? "" : " (not counted)", h->detail);
+        }
+    }
+    if (j->goodput && j->goodput->wall_s > 0) {
+        const Atoll__Goodput *g = j->goodput;
+        char wall[32], a[32], b[32], c[32], d[32], e[32];
+        span(wall, sizeof wall, g->wall_s);
+        span(a, sizeof a, g->startup_s);
+        span(b, sizeof b, g->checkpoint_s);
+        span(c, sizeof c, g->detection_s);
+        span(d, sizeof d, g->restart_s);
+        span(e, sizeof e, g->recompute_s);
+        printf("  goodput: %.1f%% of %s productive (lost: start-up %s, checkpoint stalls %s, detection %s, "
+               "restarts %s, recomputed steps %s)\n", 100 * g->ratio, wall, a, b, c, d, e);
+    }
+    int scored = 0, stragglers = 0;
+    for (size_t i = 0; i < j->n_ranks; i++) {
+        scored += j->ranks[i]->score > 0;
+        stragglers += j->ranks[i]->straggler;
+    }
+    if (!scored) return;
+    /* the stragglers (up to 8), else the three slowest, highest score first */
+    size_t order[8], n = 0, limit = stragglers ? 8 : 3;
+    for (size_t i = 0; i < j->n_ranks; i++) {
+        const Atoll__RankHealth *h = j->ranks[i];
+        if (h->score <= 0 || (stragglers && !h->straggler)) continue;
+        size_t at = n < limit ? n++ : limit;
+        while (at > 0 && j->ranks[order[at - 1]]->score < h->score) {
+            if (at < limit) order[at] = order[at - 1];
+            at--;
+        }
+        if (at < limit) order[at] = i;
+    }
+    printf("  stragglers (compute time per step over the median of its peers): %s", stragglers ? "" : "none; slowest ");
+    for (size_t k = 0; k < n; k++) {
+        const Atoll__RankHealth *h = j->ranks[order[k]];
+        printf("%srank %d (%s) %.2fx, %.1f ms", k ? ", " : "", h->rank, h->node, h->score, h->compute_ms);
+    }
+    printf("\n");
+}
+
 static void print_job(const Atoll__Job *j)
 {
     const Atoll__JobMetrics *m = j->metrics;
@@ -172,8 +246,12 @@ static void print_job(const Atoll__Job *j)
     cli_time(j->updated_ms, t2, sizeof t2);
     printf("job %llu (%s): %s%s%s\n", (unsigned long long)j->id, j->name, msg_job_state_name(j->state),
            j->message[0] ? " - " : "", j->message);
-    printf("  layout: tp=%d pp=%d dp=%d vpp=%d on %d ranks", j->tp, j->pp, j->dp, j->vpp,
-           j->spec ? j->spec->num_gpus : 0);
+    int full = j->spec ? j->spec->num_gpus : 0;
+    if (j->world > 0 && j->world < full)
+        printf("  layout: tp=%d pp=%d dp=%d vpp=%d on %d of %d ranks (data parallel shrunk after a fault)", j->tp, j->pp,
+               j->dp, j->vpp, j->world, full);
+    else
+        printf("  layout: tp=%d pp=%d dp=%d vpp=%d on %d ranks", j->tp, j->pp, j->dp, j->vpp, full);
     if (j->spec)
         printf(" (model: %d layers, hidden %d, %d heads, seq %d; micro-batch %d, global batch %d)",
                j->spec->num_layers, j->spec->hidden_size, j->spec->num_attention_heads, j->spec->seq_length,
@@ -181,6 +259,7 @@ static void print_job(const Atoll__Job *j)
     printf("\n  restarts: %u, epoch %u; submitted %s UTC, updated %s UTC\n", j->restarts, j->epoch, t1, t2);
     if (!have) {
         printf("  no step reported yet; pipeline bubble theory %.3f\n", m ? m->bubble_theory : 0);
+        print_resilience(j);
         return;
     }
     printf("  step %lld", (long long)m->step);
@@ -204,6 +283,7 @@ static void print_job(const Atoll__Job *j)
         else snprintf(xfer, sizeof xfer, "-");
         printf("    stage %d: measured %s, theory %.3f, transfer %s\n", b->stage, meas, b->theory, xfer);
     }
+    print_resilience(j);
 }
 
 static int one_job(cli_ctx *c, int argc, char **argv, uint64_t *id)

@@ -70,6 +70,8 @@ static const key_def KEYS[] = {
     R("eval-interval", K_INT, eval_interval, 0, 2147483647.0, 0),
     R("eval-iters", K_INT, eval_iters, 0, 2147483647.0, 0),
     F("bf16", K_BOOL, bf16),
+    F("async-save", K_BOOL, async_save),
+    R("save-mtbf", K_DOUBLE, save_mtbf, 0, HUGE_VAL, 0),
 };
 #undef F
 #undef R
@@ -483,6 +485,10 @@ int cfg_validate_training(const atoll_config *c, char *err, size_t errlen)
     }
     if (c->save_interval && !c->save[0]) {
         errf(err, errlen, "--save-interval %d needs --save DIR", c->save_interval);
+        return -1;
+    }
+    if (c->save_mtbf > 0 && !c->save[0]) {
+        errf(err, errlen, "--save-mtbf %g needs --save DIR", c->save_mtbf);
         return -1;
     }
     return 0;

@@ -56,6 +56,8 @@ typedef struct atoll_config {
     char data_path[CFG_STR], split[64], save[CFG_STR], load[CFG_STR];
     int save_interval, log_interval, eval_interval, eval_iters;
     int bf16;
+    int async_save;                            /* checkpoints written in the background */
+    double save_mtbf;                          /* > 0: save every sqrt(2 x this x measured stall) seconds */
 } atoll_config;
 
 typedef enum { CFG_OK = 0, CFG_UNKNOWN = 1, CFG_BAD_VALUE = 2 } cfg_status;

@@ -122,7 +122,8 @@ void jsonw_num(jsonw *w, double v)
 {
     char b[40];
     if (!isfinite(v)) snprintf(b, sizeof b, "null");
-    else snprintf(b, sizeof b, "%.10g", v);
+    else if (snprintf(b, sizeof b, "%.15g", v), strtod(b, NULL) != v)
+        snprintf(b, sizeof b, "%.17g", v); /* the shortest text that reads back as the same double */
     value_start(w);
     puts_(w, b);
 }

@@ -56,6 +56,7 @@ static const struct {
     { ATOLL__MSG_TYPE__MSG_METRICS, "MetricsRequest", &atoll__metrics_request__descriptor },
     { ATOLL__MSG_TYPE__MSG_METRICS_REPLY, "MetricsReply", &atoll__metrics_reply__descriptor },
     { ATOLL__MSG_TYPE__MSG_RANK_METRICS, "RankMetrics", &atoll__rank_metrics__descriptor },
+    { ATOLL__MSG_TYPE__MSG_RANK_WATCH, "RankWatch", &atoll__rank_watch__descriptor },
 };
 
 const ProtobufCMessageDescriptor *msg_descriptor(uint16_t type)
@@ -225,6 +226,9 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->eval_interval = c->eval_interval;
     o->eval_iters = c->eval_iters;
     o->bf16 = c->bf16;
+    o->async_save = c->async_save;
+    o->save_mtbf = c->save_mtbf;
+    o->max_restarts = -1; /* the coordinator's default unless the caller says */
 }
 
 /* A JobSpec field's value as config text: numbers printed, booleans "true"/"false",
@@ -275,11 +279,15 @@ char **msg_spec_to_argv(const Atoll__JobSpec *in, const char *exe, int *argc)
     if (!argv) return NULL;
     int n = 0;
     argv[n++] = strdup(exe);
+    atoll_config scratch; /* asks the config which fields are the engine's */
+    cfg_defaults(&scratch);
     for (unsigned i = 0; i < d->n_fields; i++) {
         const ProtobufCFieldDescriptor *f = &d->fields[i];
         if (!strcmp(f->name, "name") || !strcmp(f->name, "num_gpus")) continue;
         char val[64];
         const char *v = spec_field(in, f, val, sizeof val);
+        char why[8];
+        if (v && cfg_set(&scratch, f->name, v, why, sizeof why) == CFG_UNKNOWN) continue; /* the job's, not the engine's */
         if (!v || !strcmp(v, "false")) continue; /* booleans: a bare flag when set */
         if (f->type == PROTOBUF_C_TYPE_BOOL) v = NULL;
         char flag[80] = "--";

@@ -39,8 +39,9 @@ void msg_spec_from_cfg(Atoll__JobSpec *out, const atoll_config *c, const char *n
 int msg_spec_to_cfg(const Atoll__JobSpec *in, atoll_config *c, char *err, size_t errlen);
 
 /* The job spec as atoll-train's command line: argv[0] = exe, then `--flag value`
- * for every field (dashes for underscores; booleans as bare flags when set; empty
- * strings and the world size left out: ranks take it from WORLD_SIZE). NULL-
+ * for every field the config knows (dashes for underscores; booleans as bare flags
+ * when set; empty strings, the world size and job-level fields such as
+ * max_restarts left out: ranks take the world size from WORLD_SIZE). NULL-
  * terminated; *argc set. Free with msg_argv_free. NULL when out of memory. */
 char **msg_spec_to_argv(const Atoll__JobSpec *in, const char *exe, int *argc);
 void msg_argv_free(char **argv);

@@ -141,6 +141,62 @@ void msg_json_job(jsonw *w, const Atoll__Job *j)
     jsonw_kstr(w, "message", j->message);
     jsonw_kint(w, "created_ms", j->created_ms);
     jsonw_kint(w, "updated_ms", j->updated_ms);
+    jsonw_kint(w, "max_restarts", j->max_restarts);
+    jsonw_kint(w, "world", j->world);
+    jsonw_key(w, "restart_history");
+    jsonw_arr(w);
+    for (size_t i = 0; i < j->n_history; i++) {
+        const Atoll__RestartRecord *h = j->history[i];
+        jsonw_obj(w);
+        jsonw_kint(w, "epoch", h->epoch);
+        jsonw_kstr(w, "cause", h->cause);
+        jsonw_kstr(w, "detail", h->detail);
+        jsonw_kstr(w, "node", h->node);
+        jsonw_kint(w, "rank", h->rank);
+        jsonw_kint(w, "fault_ms", h->fault_ms);
+        jsonw_kint(w, "detected_ms", h->detected_ms);
+        jsonw_kint(w, "running_ms", h->running_ms);
+        num_or_null(w, "detection_s", (h->detected_ms - h->fault_ms) / 1000.0, h->fault_ms > 0);
+        num_or_null(w, "to_running_s", (h->running_ms - h->detected_ms) / 1000.0, h->running_ms > 0);
+        jsonw_kint(w, "steps_recomputed", h->steps_recomputed);
+        jsonw_kint(w, "from_iteration", h->from_iteration);
+        jsonw_kint(w, "dp", h->dp);
+        jsonw_kbool(w, "counted", h->counted);
+        jsonw_obj_end(w);
+    }
+    jsonw_arr_end(w);
+    if (j->goodput) {
+        const Atoll__Goodput *g = j->goodput;
+        jsonw_key(w, "goodput");
+        jsonw_obj(w);
+        jsonw_knum(w, "ratio", g->ratio);
+        jsonw_knum(w, "wall_s", g->wall_s);
+        jsonw_knum(w, "productive_s", g->productive_s);
+        jsonw_key(w, "lost_s");
+        jsonw_obj(w);
+        jsonw_knum(w, "startup", g->startup_s);
+        jsonw_knum(w, "checkpoint", g->checkpoint_s);
+        jsonw_knum(w, "detection", g->detection_s);
+        jsonw_knum(w, "restart", g->restart_s);
+        jsonw_knum(w, "recompute", g->recompute_s);
+        jsonw_obj_end(w);
+        jsonw_obj_end(w);
+    }
+    jsonw_key(w, "ranks");
+    jsonw_arr(w);
+    for (size_t i = 0; i < j->n_ranks; i++) {
+        const Atoll__RankHealth *h = j->ranks[i];
+        jsonw_obj(w);
+        jsonw_kint(w, "rank", h->rank);
+        jsonw_kstr(w, "node", h->node);
+        num_or_null(w, "compute_ms", h->compute_ms, h->compute_ms > 0);
+        num_or_null(w, "straggler_score", h->score, h->score > 0);
+        jsonw_kbool(w, "straggler", h->straggler);
+        jsonw_kstr(w, "watch", h->watch);
+        jsonw_kint(w, "watch_age_ms", h->watch_age_ms);
+        jsonw_obj_end(w);
+    }
+    jsonw_arr_end(w);
     jsonw_obj_end(w);
 }
 

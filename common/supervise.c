@@ -287,7 +287,10 @@ int sup_start(sup_set *s, uv_loop_t *loop, const sup_opts *o, sup_rank *ranks, i
 void sup_stop_signal(sup_set *s, int signum, int grace_ms)
 {
     for (int i = 0; i < s->n; i++)
-        if (s->ranks[i].running) kill(-s->ranks[i].pid, signum);
+        if (s->ranks[i].running) {
+            kill(-s->ranks[i].pid, signum);
+            kill(-s->ranks[i].pid, SIGCONT); /* a stopped rank (SIGSTOP) acts on it now, not at the SIGKILL */
+        }
     if (s->stopping) return;
     s->stopping = 1;
     if (s->alive > 0 && !uv_is_closing((uv_handle_t *)&s->kill_timer))

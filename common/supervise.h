@@ -15,7 +15,8 @@
  * Ranks run in their own process group (a session each), so a stop reaches
  * anything a rank started. A rank that calls sup_child_guard() first dies with its
  * supervisor (PR_SET_PDEATHSIG), so killing the supervisor, even with SIGKILL,
- * leaves no orphan. sup_stop sends SIGINT to every rank's group (stop now), then
+ * leaves no orphan. sup_stop sends SIGINT to every rank's group (stop now; with
+ * SIGCONT, so a stopped rank acts on it), then
  * SIGKILL after the grace period; sup_stop_signal(SIGTERM) asks ranks that save
  * checkpoints to commit one first and exit with SUP_EXIT_SAVED (the signal Slurm
  * sends before it ends an allocation means the same). Each exit is reported at

@@ -56,6 +56,22 @@ static int load_node(void *ctx, const store_node *sn)
     return 0;
 }
 
+void coord_opts_defaults(coord_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    snprintf(o->listen, sizeof o->listen, "127.0.0.1:7420");
+    snprintf(o->http, sizeof o->http, "127.0.0.1:7421");
+    snprintf(o->state_dir, sizeof o->state_dir, "./atoll-state");
+    o->heartbeat_ms = 1000;
+    o->node_timeout_ms = 5000;
+    o->max_frame = 16u << 20;
+    o->http_max_conns = 512;
+    o->hang_floor_ms = 10000;
+    o->hang_factor = 3;
+    o->straggler_threshold = 1.5;
+    o->max_restarts = 3;
+}
+
 int coord_init(coord *c, const coord_opts *o, const char *db_path, char *err, size_t errlen)
 {
     memset(c, 0, sizeof *c);

@@ -6,6 +6,8 @@
  *   scheduler.c  placement of pending jobs   store.c      SQLite state
  *   events.c     the audit log               rendezvous.c key-value store for ranks
  *   series.c     per-step metrics of jobs    logs.c       rank logs fetched from nodes
+ *   hang.c       hangs and their culprits    straggler.c  per-rank compute scores
+ *   restart.c    reaction to faults, history goodput.c    where wall time went
  *   http.c       /metrics, /api/..., /
  */
 #ifndef ATOLL_COORD_H
@@ -33,6 +35,12 @@ typedef struct coord_opts {
     int stop_grace_ms;       /* on SIGTERM, how long to wait for active jobs to end; 0 = stop at once */
     char http_token_file[512]; /* "" = HTTP open to whoever can connect */
     int http_max_conns;
+    /* failure detection */
+    int hang_floor_ms;       /* a job is hung when no step came for max(floor, factor x step time) */
+    double hang_factor;
+    double straggler_threshold; /* compute time over the job's median that makes a straggler */
+    int straggler_exclude_ms; /* a straggler this long gets its node drained (0 = never) */
+    int max_restarts;        /* for jobs that do not say */
 } coord_opts;
 
 /* A connected client, as the handlers see it. */
@@ -66,6 +74,24 @@ typedef struct live_fail {
 
 #define LIVE_FAILS 8
 
+/* One rank of an active job's current placement, as its reports show it. */
+typedef struct live_rank {
+    char node[64];
+    int stage;               /* its pipeline stage (position in its pp group) */
+    Atoll__RankWatch *watch; /* newest watchdog report (owned), NULL before the first */
+    int64_t watch_ms;        /* when that report was current (its arrival less its age) */
+    int64_t iteration;       /* newest step it reported */
+    double compute_ms;       /* smoothed compute time per step (EWMA) */
+    int samples;
+    double score;            /* compute_ms over the job's median; 0 until scored */
+    int straggler;
+    int streak;              /* scores in a row over (> 0) or under (< 0) the threshold */
+    int64_t straggler_since; /* when it became one (0: is not) */
+    int gone;                /* restarting: its node reported it no longer running */
+} live_rank;
+
+#define LIVE_STEP_TIMES 16
+
 /* An active job (placing, starting, running, restarting), cached in memory so
  * heartbeats with metrics and exits need no database read (jobs.c keeps it in
  * step with every state change; rebuilt from the store at start). */
@@ -79,6 +105,20 @@ typedef struct live_job {
     int nfail;
     live_fail fail[LIVE_FAILS];
     int64_t settle_ms;       /* fail the job at this time (after the first failure) */
+    int64_t first_fail_ms;   /* when the first failure arrived */
+    /* progress (hang.c): ranks of the placement, newest step, step times */
+    live_rank *ranks;        /* [nranks], from the layout (jobs_live_ranks) */
+    int nranks;
+    int64_t newest;          /* newest iteration reported by any rank */
+    int64_t progress_ms;     /* when it advanced */
+    double step_ms[LIVE_STEP_TIMES]; /* rank 0's recent step times (ring) */
+    int nstep;
+    int hung;                /* a hang was declared for this placement */
+    int64_t straggler_tick_ms;
+    /* restart.c */
+    int64_t restart_ms;      /* restarting since (0: not restarting) */
+    int ran;                 /* this placement's first step was seen */
+    int64_t checkpoint;      /* newest committed checkpoint reported by this placement */
 } live_job;
 
 typedef struct live_table {
@@ -106,6 +146,7 @@ typedef struct coord {
      * tried (scheduler.c). */
     uint64_t sched_gen, sched_seen_gen, sched_seen_id, sched_cursor;
     int sched_full;
+    int64_t hang_tick_ms;    /* hang.c: its previous tick */
     struct kv_store *kv;     /* rendezvous keys (rendezvous.c) */
     live_table live;         /* active jobs (jobs.c) */
     struct logs_pending *logs; /* log reads forwarded to workers (logs.c) */
@@ -121,6 +162,8 @@ typedef struct coord {
 
 int64_t coord_wall_ms(void);
 
+/* The defaults of coordinatord's flags (INTERFACES.md); suspect_ms 0 = derived in main. */
+void coord_opts_defaults(coord_opts *o);
 /* Sets up state from opts with the store at `db_path` (":memory:" allowed). */
 int coord_init(coord *c, const coord_opts *o, const char *db_path, char *err, size_t errlen);
 void coord_free(coord *c);
@@ -142,6 +185,9 @@ struct msg_arena;
 int coord_nodes_reply(coord *c, const char *name, Atoll__NodesReply *out, struct msg_arena *a);
 /* Fills a Job message from a stored job (strings borrowed from j, arrays from a). */
 void coord_job_msg(const store_job *j, Atoll__Job *out, Atoll__JobSpec **spec_out, struct msg_arena *a);
+/* Adds what one job's detail shows: its ranks' health (active jobs), max_restarts,
+ * restart history and goodput (from the arena). */
+void coord_job_detail(coord *c, const store_job *j, Atoll__Job *out, struct msg_arena *a);
 
 /* ---- periodic work (called by server.c's timer) ---- */
 void coord_tick(coord *c);
@@ -168,6 +214,31 @@ void rendezvous_job_changed(coord *c, uint64_t job, uint32_t epoch, int ended);
 void rendezvous_expire(coord *c, int64_t now_ms);
 void rendezvous_peer_closed(coord *c, coord_peer *p);
 void rendezvous_free_all(coord *c);
+
+/* ---- hang.c ---- */
+/* A rank's watchdog report from `node`; takes ownership of w. */
+void hang_watch(coord *c, const char *node, Atoll__RankWatch *w);
+/* A step report: the job's progress and step time. */
+void hang_step(coord *c, live_job *lj, const Atoll__RankMetrics *m);
+/* Periodic: declares hangs, naming their culprits. */
+void hang_tick(coord *c);
+/* The rank(s) the others wait for, judged from the ranks' watchdog reports at
+ * `now`: those that never entered the collective (or send/recv) the waiting
+ * ranks are blocked in and are not waiting themselves, or whose watchdog went
+ * silent for `frozen_ms`. Writes up to `max` ranks to culprits and returns how
+ * many; `why` gets one line saying who waits where and why each culprit is one. */
+int hang_culprits(const live_job *lj, int64_t now, int64_t frozen_ms, int *culprits, int max, char *why,
+                  size_t len);
+/* What the rank's watchdog last said, one line ("computing at iteration 12", "in tp all-reduce #41 ..."). */
+void hang_describe(const live_rank *r, char *out, size_t len);
+/* The median of rank 0's recent step times, ms (0 before any). */
+double hang_step_ms(const live_job *lj);
+/* The job's hang bound now: max(--hang-floor, --hang-factor x median step time); 0 before any step. */
+int64_t hang_bound_ms(const coord *c, const live_job *lj);
+
+/* ---- straggler.c ---- */
+void straggler_step(coord *c, live_job *lj, const Atoll__RankMetrics *m);
+void straggler_tick(coord *c);
 
 /* ---- logs.c ---- */
 void logs_request(coord *c, coord_peer *p, const Atoll__LogsRequest *m);

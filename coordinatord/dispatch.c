@@ -9,9 +9,11 @@
 
 #include "coord.h"
 #include "fabric.h"
+#include "goodput.h"
 #include "jobs.h"
 #include "log.h"
 #include "msg.h"
+#include "restart.h"
 #include "scheduler.h"
 #include "series.h"
 #include "topo.h"
@@ -180,6 +182,10 @@ static void handle_register(coord *c, coord_peer *p, Atoll__Register *m)
     n->live = NODE_ALIVE;
     n->last_seen_ms = now;
     n->peer = p;
+    if (m->incarnation != n->incarnation) { /* a new agent process: its relay sequence starts over */
+        n->incarnation = m->incarnation;
+        n->relay_seen = n->relay_durable = 0;
+    }
     snprintf(n->address, sizeof n->address, "%s", p->address);
     p->node = n;
     c->registrations++;
@@ -259,6 +265,13 @@ static void handle_heartbeat(coord *c, coord_peer *p, Atoll__Heartbeat *m)
         if (e->relay_seq && e->relay_seq <= n->relay_seen) continue;
         jobs_rank_exit(c, n->name, e);
         if (e->relay_seq > n->relay_seen) n->relay_seen = e->relay_seq;
+    }
+    restart_heartbeat(c, n->name, m);
+    /* Watchdog reports are state (the newest per rank), not history: kept by hang.c. */
+    for (size_t i = 0; i < m->n_watches; i++) {
+        Atoll__RankWatch *w = m->watches[i];
+        m->watches[i] = NULL; /* hang.c owns it now (free_unpacked skips NULL) */
+        hang_watch(c, n->name, w);
     }
     /* Ranks of a job that is no longer active here (cancelled while the agent was
      * away, or an older placement) are told to stop. */
@@ -362,9 +375,11 @@ void coord_job_msg(const store_job *j, Atoll__Job *out, Atoll__JobSpec **spec_ou
     if (spec && msg_spec_to_cfg(spec, &cfg, err, sizeof err) == 0) {
         out->tp = cfg.tensor_model_parallel_size;
         out->pp = cfg.pipeline_model_parallel_size;
-        out->dp = cfg_data_parallel_size(&cfg, cfg.num_gpus);
+        /* the current placement's: below the spec's while data parallel is shrunk */
+        out->dp = cfg_data_parallel_size(&cfg, j->world > 0 ? j->world : cfg.num_gpus);
         out->vpp = cfg_virtual_stages(&cfg);
     }
+    out->world = j->world;
     Atoll__JobMetrics *mt = msg_alloc(a, sizeof *mt);
     atoll__job_metrics__init(mt);
     mt->step = j->step;
@@ -446,12 +461,83 @@ static int add_job(void *ctx, store_job *j)
     return 0;
 }
 
+/* The ranks of an active job's placement: straggler scores and watchdog state. */
+static void job_ranks(coord *c, uint64_t id, Atoll__Job *out, msg_arena *a)
+{
+    live_job *lj = jobs_live(c, id);
+    if (!lj || jobs_live_ranks(c, lj)) return;
+    out->world = lj->nranks;
+    out->ranks = msg_alloc(a, sizeof *out->ranks * (size_t)(lj->nranks + 1));
+    int64_t now = c->now();
+    for (int i = 0; i < lj->nranks; i++) {
+        const live_rank *r = &lj->ranks[i];
+        Atoll__RankHealth *h = msg_alloc(a, sizeof *h);
+        atoll__rank_health__init(h);
+        h->rank = i;
+        h->node = (char *)r->node;
+        h->compute_ms = r->compute_ms;
+        h->score = r->score;
+        h->straggler = r->straggler;
+        char what[200];
+        hang_describe(r, what, sizeof what);
+        h->watch = arena_strdup(a, r->watch ? what : "");
+        h->watch_age_ms = r->watch ? now - r->watch_ms : 0;
+        out->ranks[out->n_ranks++] = h;
+    }
+}
+
+typedef struct {
+    msg_arena *a;
+    Atoll__Job *job;
+    size_t cap;
+} history_ctx;
+
+static int add_restart(void *ctx, const store_restart *r)
+{
+    history_ctx *x = ctx;
+    if (x->job->n_history == x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 8;
+        Atoll__RestartRecord **v = msg_alloc(x->a, cap * sizeof *v);
+        if (x->job->n_history) memcpy(v, x->job->history, x->job->n_history * sizeof *v);
+        x->job->history = v;
+        x->cap = cap;
+    }
+    Atoll__RestartRecord *h = msg_alloc(x->a, sizeof *h);
+    atoll__restart_record__init(h);
+    h->epoch = r->epoch;
+    h->cause = arena_strdup(x->a, r->cause);
+    h->detail = arena_strdup(x->a, r->detail);
+    h->node = arena_strdup(x->a, r->node);
+    h->rank = r->rank;
+    h->fault_ms = r->fault_ms;
+    h->detected_ms = r->detected_ms;
+    h->running_ms = r->running_ms > 0 ? r->running_ms : 0;
+    h->steps_recomputed = r->steps_recomputed;
+    h->from_iteration = r->from_iteration;
+    h->dp = r->dp;
+    h->counted = r->counted;
+    x->job->history[x->job->n_history++] = h;
+    return 0;
+}
+
+void coord_job_detail(coord *c, const store_job *j, Atoll__Job *out, msg_arena *a)
+{
+    job_ranks(c, j->id, out, a);
+    out->max_restarts = jobs_max_restarts(c, out->spec);
+    history_ctx x = { a, out, 0 };
+    store_restarts_each(c->st, j->id, add_restart, &x);
+    Atoll__Goodput *g = msg_alloc(a, sizeof *g);
+    goodput_of(c, j, g);
+    out->goodput = g;
+}
+
 static void reply_one_job(coord *c, coord_peer *p, const store_job *j)
 {
     msg_arena a = { 0 };
     Atoll__JobsReply r = ATOLL__JOBS_REPLY__INIT;
     jobs_ctx x = { &a, &r, 0 };
     add_job(&x, (store_job *)j);
+    coord_job_detail(c, j, r.jobs[0], &a);
     /* One job: its latest step in full (every stage's bubble, FLOP/s, memory). */
     Atoll__JobMetrics *mt = msg_alloc(&a, sizeof *mt);
     if (series_latest(c, j->id, mt, &a) == 0) r.jobs[0]->metrics = mt;
@@ -696,5 +782,8 @@ void coord_tick(coord *c)
     logs_expire(c, now);
     series_flush(c);
     jobs_tick(c);
+    restart_tick(c);
+    hang_tick(c);
+    straggler_tick(c);
     if (c->schedule_pending) sched_run(c);
 }

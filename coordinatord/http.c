@@ -23,6 +23,7 @@
 #include <uv.h>
 
 #include "coord.h"
+#include "goodput.h"
 #include "jobs.h"
 #include "jsonw.h"
 #include "log.h"
@@ -290,6 +291,7 @@ typedef struct job_row {
     Atoll__JobMetrics m;
     int have;
     int nodes;
+    live_job *lj;            /* valid while the body is built (one loop) */
 } job_row;
 
 typedef struct {
@@ -326,6 +328,7 @@ static void collect_live(coord *c, live_job *lj, void *ctx)
     if (store_job_get(c->st, lj->id, &x->j)) return;
     x->have = series_latest(c, lj->id, &x->m, &r->a) == 0;
     x->nodes = count_nodes(c, &x->j);
+    x->lj = lj;
     r->n++;
 }
 
@@ -442,6 +445,57 @@ static char *metrics_body(coord *c)
             }
         }
     }
+    /* Per rank of the running placements: straggler scores. */
+    metric_head(&t, "atoll_rank_compute_seconds", "gauge",
+                "Per rank: smoothed compute time per step (the step less time blocked in communication).");
+    for (size_t i = 0; i < r.n; i++)
+        for (int k = 0; r.v[i].lj && k < r.v[i].lj->nranks; k++)
+            if (r.v[i].lj->ranks[k].samples)
+                tprintf(&t, "atoll_rank_compute_seconds{job=\"%llu\",rank=\"%d\",node=\"%s\"} %.6g\n",
+                        (unsigned long long)r.v[i].j.id, k, r.v[i].lj->ranks[k].node,
+                        r.v[i].lj->ranks[k].compute_ms / 1e3);
+    metric_head(&t, "atoll_rank_straggler_score", "gauge",
+                "Per rank: compute time over the median of its peers (1 = typical; a straggler from "
+                "--straggler-threshold).");
+    for (size_t i = 0; i < r.n; i++)
+        for (int k = 0; r.v[i].lj && k < r.v[i].lj->nranks; k++)
+            if (r.v[i].lj->ranks[k].score > 0)
+                tprintf(&t, "atoll_rank_straggler_score{job=\"%llu\",rank=\"%d\",node=\"%s\"} %.6g\n",
+                        (unsigned long long)r.v[i].j.id, k, r.v[i].lj->ranks[k].node, r.v[i].lj->ranks[k].score);
+    metric_head(&t, "atoll_job_stragglers", "gauge", "Ranks of the job that are stragglers now.");
+    for (size_t i = 0; i < r.n; i++) {
+        int n = 0;
+        for (int k = 0; r.v[i].lj && k < r.v[i].lj->nranks; k++) n += r.v[i].lj->ranks[k].straggler;
+        tprintf(&t, "atoll_job_stragglers{job=\"%llu\"} %d\n", (unsigned long long)r.v[i].j.id, n);
+    }
+    /* Goodput: where each active job's wall time went. */
+    Atoll__Goodput *gp = calloc(r.n + 1, sizeof *gp);
+    for (size_t i = 0; gp && i < r.n; i++) goodput_of(c, &r.v[i].j, &gp[i]);
+    metric_head(&t, "atoll_job_goodput_ratio", "gauge",
+                "Effective training time: productive time over wall time since the job first started, 0..1.");
+    for (size_t i = 0; gp && i < r.n; i++)
+        if (gp[i].wall_s > 0)
+            tprintf(&t, "atoll_job_goodput_ratio{job=\"%llu\"} %.6g\n", (unsigned long long)r.v[i].j.id, gp[i].ratio);
+    metric_head(&t, "atoll_job_wall_seconds_total", "counter", "Wall time since the job first started.");
+    for (size_t i = 0; gp && i < r.n; i++)
+        if (gp[i].wall_s > 0)
+            tprintf(&t, "atoll_job_wall_seconds_total{job=\"%llu\"} %.3f\n", (unsigned long long)r.v[i].j.id,
+                    gp[i].wall_s);
+    metric_head(&t, "atoll_job_lost_seconds_total", "counter",
+                "Wall time lost, by cause: startup, checkpoint (save stalls), detection (fault to detection), "
+                "restart (detection to the next placement's first step), recompute (steps done again).");
+    for (size_t i = 0; gp && i < r.n; i++) {
+        const Atoll__Goodput *g = &gp[i];
+        if (g->wall_s <= 0) continue;
+        const struct { const char *cause; double s; } lost[] = {
+            { "startup", g->startup_s }, { "checkpoint", g->checkpoint_s }, { "detection", g->detection_s },
+            { "restart", g->restart_s }, { "recompute", g->recompute_s },
+        };
+        for (size_t k = 0; k < sizeof lost / sizeof lost[0]; k++)
+            tprintf(&t, "atoll_job_lost_seconds_total{job=\"%llu\",cause=\"%s\"} %.3f\n",
+                    (unsigned long long)r.v[i].j.id, lost[k].cause, lost[k].s);
+    }
+    free(gp);
     for (size_t i = 0; i < r.n; i++) store_job_clear(&r.v[i].j);
     free(r.v);
     msg_arena_free(&r.a);
@@ -531,6 +585,7 @@ static char *nodes_body(coord *c)
 }
 
 typedef struct {
+    coord *c;
     jsonw *w;
     uint64_t last;
     unsigned n;
@@ -542,6 +597,9 @@ static int json_job(void *ctx, store_job *j)
     msg_arena a = { 0 };
     Atoll__Job m;
     coord_job_msg(j, &m, NULL, &a);
+    Atoll__Goodput g; /* the list shows each job's effective training time */
+    goodput_of(x->c, j, &g);
+    m.goodput = &g;
     msg_json_job(x->w, &m);
     msg_arena_free(&a);
     x->last = j->id;
@@ -556,7 +614,7 @@ static char *jobs_body(coord *c, uint64_t after, unsigned limit)
     jsonw_obj(&w);
     jsonw_key(&w, "jobs");
     jsonw_arr(&w);
-    page_ctx x = { &w, 0, 0 };
+    page_ctx x = { c, &w, 0, 0 };
     store_jobs_page(c->st, after, limit, json_job, &x);
     jsonw_arr_end(&w);
     jsonw_key(&w, "next");
@@ -626,6 +684,7 @@ static int job_body(coord *c, uint64_t id, int64_t after, char **out)
     msg_arena a = { 0 };
     Atoll__Job m;
     coord_job_msg(&j, &m, NULL, &a);
+    coord_job_detail(c, &j, &m, &a);
     Atoll__JobMetrics *latest = msg_alloc(&a, sizeof *latest);
     if (series_latest(c, id, latest, &a) == 0) m.metrics = latest;
     jsonw w;

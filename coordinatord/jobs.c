@@ -7,9 +7,11 @@
 
 #include "log.h"
 #include "msg.h"
+#include "restart.h"
 #include "scheduler.h"
 #include "series.h"
 #include "supervise.h"
+#include "topo.h"
 
 enum {
     PENDING = ATOLL__JOB_STATE__JOB_PENDING, PLACING = ATOLL__JOB_STATE__JOB_PLACING,
@@ -78,6 +80,38 @@ static void live_insert(live_table *t, live_job *lj)
     t->n++;
 }
 
+static void live_free(coord *c, live_job *lj)
+{
+    series_forget(c, lj);
+    for (int i = 0; i < lj->nranks; i++)
+        if (lj->ranks[i].watch) atoll__rank_watch__free_unpacked(lj->ranks[i].watch, NULL);
+    free(lj->ranks);
+    free(lj);
+}
+
+int jobs_live_ranks(coord *c, live_job *lj)
+{
+    if (lj->ranks) return 0;
+    Atoll__JobLayout *l = coord_layout(c, lj->id, lj->epoch);
+    if (!l) return -1;
+    int n = (int)l->n_ranks;
+    lj->ranks = calloc((size_t)(n ? n : 1), sizeof *lj->ranks);
+    if (!lj->ranks) abort();
+    lj->nranks = n;
+    for (size_t i = 0; i < l->n_ranks; i++) {
+        int r = l->ranks[i]->rank;
+        if (r >= 0 && r < n) snprintf(lj->ranks[r].node, sizeof lj->ranks[r].node, "%s", l->ranks[i]->node);
+    }
+    for (size_t g = 0; g < l->n_groups; g++) /* a rank's stage is its place in its pp group */
+        if (!strcmp(l->groups[g]->kind, "pp"))
+            for (size_t k = 0; k < l->groups[g]->n_ranks; k++) {
+                int r = l->groups[g]->ranks[k];
+                if (r >= 0 && r < n) lj->ranks[r].stage = (int)k;
+            }
+    atoll__job_layout__free_unpacked(l, NULL);
+    return 0;
+}
+
 static void live_remove(coord *c, uint64_t id)
 {
     live_table *t = &c->live;
@@ -86,8 +120,7 @@ static void live_remove(coord *c, uint64_t id)
         live_job *lj = t->v[i];
         if (!lj) return;
         if (lj != LIVE_GONE && lj->id == id) {
-            series_forget(c, lj);
-            free(lj);
+            live_free(c, lj);
             t->v[i] = LIVE_GONE;
             t->n--;
             return;
@@ -104,10 +137,7 @@ void jobs_live_each(coord *c, void (*fn)(coord *c, live_job *lj, void *ctx), voi
 void jobs_live_free(coord *c)
 {
     for (size_t i = 0; i < c->live.cap; i++)
-        if (c->live.v[i] && c->live.v[i] != LIVE_GONE) {
-            series_forget(c, c->live.v[i]);
-            free(c->live.v[i]);
-        }
+        if (c->live.v[i] && c->live.v[i] != LIVE_GONE) live_free(c, c->live.v[i]);
     free(c->live.v);
     memset(&c->live, 0, sizeof c->live);
 }
@@ -132,6 +162,7 @@ static void live_sync(coord *c, const store_job *j)
         if (!lj) abort();
         lj->id = j->id;
         lj->epoch = j->epoch;
+        lj->progress_ms = c->now();
         atoll_config cfg;
         if (jobs_config(j, &cfg) == 0) {
             lj->world = cfg.num_gpus;
@@ -141,6 +172,7 @@ static void live_sync(coord *c, const store_job *j)
         live_insert(&c->live, lj);
     }
     lj->state = j->state;
+    if (j->world > 0) lj->world = j->world; /* the placement's: smaller while DP is shrunk */
 }
 
 static void note_failure(coord *c, live_job *lj, const store_exit *x);
@@ -180,6 +212,7 @@ static int vchange(coord *c, store_job *j, int to, const char *fmt, va_list ap)
     /* GPUs freed, or an old job waiting again: every pending job is worth a new try. */
     if ((jobs_is_active(from) && !jobs_is_active(to)) || to == PENDING) sched_capacity_changed(c);
     j->updated_ms = c->now();
+    if (jobs_is_terminal(to)) j->ended_ms = j->updated_ms; /* goodput's wall time ends */
     char subject[32];
     snprintf(subject, sizeof subject, "job %llu", (unsigned long long)j->id);
     if (store_job_update(c->st, j)) return -1;
@@ -209,6 +242,11 @@ int jobs_set_state(coord *c, store_job *j, int to, const char *fmt, ...)
         return -1;
     }
     return 0;
+}
+
+int jobs_max_restarts(const coord *c, const Atoll__JobSpec *spec)
+{
+    return !spec || spec->max_restarts < 0 ? c->o.max_restarts : spec->max_restarts;
 }
 
 int jobs_config(const store_job *j, atoll_config *cfg)
@@ -400,20 +438,45 @@ static int collect_active(void *ctx, store_job *j)
     return store_idlist_push(&l->ids, j->id) ? 1 : 0;
 }
 
+static const char *fault_kind(const char *cause)
+{
+    return !strcmp(cause, "hang") ? "job.hang" : !strcmp(cause, "node-lost") ? "job.node_lost" : "job.rank_exit";
+}
+
+void jobs_fault_raise(coord *c, uint64_t id, const jobs_fault *f)
+{
+    store_job j;
+    if (store_job_get(c->st, id, &j)) return;
+    if (!jobs_is_active(j.state) || j.state == RESTARTING) {
+        store_job_clear(&j);
+        return;
+    }
+    char subject[32];
+    snprintf(subject, sizeof subject, "job %llu", (unsigned long long)j.id);
+    if (store_begin(c->st) == 0) {
+        events_add(c, fault_kind(f->cause), subject, "%s", f->detail);
+        if (store_commit(c->st)) store_rollback(c->st);
+    }
+    if (j.state == PLACING) { /* nothing runs yet: place it again */
+        jobs_set_state(c, &j, PENDING, "placing again after %s", f->cause);
+    } else {
+        restart_begin(c, &j, f, 1);
+    }
+    store_job_clear(&j);
+    c->schedule_pending = 1;
+}
+
 void jobs_node_lost(coord *c, const char *node)
 {
     lost_ctx l = { .c = c, .node = node };
     for (int s = PLACING; s <= RESTARTING; s++) store_jobs_each(c->st, s, collect_active, &l);
+    reg_node *rn = registry_find(&c->reg, node);
     for (size_t i = 0; i < l.ids.n; i++) {
-        store_job j;
-        if (store_job_get(c->st, l.ids.ids[i], &j)) continue;
-        sched_stop_job(c, &j, "a node of the job was lost");
-        if (j.state != RESTARTING && jobs_set_state(c, &j, RESTARTING, "node %s lost", node) == 0) {
-            j.restarts++;
-            j.epoch++;
-            jobs_set_state(c, &j, PENDING, "waiting to re-place after node %s was lost (epoch %u)", node, j.epoch);
-        }
-        store_job_clear(&j);
+        jobs_fault f = { .cause = "node-lost", .rank = -1, .fault_ms = rn ? rn->last_seen_ms : c->now() };
+        snprintf(f.node, sizeof f.node, "%s", node);
+        snprintf(f.detail, sizeof f.detail, "node %s lost: no heartbeat for %.1f s (node timeout %.1f s)", node,
+                 (c->now() - f.fault_ms) / 1000.0, c->o.node_timeout_ms / 1000.0);
+        jobs_fault_raise(c, l.ids.ids[i], &f);
     }
     free(l.ids.ids);
     c->schedule_pending = 1;
@@ -434,7 +497,12 @@ static void note_failure(coord *c, live_job *lj, const store_exit *x)
         const char *from = n >= sizeof f->tail ? x->log_tail + n - (sizeof f->tail - 1) : x->log_tail;
         memcpy(f->tail, from, strlen(from) + 1);
     }
-    if (lj->nfail == 1) lj->settle_ms = c->now() + JOBS_SETTLE_MS;
+    if (lj->nfail == 1) {
+        lj->first_fail_ms = c->now();
+        lj->settle_ms = c->now() + JOBS_SETTLE_MS;
+    }
+    /* Something killed it (not our Stop: that exit is marked stopped): it is the cause; judge now. */
+    if (x->term_signal) lj->settle_ms = c->now();
 }
 
 void jobs_rank_exit(coord *c, const char *node, const Atoll__RankExit *e)
@@ -480,39 +548,88 @@ static void collect_due(coord *c, live_job *lj, void *ctx)
     if (lj->nfail && c->now() >= lj->settle_ms) store_idlist_push(&x->due, lj->id);
 }
 
+/* A node of the job whose agent disconnected or has gone quiet (no heartbeat for
+ * 1.5 intervals) while its peers failed: its own ranks died with it (they die with
+ * their workerd), and it is the cause. Returns it, or NULL when every node of the
+ * job is heard from. *lost says whether that is certain already (disconnected,
+ * or not alive) or still to be seen (quiet). */
+static reg_node *quiet_node(coord *c, live_job *lj, int *lost)
+{
+    if (jobs_live_ranks(c, lj)) return NULL;
+    int64_t now = c->now(), quiet = c->o.heartbeat_ms * 3 / 2 + 100;
+    for (int i = 0; i < lj->nranks; i++) {
+        reg_node *n = registry_find(&c->reg, lj->ranks[i].node);
+        if (!n) continue;
+        *lost = !n->peer || n->live != NODE_ALIVE;
+        if (*lost || now - n->last_seen_ms > quiet) return n;
+    }
+    return NULL;
+}
+
 void jobs_tick(coord *c)
 {
     settle_ctx x = { { 0 } };
     jobs_live_each(c, collect_due, &x);
     for (size_t i = 0; i < x.due.n; i++) {
         live_job *lj = jobs_live(c, x.due.ids[i]);
-        store_job j;
-        if (!lj || store_job_get(c->st, lj->id, &j)) continue;
+        if (!lj) continue;
         int sigs[LIVE_FAILS];
         for (int k = 0; k < lj->nfail; k++) sigs[k] = lj->fail[k].term_signal;
-        live_fail f = lj->fail[sup_blame(sigs, lj->nfail)];
-        char what[160], tail[600];
+        int blamed = sup_blame(sigs, lj->nfail);
+        live_fail f = lj->fail[blamed];
+        int lost = 0;
+        reg_node *quiet = f.term_signal ? NULL : quiet_node(c, lj, &lost);
+        if (quiet && !lost) continue; /* wait: it speaks again, disconnects, or is suspect */
+        jobs_fault jf = { .rank = f.rank, .fault_ms = lj->first_fail_ms };
+        if (quiet) { /* its ranks died with it; the peers' exits are the symptom */
+            jf.cause = "node-lost";
+            jf.rank = -1;
+            jf.fault_ms = quiet->peer ? quiet->last_seen_ms : lj->first_fail_ms;
+            snprintf(jf.node, sizeof jf.node, "%s", quiet->name);
+            snprintf(jf.detail, sizeof jf.detail, "node %s lost: %s (last heartbeat %.1f s ago) while %d rank%s of "
+                     "the job failed (first: rank %d on node %s)", quiet->name,
+                     quiet->peer ? "no heartbeat" : "its agent disconnected", (c->now() - quiet->last_seen_ms) / 1000.0,
+                     lj->nfail, lj->nfail == 1 ? "" : "s", lj->fail[0].rank, lj->fail[0].node);
+            lj->nfail = 0;
+            jobs_fault_raise(c, lj->id, &jf);
+            continue;
+        }
+        char what[160], tail[281]; /* the event holds 512 characters */
         sup_describe_exit(what, sizeof what, f.rank, f.pid, f.exit_status, f.term_signal);
         /* the last lines, on one line: the message is one line */
         size_t n = strlen(f.tail), k = 0;
-        const char *from = n > 400 ? f.tail + n - 400 : f.tail;
+        const char *from = n > sizeof tail - 1 ? f.tail + n - (sizeof tail - 1) : f.tail;
         for (; *from && k < sizeof tail - 1; from++) tail[k++] = *from == '\n' ? '|' : *from;
         tail[k] = 0;
-        int others = lj->nfail - 1;
-        sched_stop_job(c, &j, "a rank failed");
-        if (j.state == STARTING || j.state == RUNNING)
-            jobs_set_state(c, &j, FAILED, "%s on node %s%s; last log lines: %s", what, f.node,
-                           others ? "; other ranks failed after it" : "", tail[0] ? tail : "(empty log)");
-        else
-            lj->nfail = 0;
-        store_job_clear(&j);
+        jf.cause = "rank-exit";
+        snprintf(jf.node, sizeof jf.node, "%s", f.node);
+        snprintf(jf.detail, sizeof jf.detail, "%s on node %s%s; last log lines: %s", what, f.node,
+                 lj->nfail > 1 ? "; other ranks failed after it" : "", tail[0] ? tail : "(empty log)");
+        lj->nfail = 0;
+        jobs_fault_raise(c, lj->id, &jf);
     }
     free(x.due.ids);
+}
+
+static int note_reconciled(void *ctx, store_job *j)
+{
+    coord *c = ctx;
+    if (j->state == PLACING) return 0; /* placed again below */
+    char subject[32];
+    snprintf(subject, sizeof subject, "job %llu", (unsigned long long)j->id);
+    events_add(c, "job.reconciled", subject, "%s in epoch %u on %d ranks: left as it is (a coordinator restart is "
+               "not a failure); its nodes reconnect and their reports resume", msg_job_state_name(j->state), j->epoch,
+               j->world);
+    return 0;
 }
 
 void jobs_reconcile(coord *c)
 {
     for (int s = PLACING; s <= RESTARTING; s++) store_jobs_each(c->st, s, load_live, c);
+    if (store_begin(c->st) == 0) {
+        for (int s = STARTING; s <= RESTARTING; s++) store_jobs_each(c->st, s, note_reconciled, c);
+        if (store_commit(c->st)) store_rollback(c->st);
+    }
     store_idlist placing = { 0 };
     store_job_ids(c->st, PLACING, 0, 0, &placing);
     for (size_t i = 0; i < placing.n; i++) {

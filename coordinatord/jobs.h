@@ -14,7 +14,7 @@
 #include "config.h"
 #include "coord.h"
 
-#define JOBS_SETTLE_MS 1000 /* after a rank fails, how long to wait for the others before judging */
+#define JOBS_SETTLE_MS 500 /* after a rank fails by itself, how long to wait for one killed by a signal */
 
 int jobs_transition_allowed(int from, int to);
 int jobs_is_terminal(int state);
@@ -37,6 +37,20 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, const char *request_id, ui
  * ranks commit a checkpoint (SIGTERM); their exits (SUP_EXIT_SAVED) then cancel it. */
 int jobs_cancel(coord *c, uint64_t id, int checkpoint, store_job *out, char *err, size_t errlen);
 
+/* A fault of an active job, as detected: `cause` is "node-lost", "rank-exit" or
+ * "hang"; node and rank name where (""/-1 when unknown); fault_ms is when it
+ * happened as well as the coordinator knows; detail is one line for people. */
+typedef struct jobs_fault {
+    const char *cause;
+    char node[64];
+    int rank;
+    int64_t fault_ms;
+    char detail[600];
+} jobs_fault;
+/* Records the fault (event `job.<cause>`) and reacts: the job's ranks are
+ * stopped and the job restarts or fails. */
+void jobs_fault_raise(coord *c, uint64_t id, const jobs_fault *f);
+
 /* A node died or went away: every active job using it restarts on a new placement. */
 void jobs_node_lost(coord *c, const char *node);
 /* A rank of a job ended (relayed by its workerd). Recorded once; when every rank
@@ -55,6 +69,13 @@ live_job *jobs_live(coord *c, uint64_t id);
 void jobs_live_free(coord *c);
 /* Calls fn for every active job; fn must not change the table. */
 void jobs_live_each(coord *c, void (*fn)(coord *c, live_job *lj, void *ctx), void *ctx);
+
+/* Fills lj->ranks from the job's layout (once per placement). 0, or -1 when the
+ * placement has no stored layout. */
+int jobs_live_ranks(coord *c, live_job *lj);
+
+/* Restarts the job may make after failures: its spec's, or --max-restarts when it does not say. */
+int jobs_max_restarts(const coord *c, const Atoll__JobSpec *spec);
 
 /* The job's settings as a config (and world size); -1 when the stored spec is corrupt. */
 int jobs_config(const store_job *j, atoll_config *cfg);

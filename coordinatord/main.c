@@ -28,6 +28,11 @@ static const char USAGE[] =
     "  --fabric FILE              Slurm topology.conf describing the switch tree (placement keeps jobs under few\n"
     "                             leaves); in a Slurm job without it: `scontrol show topology` or topology.conf\n"
     "  --stop-grace SEC           on SIGTERM, keep serving while jobs are active, at most SEC (default 0: stop)\n"
+    "  --hang-floor SEC           a running job with no step for max(this, factor x step time) is hung (default 10)\n"
+    "  --hang-factor F            ... the step-time factor of that bound (default 3)\n"
+    "  --straggler-threshold R    a rank computing R x its peers' median is a straggler (default 1.5)\n"
+    "  --exclude-stragglers SEC   drain the node of a rank that stays a straggler this long (default: never)\n"
+    "  --max-restarts N           restarts after failures for jobs that do not say (default 3)\n"
     "  --log-level LEVEL          debug, info, warn, error (default info)\n"
     "The bound addresses are written to STATE_DIR/coordinatord.addr and STATE_DIR/http.addr.\n";
 
@@ -48,14 +53,7 @@ static int seconds(const char *flag, const char *v, int *ms)
 int main(int argc, char **argv)
 {
     coord_opts o;
-    memset(&o, 0, sizeof o);
-    snprintf(o.listen, sizeof o.listen, "127.0.0.1:7420");
-    snprintf(o.http, sizeof o.http, "127.0.0.1:7421");
-    snprintf(o.state_dir, sizeof o.state_dir, "./atoll-state");
-    o.heartbeat_ms = 1000;
-    o.node_timeout_ms = 5000;
-    o.max_frame = 16u << 20;
-    o.http_max_conns = 512;
+    coord_opts_defaults(&o);
     log_level level = LOG_INFO;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -77,6 +75,27 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--node-timeout")) bad = seconds(a, v, &o.node_timeout_ms);
         else if (!strcmp(a, "--suspect-after")) bad = seconds(a, v, &o.suspect_ms);
         else if (!strcmp(a, "--fabric")) snprintf(o.fabric, sizeof o.fabric, "%s", v);
+        else if (!strcmp(a, "--hang-floor")) bad = seconds(a, v, &o.hang_floor_ms);
+        else if (!strcmp(a, "--exclude-stragglers")) bad = seconds(a, v, &o.straggler_exclude_ms);
+        else if (!strcmp(a, "--hang-factor") || !strcmp(a, "--straggler-threshold")) {
+            char *end;
+            errno = 0;
+            double x = strtod(v, &end);
+            if (errno || end == v || *end || !(x >= 1) || x > 1000) {
+                fprintf(stderr, "coordinatord: %s '%s': expected a factor from 1 to 1000 (e.g. 3)\n", a, v);
+                bad = 1;
+            }
+            if (!strcmp(a, "--hang-factor")) o.hang_factor = x;
+            else o.straggler_threshold = x;
+        } else if (!strcmp(a, "--max-restarts")) {
+            char *end;
+            long n = strtol(v, &end, 10);
+            if (*end || end == v || n < 0 || n > 1000000) {
+                fprintf(stderr, "coordinatord: --max-restarts '%s': expected 0..1000000\n", v);
+                bad = 1;
+            }
+            o.max_restarts = (int)n;
+        }
         else if (!strcmp(a, "--stop-grace")) bad = seconds(a, v, &o.stop_grace_ms);
         else if (!strcmp(a, "--http-token")) snprintf(o.http_token_file, sizeof o.http_token_file, "%s", v);
         else if (!strcmp(a, "--http-max-conns")) {

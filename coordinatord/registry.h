@@ -26,6 +26,7 @@ typedef struct reg_node {
     void *peer;             /* the agent's connection while it is connected */
     uint64_t relay_seen;    /* highest relay_seq received from this agent (metrics, exits) */
     uint64_t relay_durable; /* ... of which everything up to here is committed */
+    uint64_t incarnation;   /* the agent process's (Register): its relay sequences are its own */
     char address[64];
 } reg_node;
 

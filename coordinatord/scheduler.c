@@ -219,7 +219,20 @@ static int mark_busy(void *ctx, store_job *j)
     return 0;
 }
 
-static void build_candidates(coord *c, busy_ctx *b)
+typedef struct {
+    busy_ctx *b;
+    uint64_t except;
+} busy_but;
+
+static int mark_busy_but(void *ctx, store_job *j)
+{
+    busy_but *x = ctx;
+    return j->id == x->except ? 0 : mark_busy(x->b, j);
+}
+
+/* Live, connected nodes with slots, and which slots the active jobs hold (but
+ * job `except`'s: 0 = none excepted). */
+static void build_candidates(coord *c, busy_ctx *b, uint64_t except)
 {
     reg_node **sorted = registry_sorted(&c->reg);
     b->cands = calloc(c->reg.n + 1, sizeof *b->cands);
@@ -241,8 +254,9 @@ static void build_candidates(coord *c, busy_ctx *b)
         if (node) atoll__node__free_unpacked(node, NULL);
     }
     free(sorted);
+    busy_but x = { b, except };
     for (int s = ATOLL__JOB_STATE__JOB_PLACING; s <= ATOLL__JOB_STATE__JOB_RESTARTING; s++)
-        store_jobs_each(c->st, s, mark_busy, b);
+        store_jobs_each(c->st, s, mark_busy_but, &x);
     count_free(b);
 }
 
@@ -343,22 +357,79 @@ out:
 typedef struct {
     uint64_t *ids;
     char (*msgs)[256];
+    unsigned char *restart; /* a restart that nothing fits: worth a job.unplaceable event */
     size_t n, cap;
 } why_list;
 
-static void why_add(why_list *w, uint64_t id, const char *msg)
+static void why_add(why_list *w, const store_job *j, const char *msg)
 {
     if (w->n == w->cap) {
         size_t cap = w->cap ? 2 * w->cap : 64;
         uint64_t *ids = realloc(w->ids, cap * sizeof *ids);
-        char (*msgs)[256] = ids ? realloc(w->msgs, cap * sizeof *msgs) : NULL;
         if (ids) w->ids = ids;
-        if (!msgs) return;
-        w->msgs = msgs;
+        char (*msgs)[256] = ids ? realloc(w->msgs, cap * sizeof *msgs) : NULL;
+        if (msgs) w->msgs = msgs;
+        unsigned char *restart = msgs ? realloc(w->restart, cap) : NULL;
+        if (!restart) return;
+        w->restart = restart;
         w->cap = cap;
     }
-    w->ids[w->n] = id;
+    w->ids[w->n] = j->id;
+    w->restart[w->n] = j->epoch > 0;
     snprintf(w->msgs[w->n++], sizeof w->msgs[0], "%s", msg);
+}
+
+/* One placement attempt of `cfg` (its num_gpus ranks) on the candidates. 0 placed. */
+static int try_place(coord *c, busy_ctx *b, const atoll_config *cfg, Atoll__JobLayout *l, msg_arena *a, char *why,
+                     size_t whylen)
+{
+    sched_node *nodes = calloc(b->n + 1, sizeof *nodes);
+    if (!nodes) {
+        snprintf(why, whylen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < b->n; i++)
+        nodes[i] = (sched_node){ b->cands[i].rn->name, b->cands[i].rn->slots, b->cands[i].gpu, b->cands[i].busy };
+    int topo_rc = place_topology_aware(c, b, cfg, l, a, why, whylen);
+    int rc = topo_rc < 0 || (topo_rc > 0 && sched_place(cfg, cfg->num_gpus, nodes, (int)b->n, l, a, why, whylen));
+    free(nodes);
+    return rc ? -1 : 0;
+}
+
+int sched_dp_fits(const atoll_config *cfg, int dp)
+{
+    int micro = cfg->micro_batch_size > 0 ? cfg->global_batch_size / cfg->micro_batch_size : 0;
+    return dp >= 1 && micro > 0 && micro % dp == 0;
+}
+
+/* The job's placement: its full size, or for a restart the largest data-parallel
+ * size below it that fits, keeping TP and PP and the global batch (so each DP
+ * rank takes more micro-batches). 0 placed (*cfg then has the placed size). */
+static int place_elastic(coord *c, busy_ctx *b, const store_job *j, atoll_config *cfg, Atoll__JobLayout *l,
+                         msg_arena *a, char *why, size_t whylen)
+{
+    if (try_place(c, b, cfg, l, a, why, whylen) == 0) return 0;
+    if (j->epoch == 0) return -1; /* a new job waits for its full size */
+    int mp = cfg->tensor_model_parallel_size * cfg->pipeline_model_parallel_size;
+    int full = cfg_data_parallel_size(cfg, cfg->num_gpus), free_slots = 0;
+    for (size_t i = 0; i < b->n; i++)
+        for (int s = 0; s < b->cands[i].rn->slots; s++) free_slots += !b->cands[i].busy[s];
+    for (int dp = full - 1; dp >= 1; dp--) {
+        if (!sched_dp_fits(cfg, dp) || mp * dp > free_slots) continue;
+        atoll_config small = *cfg;
+        small.num_gpus = mp * dp;
+        Atoll__JobLayout sl = ATOLL__JOB_LAYOUT__INIT;
+        char w2[256];
+        if (try_place(c, b, &small, &sl, a, w2, sizeof w2) == 0) {
+            *cfg = small;
+            *l = sl;
+            return 0;
+        }
+    }
+    snprintf(why, whylen, "cannot place again: even data-parallel size 1 needs %d ranks (tp %d x pp %d) on healthy "
+             "nodes with free slots; %d free", mp, cfg->tensor_model_parallel_size, cfg->pipeline_model_parallel_size,
+             free_slots);
+    return -1;
 }
 
 static void place_one(coord *c, busy_ctx *b, store_job *j, why_list *waiting)
@@ -366,9 +437,10 @@ static void place_one(coord *c, busy_ctx *b, store_job *j, why_list *waiting)
     atoll_config cfg;
     Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec);
     char why[256];
-    if (spec && spec->num_gpus > b->free_slots) { /* cannot fit: say so without trying a placement */
+    /* Cannot fit: say so without trying a placement (a restart may still fit shrunk). */
+    if (spec && j->epoch == 0 && spec->num_gpus > b->free_slots) {
         waiting_for(spec->num_gpus, b->free_slots, b->usable, why, sizeof why);
-        if (strcmp(j->message, why)) why_add(waiting, j->id, why);
+        if (strcmp(j->message, why)) why_add(waiting, j, why);
         atoll__job_spec__free_unpacked(spec, NULL);
         return;
     }
@@ -378,29 +450,35 @@ static void place_one(coord *c, busy_ctx *b, store_job *j, why_list *waiting)
         if (spec) atoll__job_spec__free_unpacked(spec, NULL);
         return;
     }
-    sched_node *nodes = calloc(b->n + 1, sizeof *nodes);
-    for (size_t i = 0; nodes && i < b->n; i++)
-        nodes[i] = (sched_node){ b->cands[i].rn->name, b->cands[i].rn->slots, b->cands[i].gpu, b->cands[i].busy };
     msg_arena a = { 0 };
     Atoll__JobLayout l = ATOLL__JOB_LAYOUT__INIT;
-    int topo_rc = nodes ? place_topology_aware(c, b, &cfg, &l, &a, why, sizeof why) : -1;
-    if (topo_rc < 0 || (topo_rc > 0 && sched_place(&cfg, cfg.num_gpus, nodes, (int)b->n, &l, &a, why, sizeof why))) {
-        if (nodes && strcmp(j->message, why)) why_add(waiting, j->id, why); /* no state change: no event */
+    int full = cfg.num_gpus;
+    if (place_elastic(c, b, j, &cfg, &l, &a, why, sizeof why)) {
+        if (strcmp(j->message, why)) why_add(waiting, j, why); /* no state change: no event but for a restart */
         goto out;
     }
     if (jobs_set_state(c, j, ATOLL__JOB_STATE__JOB_PLACING, "placing %d ranks", cfg.num_gpus)) goto out;
     l.job = j->id;
     l.epoch = j->epoch;
-    l.checkpoint = cfg.load;
+    /* A restart resumes from the job's own checkpoints once it has committed one. */
+    l.checkpoint = j->checkpoint > 0 && cfg.save[0] ? cfg.save : cfg.load;
     l.rendezvous = c->o.listen;
     size_t len = protobuf_c_message_get_packed_size(&l.base);
     uint8_t *blob = malloc(len ? len : 1);
     if (!blob) goto out;
     protobuf_c_message_pack(&l.base, blob);
+    j->world = (int)l.n_ranks;
+    if (!j->started_ms) j->started_ms = c->now();
+    store_restart r;
     int rc = store_begin(c->st);
     if (!rc) rc = store_layout_put(c->st, j->id, j->epoch, blob, len);
-    if (!rc) rc = jobs_change(c, j, ATOLL__JOB_STATE__JOB_STARTING, "layout tp=%d pp=%d dp=%d on %zu ranks",
-                              l.tp, l.pp, l.dp, l.n_ranks);
+    if (!rc && j->epoch > 0 && store_restart_get(c->st, j->id, j->epoch, &r) == 0) {
+        r.dp = l.dp;
+        rc = store_restart_put(c->st, &r);
+    }
+    if (!rc)
+        rc = jobs_change(c, j, ATOLL__JOB_STATE__JOB_STARTING, "layout tp=%d pp=%d dp=%d on %zu ranks%s", l.tp, l.pp,
+                         l.dp, l.n_ranks, (int)l.n_ranks < full ? " (data parallel shrunk to fit; global batch kept)" : "");
     if (!rc) rc = store_commit(c->st);
     free(blob);
     if (rc) {
@@ -420,7 +498,6 @@ static void place_one(coord *c, busy_ctx *b, store_job *j, why_list *waiting)
     launch(c, j, spec, &l);
 out:
     msg_arena_free(&a);
-    free(nodes);
     atoll__job_spec__free_unpacked(spec, NULL);
 }
 
@@ -428,6 +505,31 @@ void sched_capacity_changed(coord *c)
 {
     c->sched_gen++;
     c->schedule_pending = 1;
+}
+
+int sched_grow_dp(coord *c, const store_job *j, const atoll_config *cfg, int dp_now)
+{
+    busy_ctx b = { .c = c };
+    build_candidates(c, &b, j->id); /* the job's own slots count as free: it would move */
+    int best = dp_now;
+    int mp = cfg->tensor_model_parallel_size * cfg->pipeline_model_parallel_size;
+    int full = cfg_data_parallel_size(cfg, cfg->num_gpus);
+    for (int dp = full; dp > dp_now; dp--) {
+        if (!sched_dp_fits(cfg, dp)) continue;
+        atoll_config big = *cfg;
+        big.num_gpus = mp * dp;
+        msg_arena a = { 0 };
+        Atoll__JobLayout l = ATOLL__JOB_LAYOUT__INIT;
+        char why[256];
+        int ok = try_place(c, &b, &big, &l, &a, why, sizeof why) == 0;
+        msg_arena_free(&a);
+        if (ok) {
+            best = dp;
+            break;
+        }
+    }
+    free_candidates(&b);
+    return best;
 }
 
 void sched_run(coord *c)
@@ -453,7 +555,7 @@ void sched_run(coord *c)
     /* Ids only grow (AUTOINCREMENT): a job submitted later has a higher one. */
     if (pending.ids[pending.n - 1] > c->sched_seen_id) c->sched_seen_id = pending.ids[pending.n - 1];
     busy_ctx b = { .c = c };
-    build_candidates(c, &b);
+    build_candidates(c, &b, 0);
     why_list waiting = { 0 };
     for (size_t i = 0; i < pending.n; i++) {
         store_job j;
@@ -463,11 +565,18 @@ void sched_run(coord *c)
     }
     if (waiting.n && store_begin(c->st) == 0) {
         int rc = 0;
-        for (size_t i = 0; i < waiting.n && !rc; i++) rc = store_job_set_message(c->st, waiting.ids[i], waiting.msgs[i]);
+        for (size_t i = 0; i < waiting.n && !rc; i++) {
+            rc = store_job_set_message(c->st, waiting.ids[i], waiting.msgs[i]);
+            char subject[32];
+            snprintf(subject, sizeof subject, "job %llu", (unsigned long long)waiting.ids[i]);
+            /* a restart that nothing fits is worth an event: the job waits for nodes */
+            if (!rc && waiting.restart[i]) rc = events_add(c, "job.unplaceable", subject, "%s", waiting.msgs[i]);
+        }
         if (rc || store_commit(c->st)) store_rollback(c->st);
     }
     free(waiting.ids);
     free(waiting.msgs);
+    free(waiting.restart);
     free_candidates(&b);
     free(pending.ids);
 }

@@ -31,7 +31,14 @@ int sched_place(const atoll_config *cfg, int world, const sched_node *nodes, int
 int sched_groups(const char *rank_order, int tp, int pp, int dp, Atoll__JobLayout *out, msg_arena *a,
                  char *err, size_t errlen);
 
-/* Places what it can of the pending jobs (oldest first). */
+/* 1 when data-parallel size dp keeps the job's global batch (whole micro-batches per DP rank). */
+int sched_dp_fits(const atoll_config *cfg, int dp);
+/* The largest data-parallel size up to the job's own that the cluster could
+ * place it with now (its current slots counted free), or dp_now when none is larger. */
+int sched_grow_dp(coord *c, const store_job *j, const atoll_config *cfg, int dp_now);
+
+/* Places what it can of the pending jobs (oldest first). A job placed again after
+ * a fault takes a smaller data-parallel size when its full size does not fit. */
 void sched_run(coord *c);
 /* GPUs may have become free (a node joined or came back, was undrained, a job
  * left its GPUs or went back to pending): the next run retries every pending

@@ -5,6 +5,7 @@
 
 #include "jobs.h"
 #include "log.h"
+#include "restart.h"
 
 typedef struct series_slot {
     int used, dirty;
@@ -80,8 +81,25 @@ void series_add(coord *c, const Atoll__RankMetrics *m)
         }
         if (!(lj = jobs_live(c, m->job)) || !lj->acc) return;
     }
+    if (!m->from_checkpoint) {
+        hang_step(c, lj, m);
+        straggler_step(c, lj, m);
+        restart_step(c, lj, m);
+    }
     series_slot *s = slot_for(c, lj, m->iteration);
     store_step *st = &s->st;
+    if (m->from_checkpoint) { /* fills a step whose rank-0 report was lost; never overwrites one */
+        if (!st->have_job) {
+            st->have_job = 1;
+            st->loss = m->loss;
+            st->lr = m->lr;
+            st->grad_norm = m->grad_norm;
+            if (!st->time_ms) st->time_ms = c->now();
+            s->dirty = 1;
+            c->series_dirty = 1;
+        }
+        return;
+    }
     if (m->rank == 0) {
         st->have_job = 1;
         st->loss = m->loss;
@@ -102,6 +120,7 @@ void series_add(coord *c, const Atoll__RankMetrics *m)
     s->dirty = 1;
     c->series_dirty = 1;
     if (m->iteration > lj->acc->newest) lj->acc->newest = m->iteration;
+    restart_checkpoint(c, lj, m); /* last: it may restart the job (lj then changes) */
 }
 
 typedef struct {

@@ -49,6 +49,22 @@ static const char *MIGRATIONS[STORE_SCHEMA_VERSION] = {
     /* 3 -> 4: idempotent submissions (a retry finds the job its first try created) */
     ("ALTER TABLE jobs ADD COLUMN request_id TEXT;"
      "CREATE UNIQUE INDEX jobs_request_id ON jobs(request_id) WHERE request_id IS NOT NULL;"),
+    /* 4 -> 5: elastic restarts (their history, the placement's size, the newest
+     * checkpoint) and goodput (when the job ran, wall time lost by cause) */
+    "ALTER TABLE jobs ADD COLUMN world INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN checkpoint INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN started_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN ended_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN lost_startup_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN lost_ckpt_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN lost_detect_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN lost_restart_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN lost_recompute_ms INTEGER NOT NULL DEFAULT 0;"
+    "CREATE TABLE restarts(job INTEGER NOT NULL, epoch INTEGER NOT NULL, cause TEXT NOT NULL,"
+    "  detail TEXT NOT NULL, node TEXT NOT NULL, rank INTEGER NOT NULL, fault_ms INTEGER NOT NULL,"
+    "  detected_ms INTEGER NOT NULL, running_ms INTEGER NOT NULL, reached INTEGER NOT NULL,"
+    "  from_iteration INTEGER NOT NULL, steps_recomputed INTEGER NOT NULL, dp INTEGER NOT NULL,"
+    "  counted INTEGER NOT NULL, PRIMARY KEY(job, epoch));",
 };
 
 const char *store_errmsg(store *s) { return sqlite3_errmsg(s->db); }
@@ -299,7 +315,9 @@ int store_job_set_message(store *s, uint64_t id, const char *message)
 int store_job_update(store *s, const store_job *j)
 {
     sqlite3_stmt *st = prep(s, "UPDATE jobs SET state=?2, message=?3, restarts=?4, epoch=?5, step=?6, loss=?7, "
-                               "tokens_per_s=?8, mfu=?9, bubble_measured=?10, bubble_theory=?11, updated_ms=?12 "
+                               "tokens_per_s=?8, mfu=?9, bubble_measured=?10, bubble_theory=?11, updated_ms=?12, "
+                               "world=?13, checkpoint=?14, started_ms=?15, ended_ms=?16, lost_startup_ms=?17, "
+                               "lost_ckpt_ms=?18, lost_detect_ms=?19, lost_restart_ms=?20, lost_recompute_ms=?21 "
                                "WHERE id=?1");
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, (sqlite3_int64)j->id);
@@ -314,8 +332,28 @@ int store_job_update(store *s, const store_job *j)
     sqlite3_bind_double(st, 10, j->bubble_measured);
     sqlite3_bind_double(st, 11, j->bubble_theory);
     sqlite3_bind_int64(st, 12, j->updated_ms);
+    sqlite3_bind_int(st, 13, j->world);
+    sqlite3_bind_int64(st, 14, j->checkpoint);
+    sqlite3_bind_int64(st, 15, j->started_ms);
+    sqlite3_bind_int64(st, 16, j->ended_ms);
+    sqlite3_bind_int64(st, 17, j->lost_startup_ms);
+    sqlite3_bind_int64(st, 18, j->lost_ckpt_ms);
+    sqlite3_bind_int64(st, 19, j->lost_detect_ms);
+    sqlite3_bind_int64(st, 20, j->lost_restart_ms);
+    sqlite3_bind_int64(st, 21, j->lost_recompute_ms);
     if (done(st)) return -1;
     return sqlite3_changes(s->db) == 1 ? 0 : -1;
+}
+
+int store_job_note_checkpoint(store *s, uint64_t id, int64_t checkpoint, int64_t stall_ms)
+{
+    sqlite3_stmt *st = prep(s, "UPDATE jobs SET checkpoint=max(checkpoint, ?2), lost_ckpt_ms=lost_ckpt_ms+?3 "
+                               "WHERE id=?1");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
+    sqlite3_bind_int64(st, 2, checkpoint);
+    sqlite3_bind_int64(st, 3, stall_ms);
+    return done(st);
 }
 
 int store_job_set_metrics(store *s, uint64_t id, int64_t step, double loss, double tokens_per_s, double mfu,
@@ -335,7 +373,9 @@ int store_job_set_metrics(store *s, uint64_t id, int64_t step, double loss, doub
 }
 
 #define JOB_COLUMNS "id, name, spec, state, message, restarts, epoch, step, loss, tokens_per_s, mfu, " \
-                    "bubble_measured, bubble_theory, created_ms, updated_ms, request_id"
+                    "bubble_measured, bubble_theory, created_ms, updated_ms, request_id, world, checkpoint, " \
+                    "started_ms, ended_ms, lost_startup_ms, lost_ckpt_ms, lost_detect_ms, lost_restart_ms, " \
+                    "lost_recompute_ms"
 
 static int read_job(sqlite3_stmt *st, store_job *j)
 {
@@ -359,6 +399,15 @@ static int read_job(sqlite3_stmt *st, store_job *j)
     j->created_ms = sqlite3_column_int64(st, 13);
     j->updated_ms = sqlite3_column_int64(st, 14);
     text(j->request_id, sizeof j->request_id, sqlite3_column_text(st, 15));
+    j->world = sqlite3_column_int(st, 16);
+    j->checkpoint = sqlite3_column_int64(st, 17);
+    j->started_ms = sqlite3_column_int64(st, 18);
+    j->ended_ms = sqlite3_column_int64(st, 19);
+    j->lost_startup_ms = sqlite3_column_int64(st, 20);
+    j->lost_ckpt_ms = sqlite3_column_int64(st, 21);
+    j->lost_detect_ms = sqlite3_column_int64(st, 22);
+    j->lost_restart_ms = sqlite3_column_int64(st, 23);
+    j->lost_recompute_ms = sqlite3_column_int64(st, 24);
     return 0;
 }
 
@@ -696,6 +745,94 @@ int store_exits_count(store *s, uint64_t job, uint32_t epoch, int *total, int *o
         *ok = sqlite3_column_int(st, 1);
         if (saved) *saved = sqlite3_column_int(st, 2);
     }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? 0 : -1;
+}
+
+/* ---- restarts ---- */
+
+int store_restart_put(store *s, const store_restart *r)
+{
+    sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO restarts(job, epoch, cause, detail, node, rank, fault_ms, "
+                               "detected_ms, running_ms, reached, from_iteration, steps_recomputed, dp, counted) "
+                               "VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14)");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)r->job);
+    sqlite3_bind_int(st, 2, (int)r->epoch);
+    sqlite3_bind_text(st, 3, r->cause, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 4, r->detail, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 5, r->node, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 6, r->rank);
+    sqlite3_bind_int64(st, 7, r->fault_ms);
+    sqlite3_bind_int64(st, 8, r->detected_ms);
+    sqlite3_bind_int64(st, 9, r->running_ms);
+    sqlite3_bind_int64(st, 10, r->reached);
+    sqlite3_bind_int64(st, 11, r->from_iteration);
+    sqlite3_bind_int64(st, 12, r->steps_recomputed);
+    sqlite3_bind_int(st, 13, r->dp);
+    sqlite3_bind_int(st, 14, r->counted);
+    return done(st);
+}
+
+#define RESTART_COLUMNS "job, epoch, cause, detail, node, rank, fault_ms, detected_ms, running_ms, reached, " \
+                        "from_iteration, steps_recomputed, dp, counted"
+
+static void read_restart(sqlite3_stmt *st, store_restart *r)
+{
+    memset(r, 0, sizeof *r);
+    r->job = (uint64_t)sqlite3_column_int64(st, 0);
+    r->epoch = (uint32_t)sqlite3_column_int(st, 1);
+    text(r->cause, sizeof r->cause, sqlite3_column_text(st, 2));
+    text(r->detail, sizeof r->detail, sqlite3_column_text(st, 3));
+    text(r->node, sizeof r->node, sqlite3_column_text(st, 4));
+    r->rank = sqlite3_column_int(st, 5);
+    r->fault_ms = sqlite3_column_int64(st, 6);
+    r->detected_ms = sqlite3_column_int64(st, 7);
+    r->running_ms = sqlite3_column_int64(st, 8);
+    r->reached = sqlite3_column_int64(st, 9);
+    r->from_iteration = sqlite3_column_int64(st, 10);
+    r->steps_recomputed = sqlite3_column_int64(st, 11);
+    r->dp = sqlite3_column_int(st, 12);
+    r->counted = sqlite3_column_int(st, 13);
+}
+
+int store_restart_get(store *s, uint64_t job, uint32_t epoch, store_restart *out)
+{
+    sqlite3_stmt *st = prep(s, "SELECT " RESTART_COLUMNS " FROM restarts WHERE job=?1 AND epoch=?2");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
+    sqlite3_bind_int(st, 2, (int)epoch);
+    int rc = sqlite3_step(st), r = rc == SQLITE_DONE ? 1 : -1;
+    if (rc == SQLITE_ROW) {
+        read_restart(st, out);
+        r = 0;
+    }
+    sqlite3_finalize(st);
+    return r;
+}
+
+int store_restarts_each(store *s, uint64_t job, store_restart_fn fn, void *ctx)
+{
+    sqlite3_stmt *st = prep(s, "SELECT " RESTART_COLUMNS " FROM restarts WHERE job=?1 ORDER BY epoch");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
+    int rc;
+    store_restart r;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        read_restart(st, &r);
+        if (fn(ctx, &r)) break;
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
+int store_restarts_counted(store *s, uint64_t job, int *n)
+{
+    sqlite3_stmt *st = prep(s, "SELECT count(*) FROM restarts WHERE job=?1 AND counted");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *n = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
     return rc == SQLITE_ROW ? 0 : -1;
 }

@@ -17,7 +17,7 @@
 
 typedef struct store store;
 
-#define STORE_SCHEMA_VERSION 4
+#define STORE_SCHEMA_VERSION 5
 
 /* Opens (creating when absent) and migrates. path ":memory:" gives a private
  * in-memory database (tests, fuzzing). 0, or -1 with err. */
@@ -75,6 +75,13 @@ typedef struct store_job {
     uint8_t *spec;       /* packed atoll.JobSpec, owned */
     size_t spec_len;
     char request_id[65]; /* the submitter's id for idempotent retries; "" = none */
+    /* elastic restarts and goodput (restart.c, goodput.c) */
+    int world;           /* ranks of the current placement (0: none yet) */
+    int64_t checkpoint;  /* newest checkpoint step the job committed (0: none) */
+    int64_t started_ms;  /* its first placement started; 0: never placed */
+    int64_t ended_ms;    /* it ended (completed, failed, cancelled); 0: not yet */
+    /* wall time lost, in ms, by cause */
+    int64_t lost_startup_ms, lost_ckpt_ms, lost_detect_ms, lost_restart_ms, lost_recompute_ms;
 } store_job;
 
 void store_job_clear(store_job *j);
@@ -109,6 +116,36 @@ int store_idlist_push(store_idlist *l, uint64_t id); /* 0, or -1 when out of mem
 /* Appends the ids of the jobs in `state` with id > after_id to `out`, in id order,
  * at most `limit` of them (0: all). 0 or -1. */
 int store_job_ids(store *s, int state, uint64_t after_id, unsigned limit, store_idlist *out);
+
+/* The latest-checkpoint column and the checkpoint stall (added to lost_ckpt_ms),
+ * from rank 0's reports; the step only moves forward. */
+int store_job_note_checkpoint(store *s, uint64_t id, int64_t checkpoint, int64_t stall_ms);
+
+/* ---- restarts: one row per restart of a job, keyed by the epoch it started ---- */
+typedef struct store_restart {
+    uint64_t job;
+    uint32_t epoch;
+    char cause[16];          /* "node-lost", "rank-exit", "hang", "scale-up" */
+    char detail[600];
+    char node[64];
+    int rank;                /* -1: no one rank */
+    int64_t fault_ms, detected_ms;
+    int64_t running_ms;      /* the new placement's first step (0: not yet; -1: never, another fault came) */
+    int64_t reached;         /* newest step reported before the fault */
+    int64_t from_iteration;  /* the checkpoint the new placement resumed from */
+    int64_t steps_recomputed;
+    int dp;                  /* data-parallel size of the new placement (0: not placed yet) */
+    int counted;             /* counts against max_restarts */
+} store_restart;
+
+int store_restart_put(store *s, const store_restart *r); /* insert or replace (job, epoch) */
+/* 0 found, 1 none, -1 error. */
+int store_restart_get(store *s, uint64_t job, uint32_t epoch, store_restart *out);
+/* Oldest first. */
+typedef int (*store_restart_fn)(void *ctx, const store_restart *r);
+int store_restarts_each(store *s, uint64_t job, store_restart_fn fn, void *ctx);
+/* Restarts of the job that count against max_restarts. */
+int store_restarts_counted(store *s, uint64_t job, int *n);
 
 /* ---- layouts (packed atoll.JobLayout per job and restart epoch) ---- */
 int store_layout_put(store *s, uint64_t job, uint32_t epoch, const uint8_t *blob, size_t len);

@@ -87,9 +87,11 @@ out:
 int ckpt_write_shards(const char *dir, long long iteration, const eng_model *m,
                       const eng_optim *o, int write_headers, char *err, size_t errlen)
 {
-    ckpt_part all = { 1, { m->params, o->m, o->v }, 0, m->num_floats };
+    ckpt_part all = { 1, { m->params, o->m, o->v }, 0, m->num_floats, NULL, 0 };
     return ckpt_write_part(dir, iteration, m, &all, write_headers, err, errlen);
 }
+
+static void host_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 
 int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, const ckpt_part *part,
                     int write_headers, char *err, size_t errlen)
@@ -116,11 +118,14 @@ int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, co
     if (!host || st_create(&mf, path, write_headers, err, errlen)) goto out;
     snprintf(path, sizeof path, "%s/optim.safetensors", step);
     if (st_create(&of, path, write_headers, err, errlen)) goto out;
+    /* a snapshot is host memory already; the backend's needs its copy out */
+    void (*copy)(void *, const void *, size_t) = part->host ? host_copy : m->k->to_host;
+    const float *params = part->params_src ? part->params_src : m->params;
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
         if (p->tied_copy) continue; /* the first stage writes wte */
         if (part->params) {
-            m->k->to_host(host, m->params + p->offset, p->numel * sizeof(float));
+            copy(host, params + p->offset, p->numel * sizeof(float));
             if (st_write_slice(&mf, st_find(&mf, p->name), p, host, err, errlen)) goto out;
         }
         size_t lo = p->offset > part->lo ? p->offset : part->lo;
@@ -128,7 +133,7 @@ int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, co
         for (int s = 0; s < 3 && lo < hi; s++) {
             char nm[ENG_NAME + 16];
             snprintf(nm, sizeof nm, "%s.%s", p->name, OPT_SUFFIX[s]);
-            m->k->to_host(host, part->opt[s] + (lo - part->lo), (hi - lo) * sizeof(float));
+            copy(host, part->opt[s] + (lo - part->lo), (hi - lo) * sizeof(float));
             if (st_write_range(&of, st_find(&of, nm), p, host, lo - p->offset, hi - p->offset, err, errlen))
                 goto out;
         }
@@ -183,16 +188,29 @@ static int write_atomic(const char *dir, const char *path, const char *text, cha
     return 0;
 }
 
+void ckpt_note_step(eng_train_state *st, long long iteration, double loss, double lr, double grad_norm)
+{
+    if (st->nsteps == CKPT_STEPS) {
+        memmove(st->steps, st->steps + 1, sizeof st->steps[0] * (CKPT_STEPS - 1));
+        st->nsteps--;
+    }
+    st->steps[st->nsteps++] = (ckpt_step){ iteration, loss, lr, grad_norm };
+}
+
 int ckpt_commit(const char *dir, const eng_train_state *st, char *err, size_t errlen)
 {
-    char step[1024], path[1100], text[2048];
+    char step[1024], path[1100], text[2048 + CKPT_STEPS * 96];
     ckpt_step_dir(step, sizeof step, dir, st->iteration);
     snprintf(path, sizeof path, "%s/train_state.json", step);
-    snprintf(text, sizeof text,
+    size_t at = (size_t)snprintf(text, sizeof text,
              "{\"iteration\":%lld,\"consumed_samples\":%lld,\"seed\":%llu,"
-             "\"rng\":{\"kind\":\"counter\",\"seed\":%llu},\"data\":{\"position\":%lld}}\n",
+             "\"rng\":{\"kind\":\"counter\",\"seed\":%llu},\"data\":{\"position\":%lld},\"steps\":[",
              st->iteration, st->consumed_samples, (unsigned long long)st->seed,
              (unsigned long long)st->seed, st->consumed_samples);
+    for (int i = 0; i < st->nsteps && at < sizeof text; i++) /* [iteration, loss, lr, grad norm], bit-exact */
+        at += (size_t)snprintf(text + at, sizeof text - at, "%s[%lld,%.17g,%.17g,%.17g]", i ? "," : "",
+                               st->steps[i].iteration, st->steps[i].loss, st->steps[i].lr, st->steps[i].grad_norm);
+    if (at < sizeof text) snprintf(text + at, sizeof text - at, "]}\n");
     if (write_atomic(step, path, text, err, errlen)) return -1;
 
     size_t len = (size_t)snprintf(text, sizeof text, "{\"iteration\":%lld,\"files\":{", st->iteration);
@@ -247,13 +265,15 @@ static char *slurp(const char *path, size_t *len)
 }
 
 /* Why step `step` is not usable, or NULL when it is committed and intact. */
+static const char UNCOMMITTED[] = "not committed (no manifest.json: the save was interrupted)";
+
 static const char *step_problem(const char *step, char *why, size_t n)
 {
     char path[1100];
     snprintf(path, sizeof path, "%s/manifest.json", step);
     size_t len;
     char *text = slurp(path, &len);
-    if (!text) return "not committed (no manifest.json: the save was interrupted)";
+    if (!text) return UNCOMMITTED;
     char jerr[128];
     jsonr *root = jsonr_parse(text, len, jerr, sizeof jerr);
     free(text);
@@ -319,6 +339,7 @@ int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen)
     closedir(d);
     if (n) qsort(its, n, sizeof *its, cmp_desc); /* its is NULL for an empty directory */
     int rc = 1;
+    size_t damaged = 0; /* committed steps whose files no longer match their manifest */
     char newest[300] = "";
     for (size_t i = 0; i < n; i++) {
         char step[1024], why[256];
@@ -329,15 +350,19 @@ int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen)
             rc = 0;
             break;
         }
-        if (!newest[0]) snprintf(newest, sizeof newest, "iter_%07lld is %s", its[i], problem);
+        if (problem != UNCOMMITTED && !damaged++)
+            snprintf(newest, sizeof newest, "iter_%07lld is %s", its[i], problem);
         fprintf(stderr, "atoll-train: checkpoint %s is %s; trying an older step\n", step, problem);
     }
-    /* Step directories but none intact: starting over from iteration 0 would throw
-     * the run's progress away without a word, so refuse. */
-    if (rc == 1 && n > 0) {
-        errf(err, errlen, "--load %s: none of its %zu checkpoint step%s is intact (the newest, %s); remove the "
-             "torn step directories to start from iteration 0, or point --load at an intact checkpoint",
-             dir, n, n > 1 ? "s" : "", newest);
+    /* A step that was committed and is now damaged, with nothing intact before it:
+     * starting over from iteration 0 would throw the run's progress away without a
+     * word, so refuse. Steps that were never committed (a save interrupted by a
+     * crash, a kill or a preemption) held nothing durable: a fresh start loses
+     * nothing, so a restart after a fault during the first save goes on. */
+    if (rc == 1 && damaged) {
+        errf(err, errlen, "--load %s: none of its %zu checkpoint step%s is intact (the newest committed one, %s); "
+             "remove the damaged step directories to start from iteration 0, or point --load at an intact "
+             "checkpoint", dir, n, n > 1 ? "s" : "", newest);
         rc = -1;
     }
     free(its);
@@ -396,6 +421,14 @@ static int load_state(const char *step, eng_train_state *st, char *err, size_t e
     st->iteration = (long long)it->num;
     st->consumed_samples = (long long)cs->num;
     st->seed = (uint64_t)sd->num;
+    st->nsteps = 0;
+    const jsonr *steps = jsonr_get(root, "steps"); /* absent in older checkpoints */
+    for (int i = 0; steps && i < steps->count && st->nsteps < CKPT_STEPS; i++) {
+        const jsonr *e = jsonr_at(steps, i);
+        const jsonr *v[4] = { jsonr_at(e, 0), jsonr_at(e, 1), jsonr_at(e, 2), jsonr_at(e, 3) };
+        if (!v[0] || !v[1] || !v[2] || !v[3]) continue;
+        st->steps[st->nsteps++] = (ckpt_step){ (long long)v[0]->num, v[1]->num, v[2]->num, v[3]->num };
+    }
     jsonr_free(root);
     return 0;
 }

@@ -2,7 +2,8 @@
  *
  *   DIR/iter_0000010/model.safetensors   every tensor once, full logical shape
  *   DIR/iter_0000010/optim.safetensors   NAME.master, NAME.exp_avg, NAME.exp_avg_sq (fp32)
- *   DIR/iter_0000010/train_state.json    iteration, consumed samples, rng, data position
+ *   DIR/iter_0000010/train_state.json    iteration, consumed samples, rng, data position,
+ *                                        the figures of the last steps (re-reported on resume)
  *   DIR/iter_0000010/manifest.json       bytes + FNV-1a-64 of each file above; written
  *                                        last (temp name, fsync, rename): its presence
  *                                        is what makes the step committed
@@ -22,11 +23,24 @@
 
 #include <stdint.h>
 
+/* A step's figures, kept in the checkpoint so a run resumed from it can report
+ * them again: a supervisor that died with the reports unsent loses none. */
+#define CKPT_STEPS 64
+typedef struct ckpt_step {
+    long long iteration;
+    double loss, lr, grad_norm;
+} ckpt_step;
+
 typedef struct eng_train_state {
     long long iteration;        /* optimizer steps done */
     long long consumed_samples; /* global samples consumed: the data position */
     uint64_t seed;              /* init and data-order seed (the RNG is counter based) */
+    int nsteps;                 /* the newest steps up to `iteration`, oldest first */
+    ckpt_step steps[CKPT_STEPS];
 } eng_train_state;
+
+/* Appends a finished step to st->steps (dropping the oldest when full). */
+void ckpt_note_step(eng_train_state *st, long long iteration, double loss, double lr, double grad_norm);
 
 /* "DIR/iter_0000010" */
 void ckpt_step_dir(char *out, size_t n, const char *dir, long long iteration);
@@ -45,6 +59,8 @@ typedef struct ckpt_part {
     int params;
     const float *opt[3];
     size_t lo, hi;
+    const float *params_src; /* NULL: m->params; else a copy with the same layout */
+    int host;                /* params_src and opt[] are host memory (a snapshot), not the backend's */
 } ckpt_part;
 int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, const ckpt_part *part,
                     int write_headers, char *err, size_t errlen);
@@ -58,10 +74,11 @@ int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,
               const eng_train_state *st, char *err, size_t errlen);
 
 /* Finds the newest committed, intact step under `dir` (manifest present, sizes
- * and checksums match). Newer steps that are torn or corrupt are reported on
- * stderr and skipped. Returns 0 with *iteration set, 1 when `dir` is absent or
- * holds no step directory at all (a fresh run), -1 on an error (err set) --
- * including step directories none of which is intact. */
+ * and checksums match). Newer steps that are uncommitted, torn or corrupt are
+ * reported on stderr and skipped. Returns 0 with *iteration set, 1 when `dir` is
+ * absent or holds no committed step (a fresh run: uncommitted steps are saves a
+ * fault interrupted, nothing durable), -1 on an error (err set) -- including a
+ * committed step that is damaged with no intact one before it. */
 int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen);
 
 /* Loads step `iteration` into the model and optimizer (this rank's slices) and

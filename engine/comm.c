@@ -6,9 +6,11 @@
 #include "store.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int comm_fail(comm_world *w, const char *fmt, ...)
 {
@@ -48,9 +50,83 @@ static uint32_t group_ctx(const char *name, const int *ranks, int n, int index)
     return h & 0x7fffffffu;
 }
 
+/* ---- the watchdog's view: written by the calling thread, read by any ---- */
+
+enum { OP_NONE, OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_BROADCAST, OP_BARRIER, OP_P2P, OP_WAIT };
+static const char *const OP_NAMES[] = { NULL, "all-reduce", "reduce-scatter", "all-gather", "broadcast",
+                                        "barrier", "send/recv", "wait" };
+
+struct comm_watch {
+    atomic_int op;            /* OP_* */
+    atomic_ullong seq;        /* collectives entered */
+    atomic_llong since_ns;
+    atomic_int npeers;
+    atomic_int peers[COMM_WATCH_PEERS];
+};
+
+static _Thread_local double thread_comm_s;
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Marks c as inside `op` (nested calls keep the outer mark); returns the entry time. */
+static int64_t watch_enter(comm *c, int op, const comm_p2p *ops, int n)
+{
+    int64_t t = mono_ns();
+    struct comm_watch *w = c->watch;
+    if (!w || atomic_load(&w->op) != OP_NONE) return -t; /* nested: the outer call owns the mark */
+    if (op != OP_P2P && op != OP_WAIT) atomic_fetch_add(&w->seq, 1);
+    int k = 0;
+    for (int i = 0; i < n && k < COMM_WATCH_PEERS; i++) /* a bad peer is refused by the call itself */
+        if (ops[i].peer >= 0 && ops[i].peer < c->size) atomic_store(&w->peers[k++], c->ranks[ops[i].peer]);
+    atomic_store(&w->npeers, k);
+    atomic_store(&w->since_ns, t);
+    atomic_store(&w->op, op);
+    return t;
+}
+
+static int watch_leave(comm *c, int64_t t0, int rc)
+{
+    if (t0 < 0) return rc; /* nested */
+    if (c->watch) atomic_store(&c->watch->op, OP_NONE);
+    thread_comm_s += (double)(mono_ns() - t0) * 1e-9;
+    return rc;
+}
+
+int comm_watch_get(comm *c, comm_watch_view *v)
+{
+    struct comm_watch *w = c->watch;
+    int op = w ? atomic_load(&w->op) : OP_NONE;
+    if (op <= OP_NONE || op > OP_WAIT) return 0;
+    memset(v, 0, sizeof *v);
+    v->op = OP_NAMES[op];
+    v->seq = op == OP_P2P || op == OP_WAIT ? 0 : (uint64_t)atomic_load(&w->seq);
+    v->waited_s = (double)(mono_ns() - atomic_load(&w->since_ns)) * 1e-9;
+    if (v->waited_s < 0) v->waited_s = 0;
+    v->npeers = op == OP_P2P ? atomic_load(&w->npeers) : 0;
+    for (int i = 0; i < v->npeers && i < COMM_WATCH_PEERS; i++) v->peers[i] = atomic_load(&w->peers[i]);
+    return 1;
+}
+
+double comm_thread_comm_s(void) { return thread_comm_s; }
+void comm_thread_waited(double s) { thread_comm_s += s; }
+
+int comm_world_ncomms(const comm_world *w) { return 1 + w->ngroups; }
+
+comm *comm_world_nth(comm_world *w, int i)
+{
+    if (i == 0) return w->world_comm;
+    return i > 0 && i <= w->ngroups ? w->groups[i - 1] : NULL;
+}
+
 static comm *group_alloc(comm_world *w, const char *name, const int *ranks, int n, int index)
 {
     comm *c = calloc(1, sizeof *c);
+    c->watch = calloc(1, sizeof *c->watch);
     c->world = w;
     snprintf(c->name, sizeof c->name, "%s", name);
     c->ranks = malloc(sizeof(int) * (size_t)(n ? n : 1));
@@ -68,6 +144,7 @@ static void group_free(comm *c)
     if (!c) return;
     if (c->impl && c->world->be->group_free) c->world->be->group_free(c);
     free(c->stage);
+    free(c->watch);
     free(c->ranks);
     free(c);
 }
@@ -261,7 +338,7 @@ static int stage_oom(comm *c, const char *what, size_t bytes)
     return comm_fail(c->world, "comm: %s on '%s': no host memory to stage %zu bytes", what, c->name, bytes);
 }
 
-int comm_allreduce(comm *c, float *buf, size_t n, comm_op op)
+static int comm_allreduce_impl(comm *c, float *buf, size_t n, comm_op op)
 {
     if (n == 0) return 0;
     if (!staged(c)) return c->world->be->allreduce(c, buf, n, op);
@@ -273,16 +350,21 @@ int comm_allreduce(comm *c, float *buf, size_t n, comm_op op)
     return 0;
 }
 
-int comm_allreduce_async(comm *c, float *buf, size_t n, comm_op op)
+static int comm_allreduce_async_impl(comm *c, float *buf, size_t n, comm_op op)
 {
     if (n == 0) return 0;
     if (!c->world->be->allreduce_async) return comm_allreduce(c, buf, n, op);
     return c->world->be->allreduce_async(c, buf, n, op);
 }
 
-int comm_wait(comm *c) { return c->world->be->wait ? c->world->be->wait(c) : 0; }
+int comm_wait(comm *c)
+{
+    if (!c->world->be->wait) return 0;
+    int64_t t0 = watch_enter(c, OP_WAIT, NULL, 0);
+    return watch_leave(c, t0, c->world->be->wait(c));
+}
 
-int comm_reduce_scatter(comm *c, const float *in, float *out, size_t n, comm_op op)
+static int comm_reduce_scatter_impl(comm *c, const float *in, float *out, size_t n, comm_op op)
 {
     if (n == 0) return 0;
     if (in == out)
@@ -298,7 +380,7 @@ int comm_reduce_scatter(comm *c, const float *in, float *out, size_t n, comm_op 
     return 0;
 }
 
-int comm_allgather(comm *c, const float *in, float *out, size_t n)
+static int comm_allgather_impl(comm *c, const float *in, float *out, size_t n)
 {
     if (n == 0) return 0;
     if (!staged(c)) return c->world->be->allgather(c, in, out, n);
@@ -311,7 +393,7 @@ int comm_allgather(comm *c, const float *in, float *out, size_t n)
     return 0;
 }
 
-int comm_broadcast(comm *c, void *buf, size_t bytes, int root)
+static int comm_broadcast_impl(comm *c, void *buf, size_t bytes, int root)
 {
     if (root < 0 || root >= c->size)
         return comm_fail(c->world, "comm: broadcast root %d outside group '%s' of size %d", root,
@@ -326,13 +408,13 @@ int comm_broadcast(comm *c, void *buf, size_t bytes, int root)
     return 0;
 }
 
-int comm_barrier(comm *c)
+static int comm_barrier_impl(comm *c)
 {
     if (c->size == 1) return 0;
     return c->world->be->barrier(c);
 }
 
-int comm_p2p_batch(comm *c, comm_p2p *ops, int n)
+static int comm_p2p_batch_impl(comm *c, comm_p2p *ops, int n)
 {
     for (int i = 0; i < n; i++) {
         if (ops[i].peer < 0 || ops[i].peer >= c->size || ops[i].peer == c->pos)
@@ -377,4 +459,46 @@ int comm_recv(comm *c, void *buf, size_t bytes, int peer, uint32_t tag)
 {
     comm_p2p op = {0, buf, bytes, peer, tag};
     return comm_p2p_batch(c, &op, 1);
+}
+
+int comm_allreduce(comm *c, float *buf, size_t n, comm_op op)
+{
+    int64_t t0 = watch_enter(c, OP_ALLREDUCE, NULL, 0);
+    return watch_leave(c, t0, comm_allreduce_impl(c, buf, n, op));
+}
+
+int comm_allreduce_async(comm *c, float *buf, size_t n, comm_op op)
+{
+    int64_t t0 = watch_enter(c, OP_ALLREDUCE, NULL, 0);
+    return watch_leave(c, t0, comm_allreduce_async_impl(c, buf, n, op));
+}
+
+int comm_reduce_scatter(comm *c, const float *in, float *out, size_t n, comm_op op)
+{
+    int64_t t0 = watch_enter(c, OP_REDUCE_SCATTER, NULL, 0);
+    return watch_leave(c, t0, comm_reduce_scatter_impl(c, in, out, n, op));
+}
+
+int comm_allgather(comm *c, const float *in, float *out, size_t n)
+{
+    int64_t t0 = watch_enter(c, OP_ALLGATHER, NULL, 0);
+    return watch_leave(c, t0, comm_allgather_impl(c, in, out, n));
+}
+
+int comm_broadcast(comm *c, void *buf, size_t bytes, int root)
+{
+    int64_t t0 = watch_enter(c, OP_BROADCAST, NULL, 0);
+    return watch_leave(c, t0, comm_broadcast_impl(c, buf, bytes, root));
+}
+
+int comm_barrier(comm *c)
+{
+    int64_t t0 = watch_enter(c, OP_BARRIER, NULL, 0);
+    return watch_leave(c, t0, comm_barrier_impl(c));
+}
+
+int comm_p2p_batch(comm *c, comm_p2p *ops, int n)
+{
+    int64_t t0 = watch_enter(c, OP_P2P, ops, n);
+    return watch_leave(c, t0, comm_p2p_batch_impl(c, ops, n));
 }

@@ -136,6 +136,33 @@ typedef struct {
  * then waits; NCCL wraps them in one group. */
 int comm_p2p_batch(comm *c, comm_p2p *ops, int n);
 
+/* ---- the watchdog's view ----------------------------------------------------
+ * Every call above marks its comm, from entry to return, as inside an op: which
+ * one, the group's collective count (equal on every member for one collective)
+ * and since when. Another thread (engine/watchdog.c) reads it with
+ * comm_watch_get, so a hang can name the collective or send/recv each rank is
+ * blocked in, on either backend. Each thread also sums the seconds it spent
+ * inside comm calls, which the engine takes from its step time to tell compute
+ * from waiting (straggler scores). */
+typedef struct comm_watch_view {
+    const char *op;      /* "all-reduce", ..., "send/recv", "wait" */
+    uint64_t seq;        /* collectives entered on this comm so far (this one included); 0 for send/recv */
+    double waited_s;     /* how long it has been inside */
+    int npeers;          /* send/recv: the peers' world ranks (the first COMM_WATCH_PEERS) */
+    int peers[4];
+} comm_watch_view;
+#define COMM_WATCH_PEERS 4
+/* 1 with *v filled when a call on `c` is in progress, else 0. Any thread. */
+int comm_watch_get(comm *c, comm_watch_view *v);
+/* Seconds the calling thread has spent inside comm calls since it started. */
+double comm_thread_comm_s(void);
+/* Adds to that: the thread waited `s` seconds for comm calls made by another
+ * thread (the data-parallel overlap helper), which is waiting, not computing. */
+void comm_thread_waited(double s);
+/* The world's groups: index 0 is the world group, then every group made. */
+int comm_world_ncomms(const comm_world *w);
+comm *comm_world_nth(comm_world *w, int i);
+
 /* ---- backend vtable (for comm.c and the backends only) ---------------------- */
 
 typedef struct comm_backend {
@@ -169,6 +196,7 @@ struct comm {
     void *impl;    /* backend data */
     void *stage;   /* host backend with device buffers: staging memory (comm.c) */
     size_t stage_bytes;
+    struct comm_watch *watch; /* what the comm is inside now (comm.c) */
 };
 
 struct comm_world {

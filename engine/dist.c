@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* DP all-reduce bucket: large enough to amortise a ring's per-message latency,
  * small enough that a bucket's buffers stay in cache on the host transport. */
@@ -289,7 +290,11 @@ int dist_overlap_end(dist *d)
     o->closing = 1;
     pthread_cond_signal(&o->cv);
     pthread_mutex_unlock(&o->mu);
+    struct timespec t0, t1; /* waiting for the helper's all-reduces is communication, not compute */
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     pthread_join(o->thread, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    comm_thread_waited((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec));
     int failed = o->failed;
     pthread_mutex_destroy(&o->mu);
     pthread_cond_destroy(&o->cv);

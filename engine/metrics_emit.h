@@ -11,12 +11,16 @@
 #ifndef ATOLL_ENGINE_METRICS_EMIT_H
 #define ATOLL_ENGINE_METRICS_EMIT_H
 
+#include <pthread.h>
 #include <stdint.h>
+
+struct ProtobufCMessage;
 
 typedef struct metrics_emit {
     int fd;                  /* -1: no channel */
     int rank;
     unsigned long long dropped;
+    pthread_mutex_t mu;      /* the training loop and the watchdog share the channel */
 } metrics_emit;
 
 /* One rank's view of a finished step, in the engine's own terms. */
@@ -31,13 +35,24 @@ typedef struct rank_step {
     double bubble;           /* that stage's idle time / step time */
     double transfer;         /* its activation transfer time / step time */
     double bubble_theory;    /* (p-1)/(v*m + p-1) */
+    double compute_s;        /* step_s less the time blocked in communication */
+    int64_t time_ms;         /* wall clock at the step's end */
+    long long checkpoint_iteration; /* newest checkpoint this run committed (rank 0); 0 none */
+    double save_stall_s;     /* training time lost to saving since the last report (rank 0) */
+    double save_s;           /* the newest committed save, start to commit (rank 0) */
+    long long start_iteration; /* where this run started (a checkpoint's iteration, 0 fresh) */
+    double startup_s;        /* process start to the first step's start (first step only) */
+    int from_checkpoint;     /* a step re-reported from the checkpoint resumed from */
     uint64_t device_bytes;   /* peak device memory in use (GPU ranks); 0: report peak resident memory */
 } rank_step;
 
 /* Opens the channel named by ATOLL_METRICS_FD, if any. */
 void metrics_emit_open(metrics_emit *e, int rank);
+void metrics_emit_close(metrics_emit *e);
 /* Writes the step (with the peak device memory of a GPU rank, else the rank's
  * peak resident memory). */
 void metrics_emit_step(metrics_emit *e, const rank_step *s);
+/* Writes one frame of `type` (any thread); dropped when the channel is full. */
+void metrics_emit_frame(metrics_emit *e, uint16_t type, const struct ProtobufCMessage *m);
 
 #endif

@@ -1,5 +1,6 @@
 #include "train.h"
 #include "checkpoint.h"
+#include "ckpt_async.h"
 #include "dist.h"
 #include "schedule.h"
 #include "gpu_specs.h"
@@ -8,6 +9,7 @@
 #include "model.h"
 #include "optimizer.h"
 #include "safetensors.h"
+#include "watchdog.h"
 
 #include <errno.h>
 #include <math.h>
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,6 +41,13 @@ void eng_run_opts_defaults(eng_run_opts *o)
 {
     memset(o, 0, sizeof *o);
     snprintf(o->device, sizeof o->device, "cpu");
+}
+
+static int64_t wall_ms(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
 static double now_s(void)
@@ -126,8 +136,14 @@ typedef struct step_stats {
      * each over the step time, so bubbles are shares of the step in [0, 1] */
     double stage_bubble[64], stage_transfer[64];
     double peak;                  /* device peak FLOP/s; 0 unknown */
+    double compute_s;             /* step_s less this rank's time blocked in communication */
+    /* for the supervisor (rank_step) */
+    long long checkpoint_iteration, start_iteration;
+    double save_stall_s, save_s, startup_s;
     uint64_t device_bytes;        /* GPU: peak device memory in use so far; 0 on the CPU */
     int stop;                     /* some rank was asked to stop (SIGTERM) before this step's reduction */
+    int saves_durable;            /* every rank's part of the save in flight is on disk (--async-save) */
+    int save_due;                 /* --save-mtbf: rank 0 says to save after this step */
 } step_stats;
 
 /* SIGTERM with --save (Slurm's signal before it ends an allocation, workerd passing
@@ -179,6 +195,9 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, 
         .tokens_per_s = s->tokens_per_s, .step_s = s->step_s, .flops_per_gpu = s->flops_per_s / d->size,
         .peak_flops = s->peak, .stage = stage, .bubble = stage >= 0 ? s->stage_bubble[stage] : 0,
         .transfer = stage >= 0 ? s->stage_transfer[stage] : 0, .bubble_theory = s->bubble_theory,
+        .compute_s = s->compute_s, .time_ms = wall_ms(), .checkpoint_iteration = s->checkpoint_iteration,
+        .save_stall_s = s->save_stall_s, .save_s = s->save_s, .start_iteration = s->start_iteration,
+        .startup_s = s->startup_s,
         .device_bytes = s->device_bytes,
     };
     metrics_emit_step(emit, &rs);
@@ -204,9 +223,11 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, 
         fprintf(metrics,
                 "{\"iteration\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,"
                 "\"step_ms\":%.6g,\"mfu\":%s,\"flops_per_s\":%.6g,\"bubble_measured\":%.6g,"
-                "\"bubble_theory\":%.6g,\"bubble_stages\":[%s],\"transfer_stages\":[%s],\"consumed_samples\":%lld}\n",
+                "\"bubble_theory\":%.6g,\"bubble_stages\":[%s],\"transfer_stages\":[%s],\"consumed_samples\":%lld,"
+                "\"save_stall_ms\":%.6g,\"checkpoint_iteration\":%lld}\n",
                 s->it, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->step_s * 1e3, mfu_json,
-                s->flops_per_s, s->bubble, s->bubble_theory, stages, xfer, s->consumed);
+                s->flops_per_s, s->bubble, s->bubble_theory, stages, xfer, s->consumed, s->save_stall_s * 1e3,
+                s->checkpoint_iteration);
         fflush(metrics);
     }
 }
@@ -229,7 +250,36 @@ typedef struct run {
     int32_t *tokens, *targets; /* [gbs, T] host */
     FILE *metrics;
     metrics_emit emit;
+    int have_emit;
+    eng_watchdog *wd;    /* reports what this rank is blocked in (watchdog.h) */
+    double t_start;      /* eng_train's start: start-up time is counted from it */
+    long long start_iteration; /* the iteration this run resumed from */
+    /* checkpoints, for the supervisor: the newest this run committed, the stall
+     * not yet reported, and how long the newest took from start to commit */
+    long long ckpt_committed;
+    double stall_unreported, save_s;
+    /* --async-save: the save in flight (pending_it > 0 on every rank; `pending` only
+     * where this rank writes a part), and whether every rank's part is known durable */
+    ckpt_async *pending;
+    long long pending_it;
+    int pending_seen;
+    /* --save-mtbf: the training stall per save (EWMA) and when the last save was */
+    double stall_avg, last_save_t;
+    long long last_save_it;
 } run;
+
+/* --save-mtbf (rank 0): is a save due after the step being computed? Young's
+ * interval Tc = sqrt(2 x MTBF x Ts) minimises the expected time lost to saves
+ * plus recomputation, with Ts the measured stall per save. Until one save was
+ * measured, the first comes after --save-interval steps (10 when unset). */
+static int mtbf_due(const run *r)
+{
+    const atoll_config *c = r->c;
+    if (!c->save[0] || c->save_mtbf <= 0) return 0;
+    if (r->stall_avg <= 0)
+        return r->st.iteration + 1 - r->last_save_it >= (c->save_interval > 0 ? c->save_interval : 10);
+    return now_s() - r->last_save_t >= sqrt(2.0 * c->save_mtbf * r->stall_avg);
+}
 
 static int load_batch(run *r, char *err, size_t errlen)
 {
@@ -326,7 +376,7 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
         return -1;
     }
     int pp = d->pp < 64 ? d->pp : 64;
-    float vec[3 + 2 * 64] = { 0 };
+    float vec[5 + 2 * 64] = { 0 };
     vec[0] = (float)dist_grad_sumsq(d, m, &r->dopt);
     if (d->pp_rank == d->pp - 1 && d->tp_rank == 0) vec[1] = (float)(res.loss_sum / tokens);
     if (d->tp_rank == 0 && d->dp_rank == 0 && d->pp_rank < 64 && d->pp > 1) {
@@ -334,12 +384,17 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
         vec[2 + pp + d->pp_rank] = (float)res.transfer_s;
     }
     vec[2 + 2 * pp] = stop_requested ? 1.0f : 0.0f;
-    if (dist_world_sum(d, vec, 3 + 2 * pp)) {
+    /* this rank's part of the save in flight is on disk (or it has none) */
+    vec[3 + 2 * pp] = !r->pending || ckpt_async_durable(r->pending) == 1 ? 1.0f : 0.0f;
+    vec[4 + 2 * pp] = d->rank == 0 && mtbf_due(r) ? 1.0f : 0.0f; /* every rank saves after the same step */
+    if (dist_world_sum(d, vec, 5 + 2 * pp)) {
         errf(err, errlen, "step reduction: %s", dist_error(d));
         return -1;
     }
     s->it = r->st.iteration + 1;
     s->stop = vec[2 + 2 * pp] > 0;
+    s->saves_durable = vec[3 + 2 * pp] > d->size - 0.5f;
+    s->save_due = vec[4 + 2 * pp] > 0;
     s->loss = vec[1];
     s->grad_norm = sqrt(vec[0]);
     s->pp = d->pp;
@@ -395,6 +450,7 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     }
     s->it = r->st.iteration + 1;
     s->stop = stop_requested;
+    s->save_due = mtbf_due(r);
     s->grad_norm = sqrt(eng_grad_sumsq(m));
     s->lr = eng_lr_at(c, s->it);
     eng_optim_step(r->opt, m, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), (int)s->it);
@@ -488,6 +544,9 @@ static int setup(run *r, char *err, size_t errlen)
     if (!k) return -1;
     if (dist_init(&r->d, c, k, err, errlen)) return -1;
     r->have_dist = 1;
+    metrics_emit_open(&r->emit, r->d.rank);
+    r->have_emit = 1;
+    r->wd = watchdog_start(r->d.world, &r->emit); /* from here a hang names where this rank is */
     if (r->d.size > 1 && r->o->dump_dir[0]) {
         errf(err, errlen, "--dump-dir is a single-rank test hook; run it without --nproc-per-node");
         return -1;
@@ -528,7 +587,7 @@ static int setup(run *r, char *err, size_t errlen)
     r->st.seed = c->seed;
     if (c->load[0] && resume(r, err, errlen)) return -1;
     eng_params_updated(r->m); /* the bf16 copy of what init or the checkpoint wrote */
-    metrics_emit_open(&r->emit, r->d.rank);
+    r->start_iteration = r->st.iteration;
     if (r->d.rank == 0 && r->o->metrics_file[0] && !(r->metrics = fopen(r->o->metrics_file, "a"))) {
         errf(err, errlen, "--metrics-file %s: %s", r->o->metrics_file, strerror(errno));
         return -1;
@@ -545,6 +604,13 @@ static int setup(run *r, char *err, size_t errlen)
 
 static void teardown(run *r)
 {
+    ckpt_async_free(r->pending); /* after an error: let its writer finish with the model it reads */
+    r->pending = NULL;
+    if (r->wd) {
+        watchdog_phase(r->wd, "done", r->st.iteration);
+        watchdog_stop(r->wd);
+    }
+    if (r->have_emit) metrics_emit_close(&r->emit);
     if (r->metrics) fclose(r->metrics);
     if (r->have_data) eng_data_close(&r->data);
     if (r->have_valid) eng_data_close(&r->valid);
@@ -559,25 +625,35 @@ static void teardown(run *r)
     if (r->have_dist) dist_free(&r->d);
 }
 
-/* DP rank 0 of each model shard writes its parameter slices and (without
- * ZeRO-1) its optimizer slices; under ZeRO-1 every DP rank writes its shard's
- * part of the full-shape optimizer tensors. Then rank 0 commits the step. */
+/* What this rank writes of a checkpoint: DP rank 0 of each model shard its
+ * parameter slices and (without ZeRO-1) its optimizer slices; under ZeRO-1 every
+ * DP rank its shard's part of the full-shape optimizer tensors. 0 when it writes
+ * nothing (a DP replica). */
+static int my_part(run *r, ckpt_part *part)
+{
+    dist *d = &r->d;
+    dist_optim *o = &r->dopt;
+    memset(part, 0, sizeof *part);
+    if (o->zero && d->size > 1) {
+        size_t lo = o->shard * (size_t)d->dp_rank, hi = lo + o->shard;
+        if (hi > r->m->num_floats) hi = r->m->num_floats;
+        if (lo > hi) lo = hi;
+        *part = (ckpt_part){ d->dp_rank == 0, { o->master, o->m, o->v }, lo, hi, NULL, 0 };
+        return 1;
+    }
+    if (d->size > 1 && d->dp_rank != 0) return 0;
+    *part = (ckpt_part){ 1, { r->m->params, r->opt->m, r->opt->v }, 0, r->m->num_floats, NULL, 0 };
+    return 1;
+}
+
+/* Every rank writes its part, then rank 0 commits the step. */
 static int save(run *r, char *err, size_t errlen)
 {
     dist *d = &r->d;
     if (d->size == 1) return ckpt_save(r->c->save, r->m, r->opt, &r->st, err, errlen);
-    dist_optim *o = &r->dopt;
-    int rc = 0;
-    if (o->zero) {
-        size_t lo = o->shard * (size_t)d->dp_rank, hi = lo + o->shard;
-        if (hi > r->m->num_floats) hi = r->m->num_floats;
-        if (lo > hi) lo = hi;
-        ckpt_part part = { d->dp_rank == 0, { o->master, o->m, o->v }, lo, hi };
-        rc = ckpt_write_part(r->c->save, r->st.iteration, r->m, &part, d->rank == 0, err, errlen);
-    } else if (d->dp_rank == 0) {
-        rc = ckpt_write_shards(r->c->save, r->st.iteration, r->m, o->full, d->rank == 0, err, errlen);
-    }
-    if (rc) return -1;
+    ckpt_part part;
+    if (my_part(r, &part) && ckpt_write_part(r->c->save, r->st.iteration, r->m, &part, d->rank == 0, err, errlen))
+        return -1;
     comm *w = comm_world_comm(d->world);
     if (comm_barrier(w) || (d->rank == 0 && ckpt_commit(r->c->save, &r->st, err, errlen)) || comm_barrier(w)) {
         if (!err[0]) errf(err, errlen, "--save: %s", dist_error(d));
@@ -586,8 +662,111 @@ static int save(run *r, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- --async-save ---- */
+
+/* Rank 0's (or a single rank's) save just committed: report it. */
+static void async_committed(run *r)
+{
+    r->ckpt_committed = r->pending_it;
+    r->save_s = ckpt_async_seconds(r->pending);
+}
+
+/* After each step: a failed write fails the run; once every part is durable,
+ * rank 0 commits in the background; a committed or (elsewhere) durable save is done. */
+static int async_poll(run *r, const step_stats *s, char *err, size_t errlen)
+{
+    if (!r->pending_it) return 0;
+    if (r->pending && ckpt_async_durable(r->pending) < 0) {
+        ckpt_async_wait(r->pending, err, errlen);
+        return -1;
+    }
+    if (s->saves_durable || r->d.size == 1) r->pending_seen = 1;
+    if (!r->pending_seen) return 0;
+    if (r->d.rank == 0 && r->pending) {
+        ckpt_async_commit(r->pending); /* (once) */
+        if (!ckpt_async_committed(r->pending)) return 0;
+        async_committed(r);
+    }
+    ckpt_async_free(r->pending); /* this rank's part is on disk: nothing left to do here */
+    r->pending = NULL;
+    r->pending_it = 0;
+    r->pending_seen = 0;
+    return 0;
+}
+
+/* Finishes the save in flight before another, or before the end. When some part
+ * is not known durable yet, all ranks wait for their own writes and meet in a
+ * barrier, then rank 0 commits. (pending_it and pending_seen are equal on every
+ * rank except where rank 0 already finished: the same branch everywhere.) */
+static int async_drain(run *r, char *err, size_t errlen)
+{
+    if (!r->pending_it) return 0;
+    if (r->pending && ckpt_async_wait(r->pending, err, errlen)) return -1;
+    if (!r->pending_seen && r->d.size > 1 && comm_barrier(comm_world_comm(r->d.world))) {
+        errf(err, errlen, "--async-save: %s", dist_error(&r->d));
+        return -1;
+    }
+    if (r->d.rank == 0 && r->pending) {
+        ckpt_async_commit(r->pending);
+        if (ckpt_async_wait(r->pending, err, errlen)) return -1;
+        async_committed(r);
+    }
+    ckpt_async_free(r->pending);
+    r->pending = NULL;
+    r->pending_it = 0;
+    r->pending_seen = 0;
+    return 0;
+}
+
+/* Snapshots this rank's part (what save() writes) and writes it in the background. */
+static int save_async(run *r, char *err, size_t errlen)
+{
+    if (async_drain(r, err, errlen)) return -1;
+    ckpt_part part;
+    if (my_part(r, &part) && !(r->pending = ckpt_async_start(r->c->save, r->m, &part, r->d.rank == 0, &r->st,
+                                                             r->d.size == 1, err, errlen)))
+        return -1;
+    r->pending_it = r->st.iteration;
+    r->pending_seen = 0;
+    return 0;
+}
+
+/* A save, timed: its stall is reported with the next step, and rank 0 (which
+ * commits) reports the step as committed. `final`: the run's last save, which
+ * is complete when this returns. */
+static int save_timed(run *r, int final, char *err, size_t errlen)
+{
+    watchdog_phase(r->wd, "save", r->st.iteration);
+    double t0 = now_s();
+    int rc;
+    if (r->c->async_save && !final) {
+        rc = save_async(r, err, errlen);
+    } else {
+        rc = async_drain(r, err, errlen);
+        if (!rc) rc = save(r, err, errlen);
+        if (!rc) {
+            r->ckpt_committed = r->st.iteration;
+            r->save_s = now_s() - t0;
+        }
+    }
+    double stall = now_s() - t0;
+    r->stall_unreported += stall;
+    r->stall_avg = r->stall_avg > 0 ? 0.7 * r->stall_avg + 0.3 * stall : stall;
+    r->last_save_t = now_s();
+    r->last_save_it = r->st.iteration;
+    if (r->c->save_mtbf > 0 && r->d.rank == 0 && !final) {
+        printf("atoll-train: saved iteration %lld (stall %.1f ms); --save-mtbf %.0f s: next save in Tc = "
+               "sqrt(2 x MTBF x Ts) = %.1f s\n", r->st.iteration, stall * 1e3, r->c->save_mtbf,
+               sqrt(2.0 * r->c->save_mtbf * r->stall_avg));
+        fflush(stdout);
+    }
+    watchdog_phase(r->wd, "step", r->st.iteration);
+    return rc;
+}
+
 int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t errlen)
 {
+    double t_start = now_s();
     atoll_config c = *cfg;
     const char *ws = getenv("WORLD_SIZE");
     int world = ws ? atoi(ws) : 1;
@@ -600,6 +779,7 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     memset(&r, 0, sizeof r);
     r.c = &c;
     r.o = o;
+    r.t_start = t_start;
     int rc = setup(&r, err, errlen);
     if (!rc && r.d.rank == 0) {
         printf("atoll-train: %s, %d layers, hidden %d, %d heads, seq %d, vocab %d, %.0f parameters, "
@@ -614,6 +794,16 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
                                                                                          : ", selective recompute") : "");
         fflush(stdout);
     }
+    /* A restart of the job (a later placement, ATOLL_JOB_EPOCH > 0) reports the steps
+     * its checkpoint recorded again: those whose reports were lost with a node
+     * (queued in its supervisor) come back to the coordinator. */
+    const char *epoch = getenv("ATOLL_JOB_EPOCH");
+    for (int i = 0; !rc && r.d.rank == 0 && epoch && atoi(epoch) > 0 && i < r.st.nsteps; i++) {
+        rank_step rs = { .iteration = r.st.steps[i].iteration, .loss = r.st.steps[i].loss, .lr = r.st.steps[i].lr,
+                         .grad_norm = r.st.steps[i].grad_norm, .stage = -1, .start_iteration = r.start_iteration,
+                         .from_checkpoint = 1 };
+        metrics_emit_step(&r.emit, &rs);
+    }
     if (c.save[0]) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
@@ -622,19 +812,39 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         sigaction(SIGTERM, &sa, NULL);
     }
     long long last_saved = r.st.iteration;
+    r.last_save_it = r.st.iteration;
+    r.last_save_t = now_s();
     int stopped = 0;
     long long stop = c.train_iters;
     if (o->exit_interval > 0 && o->exit_interval < stop) stop = o->exit_interval;
+    int first = 1;
     while (!rc && r.st.iteration < stop) {
         step_stats s;
         memset(&s, 0, sizeof s);
         s.pp = 1;
+        watchdog_phase(r.wd, "step", r.st.iteration);
+        double comm0 = comm_thread_comm_s(), t0 = now_s();
         if ((rc = train_step(&r, &s, err, errlen))) break;
+        s.compute_s = s.step_s - (comm_thread_comm_s() - comm0);
+        if (s.compute_s < 0) s.compute_s = 0;
+        s.start_iteration = r.start_iteration;
+        if (first) s.startup_s = t0 - r.t_start;
+        first = 0;
+        s.checkpoint_iteration = r.ckpt_committed;
+        s.save_s = r.save_s;
+        s.save_stall_s = r.stall_unreported;
+        r.stall_unreported = 0;
+        watchdog_step_time(r.wd, s.step_s);
+        ckpt_note_step(&r.st, s.it, s.loss, s.lr, s.grad_norm);
         log_step(&c, &s, r.metrics, &r.emit, &r.d);
-        if (r.have_valid && (s.it % c.eval_interval == 0 || s.it == stop) && (rc = evaluate(&r, err, errlen)))
-            break;
-        if (c.save[0] && c.save_interval > 0 && s.it % c.save_interval == 0) {
-            if ((rc = save(&r, err, errlen))) break;
+        if (r.have_valid && (s.it % c.eval_interval == 0 || s.it == stop)) {
+            watchdog_phase(r.wd, "eval", r.st.iteration);
+            if ((rc = evaluate(&r, err, errlen))) break;
+        }
+        if ((rc = async_poll(&r, &s, err, errlen))) break;
+        int due = c.save_mtbf > 0 ? s.save_due : c.save_interval > 0 && s.it % c.save_interval == 0;
+        if (c.save[0] && due && s.it < stop && !s.stop) {
+            if ((rc = save_timed(&r, 0, err, errlen))) break;
             last_saved = s.it;
         }
         if (s.stop && s.it < stop) { /* on the last step it is simply done */
@@ -643,7 +853,8 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         }
     }
     if (!rc && c.save[0] && last_saved != r.st.iteration)
-        rc = save(&r, err, errlen);
+        rc = save_timed(&r, 1, err, errlen);
+    if (!rc) rc = async_drain(&r, err, errlen);
     if (!rc && stopped && r.d.rank == 0) {
         printf("atoll-train: stopped on SIGTERM after iteration %lld; checkpoint committed in %s "
                "(resume with --load %s)\n", r.st.iteration, c.save, c.save);

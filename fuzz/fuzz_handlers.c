@@ -72,7 +72,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!g_register) {
         log_init("fuzz_handlers", LOG_ERROR);
         make_register();
-        coord_opts o = { .heartbeat_ms = 1000, .suspect_ms = 2000, .node_timeout_ms = 5000 };
+        coord_opts o;
+        coord_opts_defaults(&o);
+        o.heartbeat_ms = 1000;
+        o.suspect_ms = 2000;
+        o.node_timeout_ms = 5000;
         strcpy(o.listen, "127.0.0.1:7420");
         char err[256];
         if (coord_init(&g_c, &o, ":memory:", err, sizeof err)) abort();

@@ -56,6 +56,16 @@ seeds = {
                                + f_bytes(7, f_int(1, 1)))
                + frame(18, f_int(1, 1) + f_bytes(2, "log line")),
     "metrics_logs": b"\x01" + frame(36, f_int(1, 1) + f_int(3, 10)) + frame(34, f_int(1, 1) + f_int(3, -100)),
+    # watchdog reports (a rank waiting in a TP all-reduce, one stopped and silent) and rank 0's
+    # checkpoint fields (a commit, a re-reported step), after a placement
+    "watches": b"\x00" + frame(12, f_int(1, 9)
+                               + f_bytes(8, f_int(1, 1) + f_int(3, 0) + f_int(4, 3) + f_bytes(5, "step") + f_int(9, 100)
+                                         + f_bytes(6, f_bytes(1, "tp") + f_bytes(2, "all-reduce") + f_int(3, 41)
+                                                   + f_bytes(4, varint(0) + varint(1)) + f_int(5, 900)))
+                               + f_bytes(8, f_int(1, 1) + f_int(3, 1) + f_int(4, 3) + f_bytes(5, "step")
+                                         + f_int(9, 5000) + f_int(10, 1) + f_int(11, 42))
+                               + f_bytes(4, f_int(1, 1) + f_int(4, 6) + f_int(22, 5) + f_int(25, 4) + f_int(19, 7))
+                               + f_bytes(4, f_int(1, 1) + f_int(4, 2) + f_int(27, 1) + f_int(19, 8))),
     "launch_ack": b"\x00" + frame(15, f_int(1, 1) + f_int(3, 1) + f_bytes(4, "ok")),
     # sequences with ticks (type 0xffff) between the frames
     "submit_tick": b"\x01" + frame(24, f_bytes(1, spec) + f_bytes(2, "req-1")) + frame(0xFFFF) + frame(26)

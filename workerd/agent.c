@@ -41,6 +41,7 @@ static void send_register(agent *a)
     Atoll__Register r = ATOLL__REGISTER__INIT;
     r.node = &node;
     r.version = "workerd 0.1";
+    r.incarnation = a->incarnation;
     rpc_send(a->conn, ATOLL__MSG_TYPE__MSG_REGISTER, &r.base);
     msg_arena_free(&ar);
 }
@@ -61,8 +62,10 @@ static void on_heartbeat(uv_timer_t *t)
     void *scratch = NULL;
     relay_fill(&a->relay, &hb, &scratch);
     hb.n_running = ranks_running(a, &hb.running);
+    hb.n_watches = ranks_watches(a, &hb.watches);
     rpc_send(a->conn, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hb.base);
     free(scratch);
+    free(hb.watches);
     for (size_t i = 0; i < hb.n_running; i++) free(hb.running[i]);
     free(hb.running);
 }
@@ -216,6 +219,7 @@ static void on_signal(uv_signal_t *s, int signum)
 int agent_run(agent *a)
 {
     srand((unsigned)now_us() ^ (unsigned)getpid());
+    a->incarnation = ((uint64_t)now_us() << 16) ^ (uint64_t)getpid() ^ ((uint64_t)rand() << 40);
     a->backoff_ms = BACKOFF_MIN_MS;
     uv_timer_init(a->loop, &a->hb_timer);
     uv_timer_init(a->loop, &a->retry_timer);

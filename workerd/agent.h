@@ -36,6 +36,7 @@ typedef struct agent {
     int interval_ms, backoff_ms;
     uint64_t seq, acks, registrations;
     uint64_t last_acked_seq;
+    uint64_t incarnation;    /* this process's, sent in Register (relay sequences are per process) */
     uv_timer_t hb_timer, retry_timer;
     uv_signal_t sigterm, sigint;
     /* rank processes (ranks.c) and what they report (relay.c) */

@@ -28,9 +28,14 @@ typedef struct job_set {
     sup_rank *ranks;
     int n;
     int stopped;             /* a Stop (or workerd stopping) ended it */
-    char dir[700];
+    Atoll__RankWatch **watch; /* [n] each rank's newest watchdog report (NULL: none yet) */
+    int64_t *watch_at;       /* [n] when it came (monotonic ms) */
+    char dir[700];           /* logs: WORK_DIR/job-N/epoch-E */
+    char cwd[700];           /* where the ranks run: WORK_DIR/job-N */
     char **argv;
 } job_set;
+
+static int64_t mono_ms(void) { return (int64_t)(uv_hrtime() / 1000000); }
 
 static int64_t wall_ms(void)
 {
@@ -107,9 +112,81 @@ static void on_exit_rank(sup_set *s, sup_rank *r)
     agent_report_now(js->a); /* exits are reported at once, not at the next interval */
 }
 
+/* The newest watchdog report of a rank replaces the one before: it is state, not history. */
+static void keep_watch(job_set *js, sup_rank *r, const uint8_t *p, size_t len)
+{
+    Atoll__RankWatch *w = atoll__rank_watch__unpack(NULL, len, p);
+    if (!w) {
+        log_warn("job %llu rank %d: undecodable watchdog report", (unsigned long long)js->job, r->rank);
+        return;
+    }
+    int i = (int)(r - js->ranks);
+    if (i < 0 || i >= js->n) {
+        atoll__rank_watch__free_unpacked(w, NULL);
+        return;
+    }
+    w->job = js->job; /* the channel says who it is */
+    w->epoch = js->epoch;
+    w->rank = r->rank;
+    w->pid = r->pid;
+    if (js->watch[i]) atoll__rank_watch__free_unpacked(js->watch[i], NULL);
+    js->watch[i] = w;
+    js->watch_at[i] = mono_ms();
+    if (w->urgent) agent_report_now(js->a); /* a wait outlasted the step time: tell the coordinator now */
+}
+
+static void free_watches(job_set *js)
+{
+    for (int i = 0; js->watch && i < js->n; i++)
+        if (js->watch[i]) atoll__rank_watch__free_unpacked(js->watch[i], NULL);
+    free(js->watch);
+    free(js->watch_at);
+    js->watch = NULL;
+    js->watch_at = NULL;
+}
+
+/* 1 when the process is stopped (SIGSTOP) or traced: /proc/PID/stat state T or t. */
+static int proc_stopped(int pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    const char *paren = strrchr(buf, ')'); /* the command name may hold anything */
+    return paren && paren[1] == ' ' && (paren[2] == 'T' || paren[2] == 't');
+}
+
+size_t ranks_watches(agent *a, Atoll__RankWatch ***out)
+{
+    size_t n = 0;
+    for (job_set *js = a->sets; js; js = js->next)
+        for (int i = 0; js->watch && i < js->n; i++) n += js->watch[i] && js->ranks[i].running;
+    *out = n ? calloc(n, sizeof **out) : NULL;
+    if (!*out) return 0;
+    size_t k = 0;
+    int64_t now = mono_ms();
+    for (job_set *js = a->sets; js; js = js->next)
+        for (int i = 0; js->watch && i < js->n; i++) {
+            Atoll__RankWatch *w = js->watch[i];
+            if (!w || !js->ranks[i].running) continue;
+            w->age_ms = now - js->watch_at[i];
+            w->stopped = proc_stopped(js->ranks[i].pid);
+            (*out)[k++] = w; /* borrowed: the heartbeat is sent before the loop runs again */
+        }
+    return k;
+}
+
 static void on_frame(sup_set *s, sup_rank *r, uint16_t type, const uint8_t *p, size_t len)
 {
     job_set *js = s->o.data;
+    if (type == ATOLL__MSG_TYPE__MSG_RANK_WATCH) {
+        keep_watch(js, r, p, len);
+        return;
+    }
     if (type != ATOLL__MSG_TYPE__MSG_RANK_METRICS) return;
     Atoll__RankMetrics *m = atoll__rank_metrics__unpack(NULL, len, p);
     if (!m) {
@@ -133,6 +210,7 @@ static void on_closed(sup_set *s)
             break;
         }
     msg_argv_free(js->argv);
+    free_watches(js);
     free(js->ranks);
     free(js);
     if (a->stopping && !a->sets) agent_finish_stop(a);
@@ -182,7 +260,11 @@ void ranks_launch(agent *a, const Atoll__Launch *m, Atoll__LaunchAck *ack, char 
     /* An older placement of the same job still here has lost: stop it. */
     if (l->epoch > 0) ranks_stop(a, l->job, l->epoch - 1, "the job was placed again", 0);
     job_set *js = calloc(1, sizeof *js);
-    if (!js || !(js->ranks = calloc((size_t)mine, sizeof *js->ranks))) {
+    if (!js || !(js->ranks = calloc((size_t)mine, sizeof *js->ranks)) ||
+        !(js->watch = calloc((size_t)mine, sizeof *js->watch)) ||
+        !(js->watch_at = calloc((size_t)mine, sizeof *js->watch_at))) {
+        if (js) free_watches(js);
+        if (js) free(js->ranks);
         free(js);
         snprintf(msg, msglen, "out of memory");
         return;
@@ -191,6 +273,8 @@ void ranks_launch(agent *a, const Atoll__Launch *m, Atoll__LaunchAck *ack, char 
     js->job = l->job;
     js->epoch = l->epoch;
     snprintf(js->dir, sizeof js->dir, "%s/job-%llu/epoch-%u", a->work_dir, (unsigned long long)l->job, l->epoch);
+    /* Ranks run in the job's directory, so a relative --save is the same one for every epoch. */
+    snprintf(js->cwd, sizeof js->cwd, "%s/job-%llu", a->work_dir, (unsigned long long)l->job);
     int gpus = 0;
     for (size_t i = 0; i < l->n_ranks; i++) {
         if (strcmp(l->ranks[i]->node, a->topo.name)) continue;
@@ -203,12 +287,17 @@ void ranks_launch(agent *a, const Atoll__Launch *m, Atoll__LaunchAck *ack, char 
     }
     int argc = 0;
     js->argv = msg_spec_to_argv(m->spec, a->train_bin, &argc);
-    char **grown = js->argv ? realloc(js->argv, (size_t)(argc + 3) * sizeof *grown) : NULL;
+    char **grown = js->argv ? realloc(js->argv, (size_t)(argc + 5) * sizeof *grown) : NULL;
     if (grown) {
         js->argv = grown;
         /* GPUs of a simulated node are not real: its ranks train on the CPU. */
         js->argv[argc++] = strdup("--device");
         js->argv[argc++] = strdup(gpus && !a->simulated ? "cuda" : "cpu");
+        /* A restart resumes from the checkpoint the layout names (later flags win). */
+        if (l->checkpoint && *l->checkpoint) {
+            js->argv[argc++] = strdup("--load");
+            js->argv[argc++] = strdup(l->checkpoint);
+        }
         js->argv[argc] = NULL;
     }
     char host[128];
@@ -220,13 +309,14 @@ void ranks_launch(agent *a, const Atoll__Launch *m, Atoll__LaunchAck *ack, char 
     if (!grown || !js->argv[argc - 1] || mkdirs(js->dir)) {
         snprintf(msg, msglen, "cannot prepare %s: %s", js->dir, grown ? strerror(errno) : "out of memory");
         msg_argv_free(js->argv);
+        free_watches(js);
         free(js->ranks);
         free(js);
         return;
     }
     sup_opts o = {
         .exe = a->train_bin, .argv = js->argv, .world = (int)l->n_ranks, .group_rank = -1, .master_addr = host,
-        .master_port = port, .job = l->job, .epoch = l->epoch, .secret = &secret, .log_dir = js->dir, .cwd = js->dir,
+        .master_port = port, .job = l->job, .epoch = l->epoch, .secret = &secret, .log_dir = js->dir, .cwd = js->cwd,
         .channel = 1, .grace_ms = GRACE_MS, .on_exit = on_exit_rank, .on_frame = on_frame, .on_closed = on_closed,
         .data = js,
     };

@@ -28,6 +28,10 @@ void ranks_stop(struct agent *a, uint64_t job, uint32_t epoch, const char *reaso
 int ranks_stop_all(struct agent *a, int signum);
 /* The jobs with live ranks here, for the heartbeat (array from malloc; caller frees it and its items). */
 size_t ranks_running(struct agent *a, Atoll__JobRef ***out);
+/* The newest watchdog report of every live rank here, with its age and whether
+ * the process is stopped, for the heartbeat (array from malloc, caller frees it;
+ * the reports are borrowed until the loop runs again). */
+size_t ranks_watches(struct agent *a, Atoll__RankWatch ***out);
 /* Answers a LogRead from the rank's log file. */
 void ranks_read_log(struct agent *a, const Atoll__LogRead *m);
 

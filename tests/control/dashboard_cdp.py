@@ -131,6 +131,11 @@ try:
     pts = wait_for("(() => { const c = ['c-loss','c-tps','c-mfu','c-bub'].map(i => +document.getElementById(i).dataset.points);"
                    " return c.every(n => n > 1) ? c : null })()", 30)
     check(bool(pts), "the loss, tokens/s, MFU and bubble plots have points: %s" % pts)
+    good = wait_for("(() => { const t = document.getElementById('goodput').textContent;"
+                    " return /[0-9.]+% productive of/.test(t) && document.querySelectorAll('#goodput .gbar div').length === 6 ? t : null })()", 15)
+    check(bool(good), "the job's goodput: productive share and the time lost by cause (%s)" % good)
+    jobs_good = ws.eval("[...document.querySelectorAll('#jobs tr.job td:last-child')].map(td => td.textContent)")
+    check(jobs_good and any(g.endswith("%") for g in jobs_good), "the jobs list has a goodput column: %s" % jobs_good)
     cells = ws.eval("document.querySelectorAll('#layout .cell').length")
     check(cells and cells > 0, "the layout map shows %s ranks" % cells)
     step0 = ws.eval("window.atoll.lastStep")

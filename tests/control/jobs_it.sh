@@ -8,8 +8,8 @@
 #            stored loss series equals, step for step, the same layout run standalone with
 #            atoll-train --nproc-per-node; status/metrics/logs show it
 #   cancel   atoll cancel leaves no rank process alive
-#   kill9    kill -9 of a rank fails the job, naming that rank
-#   workerd  kill -9 of a workerd leaves none of its ranks alive
+#   kill9    kill -9 of a rank fails a job with --max-restarts 0, naming that rank
+#   workerd  kill -9 of a workerd leaves none of its ranks alive; the job runs again on the other node
 #   restart  kill -9 of the coordinator mid-job: after a restart no reported step is lost
 #            and the job is still running (workerd kept the reports until they were stored)
 #   checkpoint  `atoll cancel --checkpoint`: the ranks commit a checkpoint and stop, the job
@@ -21,6 +21,10 @@
 #            pagination and errors; --http-token bearer
 #   dashboard  the page in a real headless Chromium (DevTools protocol): no request leaves
 #            loopback, nodes and a running job's plots with points, live updates; screenshot kept
+#   hang     SIGSTOP of a rank: a hang is declared within the bound, naming that rank, its node and
+#            that it is stopped; the stopped rank is gone and the job runs again in the next epoch
+#   straggler  a throttled rank (SIGSTOP/SIGCONT, stopped 3/4 of the time) is named a straggler in events,
+#            atoll status and /metrics
 # Every process started here is killed on exit, pass or fail.
 set -uo pipefail
 CASE=$1
@@ -60,6 +64,8 @@ start_cluster() {
   start_worker node-b
   wait_until 10 nodes_alive 2 || fail "2 nodes not alive: $(atoll nodes)"
 }
+# The events of kind $1, as a JSON list
+events_of() { atoll events --json | json "json.dumps([e for e in d['events'] if e['kind']=='$1'])"; }
 state_is() { [ "$(atoll status "$1" --json | json "d['state']")" = "$2" ]; }
 step_at_least() { [ "$(atoll status "$1" --json | json "d['step']")" -ge "$2" ]; }
 
@@ -134,12 +140,14 @@ stop_all() {
   [ $rc -eq 0 ] || fail "coordinatord exited $rc on SIGTERM"
 }
 
-long_job() { # NAME [ITERS]: a job that runs until stopped
-  atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters "${2:-100000}" --name "$1" --json | json "d['job']"
+long_job() { # NAME [ITERS] [more submit flags]: a job that runs until stopped
+  local name=$1 iters=${2:-100000}; shift; shift
+  atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters "$iters" --name "$name" "$@" --json | json "d['job']"
 }
-running_job() { # NAME STEPS: submits a long job, waits until it has reported STEPS steps; sets ID
-  ID=$(long_job "$1") || fail "submit"
-  wait_until 60 step_at_least "$ID" "$2" || fail "job not running: $(atoll status "$ID")"
+running_job() { # NAME STEPS [more submit flags]: submits a long job, waits until it has reported STEPS steps; sets ID
+  local name=$1 steps=$2; shift 2
+  ID=$(long_job "$name" 100000 "$@") || fail "submit"
+  wait_until 60 step_at_least "$ID" "$steps" || fail "job not running: $(atoll status "$ID")"
 }
 cancel_job() { # ID: cancels it and checks no rank is left
   atoll cancel "$1" >/dev/null
@@ -162,7 +170,7 @@ case_cancel() {
 
 case_kill9() {
   start_cluster
-  running_job victim 2
+  running_job victim 2 --max-restarts 0
   local id=$ID
   local victim; victim=$(rank_pids "$id" 3)
   [ -n "$victim" ] || fail "no rank 3"
@@ -170,6 +178,7 @@ case_kill9() {
   wait_until 15 state_is "$id" failed || fail "job did not fail: $(atoll status "$id")"
   local msg; msg=$(atoll status "$id" --json | json "d['message']")
   echo "$msg" | grep -q "rank 3 (pid $victim) was killed by signal 9" || fail "failure names: $msg"
+  echo "$msg" | grep -q "no restarts left (max 0)" || fail "failure says why it did not restart: $msg"
   wait_until 10 no_ranks_of "$id" || fail "ranks alive after the failure: $(rank_pids "$id")"
   ok "kill -9 of rank 3 failed the job: $msg"
   stop_all
@@ -189,7 +198,17 @@ case_workerd() {
   wait_until 5 ranks_gone || fail "ranks outlived their workerd: $mine"
   ok "kill -9 of workerd node-a: its 4 ranks died with it"
   unset 'WPID[node-a]'
-  wait_until 10 no_ranks_of "$id" || fail "the other node's ranks did not stop"
+  # The job goes on without node-a: tp2 x pp2 with data parallel 2 -> 1 on node-b's 4 slots.
+  recovered() { [ "$(events_of job.recovered | json "len(d)")" -ge 1 ]; }
+  wait_until 30 recovered || fail "not running again: $(atoll status "$id")"
+  events_of job.node_lost | json "d[0]['message']" | grep -q "node node-a lost" || fail "cause: $(atoll events | tail)"
+  atoll status "$id" --json | json "(d['state'], d['epoch'], d['world'], d['layout']['dp'])" | grep -qx "('running', 1, 4, 1)" \
+    || fail "shrunk placement: $(atoll status "$id" --json)"
+  local old; old=$(for p in $(rank_pids "$id"); do
+    tr '\0' '\n' </proc/"$p"/environ | grep -qx "ATOLL_JOB_EPOCH=0" && echo "$p"; done)
+  [ -z "$old" ] || fail "ranks of epoch 0 still alive: $old"
+  ok "node-a lost: the job runs again on node-b alone (dp 1, epoch 1), no rank of epoch 0 left"
+  cancel_job "$id"
   stop_all
 }
 
@@ -205,7 +224,9 @@ case_restart() {
   sleep 1.5 # the ranks train on; their workerds keep the reports
   start_coord "$PORT"
   state_is "$id" running || fail "state after restart: $(atoll status "$id")"
-  ok "job $id still running after the restart"
+  events_of job.reconciled | json "d[-1]['message']" | grep -q "running in epoch 0 on 2 ranks: left as it is" \
+    || fail "no job.reconciled event: $(atoll events | tail -3)"
+  ok "job $id still running after the restart (job.reconciled, no restart)"
   wait_until 60 step_at_least "$id" $((at + 100)) || fail "no progress after the restart: $(atoll status "$id")"
   # Every step from the first to the newest is stored: none reported while the coordinator
   # was down (or in flight when it died) was lost.
@@ -213,6 +234,8 @@ case_restart() {
   case $gaps in \[*) fail "steps lost: $gaps" ;; esac
   [ "$gaps" -gt $((at + 99)) ] || fail "only $gaps steps"
   ok "steps 1..$gaps all stored, none lost across the coordinator's kill -9 at step $at"
+  atoll status "$id" --json | json "(d['restarts'], d['epoch'], d['restart_history'])" | grep -qx "(0, 0, \[\])" \
+    || fail "the coordinator's restart restarted the job: $(atoll status "$id" --json)"
   cancel_job "$id"
   stop_all
 }
@@ -340,6 +363,13 @@ kinds = sorted((s.labels["stage"], s.labels["kind"]) for s in bub)
 assert kinds == [("0", "measured"), ("0", "theory"), ("1", "measured"), ("1", "theory")], kinds
 assert all(0 <= s.value <= 1 for s in bub + samples("atoll_job_transfer_ratio")), "ratios outside 0..1"
 assert not samples("atoll_job_mfu_ratio"), "no MFU series for CPU ranks (no peak)"
+gr = samples("atoll_job_goodput_ratio")
+assert fams["atoll_job_goodput_ratio"].type == "gauge" and len(gr) == 1 and 0 < gr[0].value <= 1, gr
+lost = {s.labels["cause"]: s.value for s in samples("atoll_job_lost_seconds")}
+assert fams["atoll_job_lost_seconds"].type == "counter", fams["atoll_job_lost_seconds"].type
+assert sorted(lost) == ["checkpoint", "detection", "recompute", "restart", "startup"] and lost["startup"] > 0, lost
+wall = samples("atoll_job_wall_seconds")[0].value
+assert wall >= sum(lost.values()), (wall, lost)
 assert not any("iteration" in s.labels or "step" in s.labels for f in fams.values() for s in f.samples), "per-step label"
 print("ok: %d families; per-job series present and typed; bubble per stage measured/theory in 0..1" % len(fams))
 # /api: one job with its series; pagination; clear errors
@@ -373,6 +403,82 @@ case_dashboard() {
   local shot=${ATOLL_ARTIFACTS:-$TMP}/dashboard.png
   "$PY" "$HERE/dashboard_cdp.py" "http://$(cat "$TMP/state/http.addr")/" "$shot" 2 || fail "dashboard"
   ok "the dashboard in headless Chromium; screenshot $shot"
+  cancel_job "$id"
+  stop_all
+}
+
+
+case_hang() {
+  start_cluster --hang-floor 2 --hang-factor 3
+  running_job frozen 5
+  local id=$ID
+  local victim; victim=$(rank_pids "$id" 5)
+  [ -n "$victim" ] || fail "no rank 5"
+  local t0; t0=$(now)
+  kill -STOP "$victim"
+  has_hang() { [ "$(events_of job.hang | json "len(d)")" -ge 1 ]; }
+  wait_until 15 has_hang || fail "no hang declared: $(atoll events | tail -5)"
+  local took; took=$(awk -v a="$(now)" -v b="$t0" 'BEGIN { printf "%.1f", a - b }')
+  local msg; msg=$(events_of job.hang | json "d[0]['message']")
+  # Where rank 5 stops decides what the others wait in: a collective it never
+  # entered, or a pipeline send/recv whose peer it is (those carry no count).
+  echo "$msg" | grep -Eq "culprit rank 5 on node node-b \(pid $victim\): (never entered|the others wait for it in pp send/recv)" \
+    || fail "culprit not named: $msg"
+  echo "$msg" | grep -q "process stopped (SIGSTOP)" || fail "stopped state not named: $msg"
+  ok "SIGSTOP of rank 5: hang declared within ${took} s naming it: $msg"
+  MINE=$victim
+  wait_until 10 ranks_gone || fail "the stopped rank outlived the restart: $victim"
+  recovered() { [ "$(events_of job.recovered | json "len(d)")" -ge 1 ]; }
+  wait_until 60 recovered || fail "not running again: $(atoll status "$id")"
+  atoll status "$id" --json | json "(d['state'], d['epoch'], d['restart_history'][0]['cause'], d['restart_history'][0]['rank'], d['restart_history'][0]['node'])" \
+    | grep -qx "('running', 1, 'hang', 5, 'node-b')" || fail "history: $(atoll status "$id" --json)"
+  [ "$(rank_pids "$id" | wc -w)" = 8 ] || fail "expected the 8 ranks of epoch 1 only: $(rank_pids "$id")"
+  ok "the stopped rank is gone and the job runs again in epoch 1; atoll status: $(atoll status "$id" | grep -A1 'epoch 1 ' | tr -s ' ' | head -2 | tr '\n' ' ')"
+  cancel_job "$id"
+  stop_all
+}
+
+case_straggler() {
+  local dpy; dpy=$(debian_python prometheus_client) || { echo "SKIP: needs python3-prometheus-client"; exit 77; }
+  start_cluster
+  # data parallel over 4 ranks with enough compute per step that a slow rank's compute shows
+  ID=$(atoll submit --num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 64 --micro-batch-size 2 \
+       --global-batch-size 8 --lr 1e-3 --num-gpus 4 --train-iters 100000 --name slowpoke --json | json "d['job']") \
+    || fail "submit"
+  local id=$ID
+  wait_until 60 step_at_least "$id" 5 || fail "job not running: $(atoll status "$id")"
+  local victim; victim=$(rank_pids "$id" 2)
+  [ -n "$victim" ] || fail "no rank 2"
+  # A throttled rank, as a slow GPU or a busy host would leave it: stopped 3/4 of the time.
+  "$PY" - "$victim" <<'PYEOF' &
+import os, signal, sys, time
+pid = int(sys.argv[1])
+try:
+    while True:
+        os.kill(pid, signal.SIGSTOP); time.sleep(0.03)
+        os.kill(pid, signal.SIGCONT); time.sleep(0.01)
+except ProcessLookupError:
+    pass
+PYEOF
+  local throttle=$!
+  PIDS+=("$throttle")
+  has_straggler() { [ "$(events_of job.straggler | json "len([e for e in d if 'rank 2 on node node-a' in e['message']])")" -ge 1 ]; }
+  wait_until 60 has_straggler || fail "rank 2 not named a straggler: $(atoll status "$id" | tail -3)"
+  ok "straggler event: $(events_of job.straggler | json "[e['message'] for e in d if 'rank 2' in e['message']][0]")"
+  atoll status "$id" | grep -E "stragglers .*: rank 2 \(node-a\) [0-9.]+x" >/dev/null || fail "status: $(atoll status "$id")"
+  atoll status "$id" --json | json "[r['rank'] for r in d['ranks'] if r['straggler']]" | grep -q "2" || fail "status --json"
+  "$dpy" - "http://$(cat "$TMP/state/http.addr")" "$id" <<'PYEOF' || fail "/metrics straggler scores"
+import sys, urllib.request
+from prometheus_client.parser import text_string_to_metric_families
+fams = {f.name: f for f in text_string_to_metric_families(urllib.request.urlopen(sys.argv[1] + "/metrics").read().decode())}
+sc = {s.labels["rank"]: s.value for s in fams["atoll_rank_straggler_score"].samples if s.labels["job"] == sys.argv[2]}
+assert len(sc) == 4 and sc["2"] > 1.2 and sc["2"] == max(sc.values()), sc  # scores move; the event had >= 1.5
+n = [s.value for s in fams["atoll_job_stragglers"].samples if s.labels["job"] == sys.argv[2]]
+assert n and n[0] >= 1, n
+print("atoll_rank_straggler_score: rank 2 %.2f, others up to %.2f" % (sc["2"], max(v for k, v in sc.items() if k != "2")))
+PYEOF
+  kill "$throttle"; wait "$throttle" 2>/dev/null; kill -CONT "$victim" 2>/dev/null
+  ok "atoll status and /metrics show rank 2's score"
   cancel_job "$id"
   stop_all
 }

@@ -67,6 +67,8 @@ static void send_msg(coord *c, test_peer *t, uint16_t type, const ProtobufCMessa
     free(b);
 }
 
+static uint64_t incarnation; /* of the agent process registering */
+
 static void do_register(coord *c, test_peer *t, const char *name, const char *profile)
 {
     topo_node n;
@@ -77,6 +79,7 @@ static void do_register(coord *c, test_peer *t, const char *name, const char *pr
     msg_node_from_topo(&node, &n, 0, &a);
     Atoll__Register r = ATOLL__REGISTER__INIT;
     r.node = &node;
+    r.incarnation = incarnation;
     send_msg(c, t, ATOLL__MSG_TYPE__MSG_REGISTER, &r.base);
     msg_arena_free(&a);
 }
@@ -122,11 +125,14 @@ static void base_cfg(atoll_config *cfg)
     cfg->num_gpus = 16;
 }
 
+static int max_restarts = -1; /* the spec's: -1 the coordinator's default */
+
 /* Submits and returns the job id, or 0 with the error in *err. */
 static uint64_t submit(coord *c, test_peer *t, const atoll_config *cfg, const char **err)
 {
     Atoll__JobSpec spec;
     msg_spec_from_cfg(&spec, cfg, "t");
+    spec.max_restarts = max_restarts;
     Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
     req.spec = &spec;
     send_msg(c, t, ATOLL__MSG_TYPE__MSG_SUBMIT, &req.base);
@@ -163,7 +169,9 @@ int main(int argc, char **argv)
     (void)argc;
     log_init("test_ctl_coord", LOG_WARN);
     coord c;
-    coord_opts o = { .heartbeat_ms = 1000, .suspect_ms = 2000, .node_timeout_ms = 5000 };
+    coord_opts o;
+    coord_opts_defaults(&o);
+    o.suspect_ms = 2000;
     snprintf(o.listen, sizeof o.listen, "127.0.0.1:7420");
     char err[256];
     CHECK(coord_init(&c, &o, ":memory:", err, sizeof err) == 0, "%s", err);
@@ -306,16 +314,57 @@ int main(int argc, char **argv)
     CHECK(registry_state(registry_find(&c.reg, "n2")) == NODE_DEAD, "n2 not dead after 6.5 s of silence");
     CHECK(registry_state(registry_find(&c.reg, "n1")) == NODE_ALIVE, "n1 should be alive");
     CHECK(events_of(&c, "node.suspect") == 1 && events_of(&c, "node.dead") == 1, "liveness events");
-    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_PENDING && j.restarts == 1 && j.epoch == 1,
-          "after node loss: state %d restarts %u epoch %u", j.state, j.restarts, j.epoch);
-    CHECK(strstr(j.message, "waiting for 16 GPUs: 8 free"), "pending reason: '%s'", j.message);
+    /* Restarted at once on what is left: n1's 8 GPUs, TP and PP kept, DP 4 -> 2 (global batch kept). */
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_STARTING && j.restarts == 1 && j.epoch == 1 && j.world == 8,
+          "after node loss: state %d restarts %u epoch %u world %d (%s)", j.state, j.restarts, j.epoch, j.world,
+          j.message);
+    CHECK(strstr(j.message, "dp=2 on 8 ranks (data parallel shrunk"), "placed shrunk: '%s'", j.message);
     store_job_clear(&j);
     CHECK(w1.stops >= 1, "surviving node was not told to stop the job");
-    /* n2 comes back: heartbeat on its connection revives it, and the job is placed again. */
+    CHECK(events_of(&c, "job.node_lost") == 1 && events_of(&c, "job.restart") == 1, "fault and restart events");
+    store_restart rs;
+    CHECK(store_restart_get(c.st, id, 1, &rs) == 0 && !strcmp(rs.cause, "node-lost") && !strcmp(rs.node, "n2") &&
+          rs.counted && rs.dp == 2 && rs.detected_ms - rs.fault_ms >= 5000 && rs.reached == 5 && rs.running_ms == 0,
+          "restart row: %s node %s dp %d detection %lld ms", rs.cause, rs.node, rs.dp,
+          (long long)(rs.detected_ms - rs.fault_ms));
+    /* The new placement's first step closes the row: resumed from step 4, one step done again. */
+    Atoll__RankMetrics m1 = ATOLL__RANK_METRICS__INIT;
+    m1.job = id;
+    m1.epoch = 1;
+    m1.rank = 0;
+    m1.iteration = 5;
+    m1.start_iteration = 4;
+    m1.step_ms = 100;
+    fake_ms += 1000;
+    m1.time_ms = fake_ms;
+    heartbeat(&c, &w1, &m1);
+    coord_tick(&c);
+    CHECK(store_restart_get(c.st, id, 1, &rs) == 0 && rs.running_ms == fake_ms - 100 && rs.from_iteration == 4 &&
+          rs.steps_recomputed == 1, "closed row: running %lld from %lld recomputed %lld", (long long)rs.running_ms,
+          (long long)rs.from_iteration, (long long)rs.steps_recomputed);
+    CHECK(events_of(&c, "job.recovered") == 1, "recovered event");
+    /* n2 comes back: nothing moves until the job commits a checkpoint, then DP grows back to 4. */
     heartbeat(&c, &w2, NULL);
     CHECK(registry_state(registry_find(&c.reg, "n2")) == NODE_ALIVE, "n2 revived by its heartbeat");
     coord_tick(&c);
-    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_STARTING && j.epoch == 1, "re-placed: %d", j.state);
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_RUNNING && j.epoch == 1, "still shrunk: %d", j.state);
+    store_job_clear(&j);
+    m1.iteration = 7;
+    m1.checkpoint_iteration = 6;
+    m1.save_stall_ms = 30;
+    heartbeat(&c, &w1, &m1);
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_RESTARTING && j.checkpoint == 6 && j.lost_ckpt_ms == 30,
+          "scale-up at the checkpoint: state %d checkpoint %lld stall %lld", j.state, (long long)j.checkpoint,
+          (long long)j.lost_ckpt_ms);
+    store_job_clear(&j);
+    CHECK(store_restart_get(c.st, id, 2, &rs) == 0 && !strcmp(rs.cause, "scale-up") && !rs.counted,
+          "scale-up row: %s counted %d", rs.cause, rs.counted);
+    fake_ms += 100;
+    heartbeat(&c, &w1, NULL); /* the old ranks are gone: their nodes list no running job */
+    heartbeat(&c, &w2, NULL);
+    coord_tick(&c);
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_STARTING && j.epoch == 2 && j.world == 16 && j.restarts == 2,
+          "grown back: state %d epoch %u world %d (%s)", j.state, j.epoch, j.world, j.message);
     store_job_clear(&j);
 
     /* ---- cancel ---- */
@@ -336,7 +385,9 @@ int main(int argc, char **argv)
 
     /* ---- reports are acknowledged once stored, replays change nothing, a failed rank fails the job ---- */
     base_cfg(&cfg);
+    max_restarts = 0; /* fails at the first fault */
     uint64_t id2 = submit(&c, &cli, &cfg, &e);
+    max_restarts = -1;
     coord_tick(&c);
     CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_STARTING, "second job placed: %d (%s)", j.state, j.message);
     store_job_clear(&j);
@@ -360,6 +411,18 @@ int main(int argc, char **argv)
           st.loss);
     CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "running after its first report: %d", j.state);
     store_job_clear(&j);
+    Atoll__RankExit ex2 = ATOLL__RANK_EXIT__INIT; /* a peer that lost its link to rank 5, reported first */
+    ex2.job = id2;
+    ex2.rank = 9;
+    ex2.pid = 4343;
+    ex2.exit_status = 1;
+    ex2.relay_seq = 3;
+    heartbeat_exit(&c, &w2, &ex2);
+    coord_tick(&c);
+    CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_RUNNING,
+          "an exit by itself is judged only after the settle period: %d", j.state);
+    store_job_clear(&j);
+    fake_ms += JOBS_SETTLE_MS / 2;
     Atoll__RankExit ex = ATOLL__RANK_EXIT__INIT;
     ex.job = id2;
     ex.rank = 5;
@@ -368,23 +431,142 @@ int main(int argc, char **argv)
     ex.relay_seq = 8;
     ex.log_tail = "step 1 done\nboom";
     heartbeat_exit(&c, &w1, &ex);
-    Atoll__RankExit ex2 = ATOLL__RANK_EXIT__INIT; /* a peer that lost its link to rank 5 */
-    ex2.job = id2;
-    ex2.rank = 9;
-    ex2.pid = 4343;
-    ex2.exit_status = 1;
-    ex2.relay_seq = 3;
-    heartbeat_exit(&c, &w2, &ex2);
-    coord_tick(&c);
-    CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "judged only after the settle period: %d", j.state);
-    store_job_clear(&j);
-    fake_ms += JOBS_SETTLE_MS + 1;
-    coord_tick(&c);
+    coord_tick(&c); /* killed by a signal: the cause, judged at once */
     CHECK(job_state(&c, id2, &j) == ATOLL__JOB_STATE__JOB_FAILED &&
           strstr(j.message, "rank 5 (pid 4242) was killed by signal 9") && strstr(j.message, "on node n1") &&
-          strstr(j.message, "boom"), "failed, naming the rank killed by a signal: %d '%s'", j.state, j.message);
+          strstr(j.message, "boom") && strstr(j.message, "no restarts left (max 0)"),
+          "failed, naming the rank killed by a signal: %d '%s'", j.state, j.message);
     store_job_clear(&j);
     CHECK(w1.stops + w2.stops > stops_before, "the other ranks were told to stop");
+
+    /* ---- a hang: step progress stops; the watchdog reports name the rank that never entered ---- */
+    c.o.hang_floor_ms = 1000;
+    base_cfg(&cfg);
+    uint64_t id3 = submit(&c, &cli, &cfg, &e);
+    fake_ms += 100;
+    heartbeat(&c, &w1, NULL);
+    heartbeat(&c, &w2, NULL);
+    coord_tick(&c);
+    CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_STARTING, "third job placed: %d (%s)", j.state, j.message);
+    store_job_clear(&j);
+    for (int it = 1; it <= 3; it++) { /* 200 ms steps */
+        fake_ms += 200;
+        Atoll__RankMetrics sm = ATOLL__RANK_METRICS__INIT;
+        sm.job = id3;
+        sm.epoch = 0;
+        sm.rank = 0;
+        sm.iteration = it;
+        sm.step_ms = 200;
+        sm.time_ms = fake_ms;
+        heartbeat(&c, &w1, &sm);
+        coord_tick(&c);
+    }
+    CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "third job running: %d", j.state);
+    store_job_clear(&j);
+    live_job *lj3 = jobs_live(&c, id3);
+    CHECK(lj3 && hang_bound_ms(&c, lj3) == 1000, "bound max(1 s floor, 3 x 0.2 s): %lld",
+          lj3 ? (long long)hang_bound_ms(&c, lj3) : -1);
+    /* Rank 1 was stopped while computing step 4; rank 0, its TP peer, waits for it in tp all-reduce #41;
+     * everyone else waits on rank 0 or 1 further down (the pipeline and data parallel peers). */
+    int32_t tp01[2] = { 0, 1 }, pp0[2] = { 0, 8 }, pp1[2] = { 1, 9 };
+    Atoll__WatchOp op_tp = ATOLL__WATCH_OP__INIT, op_pp0 = ATOLL__WATCH_OP__INIT, op_pp1 = ATOLL__WATCH_OP__INIT;
+    op_tp.group = "tp"; op_tp.op = "all-reduce"; op_tp.seq = 41; op_tp.members = tp01; op_tp.n_members = 2;
+    op_tp.waited_ms = 900;
+    op_pp0.group = "pp"; op_pp0.op = "send/recv"; op_pp0.members = pp0; op_pp0.n_members = 1; op_pp0.waited_ms = 800;
+    op_pp1.group = "pp"; op_pp1.op = "send/recv"; op_pp1.members = pp1; op_pp1.n_members = 1; op_pp1.waited_ms = 800;
+    Atoll__WatchOp *ops0[1] = { &op_tp }, *ops8[1] = { &op_pp0 }, *ops9[1] = { &op_pp1 };
+    fake_ms += 900;
+    Atoll__RankWatch wv[16], *wp[16];
+    for (int r = 0; r < 16; r++) {
+        Atoll__RankWatch *w = &wv[r];
+        atoll__rank_watch__init(w);
+        w->job = id3;
+        w->rank = r;
+        w->iteration = 3;
+        w->phase = "step";
+        w->pid = 5000 + r;
+        w->age_ms = 100;
+        if (r == 0) w->ops = ops0, w->n_ops = 1;
+        if (r == 8) w->ops = ops8, w->n_ops = 1;
+        if (r == 9) w->ops = ops9, w->n_ops = 1;
+        if (r == 1) w->age_ms = 1100, w->stopped = 1; /* silent since it stopped */
+        wp[r] = w;
+    }
+    Atoll__Heartbeat hw = ATOLL__HEARTBEAT__INIT;
+    hw.seq = 5;
+    hw.watches = wp; /* n1's ranks: 0..7 */
+    hw.n_watches = 8;
+    send_msg(&c, &w1, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hw.base);
+    hw.watches = wp + 8;
+    send_msg(&c, &w2, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hw.base);
+    int culprits[4];
+    char why[512];
+    lj3 = jobs_live(&c, id3);
+    int nc = lj3 ? hang_culprits(lj3, fake_ms, 1000, culprits, 4, why, sizeof why) : -1;
+    CHECK(nc == 1 && culprits[0] == 1, "culprit: %d ranks, first %d: %s", nc, nc > 0 ? culprits[0] : -1, why);
+    CHECK(strstr(why, "culprit rank 1 on node n1 (pid 5001): never entered tp all-reduce #41") &&
+          strstr(why, "process stopped (SIGSTOP)") && strstr(why, "last seen computing at iteration 3"), "why: %s", why);
+    coord_tick(&c);
+    CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "not hung within the bound: %d", j.state);
+    store_job_clear(&j);
+    /* The next heartbeats, 0.6 s later: rank 1 still silent, rank 0 still waiting; no step. */
+    fake_ms += 600; /* (ticks come every 100 ms: a longer gap means a held-up loop) */
+    for (int r = 0; r < 16; r++) wv[r].age_ms = r == 1 ? 1700 : 100;
+    op_tp.waited_ms = 1500;
+    hw.watches = wp;
+    send_msg(&c, &w1, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hw.base);
+    hw.watches = wp + 8;
+    send_msg(&c, &w2, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hw.base);
+    coord_tick(&c);
+    CHECK(events_of(&c, "job.hang") == 0, "judged after a held-up loop");
+    fake_ms += 100;
+    coord_tick(&c);
+    CHECK(events_of(&c, "job.hang") == 1, "one hang event, got %d", events_of(&c, "job.hang"));
+    CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_RESTARTING, "a hung job restarts: %d", j.state);
+    store_job_clear(&j);
+    /* Nothing fits (both nodes drained): the restart waits, and an event says why. */
+    Atoll__DrainRequest dr = ATOLL__DRAIN_REQUEST__INIT;
+    dr.drain = 1;
+    dr.name = "n1";
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_DRAIN, &dr.base);
+    dr.name = "n2";
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_DRAIN, &dr.base);
+    fake_ms += 100;
+    heartbeat(&c, &w1, NULL); /* no running ranks listed: the old ones are gone */
+    heartbeat(&c, &w2, NULL);
+    coord_tick(&c);
+    CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_PENDING && j.epoch == 1 &&
+          strstr(j.message, "cannot place again: even data-parallel size 1 needs 4 ranks (tp 2 x pp 2)"),
+          "unplaceable restart: %d '%s'", j.state, j.message);
+    store_job_clear(&j);
+    CHECK(events_of(&c, "job.unplaceable") == 1, "job.unplaceable event: %d", events_of(&c, "job.unplaceable"));
+    dr.drain = 0;
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_DRAIN, &dr.base);
+    fake_ms += 100;
+    coord_tick(&c);
+    CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_STARTING && j.world == 8,
+          "placed again on n2 once it is undrained: %d world %d (%s)", j.state, j.world, j.message);
+    store_job_clear(&j);
+    /* Every rank inside the same all-reduce, one of them silent: that one holds it. */
+    live_job tj;
+    memset(&tj, 0, sizeof tj);
+    live_rank tr[2];
+    memset(tr, 0, sizeof tr);
+    Atoll__RankWatch tw[2];
+    for (int r = 0; r < 2; r++) {
+        atoll__rank_watch__init(&tw[r]);
+        tw[r].phase = "step";
+        tw[r].ops = ops0;
+        tw[r].n_ops = 1;
+        tr[r].watch = &tw[r];
+        tr[r].watch_ms = fake_ms - (r == 1 ? 3000 : 100);
+        tw[r].age_ms = r == 1 ? 3000 : 100;
+        snprintf(tr[r].node, sizeof tr[r].node, "n%d", r);
+    }
+    tj.ranks = tr;
+    tj.nranks = 2;
+    nc = hang_culprits(&tj, fake_ms, 1000, culprits, 4, why, sizeof why);
+    CHECK(nc == 1 && culprits[0] == 1 && strstr(why, "watchdog silent 3.0 s"), "silent inside the op: %s", why);
 
     /* ---- rendezvous: only ranks of the scope they proved ---- */
     static test_peer r1, r2, other;
@@ -453,12 +635,20 @@ int main(int argc, char **argv)
     if (nodes) atoll__nodes_reply__free_unpacked(nodes, NULL);
 
     /* ---- a closed worker connection keeps the node; its name can register again ---- */
+    uint64_t seen = registry_find(&c.reg, "n1")->relay_seen;
     coord_peer_closed(&c, &w1.p);
     do_register(&c, &w3, "n1", "dgx-h100");
     rr = (Atoll__RegisterReply *)last(&w3, ATOLL__MSG_TYPE__MSG_REGISTER_REPLY);
     CHECK(rr && rr->reregistered, "re-registration keeps identity");
     if (rr) atoll__register_reply__free_unpacked(rr, NULL);
-    CHECK(events_of(&c, "node.reregistered") == 1, "re-registration event");
+    CHECK(seen > 0 && registry_find(&c.reg, "n1")->relay_seen == seen,
+          "the same agent reconnecting keeps its relay sequence: %llu", (unsigned long long)seen);
+    /* A restarted agent (a new process) numbers its reports from 1 again: none may be taken for a resend. */
+    coord_peer_closed(&c, &w3.p);
+    incarnation = 77;
+    do_register(&c, &w3, "n1", "dgx-h100");
+    CHECK(registry_find(&c.reg, "n1")->relay_seen == 0, "a new agent process starts a new relay sequence");
+    CHECK(events_of(&c, "node.reregistered") == 2, "re-registration event");
 
     /* A still-attached but silent connection loses its name to a new registration. */
     static test_peer w4;
@@ -512,7 +702,7 @@ int main(int argc, char **argv)
     CHECK(job_state(&c, retried + 1, &j) == ATOLL__JOB_STATE__JOB_PENDING && strstr(j.message, "waiting for 64 GPUs"),
           "the new job was tried: '%s'", j.message);
     store_job_clear(&j);
-    Atoll__DrainRequest dr = ATOLL__DRAIN_REQUEST__INIT;
+    dr = (Atoll__DrainRequest)ATOLL__DRAIN_REQUEST__INIT;
     dr.name = "n1";
     dr.drain = 0; /* undrain: capacity may have grown */
     registry_find(&c.reg, "n1")->drained = 1;

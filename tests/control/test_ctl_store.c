@@ -202,7 +202,12 @@ static void migrations(void)
     sqlite3 *db;
     CHECK(sqlite3_open(path, &db) == SQLITE_OK, "sqlite open");
     CHECK(sqlite3_exec(db, "DROP INDEX jobs_request_id; ALTER TABLE jobs DROP COLUMN request_id; "
-                           "DROP TABLE steps; DROP TABLE rank_exits; DROP INDEX jobs_state; "
+                           "DROP TABLE steps; DROP TABLE rank_exits; DROP INDEX jobs_state; DROP TABLE restarts; "
+                           "ALTER TABLE jobs DROP COLUMN world; ALTER TABLE jobs DROP COLUMN checkpoint; "
+                           "ALTER TABLE jobs DROP COLUMN started_ms; ALTER TABLE jobs DROP COLUMN ended_ms; "
+                           "ALTER TABLE jobs DROP COLUMN lost_startup_ms; ALTER TABLE jobs DROP COLUMN lost_ckpt_ms; "
+                           "ALTER TABLE jobs DROP COLUMN lost_detect_ms; ALTER TABLE jobs DROP COLUMN lost_restart_ms; "
+                           "ALTER TABLE jobs DROP COLUMN lost_recompute_ms; "
                            "PRAGMA user_version=1;", NULL, NULL, NULL) == SQLITE_OK,
           "rewind: %s", sqlite3_errmsg(db));
     sqlite3_close(db);
@@ -214,6 +219,28 @@ static void migrations(void)
     CHECK(store_step_put(s, &one) == 0, "steps table after migration");
     store_job j;
     CHECK(store_job_get(s, 1, &j) == 0, "data kept through migration");
+    CHECK(j.world == 0 && j.checkpoint == 0 && j.started_ms == 0 && j.lost_restart_ms == 0,
+          "the columns added for restarts start at 0");
+    store_job_clear(&j);
+    /* restart history rows and the checkpoint note */
+    store_restart r = { .job = 1, .epoch = 2, .rank = 3, .fault_ms = 10, .detected_ms = 20, .reached = 7, .dp = 1,
+                        .counted = 1 };
+    snprintf(r.cause, sizeof r.cause, "hang");
+    snprintf(r.node, sizeof r.node, "n1");
+    snprintf(r.detail, sizeof r.detail, "rank 3 stopped");
+    CHECK(store_restart_put(s, &r) == 0, "restart put");
+    r.epoch = 3;
+    r.counted = 0;
+    CHECK(store_restart_put(s, &r) == 0, "second restart put");
+    store_restart back;
+    int counted = -1;
+    CHECK(store_restart_get(s, 1, 2, &back) == 0 && !strcmp(back.cause, "hang") && back.rank == 3 &&
+          back.reached == 7 && !strcmp(back.detail, "rank 3 stopped"), "restart row round trip");
+    CHECK(store_restarts_counted(s, 1, &counted) == 0 && counted == 1, "counted restarts: %d", counted);
+    CHECK(store_restart_get(s, 1, 9, &back) == 1, "no row for an epoch that never was");
+    CHECK(store_job_note_checkpoint(s, 1, 40, 25) == 0 && store_job_note_checkpoint(s, 1, 30, 5) == 0 &&
+          store_job_get(s, 1, &j) == 0 && j.checkpoint == 40 && j.lost_ckpt_ms == 30,
+          "checkpoint only moves forward, stalls add up: %lld %lld", (long long)j.checkpoint, (long long)j.lost_ckpt_ms);
     store_job_clear(&j);
     CHECK(store_job_by_request(s, "never", &j) == 1, "request ids after migration");
     store_close(s);

@@ -2,7 +2,8 @@
 # End-to-end checks of atoll-train on the CPU backend:
 #   overfit  - a short repeated text is learned to a loss below 0.1
 #   resume   - 20 steps straight == 10 steps, stop, resume, 10 more (bit-identical losses),
-#              also when the newest checkpoint is corrupt and an older one must be used
+#              also when the newest checkpoint is corrupt and an older one must be used, and
+#              with --async-save (the same files, byte for byte)
 #   bad input - truncated .idx, short .bin, checkpoint of another shape, hidden % heads:
 #              one-line error naming the file/flag, non-zero exit, nothing written
 # usage: engine_cli.sh ATOLL_TRAIN PREPARE_TOOL WORKDIR
@@ -43,6 +44,21 @@ else
     bad "resume: losses differ"; diff <(losses straight.jsonl) <(losses part.jsonl) | head -5
 fi
 
+# the same with --async-save: the same committed steps, byte for byte, and the same resume
+"$TRAIN" "${RUN[@]}" --exit-interval 10 --save cka --save-interval 5 --async-save --metrics-file parta.jsonl \
+    >/dev/null 2>&1 || bad "first half with --async-save failed"
+same=1
+for f in model.safetensors optim.safetensors train_state.json; do
+    cmp -s "ck/iter_0000010/$f" "cka/iter_0000010/$f" || same=0
+    cmp -s "ck/iter_0000005/$f" "cka/iter_0000005/$f" || same=0
+done
+"$TRAIN" "${RUN[@]}" --load cka --async-save --metrics-file parta.jsonl >resumea.log 2>&1 || bad "async resume failed"
+if [ $same = 1 ] && [ -f cka/iter_0000010/manifest.json ] && diff <(losses straight.jsonl) <(losses parta.jsonl) >/dev/null; then
+    ok "--async-save: checkpoints byte-identical to the synchronous ones, bit-identical resume"
+else
+    bad "--async-save: files same=$same, losses: $(diff <(losses straight.jsonl) <(losses parta.jsonl) | head -3)"
+fi
+
 # newest step corrupt: the run reports it, resumes from iteration 5, and still matches
 printf 'X' | dd of=ck_copy/iter_0000010/model.safetensors bs=1 seek=200 conv=notrunc status=none
 "$TRAIN" "${RUN[@]}" --load ck_copy --save ck_copy --metrics-file corrupt.jsonl >corrupt.log 2>corrupt.err \
@@ -57,15 +73,28 @@ rm ck_copy/iter_0000020/manifest.json
 "$TRAIN" "${RUN[@]}" --load ck_copy --train-iters 20 >torn.log 2>torn.err
 grep -q "iter_0000020 is not committed" torn.err && ok "uncommitted step reported" \
     || bad "torn step not reported: $(cat torn.err)"
-# The only checkpoint torn: refused with a reason, not a silent start from iteration 0.
-mkdir -p ck_torn && cp -r ck/iter_0000010 ck_torn/ && rm ck_torn/iter_0000010/manifest.json
+# The only checkpoint committed but torn since: refused with a reason, not a silent
+# start from iteration 0.
+mkdir -p ck_torn && cp -r ck/iter_0000010 ck_torn/ && truncate -s 100 ck_torn/iter_0000010/optim.safetensors
 "$TRAIN" "${RUN[@]}" --load ck_torn --save ck_torn --metrics-file torn_only.jsonl >torn_only.log 2>torn_only.err
 rc=$?
-if [ $rc -ne 0 ] && grep -q "none of its 1 checkpoint step is intact (the newest, iter_0000010 is not committed" \
+if [ $rc -ne 0 ] && grep -q "none of its 1 checkpoint step is intact (the newest committed one, iter_0000010 is torn" \
        torn_only.err && [ ! -s torn_only.jsonl ] && [ "$(ls ck_torn)" = iter_0000010 ]; then
     ok "only checkpoint torn: refused (exit $rc), nothing trained or written: $(tail -1 torn_only.err)"
 else
     bad "only checkpoint torn: rc=$rc, $(cat torn_only.err)"
+fi
+# The only step never committed (a first save cut short by a kill): nothing durable
+# was lost, so the run says so and starts from iteration 0 with the same losses.
+mkdir -p ck_cut && cp -r ck/iter_0000010 ck_cut/ && rm ck_cut/iter_0000010/manifest.json
+"$TRAIN" "${RUN[@]}" --load ck_cut --metrics-file cut.jsonl >cut.log 2>cut.err
+rc=$?
+if [ $rc -eq 0 ] && grep -q "iter_0000010 is not committed" cut.err &&
+   grep -q "no committed checkpoint in --load ck_cut; starting from iteration 0" cut.err &&
+   diff <(losses straight.jsonl) <(losses cut.jsonl) >/dev/null; then
+    ok "only step uncommitted: reported, fresh start with identical losses"
+else
+    bad "only step uncommitted: rc=$rc, $(cat cut.err)"
 fi
 
 # ---- validation split: --split 8,2,0 over ten documents, evaluated every 5 iterations ----

@@ -1,0 +1,401 @@
+#!/usr/bin/env python3
+"""Chaos run: real daemons on loopback, a real training job with checkpoints, and
+faults injected in a seeded random order: kill -9 of a workerd, kill -9 of a rank,
+SIGSTOP of a rank, kill -9 of the coordinator, and a killed node coming back.
+
+After each fault the job must run again (or, for the coordinator, keep running
+with no restart). At the end the job must complete, and:
+  - its losses match a no-failure run of the same job step for step: bit for bit
+    while the data-parallel size never changed, within 1e-5 relative after;
+  - every checkpoint it committed is on disk, intact (manifest sizes and FNV-1a-64
+    checksums), and so is every other step that has a manifest;
+  - no rank process of the job is left, nor one of an old epoch beside a new one;
+  - the events name every fault's node, rank and cause.
+
+    chaos.py BINDIR [--seed N] [--rounds R] [--heartbeat S] [--fault-every S] [--results FILE.json]
+
+Each round injects every kind of fault once (in the seed's order; a node comes
+back only after it was killed). --results writes per-fault figures (detection
+time, time to running again, steps recomputed) and the job's goodput for
+bench/chaos.sh. Exit status 0 when every check passed."""
+import argparse, json, os, random, shutil, signal, struct, subprocess, sys, tempfile, time
+
+KINDS = ["kill-rank", "stop-rank", "kill-workerd", "kill-coordinator"]
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+class Fail(Exception):
+    pass
+
+
+def fnv1a64(path):
+    h = 0xcbf29ce484222325
+    with open(path, "rb") as f:
+        data = f.read()
+    for b in data:  # small files here; plain Python is fast enough
+        h = ((h ^ b) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return h, len(data)
+
+
+class Cluster:
+    def __init__(self, bindir, tmp, hb, timeout, hang_floor, hang_factor):
+        self.bin, self.tmp, self.hb = bindir, tmp, hb
+        self.state = os.path.join(tmp, "state")
+        self.work = os.path.join(tmp, "work")
+        self.flags = ["--heartbeat-interval", str(hb), "--node-timeout", str(timeout),
+                      "--hang-floor", str(hang_floor), "--hang-factor", str(hang_factor), "--max-restarts", "1000"]
+        self.coord = None
+        self.ref = None  # the no-failure reference run (atoll-train --nproc-per-node)
+        self.port = 0
+        self.workers = {}
+        self.env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+
+    def start_coord(self):
+        addr = os.path.join(self.state, "coordinatord.addr")
+        if os.path.exists(addr):
+            os.unlink(addr)
+        logf = open(os.path.join(self.tmp, "coordinatord.log"), "a")
+        self.coord = subprocess.Popen([os.path.join(self.bin, "coordinatord"), "--listen", "127.0.0.1:%d" % self.port,
+                                       "--http", "127.0.0.1:0", "--state-dir", self.state] + self.flags,
+                                      stdout=logf, stderr=subprocess.STDOUT, env=self.env)
+        deadline = time.time() + 15
+        while not (os.path.exists(addr) and open(addr).read().strip()):
+            if time.time() > deadline or self.coord.poll() is not None:
+                raise Fail("coordinatord did not start")
+            time.sleep(0.05)
+        a = open(addr).read().strip()
+        self.port = int(a.rsplit(":", 1)[1])
+        self.env["ATOLL_COORDINATOR"] = a
+        self.env["ATOLL_TOKEN_FILE"] = os.path.join(self.state, "token")
+
+    def start_worker(self, name, slots):
+        logf = open(os.path.join(self.tmp, "workerd-%s.log" % name), "a")
+        self.workers[name] = subprocess.Popen([os.path.join(self.bin, "workerd"), "--name", name, "--simulate",
+                                               "cpu:%d" % slots, "--work-dir", self.work],
+                                              stdout=logf, stderr=subprocess.STDOUT, env=self.env)
+
+    def atoll(self, *args):
+        r = subprocess.run([os.path.join(self.bin, "atoll")] + list(args) + ["--json"], capture_output=True,
+                           text=True, env=self.env, timeout=30)
+        if r.returncode:
+            raise Fail("atoll %s: %s" % (" ".join(args), r.stderr.strip()))
+        return json.loads(r.stdout)
+
+    def status(self, job):
+        return self.atoll("status", str(job))
+
+    def events(self, after=0):
+        return self.atoll("events", "--after", str(after), "--limit", "100000")["events"]
+
+    def rank_pids(self, job, rank=None, epoch=None):
+        """pids of the job's ranks under this cluster's workerds: {pid: (rank, epoch)}"""
+        sups = {str(p.pid) for p in self.workers.values() if p.poll() is None}
+        out = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                env = open("/proc/%s/environ" % d, "rb").read().split(b"\0")
+                stat = open("/proc/%s/stat" % d).read()
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            e = dict(x.split(b"=", 1) for x in env if b"=" in x)
+            if e.get(b"ATOLL_JOB_ID") != str(job).encode():
+                continue
+            if e.get(b"ATOLL_SUPERVISOR_PID", b"").decode() not in sups:
+                continue
+            r, ep = int(e[b"RANK"]), int(e[b"ATOLL_JOB_EPOCH"])
+            if (rank is None or r == rank) and (epoch is None or ep == epoch):
+                out[int(d)] = (r, ep)
+        return out
+
+    def stop(self):
+        if self.ref and self.ref.poll() is None:
+            self.ref.kill()  # the reference run's ranks die with their launcher
+            self.ref.wait()
+        if self.coord and self.coord.poll() is not None:
+            log("coordinatord had exited by itself: status %d" % self.coord.returncode)
+        for p in list(self.workers.values()) + ([self.coord] if self.coord else []):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+
+
+def wait_for(what, fn, limit):
+    deadline = time.time() + limit
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.time() > deadline:
+            raise Fail("timed out after %.0f s waiting for %s" % (limit, what))
+        time.sleep(0.1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("bindir")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--heartbeat", type=float, default=0.2)
+    ap.add_argument("--node-timeout", type=float, default=1.5)
+    ap.add_argument("--hang-floor", type=float, default=1.5)
+    ap.add_argument("--hang-factor", type=float, default=3)
+    ap.add_argument("--steps-between", type=int, default=15, help="steps the job makes between faults")
+    ap.add_argument("--fault-every", type=float, default=0,
+                    help="seconds between faults instead (a goodput run: the job is cancelled one interval after "
+                         "the last fault; no reference run, so no loss check)")
+    ap.add_argument("--sync-save", action="store_true", help="synchronous checkpoints (default: --async-save)")
+    ap.add_argument("--hidden", type=int, default=128, help="the model's hidden size (its step time)")
+    ap.add_argument("--results")
+    ap.add_argument("--keep", action="store_true")
+    a = ap.parse_args()
+    rng = random.Random(a.seed)
+    tmp = tempfile.mkdtemp(prefix="chaos.")
+    cl = Cluster(os.path.abspath(a.bindir), tmp, a.heartbeat, a.node_timeout, a.hang_floor, a.hang_factor)
+    ok = False
+    try:
+        ok = run(a, rng, cl, tmp)
+    except Exception as e:  # noqa: BLE001 (a crash of the driver is a failure too, with the logs)
+        log("FAIL:", e if isinstance(e, Fail) else repr(e))
+        for f in sorted(os.listdir(tmp)):
+            if f.endswith(".log"):
+                log("--- %s" % f)
+                log("".join(open(os.path.join(tmp, f)).readlines()[-25:]))
+    finally:
+        cl.stop()
+        if not a.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            log("kept", tmp)
+    return 0 if ok else 1
+
+
+def run(a, rng, cl, tmp):
+    ckpt = os.path.join(tmp, "ckpt")
+    # steps of some tens of milliseconds on 2 cores: faults land mid-run
+    model = ["--num-layers", "4", "--hidden-size", str(a.hidden), "--num-attention-heads", "4", "--seq-length", "32",
+             "--micro-batch-size", "1", "--global-batch-size", "16", "--lr", "1e-3", "--lr-warmup-iters", "2",
+             "--seed", "1234", "--log-interval", "1", "--pipeline-model-parallel-size", "2"]
+    if not a.sync_save:
+        model.append("--async-save")
+    # faults: every kind once per round, shuffled; a killed node comes back later in the round
+    plan = []
+    for _ in range(a.rounds):
+        kinds = KINDS[:]
+        rng.shuffle(kinds)
+        at = kinds.index("kill-workerd")
+        kinds.insert(rng.randint(at + 1, len(kinds)), "node-back")
+        plan += kinds
+    # room for the steps made while each fault is handled and checked, beyond steps_between
+    iters = (len(plan) + 2) * 2 * a.steps_between + 20 if not a.fault_every else 10 ** 7
+    cl.start_coord()
+    cl.start_worker("node-a", 2)
+    cl.start_worker("node-b", 2)
+    wait_for("2 nodes alive", lambda: sum(n["state"] == "alive" for n in cl.atoll("nodes")["nodes"]) == 2, 15)
+    job = cl.atoll("submit", *model, "--num-gpus", "4", "--train-iters", str(iters), "--save", ckpt,
+                   "--save-interval", "5", "--name", "chaos")["job"]
+    log("job %d: tp1 x pp2 x dp2 on node-a and node-b, %d iterations, %s checkpoints every 5; faults: %s"
+        % (job, iters, "synchronous" if a.sync_save else "asynchronous", " ".join(plan)))
+    # the reference: the same job without faults, standalone
+    ref_metrics = os.path.join(tmp, "reference.jsonl")
+    ref = None
+    if not a.fault_every:
+        ref = cl.ref = subprocess.Popen([os.path.join(cl.bin, "atoll-train"), "--nproc-per-node", "4"] + model +
+                               ["--train-iters", str(iters), "--metrics-file", ref_metrics],
+                               cwd=tmp, stdout=open(os.path.join(tmp, "reference.log"), "w"), stderr=subprocess.STDOUT,
+                               env=cl.env)
+    step = lambda: cl.status(job)["step"]
+    wait_for("the job's first steps", lambda: step() >= 5, 60)
+    results = []
+    last_fault = time.time()
+    killed = None  # the node whose workerd was killed, until it comes back
+    last_event = 0
+    for n, kind in enumerate(plan):
+        st = cl.status(job)
+        base = st["step"]
+        if st["state"] not in ("running", "starting"):
+            raise Fail("the job is %s before fault %d of %d (%s)" % (st["state"], n + 1, len(plan), st["message"]))
+        if a.fault_every:
+            time.sleep(max(0, a.fault_every - (time.time() - last_fault)))
+        else:
+            wait_for("%d more steps" % a.steps_between, lambda: step() >= base + a.steps_between, 120)
+        st = cl.status(job)
+        last_event = max([e["id"] for e in cl.events(last_event)] + [last_event])
+        restarts = st["restarts"]
+        epoch = st["epoch"]
+        pids = wait_for("the ranks of epoch %d" % epoch, lambda: cl.rank_pids(job, epoch=epoch), 30)
+        ranks = sorted({r for r, _ in pids.values()})
+        rec = {"kind": kind, "step": st["step"], "epoch": epoch, "step_ms": st["metrics"].get("step_ms")}
+        t0 = last_fault = time.time()
+        if kind in ("kill-rank", "stop-rank"):
+            rank = rng.choice(ranks)
+            pid = [p for p, (r, _) in pids.items() if r == rank][0]
+            os.kill(pid, signal.SIGKILL if kind == "kill-rank" else signal.SIGSTOP)
+            rec.update(rank=rank, pid=pid)
+        elif kind == "kill-workerd":
+            up = [w for w, p in cl.workers.items() if p.poll() is None]
+            killed = rng.choice(up)
+            cl.workers[killed].kill()
+            cl.workers[killed].wait()
+            rec["node"] = killed
+        elif kind == "node-back":
+            cl.start_worker(killed, 2)
+            rec["node"] = killed
+            killed = None
+        elif kind == "kill-coordinator":
+            cl.coord.kill()
+            cl.coord.wait()
+            time.sleep(rng.uniform(0.2, 1.0))
+            cl.start_coord()
+        rec["t_fault"] = t0
+        log("fault %d: %s %s at step %d" % (n + 1, kind, {k: v for k, v in rec.items() if k in ("rank", "node")},
+                                            rec["step"]))
+        check_fault(cl, job, rec, restarts, epoch, last_event)
+        results.append(rec)
+    if a.fault_every:
+        time.sleep(max(0, a.fault_every - (time.time() - last_fault)))
+        cl.atoll("cancel", str(job))
+        wait_for("no rank left", lambda: not cl.rank_pids(job), 15)
+        st = cl.status(job)
+        log("ok: job ran through %d faults, one every %.0f s, and was cancelled; no rank process left" %
+            (len(plan), a.fault_every))
+    else:
+        wait_for("the job to complete", lambda: cl.status(job)["state"] in ("completed", "failed"), 600)
+        st = cl.status(job)
+        if st["state"] != "completed":
+            raise Fail("job ended %s: %s" % (st["state"], st["message"]))
+        if ref.wait(timeout=600):
+            raise Fail("the reference run failed (exit %d)" % ref.returncode)
+        wait_for("no rank left", lambda: not cl.rank_pids(job), 15)
+        log("ok: job completed after %d faults; no rank process left" % len(plan))
+        check_losses(cl, job, st, ref_metrics, iters)
+    check_checkpoints(cl, job, ckpt)
+    check_events_name_faults(cl, job, results)
+    g = st.get("goodput", {})
+    log("goodput %.1f%% of %.1f s (lost: %s)" % (100 * g.get("ratio", 0), g.get("wall_s", 0),
+                                                 ", ".join("%s %.1f s" % kv for kv in g.get("lost_s", {}).items())))
+    if a.results:
+        json.dump({"faults": results, "goodput": g, "history": st["restart_history"], "iters": iters,
+                   "steps": st["step"], "heartbeat_s": a.heartbeat, "node_timeout_s": a.node_timeout,
+                   "hang_floor_s": a.hang_floor, "hang_factor": a.hang_factor, "hidden": a.hidden, "seed": a.seed, "fault_every": a.fault_every,
+                   "async_save": not a.sync_save}, open(a.results, "w"), indent=1)
+    log("PASS")
+    return True
+
+
+def check_fault(cl, job, rec, restarts, epoch, after):
+    """The job runs again (or, for the coordinator, runs on without a restart)."""
+    kind = rec["kind"]
+    if kind == "kill-coordinator":
+        st = wait_for("the job to report steps again", lambda: (lambda s: s if s["step"] > rec["step"] + 2 else None)(
+            cl.status(job)), 60)
+        if st["restarts"] != restarts or st["epoch"] != epoch:
+            raise Fail("the coordinator's restart restarted the job: restarts %d -> %d" % (restarts, st["restarts"]))
+        rec["t_running"] = time.time() - rec["t_fault"]
+        log("  ok: the job kept running through the coordinator's restart (no restart, step %d)" % st["step"])
+        return
+    def recovered():
+        for e in cl.events(after):
+            if e["kind"] == "job.recovered" and e["subject"] == "job %d" % job:
+                return e
+        return None
+    ev = wait_for("the job to run again after %s" % kind, recovered, 90)
+    st = cl.status(job)
+    h = [x for x in st["restart_history"] if x["epoch"] > epoch][0]
+    rec.update(cause=h["cause"], detail=h["detail"], dp=h["dp"], steps_recomputed=h["steps_recomputed"],
+               detected_s=h["detected_ms"] / 1000.0 - rec["t_fault"], running_s=h["running_ms"] / 1000.0 - rec["t_fault"],
+               detect_reported_s=h["detection_s"], epoch_after=h["epoch"])
+    old = cl.rank_pids(job, epoch=epoch)
+    if old:
+        raise Fail("ranks of epoch %d still alive after the restart: %s" % (epoch, old))
+    want = {"kill-rank": "rank-exit", "stop-rank": "hang", "kill-workerd": "node-lost", "node-back": "scale-up"}[kind]
+    if h["cause"] != want:
+        raise Fail("%s was taken for %s: %s" % (kind, h["cause"], h["detail"]))
+    log("  ok: %s detected %.2f s after the fault, running again after %.2f s, %d steps recomputed, dp %d" %
+        (h["cause"], rec["detected_s"], rec["running_s"], h["steps_recomputed"], h["dp"]))
+
+
+def check_losses(cl, job, st, ref_metrics, iters):
+    steps = {s["iteration"]: s["loss"] for s in cl.atoll("metrics", str(job))["steps"]}
+    ref = {}
+    for line in open(ref_metrics):
+        d = json.loads(line)
+        if "loss" in d:
+            ref[d["iteration"]] = d["loss"]
+    if sorted(steps) != list(range(1, iters + 1)) or sorted(ref) != sorted(steps):
+        raise Fail("steps stored %d, reference %d, want %d" % (len(steps), len(ref), iters))
+    # Until the data-parallel size first changed, every step must be the reference's bit for bit.
+    changed = min([h["from_iteration"] for h in st["restart_history"] if h["dp"] != 2] + [iters])
+    exact = [i for i in range(1, changed + 1) if steps[i] != ref[i]]
+    if exact:
+        raise Fail("steps before any DP change differ from the reference: %s" % exact[:10])
+    worst = max(abs(steps[i] - ref[i]) / abs(ref[i]) for i in steps)
+    if worst > 1e-5:
+        raise Fail("worst relative loss difference %.3g > 1e-5" % worst)
+    log("ok: losses match the no-failure run: steps 1..%d bit for bit, all %d within %.2g relative" %
+        (changed, iters, worst))
+
+
+def check_checkpoints(cl, job, ckpt):
+    committed = set()
+    for e in cl.events():
+        if e["kind"] == "job.checkpoint" and e["subject"] == "job %d" % job:
+            committed.add(int(e["message"].split()[1]))
+    if not committed:
+        raise Fail("no checkpoint was reported committed")
+    on_disk = 0
+    for d in sorted(os.listdir(ckpt)):
+        if not d.startswith("iter_"):
+            continue
+        it = int(d[5:])
+        man = os.path.join(ckpt, d, "manifest.json")
+        if not os.path.exists(man):
+            if it in committed:
+                raise Fail("checkpoint step %d was reported committed but has no manifest" % it)
+            continue
+        files = json.load(open(man))["files"]
+        for name, want in files.items():
+            h, n = fnv1a64(os.path.join(ckpt, d, name))
+            if n != want["bytes"] or "%016x" % h != want["fnv1a64"]:
+                raise Fail("checkpoint %s/%s is corrupt (%d bytes, fnv %016x; manifest %s)" % (d, name, n, h, want))
+        on_disk += 1
+        committed.discard(it)
+    if committed:
+        raise Fail("committed checkpoints lost: %s" % sorted(committed))
+    log("ok: every committed checkpoint is on disk and intact (%d steps with manifests)" % on_disk)
+
+
+def check_events_name_faults(cl, job, results):
+    evs = cl.events()
+    for r in results:
+        after = [e for e in evs if e["time_ms"] >= r["t_fault"] * 1000 - 50]
+        if r["kind"] == "kill-rank":
+            want = "rank %d (pid %d) was killed by signal 9" % (r["rank"], r["pid"])
+            hit = [e for e in after if e["kind"] == "job.rank_exit" and want in e["message"]]
+        elif r["kind"] == "stop-rank":
+            want = "culprit rank %d" % r["rank"]
+            hit = [e for e in after if e["kind"] == "job.hang" and want in e["message"] and "stopped" in e["message"]]
+        elif r["kind"] == "kill-workerd":
+            want = "node %s lost" % r["node"]
+            hit = [e for e in after if e["kind"] == "job.node_lost" and want in e["message"]]
+        elif r["kind"] == "node-back":
+            want = r["node"]
+            hit = [e for e in after if e["kind"] in ("node.reregistered", "node.alive") and e["subject"] == want]
+            hit = hit and [e for e in after if e["kind"] == "job.restart" and e["message"].startswith("scale-up")]
+        else:
+            want = "coordinator.started + job.reconciled"
+            hit = [e for e in after if e["kind"] == "job.reconciled" and e["subject"] == "job %d" % job]
+        if not hit:
+            near = [e["kind"] + ": " + e["message"] for e in after if e["kind"].startswith("job.")][:6]
+            raise Fail("no event names %s (%s); events after it:\n  %s" % (r["kind"], want, "\n  ".join(near)))
+    log("ok: the events name every fault's node, rank and cause (%d faults)" % len(results))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
