@@ -10,7 +10,9 @@
  * their collective and is not itself waiting, or whose watchdog went silent (a
  * stopped process stops reporting; workerd also says when /proc shows it
  * stopped). The hang is one event naming the culprit's node, rank and what it
- * was last seen doing, and it is handled as a fault of the job (jobs_fault). */
+ * was last seen doing, and it is handled as a fault of the job (jobs_fault). While
+ * no culprit can be named the verdict waits for the next heartbeats, up to three
+ * bounds. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,6 +253,11 @@ static int judge(coord *c, live_job *lj, jobs_fault *f)
     int culprits[4];
     char why[400];
     int nc = hang_culprits(lj, now, frozen, culprits, 4, why, sizeof why);
+    /* No culprit yet: every rank looks busy as of the latest heartbeats (a rank stopped
+     * inside a collective everyone entered looks like a waiter until its node's next
+     * heartbeat says it is stopped, or its watchdog's silence passes `frozen`). Wait
+     * for that evidence up to three bounds, then restart without a name. */
+    if (!nc && stall <= 3 * bound) return 0;
     memset(f, 0, sizeof *f);
     f->cause = "hang";
     f->rank = nc ? culprits[0] : -1;
