@@ -1,4 +1,4 @@
-/* atoll data prepare: byte-level tokenisation into Megatron's indexed dataset.
+/* atoll data prepare: text or JSON lines into Megatron's indexed dataset (byte-level or GPT-2 BPE).
  * Runs locally (no coordinator); the work is the engine's data_prepare_main. */
 #include <string.h>
 

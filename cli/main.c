@@ -27,8 +27,9 @@ static const cli_command COMMANDS[] = {
     { "layout", cmd_layout, "JOB", "rank -> node/GPU map and every process group" },
     { "plan", cmd_plan, "[model flags] (--num-gpus N [--gpus-per-node N] [--gpu TYPE] | --cluster) [--top K] [--explain]",
       "rank layouts by predicted step time, MFU and memory, without running anything" },
-    { "data", cmd_data, "prepare --input FILE... --output-prefix PREFIX",
-      "byte-level tokenization into Megatron's indexed dataset (PREFIX.bin, PREFIX.idx)" },
+    { "data", cmd_data, "prepare --input FILE... --output-prefix PREFIX [--tokenizer-type GPT2BPETokenizer "
+      "--vocab-file F --merge-file F] [--append-eod] [--json-keys KEY]",
+      "text or JSON lines into Megatron's indexed dataset (PREFIX.bin, PREFIX.idx), byte-level or GPT-2 BPE" },
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

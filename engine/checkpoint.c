@@ -1,4 +1,5 @@
 #include "checkpoint.h"
+#include "errf.h"
 #include "json_read.h"
 #include "safetensors.h"
 
@@ -223,36 +224,13 @@ int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,
     return ckpt_commit(dir, st, err, errlen);
 }
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t cap = 0, n = 0, r;
-    do {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 4096;
-            if (cap > (1u << 24)) break;
-            char *nb = realloc(buf, cap + 1);
-            if (!nb) break;
-            buf = nb;
-        }
-        r = fread(buf + n, 1, cap - n, f);
-        n += r;
-    } while (r > 0);
-    fclose(f);
-    if (buf) buf[n] = 0;
-    *len = n;
-    return buf;
-}
-
 /* Why step `step` is not usable, or NULL when it is committed and intact. */
 static const char *step_problem(const char *step, char *why, size_t n)
 {
     char path[1100];
     snprintf(path, sizeof path, "%s/manifest.json", step);
     size_t len;
-    char *text = slurp(path, &len);
+    char *text = atoll_read_file(path, 1u << 24, &len);
     if (!text) return "not committed (no manifest.json: the save was interrupted)";
     char jerr[128];
     jsonr *root = jsonr_parse(text, len, jerr, sizeof jerr);
@@ -372,7 +350,7 @@ static int load_state(const char *step, eng_train_state *st, char *err, size_t e
     char path[1100];
     snprintf(path, sizeof path, "%s/train_state.json", step);
     size_t len;
-    char *text = slurp(path, &len);
+    char *text = atoll_read_file(path, 1u << 24, &len);
     char jerr[128] = "unreadable";
     jsonr *root = text ? jsonr_parse(text, len, jerr, sizeof jerr) : NULL;
     free(text);
