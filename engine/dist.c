@@ -31,6 +31,7 @@ static int env_world(void)
     return w ? atoi(w) : 1;
 }
 
+#ifdef ATOLL_HAVE_NCCL
 /* More local ranks than visible GPUs (LOCAL_WORLD_SIZE, torchrun's), or
  * ATOLL_COMM=host: the ranks stage through the host backend. */
 static int gpus_shared(void)
@@ -44,6 +45,7 @@ static int gpus_shared(void)
 #endif
     return 0;
 }
+#endif
 
 int dist_init(dist *d, const atoll_config *c, const k_ops *k, char *err, size_t errlen)
 {

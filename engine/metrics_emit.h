@@ -31,11 +31,13 @@ typedef struct rank_step {
     double bubble;           /* that stage's idle time / step time */
     double transfer;         /* its activation transfer time / step time */
     double bubble_theory;    /* (p-1)/(v*m + p-1) */
+    uint64_t device_bytes;   /* peak device memory in use (GPU ranks); 0: report peak resident memory */
 } rank_step;
 
 /* Opens the channel named by ATOLL_METRICS_FD, if any. */
 void metrics_emit_open(metrics_emit *e, int rank);
-/* Writes the step (with the rank's peak resident memory). */
+/* Writes the step (with the peak device memory of a GPU rank, else the rank's
+ * peak resident memory). */
 void metrics_emit_step(metrics_emit *e, const rank_step *s);
 
 #endif

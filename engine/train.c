@@ -125,6 +125,7 @@ typedef struct step_stats {
      * each over the step time, so bubbles are shares of the step in [0, 1] */
     double stage_bubble[64], stage_transfer[64];
     double peak;                  /* device peak FLOP/s; 0 unknown */
+    uint64_t device_bytes;        /* GPU: peak device memory in use so far; 0 on the CPU */
 } step_stats;
 
 /* Dense bf16 peak of the device the backend runs on; 0 when unknown, so no MFU
@@ -141,6 +142,20 @@ static double device_peak(const k_ops *k)
     return 0.0;
 }
 
+/* Peak device memory in use, sampled after each step; 0 on the CPU. */
+static uint64_t device_used_peak(const k_ops *k)
+{
+    static uint64_t peak;
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+    if (!strcmp(k->name, "cuda")) {
+        uint64_t now = k_cuda_device_used_bytes();
+        if (now > peak) peak = now;
+    }
+#endif
+    (void)k;
+    return peak;
+}
+
 /* Every rank, every step: its metrics to its supervisor (metrics_emit.h); rank
  * 0 every --log-interval: the log line and the --metrics-file record. */
 static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, metrics_emit *emit, const dist *d)
@@ -151,6 +166,7 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, 
         .tokens_per_s = s->tokens_per_s, .step_s = s->step_s, .flops_per_gpu = s->flops_per_s / d->size,
         .peak_flops = s->peak, .stage = stage, .bubble = stage >= 0 ? s->stage_bubble[stage] : 0,
         .transfer = stage >= 0 ? s->stage_transfer[stage] : 0, .bubble_theory = s->bubble_theory,
+        .device_bytes = s->device_bytes,
     };
     metrics_emit_step(emit, &rs);
     if (d->rank != 0 || c->log_interval <= 0 || s->it % c->log_interval) return;
@@ -274,6 +290,7 @@ static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errle
     s->flops_per_s = cfg_flops_per_token(c) * tokens / s->step_s;
     double peak = device_peak(r->m->k);
     s->peak = peak;
+    s->device_bytes = device_used_peak(r->m->k);
     s->mfu = peak > 0 ? s->flops_per_s / peak / r->d.size : -1.0;
     /* idle and transfer seconds of each stage over the step time (every rank
      * steps in lockstep, so this rank's step time stands for all) */

@@ -116,6 +116,24 @@ template <int NT> __device__ __forceinline__ void c_to_a(uint32_t a[][4], const 
     }
 }
 
+/* The K/V stream of the forward and dQ kernels, two buffers deep: queues key
+ * tile kt+1 (when there is one) into the other buffer, waits until tile kt (and
+ * whatever was queued with it) has landed, and returns tile kt's buffer. */
+template <int HD>
+__device__ __forceinline__ int kv_stream_step(bf16 *Ks, bf16 *Vs, const bf16 *base, size_t ld, int kt, int nkt, int T)
+{
+    constexpr int LD = HD + FA_PAD;
+    int cur = kt & 1;
+    if (kt + 1 < nkt) {
+        tile_async<HD, FA_BK>(Ks + (cur ^ 1) * FA_BK * LD, base + HD, ld, (kt + 1) * FA_BK, T);
+        tile_async<HD, FA_BK>(Vs + (cur ^ 1) * FA_BK * LD, base + 2 * HD, ld, (kt + 1) * FA_BK, T);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    return cur;
+}
+
 /* Forward: each warp owns FA_MT m-tiles of 16 query rows, (i * FA_WARPS +
  * warp) * 16 of the block's FA_MT * 64 rows, so every K/V fragment read from
  * shared memory feeds FA_MT products and each warp has FA_MT independent
@@ -157,14 +175,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_fwd_k(bf16 *out, float *lse,
     }
     int nkt = (q0 + QT - 1) / FA_BK + 1;
     for (int kt = 0; kt < nkt; kt++) {
-        int cur = kt & 1, k0 = kt * FA_BK;
-        if (kt + 1 < nkt) {
-            tile_async<HD, FA_BK>(Ks + (cur ^ 1) * FA_BK * LD, base + HD, ld, k0 + FA_BK, T);
-            tile_async<HD, FA_BK>(Vs + (cur ^ 1) * FA_BK * LD, base + 2 * HD, ld, k0 + FA_BK, T);
-        }
-        cp_async_commit();
-        cp_async_wait<1>(); /* this tile (and Q) has landed */
-        __syncthreads();
+        int k0 = kt * FA_BK, cur = kv_stream_step<HD>(Ks, Vs, base, ld, kt, nkt, T); /* Q lands with tile 0 */
         const bf16 *K = Ks + cur * FA_BK * LD, *V = Vs + cur * FA_BK * LD;
 
         /* S = Q K^T for every m-tile, each K fragment loaded once */
@@ -436,14 +447,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_q_k(bf16 *dqkv, const bf
     for (int d = 0; d < HD / 8; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
     int nkt = (q0 + QT - 1) / FA_BK + 1;
     for (int kt = 0; kt < nkt; kt++) {
-        int cur = kt & 1, k0 = kt * FA_BK;
-        if (kt + 1 < nkt) {
-            tile_async<HD, FA_BK>(Ks + (cur ^ 1) * FA_BK * LD, base + HD, ld, k0 + FA_BK, T);
-            tile_async<HD, FA_BK>(Vs + (cur ^ 1) * FA_BK * LD, base + 2 * HD, ld, k0 + FA_BK, T);
-        }
-        cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
+        int k0 = kt * FA_BK, cur = kv_stream_step<HD>(Ks, Vs, base, ld, kt, nkt, T); /* Q, dO land with tile 0 */
         const bf16 *K = Ks + cur * FA_BK * LD, *V = Vs + cur * FA_BK * LD;
         float s[FA_BK / 8][4], dp[FA_BK / 8][4];
 #pragma unroll

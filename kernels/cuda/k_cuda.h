@@ -34,6 +34,11 @@ float k_cuda_timer_end_ms(void);
  * workspace and reduction scratch), for the memory report. */
 size_t k_cuda_reserved_bytes(void);
 
+/* Device memory in use now (total minus free, as cudaMemGetInfo reports: this
+ * process's allocations and context, plus any other process on the device);
+ * 0 before a successful k_cuda(). */
+size_t k_cuda_device_used_bytes(void);
+
 #ifdef __cplusplus
 }
 #endif

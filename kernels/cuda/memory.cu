@@ -78,6 +78,13 @@ extern "C" const char *k_cuda_status(void) { return S.status[0] ? S.status : "k_
 extern "C" void *k_cuda_stream(void) { return S.up ? (void *)S.stream : NULL; }
 extern "C" size_t k_cuda_reserved_bytes(void) { return S.up ? KCU_WORKSPACE_BYTES + S.scratch_bytes : 0; }
 
+extern "C" size_t k_cuda_device_used_bytes(void)
+{
+    size_t free_b = 0, total_b = 0;
+    if (!S.up || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return 0;
+    return total_b - free_b;
+}
+
 extern "C" void k_cuda_timer_begin(void) { cudaCheck(cudaEventRecord(S.t0, S.stream)); }
 
 extern "C" float k_cuda_timer_end_ms(void)

@@ -61,11 +61,13 @@ state_is() { [ "$(atoll status "$1" --json | json "d['state']")" = "$2" ]; }
 step_at_least() { [ "$(atoll status "$1" --json | json "d['step']")" -ge "$2" ]; }
 
 # Processes whose environment names job $1 (and rank $2 when given) and one of this
-# test's workerds as their supervisor: the job's ranks (other tests run jobs too).
+# test's workerds as their supervisor, and whose output goes to a log under this
+# test's work directory: the job's ranks (other tests and clusters run jobs too, and
+# a supervisor pid may have been reused by another test's workerd).
 rank_pids() {
-  "$PY" - "$1" "${2:-}" "${WPID[@]}" <<'PYEOF'
+  "$PY" - "$1" "${2:-}" "$TMP/work" "${WPID[@]}" <<'PYEOF'
 import os, sys
-job, rank, sups = sys.argv[1], sys.argv[2], sys.argv[3:]
+job, rank, work, sups = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 for p in os.listdir("/proc"):
     if not p.isdigit(): continue
     try:
@@ -77,6 +79,10 @@ for p in os.listdir("/proc"):
     if ("ATOLL_JOB_ID=%s" % job).encode() not in env: continue
     if rank and ("RANK=%s" % rank).encode() not in env: continue
     if not any(("ATOLL_SUPERVISOR_PID=%s" % s).encode() in env for s in sups): continue
+    try:
+        if not os.readlink("/proc/%s/fd/1" % p).startswith(work + "/"): continue
+    except OSError:
+        continue
     print(p)
 PYEOF
 }
