@@ -225,6 +225,19 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->eval_interval = c->eval_interval;
     o->eval_iters = c->eval_iters;
     o->bf16 = c->bf16;
+    o->normalization = (char *)c->normalization;
+    o->swiglu = c->swiglu;
+    o->position_embedding_type = (char *)c->position_embedding_type;
+    o->rotary_base = c->rotary_base;
+    o->disable_bias_linear = c->disable_bias_linear;
+    o->group_query_attention = c->group_query_attention;
+    o->num_query_groups = c->num_query_groups;
+    o->hidden_dropout = c->hidden_dropout;
+    o->attention_dropout = c->attention_dropout;
+    o->tokenizer_type = (char *)c->tokenizer_type;
+    o->vocab_file = (char *)c->vocab_file;
+    o->merge_file = (char *)c->merge_file;
+    o->make_vocab_size_divisible_by = c->make_vocab_size_divisible_by;
 }
 
 /* A JobSpec field's value as config text: numbers printed, booleans "true"/"false",

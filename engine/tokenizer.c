@@ -663,3 +663,23 @@ char *tok_decode(const tokenizer *t, const int32_t *ids, size_t n, size_t *len, 
     *len = at;
     return out;
 }
+
+int tok_config_vocab(atoll_config *c, char *err, size_t errlen)
+{
+    tok_type type;
+    if (!c->tokenizer_type[0]) return 0;
+    if (tok_type_parse(c->tokenizer_type, &type, err, errlen)) return -1;
+    if (type == TOK_BYTE) return 0;
+    tokenizer *t = tok_open(type, c->vocab_file, c->merge_file, err, errlen);
+    if (!t) return -1;
+    int n = tok_vocab_size(t), mult = cfg_vocab_multiple(c) * (c->tensor_model_parallel_size > 0 ? c->tensor_model_parallel_size : 1);
+    tok_free(t);
+    int padded = (n + mult - 1) / mult * mult;
+    if (c->vocab_size != 256 && c->vocab_size != padded) {
+        atoll_errf(err, errlen, "--vocab-size %d disagrees with --tokenizer-type %s: its %d entries padded to a "
+                   "multiple of %d make %d (leave --vocab-size out)", c->vocab_size, c->tokenizer_type, n, mult, padded);
+        return -1;
+    }
+    c->vocab_size = padded;
+    return 0;
+}

@@ -30,6 +30,8 @@
 #ifndef ATOLL_ENGINE_TOKENIZER_H
 #define ATOLL_ENGINE_TOKENIZER_H
 
+#include "config.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -70,6 +72,14 @@ char *tok_decode(const tokenizer *t, const int32_t *ids, size_t n, size_t *len, 
 /* GPT-2's pre-tokenizer: the end of the piece that starts at byte i of the
  * valid UTF-8 text s[0, n) (i < n). */
 size_t tok_gpt2_split(const char *s, size_t n, size_t i);
+
+/* The training vocab of a config's tokenizer (--tokenizer-type, --vocab-file,
+ * --merge-file), as Megatron sizes it: GPT2BPETokenizer's entries padded up
+ * to a multiple of --make-vocab-size-divisible-by * tp (50257 -> 50304), set
+ * in c->vocab_size. ByteLevel (or none) leaves --vocab-size as given. An
+ * explicit --vocab-size other than 256 that disagrees is an error. Opens the
+ * files, so a wrong path fails here, before any rank starts work. */
+int tok_config_vocab(atoll_config *c, char *err, size_t errlen);
 
 /* WHATWG UTF-8 decoding's replacement: when s[0, n) is valid UTF-8 returns 0
  * and leaves *out NULL; otherwise *out is a new buffer (caller frees) with each

@@ -8,6 +8,7 @@
 #include "model.h"
 #include "optimizer.h"
 #include "safetensors.h"
+#include "tokenizer.h"
 
 #include <errno.h>
 #include <math.h>
@@ -46,7 +47,7 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static const k_ops *pick_backend(const char *device, char *err, size_t errlen)
+const k_ops *eng_backend(const char *device, char *err, size_t errlen)
 {
     if (!strcmp(device, "cpu")) return k_cpu();
     if (!strcmp(device, "cuda")) {
@@ -319,6 +320,8 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     double t0 = now_s(), tokens = (double)c->global_batch_size * c->seq_length;
     if (load_batch(r, err, errlen)) return -1;
     eng_zero_grads(m);
+    eng_set_step(m, r->st.seed, r->st.iteration + 1, 1);
+    r->pipe.sample_base = r->st.consumed_samples;
     dist_step_result res;
     dist_overlap_begin(d, m, r->dopt.zero);
     int prc = dist_pipeline(&r->pipe, r->tokens, r->targets, (float)(1.0 / tokens), &res, err, errlen);
@@ -372,12 +375,14 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     int dump_grads = r->o->dump_dir[0] && r->st.iteration == 0;
     float *logits0 = NULL;
     eng_zero_grads(m);
+    eng_set_step(m, r->st.seed, r->st.iteration + 1, 1);
     double loss_sum = 0.0;
     float dloss = 1.0f / (float)((double)c->global_batch_size * T);
     for (int k = 0; k < nmicro; k++) {
         double ls = 0.0;
         /* the dump wants the logits themselves: no fused classifier then */
         float fdloss = dump_grads && k == 0 ? 0.0f : dloss;
+        r->acts->sample0 = r->st.consumed_samples + (long long)k * mbs;
         if (eng_forward(m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, fdloss, &ls) ||
             (dump_grads && k == 0 && !(logits0 = malloc(mb_tokens * (size_t)m->V * sizeof(float))))) {
             errf(err, errlen, "forward pass failed");
@@ -413,6 +418,7 @@ static int evaluate(run *r, char *err, size_t errlen)
     int T = c->seq_length, mbs = c->micro_batch_size;
     size_t mb_tokens = (size_t)mbs * T;
     double sum = 0.0;
+    eng_set_step(r->m, r->st.seed, r->st.iteration, 0); /* no dropout */
     for (int i = 0; i < c->eval_iters; i++) {
         for (int k = 0; k < d->nmicro; k++)
             for (int b = 0; b < mbs; b++) {
@@ -487,7 +493,7 @@ static int resume(run *r, char *err, size_t errlen)
 static int setup(run *r, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
-    const k_ops *k = pick_backend(r->o->device, err, errlen);
+    const k_ops *k = eng_backend(r->o->device, err, errlen);
     if (!k) return -1;
     if (dist_init(&r->d, c, k, err, errlen)) return -1;
     r->have_dist = 1;
@@ -582,7 +588,7 @@ static int save(run *r, char *err, size_t errlen)
     }
     if (rc) return -1;
     comm *w = comm_world_comm(d->world);
-    if (comm_barrier(w) || (d->rank == 0 && ckpt_commit(r->c->save, &r->st, err, errlen)) || comm_barrier(w)) {
+    if (comm_barrier(w) || (d->rank == 0 && ckpt_commit(r->c->save, &r->st, r->c, err, errlen)) || comm_barrier(w)) {
         if (!err[0]) errf(err, errlen, "--save: %s", dist_error(d));
         return -1;
     }
@@ -598,7 +604,7 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         int dp = cfg_data_parallel_size(&c, ws ? atoi(ws) : 1);
         c.global_batch_size = c.micro_batch_size * (dp > 0 ? dp : 1);
     }
-    if (check_config(&c, err, errlen)) return -1;
+    if (tok_config_vocab(&c, err, errlen) || check_config(&c, err, errlen)) return -1;
     run r;
     memset(&r, 0, sizeof r);
     r.c = &c;
