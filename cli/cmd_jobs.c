@@ -1,8 +1,11 @@
 /* atoll submit | jobs | status JOB | cancel JOB */
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "tokenizer.h"
 #include "config.h"
 #include "jsonw.h"
 #include "msg.h"
@@ -35,6 +38,12 @@ int cmd_submit(cli_ctx *c, int argc, char **argv)
     char err[512];
     if (cfg_parse_args(&cfg, argc, argv, 1, submit_flag, &x, err, sizeof err))
         return cli_usage(c, "submit", "%s", err);
+    /* the tokenizer's padded vocab, as the ranks will size it, and its files by
+     * absolute paths (ranks run in their own work directories) */
+    if (tok_config_vocab(&cfg, err, sizeof err)) return cli_usage(c, "submit", "%s", err);
+    char *files[2] = { cfg.vocab_file, cfg.merge_file }, abs[PATH_MAX];
+    for (int i = 0; i < 2; i++)
+        if (files[i][0] && realpath(files[i], abs) && strlen(abs) < CFG_STR) memcpy(files[i], abs, strlen(abs) + 1);
     if (x.auto_layout) {
         int rc = cli_auto_layout(c, &cfg, argc, argv);
         if (rc) return rc;
