@@ -1,5 +1,6 @@
 /* atoll submit | jobs | status JOB | cancel JOB */
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +141,9 @@ static void print_job(const Atoll__Job *j)
     printf(": loss %.4f", m->loss);
     if (m->n_stages) printf(", lr %.3e, grad norm %.3f", m->lr, m->grad_norm);
     printf("\n");
+    if (m->valid_step > 0)
+        printf("  validation loss %.4f (perplexity %.2f) at iteration %lld\n", m->valid_loss,
+               exp(m->valid_loss < 700 ? m->valid_loss : 700), (long long)m->valid_step);
     cli_format_mfu(line, sizeof line, m);
     printf("  throughput: %.0f tokens/s", m->tokens_per_s);
     if (m->n_stages) printf(", %.1f ms per step, %.3f TFLOP/s per GPU", m->step_ms, m->flops_per_gpu / 1e12);

@@ -49,6 +49,7 @@ void metrics_emit_step(metrics_emit *e, const rank_step *s)
     m.transfer = s->transfer;
     m.bubble_theory = s->bubble_theory;
     m.memory_bytes = s->device_bytes ? s->device_bytes : peak_rss();
+    m.valid_loss = s->valid_loss;
     size_t len;
     uint8_t *buf = msg_frame(ATOLL__MSG_TYPE__MSG_RANK_METRICS, &m.base, &len);
     if (!buf) return;

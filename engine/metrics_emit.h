@@ -32,6 +32,7 @@ typedef struct rank_step {
     double transfer;         /* its activation transfer time / step time */
     double bubble_theory;    /* (p-1)/(v*m + p-1) */
     uint64_t device_bytes;   /* peak device memory in use (GPU ranks); 0: report peak resident memory */
+    double valid_loss;       /* the validation loss evaluated after this iteration; 0: none */
 } rank_step;
 
 /* Opens the channel named by ATOLL_METRICS_FD, if any. */

@@ -117,6 +117,7 @@ out:
 
 typedef struct step_stats {
     long long it;
+    double valid_loss;            /* set after an evaluation: the step is reported again with it */
     double loss, lr, grad_norm, step_s, tokens_per_s, flops_per_s;
     double mfu; /* < 0: no known peak (CPU, or an unknown GPU) */
     long long consumed;
@@ -157,9 +158,9 @@ static uint64_t device_used_peak(const k_ops *k)
     return peak;
 }
 
-/* Every rank, every step: its metrics to its supervisor (metrics_emit.h); rank
- * 0 every --log-interval: the log line and the --metrics-file record. */
-static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, metrics_emit *emit, const dist *d)
+/* The step's metrics to this rank's supervisor (metrics_emit.h): every step,
+ * and once more after an evaluation, with the validation loss. */
+static void emit_step(const step_stats *s, metrics_emit *emit, const dist *d)
 {
     int stage = d->tp_rank == 0 && d->dp_rank == 0 && d->pp_rank < 64 ? d->pp_rank : -1;
     rank_step rs = {
@@ -167,9 +168,16 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, 
         .tokens_per_s = s->tokens_per_s, .step_s = s->step_s, .flops_per_gpu = s->flops_per_s / d->size,
         .peak_flops = s->peak, .stage = stage, .bubble = stage >= 0 ? s->stage_bubble[stage] : 0,
         .transfer = stage >= 0 ? s->stage_transfer[stage] : 0, .bubble_theory = s->bubble_theory,
-        .device_bytes = s->device_bytes,
+        .device_bytes = s->device_bytes, .valid_loss = s->valid_loss,
     };
     metrics_emit_step(emit, &rs);
+}
+
+/* Every rank, every step: emit_step; rank 0 every --log-interval: the log line
+ * and the --metrics-file record. */
+static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, metrics_emit *emit, const dist *d)
+{
+    emit_step(s, emit, d);
     if (d->rank != 0 || c->log_interval <= 0 || s->it % c->log_interval) return;
     char mfu[32] = "n/a", mfu_json[32] = "null";
     if (s->mfu >= 0) {
@@ -410,8 +418,9 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
 }
 
 /* Forward only over the first --eval-iters global batches of the validation
- * split (the same samples every time, so evaluations compare). */
-static int evaluate(run *r, char *err, size_t errlen)
+ * split (the same samples every time, so evaluations compare); the loss, the
+ * same on every rank, into *valid. */
+static int evaluate(run *r, double *valid, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
     dist *d = &r->d;
@@ -450,6 +459,7 @@ static int evaluate(run *r, char *err, size_t errlen)
         }
         loss = lf;
     }
+    *valid = loss;
     if (d->rank != 0) return 0;
     printf(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n", r->st.iteration,
            loss, exp(loss < 700 ? loss : 700));
@@ -632,8 +642,10 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         s.pp = 1;
         if ((rc = train_step(&r, &s, err, errlen))) break;
         log_step(&c, &s, r.metrics, &r.emit, &r.d);
-        if (r.have_valid && (s.it % c.eval_interval == 0 || s.it == stop) && (rc = evaluate(&r, err, errlen)))
-            break;
+        if (r.have_valid && (s.it % c.eval_interval == 0 || s.it == stop)) {
+            if ((rc = evaluate(&r, &s.valid_loss, err, errlen))) break;
+            emit_step(&s, &r.emit, &r.d);
+        }
         if (c.save[0] && c.save_interval > 0 && s.it % c.save_interval == 0) {
             if ((rc = save(&r, err, errlen))) break;
             last_saved = s.it;

@@ -143,8 +143,10 @@ stop_all() {
   [ $rc -eq 0 ] || fail "coordinatord exited $rc on SIGTERM"
 }
 
+extra=() # more flags for the jobs a case submits
 long_job() { # NAME [ITERS]: a job that runs until stopped
-  atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters "${2:-100000}" --name "$1" --json | json "d['job']"
+  atoll submit "${model[@]}" "${layout[@]}" "${extra[@]}" --num-gpus 8 --train-iters "${2:-100000}" --name "$1" --json |
+    json "d['job']"
 }
 running_job() { # NAME STEPS: submits a long job, waits until it has reported STEPS steps; sets ID
   ID=$(long_job "$1") || fail "submit"
@@ -280,8 +282,14 @@ case_http() {
   local dpy; dpy=$(debian_python prometheus_client) || { echo "SKIP: needs python3-prometheus-client"; exit 77; }
   echo "s3cret-bearer-token-0123456789" >"$TMP/http-token"
   start_cluster --http-token "$TMP/http-token"
+  # a dataset with a validation split: the job evaluates every 2 steps
+  for i in $(seq 10); do for _ in $(seq 20); do printf 'document %d, line of text; ' "$i"; done >"$TMP/doc$i.txt"; done
+  atoll data prepare --input "$TMP"/doc*.txt --output-prefix "$TMP/evaldata" >/dev/null || fail "data prepare"
+  extra=(--data-path "$TMP/evaldata" --split 7,3,0 --eval-interval 2 --eval-iters 1)
   running_job scraped 3
+  extra=()
   local id=$ID
+  wait_until 30 eval "atoll status $id | grep -q 'validation loss'" || fail "no validation loss: $(atoll status "$id")"
   local H; H=http://$(cat "$TMP/state/http.addr")
   "$dpy" - "$H" "$id" "$(cat "$TMP/http-token")" <<'PYEOF' || fail "/metrics"
 import sys, urllib.request, urllib.error, json
@@ -299,7 +307,7 @@ for path in ("/metrics", "/api/jobs"):
             assert e.code == 401, e.code
 assert get("/", None).status == 200, "the page itself holds no data and is open"
 fams = {f.name: f for f in text_string_to_metric_families(get("/metrics").read().decode())}
-want = {"atoll_job_info": "gauge", "atoll_job_step": "gauge", "atoll_job_loss": "gauge",
+want = {"atoll_job_info": "gauge", "atoll_job_step": "gauge", "atoll_job_loss": "gauge", "atoll_job_valid_loss": "gauge",
         "atoll_job_tokens_per_second": "gauge", "atoll_job_achieved_flops_per_gpu": "gauge",
         "atoll_job_bubble_ratio": "gauge", "atoll_job_transfer_ratio": "gauge", "atoll_job_restarts": "counter",
         "atoll_job_ranks": "gauge", "atoll_job_nodes": "gauge", "atoll_job_memory_bytes": "gauge",
@@ -312,6 +320,7 @@ def samples(name): return [s for s in fams[name].samples if s.labels.get("job") 
 assert samples("atoll_job_step")[0].value >= 3
 assert samples("atoll_job_ranks")[0].value == 8 and samples("atoll_job_nodes")[0].value == 2
 assert samples("atoll_job_tokens_per_second")[0].value > 0
+assert 0 < samples("atoll_job_valid_loss")[0].value < 10, "the validation loss is reported like the training loss"
 bub = samples("atoll_job_bubble_ratio")
 kinds = sorted((s.labels["stage"], s.labels["kind"]) for s in bub)
 assert kinds == [("0", "measured"), ("0", "theory"), ("1", "measured"), ("1", "theory")], kinds
@@ -322,6 +331,8 @@ print("ok: %d families; per-job series present and typed; bubble per stage measu
 # /api: one job with its series; pagination; clear errors
 d = json.load(get("/api/jobs/" + job))
 assert d["job"]["state"] == "running" and len(d["series"]) >= 3 and d["layout"]["pp"] == 2, d["job"]
+ev = [s for s in d["series"] if s.get("valid_loss") is not None]
+assert ev and all(s["iteration"] % 2 == 0 and s["valid_iteration"] == s["iteration"] for s in ev), d["series"]
 after = d["series"][-1]["iteration"]
 assert all(s["iteration"] > after for s in json.load(get("/api/jobs/%s?after=%d" % (job, after)))["series"])
 p = json.load(get("/api/jobs?limit=1"))
@@ -337,7 +348,7 @@ n = json.load(get("/api/nodes"))["nodes"]
 assert sum(len(x["held"]) for x in n) == 8 and {h["job"] for x in n for h in x["held"]} == {int(job)}
 print("ok: /api/jobs/ID with series (and ?after), paginated /api/jobs, 404s that say what exists, GPU holders")
 PYEOF
-  ok "/metrics and /api behind --http-token"
+  ok "/metrics and /api behind --http-token; the validation loss: $(atoll status "$id" | grep 'validation loss')"
   cancel_job "$id"
   stop_all
 }
