@@ -86,29 +86,38 @@ static eng_param *tb_norm(table_builder *tb, const char *name, int64_t h, float 
     return p;
 }
 
+/* A linear layer's weight [out, in] and, unless --disable-bias-linear, its
+ * bias: split with the weight's rows (column-parallel, shard 0), replicated
+ * for a row-parallel layer (shard 1; added once, before the TP sum). */
+static void tb_linear(table_builder *tb, const char *fmt, int l, int64_t out, int64_t in, int shard, float std,
+                      int bias, int chunk)
+{
+    char base[ENG_NAME], nm[ENG_NAME + 8];
+    snprintf(base, sizeof base, fmt, l);
+    snprintf(nm, sizeof nm, "%s.weight", base);
+    tb_add(tb, nm, 2, out, in, shard, std, 0, 1, chunk);
+    snprintf(nm, sizeof nm, "%s.bias", base);
+    if (bias) tb_add(tb, nm, 1, out, 0, shard == 0 ? 0 : -1, 0, 0, 0, chunk);
+}
+
 /* GPT-2 family: h.N.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj};
  * c_attn's rows are Megatron's query_key_value order, [groups][Q+2][head dim]
  * (one query per group unless --group-query-attention). */
 static void tb_layer_gpt2(table_builder *tb, const atoll_config *c, int l, int chunk)
 {
     int64_t h = c->hidden_size, f = cfg_ffn(c), d = h / c->num_attention_heads;
-    int64_t qkv = h + 2 * cfg_kv_groups(c) * d;
     int bias = !c->disable_bias_linear;
     float std = 0.02f, out_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
     char nm[ENG_NAME];
 #define NAME(suffix) (snprintf(nm, sizeof nm, "h.%d." suffix, l), nm)
     tb_norm(tb, NAME("ln_1.weight"), h, 1, chunk);
     tb_norm(tb, NAME("ln_1.bias"), h, 0, chunk);
-    tb_add(tb, NAME("attn.c_attn.weight"), 2, qkv, h, 0, std, 0, 1, chunk);
-    if (bias) tb_add(tb, NAME("attn.c_attn.bias"), 1, qkv, 0, 0, 0, 0, 0, chunk);
-    tb_add(tb, NAME("attn.c_proj.weight"), 2, h, h, 1, out_std, 0, 1, chunk);
-    if (bias) tb_add(tb, NAME("attn.c_proj.bias"), 1, h, 0, -1, 0, 0, 0, chunk);
+    tb_linear(tb, "h.%d.attn.c_attn", l, h + 2 * cfg_kv_groups(c) * d, h, 0, std, bias, chunk);
+    tb_linear(tb, "h.%d.attn.c_proj", l, h, h, 1, out_std, bias, chunk);
     tb_norm(tb, NAME("ln_2.weight"), h, 1, chunk);
     tb_norm(tb, NAME("ln_2.bias"), h, 0, chunk);
-    tb_add(tb, NAME("mlp.c_fc.weight"), 2, f, h, 0, std, 0, 1, chunk);
-    if (bias) tb_add(tb, NAME("mlp.c_fc.bias"), 1, f, 0, 0, 0, 0, 0, chunk);
-    tb_add(tb, NAME("mlp.c_proj.weight"), 2, h, f, 1, out_std, 0, 1, chunk);
-    if (bias) tb_add(tb, NAME("mlp.c_proj.bias"), 1, h, 0, -1, 0, 0, 0, chunk);
+    tb_linear(tb, "h.%d.mlp.c_fc", l, f, h, 0, std, bias, chunk);
+    tb_linear(tb, "h.%d.mlp.c_proj", l, h, f, 1, out_std, bias, chunk);
 #undef NAME
 }
 
@@ -118,28 +127,21 @@ static void tb_layer_gpt2(table_builder *tb, const atoll_config *c, int l, int c
  * TP rank's slice of each is one block of rows. */
 static void tb_layer_llama(table_builder *tb, const atoll_config *c, int l, int chunk)
 {
-    int64_t h = c->hidden_size, f = cfg_ffn(c), d = h / c->num_attention_heads, kv = cfg_kv_groups(c) * d;
+    int64_t h = c->hidden_size, f = cfg_ffn(c), kv = cfg_kv_groups(c) * (h / c->num_attention_heads);
     int bias = !c->disable_bias_linear;
     float std = 0.02f, out_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
     char nm[ENG_NAME];
-#define NAME(suffix) (snprintf(nm, sizeof nm, "model.layers.%d." suffix, l), nm)
-    tb_norm(tb, NAME("input_layernorm.weight"), h, 1, chunk);
-    tb_add(tb, NAME("self_attn.q_proj.weight"), 2, h, h, 0, std, 0, 1, chunk);
-    if (bias) tb_add(tb, NAME("self_attn.q_proj.bias"), 1, h, 0, 0, 0, 0, 0, chunk);
-    tb_add(tb, NAME("self_attn.k_proj.weight"), 2, kv, h, 0, std, 0, 1, chunk);
-    if (bias) tb_add(tb, NAME("self_attn.k_proj.bias"), 1, kv, 0, 0, 0, 0, 0, chunk);
-    tb_add(tb, NAME("self_attn.v_proj.weight"), 2, kv, h, 0, std, 0, 1, chunk);
-    if (bias) tb_add(tb, NAME("self_attn.v_proj.bias"), 1, kv, 0, 0, 0, 0, 0, chunk);
-    tb_add(tb, NAME("self_attn.o_proj.weight"), 2, h, h, 1, out_std, 0, 1, chunk);
-    if (bias) tb_add(tb, NAME("self_attn.o_proj.bias"), 1, h, 0, -1, 0, 0, 0, chunk);
-    tb_norm(tb, NAME("post_attention_layernorm.weight"), h, 1, chunk);
-    tb_add(tb, NAME("mlp.gate_proj.weight"), 2, f, h, 0, std, 0, 1, chunk);
-    if (bias) tb_add(tb, NAME("mlp.gate_proj.bias"), 1, f, 0, 0, 0, 0, 0, chunk);
-    tb_add(tb, NAME("mlp.up_proj.weight"), 2, f, h, 0, std, 0, 1, chunk);
-    if (bias) tb_add(tb, NAME("mlp.up_proj.bias"), 1, f, 0, 0, 0, 0, 0, chunk);
-    tb_add(tb, NAME("mlp.down_proj.weight"), 2, h, f, 1, out_std, 0, 1, chunk);
-    if (bias) tb_add(tb, NAME("mlp.down_proj.bias"), 1, h, 0, -1, 0, 0, 0, chunk);
-#undef NAME
+    snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+    tb_norm(tb, nm, h, 1, chunk);
+    tb_linear(tb, "model.layers.%d.self_attn.q_proj", l, h, h, 0, std, bias, chunk);
+    tb_linear(tb, "model.layers.%d.self_attn.k_proj", l, kv, h, 0, std, bias, chunk);
+    tb_linear(tb, "model.layers.%d.self_attn.v_proj", l, kv, h, 0, std, bias, chunk);
+    tb_linear(tb, "model.layers.%d.self_attn.o_proj", l, h, h, 1, out_std, bias, chunk);
+    snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+    tb_norm(tb, nm, h, 1, chunk);
+    tb_linear(tb, "model.layers.%d.mlp.gate_proj", l, f, h, 0, std, bias, chunk);
+    tb_linear(tb, "model.layers.%d.mlp.up_proj", l, f, h, 0, std, bias, chunk);
+    tb_linear(tb, "model.layers.%d.mlp.down_proj", l, h, f, 1, out_std, bias, chunk);
 }
 
 const char *eng_embed_name(const atoll_config *c) { return cfg_rmsnorm(c) ? "model.embed_tokens.weight" : "wte.weight"; }
