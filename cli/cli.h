@@ -38,6 +38,10 @@ int cli_call_retry(cli_ctx *c, uint16_t type, const ProtobufCMessage *req, uint1
 int cli_usage(cli_ctx *c, const char *cmd, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* 1 when argv has --help/-h (after printing the command's usage). */
 int cli_wants_help(cli_ctx *c, int argc, char **argv);
+/* Runs a command that works locally (no coordinator), argv[0] its name, with
+ * the global --json handed back to it; its exit code is the CLI's (0 ok, 1
+ * failed, 2 bad usage). */
+int cli_run_local(cli_ctx *c, int argc, char **argv, int (*fn)(int argc, char **argv));
 /* Parses a job id ("7" or "job-7"); -1 on error. */
 int cli_job_id(const char *s, uint64_t *id);
 /* "2026-11-20 23:59:01" (UTC) for an epoch in ms. */
@@ -53,6 +57,7 @@ int cmd_status(cli_ctx *c, int argc, char **argv);
 int cmd_cancel(cli_ctx *c, int argc, char **argv);
 int cmd_events(cli_ctx *c, int argc, char **argv);
 int cmd_data(cli_ctx *c, int argc, char **argv);
+int cmd_generate(cli_ctx *c, int argc, char **argv);
 int cmd_plan(cli_ctx *c, int argc, char **argv);
 int cmd_layout(cli_ctx *c, int argc, char **argv);
 int cmd_metrics(cli_ctx *c, int argc, char **argv);

@@ -1,4 +1,4 @@
-/* atoll data prepare: byte-level tokenisation into Megatron's indexed dataset.
+/* atoll data prepare: text or JSON lines into Megatron's indexed dataset (byte-level or GPT-2 BPE).
  * Runs locally (no coordinator); the work is the engine's data_prepare_main. */
 #include <string.h>
 
@@ -12,11 +12,5 @@ int cmd_data(cli_ctx *c, int argc, char **argv)
         if (cli_wants_help(c, argc, argv)) return CLI_OK;
         return cli_usage(c, "data", "unknown data command '%s'", argc < 2 ? "" : argv[1]);
     }
-    /* --json was taken out as a global flag; hand it back to the command. */
-    char *args[argc + 2];
-    int n = 0;
-    for (int i = 1; i < argc; i++) args[n++] = argv[i];
-    if (c->json) args[n++] = "--json";
-    args[n] = NULL;
-    return data_prepare_main(n, args); /* 0 ok, 1 failed, 2 bad usage: the CLI's codes */
+    return cli_run_local(c, argc - 1, argv + 1, data_prepare_main);
 }

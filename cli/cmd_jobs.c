@@ -1,10 +1,13 @@
 /* atoll submit | jobs | status JOB | cancel JOB */
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "auth.h"
 #include "cli.h"
+#include "tokenizer.h"
 #include "config.h"
 #include "jsonw.h"
 #include "msg.h"
@@ -50,6 +53,12 @@ int cmd_submit(cli_ctx *c, int argc, char **argv)
     char err[512];
     if (cfg_parse_args(&cfg, argc, argv, 1, submit_flag, &x, err, sizeof err))
         return cli_usage(c, "submit", "%s", err);
+    /* the tokenizer's padded vocab, as the ranks will size it, and its files by
+     * absolute paths (ranks run in their own work directories) */
+    if (tok_config_vocab(&cfg, err, sizeof err)) return cli_usage(c, "submit", "%s", err);
+    char *files[2] = { cfg.vocab_file, cfg.merge_file }, abs[PATH_MAX];
+    for (int i = 0; i < 2; i++)
+        if (files[i][0] && realpath(files[i], abs) && strlen(abs) < CFG_STR) memcpy(files[i], abs, strlen(abs) + 1);
     if (x.auto_layout) {
         int rc = cli_auto_layout(c, &cfg, argc, argv);
         if (rc) return rc;
@@ -267,6 +276,9 @@ static void print_job(const Atoll__Job *j)
     printf(": loss %.4f", m->loss);
     if (m->n_stages) printf(", lr %.3e, grad norm %.3f", m->lr, m->grad_norm);
     printf("\n");
+    if (m->valid_step > 0)
+        printf("  validation loss %.4f (perplexity %.2f) at iteration %lld\n", m->valid_loss,
+               exp(m->valid_loss < 700 ? m->valid_loss : 700), (long long)m->valid_step);
     cli_format_mfu(line, sizeof line, m);
     printf("  throughput: %.0f tokens/s", m->tokens_per_s);
     if (m->n_stages) printf(", %.1f ms per step, %.3f TFLOP/s per GPU", m->step_ms, m->flops_per_gpu / 1e12);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "tokenizer.h"
 #include "config.h"
 #include "jsonw.h"
 #include "msg.h"
@@ -238,6 +239,7 @@ int cmd_plan(cli_ctx *c, int argc, char **argv)
     cfg_defaults(&cfg);
     char err[512];
     if (cfg_parse_args(&cfg, argc, argv, 1, plan_extra, &a, err, sizeof err)) return cli_usage(c, "plan", "%s", err);
+    if (tok_config_vocab(&cfg, err, sizeof err)) return cli_usage(c, "plan", "%s", err); /* a tokenizer sets the vocab */
     fixed_from(&a, &cfg);
     topo_node *nodes = NULL;
     plan_cluster cl;

@@ -27,8 +27,11 @@ static const cli_command COMMANDS[] = {
     { "layout", cmd_layout, "JOB", "rank -> node/GPU map and every process group" },
     { "plan", cmd_plan, "[model flags] (--num-gpus N [--gpus-per-node N] [--gpu TYPE] | --cluster) [--top K] [--explain]",
       "rank layouts by predicted step time, MFU and memory, without running anything" },
-    { "data", cmd_data, "prepare --input FILE... --output-prefix PREFIX",
-      "byte-level tokenization into Megatron's indexed dataset (PREFIX.bin, PREFIX.idx)" },
+    { "generate", cmd_generate, "--load DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] [--seed S]",
+      "sample text from a checkpoint, with the tokenizer its data was prepared with" },
+    { "data", cmd_data, "prepare --input FILE... --output-prefix PREFIX [--tokenizer-type GPT2BPETokenizer "
+      "--vocab-file F --merge-file F] [--append-eod] [--json-keys KEY]",
+      "text or JSON lines into Megatron's indexed dataset (PREFIX.bin, PREFIX.idx), byte-level or GPT-2 BPE" },
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
@@ -77,6 +80,16 @@ int cli_wants_help(cli_ctx *c, int argc, char **argv)
             return 1;
         }
     return 0;
+}
+
+int cli_run_local(cli_ctx *c, int argc, char **argv, int (*fn)(int argc, char **argv))
+{
+    char *args[argc + 2]; /* --json was taken out as a global flag: hand it back */
+    int n = 0;
+    for (int i = 0; i < argc; i++) args[n++] = argv[i];
+    if (c->json) args[n++] = "--json";
+    args[n] = NULL;
+    return fn(n, args);
 }
 
 int cli_job_id(const char *s, uint64_t *id)

@@ -72,6 +72,19 @@ static const key_def KEYS[] = {
     F("bf16", K_BOOL, bf16),
     F("async-save", K_BOOL, async_save),
     R("save-mtbf", K_DOUBLE, save_mtbf, 0, HUGE_VAL, 0),
+    F("normalization", K_STR, normalization),
+    F("swiglu", K_BOOL, swiglu),
+    F("position-embedding-type", K_STR, position_embedding_type),
+    R("rotary-base", K_INT, rotary_base, 0, 2147483647.0, 0),
+    F("disable-bias-linear", K_BOOL, disable_bias_linear),
+    F("group-query-attention", K_BOOL, group_query_attention),
+    R("num-query-groups", K_INT, num_query_groups, 0, CFG_MAX_HEADS, 0),
+    R("hidden-dropout", K_DOUBLE, hidden_dropout, 0, 1, 1),
+    R("attention-dropout", K_DOUBLE, attention_dropout, 0, 1, 1),
+    F("tokenizer-type", K_STR, tokenizer_type),
+    F("vocab-file", K_STR, vocab_file),
+    F("merge-file", K_STR, merge_file),
+    R("make-vocab-size-divisible-by", K_INT, make_vocab_size_divisible_by, 0, CFG_MAX_VOCAB, 0),
 };
 #undef F
 #undef R
@@ -108,6 +121,10 @@ void cfg_defaults(atoll_config *c)
     c->save_interval = 0;
     c->log_interval = 1;
     c->eval_iters = 0;
+    snprintf(c->normalization, sizeof c->normalization, "LayerNorm");
+    snprintf(c->position_embedding_type, sizeof c->position_embedding_type, "learned_absolute");
+    c->rotary_base = 10000;
+    c->make_vocab_size_divisible_by = 128;
 }
 
 /* Flags compare with '-' and '_' as the same character, as Megatron's YAML does. */
@@ -439,6 +456,54 @@ int cfg_load_yaml(atoll_config *c, const char *path, char *err, size_t errlen)
 }
 
 int cfg_ffn(const atoll_config *c) { return c->ffn_hidden_size ? c->ffn_hidden_size : 4 * c->hidden_size; }
+int cfg_rmsnorm(const atoll_config *c) { return !strcmp(c->normalization, "RMSNorm"); }
+int cfg_rope(const atoll_config *c) { return !strcmp(c->position_embedding_type, "rope"); }
+int cfg_rotary_base(const atoll_config *c) { return c->rotary_base > 0 ? c->rotary_base : 10000; }
+int cfg_vocab_multiple(const atoll_config *c)
+{
+    return c->make_vocab_size_divisible_by > 0 ? c->make_vocab_size_divisible_by : 128;
+}
+int cfg_kv_groups(const atoll_config *c)
+{
+    /* Megatron: --num-query-groups defaults to 1 (multi-query) once GQA is on */
+    if (!c->group_query_attention) return c->num_attention_heads;
+    return c->num_query_groups > 0 ? c->num_query_groups : 1;
+}
+
+/* The LLaMA family's flags: values Megatron accepts, and the
+ * combinations atoll builds (RMSNorm comes with SwiGLU and rotary positions). */
+static int validate_family(const atoll_config *c, char *err, size_t errlen)
+{
+    if (strcmp(c->normalization, "LayerNorm") && strcmp(c->normalization, "RMSNorm")) {
+        errf(err, errlen, "--normalization '%s': expected LayerNorm or RMSNorm", c->normalization);
+        return -1;
+    }
+    if (strcmp(c->position_embedding_type, "learned_absolute") && strcmp(c->position_embedding_type, "rope")) {
+        errf(err, errlen, "--position-embedding-type '%s': expected learned_absolute or rope", c->position_embedding_type);
+        return -1;
+    }
+    if (cfg_rmsnorm(c) && (!c->swiglu || !cfg_rope(c))) {
+        errf(err, errlen, "--normalization RMSNorm builds the LLaMA family: it needs --swiglu and "
+             "--position-embedding-type rope too");
+        return -1;
+    }
+    if (c->swiglu && !cfg_rmsnorm(c)) {
+        errf(err, errlen, "--swiglu comes with the LLaMA family: add --normalization RMSNorm "
+             "--position-embedding-type rope");
+        return -1;
+    }
+    if (cfg_rope(c) && (c->hidden_size / c->num_attention_heads) % 2) {
+        errf(err, errlen, "--position-embedding-type rope needs an even head dim (hidden %d / %d heads)",
+             c->hidden_size, c->num_attention_heads);
+        return -1;
+    }
+    if (c->group_query_attention && c->num_attention_heads % cfg_kv_groups(c)) {
+        errf(err, errlen, "--group-query-attention: --num-query-groups %d must divide --num-attention-heads %d",
+             cfg_kv_groups(c), c->num_attention_heads);
+        return -1;
+    }
+    return 0;
+}
 int cfg_max_pos(const atoll_config *c) { return c->max_position_embeddings ? c->max_position_embeddings : c->seq_length; }
 
 int cfg_virtual_stages(const atoll_config *c)
@@ -470,7 +535,7 @@ int cfg_validate_model(const atoll_config *c, char *err, size_t errlen)
              cfg_max_pos(c), c->seq_length);
         return -1;
     }
-    return 0;
+    return validate_family(c, err, errlen);
 }
 
 int cfg_validate_training(const atoll_config *c, char *err, size_t errlen)
@@ -548,6 +613,11 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
     if (cfg_ffn(c) % tp) {
         errf(err, errlen, "FFN hidden size %d is not divisible by --tensor-model-parallel-size %d",
              cfg_ffn(c), tp);
+        return -1;
+    }
+    if (cfg_kv_groups(c) % tp) {
+        errf(err, errlen, "--num-query-groups %d is not divisible by --tensor-model-parallel-size %d",
+             cfg_kv_groups(c), tp);
         return -1;
     }
     if (c->vocab_size % tp) {
@@ -664,13 +734,15 @@ int cfg_rank_order_parse(const char *order, int tp, int dp, int pp, cfg_rank_ord
 double cfg_num_params(const atoll_config *c)
 {
     double h = c->hidden_size, L = c->num_layers, f = cfg_ffn(c), V = c->vocab_size, P = cfg_max_pos(c);
-    double per_layer = 2 * (2 * h)          /* ln_1, ln_2 */
-                     + (h * 3 * h + 3 * h)  /* c_attn */
-                     + (h * h + h)          /* attn c_proj */
-                     + (h * f + f)          /* mlp c_fc */
-                     + (f * h + h);         /* mlp c_proj */
-    double emb = V * h * (c->untie_embeddings_and_output_weights ? 2 : 1) + P * h;
-    return L * per_layer + emb + 2 * h /* ln_f */;
+    double d = c->num_attention_heads ? h / c->num_attention_heads : 0, qkv = h + 2.0 * cfg_kv_groups(c) * d;
+    double bias = c->disable_bias_linear ? 0 : 1, norm = cfg_rmsnorm(c) ? h : 2 * h, up = c->swiglu ? 2 : 1;
+    double per_layer = 2 * norm                             /* ln_1, ln_2 / the RMSNorms */
+                     + (h * qkv + bias * qkv)               /* c_attn, or q, k, v (GQA: smaller k, v) */
+                     + (h * h + bias * h)                   /* attention output */
+                     + up * (h * f + bias * f)              /* c_fc, or SwiGLU's gate and up */
+                     + (f * h + bias * h);                  /* down projection */
+    double emb = V * h * (c->untie_embeddings_and_output_weights ? 2 : 1) + (cfg_rope(c) ? 0 : P * h);
+    return L * per_layer + emb + norm /* ln_f */;
 }
 
 double cfg_flops_per_token(const atoll_config *c)

@@ -58,6 +58,17 @@ typedef struct atoll_config {
     int bf16;
     int async_save;                            /* checkpoints written in the background */
     double save_mtbf;                          /* > 0: save every sqrt(2 x this x measured stall) seconds */
+    /* the LLaMA family and regularisation (Megatron's flags) */
+    char normalization[16];            /* "LayerNorm" (default) or "RMSNorm" */
+    int swiglu;
+    char position_embedding_type[24];  /* "learned_absolute" (default) or "rope" */
+    int rotary_base;                   /* 10000 (0 reads as 10000: cfg_rotary_base) */
+    int disable_bias_linear;
+    int group_query_attention, num_query_groups;
+    double hidden_dropout, attention_dropout; /* 0 here; Megatron's default is 0.1 */
+    /* the tokenizer the data was prepared with (recorded in checkpoints) */
+    char tokenizer_type[32], vocab_file[CFG_STR], merge_file[CFG_STR];
+    int make_vocab_size_divisible_by;  /* 128 (0 reads as 128: cfg_vocab_multiple) */
 } atoll_config;
 
 typedef enum { CFG_OK = 0, CFG_UNKNOWN = 1, CFG_BAD_VALUE = 2 } cfg_status;
@@ -92,6 +103,11 @@ int cfg_parse_yaml(atoll_config *c, const char *text, size_t len, const char *na
 
 /* Derived sizes. */
 int cfg_ffn(const atoll_config *c);
+int cfg_rmsnorm(const atoll_config *c);     /* --normalization RMSNorm: the LLaMA family */
+int cfg_rope(const atoll_config *c);        /* --position-embedding-type rope */
+int cfg_kv_groups(const atoll_config *c);   /* --num-query-groups with GQA, else the heads */
+int cfg_rotary_base(const atoll_config *c); /* --rotary-base (0: 10000) */
+int cfg_vocab_multiple(const atoll_config *c); /* --make-vocab-size-divisible-by (0: 128) */
 int cfg_max_pos(const atoll_config *c);
 int cfg_virtual_stages(const atoll_config *c); /* v: 1 when not interleaved */
 

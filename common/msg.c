@@ -229,6 +229,19 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->async_save = c->async_save;
     o->save_mtbf = c->save_mtbf;
     o->max_restarts = -1; /* the coordinator's default unless the caller says */
+    o->normalization = (char *)c->normalization;
+    o->swiglu = c->swiglu;
+    o->position_embedding_type = (char *)c->position_embedding_type;
+    o->rotary_base = c->rotary_base;
+    o->disable_bias_linear = c->disable_bias_linear;
+    o->group_query_attention = c->group_query_attention;
+    o->num_query_groups = c->num_query_groups;
+    o->hidden_dropout = c->hidden_dropout;
+    o->attention_dropout = c->attention_dropout;
+    o->tokenizer_type = (char *)c->tokenizer_type;
+    o->vocab_file = (char *)c->vocab_file;
+    o->merge_file = (char *)c->merge_file;
+    o->make_vocab_size_divisible_by = c->make_vocab_size_divisible_by;
 }
 
 /* A JobSpec field's value as config text: numbers printed, booleans "true"/"false",

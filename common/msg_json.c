@@ -72,6 +72,8 @@ void msg_json_metrics(jsonw *w, const Atoll__JobMetrics *m)
     jsonw_kint(w, "iteration", m->step);
     jsonw_kint(w, "time_ms", m->time_ms);
     jsonw_knum(w, "loss", m->loss);
+    num_or_null(w, "valid_loss", m->valid_loss, m->valid_step > 0); /* the evaluation after this step, or the newest */
+    if (m->valid_step > 0) jsonw_kint(w, "valid_iteration", m->valid_step);
     jsonw_knum(w, "lr", m->lr);
     jsonw_knum(w, "grad_norm", m->grad_norm);
     jsonw_knum(w, "tokens_per_s", m->tokens_per_s);

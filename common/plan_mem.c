@@ -17,10 +17,17 @@ double plan_act_bytes_per_layer(const atoll_config *c)
     double t = c->tensor_model_parallel_size > 0 ? c->tensor_model_parallel_size : 1;
     int sp = c->sequence_parallel && t > 1;
     double sbh = s * b * h, attn = 5.0 * a * s / h; /* the softmax/dropout s^2 terms */
+    /* Korthikanti et al.'s 34 sbh, by part: 10 sbh not split by TP (norm
+     * inputs and outputs, dropout masks) and, split by TP, queries 2 sbh, keys
+     * and values 4 sb kv (kv = h, or the groups' width under GQA), the output
+     * projection's input 2 sbh, the MLP's up projections 2 sbf each (GELU keeps
+     * its input and output: 4 sbf; SwiGLU gate, up and their product: 6 sbf) */
+    double kv = (double)cfg_kv_groups(c) * (h / a), f = cfg_ffn(c);
+    double split = s * b * (4 * h + 4 * kv + (c->swiglu ? 6 : 4) * f) / sbh; /* 24 for GPT-2 */
     switch (c->recompute_granularity) {
     case RECOMPUTE_FULL:      return sp ? 2 * sbh / t : 2 * sbh;
-    case RECOMPUTE_SELECTIVE: return sp ? 34 * sbh / t : sbh * (10 + 24 / t);
-    default:                  return sp ? sbh / t * (34 + attn) : sbh * (10 + 24 / t + attn / t);
+    case RECOMPUTE_SELECTIVE: return sp ? (10 + split) * sbh / t : sbh * (10 + split / t);
+    default:                  return sp ? sbh / t * (10 + split + attn) : sbh * (10 + split / t + attn / t);
     }
 }
 
@@ -36,9 +43,11 @@ double plan_inflight_microbatches(int pp, int v, int m, int stage)
 }
 
 /* Parameters one GPU of `stage` holds. Layer matrices and their column biases are
- * split over tp; LayerNorms and row-parallel biases (6h per layer) are replicated.
- * The word embedding is split over tp (vocab-parallel) on the first stage, and the
- * last stage holds the output matrix (a copy of it when tied and pp > 1). */
+ * split over tp; the norms (4h per layer with LayerNorm, 2h with RMSNorm) and the
+ * row-parallel biases (2h, none under --disable-bias-linear) are replicated.
+ * The word embedding is split over tp (vocab-parallel) on the first stage, beside
+ * the position embedding (none with rotary positions), and the last stage holds
+ * the output matrix (a copy of it when tied and pp > 1). */
 static double stage_params(const atoll_config *c, int stage)
 {
     double h = c->hidden_size, V = c->vocab_size, L = c->num_layers;
@@ -46,11 +55,12 @@ static double stage_params(const atoll_config *c, int stage)
     atoll_config no_layers = *c;
     no_layers.num_layers = 0;
     double per_layer = (cfg_num_params(c) - cfg_num_params(&no_layers)) / L;
-    double layer_gpu = (per_layer - 6 * h) / tp + 6 * h;
+    double norm = cfg_rmsnorm(c) ? h : 2 * h, repl = 2 * norm + (c->disable_bias_linear ? 0 : 2 * h);
+    double layer_gpu = (per_layer - repl) / tp + repl;
     double p = L / pp * layer_gpu;
-    if (stage == 0) p += V * h / tp + cfg_max_pos(c) * h;
+    if (stage == 0) p += V * h / tp + (cfg_rope(c) ? 0 : cfg_max_pos(c) * h);
     if (stage == pp - 1) {
-        p += 2 * h; /* final LayerNorm */
+        p += norm; /* final norm */
         if (pp > 1 || c->untie_embeddings_and_output_weights) p += V * h / tp;
     }
     return p;

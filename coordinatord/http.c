@@ -390,6 +390,7 @@ static char *metrics_body(coord *c)
         { "atoll_job_restarts_total", "counter", "Times the job was placed again after a failure." },
         { "atoll_job_step", "gauge", "Last training iteration reported." },
         { "atoll_job_loss", "gauge", "Training loss of the last reported step." },
+        { "atoll_job_valid_loss", "gauge", "Loss on the validation split at the newest evaluation (--eval-interval)." },
         { "atoll_job_tokens_per_second", "gauge", "Tokens trained per second, whole job." },
         { "atoll_job_step_seconds", "gauge", "Time of the last reported step." },
         { "atoll_job_achieved_flops_per_gpu", "gauge", "Achieved model FLOP/s per GPU (PaLM count)." },
@@ -423,15 +424,17 @@ static char *metrics_body(coord *c)
                 if (!x->have) break;
                 if (k == 4) tprintf(&t, "atoll_job_step{job=\"%llu\"} %lld\n", id, (long long)m->step);
                 if (k == 5) tprintf(&t, "atoll_job_loss{job=\"%llu\"} %.9g\n", id, m->loss);
-                if (k == 6) tprintf(&t, "atoll_job_tokens_per_second{job=\"%llu\"} %.6g\n", id, m->tokens_per_s);
-                if (k == 7) tprintf(&t, "atoll_job_step_seconds{job=\"%llu\"} %.6g\n", id, m->step_ms / 1e3);
-                if (k == 8) tprintf(&t, "atoll_job_achieved_flops_per_gpu{job=\"%llu\"} %.6g\n", id, m->flops_per_gpu);
-                if (k == 9 && msg_mfu_known(m)) tprintf(&t, "atoll_job_mfu_ratio{job=\"%llu\"} %.6g\n", id, m->mfu);
-                if (k == 10)
+                if (k == 6 && m->valid_step > 0)
+                    tprintf(&t, "atoll_job_valid_loss{job=\"%llu\"} %.9g\n", id, m->valid_loss);
+                if (k == 7) tprintf(&t, "atoll_job_tokens_per_second{job=\"%llu\"} %.6g\n", id, m->tokens_per_s);
+                if (k == 8) tprintf(&t, "atoll_job_step_seconds{job=\"%llu\"} %.6g\n", id, m->step_ms / 1e3);
+                if (k == 9) tprintf(&t, "atoll_job_achieved_flops_per_gpu{job=\"%llu\"} %.6g\n", id, m->flops_per_gpu);
+                if (k == 10 && msg_mfu_known(m)) tprintf(&t, "atoll_job_mfu_ratio{job=\"%llu\"} %.6g\n", id, m->mfu);
+                if (k == 11)
                     tprintf(&t, "atoll_job_memory_bytes{job=\"%llu\"} %llu\n", id, (unsigned long long)m->memory_bytes);
-                for (size_t s = 0; (k == 11 || k == 12) && s < m->n_stages; s++) {
+                for (size_t s = 0; (k == 12 || k == 13) && s < m->n_stages; s++) {
                     const Atoll__StageBubble *b = m->stages[s];
-                    if (k == 11) {
+                    if (k == 12) {
                         if (b->measured >= 0)
                             tprintf(&t, "atoll_job_bubble_ratio{job=\"%llu\",stage=\"%d\",kind=\"measured\"} %.6g\n", id,
                                     b->stage, b->measured);

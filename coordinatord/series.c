@@ -110,6 +110,7 @@ void series_add(coord *c, const Atoll__RankMetrics *m)
         st->flops_per_gpu = m->flops_per_gpu;
         st->peak_flops = m->peak_flops;
         st->time_ms = c->now();
+        if (m->valid_loss > 0) st->valid_loss = m->valid_loss;
     }
     if (m->stage >= 0 && m->stage < st->nstages && lj->pp > 1) {
         st->bubble[m->stage] = m->bubble_measured;
@@ -194,6 +195,8 @@ void series_msg(const store_step *st, double bubble_theory, Atoll__JobMetrics *o
     out->mfu = st->peak_flops > 0 ? st->flops_per_gpu / st->peak_flops : 0;
     out->memory_bytes = st->memory_bytes;
     out->bubble_theory = bubble_theory;
+    out->valid_loss = st->valid_loss;
+    out->valid_step = st->valid_loss > 0 ? st->iteration : 0;
     int n = st->nstages > 0 ? st->nstages : 0, k = 0;
     double mean = 0;
     out->stages = msg_alloc(a, sizeof *out->stages * (size_t)(n + 1));
@@ -235,5 +238,10 @@ int series_latest(coord *c, uint64_t job, Atoll__JobMetrics *out, msg_arena *a)
         store_job_clear(&j);
     }
     series_msg(&st, theory, out, a);
+    /* the newest evaluation, whichever step it followed */
+    if (store_step_latest_valid(c->st, job, &prev) == 0) {
+        out->valid_loss = prev.valid_loss;
+        out->valid_step = prev.iteration;
+    }
     return 0;
 }

@@ -65,6 +65,8 @@ static const char *MIGRATIONS[STORE_SCHEMA_VERSION] = {
     "  detected_ms INTEGER NOT NULL, running_ms INTEGER NOT NULL, reached INTEGER NOT NULL,"
     "  from_iteration INTEGER NOT NULL, steps_recomputed INTEGER NOT NULL, dp INTEGER NOT NULL,"
     "  counted INTEGER NOT NULL, PRIMARY KEY(job, epoch));",
+    /* 5 -> 6: the validation loss of a step that was followed by an evaluation */
+    "ALTER TABLE steps ADD COLUMN valid_loss REAL NOT NULL DEFAULT 0;",
 };
 
 const char *store_errmsg(store *s) { return sqlite3_errmsg(s->db); }
@@ -563,7 +565,7 @@ int store_step_put(store *s, const store_step *x)
 {
     sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO steps(job, iteration, epoch, time_ms, have_job, loss, lr, "
                                "grad_norm, tokens_per_s, step_ms, flops_per_gpu, peak_flops, memory_bytes, bubble, "
-                               "transfer) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)");
+                               "transfer, valid_loss) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)");
     if (!st) return -1;
     char b[STORE_MAX_STAGES * 16], t[STORE_MAX_STAGES * 16];
     int n = x->nstages > STORE_MAX_STAGES ? STORE_MAX_STAGES : x->nstages;
@@ -584,11 +586,12 @@ int store_step_put(store *s, const store_step *x)
     sqlite3_bind_int64(st, 13, (sqlite3_int64)x->memory_bytes);
     sqlite3_bind_text(st, 14, b, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 15, t, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, 16, x->valid_loss);
     return done(st);
 }
 
 #define STEP_COLUMNS "job, iteration, epoch, time_ms, have_job, loss, lr, grad_norm, tokens_per_s, step_ms, " \
-                     "flops_per_gpu, peak_flops, memory_bytes, bubble, transfer"
+                     "flops_per_gpu, peak_flops, memory_bytes, bubble, transfer, valid_loss"
 
 static void read_step(sqlite3_stmt *st, store_step *x)
 {
@@ -609,6 +612,7 @@ static void read_step(sqlite3_stmt *st, store_step *x)
     x->nstages = get_stages(sqlite3_column_text(st, 13), x->bubble);
     int nt = get_stages(sqlite3_column_text(st, 14), x->transfer);
     for (int i = nt; i < x->nstages; i++) x->transfer[i] = -1;
+    x->valid_loss = sqlite3_column_double(st, 15);
 }
 
 static int one_step(sqlite3_stmt *st, store_step *out)
@@ -636,6 +640,15 @@ int store_step_get(store *s, uint64_t job, int64_t iteration, store_step *out)
 int store_step_latest(store *s, uint64_t job, store_step *out)
 {
     sqlite3_stmt *st = prep(s, "SELECT " STEP_COLUMNS " FROM steps WHERE job=?1 ORDER BY iteration DESC LIMIT 1");
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
+    return one_step(st, out);
+}
+
+int store_step_latest_valid(store *s, uint64_t job, store_step *out)
+{
+    sqlite3_stmt *st = prep(s, "SELECT " STEP_COLUMNS " FROM steps WHERE job=?1 AND valid_loss>0 "
+                               "ORDER BY iteration DESC LIMIT 1");
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, (sqlite3_int64)job);
     return one_step(st, out);

@@ -17,7 +17,7 @@
 
 typedef struct store store;
 
-#define STORE_SCHEMA_VERSION 5
+#define STORE_SCHEMA_VERSION 6
 
 /* Opens (creating when absent) and migrates. path ":memory:" gives a private
  * in-memory database (tests, fuzzing). 0, or -1 with err. */
@@ -165,6 +165,7 @@ typedef struct store_step {
     int nstages;
     double bubble[STORE_MAX_STAGES];   /* idle / step time per stage; < 0: not reported */
     double transfer[STORE_MAX_STAGES]; /* transfer / step time per stage; < 0: not reported */
+    double valid_loss;       /* the validation loss evaluated after this step; 0: none */
 } store_step;
 
 /* Inserts or replaces the step (job, iteration). */
@@ -173,6 +174,8 @@ int store_step_put(store *s, const store_step *st);
 int store_step_get(store *s, uint64_t job, int64_t iteration, store_step *out);
 /* The newest step of the job: 0 found, 1 none, -1 error. */
 int store_step_latest(store *s, uint64_t job, store_step *out);
+/* The newest step of the job with a validation loss: 0 found, 1 none, -1 error. */
+int store_step_latest_valid(store *s, uint64_t job, store_step *out);
 /* Steps with iteration > after, oldest first; at most `limit` (the oldest such). */
 typedef int (*store_step_fn)(void *ctx, const store_step *st);
 int store_steps_each(store *s, uint64_t job, int64_t after, unsigned limit, store_step_fn fn, void *ctx);

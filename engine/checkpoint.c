@@ -1,10 +1,13 @@
 #include "checkpoint.h"
+#include "errf.h"
 #include "json_read.h"
+#include "jsonw.h"
 #include "safetensors.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,7 +200,80 @@ void ckpt_note_step(eng_train_state *st, long long iteration, double loss, doubl
     st->steps[st->nsteps++] = (ckpt_step){ iteration, loss, lr, grad_norm };
 }
 
-int ckpt_commit(const char *dir, const eng_train_state *st, char *err, size_t errlen)
+/* The settings that rebuild the model, by Megatron's flag names (underscores),
+ * and the tokenizer the data was prepared with (absolute paths and checksums
+ * of its files, so a later reader can tell a changed file). */
+static void model_info(jsonw *w, const atoll_config *c)
+{
+    jsonw_key(w, "model");
+    jsonw_obj(w);
+    jsonw_kint(w, "num_layers", c->num_layers);
+    jsonw_kint(w, "hidden_size", c->hidden_size);
+    jsonw_kint(w, "num_attention_heads", c->num_attention_heads);
+    jsonw_kint(w, "ffn_hidden_size", cfg_ffn(c));
+    jsonw_kint(w, "seq_length", c->seq_length);
+    jsonw_kint(w, "max_position_embeddings", cfg_max_pos(c));
+    jsonw_kint(w, "vocab_size", c->vocab_size);
+    jsonw_kbool(w, "untie_embeddings_and_output_weights", c->untie_embeddings_and_output_weights);
+    jsonw_kstr(w, "normalization", c->normalization);
+    jsonw_kbool(w, "swiglu", c->swiglu);
+    jsonw_kstr(w, "position_embedding_type", c->position_embedding_type);
+    jsonw_kint(w, "rotary_base", cfg_rotary_base(c));
+    jsonw_kbool(w, "disable_bias_linear", c->disable_bias_linear);
+    jsonw_kbool(w, "group_query_attention", c->group_query_attention);
+    jsonw_kint(w, "num_query_groups", cfg_kv_groups(c));
+    jsonw_obj_end(w);
+    jsonw_key(w, "tokenizer");
+    jsonw_obj(w);
+    jsonw_kstr(w, "type", c->tokenizer_type[0] ? c->tokenizer_type : "ByteLevel");
+    const char *files[2][2] = { { "vocab_file", c->vocab_file }, { "merge_file", c->merge_file } };
+    for (int i = 0; i < 2; i++) {
+        if (!files[i][1][0]) continue;
+        char abs[PATH_MAX], key[32];
+        uint64_t sum = 0, bytes = 0;
+        jsonw_kstr(w, files[i][0], realpath(files[i][1], abs) ? abs : files[i][1]);
+        if (!ckpt_file_checksum(files[i][1], &sum, &bytes)) {
+            char hex[24];
+            snprintf(hex, sizeof hex, "%016llx", (unsigned long long)sum);
+            snprintf(key, sizeof key, "%s_fnv1a64", files[i][0]);
+            jsonw_kstr(w, key, hex);
+        }
+    }
+    jsonw_obj_end(w);
+}
+
+/* Hugging Face's config.json for a LLaMA-family checkpoint, so its
+ * model.safetensors (Hugging Face's tensor names) loads with
+ * LlamaForCausalLM.from_pretrained on the step directory. */
+static char *hf_llama_config(const atoll_config *c)
+{
+    jsonw w;
+    jsonw_init(&w);
+    jsonw_obj(&w);
+    jsonw_key(&w, "architectures");
+    jsonw_arr(&w);
+    jsonw_str(&w, "LlamaForCausalLM");
+    jsonw_arr_end(&w);
+    jsonw_kstr(&w, "model_type", "llama");
+    jsonw_kint(&w, "hidden_size", c->hidden_size);
+    jsonw_kint(&w, "intermediate_size", cfg_ffn(c));
+    jsonw_kint(&w, "num_hidden_layers", c->num_layers);
+    jsonw_kint(&w, "num_attention_heads", c->num_attention_heads);
+    jsonw_kint(&w, "num_key_value_heads", cfg_kv_groups(c));
+    jsonw_kint(&w, "max_position_embeddings", cfg_max_pos(c));
+    jsonw_kint(&w, "vocab_size", c->vocab_size);
+    jsonw_knum(&w, "rms_norm_eps", 1e-5);
+    jsonw_knum(&w, "rope_theta", cfg_rotary_base(c));
+    jsonw_kstr(&w, "hidden_act", "silu");
+    jsonw_kbool(&w, "tie_word_embeddings", !c->untie_embeddings_and_output_weights);
+    jsonw_kbool(&w, "attention_bias", !c->disable_bias_linear);
+    jsonw_kbool(&w, "mlp_bias", !c->disable_bias_linear);
+    jsonw_kstr(&w, "torch_dtype", "float32");
+    jsonw_obj_end(&w);
+    return jsonw_take(&w);
+}
+
+int ckpt_commit(const char *dir, const eng_train_state *st, const atoll_config *c, char *err, size_t errlen)
 {
     char step[1024], path[1100], text[2048 + CKPT_STEPS * 96];
     ckpt_step_dir(step, sizeof step, dir, st->iteration);
@@ -212,22 +288,44 @@ int ckpt_commit(const char *dir, const eng_train_state *st, char *err, size_t er
                                st->steps[i].iteration, st->steps[i].loss, st->steps[i].lr, st->steps[i].grad_norm);
     if (at < sizeof text) snprintf(text + at, sizeof text - at, "]}\n");
     if (write_atomic(step, path, text, err, errlen)) return -1;
+    if (c && cfg_rmsnorm(c)) {
+        char *hf = hf_llama_config(c);
+        snprintf(path, sizeof path, "%s/config.json", step);
+        int rc = hf ? write_atomic(step, path, hf, err, errlen) : -1;
+        free(hf);
+        if (rc) return -1;
+    }
 
-    size_t len = (size_t)snprintf(text, sizeof text, "{\"iteration\":%lld,\"files\":{", st->iteration);
+    jsonw w;
+    jsonw_init(&w);
+    jsonw_obj(&w);
+    jsonw_kint(&w, "iteration", st->iteration);
+    jsonw_key(&w, "files");
+    jsonw_obj(&w);
     for (int i = 0; i < 3; i++) {
         uint64_t sum, bytes;
         snprintf(path, sizeof path, "%s/%s", step, STEP_FILES[i]);
         if (ckpt_file_checksum(path, &sum, &bytes)) {
             errf(err, errlen, "%s: cannot read back for its checksum: %s", path, strerror(errno));
+            jsonw_free(&w);
             return -1;
         }
-        len += (size_t)snprintf(text + len, sizeof text - len,
-                                "%s\"%s\":{\"bytes\":%llu,\"fnv1a64\":\"%016llx\"}", i ? "," : "",
-                                STEP_FILES[i], (unsigned long long)bytes, (unsigned long long)sum);
+        char hex[24];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)sum);
+        jsonw_key(&w, STEP_FILES[i]);
+        jsonw_obj(&w);
+        jsonw_kint(&w, "bytes", (long long)bytes);
+        jsonw_kstr(&w, "fnv1a64", hex);
+        jsonw_obj_end(&w);
     }
-    snprintf(text + len, sizeof text - len, "}}\n");
+    jsonw_obj_end(&w);
+    if (c) model_info(&w, c);
+    jsonw_obj_end(&w);
+    char *manifest = jsonw_take(&w);
     snprintf(path, sizeof path, "%s/manifest.json", step);
-    if (write_atomic(step, path, text, err, errlen)) return -1;
+    int rc = manifest ? write_atomic(step, path, manifest, err, errlen) : -1;
+    free(manifest);
+    if (rc) return -1;
 
     snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir);
     snprintf(text, sizeof text, "%lld\n", st->iteration);
@@ -238,30 +336,18 @@ int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,
               const eng_train_state *st, char *err, size_t errlen)
 {
     if (ckpt_write_shards(dir, st->iteration, m, o, 1, err, errlen)) return -1;
-    return ckpt_commit(dir, st, err, errlen);
+    return ckpt_commit(dir, st, &m->cfg, err, errlen);
 }
 
-static char *slurp(const char *path, size_t *len)
+/* A step's JSON file parsed; NULL with why in jerr ("unreadable" or the parse error). */
+static jsonr *read_json(const char *path, char *jerr, size_t n)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t cap = 0, n = 0, r;
-    do {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 4096;
-            if (cap > (1u << 24)) break;
-            char *nb = realloc(buf, cap + 1);
-            if (!nb) break;
-            buf = nb;
-        }
-        r = fread(buf + n, 1, cap - n, f);
-        n += r;
-    } while (r > 0);
-    fclose(f);
-    if (buf) buf[n] = 0;
-    *len = n;
-    return buf;
+    size_t len;
+    char *text = atoll_read_file(path, 1u << 24, &len);
+    snprintf(jerr, n, "unreadable");
+    jsonr *root = text ? jsonr_parse(text, len, jerr, n) : NULL;
+    free(text);
+    return root;
 }
 
 /* Why step `step` is not usable, or NULL when it is committed and intact. */
@@ -271,12 +357,9 @@ static const char *step_problem(const char *step, char *why, size_t n)
 {
     char path[1100];
     snprintf(path, sizeof path, "%s/manifest.json", step);
-    size_t len;
-    char *text = slurp(path, &len);
-    if (!text) return UNCOMMITTED;
+    if (access(path, F_OK)) return UNCOMMITTED;
     char jerr[128];
-    jsonr *root = jsonr_parse(text, len, jerr, sizeof jerr);
-    free(text);
+    jsonr *root = read_json(path, jerr, sizeof jerr);
     const jsonr *files = jsonr_get(root, "files");
     if (!files) {
         jsonr_free(root);
@@ -404,13 +487,9 @@ static int check_file(const st_file *f, const st_file *want, const char *path, c
 
 static int load_state(const char *step, eng_train_state *st, char *err, size_t errlen)
 {
-    char path[1100];
+    char path[1100], jerr[128];
     snprintf(path, sizeof path, "%s/train_state.json", step);
-    size_t len;
-    char *text = slurp(path, &len);
-    char jerr[128] = "unreadable";
-    jsonr *root = text ? jsonr_parse(text, len, jerr, sizeof jerr) : NULL;
-    free(text);
+    jsonr *root = read_json(path, jerr, sizeof jerr);
     const jsonr *it = jsonr_get(root, "iteration"), *cs = jsonr_get(root, "consumed_samples"),
                 *sd = jsonr_get(root, "seed");
     if (!it || !cs || !sd) {
@@ -445,9 +524,9 @@ int ckpt_load(const char *dir, long long iteration, eng_model *m, eng_optim *o,
     int rc = -1;
     float *host = NULL;
     eng_train_state tmp;
-    if (st_open(&fm, mpath, err, errlen) || st_open(&fo, opath, err, errlen) ||
-        check_file(&fm, &wm, mpath, err, errlen) || check_file(&fo, &wo, opath, err, errlen) ||
-        load_state(step, &tmp, err, errlen))
+    if (st_open(&fm, mpath, err, errlen) || check_file(&fm, &wm, mpath, err, errlen) ||
+        (o && (st_open(&fo, opath, err, errlen) || check_file(&fo, &wo, opath, err, errlen) ||
+               load_state(step, &tmp, err, errlen))))
         goto out;
     size_t maxn = 1;
     for (int i = 0; i < m->nparams; i++)
@@ -456,6 +535,11 @@ int ckpt_load(const char *dir, long long iteration, eng_model *m, eng_optim *o,
     if (!host) { errf(err, errlen, "out of memory"); goto out; }
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
+        if (!o) { /* the weights alone: model.safetensors */
+            if (st_read_slice(&fm, st_find(&fm, p->name), p, host, err, errlen)) goto out;
+            m->k->to_device(m->params + p->offset, host, p->numel * sizeof(float));
+            continue;
+        }
         float *dst[3] = { m->params, o->m, o->v };
         for (int s = 0; s < 3; s++) {
             char nm[ENG_NAME + 16];
@@ -464,7 +548,7 @@ int ckpt_load(const char *dir, long long iteration, eng_model *m, eng_optim *o,
             m->k->to_device(dst[s] + p->offset, host, p->numel * sizeof(float));
         }
     }
-    *st = tmp;
+    if (o) *st = tmp;
     rc = 0;
 out:
     free(host);
@@ -472,5 +556,39 @@ out:
     st_close(&wo);
     st_close(&fm);
     st_close(&fo);
+    return rc;
+}
+
+int ckpt_read_model(const char *dir, long long iteration, atoll_config *c, char *err, size_t errlen)
+{
+    char step[1024], path[1100], jerr[128];
+    ckpt_step_dir(step, sizeof step, dir, iteration);
+    snprintf(path, sizeof path, "%s/manifest.json", step);
+    jsonr *root = read_json(path, jerr, sizeof jerr);
+    const jsonr *m = jsonr_get(root, "model"), *t = jsonr_get(root, "tokenizer");
+    if (!m || !t) {
+        errf(err, errlen, "%s: %s", path, root ? "no \"model\" and \"tokenizer\" (a checkpoint written before atoll "
+             "recorded them)" : jerr);
+        jsonr_free(root);
+        return -1;
+    }
+    /* every member through the config's own parser, as flags are */
+    int rc = 0;
+    for (const jsonr *v = m->child; v && !rc; v = v->next) {
+        char val[64], inner[256] = "";
+        const char *s = v->type == JSONR_STR ? v->str : val;
+        if (v->type == JSONR_BOOL) snprintf(val, sizeof val, "%s", v->num ? "true" : "false");
+        else if (v->type == JSONR_NUM) snprintf(val, sizeof val, "%.17g", v->num);
+        else if (v->type != JSONR_STR) continue;
+        if (cfg_set(c, v->key, s, inner, sizeof inner) != CFG_OK) {
+            errf(err, errlen, "%s: model.%s: %s", path, v->key, inner[0] ? inner : "not a setting atoll knows");
+            rc = -1;
+        }
+    }
+    const jsonr *ty = jsonr_get(t, "type"), *vf = jsonr_get(t, "vocab_file"), *mf = jsonr_get(t, "merge_file");
+    if (!rc && ty && ty->type == JSONR_STR) snprintf(c->tokenizer_type, sizeof c->tokenizer_type, "%s", ty->str);
+    if (!rc && vf && vf->type == JSONR_STR) snprintf(c->vocab_file, sizeof c->vocab_file, "%s", vf->str);
+    if (!rc && mf && mf->type == JSONR_STR) snprintf(c->merge_file, sizeof c->merge_file, "%s", mf->str);
+    jsonr_free(root);
     return rc;
 }

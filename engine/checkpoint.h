@@ -65,9 +65,13 @@ typedef struct ckpt_part {
 int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, const ckpt_part *part,
                     int write_headers, char *err, size_t errlen);
 
-/* Writes train_state.json, then the manifest (committing the step), then the
- * latest-iteration file. Call once, after every rank's ckpt_write_shards. */
-int ckpt_commit(const char *dir, const eng_train_state *st, char *err, size_t errlen);
+/* Writes train_state.json (and, for the LLaMA family, Hugging Face's
+ * config.json beside model.safetensors), then the manifest (committing the
+ * step), then the latest-iteration file. Call once, after every rank's
+ * ckpt_write_shards. With `c` the manifest also records the model's settings
+ * ("model": Megatron's flag names) and the tokenizer the data was prepared
+ * with ("tokenizer": type, absolute vocab/merge file paths and checksums). */
+int ckpt_commit(const char *dir, const eng_train_state *st, const atoll_config *c, char *err, size_t errlen);
 
 /* Single rank: shards + commit. */
 int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,
@@ -84,9 +88,15 @@ int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen)
 /* Loads step `iteration` into the model and optimizer (this rank's slices) and
  * the train state. A tensor missing from the files, a shape that differs from the
  * model's, or a tensor the model does not have is a one-line error naming it;
- * nothing is changed in the model when the check fails. */
+ * nothing is changed in the model when the check fails. With o NULL (inference)
+ * only the weights are read, from model.safetensors, and st is untouched. */
 int ckpt_load(const char *dir, long long iteration, eng_model *m, eng_optim *o,
               eng_train_state *st, char *err, size_t errlen);
+
+/* The model settings and tokenizer a step's manifest records, into `c`
+ * (through cfg_set, so their values are checked as flags are); -1 with err
+ * when the manifest has none. */
+int ckpt_read_model(const char *dir, long long iteration, atoll_config *c, char *err, size_t errlen);
 
 /* FNV-1a-64 of a whole file; -1 when it cannot be read. */
 int ckpt_file_checksum(const char *path, uint64_t *sum, uint64_t *bytes);

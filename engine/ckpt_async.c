@@ -35,7 +35,7 @@ static double now_s(void)
 
 static void commit(ckpt_async *a)
 {
-    if (ckpt_commit(a->dir, &a->st, a->err, sizeof a->err)) {
+    if (ckpt_commit(a->dir, &a->st, &a->m->cfg, a->err, sizeof a->err)) {
         atomic_store(&a->state, FAILED);
         return;
     }

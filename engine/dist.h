@@ -75,6 +75,7 @@ typedef struct dist_pipe {
     eng_model *m;
     dist_slot *slots;
     int nslots;
+    long long sample_base;      /* global index of the step's first sample (dropout masks) */
 } dist_pipe;
 
 typedef struct dist_step_result {

@@ -170,12 +170,26 @@ int64_t idx_token(const idx_dataset *d, uint64_t i)
     }
 }
 
-int idx_writer_open(idx_writer *w, const char *prefix, char *err, size_t errlen)
+int idx_dtype_for_vocab(int vocab) { return vocab < 65500 ? 8 : 4; }
+
+/* Both files are written under temporary names and renamed into place by
+ * idx_writer_finish, so a failed run leaves an earlier dataset untouched. */
+static void tmp_path(char *out, size_t n, const char *prefix, const char *ext)
+{
+    snprintf(out, n, "%s.%s.tmp", prefix, ext);
+}
+
+int idx_writer_open(idx_writer *w, const char *prefix, int dtype, char *err, size_t errlen)
 {
     memset(w, 0, sizeof *w);
+    if (dtype != 8 && dtype != 4) {
+        errf(err, errlen, "indexed dataset writer: dtype code %d; atoll writes 8 (uint16) or 4 (int32)", dtype);
+        return -1;
+    }
+    w->dtype = dtype;
     snprintf(w->prefix, sizeof w->prefix, "%s", prefix);
     char path[1100];
-    snprintf(path, sizeof path, "%s.bin", prefix);
+    tmp_path(path, sizeof path, prefix, "bin");
     w->bin = fopen(path, "wb");
     if (!w->bin) {
         errf(err, errlen, "--output-prefix %s: cannot create %s: %s", prefix, path, strerror(errno));
@@ -184,7 +198,7 @@ int idx_writer_open(idx_writer *w, const char *prefix, char *err, size_t errlen)
     return 0;
 }
 
-int idx_writer_add(idx_writer *w, const uint16_t *tokens, size_t n, char *err, size_t errlen)
+int idx_writer_add(idx_writer *w, const int32_t *tokens, size_t n, char *err, size_t errlen)
 {
     if (w->n == w->cap) {
         w->cap = w->cap ? w->cap * 2 : 256;
@@ -192,9 +206,32 @@ int idx_writer_add(idx_writer *w, const uint16_t *tokens, size_t n, char *err, s
         if (!s) { errf(err, errlen, "out of memory"); return -1; }
         w->sizes = s;
     }
-    if (n > INT32_MAX || fwrite(tokens, 2, n, w->bin) != n) {
-        errf(err, errlen, "%s.bin: write failed: %s", w->prefix, strerror(errno));
+    if (n > INT32_MAX) {
+        errf(err, errlen, "%s.bin: a document of %zu tokens; at most %d per document", w->prefix, n, INT32_MAX);
         return -1;
+    }
+    size_t done = 0;
+    while (done < n) { /* uint16 through a bounce buffer, int32 as it is */
+        size_t k = n - done, wrote;
+        if (w->dtype == 8) {
+            uint16_t b16[4096];
+            if (k > 4096) k = 4096;
+            for (size_t i = 0; i < k; i++) {
+                if (tokens[done + i] < 0 || tokens[done + i] > 65535) {
+                    errf(err, errlen, "%s.bin: token %d does not fit the uint16 dataset", w->prefix, tokens[done + i]);
+                    return -1;
+                }
+                b16[i] = (uint16_t)tokens[done + i];
+            }
+            wrote = fwrite(b16, 2, k, w->bin);
+        } else {
+            wrote = fwrite(tokens + done, 4, k, w->bin);
+        }
+        if (wrote != k) {
+            errf(err, errlen, "%s.bin: write failed: %s", w->prefix, strerror(errno));
+            return -1;
+        }
+        done += k;
     }
     w->sizes[w->n++] = (int32_t)n;
     w->tokens += n;
@@ -208,32 +245,36 @@ void idx_writer_abort(idx_writer *w)
     w->bin = NULL;
     free(w->sizes);
     w->sizes = NULL;
-    snprintf(path, sizeof path, "%s.bin", w->prefix);
+    tmp_path(path, sizeof path, w->prefix, "bin");
     unlink(path);
-    snprintf(path, sizeof path, "%s.idx", w->prefix);
+    tmp_path(path, sizeof path, w->prefix, "idx");
     unlink(path);
 }
 
 int idx_writer_finish(idx_writer *w, char *err, size_t errlen)
 {
-    char ipath[1100], bpath[1100];
+    char ipath[1100], bpath[1100], itmp[1100], btmp[1100];
     snprintf(ipath, sizeof ipath, "%s.idx", w->prefix);
     snprintf(bpath, sizeof bpath, "%s.bin", w->prefix);
+    tmp_path(itmp, sizeof itmp, w->prefix, "idx");
+    tmp_path(btmp, sizeof btmp, w->prefix, "bin");
+    int elem = w->dtype == 8 ? 2 : 4;
     int rc = fclose(w->bin) ? -1 : 0;
-    FILE *f = rc ? NULL : fopen(ipath, "wb");
+    w->bin = NULL;
+    FILE *f = rc ? NULL : fopen(itmp, "wb");
     if (f) {
         unsigned char hdr[HDR_LEN];
         uint64_t version = 1, ndoc = w->n + 1;
         memcpy(hdr, MAGIC, 9);
         memcpy(hdr + 9, &version, 8);
-        hdr[17] = 8; /* uint16 */
+        hdr[17] = (unsigned char)w->dtype;
         memcpy(hdr + 18, &w->n, 8);
         memcpy(hdr + 26, &ndoc, 8);
         int ok = fwrite(hdr, 1, HDR_LEN, f) == HDR_LEN && fwrite(w->sizes, 4, w->n, f) == w->n;
         int64_t ptr = 0;
         for (uint64_t i = 0; ok && i < w->n; i++) {
             ok = fwrite(&ptr, 8, 1, f) == 1;
-            ptr += (int64_t)w->sizes[i] * 2;
+            ptr += (int64_t)w->sizes[i] * elem;
         }
         for (uint64_t i = 0; ok && i <= w->n; i++) {
             int64_t di = (int64_t)i;
@@ -243,12 +284,13 @@ int idx_writer_finish(idx_writer *w, char *err, size_t errlen)
     } else {
         rc = -1;
     }
+    if (!rc && (rename(btmp, bpath) || rename(itmp, ipath))) rc = -1;
     free(w->sizes);
     w->sizes = NULL;
     if (rc) {
         errf(err, errlen, "%s: write failed: %s", ipath, strerror(errno));
-        unlink(ipath);
-        unlink(bpath);
+        unlink(itmp);
+        unlink(btmp);
     }
     return rc;
 }

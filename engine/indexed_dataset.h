@@ -38,20 +38,30 @@ void idx_close(idx_dataset *d);
 /* Token `i` of the .bin (a flat index over all sequences). */
 int64_t idx_token(const idx_dataset *d, uint64_t i);
 
+/* Megatron's choice of token type for a vocab: 8 (uint16) below 65500 entries,
+ * else 4 (int32). */
+int idx_dtype_for_vocab(int vocab);
+
 /* Writer: appends documents (one sequence each) to PREFIX.bin, then writes
- * PREFIX.idx. Tokens are stored as uint16 (dtype 8). */
+ * PREFIX.idx, as Megatron's preprocess_data.py does at document level (doc_idx
+ * 0, 1, ..., S). Tokens are stored as `dtype` (8: uint16, 4: int32). Both files
+ * are written under temporary names and renamed at the end, so a failed or
+ * aborted run leaves any earlier PREFIX.bin/.idx as they were. */
 typedef struct idx_writer {
     FILE *bin;
+    int dtype;
     int32_t *sizes;
     uint64_t n, cap, tokens;
     char prefix[1024];
 } idx_writer;
 
-int idx_writer_open(idx_writer *w, const char *prefix, char *err, size_t errlen);
-int idx_writer_add(idx_writer *w, const uint16_t *tokens, size_t n, char *err, size_t errlen);
-/* Closes and removes both files (a failed preparation leaves nothing). */
+int idx_writer_open(idx_writer *w, const char *prefix, int dtype, char *err, size_t errlen);
+/* A token outside the dtype's range is an error. */
+int idx_writer_add(idx_writer *w, const int32_t *tokens, size_t n, char *err, size_t errlen);
+/* Closes and removes the temporary files. */
 void idx_writer_abort(idx_writer *w);
-/* Writes the index and closes; on failure removes both files. */
+/* Writes the index, renames both files into place and closes; on failure
+ * removes the temporary files. */
 int idx_writer_finish(idx_writer *w, char *err, size_t errlen);
 
 #endif

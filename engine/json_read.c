@@ -34,43 +34,82 @@ static jsonr *node(jsonr_type t)
     return n;
 }
 
-static char *parse_string(parser *p)
+static int hex4(const char *s, unsigned *v)
+{
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        char h = s[i];
+        unsigned d = h >= '0' && h <= '9' ? (unsigned)(h - '0')
+                   : (h | 32) >= 'a' && (h | 32) <= 'f' ? (unsigned)((h | 32) - 'a' + 10) : 16u;
+        if (d > 15) return -1;
+        *v = *v * 16 + d;
+    }
+    return 0;
+}
+
+static size_t put_utf8(char *out, unsigned cp)
+{
+    unsigned char *o = (unsigned char *)out;
+    if (cp < 0x80) { o[0] = (unsigned char)cp; return 1; }
+    if (cp < 0x800) { o[0] = (unsigned char)(0xC0 | cp >> 6); o[1] = (unsigned char)(0x80 | (cp & 63)); return 2; }
+    if (cp < 0x10000) {
+        o[0] = (unsigned char)(0xE0 | cp >> 12);
+        o[1] = (unsigned char)(0x80 | (cp >> 6 & 63));
+        o[2] = (unsigned char)(0x80 | (cp & 63));
+        return 3;
+    }
+    o[0] = (unsigned char)(0xF0 | cp >> 18);
+    o[1] = (unsigned char)(0x80 | (cp >> 12 & 63));
+    o[2] = (unsigned char)(0x80 | (cp >> 6 & 63));
+    o[3] = (unsigned char)(0x80 | (cp & 63));
+    return 4;
+}
+
+/* \uXXXX escapes become UTF-8 (a surrogate pair one code point, a lone
+ * surrogate U+FFFD); an escape is never shorter than what it decodes to, so
+ * the raw length bounds the copy. */
+static char *parse_string(parser *p, size_t *outlen)
 {
     if (p->pos >= p->len || p->s[p->pos] != '"') { fail(p, "expected a string"); return NULL; }
     p->pos++;
-    size_t start = p->pos, n = 0;
-    char *out = malloc(p->len - start + 1);
+    size_t start = p->pos, end = start, n = 0;
+    while (end < p->len && p->s[end] != '"') end += p->s[end] == '\\' ? 2 : 1;
+    if (end >= p->len) { p->pos = p->len; fail(p, "unterminated string"); return NULL; }
+    char *out = malloc(end - start + 1);
     if (!out) { fail(p, "out of memory"); return NULL; }
-    while (p->pos < p->len && p->s[p->pos] != '"') {
+    while (p->pos < end) {
         char c = p->s[p->pos++];
         if ((unsigned char)c < 0x20) { free(out); fail(p, "control character in string"); return NULL; }
-        if (c == '\\') {
-            if (p->pos >= p->len) break;
-            char e = p->s[p->pos++];
-            switch (e) {
-            case 'n': c = '\n'; break;
-            case 't': c = '\t'; break;
-            case 'r': c = '\r'; break;
-            case 'b': c = '\b'; break;
-            case 'f': c = '\f'; break;
-            case 'u': {
-                if (p->pos + 4 > p->len) { free(out); fail(p, "short \\u escape"); return NULL; }
-                unsigned v = 0;
-                for (int i = 0; i < 4; i++) {
-                    char h = p->s[p->pos++];
-                    v = v * 16 + (unsigned)(h >= '0' && h <= '9' ? h - '0' : (h | 32) - 'a' + 10);
-                }
-                c = v < 0x80 ? (char)v : '?';
-                break;
+        if (c != '\\') { out[n++] = c; continue; }
+        char e = p->s[p->pos++];
+        switch (e) {
+        case 'n': c = '\n'; break;
+        case 't': c = '\t'; break;
+        case 'r': c = '\r'; break;
+        case 'b': c = '\b'; break;
+        case 'f': c = '\f'; break;
+        case '"': case '\\': case '/': c = e; break;
+        case 'u': {
+            unsigned v, lo;
+            if (p->pos + 4 > end || hex4(p->s + p->pos, &v)) { free(out); fail(p, "bad \\u escape"); return NULL; }
+            p->pos += 4;
+            if (v >= 0xD800 && v < 0xDC00 && p->pos + 6 <= end && p->s[p->pos] == '\\' && p->s[p->pos + 1] == 'u' &&
+                !hex4(p->s + p->pos + 2, &lo) && lo >= 0xDC00 && lo < 0xE000) {
+                p->pos += 6;
+                v = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
+            } else if (v >= 0xD800 && v < 0xE000) {
+                v = 0xFFFD;
             }
-            default: c = e; break;
-            }
+            n += put_utf8(out + n, v);
+            continue;
+        }
+        default: free(out); fail(p, "bad escape in string"); return NULL;
         }
         out[n++] = c;
     }
-    if (p->pos >= p->len) { free(out); fail(p, "unterminated string"); return NULL; }
     p->pos++;
     out[n] = 0;
+    if (outlen) *outlen = n;
     return out;
 }
 
@@ -87,7 +126,7 @@ static jsonr *parse_container(parser *p, int depth, int obj)
         char *key = NULL;
         skip_ws(p);
         if (obj) {
-            key = parse_string(p);
+            key = parse_string(p, NULL);
             if (!key) break;
             skip_ws(p);
             if (p->pos >= p->len || p->s[p->pos] != ':') { free(key); fail(p, "expected ':'"); break; }
@@ -117,9 +156,10 @@ static jsonr *parse_value(parser *p, int depth)
     char c = p->s[p->pos];
     if (c == '{' || c == '[') return parse_container(p, depth, c == '{');
     if (c == '"') {
-        char *s = parse_string(p);
+        size_t sl = 0;
+        char *s = parse_string(p, &sl);
         jsonr *n = s ? node(JSONR_STR) : NULL;
-        if (n) n->str = s;
+        if (n) { n->str = s; n->len = sl; }
         else free(s);
         return n;
     }

@@ -2,9 +2,10 @@
  * safetensors header, the checkpoint manifest and train state).
  *
  * jsonr_parse builds a tree of nodes in one allocation owned by the returned
- * root; free it with jsonr_free. Strings are unescaped copies (\uXXXX above
- * ASCII is kept as '?', which no key the engine writes contains). Depth and size
- * are bounded so a hostile header cannot exhaust the stack. */
+ * root; free it with jsonr_free. Strings are unescaped UTF-8 copies (\uXXXX
+ * escapes decoded, surrogate pairs joined, a lone surrogate U+FFFD), NUL
+ * terminated, with their length in bytes beside them (a string may hold \u0000).
+ * Depth is bounded so a hostile header cannot exhaust the stack. */
 #ifndef ATOLL_ENGINE_JSON_READ_H
 #define ATOLL_ENGINE_JSON_READ_H
 
@@ -16,6 +17,7 @@ typedef struct jsonr {
     jsonr_type type;
     double num;           /* NUM, BOOL (0/1) */
     char *str;            /* STR */
+    size_t len;           /* STR: bytes in str */
     char *key;            /* member name when inside an object */
     struct jsonr *child;  /* first element / member */
     struct jsonr *next;   /* next sibling */

@@ -96,5 +96,6 @@ void metrics_emit_step(metrics_emit *e, const rank_step *s)
     m.start_iteration = s->start_iteration;
     m.startup_ms = s->startup_s * 1e3;
     m.from_checkpoint = s->from_checkpoint;
+    m.valid_loss = s->valid_loss;
     metrics_emit_frame(e, ATOLL__MSG_TYPE__MSG_RANK_METRICS, &m.base);
 }

@@ -44,6 +44,7 @@ typedef struct rank_step {
     double startup_s;        /* process start to the first step's start (first step only) */
     int from_checkpoint;     /* a step re-reported from the checkpoint resumed from */
     uint64_t device_bytes;   /* peak device memory in use (GPU ranks); 0: report peak resident memory */
+    double valid_loss;       /* the validation loss evaluated after this iteration; 0: none */
 } rank_step;
 
 /* Opens the channel named by ATOLL_METRICS_FD, if any. */

@@ -1,4 +1,5 @@
 #include "model.h"
+#include "rng.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -44,6 +45,7 @@ typedef struct table_builder {
     eng_param *t;
     int n, cap;
     int tp_rank, tp_size;
+    int layer; /* of the tensors being added; -1 outside the layers */
 } table_builder;
 
 /* Adds one tensor of full shape [d0] or [d0, d1]; shard_dim splits it over TP. */
@@ -73,29 +75,76 @@ static eng_param *tb_add(table_builder *tb, const char *name, int ndim, int64_t 
     p->init_value = value;
     p->decay = decay;
     p->chunk = chunk;
+    p->layer = tb->layer;
     return p;
 }
 
-static void tb_layer(table_builder *tb, const atoll_config *c, int l, int chunk)
+static eng_param *tb_norm(table_builder *tb, const char *name, int64_t h, float value, int chunk)
 {
-    int64_t h = c->hidden_size, f = cfg_ffn(c);
+    eng_param *p = tb_add(tb, name, 1, h, 0, -1, 0, value, 0, chunk);
+    p->norm = 1;
+    return p;
+}
+
+/* A linear layer's weight [out, in] and, unless --disable-bias-linear, its
+ * bias: split with the weight's rows (column-parallel, shard 0), replicated
+ * for a row-parallel layer (shard 1; added once, before the TP sum). */
+static void tb_linear(table_builder *tb, const char *fmt, int l, int64_t out, int64_t in, int shard, float std,
+                      int bias, int chunk)
+{
+    char base[ENG_NAME], nm[ENG_NAME + 8];
+    snprintf(base, sizeof base, fmt, l);
+    snprintf(nm, sizeof nm, "%s.weight", base);
+    tb_add(tb, nm, 2, out, in, shard, std, 0, 1, chunk);
+    snprintf(nm, sizeof nm, "%s.bias", base);
+    if (bias) tb_add(tb, nm, 1, out, 0, shard == 0 ? 0 : -1, 0, 0, 0, chunk);
+}
+
+/* GPT-2 family: h.N.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj};
+ * c_attn's rows are Megatron's query_key_value order, [groups][Q+2][head dim]
+ * (one query per group unless --group-query-attention). */
+static void tb_layer_gpt2(table_builder *tb, const atoll_config *c, int l, int chunk)
+{
+    int64_t h = c->hidden_size, f = cfg_ffn(c), d = h / c->num_attention_heads;
+    int bias = !c->disable_bias_linear;
     float std = 0.02f, out_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
     char nm[ENG_NAME];
 #define NAME(suffix) (snprintf(nm, sizeof nm, "h.%d." suffix, l), nm)
-    tb_add(tb, NAME("ln_1.weight"), 1, h, 0, -1, 0, 1, 0, chunk);
-    tb_add(tb, NAME("ln_1.bias"), 1, h, 0, -1, 0, 0, 0, chunk);
-    tb_add(tb, NAME("attn.c_attn.weight"), 2, 3 * h, h, 0, std, 0, 1, chunk);
-    tb_add(tb, NAME("attn.c_attn.bias"), 1, 3 * h, 0, 0, 0, 0, 0, chunk);
-    tb_add(tb, NAME("attn.c_proj.weight"), 2, h, h, 1, out_std, 0, 1, chunk);
-    tb_add(tb, NAME("attn.c_proj.bias"), 1, h, 0, -1, 0, 0, 0, chunk);
-    tb_add(tb, NAME("ln_2.weight"), 1, h, 0, -1, 0, 1, 0, chunk);
-    tb_add(tb, NAME("ln_2.bias"), 1, h, 0, -1, 0, 0, 0, chunk);
-    tb_add(tb, NAME("mlp.c_fc.weight"), 2, f, h, 0, std, 0, 1, chunk);
-    tb_add(tb, NAME("mlp.c_fc.bias"), 1, f, 0, 0, 0, 0, 0, chunk);
-    tb_add(tb, NAME("mlp.c_proj.weight"), 2, h, f, 1, out_std, 0, 1, chunk);
-    tb_add(tb, NAME("mlp.c_proj.bias"), 1, h, 0, -1, 0, 0, 0, chunk);
+    tb_norm(tb, NAME("ln_1.weight"), h, 1, chunk);
+    tb_norm(tb, NAME("ln_1.bias"), h, 0, chunk);
+    tb_linear(tb, "h.%d.attn.c_attn", l, h + 2 * cfg_kv_groups(c) * d, h, 0, std, bias, chunk);
+    tb_linear(tb, "h.%d.attn.c_proj", l, h, h, 1, out_std, bias, chunk);
+    tb_norm(tb, NAME("ln_2.weight"), h, 1, chunk);
+    tb_norm(tb, NAME("ln_2.bias"), h, 0, chunk);
+    tb_linear(tb, "h.%d.mlp.c_fc", l, f, h, 0, std, bias, chunk);
+    tb_linear(tb, "h.%d.mlp.c_proj", l, h, f, 1, out_std, bias, chunk);
 #undef NAME
 }
+
+/* LLaMA family, Hugging Face's names and shapes: model.layers.N.{input_layernorm,
+ * self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}.
+ * q_proj's rows are heads, k_proj's and v_proj's the key/value groups, so a
+ * TP rank's slice of each is one block of rows. */
+static void tb_layer_llama(table_builder *tb, const atoll_config *c, int l, int chunk)
+{
+    int64_t h = c->hidden_size, f = cfg_ffn(c), kv = cfg_kv_groups(c) * (h / c->num_attention_heads);
+    int bias = !c->disable_bias_linear;
+    float std = 0.02f, out_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
+    char nm[ENG_NAME];
+    snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+    tb_norm(tb, nm, h, 1, chunk);
+    tb_linear(tb, "model.layers.%d.self_attn.q_proj", l, h, h, 0, std, bias, chunk);
+    tb_linear(tb, "model.layers.%d.self_attn.k_proj", l, kv, h, 0, std, bias, chunk);
+    tb_linear(tb, "model.layers.%d.self_attn.v_proj", l, kv, h, 0, std, bias, chunk);
+    tb_linear(tb, "model.layers.%d.self_attn.o_proj", l, h, h, 1, out_std, bias, chunk);
+    snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+    tb_norm(tb, nm, h, 1, chunk);
+    tb_linear(tb, "model.layers.%d.mlp.gate_proj", l, f, h, 0, std, bias, chunk);
+    tb_linear(tb, "model.layers.%d.mlp.up_proj", l, f, h, 0, std, bias, chunk);
+    tb_linear(tb, "model.layers.%d.mlp.down_proj", l, h, f, 1, out_std, bias, chunk);
+}
+
+const char *eng_embed_name(const atoll_config *c) { return cfg_rmsnorm(c) ? "model.embed_tokens.weight" : "wte.weight"; }
 
 static int check_shapes(const atoll_config *c, const eng_layout *lay, char *err, size_t errlen)
 {
@@ -105,9 +154,9 @@ static int check_shapes(const atoll_config *c, const eng_layout *lay, char *err,
         errf(err, errlen, "tensor-parallel rank %d of %d is out of range", lay->tp_rank, tp);
         return -1;
     }
-    if (c->num_attention_heads % tp || cfg_ffn(c) % tp || c->vocab_size % tp) {
-        errf(err, errlen, "--num-attention-heads %d, FFN size %d and --vocab-size %d must all be "
-             "divisible by --tensor-model-parallel-size %d", c->num_attention_heads, cfg_ffn(c),
+    if (c->num_attention_heads % tp || cfg_kv_groups(c) % tp || cfg_ffn(c) % tp || c->vocab_size % tp) {
+        errf(err, errlen, "--num-attention-heads %d, query groups %d, FFN size %d and --vocab-size %d must all be "
+             "divisible by --tensor-model-parallel-size %d", c->num_attention_heads, cfg_kv_groups(c), cfg_ffn(c),
              c->vocab_size, tp);
         return -1;
     }
@@ -135,21 +184,26 @@ static int has_first_chunk(const eng_layout *lay)
 static void build_table(table_builder *tb, const atoll_config *c, const eng_layout *lay)
 {
     int64_t h = c->hidden_size, V = c->vocab_size, P = cfg_max_pos(c);
-    int tied = !c->untie_embeddings_and_output_weights;
+    int tied = !c->untie_embeddings_and_output_weights, llama = cfg_rmsnorm(c);
+    const char *emb = eng_embed_name(c);
     for (int ch = 0; ch < lay->nchunks; ch++) {
         int first = lay->layer_begin[ch] == 0, last = lay->layer_end[ch] == c->num_layers;
         if (first) {
-            tb_add(tb, "wte.weight", 2, V, h, 0, 0.02f, 0, 1, ch);
-            tb_add(tb, "wpe.weight", 2, P, h, -1, 0.02f, 0, 1, ch);
+            tb_add(tb, emb, 2, V, h, 0, 0.02f, 0, 1, ch);
+            if (!cfg_rope(c)) tb_add(tb, "wpe.weight", 2, P, h, -1, 0.02f, 0, 1, ch);
         }
-        for (int l = lay->layer_begin[ch]; l < lay->layer_end[ch]; l++) tb_layer(tb, c, l, ch);
+        for (int l = lay->layer_begin[ch]; l < lay->layer_end[ch]; l++) {
+            tb->layer = l;
+            llama ? tb_layer_llama(tb, c, l, ch) : tb_layer_gpt2(tb, c, l, ch);
+            tb->layer = -1;
+        }
         if (last) {
-            tb_add(tb, "ln_f.weight", 1, h, 0, -1, 0, 1, 0, ch);
-            tb_add(tb, "ln_f.bias", 1, h, 0, -1, 0, 0, 0, ch);
+            tb_norm(tb, llama ? "model.norm.weight" : "ln_f.weight", h, 1, ch);
+            if (!llama) tb_norm(tb, "ln_f.bias", h, 0, ch);
             if (!tied)
                 tb_add(tb, "lm_head.weight", 2, V, h, 0, 0.02f, 0, 1, ch);
             else if (!has_first_chunk(lay))
-                tb_add(tb, "wte.weight", 2, V, h, 0, 0.02f, 0, 1, ch)->tied_copy = 1;
+                tb_add(tb, emb, 2, V, h, 0, 0.02f, 0, 1, ch)->tied_copy = 1;
         }
     }
     size_t off = 0;
@@ -165,6 +219,7 @@ eng_param *eng_full_table(const atoll_config *cfg, int *n, char *err, size_t err
     if (check_shapes(cfg, &lay, err, errlen)) return NULL;
     table_builder tb = { 0 };
     tb.tp_size = 1;
+    tb.layer = -1;
     build_table(&tb, cfg, &lay);
     *n = tb.n;
     return tb.t;
@@ -186,8 +241,9 @@ static void *view(const eng_model *m, void *base, size_t esz, const char *name)
 
 static void set_views(eng_model *m, eng_chunk *ch, eng_views *v, void *base, size_t esz)
 {
+    const char *emb = eng_embed_name(&m->cfg);
     if (ch->first) {
-        v->wte = view(m, base, esz, "wte.weight");
+        v->wte = view(m, base, esz, emb);
         v->wpe = view(m, base, esz, "wpe.weight");
     }
     int nl = ch->layer_end - ch->layer_begin;
@@ -195,19 +251,32 @@ static void set_views(eng_model *m, eng_chunk *ch, eng_views *v, void *base, siz
         char nm[ENG_NAME];
         int l = ch->layer_begin + i;
         eng_layer_w *w = &v->layers[i];
-#define V_(field, suffix) (snprintf(nm, sizeof nm, "h.%d." suffix, l), w->field = view(m, base, esz, nm))
-        V_(ln1_w, "ln_1.weight"); V_(ln1_b, "ln_1.bias");
-        V_(qkv_w, "attn.c_attn.weight"); V_(qkv_b, "attn.c_attn.bias");
-        V_(proj_w, "attn.c_proj.weight"); V_(proj_b, "attn.c_proj.bias");
-        V_(ln2_w, "ln_2.weight"); V_(ln2_b, "ln_2.bias");
-        V_(fc_w, "mlp.c_fc.weight"); V_(fc_b, "mlp.c_fc.bias");
-        V_(fcproj_w, "mlp.c_proj.weight"); V_(fcproj_b, "mlp.c_proj.bias");
+#define V_(field, suffix) (snprintf(nm, sizeof nm, "%s%d." suffix, m->llama ? "model.layers." : "h.", l), \
+                           w->field = view(m, base, esz, nm))
+        if (m->llama) {
+            V_(ln1_w, "input_layernorm.weight");
+            V_(q_w, "self_attn.q_proj.weight"); V_(q_b, "self_attn.q_proj.bias");
+            V_(k_w, "self_attn.k_proj.weight"); V_(k_b, "self_attn.k_proj.bias");
+            V_(v_w, "self_attn.v_proj.weight"); V_(v_b, "self_attn.v_proj.bias");
+            V_(proj_w, "self_attn.o_proj.weight"); V_(proj_b, "self_attn.o_proj.bias");
+            V_(ln2_w, "post_attention_layernorm.weight");
+            V_(gate_w, "mlp.gate_proj.weight"); V_(gate_b, "mlp.gate_proj.bias");
+            V_(fc_w, "mlp.up_proj.weight"); V_(fc_b, "mlp.up_proj.bias");
+            V_(fcproj_w, "mlp.down_proj.weight"); V_(fcproj_b, "mlp.down_proj.bias");
+        } else {
+            V_(ln1_w, "ln_1.weight"); V_(ln1_b, "ln_1.bias");
+            V_(qkv_w, "attn.c_attn.weight"); V_(qkv_b, "attn.c_attn.bias");
+            V_(proj_w, "attn.c_proj.weight"); V_(proj_b, "attn.c_proj.bias");
+            V_(ln2_w, "ln_2.weight"); V_(ln2_b, "ln_2.bias");
+            V_(fc_w, "mlp.c_fc.weight"); V_(fc_b, "mlp.c_fc.bias");
+            V_(fcproj_w, "mlp.c_proj.weight"); V_(fcproj_b, "mlp.c_proj.bias");
+        }
 #undef V_
     }
     if (ch->last) {
-        v->lnf_w = view(m, base, esz, "ln_f.weight");
+        v->lnf_w = view(m, base, esz, m->llama ? "model.norm.weight" : "ln_f.weight");
         v->lnf_b = view(m, base, esz, "ln_f.bias");
-        v->head = view(m, base, esz, m->cfg.untie_embeddings_and_output_weights ? "lm_head.weight" : "wte.weight");
+        v->head = view(m, base, esz, m->cfg.untie_embeddings_and_output_weights ? "lm_head.weight" : emb);
     }
 }
 
@@ -231,39 +300,49 @@ static float *carve_f32(carver *cv, size_t n) { return carve(cv, n * sizeof(floa
 static void layer_acts_carve(const eng_model *m, carver *cv, eng_layer_acts *la, int keep_att)
 {
     size_t N = (size_t)m->B * m->T, R = (size_t)m->R, C = (size_t)m->C, E = m->act_bytes;
-    size_t Cl = (size_t)m->NH * m->HD, F = (size_t)m->F;
+    size_t Cl = (size_t)m->NH * m->HD, QKV = (size_t)(m->NH + 2 * m->NG) * m->HD, F = (size_t)m->F;
     size_t LN = m->sp ? R * C : N * C; /* SP keeps this rank's rows; backward re-gathers */
     la->ln1 = carve(cv, LN * E);
-    la->ln1_mean = carve_f32(cv, R);
+    la->ln1_mean = m->llama ? NULL : carve_f32(cv, R);
     la->ln1_rstd = carve_f32(cv, R);
-    la->qkv = carve(cv, N * 3 * Cl * E);
+    la->qkv = carve(cv, N * QKV * E);
     la->atty = carve(cv, N * Cl * E);
     la->att = !m->bf16 && keep_att ? carve_f32(cv, (size_t)m->B * m->NH * m->T * m->T) : NULL;
     la->lse = m->bf16 ? carve_f32(cv, (size_t)m->B * m->NH * m->T) : NULL;
     la->res2 = carve(cv, R * C * E);
     la->ln2 = carve(cv, LN * E);
-    la->ln2_mean = carve_f32(cv, R);
+    la->ln2_mean = m->llama ? NULL : carve_f32(cv, R);
     la->ln2_rstd = carve_f32(cv, R);
     la->fch = carve(cv, N * F * E);
     la->fcg = carve(cv, N * F * E);
+    la->fcu = m->llama ? carve(cv, N * F * E) : NULL;
 }
 
 /* The backward workspace; `att_ws`: fp32 attention's [B, NH, T, T] scratch. */
 static void ws_carve(eng_model *m, carver *cv)
 {
     size_t N = (size_t)m->B * m->T, C = (size_t)m->C, Cl = (size_t)m->NH * m->HD, E = m->act_bytes;
+    size_t QKV = (size_t)(m->NH + 2 * m->NG) * m->HD, KV = (size_t)m->NG * m->HD, F = (size_t)m->F;
     size_t att = (size_t)m->B * m->NH * m->T * m->T;
+    int drop = m->cfg.hidden_dropout > 0;
     m->ws_dres = carve(cv, N * C * E);
     m->ws_dln = carve(cv, N * C * E);
-    m->ws_dqkv = carve(cv, N * 3 * Cl * E);
+    m->ws_dqkv = carve(cv, N * QKV * E);
     m->ws_datty = carve(cv, N * Cl * E);
-    m->ws_dfc = carve(cv, N * (size_t)m->F * E);
+    m->ws_dfc = carve(cv, N * F * E);
     m->ws_full = m->sp ? carve(cv, N * C * E) : NULL;
     m->ws_dlnl = m->sp ? carve(cv, N * C * E) : NULL;
     m->ws_gath = m->sp ? carve(cv, N * C * E) : NULL;
     m->ws_datt = m->bf16 ? NULL : carve_f32(cv, att);
     m->ws_att = !m->bf16 && m->recompute == RECOMPUTE_SELECTIVE ? carve_f32(cv, att) : NULL;
     m->ws_cvt = m->bf16 && m->tp_size > 1 ? carve_f32(cv, 2 * N * C) : NULL;
+    m->ws_ddrop = drop ? carve(cv, N * C * E) : NULL;
+    m->ws_q = m->llama ? carve(cv, N * Cl * E) : NULL;
+    m->ws_k = m->llama ? carve(cv, N * KV * E) : NULL;
+    m->ws_v = m->llama ? carve(cv, N * KV * E) : NULL;
+    m->ws_dtmp = m->llama ? carve(cv, N * C * E) : NULL;
+    m->ws_dgate = m->llama ? carve(cv, N * F * E) : NULL;
+    m->ws_dup = m->llama ? carve(cv, N * F * E) : NULL;
 }
 
 /* Why this backend cannot run the model in bf16, or NULL when it can. */
@@ -272,6 +351,8 @@ static const char *bf16_refusal(const eng_model *m)
     const k_ops *k = m->k;
     if (!k->matmul_forward_bf16 || !k->attention_forward_bf16 || !k->adamw_bf16)
         return "this backend has no bf16 kernels";
+    if (m->llama && (!k->rmsnorm_forward_bf16 || !k->rope_forward_bf16))
+        return "this backend has no bf16 kernels for the LLaMA family";
     if (!strcmp(k->name, "cuda") && m->HD != 64 && m->HD != 128)
         return "the CUDA flash attention takes head dim 64 or 128";
     return NULL;
@@ -290,7 +371,10 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     m->tp_size = lay->tp_size;
     m->C = cfg->hidden_size;
     m->NH = cfg->num_attention_heads / lay->tp_size;
+    m->NG = cfg_kv_groups(cfg) / lay->tp_size;
     m->HD = cfg->hidden_size / cfg->num_attention_heads;
+    m->llama = cfg_rmsnorm(cfg);
+    m->rope = cfg_rope(cfg);
     m->F = cfg_ffn(cfg) / lay->tp_size;
     m->V = cfg->vocab_size / lay->tp_size;
     m->vocab_offset = m->V * lay->tp_rank;
@@ -319,6 +403,7 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     table_builder tb = { 0 };
     tb.tp_rank = lay->tp_rank;
     tb.tp_size = lay->tp_size;
+    tb.layer = -1;
     build_table(&tb, cfg, lay);
     m->table = tb.t;
     m->nparams = tb.n;
@@ -475,28 +560,44 @@ void eng_logits_to_host(eng_model *m, const eng_acts *a, float *host)
     free(h16);
 }
 
-int eng_param_sp_partial(const eng_model *m, const eng_param *p)
+int eng_param_sp_partial(const eng_model *m, const eng_param *p) { return m->sp && p->norm; }
+
+void eng_set_step(eng_model *m, uint64_t seed, long long iteration, int training)
 {
-    return m->sp && (strstr(p->name, ".ln_1.") || strstr(p->name, ".ln_2.") || !strncmp(p->name, "ln_f.", 5));
+    m->drop_on = training && (m->cfg.hidden_dropout > 0 || m->cfg.attention_dropout > 0);
+    m->drop_key = rng_key(seed, 0xd7090000ULL ^ (uint64_t)iteration);
 }
 
 /* ---- the ops in the model's activation type ----
  * One call per op whatever the precision: fp32 runs the reference entries,
  * bf16 the *_bf16 entries (fp32 statistics and weight gradients in both). */
 
-static void op_layernorm(const eng_model *m, void *out, float *mean, float *rstd, const void *x, const void *w,
-                         const void *b)
+/* LayerNorm, or RMSNorm in the LLaMA family (no mean, no bias) */
+static void op_norm(const eng_model *m, void *out, float *mean, float *rstd, const void *x, const void *w,
+                    const void *b)
 {
-    if (m->bf16) m->k->layernorm_forward_bf16(out, mean, rstd, x, w, b, m->R, m->C);
-    else m->k->layernorm_forward(out, mean, rstd, x, w, b, m->R, m->C);
+    if (m->llama) {
+        if (m->bf16) m->k->rmsnorm_forward_bf16(out, rstd, x, w, m->R, m->C);
+        else m->k->rmsnorm_forward(out, rstd, x, w, m->R, m->C);
+    } else if (m->bf16) {
+        m->k->layernorm_forward_bf16(out, mean, rstd, x, w, b, m->R, m->C);
+    } else {
+        m->k->layernorm_forward(out, mean, rstd, x, w, b, m->R, m->C);
+    }
 }
 
 /* dx += d/dx; dw, db accumulate (fp32) */
-static void op_layernorm_bwd(const eng_model *m, void *dx, void *dw, void *db, const void *dout, const void *x,
-                             const void *w, const float *mean, const float *rstd)
+static void op_norm_bwd(const eng_model *m, void *dx, void *dw, void *db, const void *dout, const void *x,
+                        const void *w, const float *mean, const float *rstd)
 {
-    if (m->bf16) m->k->layernorm_backward_bf16(dx, dw, db, dout, x, w, mean, rstd, m->R, m->C);
-    else m->k->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, m->R, m->C);
+    if (m->llama) {
+        if (m->bf16) m->k->rmsnorm_backward_bf16(dx, dw, dout, x, w, rstd, m->R, m->C);
+        else m->k->rmsnorm_backward(dx, dw, dout, x, w, rstd, m->R, m->C);
+    } else if (m->bf16) {
+        m->k->layernorm_backward_bf16(dx, dw, db, dout, x, w, mean, rstd, m->R, m->C);
+    } else {
+        m->k->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, m->R, m->C);
+    }
 }
 
 /* out = x w^T + b; with pre_gelu: pre_gelu = x w^T + b, out = gelu(pre_gelu) */
@@ -539,18 +640,80 @@ static void op_residual(const eng_model *m, void *out, const void *a, const void
     else m->k->residual_forward(out, a, b, n);
 }
 
-/* fp32 keeps the probabilities in att; bf16 keeps lse */
-static void op_attention(const eng_model *m, void *out, eng_layer_acts *la, float *att)
+static void op_add(const eng_model *m, void *acc, const void *x, size_t n)
 {
-    if (m->bf16) m->k->attention_forward_bf16(out, la->lse, la->qkv, m->B, m->T, m->NH, m->HD);
-    else m->k->attention_forward(out, att, la->qkv, m->B, m->T, m->NH, m->HD);
+    if (m->bf16) m->k->add_inplace_bf16(acc, x, n);
+    else m->k->add_inplace(acc, x, n);
+}
+
+/* ---- dropout ----
+ * Sites: the embedding output (layer -1), each layer's attention output (1)
+ * and MLP output (2) before the residual add, and its attention probabilities
+ * (3). Each site's key mixes the step's key with (layer, site); elements are
+ * numbered by global token row and feature (hidden) or by global sample, head
+ * and (query, key) (attention), so every layout draws the same masks. */
+enum { DROP_ATTN_OUT = 1, DROP_MLP_OUT = 2, DROP_ATTN_PROBS = 3 };
+
+/* the hidden dropout of a site on this rank's [R, C] rows of micro-batch a;
+ * NULL when off */
+static const k_dropout *hidden_drop(const eng_model *m, const eng_acts *a, int layer, int site, k_dropout *d)
+{
+    if (!m->drop_on || m->cfg.hidden_dropout <= 0) return NULL;
+    d->p = (float)m->cfg.hidden_dropout;
+    d->key = rng_mix64(m->drop_key ^ rng_mix64((uint64_t)(layer + 1) << 8 | (uint64_t)site));
+    d->row0 = a->sample0 * m->T + (m->sp ? (int64_t)m->tp_rank * m->R : 0);
+    d->head0 = 0;
+    return d;
+}
+
+static const k_dropout *attn_drop(const eng_model *m, const eng_acts *a, int layer, k_dropout *d)
+{
+    if (!m->drop_on || m->cfg.attention_dropout <= 0) return NULL;
+    d->p = (float)m->cfg.attention_dropout;
+    d->key = rng_mix64(m->drop_key ^ rng_mix64((uint64_t)(layer + 1) << 8 | DROP_ATTN_PROBS));
+    d->row0 = a->sample0;
+    d->head0 = m->tp_rank * m->NH;
+    return d;
+}
+
+static void op_dropout(const eng_model *m, void *x, const k_dropout *d)
+{
+    if (!d) return;
+    if (m->bf16) m->k->dropout_bf16(x, m->R, m->C, d);
+    else m->k->dropout(x, m->R, m->C, d);
+}
+
+/* the gradient of a dropped output: dres itself without dropout, else its
+ * masked copy in ws_ddrop (dres also flows on, unmasked, through the residual) */
+static const void *drop_grad(eng_model *m, const void *dres, const k_dropout *d)
+{
+    if (!d) return dres;
+    m->k->copy(m->ws_ddrop, dres, (size_t)m->R * m->C * m->act_bytes);
+    op_dropout(m, m->ws_ddrop, d);
+    return m->ws_ddrop;
+}
+
+/* fp32 keeps the probabilities in att; bf16 keeps lse */
+static void op_attention(const eng_model *m, void *out, eng_layer_acts *la, float *att, const k_dropout *d)
+{
+    if (m->bf16) m->k->attention_forward_bf16(out, la->lse, la->qkv, m->B, m->T, m->NH, m->NG, m->HD, d);
+    else m->k->attention_forward(out, att, la->qkv, m->B, m->T, m->NH, m->NG, m->HD, d);
 }
 
 static void op_attention_bwd(const eng_model *m, void *dqkv, const void *dout, const eng_layer_acts *la,
-                             const float *att)
+                             const float *att, const k_dropout *d)
 {
-    if (m->bf16) m->k->attention_backward_bf16(dqkv, dout, la->qkv, la->atty, la->lse, m->B, m->T, m->NH, m->HD);
-    else m->k->attention_backward(dqkv, m->ws_datt, dout, la->qkv, att, m->B, m->T, m->NH, m->HD);
+    if (m->bf16)
+        m->k->attention_backward_bf16(dqkv, dout, la->qkv, la->atty, la->lse, m->B, m->T, m->NH, m->NG, m->HD, d);
+    else
+        m->k->attention_backward(dqkv, m->ws_datt, dout, la->qkv, att, m->B, m->T, m->NH, m->NG, m->HD, d);
+}
+
+static void op_rope(const eng_model *m, void *qkv, int back)
+{
+    float base = (float)cfg_rotary_base(&m->cfg);
+    if (m->bf16) (back ? m->k->rope_backward_bf16 : m->k->rope_forward_bf16)(qkv, m->B, m->T, m->NH, m->NG, m->HD, base);
+    else (back ? m->k->rope_backward : m->k->rope_forward)(qkv, m->B, m->T, m->NH, m->NG, m->HD, base);
 }
 
 static void op_embedding(const eng_model *m, void *out, const int32_t *tokens, const void *wte)
@@ -562,6 +725,7 @@ static void op_embedding(const eng_model *m, void *out, const int32_t *tokens, c
 
 static void op_position(const eng_model *m, void *out, const void *wpe)
 {
+    if (m->rope) return; /* rotary positions live in the attention */
     if (m->bf16) m->k->position_forward_bf16(out, wpe, m->B, m->T, m->C);
     else m->k->position_forward(out, wpe, m->B, m->T, m->C);
 }
@@ -570,10 +734,10 @@ static void op_embedding_bwd(const eng_model *m, const eng_chunk *ch, const void
 {
     int N = m->B * m->T;
     if (m->bf16) {
-        m->k->position_backward_bf16(ch->g.wpe, d, m->B, m->T, m->C);
+        if (!m->rope) m->k->position_backward_bf16(ch->g.wpe, d, m->B, m->T, m->C);
         m->k->embedding_backward_bf16(ch->g.wte, d, tokens, N, m->C, m->vocab_offset, m->V);
     } else {
-        m->k->position_backward(ch->g.wpe, d, m->B, m->T, m->C);
+        if (!m->rope) m->k->position_backward(ch->g.wpe, d, m->B, m->T, m->C);
         m->k->embedding_backward(ch->g.wte, d, tokens, N, m->C, m->vocab_offset, m->V);
     }
 }
@@ -633,7 +797,7 @@ static int scatter_sum(eng_model *m, void *partial, void *out)
     return act_reduce_scatter(m, partial, out, (size_t)m->R * m->C);
 }
 
-/* The [N, C] input of a column-parallel GEMM from a LayerNorm output `ln`:
+/* The [N, C] input of a column-parallel GEMM from a norm output `ln`:
  * itself without SP; with SP, ln holds this rank's [R, C] rows, gathered into
  * ws_gath (again in backward, as Megatron does, rather than keeping N rows). */
 static const void *ln_full(eng_model *m, const void *ln)
@@ -645,16 +809,51 @@ static const void *ln_full(eng_model *m, const void *ln)
 static const void *ln_gathered(eng_model *m, void *ln, float *mean, float *rstd, const void *x, const void *w,
                                const void *b)
 {
-    op_layernorm(m, ln, mean, rstd, x, w, b);
+    op_norm(m, ln, mean, rstd, x, w, b);
     return ln_full(m, ln);
 }
 
 /* ---- forward ---- */
 
-static int layer_forward(eng_model *m, const eng_layer_w *w, eng_layer_acts *la, const void *x, void *out)
+/* qkv of the attention from the gathered norm output: c_attn (GPT-2), or
+ * q_proj, k_proj, v_proj packed into the same layout (LLaMA); then the rotary
+ * embedding on queries and keys. */
+static void qkv_forward(eng_model *m, const eng_layer_w *w, eng_layer_acts *la, const void *ln)
+{
+    int N = m->B * m->T, C = m->C, Cl = m->NH * m->HD, KV = m->NG * m->HD;
+    if (m->llama) {
+        op_matmul(m, m->ws_q, NULL, ln, w->q_w, w->q_b, N, C, Cl);
+        op_matmul(m, m->ws_k, NULL, ln, w->k_w, w->k_b, N, C, KV);
+        op_matmul(m, m->ws_v, NULL, ln, w->v_w, w->v_b, N, C, KV);
+        if (m->bf16) m->k->qkv_pack_bf16(la->qkv, m->ws_q, m->ws_k, m->ws_v, N, m->NH, m->NG, m->HD);
+        else m->k->qkv_pack(la->qkv, m->ws_q, m->ws_k, m->ws_v, N, m->NH, m->NG, m->HD);
+    } else {
+        op_matmul(m, la->qkv, NULL, ln, w->qkv_w, w->qkv_b, N, C, Cl + 2 * KV);
+    }
+    if (m->rope) op_rope(m, la->qkv, 0);
+}
+
+/* the MLP's hidden activation fcg from the gathered norm output: gelu(c_fc),
+ * or silu(gate_proj) * up_proj */
+static void mlp_up_forward(eng_model *m, const eng_layer_w *w, eng_layer_acts *la, const void *ln)
+{
+    int N = m->B * m->T, C = m->C, F = m->F;
+    if (!m->cfg.swiglu) {
+        op_matmul(m, la->fcg, la->fch, ln, w->fc_w, w->fc_b, N, C, F);
+        return;
+    }
+    op_matmul(m, la->fch, NULL, ln, w->gate_w, w->gate_b, N, C, F);
+    op_matmul(m, la->fcu, NULL, ln, w->fc_w, w->fc_b, N, C, F);
+    if (m->bf16) m->k->swiglu_forward_bf16(la->fcg, la->fch, la->fcu, (size_t)N * F);
+    else m->k->swiglu_forward(la->fcg, la->fch, la->fcu, (size_t)N * F);
+}
+
+static int layer_forward(eng_model *m, const eng_acts *a, int layer, const eng_layer_w *w, eng_layer_acts *la,
+                         const void *x, void *out)
 {
     int N = m->B * m->T, C = m->C, Cl = m->NH * m->HD, F = m->F;
     size_t RC = (size_t)m->R * C;
+    k_dropout dd;
     /* Row-parallel layers add their bias once, on TP rank 0, before the all-reduce. */
     int bias_here = m->tp_rank == 0;
     /* a row-parallel GEMM's partial [N, C]: in place without SP, else scattered */
@@ -664,18 +863,20 @@ static int layer_forward(eng_model *m, const eng_layer_w *w, eng_layer_acts *la,
 
     const void *ln = ln_gathered(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, w->ln1_w, w->ln1_b);
     if (!ln) return -1;
-    /* column-parallel c_attn: its input is replicated, nothing to reduce forward */
-    op_matmul(m, la->qkv, NULL, ln, w->qkv_w, w->qkv_b, N, C, 3 * Cl);
-    op_attention(m, la->atty, la, att);
-    /* row-parallel c_proj: partial sums over this rank's heads -> all-reduce */
+    /* column-parallel q, k, v: their input is replicated, nothing to reduce forward */
+    qkv_forward(m, w, la, ln);
+    op_attention(m, la->atty, la, att, attn_drop(m, a, layer, &dd));
+    /* row-parallel output projection: partial sums over this rank's heads -> all-reduce */
     op_matmul(m, part1, NULL, la->atty, w->proj_w, bias_here ? w->proj_b : NULL, N, Cl, C);
     if (scatter_sum(m, part1, la->res2)) return -1;
+    op_dropout(m, la->res2, hidden_drop(m, a, layer, DROP_ATTN_OUT, &dd));
     op_residual(m, la->res2, la->res2, x, RC);
 
     if (!(ln = ln_gathered(m, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, w->ln2_w, w->ln2_b))) return -1;
-    op_matmul(m, la->fcg, la->fch, ln, w->fc_w, w->fc_b, N, C, F);
+    mlp_up_forward(m, w, la, ln);
     op_matmul(m, part2, NULL, la->fcg, w->fcproj_w, bias_here ? w->fcproj_b : NULL, N, F, C);
     if (scatter_sum(m, part2, out)) return -1;
+    op_dropout(m, out, hidden_drop(m, a, layer, DROP_MLP_OUT, &dd));
     op_residual(m, out, out, la->res2, RC);
     return 0;
 }
@@ -713,6 +914,7 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *in
     const k_ops *k = m->k;
     const eng_chunk *ch = &m->chunks[a->chunk];
     int N = m->B * m->T, C = m->C;
+    k_dropout dd;
     if (ch->first) {
         k->to_device(a->tokens, tokens, sizeof(int32_t) * (size_t)N);
         if (m->sp) {
@@ -725,13 +927,14 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *in
             if (act_allreduce(m, a->res[0], (size_t)N * C)) return -1;
             op_position(m, a->res[0], ch->w.wpe);
         }
+        op_dropout(m, a->res[0], hidden_drop(m, a, -1, 0, &dd));
     } else {
         k->copy(a->res[0], input, eng_boundary_bytes(m));
     }
     int nl = ch->layer_end - ch->layer_begin;
     for (int l = 0; l < nl; l++) {
         eng_layer_acts *la = m->recompute == RECOMPUTE_FULL ? m->ws_layer : &a->layers[l];
-        if (layer_forward(m, &ch->w.layers[l], la, a->res[l], a->res[l + 1])) return -1;
+        if (layer_forward(m, a, ch->layer_begin + l, &ch->w.layers[l], la, a->res[l], a->res[l + 1])) return -1;
     }
     if (!ch->last) return 0;
 
@@ -754,41 +957,82 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *in
 
 /* ---- backward ---- */
 
+/* d(norm output) [N, C] into ws_dln from the gradient of q, k, v (in
+ * ws_dqkv, attention's layout): the rotary embedding turned back, then the
+ * input gradients of c_attn, or of q_proj, k_proj and v_proj summed. */
+static void qkv_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w *g, const void *ln)
+{
+    int N = m->B * m->T, C = m->C, Cl = m->NH * m->HD, KV = m->NG * m->HD;
+    size_t NC = (size_t)N * C;
+    if (m->rope) op_rope(m, m->ws_dqkv, 1);
+    if (!m->llama) {
+        op_matmul_bwd(m, m->ws_dln, g->qkv_w, g->qkv_b, m->ws_dqkv, ln, w->qkv_w, N, C, Cl + 2 * KV);
+        return;
+    }
+    if (m->bf16) m->k->qkv_unpack_bf16(m->ws_q, m->ws_k, m->ws_v, m->ws_dqkv, N, m->NH, m->NG, m->HD);
+    else m->k->qkv_unpack(m->ws_q, m->ws_k, m->ws_v, m->ws_dqkv, N, m->NH, m->NG, m->HD);
+    op_matmul_bwd(m, m->ws_dln, g->q_w, g->q_b, m->ws_q, ln, w->q_w, N, C, Cl);
+    op_matmul_bwd(m, m->ws_dtmp, g->k_w, g->k_b, m->ws_k, ln, w->k_w, N, C, KV);
+    op_add(m, m->ws_dln, m->ws_dtmp, NC);
+    op_matmul_bwd(m, m->ws_dtmp, g->v_w, g->v_b, m->ws_v, ln, w->v_w, N, C, KV);
+    op_add(m, m->ws_dln, m->ws_dtmp, NC);
+}
+
+/* d(norm output) [N, C] into ws_dln from d(MLP output) `dfull` [N, C] */
+static void mlp_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w *g, const eng_layer_acts *la,
+                         const void *dfull, const void *ln)
+{
+    int N = m->B * m->T, C = m->C, F = m->F;
+    if (!m->cfg.swiglu) {
+        op_matmul_bwd_gelu(m, m->ws_dfc, g->fcproj_w, g->fcproj_b, dfull, la->fcg, w->fcproj_w, la->fch, N, F, C);
+        op_matmul_bwd(m, m->ws_dln, g->fc_w, g->fc_b, m->ws_dfc, ln, w->fc_w, N, C, F);
+        return;
+    }
+    op_matmul_bwd(m, m->ws_dfc, g->fcproj_w, g->fcproj_b, dfull, la->fcg, w->fcproj_w, N, F, C);
+    if (m->bf16) m->k->swiglu_backward_bf16(m->ws_dgate, m->ws_dup, m->ws_dfc, la->fch, la->fcu, (size_t)N * F);
+    else m->k->swiglu_backward(m->ws_dgate, m->ws_dup, m->ws_dfc, la->fch, la->fcu, (size_t)N * F);
+    op_matmul_bwd(m, m->ws_dln, g->gate_w, g->gate_b, m->ws_dgate, ln, w->gate_w, N, C, F);
+    op_matmul_bwd(m, m->ws_dtmp, g->fc_w, g->fc_b, m->ws_dup, ln, w->fc_w, N, C, F);
+    op_add(m, m->ws_dln, m->ws_dtmp, (size_t)N * C);
+}
+
 /* On entry m->ws_dres holds d(layer output); on exit d(layer input). */
-static int layer_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w *g,
+static int layer_backward(eng_model *m, const eng_acts *a, int layer, const eng_layer_w *w, const eng_layer_w *g,
                           const eng_layer_acts *la, const void *x)
 {
-    int N = m->B * m->T, C = m->C, Cl = m->NH * m->HD, F = m->F;
+    int N = m->B * m->T, C = m->C, Cl = m->NH * m->HD;
     void *dres = m->ws_dres;
+    k_dropout dd;
     /* d(ln input) of a column-parallel GEMM: all-reduced in place, or scattered */
     void *dln = m->sp ? m->ws_dlnl : m->ws_dln;
     const void *dfull;
 
-    /* MLP: out = res2 + c_proj(gelu(c_fc(ln2(res2)))) */
-    if (!(dfull = gather_rows(m, dres))) return -1;
-    op_matmul_bwd_gelu(m, m->ws_dfc, g->fcproj_w, g->fcproj_b, dfull, la->fcg, w->fcproj_w, la->fch, N, F, C);
+    /* MLP: out = res2 + dropout(down(act(up(ln2(res2))))) */
+    if (!(dfull = gather_rows(m, drop_grad(m, dres, hidden_drop(m, a, layer, DROP_MLP_OUT, &dd))))) return -1;
     const void *ln = ln_full(m, la->ln2);
     if (!ln) return -1;
-    op_matmul_bwd(m, m->ws_dln, g->fc_w, g->fc_b, m->ws_dfc, ln, w->fc_w, N, C, F);
+    mlp_backward(m, w, g, la, dfull, ln);
     /* column-parallel input: each rank holds part of d(ln2) -> all-reduce */
     if (scatter_sum(m, m->ws_dln, dln)) return -1;
-    op_layernorm_bwd(m, dres, g->ln2_w, g->ln2_b, dln, la->res2, w->ln2_w, la->ln2_mean, la->ln2_rstd);
+    op_norm_bwd(m, dres, g->ln2_w, g->ln2_b, dln, la->res2, w->ln2_w, la->ln2_mean, la->ln2_rstd);
 
-    /* attention: res2 = x + c_proj(attn(c_attn(ln1(x)))) */
+    /* attention: res2 = x + dropout(proj(attn(qkv(ln1(x))))) */
+    k_dropout dda;
+    const k_dropout *ad = attn_drop(m, a, layer, &dda);
     const float *att = la->att;
     if (!m->bf16 && !att) {
         /* fp32 selective recompute: rebuild the probabilities; the output goes
          * to scratch that attention_backward overwrites next */
-        m->k->attention_forward(m->ws_dqkv, m->ws_att, la->qkv, m->B, m->T, m->NH, m->HD);
+        m->k->attention_forward(m->ws_dqkv, m->ws_att, la->qkv, m->B, m->T, m->NH, m->NG, m->HD, ad);
         att = m->ws_att;
     }
-    if (!(dfull = gather_rows(m, dres))) return -1;
+    if (!(dfull = gather_rows(m, drop_grad(m, dres, hidden_drop(m, a, layer, DROP_ATTN_OUT, &dd))))) return -1;
     op_matmul_bwd(m, m->ws_datty, g->proj_w, g->proj_b, dfull, la->atty, w->proj_w, N, Cl, C);
-    op_attention_bwd(m, m->ws_dqkv, m->ws_datty, la, att);
+    op_attention_bwd(m, m->ws_dqkv, m->ws_datty, la, att, ad);
     if (!(ln = ln_full(m, la->ln1))) return -1;
-    op_matmul_bwd(m, m->ws_dln, g->qkv_w, g->qkv_b, m->ws_dqkv, ln, w->qkv_w, N, C, 3 * Cl);
+    qkv_backward(m, w, g, ln);
     if (scatter_sum(m, m->ws_dln, dln)) return -1;
-    op_layernorm_bwd(m, dres, g->ln1_w, g->ln1_b, dln, x, w->ln1_w, la->ln1_mean, la->ln1_rstd);
+    op_norm_bwd(m, dres, g->ln1_w, g->ln1_b, dln, x, w->ln1_w, la->ln1_mean, la->ln1_rstd);
     return 0;
 }
 
@@ -799,6 +1043,7 @@ int eng_backward(eng_model *m, eng_acts *a, const void *dout, float dloss)
     int N = m->B * m->T, C = m->C;
     size_t RCb = eng_boundary_bytes(m);
     int nl = ch->layer_end - ch->layer_begin;
+    k_dropout dd;
     if (ch->last) {
         void *dln = m->sp ? m->ws_dlnl : m->ws_dln;
         /* dlogits overwrite the logits: they are not needed after this (the
@@ -816,23 +1061,25 @@ int eng_backward(eng_model *m, eng_acts *a, const void *dout, float dloss)
         op_matmul_bwd(m, m->ws_dln, ch->g.head, NULL, a->logits, ln, ch->w.head, N, C, m->V);
         if (scatter_sum(m, m->ws_dln, dln)) return -1;
         k->zero(m->ws_dres, RCb);
-        op_layernorm_bwd(m, m->ws_dres, ch->g.lnf_w, ch->g.lnf_b, dln, a->res[nl], ch->w.lnf_w, a->lnf_mean,
-                         a->lnf_rstd);
+        op_norm_bwd(m, m->ws_dres, ch->g.lnf_w, ch->g.lnf_b, dln, a->res[nl], ch->w.lnf_w, a->lnf_mean,
+                    a->lnf_rstd);
     } else {
         k->copy(m->ws_dres, dout, RCb);
     }
     for (int l = nl - 1; l >= 0; l--) {
         const eng_layer_acts *la = &a->layers[l];
+        int layer = ch->layer_begin + l;
         if (m->recompute == RECOMPUTE_FULL) {
             /* full recompute: rebuild the layer from its saved input (same TP
-             * collectives, in the same order on every TP rank) */
-            if (layer_forward(m, &ch->w.layers[l], m->ws_layer, a->res[l], a->res[l + 1])) return -1;
+             * collectives and dropout masks, in the same order on every TP rank) */
+            if (layer_forward(m, a, layer, &ch->w.layers[l], m->ws_layer, a->res[l], a->res[l + 1])) return -1;
             la = m->ws_layer;
         }
-        if (layer_backward(m, &ch->w.layers[l], &ch->g.layers[l], la, a->res[l])) return -1;
-        if (m->layer_done) m->layer_done(m->layer_done_ctx, a->chunk, ch->layer_begin + l);
+        if (layer_backward(m, a, layer, &ch->w.layers[l], &ch->g.layers[l], la, a->res[l])) return -1;
+        if (m->layer_done) m->layer_done(m->layer_done_ctx, a->chunk, layer);
     }
     if (ch->first) {
+        op_dropout(m, m->ws_dres, hidden_drop(m, a, -1, 0, &dd));
         const void *d = gather_rows(m, m->ws_dres);
         if (!d) return -1;
         op_embedding_bwd(m, ch, d, a->tokens);

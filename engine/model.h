@@ -66,14 +66,21 @@ typedef struct eng_param {
     float init_value;
     int decay;                 /* weight decay applies (2-D weights, not biases/LN) */
     int tied_copy;             /* the last stage's copy of wte: not saved, grad shared */
+    int norm;                  /* a LayerNorm/RMSNorm weight or bias (sequence-parallel partial grads) */
+    int layer;                 /* the transformer layer it belongs to; -1: embeddings, final norm, head */
     int chunk;
 } eng_param;
 
 /* A layer's tensors: weights in the model's activation type (fp32, or the bf16
- * copy under --bf16), or gradients (always fp32; cast with (float *)). */
+ * copy under --bf16), or gradients (always fp32; cast with (float *)). NULL
+ * where the model has no such tensor (biases under --disable-bias-linear, the
+ * norms' biases under RMSNorm). GPT-2 family: the fused qkv (c_attn), fc = c_fc,
+ * fcproj = mlp.c_proj. LLaMA family: q, k, v separate (q_proj, k_proj,
+ * v_proj), proj = o_proj, gate = gate_proj, fc = up_proj, fcproj = down_proj. */
 typedef struct eng_layer_w {
     void *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
     void *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+    void *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *gate_w, *gate_b;
 } eng_layer_w;
 
 /* Views of one chunk's tensors into params16/params (w) or grads (g). */
@@ -101,6 +108,12 @@ typedef struct eng_model {
     eng_tp_comm tp;
     int tp_rank, tp_size;
     int C, NH, HD, F, V, T, P;  /* hidden, local heads, head dim, local ffn, local vocab, seq, max pos */
+    int NG;                     /* local key/value groups (NH with plain multi-head attention) */
+    int llama;                  /* the LLaMA family: RMSNorm, SwiGLU, q/k/v apart, Hugging Face names */
+    int rope;                   /* rotary positions (no wpe) */
+    /* dropout of the current training step (eng_set_step); off in evaluation */
+    int drop_on;
+    uint64_t drop_key;          /* (seed, iteration) mixed */
     int vocab_offset;           /* first vocab row held here */
     int B;                      /* micro-batch size the buffers are sized for */
     int bf16;                   /* activations and weights in bf16 */
@@ -123,6 +136,10 @@ typedef struct eng_model {
      * in the activation type */
     void *ws;
     void *ws_dres, *ws_dln, *ws_dqkv, *ws_datty, *ws_dfc;
+    void *ws_ddrop;             /* hidden dropout: the masked copy of an output gradient [R, C] */
+    void *ws_q, *ws_k, *ws_v;   /* LLaMA: q, k, v projections [N, NH*HD], [N, NG*HD] (and their gradients) */
+    void *ws_dtmp;              /* LLaMA: a second projection's input gradient [N, C] */
+    void *ws_dgate, *ws_dup;    /* SwiGLU: gradients of gate and up [N, F] */
     void *ws_full, *ws_dlnl;    /* sequence parallel: gathered [B*T, C], scattered [R, C] */
     void *ws_gath;              /* sequence parallel: a LayerNorm output gathered to [B*T, C] */
     float *ws_datt;             /* fp32 attention backward scratch [B, NH, T, T] */
@@ -145,11 +162,13 @@ typedef struct eng_model {
  * recompute keeps only res[] (the layer inputs). */
 typedef struct eng_layer_acts {
     void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fcg;
+    void *fcu;                  /* SwiGLU: the up projection (fch is the gate, fcg silu(gate)*up) */
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att, *lse;
 } eng_layer_acts;
 
 typedef struct eng_acts {
     int chunk;
+    int64_t sample0;            /* global index of the micro-batch's first sample (dropout masks) */
     void *mem;                  /* one backend allocation */
     size_t bytes;               /* its size */
     int32_t *tokens, *targets;  /* [B*T] in backend memory (first / last chunk) */
@@ -228,6 +247,16 @@ void eng_params_updated(eng_model *m);
 
 /* Zeroes every gradient. */
 void eng_zero_grads(eng_model *m);
+
+/* Dropout for the step about to run: training iteration `iteration` (1-based)
+ * with the masks of (seed, iteration); training 0 (evaluation, sampling) turns
+ * dropout off. Masks also depend on each micro-batch's global samples
+ * (eng_acts.sample0), the layer and the site, never on the layout. */
+void eng_set_step(eng_model *m, uint64_t seed, long long iteration, int training);
+
+/* The name of the token embedding ("wte.weight", or "model.embed_tokens.weight"
+ * in the LLaMA family). */
+const char *eng_embed_name(const atoll_config *c);
 
 /* Looks a tensor up by name; NULL when this rank does not hold it. */
 const eng_param *eng_find_param(const eng_model *m, const char *name);

@@ -135,13 +135,11 @@ static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double
 static void layer_done(void *ctx, int chunk, int layer)
 {
     dist_pipe *p = ctx;
-    char prefix[32];
-    int n = snprintf(prefix, sizeof prefix, "h.%d.", layer);
     size_t lo = (size_t)-1, hi = 0;
     (void)chunk;
     for (int i = 0; i < p->m->nparams; i++) {
         const eng_param *t = &p->m->table[i];
-        if (strncmp(t->name, prefix, (size_t)n)) continue;
+        if (t->layer != layer) continue;
         if (t->offset < lo) lo = t->offset;
         if (t->offset + t->numel > hi) hi = t->offset + t->numel;
     }
@@ -153,7 +151,7 @@ static void chunk_done(dist_pipe *p, int chunk)
 {
     for (int i = 0; i < p->m->nparams; i++) {
         const eng_param *t = &p->m->table[i];
-        if (t->chunk == chunk && strncmp(t->name, "h.", 2)) dist_overlap_push(p->d, t->offset, t->numel);
+        if (t->chunk == chunk && t->layer < 0) dist_overlap_push(p->d, t->offset, t->numel);
     }
 }
 
@@ -171,6 +169,7 @@ static int run_compute(dist_pipe *p, const sched_action *a, const int32_t *token
     }
     if (a->op == SCHED_FWD) {
         double ls = 0.0;
+        s->a->sample0 = p->sample_base + dist_sample_offset(p->d, &m->cfg, a->mb);
         if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, dloss, &ls)) {
             errf(err, errlen, "forward pass failed: %s", dist_error(p->d));
             return -1;

@@ -10,6 +10,7 @@
 #include "optimizer.h"
 #include "safetensors.h"
 #include "watchdog.h"
+#include "tokenizer.h"
 
 #include <errno.h>
 #include <math.h>
@@ -57,7 +58,7 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static const k_ops *pick_backend(const char *device, char *err, size_t errlen)
+const k_ops *eng_backend(const char *device, char *err, size_t errlen)
 {
     if (!strcmp(device, "cpu")) return k_cpu();
     if (!strcmp(device, "cuda")) {
@@ -127,6 +128,7 @@ out:
 
 typedef struct step_stats {
     long long it;
+    double valid_loss;            /* set after an evaluation: the step is reported again with it */
     double loss, lr, grad_norm, step_s, tokens_per_s, flops_per_s;
     double mfu; /* < 0: no known peak (CPU, or an unknown GPU) */
     long long consumed;
@@ -185,9 +187,9 @@ static uint64_t device_used_peak(const k_ops *k)
     return peak;
 }
 
-/* Every rank, every step: its metrics to its supervisor (metrics_emit.h); rank
- * 0 every --log-interval: the log line and the --metrics-file record. */
-static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, metrics_emit *emit, const dist *d)
+/* The step's metrics to this rank's supervisor (metrics_emit.h): every step,
+ * and once more after an evaluation, with the validation loss. */
+static void emit_step(const step_stats *s, metrics_emit *emit, const dist *d)
 {
     int stage = d->tp_rank == 0 && d->dp_rank == 0 && d->pp_rank < 64 ? d->pp_rank : -1;
     rank_step rs = {
@@ -198,9 +200,16 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, 
         .compute_s = s->compute_s, .time_ms = wall_ms(), .checkpoint_iteration = s->checkpoint_iteration,
         .save_stall_s = s->save_stall_s, .save_s = s->save_s, .start_iteration = s->start_iteration,
         .startup_s = s->startup_s,
-        .device_bytes = s->device_bytes,
+        .device_bytes = s->device_bytes, .valid_loss = s->valid_loss,
     };
     metrics_emit_step(emit, &rs);
+}
+
+/* Every rank, every step: emit_step; rank 0 every --log-interval: the log line
+ * and the --metrics-file record. */
+static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, metrics_emit *emit, const dist *d)
+{
+    emit_step(s, emit, d);
     if (d->rank != 0 || c->log_interval <= 0 || s->it % c->log_interval) return;
     char mfu[32] = "n/a", mfu_json[32] = "null";
     if (s->mfu >= 0) {
@@ -363,6 +372,8 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     double t0 = now_s(), tokens = (double)c->global_batch_size * c->seq_length;
     if (load_batch(r, err, errlen)) return -1;
     eng_zero_grads(m);
+    eng_set_step(m, r->st.seed, r->st.iteration + 1, 1);
+    r->pipe.sample_base = r->st.consumed_samples;
     dist_step_result res;
     dist_overlap_begin(d, m, r->dopt.zero);
     int prc = dist_pipeline(&r->pipe, r->tokens, r->targets, (float)(1.0 / tokens), &res, err, errlen);
@@ -423,12 +434,14 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     int dump_grads = r->o->dump_dir[0] && r->st.iteration == 0;
     float *logits0 = NULL;
     eng_zero_grads(m);
+    eng_set_step(m, r->st.seed, r->st.iteration + 1, 1);
     double loss_sum = 0.0;
     float dloss = 1.0f / (float)((double)c->global_batch_size * T);
     for (int k = 0; k < nmicro; k++) {
         double ls = 0.0;
         /* the dump wants the logits themselves: no fused classifier then */
         float fdloss = dump_grads && k == 0 ? 0.0f : dloss;
+        r->acts->sample0 = r->st.consumed_samples + (long long)k * mbs;
         if (eng_forward(m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, fdloss, &ls) ||
             (dump_grads && k == 0 && !(logits0 = malloc(mb_tokens * (size_t)m->V * sizeof(float))))) {
             errf(err, errlen, "forward pass failed");
@@ -458,14 +471,16 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
 }
 
 /* Forward only over the first --eval-iters global batches of the validation
- * split (the same samples every time, so evaluations compare). */
-static int evaluate(run *r, char *err, size_t errlen)
+ * split (the same samples every time, so evaluations compare); the loss, the
+ * same on every rank, into *valid. */
+static int evaluate(run *r, double *valid, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
     dist *d = &r->d;
     int T = c->seq_length, mbs = c->micro_batch_size;
     size_t mb_tokens = (size_t)mbs * T;
     double sum = 0.0;
+    eng_set_step(r->m, r->st.seed, r->st.iteration, 0); /* no dropout */
     for (int i = 0; i < c->eval_iters; i++) {
         for (int k = 0; k < d->nmicro; k++)
             for (int b = 0; b < mbs; b++) {
@@ -497,6 +512,7 @@ static int evaluate(run *r, char *err, size_t errlen)
         }
         loss = lf;
     }
+    *valid = loss;
     if (d->rank != 0) return 0;
     printf(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n", r->st.iteration,
            loss, exp(loss < 700 ? loss : 700));
@@ -540,7 +556,7 @@ static int resume(run *r, char *err, size_t errlen)
 static int setup(run *r, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
-    const k_ops *k = pick_backend(r->o->device, err, errlen);
+    const k_ops *k = eng_backend(r->o->device, err, errlen);
     if (!k) return -1;
     if (dist_init(&r->d, c, k, err, errlen)) return -1;
     r->have_dist = 1;
@@ -655,7 +671,7 @@ static int save(run *r, char *err, size_t errlen)
     if (my_part(r, &part) && ckpt_write_part(r->c->save, r->st.iteration, r->m, &part, d->rank == 0, err, errlen))
         return -1;
     comm *w = comm_world_comm(d->world);
-    if (comm_barrier(w) || (d->rank == 0 && ckpt_commit(r->c->save, &r->st, err, errlen)) || comm_barrier(w)) {
+    if (comm_barrier(w) || (d->rank == 0 && ckpt_commit(r->c->save, &r->st, r->c, err, errlen)) || comm_barrier(w)) {
         if (!err[0]) errf(err, errlen, "--save: %s", dist_error(d));
         return -1;
     }
@@ -770,8 +786,9 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     atoll_config c = *cfg;
     const char *ws = getenv("WORLD_SIZE");
     int world = ws ? atoi(ws) : 1;
-    /* The one validator (common/config) before anything is allocated. */
-    if (cfg_validate_layout(&c, world, 0, err, errlen)) return -1;
+    /* The vocabulary the tokenizer needs, then the one validator (common/config),
+     * before anything is allocated. */
+    if (tok_config_vocab(&c, err, errlen) || cfg_validate_layout(&c, world, 0, err, errlen)) return -1;
     if (!c.global_batch_size) c.global_batch_size = cfg_global_batch(&c, cfg_data_parallel_size(&c, world));
     const char *lws = getenv("LOCAL_WORLD_SIZE");
     if (eng_memory_check(&c, world, lws ? atoi(lws) : 1, o->device, err, errlen)) return -1;
@@ -839,7 +856,11 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         log_step(&c, &s, r.metrics, &r.emit, &r.d);
         if (r.have_valid && (s.it % c.eval_interval == 0 || s.it == stop)) {
             watchdog_phase(r.wd, "eval", r.st.iteration);
-            if ((rc = evaluate(&r, err, errlen))) break;
+            if ((rc = evaluate(&r, &s.valid_loss, err, errlen))) break;
+            /* the step again, with its validation loss; its save stall was reported once */
+            step_stats again = s;
+            again.save_stall_s = 0;
+            emit_step(&again, &r.emit, &r.d);
         }
         if ((rc = async_poll(&r, &s, err, errlen))) break;
         int due = c.save_mtbf > 0 ? s.save_due : c.save_interval > 0 && s.it % c.save_interval == 0;

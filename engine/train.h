@@ -23,6 +23,11 @@ typedef struct eng_run_opts {
 
 void eng_run_opts_defaults(eng_run_opts *o);
 
+/* The kernels of --device "cpu" or "cuda" (that binds this process to the GPU
+ * of LOCAL_RANK); NULL with err saying why (no device, a build without CUDA). */
+struct k_ops;
+const struct k_ops *eng_backend(const char *device, char *err, size_t errlen);
+
 /* Runs training; returns 0, 1 when it stopped on SIGTERM with its checkpoint
  * committed, or -1 with a one-line reason in err. */
 int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t errlen);

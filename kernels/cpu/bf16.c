@@ -205,15 +205,20 @@ void kc_xent_fused_bf16(float *loss, uint16_t *logits, const int32_t *targets, f
 }
 
 /* Causal attention keeping lse instead of the probabilities, per (b, h):
- * S = scale q k^T, lse_t = log sum_{j<=t} exp(S_tj), P = exp(S - lse), out = P v. */
-void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int NH, int HD)
+ * S = scale q k^T, lse_t = log sum_{j<=t} exp(S_tj), P = exp(S - lse),
+ * out = (P M) v with M the dropout mask (kc_attention_drop). */
+void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int NH, int NG, int HD,
+                               const k_dropout *drop)
 {
-    size_t ld = (size_t)3 * NH * HD, ldo = (size_t)NH * HD;
+    size_t ld = (size_t)(NH + 2 * NG) * HD, ldo = (size_t)NH * HD;
     float scale = 1.0f / sqrtf((float)HD);
+    int dropping = drop && drop->p > 0.0f;
     float *x = wide(qkv, (size_t)B * T * ld), *P = wide(NULL, (size_t)T * T), *o = wide(NULL, (size_t)T * HD);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            const float *q = x + (size_t)b * T * ld + (size_t)h * 3 * HD, *k = q + HD, *v = q + 2 * HD;
+            size_t oq, ok, ov;
+            kc_qkv_offsets(h, NH, NG, HD, &oq, &ok, &ov);
+            const float *base = x + (size_t)b * T * ld, *q = base + oq, *k = base + ok, *v = base + ov;
             float *L = lse + ((size_t)b * NH + h) * T;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, scale, q, (int)ld, k, (int)ld, 0.0f, P, T);
             for (int t = 0; t < T; t++) {
@@ -224,6 +229,7 @@ void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, i
                 for (int j = 0; j <= t; j++) row[j] = expf(row[j] - L[t]);
                 for (int j = t + 1; j < T; j++) row[j] = 0.0f;
             }
+            if (dropping) kc_attention_drop(P, P, T, drop, drop->row0 + b, drop->head0 + h);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, P, T, v, (int)ld, 0.0f, o, HD);
             for (int t = 0; t < T; t++)
                 kc_to_bf16(out + ((size_t)b * T + t) * ldo + (size_t)h * HD, o + (size_t)t * HD, (size_t)HD);
@@ -231,36 +237,47 @@ void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, i
     free(x), free(P), free(o);
 }
 
-/* P = exp(S - lse) rebuilt; D_t = sum_d dout_td out_td; dv = P^T dO;
- * dS = P (dO v^T - D); dq = scale dS k; dk = scale dS^T q. */
+/* P = exp(S - lse) rebuilt; D_t = sum_d dout_td out_td; dv += (P M)^T dO;
+ * dS = P (M dO v^T - D); dq = scale dS k; dk += scale dS^T q. */
 void kc_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const uint16_t *out,
-                                const float *lse, int B, int T, int NH, int HD)
+                                const float *lse, int B, int T, int NH, int NG, int HD, const k_dropout *drop)
 {
-    size_t ld = (size_t)3 * NH * HD, ldo = (size_t)NH * HD, NT = (size_t)B * T;
+    size_t ld = (size_t)(NH + 2 * NG) * HD, ldo = (size_t)NH * HD, NT = (size_t)B * T;
     float scale = 1.0f / sqrtf((float)HD);
+    int dropping = drop && drop->p > 0.0f;
     float *x = wide(qkv, NT * ld), *dO = wide(dout, NT * ldo), *O = wide(out, NT * ldo);
     float *dx = wide(NULL, NT * ld), *P = wide(NULL, (size_t)T * T), *dS = wide(NULL, (size_t)T * T);
+    float *PM = dropping ? wide(NULL, (size_t)T * T) : P;
+    memset(dx, 0, NT * ld * sizeof(float));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            size_t off = (size_t)b * T * ld + (size_t)h * 3 * HD, offo = (size_t)b * T * ldo + (size_t)h * HD;
-            const float *q = x + off, *k = q + HD, *v = q + 2 * HD, *L = lse + ((size_t)b * NH + h) * T;
-            float *dq = dx + off, *dk = dq + HD, *dv = dq + 2 * HD;
+            size_t oq, ok, ov;
+            kc_qkv_offsets(h, NH, NG, HD, &oq, &ok, &ov);
+            size_t off = (size_t)b * T * ld, offo = (size_t)b * T * ldo + (size_t)h * HD;
+            const float *q = x + off + oq, *k = x + off + ok, *v = x + off + ov, *L = lse + ((size_t)b * NH + h) * T;
+            float *dq = dx + off + oq, *dk = dx + off + ok, *dv = dx + off + ov;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, scale, q, (int)ld, k, (int)ld, 0.0f, P, T);
             for (int t = 0; t < T; t++)
                 for (int j = 0; j < T; j++) P[(size_t)t * T + j] = j <= t ? expf(P[(size_t)t * T + j] - L[t]) : 0.0f;
+            if (dropping) kc_attention_drop(PM, P, T, drop, drop->row0 + b, drop->head0 + h);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, 1.0f, dO + offo, (int)ldo, v, (int)ld, 0.0f,
                         dS, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, P, T, dO + offo, (int)ldo, 0.0f, dv,
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, 1.0f, PM, T, dO + offo, (int)ldo, 1.0f, dv,
                         (int)ld);
             for (int t = 0; t < T; t++) {
                 float D = 0.0f;
                 for (int d = 0; d < HD; d++) D += dO[offo + (size_t)t * ldo + d] * O[offo + (size_t)t * ldo + d];
-                for (int j = 0; j < T; j++) dS[(size_t)t * T + j] = P[(size_t)t * T + j] * (dS[(size_t)t * T + j] - D);
+                size_t r = (size_t)t * T;
+                if (dropping)
+                    for (int j = 0; j < T; j++) dS[r + j] = PM[r + j] * dS[r + j] - P[r + j] * D;
+                else
+                    for (int j = 0; j < T; j++) dS[r + j] = P[r + j] * (dS[r + j] - D);
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, scale, dS, T, k, (int)ld, 0.0f, dq, (int)ld);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, scale, dS, T, q, (int)ld, 0.0f, dk, (int)ld);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HD, T, scale, dS, T, q, (int)ld, 1.0f, dk, (int)ld);
         }
     kc_to_bf16(dqkv, dx, NT * ld);
+    if (dropping) free(PM);
     free(x), free(dO), free(O), free(dx), free(P), free(dS);
 }
 
@@ -269,4 +286,84 @@ void kc_adamw_bf16(float *master, uint16_t *param_bf16, const float *grad, float
 {
     kc_adamw(master, grad, m, v, n, lr, beta1, beta2, eps, wd, grad_scale, t);
     kc_to_bf16(param_bf16, master, n);
+}
+
+/* ---- the LLaMA family and hidden dropout (llama.c), widened ---- */
+
+void kc_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C)
+{
+    size_t NC = (size_t)N * C;
+    float *x = wide(inp, NC), *wf = wide(w, (size_t)C), *y = wide(NULL, NC);
+    kc_rmsnorm_forward(y, rstd, x, wf, N, C);
+    kc_to_bf16(out, y, NC);
+    free(x), free(wf), free(y);
+}
+
+void kc_rmsnorm_backward_bf16(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                              const float *rstd, int N, int C)
+{
+    size_t NC = (size_t)N * C;
+    float *d = wide(dout, NC), *x = wide(inp, NC), *wf = wide(w, (size_t)C), *dx = wide(dinp, NC);
+    kc_rmsnorm_backward(dx, dw, d, x, wf, rstd, N, C); /* accumulates into dx */
+    kc_to_bf16(dinp, dx, NC);
+    free(d), free(x), free(wf), free(dx);
+}
+
+void kc_swiglu_forward_bf16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n)
+{
+    float *g = wide(gate, n), *u = wide(up, n);
+    kc_swiglu_forward(g, g, u, n);
+    kc_to_bf16(out, g, n);
+    free(g), free(u);
+}
+
+void kc_swiglu_backward_bf16(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
+                             const uint16_t *up, size_t n)
+{
+    float *g = wide(gate, n), *u = wide(up, n), *d = wide(dout, n);
+    kc_swiglu_backward(g, u, d, g, u, n);
+    kc_to_bf16(dgate, g, n);
+    kc_to_bf16(dup, u, n);
+    free(g), free(u), free(d);
+}
+
+static void rope_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, float base, int back)
+{
+    size_t n = (size_t)B * T * (NH + 2 * NG) * HD;
+    float *x = wide(qkv, n);
+    if (back) kc_rope_backward(x, B, T, NH, NG, HD, base);
+    else kc_rope_forward(x, B, T, NH, NG, HD, base);
+    kc_to_bf16(qkv, x, n);
+    free(x);
+}
+
+void kc_rope_forward_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, float base)
+{
+    rope_bf16(qkv, B, T, NH, NG, HD, base, 0);
+}
+
+void kc_rope_backward_bf16(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, float base)
+{
+    rope_bf16(dqkv, B, T, NH, NG, HD, base, 1);
+}
+
+void kc_qkv_pack_bf16(uint16_t *qkv, const uint16_t *q, const uint16_t *k, const uint16_t *v, int N, int NH, int NG,
+                      int HD)
+{
+    kc_qkv_move(qkv, (void *)q, (void *)k, (void *)v, N, NH, NG, HD, sizeof(uint16_t), 1);
+}
+
+void kc_qkv_unpack_bf16(uint16_t *q, uint16_t *k, uint16_t *v, const uint16_t *qkv, int N, int NH, int NG, int HD)
+{
+    kc_qkv_move((void *)qkv, q, k, v, N, NH, NG, HD, sizeof(uint16_t), 0);
+}
+
+void kc_dropout_bf16(uint16_t *x, int N, int C, const k_dropout *d)
+{
+    if (!d || d->p <= 0.0f) return;
+    size_t n = (size_t)N * C;
+    float *f = wide(x, n);
+    kc_dropout(f, N, C, d);
+    kc_to_bf16(x, f, n);
+    free(f);
 }

@@ -30,9 +30,28 @@ void kc_matmul_forward(float *out, const float *inp, const float *w, const float
 void kc_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                         const float *inp, const float *w, int N, int C, int OC);
 
-void kc_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int HD);
+void kc_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NG, int HD,
+                          const k_dropout *drop);
 void kc_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int NH, int HD);
+                           const float *att, int B, int T, int NH, int NG, int HD, const k_dropout *drop);
+/* Where head h's query, its group's key and value start in a qkv row. */
+void kc_qkv_offsets(int h, int NH, int NG, int HD, size_t *q, size_t *k, size_t *v);
+/* dst[T, T] = P times the dropout mask of one (sample, head) (dst may be P). */
+void kc_attention_drop(float *dst, const float *P, int T, const k_dropout *d, int64_t sample, int head);
+
+/* llama.c: RMSNorm, SwiGLU, rotary embeddings, q/k/v packing, hidden dropout */
+void kc_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C);
+void kc_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                         const float *rstd, int N, int C);
+void kc_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
+void kc_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
+void kc_rope_angle(int t, int i, int HD, float base, float *c, float *s);
+void kc_rope_forward(float *qkv, int B, int T, int NH, int NG, int HD, float base);
+void kc_rope_backward(float *dqkv, int B, int T, int NH, int NG, int HD, float base);
+void kc_qkv_move(void *qkv, void *q, void *k, void *v, int N, int NH, int NG, int HD, size_t esz, int pack);
+void kc_qkv_pack(float *qkv, const float *q, const float *k, const float *v, int N, int NH, int NG, int HD);
+void kc_qkv_unpack(float *q, float *k, float *v, const float *qkv, int N, int NH, int NG, int HD);
+void kc_dropout(float *x, int N, int C, const k_dropout *d);
 
 void kc_gelu_forward(float *out, const float *inp, size_t n);
 void kc_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
@@ -91,9 +110,22 @@ void kc_xent_sumexp_target_bf16(float *sumexp, float *target_logit, const uint16
                                 const int32_t *targets, int N, int V, int vocab_offset);
 void kc_xent_backward_bf16(uint16_t *dlogits, const uint16_t *logits, const float *rowmax, const float *sumexp,
                            const int32_t *targets, float dloss, int N, int V, int vocab_offset);
-void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int NH, int HD);
+void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int NH, int NG, int HD,
+                               const k_dropout *drop);
 void kc_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const uint16_t *out,
-                                const float *lse, int B, int T, int NH, int HD);
+                                const float *lse, int B, int T, int NH, int NG, int HD, const k_dropout *drop);
+void kc_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C);
+void kc_rmsnorm_backward_bf16(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                              const float *rstd, int N, int C);
+void kc_swiglu_forward_bf16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);
+void kc_swiglu_backward_bf16(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
+                             const uint16_t *up, size_t n);
+void kc_rope_forward_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, float base);
+void kc_rope_backward_bf16(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, float base);
+void kc_qkv_pack_bf16(uint16_t *qkv, const uint16_t *q, const uint16_t *k, const uint16_t *v, int N, int NH, int NG,
+                      int HD);
+void kc_qkv_unpack_bf16(uint16_t *q, uint16_t *k, uint16_t *v, const uint16_t *qkv, int N, int NH, int NG, int HD);
+void kc_dropout_bf16(uint16_t *x, int N, int C, const k_dropout *d);
 void kc_adamw_bf16(float *master, uint16_t *param_bf16, const float *grad, float *m, float *v, size_t n, float lr,
                    float beta1, float beta2, float eps, float wd, float grad_scale, int t);
 

@@ -9,10 +9,12 @@
  * att, so it comes with the engine's bf16 attention path.
  *
  * Column-major views (see matmul.cu): for one (b, h), q_cm/k_cm/v_cm are
- * HD x T with leading dimension 3*NH*HD; the row-major [T, T] matrix P is the
- * column-major P^T with leading dimension T. Head h's q, k, v start at column
- * h*3*HD (+HD, +2*HD) of a qkv row, so consecutive heads are 3*HD apart. */
+ * HD x T with leading dimension (NH + 2 NG)*HD; the row-major [T, T] matrix P
+ * is the column-major P^T with leading dimension T. Grouped-query attention
+ * batches the heads with the same index j in their group (heads_of). With
+ * dropout the masked probabilities go through the backend's scratch. */
 #include "kcuda.cuh"
+#include "k_dropout.h"
 
 #define SM_BLOCK 128
 
@@ -50,64 +52,140 @@ __global__ void causal_softmax_bwd_k(float *dS, const float *att, int T)
     for (int j = threadIdx.x; j < T; j += blockDim.x) d[j] = j <= t ? p[j] * (d[j] - dot) : 0.0f;
 }
 
-/* C = alpha op(A) op(B) over NH heads of sequence b; strides in elements. */
-static void sgemm_heads(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda,
-                        long long sa, const float *B, int ldb, long long sb, float *C, int ldc, long long sc,
-                        int NH)
+/* Dropout of the probabilities (kernels.h, k_dropout): dst = P * mask of
+ * (sample row0 + b, head head0 + h) for each row of att [B, NH, T, T]. */
+__global__ void drop_probs_k(float *dst, const float *att, int NH, int T, k_dropout d)
 {
-    const float beta = 0.0f;
-    cublasCheck(cublasSgemmStridedBatched(kcu_cublas(), ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                          m, n, k, &alpha, A, lda, sa, B, ldb, sb, &beta, C, ldc, sc, NH));
+    size_t row = blockIdx.x;
+    int t = (int)(row % T), bh = (int)(row / T), b = bh / NH, h = bh % NH;
+    uint64_t key = k_dropout_row_key(d.key, d.row0 + b, d.head0 + h);
+    uint32_t th = k_dropout_threshold(d.p);
+    float sc = k_dropout_scale(d.p);
+    const float *p = att + row * T;
+    float *o = dst + row * T;
+    for (int j = threadIdx.x; j < T; j += blockDim.x)
+        o[j] = j <= t ? p[j] * k_dropout_mul(key, (uint64_t)t * T + j, th, sc) : 0.0f;
 }
 
-void kcu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int HD)
+/* With dropout, on dS holding dP': dS = P M dP' - P rowsum(P M dP'), where
+ * PM = P * M is given. */
+__global__ void causal_softmax_bwd_drop_k(float *dS, const float *att, const float *pm, int T)
 {
-    if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0) return;
-    int ld = 3 * NH * HD, ldo = NH * HD;
+    __shared__ float sh[32];
+    size_t row = blockIdx.x;
+    int t = (int)(row % T);
+    const float *p = att + row * T, *q = pm + row * T;
+    float *d = dS + row * T;
+    float dot = 0.0f;
+    for (int j = threadIdx.x; j <= t; j += blockDim.x) dot += q[j] * d[j];
+    dot = block_sum(dot, sh);
+    for (int j = threadIdx.x; j < T; j += blockDim.x) d[j] = j <= t ? q[j] * d[j] - p[j] * dot : 0.0f;
+}
+
+/* C = alpha op(A) op(B) + beta C over `batch` matrices; strides in elements. */
+static void sgemm_batch(bool ta, bool tb, int m, int n, int k, float alpha, const float *A, int lda, long long sa,
+                        const float *B, int ldb, long long sb, float beta, float *C, int ldc, long long sc, int batch)
+{
+    cublasCheck(cublasSgemmStridedBatched(kcu_cublas(), ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                          m, n, k, &alpha, A, lda, sa, B, ldb, sb, &beta, C, ldc, sc, batch));
+}
+
+/* Grouped-query layout (kernels.h): per sequence b and query index j within a
+ * group, the NG heads h = g*Q + j are one strided batch: their queries are
+ * (Q+2)*HD apart, and so are their groups' keys and values; their [T, T]
+ * matrices are Q*T*T apart and their output columns Q*HD. */
+struct heads_j {
+    const float *q, *k, *v; /* first group's, sequence b */
+    long long sqkv;         /* (Q+2)*HD */
+    size_t att, out;        /* offsets of head j's matrix and output columns in sequence b's */
+};
+
+static heads_j heads_of(const float *qkv, int b, int j, int T, int NH, int NG, int HD)
+{
+    int Q = NH / NG;
+    size_t ld = (size_t)(NH + 2 * NG) * HD;
+    const float *row = qkv + (size_t)b * T * ld;
+    return { row + (size_t)j * HD, row + (size_t)Q * HD, row + (size_t)(Q + 1) * HD, (long long)(Q + 2) * HD,
+             (size_t)j * T * T, (size_t)j * HD };
+}
+
+static bool dropping(const k_dropout *d) { return d && d->p > 0.0f; }
+
+void kcu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NG, int HD,
+                           const k_dropout *drop)
+{
+    if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0 || NG <= 0 || NH % NG) return;
+    int Q = NH / NG, ld = (NH + 2 * NG) * HD, ldo = NH * HD;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)HD);
-    for (int b = 0; b < B; b++) {
-        const float *q = qkv + (size_t)b * T * ld, *k = q + HD;
-        float *P = att + (size_t)b * NH * TT;
-        /* P^T = k_cm^T q_cm, scaled */
-        sgemm_heads(true, false, T, T, HD, scale, k, ld, 3 * HD, q, ld, 3 * HD, P, T, TT, NH);
-    }
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < Q; j++) {
+            heads_j hj = heads_of(qkv, b, j, T, NH, NG, HD);
+            float *P = att + (size_t)b * NH * TT + hj.att;
+            /* P^T = k_cm^T q_cm, scaled */
+            sgemm_batch(true, false, T, T, HD, scale, hj.k, ld, hj.sqkv, hj.q, ld, hj.sqkv, 0.0f, P, T, Q * TT, NG);
+        }
     causal_softmax_k<<<(unsigned)((size_t)B * NH * T), SM_BLOCK, 0, kcu_stream()>>>(att, T);
     kcu_launched();
-    for (int b = 0; b < B; b++) {
-        const float *v = qkv + (size_t)b * T * ld + 2 * HD;
-        const float *P = att + (size_t)b * NH * TT;
-        /* out_cm = v_cm P_cm */
-        sgemm_heads(false, false, HD, T, T, 1.0f, v, ld, 3 * HD, P, T, TT, out + (size_t)b * T * ldo, ldo, HD, NH);
+    const float *probs = att;
+    if (dropping(drop)) {
+        float *pm = (float *)kcu_scratch(sizeof(float) * (size_t)B * NH * TT);
+        drop_probs_k<<<(unsigned)((size_t)B * NH * T), SM_BLOCK, 0, kcu_stream()>>>(pm, att, NH, T, *drop);
+        kcu_launched();
+        probs = pm;
     }
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < Q; j++) {
+            heads_j hj = heads_of(qkv, b, j, T, NH, NG, HD);
+            const float *P = probs + (size_t)b * NH * TT + hj.att;
+            /* out_cm = v_cm P_cm */
+            sgemm_batch(false, false, HD, T, T, 1.0f, hj.v, ld, hj.sqkv, P, T, Q * TT, 0.0f,
+                        out + (size_t)b * T * ldo + hj.out, ldo, (long long)Q * HD, NG);
+        }
 }
 
 void kcu_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
-                            int B, int T, int NH, int HD)
+                            int B, int T, int NH, int NG, int HD, const k_dropout *drop)
 {
-    if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0) return;
-    int ld = 3 * NH * HD, ldo = NH * HD;
+    if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0 || NG <= 0 || NH % NG) return;
+    int Q = NH / NG, ld = (NH + 2 * NG) * HD, ldo = NH * HD;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)HD);
-    for (int b = 0; b < B; b++) {
-        const float *v = qkv + (size_t)b * T * ld + 2 * HD;
-        const float *dO = dout + (size_t)b * T * ldo;
-        const float *P = att + (size_t)b * NH * TT;
-        float *dS = scratch + (size_t)b * NH * TT;
-        float *dv = dqkv + (size_t)b * T * ld + 2 * HD;
-        /* dP^T = v_cm^T dO_cm  (into scratch, row-major [t][j]) */
-        sgemm_heads(true, false, T, T, HD, 1.0f, v, ld, 3 * HD, dO, ldo, HD, dS, T, TT, NH);
-        /* dv_cm = dO_cm P_cm^T */
-        sgemm_heads(false, true, HD, T, T, 1.0f, dO, ldo, HD, P, T, TT, dv, ld, 3 * HD, NH);
+    const float *pm = att;
+    if (dropping(drop)) {
+        float *buf = (float *)kcu_scratch(sizeof(float) * (size_t)B * NH * TT);
+        drop_probs_k<<<(unsigned)((size_t)B * NH * T), SM_BLOCK, 0, kcu_stream()>>>(buf, att, NH, T, *drop);
+        kcu_launched();
+        pm = buf;
     }
-    causal_softmax_bwd_k<<<(unsigned)((size_t)B * NH * T), SM_BLOCK, 0, kcu_stream()>>>(scratch, att, T);
+    /* the j = 0 heads write their groups' dk, dv; the others add */
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < Q; j++) {
+            heads_j hj = heads_of(qkv, b, j, T, NH, NG, HD);
+            const float *dO = dout + (size_t)b * T * ldo + hj.out;
+            const float *P = pm + (size_t)b * NH * TT + hj.att;
+            float *dS = scratch + (size_t)b * NH * TT + hj.att;
+            float *dv = dqkv + (hj.v - qkv);
+            /* dP^T = v_cm^T dO_cm  (into scratch, row-major [t][j]) */
+            sgemm_batch(true, false, T, T, HD, 1.0f, hj.v, ld, hj.sqkv, dO, ldo, (long long)Q * HD, 0.0f, dS, T,
+                        Q * TT, NG);
+            /* dv_cm (+)= dO_cm P_cm^T */
+            sgemm_batch(false, true, HD, T, T, 1.0f, dO, ldo, (long long)Q * HD, P, T, Q * TT, j ? 1.0f : 0.0f, dv,
+                        ld, hj.sqkv, NG);
+        }
+    if (dropping(drop))
+        causal_softmax_bwd_drop_k<<<(unsigned)((size_t)B * NH * T), SM_BLOCK, 0, kcu_stream()>>>(scratch, att, pm, T);
+    else
+        causal_softmax_bwd_k<<<(unsigned)((size_t)B * NH * T), SM_BLOCK, 0, kcu_stream()>>>(scratch, att, T);
     kcu_launched();
-    for (int b = 0; b < B; b++) {
-        const float *q = qkv + (size_t)b * T * ld, *k = q + HD;
-        const float *dS = scratch + (size_t)b * NH * TT;
-        float *dq = dqkv + (size_t)b * T * ld, *dk = dq + HD;
-        /* dq_cm = scale k_cm dS_cm;  dk_cm = scale q_cm dS_cm^T */
-        sgemm_heads(false, false, HD, T, T, scale, k, ld, 3 * HD, dS, T, TT, dq, ld, 3 * HD, NH);
-        sgemm_heads(false, true, HD, T, T, scale, q, ld, 3 * HD, dS, T, TT, dk, ld, 3 * HD, NH);
-    }
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < Q; j++) {
+            heads_j hj = heads_of(qkv, b, j, T, NH, NG, HD);
+            const float *dS = scratch + (size_t)b * NH * TT + hj.att;
+            float *dq = dqkv + (hj.q - qkv), *dk = dqkv + (hj.k - qkv);
+            /* dq_cm = scale k_cm dS_cm;  dk_cm (+)= scale q_cm dS_cm^T */
+            sgemm_batch(false, false, HD, T, T, scale, hj.k, ld, hj.sqkv, dS, T, Q * TT, 0.0f, dq, ld, hj.sqkv, NG);
+            sgemm_batch(false, true, HD, T, T, scale, hj.q, ld, hj.sqkv, dS, T, Q * TT, j ? 1.0f : 0.0f, dk, ld,
+                        hj.sqkv, NG);
+        }
 }

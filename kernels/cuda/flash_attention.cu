@@ -18,6 +18,19 @@
  * dS, dQ += dS K). That is 7 tile products against FlashAttention-2's 5 (S and
  * dP are recomputed for dQ), the price of no atomics.
  *
+ * Grouped-query attention: qkv is [B, T, NG, Q+2, HD] (kernels.h); a block
+ * of the forward and dQ kernels reads its head's queries and its group's
+ * keys and values, and the dK/dV kernel owns a key tile of one group and walks
+ * the query tiles of each of the group's Q heads in turn, so the group's dK
+ * and dV still sum in registers, without atomics.
+ *
+ * Dropout on the probabilities (a template flag, so the kernels without it are
+ * unchanged): the mask bit of (sample, head, query, key) is k_dropout.h's,
+ * recomputed wherever it is needed. The forward's P V uses P * mask / (1-p)
+ * while the row sum, lse, uses P; backward dV += (P M)^T dO and
+ * dS = P * (M dP' - D) with dP' = dO V^T and D = rowsum(dO * O) as before (O
+ * already holds the dropped product, so D = sum_j P_ij M_ij dP'_ij).
+ *
  * Head dims 64 and 128 (templates); T any length (tiles past T load zeros and
  * their rows are never written). Tiles in shared memory are padded by 8
  * elements per row, so the 8 rows an ldmatrix reads fall in distinct banks.
@@ -25,6 +38,7 @@
  * these kernels run under tests/cuda/emu. */
 #include "kcuda.cuh"
 #include "kcuda_mma.cuh"
+#include "k_dropout.h"
 
 #define FA_BK 64   /* keys per K/V tile */
 #define FA_WARPS 4 /* 16 rows each: 64-row blocks */
@@ -116,17 +130,46 @@ template <int NT> __device__ __forceinline__ void c_to_a(uint32_t a[][4], const 
     }
 }
 
+/* Where a head's query, and its group's key (the value follows at + HD),
+ * start in sequence b's rows of qkv [B, T, NG, Q+2, HD]. */
+struct fa_head {
+    size_t q, kv;
+};
+__device__ __forceinline__ fa_head fa_locate(int b, int h, int T, int NH, int NG, int HD)
+{
+    int Q = NH / NG, g = h / Q;
+    size_t row = (size_t)b * T * (size_t)(NH + 2 * NG) * HD, gb = (size_t)g * (Q + 2) * HD;
+    return { row + gb + (size_t)(h % Q) * HD, row + gb + (size_t)Q * HD };
+}
+
+/* The dropout of one (sample, head) matrix: element (i, j) is kept with
+ * k_dropout_mul(key, i * T + j, ...) */
+struct fa_drop {
+    uint64_t key;
+    uint32_t th;
+    float sc;
+};
+__device__ __forceinline__ fa_drop fa_drop_of(const k_dropout &d, int b, int h)
+{
+    return { k_dropout_row_key(d.key, d.row0 + b, d.head0 + h), k_dropout_threshold(d.p), k_dropout_scale(d.p) };
+}
+__device__ __forceinline__ float fa_mul(const fa_drop &d, int i, int j, int T)
+{
+    return k_dropout_mul(d.key, (uint64_t)i * T + j, d.th, d.sc);
+}
+
 /* The K/V stream of the forward and dQ kernels, two buffers deep: queues key
  * tile kt+1 (when there is one) into the other buffer, waits until tile kt (and
- * whatever was queued with it) has landed, and returns tile kt's buffer. */
+ * whatever was queued with it) has landed, and returns tile kt's buffer. K
+ * starts at kv, V at kv + HD. */
 template <int HD>
-__device__ __forceinline__ int kv_stream_step(bf16 *Ks, bf16 *Vs, const bf16 *base, size_t ld, int kt, int nkt, int T)
+__device__ __forceinline__ int kv_stream_step(bf16 *Ks, bf16 *Vs, const bf16 *kv, size_t ld, int kt, int nkt, int T)
 {
     constexpr int LD = HD + FA_PAD;
     int cur = kt & 1;
     if (kt + 1 < nkt) {
-        tile_async<HD, FA_BK>(Ks + (cur ^ 1) * FA_BK * LD, base + HD, ld, (kt + 1) * FA_BK, T);
-        tile_async<HD, FA_BK>(Vs + (cur ^ 1) * FA_BK * LD, base + 2 * HD, ld, (kt + 1) * FA_BK, T);
+        tile_async<HD, FA_BK>(Ks + (cur ^ 1) * FA_BK * LD, kv, ld, (kt + 1) * FA_BK, T);
+        tile_async<HD, FA_BK>(Vs + (cur ^ 1) * FA_BK * LD, kv + HD, ld, (kt + 1) * FA_BK, T);
     }
     cp_async_commit();
     cp_async_wait<1>();
@@ -146,9 +189,9 @@ template <int HD> static size_t fwd_smem(void)
 }
 
 /* grid (query tiles of FA_MT*64 rows, B*NH), FA_WARPS*32 threads; sl2 = log2(e)/sqrt(HD) */
-template <int HD>
+template <int HD, bool DROP>
 __global__ void __launch_bounds__(FA_WARPS * 32) fa_fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int NH,
-                                                          float sl2)
+                                                          int NG, float sl2, k_dropout drop)
 {
     constexpr int FA_MT = fa_fwd_mt<HD>::value, LD = HD + FA_PAD, QT = FA_MT * FA_WARPS * 16;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -156,12 +199,15 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_fwd_k(bf16 *out, float *lse,
     /* the last query tiles have the most keys: start them first */
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = qt * QT;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    size_t ld = (size_t)3 * NH * HD;
-    const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * 3 * HD;
+    size_t ld = (size_t)(NH + 2 * NG) * HD;
+    fa_head at = fa_locate(b, h, T, NH, NG, HD);
+    const bf16 *base = qkv + at.q, *kvb = qkv + at.kv;
     tile_async<HD, QT>(Qs, base, ld, q0, T);
-    tile_async<HD, FA_BK>(Ks, base + HD, ld, 0, T);
-    tile_async<HD, FA_BK>(Vs, base + 2 * HD, ld, 0, T);
+    tile_async<HD, FA_BK>(Ks, kvb, ld, 0, T);
+    tile_async<HD, FA_BK>(Vs, kvb + HD, ld, 0, T);
     cp_async_commit();
+    fa_drop dr = {};
+    if (DROP) dr = fa_drop_of(drop, b, h);
 
     float o[FA_MT][HD / 8][4], m[FA_MT][2], l[FA_MT][2];
     int rbase[FA_MT]; /* first row of each m-tile */
@@ -175,7 +221,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_fwd_k(bf16 *out, float *lse,
     }
     int nkt = (q0 + QT - 1) / FA_BK + 1;
     for (int kt = 0; kt < nkt; kt++) {
-        int k0 = kt * FA_BK, cur = kv_stream_step<HD>(Ks, Vs, base, ld, kt, nkt, T); /* Q lands with tile 0 */
+        int k0 = kt * FA_BK, cur = kv_stream_step<HD>(Ks, Vs, kvb, ld, kt, nkt, T); /* Q lands with tile 0 */
         const bf16 *K = Ks + cur * FA_BK * LD, *V = Vs + cur * FA_BK * LD;
 
         /* S = Q K^T for every m-tile, each K fragment loaded once */
@@ -236,10 +282,16 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_fwd_k(bf16 *out, float *lse,
             }
 #pragma unroll
             for (int n = 0; n < FA_BK / 8; n++) {
-                uint32_t lo = pack_bf16x2(exp2f(s[i][n][0] - m[i][0]), exp2f(s[i][n][1] - m[i][0]));
-                uint32_t hi = pack_bf16x2(exp2f(s[i][n][2] - m[i][1]), exp2f(s[i][n][3] - m[i][1]));
+                float e0 = exp2f(s[i][n][0] - m[i][0]), e1 = exp2f(s[i][n][1] - m[i][0]);
+                float e2 = exp2f(s[i][n][2] - m[i][1]), e3 = exp2f(s[i][n][3] - m[i][1]);
+                uint32_t lo = pack_bf16x2(e0, e1), hi = pack_bf16x2(e2, e3);
                 l[i][0] += bf16x2_lo(lo) + bf16x2_hi(lo);
                 l[i][1] += bf16x2_lo(hi) + bf16x2_hi(hi);
+                if (DROP) { /* the row sums keep P; P V takes P * mask */
+                    int key = k0 + n * 8 + 2 * c;
+                    lo = pack_bf16x2(e0 * fa_mul(dr, row0, key, T), e1 * fa_mul(dr, row0, key + 1, T));
+                    hi = pack_bf16x2(e2 * fa_mul(dr, row0 + 8, key, T), e3 * fa_mul(dr, row0 + 8, key + 1, T));
+                }
                 p[i][n >> 1][(n & 1) * 2] = lo;
                 p[i][n >> 1][(n & 1) * 2 + 1] = hi;
             }
@@ -309,54 +361,46 @@ template <int HD> static size_t bwd_kv_smem(void)
     return sizeof(bf16) * (2 * FA_WARPS * 16 + 4 * BQ) * (HD + FA_PAD) + sizeof(float) * 4 * BQ;
 }
 
-/* Stores the thread's rows of acc (times mul) into part `part` of dqkv. */
+/* Stores the thread's rows of acc (times mul) into dqkv's HD columns that
+ * start at `col` of sequence row 0 (a fa_locate offset), rows row0, row0 + 8. */
 template <int HD>
-__device__ __forceinline__ void store_rows(bf16 *dqkv, const float acc[][4], float mul, int b, int h, int part,
-                                           int row0, int T, int NH)
+__device__ __forceinline__ void store_rows(bf16 *dqkv, const float acc[][4], float mul, size_t col, int row0, int T,
+                                           size_t ld)
 {
     int c = (threadIdx.x & 31) & 3;
-    size_t ld = (size_t)3 * NH * HD;
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         int t = row0 + i * 8;
         if (t >= T) continue;
-        bf16 *dst = dqkv + ((size_t)b * T + t) * ld + (size_t)(h * 3 + part) * HD + 2 * c;
+        bf16 *dst = dqkv + col + (size_t)t * ld + 2 * c;
 #pragma unroll
         for (int d = 0; d < HD / 8; d++)
             *reinterpret_cast<uint32_t *>(dst + d * 8) = pack_bf16x2(acc[d][2 * i] * mul, acc[d][2 * i + 1] * mul);
     }
 }
 
-/* dK, dV of one 64-key tile: grid (key tiles, B*NH). Each warp owns 16 keys;
- * products are transposed (rows are keys) so each warp owns its outputs. */
-template <int HD>
+/* dK, dV of one 64-key tile of one key/value group: grid (key tiles, B*NG).
+ * Each warp owns 16 keys; products are transposed (rows are keys) so each warp
+ * owns its outputs. The group's Q heads come one after another, each walking
+ * the query tiles the causal mask leaves, into the same accumulators. */
+template <int HD, bool DROP>
 __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_kv_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
-                                                             const float *lse, const float *D, int T, int NH,
-                                                             float scale, float sl2)
+                                                             const float *lse, const float *D, int T, int NH, int NG,
+                                                             float scale, float sl2, k_dropout drop)
 {
     constexpr int LD = HD + FA_PAD, KT = FA_WARPS * 16, BQ = fa_bwd_q_rows<HD>::value;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16 *Ks = (bf16 *)smem, *Vs = Ks + KT * LD, *Qs = Vs + KT * LD, *Os = Qs + 2 * BQ * LD;
     float *Ls = (float *)(Os + 2 * BQ * LD), *Ds = Ls + 2 * BQ;
     /* the first key tiles meet the most queries: start them first */
-    int kt = blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, k0 = kt * KT;
+    int kt = blockIdx.x, bg = blockIdx.y, b = bg / NG, grp = bg % NG, Qn = NH / NG, k0 = kt * KT;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    size_t ld = (size_t)3 * NH * HD, ldo = (size_t)NH * HD;
-    const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * 3 * HD;
-    const bf16 *obase = dout + (size_t)b * T * ldo + (size_t)h * HD;
-    const float *L = lse + (size_t)bh * T, *Dr = D + (size_t)bh * T;
+    size_t ld = (size_t)(NH + 2 * NG) * HD, ldo = (size_t)NH * HD;
+    const fa_head g0 = fa_locate(b, grp * Qn, T, NH, NG, HD);
     int qt0 = k0 / BQ, nqt = (T + BQ - 1) / BQ;
 
-    tile_async<HD, KT>(Ks, base + HD, ld, k0, T);
-    tile_async<HD, KT>(Vs, base + 2 * HD, ld, k0, T);
-    tile_async<HD, BQ>(Qs, base, ld, qt0 * BQ, T);
-    tile_async<HD, BQ>(Os, obase, ldo, qt0 * BQ, T);
-    for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
-        int t = qt0 * BQ + i;
-        Ls[i] = t < T ? L[t] * FA_LOG2E : INFINITY; /* a row past T: P = 0 */
-        Ds[i] = t < T ? Dr[t] : 0.0f;
-    }
-    cp_async_commit();
+    tile_async<HD, KT>(Ks, qkv + g0.kv, ld, k0, T);
+    tile_async<HD, KT>(Vs, qkv + g0.kv + HD, ld, k0, T);
 
     float dk[HD / 8][4], dv[HD / 8][4];
 #pragma unroll
@@ -365,74 +409,111 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_kv_k(bf16 *dqkv, const b
         dv[d][0] = dv[d][1] = dv[d][2] = dv[d][3] = 0.0f;
     }
     int key0 = k0 + warp * 16 + g; /* this thread's keys: key0 and key0 + 8 */
-    for (int qt = qt0; qt < nqt; qt++) {
-        int cur = (qt - qt0) & 1, q0 = qt * BQ;
-        if (qt + 1 < nqt) {
-            int nb = cur ^ 1, n0 = q0 + BQ;
-            tile_async<HD, BQ>(Qs + nb * BQ * LD, base, ld, n0, T);
-            tile_async<HD, BQ>(Os + nb * BQ * LD, obase, ldo, n0, T);
-            for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
-                int t = n0 + i;
-                Ls[nb * BQ + i] = t < T ? L[t] * FA_LOG2E : INFINITY;
-                Ds[nb * BQ + i] = t < T ? Dr[t] : 0.0f;
-            }
+    for (int j = 0; j < Qn; j++) {
+        int h = grp * Qn + j, bh = b * NH + h;
+        const bf16 *base = qkv + fa_locate(b, h, T, NH, NG, HD).q;
+        const bf16 *obase = dout + (size_t)b * T * ldo + (size_t)h * HD;
+        const float *L = lse + (size_t)bh * T, *Dr = D + (size_t)bh * T;
+        fa_drop dr = {};
+        if (DROP) dr = fa_drop_of(drop, b, h);
+        /* this head's first query tile (with K and V, for the first head); the
+         * previous head's last step ended in a barrier, so buffer 0 is free */
+        tile_async<HD, BQ>(Qs, base, ld, qt0 * BQ, T);
+        tile_async<HD, BQ>(Os, obase, ldo, qt0 * BQ, T);
+        for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
+            int t = qt0 * BQ + i;
+            Ls[i] = t < T ? L[t] * FA_LOG2E : INFINITY; /* a row past T: P = 0 */
+            Ds[i] = t < T ? Dr[t] : 0.0f;
         }
         cp_async_commit();
-        cp_async_wait<1>();
-        __syncthreads();
-        const bf16 *Q = Qs + cur * BQ * LD, *dO = Os + cur * BQ * LD;
-        const float *Lc = Ls + cur * BQ, *Dc = Ds + cur * BQ;
-
-        float st[BQ / 8][4], dpt[BQ / 8][4];
-#pragma unroll
-        for (int n = 0; n < BQ / 8; n++)
-            st[n][0] = st[n][1] = st[n][2] = st[n][3] = dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
-        mma_rows<LD, HD, BQ / 8>(st, Ks, warp * 16, Q, 0); /* S^T = K Q^T */
-        bool diag = q0 < k0 + KT;
-#pragma unroll
-        for (int n = 0; n < BQ / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                int key = key0 + (e >> 1) * 8, i = n * 8 + 2 * c + (e & 1);
-                float p = exp2f(st[n][e] * sl2 - Lc[i]);
-                st[n][e] = diag && key > q0 + i ? 0.0f : p; /* P^T */
+        for (int qt = qt0; qt < nqt; qt++) {
+            int cur = (qt - qt0) & 1, q0 = qt * BQ;
+            if (qt + 1 < nqt) {
+                int nb = cur ^ 1, n0 = q0 + BQ;
+                tile_async<HD, BQ>(Qs + nb * BQ * LD, base, ld, n0, T);
+                tile_async<HD, BQ>(Os + nb * BQ * LD, obase, ldo, n0, T);
+                for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
+                    int t = n0 + i;
+                    Ls[nb * BQ + i] = t < T ? L[t] * FA_LOG2E : INFINITY;
+                    Ds[nb * BQ + i] = t < T ? Dr[t] : 0.0f;
+                }
             }
-        uint32_t pa[BQ / 16][4];
-        c_to_a<BQ / 8>(pa, st);
-        mma_cols<LD, BQ, HD>(dv, pa, dO);                  /* dV += P^T dO */
-        mma_rows<LD, HD, BQ / 8>(dpt, Vs, warp * 16, dO, 0); /* dP^T = V dO^T */
+            cp_async_commit();
+            cp_async_wait<1>();
+            __syncthreads();
+            const bf16 *Q = Qs + cur * BQ * LD, *dO = Os + cur * BQ * LD;
+            const float *Lc = Ls + cur * BQ, *Dc = Ds + cur * BQ;
+
+            float st[BQ / 8][4], dpt[BQ / 8][4];
 #pragma unroll
-        for (int n = 0; n < BQ / 8; n++)
+            for (int n = 0; n < BQ / 8; n++)
+                st[n][0] = st[n][1] = st[n][2] = st[n][3] = dpt[n][0] = dpt[n][1] = dpt[n][2] = dpt[n][3] = 0.0f;
+            mma_rows<LD, HD, BQ / 8>(st, Ks, warp * 16, Q, 0); /* S^T = K Q^T */
+            bool diag = q0 < k0 + KT;
 #pragma unroll
-            for (int e = 0; e < 4; e++) dpt[n][e] = st[n][e] * (dpt[n][e] - Dc[n * 8 + 2 * c + (e & 1)]); /* dS^T */
-        c_to_a<BQ / 8>(pa, dpt);
-        mma_cols<LD, BQ, HD>(dk, pa, Q); /* dK += dS^T Q (scaled at the store) */
-        __syncthreads();
+            for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int key = key0 + (e >> 1) * 8, i = n * 8 + 2 * c + (e & 1);
+                    float p = exp2f(st[n][e] * sl2 - Lc[i]);
+                    st[n][e] = diag && key > q0 + i ? 0.0f : p; /* P^T */
+                }
+            uint32_t pa[BQ / 16][4];
+            if (DROP) { /* dV takes (P M)^T */
+#pragma unroll
+                for (int n = 0; n < BQ / 8; n++) {
+                    int i = q0 + n * 8 + 2 * c;
+                    pa[n >> 1][(n & 1) * 2] = pack_bf16x2(st[n][0] * fa_mul(dr, i, key0, T),
+                                                          st[n][1] * fa_mul(dr, i + 1, key0, T));
+                    pa[n >> 1][(n & 1) * 2 + 1] = pack_bf16x2(st[n][2] * fa_mul(dr, i, key0 + 8, T),
+                                                              st[n][3] * fa_mul(dr, i + 1, key0 + 8, T));
+                }
+            } else {
+                c_to_a<BQ / 8>(pa, st);
+            }
+            mma_cols<LD, BQ, HD>(dv, pa, dO);                  /* dV += P^T dO */
+            mma_rows<LD, HD, BQ / 8>(dpt, Vs, warp * 16, dO, 0); /* dP^T = V dO^T */
+#pragma unroll
+            for (int n = 0; n < BQ / 8; n++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int i = n * 8 + 2 * c + (e & 1);
+                    float dp = dpt[n][e];
+                    if (DROP) dp *= fa_mul(dr, q0 + i, key0 + (e >> 1) * 8, T);
+                    dpt[n][e] = st[n][e] * (dp - Dc[i]); /* dS^T */
+                }
+            c_to_a<BQ / 8>(pa, dpt);
+            mma_cols<LD, BQ, HD>(dk, pa, Q); /* dK += dS^T Q (scaled at the store) */
+            __syncthreads();
+        }
     }
-    store_rows<HD>(dqkv, dk, scale, b, h, 1, key0, T, NH);
-    store_rows<HD>(dqkv, dv, 1.0f, b, h, 2, key0, T, NH);
+    store_rows<HD>(dqkv, dk, scale, g0.kv, key0, T, ld);
+    store_rows<HD>(dqkv, dv, 1.0f, g0.kv + HD, key0, T, ld);
 }
 
 template <int HD> static size_t bwd_q_smem(void) { return sizeof(bf16) * (2 * FA_WARPS * 16 + 4 * FA_BK) * (HD + FA_PAD); }
 
 /* dQ of one 64-query tile: grid (query tiles, B*NH); each warp owns 16 queries. */
-template <int HD>
+template <int HD, bool DROP>
 __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_q_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
-                                                            const float *lse, const float *D, int T, int NH,
-                                                            float scale, float sl2)
+                                                            const float *lse, const float *D, int T, int NH, int NG,
+                                                            float scale, float sl2, k_dropout drop)
 {
     constexpr int LD = HD + FA_PAD, QT = FA_WARPS * 16;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16 *Qs = (bf16 *)smem, *Os = Qs + QT * LD, *Ks = Os + QT * LD, *Vs = Ks + 2 * FA_BK * LD;
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = qt * QT;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    size_t ld = (size_t)3 * NH * HD, ldo = (size_t)NH * HD;
-    const bf16 *base = qkv + (size_t)b * T * ld + (size_t)h * 3 * HD;
+    size_t ld = (size_t)(NH + 2 * NG) * HD, ldo = (size_t)NH * HD;
+    fa_head at = fa_locate(b, h, T, NH, NG, HD);
+    const bf16 *base = qkv + at.q, *kvb = qkv + at.kv;
     tile_async<HD, QT>(Qs, base, ld, q0, T);
     tile_async<HD, QT>(Os, dout + (size_t)b * T * ldo + (size_t)h * HD, ldo, q0, T);
-    tile_async<HD, FA_BK>(Ks, base + HD, ld, 0, T);
-    tile_async<HD, FA_BK>(Vs, base + 2 * HD, ld, 0, T);
+    tile_async<HD, FA_BK>(Ks, kvb, ld, 0, T);
+    tile_async<HD, FA_BK>(Vs, kvb + HD, ld, 0, T);
     cp_async_commit();
+    fa_drop dr = {};
+    if (DROP) dr = fa_drop_of(drop, b, h);
 
     int row0 = q0 + warp * 16 + g;
     float l2[2], Dv[2];
@@ -447,7 +528,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_q_k(bf16 *dqkv, const bf
     for (int d = 0; d < HD / 8; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
     int nkt = (q0 + QT - 1) / FA_BK + 1;
     for (int kt = 0; kt < nkt; kt++) {
-        int k0 = kt * FA_BK, cur = kv_stream_step<HD>(Ks, Vs, base, ld, kt, nkt, T); /* Q, dO land with tile 0 */
+        int k0 = kt * FA_BK, cur = kv_stream_step<HD>(Ks, Vs, kvb, ld, kt, nkt, T); /* Q, dO land with tile 0 */
         const bf16 *K = Ks + cur * FA_BK * LD, *V = Vs + cur * FA_BK * LD;
         float s[FA_BK / 8][4], dp[FA_BK / 8][4];
 #pragma unroll
@@ -462,14 +543,15 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_q_k(bf16 *dqkv, const bf
             for (int e = 0; e < 4; e++) {
                 int row = row0 + (e >> 1) * 8, key = k0 + n * 8 + 2 * c + (e & 1), i = e >> 1;
                 float p = diag && key > row ? 0.0f : exp2f(s[n][e] * sl2 - l2[i]);
-                s[n][e] = p * (dp[n][e] - Dv[i]); /* dS */
+                float d = DROP ? dp[n][e] * fa_mul(dr, row, key, T) : dp[n][e];
+                s[n][e] = p * (d - Dv[i]); /* dS */
             }
         uint32_t sa[FA_BK / 16][4];
         c_to_a<FA_BK / 8>(sa, s);
         mma_cols<LD, FA_BK, HD>(dq, sa, K); /* dQ += dS K (scaled at the store) */
         __syncthreads();
     }
-    store_rows<HD>(dqkv, dq, scale, b, h, 0, row0, T, NH);
+    store_rows<HD>(dqkv, dq, scale, at.q, row0, T, ld);
 }
 
 static void check_hd(const char *what, int HD)
@@ -479,19 +561,21 @@ static void check_hd(const char *what, int HD)
     exit(EXIT_FAILURE);
 }
 
-template <int HD> static void flash_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH)
+template <int HD, bool DROP>
+static void flash_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, int NG, const k_dropout &d)
 {
     size_t smem = fwd_smem<HD>();
-    cudaCheck(cudaFuncSetAttribute(fa_fwd_k<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cudaCheck(cudaFuncSetAttribute(fa_fwd_k<HD, DROP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     constexpr int QT = fa_fwd_mt<HD>::value * FA_WARPS * 16;
     dim3 grid((T + QT - 1) / QT, B * NH);
-    fa_fwd_k<HD><<<grid, FA_WARPS * 32, smem, kcu_stream()>>>(out, lse, qkv, T, NH, FA_LOG2E / sqrtf((float)HD));
+    fa_fwd_k<HD, DROP><<<grid, FA_WARPS * 32, smem, kcu_stream()>>>(out, lse, qkv, T, NH, NG,
+                                                                    FA_LOG2E / sqrtf((float)HD), d);
     kcu_launched();
 }
 
-template <int HD>
+template <int HD, bool DROP>
 static void flash_backward(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const bf16 *out, const float *lse, int B,
-                           int T, int NH)
+                           int T, int NH, int NG, const k_dropout &d)
 {
     size_t n = (size_t)B * NH * T;
     float *D = (float *)kcu_scratch(n * sizeof(float));
@@ -499,29 +583,49 @@ static void flash_backward(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const 
     kcu_launched();
     float scale = 1.0f / sqrtf((float)HD), sl2 = FA_LOG2E * scale;
     size_t smem = bwd_kv_smem<HD>();
-    cudaCheck(cudaFuncSetAttribute(fa_bwd_kv_k<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    dim3 grid((T + FA_WARPS * 16 - 1) / (FA_WARPS * 16), B * NH);
-    fa_bwd_kv_k<HD><<<grid, FA_WARPS * 32, smem, kcu_stream()>>>(dqkv, dout, qkv, lse, D, T, NH, scale, sl2);
+    cudaCheck(cudaFuncSetAttribute(fa_bwd_kv_k<HD, DROP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    unsigned tiles = (unsigned)((T + FA_WARPS * 16 - 1) / (FA_WARPS * 16));
+    fa_bwd_kv_k<HD, DROP><<<dim3(tiles, B * NG), FA_WARPS * 32, smem, kcu_stream()>>>(dqkv, dout, qkv, lse, D, T, NH,
+                                                                                      NG, scale, sl2, d);
     kcu_launched();
     smem = bwd_q_smem<HD>();
-    cudaCheck(cudaFuncSetAttribute(fa_bwd_q_k<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    fa_bwd_q_k<HD><<<grid, FA_WARPS * 32, smem, kcu_stream()>>>(dqkv, dout, qkv, lse, D, T, NH, scale, sl2);
+    cudaCheck(cudaFuncSetAttribute(fa_bwd_q_k<HD, DROP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    fa_bwd_q_k<HD, DROP><<<dim3(tiles, B * NH), FA_WARPS * 32, smem, kcu_stream()>>>(dqkv, dout, qkv, lse, D, T, NH,
+                                                                                     NG, scale, sl2, d);
     kcu_launched();
 }
 
-void kcu_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int NH, int HD)
+static void check_shape(const char *what, int NH, int NG)
+{
+    if (NG >= 1 && NH % NG == 0) return;
+    fprintf(stderr, "kernels/cuda: %s: %d heads do not form %d key/value groups\n", what, NH, NG);
+    exit(EXIT_FAILURE);
+}
+
+void kcu_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int NH, int NG, int HD,
+                                const k_dropout *drop)
 {
     if (B <= 0 || T <= 0 || NH <= 0) return;
     check_hd("attention_forward_bf16", HD);
-    if (HD == 64) flash_forward<64>(as_bf(out), lse, as_bf(qkv), B, T, NH);
-    else flash_forward<128>(as_bf(out), lse, as_bf(qkv), B, T, NH);
+    check_shape("attention_forward_bf16", NH, NG);
+    k_dropout d = drop && drop->p > 0.0f ? *drop : k_dropout{};
+    bool on = d.p > 0.0f;
+    if (HD == 64) (on ? flash_forward<64, true> : flash_forward<64, false>)(as_bf(out), lse, as_bf(qkv), B, T, NH, NG, d);
+    else (on ? flash_forward<128, true> : flash_forward<128, false>)(as_bf(out), lse, as_bf(qkv), B, T, NH, NG, d);
 }
 
 void kcu_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const uint16_t *out,
-                                 const float *lse, int B, int T, int NH, int HD)
+                                 const float *lse, int B, int T, int NH, int NG, int HD, const k_dropout *drop)
 {
     if (B <= 0 || T <= 0 || NH <= 0) return;
     check_hd("attention_backward_bf16", HD);
-    if (HD == 64) flash_backward<64>(as_bf(dqkv), as_bf(dout), as_bf(qkv), as_bf(out), lse, B, T, NH);
-    else flash_backward<128>(as_bf(dqkv), as_bf(dout), as_bf(qkv), as_bf(out), lse, B, T, NH);
+    check_shape("attention_backward_bf16", NH, NG);
+    k_dropout d = drop && drop->p > 0.0f ? *drop : k_dropout{};
+    bool on = d.p > 0.0f;
+    if (HD == 64)
+        (on ? flash_backward<64, true> : flash_backward<64, false>)(as_bf(dqkv), as_bf(dout), as_bf(qkv), as_bf(out),
+                                                                    lse, B, T, NH, NG, d);
+    else
+        (on ? flash_backward<128, true> : flash_backward<128, false>)(as_bf(dqkv), as_bf(dout), as_bf(qkv),
+                                                                      as_bf(out), lse, B, T, NH, NG, d);
 }

@@ -1,4 +1,5 @@
-/* layernorm: forward and backward, in fp32 arithmetic over T storage.
+/* layernorm: LayerNorm (and RMSNorm, below) forward and backward, in fp32
+ * arithmetic over T storage.
  *
  * Rows of C elements with C a multiple of 8 (every model here) take the fast
  * kernels: a warp per row, 16-byte accesses, the row's sums by warp shuffles
@@ -174,23 +175,113 @@ __global__ void ln_bwd_k(T *dinp, float *part, const T *dout, const T *inp, cons
     }
 }
 
-/* dw[c] += sum of part[p][c], db[c] += sum of part[p][C + c]: 32 columns of
- * the 2C per block, 8 lanes each taking every 8th part, lanes added in order. */
+/* dw[c] += sum of part[p][c], db[c] += sum of part[p][C + c] (db NULL: parts
+ * hold dw alone, rows of C): 32 columns per block, 8 lanes each taking every
+ * 8th part, lanes added in order. */
 __global__ void ln_finish_k(float *dw, float *db, const float *part, int parts, int C)
 {
     __shared__ float sh[8][33];
-    int c2 = blockIdx.x * 32 + (threadIdx.x & 31), j = threadIdx.x >> 5; /* c2 in [0, 2C) */
+    int W = db ? 2 * C : C;
+    int c2 = blockIdx.x * 32 + (threadIdx.x & 31), j = threadIdx.x >> 5; /* c2 in [0, W) */
     float s = 0.0f;
-    if (c2 < 2 * C)
-        for (int p = j; p < parts; p += 8) s += part[(size_t)p * 2 * C + c2];
+    if (c2 < W)
+        for (int p = j; p < parts; p += 8) s += part[(size_t)p * W + c2];
     sh[j][threadIdx.x & 31] = s;
     __syncthreads();
-    if (j == 0 && c2 < 2 * C) {
+    if (j == 0 && c2 < W) {
         float t = 0.0f;
         for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
         if (c2 < C) dw[c2] += t;
         else db[c2 - C] += t;
     }
+}
+
+/* ---- RMSNorm (the LLaMA family): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----
+ * A warp per row for any C (scalar accesses, coalesced across the warp); dw as
+ * per-chunk column partials finished by ln_finish_k, no atomics. */
+template <typename T>
+__global__ void __launch_bounds__(LN_WARPS * 32) rms_fwd_k(T *out, float *rstd, const T *inp, const T *w, int N, int C)
+{
+    int n = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (n >= N) return;
+    const T *x = inp + (size_t)n * C;
+    float q = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float v = ldf(x + c);
+        q += v * v;
+    }
+    float rs = 1.0f / sqrtf(warp_sum(q) / (float)C + LN_EPS);
+    for (int c = lane; c < C; c += 32) stf(out + (size_t)n * C + c, ldf(x + c) * rs * ldf(w + c));
+    if (lane == 0) rstd[n] = rs;
+}
+
+/* dinp += rstd * (g w - x rstd^2 mean(g w x)) */
+template <typename T>
+__global__ void __launch_bounds__(LN_WARPS * 32) rms_bwd_dx_k(T *dinp, const T *dout, const T *inp, const T *w,
+                                                              const float *rstd, int N, int C)
+{
+    int n = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (n >= N) return;
+    const T *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
+    T *dx = dinp + (size_t)n * C;
+    float rs = rstd[n], gx = 0.0f;
+    for (int c = lane; c < C; c += 32) gx += ldf(g + c) * ldf(w + c) * ldf(x + c);
+    float k = rs * rs * warp_sum(gx) / (float)C;
+    for (int c = lane; c < C; c += 32)
+        stf(dx + c, ldf(dx + c) + rs * (ldf(g + c) * ldf(w + c) - ldf(x + c) * k));
+}
+
+/* part[y][c] = sum over rows [y*LN_ROW_CHUNK, +LN_ROW_CHUNK) of dout * x * rstd */
+template <typename T>
+__global__ void rms_bwd_dw_k(float *part, const T *dout, const T *inp, const float *rstd, int N, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    int r0 = blockIdx.y * LN_ROW_CHUNK, r1 = min(N, r0 + LN_ROW_CHUNK);
+    float s = 0.0f;
+    for (int r = r0; r < r1; r++) s += ldf(dout + (size_t)r * C + c) * ldf(inp + (size_t)r * C + c) * rstd[r];
+    part[(size_t)blockIdx.y * C + c] = s;
+}
+
+template <typename T> static void rmsnorm_forward(T *out, float *rstd, const T *inp, const T *w, int N, int C)
+{
+    if (N <= 0 || C <= 0) return;
+    rms_fwd_k<T><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(out, rstd, inp, w, N, C);
+    kcu_launched();
+}
+
+template <typename T>
+static void rmsnorm_backward(T *dinp, float *dw, const T *dout, const T *inp, const T *w, const float *rstd, int N,
+                             int C)
+{
+    if (N <= 0 || C <= 0) return;
+    rms_bwd_dx_k<T><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(dinp, dout, inp, w, rstd, N, C);
+    kcu_launched();
+    int parts = (N + LN_ROW_CHUNK - 1) / LN_ROW_CHUNK, threads = C < 256 ? (C + 31) / 32 * 32 : 256;
+    float *part = (float *)kcu_scratch(sizeof(float) * (size_t)C * parts);
+    rms_bwd_dw_k<T><<<dim3((C + threads - 1) / threads, parts), threads, 0, kcu_stream()>>>(part, dout, inp, rstd, N, C);
+    kcu_launched();
+    ln_finish_k<<<(C + 31) / 32, 256, 0, kcu_stream()>>>(dw, (float *)nullptr, part, parts, C);
+    kcu_launched();
+}
+
+void kcu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C)
+{
+    rmsnorm_forward(out, rstd, inp, w, N, C);
+}
+void kcu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                          const float *rstd, int N, int C)
+{
+    rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
+}
+void kcu_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C)
+{
+    rmsnorm_forward(as_bf(out), rstd, as_bf(inp), as_bf(w), N, C);
+}
+void kcu_rmsnorm_backward_bf16(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp,
+                               const uint16_t *w, const float *rstd, int N, int C)
+{
+    rmsnorm_backward(as_bf(dinp), dw, as_bf(dout), as_bf(inp), as_bf(w), rstd, N, C);
 }
 
 template <typename T>

@@ -264,6 +264,49 @@ static void test_flops(void)
     c.seq_length = 1024; c.vocab_size = 50257;
     CHECK(cfg_num_params(&c) == 124439808.0, "GPT-2 small params = %.0f", cfg_num_params(&c));
     CHECK_CLOSE(cfg_flops_per_token(&c), 6 * 124439808.0 + 12.0 * 12 * 768 * 1024, 1e-12);
+
+    /* Llama 2 7B (the Hugging Face model card's 6,738,415,616): RMSNorm, SwiGLU
+     * with FFN 11008, rotary positions, untied, no biases */
+    atoll_config l;
+    char err[256];
+    cfg_defaults(&l);
+    const char *flags[][2] = { { "num-layers", "32" }, { "hidden-size", "4096" }, { "num-attention-heads", "32" },
+                               { "ffn-hidden-size", "11008" }, { "seq-length", "4096" }, { "vocab-size", "32000" },
+                               { "normalization", "RMSNorm" }, { "swiglu", NULL }, { "position-embedding-type", "rope" },
+                               { "untie-embeddings-and-output-weights", NULL }, { "disable-bias-linear", NULL } };
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        CHECK(cfg_set(&l, flags[i][0], flags[i][1], err, sizeof err) == CFG_OK, "--%s: %s", flags[i][0], err);
+    CHECK(cfg_validate_model(&l, err, sizeof err) == 0, "Llama 2 7B validates: %s", err);
+    CHECK(cfg_num_params(&l) == 6738415616.0, "Llama 2 7B params = %.0f", cfg_num_params(&l));
+    /* Llama 2 70B (68,976,648,192): grouped-query attention, 8 key/value heads for 64 */
+    l.num_layers = 80; l.hidden_size = 8192; l.num_attention_heads = 64; l.ffn_hidden_size = 28672;
+    l.group_query_attention = 1; l.num_query_groups = 8;
+    CHECK(cfg_num_params(&l) == 68976648192.0, "Llama 2 70B params = %.0f", cfg_num_params(&l));
+    CHECK(cfg_kv_groups(&l) == 8, "GQA groups");
+    l.num_query_groups = 0;
+    CHECK(cfg_kv_groups(&l) == 1, "--group-query-attention alone: one group, as Megatron's default");
+
+    /* the family's rules, each a clear refusal */
+    const struct { const char *key, *value, *want; } bad[] = {
+        { "normalization", "BatchNorm", "LayerNorm or RMSNorm" },
+        { "position-embedding-type", "alibi", "learned_absolute or rope" },
+        { "hidden-dropout", "1.5", "accepted: 0 <= value < 1" }, /* refused as it is set: the key's range */
+        { "num-query-groups", "5", "must divide" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        atoll_config x = l;
+        x.num_query_groups = 8;
+        int refused = cfg_set(&x, bad[i].key, bad[i].value, err, sizeof err) != CFG_OK ||
+                      cfg_validate_model(&x, err, sizeof err) == -1;
+        CHECK(refused && strstr(err, bad[i].want), "--%s %s: %s", bad[i].key, bad[i].value, err);
+    }
+    atoll_config g;
+    cfg_defaults(&g);
+    g.num_layers = 2; g.hidden_size = 64; g.num_attention_heads = 4; g.seq_length = 8; g.swiglu = 1;
+    CHECK(cfg_validate_model(&g, err, sizeof err) == -1 && strstr(err, "RMSNorm"), "--swiglu alone: %s", err);
+    g.swiglu = 0;
+    cfg_set(&g, "normalization", "RMSNorm", err, sizeof err);
+    CHECK(cfg_validate_model(&g, err, sizeof err) == -1 && strstr(err, "--swiglu"), "RMSNorm alone: %s", err);
 }
 
 static void test_specs_and_topo(void)

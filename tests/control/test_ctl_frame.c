@@ -137,6 +137,14 @@ static void message_cases(void)
     c.recompute_granularity = RECOMPUTE_SELECTIVE; c.global_batch_size = 512; c.num_gpus = 64;
     c.lr = 3e-4; c.weight_decay = 0; c.clip_grad = 0; c.seed = 7; c.lr_decay_style = LR_DECAY_LINEAR;
     snprintf(c.data_path, sizeof c.data_path, "/data/web_text_document");
+    /* the LLaMA family, dropout and the tokenizer travel too */
+    snprintf(c.normalization, sizeof c.normalization, "RMSNorm");
+    snprintf(c.position_embedding_type, sizeof c.position_embedding_type, "rope");
+    c.swiglu = 1; c.rotary_base = 500000; c.disable_bias_linear = 1; c.group_query_attention = 1;
+    c.num_query_groups = 4; c.hidden_dropout = 0.1; c.attention_dropout = 0.05;
+    snprintf(c.tokenizer_type, sizeof c.tokenizer_type, "GPT2BPETokenizer");
+    snprintf(c.vocab_file, sizeof c.vocab_file, "/data/gpt2-vocab.json");
+    snprintf(c.merge_file, sizeof c.merge_file, "/data/gpt2-merges.txt");
     Atoll__JobSpec s;
     msg_spec_from_cfg(&s, &c, "gpt-1b");
     plen = protobuf_c_message_get_packed_size(&s.base);

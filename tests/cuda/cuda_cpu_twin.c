@@ -184,10 +184,10 @@ static void test_attention(int B, int T, int NH, int HD)
                     }
                 }
             }
-    K->attention_forward(out, att, qkv, B, T, NH, HD);
+    K->attention_forward(out, att, qkv, B, T, NH, NH, HD, NULL);
     compare("attention_forward out", out, rout, no);
     compare("attention_forward att", att, ratt, na);
-    K->attention_backward(dqkv, scratch, g, qkv, att, B, T, NH, HD);
+    K->attention_backward(dqkv, scratch, g, qkv, att, B, T, NH, NH, HD, NULL);
     compare("attention_backward dqkv", dqkv, rd, nq);
     free(qkv); free(out); free(att); free(g); free(dqkv); free(scratch); free(dp);
 }

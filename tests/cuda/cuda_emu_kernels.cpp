@@ -14,47 +14,7 @@ extern "C" {
 
 #include <tuple>
 
-int kcu_init(void);
-void kcu_embedding_forward(float *, const int32_t *, const float *, int, int, int, int);
-void kcu_embedding_backward(float *, const float *, const int32_t *, int, int, int, int);
-void kcu_embedding_backward_bf16(float *, const uint16_t *, const int32_t *, int, int, int, int);
-void kcu_position_forward(float *, const float *, int, int, int);
-void kcu_position_backward(float *, const float *, int, int, int);
-void kcu_layernorm_forward(float *, float *, float *, const float *, const float *, const float *, int, int);
-void kcu_layernorm_backward(float *, float *, float *, const float *, const float *, const float *, const float *,
-                            const float *, int, int);
-void kcu_layernorm_forward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *,
-                                int, int);
-void kcu_gelu_forward(float *, const float *, size_t);
-void kcu_gelu_backward(float *, const float *, const float *, size_t);
-void kcu_residual_forward(float *, const float *, const float *, size_t);
-void kcu_xent_max(float *, const float *, int, int);
-void kcu_xent_sumexp_target(float *, float *, const float *, const float *, const int32_t *, int, int, int);
-void kcu_xent_loss(float *, const float *, const float *, const float *, const int32_t *, int);
-void kcu_xent_backward(float *, const float *, const float *, const float *, const int32_t *, float, int, int, int);
-void kcu_xent_backward_bf16(uint16_t *, const uint16_t *, const float *, const float *, const int32_t *, float, int,
-                            int, int);
-double kcu_sumsq(const float *, size_t);
-void kcu_adamw_bf16(float *, uint16_t *, const float *, float *, float *, size_t, float, float, float, float, float,
-                    float, int);
-void kcu_to_bf16(uint16_t *, const float *, size_t);
-void kcu_attention_forward_bf16(uint16_t *, float *, const uint16_t *, int, int, int, int);
-void kcu_attention_backward_bf16(uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, const float *, int,
-                                 int, int, int);
-void kcu_matmul_forward(float *, const float *, const float *, const float *, int, int, int);
-void kcu_matmul_backward(float *, float *, float *, const float *, const float *, const float *, int, int, int);
-void kcu_matmul_forward_bf16(uint16_t *, uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, int, int,
-                             int);
-void kcu_matmul_backward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *, int,
-                              int, int);
-void kcu_xent_fused(float *, float *, const int32_t *, float, int, int);
-void kcu_matmul_backward_gelu_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *,
-                                   const uint16_t *, int, int, int);
-void kcu_adamw_segments(float *, uint16_t *, const float *, float *, float *, size_t, int, const size_t *,
-                        const float *, float, float, float, float, float, int);
-void kcu_xent_fused_bf16(float *, uint16_t *, const int32_t *, float, int, int);
-void kcu_attention_forward(float *, float *, const float *, int, int, int, int);
-void kcu_attention_backward(float *, float *, const float *, const float *, const float *, int, int, int, int);
+#include "kcu_entries.h"
 template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C);
 
 typedef std::vector<float> vec;
@@ -315,31 +275,142 @@ static void test_matmul(int N, int C, int OC)
     cmp("matmul_backward_gelu_bf16 dbias", gb4, gb3, 1e-2);
 }
 
-static void test_attention(int B, int T, int NH, int HD)
+/* grouped-query attention (NG groups) and dropout p on the probabilities */
+static k_dropout drop_of(float p)
 {
-    size_t nq = (size_t)B * T * 3 * NH * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
+    k_dropout d = { p, 0x5eed5eed12345678ull, 40, 2 };
+    return d;
+}
+
+static void test_attention(int B, int T, int NH, int NG, int HD, float p)
+{
+    size_t nq = (size_t)B * T * (NH + 2 * NG) * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
     vec qkv = rv(nq, 2), o1 = nanv(no), o2 = o1, a1 = nanv(na), a2 = a1, g = rv(no), d1 = nanv(nq), d2 = d1;
     vec s1 = nanv(na), s2 = s1;
-    R->attention_forward(o1.data(), a1.data(), qkv.data(), B, T, NH, HD);
-    kcu_attention_forward(o2.data(), a2.data(), qkv.data(), B, T, NH, HD);
+    k_dropout d = drop_of(p);
+    R->attention_forward(o1.data(), a1.data(), qkv.data(), B, T, NH, NG, HD, &d);
+    kcu_attention_forward(o2.data(), a2.data(), qkv.data(), B, T, NH, NG, HD, &d);
     cmp("attention_forward out", o2, o1, 1e-5);
     cmp("attention_forward att", a2, a1, 1e-5);
-    R->attention_backward(d1.data(), s1.data(), g.data(), qkv.data(), a1.data(), B, T, NH, HD);
-    kcu_attention_backward(d2.data(), s2.data(), g.data(), qkv.data(), a2.data(), B, T, NH, HD);
+    R->attention_backward(d1.data(), s1.data(), g.data(), qkv.data(), a1.data(), B, T, NH, NG, HD, &d);
+    kcu_attention_backward(d2.data(), s2.data(), g.data(), qkv.data(), a2.data(), B, T, NH, NG, HD, &d);
     cmp("attention_backward dqkv", d2, d1, 1e-5);
 }
 
-static void test_flash(int B, int T, int NH, int HD)
+static void test_flash(int B, int T, int NH, int NG, int HD, float p)
 {
-    size_t nq = (size_t)B * T * 3 * NH * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
+    size_t nq = (size_t)B * T * (NH + 2 * NG) * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
     std::vector<uint16_t> qb, gb, ob(no, 0xffff), dqb(nq, 0xffff);
     vec qkv = rv_bf(nq, 2, qb), g = rv_bf(no, 1, gb), out(no), att(na), dq(nq), scr(na), lse((size_t)B * NH * T, NAN);
-    R->attention_forward(out.data(), att.data(), qkv.data(), B, T, NH, HD);
-    kcu_attention_forward_bf16(ob.data(), lse.data(), qb.data(), B, T, NH, HD);
-    cmp("attention_forward_bf16 (flash) out", widen(ob), out, 1e-2);
-    R->attention_backward(dq.data(), scr.data(), g.data(), qkv.data(), att.data(), B, T, NH, HD);
-    kcu_attention_backward_bf16(dqb.data(), gb.data(), qb.data(), ob.data(), lse.data(), B, T, NH, HD);
-    cmp("attention_backward_bf16 (flash) dqkv", widen(dqb), dq, 1e-2);
+    k_dropout d = drop_of(p);
+    char what[96];
+    R->attention_forward(out.data(), att.data(), qkv.data(), B, T, NH, NG, HD, &d);
+    kcu_attention_forward_bf16(ob.data(), lse.data(), qb.data(), B, T, NH, NG, HD, &d);
+    snprintf(what, sizeof what, "attention_forward_bf16 (flash, %d heads in %d groups, dropout %g) out", NH, NG, p);
+    cmp(what, widen(ob), out, 1e-2);
+    R->attention_backward(dq.data(), scr.data(), g.data(), qkv.data(), att.data(), B, T, NH, NG, HD, &d);
+    kcu_attention_backward_bf16(dqb.data(), gb.data(), qb.data(), ob.data(), lse.data(), B, T, NH, NG, HD, &d);
+    snprintf(what, sizeof what, "attention_backward_bf16 (flash, %d heads in %d groups, dropout %g) dqkv", NH, NG, p);
+    cmp(what, widen(dqb), dq, 1e-2);
+}
+
+static std::vector<uint16_t> narrow(const vec &v)
+{
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); i++) b[i] = f2b(v[i]);
+    return b;
+}
+
+/* RMSNorm, SwiGLU, rotary embedding, q/k/v packing and hidden dropout, fp32
+ * at 1e-5 and bf16 at 1e-2 against the CPU reference */
+static void test_llama(int N, int C, int NH, int NG, int HD)
+{
+    std::vector<uint16_t> xb, wb, gb;
+    vec x = rv_bf((size_t)N * C, 2, xb), w = rv_bf(C, 1, wb), g = rv_bf((size_t)N * C, 1, gb);
+    vec o1 = nanv((size_t)N * C), o2 = o1, r1 = nanv(N), r2 = r1, dx1 = rv((size_t)N * C), dx2 = dx1, dw1 = rv(C), dw2 = dw1;
+    R->rmsnorm_forward(o1.data(), r1.data(), x.data(), w.data(), N, C);
+    kcu_rmsnorm_forward(o2.data(), r2.data(), x.data(), w.data(), N, C);
+    cmp("rmsnorm_forward out", o2, o1, 1e-5);
+    cmp("rmsnorm_forward rstd", r2, r1, 1e-5);
+    R->rmsnorm_backward(dx1.data(), dw1.data(), g.data(), x.data(), w.data(), r1.data(), N, C);
+    kcu_rmsnorm_backward(dx2.data(), dw2.data(), g.data(), x.data(), w.data(), r2.data(), N, C);
+    cmp("rmsnorm_backward dinp", dx2, dx1, 1e-5);
+    cmp("rmsnorm_backward dw", dw2, dw1, 1e-5);
+    std::vector<uint16_t> ob((size_t)N * C, 0xffff), dxb = narrow(dx1);
+    vec rb = nanv(N), dwb = dw1, dx3 = dx1, dw3 = dw1;
+    kcu_rmsnorm_forward_bf16(ob.data(), rb.data(), xb.data(), wb.data(), N, C);
+    cmp("rmsnorm_forward_bf16 out", widen(ob), o1, 1e-2);
+    vec dxw = widen(dxb);
+    R->rmsnorm_backward(dxw.data(), dw3.data(), g.data(), x.data(), w.data(), r1.data(), N, C);
+    kcu_rmsnorm_backward_bf16(dxb.data(), dwb.data(), gb.data(), xb.data(), wb.data(), rb.data(), N, C);
+    cmp("rmsnorm_backward_bf16 dinp", widen(dxb), dxw, 1e-2);
+    cmp("rmsnorm_backward_bf16 dw", dwb, dw3, 1e-2);
+
+    size_t n = (size_t)N * C;
+    std::vector<uint16_t> ub, sb(n, 0xffff), dgb(n, 0xffff), dub(n, 0xffff);
+    vec u = rv_bf(n, 2, ub), s1 = nanv(n), s2 = s1, dg1 = nanv(n), du1 = dg1, dg2 = dg1, du2 = dg1;
+    R->swiglu_forward(s1.data(), x.data(), u.data(), n);
+    kcu_swiglu_forward(s2.data(), x.data(), u.data(), n);
+    cmp("swiglu_forward", s2, s1, 1e-5);
+    R->swiglu_backward(dg1.data(), du1.data(), g.data(), x.data(), u.data(), n);
+    kcu_swiglu_backward(dg2.data(), du2.data(), g.data(), x.data(), u.data(), n);
+    cmp("swiglu_backward dgate", dg2, dg1, 1e-5);
+    cmp("swiglu_backward dup", du2, du1, 1e-5);
+    kcu_swiglu_forward_bf16(sb.data(), xb.data(), ub.data(), n);
+    cmp("swiglu_forward_bf16", widen(sb), s1, 1e-2);
+    kcu_swiglu_backward_bf16(dgb.data(), dub.data(), gb.data(), xb.data(), ub.data(), n);
+    cmp("swiglu_backward_bf16 dgate", widen(dgb), dg1, 1e-2);
+    cmp("swiglu_backward_bf16 dup", widen(dub), du1, 1e-2);
+
+    /* rotary embedding on [B=2, T=N/2, NG, Q+2, HD], and back */
+    int B = 2, T = N / 2, M = B * T;
+    size_t nq = (size_t)M * (NH + 2 * NG) * HD, nh = (size_t)M * NH * HD, nk = (size_t)M * NG * HD;
+    std::vector<uint16_t> qkvb;
+    vec qkv = rv_bf(nq, 2, qkvb), a1 = qkv, a2 = qkv;
+    R->rope_forward(a1.data(), B, T, NH, NG, HD, 10000.0f);
+    kcu_rope_forward(a2.data(), B, T, NH, NG, HD, 10000.0f);
+    cmp("rope_forward", a2, a1, 1e-5);
+    R->rope_backward(a1.data(), B, T, NH, NG, HD, 10000.0f);
+    kcu_rope_backward(a2.data(), B, T, NH, NG, HD, 10000.0f);
+    cmp("rope_backward", a2, a1, 1e-5);
+    cmp("rope_backward undoes rope_forward", a2, qkv, 1e-5);
+    vec a3 = qkv;
+    R->rope_forward(a3.data(), B, T, NH, NG, HD, 10000.0f);
+    kcu_rope_forward_bf16(qkvb.data(), B, T, NH, NG, HD, 10000.0f);
+    cmp("rope_forward_bf16", widen(qkvb), a3, 1e-2);
+
+    vec q = rv(nh), k = rv(nk), v = rv(nk), p1 = nanv(nq), p2 = p1;
+    R->qkv_pack(p1.data(), q.data(), k.data(), v.data(), M, NH, NG, HD);
+    kcu_qkv_pack(p2.data(), q.data(), k.data(), v.data(), M, NH, NG, HD);
+    cmp("qkv_pack", p2, p1, 0);
+    vec q2 = nanv(nh), k2 = nanv(nk), v2 = nanv(nk);
+    kcu_qkv_unpack(q2.data(), k2.data(), v2.data(), p1.data(), M, NH, NG, HD);
+    cmp("qkv_unpack q", q2, q, 0);
+    cmp("qkv_unpack k", k2, k, 0);
+    cmp("qkv_unpack v", v2, v, 0);
+    std::vector<uint16_t> qb16 = narrow(q), kb16 = narrow(k), vb16 = narrow(v), pb(nq, 0xffff), q3(nh, 0xffff),
+                          k3(nk, 0xffff), v3(nk, 0xffff);
+    kcu_qkv_pack_bf16(pb.data(), qb16.data(), kb16.data(), vb16.data(), M, NH, NG, HD);
+    std::vector<uint16_t> pr(nq);
+    R->qkv_pack_bf16(pr.data(), qb16.data(), kb16.data(), vb16.data(), M, NH, NG, HD);
+    cmp("qkv_pack_bf16", widen(pb), widen(pr), 0);
+    kcu_qkv_unpack_bf16(q3.data(), k3.data(), v3.data(), pb.data(), M, NH, NG, HD);
+    cmp("qkv_unpack_bf16", widen(q3), widen(qb16), 0);
+
+    k_dropout d = drop_of(0.3f);
+    vec h1 = x, h2 = x;
+    R->dropout(h1.data(), N, C, &d);
+    kcu_dropout(h2.data(), N, C, &d);
+    cmp("dropout", h2, h1, 0);
+    size_t zeros = 0;
+    for (size_t i = 0; i < n; i++) zeros += h1[i] == 0.0f;
+    if (zeros < n / 5 || zeros > n * 2 / 5) {
+        failed++;
+        fprintf(stderr, "dropout 0.3 zeroed %zu of %zu elements\n", zeros, n);
+    }
+    std::vector<uint16_t> hb = xb;
+    kcu_dropout_bf16(hb.data(), N, C, &d);
+    cmp("dropout_bf16", widen(hb), h1, 1e-2);
 }
 
 int main(int, char **argv)
@@ -360,10 +431,17 @@ int main(int, char **argv)
     test_elementwise_optimizer(4096); /* 16-byte paths */
     test_matmul(7, 13, 11);  /* odd: the mock offers no fused epilogue, fallbacks run */
     test_matmul(16, 24, 32); /* even: fused epilogues */
-    test_attention(2, 9, 2, 4);
-    test_flash(1, 64, 1, 64);  /* one tile */
-    test_flash(1, 150, 1, 64); /* a partial last tile */
-    test_flash(1, 80, 1, 128);
+    test_attention(2, 9, 2, 2, 4, 0.0f);
+    test_attention(2, 9, 4, 2, 4, 0.0f);  /* grouped-query: 2 heads per key/value group */
+    test_attention(2, 9, 6, 2, 4, 0.25f); /* 3 heads per group, dropout */
+    test_flash(1, 64, 1, 1, 64, 0.0f);  /* one tile */
+    test_flash(1, 150, 1, 1, 64, 0.0f); /* a partial last tile */
+    test_flash(1, 80, 1, 1, 128, 0.0f);
+    test_flash(2, 40, 4, 2, 64, 0.0f);  /* grouped-query, two sequences */
+    test_flash(1, 70, 2, 1, 64, 0.2f);  /* one group of two heads, dropout */
+    test_flash(1, 40, 2, 2, 128, 0.2f); /* dropout, head dim 128 */
+    test_llama(10, 37, 4, 2, 8);  /* C % 8 != 0 */
+    test_llama(64, 256, 6, 3, 16);
     if (mock_fused_calls == 0 || mock_rejected_calls == 0) {
         failed++;
         fprintf(stderr, "the fused (%d) and the fallback (%d) GEMM paths must both run\n", mock_fused_calls,

@@ -204,21 +204,24 @@ static void test_xent_fused(int N, int V)
 }
 
 /* The flash-style entries against the fp32 CPU attention (which stores the
- * probabilities) on the same bf16-rounded qkv; lse against plain loops. */
-static void test_attention(int B, int T, int NH, int HD)
+ * probabilities) on the same bf16-rounded qkv; lse against plain loops. NG
+ * key/value groups, dropout p on the probabilities. */
+static void test_attention(int B, int T, int NH, int NG, int HD, float p)
 {
-    size_t nq = (size_t)B * T * 3 * NH * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
+    size_t nq = (size_t)B * T * (NH + 2 * NG) * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
     size_t nl = (size_t)B * NH * T;
+    k_dropout drop = { p, 0xbeefULL, 11, 2 };
     float *qkv = bf_rand(nq, 2), *out = malloc(no * 4), *att = malloc(na * 4), *lse = malloc(nl * 4);
-    R->attention_forward(out, att, qkv, B, T, NH, HD);
-    int ld = 3 * NH * HD;
+    R->attention_forward(out, att, qkv, B, T, NH, NG, HD, &drop);
+    int ld = (NH + 2 * NG) * HD, Q = NH / NG;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const float *q = qkv + ((size_t)b * T + t) * ld + h * 3 * HD;
+                int grp = h / Q;
+                const float *q = qkv + ((size_t)b * T + t) * ld + (grp * (Q + 2) + h % Q) * HD;
                 double mx = -1e300, s = 0;
                 for (int j = 0; j <= t; j++) {
-                    const float *k = qkv + ((size_t)b * T + j) * ld + h * 3 * HD + HD;
+                    const float *k = qkv + ((size_t)b * T + j) * ld + (grp * (Q + 2) + Q) * HD;
                     double d = 0;
                     for (int e = 0; e < HD; e++) d += (double)q[e] * k[e];
                     d /= sqrt((double)HD);
@@ -233,17 +236,58 @@ static void test_attention(int B, int T, int NH, int HD)
             }
     uint16_t *dqkv_in = d_put_bf(qkv, nq), *dout = d_poison(no * 2);
     float *dlse = d_poison(nl * 4);
-    G->attention_forward_bf16(dout, dlse, dqkv_in, B, T, NH, HD);
+    G->attention_forward_bf16(dout, dlse, dqkv_in, B, T, NH, NG, HD, &drop);
     h_compare("attention_forward_bf16 out", d_get_bf(dout, no), out, no, TOL);
     h_compare("attention_forward_bf16 lse", d_get(dlse, nl), lse, nl, TOL);
 
     float *g = bf_rand(no, 1), *dqkv = malloc(nq * 4), *scratch = malloc(na * 4);
-    R->attention_backward(dqkv, scratch, g, qkv, att, B, T, NH, HD);
+    R->attention_backward(dqkv, scratch, g, qkv, att, B, T, NH, NG, HD, &drop);
     uint16_t *dg = d_put_bf(g, no), *ddqkv = d_poison(nq * 2);
-    G->attention_backward_bf16(ddqkv, dg, dqkv_in, dout, dlse, B, T, NH, HD);
+    G->attention_backward_bf16(ddqkv, dg, dqkv_in, dout, dlse, B, T, NH, NG, HD, &drop);
     h_compare("attention_backward_bf16 dqkv", d_get_bf(ddqkv, nq), dqkv, nq, TOL);
     free(qkv); free(out); free(att); free(lse); free(g); free(dqkv); free(scratch);
     G->free(dqkv_in); G->free(dout); G->free(dlse); G->free(dg); G->free(ddqkv);
+}
+
+/* the LLaMA family's bf16 entries against the fp32 CPU ops on bf16-rounded inputs */
+static void test_llama(int N, int C, int NH, int NG, int HD)
+{
+    size_t n = (size_t)N * C;
+    float *x = bf_rand(n, 2), *w = bf_rand(C, 1), *g = bf_rand(n, 1), *out = malloc(n * 4), *rstd = malloc(N * 4);
+    float *dx = bf_rand(n, 1), *dw = h_rand(C, 1);
+    uint16_t *d_x = d_put_bf(x, n), *d_w = d_put_bf(w, C), *d_g = d_put_bf(g, n), *d_out = d_poison(n * 2);
+    uint16_t *d_dx = d_put_bf(dx, n);
+    float *d_rstd = d_poison(N * 4), *d_dw = d_put(dw, C * 4);
+    R->rmsnorm_forward(out, rstd, x, w, N, C);
+    G->rmsnorm_forward_bf16(d_out, d_rstd, d_x, d_w, N, C);
+    h_compare("rmsnorm_forward_bf16 out", d_get_bf(d_out, n), out, n, TOL);
+    R->rmsnorm_backward(dx, dw, g, x, w, rstd, N, C);
+    G->rmsnorm_backward_bf16(d_dx, d_dw, d_g, d_x, d_w, d_rstd, N, C);
+    h_compare("rmsnorm_backward_bf16 dinp", d_get_bf(d_dx, n), dx, n, TOL);
+    h_compare("rmsnorm_backward_bf16 dw", d_get(d_dw, C), dw, C, TOL);
+    float *dg2 = malloc(n * 4), *du2 = malloc(n * 4);
+    uint16_t *d_dg = d_poison(n * 2), *d_du = d_poison(n * 2);
+    R->swiglu_forward(out, x, g, n);
+    G->swiglu_forward_bf16(d_out, d_x, d_g, n);
+    h_compare("swiglu_forward_bf16", d_get_bf(d_out, n), out, n, TOL);
+    R->swiglu_backward(dg2, du2, g, x, g, n); /* up = dout: read only */
+    G->swiglu_backward_bf16(d_dg, d_du, d_g, d_x, d_g, n);
+    h_compare("swiglu_backward_bf16 dgate", d_get_bf(d_dg, n), dg2, n, TOL);
+    h_compare("swiglu_backward_bf16 dup", d_get_bf(d_du, n), du2, n, TOL);
+    int B = 2, T = N / 2, M = B * T;
+    size_t nq = (size_t)M * (NH + 2 * NG) * HD;
+    float *qkv = bf_rand(nq, 2);
+    uint16_t *d_qkv = d_put_bf(qkv, nq);
+    R->rope_forward(qkv, B, T, NH, NG, HD, 500000.0f);
+    G->rope_forward_bf16(d_qkv, B, T, NH, NG, HD, 500000.0f);
+    h_compare("rope_forward_bf16", d_get_bf(d_qkv, nq), qkv, nq, TOL);
+    k_dropout drop = { 0.2f, 5, 123, 0 };
+    R->dropout(x, N, C, &drop);
+    G->dropout_bf16(d_x, N, C, &drop);
+    h_compare("dropout_bf16", d_get_bf(d_x, n), x, n, TOL);
+    free(x); free(w); free(g); free(out); free(rstd); free(dx); free(dw); free(dg2); free(du2); free(qkv);
+    void *bufs[] = { d_x, d_w, d_g, d_out, d_dx, d_rstd, d_dw, d_dg, d_du, d_qkv };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) G->free(bufs[i]);
 }
 
 /* The one-launch form over segments of different decay (the engine's path)
@@ -306,9 +350,15 @@ int main(int argc, char **argv)
     test_matmul(256, 3072, 768, 1);
     test_elementwise(1);
     test_elementwise(100003);
-    test_attention(1, 64, 1, 64);   /* one tile */
-    test_attention(2, 200, 3, 64);  /* partial last tile */
-    test_attention(1, 130, 2, 128);
+    test_attention(1, 64, 1, 1, 64, 0.0f);   /* one tile */
+    test_attention(2, 200, 3, 3, 64, 0.0f);  /* partial last tile */
+    test_attention(1, 130, 2, 2, 128, 0.0f);
+    test_attention(2, 200, 8, 2, 64, 0.0f);  /* grouped-query: 4 heads per key/value group */
+    test_attention(1, 130, 4, 1, 128, 0.0f); /* one group for all heads (multi-query) */
+    test_attention(2, 150, 4, 2, 64, 0.1f);  /* and dropout */
+    test_attention(1, 100, 2, 1, 128, 0.1f);
+    test_llama(64, 768, 12, 4, 64);
+    test_llama(10, 37, 4, 2, 8);
     test_xent(9, 50, 0, 50);
     test_xent(256, 50304, 0, 50304);
     test_xent_fused(9, 50);        /* V not a multiple of 8: scalar copies */

@@ -113,23 +113,81 @@ static void test_matmul(int N, int C, int OC, int with_bias)
     G->free(dx); G->free(dw); G->free(dbias); G->free(dout); G->free(dg); G->free(ddinp); G->free(dgw); G->free(dgb);
 }
 
-static void test_attention(int B, int T, int NH, int HD)
+/* NG key/value groups (NG == NH: multi-head), dropout p on the probabilities */
+static void test_attention(int B, int T, int NH, int NG, int HD, float p)
 {
-    size_t nq = (size_t)B * T * 3 * NH * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
+    size_t nq = (size_t)B * T * (NH + 2 * NG) * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
+    k_dropout drop = { p, 0xfeedULL, 3, 1 };
     float *qkv = h_rand(nq, 2), *out = malloc(no * 4), *att = malloc(na * 4);
     float *dqkv_in = d_put(qkv, nq * 4), *dout = d_poison(no * 4), *datt = d_poison(na * 4);
-    R->attention_forward(out, att, qkv, B, T, NH, HD);
-    G->attention_forward(dout, datt, dqkv_in, B, T, NH, HD);
+    R->attention_forward(out, att, qkv, B, T, NH, NG, HD, &drop);
+    G->attention_forward(dout, datt, dqkv_in, B, T, NH, NG, HD, &drop);
     h_compare("attention_forward out", d_get(dout, no), out, no, TOL);
     h_compare("attention_forward att", d_get(datt, na), att, na, TOL);
 
     float *g = h_rand(no, 1), *dqkv = malloc(nq * 4), *scratch = malloc(na * 4);
     float *dg = d_put(g, no * 4), *ddqkv = d_poison(nq * 4), *dscratch = d_poison(na * 4);
-    R->attention_backward(dqkv, scratch, g, qkv, att, B, T, NH, HD);
-    G->attention_backward(ddqkv, dscratch, dg, dqkv_in, datt, B, T, NH, HD);
+    R->attention_backward(dqkv, scratch, g, qkv, att, B, T, NH, NG, HD, &drop);
+    G->attention_backward(ddqkv, dscratch, dg, dqkv_in, datt, B, T, NH, NG, HD, &drop);
     h_compare("attention_backward dqkv", d_get(ddqkv, nq), dqkv, nq, TOL);
     free(qkv); free(out); free(att); free(g); free(dqkv); free(scratch);
     G->free(dqkv_in); G->free(dout); G->free(datt); G->free(dg); G->free(ddqkv); G->free(dscratch);
+}
+
+/* RMSNorm, SwiGLU, rotary embedding, q/k/v packing and hidden dropout */
+static void test_llama(int N, int C, int NH, int NG, int HD)
+{
+    size_t n = (size_t)N * C;
+    float *x = h_rand(n, 2), *w = h_rand(C, 1), *g = h_rand(n, 1), *out = malloc(n * 4), *rstd = malloc(N * 4);
+    float *dx = h_rand(n, 1), *dw = h_rand(C, 1);
+    float *d_x = d_put(x, n * 4), *d_w = d_put(w, C * 4), *d_g = d_put(g, n * 4), *d_out = d_poison(n * 4);
+    float *d_rstd = d_poison(N * 4), *d_dx = d_put(dx, n * 4), *d_dw = d_put(dw, C * 4);
+    R->rmsnorm_forward(out, rstd, x, w, N, C);
+    G->rmsnorm_forward(d_out, d_rstd, d_x, d_w, N, C);
+    h_compare("rmsnorm_forward out", d_get(d_out, n), out, n, TOL);
+    h_compare("rmsnorm_forward rstd", d_get(d_rstd, N), rstd, N, TOL);
+    R->rmsnorm_backward(dx, dw, g, x, w, rstd, N, C);
+    G->rmsnorm_backward(d_dx, d_dw, d_g, d_x, d_w, d_rstd, N, C);
+    h_compare("rmsnorm_backward dinp", d_get(d_dx, n), dx, n, TOL);
+    h_compare("rmsnorm_backward dw", d_get(d_dw, C), dw, C, TOL);
+
+    float *dg2 = malloc(n * 4), *du2 = malloc(n * 4), *d_dg = d_poison(n * 4), *d_du = d_poison(n * 4);
+    R->swiglu_forward(out, x, g, n);
+    G->swiglu_forward(d_out, d_x, d_g, n);
+    h_compare("swiglu_forward", d_get(d_out, n), out, n, TOL);
+    R->swiglu_backward(dg2, du2, dx, x, g, n);
+    G->swiglu_backward(d_dg, d_du, d_dx, d_x, d_g, n);
+    h_compare("swiglu_backward dgate", d_get(d_dg, n), dg2, n, TOL);
+    h_compare("swiglu_backward dup", d_get(d_du, n), du2, n, TOL);
+
+    int B = 2, T = N / 2, M = B * T;
+    size_t nq = (size_t)M * (NH + 2 * NG) * HD, nh = (size_t)M * NH * HD, nk = (size_t)M * NG * HD;
+    float *qkv = h_rand(nq, 2), *d_qkv = d_put(qkv, nq * 4);
+    R->rope_forward(qkv, B, T, NH, NG, HD, 10000.0f);
+    G->rope_forward(d_qkv, B, T, NH, NG, HD, 10000.0f);
+    h_compare("rope_forward", d_get(d_qkv, nq), qkv, nq, TOL);
+    R->rope_backward(qkv, B, T, NH, NG, HD, 10000.0f);
+    G->rope_backward(d_qkv, B, T, NH, NG, HD, 10000.0f);
+    h_compare("rope_backward", d_get(d_qkv, nq), qkv, nq, TOL);
+    float *q = h_rand(nh, 1), *k = h_rand(nk, 1), *v = h_rand(nk, 1);
+    float *d_q = d_put(q, nh * 4), *d_k = d_put(k, nk * 4), *d_v = d_put(v, nk * 4), *d_p = d_poison(nq * 4);
+    R->qkv_pack(qkv, q, k, v, M, NH, NG, HD);
+    G->qkv_pack(d_p, d_q, d_k, d_v, M, NH, NG, HD);
+    h_compare("qkv_pack", d_get(d_p, nq), qkv, nq, 0);
+    float *d_q2 = d_poison(nh * 4), *d_k2 = d_poison(nk * 4), *d_v2 = d_poison(nk * 4);
+    G->qkv_unpack(d_q2, d_k2, d_v2, d_p, M, NH, NG, HD);
+    h_compare("qkv_unpack q", d_get(d_q2, nh), q, nh, 0);
+    h_compare("qkv_unpack k", d_get(d_k2, nk), k, nk, 0);
+    h_compare("qkv_unpack v", d_get(d_v2, nk), v, nk, 0);
+
+    k_dropout drop = { 0.1f, 77, 5000, 0 };
+    R->dropout(x, N, C, &drop);
+    G->dropout(d_x, N, C, &drop);
+    h_compare("dropout", d_get(d_x, n), x, n, 0);
+    free(x); free(w); free(g); free(out); free(rstd); free(dx); free(dw); free(dg2); free(du2); free(qkv);
+    free(q); free(k); free(v);
+    void *bufs[] = { d_x, d_w, d_g, d_out, d_rstd, d_dx, d_dw, d_dg, d_du, d_qkv, d_q, d_k, d_v, d_p, d_q2, d_k2, d_v2 };
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) G->free(bufs[i]);
 }
 
 static void test_elementwise(size_t n)
@@ -242,9 +300,13 @@ int main(int argc, char **argv)
     test_matmul(7, 13, 11, 0);
     test_matmul(512, 768, 2304, 1);
     test_matmul(300, 3072, 768, 1);
-    test_attention(2, 5, 2, 3);
-    test_attention(2, 128, 4, 64);
-    test_attention(1, 257, 3, 32);
+    test_attention(2, 5, 2, 2, 3, 0.0f);
+    test_attention(2, 128, 4, 4, 64, 0.0f);
+    test_attention(1, 257, 3, 3, 32, 0.0f);
+    test_attention(2, 96, 8, 2, 64, 0.0f);  /* grouped-query: 4 heads per key/value group */
+    test_attention(2, 70, 4, 2, 32, 0.1f);  /* and dropout */
+    test_llama(64, 768, 12, 4, 64);
+    test_llama(10, 37, 4, 2, 8);
     test_elementwise(1);
     test_elementwise(100003);
     test_xent(9, 50, 0, 50);

@@ -3,7 +3,8 @@
 # fp32 op and round, as the CUDA ones do): the engine's mixed-precision path
 # (bf16 weights copy, activations and gradients, fp32 masters) trains the same
 # function as fp32 to bf16 precision, in one rank and in tp2 x pp2 with
-# sequence parallel; a bf16 checkpoint resumes exactly; --bf16 on a head dim
+# sequence parallel; a bf16 checkpoint resumes exactly; the LLaMA family with
+# dropout follows fp32 in bf16 too; --bf16 on a head dim
 # the CUDA flash attention lacks is refused on cuda with a message.
 #   engine_bf16.sh ATOLL_TRAIN WORKDIR
 set -euo pipefail
@@ -19,6 +20,12 @@ run bf16 --bf16
 run bf16_tp2pp2 --bf16 --nproc-per-node 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel
 run bf16_save --bf16 --exit-interval 6 --save "$work/ckpt" --save-interval 6
 run bf16_resume --bf16 --load "$work/ckpt"
+llama=(--normalization RMSNorm --swiglu --position-embedding-type rope --group-query-attention --num-query-groups 1
+       --disable-bias-linear --untie-embeddings-and-output-weights --hidden-dropout 0.1 --attention-dropout 0.1)
+run llama_fp32 "${llama[@]}"
+run llama_bf16 "${llama[@]}" --bf16
+run llama_bf16_tp2pp2 "${llama[@]}" --bf16 --nproc-per-node 4 --tensor-model-parallel-size 2 \
+    --pipeline-model-parallel-size 2 --sequence-parallel --num-query-groups 2
 python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
@@ -35,6 +42,10 @@ check(rel(bf16, fp32) <= 1e-2, f"bf16 follows fp32 within 1e-2 ({rel(bf16, fp32)
 check(rel(bf16, fp32) > 0, "bf16 is not fp32 in disguise (the losses differ)")
 check(rel(tp, bf16) <= 1e-2, f"bf16 tp2 x pp2 x sp follows one bf16 rank within 1e-2 ({rel(tp, bf16):.1e})")
 check(len(resumed) == 6 and resumed == bf16[6:], f"the bf16 checkpoint resumes bit-exactly at step 7 ({resumed[:2]} vs {bf16[6:8]})")
+lf, lb, lt = L("llama_fp32"), L("llama_bf16"), L("llama_bf16_tp2pp2")
+check(len(lf) == len(lb) == 12 and 0 < rel(lb, lf) <= 1e-2,
+      f"LLaMA family with dropout: bf16 follows fp32 within 1e-2 ({rel(lb, lf):.1e})")
+check(len(lt) == 12 and lt[0] > 0, f"LLaMA bf16 tp2 x pp2 x sp (2 key/value groups) trains ({lt[:2]})")
 sys.exit(0 if ok else 1)
 PY
 if "$train" "${flags[@]}" --hidden-size 96 --num-attention-heads 3 --bf16 --device cuda > "$work/refuse.log" 2>&1; then

@@ -84,7 +84,7 @@ static void test_layout_independent_writes(void)
         CHECK(ckpt_write_shards("ck_tp", 3, t.m, t.o, r == 0, err, sizeof err) == 0, "tp shards: %s", err);
         drop(t);
     }
-    CHECK(ckpt_commit("ck_tp", &st, err, sizeof err) == 0, "commit: %s", err);
+    CHECK(ckpt_commit("ck_tp", &st, &c, err, sizeof err) == 0, "commit: %s", err);
     for (int s = 0; s < 2; s++) {
         eng_layout lay = eng_layout_single(&c);
         lay.layer_begin[0] = s;

@@ -2,6 +2,7 @@
  * Each backward is checked by perturbing inputs and weights of a scalar
  * objective sum(dout * f(x)); tolerances are for fp32 central differences. */
 #include "check.h"
+#include "k_dropout.h"
 #include "kernels.h"
 
 #include <math.h>
@@ -111,7 +112,7 @@ typedef struct { int B, T, NH, HD; float *qkv, *out, *att, *dout; } at_ctx;
 static double at_obj(void *p)
 {
     at_ctx *c = p;
-    K->attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->NH, c->HD);
+    K->attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->NH, c->NH, c->HD, NULL);
     return dotp(c->out, c->dout, (size_t)c->B * c->T * c->NH * c->HD);
 }
 static void test_attention(void)
@@ -138,9 +139,158 @@ static void test_attention(void)
     }
     CHECK(c.att[(((size_t)b * NH + h) * T + 1) * T + 4] == 0.0f, "causal mask: future probability is 0");
     float *dqkv = calloc((size_t)B * T * 3 * C, sizeof(float)), *scratch = calloc((size_t)B * NH * T * T, sizeof(float));
-    K->attention_backward(dqkv, scratch, c.dout, c.qkv, c.att, B, T, NH, HD);
+    K->attention_backward(dqkv, scratch, c.dout, c.qkv, c.att, B, T, NH, NH, HD, NULL);
     check_grad("attention dqkv", c.qkv, dqkv, (size_t)B * T * 3 * C, at_obj, &c);
     free(dqkv); free(scratch); free(c.qkv); free(c.out); free(c.att); free(c.dout);
+}
+
+/* ---- grouped-query attention with dropout ----
+ * 4 heads in 2 key/value groups ([B, T, NG, Q+2, HD] rows), dropout 0.3 on
+ * the probabilities: a plain-loop output against k_dropout.h's mask, and the
+ * gradient by finite differences (the mask is a fixed function of the key). */
+typedef struct { int B, T, NH, NG, HD; float *qkv, *out, *att, *dout; k_dropout d; } gq_ctx;
+static double gq_obj(void *p)
+{
+    gq_ctx *c = p;
+    K->attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->NH, c->NG, c->HD, &c->d);
+    return dotp(c->out, c->dout, (size_t)c->B * c->T * c->NH * c->HD);
+}
+static void test_attention_gqa_dropout(void)
+{
+    int B = 2, T = 6, NH = 4, NG = 2, HD = 3, Q = NH / NG, W = (NH + 2 * NG) * HD, C = NH * HD;
+    gq_ctx c = { B, T, NH, NG, HD, randv((size_t)B * T * W), randv((size_t)B * T * C), randv((size_t)B * NH * T * T),
+                 randv((size_t)B * T * C), { 0.3f, 0x1234abcdULL, 17, 8 } };
+    gq_obj(&c);
+    uint32_t th = k_dropout_threshold(0.3f);
+    float sc = k_dropout_scale(0.3f);
+    int b = 1, h = 3, t = 5, g = h / Q; /* head 3: the second query of group 1 */
+    double s[6], mx = -1e30, sum = 0;
+    const float *q = c.qkv + ((size_t)b * T + t) * W + (g * (Q + 2) + h % Q) * HD;
+    for (int j = 0; j <= t; j++) {
+        s[j] = dotp(q, c.qkv + ((size_t)b * T + j) * W + (g * (Q + 2) + Q) * HD, HD) / sqrt(HD);
+        mx = fmax(mx, s[j]);
+    }
+    for (int j = 0; j <= t; j++) sum += s[j] = exp(s[j] - mx);
+    uint64_t key = k_dropout_row_key(c.d.key, c.d.row0 + b, c.d.head0 + h);
+    int dropped = 0;
+    for (int j = 0; j <= t; j++) dropped += k_dropout_mul(key, (uint64_t)t * T + j, th, sc) == 0.0f;
+    for (int d = 0; d < HD; d++) {
+        double o = 0;
+        for (int j = 0; j <= t; j++)
+            o += s[j] / sum * k_dropout_mul(key, (uint64_t)t * T + j, th, sc) *
+                 c.qkv[((size_t)b * T + j) * W + (g * (Q + 2) + Q + 1) * HD + d];
+        float got = c.out[((size_t)b * T + t) * C + h * HD + d];
+        CHECK(fabs(got - o) < 1e-5, "GQA attention with dropout out[%d] = %g, loops give %g (%d of %d dropped)", d, got,
+              o, dropped, t + 1);
+    }
+    float *dqkv = calloc((size_t)B * T * W, sizeof(float)), *scratch = calloc((size_t)B * NH * T * T, sizeof(float));
+    K->attention_backward(dqkv, scratch, c.dout, c.qkv, c.att, B, T, NH, NG, HD, &c.d);
+    check_grad("GQA attention with dropout dqkv", c.qkv, dqkv, (size_t)B * T * W, gq_obj, &c);
+    /* the mask depends on the sample: another row0 gives other outputs */
+    float *out0 = malloc((size_t)B * T * C * sizeof(float));
+    memcpy(out0, c.out, (size_t)B * T * C * sizeof(float));
+    c.d.row0++;
+    gq_obj(&c);
+    CHECK(memcmp(out0, c.out, (size_t)B * T * C * sizeof(float)) != 0, "attention dropout masks follow the sample");
+    free(out0); free(dqkv); free(scratch); free(c.qkv); free(c.out); free(c.att); free(c.dout);
+}
+
+/* ---- RMSNorm ---- */
+typedef struct { int N, C; float *x, *w, *out, *rstd, *dout; } rn_ctx;
+static double rn_obj(void *p)
+{
+    rn_ctx *c = p;
+    K->rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->N, c->C);
+    return dotp(c->out, c->dout, (size_t)c->N * c->C);
+}
+static void test_rmsnorm(void)
+{
+    rn_ctx c = { 3, 8, randv(24), randv(8), randv(24), randv(3), randv(24) };
+    rn_obj(&c);
+    double ss = 0;
+    for (int i = 0; i < 8; i++) ss += (double)c.x[8 + i] * c.x[8 + i];
+    double r = 1.0 / sqrt(ss / 8 + 1e-5);
+    CHECK(fabs(c.out[8 + 3] - c.x[8 + 3] * r * c.w[3]) < 1e-5 && fabs(c.rstd[1] - r) < 1e-5, "rmsnorm by loops");
+    float dx[24] = { 0 }, dw[8] = { 0 };
+    K->rmsnorm_backward(dx, dw, c.dout, c.x, c.w, c.rstd, c.N, c.C);
+    check_grad("rmsnorm dx", c.x, dx, 24, rn_obj, &c);
+    check_grad("rmsnorm dw", c.w, dw, 8, rn_obj, &c);
+    free(c.x); free(c.w); free(c.out); free(c.rstd); free(c.dout);
+}
+
+/* ---- SwiGLU ---- */
+typedef struct { float *g, *u, *out, *dout; } sw_ctx;
+static double sw_obj(void *p)
+{
+    sw_ctx *c = p;
+    K->swiglu_forward(c->out, c->g, c->u, 16);
+    return dotp(c->out, c->dout, 16);
+}
+static void test_swiglu(void)
+{
+    sw_ctx c = { randv(16), randv(16), randv(16), randv(16) };
+    sw_obj(&c);
+    double x = c.g[4];
+    CHECK(fabs(c.out[4] - x / (1 + exp(-x)) * c.u[4]) < 1e-6, "swiglu = silu(gate) * up");
+    float dg[16], du[16];
+    K->swiglu_backward(dg, du, c.dout, c.g, c.u, 16);
+    check_grad("swiglu dgate", c.g, dg, 16, sw_obj, &c);
+    check_grad("swiglu dup", c.u, du, 16, sw_obj, &c);
+    free(c.g); free(c.u); free(c.out); free(c.dout);
+}
+
+/* ---- rotary embedding, q/k/v packing, hidden dropout ---- */
+static void test_rope_pack_dropout(void)
+{
+    int B = 2, T = 5, NH = 4, NG = 2, HD = 6, Q = 2, W = (NH + 2 * NG) * HD, N = B * T;
+    size_t n = (size_t)N * W;
+    float *x = randv(n), *y = randv(n), *rx = malloc(n * sizeof(float)), *ry = malloc(n * sizeof(float));
+    memcpy(rx, x, n * sizeof(float));
+    memcpy(ry, y, n * sizeof(float));
+    K->rope_forward(rx, B, T, NH, NG, HD, 500.0f);
+    /* row b=1, t=3: group 1's second query, pair i=1 turned by 3 * 500^(-2/6) */
+    double a = 3 * pow(500.0, -2.0 / 6);
+    size_t at = ((size_t)1 * T + 3) * W + (1 * (Q + 2) + 1) * HD;
+    CHECK(fabs(rx[at + 1] - (x[at + 1] * cos(a) - x[at + 4] * sin(a))) < 1e-5 &&
+          fabs(rx[at + 4] - (x[at + 4] * cos(a) + x[at + 1] * sin(a))) < 1e-5, "rope turns a query pair");
+    size_t v = ((size_t)1 * T + 3) * W + (1 * (Q + 2) + Q + 1) * HD;
+    CHECK(rx[v] == x[v] && rx[v + 5] == x[v + 5], "rope leaves values alone");
+    CHECK(fabs(dotp(rx, rx, n) - dotp(x, x, n)) < 1e-3, "rope is a rotation (norm kept)");
+    /* backward is the transpose: <rope(x), y> == <x, rope_backward(y)> */
+    K->rope_backward(ry, B, T, NH, NG, HD, 500.0f);
+    CHECK(fabs(dotp(rx, y, n) - dotp(x, ry, n)) < 1e-4, "rope_backward is rope's transpose");
+    /* pack: q[N, NH*HD], k, v[N, NG*HD] into the rows' groups, unpack back */
+    float *q = randv((size_t)N * NH * HD), *k = randv((size_t)N * NG * HD), *vv = randv((size_t)N * NG * HD);
+    float *q2 = calloc((size_t)N * NH * HD, 4), *k2 = calloc((size_t)N * NG * HD, 4), *v2 = calloc((size_t)N * NG * HD, 4);
+    K->qkv_pack(rx, q, k, vv, N, NH, NG, HD);
+    CHECK(rx[(size_t)7 * W + (1 * (Q + 2) + 1) * HD + 2] == q[(size_t)7 * NH * HD + 3 * HD + 2] &&
+          rx[(size_t)7 * W + (1 * (Q + 2) + Q) * HD + 2] == k[(size_t)7 * NG * HD + 1 * HD + 2] &&
+          rx[(size_t)7 * W + (0 * (Q + 2) + Q + 1) * HD] == vv[(size_t)7 * NG * HD], "qkv_pack places q, k, v");
+    K->qkv_unpack(q2, k2, v2, rx, N, NH, NG, HD);
+    CHECK(!memcmp(q, q2, (size_t)N * NH * HD * 4) && !memcmp(k, k2, (size_t)N * NG * HD * 4) &&
+          !memcmp(vv, v2, (size_t)N * NG * HD * 4), "qkv_unpack undoes qkv_pack");
+    /* hidden dropout: the formula, the rate, and the same mask for a row
+     * whether it is dropped with its neighbours or on its own (sequence parallel) */
+    int R = 40, C = 50;
+    float *h = randv((size_t)R * C), *h1 = malloc((size_t)R * C * 4), *h2 = malloc((size_t)R * C * 4);
+    memcpy(h1, h, (size_t)R * C * 4);
+    memcpy(h2, h, (size_t)R * C * 4);
+    k_dropout d = { 0.25f, 99, 1000, 0 }, d2 = d;
+    K->dropout(h1, R, C, &d);
+    d2.row0 = d.row0 + R / 2;
+    K->dropout(h2, R / 2, C, &d);
+    K->dropout(h2 + (size_t)R / 2 * C, R / 2, C, &d2);
+    CHECK(!memcmp(h1, h2, (size_t)R * C * 4), "dropout of a row block equals the rows dropped apart");
+    int zeros = 0, ok = 1;
+    for (int i = 0; i < R * C; i++) {
+        float m = k_dropout_mul(99, (uint64_t)(1000 + i / C) * C + i % C, k_dropout_threshold(0.25f), 1 / 0.75f);
+        ok &= h1[i] == h[i] * m;
+        zeros += h1[i] == 0.0f;
+    }
+    CHECK(ok && zeros > R * C / 5 && zeros < R * C * 3 / 10, "dropout 0.25: mask by k_dropout.h, %d of %d zeroed", zeros,
+          R * C);
+    free(x); free(y); free(rx); free(ry); free(q); free(k); free(vv); free(q2); free(k2); free(v2);
+    free(h); free(h1); free(h2);
 }
 
 /* ---- gelu ---- */
@@ -240,6 +390,10 @@ int main(int argc, char **argv)
     test_layernorm();
     test_matmul();
     test_attention();
+    test_attention_gqa_dropout();
+    test_rmsnorm();
+    test_swiglu();
+    test_rope_pack_dropout();
     test_gelu();
     test_xent_split();
     test_embedding();

@@ -4,9 +4,15 @@ initial weights: step-1 logits, loss and every parameter gradient to 1e-5
 relative, then the losses of 5 AdamW steps (clipping, weight decay groups and
 the LR schedule included) to 1e-5.
 
-usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [ATOLL-TRAIN FLAGS...]
+usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [--llama] [ATOLL-TRAIN FLAGS...]
 (--untie: a separate lm_head.weight instead of the output layer tied to wte;
-any other argument goes to atoll-train, e.g. --device cuda for the GPU run)
+--llama: the LLaMA family (RMSNorm, SwiGLU, rotary positions, grouped-query
+attention with 2 key/value groups for 4 heads, no linear biases, untied, FFN
+96), written here from Hugging Face's LlamaForCausalLM conventions and fed the
+tensors under their Hugging Face names; the checkpoint atoll saves after the 5
+steps must hold exactly the Hugging Face tensor names and shapes and the values
+the reference reached. Any other argument goes to atoll-train, e.g. --device
+cuda for the GPU run.)
 """
 import json
 import math
@@ -20,6 +26,7 @@ import numpy as np
 import torch
 
 L, H, NH, T, V = 2, 64, 4, 16, 256
+KV, FFN, ROPE_BASE, RMS_EPS = 2, 96, 10000.0, 1e-5  # --llama
 MBS, GBS, ITERS = 2, 4, 5
 LR, MIN_LR, WARMUP, WD, B1, B2, EPS, CLIP = 3e-3, 3e-4, 2, 0.1, 0.9, 0.95, 1e-8, 1.0
 TOL = 1e-5
@@ -66,6 +73,63 @@ def gpt_loss(p, tokens, targets, want_logits=False):
     return (loss, logits) if want_logits else loss
 
 
+def rms_norm(x, w):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + RMS_EPS) * w
+
+
+def rotate(x):
+    """Hugging Face's rotary embedding ("rotate half"): pairs (i, i + d/2),
+    position t turned by t * base^(-2i/d); x is [B, heads, T, d]."""
+    d = x.shape[-1]
+    inv = ROPE_BASE ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
+    half = torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
+    return x * cos + half * sin
+
+
+def llama_loss(p, tokens, targets, want_logits=False):
+    """LlamaForCausalLM's computation on Hugging Face's tensor names: RMSNorm,
+    q/k/v projections with KV key/value heads repeated to the query heads
+    (head h reads kv head h // (NH/KV)), rotary positions, SwiGLU MLP."""
+    B = tokens.shape[0]
+    hd = H // NH
+    x = p["model.embed_tokens.weight"][tokens]
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+    for l in range(L):
+        w = lambda s: p[f"model.layers.{l}.{s}"]
+        h = rms_norm(x, w("input_layernorm.weight"))
+        q = (h @ w("self_attn.q_proj.weight").T).view(B, T, NH, hd).transpose(1, 2)
+        k = (h @ w("self_attn.k_proj.weight").T).view(B, T, KV, hd).transpose(1, 2)
+        v = (h @ w("self_attn.v_proj.weight").T).view(B, T, KV, hd).transpose(1, 2)
+        q, k = rotate(q), rotate(k)
+        k, v = k.repeat_interleave(NH // KV, dim=1), v.repeat_interleave(NH // KV, dim=1)
+        s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
+        a = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
+        y = (a @ v).transpose(1, 2).reshape(B, T, H)
+        x = x + y @ w("self_attn.o_proj.weight").T
+        h = rms_norm(x, w("post_attention_layernorm.weight"))
+        f = torch.nn.functional.silu(h @ w("mlp.gate_proj.weight").T) * (h @ w("mlp.up_proj.weight").T)
+        x = x + f @ w("mlp.down_proj.weight").T
+    logits = rms_norm(x, p["model.norm.weight"]) @ p["lm_head.weight"].T
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+    return (loss, logits) if want_logits else loss
+
+
+def llama_shapes():
+    """Hugging Face LLaMA's tensors for this configuration, names and shapes."""
+    hd = H // NH
+    out = {"model.embed_tokens.weight": [V, H], "model.norm.weight": [H], "lm_head.weight": [V, H]}
+    for l in range(L):
+        pre = f"model.layers.{l}."
+        out.update({pre + "input_layernorm.weight": [H], pre + "post_attention_layernorm.weight": [H],
+                    pre + "self_attn.q_proj.weight": [NH * hd, H], pre + "self_attn.k_proj.weight": [KV * hd, H],
+                    pre + "self_attn.v_proj.weight": [KV * hd, H], pre + "self_attn.o_proj.weight": [H, NH * hd],
+                    pre + "mlp.gate_proj.weight": [FFN, H], pre + "mlp.up_proj.weight": [FFN, H],
+                    pre + "mlp.down_proj.weight": [H, FFN]})
+    return out
+
+
 def rel_err(a, b):
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -81,8 +145,10 @@ def lr_at(it):
 
 def main():
     train, work = sys.argv[1], sys.argv[2]
-    untie = "--untie" in sys.argv[3:]
-    extra = [a for a in sys.argv[3:] if a != "--untie"]
+    llama = "--llama" in sys.argv[3:]
+    untie = "--untie" in sys.argv[3:] or llama
+    extra = [a for a in sys.argv[3:] if a not in ("--untie", "--llama")]
+    model_loss = llama_loss if llama else gpt_loss
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
     metrics = os.path.join(work, "metrics.jsonl")
@@ -94,6 +160,10 @@ def main():
            "--clip-grad", str(CLIP), "--seed", "7", "--dump-dir", work, "--metrics-file", metrics]
     if untie:
         cmd.append("--untie-embeddings-and-output-weights")
+    if llama:
+        cmd += ["--normalization", "RMSNorm", "--swiglu", "--position-embedding-type", "rope", "--rotary-base",
+                str(int(ROPE_BASE)), "--disable-bias-linear", "--group-query-attention", "--num-query-groups",
+                str(KV), "--ffn-hidden-size", str(FFN), "--save", os.path.join(work, "ckpt")]
     cmd += extra
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     engine_losses = [json.loads(line)["loss"] for line in open(metrics)]
@@ -107,6 +177,9 @@ def main():
         print("FAIL:", failures_msg)
         return 1
     failures = []
+    if llama and {k: list(v.shape) for k, v in init.items()} != llama_shapes():
+        print("FAIL: the tensors are not Hugging Face LLaMA's:", sorted(init))
+        return 1
     worst = {"logits": 0.0, "grads": 0.0, "losses": 0.0}
 
     m = {k: torch.zeros_like(v) for k, v in params.items()}
@@ -117,7 +190,7 @@ def main():
         targets = torch.tensor(d["targets"].astype(np.int64))
         for v in params.values():
             v.grad = None
-        loss = gpt_loss(params, tokens, targets)
+        loss = model_loss(params, tokens, targets)
         loss.backward()
         e = rel_err(engine_losses[it - 1], loss.item())
         worst["losses"] = max(worst["losses"], e)
@@ -125,7 +198,7 @@ def main():
             failures.append(f"iteration {it}: loss {engine_losses[it - 1]!r} vs torch {loss.item()!r} (rel {e:.2e})")
         if it == 1:
             with torch.no_grad():
-                _, logits = gpt_loss(params, tokens[:MBS], targets[:MBS], want_logits=True)
+                _, logits = model_loss(params, tokens[:MBS], targets[:MBS], want_logits=True)
             e = rel_err(d["logits"], logits.reshape(-1, V).numpy())
             worst["logits"] = e
             if e > TOL:
@@ -151,6 +224,27 @@ def main():
                 shat = s[k] / (1 - B2 ** it)
                 wd = WD if v.dim() == 2 else 0.0
                 v.sub_(lr * (mhat / (shat.sqrt() + EPS) + wd * v))
+    if llama:
+        # the checkpoint after the last step: Hugging Face's names and shapes,
+        # each tensor where the reference's AdamW took it (float64 against the
+        # engine's float32 over 5 steps: a misplaced slice would be off by O(1))
+        step = os.path.join(work, "ckpt", f"iter_{ITERS:07d}")
+        ck = read_safetensors(os.path.join(step, "model.safetensors"))
+        with open(os.path.join(step, "config.json")) as f:
+            hf = json.load(f)
+        want = {"architectures": ["LlamaForCausalLM"], "hidden_size": H, "intermediate_size": FFN,
+                "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": KV, "vocab_size": V,
+                "rope_theta": ROPE_BASE, "rms_norm_eps": RMS_EPS, "tie_word_embeddings": False,
+                "attention_bias": False, "hidden_act": "silu"}
+        if any(hf.get(k) != v for k, v in want.items()):
+            failures.append(f"config.json is not the LlamaConfig of this model: {hf}")
+        if {k: list(v.shape) for k, v in ck.items()} != llama_shapes():
+            failures.append("the checkpoint's tensors are not Hugging Face LLaMA's: %s" % sorted(ck))
+        else:
+            e = max(rel_err(ck[k], params[k].detach().numpy()) for k in ck)
+            worst["checkpoint"] = e
+            if e > 1e-3:
+                failures.append(f"checkpoint after {ITERS} steps differs from the reference's weights (rel {e:.2e})")
     print("losses engine:", ["%.6f" % x for x in engine_losses])
     print("worst relative error: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()) + f" (limit {TOL:.0e})")
     for f in failures:

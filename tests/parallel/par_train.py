@@ -3,7 +3,11 @@
 Runs the tiny GPT (4 layers, hidden 64, 4 heads, vocab 256, seq 32, global batch
 16, 10 steps) on one rank, then under the local launcher (host transport, CPU)
 in each layout of the equivalence matrix: per-step losses must equal the
-single-rank run within 1e-5 relative (grad norms within 1e-4). Then: resume a
+single-rank run within 1e-5 relative (grad norms within 1e-4). The matrix runs
+again on a LLaMA-style model (RMSNorm, SwiGLU, rotary positions, 2 key/value
+groups for 4 heads, no linear biases, untied, FFN 96) with hidden and attention
+dropout 0.1 and evaluation every 5 steps on the validation split of a dataset
+written here: training losses as above, validation losses within 1e-5. Then: resume a
 tp2*pp2*dp2 ZeRO-1 checkpoint as tp1*pp4*dp2 and as dp8 with ZeRO-1 (other
 shards of the optimizer state; losses continue as in the uninterrupted run),
 --print-groups against an independent derivation of
@@ -26,6 +30,9 @@ TRAIN, WORK = sys.argv[1], sys.argv[2]
 MODEL = ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 256 --seq-length 32 "
          "--micro-batch-size 2 --global-batch-size 16 --train-iters 10 --lr 1e-3 --lr-warmup-iters 2 "
          "--log-interval 1 --seed 7").split()
+LLAMA = ("--normalization RMSNorm --swiglu --position-embedding-type rope --group-query-attention "
+         "--num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights --ffn-hidden-size 96 "
+         "--hidden-dropout 0.1 --attention-dropout 0.1 --split 7,3,0 --eval-interval 5 --eval-iters 2").split()
 ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1", ATOLL_COMM_TIMEOUT_MS="60000")
 failures = []
 
@@ -53,10 +60,14 @@ def train(name, nproc, *flags):
             j = json.loads(line)
             if "loss" in j:
                 steps[j["iteration"]] = j
+            if "valid_loss" in j:
+                steps.setdefault("valid", {})[j["iteration"]] = j["valid_loss"]
     return steps
 
 
 def compare(name, ref, got):
+    valid, ref_valid = got.pop("valid", {}), ref.get("valid", {})
+    ref = {i: v for i, v in ref.items() if i != "valid"}
     if not got or any(i not in ref for i in got):
         check(False, "%s: steps %s" % (name, sorted(got)))
         return
@@ -64,6 +75,25 @@ def compare(name, ref, got):
     gw = max(abs(got[i]["grad_norm"] - ref[i]["grad_norm"]) / abs(ref[i]["grad_norm"]) for i in got)
     check(lw <= 1e-5 and gw <= 1e-4,
           "%s: %d steps, worst relative loss error %.2e, grad norm %.2e" % (name, len(got), lw, gw))
+    if ref_valid:
+        vw = max((abs(valid[i] - v) / v for i, v in ref_valid.items() if i in valid), default=1.0)
+        check(sorted(valid) == sorted(ref_valid) and vw <= 1e-5,
+              "%s: validation at iterations %s, worst relative error %.2e" % (name, sorted(valid), vw))
+
+
+def write_dataset(prefix, docs):
+    """Megatron's indexed dataset from byte tokens (uint16), written from the
+    format: the idx header, sizes, byte pointers, doc_idx."""
+    sizes = [len(d) + 1 for d in docs]
+    with open(prefix + ".bin", "wb") as f:
+        for d in docs:
+            f.write(struct.pack("<%dH" % (len(d) + 1), *d, 0))
+    with open(prefix + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, len(docs), len(docs) + 1))
+        f.write(struct.pack("<%di" % len(docs), *sizes))
+        ptrs = [2 * sum(sizes[:i]) for i in range(len(docs))]
+        f.write(struct.pack("<%dq" % len(docs), *ptrs))
+        f.write(struct.pack("<%dq" % (len(docs) + 1), *range(len(docs) + 1)))
 
 
 def bubble_ok(name, steps, p, m, v):
@@ -217,6 +247,20 @@ def main():
     compare("tp2_pp2_dp2_vpp_sp_zero1_selective", ref, everything)
     if everything:
         bubble_ok("tp2_pp2_dp2_vpp_sp_zero1_selective", everything, 2, 4, 2)
+
+    # the LLaMA family with dropout and evaluation, in every layout
+    words = ("the harbour master kept a ledger of every boat that came into the lagoon each morning he wrote "
+             "the name of the boat the weight of its catch and the direction of the wind").split()
+    docs = [" ".join(words[(7 * i + j) % len(words)] for j in range(60 + 9 * i)).encode() for i in range(10)]
+    write_dataset(os.path.join(WORK, "words"), docs)
+    llama = LLAMA + ["--data-path", os.path.join(WORK, "words")]
+    lref = train("llama_single", 1, *llama)
+    drop = train("llama_single_nodrop", 1, *[a if a != "0.1" else "0" for a in llama])
+    check(len(lref) == 11 and sorted(lref.get("valid", {})) == [5, 10] and drop.get(1, {}).get("loss") not in
+          (None, lref.get(1, {}).get("loss")), "LLaMA single rank: 10 steps, validation at 5 and 10, dropout changes "
+          "the loss (%s vs %s)" % (lref.get(1, {}).get("loss"), drop.get(1, {}).get("loss")))
+    for name, n, flags in matrix + [("tp2_pp2_dp2_vpp_sp_zero1_selective", 8, tp2 + pp2 + vpp + sp + zero + sel)]:
+        compare("llama " + name, lref, train("llama_" + name, n, *(llama + flags)))
 
     ck = os.path.join(WORK, "ckpt")
     shutil.rmtree(ck, ignore_errors=True)

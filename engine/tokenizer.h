@@ -1,0 +1,90 @@
+/* tokenizer: text <-> token ids, byte-level or GPT-2's byte-level BPE.
+ *
+ * Two tokenizers, with Megatron's names for --tokenizer-type:
+ * - "ByteLevel" (atoll's default): each byte is its token (vocab 256), the
+ *   end-of-document token is 0.
+ * - "GPT2BPETokenizer": GPT-2's byte-level BPE from the standard files
+ *   (`encoder.json`/`vocab.json`: token string -> id; `vocab.bpe`/`merges.txt`:
+ *   the merges in rank order after a "#version" line). Encoding is GPT-2's:
+ *   1. the text is split into pieces by GPT-2's pattern
+ *        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *      on code points, with Unicode's letter and number categories and
+ *      JavaScript's white space (unicode_classes.h);
+ *   2. each piece's UTF-8 bytes start as one symbol per byte, and the adjacent
+ *      pair of lowest merge rank is merged everywhere (left to right) until no
+ *      adjacent pair has a rank; each final symbol is a token.
+ *   Token strings in the vocab file are in GPT-2's byte-to-unicode alphabet;
+ *   they are mapped back to bytes on loading, so the work is on raw bytes and
+ *   decoding is concatenation. The end-of-document token is "<|endoftext|>"
+ *   (50256 in GPT-2's file); inside text that string is ordinary text, as in
+ *   GPT-2's own encoder and Megatron's.
+ *
+ * Invalid UTF-8 (BPE only): each maximal invalid subsequence is replaced by
+ * U+FFFD before splitting, exactly as the WHATWG decoder does (the one node's
+ * TextDecoder and Buffer use), and tok_encode returns how many were replaced,
+ * so a caller can say so. Decoding gives back the text for valid UTF-8.
+ *
+ * Ownership: a tokenizer owns its tables and a cache of encoded pieces (so an
+ * encode call is not thread-safe; use one tokenizer per thread). tok_buf memory
+ * belongs to the caller (free(buf.ids)). */
+#ifndef ATOLL_ENGINE_TOKENIZER_H
+#define ATOLL_ENGINE_TOKENIZER_H
+
+#include "config.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { TOK_BYTE = 0, TOK_GPT2BPE = 1 } tok_type;
+
+typedef struct tokenizer tokenizer;
+
+/* "ByteLevel" or "GPT2BPETokenizer" -> type; -1 with err naming both otherwise. */
+int tok_type_parse(const char *name, tok_type *t, char *err, size_t errlen);
+const char *tok_type_name(tok_type t);
+
+/* GPT2BPETokenizer needs both files; ByteLevel takes none (NULLs). Returns
+ * NULL with err naming the file and what was wrong. */
+tokenizer *tok_open(tok_type type, const char *vocab_file, const char *merge_file, char *err, size_t errlen);
+void tok_free(tokenizer *t);
+
+tok_type tok_kind(const tokenizer *t);
+int tok_vocab_size(const tokenizer *t);   /* 256, or the vocab file's entries (50257) */
+int32_t tok_eod(const tokenizer *t);      /* end-of-document id */
+
+typedef struct tok_buf {
+    int32_t *ids;
+    size_t n, cap;
+} tok_buf;
+
+/* Appends the tokens of text[0, n) to out. Returns the number of invalid
+ * UTF-8 sequences that were replaced (0 for valid text), or -1 when out of
+ * memory. */
+long tok_encode(tokenizer *t, const char *text, size_t n, tok_buf *out);
+
+/* The bytes of token `id` (NULL when id is outside the vocab). */
+const char *tok_piece(const tokenizer *t, int32_t id, size_t *len);
+
+/* Decodes ids into a new NUL-terminated buffer (caller frees), its length in
+ * *len; NULL when an id is outside the vocab (err names it) or out of memory. */
+char *tok_decode(const tokenizer *t, const int32_t *ids, size_t n, size_t *len, char *err, size_t errlen);
+
+/* GPT-2's pre-tokenizer: the end of the piece that starts at byte i of the
+ * valid UTF-8 text s[0, n) (i < n). */
+size_t tok_gpt2_split(const char *s, size_t n, size_t i);
+
+/* The training vocab of a config's tokenizer (--tokenizer-type, --vocab-file,
+ * --merge-file), as Megatron sizes it: GPT2BPETokenizer's entries padded up
+ * to a multiple of --make-vocab-size-divisible-by * tp (50257 -> 50304), set
+ * in c->vocab_size. ByteLevel (or none) leaves --vocab-size as given. An
+ * explicit --vocab-size other than 256 that disagrees is an error. Opens the
+ * files, so a wrong path fails here, before any rank starts work. */
+int tok_config_vocab(atoll_config *c, char *err, size_t errlen);
+
+/* WHATWG UTF-8 decoding's replacement: when s[0, n) is valid UTF-8 returns 0
+ * and leaves *out NULL; otherwise *out is a new buffer (caller frees) with each
+ * maximal invalid subsequence replaced by U+FFFD, *outn its length, and the
+ * number of replacements is returned (-1: out of memory). */
+long tok_utf8_sanitize(const char *s, size_t n, char **out, size_t *outn);
+
+#endif
