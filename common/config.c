@@ -1,4 +1,5 @@
 #include "config.h"
+#include "errf.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -90,15 +91,6 @@ static const key_def KEYS[] = {
 #undef R
 #define NKEYS (sizeof(KEYS) / sizeof(KEYS[0]))
 
-static void errf(char *err, size_t n, const char *fmt, ...)
-{
-    if (!err || !n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
-
 void cfg_defaults(atoll_config *c)
 {
     memset(c, 0, sizeof *c);
@@ -148,12 +140,12 @@ int cfg_is_flag(const char *key)
 static int out_of_range(const key_def *k, double x, const char *value, char *err, size_t errlen)
 {
     if (x < k->lo)
-        errf(err, errlen, "--%s: %s is below the smallest accepted value, %.17g", k->name, value, k->lo);
+        atoll_errf(err, errlen, "--%s: %s is below the smallest accepted value, %.17g", k->name, value, k->lo);
     else if (k->hi_open)
-        errf(err, errlen, "--%s: %s is not below %.17g (accepted: %.17g <= value < %.17g)", k->name, value,
+        atoll_errf(err, errlen, "--%s: %s is not below %.17g (accepted: %.17g <= value < %.17g)", k->name, value,
              k->hi, k->lo, k->hi);
     else
-        errf(err, errlen, "--%s: %s is above the largest accepted value, %.17g", k->name, value, k->hi);
+        atoll_errf(err, errlen, "--%s: %s is above the largest accepted value, %.17g", k->name, value, k->hi);
     return -1;
 }
 
@@ -163,7 +155,7 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
     if (!k) return CFG_UNKNOWN;
     char *field = (char *)c + k->offset;
     if (k->type != K_BOOL && !value) {
-        errf(err, errlen, "--%s needs a value", k->name);
+        atoll_errf(err, errlen, "--%s needs a value", k->name);
         return CFG_BAD_VALUE;
     }
     switch (k->type) {
@@ -172,7 +164,7 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
         errno = 0;
         long long x = strtoll(value, &end, 10);
         if (errno == ERANGE || end == value || *end) {
-            errf(err, errlen, "--%s: '%s' is not an integer (accepted: %.0f to %.0f)", k->name, value, k->lo, k->hi);
+            atoll_errf(err, errlen, "--%s: '%s' is not an integer (accepted: %.0f to %.0f)", k->name, value, k->lo, k->hi);
             return CFG_BAD_VALUE;
         }
         if ((double)x < k->lo || (double)x > k->hi) {
@@ -187,7 +179,7 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
         errno = 0;
         unsigned long long x = strtoull(value, &end, 10);
         if (errno || end == value || *end || value[0] == '-') {
-            errf(err, errlen, "--%s: '%s' is not an unsigned integer", k->name, value);
+            atoll_errf(err, errlen, "--%s: '%s' is not an unsigned integer", k->name, value);
             return CFG_BAD_VALUE;
         }
         *(uint64_t *)field = x;
@@ -198,7 +190,7 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
         errno = 0;
         double x = strtod(value, &end);
         if (end == value || *end || !isfinite(x)) {
-            errf(err, errlen, "--%s: '%s' is not a finite number", k->name, value);
+            atoll_errf(err, errlen, "--%s: '%s' is not a finite number", k->name, value);
             return CFG_BAD_VALUE;
         }
         if (x < k->lo || x > k->hi || (k->hi_open && x >= k->hi)) {
@@ -214,7 +206,7 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
         else if (!strcmp(value, "false") || !strcmp(value, "False") || !strcmp(value, "0"))
             *(int *)field = 0;
         else {
-            errf(err, errlen, "--%s: '%s' is not true or false", k->name, value);
+            atoll_errf(err, errlen, "--%s: '%s' is not true or false", k->name, value);
             return CFG_BAD_VALUE;
         }
         return CFG_OK;
@@ -226,7 +218,7 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
             return CFG_OK;
         }
         if (strlen(value) >= k->size) {
-            errf(err, errlen, "--%s: value longer than %zu bytes", k->name, k->size - 1);
+            atoll_errf(err, errlen, "--%s: value longer than %zu bytes", k->name, k->size - 1);
             return CFG_BAD_VALUE;
         }
         memcpy(field, value, strlen(value) + 1);
@@ -236,7 +228,7 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
         else if (!strcmp(value, "full")) *(cfg_recompute *)field = RECOMPUTE_FULL;
         else if (!strcmp(value, "none") || !strcmp(value, "null")) *(cfg_recompute *)field = RECOMPUTE_NONE;
         else {
-            errf(err, errlen, "--%s: '%s' is not one of selective, full", k->name, value);
+            atoll_errf(err, errlen, "--%s: '%s' is not one of selective, full", k->name, value);
             return CFG_BAD_VALUE;
         }
         return CFG_OK;
@@ -245,7 +237,7 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
         else if (!strcmp(value, "linear")) *(cfg_lr_decay *)field = LR_DECAY_LINEAR;
         else if (!strcmp(value, "constant")) *(cfg_lr_decay *)field = LR_DECAY_CONSTANT;
         else {
-            errf(err, errlen, "--%s: '%s' is not one of cosine, linear, constant", k->name, value);
+            atoll_errf(err, errlen, "--%s: '%s' is not one of cosine, linear, constant", k->name, value);
             return CFG_BAD_VALUE;
         }
         return CFG_OK;
@@ -259,7 +251,7 @@ int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
     for (int i = start; i < argc;) {
         const char *a = argv[i];
         if (strncmp(a, "--", 2) != 0) {
-            errf(err, errlen, "unexpected argument '%s' (flags start with --)", a);
+            atoll_errf(err, errlen, "unexpected argument '%s' (flags start with --)", a);
             return -1;
         }
         if (extra) {
@@ -280,7 +272,7 @@ int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
             value = eq + 1;
         }
         if (!strcmp(key, "yaml-cfg") || !strcmp(key, "yaml_cfg")) {
-            if (!value && i + 1 >= argc) { errf(err, errlen, "--yaml-cfg needs a file"); return -1; }
+            if (!value && i + 1 >= argc) { atoll_errf(err, errlen, "--yaml-cfg needs a file"); return -1; }
             if (cfg_load_yaml(c, value ? value : argv[i + 1], err, errlen)) return -1;
             i += value ? 1 : 2;
             continue;
@@ -288,7 +280,7 @@ int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
         int consumed = 1;
         if (!value && !cfg_is_flag(key)) {
             if (i + 1 >= argc) {
-                if (find_key(key)) { errf(err, errlen, "%s needs a value", a); return -1; }
+                if (find_key(key)) { atoll_errf(err, errlen, "%s needs a value", a); return -1; }
             } else {
                 value = argv[i + 1];
                 consumed = 2;
@@ -296,7 +288,7 @@ int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
         }
         cfg_status st = cfg_set(c, key, value, err, errlen);
         if (st == CFG_UNKNOWN) {
-            errf(err, errlen, "unknown flag '--%s' (see --help)", key);
+            atoll_errf(err, errlen, "unknown flag '--%s' (see --help)", key);
             return -1;
         }
         if (st != CFG_OK) return -1;
@@ -319,7 +311,7 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
     for (;;) {
         yaml_event_t ev;
         if (!yaml_parser_parse(p, &ev)) {
-            errf(err, errlen, "%s: YAML error at line %zu: %s", path,
+            atoll_errf(err, errlen, "%s: YAML error at line %zu: %s", path,
                  p->problem_mark.line + 1, p->problem ? p->problem : "parse failed");
             return -1;
         }
@@ -328,13 +320,13 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
         switch (ev.type) {
         case YAML_DOCUMENT_START_EVENT:
             if (++docs > 1) {
-                errf(err, errlen, "%s: line %zu starts a second YAML document; a job file holds one mapping", path, line);
+                atoll_errf(err, errlen, "%s: line %zu starts a second YAML document; a job file holds one mapping", path, line);
                 rc = -1;
             }
             break;
         case YAML_MAPPING_START_EVENT:
             if (++depth > CFG_YAML_MAX_DEPTH) {
-                errf(err, errlen, "%s: line %zu: mappings nested %d deep; at most %d levels are accepted", path,
+                atoll_errf(err, errlen, "%s: line %zu: mappings nested %d deep; at most %d levels are accepted", path,
                      line, depth, CFG_YAML_MAX_DEPTH);
                 rc = -1;
             }
@@ -346,9 +338,9 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
         case YAML_SCALAR_EVENT: {
             const char *s = (const char *)ev.data.scalar.value;
             if (depth == 0) {
-                if (*s) errf(err, errlen, "%s: line %zu: the file is a bare value ('%.40s'); expected a mapping of "
+                if (*s) atoll_errf(err, errlen, "%s: line %zu: the file is a bare value ('%.40s'); expected a mapping of "
                              "atoll-train's keys, e.g. 'num_layers: 24'", path, line, s);
-                else errf(err, errlen, "%s: the file holds no mapping; expected atoll-train's keys, e.g. "
+                else atoll_errf(err, errlen, "%s: the file holds no mapping; expected atoll-train's keys, e.g. "
                           "'num_layers: 24'", path);
                 rc = -1;
             } else if (!have_key) {
@@ -358,7 +350,7 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
             } else {
                 const key_def *k = find_key(key);
                 if (k && seen_line[k - KEYS]) {
-                    errf(err, errlen, "%s: line %zu: key '%s' is given a second time (first on line %zu); "
+                    atoll_errf(err, errlen, "%s: line %zu: key '%s' is given a second time (first on line %zu); "
                          "give each key once", path, key_line, key, seen_line[k - KEYS]);
                     rc = -1;
                     break;
@@ -366,11 +358,11 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
                 char inner[256] = "";
                 cfg_status st = cfg_set(c, key, s, inner, sizeof inner);
                 if (st == CFG_UNKNOWN) {
-                    errf(err, errlen, "%s: line %zu: unknown key '%s' (keys are atoll-train's flags)", path,
+                    atoll_errf(err, errlen, "%s: line %zu: unknown key '%s' (keys are atoll-train's flags)", path,
                          key_line, key);
                     rc = -1;
                 } else if (st != CFG_OK) {
-                    errf(err, errlen, "%s: line %zu: %s", path, line, inner);
+                    atoll_errf(err, errlen, "%s: line %zu: %s", path, line, inner);
                     rc = -1;
                 } else {
                     seen_line[k - KEYS] = key_line;
@@ -381,13 +373,13 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
         }
         case YAML_SEQUENCE_START_EVENT:
             if (depth == 0)
-                errf(err, errlen, "%s: line %zu: the file is a list; expected a mapping of atoll-train's keys", path, line);
+                atoll_errf(err, errlen, "%s: line %zu: the file is a list; expected a mapping of atoll-train's keys", path, line);
             else
-                errf(err, errlen, "%s: line %zu: key '%s' has a list; atoll keys take one value", path, line, key);
+                atoll_errf(err, errlen, "%s: line %zu: key '%s' has a list; atoll keys take one value", path, line, key);
             rc = -1;
             break;
         case YAML_ALIAS_EVENT:
-            errf(err, errlen, "%s: line %zu: YAML aliases (*name) are not accepted; write the value out", path, line);
+            atoll_errf(err, errlen, "%s: line %zu: YAML aliases (*name) are not accepted; write the value out", path, line);
             rc = -1;
             break;
         case YAML_STREAM_END_EVENT:
@@ -401,7 +393,7 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
         if (done) break;
     }
     if (!docs) {
-        errf(err, errlen, "%s: the file is empty; expected a mapping of atoll-train's keys, e.g. 'num_layers: 24'", path);
+        atoll_errf(err, errlen, "%s: the file is empty; expected a mapping of atoll-train's keys, e.g. 'num_layers: 24'", path);
         return -1;
     }
     return 0;
@@ -410,7 +402,7 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
 int cfg_parse_yaml(atoll_config *c, const char *text, size_t len, const char *name, char *err, size_t errlen)
 {
     if (len > CFG_YAML_MAX_BYTES) {
-        errf(err, errlen, "%s: %zu bytes; job files of at most %d bytes are accepted", name, len, CFG_YAML_MAX_BYTES);
+        atoll_errf(err, errlen, "%s: %zu bytes; job files of at most %d bytes are accepted", name, len, CFG_YAML_MAX_BYTES);
         return -1;
     }
     yaml_parser_t p;
@@ -426,13 +418,13 @@ int cfg_load_yaml(atoll_config *c, const char *path, char *err, size_t errlen)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb)) {
-        errf(err, errlen, "--yaml-cfg %s: %s", path, strerror(errno));
+        atoll_errf(err, errlen, "--yaml-cfg %s: %s", path, strerror(errno));
         if (fd >= 0) close(fd);
         return -1;
     }
     if (!S_ISREG(sb.st_mode) || sb.st_size > CFG_YAML_MAX_BYTES) {
-        if (!S_ISREG(sb.st_mode)) errf(err, errlen, "--yaml-cfg %s: not a regular file", path);
-        else errf(err, errlen, "--yaml-cfg %s: %lld bytes; job files of at most %d bytes are accepted", path,
+        if (!S_ISREG(sb.st_mode)) atoll_errf(err, errlen, "--yaml-cfg %s: not a regular file", path);
+        else atoll_errf(err, errlen, "--yaml-cfg %s: %lld bytes; job files of at most %d bytes are accepted", path,
                   (long long)sb.st_size, CFG_YAML_MAX_BYTES);
         close(fd);
         return -1;
@@ -446,7 +438,7 @@ int cfg_load_yaml(atoll_config *c, const char *path, char *err, size_t errlen)
     }
     close(fd);
     if (!text || got != (size_t)sb.st_size) {
-        errf(err, errlen, "--yaml-cfg %s: %s", path, text ? "short read" : "out of memory");
+        atoll_errf(err, errlen, "--yaml-cfg %s: %s", path, text ? "short read" : "out of memory");
         free(text);
         return -1;
     }
@@ -475,30 +467,30 @@ int cfg_kv_groups(const atoll_config *c)
 static int validate_family(const atoll_config *c, char *err, size_t errlen)
 {
     if (strcmp(c->normalization, "LayerNorm") && strcmp(c->normalization, "RMSNorm")) {
-        errf(err, errlen, "--normalization '%s': expected LayerNorm or RMSNorm", c->normalization);
+        atoll_errf(err, errlen, "--normalization '%s': expected LayerNorm or RMSNorm", c->normalization);
         return -1;
     }
     if (strcmp(c->position_embedding_type, "learned_absolute") && strcmp(c->position_embedding_type, "rope")) {
-        errf(err, errlen, "--position-embedding-type '%s': expected learned_absolute or rope", c->position_embedding_type);
+        atoll_errf(err, errlen, "--position-embedding-type '%s': expected learned_absolute or rope", c->position_embedding_type);
         return -1;
     }
     if (cfg_rmsnorm(c) && (!c->swiglu || !cfg_rope(c))) {
-        errf(err, errlen, "--normalization RMSNorm builds the LLaMA family: it needs --swiglu and "
+        atoll_errf(err, errlen, "--normalization RMSNorm builds the LLaMA family: it needs --swiglu and "
              "--position-embedding-type rope too");
         return -1;
     }
     if (c->swiglu && !cfg_rmsnorm(c)) {
-        errf(err, errlen, "--swiglu comes with the LLaMA family: add --normalization RMSNorm "
+        atoll_errf(err, errlen, "--swiglu comes with the LLaMA family: add --normalization RMSNorm "
              "--position-embedding-type rope");
         return -1;
     }
     if (cfg_rope(c) && (c->hidden_size / c->num_attention_heads) % 2) {
-        errf(err, errlen, "--position-embedding-type rope needs an even head dim (hidden %d / %d heads)",
+        atoll_errf(err, errlen, "--position-embedding-type rope needs an even head dim (hidden %d / %d heads)",
              c->hidden_size, c->num_attention_heads);
         return -1;
     }
     if (c->group_query_attention && c->num_attention_heads % cfg_kv_groups(c)) {
-        errf(err, errlen, "--group-query-attention: --num-query-groups %d must divide --num-attention-heads %d",
+        atoll_errf(err, errlen, "--group-query-attention: --num-query-groups %d must divide --num-attention-heads %d",
              cfg_kv_groups(c), c->num_attention_heads);
         return -1;
     }
@@ -522,16 +514,16 @@ int cfg_validate_model(const atoll_config *c, char *err, size_t errlen)
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (need[i].v <= 0) {
-            errf(err, errlen, "%s is required and must be positive", need[i].flag);
+            atoll_errf(err, errlen, "%s is required and must be positive", need[i].flag);
             return -1;
         }
     if (c->hidden_size % c->num_attention_heads) {
-        errf(err, errlen, "--hidden-size %d is not divisible by --num-attention-heads %d",
+        atoll_errf(err, errlen, "--hidden-size %d is not divisible by --num-attention-heads %d",
              c->hidden_size, c->num_attention_heads);
         return -1;
     }
     if (cfg_max_pos(c) < c->seq_length) {
-        errf(err, errlen, "--max-position-embeddings %d is smaller than --seq-length %d",
+        atoll_errf(err, errlen, "--max-position-embeddings %d is smaller than --seq-length %d",
              cfg_max_pos(c), c->seq_length);
         return -1;
     }
@@ -541,19 +533,19 @@ int cfg_validate_model(const atoll_config *c, char *err, size_t errlen)
 int cfg_validate_training(const atoll_config *c, char *err, size_t errlen)
 {
     if (c->train_iters < 1) {
-        errf(err, errlen, "--train-iters must be at least 1");
+        atoll_errf(err, errlen, "--train-iters must be at least 1");
         return -1;
     }
     if (c->min_lr > c->lr) {
-        errf(err, errlen, "--min-lr %g is above --lr %g; the schedule decays from --lr down to --min-lr", c->min_lr, c->lr);
+        atoll_errf(err, errlen, "--min-lr %g is above --lr %g; the schedule decays from --lr down to --min-lr", c->min_lr, c->lr);
         return -1;
     }
     if (c->save_interval && !c->save[0]) {
-        errf(err, errlen, "--save-interval %d needs --save DIR", c->save_interval);
+        atoll_errf(err, errlen, "--save-interval %d needs --save DIR", c->save_interval);
         return -1;
     }
     if (c->save_mtbf > 0 && !c->save[0]) {
-        errf(err, errlen, "--save-mtbf %g needs --save DIR", c->save_mtbf);
+        atoll_errf(err, errlen, "--save-mtbf %g needs --save DIR", c->save_mtbf);
         return -1;
     }
     return 0;
@@ -585,88 +577,88 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
     if (cfg_validate_model(c, err, errlen) || cfg_validate_training(c, err, errlen)) return -1;
     int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
     if (tp < 1 || pp < 1) {
-        errf(err, errlen, "--tensor-model-parallel-size and --pipeline-model-parallel-size must be at least 1");
+        atoll_errf(err, errlen, "--tensor-model-parallel-size and --pipeline-model-parallel-size must be at least 1");
         return -1;
     }
     if (world < 1 || world > CFG_MAX_RANKS) {
-        errf(err, errlen, "the job needs 1 to %d GPUs (--num-gpus), not %d", CFG_MAX_RANKS, world);
+        atoll_errf(err, errlen, "the job needs 1 to %d GPUs (--num-gpus), not %d", CFG_MAX_RANKS, world);
         return -1;
     }
     /* Products in 64 bits: tp and pp are each at most CFG_MAX_RANKS. */
     int64_t mp = (int64_t)tp * pp;
     if (mp > world) {
-        errf(err, errlen, "tp*pp = %d*%d = %lld is more than the job's %d ranks (--num-gpus, or the launched world); use a layout "
+        atoll_errf(err, errlen, "tp*pp = %d*%d = %lld is more than the job's %d ranks (--num-gpus, or the launched world); use a layout "
              "whose tp*pp divides it", tp, pp, (long long)mp, world);
         return -1;
     }
     if (world % mp) {
-        errf(err, errlen, "--num-gpus %d is not divisible by tp*pp = %d*%d = %lld; use a multiple of %lld",
+        atoll_errf(err, errlen, "--num-gpus %d is not divisible by tp*pp = %d*%d = %lld; use a multiple of %lld",
              world, tp, pp, (long long)mp, (long long)mp);
         return -1;
     }
     int dp = (int)(world / mp);
     if (c->num_attention_heads % tp) {
-        errf(err, errlen, "--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d",
+        atoll_errf(err, errlen, "--num-attention-heads %d is not divisible by --tensor-model-parallel-size %d",
              c->num_attention_heads, tp);
         return -1;
     }
     if (cfg_ffn(c) % tp) {
-        errf(err, errlen, "FFN hidden size %d is not divisible by --tensor-model-parallel-size %d",
+        atoll_errf(err, errlen, "FFN hidden size %d is not divisible by --tensor-model-parallel-size %d",
              cfg_ffn(c), tp);
         return -1;
     }
     if (cfg_kv_groups(c) % tp) {
-        errf(err, errlen, "--num-query-groups %d is not divisible by --tensor-model-parallel-size %d",
+        atoll_errf(err, errlen, "--num-query-groups %d is not divisible by --tensor-model-parallel-size %d",
              cfg_kv_groups(c), tp);
         return -1;
     }
     if (c->vocab_size % tp) {
-        errf(err, errlen, "--vocab-size %d is not divisible by --tensor-model-parallel-size %d (pad it to %lld)",
-             c->vocab_size, tp, ((int64_t)c->vocab_size + tp - 1) / tp * tp);
+        atoll_errf(err, errlen, "--vocab-size %d is not divisible by --tensor-model-parallel-size %d (pad it to %lld)",
+             c->vocab_size, tp, ((long long)c->vocab_size + tp - 1) / tp * tp);
         return -1;
     }
     if (c->num_layers % pp) {
-        errf(err, errlen, "--num-layers %d is not divisible by --pipeline-model-parallel-size %d",
+        atoll_errf(err, errlen, "--num-layers %d is not divisible by --pipeline-model-parallel-size %d",
              c->num_layers, pp);
         return -1;
     }
     if (c->num_layers_per_virtual_pipeline_stage) {
         int per_stage = c->num_layers / pp, lv = c->num_layers_per_virtual_pipeline_stage;
         if (pp < 2) {
-            errf(err, errlen, "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1");
+            atoll_errf(err, errlen, "--num-layers-per-virtual-pipeline-stage needs --pipeline-model-parallel-size > 1");
             return -1;
         }
         if (per_stage % lv) {
-            errf(err, errlen, "layers per pipeline stage (%d = %d/%d) is not divisible by "
+            atoll_errf(err, errlen, "layers per pipeline stage (%d = %d/%d) is not divisible by "
                  "--num-layers-per-virtual-pipeline-stage %d", per_stage, c->num_layers, pp, lv);
             return -1;
         }
     }
     if (c->sequence_parallel && tp > 1 && c->seq_length % tp) {
-        errf(err, errlen, "--sequence-parallel needs --seq-length %d divisible by --tensor-model-parallel-size %d",
+        atoll_errf(err, errlen, "--sequence-parallel needs --seq-length %d divisible by --tensor-model-parallel-size %d",
              c->seq_length, tp);
         return -1;
     }
     int64_t per_step = (int64_t)c->micro_batch_size * dp; /* both at most 2^20 */
     int gbs = cfg_global_batch(c, dp);
     if (!gbs) {
-        errf(err, errlen, "the default --global-batch-size, micro-batch * dp = %d*%d = %lld, is over the limit "
+        atoll_errf(err, errlen, "the default --global-batch-size, micro-batch * dp = %d*%d = %lld, is over the limit "
              "of %d; give --global-batch-size", c->micro_batch_size, dp, (long long)per_step, CFG_MAX_GLOBAL_BATCH);
         return -1;
     }
     if (gbs % per_step) {
-        errf(err, errlen, "--global-batch-size %d is not divisible by micro-batch * dp = %d*%d = %lld; use a "
+        atoll_errf(err, errlen, "--global-batch-size %d is not divisible by micro-batch * dp = %d*%d = %lld; use a "
              "multiple of %lld", gbs, c->micro_batch_size, dp, (long long)per_step, (long long)per_step);
         return -1;
     }
     int m = cfg_micro_batches(c, dp);
     if (c->num_layers_per_virtual_pipeline_stage && m % pp) {
-        errf(err, errlen, "the interleaved schedule needs the number of micro-batches (%d) divisible by "
+        atoll_errf(err, errlen, "the interleaved schedule needs the number of micro-batches (%d) divisible by "
              "--pipeline-model-parallel-size %d", m, pp);
         return -1;
     }
     if (island_gpus > 0 && tp > island_gpus) {
-        errf(err, errlen, "--tensor-model-parallel-size %d is larger than the biggest NVLink island (%d GPUs); "
+        atoll_errf(err, errlen, "--tensor-model-parallel-size %d is larger than the biggest NVLink island (%d GPUs); "
              "use at most %d", tp, island_gpus, island_gpus);
         return -1;
     }
@@ -696,7 +688,7 @@ int cfg_rank_order_parse(const char *order, int tp, int dp, int pp, cfg_rank_ord
         for (int i = 0; i < CFG_NDIMS; i++)
             if (n == 2 && !strncmp(t, DIM_NAMES[i], 2)) d = i;
         if (d < 0 || seen[d]) {
-            errf(err, errlen, "--rank-order '%s': %s token '%.*s' (use each of tp, cp, ep, dp, pp at most once, "
+            atoll_errf(err, errlen, "--rank-order '%s': %s token '%.*s' (use each of tp, cp, ep, dp, pp at most once, "
                  "joined by '-', e.g. %s)", text, d < 0 ? "unknown" : "repeated", (int)(n < 16 ? n : 16), t,
                  CFG_DEFAULT_RANK_ORDER);
             return -1;
@@ -705,7 +697,7 @@ int cfg_rank_order_parse(const char *order, int tp, int dp, int pp, cfg_rank_ord
         o->dim[o->ndim++] = (cfg_dim)d;
         t += n;
         if (*t == '-' && !*++t) {
-            errf(err, errlen, "--rank-order '%s' ends with '-' (e.g. %s)", text, CFG_DEFAULT_RANK_ORDER);
+            atoll_errf(err, errlen, "--rank-order '%s' ends with '-' (e.g. %s)", text, CFG_DEFAULT_RANK_ORDER);
             return -1;
         }
     }
@@ -713,7 +705,7 @@ int cfg_rank_order_parse(const char *order, int tp, int dp, int pp, cfg_rank_ord
     for (int d = 0; d < CFG_NDIMS; d++) {
         if (seen[d]) continue;
         if (o->size[d] != 1) {
-            errf(err, errlen, "--rank-order '%s' leaves out %s, whose size is %d (e.g. %s)", text, DIM_NAMES[d],
+            atoll_errf(err, errlen, "--rank-order '%s' leaves out %s, whose size is %d (e.g. %s)", text, DIM_NAMES[d],
                  o->size[d], CFG_DEFAULT_RANK_ORDER);
             return -1;
         }
@@ -724,7 +716,7 @@ int cfg_rank_order_parse(const char *order, int tp, int dp, int pp, cfg_rank_ord
         o->stride[o->dim[i]] = (int)stride;
         stride *= o->size[o->dim[i]];
         if (stride > CFG_MAX_RANKS) {
-            errf(err, errlen, "--rank-order '%s': tp*cp*ep*dp*pp is over %d ranks", text, CFG_MAX_RANKS);
+            atoll_errf(err, errlen, "--rank-order '%s': tp*cp*ep*dp*pp is over %d ranks", text, CFG_MAX_RANKS);
             return -1;
         }
     }

@@ -1,4 +1,5 @@
 #include "fabric.h"
+#include "errf.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -30,14 +31,6 @@ struct fabric {
     fab_node *slots; /* open-addressing table of node names */
     int nslots, nnodes;
 };
-
-static void errf(char *err, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && n) vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
 
 static uint32_t hash_name(const char *s)
 {
@@ -84,7 +77,7 @@ static int expand_bracket(const char *item, size_t len, const char *lb, fabric_n
 {
     const char *rb = memchr(lb, ']', len - (size_t)(lb - item));
     if (!rb) {
-        errf(err, errlen, "hostlist \"%.*s\": '[' without ']'", (int)len, item);
+        atoll_errf(err, errlen, "hostlist \"%.*s\": '[' without ']'", (int)len, item);
         return -1;
     }
     size_t plen = (size_t)(lb - item), slen = len - (size_t)(rb + 1 - item);
@@ -100,13 +93,13 @@ static int expand_bracket(const char *item, size_t len, const char *lb, fabric_n
         for (size_t k = 0; k < hi_len; k++)
             if (!isdigit((unsigned char)hi[k])) hi_len = 0;
         if (!lo_len || !hi_len || lo_len > 9 || hi_len > 9) {
-            errf(err, errlen, "hostlist \"%.*s\": bad range \"%.*s\" (expected N or N-M)", (int)len, item,
+            atoll_errf(err, errlen, "hostlist \"%.*s\": bad range \"%.*s\" (expected N or N-M)", (int)len, item,
                  (int)(end - r), r);
             return -1;
         }
         long lo = strtol(r, NULL, 10), hiv = strtol(hi, NULL, 10);
         if (hiv < lo || hiv - lo >= FABRIC_MAX_RANGE) {
-            errf(err, errlen, "hostlist \"%.*s\": range \"%.*s\" is empty or longer than %d names", (int)len,
+            atoll_errf(err, errlen, "hostlist \"%.*s\": range \"%.*s\" is empty or longer than %d names", (int)len,
                  item, (int)(end - r), r, FABRIC_MAX_RANGE);
             return -1;
         }
@@ -115,7 +108,7 @@ static int expand_bracket(const char *item, size_t len, const char *lb, fabric_n
             char buf[FABRIC_MAX_NAME + 1];
             int w = snprintf(buf, sizeof buf, "%.*s%0*ld%.*s", (int)plen, item, width, v, (int)slen, rb + 1);
             if (w < 0 || (size_t)w >= sizeof buf) {
-                errf(err, errlen, "hostlist \"%.*s\": a name is longer than %d characters", (int)len, item,
+                atoll_errf(err, errlen, "hostlist \"%.*s\": a name is longer than %d characters", (int)len, item,
                      FABRIC_MAX_NAME);
                 return -1;
             }
@@ -135,16 +128,16 @@ static int expand_one(const char *item, size_t len, fabric_name_fn fn, void *ctx
     const char *lb = memchr(item, '[', len);
     if (lb) return expand_bracket(item, len, lb, fn, ctx, left, err, errlen);
     if (memchr(item, ']', len)) {
-        errf(err, errlen, "hostlist \"%.*s\": ']' without '['", (int)len, item);
+        atoll_errf(err, errlen, "hostlist \"%.*s\": ']' without '['", (int)len, item);
         return -1;
     }
     char buf[FABRIC_MAX_NAME + 1];
     if (!len || len >= sizeof buf) {
-        errf(err, errlen, "hostlist: a name is empty or longer than %d characters", FABRIC_MAX_NAME);
+        atoll_errf(err, errlen, "hostlist: a name is empty or longer than %d characters", FABRIC_MAX_NAME);
         return -1;
     }
     if (--*left < 0) {
-        errf(err, errlen, "hostlist expands to more than %d names", FABRIC_MAX_NAMES);
+        atoll_errf(err, errlen, "hostlist expands to more than %d names", FABRIC_MAX_NAMES);
         return -1;
     }
     memcpy(buf, item, len);
@@ -188,17 +181,17 @@ static int add_node(void *vctx, const char *name)
     add_ctx *a = vctx;
     fabric *f = a->f;
     if (f->nnodes >= FABRIC_MAX_NODES) {
-        errf(a->err, a->errlen, "%s:%d: more than %d nodes in the fabric; is a range mistyped?", a->fname, a->line,
+        atoll_errf(a->err, a->errlen, "%s:%d: more than %d nodes in the fabric; is a range mistyped?", a->fname, a->line,
              FABRIC_MAX_NODES);
         return -1;
     }
     if ((f->nnodes + 1) * 2 > f->nslots && node_table_grow(f)) {
-        errf(a->err, a->errlen, "%s:%d: out of memory", a->fname, a->line);
+        atoll_errf(a->err, a->errlen, "%s:%d: out of memory", a->fname, a->line);
         return -1;
     }
     fab_node *s = node_slot(f, name);
     if (s->name) {
-        errf(a->err, a->errlen, "%s:%d: node %s is already under switch %s (a node hangs under one leaf)",
+        atoll_errf(a->err, a->errlen, "%s:%d: node %s is already under switch %s (a node hangs under one leaf)",
              a->fname, a->line, name, f->sw[s->leaf].name);
         return -1;
     }
@@ -235,7 +228,7 @@ static int parse_line(fabric *f, char *line, const char *fname, int lineno, char
     for (char *tok = strtok(line, " \t\r"); tok; tok = strtok(NULL, " \t\r")) {
         char *eq = strchr(tok, '=');
         if (!eq || eq == tok || !eq[1]) {
-            errf(err, errlen, "%s:%d: \"%s\" is not KEY=VALUE", fname, lineno, tok);
+            atoll_errf(err, errlen, "%s:%d: \"%s\" is not KEY=VALUE", fname, lineno, tok);
             return -1;
         }
         *eq = 0;
@@ -245,7 +238,7 @@ static int parse_line(fabric *f, char *line, const char *fname, int lineno, char
         else if (!strcasecmp(tok, "LinkSpeed")) continue;
         else if (!strcasecmp(tok, "Level")) level = 1;
         else {
-            errf(err, errlen, "%s:%d: unknown key %s (accepted: SwitchName, Nodes, Switches, LinkSpeed, Level)",
+            atoll_errf(err, errlen, "%s:%d: unknown key %s (accepted: SwitchName, Nodes, Switches, LinkSpeed, Level)",
                  fname, lineno, tok);
             return -1;
         }
@@ -254,16 +247,16 @@ static int parse_line(fabric *f, char *line, const char *fname, int lineno, char
      * node below it; the leaves' lines say where each node hangs. */
     if (level && switches) nodes = NULL;
     if (!name) {
-        errf(err, errlen, "%s:%d: a line needs SwitchName=NAME", fname, lineno);
+        atoll_errf(err, errlen, "%s:%d: a line needs SwitchName=NAME", fname, lineno);
         return -1;
     }
     if (fabric_switch_index(f, name) >= 0) {
-        errf(err, errlen, "%s:%d: switch %s is defined twice", fname, lineno, name);
+        atoll_errf(err, errlen, "%s:%d: switch %s is defined twice", fname, lineno, name);
         return -1;
     }
     int sw = add_switch(f, name, lineno);
     if (sw < 0) {
-        errf(err, errlen, "%s:%d: out of memory", fname, lineno);
+        atoll_errf(err, errlen, "%s:%d: out of memory", fname, lineno);
         return -1;
     }
     if (switches && !(f->sw[sw].child_list = strdup(switches))) return -1;
@@ -271,7 +264,7 @@ static int parse_line(fabric *f, char *line, const char *fname, int lineno, char
         add_ctx a = { f, sw, fname, lineno, err, errlen };
         char sub[256] = "";
         if (fabric_hostlist_expand(nodes, add_node, &a, sub, sizeof sub) < 0) {
-            if (sub[0]) errf(err, errlen, "%s:%d: Nodes=%s: %s", fname, lineno, nodes, sub);
+            if (sub[0]) atoll_errf(err, errlen, "%s:%d: Nodes=%s: %s", fname, lineno, nodes, sub);
             return -1;
         }
     }
@@ -292,12 +285,12 @@ static int link_child(void *vctx, const char *name)
     link_ctx *l = vctx;
     int c = fabric_switch_index(l->f, name);
     if (c < 0) {
-        errf(l->err, l->errlen, "%s:%d: Switches= names %s, which no SwitchName= line defines", l->fname, l->line,
+        atoll_errf(l->err, l->errlen, "%s:%d: Switches= names %s, which no SwitchName= line defines", l->fname, l->line,
              name);
         return -1;
     }
     if (l->f->sw[c].parent >= 0) {
-        errf(l->err, l->errlen, "%s:%d: switch %s already has parent %s (a switch has one parent)", l->fname,
+        atoll_errf(l->err, l->errlen, "%s:%d: switch %s already has parent %s (a switch has one parent)", l->fname,
              l->line, name, l->f->sw[l->f->sw[c].parent].name);
         return -1;
     }
@@ -314,7 +307,7 @@ static int link_tree(fabric *f, const char *fname, char *err, size_t errlen)
         link_ctx l = { f, s, fname, f->sw[s].line, err, errlen };
         char sub[256] = "";
         if (fabric_hostlist_expand(f->sw[s].child_list, link_child, &l, sub, sizeof sub) < 0) {
-            if (sub[0]) errf(err, errlen, "%s:%d: Switches=%s: %s", fname, f->sw[s].line, f->sw[s].child_list, sub);
+            if (sub[0]) atoll_errf(err, errlen, "%s:%d: Switches=%s: %s", fname, f->sw[s].line, f->sw[s].child_list, sub);
             return -1;
         }
     }
@@ -322,7 +315,7 @@ static int link_tree(fabric *f, const char *fname, char *err, size_t errlen)
         int d = 0;
         for (int p = f->sw[s].parent; p >= 0; p = f->sw[p].parent)
             if (++d > f->nsw) {
-                errf(err, errlen, "%s:%d: switch %s is its own ancestor (cycle in Switches=)", fname, f->sw[s].line,
+                atoll_errf(err, errlen, "%s:%d: switch %s is its own ancestor (cycle in Switches=)", fname, f->sw[s].line,
                      f->sw[s].name);
                 return -1;
             }
@@ -339,7 +332,7 @@ int fabric_parse(fabric **out, const char *text, const char *fname, char *err, s
     if (!f || !copy) {
         free(f);
         free(copy);
-        errf(err, errlen, "%s: out of memory", fname);
+        atoll_errf(err, errlen, "%s: out of memory", fname);
         return -1;
     }
     int lineno = 0, rc = 0;
@@ -355,7 +348,7 @@ int fabric_parse(fabric **out, const char *text, const char *fname, char *err, s
     }
     free(copy);
     if (!rc && f->nsw == 0) {
-        errf(err, errlen, "%s: no SwitchName= lines (expected a Slurm topology/tree topology.conf)", fname);
+        atoll_errf(err, errlen, "%s: no SwitchName= lines (expected a Slurm topology/tree topology.conf)", fname);
         rc = -1;
     }
     if (!rc) rc = link_tree(f, fname, err, errlen);
@@ -381,13 +374,13 @@ char *fabric_read_text(FILE *fp, const char *name, char *err, size_t errlen)
         }
     }
     if (!buf) {
-        errf(err, errlen, "%s: out of memory or larger than 64 MiB", name);
+        atoll_errf(err, errlen, "%s: out of memory or larger than 64 MiB", name);
         return NULL;
     }
     buf[len] = 0;
     if (memchr(buf, 0, len)) {
         free(buf);
-        errf(err, errlen, "%s: contains a NUL byte (not a text topology.conf)", name);
+        atoll_errf(err, errlen, "%s: contains a NUL byte (not a text topology.conf)", name);
         return NULL;
     }
     return buf;
@@ -398,7 +391,7 @@ int fabric_load(fabric **out, const char *path, char *err, size_t errlen)
     *out = NULL;
     FILE *fp = fopen(path, "rb");
     if (!fp) {
-        errf(err, errlen, "%s: cannot open (--fabric expects a Slurm topology.conf)", path);
+        atoll_errf(err, errlen, "%s: cannot open (--fabric expects a Slurm topology.conf)", path);
         return -1;
     }
     char *buf = fabric_read_text(fp, path, err, errlen);

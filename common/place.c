@@ -1,4 +1,5 @@
 #include "place.h"
+#include "errf.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -7,14 +8,6 @@
 #include <string.h>
 
 #include "config.h"
-
-static void errf(char *err, size_t n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && n) vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- rank order -------------------------------------------------------------- */
 
@@ -38,7 +31,7 @@ static int result_alloc(place_result *r, const place_request *req, char *err, si
 {
     memset(r, 0, sizeof *r);
     if (req->tp < 1 || req->pp < 1 || req->dp < 1) {
-        errf(err, errlen, "placement needs tp, pp and dp of at least 1 (got %d, %d, %d)", req->tp, req->pp, req->dp);
+        atoll_errf(err, errlen, "placement needs tp, pp and dp of at least 1 (got %d, %d, %d)", req->tp, req->pp, req->dp);
         return -1;
     }
     r->tp = req->tp;
@@ -51,7 +44,7 @@ static int result_alloc(place_result *r, const place_request *req, char *err, si
     r->nodes = malloc((size_t)r->world * sizeof *r->nodes);
     if (!r->rank_node || !r->rank_gpu || !r->nodes) {
         place_result_free(r);
-        errf(err, errlen, "placement: out of memory for %d ranks", r->world);
+        atoll_errf(err, errlen, "placement: out of memory for %d ranks", r->world);
         return -1;
     }
     return 0;
@@ -116,7 +109,7 @@ int place_naive(const topo_node *nodes, int n, const unsigned char *busy, const 
     int nu = use && gpn ? usable_nodes(nodes, n, busy, gpn, use) : 0;
     int need = gpn ? (out->world + gpn - 1) / gpn : 0;
     if (!gpn || nu < need) {
-        errf(err, errlen, "placement: %d ranks need %d nodes of %d GPUs, %d usable", out->world, need, gpn, nu);
+        atoll_errf(err, errlen, "placement: %d ranks need %d nodes of %d GPUs, %d usable", out->world, need, gpn, nu);
         free(use);
         place_result_free(out);
         return -1;
@@ -424,12 +417,12 @@ int place_topology(const topo_node *nodes, int n, const unsigned char *busy, con
     int gpn = req->gpus_per_node ? req->gpus_per_node : common_gpn(nodes, n, busy);
     int tp = req->tp, dp = req->dp, pp = req->pp;
     if (!gpn) {
-        errf(err, errlen, "placement: no alive, free node with GPUs");
+        atoll_errf(err, errlen, "placement: no alive, free node with GPUs");
         place_result_free(out);
         return -1;
     }
     if (tp > gpn && tp % gpn) {
-        errf(err, errlen, "--tensor-model-parallel-size %d spans nodes of %d GPUs but is not a multiple of %d",
+        atoll_errf(err, errlen, "--tensor-model-parallel-size %d spans nodes of %d GPUs but is not a multiple of %d",
              tp, gpn, gpn);
         place_result_free(out);
         return -1;
@@ -443,15 +436,15 @@ int place_topology(const topo_node *nodes, int n, const unsigned char *busy, con
     int *chosen = malloc((size_t)(need ? need : 1) * sizeof *chosen);
     int rc = -1;
     if (!use || !chosen || build_units(nodes, use, nu, fab, &us)) {
-        errf(err, errlen, "placement: out of memory");
+        atoll_errf(err, errlen, "placement: out of memory");
         goto out;
     }
     if (us.nunits < need || choose_units(fab, &us, need, blocked ? dp / g1 : 1, chosen)) {
         if (us.k > 1)
-            errf(err, errlen, "placement: tp %d needs %d groups of %d nodes within one NVLink island; %d such groups "
+            atoll_errf(err, errlen, "placement: tp %d needs %d groups of %d nodes within one NVLink island; %d such groups "
                  "are free", tp, need, us.k, us.nunits);
         else
-            errf(err, errlen, "placement: %d ranks need %d nodes of %d GPUs, %d usable", out->world, need, gpn, nu);
+            atoll_errf(err, errlen, "placement: %d ranks need %d nodes of %d GPUs, %d usable", out->world, need, gpn, nu);
         goto out;
     }
     out->nnodes = need * us.k;

@@ -18,15 +18,6 @@
 static const char *OPT_SUFFIX[3] = { "master", "exp_avg", "exp_avg_sq" };
 static const char *STEP_FILES[3] = { "model.safetensors", "optim.safetensors", "train_state.json" };
 
-static void errf(char *err, size_t n, const char *fmt, ...)
-{
-    if (!err || !n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
-
 void ckpt_step_dir(char *out, size_t n, const char *dir, long long iteration)
 {
     snprintf(out, n, "%s/iter_%07lld", dir, iteration);
@@ -63,7 +54,7 @@ static int layouts(const atoll_config *c, st_file *model, st_file *optim, char *
     if (!full) return -1;
     st_tensor *mt = calloc((size_t)n, sizeof *mt), *ot = calloc(3 * (size_t)n, sizeof *ot);
     int rc = -1;
-    if (!mt || !ot) { errf(err, errlen, "out of memory"); goto out; }
+    if (!mt || !ot) { atoll_errf(err, errlen, "out of memory"); goto out; }
     for (int i = 0; i < n; i++) {
         st_tensor t = { .dtype = ST_F32, .ndim = full[i].ndim,
                         .shape = { full[i].full[0], full[i].ndim == 2 ? full[i].full[1] : 1 } };
@@ -76,7 +67,7 @@ static int layouts(const atoll_config *c, st_file *model, st_file *optim, char *
     }
     if (st_layout(model, mt, n, "\"format\":\"pt\",\"producer\":\"atoll\"") ||
         st_layout(optim, ot, 3 * n, "\"format\":\"pt\",\"producer\":\"atoll\"")) {
-        errf(err, errlen, "out of memory");
+        atoll_errf(err, errlen, "out of memory");
         goto out;
     }
     rc = 0;
@@ -102,7 +93,7 @@ int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, co
     char step[1024], path[1100];
     ckpt_step_dir(step, sizeof step, dir, iteration);
     if (mkdir_p(step)) {
-        errf(err, errlen, "--save %s: cannot create %s: %s", dir, step, strerror(errno));
+        atoll_errf(err, errlen, "--save %s: cannot create %s: %s", dir, step, strerror(errno));
         return -1;
     }
     /* Re-saving a step uncommits it first, so a crash midway never leaves a
@@ -144,8 +135,8 @@ int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, co
     rc = 0;
 out:
     free(host);
-    if (st_close(&mf) && !rc) { errf(err, errlen, "%s/model.safetensors: fsync failed", step); rc = -1; }
-    if (st_close(&of) && !rc) { errf(err, errlen, "%s/optim.safetensors: fsync failed", step); rc = -1; }
+    if (st_close(&mf) && !rc) { atoll_errf(err, errlen, "%s/model.safetensors: fsync failed", step); rc = -1; }
+    if (st_close(&of) && !rc) { atoll_errf(err, errlen, "%s/optim.safetensors: fsync failed", step); rc = -1; }
     return rc;
 }
 
@@ -178,13 +169,13 @@ static int write_atomic(const char *dir, const char *path, const char *text, cha
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     size_t len = strlen(text);
     if (fd < 0 || write(fd, text, len) != (ssize_t)len || fsync(fd)) {
-        errf(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
+        atoll_errf(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
         if (fd >= 0) close(fd);
         return -1;
     }
     close(fd);
     if (rename(tmp, path)) {
-        errf(err, errlen, "%s: cannot rename into place: %s", path, strerror(errno));
+        atoll_errf(err, errlen, "%s: cannot rename into place: %s", path, strerror(errno));
         return -1;
     }
     fsync_dir(dir);
@@ -306,7 +297,7 @@ int ckpt_commit(const char *dir, const eng_train_state *st, const atoll_config *
         uint64_t sum, bytes;
         snprintf(path, sizeof path, "%s/%s", step, STEP_FILES[i]);
         if (ckpt_file_checksum(path, &sum, &bytes)) {
-            errf(err, errlen, "%s: cannot read back for its checksum: %s", path, strerror(errno));
+            atoll_errf(err, errlen, "%s: cannot read back for its checksum: %s", path, strerror(errno));
             jsonw_free(&w);
             return -1;
         }
@@ -400,7 +391,7 @@ int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen)
     DIR *d = opendir(dir);
     if (!d) {
         if (errno == ENOENT) return 1;
-        errf(err, errlen, "--load %s: %s", dir, strerror(errno));
+        atoll_errf(err, errlen, "--load %s: %s", dir, strerror(errno));
         return -1;
     }
     long long *its = NULL;
@@ -443,7 +434,7 @@ int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen)
      * crash, a kill or a preemption) held nothing durable: a fresh start loses
      * nothing, so a restart after a fault during the first save goes on. */
     if (rc == 1 && damaged) {
-        errf(err, errlen, "--load %s: none of its %zu checkpoint step%s is intact (the newest committed one, %s); "
+        atoll_errf(err, errlen, "--load %s: none of its %zu checkpoint step%s is intact (the newest committed one, %s); "
              "remove the damaged step directories to start from iteration 0, or point --load at an intact "
              "checkpoint", dir, n, n > 1 ? "s" : "", newest);
         rc = -1;
@@ -466,19 +457,19 @@ static int check_file(const st_file *f, const st_file *want, const char *path, c
         char ws[64], ts[64];
         shape_str(ws, sizeof ws, w->ndim, w->shape);
         if (!t) {
-            errf(err, errlen, "%s: tensor '%s' is missing (the model needs shape %s)", path, w->name, ws);
+            atoll_errf(err, errlen, "%s: tensor '%s' is missing (the model needs shape %s)", path, w->name, ws);
             return -1;
         }
         shape_str(ts, sizeof ts, t->ndim, t->shape);
         if (t->ndim != w->ndim || t->shape[0] != w->shape[0] || (w->ndim == 2 && t->shape[1] != w->shape[1]) ||
             t->dtype != ST_F32) {
-            errf(err, errlen, "%s: tensor '%s' has shape %s, the model needs %s (F32)", path, w->name, ts, ws);
+            atoll_errf(err, errlen, "%s: tensor '%s' has shape %s, the model needs %s (F32)", path, w->name, ts, ws);
             return -1;
         }
     }
     for (int i = 0; i < f->n; i++)
         if (!st_find(want, f->t[i].name)) {
-            errf(err, errlen, "%s: tensor '%s' is not part of this model (different --num-layers or "
+            atoll_errf(err, errlen, "%s: tensor '%s' is not part of this model (different --num-layers or "
                  "--untie-embeddings-and-output-weights?)", path, f->t[i].name);
             return -1;
         }
@@ -493,7 +484,7 @@ static int load_state(const char *step, eng_train_state *st, char *err, size_t e
     const jsonr *it = jsonr_get(root, "iteration"), *cs = jsonr_get(root, "consumed_samples"),
                 *sd = jsonr_get(root, "seed");
     if (!it || !cs || !sd) {
-        errf(err, errlen, "%s: needs iteration, consumed_samples and seed (%s)", path, jerr);
+        atoll_errf(err, errlen, "%s: needs iteration, consumed_samples and seed (%s)", path, jerr);
         jsonr_free(root);
         return -1;
     }
@@ -532,7 +523,7 @@ int ckpt_load(const char *dir, long long iteration, eng_model *m, eng_optim *o,
     for (int i = 0; i < m->nparams; i++)
         if (m->table[i].numel > maxn) maxn = m->table[i].numel;
     host = malloc(sizeof(float) * maxn);
-    if (!host) { errf(err, errlen, "out of memory"); goto out; }
+    if (!host) { atoll_errf(err, errlen, "out of memory"); goto out; }
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
         if (!o) { /* the weights alone: model.safetensors */
@@ -567,7 +558,7 @@ int ckpt_read_model(const char *dir, long long iteration, atoll_config *c, char 
     jsonr *root = read_json(path, jerr, sizeof jerr);
     const jsonr *m = jsonr_get(root, "model"), *t = jsonr_get(root, "tokenizer");
     if (!m || !t) {
-        errf(err, errlen, "%s: %s", path, root ? "no \"model\" and \"tokenizer\" (a checkpoint written before atoll "
+        atoll_errf(err, errlen, "%s: %s", path, root ? "no \"model\" and \"tokenizer\" (a checkpoint written before atoll "
              "recorded them)" : jerr);
         jsonr_free(root);
         return -1;
@@ -581,7 +572,7 @@ int ckpt_read_model(const char *dir, long long iteration, atoll_config *c, char 
         else if (v->type == JSONR_NUM) snprintf(val, sizeof val, "%.17g", v->num);
         else if (v->type != JSONR_STR) continue;
         if (cfg_set(c, v->key, s, inner, sizeof inner) != CFG_OK) {
-            errf(err, errlen, "%s: model.%s: %s", path, v->key, inner[0] ? inner : "not a setting atoll knows");
+            atoll_errf(err, errlen, "%s: model.%s: %s", path, v->key, inner[0] ? inner : "not a setting atoll knows");
             rc = -1;
         }
     }

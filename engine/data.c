@@ -1,4 +1,5 @@
 #include "data.h"
+#include "errf.h"
 #include "rng.h"
 
 #include <math.h>
@@ -6,15 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void errf(char *err, size_t n, const char *fmt, ...)
-{
-    if (!err || !n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
 
 static const char CORPUS[] =
     "The harbour master kept a ledger of every boat that came into the lagoon. "
@@ -39,13 +31,13 @@ static int parse_split(const char *split, double w[3], char *err, size_t errlen)
     for (int i = 0; i < 3 && *s; i++) {
         w[i] = strtod(s, &end);
         if (end == s || w[i] < 0 || (*end && *end != ',' && *end != '/')) {
-            errf(err, errlen, "--split '%s': expected up to three non-negative weights like 969,30,1", split);
+            atoll_errf(err, errlen, "--split '%s': expected up to three non-negative weights like 969,30,1", split);
             return -1;
         }
         s = *end ? end + 1 : end;
     }
     if (w[0] + w[1] + w[2] <= 0 || w[0] <= 0) {
-        errf(err, errlen, "--split '%s': the train weight (first) must be positive", split);
+        atoll_errf(err, errlen, "--split '%s': the train weight (first) must be positive", split);
         return -1;
     }
     return 0;
@@ -73,7 +65,7 @@ int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int 
     d->seed = seed;
     if (!prefix || !*prefix) {
         if (which != ENG_SPLIT_TRAIN) {
-            errf(err, errlen, "the built-in corpus has no %s split; give --data-path", NAMES[which]);
+            atoll_errf(err, errlen, "the built-in corpus has no %s split; give --data-path", NAMES[which]);
             return -1;
         }
         d->builtin = (const unsigned char *)CORPUS;
@@ -94,7 +86,7 @@ int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int 
         for (uint64_t s = s0; s < s1; s++) d->ntokens += (uint64_t)d->ds.sizes[s];
     }
     if (d->ntokens < (uint64_t)seq_len + 1) {
-        errf(err, errlen, "%s: the %s split (--split %s) has %llu tokens, fewer than one sample of "
+        atoll_errf(err, errlen, "%s: the %s split (--split %s) has %llu tokens, fewer than one sample of "
              "--seq-length %d + 1", d->source, NAMES[which], split && *split ? split : "969,30,1",
              (unsigned long long)d->ntokens, seq_len);
         eng_data_close(d);
@@ -130,7 +122,7 @@ int eng_data_sample(const eng_data *d, uint64_t g, int32_t *tokens, int32_t *tar
         uint64_t at = start + (uint64_t)i;
         int64_t tok = d->have_ds ? idx_token(&d->ds, at) : d->builtin[at];
         if (tok < 0 || tok >= d->vocab) {
-            errf(err, errlen, "%s: token %lld at position %llu is outside --vocab-size %d",
+            atoll_errf(err, errlen, "%s: token %lld at position %llu is outside --vocab-size %d",
                  d->source, (long long)tok, (unsigned long long)at, d->vocab);
             return -1;
         }

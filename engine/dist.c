@@ -1,4 +1,5 @@
 #include "dist.h"
+#include "errf.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -14,15 +15,6 @@
 /* DP all-reduce bucket: large enough to amortise a ring's per-message latency,
  * small enough that a bucket's buffers stay in cache on the host transport. */
 #define DIST_BUCKET_FLOATS ((size_t)1 << 18)
-
-static void errf(char *err, size_t n, const char *fmt, ...)
-{
-    if (!err || !n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
 
 const char *dist_error(const dist *d) { return d->world ? comm_error(d->world) : "no world"; }
 
@@ -57,7 +49,7 @@ int dist_init(dist *d, const atoll_config *c, const k_ops *k, char *err, size_t 
     d->v = cfg_virtual_stages(c);
     int world = env_world();
     if (c->num_gpus > 0 && c->num_gpus != world && world > 1) {
-        errf(err, errlen, "--num-gpus %d differs from the launched world of %d ranks", c->num_gpus, world);
+        atoll_errf(err, errlen, "--num-gpus %d differs from the launched world of %d ranks", c->num_gpus, world);
         return -1;
     }
     if (cfg_validate_layout(c, world, 0, err, errlen)) return -1;
@@ -75,7 +67,7 @@ int dist_init(dist *d, const atoll_config *c, const k_ops *k, char *err, size_t 
     d->size = comm_world_size(d->world);
     if (groups_build(&d->groups, d->size, d->tp, d->pp, c->rank_order, err, errlen)) return -1;
     if (comm_groups_new(d->world, &d->groups, d->g)) {
-        errf(err, errlen, "%s", comm_error(d->world));
+        atoll_errf(err, errlen, "%s", comm_error(d->world));
         return -1;
     }
     d->dp = d->groups.dp;
@@ -406,7 +398,7 @@ int dist_optim_init(dist_optim *o, dist *d, eng_model *m, int zero, char *err, s
     if (eng_adamw_segs_build(&o->segs, m, lo, lo < hi ? hi : lo)) goto oom;
     return 0;
 oom:
-    errf(err, errlen, "out of memory for the optimizer state");
+    atoll_errf(err, errlen, "out of memory for the optimizer state");
     return -1;
 }
 

@@ -1,4 +1,5 @@
 #include "indexed_dataset.h"
+#include "errf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,15 +13,6 @@
 
 static const char MAGIC[9] = { 'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0 };
 #define HDR_LEN (9 + 8 + 1 + 8 + 8)
-
-static void errf(char *err, size_t n, const char *fmt, ...)
-{
-    if (!err || !n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
 
 static int elem_size(int code)
 {
@@ -37,12 +29,12 @@ static void *map_file(const char *path, size_t *len, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY);
     if (fd < 0) {
-        errf(err, errlen, "%s: %s", path, strerror(errno));
+        atoll_errf(err, errlen, "%s: %s", path, strerror(errno));
         return NULL;
     }
     struct stat st;
     if (fstat(fd, &st)) {
-        errf(err, errlen, "%s: %s", path, strerror(errno));
+        atoll_errf(err, errlen, "%s: %s", path, strerror(errno));
         close(fd);
         return NULL;
     }
@@ -50,7 +42,7 @@ static void *map_file(const char *path, size_t *len, char *err, size_t errlen)
     void *p = *len ? mmap(NULL, *len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
     close(fd);
     if (*len && p == MAP_FAILED) {
-        errf(err, errlen, "%s: cannot map: %s", path, strerror(errno));
+        atoll_errf(err, errlen, "%s: cannot map: %s", path, strerror(errno));
         return NULL;
     }
     return p ? p : (void *)"";
@@ -68,22 +60,22 @@ static int check_idx(idx_dataset *d, const char *path, char *err, size_t errlen)
 {
     const unsigned char *p = d->idx_map;
     if (d->idx_len < HDR_LEN) {
-        errf(err, errlen, "%s: truncated: %zu bytes, shorter than the %d-byte header", path, d->idx_len, HDR_LEN);
+        atoll_errf(err, errlen, "%s: truncated: %zu bytes, shorter than the %d-byte header", path, d->idx_len, HDR_LEN);
         return -1;
     }
     if (memcmp(p, MAGIC, 9)) {
-        errf(err, errlen, "%s: not a Megatron indexed dataset index (magic is not MMIDIDX)", path);
+        atoll_errf(err, errlen, "%s: not a Megatron indexed dataset index (magic is not MMIDIDX)", path);
         return -1;
     }
     uint64_t version = rd64(p + 9);
     if (version != 1) {
-        errf(err, errlen, "%s: index version %llu; atoll reads version 1", path, (unsigned long long)version);
+        atoll_errf(err, errlen, "%s: index version %llu; atoll reads version 1", path, (unsigned long long)version);
         return -1;
     }
     d->dtype = p[17];
     d->elem = elem_size(d->dtype);
     if (!d->elem || d->dtype == 6 || d->dtype == 7) {
-        errf(err, errlen, "%s: dtype code %d is not an integer token type (1-5, 8)", path, d->dtype);
+        atoll_errf(err, errlen, "%s: dtype code %d is not an integer token type (1-5, 8)", path, d->dtype);
         return -1;
     }
     d->nseq = rd64(p + 18);
@@ -91,7 +83,7 @@ static int check_idx(idx_dataset *d, const char *path, char *err, size_t errlen)
     uint64_t need = HDR_LEN;
     if (d->nseq > (1ULL << 40) || d->ndoc > (1ULL << 40) ||
         (need += d->nseq * 4 + d->nseq * 8 + d->ndoc * 8) > d->idx_len) {
-        errf(err, errlen, "%s: truncated: %llu sequences and %llu documents need %llu bytes, the file has %zu",
+        atoll_errf(err, errlen, "%s: truncated: %llu sequences and %llu documents need %llu bytes, the file has %zu",
              path, (unsigned long long)d->nseq, (unsigned long long)d->ndoc,
              (unsigned long long)need, d->idx_len);
         return -1;
@@ -101,7 +93,7 @@ static int check_idx(idx_dataset *d, const char *path, char *err, size_t errlen)
     size_t a = d->nseq * 4, b = d->nseq * 8, c = d->ndoc * 8;
     unsigned char *copy = malloc(a + b + c + 8);
     if (!copy) {
-        errf(err, errlen, "%s: out of memory", path);
+        atoll_errf(err, errlen, "%s: out of memory", path);
         return -1;
     }
     memcpy(copy, p + HDR_LEN + a, b);
@@ -126,20 +118,20 @@ int idx_open(idx_dataset *d, const char *prefix, char *err, size_t errlen)
     for (uint64_t i = 0; i < d->nseq; i++) {
         int64_t ptr = d->pointers[i], sz = d->sizes[i];
         if (sz < 0 || ptr < 0 || (uint64_t)ptr + (uint64_t)sz * (uint64_t)d->elem > d->bin_len) {
-            errf(err, errlen, "%s: sequence %llu ends at byte %llu but the file has %zu bytes "
+            atoll_errf(err, errlen, "%s: sequence %llu ends at byte %llu but the file has %zu bytes "
                  "(truncated .bin, or it does not belong to %s)", bpath, (unsigned long long)i,
                  (unsigned long long)((uint64_t)ptr + (uint64_t)sz * (uint64_t)d->elem), d->bin_len, ipath);
             goto fail;
         }
         if (i && ptr != d->pointers[i - 1] + (int64_t)d->sizes[i - 1] * d->elem) {
-            errf(err, errlen, "%s: sequence %llu does not follow sequence %llu in %s (atoll reads "
+            atoll_errf(err, errlen, "%s: sequence %llu does not follow sequence %llu in %s (atoll reads "
                  "contiguous datasets)", ipath, (unsigned long long)i, (unsigned long long)i - 1, bpath);
             goto fail;
         }
     }
     for (uint64_t i = 0; i < d->ndoc; i++)
         if (d->doc_idx[i] < 0 || (uint64_t)d->doc_idx[i] > d->nseq || (i && d->doc_idx[i] < d->doc_idx[i - 1])) {
-            errf(err, errlen, "%s: doc_idx[%llu] = %lld is not a sequence index in [0, %llu] in order",
+            atoll_errf(err, errlen, "%s: doc_idx[%llu] = %lld is not a sequence index in [0, %llu] in order",
                  ipath, (unsigned long long)i, (long long)d->doc_idx[i], (unsigned long long)d->nseq);
             goto fail;
         }
@@ -183,7 +175,7 @@ int idx_writer_open(idx_writer *w, const char *prefix, int dtype, char *err, siz
 {
     memset(w, 0, sizeof *w);
     if (dtype != 8 && dtype != 4) {
-        errf(err, errlen, "indexed dataset writer: dtype code %d; atoll writes 8 (uint16) or 4 (int32)", dtype);
+        atoll_errf(err, errlen, "indexed dataset writer: dtype code %d; atoll writes 8 (uint16) or 4 (int32)", dtype);
         return -1;
     }
     w->dtype = dtype;
@@ -192,7 +184,7 @@ int idx_writer_open(idx_writer *w, const char *prefix, int dtype, char *err, siz
     tmp_path(path, sizeof path, prefix, "bin");
     w->bin = fopen(path, "wb");
     if (!w->bin) {
-        errf(err, errlen, "--output-prefix %s: cannot create %s: %s", prefix, path, strerror(errno));
+        atoll_errf(err, errlen, "--output-prefix %s: cannot create %s: %s", prefix, path, strerror(errno));
         return -1;
     }
     return 0;
@@ -203,11 +195,11 @@ int idx_writer_add(idx_writer *w, const int32_t *tokens, size_t n, char *err, si
     if (w->n == w->cap) {
         w->cap = w->cap ? w->cap * 2 : 256;
         int32_t *s = realloc(w->sizes, w->cap * sizeof *s);
-        if (!s) { errf(err, errlen, "out of memory"); return -1; }
+        if (!s) { atoll_errf(err, errlen, "out of memory"); return -1; }
         w->sizes = s;
     }
     if (n > INT32_MAX) {
-        errf(err, errlen, "%s.bin: a document of %zu tokens; at most %d per document", w->prefix, n, INT32_MAX);
+        atoll_errf(err, errlen, "%s.bin: a document of %zu tokens; at most %d per document", w->prefix, n, INT32_MAX);
         return -1;
     }
     size_t done = 0;
@@ -218,7 +210,7 @@ int idx_writer_add(idx_writer *w, const int32_t *tokens, size_t n, char *err, si
             if (k > 4096) k = 4096;
             for (size_t i = 0; i < k; i++) {
                 if (tokens[done + i] < 0 || tokens[done + i] > 65535) {
-                    errf(err, errlen, "%s.bin: token %d does not fit the uint16 dataset", w->prefix, tokens[done + i]);
+                    atoll_errf(err, errlen, "%s.bin: token %d does not fit the uint16 dataset", w->prefix, tokens[done + i]);
                     return -1;
                 }
                 b16[i] = (uint16_t)tokens[done + i];
@@ -228,7 +220,7 @@ int idx_writer_add(idx_writer *w, const int32_t *tokens, size_t n, char *err, si
             wrote = fwrite(tokens + done, 4, k, w->bin);
         }
         if (wrote != k) {
-            errf(err, errlen, "%s.bin: write failed: %s", w->prefix, strerror(errno));
+            atoll_errf(err, errlen, "%s.bin: write failed: %s", w->prefix, strerror(errno));
             return -1;
         }
         done += k;
@@ -288,7 +280,7 @@ int idx_writer_finish(idx_writer *w, char *err, size_t errlen)
     free(w->sizes);
     w->sizes = NULL;
     if (rc) {
-        errf(err, errlen, "%s: write failed: %s", ipath, strerror(errno));
+        atoll_errf(err, errlen, "%s: write failed: %s", ipath, strerror(errno));
         unlink(itmp);
         unlink(btmp);
     }

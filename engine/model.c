@@ -1,4 +1,5 @@
 #include "model.h"
+#include "errf.h"
 #include "rng.h"
 
 #include <math.h>
@@ -9,15 +10,6 @@
 
 static int id_sum(void *ctx, float *buf, size_t n) { (void)ctx, (void)buf, (void)n; return 0; }
 const eng_tp_comm eng_tp_identity = { NULL, id_sum, id_sum, NULL, NULL };
-
-static void errf(char *err, size_t n, const char *fmt, ...)
-{
-    if (!err || !n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
 
 uint64_t eng_fnv1a(const void *data, size_t n, uint64_t h)
 {
@@ -151,23 +143,23 @@ static int check_shapes(const atoll_config *c, const eng_layout *lay, char *err,
     if (cfg_validate_model(c, err, errlen)) return -1;
     int tp = lay->tp_size;
     if (tp < 1 || lay->tp_rank < 0 || lay->tp_rank >= tp) {
-        errf(err, errlen, "tensor-parallel rank %d of %d is out of range", lay->tp_rank, tp);
+        atoll_errf(err, errlen, "tensor-parallel rank %d of %d is out of range", lay->tp_rank, tp);
         return -1;
     }
     if (c->num_attention_heads % tp || cfg_kv_groups(c) % tp || cfg_ffn(c) % tp || c->vocab_size % tp) {
-        errf(err, errlen, "--num-attention-heads %d, query groups %d, FFN size %d and --vocab-size %d must all be "
+        atoll_errf(err, errlen, "--num-attention-heads %d, query groups %d, FFN size %d and --vocab-size %d must all be "
              "divisible by --tensor-model-parallel-size %d", c->num_attention_heads, cfg_kv_groups(c), cfg_ffn(c),
              c->vocab_size, tp);
         return -1;
     }
     if (lay->nchunks < 1 || lay->nchunks > ENG_MAX_CHUNKS) {
-        errf(err, errlen, "a rank holds 1 to %d model chunks, not %d", ENG_MAX_CHUNKS, lay->nchunks);
+        atoll_errf(err, errlen, "a rank holds 1 to %d model chunks, not %d", ENG_MAX_CHUNKS, lay->nchunks);
         return -1;
     }
     for (int i = 0; i < lay->nchunks; i++)
         if (lay->layer_begin[i] < 0 || lay->layer_end[i] > c->num_layers ||
             lay->layer_begin[i] >= lay->layer_end[i]) {
-            errf(err, errlen, "model chunk %d has layers [%d, %d), outside [0, %d)", i,
+            atoll_errf(err, errlen, "model chunk %d has layers [%d, %d), outside [0, %d)", i,
                  lay->layer_begin[i], lay->layer_end[i], c->num_layers);
             return -1;
         }
@@ -363,7 +355,7 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
 {
     if (check_shapes(cfg, lay, err, errlen)) return NULL;
     eng_model *m = calloc(1, sizeof *m);
-    if (!m) { errf(err, errlen, "out of memory"); return NULL; }
+    if (!m) { atoll_errf(err, errlen, "out of memory"); return NULL; }
     m->cfg = *cfg;
     m->k = k;
     m->tp = eng_tp_identity;
@@ -388,13 +380,13 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     m->recompute = cfg->recompute_granularity;
     const char *why = m->bf16 ? bf16_refusal(m) : NULL;
     if (why) {
-        errf(err, errlen, "--bf16 on --device %s: %s (hidden %d / %d heads = head dim %d); run without --bf16 "
+        atoll_errf(err, errlen, "--bf16 on --device %s: %s (hidden %d / %d heads = head dim %d); run without --bf16 "
              "for fp32", k->name, why, m->C, cfg->num_attention_heads, m->HD);
         free(m);
         return NULL;
     }
     if (m->sp && (m->B * m->T) % lay->tp_size) {
-        errf(err, errlen, "--sequence-parallel: micro-batch tokens %d not divisible by tp %d", m->B * m->T,
+        atoll_errf(err, errlen, "--sequence-parallel: micro-batch tokens %d not divisible by tp %d", m->B * m->T,
              lay->tp_size);
         free(m);
         return NULL;
@@ -447,7 +439,7 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     }
     return m;
 oom:
-    errf(err, errlen, "out of memory allocating the model (%zu parameters on this rank)", m->num_floats);
+    atoll_errf(err, errlen, "out of memory allocating the model (%zu parameters on this rank)", m->num_floats);
     eng_model_free(m);
     return NULL;
 }

@@ -7,6 +7,7 @@
  * adjacent transfer actions goes out as one comm_p2p_batch on the PP group
  * (position = pipeline rank, tag = sched_tag), as the schedule requires. */
 #include "dist.h"
+#include "errf.h"
 #include "schedule.h"
 
 #include <stdarg.h>
@@ -20,15 +21,6 @@ struct dist_slot {
     void *xin, *dout;
     int mb, chunk, busy;
 };
-
-static void errf(char *err, size_t n, const char *fmt, ...)
-{
-    if (!err || !n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
 
 static double now_s(void)
 {
@@ -104,7 +96,7 @@ static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double
         const sched_action *a = &l->a[k];
         dist_slot *s = a->op == SCHED_RECV_FWD ? take_slot(p, a->mb, a->chunk) : find_slot(p, a->mb, a->chunk);
         if (!s || n == 16) {
-            errf(err, errlen, "pipeline: no activations for micro-batch %d chunk %d at %s", a->mb, a->chunk,
+            atoll_errf(err, errlen, "pipeline: no activations for micro-batch %d chunk %d at %s", a->mb, a->chunk,
                  sched_op_name(a->op));
             return -1;
         }
@@ -118,7 +110,7 @@ static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double
     comm *pp = p->d->g[GROUP_PP];
     double t0 = now_s(), x0 = pp->xfer_s;
     if (comm_p2p_batch(pp, ops, n)) {
-        errf(err, errlen, "pipeline: %s", dist_error(p->d));
+        atoll_errf(err, errlen, "pipeline: %s", dist_error(p->d));
         return -1;
     }
     double dt = now_s() - t0, dx = pp->xfer_s - x0;
@@ -163,7 +155,7 @@ static int run_compute(dist_pipe *p, const sched_action *a, const int32_t *token
     size_t off = (size_t)a->mb * m->B * m->T;
     dist_slot *s = a->op == SCHED_FWD && ch->first ? take_slot(p, a->mb, a->chunk) : find_slot(p, a->mb, a->chunk);
     if (!s) {
-        errf(err, errlen, "pipeline: %s of micro-batch %d chunk %d before its input", sched_op_name(a->op), a->mb,
+        atoll_errf(err, errlen, "pipeline: %s of micro-batch %d chunk %d before its input", sched_op_name(a->op), a->mb,
              a->chunk);
         return -1;
     }
@@ -171,7 +163,7 @@ static int run_compute(dist_pipe *p, const sched_action *a, const int32_t *token
         double ls = 0.0;
         s->a->sample0 = p->sample_base + dist_sample_offset(p->d, &m->cfg, a->mb);
         if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, dloss, &ls)) {
-            errf(err, errlen, "forward pass failed: %s", dist_error(p->d));
+            atoll_errf(err, errlen, "forward pass failed: %s", dist_error(p->d));
             return -1;
         }
         *loss_sum += ls;
@@ -185,7 +177,7 @@ static int run_compute(dist_pipe *p, const sched_action *a, const int32_t *token
     int rc = eng_backward(m, s->a, ch->last ? NULL : s->dout, dloss);
     m->layer_done = NULL;
     if (rc) {
-        errf(err, errlen, "backward pass failed: %s", dist_error(p->d));
+        atoll_errf(err, errlen, "backward pass failed: %s", dist_error(p->d));
         return -1;
     }
     if (final) chunk_done(p, a->chunk);
@@ -219,7 +211,7 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
     if (!rc && d->pp > 1) {
         double tb = now_s();
         if (comm_barrier(d->g[GROUP_PP])) {
-            errf(err, errlen, "pipeline: %s", dist_error(d));
+            atoll_errf(err, errlen, "pipeline: %s", dist_error(d));
             rc = -1;
         }
         idle += now_s() - tb;
@@ -247,7 +239,7 @@ int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *target
             const eng_chunk *ch = &m->chunks[c];
             int stage = c * d->pp + d->pp_rank;
             dist_slot *s = take_slot(p, mb, c);
-            if (!s) { errf(err, errlen, "out of memory for activations"); return -1; }
+            if (!s) { atoll_errf(err, errlen, "out of memory for activations"); return -1; }
             uint32_t tag = (uint32_t)(mb * S + stage);
             p->m->k->sync();
             if (!ch->first && comm_recv(pp, s->xin, bytes, (d->pp_rank + d->pp - 1) % d->pp, tag)) goto fail;
@@ -260,6 +252,6 @@ int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *target
         }
     return 0;
 fail:
-    errf(err, errlen, "evaluation: %s", dist_error(d));
+    atoll_errf(err, errlen, "evaluation: %s", dist_error(d));
     return -1;
 }

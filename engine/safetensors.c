@@ -1,4 +1,5 @@
 #include "safetensors.h"
+#include "errf.h"
 #include "json_read.h"
 
 #include <errno.h>
@@ -13,15 +14,6 @@
 #define ST_MAX_HEADER (100u << 20) /* the format's own limit */
 
 static const char *DTYPES[] = { "F32", "I32" };
-
-static void errf(char *err, size_t n, const char *fmt, ...)
-{
-    if (!err || !n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
 
 /* A growable string for the header. */
 typedef struct sbuf {
@@ -124,12 +116,12 @@ int st_create(st_file *f, const char *path, int write_header, char *err, size_t 
 {
     f->fd = open(path, O_WRONLY | O_CREAT, 0644);
     if (f->fd < 0) {
-        errf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        atoll_errf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         return -1;
     }
     if (ftruncate(f->fd, (off_t)f->total_size) ||
         (write_header && pwrite_all(f->fd, f->header, f->header_len, 0))) {
-        errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+        atoll_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -149,7 +141,7 @@ int st_write_slice(st_file *f, const st_tensor *t, const eng_param *p, const flo
         uint64_t start = p->shard_dim == 0 ? 4ULL * (uint64_t)(p->shard_off * p->full[1]) : 0;
         rc = pwrite_all(f->fd, local, sizeof(float) * p->numel, t->begin + start);
     }
-    if (rc) errf(err, errlen, "writing tensor %s: %s", t->name, strerror(errno));
+    if (rc) atoll_errf(err, errlen, "writing tensor %s: %s", t->name, strerror(errno));
     return rc;
 }
 
@@ -171,14 +163,14 @@ int st_write_range(st_file *f, const st_tensor *t, const eng_param *p, const flo
         uint64_t start = p->shard_dim == 0 ? 4ULL * (uint64_t)(p->shard_off * p->full[1]) : 0;
         rc = pwrite_all(f->fd, src, sizeof(float) * (b - a), t->begin + start + 4ULL * a);
     }
-    if (rc) errf(err, errlen, "writing tensor %s: %s", t->name, strerror(errno));
+    if (rc) atoll_errf(err, errlen, "writing tensor %s: %s", t->name, strerror(errno));
     return rc;
 }
 
 int st_write_all(st_file *f, const st_tensor *t, const void *data, char *err, size_t errlen)
 {
     if (pwrite_all(f->fd, data, (size_t)(t->end - t->begin), t->begin)) {
-        errf(err, errlen, "writing tensor %s: %s", t->name, strerror(errno));
+        atoll_errf(err, errlen, "writing tensor %s: %s", t->name, strerror(errno));
         return -1;
     }
     return 0;
@@ -189,23 +181,23 @@ static int parse_tensor(st_tensor *t, const jsonr *v, uint64_t data_len, char *e
 {
     snprintf(t->name, sizeof t->name, "%s", v->key);
     if (strlen(v->key) >= sizeof t->name) {
-        errf(err, errlen, "%s: tensor name '%.40s...' is too long", path, v->key);
+        atoll_errf(err, errlen, "%s: tensor name '%.40s...' is too long", path, v->key);
         return -1;
     }
     const jsonr *dt = jsonr_get(v, "dtype"), *sh = jsonr_get(v, "shape"), *off = jsonr_get(v, "data_offsets");
     if (!dt || dt->type != JSONR_STR || !sh || sh->type != JSONR_ARR || !off || off->type != JSONR_ARR ||
         off->count != 2) {
-        errf(err, errlen, "%s: tensor %s lacks dtype, shape or data_offsets", path, t->name);
+        atoll_errf(err, errlen, "%s: tensor %s lacks dtype, shape or data_offsets", path, t->name);
         return -1;
     }
     if (!strcmp(dt->str, "F32")) t->dtype = ST_F32;
     else if (!strcmp(dt->str, "I32")) t->dtype = ST_I32;
     else {
-        errf(err, errlen, "%s: tensor %s has dtype %s; atoll reads F32 and I32", path, t->name, dt->str);
+        atoll_errf(err, errlen, "%s: tensor %s has dtype %s; atoll reads F32 and I32", path, t->name, dt->str);
         return -1;
     }
     if (sh->count < 1 || sh->count > 2) {
-        errf(err, errlen, "%s: tensor %s has %d dimensions; atoll tensors have 1 or 2", path, t->name,
+        atoll_errf(err, errlen, "%s: tensor %s has %d dimensions; atoll tensors have 1 or 2", path, t->name,
              sh->count);
         return -1;
     }
@@ -215,14 +207,14 @@ static int parse_tensor(st_tensor *t, const jsonr *v, uint64_t data_len, char *e
         const jsonr *d = jsonr_at(sh, i);
         t->shape[i] = d ? (int64_t)d->num : 1;
         if (d && (d->type != JSONR_NUM || d->num < 0 || d->num > 1e12)) {
-            errf(err, errlen, "%s: tensor %s has a bad shape", path, t->name);
+            atoll_errf(err, errlen, "%s: tensor %s has a bad shape", path, t->name);
             return -1;
         }
         elems *= (uint64_t)t->shape[i];
     }
     double b = jsonr_at(off, 0)->num, e = jsonr_at(off, 1)->num;
     if (b < 0 || e < b || e > (double)data_len || (uint64_t)e - (uint64_t)b != 4 * elems) {
-        errf(err, errlen, "%s: tensor %s: data_offsets [%.0f, %.0f] do not fit its shape or the "
+        atoll_errf(err, errlen, "%s: tensor %s: data_offsets [%.0f, %.0f] do not fit its shape or the "
              "file's %llu data bytes (truncated file?)", path, t->name, b, e, (unsigned long long)data_len);
         return -1;
     }
@@ -236,33 +228,33 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen)
     memset(f, 0, sizeof *f);
     f->fd = open(path, O_RDONLY);
     if (f->fd < 0) {
-        errf(err, errlen, "%s: %s", path, strerror(errno));
+        atoll_errf(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
     unsigned char len8[8];
     if (fstat(f->fd, &st) || st.st_size < 8 || pread_all(f->fd, len8, 8, 0)) {
-        errf(err, errlen, "%s: shorter than a safetensors header (8 bytes)", path);
+        atoll_errf(err, errlen, "%s: shorter than a safetensors header (8 bytes)", path);
         goto fail;
     }
     uint64_t hl = 0;
     for (int i = 7; i >= 0; i--) hl = hl << 8 | len8[i];
     if (hl > ST_MAX_HEADER || hl + 8 > (uint64_t)st.st_size) {
-        errf(err, errlen, "%s: header length %llu does not fit the file's %lld bytes", path,
+        atoll_errf(err, errlen, "%s: header length %llu does not fit the file's %lld bytes", path,
              (unsigned long long)hl, (long long)st.st_size);
         goto fail;
     }
     f->header_len = 8 + hl;
     f->header = malloc(hl + 1);
     if (!f->header || pread_all(f->fd, f->header, hl, 8)) {
-        errf(err, errlen, "%s: cannot read the header", path);
+        atoll_errf(err, errlen, "%s: cannot read the header", path);
         goto fail;
     }
     f->total_size = (uint64_t)st.st_size;
     char jerr[128];
     jsonr *root = jsonr_parse(f->header, hl, jerr, sizeof jerr);
     if (!root || root->type != JSONR_OBJ) {
-        errf(err, errlen, "%s: header is not a JSON object (%s)", path, root ? "wrong type" : jerr);
+        atoll_errf(err, errlen, "%s: header is not a JSON object (%s)", path, root ? "wrong type" : jerr);
         jsonr_free(root);
         goto fail;
     }
@@ -305,7 +297,7 @@ int st_read_slice(st_file *f, const st_tensor *t, const eng_param *p, float *loc
         uint64_t start = p->shard_dim == 0 ? 4ULL * (uint64_t)(p->shard_off * p->full[1]) : 0;
         rc = pread_all(f->fd, local, sizeof(float) * p->numel, t->begin + start);
     }
-    if (rc) errf(err, errlen, "reading tensor %s: short read", t->name);
+    if (rc) atoll_errf(err, errlen, "reading tensor %s: short read", t->name);
     return rc;
 }
 

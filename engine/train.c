@@ -1,4 +1,5 @@
 #include "train.h"
+#include "errf.h"
 #include "checkpoint.h"
 #include "ckpt_async.h"
 #include "dist.h"
@@ -28,15 +29,6 @@
 #include "cuda/k_cuda.h"
 #include <cuda_runtime.h>
 #endif
-
-static void errf(char *err, size_t n, const char *fmt, ...)
-{
-    if (!err || !n) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, n, fmt, ap);
-    va_end(ap);
-}
 
 void eng_run_opts_defaults(eng_run_opts *o)
 {
@@ -70,13 +62,13 @@ const k_ops *eng_backend(const char *device, char *err, size_t errlen)
         if (lr && cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0) cudaSetDevice(atoi(lr) % ndev);
         const k_ops *k = k_cuda();
         if (k) return k;
-        errf(err, errlen, "--device cuda: no usable CUDA device");
+        atoll_errf(err, errlen, "--device cuda: no usable CUDA device");
 #else
-        errf(err, errlen, "--device cuda: this atoll-train was not built with the CUDA kernels; use --device cpu");
+        atoll_errf(err, errlen, "--device cuda: this atoll-train was not built with the CUDA kernels; use --device cpu");
 #endif
         return NULL;
     }
-    errf(err, errlen, "--device '%s': expected cpu or cuda", device);
+    atoll_errf(err, errlen, "--device '%s': expected cpu or cuda", device);
     return NULL;
 }
 
@@ -85,10 +77,10 @@ const k_ops *eng_backend(const char *device, char *err, size_t errlen)
 static int dump_file(const char *path, st_tensor *t, int n, const void **data, char *err, size_t errlen)
 {
     st_file f;
-    if (st_layout(&f, t, n, NULL)) { errf(err, errlen, "out of memory"); return -1; }
+    if (st_layout(&f, t, n, NULL)) { atoll_errf(err, errlen, "out of memory"); return -1; }
     int rc = st_create(&f, path, 1, err, errlen);
     for (int i = 0; i < n && !rc; i++) rc = st_write_all(&f, &f.t[i], data[i], err, errlen);
-    if (st_close(&f) && !rc) { errf(err, errlen, "%s: fsync failed", path); rc = -1; }
+    if (st_close(&f) && !rc) { atoll_errf(err, errlen, "%s: fsync failed", path); rc = -1; }
     return rc;
 }
 
@@ -101,7 +93,7 @@ static int dump_params(const char *path, const eng_model *m, const float *base, 
     const void **data = calloc((size_t)n, sizeof *data);
     float *host = malloc(m->num_floats * sizeof(float));
     int rc = -1;
-    if (!t || !data || !host) { errf(err, errlen, "out of memory"); goto out; }
+    if (!t || !data || !host) { atoll_errf(err, errlen, "out of memory"); goto out; }
     m->k->to_host(host, base, m->num_floats * sizeof(float));
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
@@ -354,7 +346,7 @@ static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errle
         s->bubble += s->stage_bubble[i] / (s->pp < 64 ? s->pp : 64);
     }
     if (!isfinite(s->loss)) {
-        errf(err, errlen, "iteration %lld: loss is %g; lower --lr or raise --clip-grad's effect", s->it, s->loss);
+        atoll_errf(err, errlen, "iteration %lld: loss is %g; lower --lr or raise --clip-grad's effect", s->it, s->loss);
         return -1;
     }
     return 0;
@@ -378,12 +370,12 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     dist_overlap_begin(d, m, r->dopt.zero);
     int prc = dist_pipeline(&r->pipe, r->tokens, r->targets, (float)(1.0 / tokens), &res, err, errlen);
     if (dist_overlap_end(d) && !prc) {
-        errf(err, errlen, "data-parallel all-reduce: %s", dist_error(d));
+        atoll_errf(err, errlen, "data-parallel all-reduce: %s", dist_error(d));
         return -1;
     }
     if (prc) return -1;
     if (dist_sync_grads(d, m, &r->dopt)) {
-        errf(err, errlen, "gradient reduction: %s", dist_error(d));
+        atoll_errf(err, errlen, "gradient reduction: %s", dist_error(d));
         return -1;
     }
     int pp = d->pp < 64 ? d->pp : 64;
@@ -399,7 +391,7 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     vec[3 + 2 * pp] = !r->pending || ckpt_async_durable(r->pending) == 1 ? 1.0f : 0.0f;
     vec[4 + 2 * pp] = d->rank == 0 && mtbf_due(r) ? 1.0f : 0.0f; /* every rank saves after the same step */
     if (dist_world_sum(d, vec, 5 + 2 * pp)) {
-        errf(err, errlen, "step reduction: %s", dist_error(d));
+        atoll_errf(err, errlen, "step reduction: %s", dist_error(d));
         return -1;
     }
     s->it = r->st.iteration + 1;
@@ -416,7 +408,7 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     s->bubble_theory = cfg_bubble_theory(c, d->size);
     s->lr = eng_lr_at(c, s->it);
     if (dist_optim_step(d, m, &r->dopt, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), (int)s->it)) {
-        errf(err, errlen, "optimizer: %s", dist_error(d));
+        atoll_errf(err, errlen, "optimizer: %s", dist_error(d));
         return -1;
     }
     return finish_step(r, s, t0, err, errlen);
@@ -444,13 +436,13 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
         r->acts->sample0 = r->st.consumed_samples + (long long)k * mbs;
         if (eng_forward(m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, fdloss, &ls) ||
             (dump_grads && k == 0 && !(logits0 = malloc(mb_tokens * (size_t)m->V * sizeof(float))))) {
-            errf(err, errlen, "forward pass failed");
+            atoll_errf(err, errlen, "forward pass failed");
             return -1;
         }
         if (dump_grads && k == 0) eng_logits_to_host(m, r->acts, logits0);
         loss_sum += ls;
         if (eng_backward(m, r->acts, NULL, dloss)) {
-            errf(err, errlen, "backward pass failed");
+            atoll_errf(err, errlen, "backward pass failed");
             free(logits0);
             return -1;
         }
@@ -497,7 +489,7 @@ static int evaluate(run *r, double *valid, char *err, size_t errlen)
         for (int k = 0; k < d->nmicro; k++) {
             double ls = 0.0;
             if (eng_forward(r->m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, 0.0f, &ls)) {
-                errf(err, errlen, "evaluation forward pass failed");
+                atoll_errf(err, errlen, "evaluation forward pass failed");
                 return -1;
             }
             sum += ls;
@@ -507,7 +499,7 @@ static int evaluate(run *r, double *valid, char *err, size_t errlen)
     float lf = (float)loss;
     if (d->size > 1) {
         if (dist_world_sum(d, &lf, 1)) {
-            errf(err, errlen, "evaluation: %s", dist_error(d));
+            atoll_errf(err, errlen, "evaluation: %s", dist_error(d));
             return -1;
         }
         loss = lf;
@@ -538,7 +530,7 @@ static int resume(run *r, char *err, size_t errlen)
     }
     /* ZeRO-1 loads the full-shape moments, then keeps its shard */
     eng_optim *full = dist_optim_full(&r->d, r->m, &r->dopt);
-    if (!full) { errf(err, errlen, "--load: %s", dist_error(&r->d)); return -1; }
+    if (!full) { atoll_errf(err, errlen, "--load: %s", dist_error(&r->d)); return -1; }
     if (ckpt_load(r->c->load, it, r->m, full, &r->st, err, errlen)) return -1;
     dist_optim_scatter_loaded(&r->d, r->m, &r->dopt);
     if (r->d.rank != 0) {
@@ -564,7 +556,7 @@ static int setup(run *r, char *err, size_t errlen)
     r->have_emit = 1;
     r->wd = watchdog_start(r->d.world, &r->emit); /* from here a hang names where this rank is */
     if (r->d.size > 1 && r->o->dump_dir[0]) {
-        errf(err, errlen, "--dump-dir is a single-rank test hook; run it without --nproc-per-node");
+        atoll_errf(err, errlen, "--dump-dir is a single-rank test hook; run it without --nproc-per-node");
         return -1;
     }
     eng_layout lay = dist_layout(&r->d, c);
@@ -577,19 +569,19 @@ static int setup(run *r, char *err, size_t errlen)
         dist_pipe_init(&r->pipe, &r->d, r->m);
         r->have_pipe = 1;
     } else if (!(r->acts = eng_acts_create(r->m, 0))) {
-        errf(err, errlen, "out of memory for the activations");
+        atoll_errf(err, errlen, "out of memory for the activations");
         return -1;
     }
     size_t n = (size_t)c->global_batch_size * c->seq_length;
     r->tokens = malloc(n * sizeof(int32_t));
     r->targets = malloc(n * sizeof(int32_t));
-    if (!r->tokens || !r->targets) { errf(err, errlen, "out of memory"); return -1; }
+    if (!r->tokens || !r->targets) { atoll_errf(err, errlen, "out of memory"); return -1; }
     if (eng_data_open(&r->data, c->data_path, c->split, c->seq_length, c->vocab_size, c->seed, err, errlen))
         return -1;
     r->have_data = 1;
     /* Fail now, not after the first --save-interval iterations of work. */
     if (c->save[0] && ((mkdir(c->save, 0755) && errno != EEXIST) || access(c->save, W_OK))) {
-        errf(err, errlen, "--save %s: cannot create or write the directory: %s", c->save, strerror(errno));
+        atoll_errf(err, errlen, "--save %s: cannot create or write the directory: %s", c->save, strerror(errno));
         return -1;
     }
     if (c->eval_interval > 0 && c->eval_iters > 0) {
@@ -598,14 +590,14 @@ static int setup(run *r, char *err, size_t errlen)
             return -1;
         r->have_valid = 1;
     }
-    if (eng_init_params(r->m, c->seed)) { errf(err, errlen, "out of memory initialising the parameters"); return -1; }
+    if (eng_init_params(r->m, c->seed)) { atoll_errf(err, errlen, "out of memory initialising the parameters"); return -1; }
     dist_optim_take_params(&r->dopt, &r->d, r->m);
     r->st.seed = c->seed;
     if (c->load[0] && resume(r, err, errlen)) return -1;
     eng_params_updated(r->m); /* the bf16 copy of what init or the checkpoint wrote */
     r->start_iteration = r->st.iteration;
     if (r->d.rank == 0 && r->o->metrics_file[0] && !(r->metrics = fopen(r->o->metrics_file, "a"))) {
-        errf(err, errlen, "--metrics-file %s: %s", r->o->metrics_file, strerror(errno));
+        atoll_errf(err, errlen, "--metrics-file %s: %s", r->o->metrics_file, strerror(errno));
         return -1;
     }
     if (r->o->dump_dir[0]) {
@@ -672,7 +664,7 @@ static int save(run *r, char *err, size_t errlen)
         return -1;
     comm *w = comm_world_comm(d->world);
     if (comm_barrier(w) || (d->rank == 0 && ckpt_commit(r->c->save, &r->st, r->c, err, errlen)) || comm_barrier(w)) {
-        if (!err[0]) errf(err, errlen, "--save: %s", dist_error(d));
+        if (!err[0]) atoll_errf(err, errlen, "--save: %s", dist_error(d));
         return -1;
     }
     return 0;
@@ -719,7 +711,7 @@ static int async_drain(run *r, char *err, size_t errlen)
     if (!r->pending_it) return 0;
     if (r->pending && ckpt_async_wait(r->pending, err, errlen)) return -1;
     if (!r->pending_seen && r->d.size > 1 && comm_barrier(comm_world_comm(r->d.world))) {
-        errf(err, errlen, "--async-save: %s", dist_error(&r->d));
+        atoll_errf(err, errlen, "--async-save: %s", dist_error(&r->d));
         return -1;
     }
     if (r->d.rank == 0 && r->pending) {
