@@ -110,6 +110,7 @@ static void test_node_states(void)
     static const struct { const char *state; int out; } states[] = {
         { "IDLE", 0 },          { "ALLOCATED", 0 },        { "MIXED", 0 },           { "IDLE*", 0 },
         { "ALLOCATED+COMPLETING", 0 }, { "IDLE+POWERED_DOWN", 0 }, { "RESERVED", 0 },
+        { "ALLOCATED+NOT_RESPONDING", 0 },
         { "DRAIN", 1 },         { "DRAINED", 1 },          { "DRAINING", 1 },        { "DOWN", 1 },
         { "DOWN*", 1 },         { "IDLE+DRAIN", 1 },       { "ALLOCATED+DRAIN", 1 }, { "MIXED+DRAIN", 1 },
         { "FAIL", 1 },          { "FAILING", 1 },          { "DOWN+FAIL", 1 },       { "ALLOCATED+FAIL", 1 },
