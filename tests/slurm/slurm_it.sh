@@ -227,9 +227,10 @@ case_drain() {
   [ "$(nodes_of)" = node1,node2 ] && world_is 4 || fail "not on both nodes at DP 2: $(atoll status 1)"
   local t0; t0=$(now)
   scontrol update nodename=node2 state=drain reason=atoll-test || fail "scontrol drain"
+  # grep reads every event (-q would quit early, and atoll dying of SIGPIPE fail the pipeline)
   lost() { atoll events --limit 100000 | grep -E "node\.slurm_lost +node2 +Slurm state [A-Z]+\+DRAIN \(reason: atoll-test\): treated as lost"; }
   wait_until 10 lost || fail "no node.slurm_lost event: $(atoll events --limit 100000 | tail -5); $(grep -i slurm "$RUN/coordinatord.log")"
-  atoll events --limit 100000 | grep -qE "job\.node_lost +job 1 +node node2 lost: Slurm state [A-Z]+\+DRAIN \(reason: atoll-test\)" \
+  atoll events --limit 100000 | grep -E "job\.node_lost +job 1 +node node2 lost: Slurm state [A-Z]+\+DRAIN \(reason: atoll-test\)" >/dev/null \
     || fail "the job's fault does not name Slurm: $(atoll events --limit 100000 | tail -5)"
   ok "scontrol drain node2: $(lost | sed 's/.*node2 *//') ($(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s)"
   atoll nodes --json | json "[n['state'] + ' ' + n['slurm_state'] for n in d['nodes'] if n['name'] == 'node2'][0]" \
@@ -241,14 +242,14 @@ case_drain() {
   ok "job 1 restarted on node1 alone (DP 2 -> 1, epoch $(status "d['epoch']")) and trains on: step $(status "d['step']") \
 ($(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s after the drain)"
   scontrol update nodename=node2 state=resume || fail "scontrol resume"
-  back() { atoll events --limit 100000 | grep -qE "node\.slurm_returned +node2 +Slurm state (ALLOCATED|MIXED|IDLE)[A-Z_+]*: open for new work again"; }
+  back() { atoll events --limit 100000 | grep -E "node\.slurm_returned +node2 +Slurm state (ALLOCATED|MIXED|IDLE)[A-Z_+]*: open for new work again" >/dev/null; }
   wait_until 10 back || fail "no node.slurm_returned event: $(atoll events --limit 100000 | tail -5); $(grep -i slurm "$RUN/coordinatord.log"); $(scontrol -o show node node2)"
   atoll nodes --json | json "[n['state'] + '/' + n['slurm_state'] for n in d['nodes'] if n['name'] == 'node2'][0]" \
     | grep -qx "alive/" || fail "node2 not alive again: $(atoll node node2)"
   t0=$(now)
   wait_until 60 world_is 4 || fail "no scale-up back onto node2: $(atoll status 1); $(atoll events --limit 100000 | tail -5)"
   [ "$(nodes_of)" = node1,node2 ] || fail "grown back on $(nodes_of)"
-  atoll events --limit 100000 | grep -qE "job\.restart +job 1 +scale-up" || fail "no scale-up restart: $(atoll events --limit 100000 | tail -8)"
+  atoll events --limit 100000 | grep -E "job\.restart +job 1 +scale-up" >/dev/null || fail "no scale-up restart: $(atoll events --limit 100000 | tail -8)"
   ok "scontrol resume node2: placeable again; the job grew back to DP 2 on both nodes at its next checkpoint \
 ($(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s)"
   wait_until 120 state_in "$SJOB" COMPLETED FAILED CANCELLED TIMEOUT || fail "Slurm job $SJOB: $(job_state "$SJOB"); $(show_out)"
