@@ -94,7 +94,8 @@ static void print_node(const Atoll__Node *n)
     gpus(n, g, sizeof g);
     islands(n, isl, sizeof isl);
     nics(n, x, sizeof x);
-    printf("node %s: %s%s\n", n->name, msg_node_state_name(n->state), n->drained && n->state != 3 ? " (drained)" : "");
+    printf("node %s: %s%s%s%s\n", n->name, msg_node_state_name(n->state), n->drained && n->state != 3 ? " (drained)" : "",
+           n->slurm_state[0] ? ", Slurm: " : "", n->slurm_state);
     printf("  host %s, agent %s, leaf %s\n", n->host[0] ? n->host : "-", n->address[0] ? n->address : "-",
            n->leaf[0] ? n->leaf : "-");
     printf("  registered %s UTC, last heartbeat %s UTC (%llu heartbeats)\n", t1, t2,

@@ -46,6 +46,7 @@ void msg_json_node_fields(jsonw *w, const Atoll__Node *n)
     else jsonw_null(w);
     jsonw_kint(w, "cpu_ranks", n->cpu_ranks);
     jsonw_kbool(w, "drained", n->drained);
+    jsonw_kstr(w, "slurm_state", n->slurm_state);
     jsonw_kstr(w, "host", n->host);
     jsonw_kstr(w, "address", n->address);
     jsonw_kint(w, "registered_ms", n->registered_ms);

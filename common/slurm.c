@@ -149,3 +149,91 @@ int slurm_fabric(fabric **out, char *from, size_t fromlen, char *err, size_t err
     snprintf(from, fromlen, "%s", conf);
     return fabric_load(out, conf, err, errlen);
 }
+
+int slurm_state_out(const char *state)
+{
+    static const char *const out[] = { "DRAIN", "DRAINING", "DRAINED", "DOWN", "FAIL", "FAILING" };
+    const char *p = state;
+    while (*p) {
+        size_t n = strcspn(p, "+");
+        while (n && strchr("*~#%!$@^-", p[n - 1])) n--; /* not responding, powered down, ... */
+        for (size_t k = 0; k < sizeof out / sizeof *out; k++)
+            if (strlen(out[k]) == n && !strncmp(p, out[k], n)) return 1;
+        p += strcspn(p, "+");
+        if (*p) p++;
+    }
+    return 0;
+}
+
+/* The value of " KEY=" in line[0..len): its start and length up to the next space. */
+static const char *field(const char *line, size_t len, const char *key, size_t *vlen)
+{
+    size_t k = strlen(key);
+    for (const char *p = line; p + k <= line + len; p++) {
+        if ((p == line || p[-1] == ' ') && !strncmp(p, key, k)) {
+            const char *v = p + k;
+            *vlen = strcspn(v, " ");
+            if (v + *vlen > line + len) *vlen = (size_t)(line + len - v);
+            return v;
+        }
+    }
+    return NULL;
+}
+
+int slurm_parse_nodes(const char *text, slurm_node *out, int max, char *err, size_t errlen)
+{
+    int n = 0, lineno = 0;
+    for (const char *line = text; *line;) {
+        size_t len = strcspn(line, "\n");
+        const char *next = line + len + (line[len] == '\n');
+        lineno++;
+        while (len && (line[len - 1] == ' ' || line[len - 1] == '\r')) len--;
+        if (!len) {
+            line = next;
+            continue;
+        }
+        /* Reason= comes last and may hold spaces and '=': the other keys are looked
+         * for before it only. */
+        const char *reason = NULL;
+        for (const char *p = line; p + 7 <= line + len && !reason; p++)
+            if ((p == line || p[-1] == ' ') && !strncmp(p, "Reason=", 7)) reason = p;
+        size_t head = reason ? (size_t)(reason - line) : len;
+        size_t nl = 0, sl = 0;
+        const char *name = strncmp(line, "NodeName=", 9) ? NULL : line + 9;
+        if (name) nl = strcspn(name, " ") < len - 9 ? strcspn(name, " ") : len - 9;
+        const char *state = field(line, head, "State=", &sl);
+        if (!name || !nl || !state || !sl) {
+            snprintf(err, errlen, "line %d of scontrol -o show node output: expected 'NodeName=NAME ... State=STATE ...', "
+                     "got '%.60s%s'", lineno, line, len > 60 ? "..." : "");
+            return -1;
+        }
+        if (nl >= sizeof out->name || sl >= sizeof out->state) {
+            snprintf(err, errlen, "line %d of scontrol -o show node output: %s longer than %zu characters", lineno,
+                     nl >= sizeof out->name ? "NodeName" : "State", (nl >= sizeof out->name ? sizeof out->name
+                                                                                            : sizeof out->state) - 1);
+            return -1;
+        }
+        if (n == max) {
+            snprintf(err, errlen, "scontrol -o show node output: more than the %d nodes asked for", max);
+            return -1;
+        }
+        slurm_node *o = &out[n++];
+        memset(o, 0, sizeof *o);
+        memcpy(o->name, name, nl);
+        memcpy(o->state, state, sl);
+        o->out = slurm_state_out(o->state);
+        if (reason) {
+            const char *v = reason + 7;
+            size_t vl = (size_t)(line + len - v);
+            /* Slurm stamps who set it and when: "text [root@2024-05-01T10:00:00]" */
+            const char *stamp = NULL;
+            for (const char *p = v; p + 1 < v + vl; p++)
+                if (p[0] == ' ' && p[1] == '[' && memchr(p, '@', (size_t)(v + vl - p))) stamp = p;
+            if (stamp) vl = (size_t)(stamp - v);
+            if (vl >= sizeof o->reason) vl = sizeof o->reason - 1;
+            if (vl != 6 || strncmp(v, "(null)", 6)) memcpy(o->reason, v, vl);
+        }
+        line = next;
+    }
+    return n;
+}

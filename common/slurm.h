@@ -11,7 +11,9 @@
  *   SLURM_STEP_GPUS, else SLURM_JOB_GPUS   the GPUs Slurm gave the step (NVML indices)
  *                                                          -> the GPUs workerd offers
  * and coordinatord without --fabric takes the switch tree from Slurm
- * (`scontrol show topology`, else the topology.conf beside slurm.conf).
+ * (`scontrol show topology`, else the topology.conf beside slurm.conf), and
+ * watches the states Slurm gives the nodes (`scontrol -o show node`, parsed by
+ * slurm_parse_nodes) to treat a node Slurm drains, downs or fails as lost.
  *
  * The environment is read through a getenv-like function so tests can pass a table.
  * Ownership: returned strings are the environment's; nothing is allocated here
@@ -52,5 +54,25 @@ int slurm_gpus(slurm_getenv_fn get, int *idx, int *cuda, int max, char *err, siz
  * and `from` naming the source; 1 when Slurm has no tree (topology/none), `from`
  * saying what was tried; -1 with err when what Slurm gave does not parse. */
 int slurm_fabric(fabric **out, char *from, size_t fromlen, char *err, size_t errlen);
+
+/* One node of `scontrol -o show node` output. Its name is the Slurm NodeName,
+ * which is the atoll name of the workerd running there (SLURMD_NODENAME). */
+typedef struct slurm_node {
+    char name[64];   /* NodeName= */
+    char state[64];  /* State= as Slurm prints it: "IDLE", "ALLOCATED+DRAIN", "DOWN*" */
+    char reason[200]; /* Reason= less its "[user@time]" stamp; "" when none */
+    int out;         /* Slurm keeps it from work: DRAIN, DRAINING, DRAINED, DOWN, FAIL or FAILING */
+} slurm_node;
+
+/* Parses the output of `scontrol -o show node [LIST]` (one node per line; blank
+ * lines are skipped) into out[0..max). Returns how many nodes, or -1 with err
+ * naming the line when a line is not a node ("NodeName=... State=..."), a name or
+ * state is too long, or there are more than max nodes. */
+int slurm_parse_nodes(const char *text, slurm_node *out, int max, char *err, size_t errlen);
+
+/* 1 when a Slurm State= value ("MIXED+DRAIN", "DOWN*", "IDLE") keeps the node from
+ * work: one of its '+'-joined words, less Slurm's one-character flags (* ~ # % ! $ @ ^
+ * -), is DRAIN, DRAINING, DRAINED, DOWN, FAIL or FAILING. */
+int slurm_state_out(const char *state);
 
 #endif

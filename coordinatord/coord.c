@@ -70,6 +70,7 @@ void coord_opts_defaults(coord_opts *o)
     o->hang_factor = 3;
     o->straggler_threshold = 1.5;
     o->max_restarts = 3;
+    o->slurm_poll_ms = 10000; /* main turns it off outside a Slurm job unless --slurm-poll says */
 }
 
 int coord_init(coord *c, const coord_opts *o, const char *db_path, char *err, size_t errlen)

@@ -8,7 +8,7 @@
  *   series.c     per-step metrics of jobs    logs.c       rank logs fetched from nodes
  *   hang.c       hangs and their culprits    straggler.c  per-rank compute scores
  *   restart.c    reaction to faults, history goodput.c    where wall time went
- *   http.c       /metrics, /api/..., /
+ *   http.c       /metrics, /api/..., /    slurm_watch.c nodes Slurm drains, downs or fails
  */
 #ifndef ATOLL_COORD_H
 #define ATOLL_COORD_H
@@ -41,6 +41,7 @@ typedef struct coord_opts {
     double straggler_threshold; /* compute time over the job's median that makes a straggler */
     int straggler_exclude_ms; /* a straggler this long gets its node drained (0 = never) */
     int max_restarts;        /* for jobs that do not say */
+    int slurm_poll_ms;       /* ask Slurm for its node states this often (0 = never; slurm_watch.c) */
 } coord_opts;
 
 /* A connected client, as the handlers see it. */
@@ -158,6 +159,7 @@ typedef struct coord {
     coord_hist hb_hist;
     void *server;            /* server.c's private state */
     struct fabric *fab;      /* switch tree from --fabric (fabric.h); NULL = leaves unknown */
+    struct slurm_watch *slurm_watch; /* slurm_watch.c's poller while serving; NULL = not polling */
 } coord;
 
 int64_t coord_wall_ms(void);
@@ -239,6 +241,18 @@ int64_t hang_bound_ms(const coord *c, const live_job *lj);
 /* ---- straggler.c ---- */
 void straggler_step(coord *c, live_job *lj, const Atoll__RankMetrics *m);
 void straggler_tick(coord *c);
+
+/* ---- slurm_watch.c ---- */
+struct slurm_node;
+/* Node states as Slurm reported them (slurm_parse_nodes): a registered node Slurm
+ * now keeps from work is treated as lost (event, its jobs restart, not placeable),
+ * one Slurm returned to service is placeable again. Nodes not registered are skipped. */
+void slurm_watch_apply(coord *c, const struct slurm_node *v, int n);
+/* Polls `scontrol -o show node` on the loop every --slurm-poll (nothing when 0).
+ * stop closes its handles (a poll in flight is killed); free after the loop has run. */
+int slurm_watch_start(coord *c, void *uv_loop);
+void slurm_watch_stop(coord *c);
+void slurm_watch_free(coord *c);
 
 /* ---- logs.c ---- */
 void logs_request(coord *c, coord_peer *p, const Atoll__LogsRequest *m);

@@ -69,6 +69,7 @@ static Atoll__Node *node_msg(coord *c, reg_node *rn, msg_arena *a)
     }
     n->state = (Atoll__NodeState)registry_state(rn);
     n->drained = rn->drained;
+    if (rn->slurm_out) n->slurm_state = rn->slurm_state;
     n->registered_ms = rn->registered_ms;
     n->last_seen_ms = rn->last_seen_ms;
     n->address = rn->address;
@@ -768,9 +769,10 @@ static void on_live_change(void *ctx, reg_node *n, int from, int to)
         set_live(c, n, to, "node.suspect", "no heartbeat for %.1f s (dead after %.1f s)", silent,
                  c->o.node_timeout_ms / 1000.0);
     else if (to == NODE_DEAD) {
-        set_live(c, n, to, "node.dead", "no heartbeat for %.1f s (node timeout %.1f s)", silent,
-                 c->o.node_timeout_ms / 1000.0);
-        jobs_node_lost(c, n->name);
+        char why[128];
+        snprintf(why, sizeof why, "no heartbeat for %.1f s (node timeout %.1f s)", silent, c->o.node_timeout_ms / 1000.0);
+        set_live(c, n, to, "node.dead", "%s", why);
+        jobs_node_lost(c, n->name, n->last_seen_ms, why);
     }
 }
 

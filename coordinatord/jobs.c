@@ -466,16 +466,14 @@ void jobs_fault_raise(coord *c, uint64_t id, const jobs_fault *f)
     c->schedule_pending = 1;
 }
 
-void jobs_node_lost(coord *c, const char *node)
+void jobs_node_lost(coord *c, const char *node, int64_t fault_ms, const char *why)
 {
     lost_ctx l = { .c = c, .node = node };
     for (int s = PLACING; s <= RESTARTING; s++) store_jobs_each(c->st, s, collect_active, &l);
-    reg_node *rn = registry_find(&c->reg, node);
     for (size_t i = 0; i < l.ids.n; i++) {
-        jobs_fault f = { .cause = "node-lost", .rank = -1, .fault_ms = rn ? rn->last_seen_ms : c->now() };
+        jobs_fault f = { .cause = "node-lost", .rank = -1, .fault_ms = fault_ms };
         snprintf(f.node, sizeof f.node, "%s", node);
-        snprintf(f.detail, sizeof f.detail, "node %s lost: no heartbeat for %.1f s (node timeout %.1f s)", node,
-                 (c->now() - f.fault_ms) / 1000.0, c->o.node_timeout_ms / 1000.0);
+        snprintf(f.detail, sizeof f.detail, "node %s lost: %s", node, why);
         jobs_fault_raise(c, l.ids.ids[i], &f);
     }
     free(l.ids.ids);

@@ -51,8 +51,10 @@ typedef struct jobs_fault {
  * stopped and the job restarts or fails. */
 void jobs_fault_raise(coord *c, uint64_t id, const jobs_fault *f);
 
-/* A node died or went away: every active job using it restarts on a new placement. */
-void jobs_node_lost(coord *c, const char *node);
+/* A node died or went away (at fault_ms; `why` says how: "no heartbeat for ...",
+ * "Slurm state DOWN ..."): every active job using it restarts on a new placement,
+ * its fault saying "node NAME lost: WHY". */
+void jobs_node_lost(coord *c, const char *node, int64_t fault_ms, const char *why);
 /* A rank of a job ended (relayed by its workerd). Recorded once; when every rank
  * of the epoch exited 0 the job completes, and when they all exited 0 or
  * SUP_EXIT_SAVED, some of them SAVED (SIGTERM: Slurm ending the allocation,

@@ -33,6 +33,9 @@ static const char USAGE[] =
     "  --straggler-threshold R    a rank computing R x its peers' median is a straggler (default 1.5)\n"
     "  --exclude-stragglers SEC   drain the node of a rank that stays a straggler this long (default: never)\n"
     "  --max-restarts N           restarts after failures for jobs that do not say (default 3)\n"
+    "  --slurm-poll SEC           ask Slurm for its nodes' states every SEC (`scontrol -o show node`); a node Slurm\n"
+    "                             drains, downs or fails is lost to atoll until Slurm returns it (default 10 in a\n"
+    "                             Slurm job, else 0 = never)\n"
     "  --log-level LEVEL          debug, info, warn, error (default info)\n"
     "The bound addresses are written to STATE_DIR/coordinatord.addr and STATE_DIR/http.addr.\n";
 
@@ -55,6 +58,7 @@ int main(int argc, char **argv)
     coord_opts o;
     coord_opts_defaults(&o);
     log_level level = LOG_INFO;
+    int slurm_poll_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -97,6 +101,11 @@ int main(int argc, char **argv)
             o.max_restarts = (int)n;
         }
         else if (!strcmp(a, "--stop-grace")) bad = seconds(a, v, &o.stop_grace_ms);
+        else if (!strcmp(a, "--slurm-poll")) {
+            slurm_poll_given = 1;
+            if (strcmp(v, "0")) bad = seconds(a, v, &o.slurm_poll_ms);
+            else o.slurm_poll_ms = 0;
+        }
         else if (!strcmp(a, "--http-token")) snprintf(o.http_token_file, sizeof o.http_token_file, "%s", v);
         else if (!strcmp(a, "--http-max-conns")) {
             char *end;
@@ -137,6 +146,7 @@ int main(int argc, char **argv)
     }
     log_init("coordinatord", level);
     o.fabric_from_slurm = slurm_in_job(getenv);
+    if (!slurm_poll_given && !o.fabric_from_slurm) o.slurm_poll_ms = 0;
     /* A peer that goes away mid-write must cost us that connection (EPIPE), not the process. */
     signal(SIGPIPE, SIG_IGN);
 

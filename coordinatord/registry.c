@@ -91,7 +91,7 @@ int registry_set_info(reg_node *n, const uint8_t *info, size_t len, int ngpus, i
 int registry_state(const reg_node *n)
 {
     if (n->live == NODE_DEAD) return NODE_DEAD;
-    return n->drained ? NODE_DRAINED : n->live;
+    return n->drained || n->slurm_out ? NODE_DRAINED : n->live;
 }
 
 int registry_tick(registry *r, int64_t now_ms, registry_change_fn fn, void *ctx)

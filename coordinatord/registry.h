@@ -3,7 +3,9 @@
  * Liveness is a pure function of silence: a node that has not heartbeated for
  * `suspect_ms` becomes suspect, for `dead_ms` dead; any heartbeat or registration
  * makes it alive again. Draining is separate (an operator's flag): a drained node
- * keeps its liveness and shows as "drained" unless it is dead.
+ * keeps its liveness and shows as "drained" unless it is dead. So does a node
+ * Slurm keeps from work (slurm_out, set by slurm_watch.c while Slurm says DRAIN,
+ * DOWN or FAIL), whatever the operator's flag says.
  * The store holds the durable copy; the registry is rebuilt from it at start.
  *
  * Ownership: the registry owns its reg_node structs (stable addresses until
@@ -21,6 +23,8 @@ typedef struct reg_node {
     int ngpus, slots;       /* slots: GPUs, or CPU ranks on CPU-only nodes */
     int live;               /* NODE_ALIVE / NODE_SUSPECT / NODE_DEAD */
     int drained;
+    int slurm_out;          /* Slurm has it drained, down or failed (slurm_watch.c); in memory only */
+    char slurm_state[280];  /* while slurm_out: "IDLE+DRAIN (reason: bad dimm)" */
     int64_t registered_ms, last_seen_ms;
     uint64_t heartbeats;
     void *peer;             /* the agent's connection while it is connected */
@@ -46,7 +50,7 @@ reg_node *registry_add(registry *r, const char *name);
 /* Replaces the node's topology blob (copied). -1 on OOM. */
 int registry_set_info(reg_node *n, const uint8_t *info, size_t len, int ngpus, int slots);
 
-/* The state users see: dead, else drained, else alive/suspect. */
+/* The state users see: dead, else drained (by the operator or Slurm), else alive/suspect. */
 int registry_state(const reg_node *n);
 
 /* Applies the timeouts at time `now_ms`, calling fn for every change of `live`

@@ -1,5 +1,6 @@
 /* server: the coordinator's libuv side. One loop: the RPC listener, the HTTP
- * listener, a 100 ms tick for liveness, rendezvous timeouts and scheduling, and
+ * listener, a 100 ms tick for liveness, rendezvous timeouts and scheduling, the
+ * Slurm node-state poll (slurm_watch.c), and
  * SIGTERM/SIGINT for a clean stop. With --stop-grace, SIGTERM while jobs are
  * active keeps serving until they have ended (their ranks are stopping too when
  * Slurm ends the allocation, and their exits say how), and 2 s more for clients
@@ -100,6 +101,7 @@ static void stop(coord *c, const char *why)
     uv_close((uv_handle_t *)&s->sigint, NULL);
     rpc_server_close(&s->rpc);
     http_stop(c);
+    slurm_watch_stop(c);
     uv_stop(s->loop);
 }
 
@@ -178,11 +180,13 @@ int server_run(coord *c, char *err, size_t errlen)
     s.sigterm.data = s.sigint.data = c;
     uv_signal_start(&s.sigterm, on_signal, SIGTERM);
     uv_signal_start(&s.sigint, on_signal, SIGINT);
+    if (slurm_watch_start(c, s.loop)) log_warn("cannot watch Slurm's node states: out of memory");
     uv_run(s.loop, UV_RUN_DEFAULT);
     /* Close every connection and let the callbacks run, so nothing leaks. */
     uv_walk(s.loop, close_any, NULL);
     uv_run(s.loop, UV_RUN_DEFAULT);
     uv_loop_close(s.loop);
+    slurm_watch_free(c);
     c->server = NULL;
     return 0;
 }

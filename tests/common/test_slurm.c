@@ -94,11 +94,90 @@ static void test_gpus(void)
           err);
 }
 
+/* `scontrol -o show node` lines as Slurm 22.05 prints them (captured from the
+ * cluster tests/slurm starts; the states vary as a drain, a job, a failure make them). */
+#define NODE_LINE(name, state, tail)                                                                              \
+    "NodeName=" name " Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=4 CPUTot=4 CPULoad=16.21 "                \
+    "AvailableFeatures=(null) ActiveFeatures=(null) Gres=(null) NodeAddr=10.77.0.12 NodeHostName=" name              \
+    " Version=22.05.8 OS=Linux 6.18.44-fc-v669 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=1 AllocMem=0 FreeMem=21900 "   \
+    "Sockets=4 Boards=1 State=" state " ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A "                \
+    "Partitions=debug  BootTime=2026-11-22T21:42:07 SlurmdStartTime=2026-11-23T01:21:53 "                           \
+    "LastBusyTime=2026-11-23T01:21:53 CfgTRES=cpu=4,mem=1M,billing=4 AllocTRES= CapWatts=n/a CurrentWatts=0 "       \
+    "AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 ExtSensorsTemp=n/s" tail "\n"
+
+static void test_node_states(void)
+{
+    static const struct { const char *state; int out; } states[] = {
+        { "IDLE", 0 },          { "ALLOCATED", 0 },        { "MIXED", 0 },           { "IDLE*", 0 },
+        { "ALLOCATED+COMPLETING", 0 }, { "IDLE+POWERED_DOWN", 0 }, { "RESERVED", 0 },
+        { "ALLOCATED+NOT_RESPONDING", 0 },
+        { "DRAIN", 1 },         { "DRAINED", 1 },          { "DRAINING", 1 },        { "DOWN", 1 },
+        { "DOWN*", 1 },         { "IDLE+DRAIN", 1 },       { "ALLOCATED+DRAIN", 1 }, { "MIXED+DRAIN", 1 },
+        { "FAIL", 1 },          { "FAILING", 1 },          { "DOWN+FAIL", 1 },       { "ALLOCATED+FAIL", 1 },
+        { "DOWN*+DRAIN", 1 },   { "IDLE+DRAIN+RESERVED", 1 }, { "DRAINAGE", 0 },
+    };
+    for (size_t i = 0; i < sizeof states / sizeof *states; i++)
+        CHECK(slurm_state_out(states[i].state) == states[i].out, "state %s: out %d, expected %d", states[i].state,
+              slurm_state_out(states[i].state), states[i].out);
+
+    const char *text = NODE_LINE("node1", "IDLE", "")
+        NODE_LINE("node2", "IDLE+DRAIN", " Reason=atoll test x [root@2026-11-23T01:21:53]")
+        NODE_LINE("node3", "ALLOCATED+DRAIN", " Reason=bad=dimm [slurm@2026-11-23T01:21:56]")
+        NODE_LINE("node4", "DOWN*", " Reason=Not responding [slurm@2026-11-23T01:22:10]")
+        "\n"
+        NODE_LINE("node5", "MIXED", "")
+        NODE_LINE("node6", "DOWN+FAIL", " Reason=failx")
+        NODE_LINE("node7", "ALLOCATED", "");
+    slurm_node v[8];
+    char err[300] = "";
+    int n = slurm_parse_nodes(text, v, 8, err, sizeof err);
+    CHECK(n == 7, "7 nodes (a blank line skipped): %d %s", n, err);
+    if (n == 7) {
+        CHECK(!strcmp(v[0].name, "node1") && !strcmp(v[0].state, "IDLE") && !v[0].out && !v[0].reason[0],
+              "idle: %s %s out %d '%s'", v[0].name, v[0].state, v[0].out, v[0].reason);
+        CHECK(!strcmp(v[1].name, "node2") && !strcmp(v[1].state, "IDLE+DRAIN") && v[1].out &&
+                  !strcmp(v[1].reason, "atoll test x"),
+              "drained, the reason's spaces kept and its stamp dropped: %s '%s'", v[1].state, v[1].reason);
+        CHECK(v[2].out && !strcmp(v[2].reason, "bad=dimm"), "draining: '%s'", v[2].reason);
+        CHECK(v[3].out && !strcmp(v[3].state, "DOWN*") && !strcmp(v[3].reason, "Not responding"), "down: %s '%s'",
+              v[3].state, v[3].reason);
+        CHECK(!v[4].out && !strcmp(v[4].name, "node5"), "mixed: %s", v[4].state);
+        CHECK(v[5].out && !strcmp(v[5].reason, "failx"), "failed, no stamp: '%s'", v[5].reason);
+        CHECK(!v[6].out && !strcmp(v[6].state, "ALLOCATED"), "allocated: %s", v[6].state);
+    }
+    /* A reason that says "State=" does not change the state. */
+    n = slurm_parse_nodes("NodeName=n1 State=IDLE Reason=was State=DOWN before\n", v, 8, err, sizeof err);
+    CHECK(n == 1 && !strcmp(v[0].state, "IDLE") && !v[0].out && !strcmp(v[0].reason, "was State=DOWN before"),
+          "State= inside the reason: %d %s '%s'", n, v[0].state, v[0].reason);
+    CHECK(slurm_parse_nodes("", v, 8, err, sizeof err) == 0, "no output, no nodes");
+
+    /* malformed input: what was wrong, where, and what is expected */
+    err[0] = 0;
+    CHECK(slurm_parse_nodes(NODE_LINE("node1", "IDLE", "") "Node nodeX not found\n", v, 8, err, sizeof err) == -1 &&
+              strstr(err, "line 2") && strstr(err, "Node nodeX not found") && strstr(err, "NodeName=NAME"),
+          "not a node line: %s", err);
+    CHECK(slurm_parse_nodes("NodeName=n1 Arch=x86_64 CPUTot=4\n", v, 8, err, sizeof err) == -1 &&
+              strstr(err, "line 1") && strstr(err, "State=STATE"),
+          "no State=: %s", err);
+    CHECK(slurm_parse_nodes("NodeName= State=IDLE\n", v, 8, err, sizeof err) == -1 && strstr(err, "line 1"),
+          "empty name: %s", err);
+    CHECK(slurm_parse_nodes("NodeName=n1 State=\n", v, 8, err, sizeof err) == -1, "empty state: %s", err);
+    char longname[200] = "NodeName=";
+    memset(longname + 9, 'x', 100);
+    strcpy(longname + 109, " State=IDLE");
+    CHECK(slurm_parse_nodes(longname, v, 8, err, sizeof err) == -1 && strstr(err, "NodeName longer than 63"),
+          "long name: %s", err);
+    CHECK(slurm_parse_nodes(NODE_LINE("a", "IDLE", "") NODE_LINE("b", "IDLE", ""), v, 1, err, sizeof err) == -1 &&
+              strstr(err, "more than the 1 nodes"),
+          "more nodes than asked for: %s", err);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
     test_outside();
     test_coordinator();
     test_gpus();
+    test_node_states();
     return check_summary(argv[0]);
 }

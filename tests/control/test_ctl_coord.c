@@ -11,6 +11,7 @@
 #include "log.h"
 #include "msg.h"
 #include "scheduler.h"
+#include "slurm.h"
 #include "topo.h"
 
 typedef struct test_peer {
@@ -162,6 +163,126 @@ static int events_of(coord *c, const char *kind)
     const char *k[2] = { kind, NULL };
     store_events_each(c->st, 0, 0, count_kind, k);
     return (int)(intptr_t)k[1];
+}
+
+typedef struct {
+    const char *kind, *want;
+    int found;
+} event_match;
+
+static int match_event(void *ctx, const store_event *e)
+{
+    event_match *m = ctx;
+    if (!strcmp(e->kind, m->kind) && strstr(e->message, m->want)) m->found++;
+    return 0;
+}
+
+/* Events of `kind` whose message holds `want`. */
+static int events_saying(coord *c, const char *kind, const char *want)
+{
+    event_match m = { kind, want, 0 };
+    store_events_each(c->st, 0, 0, match_event, &m);
+    return m.found;
+}
+
+/* A node Slurm drains is lost to atoll while its agent still heartbeats: the job
+ * restarts without it (DP shrunk) and nothing is placed there until Slurm
+ * returns it to service; then the job can grow back. */
+static void test_slurm_states(void)
+{
+    coord c;
+    coord_opts o;
+    coord_opts_defaults(&o);
+    o.suspect_ms = 2000;
+    char err[256];
+    CHECK(coord_init(&c, &o, ":memory:", err, sizeof err) == 0, "%s", err);
+    c.now = fake_now;
+    c.send = record;
+    static test_peer w1, w2, cli;
+    w1.p.role = w2.p.role = ATOLL__ROLE__ROLE_WORKER;
+    cli.p.role = ATOLL__ROLE__ROLE_CLI;
+    do_register(&c, &w1, "n1", "dgx-h100");
+    do_register(&c, &w2, "n2", "dgx-h100");
+    atoll_config cfg;
+    base_cfg(&cfg);
+    const char *e;
+    uint64_t id = submit(&c, &cli, &cfg, &e);
+    coord_tick(&c);
+    Atoll__RankMetrics m = ATOLL__RANK_METRICS__INIT;
+    m.job = id;
+    m.iteration = 3;
+    fake_ms += 500;
+    heartbeat(&c, &w1, &m);
+    coord_tick(&c);
+    store_job j;
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_RUNNING && j.world == 16, "running on both: %d %d", j.state,
+          j.world);
+    store_job_clear(&j);
+
+    /* states of nodes atoll does not know are skipped; n1 in service changes nothing */
+    slurm_node v[3] = { { .name = "n1", .state = "MIXED" },
+                        { .name = "n2", .state = "ALLOCATED+DRAIN", .reason = "atoll test", .out = 1 },
+                        { .name = "gpu9", .state = "DOWN", .out = 1 } };
+    slurm_watch_apply(&c, v, 1);
+    CHECK(events_of(&c, "node.slurm_lost") == 0 && job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_RUNNING,
+          "an in-service node is no event");
+    store_job_clear(&j);
+    slurm_watch_apply(&c, v, 3);
+    reg_node *n2 = registry_find(&c.reg, "n2");
+    CHECK(n2->slurm_out && registry_state(n2) == NODE_DRAINED && !n2->drained, "n2 drained by Slurm: state %d",
+          registry_state(n2));
+    CHECK(events_saying(&c, "node.slurm_lost", "Slurm state ALLOCATED+DRAIN (reason: atoll test): treated as lost") == 1,
+          "node event with Slurm's state and reason");
+    CHECK(events_saying(&c, "job.node_lost", "node n2 lost: Slurm state ALLOCATED+DRAIN (reason: atoll test)") == 1,
+          "the job's fault names the node, Slurm's state and reason");
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_RESTARTING, "restarting: %d (%s)", j.state, j.message);
+    store_job_clear(&j);
+    CHECK(w1.stops >= 1 && w2.stops >= 1, "both nodes told to stop the ranks (n2's agent is alive): %d %d", w1.stops,
+          w2.stops);
+    /* The same state again, or a new reason, is not a second loss. */
+    slurm_watch_apply(&c, v, 3);
+    snprintf(v[1].state, sizeof v[1].state, "IDLE+DRAIN");
+    slurm_watch_apply(&c, v, 3);
+    CHECK(events_of(&c, "node.slurm_lost") == 1 && events_of(&c, "job.node_lost") == 1, "one loss: %d",
+          events_of(&c, "node.slurm_lost"));
+    CHECK(strstr(n2->slurm_state, "IDLE+DRAIN (reason: atoll test)"), "newest Slurm state kept: %s", n2->slurm_state);
+    msg_arena a = { 0 };
+    Atoll__NodesReply nr;
+    CHECK(coord_nodes_reply(&c, "n2", &nr, &a) == 0 && !strcmp(nr.nodes[0]->slurm_state, "IDLE+DRAIN (reason: atoll test)"),
+          "atoll nodes shows Slurm's state");
+    msg_arena_free(&a);
+
+    /* Both agents report the ranks gone and keep heartbeating: the job is placed on n1 alone. */
+    fake_ms += 500;
+    heartbeat(&c, &w1, NULL);
+    heartbeat(&c, &w2, NULL);
+    coord_tick(&c);
+    coord_tick(&c);
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_STARTING && j.world == 8 && j.restarts == 1,
+          "placed again without n2: %d world %d (%s)", j.state, j.world, j.message);
+    store_job_clear(&j);
+    CHECK(registry_state(n2) == NODE_DRAINED, "a heartbeat does not undo Slurm's drain");
+    CHECK(sched_job_uses_node(&c, &(store_job){ .id = id, .epoch = 1 }, "n1") &&
+              !sched_job_uses_node(&c, &(store_job){ .id = id, .epoch = 1 }, "n2"),
+          "epoch 1 on n1 only");
+
+    /* Slurm resumes it: placeable again, so the job can grow back to DP 4 at its next checkpoint */
+    atoll_config jc;
+    CHECK(job_state(&c, id, &j) >= 0 && jobs_config(&j, &jc) == 0 && sched_grow_dp(&c, &j, &jc, 2) == 2,
+          "no room to grow while Slurm keeps n2 drained");
+    snprintf(v[1].state, sizeof v[1].state, "IDLE");
+    v[1].reason[0] = 0;
+    v[1].out = 0;
+    slurm_watch_apply(&c, v, 2);
+    CHECK(!n2->slurm_out && registry_state(n2) == NODE_ALIVE && !n2->slurm_state[0], "n2 back: state %d",
+          registry_state(n2));
+    CHECK(events_saying(&c, "node.slurm_returned", "Slurm state IDLE: open for new work again") == 1, "returned event");
+    CHECK(sched_grow_dp(&c, &j, &jc, 2) == 4, "room to grow back to DP 4 on n2: %d", sched_grow_dp(&c, &j, &jc, 2));
+    store_job_clear(&j);
+
+    test_peer *all[] = { &w1, &w2, &cli };
+    for (int i = 0; i < 3; i++) free(all[i]->buf);
+    coord_free(&c);
 }
 
 int main(int argc, char **argv)
@@ -732,5 +853,6 @@ int main(int argc, char **argv)
     test_peer *all[] = { &w1, &w2, &w3, &cli, &cli2 };
     for (int i = 0; i < 5; i++) free(all[i]->buf);
     coord_free(&c);
+    test_slurm_states();
     return check_summary(argv[0]);
 }

@@ -14,6 +14,11 @@
 #            SIGTERM, the job is recorded as stopped with it, and the requeued
 #            allocation resumes from it to the end with the losses of an
 #            uninterrupted run
+#   drain    `scontrol update state=drain` of node2 while a tp2 x dp2 job trains on
+#            both nodes: the coordinator records Slurm's state and reason, the job
+#            restarts on node1 alone (DP 2 -> 1) and keeps training; after
+#            `state=resume` node2 is placeable again, the job grows back to DP 2 at
+#            its next checkpoint and completes
 set -uo pipefail
 CASE=$1
 BIN=$(cd "$2" && pwd)
@@ -120,13 +125,14 @@ state_in() { local s; s=$(job_state "$1"); shift; for w in "$@"; do [ "$s" = "$w
 model=(--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 1
        --global-batch-size 8 --lr 1e-3 --lr-warmup-iters 2 --seed 1234 --log-interval 1
        --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2)
-submit_template() { # ITERS: sets SJOB
+submit_template() { # ITERS [MORE ATOLL SUBMIT FLAGS]: sets SJOB
   RUN=$TMP/runs/atoll
   OUT=$TMP/runs/slurm.out
   mkdir -p "$TMP/runs" "$TMP/ckpt"
   SJOB=$(cd "$TMP/runs" && ATOLL_BIN=$BIN ATOLL_RUN_DIR=$RUN ATOLL_WORKERD_ARGS="--simulate cpu:2" \
+         ATOLL_COORDINATOR_ARGS=${COORD_ARGS:-} \
          sbatch --parsable -N 2 --gpus-per-node=0 --time=10 --output="$OUT" \
-         "$ROOT/scripts/atoll.sbatch" "${model[@]}" --train-iters "$1" --save "$TMP/ckpt" --load "$TMP/ckpt") \
+         "$ROOT/scripts/atoll.sbatch" "${model[@]}" --train-iters "$1" --save "$TMP/ckpt" --load "$TMP/ckpt" "${@:2}") \
     || fail "sbatch"
 }
 show_out() {
@@ -205,6 +211,55 @@ case_requeue() {
   atoll metrics 2 --json >"$TMP/resumed.json" || fail "atoll metrics 2"
   "$PY" "$ROOT/tests/control/loss_match.py" "$TMP/resumed.json" "$TMP/standalone.jsonl" $((saved + 1)) $iters || fail "resumed losses differ"
   ok "after the requeue the losses continue as the uninterrupted run's"
+}
+
+case_drain() {
+  start_slurm
+  model[${#model[@]} - 1]=1 # tp2 x pp1: DP 2 over the two nodes, DP 1 fits on one
+  local iters=1200 # ~100 steps/s on 2 idle cores: the job outlives the drain, the restart and the resume
+  COORD_ARGS="--slurm-poll 1" submit_template $iters --save-interval 20
+  export ATOLL_COORDINATOR=10.77.0.11:7420 ATOLL_TOKEN_FILE=$TMP/runs/atoll/state/token
+  status() { atoll status 1 --json 2>/dev/null | json "$1"; }
+  step_at_least() { [ "$(status "d['step']")" -ge "$1" ] 2>/dev/null; }
+  world_is() { [ "$(status "str(d['world']) + ' ' + d['state']")" = "$1 running" ]; }
+  nodes_of() { atoll layout 1 --json | json "','.join(sorted({r['node'] for r in d['ranks']}))"; }
+  wait_until 60 step_at_least 5 || fail "job 1 not training: $(show_out)"
+  [ "$(nodes_of)" = node1,node2 ] && world_is 4 || fail "not on both nodes at DP 2: $(atoll status 1)"
+  local t0; t0=$(now)
+  scontrol update nodename=node2 state=drain reason=atoll-test || fail "scontrol drain"
+  # grep reads every event (-q would quit early, and atoll dying of SIGPIPE fail the pipeline)
+  lost() { atoll events --limit 100000 | grep -E "node\.slurm_lost +node2 +Slurm state [A-Z]+\+DRAIN \(reason: atoll-test\): treated as lost"; }
+  wait_until 10 lost || fail "no node.slurm_lost event: $(atoll events --limit 100000 | tail -5); $(grep -i slurm "$RUN/coordinatord.log")"
+  atoll events --limit 100000 | grep -E "job\.node_lost +job 1 +node node2 lost: Slurm state [A-Z]+\+DRAIN \(reason: atoll-test\)" >/dev/null \
+    || fail "the job's fault does not name Slurm: $(atoll events --limit 100000 | tail -5)"
+  ok "scontrol drain node2: $(lost | sed 's/.*node2 *//') ($(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s)"
+  atoll nodes --json | json "[n['state'] + ' ' + n['slurm_state'] for n in d['nodes'] if n['name'] == 'node2'][0]" \
+    | grep -qE "^drained [A-Z]+\+DRAIN \(reason: atoll-test\)$" || fail "atoll nodes: $(atoll node node2)"
+  local at; at=$(status "d['step']")
+  wait_until 40 world_is 2 || fail "not restarted at DP 1: $(atoll status 1); $(show_out)"
+  [ "$(nodes_of)" = node1 ] || fail "restarted on $(nodes_of), expected node1 alone"
+  wait_until 30 step_at_least $((at + 5)) || fail "not training after the restart: $(atoll status 1)"
+  ok "job 1 restarted on node1 alone (DP 2 -> 1, epoch $(status "d['epoch']")) and trains on: step $(status "d['step']") \
+($(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s after the drain)"
+  scontrol update nodename=node2 state=resume || fail "scontrol resume"
+  back() { atoll events --limit 100000 | grep -E "node\.slurm_returned +node2 +Slurm state (ALLOCATED|MIXED|IDLE)[A-Z_+]*: open for new work again" >/dev/null; }
+  wait_until 10 back || fail "no node.slurm_returned event: $(atoll events --limit 100000 | tail -5); $(grep -i slurm "$RUN/coordinatord.log"); $(scontrol -o show node node2)"
+  atoll nodes --json | json "[n['state'] + '/' + n['slurm_state'] for n in d['nodes'] if n['name'] == 'node2'][0]" \
+    | grep -qx "alive/" || fail "node2 not alive again: $(atoll node node2)"
+  t0=$(now)
+  wait_until 60 world_is 4 || fail "no scale-up back onto node2: $(atoll status 1); $(atoll events --limit 100000 | tail -5)"
+  [ "$(nodes_of)" = node1,node2 ] || fail "grown back on $(nodes_of)"
+  atoll events --limit 100000 | grep -E "job\.restart +job 1 +scale-up" >/dev/null || fail "no scale-up restart: $(atoll events --limit 100000 | tail -8)"
+  ok "scontrol resume node2: placeable again; the job grew back to DP 2 on both nodes at its next checkpoint \
+($(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }') s)"
+  wait_until 120 state_in "$SJOB" COMPLETED FAILED CANCELLED TIMEOUT || fail "Slurm job $SJOB: $(job_state "$SJOB"); $(show_out)"
+  [ "$(job_state "$SJOB")" = COMPLETED ] && grep -q "job 1: completed: all 4 ranks finished; step $iters" "$OUT" \
+    || fail "Slurm job ended $(job_state "$SJOB"): $(show_out)"
+  unset ATOLL_COORDINATOR
+  inspect_state
+  atoll status 1 --json | json "'%s epoch %d restarts %d' % (d['state'], d['epoch'], d['restarts'])" \
+    | grep -qx "completed epoch 2 restarts 2" || fail "job 1 after the drain: $(atoll status 1)"
+  ok "job 1 completed at step $iters in epoch 2 (a restart after the drain, a scale-up after the resume)"
 }
 
 "case_$CASE"
