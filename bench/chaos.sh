@@ -16,16 +16,17 @@ GOODPUT_FAULTS=${GOODPUT_FAULTS:-10}
 FAULT_EVERY=${FAULT_EVERY:-60}
 SEED=${SEED:-11}
 OUT=bench/results
-mkdir -p "$OUT"
+mkdir -p "$OUT" bench/tmp # bench/tmp: the runs' whole output, for a failure's logs
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 T0=$(date -u '+%Y-%m-%d %H:%M UTC')
 common=(--heartbeat 1 --node-timeout 3 --hang-floor 1 --hang-factor 2)
 echo "== $ROUNDS rounds of faults"
 python3 tests/control/chaos.py "$BIN" --seed "$SEED" --rounds "$ROUNDS" --steps-between 12 --hidden 192 "${common[@]}" \
-    --results "$OUT/chaos_faults.json" | grep -vE '^ iteration|^\[' | tail -n 40
+    --drift-horizon "${DRIFT_HORIZON:-200}" \
+    --results "$OUT/chaos_faults.json" 2>&1 | tee bench/tmp/chaos_faults.log | grep -vE '^ iteration|^\[' | tail -n 40
 echo "== one fault every $FAULT_EVERY s"
 python3 tests/control/chaos.py "$BIN" --seed "$((SEED + 1))" --rounds $(((GOODPUT_FAULTS + 4) / 5)) --fault-every "$FAULT_EVERY" \
-    --hidden 384 "${common[@]}" --results "$OUT/chaos_goodput.json" | tail -n 20
+    --hidden 384 "${common[@]}" --results "$OUT/chaos_goodput.json" 2>&1 | tee bench/tmp/chaos_goodput.log | tail -n 20
 if [ "${SKIP_STALL:-0}" != 1 ]; then
   echo "== checkpoint stall"
   bench/ckpt_stall.sh "$BUILD"
@@ -81,11 +82,15 @@ if hang:
           max(x["detected_s"] * 1e3 / x["step_ms"] for x in hang), len(hang)))
 g = F["goodput"]
 print()
+L = F["losses"]
 print("Every check of the chaos test held over the %d faults: the job completed; losses matched the no-failure" %
       len(F["faults"]))
-print("run (bit for bit until DP first shrank, within 1e-5 after); every committed checkpoint intact; no orphan")
-print("rank; every fault named in the events. Goodput of this run (a fault every %d steps): %.1f%%." % (
-    12, 100 * g["ratio"]))
+print("run (bit for bit up to step %d, where DP first shrank; within %.2g relative, limit 1e-5, up to step %d;" % (
+    L["exact_until"], L["worst_held"], L["held_until"]))
+print("over all %d steps, with DP shrunk and grown %d times, fp32 rounding compounds to %.2g, reported, not judged);" % (
+    F["iters"], sum(1 for h in F["history"] if h["cause"] in ("node-lost", "scale-up")), L["worst_all"]))
+print("every committed checkpoint intact; no orphan rank; every fault named in the events. Goodput of this run")
+print("(a fault every %d steps): %.1f%%." % (12, 100 * g["ratio"]))
 g = G["goodput"]
 print()
 print("## One fault every %.0f s (hidden %d, %d faults, %.0f s of wall time)\n" % (

@@ -152,6 +152,9 @@ def main():
                          "the last fault; no reference run, so no loss check)")
     ap.add_argument("--sync-save", action="store_true", help="synchronous checkpoints (default: --async-save)")
     ap.add_argument("--hidden", type=int, default=128, help="the model's hidden size (its step time)")
+    ap.add_argument("--drift-horizon", type=int, default=0,
+                    help="hold losses to 1e-5 of the reference only this many steps past the first DP change "
+                         "(0: every step); later, fp32 rounding compounds and the drift is reported, not judged")
     ap.add_argument("--results")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
@@ -274,14 +277,14 @@ def run(a, rng, cl, tmp):
             raise Fail("the reference run failed (exit %d)" % ref.returncode)
         wait_for("no rank left", lambda: not cl.rank_pids(job), 15)
         log("ok: job completed after %d faults; no rank process left" % len(plan))
-        check_losses(cl, job, st, ref_metrics, iters)
+        losses = check_losses(cl, job, st, ref_metrics, iters, a.drift_horizon)
     check_checkpoints(cl, job, ckpt)
     check_events_name_faults(cl, job, results)
     g = st.get("goodput", {})
     log("goodput %.1f%% of %.1f s (lost: %s)" % (100 * g.get("ratio", 0), g.get("wall_s", 0),
                                                  ", ".join("%s %.1f s" % kv for kv in g.get("lost_s", {}).items())))
     if a.results:
-        json.dump({"faults": results, "goodput": g, "history": st["restart_history"], "iters": iters,
+        json.dump({"faults": results, "goodput": g, "losses": losses, "history": st["restart_history"], "iters": iters,
                    "steps": st["step"], "heartbeat_s": a.heartbeat, "node_timeout_s": a.node_timeout,
                    "hang_floor_s": a.hang_floor, "hang_factor": a.hang_factor, "hidden": a.hidden, "seed": a.seed, "fault_every": a.fault_every,
                    "async_save": not a.sync_save}, open(a.results, "w"), indent=1)
@@ -321,25 +324,42 @@ def check_fault(cl, job, rec, restarts, epoch, after):
         (h["cause"], rec["detected_s"], rec["running_s"], h["steps_recomputed"], h["dp"]))
 
 
-def check_losses(cl, job, st, ref_metrics, iters):
+SERIES_FULL = 1000
+
+
+def check_losses(cl, job, st, ref_metrics, iters, horizon):
     steps = {s["iteration"]: s["loss"] for s in cl.atoll("metrics", str(job))["steps"]}
     ref = {}
     for line in open(ref_metrics):
         d = json.loads(line)
         if "loss" in d:
             ref[d["iteration"]] = d["loss"]
-    if sorted(steps) != list(range(1, iters + 1)) or sorted(ref) != sorted(steps):
-        raise Fail("steps stored %d, reference %d, want %d" % (len(steps), len(ref), iters))
+    # The coordinator keeps the newest SERIES_FULL (coordinatord/series.h: 1000) steps whole and
+    # thins older ones once there are more: a long run's early steps are partly gone by design.
+    whole = set(range(max(1, iters - SERIES_FULL + 1), iters + 1))
+    if sorted(ref) != list(range(1, iters + 1)) or not whole <= set(steps) or not set(steps) <= set(ref) or \
+            (iters <= SERIES_FULL and len(steps) != iters):
+        raise Fail("steps stored %d (newest %d whole: %s), reference %d, want %d" %
+                   (len(steps), len(whole), whole <= set(steps), len(ref), iters))
     # Until the data-parallel size first changed, every step must be the reference's bit for bit.
     changed = min([h["from_iteration"] for h in st["restart_history"] if h["dp"] != 2] + [iters])
-    exact = [i for i in range(1, changed + 1) if steps[i] != ref[i]]
+    exact = [i for i in sorted(steps) if i <= changed and steps[i] != ref[i]]
     if exact:
         raise Fail("steps before any DP change differ from the reference: %s" % exact[:10])
-    worst = max(abs(steps[i] - ref[i]) / abs(ref[i]) for i in steps)
+    rel = {i: abs(steps[i] - ref[i]) / abs(ref[i]) for i in steps}
+    until = changed + horizon if horizon else iters
+    held = [i for i in steps if i <= until]
+    worst = max(rel[i] for i in held)
     if worst > 1e-5:
-        raise Fail("worst relative loss difference %.3g > 1e-5" % worst)
-    log("ok: losses match the no-failure run: steps 1..%d bit for bit, all %d within %.2g relative" %
-        (changed, iters, worst))
+        raise Fail("worst relative loss difference up to step %d: %.3g > 1e-5 (step %d)" %
+                   (until, worst, max(held, key=lambda i: rel[i])))
+    drift = max(rel.values())
+    log("ok: losses match the no-failure run: steps 1..%d bit for bit, %d stored steps up to %d within %.2g relative%s" %
+        (changed, len(held), min(until, iters), worst,
+         "; %.2g at worst over all %d steps (rounding compounding after DP changes)" % (drift, iters)
+         if until < iters else ""))
+    return {"exact_until": changed, "held_until": min(until, iters), "worst_held": worst, "worst_all": drift,
+            "stored": len(steps)}
 
 
 def check_checkpoints(cl, job, ckpt):
