@@ -37,6 +37,9 @@
 #define HTTP_IDLE_MS 10000
 #define HTTP_WRITE_MS 30000
 #define HTTP_CACHE 8
+/* Requests answered per loop turn; the rest wait for the next turn, so heartbeats
+ * (read in between) never queue behind a crowd of HTTP readers. */
+#define HTTP_REQUESTS_PER_TURN 8
 #define METRICS_CACHE_MS 500
 
 extern const unsigned char DASHBOARD_HTML[];
@@ -49,7 +52,8 @@ typedef struct http_conn {
     uv_tcp_t tcp;   /* not first: server.c tells rpc connections (tcp first) apart by that */
     struct http_conn *prev, *next;
     uint64_t since_ms;   /* accept, then the start of the reply */
-    int writing, closing;
+    int writing, closing, queued;
+    struct http_conn *ready_next; /* a whole request waits for its turn */
     size_t len;
     char req[HTTP_MAX_REQUEST + 1];
 } http_conn;
@@ -72,6 +76,8 @@ struct http_state {
     coord *c;
     uv_tcp_t tcp;   /* not first, as in http_conn */
     uv_timer_t sweep;
+    uv_idle_t pump;       /* runs while requests wait (ready..ready_tail) */
+    http_conn *ready, *ready_tail;
     http_conn *conns;
     int nconns, waiting;  /* waiting: a connection is pending in the listen queue */
     cached cache[HTTP_CACHE];
@@ -86,6 +92,12 @@ static void conn_closed(uv_handle_t *h)
 {
     http_conn *hc = h->data;
     http_state *hs = hc->hs;
+    if (hc->queued) { /* closed while waiting for its turn */
+        http_conn **pp = &hs->ready, *prev = NULL;
+        while (*pp && *pp != hc) prev = *pp, pp = &(*pp)->ready_next;
+        if (*pp) *pp = hc->ready_next;
+        if (hs->ready_tail == hc) hs->ready_tail = prev;
+    }
     if (hc->prev) hc->prev->next = hc->next;
     else hs->conns = hc->next;
     if (hc->next) hc->next->prev = hc->prev;
@@ -818,6 +830,35 @@ static void route(http_conn *hc)
     }
 }
 
+/* Once per loop turn while requests wait: up to HTTP_REQUESTS_PER_TURN of them,
+ * oldest first; those queued during this turn wait for the next. */
+static void on_pump(uv_idle_t *h)
+{
+    http_state *hs = h->data;
+    for (int served = 0; hs->ready && served < HTTP_REQUESTS_PER_TURN; served++) {
+        http_conn *hc = hs->ready;
+        hs->ready = hc->ready_next;
+        if (!hs->ready) hs->ready_tail = NULL;
+        hc->queued = 0;
+        if (!hc->closing) route(hc);
+    }
+    if (!hs->ready) uv_idle_stop(&hs->pump);
+}
+
+/* A whole request: stop reading (one request per connection) and wait for a turn. */
+static void queue_request(http_conn *hc)
+{
+    http_state *hs = hc->hs;
+    uv_read_stop((uv_stream_t *)&hc->tcp);
+    if (hc->queued) return;
+    hc->queued = 1;
+    hc->ready_next = NULL;
+    if (hs->ready_tail) hs->ready_tail->ready_next = hc;
+    else hs->ready = hc;
+    hs->ready_tail = hc;
+    if (!uv_is_active((uv_handle_t *)&hs->pump)) uv_idle_start(&hs->pump, on_pump);
+}
+
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 {
     (void)suggested;
@@ -836,7 +877,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     }
     hc->len += (size_t)n;
     hc->req[hc->len] = 0;
-    if (strstr(hc->req, "\r\n\r\n") || strstr(hc->req, "\n\n")) route(hc);
+    if (strstr(hc->req, "\r\n\r\n") || strstr(hc->req, "\n\n")) queue_request(hc);
     else if (hc->len >= HTTP_MAX_REQUEST) respond_text(hc, 400, "request larger than %d bytes\n", HTTP_MAX_REQUEST);
 }
 
@@ -889,6 +930,12 @@ static void state_closed(uv_handle_t *h)
     free(hs);
 }
 
+static void pump_closed(uv_handle_t *h)
+{
+    http_state *hs = h->data;
+    if (!uv_is_closing((uv_handle_t *)&hs->tcp)) uv_close((uv_handle_t *)&hs->tcp, state_closed);
+}
+
 int http_start(coord *c, void *loop, const char *hostport, int *port, char *err, size_t errlen)
 {
     struct sockaddr_storage ss;
@@ -913,6 +960,8 @@ int http_start(coord *c, void *loop, const char *hostport, int *port, char *err,
     *port = ntohs(((struct sockaddr_in *)&bound)->sin_port);
     uv_timer_init(loop, &hs->sweep);
     hs->sweep.data = hs;
+    uv_idle_init(loop, &hs->pump);
+    hs->pump.data = hs;
     uv_timer_start(&hs->sweep, on_sweep, 1000, 1000);
     g_http = hs;
     return 0;
@@ -924,6 +973,7 @@ void http_stop(coord *c)
     if (!g_http) return;
     for (http_conn *hc = g_http->conns; hc; hc = hc->next) conn_close(hc);
     uv_close((uv_handle_t *)&g_http->sweep, NULL);
-    if (!uv_is_closing((uv_handle_t *)&g_http->tcp)) uv_close((uv_handle_t *)&g_http->tcp, state_closed);
+    /* The listener (whose close frees the state) only after the pump's close has run. */
+    uv_close((uv_handle_t *)&g_http->pump, pump_closed);
     g_http = NULL;
 }
