@@ -5,7 +5,7 @@
 # per minute for its effective training time, then the checkpoint stall bench.
 # Writes bench/results/chaos.md (and leaves the raw figures beside it as JSON).
 #   bench/chaos.sh [BUILD_DIR]     ROUNDS=20 (each: one fault of every kind)  GOODPUT_FAULTS=10
-# DRIFT_HORIZON=30: losses are held to 1e-5 of the no-failure run for this many steps past the first
+# DRIFT_HORIZON=20: losses are held to 1e-5 of the no-failure run for this many steps past the first
 # DP change; beyond, fp32 rounding compounds (bench/dp_drift.sh measures how fast) and is reported.
 # Every check of the chaos test applies to the long run too (losses against a
 # no-failure run, checkpoints intact, no orphan rank, events naming each fault).
@@ -24,7 +24,7 @@ T0=$(date -u '+%Y-%m-%d %H:%M UTC')
 common=(--heartbeat 1 --node-timeout 3 --hang-floor 1 --hang-factor 2)
 echo "== $ROUNDS rounds of faults"
 python3 tests/control/chaos.py "$BIN" --seed "$SEED" --rounds "$ROUNDS" --steps-between 12 --hidden 192 "${common[@]}" \
-    --drift-horizon "${DRIFT_HORIZON:-30}" \
+    --drift-horizon "${DRIFT_HORIZON:-20}" \
     --results "$OUT/chaos_faults.json" 2>&1 | tee bench/tmp/chaos_faults.log | grep -vE '^ iteration|^\[' | tail -n 40
 echo "== one fault every $FAULT_EVERY s"
 python3 tests/control/chaos.py "$BIN" --seed "$((SEED + 1))" --rounds $(((GOODPUT_FAULTS + 4) / 5)) --fault-every "$FAULT_EVERY" \
