@@ -246,7 +246,9 @@ def main():
             if e > 1e-3:
                 failures.append(f"checkpoint after {ITERS} steps differs from the reference's weights (rel {e:.2e})")
     print("losses engine:", ["%.6f" % x for x in engine_losses])
-    print("worst relative error: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()) + f" (limit {TOL:.0e})")
+    print("worst relative error: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()) + f" (limit {TOL:.0e}"
+          + ("; checkpoint weights 1e-3: AdamW divides by the root of tiny second moments, so float32 against"
+             " float64 differs more in the weights than in the losses" if "checkpoint" in worst else "") + ")")
     for f in failures:
         print("FAIL:", f)
     print("engine_torch_ref: %s" % ("FAILED" if failures else "all checks passed"))
