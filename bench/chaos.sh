@@ -22,13 +22,15 @@ mkdir -p "$OUT" bench/tmp # bench/tmp: the runs' whole output, for a failure's l
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 T0=$(date -u '+%Y-%m-%d %H:%M UTC')
 common=(--heartbeat 1 --node-timeout 3 --hang-floor 1 --hang-factor 2)
+if [ "${SKIP_FAULTS:-0}" != 1 ]; then # 1: keep the faults run's results/chaos_faults.json
 echo "== $ROUNDS rounds of faults"
 python3 tests/control/chaos.py "$BIN" --seed "$SEED" --rounds "$ROUNDS" --steps-between 12 --hidden 192 "${common[@]}" \
     --drift-horizon "${DRIFT_HORIZON:-20}" \
-    --results "$OUT/chaos_faults.json" 2>&1 | tee bench/tmp/chaos_faults.log | grep -vE '^ iteration|^\[' | tail -n 40
+    --verify-sample 40 --results "$OUT/chaos_faults.json" 2>&1 | tee bench/tmp/chaos_faults.log | grep -vE '^ iteration|^\[' | tail -n 40
+fi
 echo "== one fault every $FAULT_EVERY s"
 python3 tests/control/chaos.py "$BIN" --seed "$((SEED + 1))" --rounds $(((GOODPUT_FAULTS + 4) / 5)) --fault-every "$FAULT_EVERY" \
-    --hidden 384 "${common[@]}" --results "$OUT/chaos_goodput.json" 2>&1 | tee bench/tmp/chaos_goodput.log | tail -n 20
+    --hidden 384 "${common[@]}" --verify-sample 20 --results "$OUT/chaos_goodput.json" 2>&1 | tee bench/tmp/chaos_goodput.log | tail -n 20
 if [ "${SKIP_STALL:-0}" != 1 ]; then
   echo "== checkpoint stall"
   bench/ckpt_stall.sh "$BUILD"
