@@ -202,7 +202,7 @@ def run(a, rng, cl, tmp):
         plan += kinds
     # room for the steps made while each fault is handled and checked, beyond steps_between: on a
     # loaded machine the job runs ahead of this harness (40+ steps a fault were seen with 10 asked)
-    iters = (len(plan) + 2) * 4 * a.steps_between + 40 if not a.fault_every else 10 ** 7
+    iters = (len(plan) + 2) * 3 * a.steps_between + 40 if not a.fault_every else 10 ** 7
     cl.start_coord()
     cl.start_worker("node-a", 2)
     cl.start_worker("node-b", 2)
@@ -222,6 +222,7 @@ def run(a, rng, cl, tmp):
     step = lambda: cl.status(job)["step"]
     wait_for("the job's first steps", lambda: step() >= 5, 60)
     results = []
+    losses = None  # checked only when the job runs to its end (not with --fault-every)
     last_fault = time.time()
     killed = None  # the node whose workerd was killed, until it comes back
     last_event = 0
