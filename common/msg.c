@@ -51,6 +51,7 @@ static const struct {
     { ATOLL__MSG_TYPE__MSG_KV_ADD, "KvAdd", &atoll__kv_add__descriptor },
     { ATOLL__MSG_TYPE__MSG_LOG_READ, "LogRead", &atoll__log_read__descriptor },
     { ATOLL__MSG_TYPE__MSG_LOG_DATA, "LogData", &atoll__log_data__descriptor },
+    { ATOLL__MSG_TYPE__MSG_REPORT_NOW, "ReportNow", &atoll__report_now__descriptor },
     { ATOLL__MSG_TYPE__MSG_LOGS, "LogsRequest", &atoll__logs_request__descriptor },
     { ATOLL__MSG_TYPE__MSG_LOGS_REPLY, "LogsReply", &atoll__logs_reply__descriptor },
     { ATOLL__MSG_TYPE__MSG_METRICS, "MetricsRequest", &atoll__metrics_request__descriptor },

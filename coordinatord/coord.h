@@ -115,6 +115,8 @@ typedef struct live_job {
     double step_ms[LIVE_STEP_TIMES]; /* rank 0's recent step times (ring) */
     int nstep;
     int hung;                /* a hang was declared for this placement */
+    int64_t waiting_ms;      /* a rank's watchdog last reported a wait past its step time */
+    int64_t asked_ms;        /* its nodes were last asked to report now */
     int64_t straggler_tick_ms;
     /* restart.c */
     int64_t restart_ms;      /* restarting since (0: not restarting) */
@@ -237,6 +239,8 @@ void hang_describe(const live_rank *r, char *out, size_t len);
 double hang_step_ms(const live_job *lj);
 /* The job's hang bound now: max(--hang-floor, --hang-factor x median step time); 0 before any step. */
 int64_t hang_bound_ms(const coord *c, const live_job *lj);
+/* A heartbeat from n arrived: when it answers a ReportNow, the jobs are judged now. */
+void hang_heard(coord *c, reg_node *n);
 
 /* ---- straggler.c ---- */
 void straggler_step(coord *c, live_job *lj, const Atoll__RankMetrics *m);

@@ -274,6 +274,7 @@ static void handle_heartbeat(coord *c, coord_peer *p, Atoll__Heartbeat *m)
         m->watches[i] = NULL; /* hang.c owns it now (free_unpacked skips NULL) */
         hang_watch(c, n->name, w);
     }
+    hang_heard(c, n);
     /* Ranks of a job that is no longer active here (cancelled while the agent was
      * away, or an older placement) are told to stop. */
     for (size_t i = 0; i < m->n_running; i++) {

@@ -12,7 +12,14 @@
  * stopped). The hang is one event naming the culprit's node, rank and what it
  * was last seen doing, and it is handled as a fault of the job (jobs_fault). While
  * no culprit can be named the verdict waits for the next heartbeats, up to three
- * bounds. */
+ * bounds.
+ *
+ * Fresh reports: step reports wait in their workerd for its next heartbeat, so a
+ * bound shorter than the heartbeat interval would otherwise be judged a heartbeat
+ * late. A watchdog report of a wait past the rank's step time is relayed at once
+ * (urgent); once one came and the bound has passed since the job's last step, the
+ * job's nodes not heard from since are asked for a heartbeat now (ReportNow), and
+ * their answers are judged as they arrive (hang_heard). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +43,7 @@ void hang_watch(coord *c, const char *node, Atoll__RankWatch *w)
         return;
     }
     live_rank *r = &lj->ranks[w->rank];
+    if (w->urgent) lj->waiting_ms = c->now();
     if (r->watch) drop_watch(r->watch);
     r->watch = w;
     r->watch_ms = c->now() - (w->age_ms > 0 ? w->age_ms : 0);
@@ -75,13 +83,14 @@ int64_t hang_bound_ms(const coord *c, const live_job *lj)
     return b > c->o.hang_floor_ms ? (int64_t)b : c->o.hang_floor_ms;
 }
 
-/* Silent: no watchdog report for `frozen_ms` as of its node's latest heartbeat
- * (what workerd said then: the report's age). Between heartbeats nothing newer is
- * known, so nothing is extrapolated. `now` is unused: kept for the callers' shape. */
+/* Silent: stopped (its workerd saw it in /proc), or no watchdog report for
+ * `frozen_ms` as of its node's latest heartbeat (what workerd said then: the
+ * report's age). Between heartbeats nothing newer is known, so nothing is
+ * extrapolated. `now` is unused: kept for the callers' shape. */
 static int silent(const live_rank *r, int64_t now, int64_t frozen_ms)
 {
     (void)now;
-    return !r->watch || r->watch->age_ms > frozen_ms;
+    return !r->watch || r->watch->stopped || r->watch->age_ms > frozen_ms;
 }
 
 /* Is rank t inside the same collective as op o (group, op, count)? */
@@ -278,13 +287,8 @@ static void collect_hung(coord *c, live_job *lj, void *ctx)
     lj->hung = 0; /* judged again below, outside the walk */
 }
 
-void hang_tick(coord *c)
+static void judge_all(coord *c)
 {
-    /* After the loop was held up (a slow disk, say), heartbeats wait in the sockets:
-     * judge on the next tick, once they are read. */
-    int64_t now = c->now(), last = c->hang_tick_ms;
-    c->hang_tick_ms = now;
-    if (last && now - last > 500) return;
     store_idlist due = { 0 };
     jobs_live_each(c, collect_hung, &due);
     for (size_t i = 0; i < due.n; i++) {
@@ -293,4 +297,51 @@ void hang_tick(coord *c)
         if (lj && judge(c, lj, &f)) jobs_fault_raise(c, lj->id, &f);
     }
     free(due.ids);
+}
+
+/* Asks the job's nodes for a heartbeat now (see the top) when a rank reported a
+ * long wait since the last step, the bound has passed, and a node was not heard
+ * from since; at most once per half bound, each node once per tick. */
+static void ask(coord *c, live_job *lj, void *ctx)
+{
+    (void)ctx;
+    if (lj->state != ATOLL__JOB_STATE__JOB_RUNNING || lj->hung || !lj->nstep || !lj->ranks ||
+        lj->waiting_ms < lj->progress_ms)
+        return;
+    int64_t now = c->now(), bound = hang_bound_ms(c, lj), due = lj->progress_ms + bound;
+    if (now <= due || (lj->asked_ms && now - lj->asked_ms < bound / 2)) return;
+    int asked = 0;
+    for (int i = 0; i < lj->nranks; i++) {
+        reg_node *n = registry_find(&c->reg, lj->ranks[i].node);
+        if (!n || !n->peer || n->live != NODE_ALIVE || n->last_seen_ms > due || n->asked_ms == now) continue;
+        Atoll__ReportNow m = ATOLL__REPORT_NOW__INIT;
+        m.job = lj->id;
+        c->send(c, n->peer, ATOLL__MSG_TYPE__MSG_REPORT_NOW, &m.base);
+        n->asked_ms = now;
+        asked++;
+    }
+    if (asked) {
+        lj->asked_ms = now;
+        log_debug("job %llu: no step for %lld ms (bound %lld ms) and a rank waits: asked %d node%s to report now",
+                  (unsigned long long)lj->id, (long long)(now - lj->progress_ms), (long long)bound, asked,
+                  asked == 1 ? "" : "s");
+    }
+}
+
+void hang_heard(coord *c, reg_node *n)
+{
+    if (!n->asked_ms) return;
+    n->asked_ms = 0;
+    judge_all(c);
+}
+
+void hang_tick(coord *c)
+{
+    /* After the loop was held up (a slow disk, say), heartbeats wait in the sockets:
+     * judge on the next tick, once they are read. */
+    int64_t now = c->now(), last = c->hang_tick_ms;
+    c->hang_tick_ms = now;
+    if (last && now - last > 500) return;
+    judge_all(c);
+    jobs_live_each(c, ask, NULL);
 }

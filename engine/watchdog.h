@@ -22,7 +22,7 @@
 #include "metrics_emit.h"
 
 #define WATCHDOG_PERIOD_MS 250
-#define WATCHDOG_URGENT_MS 200
+#define WATCHDOG_URGENT_MS 100
 
 typedef struct eng_watchdog eng_watchdog;
 

@@ -149,6 +149,9 @@ static void on_frame(rpc_conn *c, uint16_t type, const uint8_t *p, size_t len)
         if (s) atoll__stop__free_unpacked(s, NULL);
         break;
     }
+    case ATOLL__MSG_TYPE__MSG_REPORT_NOW: /* the coordinator is judging a possible hang */
+        agent_report_now(a);
+        break;
     case ATOLL__MSG_TYPE__MSG_LOG_READ: {
         Atoll__LogRead *r = atoll__log_read__unpack(NULL, len, p);
         if (r) ranks_read_log(a, r);

@@ -201,8 +201,10 @@ def run(a, rng, cl, tmp):
         kinds.insert(rng.randint(at + 1, len(kinds)), "node-back")
         plan += kinds
     # room for the steps made while each fault is handled and checked, beyond steps_between: on a
-    # loaded machine the job runs ahead of this harness (40+ steps a fault were seen with 10 asked)
-    iters = (len(plan) + 2) * 3 * a.steps_between + 40 if not a.fault_every else 10 ** 7
+    # loaded machine the job runs ahead of this harness (40+ steps a fault were seen with 10 asked),
+    # most while the workers reconnect to a restarted coordinator (the ranks train on meanwhile)
+    room = sum(6 if k == "kill-coordinator" else 3 for k in plan) + 6
+    iters = room * a.steps_between + 40 if not a.fault_every else 10 ** 7
     cl.start_coord()
     cl.start_worker("node-a", 2)
     cl.start_worker("node-b", 2)

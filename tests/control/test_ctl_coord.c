@@ -19,7 +19,7 @@ typedef struct test_peer {
     uint16_t type;         /* last frame sent to this peer */
     uint8_t *buf;
     size_t len;
-    int frames, launches, stops;
+    int frames, launches, stops, asks;
 } test_peer;
 
 static int64_t fake_ms = 1000000;
@@ -32,6 +32,7 @@ static void record(coord *c, coord_peer *p, uint16_t type, const ProtobufCMessag
     t->frames++;
     t->launches += type == ATOLL__MSG_TYPE__MSG_LAUNCH;
     t->stops += type == ATOLL__MSG_TYPE__MSG_STOP;
+    t->asks += type == ATOLL__MSG_TYPE__MSG_REPORT_NOW;
     t->type = type;
     free(t->buf);
     t->len = protobuf_c_message_get_packed_size(m);
@@ -668,6 +669,72 @@ int main(int argc, char **argv)
     CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_STARTING && j.world == 8,
           "placed again on n2 once it is undrained: %d world %d (%s)", j.state, j.world, j.message);
     store_job_clear(&j);
+    CHECK(w1.asks == 0 && w2.asks == 0, "no rank reported a long wait: nobody asked to report now (%d, %d)", w1.asks,
+          w2.asks);
+
+    /* ---- a bound shorter than the heartbeat interval: judged on fresh reports ---- */
+    c.o.hang_floor_ms = 300;
+    c.o.hang_factor = 2;
+    for (int it = 1; it <= 3; it++) { /* epoch 1 on n2: 100 ms steps, bound max(0.3 s, 2 x 0.1 s) */
+        fake_ms += 100;
+        Atoll__RankMetrics sm = ATOLL__RANK_METRICS__INIT;
+        sm.job = id3;
+        sm.epoch = 1;
+        sm.rank = 0;
+        sm.iteration = 10 + it;
+        sm.step_ms = 100;
+        sm.time_ms = fake_ms;
+        heartbeat(&c, &w2, &sm);
+        coord_tick(&c);
+    }
+    CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "epoch 1 running: %d", j.state);
+    store_job_clear(&j);
+    lj3 = jobs_live(&c, id3);
+    CHECK(lj3 && hang_bound_ms(&c, lj3) == 300, "bound 0.3 s: %lld", lj3 ? (long long)hang_bound_ms(&c, lj3) : -1);
+    int64_t last_step = fake_ms;
+    /* 100 ms later rank 0's watchdog relays at once (urgent) that it has waited in tp
+     * all-reduce #41 for 100 ms; rank 1 seems to compute. */
+    fake_ms += 100;
+    op_tp.waited_ms = 100;
+    for (int r = 0; r < 8; r++) {
+        wv[r].epoch = 1;
+        wv[r].iteration = 13;
+        wv[r].age_ms = 10;
+        wv[r].stopped = 0;
+        wv[r].n_ops = r == 0;
+        wv[r].ops = ops0;
+        wv[r].urgent = r == 0;
+    }
+    hw.watches = wp;
+    hw.n_watches = 8;
+    send_msg(&c, &w2, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hw.base);
+    int hangs = events_of(&c, "job.hang");
+    while (fake_ms < last_step + 300) {
+        fake_ms += 100;
+        coord_tick(&c);
+    }
+    CHECK(w2.asks == 0, "not asked before the bound passed: %d", w2.asks);
+    fake_ms += 100; /* the bound passed 100 ms ago; n2 was last heard before it */
+    coord_tick(&c);
+    CHECK(w2.asks == 1 && w2.type == ATOLL__MSG_TYPE__MSG_REPORT_NOW && w1.asks == 0,
+          "n2 (not n1: none of the job's ranks) asked to report now: %d, %d", w2.asks, w1.asks);
+    coord_tick(&c);
+    CHECK(w2.asks == 1, "asked once per half bound: %d", w2.asks);
+    CHECK(events_of(&c, "job.hang") == hangs, "no verdict before the answer");
+    /* Its answer: rank 1 is stopped, rank 0 has waited 400 ms. Judged as it arrives. */
+    op_tp.waited_ms = 400;
+    for (int r = 0; r < 8; r++) wv[r].urgent = 0;
+    wv[1].stopped = 1;
+    wv[1].age_ms = 300;
+    send_msg(&c, &w2, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hw.base);
+    CHECK(events_of(&c, "job.hang") == hangs + 1, "hang declared on the answer, 0.4 s after the last step: %d",
+          events_of(&c, "job.hang") - hangs);
+    CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_RESTARTING && strstr(j.message, "hang") ,
+          "restarting after the hang: %d '%s'", j.state, j.message);
+    store_job_clear(&j);
+    c.o.hang_floor_ms = 1000;
+    c.o.hang_factor = 3;
+
     /* Every rank inside the same all-reduce, one of them silent: that one holds it. */
     live_job tj;
     memset(&tj, 0, sizeof tj);
@@ -783,6 +850,7 @@ int main(int argc, char **argv)
     CHECK(w4.type == ATOLL__MSG_TYPE__MSG_REGISTER_REPLY, "takeover of a silent name: '%s'", last_error(&w4, NULL));
     CHECK(w2.p.node == NULL && registry_find(&c.reg, "n2")->peer == &w4.p, "old connection still owns n2");
     free(w4.buf);
+    w4.buf = NULL;
 
     /* ---- idempotent submissions: a retry with the same request id gets the same job ---- */
     base_cfg(&cfg);
