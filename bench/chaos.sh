@@ -21,7 +21,7 @@ OUT=bench/results
 mkdir -p "$OUT" bench/tmp # bench/tmp: the runs' whole output, for a failure's logs
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 T0=$(date -u '+%Y-%m-%d %H:%M UTC')
-common=(--heartbeat 1 --node-timeout 3 --hang-floor 1 --hang-factor 2)
+common=(--heartbeat 1 --node-timeout 3 --hang-floor 0.3 --hang-factor 2)
 if [ "${SKIP_FAULTS:-0}" != 1 ]; then # 1: keep the faults run's results/chaos_faults.json
 echo "== $ROUNDS rounds of faults"
 python3 tests/control/chaos.py "$BIN" --seed "$SEED" --rounds "$ROUNDS" --steps-between 12 --hidden 192 "${common[@]}" \
@@ -57,7 +57,8 @@ print("- date: %s" % t0)
 print("- machine: `%s`" % " ".join(os.uname()[i] for i in (0, 2, 3, 4)))
 print("- cpu: %d cores (shared with other work; load average before: %s)" % (os.cpu_count(), load))
 print("- command: `bench/chaos.sh %s` (ROUNDS=%s)" % (build, rounds))
-print("- cluster: coordinatord (heartbeat 1 s, node timeout 3 s, hang bound max(1 s, 2 x step time)) and two")
+print("- cluster: coordinatord (heartbeat %g s, node timeout %g s, hang bound max(%g s, %g x step time)) and two"
+      % (F["heartbeat_s"], F["node_timeout_s"], F["hang_floor_s"], F["hang_factor"]))
 print("  `workerd --simulate cpu:2` on loopback; job: GPT, 4 layers, tp1 x pp2 x dp2 on 4 CPU ranks,")
 print("  global batch 16, --async-save every 5 steps; faults in a seeded random order (tests/control/chaos.py)")
 print()
