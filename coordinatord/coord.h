@@ -150,6 +150,7 @@ typedef struct coord {
     uint64_t sched_gen, sched_seen_gen, sched_seen_id, sched_cursor;
     int sched_full;
     int64_t hang_tick_ms;    /* hang.c: its previous tick */
+    uint64_t visit;          /* coord_layout_nodes: the current walk's stamp */
     struct kv_store *kv;     /* rendezvous keys (rendezvous.c) */
     live_table live;         /* active jobs (jobs.c) */
     struct logs_pending *logs; /* log reads forwarded to workers (logs.c) */
@@ -184,6 +185,9 @@ int coord_find_job(coord *c, coord_peer *p, uint64_t id, store_job *out);
 /* The job's layout of its current epoch; NULL when it has none. Free with
  * atoll__job_layout__free_unpacked. */
 Atoll__JobLayout *coord_layout(coord *c, uint64_t job, uint32_t epoch);
+/* Calls fn (when not NULL) once for each distinct node of layout l the registry
+ * knows, in rank order; returns how many there are. O(ranks). */
+int coord_layout_nodes(coord *c, const Atoll__JobLayout *l, void (*fn)(coord *c, reg_node *n, void *ctx), void *ctx);
 /* Builds the NodesReply for `name` ("" = all) into *out using arena memory. */
 struct msg_arena;
 int coord_nodes_reply(coord *c, const char *name, Atoll__NodesReply *out, struct msg_arena *a);

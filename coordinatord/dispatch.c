@@ -412,6 +412,21 @@ Atoll__JobLayout *coord_layout(coord *c, uint64_t job, uint32_t epoch)
     return l;
 }
 
+int coord_layout_nodes(coord *c, const Atoll__JobLayout *l, void (*fn)(coord *c, reg_node *n, void *ctx), void *ctx)
+{
+    uint64_t walk = ++c->visit;
+    int count = 0;
+    for (size_t i = 0; l && i < l->n_ranks; i++) {
+        if (i && !strcmp(l->ranks[i - 1]->node, l->ranks[i]->node)) continue; /* a node's ranks are mostly adjacent */
+        reg_node *n = registry_find(&c->reg, l->ranks[i]->node);
+        if (!n || n->visit == walk) continue;
+        n->visit = walk;
+        count++;
+        if (fn) fn(c, n, ctx);
+    }
+    return count;
+}
+
 static void handle_submit(coord *c, coord_peer *p, Atoll__SubmitRequest *m)
 {
     if (!m->spec) {

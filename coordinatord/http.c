@@ -315,12 +315,7 @@ typedef struct {
 static int count_nodes(coord *c, const store_job *j)
 {
     Atoll__JobLayout *l = coord_layout(c, j->id, j->epoch);
-    int n = 0;
-    for (size_t i = 0; l && i < l->n_ranks; i++) {
-        int seen = 0;
-        for (size_t k = 0; k < i && !seen; k++) seen = !strcmp(l->ranks[k]->node, l->ranks[i]->node);
-        n += !seen;
-    }
+    int n = coord_layout_nodes(c, l, NULL, NULL);
     if (l) atoll__job_layout__free_unpacked(l, NULL);
     return n;
 }

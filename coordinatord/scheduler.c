@@ -107,35 +107,37 @@ int sched_place(const atoll_config *cfg, int world, const sched_node *nodes, int
 
 /* ---- cluster view ---- */
 
+typedef struct { char id[TOPO_NAME]; } island_id;
+
+static int cmp_island(const void *a, const void *b) { return strcmp(a, b); }
+
 int sched_max_island(coord *c)
 {
-    /* Islands may span nodes (NVL72), so count GPUs per island id over all nodes. */
-    typedef struct { char id[TOPO_NAME]; int n; } isl;
-    isl *v = NULL;
+    /* Islands may span nodes (NVL72), so count GPUs per island id over all nodes:
+     * every GPU's island id, sorted, and the longest run of one id. */
+    island_id *v = NULL;
     size_t nv = 0, cap = 0;
-    int best = 0;
     for (size_t i = 0; i < c->reg.n; i++) {
         reg_node *rn = c->reg.nodes[i];
         if (rn->live == NODE_DEAD || !rn->ngpus) continue;
         Atoll__Node *node = atoll__node__unpack(NULL, rn->info_len, rn->info);
         if (!node) continue;
         for (size_t g = 0; g < node->n_gpus; g++) {
-            const char *id = node->gpus[g]->island;
-            size_t k = 0;
-            while (k < nv && strcmp(v[k].id, id)) k++;
-            if (k == nv) {
-                if (nv == cap) {
-                    cap = cap ? 2 * cap : 16;
-                    isl *nvv = realloc(v, cap * sizeof *v);
-                    if (!nvv) break;
-                    v = nvv;
-                }
-                snprintf(v[nv].id, sizeof v[nv].id, "%s", id);
-                v[nv++].n = 0;
+            if (nv == cap) {
+                cap = cap ? 2 * cap : 1024;
+                island_id *nvv = realloc(v, cap * sizeof *v);
+                if (!nvv) abort();
+                v = nvv;
             }
-            if (++v[k].n > best) best = v[k].n;
+            snprintf(v[nv++].id, sizeof v->id, "%s", node->gpus[g]->island);
         }
         atoll__node__free_unpacked(node, NULL);
+    }
+    if (nv) qsort(v, nv, sizeof *v, cmp_island);
+    int best = 0;
+    for (size_t i = 0, run = 0; i < nv; i++) {
+        run = i && !strcmp(v[i].id, v[i - 1].id) ? run + 1 : 1;
+        if ((int)run > best) best = (int)run;
     }
     free(v);
     return best;
@@ -153,6 +155,17 @@ int sched_job_uses_node(coord *c, const store_job *j, const char *node)
     return uses;
 }
 
+typedef struct {
+    uint16_t type;
+    const ProtobufCMessage *m;
+} node_frame;
+
+static void send_frame(coord *c, reg_node *n, void *ctx)
+{
+    const node_frame *f = ctx;
+    if (n->peer) c->send(c, n->peer, f->type, f->m);
+}
+
 static void send_stop(coord *c, const store_job *j, const char *reason, int checkpoint)
 {
     Atoll__JobLayout *l = load_layout(c, j);
@@ -162,12 +175,8 @@ static void send_stop(coord *c, const store_job *j, const char *reason, int chec
     stop.epoch = j->epoch;
     stop.reason = (char *)reason;
     stop.checkpoint = checkpoint;
-    for (size_t i = 0; i < l->n_ranks; i++) {
-        int first = 1; /* one Stop per node */
-        for (size_t k = 0; k < i && first; k++) first = strcmp(l->ranks[k]->node, l->ranks[i]->node) != 0;
-        reg_node *n = first ? registry_find(&c->reg, l->ranks[i]->node) : NULL;
-        if (n && n->peer) c->send(c, n->peer, ATOLL__MSG_TYPE__MSG_STOP, &stop.base);
-    }
+    node_frame f = { ATOLL__MSG_TYPE__MSG_STOP, &stop.base }; /* one Stop per node */
+    coord_layout_nodes(c, l, send_frame, &f);
     atoll__job_layout__free_unpacked(l, NULL);
 }
 
@@ -189,6 +198,8 @@ typedef struct {
     cand *cands;
     size_t n;
     int free_slots, usable; /* over all candidates, kept up to date as jobs are placed */
+    topo_node *topo;        /* [n] the candidates' topologies, decoded once per run (topo_state 1) */
+    int topo_state;         /* 0 not decoded yet, 1 decoded, -1 not all GPU nodes (slot placement) */
 } busy_ctx;
 
 static void count_free(busy_ctx *b)
@@ -202,19 +213,32 @@ static void count_free(busy_ctx *b)
     }
 }
 
+/* The candidate named `name` (candidates are in name order), or NULL. */
+static cand *find_cand(busy_ctx *b, const char *name)
+{
+    size_t lo = 0, hi = b->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int d = strcmp(b->cands[mid].rn->name, name);
+        if (!d) return &b->cands[mid];
+        if (d < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
 static int mark_busy(void *ctx, store_job *j)
 {
     busy_ctx *b = ctx;
     Atoll__JobLayout *l = load_layout(b->c, j);
     if (!l) return 0;
-    for (size_t r = 0; r < l->n_ranks; r++)
-        for (size_t k = 0; k < b->n; k++) {
-            if (strcmp(b->cands[k].rn->name, l->ranks[r]->node)) continue;
-            for (int s = 0; s < b->cands[k].rn->slots; s++)
-                if (b->cands[k].gpu[s] == l->ranks[r]->gpu &&
-                    (l->ranks[r]->gpu >= 0 || s == l->ranks[r]->local_rank))
-                    b->cands[k].busy[s] = 1;
-        }
+    cand *cd = NULL;
+    for (size_t r = 0; r < l->n_ranks; r++) {
+        if (!cd || strcmp(cd->rn->name, l->ranks[r]->node)) cd = find_cand(b, l->ranks[r]->node);
+        for (int s = 0; cd && s < cd->rn->slots; s++)
+            if (cd->gpu[s] == l->ranks[r]->gpu && (l->ranks[r]->gpu >= 0 || s == l->ranks[r]->local_rank))
+                cd->busy[s] = 1;
+    }
     atoll__job_layout__free_unpacked(l, NULL);
     return 0;
 }
@@ -262,6 +286,7 @@ static void build_candidates(coord *c, busy_ctx *b, uint64_t except)
 
 static void free_candidates(busy_ctx *b)
 {
+    free(b->topo);
     for (size_t i = 0; i < b->n; i++) {
         free(b->cands[i].gpu);
         free(b->cands[i].busy);
@@ -274,12 +299,8 @@ static void launch(coord *c, const store_job *j, Atoll__JobSpec *spec, Atoll__Jo
     Atoll__Launch m = ATOLL__LAUNCH__INIT;
     m.spec = spec;
     m.layout = l;
-    for (size_t i = 0; i < l->n_ranks; i++) {
-        int first = 1;
-        for (size_t k = 0; k < i && first; k++) first = strcmp(l->ranks[k]->node, l->ranks[i]->node) != 0;
-        reg_node *n = first ? registry_find(&c->reg, l->ranks[i]->node) : NULL;
-        if (n && n->peer) c->send(c, n->peer, ATOLL__MSG_TYPE__MSG_LAUNCH, &m.base);
-    }
+    node_frame f = { ATOLL__MSG_TYPE__MSG_LAUNCH, &m.base }; /* once per node */
+    coord_layout_nodes(c, l, send_frame, &f);
     log_info("job %llu epoch %u dispatched to its nodes", (unsigned long long)j->id, j->epoch);
 }
 
@@ -293,20 +314,30 @@ static int place_topology_aware(coord *c, busy_ctx *b, const atoll_config *cfg, 
     int n = (int)b->n, tp = cfg->tensor_model_parallel_size, pp = cfg->pipeline_model_parallel_size;
     int dp = cfg_data_parallel_size(cfg, cfg->num_gpus);
     if (n < 1 || dp < 1) return 1;
-    topo_node *nodes = calloc((size_t)n, sizeof *nodes);
+    if (!b->topo_state) { /* the first placement of this run decodes every candidate, the others reuse it */
+        b->topo_state = -1;
+        if (!(b->topo = calloc((size_t)n, sizeof *b->topo))) return 1;
+        int i = 0;
+        for (; i < n; i++) {
+            Atoll__Node *info = atoll__node__unpack(NULL, b->cands[i].rn->info_len, b->cands[i].rn->info);
+            char why[256];
+            int bad = !info || msg_node_to_topo(info, &b->topo[i], why, sizeof why) || b->topo[i].ngpus < 1;
+            if (info) atoll__node__free_unpacked(info, NULL);
+            if (bad) break; /* CPU ranks or an unreadable node: the slot placement handles it */
+            b->topo[i].state = NODE_ALIVE; /* build_candidates kept only live nodes */
+        }
+        if (i == n) {
+            if (c->fab) fabric_apply(c->fab, b->topo, n);
+            b->topo_state = 1;
+        }
+    }
+    if (b->topo_state < 0) return 1;
+    const topo_node *nodes = b->topo;
     unsigned char *busy = calloc((size_t)n, 1);
     int rc = 1;
-    if (!nodes || !busy) goto out;
-    for (int i = 0; i < n; i++) {
-        Atoll__Node *info = atoll__node__unpack(NULL, b->cands[i].rn->info_len, b->cands[i].rn->info);
-        char why[256];
-        int bad = !info || msg_node_to_topo(info, &nodes[i], why, sizeof why) || nodes[i].ngpus < 1;
-        if (info) atoll__node__free_unpacked(info, NULL);
-        if (bad) goto out; /* CPU ranks or an unreadable node: the slot placement handles it */
-        nodes[i].state = NODE_ALIVE; /* build_candidates kept only live nodes */
+    if (!busy) goto out;
+    for (int i = 0; i < n; i++)
         for (int s = 0; s < b->cands[i].rn->slots; s++) busy[i] |= b->cands[i].busy[s];
-    }
-    if (c->fab) fabric_apply(c->fab, nodes, n);
     plan_cluster cl;
     memset(&cl, 0, sizeof cl);
     cl.nodes = nodes;
@@ -347,7 +378,6 @@ static int place_topology_aware(coord *c, busy_ctx *b, const atoll_config *cfg, 
     place_result_free(&r);
     if (!rc && sched_groups(cfg->rank_order, tp, pp, dp, out, a, err, errlen)) rc = -1;
 out:
-    free(nodes);
     free(busy);
     return rc;
 }
@@ -486,14 +516,15 @@ static void place_one(coord *c, busy_ctx *b, store_job *j, why_list *waiting)
         log_error("job %llu: cannot store its layout: %s", (unsigned long long)j->id, store_errmsg(c->st));
         goto out;
     }
-    for (size_t r = 0; r < l.n_ranks; r++) /* later jobs in this run see these GPUs taken */
-        for (size_t k = 0; k < b->n; k++)
-            if (!strcmp(b->cands[k].rn->name, l.ranks[r]->node))
-                for (int s = 0; s < b->cands[k].rn->slots; s++)
-                    if (b->cands[k].gpu[s] == l.ranks[r]->gpu && !b->cands[k].busy[s]) {
-                        b->cands[k].busy[s] = 1;
-                        break;
-                    }
+    cand *cd = NULL;
+    for (size_t r = 0; r < l.n_ranks; r++) { /* later jobs in this run see these GPUs taken */
+        if (!cd || strcmp(cd->rn->name, l.ranks[r]->node)) cd = find_cand(b, l.ranks[r]->node);
+        for (int s = 0; cd && s < cd->rn->slots; s++)
+            if (cd->gpu[s] == l.ranks[r]->gpu && !cd->busy[s]) {
+                cd->busy[s] = 1;
+                break;
+            }
+    }
     count_free(b);
     launch(c, j, spec, &l);
 out:
