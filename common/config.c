@@ -73,6 +73,7 @@ static const key_def KEYS[] = {
     F("bf16", K_BOOL, bf16),
     F("async-save", K_BOOL, async_save),
     R("save-mtbf", K_DOUBLE, save_mtbf, 0, HUGE_VAL, 0),
+    R("save-keep", K_INT, save_keep, 0, 2147483647.0, 0),
     F("normalization", K_STR, normalization),
     F("swiglu", K_BOOL, swiglu),
     F("position-embedding-type", K_STR, position_embedding_type),
@@ -546,6 +547,10 @@ int cfg_validate_training(const atoll_config *c, char *err, size_t errlen)
     }
     if (c->save_mtbf > 0 && !c->save[0]) {
         atoll_errf(err, errlen, "--save-mtbf %g needs --save DIR", c->save_mtbf);
+        return -1;
+    }
+    if (c->save_keep > 0 && !c->save[0]) {
+        atoll_errf(err, errlen, "--save-keep %d needs --save DIR", c->save_keep);
         return -1;
     }
     return 0;

@@ -58,6 +58,7 @@ typedef struct atoll_config {
     int bf16;
     int async_save;                            /* checkpoints written in the background */
     double save_mtbf;                          /* > 0: save every sqrt(2 x this x measured stall) seconds */
+    int save_keep;                             /* > 0: keep only this many newest committed checkpoints */
     /* the LLaMA family and regularisation (Megatron's flags) */
     char normalization[16];            /* "LayerNorm" (default) or "RMSNorm" */
     int swiglu;

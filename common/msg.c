@@ -229,6 +229,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->bf16 = c->bf16;
     o->async_save = c->async_save;
     o->save_mtbf = c->save_mtbf;
+    o->save_keep = c->save_keep;
     o->max_restarts = -1; /* the coordinator's default unless the caller says */
     o->normalization = (char *)c->normalization;
     o->swiglu = c->swiglu;

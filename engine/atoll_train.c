@@ -22,7 +22,7 @@ static void usage(FILE *f)
             "          --lr-decay-style {cosine,linear,constant} --lr-warmup-iters N --lr-decay-iters N\n"
             "          --weight-decay W --adam-beta1 B1 --adam-beta2 B2 --adam-eps E --clip-grad C --seed S\n"
             "data:     --data-path PREFIX (Megatron .bin/.idx; without it the built-in corpus) --split 969,30,1\n"
-            "ckpt:     --save DIR --save-interval N --load DIR\n"
+            "ckpt:     --save DIR --save-interval N --load DIR --async-save --save-mtbf SEC --save-keep N\n"
             "logging:  --log-interval N --metrics-file FILE (one JSON object per logged step)\n"
             "parallel: --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
             "          --num-layers-per-virtual-pipeline-stage L --sequence-parallel --use-distributed-optimizer\n"

@@ -320,7 +320,12 @@ int ckpt_commit(const char *dir, const eng_train_state *st, const atoll_config *
 
     snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir);
     snprintf(text, sizeof text, "%lld\n", st->iteration);
-    return write_atomic(dir, path, text, err, errlen);
+    if (write_atomic(dir, path, text, err, errlen)) return -1;
+    /* --save-keep: the step is durable; older ones beyond the newest N go. A failure
+     * to delete leaves more on disk than asked, not less: reported, not fatal. */
+    if (c && c->save_keep > 0 && ckpt_prune(dir, c->save_keep, st->iteration, text, sizeof text) < 0)
+        fprintf(stderr, "atoll-train: --save-keep %d: %s\n", c->save_keep, text);
+    return 0;
 }
 
 int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,
@@ -386,32 +391,44 @@ static int cmp_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen)
+/* The iterations of the step directories (iter_NNNNNNN) under dir, newest first,
+ * in *its (caller frees; NULL when there are none). -1 with errno when dir cannot
+ * be read. */
+static int list_steps(const char *dir, long long **its, size_t *n)
 {
+    *its = NULL;
+    *n = 0;
     DIR *d = opendir(dir);
-    if (!d) {
-        if (errno == ENOENT) return 1;
-        atoll_errf(err, errlen, "--load %s: %s", dir, strerror(errno));
-        return -1;
-    }
-    long long *its = NULL;
-    size_t n = 0, cap = 0;
+    if (!d) return -1;
+    size_t cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         char *end;
         if (strncmp(e->d_name, "iter_", 5)) continue;
         long long it = strtoll(e->d_name + 5, &end, 10);
         if (*end || end == e->d_name + 5 || it < 0) continue;
-        if (n == cap) {
+        if (*n == cap) {
             cap = cap ? cap * 2 : 16;
-            long long *ni = realloc(its, cap * sizeof *its);
+            long long *ni = realloc(*its, cap * sizeof *ni);
             if (!ni) break;
-            its = ni;
+            *its = ni;
         }
-        its[n++] = it;
+        (*its)[(*n)++] = it;
     }
     closedir(d);
-    if (n) qsort(its, n, sizeof *its, cmp_desc); /* its is NULL for an empty directory */
+    if (*n) qsort(*its, *n, sizeof **its, cmp_desc);
+    return 0;
+}
+
+int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen)
+{
+    long long *its;
+    size_t n;
+    if (list_steps(dir, &its, &n)) {
+        if (errno == ENOENT) return 1;
+        atoll_errf(err, errlen, "--load %s: %s", dir, strerror(errno));
+        return -1;
+    }
     int rc = 1;
     size_t damaged = 0; /* committed steps whose files no longer match their manifest */
     char newest[300] = "";
@@ -441,6 +458,80 @@ int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen)
     }
     free(its);
     return rc;
+}
+
+/* Removes one step directory: its manifest first (so a removal cut short leaves an
+ * uncommitted step, never a committed one with files missing), then the rest. */
+static int remove_step(const char *step, char *err, size_t errlen)
+{
+    char path[1024 + 300];
+    snprintf(path, sizeof path, "%s/manifest.json", step);
+    if (unlink(path) && errno != ENOENT) {
+        atoll_errf(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    int fd = open(step, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    DIR *d = opendir(step);
+    if (!d) {
+        atoll_errf(err, errlen, "%s: %s", step, strerror(errno));
+        return -1;
+    }
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", step, e->d_name);
+        if (unlink(path) && errno != ENOENT && !rc) {
+            atoll_errf(err, errlen, "%s: %s", path, strerror(errno));
+            rc = -1;
+        }
+    }
+    closedir(d);
+    if (!rc && rmdir(step)) {
+        atoll_errf(err, errlen, "%s: %s", step, strerror(errno));
+        rc = -1;
+    }
+    return rc;
+}
+
+int ckpt_prune(const char *dir, int keep, long long newest, char *err, size_t errlen)
+{
+    long long *its;
+    size_t n;
+    if (keep < 1) return 0;
+    if (list_steps(dir, &its, &n)) {
+        atoll_errf(err, errlen, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    int kept = 0, removed = 0, rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (its[i] > newest) continue; /* not this commit's business */
+        char step[1024], path[1100];
+        ckpt_step_dir(step, sizeof step, dir, its[i]);
+        if (kept < keep) {
+            snprintf(path, sizeof path, "%s/manifest.json", step);
+            kept += access(path, F_OK) == 0; /* an uncommitted step between kept ones stays: it may be in progress */
+            continue;
+        }
+        if (remove_step(step, err, errlen)) {
+            rc = -1;
+            break;
+        }
+        removed++;
+    }
+    free(its);
+    if (removed) {
+        int fd = open(dir, O_RDONLY | O_DIRECTORY);
+        if (fd >= 0) {
+            fsync(fd);
+            close(fd);
+        }
+    }
+    return rc ? -1 : removed;
 }
 
 static void shape_str(char *out, size_t n, int ndim, const int64_t *s)

@@ -9,6 +9,9 @@
  *                                        is what makes the step committed
  *   DIR/latest_checkpointed_iteration.txt  updated after the manifest
  *
+ * With --save-keep N, a commit then removes the steps older than the N newest
+ * committed ones (ckpt_prune).
+ *
  * Both safetensors layouts come from the config alone (eng_full_table), so every
  * rank pwrites its slices into the same files (ckpt_write_shards), then one rank
  * commits the step (ckpt_commit) after all have finished. ckpt_save does both for
@@ -72,6 +75,13 @@ int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, co
  * ("model": Megatron's flag names) and the tokenizer the data was prepared
  * with ("tokenizer": type, absolute vocab/merge file paths and checksums). */
 int ckpt_commit(const char *dir, const eng_train_state *st, const atoll_config *c, char *err, size_t errlen);
+
+/* Checkpoint retention (--save-keep N; ckpt_commit calls it when the config asks):
+ * keeps the `keep` newest committed steps up to `newest` and removes every step
+ * directory older than the oldest of them, committed or not (a removal takes the
+ * manifest first, so one cut short leaves an uncommitted step). Steps newer than
+ * `newest` are left alone. Returns how many were removed, or -1 with err. */
+int ckpt_prune(const char *dir, int keep, long long newest, char *err, size_t errlen);
 
 /* Single rank: shards + commit. */
 int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,

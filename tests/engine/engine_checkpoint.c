@@ -251,9 +251,72 @@ static void test_async(void)
     drop(one);
 }
 
+/* Makes DIR/iter_N holding one file and no manifest: a save that never committed. */
+static void torn_step(const char *dir, long long it)
+{
+    char step[256], path[300];
+    ckpt_step_dir(step, sizeof step, dir, it);
+    CHECK(mkdir(step, 0755) == 0, "mkdir %s", step);
+    snprintf(path, sizeof path, "%s/model.safetensors", step);
+    FILE *f = fopen(path, "w");
+    CHECK(f && fputs("partial", f) >= 0 && fclose(f) == 0, "write %s", path);
+}
+
+static int has_step(const char *dir, long long it)
+{
+    char step[256];
+    ckpt_step_dir(step, sizeof step, dir, it);
+    return exists(step);
+}
+
+/* --save-keep N: a commit removes the steps older than the N newest committed ones. */
+static void test_keep(void)
+{
+    atoll_config c = cfg();
+    char err[512] = "";
+    rmrf("ck_keep");
+    rank one = make(&c, eng_layout_single(&c));
+    eng_train_state st = { .seed = 5 };
+    st.iteration = 10;
+    CHECK(ckpt_save("ck_keep", one.m, one.o, &st, err, sizeof err) == 0, "save 10: %s", err);
+    st.iteration = 20;
+    CHECK(ckpt_save("ck_keep", one.m, one.o, &st, err, sizeof err) == 0, "save 20: %s", err);
+    CHECK(has_step("ck_keep", 10) && has_step("ck_keep", 20), "without --save-keep every step stays");
+    torn_step("ck_keep", 15);
+    one.m->cfg.save_keep = 2;
+    st.iteration = 30;
+    CHECK(ckpt_save("ck_keep", one.m, one.o, &st, err, sizeof err) == 0, "save 30: %s", err);
+    CHECK(has_step("ck_keep", 30) && has_step("ck_keep", 20) && !has_step("ck_keep", 15) && !has_step("ck_keep", 10),
+          "keep 2 after committing 30: 20 and 30 stay, the torn 15 and 10 go");
+    torn_step("ck_keep", 35); /* between kept steps: may be a save in progress */
+    torn_step("ck_keep", 50); /* newer than the step committed: not its business */
+    st.iteration = 40;
+    CHECK(ckpt_save("ck_keep", one.m, one.o, &st, err, sizeof err) == 0, "save 40: %s", err);
+    CHECK(has_step("ck_keep", 40) && has_step("ck_keep", 35) && has_step("ck_keep", 30) && !has_step("ck_keep", 20) &&
+          has_step("ck_keep", 50), "keep 2 after committing 40: 30, 35, 40 and 50 stay, 20 goes");
+    long long it = -1;
+    CHECK(ckpt_latest("ck_keep", &it, err, sizeof err) == 0 && it == 40, "newest committed step after pruning: %lld", it);
+    CHECK(ckpt_prune("ck_keep", 1, 40, err, sizeof err) == 2 && !has_step("ck_keep", 35) && !has_step("ck_keep", 30) &&
+          has_step("ck_keep", 40) && has_step("ck_keep", 50), "keep 1: removed 30 and 35: %s", err);
+    CHECK(ckpt_prune("no_such_dir", 1, 40, err, sizeof err) == -1 && strstr(err, "no_such_dir"), "missing dir: %s", err);
+    rank r = make(&c, eng_layout_single(&c));
+    eng_train_state got;
+    CHECK(ckpt_load("ck_keep", 40, r.m, r.o, &got, err, sizeof err) == 0 && got.iteration == 40, "kept step loads: %s",
+          err);
+    drop(r);
+    drop(one);
+    /* the one validator: --save-keep needs --save */
+    atoll_config v = cfg();
+    v.save_keep = 3;
+    CHECK(cfg_validate_training(&v, err, sizeof err) == -1 && strstr(err, "--save-keep 3 needs --save DIR"),
+          "--save-keep without --save: %s", err);
+    rmrf("ck_keep");
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
+    test_keep();
     test_layout_independent_writes();
     test_async();
     test_header();

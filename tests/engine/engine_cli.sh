@@ -59,6 +59,15 @@ else
     bad "--async-save: files same=$same, losses: $(diff <(losses straight.jsonl) <(losses parta.jsonl) | head -3)"
 fi
 
+# --save-keep 2 with background saves: of the four steps saved (5, 10, 15, 20) the two newest stay
+"$TRAIN" "${RUN[@]}" --save ckk --save-interval 5 --async-save --save-keep 2 >keep.log 2>&1 || bad "--save-keep run failed"
+kept=$(cd ckk && ls -d iter_* | tr '\n' ' ')
+if [ "$kept" = "iter_0000015 iter_0000020 " ] && [ -f ckk/iter_0000015/manifest.json ] && [ -f ckk/iter_0000020/manifest.json ]; then
+    ok "--save-keep 2: steps 15 and 20 kept, 5 and 10 removed"
+else
+    bad "--save-keep 2 left: $kept"
+fi
+
 # newest step corrupt: the run reports it, resumes from iteration 5, and still matches
 printf 'X' | dd of=ck_copy/iter_0000010/model.safetensors bs=1 seek=200 conv=notrunc status=none
 "$TRAIN" "${RUN[@]}" --load ck_copy --save ck_copy --metrics-file corrupt.jsonl >corrupt.log 2>corrupt.err \
