@@ -21,7 +21,7 @@ OUT=bench/results
 mkdir -p "$OUT" bench/tmp # bench/tmp: the runs' whole output, for a failure's logs
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 T0=$(date -u '+%Y-%m-%d %H:%M UTC')
-common=(--heartbeat 1 --node-timeout 3 --hang-floor 0.3 --hang-factor 2)
+common=(--heartbeat 1 --node-timeout 3 --hang-floor 0.3 --hang-factor 2 --save-keep 10)
 if [ "${SKIP_FAULTS:-0}" != 1 ]; then # 1: keep the faults run's results/chaos_faults.json
 echo "== $ROUNDS rounds of faults"
 python3 tests/control/chaos.py "$BIN" --seed "$SEED" --rounds "$ROUNDS" --steps-between 12 --hidden 192 "${common[@]}" \

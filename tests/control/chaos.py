@@ -160,6 +160,9 @@ def main():
                     help="checksum only the newest N committed steps and N others at random (0: every step; "
                          "a long run's checkpoints are many GB and this check is plain Python); every "
                          "committed step's manifest and file sizes are checked regardless")
+    ap.add_argument("--save-keep", type=int, default=0,
+                    help="the job keeps only its N newest committed checkpoints (--save-keep); the check then "
+                         "wants exactly those on disk, intact")
     ap.add_argument("--results")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
@@ -192,6 +195,7 @@ def run(a, rng, cl, tmp):
              "--seed", "1234", "--log-interval", "1", "--pipeline-model-parallel-size", "2"]
     if not a.sync_save:
         model.append("--async-save")
+    keep = ["--save-keep", str(a.save_keep)] if a.save_keep else []
     # faults: every kind once per round, shuffled; a killed node comes back later in the round
     plan = []
     for _ in range(a.rounds):
@@ -210,7 +214,7 @@ def run(a, rng, cl, tmp):
     cl.start_worker("node-b", 2)
     wait_for("2 nodes alive", lambda: sum(n["state"] == "alive" for n in cl.atoll("nodes")["nodes"]) == 2, 15)
     job = cl.atoll("submit", *model, "--num-gpus", "4", "--train-iters", str(iters), "--save", ckpt,
-                   "--save-interval", "5", "--name", "chaos")["job"]
+                   "--save-interval", "5", *keep, "--name", "chaos")["job"]
     log("job %d: tp1 x pp2 x dp2 on node-a and node-b, %d iterations, %s checkpoints every 5; faults: %s"
         % (job, iters, "synchronous" if a.sync_save else "asynchronous", " ".join(plan)))
     # the reference: the same job without faults, standalone
@@ -290,7 +294,7 @@ def run(a, rng, cl, tmp):
         wait_for("no rank left", lambda: not cl.rank_pids(job), 15)
         log("ok: job completed after %d faults; no rank process left" % len(plan))
         losses = check_losses(cl, job, st, ref_metrics, iters, a.drift_horizon)
-    check_checkpoints(cl, job, ckpt, a.verify_sample, rng)
+    check_checkpoints(cl, job, ckpt, a.verify_sample, rng, a.save_keep)
     check_events_name_faults(cl, job, results)
     g = st.get("goodput", {})
     log("goodput %.1f%% of %.1f s (lost: %s)" % (100 * g.get("ratio", 0), g.get("wall_s", 0),
@@ -374,13 +378,22 @@ def check_losses(cl, job, st, ref_metrics, iters, horizon):
             "stored": len(steps)}
 
 
-def check_checkpoints(cl, job, ckpt, sample=0, rng=None):
+def check_checkpoints(cl, job, ckpt, sample=0, rng=None, keep=0):
     committed = set()
     for e in cl.events():
         if e["kind"] == "job.checkpoint" and e["subject"] == "job %d" % job:
             committed.add(int(e["message"].split()[1]))
     if not committed:
         raise Fail("no checkpoint was reported committed")
+    pruned = set()
+    if keep:  # exactly the newest `keep` committed steps stay (the last one may commit after the job's last report)
+        disk = sorted(int(d[5:]) for d in os.listdir(ckpt)
+                      if d.startswith("iter_") and os.path.exists(os.path.join(ckpt, d, "manifest.json")))
+        if len(disk) != min(keep, len(committed | set(disk))):
+            raise Fail("--save-keep %d: %d committed steps on disk (%s), %d reported" % (keep, len(disk), disk,
+                                                                                     len(committed)))
+        pruned = {it for it in committed if it < disk[0]}
+        committed -= pruned
     on_disk = summed = 0
     steps = sorted(d for d in os.listdir(ckpt) if d.startswith("iter_"))
     summing = set(steps)
@@ -410,8 +423,9 @@ def check_checkpoints(cl, job, ckpt, sample=0, rng=None):
         committed.discard(it)
     if committed:
         raise Fail("committed checkpoints lost: %s" % sorted(committed))
-    log("ok: every committed checkpoint is on disk and intact (%d steps with manifests, sizes checked; %d of "
-        "them checksummed)" % (on_disk, summed))
+    log("ok: every committed checkpoint %sis on disk and intact (%d steps with manifests, sizes checked; %d of "
+        "them checksummed)%s" % ("kept " if keep else "", on_disk, summed,
+                                 "; %d older ones removed by --save-keep %d" % (len(pruned), keep) if keep else ""))
 
 
 def check_events_name_faults(cl, job, results):
