@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Faults against a real job on a local cluster of simulated CPU nodes, many of
 # each kind, with the coordinator's default-like timing (1 s heartbeats, node
-# timeout 3 s): tests/control/chaos.py in its long form, then a run with one fault
-# per minute for its effective training time, then the checkpoint stall bench.
+# timeout 3 s): tests/control/chaos.py in its long form, then two runs with one fault
+# per minute for their effective training time (a save every 5 steps; saves at Young's
+# interval for that MTBF), then the checkpoint stall bench.
 # Writes bench/results/chaos.md (and leaves the raw figures beside it as JSON).
 #   bench/chaos.sh [BUILD_DIR]     ROUNDS=20 (each: one fault of every kind)  GOODPUT_FAULTS=10
+# SKIP_FAULTS=1, SKIP_GOODPUT=1 (the every-5-steps run), SKIP_STALL=1 keep those parts' earlier results.
 # DRIFT_HORIZON=20: losses are held to 1e-5 of the no-failure run for this many steps past the first
 # DP change; beyond, fp32 rounding compounds (bench/dp_drift.sh measures how fast) and is reported.
 # Every check of the chaos test applies to the long run too (losses against a
@@ -28,18 +30,26 @@ python3 tests/control/chaos.py "$BIN" --seed "$SEED" --rounds "$ROUNDS" --steps-
     --drift-horizon "${DRIFT_HORIZON:-20}" \
     --verify-sample 40 --results "$OUT/chaos_faults.json" 2>&1 | tee bench/tmp/chaos_faults.log | grep -vE '^ iteration|^\[' | tail -n 40
 fi
-echo "== one fault every $FAULT_EVERY s"
-python3 tests/control/chaos.py "$BIN" --seed "$((SEED + 1))" --rounds $(((GOODPUT_FAULTS + 4) / 5)) --fault-every "$FAULT_EVERY" \
-    --hidden 384 "${common[@]}" --verify-sample 20 --results "$OUT/chaos_goodput.json" 2>&1 | tee bench/tmp/chaos_goodput.log | tail -n 20
+goodput() { # $1: results name, then extra flags
+  local name=$1; shift
+  python3 tests/control/chaos.py "$BIN" --seed "$((SEED + 1))" --rounds $(((GOODPUT_FAULTS + 4) / 5)) --fault-every "$FAULT_EVERY" \
+      --hidden 384 "${common[@]}" --verify-sample 20 "$@" --results "$OUT/$name.json" 2>&1 | tee "bench/tmp/$name.log" | tail -n 20
+}
+if [ "${SKIP_GOODPUT:-0}" != 1 ]; then # 1: keep results/chaos_goodput.json
+  echo "== one fault every $FAULT_EVERY s, a save every 5 steps"
+  goodput chaos_goodput
+fi
+echo "== one fault every $FAULT_EVERY s, saves at Young's interval (--save-mtbf $FAULT_EVERY)"
+goodput chaos_goodput_young --save-mtbf "$FAULT_EVERY"
 if [ "${SKIP_STALL:-0}" != 1 ]; then
   echo "== checkpoint stall"
   bench/ckpt_stall.sh "$BUILD"
 fi
 python3 - "$OUT/chaos_faults.json" "$OUT/chaos_goodput.json" "$OUT/ckpt_stall.md" "$T0" "$LOAD" "$ROUNDS" "$BUILD" \
-    >"$OUT/chaos.md" <<'PYEOF'
+    "$OUT/chaos_goodput_young.json" >"$OUT/chaos.md" <<'PYEOF'
 import json, os, statistics, subprocess, sys
-faults, good, stall_md, t0, load, rounds, build = sys.argv[1:8]
-F, G = json.load(open(faults)), json.load(open(good))
+faults, good, stall_md, t0, load, rounds, build, young = sys.argv[1:9]
+F, G, Y = json.load(open(faults)), json.load(open(good)), json.load(open(young))
 def q(v, p):
     v = sorted(v)
     return v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
@@ -78,7 +88,7 @@ for k, name in kinds:
         print(row(name + ": steps recomputed", [x["steps_recomputed"] for x in rs], d=0))
     else:
         print(row(name + ": steps reported again (no restart)", [x["t_running"] for x in rs]))
-hang = [x for x in F["faults"] + G["faults"] if x["kind"] == "stop-rank" and x.get("step_ms")]
+hang = [x for x in F["faults"] + G["faults"] + Y["faults"] if x["kind"] == "stop-rank" and x.get("step_ms")]
 if hang:
     print()
     print("Hang detection in step times (detection / the job's step time at the fault), both runs: median %.1f, "
@@ -96,20 +106,19 @@ print("over all %d steps, with DP shrunk and grown %d times, fp32 rounding compo
     F["iters"], sum(1 for h in F["history"] if h["cause"] in ("node-lost", "scale-up")), L["worst_all"]))
 print("every committed checkpoint intact; no orphan rank; every fault named in the events. Goodput of this run")
 print("(a fault every %d steps): %.1f%%." % (12, 100 * g["ratio"]))
-g = G["goodput"]
 print()
-print("## One fault every %.0f s (hidden %d, %d faults, %.0f s of wall time)\n" % (
-    G["fault_every"], G["hidden"], len(G["faults"]), g["wall_s"]))
-print("| effective training time | productive s | start-up s | checkpoint stalls s | detection s | restarts s | recomputed s |")
-print("|---:|---:|---:|---:|---:|---:|---:|")
-l = g["lost_s"]
-print("| %.1f%% | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |" % (100 * g["ratio"], g["productive_s"], l["startup"],
-      l["checkpoint"], l["detection"], l["restart"], l["recompute"]))
+print("## One fault every %.0f s (hidden %d, %d faults a run)\n" % (G["fault_every"], G["hidden"], len(G["faults"])))
+print("| saves | wall s | effective training time | productive s | start-up s | checkpoint stalls s | detection s | restarts s | recomputed s |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for R, what in ((G, "every 5 steps"), (Y, "Young's interval, --save-mtbf %g" % Y.get("save_mtbf", 0))):
+    g, l = R["goodput"], R["goodput"]["lost_s"]
+    print("| %s | %.0f | %.1f%% | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |" % (what, g["wall_s"], 100 * g["ratio"],
+          g["productive_s"], l["startup"], l["checkpoint"], l["detection"], l["restart"], l["recompute"]))
 print()
-print("| fault | n | detection median s | running again median s |")
+print("| fault (both runs) | n | detection median s | running again median s |")
 print("|---|---:|---:|---:|")
 for k, name in kinds:
-    rs = [x for x in G["faults"] if x["kind"] == k]
+    rs = [x for x in G["faults"] + Y["faults"] if x["kind"] == k]
     if rs and k != "kill-coordinator":
         print("| %s | %d | %.2f | %.2f |" % (name, len(rs), statistics.median(x["detected_s"] for x in rs),
                                             statistics.median(x["running_s"] for x in rs)))

@@ -88,7 +88,7 @@ class Cluster:
         return self.atoll("status", str(job))
 
     def events(self, after=0):
-        return self.atoll("events", "--after", str(after), "--limit", "100000")["events"]
+        return self.atoll("events", "--after", str(after), "--limit", "10000")["events"]
 
     def rank_pids(self, job, rank=None, epoch=None):
         """pids of the job's ranks under this cluster's workerds: {pid: (rank, epoch)}"""
@@ -163,6 +163,9 @@ def main():
     ap.add_argument("--save-keep", type=int, default=0,
                     help="the job keeps only its N newest committed checkpoints (--save-keep); the check then "
                          "wants exactly those on disk, intact")
+    ap.add_argument("--save-mtbf", type=float, default=0,
+                    help="the job picks its save interval from this MTBF (--save-mtbf, Young's formula) "
+                         "instead of saving every 5 steps")
     ap.add_argument("--results")
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
@@ -196,6 +199,7 @@ def run(a, rng, cl, tmp):
     if not a.sync_save:
         model.append("--async-save")
     keep = ["--save-keep", str(a.save_keep)] if a.save_keep else []
+    every = ["--save-mtbf", str(a.save_mtbf)] if a.save_mtbf else ["--save-interval", "5"]
     # faults: every kind once per round, shuffled; a killed node comes back later in the round
     plan = []
     for _ in range(a.rounds):
@@ -214,9 +218,11 @@ def run(a, rng, cl, tmp):
     cl.start_worker("node-b", 2)
     wait_for("2 nodes alive", lambda: sum(n["state"] == "alive" for n in cl.atoll("nodes")["nodes"]) == 2, 15)
     job = cl.atoll("submit", *model, "--num-gpus", "4", "--train-iters", str(iters), "--save", ckpt,
-                   "--save-interval", "5", *keep, "--name", "chaos")["job"]
-    log("job %d: tp1 x pp2 x dp2 on node-a and node-b, %d iterations, %s checkpoints every 5; faults: %s"
-        % (job, iters, "synchronous" if a.sync_save else "asynchronous", " ".join(plan)))
+                   *every, *keep, "--name", "chaos")["job"]
+    log("job %d: tp1 x pp2 x dp2 on node-a and node-b, %d iterations, %s checkpoints %s; faults: %s"
+        % (job, iters, "synchronous" if a.sync_save else "asynchronous",
+           "every 5 steps" if not a.save_mtbf else "at Young's interval for an MTBF of %g s" % a.save_mtbf,
+           " ".join(plan)))
     # the reference: the same job without faults, standalone
     ref_metrics = os.path.join(tmp, "reference.jsonl")
     ref = None
@@ -232,6 +238,7 @@ def run(a, rng, cl, tmp):
     last_fault = time.time()
     killed = None  # the node whose workerd was killed, until it comes back
     last_event = 0
+    seen = {}  # iteration -> loss, gathered as the run goes (the series thins steps past its newest 1000)
     for n, kind in enumerate(plan):
         st = cl.status(job)
         base = st["step"]
@@ -277,6 +284,7 @@ def run(a, rng, cl, tmp):
                                             rec["step"]))
         check_fault(cl, job, rec, restarts, epoch, last_event)
         results.append(rec)
+        collect_steps(cl, job, seen)
     if a.fault_every:
         time.sleep(max(0, a.fault_every - (time.time() - last_fault)))
         cl.atoll("cancel", str(job))
@@ -293,7 +301,8 @@ def run(a, rng, cl, tmp):
             raise Fail("the reference run failed (exit %d)" % ref.returncode)
         wait_for("no rank left", lambda: not cl.rank_pids(job), 15)
         log("ok: job completed after %d faults; no rank process left" % len(plan))
-        losses = check_losses(cl, job, st, ref_metrics, iters, a.drift_horizon)
+        collect_steps(cl, job, seen)
+        losses = check_losses(seen, st, ref_metrics, iters, a.drift_horizon)
     check_checkpoints(cl, job, ckpt, a.verify_sample, rng, a.save_keep)
     check_events_name_faults(cl, job, results)
     g = st.get("goodput", {})
@@ -302,7 +311,7 @@ def run(a, rng, cl, tmp):
     if a.results:
         json.dump({"faults": results, "goodput": g, "losses": losses, "history": st["restart_history"], "iters": iters,
                    "steps": st["step"], "heartbeat_s": a.heartbeat, "node_timeout_s": a.node_timeout,
-                   "hang_floor_s": a.hang_floor, "hang_factor": a.hang_factor, "hidden": a.hidden, "seed": a.seed, "fault_every": a.fault_every,
+                   "hang_floor_s": a.hang_floor, "hang_factor": a.hang_factor, "save_mtbf": a.save_mtbf, "hidden": a.hidden, "seed": a.seed, "fault_every": a.fault_every,
                    "async_save": not a.sync_save}, open(a.results, "w"), indent=1)
     log("PASS")
     return True
@@ -340,23 +349,27 @@ def check_fault(cl, job, rec, restarts, epoch, after):
         (h["cause"], rec["detected_s"], rec["running_s"], h["steps_recomputed"], h["dp"]))
 
 
-SERIES_FULL = 1000
 
 
-def check_losses(cl, job, st, ref_metrics, iters, horizon):
-    steps = {s["iteration"]: s["loss"] for s in cl.atoll("metrics", str(job))["steps"]}
+def collect_steps(cl, job, seen):
+    """The job's stored steps since a little before the newest seen, into `seen`: a restart
+    recomputes the steps after its checkpoint, and the store keeps the newest value."""
+    after = max(0, max(seen, default=0) - 200)
+    for s in cl.atoll("metrics", str(job), "--after", str(after), "--limit", "10000")["steps"]:
+        seen[s["iteration"]] = s["loss"]
+
+
+def check_losses(steps, st, ref_metrics, iters, horizon):
     ref = {}
     for line in open(ref_metrics):
         d = json.loads(line)
         if "loss" in d:
             ref[d["iteration"]] = d["loss"]
-    # The coordinator keeps the newest SERIES_FULL (coordinatord/series.h: 1000) steps whole and
-    # thins older ones once there are more: a long run's early steps are partly gone by design.
-    whole = set(range(max(1, iters - SERIES_FULL + 1), iters + 1))
-    if sorted(ref) != list(range(1, iters + 1)) or not whole <= set(steps) or not set(steps) <= set(ref) or \
-            (iters <= SERIES_FULL and len(steps) != iters):
-        raise Fail("steps stored %d (newest %d whole: %s), reference %d, want %d" %
-                   (len(steps), len(whole), whole <= set(steps), len(ref), iters))
+    # Gathered after every fault, before the series thins them (it keeps the newest 1000 whole):
+    # every step of the run is here.
+    if sorted(ref) != list(range(1, iters + 1)) or sorted(steps) != list(range(1, iters + 1)):
+        raise Fail("steps gathered %d (missing e.g. %s), reference %d, want %d" %
+                   (len(steps), sorted(set(range(1, iters + 1)) - set(steps))[:10], len(ref), iters))
     # Until the data-parallel size first changed, every step must be the reference's bit for bit.
     changed = min([h["from_iteration"] for h in st["restart_history"] if h["dp"] != 2] + [iters])
     exact = [i for i in sorted(steps) if i <= changed and steps[i] != ref[i]]
@@ -370,7 +383,7 @@ def check_losses(cl, job, st, ref_metrics, iters, horizon):
         raise Fail("worst relative loss difference up to step %d: %.3g > 1e-5 (step %d)" %
                    (until, worst, max(held, key=lambda i: rel[i])))
     drift = max(rel.values())
-    log("ok: losses match the no-failure run: steps 1..%d bit for bit, %d stored steps up to %d within %.2g relative%s" %
+    log("ok: losses match the no-failure run: steps 1..%d bit for bit, %d steps up to %d within %.2g relative%s" %
         (changed, len(held), min(until, iters), worst,
          "; %.2g at worst over all %d steps (rounding compounding after DP changes)" % (drift, iters)
          if until < iters else ""))
