@@ -469,25 +469,10 @@ static void on_pump(uv_idle_t *h);
 static void ready_push(rpc_conn *c)
 {
     rpc_server *s = c->server;
-    if (c->queued) return;
-    c->queued = 1;
-    c->ready_next = NULL;
-    if (s->ready_tail) s->ready_tail->ready_next = c;
-    else s->ready = c;
-    s->ready_tail = c;
-    if (!uv_is_active((uv_handle_t *)&s->pump)) uv_idle_start(&s->pump, on_pump);
+    if (turnq_push(&s->ready, &c->turn) && !uv_is_active((uv_handle_t *)&s->pump)) uv_idle_start(&s->pump, on_pump);
 }
 
-static void ready_remove(rpc_conn *c)
-{
-    if (!c->queued) return;
-    rpc_server *s = c->server;
-    rpc_conn **pp = &s->ready, *prev = NULL;
-    while (*pp && *pp != c) prev = *pp, pp = &(*pp)->ready_next;
-    if (*pp) *pp = c->ready_next;
-    if (s->ready_tail == c) s->ready_tail = prev;
-    c->queued = 0;
-}
+static void ready_remove(rpc_conn *c) { turnq_remove(&c->server->ready, &c->turn); }
 
 /* After a connection's turn: read on when its buffer holds no whole frame; else
  * stop reading (TCP pushes back) and queue it for a later turn. While its replies
@@ -509,17 +494,14 @@ static void settle(rpc_conn *c)
 static void on_pump(uv_idle_t *h)
 {
     rpc_server *s = h->data;
-    rpc_conn *last = s->ready_tail; /* connections queued during this turn wait for the next */
-    while (s->ready) {
-        rpc_conn *c = s->ready;
-        s->ready = c->ready_next;
-        if (!s->ready) s->ready_tail = NULL;
-        c->queued = 0;
+    turnq_link *last = s->ready.tail, *l; /* connections queued during this turn wait for the next */
+    while ((l = turnq_pop(&s->ready))) {
+        rpc_conn *c = TURNQ_ENTRY(l, rpc_conn, turn);
         pump(c, RPC_FRAMES_PER_TURN);
         settle(c);
-        if (c == last) break;
+        if (l == last) break;
     }
-    if (!s->ready) uv_idle_stop(&s->pump);
+    if (!s->ready.head) uv_idle_stop(&s->pump);
 }
 
 static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)

@@ -32,6 +32,7 @@
 
 #include "atoll.pb-c.h"
 #include "auth.h"
+#include "turnq.h"
 #include "frame.h"
 
 #define RPC_PROTOCOL 2               /* 2: per-frame MACs after the handshake */
@@ -79,8 +80,8 @@ struct rpc_conn {
     char name[64];                /* the peer's name from Auth */
     char err[256];
     rpc_conn *prev, *next;        /* the server's list of its connections */
-    rpc_conn *ready_next;         /* the server's queue of connections with frames waiting */
-    int queued, reading, write_wait, counted_unauthed;
+    turnq_link turn;              /* in the server's queue of connections with frames waiting */
+    int reading, write_wait, counted_unauthed;
     uint64_t accepted_ms;         /* loop time of accept, for the auth deadline */
 };
 
@@ -106,7 +107,7 @@ typedef struct rpc_server {
     rpc_conn *conns;              /* every open connection, authenticated or not */
     uv_timer_t sweep;             /* enforces auth_timeout_ms */
     uv_idle_t pump;               /* runs the ready queue once per loop turn */
-    rpc_conn *ready, *ready_tail; /* connections with whole frames waiting, in turn order */
+    turnq ready;                  /* connections with whole frames waiting, in turn order */
     uint32_t unauthed;            /* connections still authenticating */
     rpc_throttle throttle[RPC_THROTTLE_SLOTS];
 } rpc_server;

@@ -27,6 +27,7 @@
 #include "jobs.h"
 #include "jsonw.h"
 #include "log.h"
+#include "turnq.h"
 #include "msg.h"
 #include "msg_json.h"
 #include "rpc.h"
@@ -52,8 +53,8 @@ typedef struct http_conn {
     uv_tcp_t tcp;   /* not first: server.c tells rpc connections (tcp first) apart by that */
     struct http_conn *prev, *next;
     uint64_t since_ms;   /* accept, then the start of the reply */
-    int writing, closing, queued;
-    struct http_conn *ready_next; /* a whole request waits for its turn */
+    int writing, closing;
+    turnq_link turn;              /* a whole request waits for its turn */
     size_t len;
     char req[HTTP_MAX_REQUEST + 1];
 } http_conn;
@@ -76,8 +77,8 @@ struct http_state {
     coord *c;
     uv_tcp_t tcp;   /* not first, as in http_conn */
     uv_timer_t sweep;
-    uv_idle_t pump;       /* runs while requests wait (ready..ready_tail) */
-    http_conn *ready, *ready_tail;
+    uv_idle_t pump;       /* runs while requests wait (ready) */
+    turnq ready;
     http_conn *conns;
     int nconns, waiting;  /* waiting: a connection is pending in the listen queue */
     cached cache[HTTP_CACHE];
@@ -92,12 +93,7 @@ static void conn_closed(uv_handle_t *h)
 {
     http_conn *hc = h->data;
     http_state *hs = hc->hs;
-    if (hc->queued) { /* closed while waiting for its turn */
-        http_conn **pp = &hs->ready, *prev = NULL;
-        while (*pp && *pp != hc) prev = *pp, pp = &(*pp)->ready_next;
-        if (*pp) *pp = hc->ready_next;
-        if (hs->ready_tail == hc) hs->ready_tail = prev;
-    }
+    turnq_remove(&hs->ready, &hc->turn); /* closed while waiting for its turn */
     if (hc->prev) hc->prev->next = hc->next;
     else hs->conns = hc->next;
     if (hc->next) hc->next->prev = hc->prev;
@@ -830,14 +826,12 @@ static void route(http_conn *hc)
 static void on_pump(uv_idle_t *h)
 {
     http_state *hs = h->data;
-    for (int served = 0; hs->ready && served < HTTP_REQUESTS_PER_TURN; served++) {
-        http_conn *hc = hs->ready;
-        hs->ready = hc->ready_next;
-        if (!hs->ready) hs->ready_tail = NULL;
-        hc->queued = 0;
+    turnq_link *l;
+    for (int served = 0; served < HTTP_REQUESTS_PER_TURN && (l = turnq_pop(&hs->ready)); served++) {
+        http_conn *hc = TURNQ_ENTRY(l, http_conn, turn);
         if (!hc->closing) route(hc);
     }
-    if (!hs->ready) uv_idle_stop(&hs->pump);
+    if (!hs->ready.head) uv_idle_stop(&hs->pump);
 }
 
 /* A whole request: stop reading (one request per connection) and wait for a turn. */
@@ -845,13 +839,8 @@ static void queue_request(http_conn *hc)
 {
     http_state *hs = hc->hs;
     uv_read_stop((uv_stream_t *)&hc->tcp);
-    if (hc->queued) return;
-    hc->queued = 1;
-    hc->ready_next = NULL;
-    if (hs->ready_tail) hs->ready_tail->ready_next = hc;
-    else hs->ready = hc;
-    hs->ready_tail = hc;
-    if (!uv_is_active((uv_handle_t *)&hs->pump)) uv_idle_start(&hs->pump, on_pump);
+    if (turnq_push(&hs->ready, &hc->turn) && !uv_is_active((uv_handle_t *)&hs->pump))
+        uv_idle_start(&hs->pump, on_pump);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
