@@ -7,7 +7,7 @@
 # Writes bench/results/chaos.md (and leaves the raw figures beside it as JSON).
 #   bench/chaos.sh [BUILD_DIR]     ROUNDS=20 (each: one fault of every kind)  GOODPUT_FAULTS=10
 # SKIP_FAULTS=1, SKIP_GOODPUT=1 (the every-5-steps run), SKIP_STALL=1 keep those parts' earlier results.
-# DRIFT_HORIZON=20: losses are held to 1e-5 of the no-failure run for this many steps past the first
+# DRIFT_HORIZON=10: losses are held to 1e-5 of the no-failure run for this many steps past the first
 # DP change; beyond, fp32 rounding compounds (bench/dp_drift.sh measures how fast) and is reported.
 # Every check of the chaos test applies to the long run too (losses against a
 # no-failure run, checkpoints intact, no orphan rank, events naming each fault).
@@ -27,7 +27,7 @@ common=(--heartbeat 1 --node-timeout 3 --hang-floor 0.3 --hang-factor 2 --save-k
 if [ "${SKIP_FAULTS:-0}" != 1 ]; then # 1: keep the faults run's results/chaos_faults.json
 echo "== $ROUNDS rounds of faults"
 python3 tests/control/chaos.py "$BIN" --seed "$SEED" --rounds "$ROUNDS" --steps-between 12 --hidden 192 "${common[@]}" \
-    --drift-horizon "${DRIFT_HORIZON:-20}" \
+    --drift-horizon "${DRIFT_HORIZON:-10}" \
     --verify-sample 40 --results "$OUT/chaos_faults.json" 2>&1 | tee bench/tmp/chaos_faults.log | grep -vE '^ iteration|^\[' | tail -n 40
 fi
 goodput() { # $1: results name, then extra flags

@@ -117,6 +117,7 @@ typedef struct live_job {
     int hung;                /* a hang was declared for this placement */
     int64_t waiting_ms;      /* a rank's watchdog last reported a wait past its step time */
     int64_t asked_ms;        /* its nodes were last asked to report now */
+    int asked_pending;       /* ... and how many of them have not answered yet */
     int64_t straggler_tick_ms;
     /* restart.c */
     int64_t restart_ms;      /* restarting since (0: not restarting) */
@@ -243,7 +244,8 @@ void hang_describe(const live_rank *r, char *out, size_t len);
 double hang_step_ms(const live_job *lj);
 /* The job's hang bound now: max(--hang-floor, --hang-factor x median step time); 0 before any step. */
 int64_t hang_bound_ms(const coord *c, const live_job *lj);
-/* A heartbeat from n arrived: when it answers a ReportNow, the jobs are judged now. */
+/* A heartbeat from n arrived: when it is the last answer to a job's ReportNow,
+ * that job is judged now. */
 void hang_heard(coord *c, reg_node *n);
 
 /* ---- straggler.c ---- */

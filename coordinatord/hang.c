@@ -19,7 +19,7 @@
  * late. A watchdog report of a wait past the rank's step time is relayed at once
  * (urgent); once one came and the bound has passed since the job's last step, the
  * job's nodes not heard from since are asked for a heartbeat now (ReportNow), and
- * their answers are judged as they arrive (hang_heard). */
+ * the job is judged when the last of them answers (hang_heard), else on a tick. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -318,10 +318,12 @@ static void ask(coord *c, live_job *lj, void *ctx)
         m.job = lj->id;
         c->send(c, n->peer, ATOLL__MSG_TYPE__MSG_REPORT_NOW, &m.base);
         n->asked_ms = now;
+        n->asked_job = lj->id;
         asked++;
     }
     if (asked) {
         lj->asked_ms = now;
+        lj->asked_pending = asked; /* answers to an earlier round count too: a verdict too early only waits */
         log_debug("job %llu: no step for %lld ms (bound %lld ms) and a rank waits: asked %d node%s to report now",
                   (unsigned long long)lj->id, (long long)(now - lj->progress_ms), (long long)bound, asked,
                   asked == 1 ? "" : "s");
@@ -330,9 +332,13 @@ static void ask(coord *c, live_job *lj, void *ctx)
 
 void hang_heard(coord *c, reg_node *n)
 {
-    if (!n->asked_ms) return;
-    n->asked_ms = 0;
-    judge_all(c);
+    uint64_t id = n->asked_job;
+    if (!id) return;
+    n->asked_job = 0;
+    live_job *lj = jobs_live(c, id);
+    if (!lj || --lj->asked_pending > 0) return; /* judged once its last node answered (or on a tick) */
+    jobs_fault f;
+    if (judge(c, lj, &f)) jobs_fault_raise(c, id, &f);
 }
 
 void hang_tick(coord *c)

@@ -26,7 +26,8 @@ typedef struct reg_node {
     int slurm_out;          /* Slurm has it drained, down or failed (slurm_watch.c); in memory only */
     char slurm_state[280];  /* while slurm_out: "IDLE+DRAIN (reason: bad dimm)" */
     int64_t registered_ms, last_seen_ms;
-    int64_t asked_ms;       /* hang.c asked it for a heartbeat now (ReportNow); 0 once answered */
+    int64_t asked_ms;       /* hang.c asked it for a heartbeat now (ReportNow) then ... */
+    uint64_t asked_job;     /* ... for this job; 0 once answered */
     uint64_t visit;         /* coord_layout_nodes: the walk that last counted it */
     uint64_t heartbeats;
     void *peer;             /* the agent's connection while it is connected */

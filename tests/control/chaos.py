@@ -6,7 +6,9 @@ SIGSTOP of a rank, kill -9 of the coordinator, and a killed node coming back.
 After each fault the job must run again (or, for the coordinator, keep running
 with no restart). At the end the job must complete, and:
   - its losses match a no-failure run of the same job step for step: bit for bit
-    while the data-parallel size never changed, within 1e-5 relative after;
+    while the data-parallel size never changed, within 1e-5 relative for
+    --drift-horizon steps after (fp32 rounding of the resized sums then compounds:
+    past 1e-5 15 to 40 steps after a resize, bench/results/dp_drift.md);
   - every checkpoint it committed is on disk, intact (manifest sizes and FNV-1a-64
     checksums), and so is every other step that has a manifest;
   - no rank process of the job is left, nor one of an old epoch beside a new one;
@@ -152,10 +154,10 @@ def main():
                          "the last fault; no reference run, so no loss check)")
     ap.add_argument("--sync-save", action="store_true", help="synchronous checkpoints (default: --async-save)")
     ap.add_argument("--hidden", type=int, default=128, help="the model's hidden size (its step time)")
-    ap.add_argument("--drift-horizon", type=int, default=20,
+    ap.add_argument("--drift-horizon", type=int, default=10,
                     help="hold losses to 1e-5 of the reference only this many steps past the first DP change "
-                         "(0: every step); later, fp32 rounding compounds (bench/dp_drift.sh: past 1e-5 some "
-                         "35 steps after a resize) and the drift is reported, not judged")
+                         "(0: every step); later, fp32 rounding compounds (past 1e-5 15 to 40 steps after a "
+                         "resize) and the drift is reported, not judged")
     ap.add_argument("--verify-sample", type=int, default=0,
                     help="checksum only the newest N committed steps and N others at random (0: every step; "
                          "a long run's checkpoints are many GB and this check is plain Python); every "
@@ -380,8 +382,9 @@ def check_losses(steps, st, ref_metrics, iters, horizon):
     held = [i for i in steps if i <= until]
     worst = max(rel[i] for i in held)
     if worst > 1e-5:
-        raise Fail("worst relative loss difference up to step %d: %.3g > 1e-5 (step %d)" %
-                   (until, worst, max(held, key=lambda i: rel[i])))
+        raise Fail("worst relative loss difference up to step %d: %.3g > 1e-5 (step %d); from step %d: %s" %
+                   (until, worst, max(held, key=lambda i: rel[i]), changed,
+                    " ".join("%d:%.1e" % (i, rel[i]) for i in sorted(held) if i >= changed)))
     drift = max(rel.values())
     log("ok: losses match the no-failure run: steps 1..%d bit for bit, %d steps up to %d within %.2g relative%s" %
         (changed, len(held), min(until, iters), worst,
