@@ -74,6 +74,7 @@ static const key_def KEYS[] = {
     F("async-save", K_BOOL, async_save),
     R("save-mtbf", K_DOUBLE, save_mtbf, 0, HUGE_VAL, 0),
     R("save-keep", K_INT, save_keep, 0, 2147483647.0, 0),
+    F("deterministic-dp", K_BOOL, deterministic_dp),
     F("normalization", K_STR, normalization),
     F("swiglu", K_BOOL, swiglu),
     F("position-embedding-type", K_STR, position_embedding_type),
@@ -547,6 +548,11 @@ int cfg_validate_training(const atoll_config *c, char *err, size_t errlen)
     }
     if (c->save_mtbf > 0 && !c->save[0]) {
         atoll_errf(err, errlen, "--save-mtbf %g needs --save DIR", c->save_mtbf);
+        return -1;
+    }
+    if (c->deterministic_dp && c->use_distributed_optimizer) {
+        atoll_errf(err, errlen, "--deterministic-dp does not work with --use-distributed-optimizer yet "
+                   "(its reduce-scatter sums in fp32); leave one of them out");
         return -1;
     }
     if (c->save_keep > 0 && !c->save[0]) {

@@ -59,6 +59,7 @@ typedef struct atoll_config {
     int async_save;                            /* checkpoints written in the background */
     double save_mtbf;                          /* > 0: save every sqrt(2 x this x measured stall) seconds */
     int save_keep;                             /* > 0: keep only this many newest committed checkpoints */
+    int deterministic_dp;                      /* gradients summed in fp64: the same bits whatever the DP size */
     /* the LLaMA family and regularisation (Megatron's flags) */
     char normalization[16];            /* "LayerNorm" (default) or "RMSNorm" */
     int swiglu;

@@ -230,6 +230,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->async_save = c->async_save;
     o->save_mtbf = c->save_mtbf;
     o->save_keep = c->save_keep;
+    o->deterministic_dp = c->deterministic_dp;
     o->max_restarts = -1; /* the coordinator's default unless the caller says */
     o->normalization = (char *)c->normalization;
     o->swiglu = c->swiglu;

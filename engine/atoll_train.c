@@ -23,6 +23,7 @@ static void usage(FILE *f)
             "          --weight-decay W --adam-beta1 B1 --adam-beta2 B2 --adam-eps E --clip-grad C --seed S\n"
             "data:     --data-path PREFIX (Megatron .bin/.idx; without it the built-in corpus) --split 969,30,1\n"
             "ckpt:     --save DIR --save-interval N --load DIR --async-save --save-mtbf SEC --save-keep N\n"
+            "numerics: --deterministic-dp (gradients summed in fp64: the same weights whatever the DP size)\n"
             "logging:  --log-interval N --metrics-file FILE (one JSON object per logged step)\n"
             "parallel: --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
             "          --num-layers-per-virtual-pipeline-stage L --sequence-parallel --use-distributed-optimizer\n"

@@ -80,6 +80,7 @@ int dist_init(dist *d, const atoll_config *c, const k_ops *k, char *err, size_t 
 
 void dist_free(dist *d)
 {
+    free(d->acc);
     if (d->scratch) d->k->free(d->scratch);
     free(d->host_a);
     free(d->host_b);
@@ -163,6 +164,81 @@ eng_tp_comm dist_tp_comm(dist *d)
     return (eng_tp_comm){ d, tp_sum, tp_max, tp_gather, tp_scatter };
 }
 
+/* ---- --deterministic-dp ---- */
+
+#define DET_BUCKET ((size_t)1 << 18) /* doubles gathered per DP all-gather */
+
+int dist_deterministic_init(dist *d, const eng_model *m, char *err, size_t errlen)
+{
+    if (strcmp(m->k->name, "cpu")) {
+        atoll_errf(err, errlen, "--deterministic-dp is implemented for --device cpu only");
+        return -1;
+    }
+    if (!(d->acc = calloc(m->num_floats, sizeof *d->acc))) {
+        atoll_errf(err, errlen, "--deterministic-dp: out of memory for %zu fp64 gradients", m->num_floats);
+        return -1;
+    }
+    d->acc_n = m->num_floats;
+    return 0;
+}
+
+void dist_fold_grads(dist *d, eng_model *m)
+{
+    if (!d->acc) return;
+    for (size_t i = 0; i < d->acc_n; i++) {
+        d->acc[i] += (double)m->grads[i];
+        m->grads[i] = 0.0f;
+    }
+}
+
+/* The DP sum of the accumulators, in DP-rank order, rounded once into m->grads;
+ * the accumulators are zeroed for the next step. */
+static int det_dp_sum(dist *d, eng_model *m)
+{
+    size_t n = d->acc_n;
+    if (d->dp == 1) {
+        for (size_t i = 0; i < n; i++) m->grads[i] = (float)(0.0 + d->acc[i]), d->acc[i] = 0.0;
+        return 0;
+    }
+    double *all = malloc(DET_BUCKET * (size_t)d->dp * sizeof *all);
+    if (!all) return comm_fail(d->world, "--deterministic-dp: out of memory gathering gradients");
+    int rc = 0;
+    for (size_t off = 0; off < n && !rc; off += DET_BUCKET) {
+        size_t b = n - off < DET_BUCKET ? n - off : DET_BUCKET;
+        /* doubles travel as pairs of floats: the all-gather only copies */
+        if (comm_allgather(d->g[GROUP_DP], (const float *)(d->acc + off), (float *)all, 2 * b)) {
+            rc = -1;
+            break;
+        }
+        for (size_t i = 0; i < b; i++) {
+            double sum = 0.0;
+            for (int r = 0; r < d->dp; r++) sum += all[(size_t)r * b + i];
+            m->grads[off + i] = (float)sum;
+            d->acc[off + i] = 0.0;
+        }
+    }
+    free(all);
+    return rc;
+}
+
+int dist_world_sum_ordered(dist *d, double x, double *sum)
+{
+    if (d->size == 1) {
+        *sum = 0.0 + x;
+        return 0;
+    }
+    double *all = malloc((size_t)d->size * sizeof *all);
+    if (!all) return comm_fail(d->world, "world sum: out of memory");
+    int rc = comm_allgather(comm_world_comm(d->world), (const float *)&x, (float *)all, 2);
+    if (!rc) {
+        double t = 0.0;
+        for (int r = 0; r < d->size; r++) t += all[r];
+        *sum = t;
+    }
+    free(all);
+    return rc;
+}
+
 int dist_world_sum(dist *d, float *buf, int n)
 {
     if (d->size == 1) return 0;
@@ -212,7 +288,7 @@ int dist_overlap_begin(dist *d, eng_model *m, int zero)
 {
     d->overlapped = 0;
     d->ovl_async = 0;
-    if (d->dp == 1 || zero) return 0;
+    if (d->dp == 1 || zero || d->acc) return 0;
     if (comm_world_backend(d->world) == COMM_BACKEND_NCCL) {
         /* NCCL: each layer's all-reduce is queued on the NCCL stream as its
          * gradients become final and runs beside the rest of backward */
@@ -310,6 +386,8 @@ static const eng_param *tied_wte(const eng_model *m)
 
 int dist_sync_grads(dist *d, eng_model *m, dist_optim *o)
 {
+    /* --deterministic-dp: the DP sum first, in fp64 (the sums below commute with it) */
+    if (d->acc && det_dp_sum(d, m)) return -1;
     /* Every comm call below is ordered after the kernels queued before it
      * (comm.h), the ZeRO copy into gbuf included. */
     /* Sequence parallel: each TP rank saw only its rows of the LayerNorms. */
@@ -325,7 +403,7 @@ int dist_sync_grads(dist *d, eng_model *m, dist_optim *o)
     if (d->pp > 1 && wte && emb && comm_size(emb) > 1 &&
         comm_allreduce(emb, m->grads + wte->offset, wte->numel, COMM_SUM))
         return -1;
-    if (d->dp == 1 || d->overlapped) return 0; /* (sums commute: DP first is the same) */
+    if (d->dp == 1 || d->overlapped || d->acc) return 0; /* (sums commute: DP first is the same) */
     comm *dp = d->g[GROUP_DP];
     if (o->zero) {
         m->k->zero(o->gbuf, o->shard * (size_t)d->dp * sizeof(float));

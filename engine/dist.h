@@ -50,12 +50,27 @@ typedef struct dist {
     float *scratch;             /* TP max: gathered rows (backend memory) */
     float *host_a, *host_b;
     size_t scratch_n;
+    double *acc;                /* --deterministic-dp: this step's gradients so far, in fp64 */
+    size_t acc_n;
 } dist;
 
 /* Joins the job and derives the layout. Returns 0, or -1 with err naming the
  * flag or rule (world not divisible by tp*pp, batch not divisible, ...). */
 int dist_init(dist *d, const atoll_config *c, const k_ops *k, char *err, size_t errlen);
 void dist_free(dist *d);
+
+/* --deterministic-dp (CPU): each micro-batch's gradients are added into an fp64
+ * accumulator (dist_fold_grads after every backward pass, which zeroes m->grads),
+ * and dist_sync_grads takes the data-parallel sum in fp64 in DP-rank order before
+ * rounding to fp32 once. Sums of a few fp32 values are exact in fp64, so the step's
+ * gradients are the same bits whatever the DP size and however the micro-batches
+ * are split: a run resized by an elastic restart computes the same function. No
+ * overlap of the DP reduction with backward in this mode. 0, or -1 with err. */
+int dist_deterministic_init(dist *d, const eng_model *m, char *err, size_t errlen);
+void dist_fold_grads(dist *d, eng_model *m);
+/* The same for a sum of per-rank partials (the gradient norm's): every rank gets
+ * the fp64 sum in world-rank order, which does not depend on the DP size. */
+int dist_world_sum_ordered(dist *d, double x, double *sum);
 
 eng_layout dist_layout(const dist *d, const atoll_config *c);
 eng_tp_comm dist_tp_comm(dist *d);

@@ -180,6 +180,7 @@ static int run_compute(dist_pipe *p, const sched_action *a, const int32_t *token
         atoll_errf(err, errlen, "backward pass failed: %s", dist_error(p->d));
         return -1;
     }
+    dist_fold_grads(p->d, m); /* --deterministic-dp */
     if (final) chunk_done(p, a->chunk);
     if (ch->first) s->busy = 0; /* nothing to send back */
     return 0;

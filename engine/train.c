@@ -380,7 +380,16 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     }
     int pp = d->pp < 64 ? d->pp : 64;
     float vec[5 + 2 * 64] = { 0 };
-    vec[0] = (float)dist_grad_sumsq(d, m, &r->dopt);
+    if (d->acc) { /* --deterministic-dp: the norm's partials summed in world-rank order */
+        double sq;
+        if (dist_world_sum_ordered(d, dist_grad_sumsq(d, m, &r->dopt), &sq)) {
+            atoll_errf(err, errlen, "gradient norm: %s", dist_error(d));
+            return -1;
+        }
+        vec[0] = d->rank == 0 ? (float)sq : 0.0f; /* the float sum below adds zeros to it */
+    } else {
+        vec[0] = (float)dist_grad_sumsq(d, m, &r->dopt);
+    }
     if (d->pp_rank == d->pp - 1 && d->tp_rank == 0) vec[1] = (float)(res.loss_sum / tokens);
     if (d->tp_rank == 0 && d->dp_rank == 0 && d->pp_rank < 64 && d->pp > 1) {
         vec[2 + d->pp_rank] = (float)res.idle_s;
@@ -446,6 +455,12 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
             free(logits0);
             return -1;
         }
+        dist_fold_grads(&r->d, m); /* --deterministic-dp */
+    }
+    if (r->d.acc && dist_sync_grads(&r->d, m, &r->dopt)) { /* one rank: the fp64 sum, rounded */
+        atoll_errf(err, errlen, "gradient reduction: %s", dist_error(&r->d));
+        free(logits0);
+        return -1;
     }
     s->loss = loss_sum / ((double)c->global_batch_size * T);
     if (r->o->dump_dir[0]) {
@@ -456,7 +471,9 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     s->it = r->st.iteration + 1;
     s->stop = stop_requested;
     s->save_due = mtbf_due(r);
-    s->grad_norm = sqrt(eng_grad_sumsq(m));
+    /* --deterministic-dp: the norm as the ranks of a DP run take it (dist_grad_sumsq,
+     * through a float), so clipping does not depend on the world size either */
+    s->grad_norm = r->d.acc ? sqrt((double)(float)dist_grad_sumsq(&r->d, m, &r->dopt)) : sqrt(eng_grad_sumsq(m));
     s->lr = eng_lr_at(c, s->it);
     eng_optim_step(r->opt, m, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), (int)s->it);
     return finish_step(r, s, t0, err, errlen);
@@ -564,6 +581,7 @@ static int setup(run *r, char *err, size_t errlen)
     r->m->tp = dist_tp_comm(&r->d);
     if (dist_optim_init(&r->dopt, &r->d, r->m, c->use_distributed_optimizer, err, errlen)) return -1;
     r->have_dopt = 1;
+    if (c->deterministic_dp && dist_deterministic_init(&r->d, r->m, err, errlen)) return -1;
     r->opt = r->dopt.full;
     if (r->d.size > 1) {
         dist_pipe_init(&r->pipe, &r->d, r->m);

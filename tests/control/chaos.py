@@ -8,7 +8,8 @@ with no restart). At the end the job must complete, and:
   - its losses match a no-failure run of the same job step for step: bit for bit
     while the data-parallel size never changed, within 1e-5 relative for
     --drift-horizon steps after (fp32 rounding of the resized sums then compounds:
-    past 1e-5 15 to 40 steps after a resize, bench/results/dp_drift.md);
+    past 1e-5 15 to 40 steps after a resize, bench/results/dp_drift.md), or for
+    every step with --deterministic-dp (gradients summed in fp64: no bit changes);
   - every checkpoint it committed is on disk, intact (manifest sizes and FNV-1a-64
     checksums), and so is every other step that has a manifest;
   - no rank process of the job is left, nor one of an old epoch beside a new one;
@@ -165,6 +166,9 @@ def main():
     ap.add_argument("--save-keep", type=int, default=0,
                     help="the job keeps only its N newest committed checkpoints (--save-keep); the check then "
                          "wants exactly those on disk, intact")
+    ap.add_argument("--deterministic-dp", action="store_true",
+                    help="the job and the reference sum gradients in fp64 (--deterministic-dp), so a DP resize "
+                         "changes no weight: every step is then held to 1e-5, whatever --drift-horizon says")
     ap.add_argument("--save-mtbf", type=float, default=0,
                     help="the job picks its save interval from this MTBF (--save-mtbf, Young's formula) "
                          "instead of saving every 5 steps")
@@ -200,6 +204,8 @@ def run(a, rng, cl, tmp):
              "--seed", "1234", "--log-interval", "1", "--pipeline-model-parallel-size", "2"]
     if not a.sync_save:
         model.append("--async-save")
+    if a.deterministic_dp:
+        model.append("--deterministic-dp")
     keep = ["--save-keep", str(a.save_keep)] if a.save_keep else []
     every = ["--save-mtbf", str(a.save_mtbf)] if a.save_mtbf else ["--save-interval", "5"]
     # faults: every kind once per round, shuffled; a killed node comes back later in the round
@@ -304,7 +310,7 @@ def run(a, rng, cl, tmp):
         wait_for("no rank left", lambda: not cl.rank_pids(job), 15)
         log("ok: job completed after %d faults; no rank process left" % len(plan))
         collect_steps(cl, job, seen)
-        losses = check_losses(seen, st, ref_metrics, iters, a.drift_horizon)
+        losses = check_losses(seen, st, ref_metrics, iters, 0 if a.deterministic_dp else a.drift_horizon)
     check_checkpoints(cl, job, ckpt, a.verify_sample, rng, a.save_keep)
     check_events_name_faults(cl, job, results)
     g = st.get("goodput", {})
@@ -313,7 +319,7 @@ def run(a, rng, cl, tmp):
     if a.results:
         json.dump({"faults": results, "goodput": g, "losses": losses, "history": st["restart_history"], "iters": iters,
                    "steps": st["step"], "heartbeat_s": a.heartbeat, "node_timeout_s": a.node_timeout,
-                   "hang_floor_s": a.hang_floor, "hang_factor": a.hang_factor, "save_mtbf": a.save_mtbf, "hidden": a.hidden, "seed": a.seed, "fault_every": a.fault_every,
+                   "hang_floor_s": a.hang_floor, "hang_factor": a.hang_factor, "save_mtbf": a.save_mtbf, "deterministic_dp": a.deterministic_dp, "hidden": a.hidden, "seed": a.seed, "fault_every": a.fault_every,
                    "async_save": not a.sync_save}, open(a.results, "w"), indent=1)
     log("PASS")
     return True
