@@ -5,7 +5,8 @@
 # restart on fewer nodes does: the global batch kept by more micro-batches per rank,
 # so only the order of the gradient sums changes); (C) resumed at SPLIT in the same
 # layout. C must equal A bit for bit; B starts within rounding of A and drifts as
-# fp32 rounding compounds through training. Writes bench/results/dp_drift.md.
+# fp32 rounding compounds through training. D and E are A and B with --deterministic-dp,
+# which must end with the same bytes. Writes bench/results/dp_drift.md.
 #   bench/dp_drift.sh [BUILD_DIR]     ITERS=300 SPLIT=44 HIDDEN=192
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,9 +36,17 @@ run b1 4 --save ck --save-interval "$SPLIT" --exit-interval "$SPLIT"
 cp -r "$tmp/ck" "$tmp/ck2"
 run b2 2 --load ck
 run c2 4 --load ck2
-python3 - "$tmp" "$ITERS" "$SPLIT" "$T0" "$LOAD" "$BUILD" "$HIDDEN" >"$OUT" <<'PYEOF'
+echo "D, E: A and B with --deterministic-dp (gradients summed in fp64)"
+run d 4 --deterministic-dp --save ckd --save-interval "$ITERS"
+run e1 4 --deterministic-dp --save cke --save-interval "$SPLIT" --exit-interval "$SPLIT"
+run e2 2 --deterministic-dp --load cke --save cke --save-interval "$ITERS"
+weights=no
+cmp -s "$tmp/ckd/iter_$(printf %07d "$ITERS")/model.safetensors" "$tmp/cke/iter_$(printf %07d "$ITERS")/model.safetensors" &&
+  cmp -s "$tmp/ckd/iter_$(printf %07d "$ITERS")/optim.safetensors" "$tmp/cke/iter_$(printf %07d "$ITERS")/optim.safetensors" &&
+  weights=yes
+python3 - "$tmp" "$ITERS" "$SPLIT" "$T0" "$LOAD" "$BUILD" "$HIDDEN" "$weights" >"$OUT" <<'PYEOF'
 import json, os, sys
-tmp, iters, split, t0, load, build, hidden = sys.argv[1:8]
+tmp, iters, split, t0, load, build, hidden, weights = sys.argv[1:9]
 iters, split = int(iters), int(split)
 def losses(*names):
     out = {}
@@ -82,8 +91,21 @@ print("Worst over steps %d..%d: %.3g at step %d (losses %.4g and %.4g)." % (spli
 print()
 print("Reading: the resize changes only the order of fp32 additions, so the first steps after it agree to")
 print("rounding; training then amplifies the difference step by step, as between any two runs whose")
-print("reductions differ in order. Over the tens of steps between checkpoints the resumed run is the")
-print("uninterrupted run's to well within 1e-5; over hundreds it is another run of the same training,")
-print("and per-step losses of a model memorising a small corpus differ by percents from batch noise alone.")
+print("reductions differ in order. For some tens of steps (the table) the resumed run is the uninterrupted")
+print("run's to within 1e-5; over hundreds it is another run of the same training, and per-step losses of")
+print("a model memorising a small corpus differ by percents from batch noise alone. --deterministic-dp below")
+print("removes the difference.")
+d, e = losses("d"), losses("e1", "e2")
+rel_de = max(abs(e[i] - d[i]) / abs(d[i]) for i in d)
+print()
+print("## With --deterministic-dp\n")
+print("D: A with `--deterministic-dp`; E: B with it (dp2 to step %d, resumed with dp1). Each backward pass's" % split)
+print("gradients are added in fp64 and the DP sum is taken in fp64 in rank order, then rounded once.\n")
+print("- weights and optimizer state after step %d, E against D: **%s**" % (iters, "byte-identical" if weights == "yes"
+                                                                           else "DIFFERENT"))
+print("- reported losses, E against D, worst relative difference over all %d steps: %.2g (the float" % (iters, rel_de))
+print("  rounding of the loss as the ranks sum it, not a training difference)")
+print("- D against A (what the fp64 sums change, from step 1): %.2g relative at step %d, %.2g at step %d" % (
+    abs(d[split] - a[split]) / abs(a[split]), split, abs(d[iters] - a[iters]) / abs(a[iters]), iters))
 PYEOF
 cat "$OUT"
