@@ -45,6 +45,17 @@ static void fsync_dir(const char *dir)
     }
 }
 
+/* Takes a step's manifest away, durably: the step is no longer committed. 0, also
+ * when it had none; -1 with errno when it cannot be removed. */
+static int uncommit_step(const char *step)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/manifest.json", step);
+    if (unlink(path)) return errno == ENOENT ? 0 : -1;
+    fsync_dir(step);
+    return 0;
+}
+
 /* The tensors of the two files, from the full table: model has each tensor,
  * optim has three per tensor. */
 static int layouts(const atoll_config *c, st_file *model, st_file *optim, char *err, size_t errlen)
@@ -98,8 +109,7 @@ int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, co
     }
     /* Re-saving a step uncommits it first, so a crash midway never leaves a
      * manifest describing files that changed under it. */
-    snprintf(path, sizeof path, "%s/manifest.json", step);
-    if (unlink(path) == 0) fsync_dir(step);
+    uncommit_step(step);
 
     st_file mf, of;
     if (layouts(&m->cfg, &mf, &of, err, errlen)) return -1;
@@ -465,15 +475,9 @@ int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen)
 static int remove_step(const char *step, char *err, size_t errlen)
 {
     char path[1024 + 300];
-    snprintf(path, sizeof path, "%s/manifest.json", step);
-    if (unlink(path) && errno != ENOENT) {
-        atoll_errf(err, errlen, "%s: %s", path, strerror(errno));
+    if (uncommit_step(step)) {
+        atoll_errf(err, errlen, "%s/manifest.json: %s", step, strerror(errno));
         return -1;
-    }
-    int fd = open(step, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
     }
     DIR *d = opendir(step);
     if (!d) {
@@ -524,13 +528,7 @@ int ckpt_prune(const char *dir, int keep, long long newest, char *err, size_t er
         removed++;
     }
     free(its);
-    if (removed) {
-        int fd = open(dir, O_RDONLY | O_DIRECTORY);
-        if (fd >= 0) {
-            fsync(fd);
-            close(fd);
-        }
-    }
+    if (removed) fsync_dir(dir);
     return rc ? -1 : removed;
 }
 

@@ -97,6 +97,24 @@ static void heartbeat(coord *c, test_peer *t, Atoll__RankMetrics *m)
     send_msg(c, t, ATOLL__MSG_TYPE__MSG_HEARTBEAT, &hb.base);
 }
 
+/* Rank 0 of (job, epoch) reports iterations first.. first+n-1, one heartbeat and
+ * one tick per step of step_ms (the fake clock advances by it). */
+static void report_steps(coord *c, test_peer *t, uint64_t job, uint32_t epoch, int64_t first, int n, double step_ms)
+{
+    for (int k = 0; k < n; k++) {
+        fake_ms += (int64_t)step_ms;
+        Atoll__RankMetrics sm = ATOLL__RANK_METRICS__INIT;
+        sm.job = job;
+        sm.epoch = epoch;
+        sm.rank = 0;
+        sm.iteration = first + k;
+        sm.step_ms = step_ms;
+        sm.time_ms = fake_ms;
+        heartbeat(c, t, &sm);
+        coord_tick(c);
+    }
+}
+
 static void heartbeat_exit(coord *c, test_peer *t, Atoll__RankExit *e)
 {
     Atoll__Heartbeat hb = ATOLL__HEARTBEAT__INIT;
@@ -571,18 +589,7 @@ int main(int argc, char **argv)
     coord_tick(&c);
     CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_STARTING, "third job placed: %d (%s)", j.state, j.message);
     store_job_clear(&j);
-    for (int it = 1; it <= 3; it++) { /* 200 ms steps */
-        fake_ms += 200;
-        Atoll__RankMetrics sm = ATOLL__RANK_METRICS__INIT;
-        sm.job = id3;
-        sm.epoch = 0;
-        sm.rank = 0;
-        sm.iteration = it;
-        sm.step_ms = 200;
-        sm.time_ms = fake_ms;
-        heartbeat(&c, &w1, &sm);
-        coord_tick(&c);
-    }
+    report_steps(&c, &w1, id3, 0, 1, 3, 200); /* 200 ms steps */
     CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "third job running: %d", j.state);
     store_job_clear(&j);
     live_job *lj3 = jobs_live(&c, id3);
@@ -675,18 +682,7 @@ int main(int argc, char **argv)
     /* ---- a bound shorter than the heartbeat interval: judged on fresh reports ---- */
     c.o.hang_floor_ms = 300;
     c.o.hang_factor = 2;
-    for (int it = 1; it <= 3; it++) { /* epoch 1 on n2: 100 ms steps, bound max(0.3 s, 2 x 0.1 s) */
-        fake_ms += 100;
-        Atoll__RankMetrics sm = ATOLL__RANK_METRICS__INIT;
-        sm.job = id3;
-        sm.epoch = 1;
-        sm.rank = 0;
-        sm.iteration = 10 + it;
-        sm.step_ms = 100;
-        sm.time_ms = fake_ms;
-        heartbeat(&c, &w2, &sm);
-        coord_tick(&c);
-    }
+    report_steps(&c, &w2, id3, 1, 11, 3, 100); /* epoch 1 on n2: 100 ms steps, bound max(0.3 s, 2 x 0.1 s) */
     CHECK(job_state(&c, id3, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "epoch 1 running: %d", j.state);
     store_job_clear(&j);
     lj3 = jobs_live(&c, id3);
