@@ -16,8 +16,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int rank_run(int rank, int port, const store_auth *auth)
+/* What a rank needs to join, written by the parent once the store runs. */
+typedef struct {
+    int port;
+    store_auth auth;
+} join_info;
+
+/* A rank process, forked before the store's thread exists (a child forked from a
+ * threaded parent may inherit a lock another thread held: under ASan, now and
+ * then, a hang). It waits on `fd` for the store's address and secret. */
+static int rank_run(int rank, int fd)
 {
+    join_info ji;
+    if (read(fd, &ji, sizeof ji) != (ssize_t)sizeof ji) return 5;
+    close(fd);
+    const store_auth *auth = &ji.auth;
+    int port = ji.port;
     store_client *sc;
     char err[512];
     if (store_connect("127.0.0.1", port, auth, 5000, &sc, err, sizeof err) != STORE_OK) {
@@ -39,14 +53,23 @@ static int rank_run(int rank, int port, const store_auth *auth)
 int main(int argc, char **argv)
 {
     (void)argc;
+    int p0[2], p1[2];
+    CHECK(pipe(p0) == 0 && pipe(p1) == 0, "pipes");
+    pid_t r0 = fork();
+    if (r0 == 0) _exit(rank_run(0, p0[0]));
+    pid_t r1 = fork();
+    if (r1 == 0) _exit(rank_run(1, p1[0])); /* released only after the impostor's attempt */
+    close(p0[0]);
+    close(p1[0]);
     store_server *srv;
     char err[256];
     CHECK(store_server_start_thread("127.0.0.1", 0, &srv, err, sizeof err) == 0, "%s", err);
     int port = store_server_port(srv);
     store_auth auth;
     store_server_auth(srv, &auth);
-    pid_t r0 = fork();
-    if (r0 == 0) _exit(rank_run(0, port, &auth));
+    join_info ji = { port, auth };
+    CHECK(write(p0[1], &ji, sizeof ji) == (ssize_t)sizeof ji, "rank 0 told where the store is");
+    close(p0[1]);
 
     /* The impostor: it may read the address (here with the secret, as a stand-in for
      * anyone who learns it) but does not prove the secret on the link itself. */
@@ -80,8 +103,8 @@ int main(int argc, char **argv)
     free(val);
     store_close(sc);
 
-    pid_t r1 = fork();
-    if (r1 == 0) _exit(rank_run(1, port, &auth));
+    CHECK(write(p1[1], &ji, sizeof ji) == (ssize_t)sizeof ji, "rank 1 told where the store is");
+    close(p1[1]);
     int st0 = -1, st1 = -1;
     waitpid(r0, &st0, 0);
     waitpid(r1, &st1, 0);
