@@ -75,6 +75,7 @@ static const key_def KEYS[] = {
     R("save-mtbf", K_DOUBLE, save_mtbf, 0, HUGE_VAL, 0),
     R("save-keep", K_INT, save_keep, 0, 2147483647.0, 0),
     F("deterministic-dp", K_BOOL, deterministic_dp),
+    F("attention-backend", K_STR, attention_backend),
     F("normalization", K_STR, normalization),
     F("swiglu", K_BOOL, swiglu),
     F("position-embedding-type", K_STR, position_embedding_type),
@@ -115,6 +116,7 @@ void cfg_defaults(atoll_config *c)
     c->save_interval = 0;
     c->log_interval = 1;
     c->eval_iters = 0;
+    snprintf(c->attention_backend, sizeof c->attention_backend, "auto");
     snprintf(c->normalization, sizeof c->normalization, "LayerNorm");
     snprintf(c->position_embedding_type, sizeof c->position_embedding_type, "learned_absolute");
     c->rotary_base = 10000;
@@ -468,6 +470,12 @@ int cfg_kv_groups(const atoll_config *c)
  * combinations atoll builds (RMSNorm comes with SwiGLU and rotary positions). */
 static int validate_family(const atoll_config *c, char *err, size_t errlen)
 {
+    if (strcmp(c->attention_backend, "auto") && strcmp(c->attention_backend, "flash") &&
+        strcmp(c->attention_backend, "fused")) {
+        atoll_errf(err, errlen, "--attention-backend '%s': expected auto, flash (atoll's own kernels) or fused "
+                   "(cuDNN's fused attention)", c->attention_backend);
+        return -1;
+    }
     if (strcmp(c->normalization, "LayerNorm") && strcmp(c->normalization, "RMSNorm")) {
         atoll_errf(err, errlen, "--normalization '%s': expected LayerNorm or RMSNorm", c->normalization);
         return -1;

@@ -61,6 +61,7 @@ typedef struct atoll_config {
     int save_keep;                             /* > 0: keep only this many newest committed checkpoints */
     int deterministic_dp;                      /* gradients summed in fp64: the same bits whatever the DP size */
     /* the LLaMA family and regularisation (Megatron's flags) */
+    char attention_backend[8];         /* "auto" (default), "flash", "fused": bf16 attention on cuda */
     char normalization[16];            /* "LayerNorm" (default) or "RMSNorm" */
     int swiglu;
     char position_embedding_type[24];  /* "learned_absolute" (default) or "rope" */

@@ -233,6 +233,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->deterministic_dp = c->deterministic_dp;
     o->max_restarts = -1; /* the coordinator's default unless the caller says */
     o->normalization = (char *)c->normalization;
+    o->attention_backend = (char *)c->attention_backend;
     o->swiglu = c->swiglu;
     o->position_embedding_type = (char *)c->position_embedding_type;
     o->rotary_base = c->rotary_base;

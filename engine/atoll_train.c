@@ -28,7 +28,8 @@ static void usage(FILE *f)
             "parallel: --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
             "          --num-layers-per-virtual-pipeline-stage L --sequence-parallel --use-distributed-optimizer\n"
             "          --recompute-granularity {selective,full}\n"
-            "engine:   --device {cpu,cuda} --exit-interval N --nproc-per-node N (local launcher)\n"
+            "engine:   --device {cpu,cuda} --attention-backend {auto,flash,fused} (fused: cuDNN, cuda bf16)\n"
+            "          --exit-interval N --nproc-per-node N (local launcher)\n"
             "          --print-groups (the rank groups as JSON for --nproc-per-node, WORLD_SIZE or --num-gpus)\n");
 }
 

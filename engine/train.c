@@ -567,6 +567,14 @@ static int setup(run *r, char *err, size_t errlen)
     const atoll_config *c = r->c;
     const k_ops *k = eng_backend(r->o->device, err, errlen);
     if (!k) return -1;
+    if (!strcmp(c->attention_backend, "fused") && (strcmp(r->o->device, "cuda") || !c->bf16)) {
+        atoll_errf(err, errlen, "--attention-backend fused is cuDNN's bf16 attention: it needs --device cuda "
+                   "--bf16 (this run: --device %s%s)", r->o->device, c->bf16 ? " --bf16" : "");
+        return -1;
+    }
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+    if (!strcmp(r->o->device, "cuda") && k_cuda_set_attention_backend(c->attention_backend, err, errlen)) return -1;
+#endif
     if (dist_init(&r->d, c, k, err, errlen)) return -1;
     r->have_dist = 1;
     metrics_emit_open(&r->emit, r->d.rank);

@@ -6,7 +6,7 @@
 #   bench/gpu/run.sh OUTDIR [STAGE...]      (default: every stage, in this order)
 #
 # Stages:
-#   info      the device, driver, libraries found
+#   info      the device, driver, libraries found; cuDNN's plans for the fused attention
 #   kernels   cuda_kernels_fp32 / cuda_kernels_bf16: every CUDA op against the CPU reference
 #   torchref  the whole model in fp32 on cuda against the float64 PyTorch reference
 #             (tests/engine/engine_torch_ref.py, tied and untied)
@@ -77,7 +77,16 @@ for s in $stages; do
     stage info
     nvidia-smi
     ldd "$train" | grep -E 'not found|nccl|cublas|cudart|uv|yaml|openblas'
-    ls "$kit/peers" ;;
+    ls "$kit/peers"
+    # cuDNN as loaded here, this device's properties in cuDNN's serialisation (the
+    # deviceless test's data/h100_deviceprop.json is assembled from published
+    # figures: compare), and the fused-attention plans built against them
+    "$kit/bin/cudnn_plan_check" --deviceprop > "$out/cudnn_deviceprop.json" 2> "$work/dp.log" || cat "$work/dp.log"
+    head -c 2000 "$out/cudnn_deviceprop.json"; echo
+    if "$kit/bin/cudnn_plan_check" "$out/cudnn_deviceprop.json" "$root/tests/cuda/data/t4_deviceprop.json" > "$work/pc.log" 2>&1
+    then r=pass; else r=FAIL; fails=$((fails + 1)); fi
+    cat "$work/pc.log"
+    note "- cudnn_plan_check with this device's properties: $r ($(head -1 "$work/pc.log"); $(tail -1 "$work/pc.log"))" ;;
   kernels)
     stage kernels
     for t in cuda_kernels_fp32 cuda_kernels_bf16; do
@@ -136,17 +145,20 @@ for s in $stages; do
     make_data "$work/rand"
     note "| program | tokens/s | step ms | MFU (PaLM, 989 TFLOP/s) |"
     note "|---|---:|---:|---:|"
-    for p in "--bf16" ""; do
+    for p in "--bf16" "--bf16 --attention-backend fused" ""; do
       timeout 300 "$train" --device cuda $p $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" \
         --train-iters $((STEPS + 3)) --lr 6e-4 --data-path "$work/rand" > "$work/a.log" 2>&1 || { tail -5 "$work/a.log"; fails=$((fails + 1)); }
       tail -2 "$work/a.log"
       read -r tps ms mfu <<< "$(atoll_rate "$work/a.log")"
       note "| atoll ${p:-fp32} | ${tps:-failed} | ${ms:-} | ${mfu:-} |"
+      grep -m1 'kernels/cuda' "$work/a.log" || true
     done
     # where atoll's GPU time goes (bf16), kernel by kernel
-    CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_OUT=$out/profile_atoll.md timeout 200 "$train" --device cuda --bf16 \
-      $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" --train-iters 10 --lr 6e-4 \
-      --data-path "$work/rand" > "$work/p.log" 2>&1 || tail -3 "$work/p.log"
+    for ab in flash fused; do
+      CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_OUT=$out/profile_atoll_$ab.md timeout 200 "$train" --device cuda \
+        --bf16 --attention-backend $ab $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" \
+        --train-iters 10 --lr 6e-4 --data-path "$work/rand" > "$work/p.log" 2>&1 || tail -3 "$work/p.log"
+    done
     if [ -x "$kit/peers/train_gpt2cu" ]; then
       python3 - "$work" <<'EOF'
 import numpy as np, sys
@@ -174,16 +186,18 @@ EOF
     note "| PyTorch (bf16 autocast, SDPA, fused AdamW, torch.compile) | ${tps:-failed} | ${ms:-} | ${mfu:-} |" ;;
   big)
     stage big
-    for mb in 8 4; do
-      [ -f "$work/rand.idx" ] || make_data "$work/rand"
-      timeout 300 "$train" --device cuda --bf16 $big_flags --micro-batch-size $mb --global-batch-size $mb \
-        --train-iters 10 --lr 1e-4 --data-path "$work/rand" > "$work/b.log" 2>&1 && break
-      tail -3 "$work/b.log"
-    done
-    tail -2 "$work/b.log"
-    read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
     note ""
-    note "- ~1.5B GPT (48 x 1600, 25 heads, seq 1024), bf16, micro-batch $mb: ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-}" ;;
+    for ab in flash fused; do
+      for mb in 8 4; do
+        [ -f "$work/rand.idx" ] || make_data "$work/rand"
+        timeout 300 "$train" --device cuda --bf16 --attention-backend $ab $big_flags --micro-batch-size $mb \
+          --global-batch-size $mb --train-iters 10 --lr 1e-4 --data-path "$work/rand" > "$work/b.log" 2>&1 && break
+        tail -3 "$work/b.log"
+      done
+      tail -2 "$work/b.log"
+      read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
+      note "- ~1.5B GPT (48 x 1600, 25 heads, seq 1024), bf16, attention $ab, micro-batch $mb: ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-}"
+    done ;;
   *) echo "run.sh: unknown stage '$s'"; fails=$((fails + 1)) ;;
   esac
 done

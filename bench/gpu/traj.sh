@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# 50 training steps of one small GPT three ways: fp32 on the CPU (the reference),
-# fp32 on cuda, bf16 on cuda; same seed, data and schedule. Prints each run's
+# 50 training steps of one small GPT four ways: fp32 on the CPU (the reference),
+# fp32 on cuda, bf16 on cuda (atoll's flash attention), bf16 on cuda with cuDNN's
+# fused attention (--attention-backend fused); same seed, data and schedule. Prints each run's
 # loss every 10 steps and the largest relative difference from the reference.
 #
 #   traj.sh ATOLL_TRAIN WORKDIR [OUTDIR]
@@ -26,26 +27,29 @@ python3 "$(dirname "$0")/make_data.py" "$work/bigram" bigram 256 256 2048
 flags=(--data-path "$work/bigram" --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 256
        --micro-batch-size 4 --global-batch-size 8 --train-iters 50 --lr 1e-3 --lr-warmup-iters 5
        --min-lr 1e-4 --clip-grad 1.0 --seed 11 --log-interval 1)
-for run in cpu_fp32 cuda_fp32 cuda_bf16; do
+for run in cpu_fp32 cuda_fp32 cuda_bf16 cuda_fused; do
   dev=${run%_*}; prec=${run#*_}
   rm -f "$work/$run.jsonl"
   "$train" "${flags[@]}" --device "$dev" $([ "$prec" = bf16 ] && echo --bf16) \
+    $([ "$prec" = fused ] && echo --bf16 --attention-backend fused) \
     --metrics-file "$work/$run.jsonl" > "$work/$run.log" 2>&1 || { tail -5 "$work/$run.log"; exit 1; }
 done
 python3 - "$work" "$out" <<'PY'
 import json, sys
 work, out = sys.argv[1], sys.argv[2]
-runs = {r: [json.loads(l)["loss"] for l in open(f"{work}/{r}.jsonl")] for r in ("cpu_fp32", "cuda_fp32", "cuda_bf16")}
+names = ("cpu_fp32", "cuda_fp32", "cuda_bf16", "cuda_fused")
+runs = {r: [json.loads(l)["loss"] for l in open(f"{work}/{r}.jsonl")] for r in names}
 ref = runs["cpu_fp32"]
 assert len(ref) == 50 and all(len(v) == 50 for v in runs.values()), {k: len(v) for k, v in runs.items()}
-lines = ["| step | cpu fp32 | cuda fp32 | cuda bf16 |", "|---:|---:|---:|---:|"]
+lines = ["| step | cpu fp32 | cuda fp32 | cuda bf16 | cuda bf16, cuDNN attention |", "|---:|---:|---:|---:|---:|"]
 for i in list(range(0, 50, 10)) + [49]:
-    lines.append(f"| {i + 1} | {ref[i]:.5f} | {runs['cuda_fp32'][i]:.5f} | {runs['cuda_bf16'][i]:.5f} |")
-err = {r: max(abs(a - b) / abs(b) for a, b in zip(runs[r], ref)) for r in ("cuda_fp32", "cuda_bf16")}
+    lines.append(f"| {i + 1} | " + " | ".join(f"{runs[r][i]:.5f}" for r in names) + " |")
+err = {r: max(abs(a - b) / abs(b) for a, b in zip(runs[r], ref)) for r in names[1:]}
 open(f"{out}/traj.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
-ok = err["cuda_fp32"] <= 1e-4 and err["cuda_bf16"] <= 1e-2
+ok = err["cuda_fp32"] <= 1e-4 and err["cuda_bf16"] <= 1e-2 and err["cuda_fused"] <= 1e-2
 print(f"{'pass' if ok else 'FAIL'}: max relative loss difference from cpu fp32 over 50 steps: "
-      f"cuda fp32 {err['cuda_fp32']:.1e} (limit 1e-4), cuda bf16 {err['cuda_bf16']:.1e} (limit 1e-2)")
+      f"cuda fp32 {err['cuda_fp32']:.1e} (limit 1e-4), cuda bf16 {err['cuda_bf16']:.1e} (limit 1e-2), "
+      f"cuda bf16 with cuDNN attention {err['cuda_fused']:.1e} (limit 1e-2)")
 sys.exit(0 if ok else 1)
 PY

@@ -25,6 +25,11 @@ const char *k_cuda_status(void);
  * one ordered after it with events. NULL before a successful k_cuda(). */
 void *k_cuda_stream(void);
 
+/* Which kernels run the bf16 attention entries: "auto" and "flash" atoll's own
+ * flash kernels (flash_attention.cu), "fused" cuDNN's fused attention
+ * (cudnn_sdpa.h) where it applies. 0, or -1 with err (unknown name, no cuDNN). */
+int k_cuda_set_attention_backend(const char *name, char *err, size_t errlen);
+
 /* Step timing for MFU: events recorded on the backend stream. end() waits for
  * the work queued since begin() and returns its device time in milliseconds. */
 void k_cuda_timer_begin(void);

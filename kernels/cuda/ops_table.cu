@@ -4,7 +4,77 @@
 
 #include "kcu_entries.h"
 
+#ifdef ATOLL_HAVE_CUDNN
+#include "cudnn_sdpa.h"
+#endif
+
+#include <string.h>
+
 static k_ops OPS;
+
+/* --attention-backend fused: the bf16 attention entries try cuDNN's fused
+ * attention (cudnn_sdpa.h) and run the own flash kernels for what it does not
+ * take (grouped-query attention, dropout), saying so once. */
+static bool fused_attention;
+
+static void fused_declined(void)
+{
+#ifdef ATOLL_HAVE_CUDNN
+    static bool said;
+    if (said) return;
+    said = true;
+    fprintf(stderr, "kernels/cuda: attention runs on atoll's flash kernels here: cuDNN's path does not take %s\n",
+            kcudnn_why());
+#endif
+}
+
+static void attention_forward_sel(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int NH, int NG,
+                                  int HD, const k_dropout *drop)
+{
+#ifdef ATOLL_HAVE_CUDNN
+    if (fused_attention) {
+        if (!kcudnn_attention_forward_bf16(kcu_stream(), out, lse, qkv, B, T, NH, NG, HD, drop)) return;
+        fused_declined();
+    }
+#endif
+    kcu_attention_forward_bf16(out, lse, qkv, B, T, NH, NG, HD, drop);
+}
+
+static void attention_backward_sel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const uint16_t *out,
+                                   const float *lse, int B, int T, int NH, int NG, int HD, const k_dropout *drop)
+{
+#ifdef ATOLL_HAVE_CUDNN
+    if (fused_attention) {
+        if (!kcudnn_attention_backward_bf16(kcu_stream(), dqkv, dout, qkv, out, lse, B, T, NH, NG, HD, drop))
+            return;
+        fused_declined();
+    }
+#endif
+    kcu_attention_backward_bf16(dqkv, dout, qkv, out, lse, B, T, NH, NG, HD, drop);
+}
+
+extern "C" int k_cuda_set_attention_backend(const char *name, char *err, size_t errlen)
+{
+    if (!strcmp(name, "auto") || !strcmp(name, "flash")) {
+        fused_attention = false;
+        return 0;
+    }
+    if (strcmp(name, "fused")) {
+        snprintf(err, errlen, "attention backend '%s': expected auto, flash or fused", name);
+        return -1;
+    }
+#ifdef ATOLL_HAVE_CUDNN
+    if (!kcudnn_version()) {
+        snprintf(err, errlen, "--attention-backend fused: %s", kcudnn_why());
+        return -1;
+    }
+    fused_attention = true;
+    return 0;
+#else
+    snprintf(err, errlen, "--attention-backend fused: this build has no cuDNN (cudnn.h was not found)");
+    return -1;
+#endif
+}
 
 static void fill(k_ops *k)
 {
@@ -55,8 +125,8 @@ static void fill(k_ops *k)
     k->xent_max_bf16 = kcu_xent_max_bf16;
     k->xent_sumexp_target_bf16 = kcu_xent_sumexp_target_bf16;
     k->xent_backward_bf16 = kcu_xent_backward_bf16;
-    k->attention_forward_bf16 = kcu_attention_forward_bf16;
-    k->attention_backward_bf16 = kcu_attention_backward_bf16;
+    k->attention_forward_bf16 = attention_forward_sel;
+    k->attention_backward_bf16 = attention_backward_sel;
     k->adamw_bf16 = kcu_adamw_bf16;
     k->xent_fused = kcu_xent_fused;
     k->xent_fused_bf16 = kcu_xent_fused_bf16;

@@ -206,8 +206,15 @@ static void test_xent_fused(int N, int V)
 /* The flash-style entries against the fp32 CPU attention (which stores the
  * probabilities) on the same bf16-rounded qkv; lse against plain loops. NG
  * key/value groups, dropout p on the probabilities. */
+static const char *attn_backend = "flash"; /* which kernels the entries run (k_cuda_set_attention_backend) */
+
 static void test_attention(int B, int T, int NH, int NG, int HD, float p)
 {
+    char what[3][96];
+    snprintf(what[0], sizeof what[0], "attention_forward_bf16 (%s, B=%d T=%d NH=%d NG=%d HD=%d p=%g) out",
+             attn_backend, B, T, NH, NG, HD, p);
+    snprintf(what[1], sizeof what[1], "attention_forward_bf16 (%s) lse", attn_backend);
+    snprintf(what[2], sizeof what[2], "attention_backward_bf16 (%s) dqkv", attn_backend);
     size_t nq = (size_t)B * T * (NH + 2 * NG) * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
     size_t nl = (size_t)B * NH * T;
     k_dropout drop = { p, 0xbeefULL, 11, 2 };
@@ -237,14 +244,22 @@ static void test_attention(int B, int T, int NH, int NG, int HD, float p)
     uint16_t *dqkv_in = d_put_bf(qkv, nq), *dout = d_poison(no * 2);
     float *dlse = d_poison(nl * 4);
     G->attention_forward_bf16(dout, dlse, dqkv_in, B, T, NH, NG, HD, &drop);
-    h_compare("attention_forward_bf16 out", d_get_bf(dout, no), out, no, TOL);
-    h_compare("attention_forward_bf16 lse", d_get(dlse, nl), lse, nl, TOL);
+    h_compare(what[0], d_get_bf(dout, no), out, no, TOL);
+    h_compare(what[1], d_get(dlse, nl), lse, nl, TOL);
 
     float *g = bf_rand(no, 1), *dqkv = malloc(nq * 4), *scratch = malloc(na * 4);
     R->attention_backward(dqkv, scratch, g, qkv, att, B, T, NH, NG, HD, &drop);
     uint16_t *dg = d_put_bf(g, no), *ddqkv = d_poison(nq * 2);
     G->attention_backward_bf16(ddqkv, dg, dqkv_in, dout, dlse, B, T, NH, NG, HD, &drop);
-    h_compare("attention_backward_bf16 dqkv", d_get_bf(ddqkv, nq), dqkv, nq, TOL);
+    h_compare(what[2], d_get_bf(ddqkv, nq), dqkv, nq, TOL);
+    /* deterministic: a second backward gives the same bits (restarts resume bit for bit) */
+    uint16_t *again = d_poison(nq * 2), *h1 = malloc(nq * 2), *h2 = malloc(nq * 2);
+    G->attention_backward_bf16(again, dg, dqkv_in, dout, dlse, B, T, NH, NG, HD, &drop);
+    G->to_host(h1, ddqkv, nq * 2);
+    G->to_host(h2, again, nq * 2);
+    CHECK(!memcmp(h1, h2, nq * 2), "attention_backward_bf16 (%s, B=%d T=%d NH=%d): two runs differ", attn_backend, B,
+          T, NH);
+    free(h1); free(h2); G->free(again);
     free(qkv); free(out); free(att); free(lse); free(g); free(dqkv); free(scratch);
     G->free(dqkv_in); G->free(dout); G->free(dlse); G->free(dg); G->free(ddqkv);
 }
@@ -357,6 +372,24 @@ int main(int argc, char **argv)
     test_attention(1, 130, 4, 1, 128, 0.0f); /* one group for all heads (multi-query) */
     test_attention(2, 150, 4, 2, 64, 0.1f);  /* and dropout */
     test_attention(1, 100, 2, 1, 128, 0.1f);
+#ifdef ATOLL_HAVE_CUDNN
+    /* --attention-backend fused: cuDNN's fused attention behind the same
+     * entries; grouped-query and dropout are declined to the flash kernels */
+    char err[256];
+    int rc = k_cuda_set_attention_backend("fused", err, sizeof err);
+    CHECK(rc == 0, "fused attention available: %s", rc ? err : "");
+    if (rc == 0) {
+        attn_backend = "fused";
+        test_attention(1, 64, 1, 1, 64, 0.0f);
+        test_attention(2, 200, 3, 3, 64, 0.0f);
+        test_attention(1, 130, 2, 2, 128, 0.0f);
+        test_attention(4, 1024, 12, 12, 64, 0.0f); /* GPT-2 124M's shape at a small batch */
+        test_attention(2, 200, 8, 2, 64, 0.0f);    /* declined: the flash kernels run it */
+        test_attention(2, 150, 4, 4, 64, 0.1f);    /* declined */
+        k_cuda_set_attention_backend("flash", err, sizeof err);
+        attn_backend = "flash";
+    }
+#endif
     test_llama(64, 768, 12, 4, 64);
     test_llama(10, 37, 4, 2, 8);
     test_xent(9, 50, 0, 50);

@@ -1,0 +1,68 @@
+/* cudnn_sdpa: causal attention (bf16, fp32 softmax statistics) through cuDNN's
+ * fused attention engines, reached with the C backend API.
+ *
+ * The same contract as the table's attention_forward_bf16 /
+ * attention_backward_bf16 (kernels.h): qkv [B, T, NH, 3, HD], out and dout
+ * [B, T, NH*HD], lse[B, NH, T] = log sum_j exp(score_tj) with the scores scaled
+ * by 1/sqrt(HD); dqkv is OVERWRITTEN. What cuDNN is given, per (b, h):
+ *
+ *   forward   S = Q K^T / sqrt(HD), S_ij = -inf for j > i
+ *             lse = max_j S + log sum_j exp(S - max),  P = exp(S - lse)
+ *             O = P V
+ *   backward  P = exp(S - lse),  D_i = sum_d dO_id O_id
+ *             dV = P^T dO,  dP = dO V^T,  dS = P (dP - D) / sqrt(HD)
+ *             dQ = dS K,  dK = dS^T Q
+ *
+ * dQ is a plain product of dS and K (no fp32 accumulator updated by atomics),
+ * which cuDNN runs deterministically on Hopper. Only multi-head attention
+ * (NG == NH) without dropout goes this way; anything else returns 1 and the
+ * caller uses the project's own flash kernels.
+ *
+ * libcudnn.so.9 is opened at run time (dlopen): a machine without cuDNN runs
+ * the own kernels. Plans are built once per shape and kept for the process.
+ * Errors: functions return 0 done, 1 not applicable here (see kcudnn_why()),
+ * and print "kernels/cuda/cudnn_sdpa.c:<line>: cuDNN: <call>: <status>:
+ * <cuDNN's reason>" before returning 1 on a cuDNN failure. */
+#ifndef ATOLL_CUDNN_SDPA_H
+#define ATOLL_CUDNN_SDPA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct k_dropout;
+
+/* Queue on `stream` (a cudaStream_t). 0: done; 1: not taken (shape, dropout,
+ * no cuDNN, or cuDNN refused the graph: kcudnn_why() says which). */
+int kcudnn_attention_forward_bf16(void *stream, uint16_t *out, float *lse, const uint16_t *qkv, int B, int T,
+                                  int NH, int NG, int HD, const struct k_dropout *drop);
+int kcudnn_attention_backward_bf16(void *stream, uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv,
+                                   const uint16_t *out, const float *lse, int B, int T, int NH, int NG, int HD,
+                                   const struct k_dropout *drop);
+
+/* Why the last call returned 1 ("" after a 0). Static storage. */
+const char *kcudnn_why(void);
+
+/* The loaded library's version (e.g. 91900), 0 when cuDNN cannot be opened. */
+long kcudnn_version(void);
+
+/* Deviceless check, no GPU needed (cuDNN >= 9.8): build both graphs for the
+ * shape and finalize an execution plan for each against the device described
+ * by `deviceprop_json` (cuDNN's own serialisation of a device's properties).
+ * 0: both plans finalized (fwd/bwd workspace bytes stored if the pointers are
+ * not NULL); 1: not, with the reason in err. */
+int kcudnn_plan_check(const char *deviceprop_json, int B, int T, int NH, int HD, size_t *fwd_ws, size_t *bwd_ws,
+                      char *err, size_t cap);
+
+/* The serialised properties of CUDA device `device` (a malloc'd string the
+ * caller frees), for kcudnn_plan_check on a machine without it; NULL with err. */
+char *kcudnn_deviceprop_json(int device, char *err, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
