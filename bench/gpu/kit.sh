@@ -25,8 +25,8 @@ cmake -S "$root" -B "$kit/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DAT
 cmake --build "$kit/build" -j "$(nproc)" --target atoll-train cuda_kernels_fp32 cuda_kernels_bf16 gpu_bench cudnn_plan_check
 for b in atoll-train cuda_kernels_fp32 cuda_kernels_bf16 gpu_bench cudnn_plan_check; do
   cp "$kit/build/bin/$b" "$kit/bin/"
+  strip --strip-debug "$kit/bin/$b" # only these: a kit built before also holds COMMIT and ktrace.so
 done
-strip --strip-debug "$kit/bin/"*
 # the kernel-time profiler (CUPTI injection library) for atoll and the peers alike
 cc -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC -I/usr/local/cuda/include "$root/bench/gpu/ktrace.c" \
    -L/usr/local/cuda/lib64 -lcupti -lstdc++ -o "$kit/bin/ktrace.so"
