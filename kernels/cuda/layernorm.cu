@@ -6,9 +6,13 @@
  * (no block barriers), so every SM keeps many rows in flight:
  *   forward: mean, then the variance about it (two passes, as the CPU
  *   reference), then the output; the row is re-read from L1/L2, not DRAM.
- *   backward: dinp per row the same way; dw and db are column sums over the
- *   rows, taken by a second kernel over row chunks (16-byte column strips per
- *   thread) whose per-chunk partials a third adds in chunk order.
+ *   backward: dinp per row the same way, and in the same pass each block's
+ *   column partials of dw and db over its LN_FUSED_ROWS rows: every warp adds
+ *   its rows into its own slice of shared memory, the block adds the slices
+ *   in warp order, a second kernel adds the blocks' partials in block order.
+ *   dout and x are read once (the floor: dout, x, dinp read and written).
+ *   Rows wider than 3072 (four slices in 96 KiB) take two passes: dinp by one kernel,
+ *   dw/db by a second over row chunks (16-byte column strips per thread).
  * Other C take the general kernels (a block per row; the backward a fixed
  * grid of LN_PARTS blocks with dw/db in shared memory). No atomics anywhere:
  * the same inputs give the same bits on every run. */
@@ -19,6 +23,8 @@
 #define LN_PARTS 256
 #define LN_WARPS 8        /* rows per block in the warp-per-row kernels */
 #define LN_ROW_CHUNK 32   /* rows per partial sum in the dw/db column kernel */
+#define LN_FUSED_ROWS 64  /* rows per block in the fused backward */
+#define LN_FUSED_SMEM (96 * 1024) /* the most shared memory it asks for */
 
 /* ---- warp per row (C % 8 == 0) ---- */
 
@@ -86,6 +92,65 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_bwd_dx_k(T *dinp, const T *d
 #pragma unroll
         for (int k = 0; k < 8; k++) dv[k] += rs * (gv[k] * wv[k] - gmean - (xv[k] - m) * rs * gxmean);
         st8(dx + c, dv);
+    }
+}
+
+/* The fused backward: dinp as ln_bwd_dx_k, plus part[blockIdx.x] = (dw, db)
+ * summed over the block's rows. Lane l owns columns l*8 + 256*j + k (k < 8), so
+ * a warp's slice in shared memory holds column c at ((c/256)*8 + c%8)*32 + l:
+ * for each (j, k) the 32 lanes touch 32 consecutive words (no bank conflicts).
+ * A slice is S * Cp floats, Cp = C rounded up to 256; W warps per block.
+ * RMS: RMSNorm, the same with no mean, no db (S = 1; part rows of C):
+ * dinp += rstd (g w - xhat mean(g w xhat)), xhat = x rstd. */
+template <typename T, bool RMS>
+__global__ void __launch_bounds__(128) ln_bwd_fused_k(T *dinp, float *part, const T *dout, const T *inp, const T *w,
+                                                      const float *mean, const float *rstd, int N, int C, int Cp)
+{
+    extern __shared__ float acc[];
+    const int S = RMS ? 1 : 2;
+    int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    float *dwa = acc + (size_t)warp * S * Cp, *dba = dwa + Cp;
+    for (int i = lane; i < S * Cp; i += 32) dwa[i] = 0.0f;
+    __syncwarp();
+    int r1 = min(N, (int)blockIdx.x * LN_FUSED_ROWS + LN_FUSED_ROWS);
+    for (int n = blockIdx.x * LN_FUSED_ROWS + warp; n < r1; n += W) {
+        const T *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
+        T *dx = dinp + (size_t)n * C;
+        float m = RMS ? 0.0f : mean[n], rs = rstd[n], gs = 0.0f, gxs = 0.0f, xv[8], gv[8], wv[8], dv[8];
+        for (int c = lane * 8; c < C; c += 256) {
+            ld8(x + c, xv);
+            ld8(g + c, gv);
+            ld8(w + c, wv);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float gw = gv[k] * wv[k];
+                gs += gw;
+                gxs += gw * (xv[k] - m) * rs;
+            }
+        }
+        float gmean = RMS ? 0.0f : warp_sum(gs) / (float)C, gxmean = warp_sum(gxs) / (float)C;
+        for (int c = lane * 8, j = 0; c < C; c += 256, j++) {
+            ld8(x + c, xv);
+            ld8(g + c, gv);
+            ld8(w + c, wv);
+            ld8(dx + c, dv);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float xh = (xv[k] - m) * rs;
+                dv[k] += rs * (gv[k] * wv[k] - gmean - xh * gxmean);
+                dwa[(j * 8 + k) * 32 + lane] += gv[k] * xh;
+                if (!RMS) dba[(j * 8 + k) * 32 + lane] += gv[k];
+            }
+            st8(dx + c, dv);
+        }
+    }
+    __syncthreads();
+    float *p = part + (size_t)blockIdx.x * S * C;
+    for (int i = threadIdx.x; i < S * C; i += blockDim.x) {
+        int c = i < C ? i : i - C, at = ((c / 256) * 8 + c % 8) * 32 + (c % 256) / 8 + (i < C ? 0 : Cp);
+        float s = 0.0f;
+        for (int j = 0; j < W; j++) s += acc[(size_t)j * S * Cp + at];
+        p[i] = s;
     }
 }
 
@@ -197,8 +262,10 @@ __global__ void ln_finish_k(float *dw, float *db, const float *part, int parts, 
 }
 
 /* ---- RMSNorm (the LLaMA family): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----
- * A warp per row for any C (scalar accesses, coalesced across the warp); dw as
- * per-chunk column partials finished by ln_finish_k, no atomics. */
+ * A warp per row for any C (scalar accesses, coalesced across the warp); the
+ * backward for C % 8 == 0 up to 6144 is ln_bwd_fused_k's RMS form (one pass),
+ * otherwise dinp by one kernel and dw as per-chunk column partials by another,
+ * finished by ln_finish_k; no atomics. */
 template <typename T>
 __global__ void __launch_bounds__(LN_WARPS * 32) rms_fwd_k(T *out, float *rstd, const T *inp, const T *w, int N, int C)
 {
@@ -255,6 +322,21 @@ static void rmsnorm_backward(T *dinp, float *dw, const T *dout, const T *inp, co
                              int C)
 {
     if (N <= 0 || C <= 0) return;
+    int Cp = (C + 255) / 256 * 256;
+    size_t fsmem = sizeof(float) * (size_t)Cp * 4; /* four warps' dw slices */
+    if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w) && fsmem <= LN_FUSED_SMEM) {
+        int parts = (N + LN_FUSED_ROWS - 1) / LN_FUSED_ROWS;
+        float *part = (float *)kcu_scratch(sizeof(float) * (size_t)C * parts);
+        if (fsmem > 48 * 1024)
+            cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)fsmem));
+        ln_bwd_fused_k<T, true><<<parts, 128, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, nullptr, rstd, N, C,
+                                                                      Cp);
+        kcu_launched();
+        ln_finish_k<<<(C + 31) / 32, 256, 0, kcu_stream()>>>(dw, (float *)nullptr, part, parts, C);
+        kcu_launched();
+        return;
+    }
     rms_bwd_dx_k<T><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(dinp, dout, inp, w, rstd, N, C);
     kcu_launched();
     int parts = (N + LN_ROW_CHUNK - 1) / LN_ROW_CHUNK, threads = C < 256 ? (C + 31) / 32 * 32 : 256;
@@ -301,6 +383,21 @@ static void layernorm_backward(T *dinp, float *dw, float *db, const T *dout, con
                                const float *mean, const float *rstd, int N, int C)
 {
     if (N <= 0 || C <= 0) return;
+    int Cp = (C + 255) / 256 * 256, fw = 4; /* fewer warps per block would starve the SMs: wide rows go below */
+    size_t fsmem = sizeof(float) * 2 * (size_t)Cp * fw;
+    if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w) && fsmem <= LN_FUSED_SMEM) {
+        int parts = (N + LN_FUSED_ROWS - 1) / LN_FUSED_ROWS;
+        float *part = (float *)kcu_scratch(sizeof(float) * 2 * (size_t)C * parts);
+        if (fsmem > 48 * 1024)
+            cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)fsmem));
+        ln_bwd_fused_k<T, false><<<parts, fw * 32, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N, C,
+                                                                           Cp);
+        kcu_launched();
+        ln_finish_k<<<(2 * C + 31) / 32, 256, 0, kcu_stream()>>>(dw, db, part, parts, C);
+        kcu_launched();
+        return;
+    }
     if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w)) {
         int parts = (N + LN_ROW_CHUNK - 1) / LN_ROW_CHUNK;
         float *part = (float *)kcu_scratch(sizeof(float) * 2 * (size_t)C * parts);
