@@ -907,6 +907,9 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *in
     const eng_chunk *ch = &m->chunks[a->chunk];
     int N = m->B * m->T, C = m->C;
     k_dropout dd;
+    /* both uploads before the first kernel: a copy from pageable host memory
+     * waits for the device, which is idle only here */
+    if (ch->last) k->to_device(a->targets, targets, sizeof(int32_t) * (size_t)N);
     if (ch->first) {
         k->to_device(a->tokens, tokens, sizeof(int32_t) * (size_t)N);
         if (m->sp) {
@@ -930,20 +933,23 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *in
     }
     if (!ch->last) return 0;
 
-    k->to_device(a->targets, targets, sizeof(int32_t) * (size_t)N);
     const void *ln = ln_gathered(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->res[nl], ch->w.lnf_w, ch->w.lnf_b);
     if (!ln) return -1;
     op_matmul(m, a->logits, NULL, ln, ch->w.head, NULL, N, C, m->V);
     if (loss_forward(m, a, dloss)) return -1;
-    if (loss_sum) {
-        float *host = malloc(sizeof(float) * (size_t)N);
-        if (!host) return -1;
-        k->to_host(host, a->losses, sizeof(float) * (size_t)N);
-        double s = 0.0;
-        for (int i = 0; i < N; i++) s += host[i];
-        free(host);
-        *loss_sum = s;
-    }
+    return loss_sum ? eng_loss_sum(m, a, loss_sum) : 0;
+}
+
+int eng_loss_sum(eng_model *m, const eng_acts *a, double *loss_sum)
+{
+    int N = m->B * m->T;
+    float *host = malloc(sizeof(float) * (size_t)N);
+    if (!host) return -1;
+    m->k->to_host(host, a->losses, sizeof(float) * (size_t)N);
+    double s = 0.0;
+    for (int i = 0; i < N; i++) s += host[i];
+    free(host);
+    *loss_sum = s;
     return 0;
 }
 

@@ -223,6 +223,10 @@ void eng_acts_free(eng_model *m, eng_acts *a);
  * Other chunks: the output is a->res[nlayers] ([B*T, C], backend memory). */
 int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *input,
                 const int32_t *targets, float dloss, double *loss_sum);
+/* The last chunk's loss sum of the micro-batch in `a`, read later: reading it
+ * waits for the device, so a training step reads it after its backward is
+ * queued (backward leaves the losses alone) and the device never idles for it. */
+int eng_loss_sum(eng_model *m, const eng_acts *a, double *loss_sum);
 
 /* The chunk's output activations (not for the last chunk): eng_boundary_bytes. */
 void *eng_output(eng_model *m, eng_acts *a);

@@ -443,18 +443,18 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
         /* the dump wants the logits themselves: no fused classifier then */
         float fdloss = dump_grads && k == 0 ? 0.0f : dloss;
         r->acts->sample0 = r->st.consumed_samples + (long long)k * mbs;
-        if (eng_forward(m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, fdloss, &ls) ||
+        if (eng_forward(m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, fdloss, NULL) ||
             (dump_grads && k == 0 && !(logits0 = malloc(mb_tokens * (size_t)m->V * sizeof(float))))) {
             atoll_errf(err, errlen, "forward pass failed");
             return -1;
         }
         if (dump_grads && k == 0) eng_logits_to_host(m, r->acts, logits0);
-        loss_sum += ls;
-        if (eng_backward(m, r->acts, NULL, dloss)) {
+        if (eng_backward(m, r->acts, NULL, dloss) || eng_loss_sum(m, r->acts, &ls)) {
             atoll_errf(err, errlen, "backward pass failed");
             free(logits0);
             return -1;
         }
+        loss_sum += ls;
         dist_fold_grads(&r->d, m); /* --deterministic-dp */
     }
     if (r->d.acc && dist_sync_grads(&r->d, m, &r->dopt)) { /* one rank: the fp64 sum, rounded */
