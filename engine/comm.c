@@ -52,9 +52,10 @@ static uint32_t group_ctx(const char *name, const int *ranks, int n, int index)
 
 /* ---- the watchdog's view: written by the calling thread, read by any ---- */
 
-enum { OP_NONE, OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_BROADCAST, OP_BARRIER, OP_P2P, OP_WAIT };
+enum { OP_NONE, OP_ALLREDUCE, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_BROADCAST, OP_BARRIER, OP_REDUCE, OP_P2P,
+       OP_WAIT };
 static const char *const OP_NAMES[] = { NULL, "all-reduce", "reduce-scatter", "all-gather", "broadcast",
-                                        "barrier", "send/recv", "wait" };
+                                        "barrier", "reduce", "send/recv", "wait" };
 
 struct comm_watch {
     atomic_int op;            /* OP_* */
@@ -357,6 +358,23 @@ static int comm_allreduce_async_impl(comm *c, float *buf, size_t n, comm_op op)
     return c->world->be->allreduce_async(c, buf, n, op);
 }
 
+static int comm_reduce_impl(comm *c, float *buf, size_t n, comm_op op, int root, int async)
+{
+    if (root < 0 || root >= c->size)
+        return comm_fail(c->world, "comm: reduce root %d outside group '%s' of size %d", root, c->name, c->size);
+    if (n == 0) return 0;
+    if (!staged(c)) {
+        if (async && c->world->be->reduce_async) return c->world->be->reduce_async(c, buf, n, op, root);
+        return c->world->be->reduce(c, buf, n, op, root);
+    }
+    float *h = stage_mem(c, n * sizeof(float));
+    if (!h) return stage_oom(c, "reduce", n * sizeof(float));
+    dev_to_host(h, buf, n * sizeof(float));
+    if (c->world->be->reduce(c, h, n, op, root)) return -1;
+    if (c->pos == root) dev_to_device(buf, h, n * sizeof(float));
+    return 0;
+}
+
 int comm_wait(comm *c)
 {
     if (!c->world->be->wait) return 0;
@@ -471,6 +489,18 @@ int comm_allreduce_async(comm *c, float *buf, size_t n, comm_op op)
 {
     int64_t t0 = watch_enter(c, OP_ALLREDUCE, NULL, 0);
     return watch_leave(c, t0, comm_allreduce_async_impl(c, buf, n, op));
+}
+
+int comm_reduce(comm *c, float *buf, size_t n, comm_op op, int root)
+{
+    int64_t t0 = watch_enter(c, OP_REDUCE, NULL, 0);
+    return watch_leave(c, t0, comm_reduce_impl(c, buf, n, op, root, 0));
+}
+
+int comm_reduce_async(comm *c, float *buf, size_t n, comm_op op, int root)
+{
+    int64_t t0 = watch_enter(c, OP_REDUCE, NULL, 0);
+    return watch_leave(c, t0, comm_reduce_impl(c, buf, n, op, root, 1));
 }
 
 int comm_reduce_scatter(comm *c, const float *in, float *out, size_t n, comm_op op)

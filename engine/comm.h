@@ -112,6 +112,12 @@ int comm_allreduce(comm *c, float *buf, size_t n, comm_op op);
  * comm_wait(c). Host backend: the same as comm_allreduce. */
 int comm_allreduce_async(comm *c, float *buf, size_t n, comm_op op);
 int comm_wait(comm *c);
+/* In place: position `root` ends with the sum (or average) over every
+ * position's buf; the other positions' buf is unspecified afterwards. */
+int comm_reduce(comm *c, float *buf, size_t n, comm_op op, int root);
+/* The same, queued like comm_allreduce_async (the kernels' stream does not wait
+ * for it until comm_wait(c)). Host backend: the same as comm_reduce. */
+int comm_reduce_async(comm *c, float *buf, size_t n, comm_op op, int root);
 /* in: size*n floats (chunk i goes to position i); out: n floats. in != out. */
 int comm_reduce_scatter(comm *c, const float *in, float *out, size_t n, comm_op op);
 /* in: n floats; out: size*n floats (position i's chunk at i*n). in may equal out + rank*n. */
@@ -178,6 +184,8 @@ typedef struct comm_backend {
     int (*barrier)(comm *c);
     int (*p2p_batch)(comm *c, comm_p2p *ops, int n);
     int (*allreduce_async)(comm *c, float *buf, size_t n, comm_op op); /* NULL: synchronous */
+    int (*reduce)(comm *c, float *buf, size_t n, comm_op op, int root);
+    int (*reduce_async)(comm *c, float *buf, size_t n, comm_op op, int root); /* NULL: synchronous */
     int (*wait)(comm *c);                                              /* NULL: nothing pending */
 } comm_backend;
 

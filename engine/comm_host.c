@@ -779,6 +779,58 @@ static int host_allreduce(comm *c, float *buf, size_t n, comm_op op)
     return 0;
 }
 
+/* The all-reduce's ring reduce-scatter, then each position sends the segment it
+ * completed to the root (the root's other segments hold partial sums until then). */
+static int host_reduce(comm *c, float *buf, size_t n, comm_op op, int root)
+{
+    int P = c->size, r = c->pos;
+    if (P > 1) {
+        uint32_t tag = coll_tag(c);
+        float *tmp = scratch(c, n / (size_t)P + 1);
+        for (int s = 0; s < P - 1; s++) {
+            int ss = (r - s + P) % P, rs = (r - s - 1 + P) % P;
+            size_t slo = seg_lo(n, P, ss), rlo = seg_lo(n, P, rs);
+            if (ring_step(c, buf + slo, seg_lo(n, P, ss + 1) - slo, buf + rlo,
+                          seg_lo(n, P, rs + 1) - rlo, buf + rlo, tmp, tag) != 0)
+                return -1;
+        }
+        /* position q now holds segment (q+1)%P complete */
+        int rc = 0;
+        if (r != root) {
+            int seg = (r + 1) % P;
+            size_t lo = seg_lo(n, P, seg), len = seg_lo(n, P, seg + 1) - lo;
+            for (size_t k = 0; k < len && rc == 0; k += CHUNK_FLOATS)
+                rc = send_msg(c, c->ranks[root], buf + lo + k,
+                              (len - k < CHUNK_FLOATS ? len - k : CHUNK_FLOATS) * sizeof(float), tag);
+        } else {
+            size_t nreq = 0, cap = 0;
+            for (int q = 0; q < P; q++)
+                if (q != root) {
+                    int seg = (q + 1) % P;
+                    cap += nchunks(seg_lo(n, P, seg + 1) - seg_lo(n, P, seg));
+                }
+            req **rq = malloc(sizeof(req *) * (cap ? cap : 1));
+            if (!rq) return comm_fail(c->world, "comm: reduce on '%s': out of memory", c->name);
+            for (int q = 0; q < P; q++) {
+                if (q == root) continue;
+                int seg = (q + 1) % P;
+                size_t lo = seg_lo(n, P, seg), len = seg_lo(n, P, seg + 1) - lo;
+                for (size_t k = 0; k < len; k += CHUNK_FLOATS)
+                    rq[nreq++] = post_recv(c, c->ranks[q], buf + lo + k,
+                                           (len - k < CHUNK_FLOATS ? len - k : CHUNK_FLOATS) * sizeof(float), tag);
+            }
+            for (size_t i = 0; i < nreq; i++) {
+                int e = wait_recv(c, rq[i]); /* always wait: every request must be reclaimed */
+                if (rc == 0) rc = e;
+            }
+            free(rq);
+        }
+        if (rc) return -1;
+    }
+    if (op == COMM_AVG && r == root) scale(buf, n, 1.0f / (float)P);
+    return 0;
+}
+
 static int host_reduce_scatter(comm *c, const float *in, float *out, size_t n, comm_op op)
 {
     int P = c->size, r = c->pos;
@@ -891,6 +943,7 @@ const comm_backend comm_host_backend = {
     .group_free = host_group_free,
     .allreduce = host_allreduce,
     .reduce_scatter = host_reduce_scatter,
+    .reduce = host_reduce,
     .allgather = host_allgather,
     .broadcast = host_broadcast,
     .barrier = host_barrier,

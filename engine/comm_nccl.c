@@ -229,6 +229,20 @@ static int nccl_allreduce_async(comm *c, float *buf, size_t n, comm_op op)
     return r == ncclSuccess ? 0 : nccl_fail(c->world, "all-reduce", c->name, r);
 }
 
+static int nccl_reduce(comm *c, float *buf, size_t n, comm_op op, int root)
+{
+    if (order_after_kernels(c)) return -1;
+    return finish(c, "reduce", ncclReduce(buf, buf, n, ncclFloat32, red(op), root, gcomm(c), gstream(c)));
+}
+
+/* Queued after the kernels so far; the kernels' stream does not wait for it. */
+static int nccl_reduce_async(comm *c, float *buf, size_t n, comm_op op, int root)
+{
+    if (order_after_kernels(c)) return -1;
+    ncclResult_t r = ncclReduce(buf, buf, n, ncclFloat32, red(op), root, gcomm(c), gstream(c));
+    return r == ncclSuccess ? 0 : nccl_fail(c->world, "reduce", c->name, r);
+}
+
 /* The kernels' stream waits for every call queued on this comm's world. */
 static int nccl_wait(comm *c) { return finish(c, "wait", ncclSuccess); }
 
@@ -289,6 +303,8 @@ const comm_backend comm_nccl_backend = {
     .barrier = nccl_barrier,
     .p2p_batch = nccl_p2p_batch,
     .allreduce_async = nccl_allreduce_async,
+    .reduce = nccl_reduce,
+    .reduce_async = nccl_reduce_async,
     .wait = nccl_wait,
 };
 #else

@@ -258,9 +258,27 @@ struct dist_overlap {
     pthread_cond_t cv;
     comm *dp;
     float *grads;
+    size_t shard;      /* ZeRO-1: floats per rank, else 0 */
     size_t *off, *n;   /* queue of ranges, cap entries */
     int cap, head, tail, closing, failed;
 };
+
+/* The DP sum of grads[off, off+n): all-reduced, or with ZeRO-1 (shard floats
+ * per rank) reduced piece by piece to the rank whose shard holds the piece. */
+static int dp_reduce_range(comm *dp, float *grads, size_t off, size_t n, size_t shard, int async)
+{
+    if (!shard)
+        return async ? comm_allreduce_async(dp, grads + off, n, COMM_SUM) : comm_allreduce(dp, grads + off, n, COMM_SUM);
+    for (size_t a = off, end = off + n; a < end;) {
+        int root = (int)(a / shard);
+        size_t b = (size_t)(root + 1) * shard < end ? (size_t)(root + 1) * shard : end;
+        if (async ? comm_reduce_async(dp, grads + a, b - a, COMM_SUM, root)
+                  : comm_reduce(dp, grads + a, b - a, COMM_SUM, root))
+            return -1;
+        a = b;
+    }
+    return 0;
+}
 
 static void *overlap_main(void *arg)
 {
@@ -276,7 +294,7 @@ static void *overlap_main(void *arg)
         o->head++;
         int failed = o->failed;
         pthread_mutex_unlock(&o->mu);
-        if (!failed && comm_allreduce(o->dp, o->grads + off, n, COMM_SUM)) {
+        if (!failed && dp_reduce_range(o->dp, o->grads, off, n, o->shard, 0)) {
             pthread_mutex_lock(&o->mu);
             o->failed = 1;
             pthread_mutex_unlock(&o->mu);
@@ -284,11 +302,22 @@ static void *overlap_main(void *arg)
     }
 }
 
-int dist_overlap_begin(dist *d, eng_model *m, int zero)
+static const eng_param *tied_wte(const eng_model *m);
+
+int dist_overlap_begin(dist *d, eng_model *m, size_t zero_shard)
 {
     d->overlapped = 0;
     d->ovl_async = 0;
-    if (d->dp == 1 || zero || d->acc) return 0;
+    d->ovl_shard = zero_shard;
+    d->ovl_skip_lo = d->ovl_skip_hi = 0;
+    if (d->dp == 1 || d->acc) return 0;
+    const eng_param *wte = tied_wte(m);
+    comm *emb = d->g[GROUP_EMBEDDING];
+    if (zero_shard && d->pp > 1 && wte && emb && comm_size(emb) > 1) {
+        /* reduced to its owners only after the stages' copies are summed */
+        d->ovl_skip_lo = wte->offset;
+        d->ovl_skip_hi = wte->offset + wte->numel;
+    }
     if (comm_world_backend(d->world) == COMM_BACKEND_NCCL) {
         /* NCCL: each layer's all-reduce is queued on the NCCL stream as its
          * gradients become final and runs beside the rest of backward */
@@ -308,6 +337,7 @@ int dist_overlap_begin(dist *d, eng_model *m, int zero)
     o->cap = cap;
     o->dp = d->g[GROUP_DP];
     o->grads = m->grads;
+    o->shard = zero_shard;
     pthread_mutex_init(&o->mu, NULL);
     pthread_cond_init(&o->cv, NULL);
     if (pthread_create(&o->thread, NULL, overlap_main, o)) {
@@ -324,8 +354,15 @@ int dist_overlap_begin(dist *d, eng_model *m, int zero)
 
 void dist_overlap_push(dist *d, size_t off, size_t n)
 {
+    if (n && d->ovl_skip_hi > d->ovl_skip_lo && off < d->ovl_skip_hi && off + n > d->ovl_skip_lo) {
+        /* the tied embedding: only the parts outside it */
+        size_t lo = d->ovl_skip_lo, hi = d->ovl_skip_hi, end = off + n;
+        if (off < lo) dist_overlap_push(d, off, lo - off);
+        if (end > hi) dist_overlap_push(d, hi, end - hi);
+        return;
+    }
     if (d->ovl_async) {
-        if (n && !d->ovl_failed && comm_allreduce_async(d->g[GROUP_DP], d->ovl_grads + off, n, COMM_SUM))
+        if (n && !d->ovl_failed && dp_reduce_range(d->g[GROUP_DP], d->ovl_grads, off, n, d->ovl_shard, 1))
             d->ovl_failed = 1;
         return;
     }
@@ -384,6 +421,8 @@ static const eng_param *tied_wte(const eng_model *m)
     return eng_find_param(m, "wte.weight");
 }
 
+static void take_shard(dist *d, const eng_model *m, const dist_optim *o, float *dst, const float *src);
+
 int dist_sync_grads(dist *d, eng_model *m, dist_optim *o)
 {
     /* --deterministic-dp: the DP sum first, in fp64 (the sums below commute with it) */
@@ -403,8 +442,19 @@ int dist_sync_grads(dist *d, eng_model *m, dist_optim *o)
     if (d->pp > 1 && wte && emb && comm_size(emb) > 1 &&
         comm_allreduce(emb, m->grads + wte->offset, wte->numel, COMM_SUM))
         return -1;
-    if (d->dp == 1 || d->overlapped || d->acc) return 0; /* (sums commute: DP first is the same) */
+    if (d->dp == 1 || d->acc) return 0;
     comm *dp = d->g[GROUP_DP];
+    if (d->overlapped) { /* (sums commute: DP first is the same) */
+        if (!o->zero) return 0;
+        /* ZeRO-1: every range reached the owners of its shard during backward
+         * (TP peers own the same offsets, so the sums above agree there), but
+         * the tied embedding, whose stages' copies are summed only now */
+        if (d->ovl_skip_hi > d->ovl_skip_lo &&
+            dp_reduce_range(dp, m->grads, d->ovl_skip_lo, d->ovl_skip_hi - d->ovl_skip_lo, o->shard, 0))
+            return -1;
+        take_shard(d, m, o, o->g, m->grads);
+        return 0;
+    }
     if (o->zero) {
         m->k->zero(o->gbuf, o->shard * (size_t)d->dp * sizeof(float));
         m->k->copy(o->gbuf, m->grads, m->num_floats * sizeof(float));

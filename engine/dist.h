@@ -46,7 +46,9 @@ typedef struct dist {
     struct dist_overlap *ovl;   /* DP all-reduce thread of the current step, if any */
     int ovl_async, ovl_failed;  /* NCCL: this step's DP all-reduces are queued per layer */
     float *ovl_grads;
-    int overlapped;             /* this step's DP all-reduce ran during backward */
+    size_t ovl_shard;           /* ZeRO-1: each range is reduced to the owners of its shard (floats per rank) */
+    size_t ovl_skip_lo, ovl_skip_hi; /* ZeRO-1 with pipeline stages: the tied embedding waits for its copy's sum */
+    int overlapped;             /* this step's DP reduction ran during backward */
     float *scratch;             /* TP max: gathered rows (backend memory) */
     float *host_a, *host_b;
     size_t scratch_n;
@@ -110,12 +112,17 @@ int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *target
                       char *err, size_t errlen);
 
 /* ---- data-parallel overlap ----
- * Without ZeRO-1, on the host transport (whose groups may be driven from
- * different threads), the DP all-reduce of a range of gradients starts on a
- * helper thread as soon as the last micro-batch's backward has finished it,
- * while the backward of the earlier layers goes on. NCCL runs every group on
- * one stream here, so it reduces after the backward (dist_sync_grads). */
-int dist_overlap_begin(dist *d, eng_model *m, int zero);  /* 1: overlapping this step */
+ * The DP reduction of a range of gradients starts as soon as the last
+ * micro-batch's backward has finished it, while the backward of the earlier
+ * layers goes on: on the host transport (whose groups may be driven from
+ * different threads) from a helper thread, on NCCL queued on its stream
+ * (comm_*_async). Without ZeRO-1 each range is all-reduced. With ZeRO-1
+ * (zero_shard = floats per DP rank) each range is reduced to the rank(s) whose
+ * shard holds it, the same bytes as the reduce-scatter it replaces;
+ * dist_sync_grads then takes this rank's shard. With pipeline stages the tied
+ * embedding is left out until its copies are summed (dist_sync_grads).
+ * Not with --deterministic-dp (its fp64 sum comes first). */
+int dist_overlap_begin(dist *d, eng_model *m, size_t zero_shard); /* 1: overlapping this step */
 void dist_overlap_push(dist *d, size_t off, size_t n);     /* grads[off, off+n) are final */
 int dist_overlap_end(dist *d);                             /* waits; 0 or -1 (dist_error) */
 

@@ -82,6 +82,24 @@ static void check_group(comm_world *w, comm *c)
             CHECK(bad == 0, "group %s P=%d n=%zu op %d: %d reduce-scatter values wrong", g, P, n, op, bad);
         }
 
+        /* reduce to every root in turn (sum exact; average); the root alone is defined */
+        for (int root = 0; root < P; root++)
+            for (int op = 0; op < 2; op++) {
+                for (size_t i = 0; i < n; i++) x[i] = ival(R, i, 3 + root);
+                CHECK(comm_reduce(c, x, n, op ? COMM_AVG : COMM_SUM, root) == 0, "reduce: %s", comm_error(w));
+                if (pos != root) continue;
+                bad = 0;
+                for (size_t i = 0; i < n; i++) {
+                    float want = 0;
+                    for (int q = 0; q < P; q++) want += ival(comm_world_rank_of(c, q), i, 3 + root);
+                    if (op) want /= (float)P;
+                    bad += fabsf(x[i] - want) > (op ? 1e-6f * fabsf(want) : 0.0f);
+                }
+                CHECK(bad == 0, "group %s P=%d n=%zu root %d op %d: %d reduce values wrong", g, P, n, root, op, bad);
+            }
+        CHECK(comm_reduce(c, x, n, COMM_SUM, P) == -1 && strstr(comm_error(w), "outside group"),
+              "reduce to a root outside the group: %s", comm_error(w));
+
         /* all-gather, also in place */
         for (size_t i = 0; i < n; i++) x[i] = ival(R, i, 2);
         CHECK(comm_allgather(c, x, y, n) == 0, "allgather: %s", comm_error(w));
