@@ -894,6 +894,14 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     if (!rc && c.save[0] && last_saved != r.st.iteration)
         rc = save_timed(&r, 1, err, errlen);
     if (!rc) rc = async_drain(&r, err, errlen);
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+    if (!rc && r.d.rank == 0 && !strcmp(c.attention_backend, "fused")) {
+        long fused = 0, flash = 0;
+        k_cuda_attention_calls(&fused, &flash);
+        printf("atoll-train: attention calls on cuDNN's fused attention: %ld, on the flash kernels: %ld\n", fused,
+               flash);
+    }
+#endif
     if (!rc && stopped && r.d.rank == 0) {
         printf("atoll-train: stopped on SIGTERM after iteration %lld; checkpoint committed in %s "
                "(resume with --load %s)\n", r.st.iteration, c.save, c.save);

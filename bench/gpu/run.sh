@@ -156,6 +156,8 @@ for s in $stages; do
       read -r tps ms mfu <<< "$(atoll_rate "$work/a.log")"
       note "| atoll ${p:-fp32} | ${tps:-failed} | ${ms:-} | ${mfu:-} |"
       grep -m1 'kernels/cuda' "$work/a.log" || true
+      calls=$(grep -o 'attention calls on.*' "$work/a.log")
+      [ -n "$calls" ] && note "|  ($calls) | | | |"
     done
     # where atoll's GPU time goes (bf16), kernel by kernel
     for ab in flash fused; do
@@ -200,7 +202,7 @@ EOF
       done
       tail -2 "$work/b.log"
       read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
-      note "- ~1.5B GPT (48 x 1600, 25 heads, seq 1024), bf16, attention $ab, micro-batch $mb: ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-}"
+      note "- ~1.5B GPT (48 x 1600, 25 heads, seq 1024), bf16, attention $ab, micro-batch $mb: ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-} $(grep -o 'attention calls on.*' "$work/b.log")"
     done ;;
   *) echo "run.sh: unknown stage '$s'"; fails=$((fails + 1)) ;;
   esac

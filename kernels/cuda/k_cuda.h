@@ -29,6 +29,9 @@ void *k_cuda_stream(void);
  * flash kernels (flash_attention.cu), "fused" cuDNN's fused attention
  * (cudnn_sdpa.h) where it applies. 0, or -1 with err (unknown name, no cuDNN). */
 int k_cuda_set_attention_backend(const char *name, char *err, size_t errlen);
+/* How many bf16 attention calls (forward and backward) ran on cuDNN's fused
+ * attention and how many on the flash kernels, since the process started. */
+void k_cuda_attention_calls(long *fused, long *flash);
 
 /* Step timing for MFU: events recorded on the backend stream. end() waits for
  * the work queued since begin() and returns its device time in milliseconds. */

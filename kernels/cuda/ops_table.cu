@@ -16,6 +16,7 @@ static k_ops OPS;
  * attention (cudnn_sdpa.h) and run the own flash kernels for what it does not
  * take (grouped-query attention, dropout), saying so once. */
 static bool fused_attention;
+static long calls_fused, calls_flash; /* bf16 attention entries run, by kernels */
 
 static void fused_declined(void)
 {
@@ -33,10 +34,14 @@ static void attention_forward_sel(uint16_t *out, float *lse, const uint16_t *qkv
 {
 #ifdef ATOLL_HAVE_CUDNN
     if (fused_attention) {
-        if (!kcudnn_attention_forward_bf16(kcu_stream(), out, lse, qkv, B, T, NH, NG, HD, drop)) return;
+        if (!kcudnn_attention_forward_bf16(kcu_stream(), out, lse, qkv, B, T, NH, NG, HD, drop)) {
+            calls_fused++;
+            return;
+        }
         fused_declined();
     }
 #endif
+    calls_flash++;
     kcu_attention_forward_bf16(out, lse, qkv, B, T, NH, NG, HD, drop);
 }
 
@@ -45,12 +50,21 @@ static void attention_backward_sel(uint16_t *dqkv, const uint16_t *dout, const u
 {
 #ifdef ATOLL_HAVE_CUDNN
     if (fused_attention) {
-        if (!kcudnn_attention_backward_bf16(kcu_stream(), dqkv, dout, qkv, out, lse, B, T, NH, NG, HD, drop))
+        if (!kcudnn_attention_backward_bf16(kcu_stream(), dqkv, dout, qkv, out, lse, B, T, NH, NG, HD, drop)) {
+            calls_fused++;
             return;
+        }
         fused_declined();
     }
 #endif
+    calls_flash++;
     kcu_attention_backward_bf16(dqkv, dout, qkv, out, lse, B, T, NH, NG, HD, drop);
+}
+
+extern "C" void k_cuda_attention_calls(long *fused, long *flash)
+{
+    *fused = calls_fused;
+    *flash = calls_flash;
 }
 
 extern "C" int k_cuda_set_attention_backend(const char *name, char *err, size_t errlen)

@@ -379,13 +379,21 @@ int main(int argc, char **argv)
     int rc = k_cuda_set_attention_backend("fused", err, sizeof err);
     CHECK(rc == 0, "fused attention available: %s", rc ? err : "");
     if (rc == 0) {
+        long f0, l0, f1, l1, f2, l2;
         attn_backend = "fused";
+        k_cuda_attention_calls(&f0, &l0);
         test_attention(1, 64, 1, 1, 64, 0.0f);
         test_attention(2, 200, 3, 3, 64, 0.0f);
         test_attention(1, 130, 2, 2, 128, 0.0f);
         test_attention(4, 1024, 12, 12, 64, 0.0f); /* GPT-2 124M's shape at a small batch */
+        k_cuda_attention_calls(&f1, &l1);
+        CHECK(f1 - f0 == 12 && l1 == l0, "fused attention: %ld of 12 calls ran on cuDNN, %ld on the flash kernels",
+              f1 - f0, l1 - l0);
         test_attention(2, 200, 8, 2, 64, 0.0f);    /* declined: the flash kernels run it */
         test_attention(2, 150, 4, 4, 64, 0.1f);    /* declined */
+        k_cuda_attention_calls(&f2, &l2);
+        CHECK(f2 == f1 && l2 - l1 == 6, "declined shapes: %ld calls on cuDNN, %ld of 6 on the flash kernels",
+              f2 - f1, l2 - l1);
         k_cuda_set_attention_backend("flash", err, sizeof err);
         attn_backend = "flash";
     }
