@@ -140,11 +140,13 @@ static comm *group_alloc(comm_world *w, const char *name, const int *ranks, int 
     return c;
 }
 
+static void stage_release(void *p);
+
 static void group_free(comm *c)
 {
     if (!c) return;
     if (c->impl && c->world->be->group_free) c->world->be->group_free(c);
-    free(c->stage);
+    stage_release(c->stage);
     free(c->watch);
     free(c->ranks);
     free(c);
@@ -308,6 +310,19 @@ const char *comm_name(const comm *c) { return c->name; }
 /* ---- staging device buffers through the host backend ---- */
 
 static comm_copy_fn dev_to_host, dev_to_device;
+static comm_alloc_fn stage_alloc = malloc;
+static comm_free_fn stage_free = free;
+
+static void stage_release(void *p)
+{
+    if (p) stage_free(p);
+}
+
+void comm_set_stage_memory(comm_alloc_fn alloc, comm_free_fn release)
+{
+    stage_alloc = alloc ? alloc : malloc;
+    stage_free = release ? release : free;
+}
 
 void comm_set_device_copy(comm_copy_fn to_host, comm_copy_fn to_device)
 {
@@ -325,11 +340,13 @@ static int staged(const comm *c)
 /* The comm's staging memory, at least `bytes`; NULL when out of memory. */
 static void *stage_mem(comm *c, size_t bytes)
 {
-    if (bytes > c->stage_bytes) {
-        void *p = realloc(c->stage, bytes);
+    if (bytes > c->stage_bytes) { /* grow by half again: a few sizes recur every step */
+        size_t want = bytes + bytes / 2;
+        void *p = stage_alloc(want);
         if (!p) return NULL;
+        stage_release(c->stage);
         c->stage = p;
-        c->stage_bytes = bytes;
+        c->stage_bytes = want;
     }
     return c->stage;
 }

@@ -56,6 +56,13 @@ enum {
  * complete before returning). Set before comm_world_init. */
 typedef void (*comm_copy_fn)(void *dst, const void *src, size_t bytes);
 void comm_set_device_copy(comm_copy_fn to_host, comm_copy_fn to_device);
+/* Where the staging memory comes from (the engine gives page-locked memory,
+ * which the device copies at full speed); malloc/free when not set. An alloc
+ * returning NULL is an out-of-memory error of the collective. Set before
+ * comm_world_init. */
+typedef void *(*comm_alloc_fn)(size_t bytes);
+typedef void (*comm_free_fn)(void *p);
+void comm_set_stage_memory(comm_alloc_fn alloc, comm_free_fn release);
 
 typedef struct comm_world comm_world;
 typedef struct comm comm;

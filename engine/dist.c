@@ -4,6 +4,7 @@
 #include <math.h>
 #include <pthread.h>
 #ifdef ATOLL_HAVE_CUDA_KERNELS
+#include "cuda/k_cuda.h"
 #include <cuda_runtime.h>
 #endif
 #include <stdarg.h>
@@ -61,7 +62,12 @@ int dist_init(dist *d, const atoll_config *c, const k_ops *k, char *err, size_t 
 #ifdef ATOLL_HAVE_NCCL
     if (cuda && !gpus_shared()) kind = COMM_BACKEND_NCCL;
 #endif
-    if (cuda && kind == COMM_BACKEND_HOST) comm_set_device_copy(k->to_host, k->to_device);
+    if (cuda && kind == COMM_BACKEND_HOST) {
+        comm_set_device_copy(k->to_host, k->to_device);
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+        comm_set_stage_memory(k_cuda_host_alloc, k_cuda_host_free); /* page-locked: copies at full speed */
+#endif
+    }
     if (comm_world_init_env(&d->world, kind, cuda ? COMM_DEVICE_BUFFERS : 0, err, errlen)) return -1;
     d->rank = comm_world_rank(d->world);
     d->size = comm_world_size(d->world);

@@ -33,6 +33,11 @@ int k_cuda_set_attention_backend(const char *name, char *err, size_t errlen);
  * attention and how many on the flash kernels, since the process started. */
 void k_cuda_attention_calls(long *fused, long *flash);
 
+/* Page-locked host memory (cudaMallocHost), which device copies move at full
+ * speed: the host transport's staging buffers. NULL when it cannot be had. */
+void *k_cuda_host_alloc(size_t bytes);
+void k_cuda_host_free(void *p);
+
 /* Step timing for MFU: events recorded on the backend stream. end() waits for
  * the work queued since begin() and returns its device time in milliseconds. */
 void k_cuda_timer_begin(void);

@@ -85,6 +85,21 @@ extern "C" size_t k_cuda_device_used_bytes(void)
     return total_b - free_b;
 }
 
+extern "C" void *k_cuda_host_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void k_cuda_host_free(void *p)
+{
+    if (p) cudaCheck(cudaFreeHost(p));
+}
+
 extern "C" void k_cuda_timer_begin(void) { cudaCheck(cudaEventRecord(S.t0, S.stream)); }
 
 extern "C" float k_cuda_timer_end_ms(void)

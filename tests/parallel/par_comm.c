@@ -188,6 +188,9 @@ static void check_p2p(comm_world *w)
 
 static int copies_to_host, copies_to_device;
 static void copy_to_host(void *dst, const void *src, size_t n) { copies_to_host++, memcpy(dst, src, n); }
+static int stage_allocs, stage_frees;
+static void *stage_alloc(size_t n) { stage_allocs++; return malloc(n); }
+static void stage_free(void *p) { stage_frees++; free(p); }
 static void copy_to_device(void *dst, const void *src, size_t n) { copies_to_device++, memcpy(dst, src, n); }
 
 static int rank_main(void)
@@ -289,6 +292,7 @@ static int rank_main(void)
         comm_world *dw;
         char e3[512];
         comm_set_device_copy(copy_to_host, copy_to_device);
+        comm_set_stage_memory(stage_alloc, stage_free); /* the engine gives page-locked memory here */
         CHECK(store_connect_env(5000, &sc, e3, sizeof e3) == STORE_OK, "%s", e3);
         CHECK(comm_world_init(&dw, COMM_BACKEND_HOST, R, W, sc, "staged", COMM_DEVICE_BUFFERS, 0, e3, sizeof e3) == 0,
               "%s", e3);
@@ -297,6 +301,10 @@ static int rank_main(void)
         if (W > 1) CHECK(copies_to_host > 0 && copies_to_device > 0, "staging copies used (%d, %d)", copies_to_host,
                          copies_to_device);
         comm_world_free(dw);
+        if (W > 1)
+            CHECK(stage_allocs > 0 && stage_frees == stage_allocs, "staging memory from the given allocator: %d "
+                  "allocations, %d frees", stage_allocs, stage_frees);
+        comm_set_stage_memory(NULL, NULL);
         store_close(sc);
     }
     comm_world_free(w);

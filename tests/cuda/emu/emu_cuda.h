@@ -163,6 +163,7 @@ inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
     return cudaSuccess;
 }
 inline cudaError_t cudaMallocHost(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? cudaSuccess : 2; }
+inline cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
 enum { cudaEventDisableTiming = 2 };
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *, unsigned) { return cudaSuccess; }
 inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return cudaSuccess; }
