@@ -1,8 +1,9 @@
 /* memory_check: whether a layout fits before atoll-train allocates anything.
  *
  * The need per rank is the planner's memory model (common/plan_mem.c) with the
- * engine's precision (PLAN_PRECISION_FP32: fp32 weights, grads, Adam moments and
- * activations). The room is the device's: for cuda the GPU's free memory, for cpu
+ * engine's precision: PLAN_PRECISION_FP32 (fp32 weights, grads, Adam moments and
+ * activations), or with --bf16 PLAN_PRECISION_BF16 (bf16 weights and
+ * activations beside fp32 master weights, grads and moments). The room is the device's: for cuda the GPU's free memory, for cpu
  * the host's available memory (MemAvailable, lowered by a cgroup v2 limit and by
  * RLIMIT_AS), shared by the ranks this host runs. */
 #include "train.h"
@@ -56,7 +57,7 @@ int eng_memory_check(const atoll_config *c, int world, int local_ranks, const ch
     int dp = cfg_data_parallel_size(c, world);
     if (dp < 1) dp = 1;
     plan_memory mem;
-    plan_memory_estimate(c, dp, &PLAN_PRECISION_FP32, &mem);
+    plan_memory_estimate(c, dp, c->bf16 ? &PLAN_PRECISION_BF16 : &PLAN_PRECISION_FP32, &mem);
     double need = mem.total_bytes, room = -1;
     const char *where = "host memory available";
     int sharers = 1;
@@ -74,10 +75,11 @@ int eng_memory_check(const atoll_config *c, int world, int local_ranks, const ch
     if (room < 0 || need * sharers <= room) return 0; /* unknown room: the allocations will tell */
     snprintf(err, errlen,
              "the layout needs about %.2f GiB per rank (%.0f parameters: %.2f GiB of weights, grads and Adam state, "
-             "%.2f GiB of activations, fp32) x %d rank%s here = %.2f GiB, more than the %.2f GiB of %s; use fewer "
+             "%.2f GiB of activations, %s) x %d rank%s here = %.2f GiB, more than the %.2f GiB of %s; use fewer "
              "or smaller layers, a shorter --seq-length or --micro-batch-size, more ranks (tp/pp), "
              "--recompute-granularity, or --use-distributed-optimizer",
-             need / GIB, mem.params_per_gpu, mem.state_bytes / GIB, mem.act_bytes / GIB, sharers,
+             need / GIB, mem.params_per_gpu, mem.state_bytes / GIB, mem.act_bytes / GIB,
+             c->bf16 ? "bf16 with fp32 master weights" : "fp32", sharers,
              sharers > 1 ? "s" : "", need * sharers / GIB, room / GIB, where);
     return -1;
 }

@@ -189,6 +189,9 @@ if [ $rc -ne 0 ] && grep -q "GiB per rank .* more than the .* GiB of host memory
 else
     bad "100000 layers: rc=$rc, peak RSS $(tail -1 mem.txt) KiB, $(cat err.txt)"
 fi
+# with --bf16 the estimate is the bf16 one (2-byte weights and activations beside the fp32 master)
+expect_error "100000 layers, bf16" "activations, bf16 with fp32 master weights) x 1 rank" --num-layers 100000 \
+    --hidden-size 128 --num-attention-heads 4 --seq-length 128 --train-iters 1 --bf16
 python3 -c "import sys; sys.stdout.write('{a: ' * 60000 + '1' + '}' * 60000)" > deep.yaml
 expect_error "60000-deep YAML" "at most 16 levels" --yaml-cfg deep.yaml
 : > empty.yaml
