@@ -639,6 +639,14 @@ static int applicable(int B, int T, int NH, int NG, int HD, const struct k_dropo
     return 0;
 }
 
+/* The tensors are declared 16-byte aligned (what cuDNN's kernels load by). */
+static int misaligned(int n, const void *const *ptrs)
+{
+    for (int i = 0; i < n; i++)
+        if ((uintptr_t)ptrs[i] % 16) return not_taken("a buffer not aligned to 16 bytes");
+    return 0;
+}
+
 static int run(void *stream, plan *p, int n, const int64_t *uids, void **ptrs)
 {
     if (p->workspace > 0 && grow(&R.ws, &R.ws_bytes, (size_t)p->workspace)) return 1;
@@ -664,6 +672,8 @@ int kcudnn_attention_forward_bf16(void *stream, uint16_t *out, float *lse, const
                                   int NH, int NG, int HD, const struct k_dropout *drop)
 {
     if (applicable(B, T, NH, NG, HD, drop)) return 1;
+    const void *bufs[] = {qkv, out, lse};
+    if (misaligned(3, bufs)) return 1;
     shape s = {B, T, NH, HD};
     plan *p = plan_for(&s, 0);
     if (!p) return 1;
@@ -678,6 +688,8 @@ int kcudnn_attention_backward_bf16(void *stream, uint16_t *dqkv, const uint16_t 
                                    const struct k_dropout *drop)
 {
     if (applicable(B, T, NH, NG, HD, drop)) return 1;
+    const void *bufs[] = {dqkv, dout, qkv, out, lse};
+    if (misaligned(5, bufs)) return 1;
     shape s = {B, T, NH, HD};
     plan *p = plan_for(&s, 1);
     if (!p) return 1;

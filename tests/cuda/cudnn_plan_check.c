@@ -83,6 +83,10 @@ int main(int argc, char **argv)
     CHECK(kcudnn_attention_forward_bf16(NULL, NULL, NULL, NULL, 2, 64, 4, 4, 20, NULL) == 1 &&
               strstr(kcudnn_why(), "head dim"),
           "head dim 20 declined");
+    static uint16_t buf[64];
+    CHECK(kcudnn_attention_forward_bf16(NULL, buf + 1, (float *)(void *)buf, buf, 2, 64, 4, 4, 64, NULL) == 1 &&
+              strstr(kcudnn_why(), "aligned"),
+          "a buffer off 16-byte alignment declined (%s)", kcudnn_why());
     free(h100);
     free(t4);
     return check_summary("cudnn_plan_check");
