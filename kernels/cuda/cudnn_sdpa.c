@@ -486,8 +486,15 @@ static int make_plan(graph *g, cudnnHandle_t handle, cudnnBackendDescriptor_t de
         if (p) L.destroyDesc(p);
     }
     g->failed = 1;
-    snprintf(g->err, g->cap, "kernels/cuda/cudnn_sdpa.c: cuDNN %ld: none of %lld engine configs finalizes (first: %s)",
-             L.version, (long long)got, first);
+    if (got == 0) /* the heuristics dropped every engine they had named: a prerequisite is missing */
+        snprintf(g->err, g->cap,
+                 "kernels/cuda/cudnn_sdpa.c: cuDNN %ld: its %lld attention engines are unusable here; they compile "
+                 "their kernels at run time and need libcuda.so.1 (a GPU driver, or for a check without a GPU the "
+                 "CUDA toolkit's stubs/libcuda.so)", L.version, (long long)n);
+    else
+        snprintf(g->err, g->cap,
+                 "kernels/cuda/cudnn_sdpa.c: cuDNN %ld: none of %lld engine configs finalizes (first: %s)", L.version,
+                 (long long)got, first);
     return 1;
 }
 
