@@ -145,6 +145,7 @@ static void message_cases(void)
     snprintf(c.tokenizer_type, sizeof c.tokenizer_type, "GPT2BPETokenizer");
     snprintf(c.vocab_file, sizeof c.vocab_file, "/data/gpt2-vocab.json");
     snprintf(c.merge_file, sizeof c.merge_file, "/data/gpt2-merges.txt");
+    snprintf(c.attention_backend, sizeof c.attention_backend, "fused");
     Atoll__JobSpec s;
     msg_spec_from_cfg(&s, &c, "gpt-1b");
     plen = protobuf_c_message_get_packed_size(&s.base);
