@@ -862,9 +862,16 @@ static int layer_forward(eng_model *m, const eng_acts *a, int layer, const eng_l
     op_matmul(m, part1, NULL, la->atty, w->proj_w, bias_here ? w->proj_b : NULL, N, Cl, C);
     if (scatter_sum(m, part1, la->res2)) return -1;
     op_dropout(m, la->res2, hidden_drop(m, a, layer, DROP_ATTN_OUT, &dd));
-    op_residual(m, la->res2, la->res2, x, RC);
-
-    if (!(ln = ln_gathered(m, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, w->ln2_w, w->ln2_b))) return -1;
+    if (m->bf16 && !m->llama && m->k->residual_layernorm_forward_bf16) {
+        /* the residual add and ln_2 in one pass over the rows (the same bits) */
+        m->k->residual_layernorm_forward_bf16(la->res2, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, x, w->ln2_w,
+                                              w->ln2_b, m->R, C);
+        ln = ln_full(m, la->ln2);
+    } else {
+        op_residual(m, la->res2, la->res2, x, RC);
+        ln = ln_gathered(m, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, w->ln2_w, w->ln2_b);
+    }
+    if (!ln) return -1;
     mlp_up_forward(m, w, la, ln);
     op_matmul(m, part2, NULL, la->fcg, w->fcproj_w, bias_here ? w->fcproj_b : NULL, N, F, C);
     if (scatter_sum(m, part2, out)) return -1;

@@ -242,6 +242,15 @@ typedef struct k_ops {
                                       const uint16_t *inp, const uint16_t *w, const uint16_t *pre_gelu,
                                       int N, int C, int OC);
 
+    /* ---- the residual add and the LayerNorm after it, in one pass ----
+     * res = a + b (rounded to bf16, as residual_forward_bf16), then
+     * out/mean/rstd = layernorm_forward_bf16 of res: the same bits as those two
+     * calls, with res read back from registers instead of memory. res may alias
+     * a or b. */
+    void (*residual_layernorm_forward_bf16)(uint16_t *res, uint16_t *out, float *mean, float *rstd,
+                                            const uint16_t *a, const uint16_t *b, const uint16_t *w,
+                                            const uint16_t *bias, int N, int C);
+
     /* ---- AdamW over a whole flat buffer in one call ----
      * Elements [0, n) in nseg segments: segment s covers [seg_end[s-1], seg_end[s])
      * (seg_end[-1] = 0, seg_end[nseg-1] = n, host arrays) with weight decay

@@ -170,6 +170,13 @@ void kc_residual_forward_bf16(uint16_t *out, const uint16_t *a, const uint16_t *
 
 void kc_add_inplace_bf16(uint16_t *acc, const uint16_t *x, size_t n) { kc_residual_forward_bf16(acc, acc, x, n); }
 
+void kc_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
+                                        const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C)
+{
+    kc_residual_forward_bf16(res, a, b, (size_t)N * C);
+    kc_layernorm_forward_bf16(out, mean, rstd, res, w, bias, N, C);
+}
+
 void kc_xent_max_bf16(float *rowmax, const uint16_t *logits, int N, int V)
 {
     float *l = wide(logits, (size_t)N * V);

@@ -104,6 +104,8 @@ void kc_matmul_backward_gelu_bf16(uint16_t *dpre, float *dw, float *dbias, const
 void kc_gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n);
 void kc_gelu_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n);
 void kc_residual_forward_bf16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
+void kc_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
+                                        const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C);
 void kc_add_inplace_bf16(uint16_t *acc, const uint16_t *x, size_t n);
 void kc_xent_max_bf16(float *rowmax, const uint16_t *logits, int N, int V);
 void kc_xent_sumexp_target_bf16(float *sumexp, float *target_logit, const uint16_t *logits, const float *rowmax,

@@ -60,6 +60,7 @@ static const k_ops CPU_OPS = {
     .xent_fused_bf16 = kc_xent_fused_bf16,
     .adamw_segments = kc_adamw_segments,
     .matmul_backward_gelu_bf16 = kc_matmul_backward_gelu_bf16,
+    .residual_layernorm_forward_bf16 = kc_residual_layernorm_forward_bf16,
     .rmsnorm_forward = kc_rmsnorm_forward,
     .rmsnorm_backward = kc_rmsnorm_backward,
     .rmsnorm_forward_bf16 = kc_rmsnorm_forward_bf16,

@@ -52,6 +52,8 @@ void kcu_embedding_forward_bf16(uint16_t *, const int32_t *, const uint16_t *, i
 void kcu_embedding_backward_bf16(float *, const uint16_t *, const int32_t *, int, int, int, int);
 void kcu_position_forward_bf16(uint16_t *, const uint16_t *, int, int, int);
 void kcu_position_backward_bf16(float *, const uint16_t *, int, int, int);
+void kcu_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
+                                         const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C);
 void kcu_layernorm_forward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *,
                                 int, int);
 void kcu_layernorm_backward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *,

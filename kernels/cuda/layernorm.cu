@@ -17,6 +17,7 @@
  * grid of LN_PARTS blocks with dw/db in shared memory). No atomics anywhere:
  * the same inputs give the same bits on every run. */
 #include "kcuda.cuh"
+#include "kcu_entries.h"
 
 #define LN_EPS 1e-5f
 #define LN_BLOCK 256
@@ -28,16 +29,34 @@
 
 /* ---- warp per row (C % 8 == 0) ---- */
 
-template <typename T>
-__global__ void __launch_bounds__(LN_WARPS * 32) ln_fwd_warp_k(T *out, float *mean, float *rstd, const T *inp,
-                                                               const T *w, const T *b, int N, int C)
+/* A float as T would store it (bf16: rounded to nearest even). */
+__device__ __forceinline__ float as_stored(const bf16 *, float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+__device__ __forceinline__ float as_stored(const float *, float v) { return v; }
+
+/* RES: the residual add first, inp = ra + rb written to inp (which may be ra or
+ * rb): the first pass sums the stored values it has in registers, the later
+ * passes read inp back as the plain kernel does, so the bits are those of
+ * residual_forward followed by layernorm_forward. */
+template <typename T, bool RES>
+__global__ void __launch_bounds__(LN_WARPS * 32) ln_fwd_warp_k(T *out, float *mean, float *rstd, T *inp,
+                                                               const T *w, const T *b, int N, int C,
+                                                               const T *ra, const T *rb)
 {
     int n = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
     if (n >= N) return; /* whole warps */
-    const T *x = inp + (size_t)n * C;
+    T *x = inp + (size_t)n * C;
     float s = 0.0f, v[8];
     for (int c = lane * 8; c < C; c += 256) {
-        ld8(x + c, v);
+        if (RES) {
+            float u[8];
+            ld8(ra + (size_t)n * C + c, v);
+            ld8(rb + (size_t)n * C + c, u);
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[k] = as_stored(x, v[k] + u[k]);
+            st8(x + c, v);
+        } else {
+            ld8(x + c, v);
+        }
 #pragma unroll
         for (int k = 0; k < 8; k++) s += v[k];
     }
@@ -371,8 +390,8 @@ static void layernorm_forward(T *out, float *mean, float *rstd, const T *inp, co
 {
     if (N <= 0 || C <= 0) return;
     if (vec8_ok((size_t)C, out, inp) && vec8_ok(8, w, b))
-        ln_fwd_warp_k<T><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(out, mean, rstd, inp, w,
-                                                                                           b, N, C);
+        ln_fwd_warp_k<T, false><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(
+            out, mean, rstd, (T *)inp, w, b, N, C, nullptr, nullptr);
     else
         ln_fwd_k<T><<<N, LN_BLOCK, 0, kcu_stream()>>>(out, mean, rstd, inp, w, b, C);
     kcu_launched();
@@ -433,6 +452,22 @@ void kcu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
 {
     layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
+/* res = a + b, then out = LayerNorm(res): one kernel where the row kernels
+ * apply, else the two ops. */
+void kcu_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
+                                         const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C)
+{
+    if (N <= 0 || C <= 0) return;
+    if (vec8_ok((size_t)C, out, res) && vec8_ok(8, a, b) && vec8_ok(8, w, bias)) {
+        ln_fwd_warp_k<bf16, true><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(
+            as_bf(out), mean, rstd, as_bf(res), as_bf(w), as_bf(bias), N, C, as_bf(a), as_bf(b));
+        kcu_launched();
+        return;
+    }
+    kcu_residual_forward_bf16(res, a, b, (size_t)N * C);
+    kcu_layernorm_forward_bf16(out, mean, rstd, res, w, bias, N, C);
+}
+
 void kcu_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
                                 const uint16_t *w, const uint16_t *b, int N, int C)
 {

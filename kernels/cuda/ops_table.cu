@@ -146,6 +146,7 @@ static void fill(k_ops *k)
     k->xent_fused_bf16 = kcu_xent_fused_bf16;
     k->adamw_segments = kcu_adamw_segments;
     k->matmul_backward_gelu_bf16 = kcu_matmul_backward_gelu_bf16;
+    k->residual_layernorm_forward_bf16 = kcu_residual_layernorm_forward_bf16;
     k->rmsnorm_forward = kcu_rmsnorm_forward;
     k->rmsnorm_backward = kcu_rmsnorm_backward;
     k->rmsnorm_forward_bf16 = kcu_rmsnorm_forward_bf16;

@@ -12,6 +12,7 @@ extern "C" {
 #include "kernels.h"
 }
 
+#include <cstdarg>
 #include <tuple>
 
 #include "kcu_entries.h"
@@ -62,6 +63,21 @@ static vec widen(const std::vector<uint16_t> &b)
     return v;
 }
 
+static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(bool ok, const char *fmt, ...)
+{
+    if (ok) {
+        passed++;
+        return;
+    }
+    failed++;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
 static void cmp(const char *what, const vec &got, const vec &ref, double tol)
 {
     double a = 0, b = 0;
@@ -103,6 +119,27 @@ static void test_layernorm(int N, int C)
     R->layernorm_forward(o1.data(), m1.data(), r1.data(), xr.data(), wr.data(), br.data(), N, C);
     kcu_layernorm_forward_bf16(ob.data(), m2.data(), r2.data(), xb.data(), wb.data(), bb.data(), N, C);
     cmp("layernorm_forward_bf16 out", widen(ob), o1, 1e-2);
+    /* the residual add fused into it, in place as the engine calls it (res = a):
+     * the same bits as the two calls, and against the CPU composition */
+    {
+        std::vector<uint16_t> ab, b2, ra, rb, o3((size_t)N * C, 0xffff), o4 = o3, o5 = o3;
+        rv_bf((size_t)N * C, 2, ab);
+        rv_bf((size_t)N * C, 1, b2);
+        ra = ab, rb = ab;
+        std::vector<uint16_t> rc = ab;
+        vec m3 = nanv(N), r3 = nanv(N), m4 = m3, r4 = r3, m5 = m3, r5 = r3;
+        kcu_residual_layernorm_forward_bf16(ra.data(), o3.data(), m3.data(), r3.data(), ra.data(), b2.data(),
+                                            wb.data(), bb.data(), N, C);
+        kcu_residual_forward_bf16(rb.data(), rb.data(), b2.data(), (size_t)N * C);
+        kcu_layernorm_forward_bf16(o4.data(), m4.data(), r4.data(), rb.data(), wb.data(), bb.data(), N, C);
+        R->residual_layernorm_forward_bf16(rc.data(), o5.data(), m5.data(), r5.data(), rc.data(), b2.data(),
+                                           wb.data(), bb.data(), N, C);
+        bool same = ra == rb && o3 == o4 && !memcmp(m3.data(), m4.data(), N * 4) && !memcmp(r3.data(), r4.data(), N * 4);
+        check(same, "residual_layernorm_forward_bf16 (N=%d C=%d): not the bits of residual then layernorm", N, C);
+        check(ra == rc, "residual_layernorm_forward_bf16 (N=%d C=%d): residual differs from the CPU's", N, C);
+        cmp("residual_layernorm_forward_bf16 out", widen(o3), widen(o5), 1e-2);
+        cmp("residual_layernorm_forward_bf16 rstd", r3, r5, 1e-5);
+    }
     /* bias-gradient column sums */
     vec cs = rv(C), cs2 = cs;
     for (int n = 0; n < N; n++)

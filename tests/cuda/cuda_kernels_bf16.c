@@ -86,6 +86,22 @@ static void test_layernorm(int N, int C)
     h_compare("layernorm_backward_bf16 dinp", d_get_bf(ddinp, n), dinp, n, TOL);
     h_compare("layernorm_backward_bf16 dw", d_get(dgw, C), gw, C, TOL);
     h_compare("layernorm_backward_bf16 db", d_get(dgb, C), gb, C, TOL);
+    /* the residual add fused in, in place as the engine calls it (res = a = x), against the CPU's
+     * residual_forward_bf16 then layernorm_forward_bf16 on the same bits */
+    float *y = bf_rand(n, 1);
+    uint16_t *hx = malloc(n * 2), *hy = malloc(n * 2), *hres = malloc(n * 2), *hout = malloc(n * 2), *hw = malloc(C * 2),
+             *hb = malloc(C * 2);
+    R->to_bf16(hx, x, n); R->to_bf16(hy, y, n); R->to_bf16(hw, w, C); R->to_bf16(hb, b, C);
+    R->residual_layernorm_forward_bf16(hres, hout, mean, rstd, hx, hy, hw, hb, N, C);
+    uint16_t *dres = d_put_bf(x, n), *dy = d_put_bf(y, n), *dout2 = d_poison(n * 2);
+    G->residual_layernorm_forward_bf16(dres, dout2, dmean, drstd, dres, dy, dw, db, N, C);
+    float *rf = malloc(n * 4), *of = malloc(n * 4);
+    R->from_bf16(rf, hres, n); R->from_bf16(of, hout, n);
+    h_compare("residual_layernorm_forward_bf16 res", d_get_bf(dres, n), rf, n, 1e-6);
+    h_compare("residual_layernorm_forward_bf16 out", d_get_bf(dout2, n), of, n, TOL);
+    h_compare("residual_layernorm_forward_bf16 rstd", d_get(drstd, N), rstd, N, TOL);
+    free(y); free(hx); free(hy); free(hres); free(hout); free(hw); free(hb); free(rf); free(of);
+    G->free(dres); G->free(dy); G->free(dout2);
     free(x); free(w); free(b); free(out); free(mean); free(rstd); free(g); free(dinp); free(gw); free(gb);
     G->free(dx); G->free(dw); G->free(db); G->free(dout); G->free(dmean); G->free(drstd);
     G->free(dg); G->free(ddinp); G->free(dgw); G->free(dgb);
