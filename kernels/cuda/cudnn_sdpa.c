@@ -625,8 +625,8 @@ static plan *plan_for(const shape *s, int backward)
     int i = R.nplans++;
     R.plans[i].s = *s, R.plans[i].backward = backward;
     int rc = make_plan(&g, R.handle, NULL, &R.plans[i].p);
-    gfree(&g); /* the plan keeps what it needs */
     if (rc) {
+        gfree(&g);
         R.plans[i].bad = 1;
         fprintf(stderr, "%s\nkernels/cuda: attention %s B=%lld T=%lld heads=%lld dim=%lld runs on atoll's flash kernels\n",
                 err, backward ? "backward" : "forward", (long long)s->B, (long long)s->T, (long long)s->NH,
@@ -634,6 +634,8 @@ static plan *plan_for(const shape *s, int backward)
         not_taken("%s", err);
         return NULL;
     }
+    /* The graph's descriptors stay for the process, like the plan that was
+     * built from them (cuDNN's frontend keeps them alive beside its plans too). */
     return &R.plans[i].p;
 }
 
