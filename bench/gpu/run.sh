@@ -158,7 +158,14 @@ for s in $stages; do
       grep -m1 'kernels/cuda' "$work/a.log" || true
       calls=$(grep -o 'attention calls on.*' "$work/a.log")
       [ -n "$calls" ] && note "|  ($calls) | | | |"
+      case "$p" in *fused*) ms_fused=$ms ;; --bf16) ms_flash=$ms ;; esac
     done
+    # which --attention-backend `auto` should mean, by this run's step times
+    if [ -n "${ms_flash:-}" ] && [ -n "${ms_fused:-}" ]; then
+      note ""
+      note "- attention backends at GPT-2 124M: flash ${ms_flash} ms/step, cuDNN fused ${ms_fused} ms/step:" \
+           "$(python3 -c "print('fused is faster' if $ms_fused < $ms_flash else 'flash is faster')")"
+    fi
     # where atoll's GPU time goes (bf16), kernel by kernel
     for ab in flash fused; do
       CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_OUT=$out/profile_atoll_$ab.md timeout 200 "$train" --device cuda \
