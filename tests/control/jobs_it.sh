@@ -432,8 +432,9 @@ case_hang() {
   local took; took=$(awk -v a="$(now)" -v b="$t0" 'BEGIN { printf "%.1f", a - b }')
   local msg; msg=$(events_of job.hang | json "d[0]['message']")
   # Where rank 5 stops decides what the others wait in: a collective it never
-  # entered, or a pipeline send/recv whose peer it is (those carry no count).
-  echo "$msg" | grep -Eq "culprit rank 5 on node node-b \(pid $victim\): (never entered|the others wait for it in pp send/recv)" \
+  # entered, a pipeline send/recv whose peer it is (those carry no count), or a
+  # collective it had entered too, where only its stopped state tells it apart.
+  echo "$msg" | grep -Eq "culprit rank 5 on node node-b \(pid $victim\): (never entered|the others wait for it in pp send/recv|process stopped \(SIGSTOP\), watchdog silent [0-9.]+ s, last seen in)" \
     || fail "culprit not named: $msg"
   echo "$msg" | grep -q "process stopped (SIGSTOP)" || fail "stopped state not named: $msg"
   ok "SIGSTOP of rank 5: hang declared within ${took} s naming it: $msg"
