@@ -274,7 +274,8 @@ struct dist_overlap {
 static int dp_reduce_range(comm *dp, float *grads, size_t off, size_t n, size_t shard, int async)
 {
     if (!shard)
-        return async ? comm_allreduce_async(dp, grads + off, n, COMM_SUM) : comm_allreduce(dp, grads + off, n, COMM_SUM);
+        return async ? comm_allreduce_async(dp, grads + off, n, COMM_SUM)
+                     : comm_allreduce(dp, grads + off, n, COMM_SUM);
     for (size_t a = off, end = off + n; a < end;) {
         int root = (int)(a / shard);
         size_t b = (size_t)(root + 1) * shard < end ? (size_t)(root + 1) * shard : end;

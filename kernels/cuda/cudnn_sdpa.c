@@ -628,7 +628,8 @@ static plan *plan_for(const shape *s, int backward)
     if (rc) {
         gfree(&g);
         R.plans[i].bad = 1;
-        fprintf(stderr, "%s\nkernels/cuda: attention %s B=%lld T=%lld heads=%lld dim=%lld runs on atoll's flash kernels\n",
+        fprintf(stderr,
+                "%s\nkernels/cuda: attention %s B=%lld T=%lld heads=%lld dim=%lld runs on atoll's flash kernels\n",
                 err, backward ? "backward" : "forward", (long long)s->B, (long long)s->T, (long long)s->NH,
                 (long long)s->HD);
         not_taken("%s", err);

@@ -24,7 +24,8 @@ static void fused_declined(void)
     static bool said;
     if (said) return;
     said = true;
-    fprintf(stderr, "kernels/cuda: attention runs on atoll's flash kernels here: cuDNN's path does not take %s\n",
+    fprintf(stderr,
+            "kernels/cuda: attention runs on atoll's flash kernels here (cuDNN's fused attention declined: %s)\n",
             kcudnn_why());
 #endif
 }
