@@ -752,20 +752,28 @@ static void scale(float *buf, size_t n, float s)
     for (size_t i = 0; i < n; i++) buf[i] *= s;
 }
 
+/* The all-reduce's first half, in place: the ring reduce-scatter after which
+ * position r holds segment (r+1)%P of the sum (its other segments partial sums). */
+static int ring_reduce_scatter(comm *c, float *buf, size_t n, uint32_t tag)
+{
+    int P = c->size, r = c->pos;
+    float *tmp = scratch(c, n / (size_t)P + 1);
+    for (int s = 0; s < P - 1; s++) {
+        int ss = (r - s + P) % P, rs = (r - s - 1 + P) % P;
+        size_t slo = seg_lo(n, P, ss), rlo = seg_lo(n, P, rs);
+        if (ring_step(c, buf + slo, seg_lo(n, P, ss + 1) - slo, buf + rlo,
+                      seg_lo(n, P, rs + 1) - rlo, buf + rlo, tmp, tag) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 static int host_allreduce(comm *c, float *buf, size_t n, comm_op op)
 {
     int P = c->size, r = c->pos;
     if (P > 1) {
         uint32_t tag = coll_tag(c);
-        float *tmp = scratch(c, n / (size_t)P + 1);
-        /* reduce-scatter: after P-1 steps position r owns segment (r+1)%P */
-        for (int s = 0; s < P - 1; s++) {
-            int ss = (r - s + P) % P, rs = (r - s - 1 + P) % P;
-            size_t slo = seg_lo(n, P, ss), rlo = seg_lo(n, P, rs);
-            if (ring_step(c, buf + slo, seg_lo(n, P, ss + 1) - slo, buf + rlo,
-                          seg_lo(n, P, rs + 1) - rlo, buf + rlo, tmp, tag) != 0)
-                return -1;
-        }
+        if (ring_reduce_scatter(c, buf, n, tag)) return -1;
         /* all-gather the reduced segments */
         for (int s = 0; s < P - 1; s++) {
             int ss = (r + 1 - s + P) % P, rs = (r - s + P) % P;
@@ -786,14 +794,7 @@ static int host_reduce(comm *c, float *buf, size_t n, comm_op op, int root)
     int P = c->size, r = c->pos;
     if (P > 1) {
         uint32_t tag = coll_tag(c);
-        float *tmp = scratch(c, n / (size_t)P + 1);
-        for (int s = 0; s < P - 1; s++) {
-            int ss = (r - s + P) % P, rs = (r - s - 1 + P) % P;
-            size_t slo = seg_lo(n, P, ss), rlo = seg_lo(n, P, rs);
-            if (ring_step(c, buf + slo, seg_lo(n, P, ss + 1) - slo, buf + rlo,
-                          seg_lo(n, P, rs + 1) - rlo, buf + rlo, tmp, tag) != 0)
-                return -1;
-        }
+        if (ring_reduce_scatter(c, buf, n, tag)) return -1;
         /* position q now holds segment (q+1)%P complete */
         int rc = 0;
         if (r != root) {
