@@ -81,6 +81,28 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_fwd_warp_k(T *out, float *me
     }
 }
 
+/* This lane's part of a row's sums for the backward: sum of g w and of
+ * g w xhat over its columns (lane*8 + 256j + k), xhat = (x - m) rs. */
+template <typename T>
+__device__ __forceinline__ void ln_bwd_row_sums(const T *x, const T *g, const T *w, float m, float rs, int C,
+                                                int lane, float *gs, float *gxs)
+{
+    float xv[8], gv[8], wv[8], a = 0.0f, b = 0.0f;
+    for (int c = lane * 8; c < C; c += 256) {
+        ld8(x + c, xv);
+        ld8(g + c, gv);
+        ld8(w + c, wv);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float gw = gv[k] * wv[k];
+            a += gw;
+            b += gw * (xv[k] - m) * rs;
+        }
+    }
+    *gs = a;
+    *gxs = b;
+}
+
 /* dinp += rstd * (g w - mean(g w) - xhat mean(g w xhat)), a warp per row */
 template <typename T>
 __global__ void __launch_bounds__(LN_WARPS * 32) ln_bwd_dx_k(T *dinp, const T *dout, const T *inp, const T *w,
@@ -90,18 +112,8 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_bwd_dx_k(T *dinp, const T *d
     if (n >= N) return;
     const T *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
     T *dx = dinp + (size_t)n * C;
-    float m = mean[n], rs = rstd[n], gs = 0.0f, gxs = 0.0f, xv[8], gv[8], wv[8], dv[8];
-    for (int c = lane * 8; c < C; c += 256) {
-        ld8(x + c, xv);
-        ld8(g + c, gv);
-        ld8(w + c, wv);
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            float gw = gv[k] * wv[k];
-            gs += gw;
-            gxs += gw * (xv[k] - m) * rs;
-        }
-    }
+    float m = mean[n], rs = rstd[n], gs, gxs, xv[8], gv[8], wv[8], dv[8];
+    ln_bwd_row_sums(x, g, w, m, rs, C, lane, &gs, &gxs);
     float gmean = warp_sum(gs) / (float)C, gxmean = warp_sum(gxs) / (float)C;
     for (int c = lane * 8; c < C; c += 256) {
         ld8(x + c, xv);
@@ -135,18 +147,8 @@ __global__ void __launch_bounds__(128) ln_bwd_fused_k(T *dinp, float *part, cons
     for (int n = blockIdx.x * LN_FUSED_ROWS + warp; n < r1; n += W) {
         const T *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
         T *dx = dinp + (size_t)n * C;
-        float m = RMS ? 0.0f : mean[n], rs = rstd[n], gs = 0.0f, gxs = 0.0f, xv[8], gv[8], wv[8], dv[8];
-        for (int c = lane * 8; c < C; c += 256) {
-            ld8(x + c, xv);
-            ld8(g + c, gv);
-            ld8(w + c, wv);
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                float gw = gv[k] * wv[k];
-                gs += gw;
-                gxs += gw * (xv[k] - m) * rs;
-            }
-        }
+        float m = RMS ? 0.0f : mean[n], rs = rstd[n], gs, gxs, xv[8], gv[8], wv[8], dv[8];
+        ln_bwd_row_sums(x, g, w, m, rs, C, lane, &gs, &gxs);
         float gmean = RMS ? 0.0f : warp_sum(gs) / (float)C, gxmean = warp_sum(gxs) / (float)C;
         for (int c = lane * 8, j = 0; c < C; c += 256, j++) {
             ld8(x + c, xv);
