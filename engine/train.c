@@ -573,7 +573,8 @@ static int setup(run *r, char *err, size_t errlen)
         return -1;
     }
 #ifdef ATOLL_HAVE_CUDA_KERNELS
-    if (!strcmp(r->o->device, "cuda") && k_cuda_set_attention_backend(c->attention_backend, err, errlen)) return -1;
+    if (!strcmp(r->o->device, "cuda") && k_cuda_fused_attention(!strcmp(c->attention_backend, "fused"), err, errlen))
+        return -1;
 #endif
     if (dist_init(&r->d, c, k, err, errlen)) return -1;
     r->have_dist = 1;

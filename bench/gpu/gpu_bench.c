@@ -192,12 +192,12 @@ int main(int argc, char **argv)
     row("attention_backward_bf16 (flash)", ms, 2.5 * fl_f, 3.0 * NC * 2 * 2 + NC * 2 * 2);
     /* the same entries on cuDNN's fused attention (--attention-backend fused) */
     char err[256];
-    if (k_cuda_set_attention_backend("fused", err, sizeof err) == 0) {
+    if (k_cuda_fused_attention(1, err, sizeof err) == 0) {
         TIME_MS(ms, G->attention_forward_bf16(aob, lse, qkvb, B, T, NH, NH, HD, NULL));
         row("attention_forward_bf16 (cuDNN fused)", ms, fl_f, 3.0 * NC * 2 + NC * 2);
         TIME_MS(ms, G->attention_backward_bf16(dqkvb, doutb, qkvb, aob, lse, B, T, NH, NH, HD, NULL));
         row("attention_backward_bf16 (cuDNN fused)", ms, 2.5 * fl_f, 3.0 * NC * 2 * 2 + NC * 2 * 2);
-        k_cuda_set_attention_backend("flash", err, sizeof err);
+        k_cuda_fused_attention(0, err, sizeof err);
     } else {
         printf("attention (cuDNN fused): not measured: %s\n", err);
     }

@@ -25,10 +25,10 @@ const char *k_cuda_status(void);
  * one ordered after it with events. NULL before a successful k_cuda(). */
 void *k_cuda_stream(void);
 
-/* Which kernels run the bf16 attention entries: "auto" and "flash" atoll's own
- * flash kernels (flash_attention.cu), "fused" cuDNN's fused attention
- * (cudnn_sdpa.h) where it applies. 0, or -1 with err (unknown name, no cuDNN). */
-int k_cuda_set_attention_backend(const char *name, char *err, size_t errlen);
+/* Which kernels run the bf16 attention entries: fused = 0 atoll's own flash
+ * kernels (flash_attention.cu), 1 cuDNN's fused attention (cudnn_sdpa.h) where
+ * it applies (--attention-backend fused). 0, or -1 with err (no cuDNN). */
+int k_cuda_fused_attention(int fused, char *err, size_t errlen);
 /* How many bf16 attention calls (forward and backward) ran on cuDNN's fused
  * attention and how many on the flash kernels, since the process started. */
 void k_cuda_attention_calls(long *fused, long *flash);

@@ -8,8 +8,6 @@
 #include "cudnn_sdpa.h"
 #endif
 
-#include <string.h>
-
 static k_ops OPS;
 
 /* --attention-backend fused: the bf16 attention entries try cuDNN's fused
@@ -68,15 +66,11 @@ extern "C" void k_cuda_attention_calls(long *fused, long *flash)
     *flash = calls_flash;
 }
 
-extern "C" int k_cuda_set_attention_backend(const char *name, char *err, size_t errlen)
+extern "C" int k_cuda_fused_attention(int fused, char *err, size_t errlen)
 {
-    if (!strcmp(name, "auto") || !strcmp(name, "flash")) {
+    if (!fused) {
         fused_attention = false;
         return 0;
-    }
-    if (strcmp(name, "fused")) {
-        snprintf(err, errlen, "attention backend '%s': expected auto, flash or fused", name);
-        return -1;
     }
 #ifdef ATOLL_HAVE_CUDNN
     if (!kcudnn_version()) {

@@ -222,7 +222,7 @@ static void test_xent_fused(int N, int V)
 /* The flash-style entries against the fp32 CPU attention (which stores the
  * probabilities) on the same bf16-rounded qkv; lse against plain loops. NG
  * key/value groups, dropout p on the probabilities. */
-static const char *attn_backend = "flash"; /* which kernels the entries run (k_cuda_set_attention_backend) */
+static const char *attn_backend = "flash"; /* which kernels the entries run (k_cuda_fused_attention) */
 
 static void test_attention(int B, int T, int NH, int NG, int HD, float p)
 {
@@ -392,7 +392,7 @@ int main(int argc, char **argv)
     /* --attention-backend fused: cuDNN's fused attention behind the same
      * entries; grouped-query and dropout are declined to the flash kernels */
     char err[256];
-    int rc = k_cuda_set_attention_backend("fused", err, sizeof err);
+    int rc = k_cuda_fused_attention(1, err, sizeof err);
     CHECK(rc == 0, "fused attention available: %s", rc ? err : "");
     if (rc == 0) {
         long f0, l0, f1, l1, f2, l2;
@@ -410,7 +410,7 @@ int main(int argc, char **argv)
         k_cuda_attention_calls(&f2, &l2);
         CHECK(f2 == f1 && l2 - l1 == 6, "declined shapes: %ld calls on cuDNN, %ld of 6 on the flash kernels",
               f2 - f1, l2 - l1);
-        k_cuda_set_attention_backend("flash", err, sizeof err);
+        k_cuda_fused_attention(0, err, sizeof err);
         attn_backend = "flash";
     }
 #endif
