@@ -475,7 +475,7 @@ static int make_plan(graph *g, cudnnHandle_t handle, cudnnBackendDescriptor_t de
         if (st == CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER && deviceprop && !handle) {
             /* deviceless on a machine without a GPU driver: the engine took the
              * graph and compiled its kernel; only loading it needs a driver */
-            out->plan = p, out->workspace = -1;
+            out->plan = p, out->workspace = 0;
             return 0;
         }
         if (!first[0]) {
@@ -509,8 +509,7 @@ static cudnnBackendDescriptor_t deviceprop_from(graph *g, const char *json)
     return dp;
 }
 
-int kcudnn_plan_check(const char *deviceprop_json, int B, int T, int NH, int HD, size_t *fwd_ws, size_t *bwd_ws,
-                      char *err, size_t cap)
+int kcudnn_plan_check(const char *deviceprop_json, int B, int T, int NH, int HD, char *err, size_t cap)
 {
     if (!load()) {
         snprintf(err, cap, "%s", why_);
@@ -529,16 +528,11 @@ int kcudnn_plan_check(const char *deviceprop_json, int B, int T, int NH, int HD,
         plan p = {0};
         int rc = make_plan(&g, NULL, dp, &p);
         if (rc == 0) {
-            if (pass == 0 && fwd_ws) *fwd_ws = (size_t)p.workspace;
-            if (pass == 1 && bwd_ws) *bwd_ws = (size_t)p.workspace;
             L.destroyDesc(p.plan);
         } else {
-            size_t used = strlen(err);
-            if (used + 16 < cap) {
-                char tmp[600];
-                snprintf(tmp, sizeof tmp, "%s", err);
-                snprintf(err, cap, "%s graph: %s", pass == 0 ? "forward" : "backward", tmp);
-            }
+            char tmp[600];
+            snprintf(tmp, sizeof tmp, "%s", err);
+            snprintf(err, cap, "%s graph: %s", pass == 0 ? "forward" : "backward", tmp);
         }
         gfree(&g);
         if (rc) return 1;

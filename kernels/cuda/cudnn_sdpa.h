@@ -52,12 +52,10 @@ long kcudnn_version(void);
 /* Deviceless check, no GPU needed (cuDNN >= 9.8): build both graphs for the
  * shape and finalize an execution plan for each against the device described
  * by `deviceprop_json` (cuDNN's own serialisation of a device's properties).
- * 0: both plans finalized (fwd/bwd workspace bytes stored if the pointers are
- * not NULL), or, on a machine whose libcuda is the toolkit's stub, every step
- * done but loading the compiled kernel (workspace then SIZE_MAX: unknown);
- * 1: not, with the reason in err. */
-int kcudnn_plan_check(const char *deviceprop_json, int B, int T, int NH, int HD, size_t *fwd_ws, size_t *bwd_ws,
-                      char *err, size_t cap);
+ * 0: both plans finalized, or, on a machine whose libcuda is the toolkit's
+ * stub, every step done but loading the compiled kernel; 1: not, with the
+ * reason in err. */
+int kcudnn_plan_check(const char *deviceprop_json, int B, int T, int NH, int HD, char *err, size_t cap);
 
 /* The serialised properties of CUDA device `device` (a malloc'd string the
  * caller frees), for kcudnn_plan_check on a machine without it; NULL with err. */

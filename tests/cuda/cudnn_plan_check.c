@@ -65,11 +65,11 @@ int main(int argc, char **argv)
     static const int shapes[][4] = {{8, 1024, 12, 64}, {8, 1024, 25, 64}, {4, 2048, 16, 128}, {2, 64, 4, 64}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         const int *s = shapes[i];
-        int rc = kcudnn_plan_check(h100, s[0], s[1], s[2], s[3], NULL, NULL, err, sizeof err);
+        int rc = kcudnn_plan_check(h100, s[0], s[1], s[2], s[3], err, sizeof err);
         if (rc) fprintf(stderr, "  %s\n", err);
         CHECK(rc == 0, "H100: B=%d T=%d heads=%d dim=%d: forward and backward graphs taken", s[0], s[1], s[2], s[3]);
     }
-    int rc = kcudnn_plan_check(t4, 8, 1024, 12, 64, NULL, NULL, err, sizeof err);
+    int rc = kcudnn_plan_check(t4, 8, 1024, 12, 64, err, sizeof err);
     CHECK(rc == 1 && strstr(err, "no engine"), "Tesla T4 (sm_75): refused, no engine (%s)", err);
 
     /* what the graphs do not express is declined before cuDNN sees it */
