@@ -3,9 +3,11 @@
  * The need per rank is the planner's memory model (common/plan_mem.c) with the
  * engine's precision: PLAN_PRECISION_FP32 (fp32 weights, grads, Adam moments and
  * activations), or with --bf16 PLAN_PRECISION_BF16 (bf16 weights and
- * activations beside fp32 master weights, grads and moments). The room is the device's: for cuda the GPU's free memory, for cpu
- * the host's available memory (MemAvailable, lowered by a cgroup v2 limit and by
- * RLIMIT_AS), shared by the ranks this host runs. */
+ * activations beside fp32 master weights, grads and moments), plus the
+ * workspace of cuDNN's fused-attention backward where it runs. The room is the
+ * device's: for cuda the GPU's free memory, for cpu the host's available memory
+ * (MemAvailable, lowered by a cgroup v2 limit and by RLIMIT_AS), shared by the
+ * ranks this host runs. */
 #include "train.h"
 
 #include <stdio.h>
@@ -51,35 +53,69 @@ double eng_host_memory_available(void)
     return avail;
 }
 
-int eng_memory_check(const atoll_config *c, int world, int local_ranks, const char *device, char *err,
-                     size_t errlen)
+/* cuDNN's deterministic fused-attention backward keeps dS, [B, heads, T, T] in
+ * bf16, for the dQ = dS K product (cudnn_sdpa.h), beside D = rowsum(dO * O) in
+ * fp32: one layer's backward at a time. Taken only where the engine would run
+ * it: cuda, --bf16, --attention-backend fused, multi-head attention, no
+ * attention dropout (anything else runs the flash kernels, which need none). */
+static double fused_attention_workspace(const atoll_config *c, const char *device)
+{
+    if (strcmp(device, "cuda") || !c->bf16 || strcmp(c->attention_backend, "fused") || c->attention_dropout > 0 ||
+        cfg_kv_groups(c) != c->num_attention_heads)
+        return 0;
+    int tp = c->tensor_model_parallel_size > 0 ? c->tensor_model_parallel_size : 1;
+    double heads = (c->num_attention_heads + tp - 1) / tp, T = c->seq_length, b = c->micro_batch_size;
+    return b * heads * T * T * 2 + b * heads * T * 4;
+}
+
+void eng_memory_need(const atoll_config *c, int world, const char *device, eng_memory *out)
 {
     int dp = cfg_data_parallel_size(c, world);
     if (dp < 1) dp = 1;
     plan_memory mem;
     plan_memory_estimate(c, dp, c->bf16 ? &PLAN_PRECISION_BF16 : &PLAN_PRECISION_FP32, &mem);
-    double need = mem.total_bytes, room = -1;
-    const char *where = "host memory available";
-    int sharers = 1;
+    out->params = mem.params_per_gpu;
+    out->state_bytes = mem.state_bytes;
+    out->act_bytes = mem.act_bytes;
+    out->attn_workspace_bytes = fused_attention_workspace(c, device);
+    out->total_bytes = mem.total_bytes + out->attn_workspace_bytes;
+}
+
+int eng_memory_verdict(const atoll_config *c, int world, int local_ranks, const char *device, double room,
+                       char *err, size_t errlen)
+{
+    eng_memory m;
+    eng_memory_need(c, world, device, &m);
+    int cuda = !strcmp(device, "cuda"), sharers = !cuda && local_ranks > 1 ? local_ranks : 1;
+    double need = m.total_bytes;
+    if (room < 0 || need * sharers <= room) return 0; /* unknown room: the allocations will tell */
+    char ws[160] = "";
+    if (m.attn_workspace_bytes > 0)
+        snprintf(ws, sizeof ws, ", %.2f GiB of cuDNN attention workspace (none with --attention-backend flash)",
+                 m.attn_workspace_bytes / GIB);
+    snprintf(err, errlen,
+             "the layout needs about %.2f GiB per rank (%.0f parameters: %.2f GiB of weights, grads and Adam state, "
+             "%.2f GiB of activations%s, %s) x %d rank%s here = %.2f GiB, more than the %.2f GiB of %s; use fewer "
+             "or smaller layers, a shorter --seq-length or --micro-batch-size, more ranks (tp/pp), "
+             "--recompute-granularity, or --use-distributed-optimizer",
+             need / GIB, m.params, m.state_bytes / GIB, m.act_bytes / GIB, ws,
+             c->bf16 ? "bf16 with fp32 master weights" : "fp32", sharers, sharers > 1 ? "s" : "",
+             need * sharers / GIB, room / GIB, cuda ? "free memory of this rank's GPU" : "host memory available");
+    return -1;
+}
+
+int eng_memory_check(const atoll_config *c, int world, int local_ranks, const char *device, char *err,
+                     size_t errlen)
+{
+    double room = -1;
     if (!strcmp(device, "cuda")) {
 #ifdef ATOLL_HAVE_CUDA
         size_t free_b = 0, total_b = 0;
         if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) room = (double)free_b;
         else (void)cudaGetLastError();
-        where = "free memory of this rank's GPU";
 #endif
     } else {
         room = eng_host_memory_available();
-        sharers = local_ranks > 1 ? local_ranks : 1;
     }
-    if (room < 0 || need * sharers <= room) return 0; /* unknown room: the allocations will tell */
-    snprintf(err, errlen,
-             "the layout needs about %.2f GiB per rank (%.0f parameters: %.2f GiB of weights, grads and Adam state, "
-             "%.2f GiB of activations, %s) x %d rank%s here = %.2f GiB, more than the %.2f GiB of %s; use fewer "
-             "or smaller layers, a shorter --seq-length or --micro-batch-size, more ranks (tp/pp), "
-             "--recompute-granularity, or --use-distributed-optimizer",
-             need / GIB, mem.params_per_gpu, mem.state_bytes / GIB, mem.act_bytes / GIB,
-             c->bf16 ? "bf16 with fp32 master weights" : "fp32", sharers,
-             sharers > 1 ? "s" : "", need * sharers / GIB, room / GIB, where);
-    return -1;
+    return eng_memory_verdict(c, world, local_ranks, device, room, err, errlen);
 }

@@ -899,8 +899,11 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     if (!rc && r.d.rank == 0 && !strcmp(c.attention_backend, "fused")) {
         long fused = 0, flash = 0;
         k_cuda_attention_calls(&fused, &flash);
-        printf("atoll-train: attention calls on cuDNN's fused attention: %ld, on the flash kernels: %ld\n", fused,
-               flash);
+        eng_memory need;
+        eng_memory_need(&c, r.d.size, "cuda", &need);
+        printf("atoll-train: attention calls on cuDNN's fused attention: %ld, on the flash kernels: %ld; cuDNN "
+               "workspace %.1f MiB (the memory check counted %.1f MiB)\n",
+               fused, flash, k_cuda_attention_workspace() / 1048576.0, need.attn_workspace_bytes / 1048576.0);
     }
 #endif
     if (!rc && stopped && r.d.rank == 0) {

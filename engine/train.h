@@ -33,11 +33,25 @@ const struct k_ops *eng_backend(const char *device, char *err, size_t errlen);
 int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t errlen);
 
 /* memory_check.c: refuses a layout whose memory per rank (the planner's model at
- * the engine's fp32 precision) times the `local_ranks` sharing this host (cpu)
- * is more than the device has free; 0, or -1 with err saying what it needs, what
- * there is and what would lower it. Called before anything is allocated. */
+ * the engine's precision, fp32 or --bf16, plus the fused attention's workspace)
+ * times the `local_ranks` sharing this host (cpu) is more than the device has
+ * free; 0, or -1 with err saying what it needs, what there is and what would
+ * lower it. Called before anything is allocated. */
 int eng_memory_check(const atoll_config *c, int world, int local_ranks, const char *device, char *err,
                      size_t errlen);
+
+/* What eng_memory_check counts, per rank, in bytes. */
+typedef struct eng_memory {
+    double params;               /* parameters this rank holds (the worst stage) */
+    double state_bytes;          /* their weights, grads and Adam state */
+    double act_bytes;            /* activations of the micro-batches in flight */
+    double attn_workspace_bytes; /* cuDNN fused-attention backward (cuda, --bf16, fused), else 0 */
+    double total_bytes;
+} eng_memory;
+void eng_memory_need(const atoll_config *c, int world, const char *device, eng_memory *out);
+/* The check against `room` bytes (-1: unknown, always fits). */
+int eng_memory_verdict(const atoll_config *c, int world, int local_ranks, const char *device, double room,
+                       char *err, size_t errlen);
 /* Bytes of host memory this process may still use (-1 when unknown). */
 double eng_host_memory_available(void);
 

@@ -585,6 +585,8 @@ static struct {
     size_t dsum_bytes;
 } R;
 
+size_t kcudnn_workspace_bytes(void) { return R.ws_bytes + R.dsum_bytes; }
+
 static int grow(void **p, size_t *have, size_t want)
 {
     if (want <= *have) return 0;

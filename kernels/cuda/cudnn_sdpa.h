@@ -46,6 +46,10 @@ int kcudnn_attention_backward_bf16(void *stream, uint16_t *dqkv, const uint16_t 
 /* Why the last call returned 1 ("" after a 0). Static storage. */
 const char *kcudnn_why(void);
 
+/* Device memory this process holds for cuDNN's attention: the largest
+ * workspace a plan has asked for, plus the backward's D = rowsum(dO * O). */
+size_t kcudnn_workspace_bytes(void);
+
 /* The loaded library's version (e.g. 91900), 0 when cuDNN cannot be opened. */
 long kcudnn_version(void);
 

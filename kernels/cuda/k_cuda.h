@@ -32,6 +32,9 @@ int k_cuda_fused_attention(int fused, char *err, size_t errlen);
 /* How many bf16 attention calls (forward and backward) ran on cuDNN's fused
  * attention and how many on the flash kernels, since the process started. */
 void k_cuda_attention_calls(long *fused, long *flash);
+/* Bytes of device memory held for cuDNN's attention (kcudnn_workspace_bytes;
+ * 0 without cuDNN). */
+size_t k_cuda_attention_workspace(void);
 
 /* Page-locked host memory (cudaMallocHost), which device copies move at full
  * speed: the host transport's staging buffers. NULL when it cannot be had. */

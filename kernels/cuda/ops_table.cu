@@ -66,6 +66,15 @@ extern "C" void k_cuda_attention_calls(long *fused, long *flash)
     *flash = calls_flash;
 }
 
+extern "C" size_t k_cuda_attention_workspace(void)
+{
+#ifdef ATOLL_HAVE_CUDNN
+    return kcudnn_workspace_bytes();
+#else
+    return 0;
+#endif
+}
+
 extern "C" int k_cuda_fused_attention(int fused, char *err, size_t errlen)
 {
     if (!fused) {
