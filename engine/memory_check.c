@@ -4,7 +4,7 @@
  * engine's precision: PLAN_PRECISION_FP32 (fp32 weights, grads, Adam moments and
  * activations), or with --bf16 PLAN_PRECISION_BF16 (bf16 weights and
  * activations beside fp32 master weights, grads and moments), plus the
- * workspace of cuDNN's fused-attention backward where it runs. The room is the
+ * workspace cuDNN's fused attention reports for this rank's shape where it runs. The room is the
  * device's: for cuda the GPU's free memory, for cpu the host's available memory
  * (MemAvailable, lowered by a cgroup v2 limit and by RLIMIT_AS), shared by the
  * ranks this host runs. */
@@ -19,6 +19,9 @@
 
 #ifdef ATOLL_HAVE_CUDA
 #include <cuda_runtime_api.h>
+#endif
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+#include "cuda/k_cuda.h"
 #endif
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
@@ -53,22 +56,7 @@ double eng_host_memory_available(void)
     return avail;
 }
 
-/* cuDNN's deterministic fused-attention backward keeps dS, [B, heads, T, T] in
- * bf16, for the dQ = dS K product (cudnn_sdpa.h), beside D = rowsum(dO * O) in
- * fp32: one layer's backward at a time. Taken only where the engine would run
- * it: cuda, --bf16, --attention-backend fused, multi-head attention, no
- * attention dropout (anything else runs the flash kernels, which need none). */
-static double fused_attention_workspace(const atoll_config *c, const char *device)
-{
-    if (strcmp(device, "cuda") || !c->bf16 || strcmp(c->attention_backend, "fused") || c->attention_dropout > 0 ||
-        cfg_kv_groups(c) != c->num_attention_heads)
-        return 0;
-    int tp = c->tensor_model_parallel_size > 0 ? c->tensor_model_parallel_size : 1;
-    double heads = (c->num_attention_heads + tp - 1) / tp, T = c->seq_length, b = c->micro_batch_size;
-    return b * heads * T * T * 2 + b * heads * T * 4;
-}
-
-void eng_memory_need(const atoll_config *c, int world, const char *device, eng_memory *out)
+void eng_memory_need(const atoll_config *c, int world, double attn_workspace_bytes, eng_memory *out)
 {
     int dp = cfg_data_parallel_size(c, world);
     if (dp < 1) dp = 1;
@@ -77,15 +65,15 @@ void eng_memory_need(const atoll_config *c, int world, const char *device, eng_m
     out->params = mem.params_per_gpu;
     out->state_bytes = mem.state_bytes;
     out->act_bytes = mem.act_bytes;
-    out->attn_workspace_bytes = fused_attention_workspace(c, device);
+    out->attn_workspace_bytes = attn_workspace_bytes;
     out->total_bytes = mem.total_bytes + out->attn_workspace_bytes;
 }
 
 int eng_memory_verdict(const atoll_config *c, int world, int local_ranks, const char *device, double room,
-                       char *err, size_t errlen)
+                       double attn_workspace_bytes, char *err, size_t errlen)
 {
     eng_memory m;
-    eng_memory_need(c, world, device, &m);
+    eng_memory_need(c, world, attn_workspace_bytes, &m);
     int cuda = !strcmp(device, "cuda"), sharers = !cuda && local_ranks > 1 ? local_ranks : 1;
     double need = m.total_bytes;
     if (room < 0 || need * sharers <= room) return 0; /* unknown room: the allocations will tell */
@@ -107,15 +95,26 @@ int eng_memory_verdict(const atoll_config *c, int world, int local_ranks, const 
 int eng_memory_check(const atoll_config *c, int world, int local_ranks, const char *device, char *err,
                      size_t errlen)
 {
-    double room = -1;
+    double room = -1, attn_ws = 0;
     if (!strcmp(device, "cuda")) {
 #ifdef ATOLL_HAVE_CUDA
+        eng_cuda_select_device();
         size_t free_b = 0, total_b = 0;
         if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) room = (double)free_b;
         else (void)cudaGetLastError();
 #endif
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+        /* cuDNN's fused attention: the workspace its plans for this rank's
+         * shape report (the plans are built now and kept for the run) */
+        if (room >= 0 && c->bf16 && !strcmp(c->attention_backend, "fused")) {
+            int tp = c->tensor_model_parallel_size > 0 ? c->tensor_model_parallel_size : 1;
+            attn_ws = (double)k_cuda_attention_workspace_need(
+                c->micro_batch_size, c->seq_length, c->num_attention_heads / tp, cfg_kv_groups(c) / tp,
+                c->hidden_size / c->num_attention_heads, (float)c->attention_dropout);
+        }
+#endif
     } else {
         room = eng_host_memory_available();
     }
-    return eng_memory_verdict(c, world, local_ranks, device, room, err, errlen);
+    return eng_memory_verdict(c, world, local_ranks, device, room, attn_ws, err, errlen);
 }

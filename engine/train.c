@@ -50,16 +50,23 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+void eng_cuda_select_device(void)
+{
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+    /* one GPU per rank: the launcher's LOCAL_RANK picks it (workerd's ranks see
+     * one device through CUDA_VISIBLE_DEVICES, so theirs is 0 either way) */
+    int ndev = 0;
+    const char *lr = getenv("LOCAL_RANK");
+    if (lr && cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0) cudaSetDevice(atoi(lr) % ndev);
+#endif
+}
+
 const k_ops *eng_backend(const char *device, char *err, size_t errlen)
 {
     if (!strcmp(device, "cpu")) return k_cpu();
     if (!strcmp(device, "cuda")) {
 #ifdef ATOLL_HAVE_CUDA_KERNELS
-        /* one GPU per rank: the launcher's LOCAL_RANK picks it before the
-         * backend binds to the current device */
-        int ndev = 0;
-        const char *lr = getenv("LOCAL_RANK");
-        if (lr && cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0) cudaSetDevice(atoi(lr) % ndev);
+        eng_cuda_select_device(); /* before the backend binds to the current device */
         const k_ops *k = k_cuda();
         if (k) return k;
         atoll_errf(err, errlen, "--device cuda: no usable CUDA device");
@@ -899,11 +906,8 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     if (!rc && r.d.rank == 0 && !strcmp(c.attention_backend, "fused")) {
         long fused = 0, flash = 0;
         k_cuda_attention_calls(&fused, &flash);
-        eng_memory need;
-        eng_memory_need(&c, r.d.size, "cuda", &need);
         printf("atoll-train: attention calls on cuDNN's fused attention: %ld, on the flash kernels: %ld; cuDNN "
-               "workspace %.1f MiB (the memory check counted %.1f MiB)\n",
-               fused, flash, k_cuda_attention_workspace() / 1048576.0, need.attn_workspace_bytes / 1048576.0);
+               "workspace %.1f MiB\n", fused, flash, k_cuda_attention_workspace_held() / 1048576.0);
     }
 #endif
     if (!rc && stopped && r.d.rank == 0) {

@@ -45,13 +45,16 @@ typedef struct eng_memory {
     double params;               /* parameters this rank holds (the worst stage) */
     double state_bytes;          /* their weights, grads and Adam state */
     double act_bytes;            /* activations of the micro-batches in flight */
-    double attn_workspace_bytes; /* cuDNN fused-attention backward (cuda, --bf16, fused), else 0 */
+    double attn_workspace_bytes; /* cuDNN's fused attention (its plans' figure), else 0 */
     double total_bytes;
 } eng_memory;
-void eng_memory_need(const atoll_config *c, int world, const char *device, eng_memory *out);
+void eng_memory_need(const atoll_config *c, int world, double attn_workspace_bytes, eng_memory *out);
 /* The check against `room` bytes (-1: unknown, always fits). */
 int eng_memory_verdict(const atoll_config *c, int world, int local_ranks, const char *device, double room,
-                       char *err, size_t errlen);
+                       double attn_workspace_bytes, char *err, size_t errlen);
+/* --device cuda: make the GPU of LOCAL_RANK (modulo the devices visible) the
+ * current one, before anything touches a device. */
+void eng_cuda_select_device(void);
 /* Bytes of host memory this process may still use (-1 when unknown). */
 double eng_host_memory_available(void);
 

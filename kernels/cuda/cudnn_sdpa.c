@@ -706,3 +706,15 @@ int kcudnn_attention_backward_bf16(void *stream, uint16_t *dqkv, const uint16_t 
                     (void *)lse, dqkv, dqkv + HD, dqkv + 2 * HD, R.dsum, &scale, &neginf, &one};
     return run(stream, p, 13, uids, ptrs);
 }
+
+int kcudnn_attention_workspace(int B, int T, int NH, int NG, int HD, const struct k_dropout *drop, size_t *bytes)
+{
+    *bytes = 0;
+    if (applicable(B, T, NH, NG, HD, drop)) return 1;
+    shape s = {B, T, NH, HD};
+    plan *f = plan_for(&s, 0), *b = f ? plan_for(&s, 1) : NULL;
+    if (!b) return 1;
+    int64_t ws = f->workspace > b->workspace ? f->workspace : b->workspace;
+    *bytes = (size_t)ws + (size_t)B * NH * T * sizeof(float);
+    return 0;
+}

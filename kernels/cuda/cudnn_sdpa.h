@@ -46,6 +46,12 @@ int kcudnn_attention_backward_bf16(void *stream, uint16_t *dqkv, const uint16_t 
 /* Why the last call returned 1 ("" after a 0). Static storage. */
 const char *kcudnn_why(void);
 
+/* The device memory a call of this shape will need beside its operands: the
+ * larger of the two plans' workspaces (cuDNN's figure, from plans built now
+ * and kept), plus the backward's D = rowsum(dO * O). 0 with *bytes set; 1 when
+ * the shape goes to the flash kernels (*bytes = 0; kcudnn_why() says why). */
+int kcudnn_attention_workspace(int B, int T, int NH, int NG, int HD, const struct k_dropout *drop, size_t *bytes);
+
 /* Device memory this process holds for cuDNN's attention: the largest
  * workspace a plan has asked for, plus the backward's D = rowsum(dO * O). */
 size_t kcudnn_workspace_bytes(void);

@@ -32,9 +32,13 @@ int k_cuda_fused_attention(int fused, char *err, size_t errlen);
 /* How many bf16 attention calls (forward and backward) ran on cuDNN's fused
  * attention and how many on the flash kernels, since the process started. */
 void k_cuda_attention_calls(long *fused, long *flash);
-/* Bytes of device memory held for cuDNN's attention (kcudnn_workspace_bytes;
- * 0 without cuDNN). */
-size_t k_cuda_attention_workspace(void);
+/* Device memory cuDNN's fused attention needs for calls of this shape (its
+ * plans' workspace, kcudnn_attention_workspace), on the current device: 0
+ * where the shape would run on the flash kernels (grouped-query attention,
+ * dropout, no cuDNN), or when cuDNN refuses it. */
+size_t k_cuda_attention_workspace_need(int B, int T, int NH, int NG, int HD, float attention_dropout);
+/* Bytes of device memory this process holds for cuDNN's attention now. */
+size_t k_cuda_attention_workspace_held(void);
 
 /* Page-locked host memory (cudaMallocHost), which device copies move at full
  * speed: the host transport's staging buffers. NULL when it cannot be had. */

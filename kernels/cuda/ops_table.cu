@@ -66,7 +66,20 @@ extern "C" void k_cuda_attention_calls(long *fused, long *flash)
     *flash = calls_flash;
 }
 
-extern "C" size_t k_cuda_attention_workspace(void)
+extern "C" size_t k_cuda_attention_workspace_need(int B, int T, int NH, int NG, int HD, float attention_dropout)
+{
+#ifdef ATOLL_HAVE_CUDNN
+    k_dropout d = {};
+    d.p = attention_dropout;
+    size_t bytes = 0;
+    return kcudnn_attention_workspace(B, T, NH, NG, HD, &d, &bytes) ? 0 : bytes;
+#else
+    (void)B, (void)T, (void)NH, (void)NG, (void)HD, (void)attention_dropout;
+    return 0;
+#endif
+}
+
+extern "C" size_t k_cuda_attention_workspace_held(void)
 {
 #ifdef ATOLL_HAVE_CUDNN
     return kcudnn_workspace_bytes();
