@@ -840,8 +840,32 @@ static void mlp_up_forward(eng_model *m, const eng_layer_w *w, eng_layer_acts *l
     else m->k->swiglu_forward(la->fcg, la->fch, la->fcu, (size_t)N * F);
 }
 
+/* Where a LayerNorm writes: its output, statistics and parameters. */
+typedef struct {
+    void *ln;
+    float *mean, *rstd;
+    const void *w, *b;
+} norm_site;
+
+/* bf16 GPT models have the residual add and the LayerNorm after it as one op */
+static int fuse_residual_norm(const eng_model *m)
+{
+    return m->bf16 && !m->llama && m->k->residual_layernorm_forward_bf16 != NULL;
+}
+
+/* res = a + b, then the norm of res into `to`, in one pass over the rows (the
+ * same bits as op_residual then op_norm); callers check fuse_residual_norm. */
+static void residual_norm(eng_model *m, void *res, const void *a, const void *b, const norm_site *to)
+{
+    m->k->residual_layernorm_forward_bf16(res, to->ln, to->mean, to->rstd, a, b, to->w, to->b, m->R, m->C);
+}
+
+/* One layer: out = x + attention + MLP. With `ln1_done` its ln_1 output is
+ * already in la (the previous layer left it); with `next` non-NULL the final
+ * residual add also leaves the norm that follows (the next layer's ln_1, or
+ * ln_f) at `next` (only where fuse_residual_norm). */
 static int layer_forward(eng_model *m, const eng_acts *a, int layer, const eng_layer_w *w, eng_layer_acts *la,
-                         const void *x, void *out)
+                         const void *x, void *out, int ln1_done, const norm_site *next)
 {
     int N = m->B * m->T, C = m->C, Cl = m->NH * m->HD, F = m->F;
     size_t RC = (size_t)m->R * C;
@@ -853,7 +877,8 @@ static int layer_forward(eng_model *m, const eng_acts *a, int layer, const eng_l
     /* fp32 selective recompute: the probabilities are rebuilt in backward */
     float *att = la->att ? la->att : m->ws_att;
 
-    const void *ln = ln_gathered(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, w->ln1_w, w->ln1_b);
+    const void *ln = ln1_done ? ln_full(m, la->ln1)
+                              : ln_gathered(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, w->ln1_w, w->ln1_b);
     if (!ln) return -1;
     /* column-parallel q, k, v: their input is replicated, nothing to reduce forward */
     qkv_forward(m, w, la, ln);
@@ -862,10 +887,9 @@ static int layer_forward(eng_model *m, const eng_acts *a, int layer, const eng_l
     op_matmul(m, part1, NULL, la->atty, w->proj_w, bias_here ? w->proj_b : NULL, N, Cl, C);
     if (scatter_sum(m, part1, la->res2)) return -1;
     op_dropout(m, la->res2, hidden_drop(m, a, layer, DROP_ATTN_OUT, &dd));
-    if (m->bf16 && !m->llama && m->k->residual_layernorm_forward_bf16) {
-        /* the residual add and ln_2 in one pass over the rows (the same bits) */
-        m->k->residual_layernorm_forward_bf16(la->res2, la->ln2, la->ln2_mean, la->ln2_rstd, la->res2, x, w->ln2_w,
-                                              w->ln2_b, m->R, C);
+    if (fuse_residual_norm(m)) {
+        norm_site ln2 = {la->ln2, la->ln2_mean, la->ln2_rstd, w->ln2_w, w->ln2_b};
+        residual_norm(m, la->res2, la->res2, x, &ln2);
         ln = ln_full(m, la->ln2);
     } else {
         op_residual(m, la->res2, la->res2, x, RC);
@@ -876,7 +900,8 @@ static int layer_forward(eng_model *m, const eng_acts *a, int layer, const eng_l
     op_matmul(m, part2, NULL, la->fcg, w->fcproj_w, bias_here ? w->fcproj_b : NULL, N, F, C);
     if (scatter_sum(m, part2, out)) return -1;
     op_dropout(m, out, hidden_drop(m, a, layer, DROP_MLP_OUT, &dd));
-    op_residual(m, out, out, la->res2, RC);
+    if (next) residual_norm(m, out, out, la->res2, next);
+    else op_residual(m, out, out, la->res2, RC);
     return 0;
 }
 
@@ -933,14 +958,29 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *in
     } else {
         k->copy(a->res[0], input, eng_boundary_bytes(m));
     }
-    int nl = ch->layer_end - ch->layer_begin;
+    int nl = ch->layer_end - ch->layer_begin, fuse = fuse_residual_norm(m), ln_done = 0;
     for (int l = 0; l < nl; l++) {
         eng_layer_acts *la = m->recompute == RECOMPUTE_FULL ? m->ws_layer : &a->layers[l];
-        if (layer_forward(m, a, ch->layer_begin + l, &ch->w.layers[l], la, a->res[l], a->res[l + 1])) return -1;
+        /* each layer's last residual add leaves the norm after it: the next
+         * layer's ln_1, or on the last stage ln_f */
+        norm_site next = {0}, *to = NULL;
+        if (fuse && l + 1 < nl) {
+            eng_layer_acts *nla = m->recompute == RECOMPUTE_FULL ? m->ws_layer : &a->layers[l + 1];
+            const eng_layer_w *nw = &ch->w.layers[l + 1];
+            next = (norm_site){nla->ln1, nla->ln1_mean, nla->ln1_rstd, nw->ln1_w, nw->ln1_b};
+            to = &next;
+        } else if (fuse && ch->last) {
+            next = (norm_site){a->lnf, a->lnf_mean, a->lnf_rstd, ch->w.lnf_w, ch->w.lnf_b};
+            to = &next;
+        }
+        if (layer_forward(m, a, ch->layer_begin + l, &ch->w.layers[l], la, a->res[l], a->res[l + 1], ln_done, to))
+            return -1;
+        ln_done = to != NULL;
     }
     if (!ch->last) return 0;
 
-    const void *ln = ln_gathered(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->res[nl], ch->w.lnf_w, ch->w.lnf_b);
+    const void *ln = ln_done ? ln_full(m, a->lnf)
+                             : ln_gathered(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->res[nl], ch->w.lnf_w, ch->w.lnf_b);
     if (!ln) return -1;
     op_matmul(m, a->logits, NULL, ln, ch->w.head, NULL, N, C, m->V);
     if (loss_forward(m, a, dloss)) return -1;
@@ -1077,7 +1117,8 @@ int eng_backward(eng_model *m, eng_acts *a, const void *dout, float dloss)
         if (m->recompute == RECOMPUTE_FULL) {
             /* full recompute: rebuild the layer from its saved input (same TP
              * collectives and dropout masks, in the same order on every TP rank) */
-            if (layer_forward(m, a, layer, &ch->w.layers[l], m->ws_layer, a->res[l], a->res[l + 1])) return -1;
+            if (layer_forward(m, a, layer, &ch->w.layers[l], m->ws_layer, a->res[l], a->res[l + 1], 0, NULL))
+                return -1;
             la = m->ws_layer;
         }
         if (layer_backward(m, a, layer, &ch->w.layers[l], &ch->g.layers[l], la, a->res[l])) return -1;

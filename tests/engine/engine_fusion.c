@@ -1,0 +1,87 @@
+/* The bf16 GPT forward fuses each residual add into the LayerNorm that follows
+ * it (ln_2 inside a layer, the next layer's ln_1, ln_f after the last layer):
+ * on the CPU backend, a table without residual_layernorm_forward_bf16 runs the
+ * two ops apart, and the two must train bit for bit alike. Three steps of
+ * forward, backward and AdamW, so that from the second step on every
+ * LayerNorm has weights of its own and a norm fed the wrong layer's weights
+ * would show; with each recompute granularity (full rebuilds the layers in
+ * backward without the cross-layer fusion), untied and tied. */
+#include "check.h"
+#include "model.h"
+#include "optimizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { L = 3, T = 16, B = 2, STEPS = 3 };
+
+static int32_t TOK[B * T], TGT[B * T];
+
+typedef struct result {
+    double loss[STEPS];
+    float *params, *grads;
+    size_t nfloats;
+} result;
+
+static result run(const k_ops *k, cfg_recompute rc, int untie)
+{
+    atoll_config c;
+    cfg_defaults(&c);
+    c.num_layers = L, c.hidden_size = 32, c.num_attention_heads = 4, c.seq_length = T;
+    c.vocab_size = 64, c.micro_batch_size = B, c.bf16 = 1;
+    c.recompute_granularity = rc;
+    c.untie_embeddings_and_output_weights = untie;
+    char err[256];
+    eng_layout lay = eng_layout_single(&c);
+    eng_model *m = eng_model_create(&c, &lay, k, err, sizeof err);
+    result r = {0};
+    CHECK(m != NULL, "model: %s", err);
+    if (!m) return r;
+    eng_init_params(m, 11);
+    eng_acts *a = eng_acts_create(m, 0);
+    eng_optim *o = eng_optim_create(m);
+    for (int s = 0; s < STEPS; s++) {
+        eng_zero_grads(m);
+        CHECK(eng_forward(m, a, TOK, NULL, TGT, 0.0f, &r.loss[s]) == 0 &&
+                  eng_backward(m, a, NULL, 1.0f / (B * T)) == 0,
+              "forward/backward, step %d", s);
+        if (s + 1 < STEPS) eng_optim_step(o, m, 1e-2, 1.0f, s + 1);
+    }
+    r.nfloats = m->num_floats;
+    r.params = malloc(r.nfloats * sizeof(float));
+    r.grads = malloc(r.nfloats * sizeof(float));
+    memcpy(r.params, m->params, r.nfloats * sizeof(float));
+    memcpy(r.grads, m->grads, r.nfloats * sizeof(float));
+    eng_optim_free(o);
+    eng_acts_free(m, a);
+    eng_model_free(m);
+    return r;
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    for (int i = 0; i < B * T; i++) {
+        TOK[i] = (i * 7 + 3) % 64;
+        TGT[i] = (i * 5 + 1) % 64;
+    }
+    k_ops apart = *k_cpu();
+    apart.residual_layernorm_forward_bf16 = NULL;
+    cfg_recompute modes[3] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
+    for (int untie = 0; untie < 2; untie++)
+        for (int i = 0; i < 3; i++) {
+            const char *name = cfg_recompute_name(modes[i]);
+            result f = run(k_cpu(), modes[i], untie), p = run(&apart, modes[i], untie);
+            if (!f.params || !p.params) continue;
+            for (int s = 0; s < STEPS; s++)
+                CHECK(f.loss[s] == p.loss[s], "%s%s step %d: fused loss %.17g, apart %.17g", name,
+                      untie ? " untied" : "", s, f.loss[s], p.loss[s]);
+            CHECK(f.nfloats == p.nfloats && !memcmp(f.params, p.params, f.nfloats * sizeof(float)) &&
+                      !memcmp(f.grads, p.grads, f.nfloats * sizeof(float)),
+                  "%s%s: weights or gradients differ", name, untie ? " untied" : "");
+            CHECK(f.loss[STEPS - 1] < f.loss[0], "%s: the loss falls (%.4f -> %.4f)", name, f.loss[0] / (B * T),
+                  f.loss[STEPS - 1] / (B * T));
+            free(f.params), free(f.grads), free(p.params), free(p.grads);
+        }
+    return check_summary(argv[0]);
+}
