@@ -230,10 +230,13 @@ static void test_elementwise_optimizer(size_t n)
     vec x = rv(n, 3), y = rv(n), o1 = nanv(n), o2 = o1;
     R->gelu_forward(o1.data(), x.data(), n);
     kcu_gelu_forward(o2.data(), x.data(), n);
-    cmp("gelu_forward", o2, o1, 1e-5);
+    /* the CPU's tanh (from exp) and tanhf differ by a few ulp, which 1 + tanh(u)
+     * amplifies where it cancels: by up to ~1/(1 + tanh(-3.36)) = 413 at x = -3,
+     * the end of this range. A single element (n = 1) there is off by ~2e-5. */
+    cmp("gelu_forward", o2, o1, 1e-4);
     R->gelu_backward(o1.data(), x.data(), y.data(), n);
     kcu_gelu_backward(o2.data(), x.data(), y.data(), n);
-    cmp("gelu_backward", o2, o1, 1e-5);
+    cmp("gelu_backward", o2, o1, 1e-4);
     R->residual_forward(o1.data(), x.data(), y.data(), n);
     kcu_residual_forward(o2.data(), x.data(), y.data(), n);
     cmp("residual_forward", o2, o1, 1e-5);
