@@ -9,6 +9,7 @@
  * read and one write of [N, V] where the partials take three reads and a
  * write. */
 #include "kcuda.cuh"
+#include "kcuda_mma.cuh" /* cp_async16 */
 
 #define XENT_BLOCK 512
 
@@ -67,7 +68,13 @@ __global__ void xent_bwd_k(T *dlogits, const T *logits, const float *rowmax, con
 }
 
 /* One block per row. `cache` (dynamic shared memory, V elements) holds the
- * row, or is NULL when it does not fit and the passes read device memory. */
+ * row, or is NULL when it does not fit and the passes read device memory.
+ * bf16 rows of whole 16-byte chunks (the vocab is padded to a multiple of 128)
+ * are requested all at once with asynchronous copies, so the whole row is in
+ * flight rather than one load per thread, and max and sum-exp come from one
+ * pass over shared memory: each thread keeps a running max m and a sum s of
+ * exp(x - m), rescaled by exp(m_old - m_new) when its max grows (the online
+ * softmax), and the block combines the pairs as S = sum s_t exp(m_t - M). */
 template <typename T>
 __global__ void xent_fused_k(float *loss, T *logits, const int32_t *targets, float dloss, int V, int cached)
 {
@@ -76,35 +83,49 @@ __global__ void xent_fused_k(float *loss, T *logits, const int32_t *targets, flo
     int n = blockIdx.x, tgt = targets[n];
     T *g = logits + (size_t)n * V;
     const T *row = g;
-    float m = -INFINITY;
-    if (cached) {
+    float m = -INFINITY, s = 0.0f;
+    bool chunks = cached && sizeof(T) == 2 && V % 8 == 0;
+    if (chunks) {
         T *c = (T *)xent_smem;
-        if (sizeof(T) == 2 && V % 8 == 0) { /* 16-byte copies; rows are 16-byte aligned */
-            for (int i = threadIdx.x; i < V / 8; i += blockDim.x) {
-                float v[8];
-                *reinterpret_cast<uint4 *>(c + i * 8) = *reinterpret_cast<const uint4 *>(g + i * 8);
-                ld8(c + i * 8, v);
-                for (int k = 0; k < 8; k++) m = fmaxf(m, v[k]);
+        for (int i = threadIdx.x; i < V / 8; i += blockDim.x) cp_async16(c + i * 8, g + i * 8, true);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        for (int i = threadIdx.x; i < V / 8; i += blockDim.x) {
+            float v[8];
+            ld8(c + i * 8, v);
+            float mx = v[0];
+            for (int k = 1; k < 8; k++) mx = fmaxf(mx, v[k]);
+            if (mx > m) {
+                s *= __expf(m - mx); /* 0 on the first chunk: exp(-inf) */
+                m = mx;
             }
-        } else {
+            for (int k = 0; k < 8; k++) s += __expf(v[k] - m);
+        }
+        float M = block_max(m, sh);
+        s = block_sum(m == -INFINITY ? 0.0f : s * __expf(m - M), sh); /* a thread with no chunk adds 0 */
+        m = M;
+        row = c;
+    } else {
+        if (cached) {
+            T *c = (T *)xent_smem;
             for (int j = threadIdx.x; j < V; j += blockDim.x) {
                 c[j] = g[j];
                 m = fmaxf(m, ldf(c + j));
             }
+            row = c;
+        } else {
+            for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, ldf(row + j));
         }
-        row = c;
-    } else {
-        for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, ldf(row + j));
+        m = block_max(m, sh); /* its barriers also publish the cached row */
+        for (int j = threadIdx.x; j < V; j += blockDim.x) s += __expf(ldf(row + j) - m);
+        s = block_sum(s, sh);
     }
-    m = block_max(m, sh); /* its barriers also publish the cached row */
-    float s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) s += __expf(ldf(row + j) - m);
-    s = block_sum(s, sh);
     if (threadIdx.x == 0) loss[n] = tgt < 0 ? 0.0f : logf(s) + m - ldf(row + tgt);
     if (dloss == 0.0f) return;
     float inv = 1.0f / s;
     if (tgt < 0) inv = 0.0f; /* an ignored token: gradient 0 */
-    if (cached && sizeof(T) == 2 && V % 8 == 0) {
+    if (chunks) {
         for (int i = threadIdx.x; i < V / 8; i += blockDim.x) {
             float v[8];
             ld8(row + i * 8, v);
