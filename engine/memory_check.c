@@ -4,10 +4,10 @@
  * engine's precision: PLAN_PRECISION_FP32 (fp32 weights, grads, Adam moments and
  * activations), or with --bf16 PLAN_PRECISION_BF16 (bf16 weights and
  * activations beside fp32 master weights, grads and moments), plus the
- * workspace cuDNN's fused attention reports for this rank's shape where it runs. The room is the
- * device's: for cuda the GPU's free memory, for cpu the host's available memory
- * (MemAvailable, lowered by a cgroup v2 limit and by RLIMIT_AS), shared by the
- * ranks this host runs. */
+ * workspace cuDNN's fused attention reports for this rank's shape where it
+ * runs. The room is the device's: for cuda the GPU's free memory, for cpu the
+ * host's available memory (MemAvailable, lowered by a cgroup v2 limit and by
+ * RLIMIT_AS), shared by the ranks this host runs. */
 #include "train.h"
 
 #include <stdio.h>
