@@ -847,17 +847,20 @@ typedef struct {
     const void *w, *b;
 } norm_site;
 
-/* bf16 GPT models have the residual add and the LayerNorm after it as one op */
+/* bf16 models have the residual add and the norm after it (LayerNorm, or
+ * RMSNorm for the LLaMA family) as one op */
 static int fuse_residual_norm(const eng_model *m)
 {
-    return m->bf16 && !m->llama && m->k->residual_layernorm_forward_bf16 != NULL;
+    if (!m->bf16) return 0;
+    return m->llama ? m->k->residual_rmsnorm_forward_bf16 != NULL : m->k->residual_layernorm_forward_bf16 != NULL;
 }
 
 /* res = a + b, then the norm of res into `to`, in one pass over the rows (the
  * same bits as op_residual then op_norm); callers check fuse_residual_norm. */
 static void residual_norm(eng_model *m, void *res, const void *a, const void *b, const norm_site *to)
 {
-    m->k->residual_layernorm_forward_bf16(res, to->ln, to->mean, to->rstd, a, b, to->w, to->b, m->R, m->C);
+    if (m->llama) m->k->residual_rmsnorm_forward_bf16(res, to->ln, to->rstd, a, b, to->w, m->R, m->C);
+    else m->k->residual_layernorm_forward_bf16(res, to->ln, to->mean, to->rstd, a, b, to->w, to->b, m->R, m->C);
 }
 
 /* One layer: out = x + attention + MLP. With `ln1_done` its ln_1 output is

@@ -303,6 +303,13 @@ typedef struct k_ops {
      * activations, and the same call on their gradient in backward. */
     void (*dropout)(float *x, int N, int C, const k_dropout *d);
     void (*dropout_bf16)(uint16_t *x, int N, int C, const k_dropout *d);
+
+    /* ---- the residual add and the RMSNorm after it, in one pass ----
+     * res = a + b (rounded to bf16, as residual_forward_bf16), then out/rstd =
+     * rmsnorm_forward_bf16 of res: the same bits as those two calls (the
+     * LLaMA family's residual_layernorm_forward_bf16). res may alias a or b. */
+    void (*residual_rmsnorm_forward_bf16)(uint16_t *res, uint16_t *out, float *rstd, const uint16_t *a,
+                                          const uint16_t *b, const uint16_t *w, int N, int C);
 } k_ops;
 
 #define K_ADAMW_MAX_SEGS 4096

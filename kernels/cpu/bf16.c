@@ -306,6 +306,13 @@ void kc_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, co
     free(x), free(wf), free(y);
 }
 
+void kc_residual_rmsnorm_forward_bf16(uint16_t *res, uint16_t *out, float *rstd, const uint16_t *a, const uint16_t *b,
+                                      const uint16_t *w, int N, int C)
+{
+    kc_residual_forward_bf16(res, a, b, (size_t)N * C);
+    kc_rmsnorm_forward_bf16(out, rstd, res, w, N, C);
+}
+
 void kc_rmsnorm_backward_bf16(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
                               const float *rstd, int N, int C)
 {

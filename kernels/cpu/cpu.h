@@ -117,6 +117,8 @@ void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, i
 void kc_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const uint16_t *out,
                                 const float *lse, int B, int T, int NH, int NG, int HD, const k_dropout *drop);
 void kc_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C);
+void kc_residual_rmsnorm_forward_bf16(uint16_t *res, uint16_t *out, float *rstd, const uint16_t *a, const uint16_t *b,
+                                      const uint16_t *w, int N, int C);
 void kc_rmsnorm_backward_bf16(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
                               const float *rstd, int N, int C);
 void kc_swiglu_forward_bf16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);

@@ -79,6 +79,7 @@ static const k_ops CPU_OPS = {
     .qkv_unpack_bf16 = kc_qkv_unpack_bf16,
     .dropout = kc_dropout,
     .dropout_bf16 = kc_dropout_bf16,
+    .residual_rmsnorm_forward_bf16 = kc_residual_rmsnorm_forward_bf16,
 };
 
 const k_ops *k_cpu(void) { return &CPU_OPS; }

@@ -56,6 +56,8 @@ void kcu_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *me
                                          const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C);
 void kcu_layernorm_forward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *,
                                 int, int);
+void kcu_residual_rmsnorm_forward_bf16(uint16_t *res, uint16_t *out, float *rstd, const uint16_t *a,
+                                       const uint16_t *b, const uint16_t *w, int N, int C);
 void kcu_layernorm_backward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *,
                                  const float *, const float *, int, int);
 void kcu_matmul_forward_bf16(uint16_t *, uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, int, int,

@@ -36,8 +36,9 @@ __device__ __forceinline__ float as_stored(const float *, float v) { return v; }
 /* RES: the residual add first, inp = ra + rb written to inp (which may be ra or
  * rb): the first pass sums the stored values it has in registers, the later
  * passes read inp back as the plain kernel does, so the bits are those of
- * residual_forward followed by layernorm_forward. */
-template <typename T, bool RES>
+ * residual_forward followed by layernorm_forward. RMS: RMSNorm instead (no
+ * mean, no bias: out = x rstd w, rstd = 1/sqrt(mean(x^2) + eps)). */
+template <typename T, bool RES, bool RMS>
 __global__ void __launch_bounds__(LN_WARPS * 32) ln_fwd_warp_k(T *out, float *mean, float *rstd, T *inp,
                                                                const T *w, const T *b, int N, int C,
                                                                const T *ra, const T *rb)
@@ -58,25 +59,29 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_fwd_warp_k(T *out, float *me
             ld8(x + c, v);
         }
 #pragma unroll
-        for (int k = 0; k < 8; k++) s += v[k];
+        for (int k = 0; k < 8; k++) s += RMS ? v[k] * v[k] : v[k];
     }
-    float m = warp_sum(s) / (float)C, q = 0.0f;
-    for (int c = lane * 8; c < C; c += 256) {
-        ld8(x + c, v);
+    float m = 0.0f, q = warp_sum(s);
+    if (!RMS) { /* the variance about the mean, in a second pass */
+        m = q / (float)C, q = 0.0f;
+        for (int c = lane * 8; c < C; c += 256) {
+            ld8(x + c, v);
 #pragma unroll
-        for (int k = 0; k < 8; k++) q += (v[k] - m) * (v[k] - m);
+            for (int k = 0; k < 8; k++) q += (v[k] - m) * (v[k] - m);
+        }
+        q = warp_sum(q);
     }
-    float rs = 1.0f / sqrtf(warp_sum(q) / (float)C + LN_EPS), ww[8], bb[8];
+    float rs = 1.0f / sqrtf(q / (float)C + LN_EPS), ww[8], bb[8];
     for (int c = lane * 8; c < C; c += 256) {
         ld8(x + c, v);
         ld8(w + c, ww);
-        ld8(b + c, bb);
+        if (!RMS) ld8(b + c, bb);
 #pragma unroll
-        for (int k = 0; k < 8; k++) v[k] = (v[k] - m) * rs * ww[k] + bb[k];
+        for (int k = 0; k < 8; k++) v[k] = RMS ? v[k] * rs * ww[k] : (v[k] - m) * rs * ww[k] + bb[k];
         st8(out + (size_t)n * C + c, v);
     }
     if (lane == 0) {
-        mean[n] = m;
+        if (!RMS) mean[n] = m;
         rstd[n] = rs;
     }
 }
@@ -283,7 +288,8 @@ __global__ void ln_finish_k(float *dw, float *db, const float *part, int parts, 
 }
 
 /* ---- RMSNorm (the LLaMA family): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----
- * A warp per row for any C (scalar accesses, coalesced across the warp); the
+ * A warp per row: ln_fwd_warp_k's RMS form where rows are whole 16-byte
+ * chunks, else rms_fwd_k (scalar accesses, coalesced across the warp); the
  * backward for C % 8 == 0 up to 6144 is ln_bwd_fused_k's RMS form (one pass),
  * otherwise dinp by one kernel and dw as per-chunk column partials by another,
  * finished by ln_finish_k; no atomics. */
@@ -334,7 +340,11 @@ __global__ void rms_bwd_dw_k(float *part, const T *dout, const T *inp, const flo
 template <typename T> static void rmsnorm_forward(T *out, float *rstd, const T *inp, const T *w, int N, int C)
 {
     if (N <= 0 || C <= 0) return;
-    rms_fwd_k<T><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(out, rstd, inp, w, N, C);
+    if (vec8_ok((size_t)C, out, inp) && vec8_ok(8, w)) /* 16-byte accesses */
+        ln_fwd_warp_k<T, false, true><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(
+            out, nullptr, rstd, (T *)inp, w, nullptr, N, C, nullptr, nullptr);
+    else
+        rms_fwd_k<T><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(out, rstd, inp, w, N, C);
     kcu_launched();
 }
 
@@ -392,7 +402,7 @@ static void layernorm_forward(T *out, float *mean, float *rstd, const T *inp, co
 {
     if (N <= 0 || C <= 0) return;
     if (vec8_ok((size_t)C, out, inp) && vec8_ok(8, w, b))
-        ln_fwd_warp_k<T, false><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(
+        ln_fwd_warp_k<T, false, false><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(
             out, mean, rstd, (T *)inp, w, b, N, C, nullptr, nullptr);
     else
         ln_fwd_k<T><<<N, LN_BLOCK, 0, kcu_stream()>>>(out, mean, rstd, inp, w, b, C);
@@ -461,13 +471,28 @@ void kcu_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *me
 {
     if (N <= 0 || C <= 0) return;
     if (vec8_ok((size_t)C, out, res) && vec8_ok(8, a, b) && vec8_ok(8, w, bias)) {
-        ln_fwd_warp_k<bf16, true><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(
+        ln_fwd_warp_k<bf16, true, false><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(
             as_bf(out), mean, rstd, as_bf(res), as_bf(w), as_bf(bias), N, C, as_bf(a), as_bf(b));
         kcu_launched();
         return;
     }
     kcu_residual_forward_bf16(res, a, b, (size_t)N * C);
     kcu_layernorm_forward_bf16(out, mean, rstd, res, w, bias, N, C);
+}
+
+/* res = a + b, then out = RMSNorm(res): the same, for the LLaMA family. */
+void kcu_residual_rmsnorm_forward_bf16(uint16_t *res, uint16_t *out, float *rstd, const uint16_t *a,
+                                       const uint16_t *b, const uint16_t *w, int N, int C)
+{
+    if (N <= 0 || C <= 0) return;
+    if (vec8_ok((size_t)C, out, res) && vec8_ok(8, a, b) && vec8_ok(8, w)) {
+        ln_fwd_warp_k<bf16, true, true><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(
+            as_bf(out), nullptr, rstd, as_bf(res), as_bf(w), nullptr, N, C, as_bf(a), as_bf(b));
+        kcu_launched();
+        return;
+    }
+    kcu_residual_forward_bf16(res, a, b, (size_t)N * C);
+    kcu_rmsnorm_forward_bf16(out, rstd, res, w, N, C);
 }
 
 void kcu_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,

@@ -182,6 +182,7 @@ static void fill(k_ops *k)
     k->qkv_unpack_bf16 = kcu_qkv_unpack_bf16;
     k->dropout = kcu_dropout;
     k->dropout_bf16 = kcu_dropout_bf16;
+    k->residual_rmsnorm_forward_bf16 = kcu_residual_rmsnorm_forward_bf16;
 }
 
 /* 0: not probed yet, 1: up, -1: no device. Not thread-safe: the engine calls

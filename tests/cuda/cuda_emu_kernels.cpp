@@ -385,6 +385,24 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     kcu_rmsnorm_backward_bf16(dxb.data(), dwb.data(), gb.data(), xb.data(), wb.data(), rb.data(), N, C);
     cmp("rmsnorm_backward_bf16 dinp", widen(dxb), dxw, 1e-2);
     cmp("rmsnorm_backward_bf16 dw", dwb, dw3, 1e-2);
+    /* the residual add fused in, in place as the engine calls it (res = a): the
+     * same bits as the two calls, and against the CPU composition */
+    {
+        std::vector<uint16_t> ab, b2, o3((size_t)N * C, 0xffff), o4 = o3, o5 = o3;
+        rv_bf((size_t)N * C, 2, ab);
+        rv_bf((size_t)N * C, 1, b2);
+        std::vector<uint16_t> ra = ab, rb = ab, rc = ab;
+        vec r3 = nanv(N), r4 = r3, r5 = r3;
+        kcu_residual_rmsnorm_forward_bf16(ra.data(), o3.data(), r3.data(), ra.data(), b2.data(), wb.data(), N, C);
+        kcu_residual_forward_bf16(rb.data(), rb.data(), b2.data(), (size_t)N * C);
+        kcu_rmsnorm_forward_bf16(o4.data(), r4.data(), rb.data(), wb.data(), N, C);
+        R->residual_rmsnorm_forward_bf16(rc.data(), o5.data(), r5.data(), rc.data(), b2.data(), wb.data(), N, C);
+        check(ra == rb && o3 == o4 && !memcmp(r3.data(), r4.data(), N * 4),
+              "residual_rmsnorm_forward_bf16 (N=%d C=%d): not the bits of residual then rmsnorm", N, C);
+        check(ra == rc, "residual_rmsnorm_forward_bf16 (N=%d C=%d): residual differs from the CPU's", N, C);
+        cmp("residual_rmsnorm_forward_bf16 out", widen(o3), widen(o5), 1e-2);
+        cmp("residual_rmsnorm_forward_bf16 rstd", r3, r5, 1e-5);
+    }
 
     size_t n = (size_t)N * C;
     std::vector<uint16_t> ub, sb(n, 0xffff), dgb(n, 0xffff), dub(n, 0xffff);

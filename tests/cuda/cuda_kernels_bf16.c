@@ -296,6 +296,22 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     G->rmsnorm_backward_bf16(d_dx, d_dw, d_g, d_x, d_w, d_rstd, N, C);
     h_compare("rmsnorm_backward_bf16 dinp", d_get_bf(d_dx, n), dx, n, TOL);
     h_compare("rmsnorm_backward_bf16 dw", d_get(d_dw, C), dw, C, TOL);
+    {   /* the residual add fused in, in place as the engine calls it (res = a = x), against the CPU's
+         * residual_forward_bf16 then rmsnorm_forward_bf16 on the same bits */
+        float *y = bf_rand(n, 1), *rf = malloc(n * 4), *of = malloc(n * 4), *rs = malloc(N * 4);
+        uint16_t *hx = malloc(n * 2), *hy = malloc(n * 2), *hres = malloc(n * 2), *hout = malloc(n * 2),
+                 *hw = malloc(C * 2);
+        R->to_bf16(hx, x, n); R->to_bf16(hy, y, n); R->to_bf16(hw, w, C);
+        R->residual_rmsnorm_forward_bf16(hres, hout, rs, hx, hy, hw, N, C);
+        uint16_t *dres = d_put_bf(x, n), *dy = d_put_bf(y, n), *dout2 = d_poison(n * 2);
+        G->residual_rmsnorm_forward_bf16(dres, dout2, d_rstd, dres, dy, d_w, N, C);
+        R->from_bf16(rf, hres, n); R->from_bf16(of, hout, n);
+        h_compare("residual_rmsnorm_forward_bf16 res", d_get_bf(dres, n), rf, n, 1e-6);
+        h_compare("residual_rmsnorm_forward_bf16 out", d_get_bf(dout2, n), of, n, TOL);
+        h_compare("residual_rmsnorm_forward_bf16 rstd", d_get(d_rstd, N), rs, N, TOL);
+        free(y); free(rf); free(of); free(rs); free(hx); free(hy); free(hres); free(hout); free(hw);
+        G->free(dres); G->free(dy); G->free(dout2);
+    }
     float *dg2 = malloc(n * 4), *du2 = malloc(n * 4);
     uint16_t *d_dg = d_poison(n * 2), *d_du = d_poison(n * 2);
     R->swiglu_forward(out, x, g, n);

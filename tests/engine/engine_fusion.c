@@ -1,11 +1,13 @@
-/* The bf16 GPT forward fuses each residual add into the LayerNorm that follows
- * it (ln_2 inside a layer, the next layer's ln_1, ln_f after the last layer):
- * on the CPU backend, a table without residual_layernorm_forward_bf16 runs the
- * two ops apart, and the two must train bit for bit alike. Three steps of
- * forward, backward and AdamW, so that from the second step on every
- * LayerNorm has weights of its own and a norm fed the wrong layer's weights
- * would show; with each recompute granularity (full rebuilds the layers in
- * backward without the cross-layer fusion), untied and tied. */
+/* The bf16 forward fuses each residual add into the norm that follows it
+ * (ln_2 inside a layer, the next layer's ln_1, ln_f after the last layer):
+ * LayerNorm for GPT models, RMSNorm for the LLaMA family. On the CPU backend a
+ * table without residual_layernorm_forward_bf16 / residual_rmsnorm_forward_bf16
+ * runs the two ops apart, and the two must train bit for bit alike. Three
+ * steps of forward, backward and AdamW, so that from the second step on every
+ * norm has weights of its own and a norm fed the wrong layer's weights would
+ * show; with each recompute granularity (full rebuilds the layers in backward
+ * without the cross-layer fusion), GPT tied and untied, and LLaMA (RMSNorm,
+ * SwiGLU, rotary, grouped-query attention, hidden dropout). */
 #include "check.h"
 #include "model.h"
 #include "optimizer.h"
@@ -23,14 +25,20 @@ typedef struct result {
     size_t nfloats;
 } result;
 
-static result run(const k_ops *k, cfg_recompute rc, int untie)
+static result run(const k_ops *k, cfg_recompute rc, int variant)
 {
     atoll_config c;
     cfg_defaults(&c);
     c.num_layers = L, c.hidden_size = 32, c.num_attention_heads = 4, c.seq_length = T;
     c.vocab_size = 64, c.micro_batch_size = B, c.bf16 = 1;
     c.recompute_granularity = rc;
-    c.untie_embeddings_and_output_weights = untie;
+    c.untie_embeddings_and_output_weights = variant > 0;
+    if (variant == 2) { /* the LLaMA family */
+        snprintf(c.normalization, sizeof c.normalization, "RMSNorm");
+        c.swiglu = 1, c.group_query_attention = 1, c.num_query_groups = 2, c.disable_bias_linear = 1;
+        snprintf(c.position_embedding_type, sizeof c.position_embedding_type, "rope");
+        c.hidden_dropout = 0.1;
+    }
     char err[256];
     eng_layout lay = eng_layout_single(&c);
     eng_model *m = eng_model_create(&c, &lay, k, err, sizeof err);
@@ -67,20 +75,22 @@ int main(int argc, char **argv)
     }
     k_ops apart = *k_cpu();
     apart.residual_layernorm_forward_bf16 = NULL;
+    apart.residual_rmsnorm_forward_bf16 = NULL;
     cfg_recompute modes[3] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
-    for (int untie = 0; untie < 2; untie++)
+    const char *variants[3] = {"gpt", "gpt untied", "llama"};
+    for (int v = 0; v < 3; v++)
         for (int i = 0; i < 3; i++) {
             const char *name = cfg_recompute_name(modes[i]);
-            result f = run(k_cpu(), modes[i], untie), p = run(&apart, modes[i], untie);
+            result f = run(k_cpu(), modes[i], v), p = run(&apart, modes[i], v);
             if (!f.params || !p.params) continue;
             for (int s = 0; s < STEPS; s++)
-                CHECK(f.loss[s] == p.loss[s], "%s%s step %d: fused loss %.17g, apart %.17g", name,
-                      untie ? " untied" : "", s, f.loss[s], p.loss[s]);
+                CHECK(f.loss[s] == p.loss[s], "%s %s step %d: fused loss %.17g, apart %.17g", variants[v], name, s,
+                      f.loss[s], p.loss[s]);
             CHECK(f.nfloats == p.nfloats && !memcmp(f.params, p.params, f.nfloats * sizeof(float)) &&
                       !memcmp(f.grads, p.grads, f.nfloats * sizeof(float)),
-                  "%s%s: weights or gradients differ", name, untie ? " untied" : "");
-            CHECK(f.loss[STEPS - 1] < f.loss[0], "%s: the loss falls (%.4f -> %.4f)", name, f.loss[0] / (B * T),
-                  f.loss[STEPS - 1] / (B * T));
+                  "%s %s: weights or gradients differ", variants[v], name);
+            CHECK(f.loss[STEPS - 1] < f.loss[0], "%s %s: the loss falls (%.4f -> %.4f)", variants[v], name,
+                  f.loss[0] / (B * T), f.loss[STEPS - 1] / (B * T));
             free(f.params), free(f.grads), free(p.params), free(p.grads);
         }
     return check_summary(argv[0]);
