@@ -36,10 +36,15 @@ typedef struct plan_precision {
     double master;     /* fp32 master weights */
     double moments;    /* Adam m and v */
     double activation; /* bytes per activation element (2: bf16/fp16, 4: fp32) */
+    int flash;         /* 1: attention keeps a row statistic, not the [s, s] probabilities
+                        * (flash attention), so a layer keeps what selective recompute keeps */
 } plan_precision;
 
 /* Megatron bf16: 2 + 4 (fp32 main grads) + 4 + 8 = 18 bytes; 6 + 12/dp with ZeRO-1. */
 extern const plan_precision PLAN_PRECISION_BF16;
+/* atoll-train --bf16: the same state, and flash attention on every backend (the
+ * engine keeps lse per row, never the probabilities). */
+extern const plan_precision PLAN_PRECISION_BF16_FLASH;
 /* Mixed precision as MT-NLG counts it: 2 + 2 + 4 (fp32 grads) + 4 + 8 = 20 bytes. */
 extern const plan_precision PLAN_PRECISION_FP16_FP32GRAD;
 /* atoll-train's engine: fp32 weights (they are the master copy), fp32 grads, Adam

@@ -1,9 +1,10 @@
 /* plan_mem: bytes per GPU for model state and activations. */
 #include "plan.h"
 
-const plan_precision PLAN_PRECISION_BF16 = { 2, 4, 0, 4, 8, 2 };
-const plan_precision PLAN_PRECISION_FP16_FP32GRAD = { 2, 2, 4, 4, 8, 2 };
-const plan_precision PLAN_PRECISION_FP32 = { 4, 4, 0, 0, 8, 4 };
+const plan_precision PLAN_PRECISION_BF16 = { 2, 4, 0, 4, 8, 2, 0 };
+const plan_precision PLAN_PRECISION_BF16_FLASH = { 2, 4, 0, 4, 8, 2, 1 };
+const plan_precision PLAN_PRECISION_FP16_FP32GRAD = { 2, 2, 4, 4, 8, 2, 0 };
+const plan_precision PLAN_PRECISION_FP32 = { 4, 4, 0, 0, 8, 4, 0 };
 
 double plan_state_bytes_per_param(const plan_precision *p, int zero1, int dp)
 {
@@ -66,7 +67,17 @@ static double stage_params(const atoll_config *c, int stage)
     return p;
 }
 
-static double stage_activations(const atoll_config *c, int dp, int stage, double *inflight_layers)
+/* The layer model for this precision: flash attention keeps no probabilities,
+ * which is what selective recompute saves. */
+static atoll_config layer_model(const atoll_config *c, const plan_precision *prec)
+{
+    atoll_config e = *c;
+    if (prec->flash && e.recompute_granularity == RECOMPUTE_NONE) e.recompute_granularity = RECOMPUTE_SELECTIVE;
+    return e;
+}
+
+static double stage_activations(const atoll_config *c, int dp, int stage, const plan_precision *prec,
+                                double *inflight_layers)
 {
     int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
     int v = cfg_virtual_stages(c), sp = c->sequence_parallel && tp > 1;
@@ -75,11 +86,13 @@ static double stage_activations(const atoll_config *c, int dp, int stage, double
     double inflight = plan_inflight_microbatches(pp, v, m, stage);
     double layers = (double)c->num_layers / pp;
     *inflight_layers = inflight * layers;
-    double act = *inflight_layers * plan_act_bytes_per_layer(c);
+    atoll_config lm = layer_model(c, prec);
+    double act = *inflight_layers * plan_act_bytes_per_layer(&lm);
     if (c->recompute_granularity == RECOMPUTE_FULL) {
         /* the backward recomputes one layer at a time and holds its full activations */
         atoll_config none = *c;
         none.recompute_granularity = RECOMPUTE_NONE;
+        none = layer_model(&none, prec);
         act += plan_act_bytes_per_layer(&none);
     }
     if (stage == 0) act += inflight * s * b * h / (sp ? tp : 1); /* embedding dropout mask */
@@ -97,12 +110,13 @@ void plan_memory_estimate(const atoll_config *c, int dp, const plan_precision *p
     int stages[2] = { 0, pp - 1 };
     for (int i = 0; i < (pp > 1 ? 2 : 1); i++) {
         double inflight_layers, params = stage_params(c, stages[i]);
-        double act = stage_activations(c, dp, stages[i], &inflight_layers) * prec->activation / 2;
+        double act = stage_activations(c, dp, stages[i], prec, &inflight_layers) * prec->activation / 2;
         double total = params * bpp + act;
         if (total > out->total_bytes) {
             out->params_per_gpu = params;
             out->state_bytes = params * bpp;
-            out->act_per_layer = plan_act_bytes_per_layer(c) * prec->activation / 2;
+            atoll_config lm = layer_model(c, prec);
+            out->act_per_layer = plan_act_bytes_per_layer(&lm) * prec->activation / 2;
             out->inflight_layers = inflight_layers;
             out->act_bytes = act;
             out->total_bytes = total;

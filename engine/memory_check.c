@@ -2,8 +2,9 @@
  *
  * The need per rank is the planner's memory model (common/plan_mem.c) with the
  * engine's precision: PLAN_PRECISION_FP32 (fp32 weights, grads, Adam moments and
- * activations), or with --bf16 PLAN_PRECISION_BF16 (bf16 weights and
- * activations beside fp32 master weights, grads and moments), plus the
+ * activations, the attention probabilities kept), or with --bf16
+ * PLAN_PRECISION_BF16_FLASH (bf16 weights and activations beside fp32 master
+ * weights, grads and moments; flash attention keeps no probabilities), plus the
  * workspace cuDNN's fused attention reports for this rank's shape where it
  * runs. The room is the device's: for cuda the GPU's free memory, for cpu the
  * host's available memory (MemAvailable, lowered by a cgroup v2 limit and by
@@ -61,7 +62,7 @@ void eng_memory_need(const atoll_config *c, int world, double attn_workspace_byt
     int dp = cfg_data_parallel_size(c, world);
     if (dp < 1) dp = 1;
     plan_memory mem;
-    plan_memory_estimate(c, dp, c->bf16 ? &PLAN_PRECISION_BF16 : &PLAN_PRECISION_FP32, &mem);
+    plan_memory_estimate(c, dp, c->bf16 ? &PLAN_PRECISION_BF16_FLASH : &PLAN_PRECISION_FP32, &mem);
     out->params = mem.params_per_gpu;
     out->state_bytes = mem.state_bytes;
     out->act_bytes = mem.act_bytes;

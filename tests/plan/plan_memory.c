@@ -145,9 +145,42 @@ static void test_state(void)
     CHECK(a.worst_stage == 0 || a.worst_stage == 3, "worst stage is an embedding stage: %d", a.worst_stage);
 }
 
+/* Flash attention keeps a row statistic instead of the [s, s] probabilities:
+ * PLAN_PRECISION_BF16_FLASH (atoll-train --bf16) counts a layer as selective
+ * recompute does, the same state as PLAN_PRECISION_BF16, and under full
+ * recompute a working layer without the probabilities either. */
+static void test_flash(void)
+{
+    atoll_config c;
+    cfg_defaults(&c);
+    c.num_layers = 48, c.hidden_size = 1600, c.num_attention_heads = 25, c.seq_length = 1024;
+    c.vocab_size = 50304, c.micro_batch_size = 8, c.global_batch_size = 8;
+    plan_memory f, b, s;
+    plan_memory_estimate(&c, 1, &PLAN_PRECISION_BF16_FLASH, &f);
+    plan_memory_estimate(&c, 1, &PLAN_PRECISION_BF16, &b);
+    atoll_config sel = c;
+    sel.recompute_granularity = RECOMPUTE_SELECTIVE;
+    plan_memory_estimate(&sel, 1, &PLAN_PRECISION_BF16, &s);
+    CHECK(f.state_bytes == b.state_bytes, "flash: the same state");
+    CHECK_CLOSE(f.act_bytes, s.act_bytes, 1e-12);
+    CHECK_CLOSE(f.act_per_layer, s.act_per_layer, 1e-12);
+    /* the probabilities, 5 a s^2 b bytes a layer (16-bit), are what is left out */
+    CHECK_CLOSE(b.act_bytes - f.act_bytes, 48 * 5.0 * 25 * 1024 * 1024 * 8, 1e-9);
+    /* the ~1.5B model at micro-batch 8 fits an 80 GB GPU with flash attention (it ran there), not as counted without */
+    CHECK(f.total_bytes < 70e9 && b.total_bytes > 80e9, "1.5B, mb 8: %.1f GB flash, %.1f GB without", f.total_bytes / 1e9,
+          b.total_bytes / 1e9);
+    atoll_config full = c;
+    full.recompute_granularity = RECOMPUTE_FULL;
+    plan_memory ff, fb;
+    plan_memory_estimate(&full, 1, &PLAN_PRECISION_BF16_FLASH, &ff);
+    plan_memory_estimate(&full, 1, &PLAN_PRECISION_BF16, &fb);
+    CHECK_CLOSE(fb.act_bytes - ff.act_bytes, 5.0 * 25 * 1024 * 1024 * 8, 1e-9); /* one working layer */
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
+    test_flash();
     test_mtnlg();
     test_activation_formulas();
     test_inflight();
