@@ -1,11 +1,25 @@
-/* Activation recomputation computes the same function with less memory:
+/* The same function, computed another way, to the same bits on the CPU backend.
+ *
+ * Activation recomputation computes the same function with less memory:
  * for none, selective (attention probabilities rebuilt in backward) and full
  * (whole layers rebuilt from their inputs), one micro-batch's loss and every
  * gradient are bitwise equal on the CPU backend (same kernels, same inputs),
  * and the saved activations shrink: selective by exactly the probabilities
- * [B, heads, T, T] of each layer, full to little more than the layer inputs. */
+ * [B, heads, T, T] of each layer, full to little more than the layer inputs.
+ *
+ * The bf16 forward fuses each residual add into the norm that follows it
+ * (ln_2 inside a layer, the next layer's ln_1, ln_f after the last layer):
+ * LayerNorm for GPT models, RMSNorm for the LLaMA family. A table without
+ * residual_layernorm_forward_bf16 / residual_rmsnorm_forward_bf16 runs the two
+ * ops apart, and the two must train bit for bit alike. Three steps of forward,
+ * backward and AdamW, so that from the second step on every norm has weights
+ * of its own and a norm fed the wrong layer's weights would show; with each
+ * recompute granularity (full rebuilds the layers in backward without the
+ * cross-layer fusion), GPT tied and untied, and LLaMA (RMSNorm, SwiGLU,
+ * rotary, grouped-query attention, hidden dropout). */
 #include "check.h"
 #include "model.h"
+#include "optimizer.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +61,57 @@ static result run(cfg_recompute rc)
     return r;
 }
 
+/* ---- the residual add fused into the norm after it (bf16), against the ops apart ---- */
+
+enum { STEPS = 3 };
+
+typedef struct fused_result {
+    double loss[STEPS];
+    float *params, *grads;
+    size_t nfloats;
+} fused_result;
+
+static fused_result run_bf16(const k_ops *k, cfg_recompute rc, int variant)
+{
+    atoll_config c;
+    cfg_defaults(&c);
+    c.num_layers = L, c.hidden_size = 32, c.num_attention_heads = 4, c.seq_length = T;
+    c.vocab_size = 64, c.micro_batch_size = B, c.bf16 = 1;
+    c.recompute_granularity = rc;
+    c.untie_embeddings_and_output_weights = variant > 0;
+    if (variant == 2) { /* the LLaMA family */
+        snprintf(c.normalization, sizeof c.normalization, "RMSNorm");
+        c.swiglu = 1, c.group_query_attention = 1, c.num_query_groups = 2, c.disable_bias_linear = 1;
+        snprintf(c.position_embedding_type, sizeof c.position_embedding_type, "rope");
+        c.hidden_dropout = 0.1;
+    }
+    char err[256];
+    eng_layout lay = eng_layout_single(&c);
+    eng_model *m = eng_model_create(&c, &lay, k, err, sizeof err);
+    fused_result r = {0};
+    CHECK(m != NULL, "model: %s", err);
+    if (!m) return r;
+    eng_init_params(m, 11);
+    eng_acts *a = eng_acts_create(m, 0);
+    eng_optim *o = eng_optim_create(m);
+    for (int s = 0; s < STEPS; s++) {
+        eng_zero_grads(m);
+        CHECK(eng_forward(m, a, TOK, NULL, TGT, 0.0f, &r.loss[s]) == 0 &&
+                  eng_backward(m, a, NULL, 1.0f / (B * T)) == 0,
+              "forward/backward, step %d", s);
+        if (s + 1 < STEPS) eng_optim_step(o, m, 1e-2, 1.0f, s + 1);
+    }
+    r.nfloats = m->num_floats;
+    r.params = malloc(r.nfloats * sizeof(float));
+    r.grads = malloc(r.nfloats * sizeof(float));
+    memcpy(r.params, m->params, r.nfloats * sizeof(float));
+    memcpy(r.grads, m->grads, r.nfloats * sizeof(float));
+    eng_optim_free(o);
+    eng_acts_free(m, a);
+    eng_model_free(m);
+    return r;
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -71,5 +136,26 @@ int main(int argc, char **argv)
     free(none.grads);
     free(sel.grads);
     free(full.grads);
+
+    cfg_recompute modes[3] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
+    k_ops apart = *k_cpu();
+    apart.residual_layernorm_forward_bf16 = NULL;
+    apart.residual_rmsnorm_forward_bf16 = NULL;
+    const char *variants[3] = {"gpt", "gpt untied", "llama"};
+    for (int v = 0; v < 3; v++)
+        for (int i = 0; i < 3; i++) {
+            const char *name = cfg_recompute_name(modes[i]);
+            fused_result f = run_bf16(k_cpu(), modes[i], v), p = run_bf16(&apart, modes[i], v);
+            if (!f.params || !p.params) continue;
+            for (int s = 0; s < STEPS; s++)
+                CHECK(f.loss[s] == p.loss[s], "%s %s step %d: fused loss %.17g, apart %.17g", variants[v], name, s,
+                      f.loss[s], p.loss[s]);
+            CHECK(f.nfloats == p.nfloats && !memcmp(f.params, p.params, f.nfloats * sizeof(float)) &&
+                      !memcmp(f.grads, p.grads, f.nfloats * sizeof(float)),
+                  "%s %s: weights or gradients differ", variants[v], name);
+            CHECK(f.loss[STEPS - 1] < f.loss[0], "%s %s: the loss falls (%.4f -> %.4f)", variants[v], name,
+                  f.loss[0] / (B * T), f.loss[STEPS - 1] / (B * T));
+            free(f.params), free(f.grads), free(p.params), free(p.grads);
+        }
     return check_summary(argv[0]);
 }
