@@ -66,6 +66,41 @@ static void test_embedding(int N, int C, int off, int V, int Vfull)
     G->free(dpacc);
 }
 
+/* The residual add fused into the norm after it, in place as the engine calls
+ * it (res = a = x), against the CPU's residual_forward_bf16 then the norm on
+ * the same bits: LayerNorm with bias b, RMSNorm with b NULL. */
+static void check_residual_norm(const float *x, const float *w, const float *b, int N, int C)
+{
+    size_t n = (size_t)N * C;
+    const char *name = b ? "residual_layernorm_forward_bf16" : "residual_rmsnorm_forward_bf16";
+    float *y = bf_rand(n, 1), *mean = malloc(N * 4), *rstd = malloc(N * 4), *rf = malloc(n * 4), *of = malloc(n * 4);
+    uint16_t *hx = malloc(n * 2), *hy = malloc(n * 2), *hres = malloc(n * 2), *hout = malloc(n * 2),
+             *hw = malloc(C * 2), *hb = malloc(C * 2);
+    R->to_bf16(hx, x, n); R->to_bf16(hy, y, n); R->to_bf16(hw, w, C);
+    if (b) R->to_bf16(hb, b, C);
+    uint16_t *dres = d_put_bf(x, n), *dy = d_put_bf(y, n), *dout = d_poison(n * 2), *dw = d_put_bf(w, C);
+    uint16_t *db = b ? d_put_bf(b, C) : NULL;
+    float *dmean = d_poison(N * 4), *drstd = d_poison(N * 4);
+    if (b) {
+        R->residual_layernorm_forward_bf16(hres, hout, mean, rstd, hx, hy, hw, hb, N, C);
+        G->residual_layernorm_forward_bf16(dres, dout, dmean, drstd, dres, dy, dw, db, N, C);
+    } else {
+        R->residual_rmsnorm_forward_bf16(hres, hout, rstd, hx, hy, hw, N, C);
+        G->residual_rmsnorm_forward_bf16(dres, dout, drstd, dres, dy, dw, N, C);
+    }
+    R->from_bf16(rf, hres, n); R->from_bf16(of, hout, n);
+    char what[96];
+    snprintf(what, sizeof what, "%s res", name);
+    h_compare(what, d_get_bf(dres, n), rf, n, 1e-6);
+    snprintf(what, sizeof what, "%s out", name);
+    h_compare(what, d_get_bf(dout, n), of, n, TOL);
+    snprintf(what, sizeof what, "%s rstd", name);
+    h_compare(what, d_get(drstd, N), rstd, N, TOL);
+    free(y); free(mean); free(rstd); free(rf); free(of); free(hx); free(hy); free(hres); free(hout); free(hw); free(hb);
+    G->free(dres); G->free(dy); G->free(dout); G->free(dw); G->free(dmean); G->free(drstd);
+    if (db) G->free(db);
+}
+
 static void test_layernorm(int N, int C)
 {
     size_t n = (size_t)N * C;
@@ -86,22 +121,7 @@ static void test_layernorm(int N, int C)
     h_compare("layernorm_backward_bf16 dinp", d_get_bf(ddinp, n), dinp, n, TOL);
     h_compare("layernorm_backward_bf16 dw", d_get(dgw, C), gw, C, TOL);
     h_compare("layernorm_backward_bf16 db", d_get(dgb, C), gb, C, TOL);
-    /* the residual add fused in, in place as the engine calls it (res = a = x), against the CPU's
-     * residual_forward_bf16 then layernorm_forward_bf16 on the same bits */
-    float *y = bf_rand(n, 1);
-    uint16_t *hx = malloc(n * 2), *hy = malloc(n * 2), *hres = malloc(n * 2), *hout = malloc(n * 2), *hw = malloc(C * 2),
-             *hb = malloc(C * 2);
-    R->to_bf16(hx, x, n); R->to_bf16(hy, y, n); R->to_bf16(hw, w, C); R->to_bf16(hb, b, C);
-    R->residual_layernorm_forward_bf16(hres, hout, mean, rstd, hx, hy, hw, hb, N, C);
-    uint16_t *dres = d_put_bf(x, n), *dy = d_put_bf(y, n), *dout2 = d_poison(n * 2);
-    G->residual_layernorm_forward_bf16(dres, dout2, dmean, drstd, dres, dy, dw, db, N, C);
-    float *rf = malloc(n * 4), *of = malloc(n * 4);
-    R->from_bf16(rf, hres, n); R->from_bf16(of, hout, n);
-    h_compare("residual_layernorm_forward_bf16 res", d_get_bf(dres, n), rf, n, 1e-6);
-    h_compare("residual_layernorm_forward_bf16 out", d_get_bf(dout2, n), of, n, TOL);
-    h_compare("residual_layernorm_forward_bf16 rstd", d_get(drstd, N), rstd, N, TOL);
-    free(y); free(hx); free(hy); free(hres); free(hout); free(hw); free(hb); free(rf); free(of);
-    G->free(dres); G->free(dy); G->free(dout2);
+    check_residual_norm(x, w, b, N, C);
     free(x); free(w); free(b); free(out); free(mean); free(rstd); free(g); free(dinp); free(gw); free(gb);
     G->free(dx); G->free(dw); G->free(db); G->free(dout); G->free(dmean); G->free(drstd);
     G->free(dg); G->free(ddinp); G->free(dgw); G->free(dgb);
@@ -296,22 +316,7 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     G->rmsnorm_backward_bf16(d_dx, d_dw, d_g, d_x, d_w, d_rstd, N, C);
     h_compare("rmsnorm_backward_bf16 dinp", d_get_bf(d_dx, n), dx, n, TOL);
     h_compare("rmsnorm_backward_bf16 dw", d_get(d_dw, C), dw, C, TOL);
-    {   /* the residual add fused in, in place as the engine calls it (res = a = x), against the CPU's
-         * residual_forward_bf16 then rmsnorm_forward_bf16 on the same bits */
-        float *y = bf_rand(n, 1), *rf = malloc(n * 4), *of = malloc(n * 4), *rs = malloc(N * 4);
-        uint16_t *hx = malloc(n * 2), *hy = malloc(n * 2), *hres = malloc(n * 2), *hout = malloc(n * 2),
-                 *hw = malloc(C * 2);
-        R->to_bf16(hx, x, n); R->to_bf16(hy, y, n); R->to_bf16(hw, w, C);
-        R->residual_rmsnorm_forward_bf16(hres, hout, rs, hx, hy, hw, N, C);
-        uint16_t *dres = d_put_bf(x, n), *dy = d_put_bf(y, n), *dout2 = d_poison(n * 2);
-        G->residual_rmsnorm_forward_bf16(dres, dout2, d_rstd, dres, dy, d_w, N, C);
-        R->from_bf16(rf, hres, n); R->from_bf16(of, hout, n);
-        h_compare("residual_rmsnorm_forward_bf16 res", d_get_bf(dres, n), rf, n, 1e-6);
-        h_compare("residual_rmsnorm_forward_bf16 out", d_get_bf(dout2, n), of, n, TOL);
-        h_compare("residual_rmsnorm_forward_bf16 rstd", d_get(d_rstd, N), rs, N, TOL);
-        free(y); free(rf); free(of); free(rs); free(hx); free(hy); free(hres); free(hout); free(hw);
-        G->free(dres); G->free(dy); G->free(dout2);
-    }
+    check_residual_norm(x, w, NULL, N, C);
     float *dg2 = malloc(n * 4), *du2 = malloc(n * 4);
     uint16_t *d_dg = d_poison(n * 2), *d_du = d_poison(n * 2);
     R->swiglu_forward(out, x, g, n);
