@@ -67,14 +67,16 @@ __global__ void xent_bwd_k(T *dlogits, const T *logits, const float *rowmax, con
     }
 }
 
-/* One block per row. `cache` (dynamic shared memory, V elements) holds the
- * row, or is NULL when it does not fit and the passes read device memory.
- * bf16 rows of whole 16-byte chunks (the vocab is padded to a multiple of 128)
- * are requested all at once with asynchronous copies, so the whole row is in
- * flight rather than one load per thread, and max and sum-exp come from one
- * pass over shared memory: each thread keeps a running max m and a sum s of
- * exp(x - m), rescaled by exp(m_old - m_new) when its max grows (the online
- * softmax), and the block combines the pairs as S = sum s_t exp(m_t - M). */
+/* One block per row. `cached`: the row fits in dynamic shared memory (V
+ * elements), else the passes read device memory. bf16 rows of whole 16-byte
+ * chunks (the vocab is padded to a multiple of 128) take max and sum-exp in
+ * one pass: each thread keeps a running max m and a sum s of exp(x - m),
+ * rescaled by exp(m_old - m_new) when its max grows (the online softmax), and
+ * the block combines the pairs as S = sum s_t exp(m_t - M). A cached row is
+ * requested all at once with asynchronous copies (the whole row in flight
+ * rather than one load per thread) and that pass reads shared memory; a row
+ * too large for it (LLaMA-3's 128256) is read twice from device memory, for
+ * the statistics and for the gradient, instead of three times. */
 template <typename T>
 __global__ void xent_fused_k(float *loss, T *logits, const int32_t *targets, float dloss, int V, int cached)
 {
@@ -83,17 +85,23 @@ __global__ void xent_fused_k(float *loss, T *logits, const int32_t *targets, flo
     int n = blockIdx.x, tgt = targets[n];
     T *g = logits + (size_t)n * V;
     const T *row = g;
+    /* the target's logit, read before the block's first barrier: past the last
+     * one the gradient pass may already have overwritten it in device memory */
+    float xt = threadIdx.x == 0 && tgt >= 0 ? ldf(g + tgt) : 0.0f;
     float m = -INFINITY, s = 0.0f;
-    bool chunks = cached && sizeof(T) == 2 && V % 8 == 0;
+    bool chunks = sizeof(T) == 2 && V % 8 == 0;
     if (chunks) {
-        T *c = (T *)xent_smem;
-        for (int i = threadIdx.x; i < V / 8; i += blockDim.x) cp_async16(c + i * 8, g + i * 8, true);
-        cp_async_commit();
-        cp_async_wait<0>();
-        __syncthreads();
+        if (cached) {
+            T *c = (T *)xent_smem;
+            for (int i = threadIdx.x; i < V / 8; i += blockDim.x) cp_async16(c + i * 8, g + i * 8, true);
+            cp_async_commit();
+            cp_async_wait<0>();
+            __syncthreads();
+            row = c;
+        }
         for (int i = threadIdx.x; i < V / 8; i += blockDim.x) {
             float v[8];
-            ld8(c + i * 8, v);
+            ld8(row + i * 8, v);
             float mx = v[0];
             for (int k = 1; k < 8; k++) mx = fmaxf(mx, v[k]);
             if (mx > m) {
@@ -105,7 +113,6 @@ __global__ void xent_fused_k(float *loss, T *logits, const int32_t *targets, flo
         float M = block_max(m, sh);
         s = block_sum(m == -INFINITY ? 0.0f : s * __expf(m - M), sh); /* a thread with no chunk adds 0 */
         m = M;
-        row = c;
     } else {
         if (cached) {
             T *c = (T *)xent_smem;
@@ -121,7 +128,7 @@ __global__ void xent_fused_k(float *loss, T *logits, const int32_t *targets, flo
         for (int j = threadIdx.x; j < V; j += blockDim.x) s += __expf(ldf(row + j) - m);
         s = block_sum(s, sh);
     }
-    if (threadIdx.x == 0) loss[n] = tgt < 0 ? 0.0f : logf(s) + m - ldf(row + tgt);
+    if (threadIdx.x == 0) loss[n] = tgt < 0 ? 0.0f : logf(s) + m - xt;
     if (dloss == 0.0f) return;
     float inv = 1.0f / s;
     if (tgt < 0) inv = 0.0f; /* an ignored token: gradient 0 */

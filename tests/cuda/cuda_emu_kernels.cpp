@@ -487,6 +487,7 @@ int main(int, char **argv)
     test_xent_fused(5, 37);   /* scalar path */
     test_xent_fused(6, 1000); /* 16-byte path, fewer chunks than threads */
     test_xent_fused(3, 50304); /* GPT-2's padded vocab: 12 or 13 chunks a thread, running max rescaled */
+    test_xent_fused(2, 128256); /* LLaMA-3's vocab: more than shared memory holds, read from device memory */
     test_elementwise_optimizer(1);
     test_elementwise_optimizer(20001);
     test_elementwise_optimizer(4096); /* 16-byte paths */
