@@ -840,7 +840,7 @@ static void mlp_up_forward(eng_model *m, const eng_layer_w *w, eng_layer_acts *l
     else m->k->swiglu_forward(la->fcg, la->fch, la->fcu, (size_t)N * F);
 }
 
-/* Where a LayerNorm writes: its output, statistics and parameters. */
+/* Where a norm (LayerNorm, or RMSNorm: no mean, no bias) writes: its output, statistics and parameters. */
 typedef struct {
     void *ln;
     float *mean, *rstd;
