@@ -587,6 +587,9 @@ static struct {
 
 size_t kcudnn_workspace_bytes(void) { return R.ws_bytes + R.dsum_bytes; }
 
+/* The backward's D = rowsum(dO * O), [B, NH, T] in fp32, kept in R.dsum. */
+static size_t dsum_size(const shape *s) { return (size_t)s->B * s->NH * s->T * sizeof(float); }
+
 static int grow(void **p, size_t *have, size_t want)
 {
     if (want <= *have) return 0;
@@ -699,7 +702,7 @@ int kcudnn_attention_backward_bf16(void *stream, uint16_t *dqkv, const uint16_t 
     shape s = {B, T, NH, HD};
     plan *p = plan_for(&s, 1);
     if (!p) return 1;
-    if (grow(&R.dsum, &R.dsum_bytes, (size_t)B * NH * T * sizeof(float))) return 1;
+    if (grow(&R.dsum, &R.dsum_bytes, dsum_size(&s))) return 1;
     float scale = 1.0f / sqrtf((float)HD), neginf = -INFINITY, one = 1.0f;
     int64_t uids[] = {U_Q, U_K, U_V, U_O, U_DO, U_LSE, U_DQ, U_DK, U_DV, U_DSUM, U_SCALE, U_NEGINF, U_ONE};
     void *ptrs[] = {(void *)qkv, (void *)(qkv + HD), (void *)(qkv + 2 * HD), (void *)out, (void *)dout,
@@ -715,6 +718,6 @@ int kcudnn_attention_workspace(int B, int T, int NH, int NG, int HD, const struc
     plan *f = plan_for(&s, 0), *b = f ? plan_for(&s, 1) : NULL;
     if (!b) return 1;
     int64_t ws = f->workspace > b->workspace ? f->workspace : b->workspace;
-    *bytes = (size_t)ws + (size_t)B * NH * T * sizeof(float);
+    *bytes = (size_t)ws + dsum_size(&s);
     return 0;
 }
