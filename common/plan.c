@@ -43,7 +43,7 @@ static double job_step(const plan_cluster *cl, const atoll_config *c, int dp, co
     plan_memory mem;
     plan_estimate est;
     plan_fabric_cost_of(cl->nodes, cl->fab, r, &cl->links, fc);
-    plan_memory_estimate(c, dp, &PLAN_PRECISION_BF16, &mem);
+    plan_memory_estimate(c, dp, &PLAN_PRECISION_BF16_FLASH, &mem);
     plan_perf_estimate(c, dp, cl->gpu, &cl->links, fc, &mem, &est);
     return est.step_s;
 }
@@ -151,7 +151,7 @@ static int enumerate_inner(const atoll_config *base, const plan_cluster *cl, con
                     c.use_distributed_optimizer = z;
                     plan_candidate pc;
                     memset(&pc, 0, sizeof pc);
-                    plan_memory_estimate(&c, dp, &PLAN_PRECISION_BF16, &pc.mem);
+                    plan_memory_estimate(&c, dp, &PLAN_PRECISION_BF16_FLASH, &pc.mem);
                     if (pc.mem.total_bytes > usable) {
                         if (l->min_need <= 0 || pc.mem.total_bytes < l->min_need) l->min_need = pc.mem.total_bytes;
                         continue;

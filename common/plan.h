@@ -43,7 +43,8 @@ typedef struct plan_precision {
 /* Megatron bf16: 2 + 4 (fp32 main grads) + 4 + 8 = 18 bytes; 6 + 12/dp with ZeRO-1. */
 extern const plan_precision PLAN_PRECISION_BF16;
 /* atoll-train --bf16: the same state, and flash attention on every backend (the
- * engine keeps lse per row, never the probabilities). */
+ * engine keeps lse per row, never the probabilities). The planner (plan_enumerate,
+ * plan_place) and the engine's up-front check both count bf16 with this one. */
 extern const plan_precision PLAN_PRECISION_BF16_FLASH;
 /* Mixed precision as MT-NLG counts it: 2 + 2 + 4 (fp32 grads) + 4 + 8 = 20 bytes. */
 extern const plan_precision PLAN_PRECISION_FP16_FP32GRAD;

@@ -63,6 +63,9 @@ static void check_contract(const atoll_config *m, const sim *s, const plan_candi
         char err[256];
         CHECK(cfg_validate_layout(&c, s->cl.num_gpus, island, err, sizeof err) == 0, "candidate %d invalid: %s", i, err);
         CHECK(p->mem.total_bytes <= s->cl.gpu->memory_bytes * PLAN_MEM_USABLE, "candidate %d does not fit", i);
+        plan_memory flash;
+        plan_memory_estimate(&c, p->dp, &PLAN_PRECISION_BF16_FLASH, &flash);
+        CHECK(p->mem.total_bytes == flash.total_bytes, "candidate %d counted as atoll-train --bf16 keeps it", i);
         CHECK(p->est.mfu > 0 && p->est.mfu <= s->cl.links.mfu_base, "mfu %g", p->est.mfu);
         int mb_count = m->global_batch_size / (p->micro_batch * p->dp);
         CHECK_CLOSE(p->est.bubble, (p->pp - 1.0) / (p->vpp * mb_count), 1e-12);
@@ -177,6 +180,42 @@ static void test_small(void)
     free(s.nodes);
 }
 
+/* The planner counts memory as atoll-train --bf16 keeps it: flash attention, a
+ * row statistic and no [s, s] probabilities. At seq 4096 Megatron's figure for the
+ * probabilities (5as^2b, 2 GiB a layer here) would force recompute or model
+ * parallelism on a 1.5B model that trains as pure data parallel without either. */
+static void test_flash_counted(void)
+{
+    atoll_config m;
+    gpt(&m, 48, 1600, 25, 4096, 50304, 64);
+    sim s;
+    sim_make(&s, "h100-sxm", 8, 8);
+    plan_candidate *v;
+    char why[256] = "";
+    int n = plan(&m, &s, NULL, &v, why);
+    CHECK(n > 0, "1.5B at seq 4096: %s", why);
+    double usable = s.cl.gpu->memory_bytes * PLAN_MEM_USABLE;
+    int found = 0;
+    for (int i = 0; i < n; i++) {
+        if (v[i].tp != 1 || v[i].pp != 1 || v[i].recompute != RECOMPUTE_NONE) continue;
+        atoll_config c = m;
+        plan_apply(&v[i], &c);
+        plan_memory megatron;
+        plan_memory_estimate(&c, v[i].dp, &PLAN_PRECISION_BF16, &megatron);
+        CHECK(megatron.total_bytes > usable, "Megatron's figure %.1f GiB would not fit %.1f GiB",
+              megatron.total_bytes / (1 << 30), usable / (1 << 30));
+        found = 1;
+    }
+    CHECK(found, "pure data parallel without recompute offered");
+    if (n > 0) {
+        show("1.5B seq 4096 on 8 H100 best", &v[0]);
+        CHECK(v[0].tp == 1 && v[0].pp == 1 && v[0].recompute == RECOMPUTE_NONE, "no model parallelism, no recompute");
+        check_contract(&m, &s, v, n);
+    }
+    free(v);
+    free(s.nodes);
+}
+
 /* GB200: the island is a 72-GPU rack, so TP may be wider than a 4-GPU tray. */
 static void test_gb200_and_fixed(void)
 {
@@ -266,6 +305,7 @@ int main(int argc, char **argv)
     test_13b();
     test_175b();
     test_small();
+    test_flash_counted();
     test_mtnlg();
     test_gb200_and_fixed();
     test_refusals();
