@@ -314,11 +314,14 @@ void sup_describe_exit(char *buf, size_t len, int rank, int pid, int exit_status
         snprintf(buf, len, "rank %d (pid %d) was killed by signal %d (%s)", rank, pid, term_signal,
                  strsignal(term_signal));
     else
-        snprintf(buf, len, "rank %d (pid %d) exited with status %d", rank, pid, exit_status);
+        snprintf(buf, len, "rank %d (pid %d) exited with status %d%s", rank, pid, exit_status,
+                 exit_status == SUP_EXIT_CONFIG ? " (its configuration was refused)" : "");
 }
 
-int sup_blame(const int *term_signals, int n)
+int sup_blame(const int *exit_status, const int *term_signals, int n)
 {
+    for (int i = 0; i < n; i++)
+        if (!term_signals[i] && exit_status[i] == SUP_EXIT_CONFIG) return i;
     for (int i = 0; i < n; i++)
         if (term_signals[i]) return i;
     return 0;

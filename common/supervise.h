@@ -42,6 +42,11 @@
 /* A rank's exit status after it stopped on SIGTERM with its checkpoint committed
  * (EX_TEMPFAIL: resume it with --load). */
 #define SUP_EXIT_SAVED 75
+/* A rank's exit status when it refused its configuration or inputs before
+ * training (EX_CONFIG: a layout or model that cannot work, data that is not
+ * there, a directory it cannot write): starting it again the same way fails the
+ * same way, so supervisors report it and do not restart. */
+#define SUP_EXIT_CONFIG 78
 
 typedef struct sup_set sup_set;
 
@@ -111,12 +116,15 @@ void sup_stop_signal(sup_set *s, int signum, int grace_ms);
  * supervisor named in ATOLL_SUPERVISOR_PID is already gone (exit then). */
 int sup_child_guard(void);
 
-/* "rank 3 (pid 1234) exited with status 1" / "... was killed by signal 9 (Killed)". */
+/* "rank 3 (pid 1234) exited with status 1" / "... was killed by signal 9 (Killed)" /
+ * "... exited with status 78 (its configuration was refused)". */
 void sup_describe_exit(char *buf, size_t len, int rank, int pid, int exit_status, int term_signal);
 
 /* Of n failed ranks, in the order their failures were seen, the one to blame:
- * the first killed by a signal, else the first. A rank's death makes its peers
- * fail within moments (their links drop), so the signalled one is the cause. */
-int sup_blame(const int *term_signals, int n);
+ * the first that refused its configuration (SUP_EXIT_CONFIG: the cause, and one
+ * a restart cannot cure), else the first killed by a signal, else the first. A
+ * rank's death makes its peers fail within moments (their links drop), so the
+ * signalled one is the cause. */
+int sup_blame(const int *exit_status, const int *term_signals, int n);
 
 #endif

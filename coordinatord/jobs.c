@@ -564,6 +564,24 @@ static reg_node *quiet_node(coord *c, live_job *lj, int *lost)
     return NULL;
 }
 
+/* A refusing rank's reason: the last line of its log, without the
+ * "atoll-train: rank N: " that begins it. Points into `tail`. */
+static const char *refusal_of(char *tail)
+{
+    size_t n = strlen(tail);
+    while (n && (tail[n - 1] == '\n' || tail[n - 1] == '\r')) tail[--n] = 0;
+    char *line = strrchr(tail, '\n');
+    line = line ? line + 1 : tail;
+    const char *p = line;
+    if (!strncmp(p, "atoll-train: ", 13)) p += 13;
+    if (!strncmp(p, "rank ", 5)) {
+        const char *q = p + 5;
+        while (*q >= '0' && *q <= '9') q++;
+        if (q > p + 5 && q[0] == ':' && q[1] == ' ') p = q + 2;
+    }
+    return *p ? p : "(empty log)";
+}
+
 void jobs_tick(coord *c)
 {
     settle_ctx x = { { 0 } };
@@ -571,9 +589,12 @@ void jobs_tick(coord *c)
     for (size_t i = 0; i < x.due.n; i++) {
         live_job *lj = jobs_live(c, x.due.ids[i]);
         if (!lj) continue;
-        int sigs[LIVE_FAILS];
-        for (int k = 0; k < lj->nfail; k++) sigs[k] = lj->fail[k].term_signal;
-        int blamed = sup_blame(sigs, lj->nfail);
+        int sigs[LIVE_FAILS], codes[LIVE_FAILS];
+        for (int k = 0; k < lj->nfail; k++) {
+            sigs[k] = lj->fail[k].term_signal;
+            codes[k] = lj->fail[k].exit_status;
+        }
+        int blamed = sup_blame(codes, sigs, lj->nfail);
         live_fail f = lj->fail[blamed];
         int lost = 0;
         reg_node *quiet = f.term_signal ? NULL : quiet_node(c, lj, &lost);
@@ -600,9 +621,14 @@ void jobs_tick(coord *c)
         for (; *from && k < sizeof tail - 1; from++) tail[k++] = *from == '\n' ? '|' : *from;
         tail[k] = 0;
         jf.cause = "rank-exit";
+        jf.refused = !f.term_signal && f.exit_status == SUP_EXIT_CONFIG;
         snprintf(jf.node, sizeof jf.node, "%s", f.node);
-        snprintf(jf.detail, sizeof jf.detail, "%s on node %s%s; last log lines: %s", what, f.node,
-                 lj->nfail > 1 ? "; other ranks failed after it" : "", tail[0] ? tail : "(empty log)");
+        if (jf.refused) /* its last line is the reason: first, so that the job's message keeps it */
+            snprintf(jf.detail, sizeof jf.detail, "rank %d on node %s refused the job's configuration: %s", f.rank,
+                     f.node, refusal_of(f.tail));
+        else
+            snprintf(jf.detail, sizeof jf.detail, "%s on node %s%s; last log lines: %s", what, f.node,
+                     lj->nfail > 1 ? "; other ranks failed after it" : "", tail[0] ? tail : "(empty log)");
         lj->nfail = 0;
         jobs_fault_raise(c, lj->id, &jf);
     }

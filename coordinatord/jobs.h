@@ -46,6 +46,7 @@ typedef struct jobs_fault {
     int rank;
     int64_t fault_ms;
     char detail[600];
+    int refused; /* the rank refused the job's configuration (SUP_EXIT_CONFIG): fail, do not restart */
 } jobs_fault;
 /* Records the fault (event `job.<cause>`) and reacts: the job's ranks are
  * stopped and the job restarts or fails. */

@@ -5,7 +5,9 @@
  *     come (cause, node, rank, when the fault happened and was detected, the step
  *     reached), state restarting, Stop to every node of the placement (workerd:
  *     SIGTERM, SIGCONT, SIGKILL after its grace period). A fault past the job's
- *     max_restarts fails the job instead, saying so.
+ *     max_restarts fails the job instead, saying so, and so does a rank that
+ *     refused the job's configuration (SUP_EXIT_CONFIG: a missing --data-path,
+ *     a layout that does not fit), where every restart would fail the same way.
  *   restart_tick: once every node of the old placement has reported none of its
  *     ranks alive (or is not alive itself), or after STOP_WAIT_MS, the job goes
  *     back to pending under the next epoch; the scheduler places it on healthy
@@ -52,6 +54,10 @@ void restart_begin(coord *c, store_job *j, const jobs_fault *f, int counted)
     if (spec) atoll__job_spec__free_unpacked(spec, NULL);
     store_restarts_counted(c->st, j->id, &used);
     sched_stop_job(c, j, f->cause);
+    if (f->refused) {
+        jobs_set_state(c, j, FAILED, "not restarted (it would fail the same way): %.400s", f->detail);
+        return;
+    }
     if (counted && used >= max) {
         jobs_set_state(c, j, FAILED, "no restarts left (max %d) after %s: %.400s", max, f->cause, f->detail);
         return;

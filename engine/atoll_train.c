@@ -122,7 +122,7 @@ int main(int argc, char **argv)
         /* host memory is shared by the N ranks; a GPU rank checks its own device */
         if (strcmp(o->device, "cuda") && eng_memory_check(&c, cl.nproc, cl.nproc, o->device, err, sizeof err)) {
             fprintf(stderr, "atoll-train: --nproc-per-node %d: %s\n", cl.nproc, err);
-            return 1;
+            return SUP_EXIT_CONFIG;
         }
         return launcher_run(cl.nproc, argc, argv);
     }
@@ -131,7 +131,7 @@ int main(int argc, char **argv)
         const char *r = getenv("RANK");
         if (r) fprintf(stderr, "atoll-train: rank %s: %s\n", r, err);
         else fprintf(stderr, "atoll-train: %s\n", err);
-        return 1;
+        return rc == ENG_ERR_CONFIG ? SUP_EXIT_CONFIG : 1;
     }
     return rc ? SUP_EXIT_SAVED : 0;
 }

@@ -74,7 +74,13 @@ int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int 
     } else {
         double w[3];
         if (parse_split(split, w, err, errlen)) return -1;
-        if (idx_open(&d->ds, prefix, err, errlen)) return -1;
+        if (idx_open(&d->ds, prefix, err, errlen)) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", err);
+            atoll_errf(err, errlen, "--data-path %s: %s (expected the prefix of the .bin/.idx "
+                       "pair that `atoll data prepare` writes)", prefix, why);
+            return -1;
+        }
         d->have_ds = 1;
         snprintf(d->source, sizeof d->source, "%s.bin", prefix);
         uint64_t ndocs = d->ds.ndoc ? d->ds.ndoc - 1 : 0, b[4];

@@ -51,9 +51,12 @@ static void stop_job(launch *l, int signum)
 static void on_settle(uv_timer_t *t)
 {
     launch *l = t->data;
-    int sigs[l->nfailed > 0 ? l->nfailed : 1];
-    for (int i = 0; i < l->nfailed; i++) sigs[i] = l->failed[i]->term_signal;
-    sup_rank *culprit = l->failed[sup_blame(sigs, l->nfailed)];
+    int sigs[l->nfailed > 0 ? l->nfailed : 1], codes[l->nfailed > 0 ? l->nfailed : 1];
+    for (int i = 0; i < l->nfailed; i++) {
+        sigs[i] = l->failed[i]->term_signal;
+        codes[i] = l->failed[i]->exit_status;
+    }
+    sup_rank *culprit = l->failed[sup_blame(codes, sigs, l->nfailed)];
     launcher_result *r = l->res;
     r->failed_rank = culprit->rank;
     r->exit_code = culprit->exit_status;
@@ -189,6 +192,7 @@ int launcher_spawn(const launcher_opts *o, launcher_result *res)
         fprintf(stderr, "atoll-train: %s\n", res->message);
         return SUP_EXIT_SAVED;
     }
+    if (res->failed_rank >= 0 && !res->term_signal && res->exit_code == SUP_EXIT_CONFIG) return SUP_EXIT_CONFIG;
     if (res->failed_rank >= 0 || res->term_signal) return 1;
     return 0;
 }

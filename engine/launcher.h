@@ -35,7 +35,8 @@ typedef struct {
 } launcher_result;
 
 /* Runs the ranks to completion. Returns 0 when all exit 0, 1 when a rank failed
- * (res says which), 2 when the launch itself failed (message says why),
+ * (res says which), SUP_EXIT_CONFIG when the rank blamed refused its
+ * configuration, 2 when the launch itself failed (message says why),
  * SUP_EXIT_SAVED when every rank stopped after saving a checkpoint. */
 int launcher_spawn(const launcher_opts *o, launcher_result *res);
 

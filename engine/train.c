@@ -250,6 +250,7 @@ typedef struct run {
     eng_acts *acts;      /* one rank: the single micro-batch's activations */
     dist d;
     int have_dist, have_pipe, have_dopt;
+    int refused;         /* setup refused the configuration or inputs: ENG_ERR_CONFIG */
     dist_pipe pipe;      /* several ranks: the pipeline executor */
     dist_optim dopt;
     eng_data data, valid;
@@ -572,6 +573,7 @@ static int resume(run *r, char *err, size_t errlen)
 static int setup(run *r, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
+    r->refused = 1; /* until the rendezvous: what fails here is the configuration */
     const k_ops *k = eng_backend(r->o->device, err, errlen);
     if (!k) return -1;
     if (!strcmp(c->attention_backend, "fused") && (strcmp(r->o->device, "cuda") || !c->bf16)) {
@@ -583,6 +585,7 @@ static int setup(run *r, char *err, size_t errlen)
     if (!strcmp(r->o->device, "cuda") && k_cuda_fused_attention(!strcmp(c->attention_backend, "fused"), err, errlen))
         return -1;
 #endif
+    r->refused = 0;
     if (dist_init(&r->d, c, k, err, errlen)) return -1;
     r->have_dist = 1;
     metrics_emit_open(&r->emit, r->d.rank);
@@ -590,6 +593,7 @@ static int setup(run *r, char *err, size_t errlen)
     r->wd = watchdog_start(r->d.world, &r->emit); /* from here a hang names where this rank is */
     if (r->d.size > 1 && r->o->dump_dir[0]) {
         atoll_errf(err, errlen, "--dump-dir is a single-rank test hook; run it without --nproc-per-node");
+        r->refused = 1;
         return -1;
     }
     eng_layout lay = dist_layout(&r->d, c);
@@ -610,6 +614,7 @@ static int setup(run *r, char *err, size_t errlen)
     r->tokens = malloc(n * sizeof(int32_t));
     r->targets = malloc(n * sizeof(int32_t));
     if (!r->tokens || !r->targets) { atoll_errf(err, errlen, "out of memory"); return -1; }
+    r->refused = 1; /* the data, --save and --metrics-file: the same on every try */
     if (eng_data_open(&r->data, c->data_path, c->split, c->seq_length, c->vocab_size, c->seed, err, errlen))
         return -1;
     r->have_data = 1;
@@ -624,6 +629,7 @@ static int setup(run *r, char *err, size_t errlen)
             return -1;
         r->have_valid = 1;
     }
+    r->refused = 0;
     if (eng_init_params(r->m, c->seed)) { atoll_errf(err, errlen, "out of memory initialising the parameters"); return -1; }
     dist_optim_take_params(&r->dopt, &r->d, r->m);
     r->st.seed = c->seed;
@@ -632,6 +638,7 @@ static int setup(run *r, char *err, size_t errlen)
     r->start_iteration = r->st.iteration;
     if (r->d.rank == 0 && r->o->metrics_file[0] && !(r->metrics = fopen(r->o->metrics_file, "a"))) {
         atoll_errf(err, errlen, "--metrics-file %s: %s", r->o->metrics_file, strerror(errno));
+        r->refused = 1;
         return -1;
     }
     if (r->o->dump_dir[0]) {
@@ -814,10 +821,10 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     int world = ws ? atoi(ws) : 1;
     /* The vocabulary the tokenizer needs, then the one validator (common/config),
      * before anything is allocated. */
-    if (tok_config_vocab(&c, err, errlen) || cfg_validate_layout(&c, world, 0, err, errlen)) return -1;
+    if (tok_config_vocab(&c, err, errlen) || cfg_validate_layout(&c, world, 0, err, errlen)) return ENG_ERR_CONFIG;
     if (!c.global_batch_size) c.global_batch_size = cfg_global_batch(&c, cfg_data_parallel_size(&c, world));
     const char *lws = getenv("LOCAL_WORLD_SIZE");
-    if (eng_memory_check(&c, world, lws ? atoi(lws) : 1, o->device, err, errlen)) return -1;
+    if (eng_memory_check(&c, world, lws ? atoi(lws) : 1, o->device, err, errlen)) return ENG_ERR_CONFIG;
     run r;
     memset(&r, 0, sizeof r);
     r.c = &c;
@@ -916,5 +923,5 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         fflush(stdout);
     }
     teardown(&r);
-    return rc ? -1 : stopped;
+    return rc ? (r.refused ? ENG_ERR_CONFIG : -1) : stopped;
 }

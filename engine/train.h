@@ -29,7 +29,11 @@ struct k_ops;
 const struct k_ops *eng_backend(const char *device, char *err, size_t errlen);
 
 /* Runs training; returns 0, 1 when it stopped on SIGTERM with its checkpoint
- * committed, or -1 with a one-line reason in err. */
+ * committed, or an error with a one-line reason in err: ENG_ERR_CONFIG when the
+ * run's configuration or inputs were refused before training (the layout, the
+ * memory it needs, the device, --data-path, --save, --metrics-file: running it
+ * again the same way fails the same way), else -1. */
+#define ENG_ERR_CONFIG (-2)
 int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t errlen);
 
 /* memory_check.c: refuses a layout whose memory per rank (the planner's model at

@@ -8,7 +8,8 @@
 #            stored loss series equals, step for step, the same layout run standalone with
 #            atoll-train --nproc-per-node; status/metrics/logs show it
 #   cancel   atoll cancel leaves no rank process alive
-#   kill9    kill -9 of a rank fails a job with --max-restarts 0, naming that rank
+#   kill9    kill -9 of a rank fails a job with --max-restarts 0, naming that rank; a job whose
+#            ranks refuse its configuration (a missing --data-path) fails at once, not restarted
 #   workerd  kill -9 of a workerd leaves none of its ranks alive; the job runs again on the other node
 #   restart  kill -9 of the coordinator mid-job: after a restart no reported step is lost
 #            and the job is still running (workerd kept the reports until they were stored)
@@ -181,6 +182,18 @@ case_kill9() {
   echo "$msg" | grep -q "no restarts left (max 0)" || fail "failure says why it did not restart: $msg"
   wait_until 10 no_ranks_of "$id" || fail "ranks alive after the failure: $(rank_pids "$id")"
   ok "kill -9 of rank 3 failed the job: $msg"
+  # A rank that refuses the job's configuration (exit 78, EX_CONFIG) fails it at once, with the
+  # default restarts left unused: every restart would meet the same missing --data-path.
+  id=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters 5 --data-path "$TMP/no-such-corpus" \
+       --json | json "d['job']") || fail "submit"
+  wait_until 30 state_is "$id" failed || fail "job did not fail: $(atoll status "$id")"
+  atoll status "$id" --json | json "(d['restarts'], d['epoch'])" | grep -qx "(0, 0)" \
+    || fail "restarted a refused configuration: $(atoll status "$id")"
+  msg=$(atoll status "$id" --json | json "d['message']")
+  echo "$msg" | grep -q "^not restarted (it would fail the same way): rank [0-7] on node node-[ab] refused the job's configuration: --data-path $TMP/no-such-corpus: .*no-such-corpus.idx: No such file or directory" \
+    || fail "failure names the refusal: $msg"
+  wait_until 10 no_ranks_of "$id" || fail "ranks alive after the refusal: $(rank_pids "$id")"
+  ok "a missing --data-path failed the job without restarts: $msg"
   stop_all
 }
 

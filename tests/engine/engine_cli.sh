@@ -155,6 +155,24 @@ expect_error() { # name pattern args...
         bad "$name: rc=$rc, stderr: $(cat err.txt)"
     fi
 }
+# Refused before training: exit 78 (EX_CONFIG), which the coordinator and the launcher do not restart.
+expect_refused() { # name pattern args...
+    local name=$1 pattern=$2; shift 2
+    "$TRAIN" "$@" >/dev/null 2>err.txt
+    local rc=$?
+    if [ $rc -eq 78 ] && grep -q -- "$pattern" err.txt; then
+        ok "$name: exit 78, $(tail -1 err.txt)"
+    else
+        bad "$name: rc=$rc (expected 78), stderr: $(cat err.txt)"
+    fi
+}
+expect_refused "missing --data-path" \
+    "--data-path nowhere: nowhere.idx: No such file or directory (expected the prefix of the .bin/.idx pair" \
+    "${TINY[@]}" --data-path nowhere
+expect_refused "missing --data-path, 2 ranks" "rank [01] (pid [0-9]*) exited with status 78 (its configuration was refused)" \
+    "${TINY[@]}" --data-path nowhere --nproc-per-node 2
+expect_refused "unwritable --save, 2 ranks" "--save /proc/atoll-ck: cannot create" "${TINY[@]}" --save /proc/atoll-ck \
+    --nproc-per-node 2
 head -c 40 rep.idx > trunc.idx && cp rep.bin trunc.bin
 expect_error "truncated .idx" "trunc.idx: truncated" "${TINY[@]}" --data-path trunc
 cp rep.idx short.idx && head -c 100 rep.bin > short.bin
@@ -183,7 +201,7 @@ expect_error "lr -1" "--lr: -1 is below the smallest accepted value, 0" "${TINY[
 /usr/bin/time -f "%M" -o mem.txt "$TRAIN" --num-layers 100000 --hidden-size 128 --num-attention-heads 4 \
     --seq-length 128 --train-iters 1 >/dev/null 2>err.txt
 rc=$?
-if [ $rc -ne 0 ] && grep -q "GiB per rank .* more than the .* GiB of host memory available" err.txt &&
+if [ $rc -eq 78 ] && grep -q "GiB per rank .* more than the .* GiB of host memory available" err.txt &&
    [ "$(tail -1 mem.txt)" -lt 1048576 ]; then
     ok "100000 layers refused before allocating (peak RSS $(tail -1 mem.txt) KiB): $(cut -c1-120 err.txt)..."
 else
