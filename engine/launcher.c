@@ -69,9 +69,9 @@ static void on_settle(uv_timer_t *t)
         if (l->failed[i] != culprit && n < (int)sizeof r->message)
             n += snprintf(r->message + n, sizeof r->message - (size_t)n, "%s%d",
                           others++ ? ", " : "; then failed: rank ", l->failed[i]->rank);
-    if (n < (int)sizeof r->message)
-        snprintf(r->message + n, sizeof r->message - (size_t)n, "; stopping the other %d rank(s)",
-                 l->set.alive);
+    if (n < (int)sizeof r->message && l->set.alive)
+        snprintf(r->message + n, sizeof r->message - (size_t)n, "; stopping the other %d rank%s", l->set.alive,
+                 l->set.alive == 1 ? "" : "s");
     fprintf(stderr, "atoll-train: %s\n", r->message);
     stop_job(l, SIGINT);
 }

@@ -193,6 +193,8 @@ case_kill9() {
   echo "$msg" | grep -q "^not restarted (it would fail the same way): rank [0-7] on node node-[ab] refused the job's configuration: --data-path $TMP/no-such-corpus: .*no-such-corpus.idx: No such file or directory" \
     || fail "failure names the refusal: $msg"
   wait_until 10 no_ranks_of "$id" || fail "ranks alive after the refusal: $(rank_pids "$id")"
+  atoll status "$id" --json | json "d['goodput']['ratio'] == 0 and d['goodput']['lost_s']['startup'] == d['goodput']['wall_s'] > 0" \
+    | grep -qx True || fail "a job that never trained counted productive time: $(atoll status "$id" --json)"
   ok "a missing --data-path failed the job without restarts: $msg"
   stop_all
 }
