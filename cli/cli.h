@@ -42,6 +42,8 @@ int cli_wants_help(cli_ctx *c, int argc, char **argv);
  * the global --json handed back to it; its exit code is the CLI's (0 ok, 1
  * failed, 2 bad usage). */
 int cli_run_local(cli_ctx *c, int argc, char **argv, int (*fn)(int argc, char **argv));
+/* Milliseconds of the monotonic clock. */
+long long cli_mono_ms(void);
 /* Parses a job id ("7" or "job-7"); -1 on error. */
 int cli_job_id(const char *s, uint64_t *id);
 /* "2026-11-20 23:59:01" (UTC) for an epoch in ms. */
@@ -54,6 +56,7 @@ int cmd_drain(cli_ctx *c, int argc, char **argv);
 int cmd_submit(cli_ctx *c, int argc, char **argv);
 int cmd_jobs(cli_ctx *c, int argc, char **argv);
 int cmd_status(cli_ctx *c, int argc, char **argv);
+int cmd_wait(cli_ctx *c, int argc, char **argv);
 int cmd_cancel(cli_ctx *c, int argc, char **argv);
 int cmd_events(cli_ctx *c, int argc, char **argv);
 int cmd_data(cli_ctx *c, int argc, char **argv);

@@ -1,9 +1,10 @@
-/* atoll submit | jobs | status JOB | cancel JOB */
+/* atoll submit | jobs | status JOB | wait JOB | cancel JOB */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "auth.h"
 #include "cli.h"
@@ -17,13 +18,17 @@ typedef struct {
     const char *name, *request_id;
     int auto_layout;
     int max_restarts;        /* -1: the coordinator's default */
+    int wait;                /* --wait: until the job ends, as `atoll wait` */
 } submit_extra;
+
+static int wait_job(cli_ctx *c, uint64_t id, double max_wait_s);
 
 /* `--name NAME`, `--request-id ID` and `--max-restarts N` are the job's, not training flags. */
 static int submit_flag(void *ctx, int argc, char **argv, int i, char *err, size_t errlen)
 {
     submit_extra *x = ctx;
     if (!strcmp(argv[i], "--auto-layout")) return x->auto_layout = 1; /* the planner picks (cmd_plan.c) */
+    if (!strcmp(argv[i], "--wait")) return x->wait = 1;
     if (!strcmp(argv[i], "--max-restarts")) {
         char *end = NULL;
         long n = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
@@ -49,7 +54,7 @@ int cmd_submit(cli_ctx *c, int argc, char **argv)
 {
     atoll_config cfg;
     cfg_defaults(&cfg);
-    submit_extra x = { NULL, NULL, 0, -1 };
+    submit_extra x = { NULL, NULL, 0, -1, 0 };
     char err[512];
     if (cfg_parse_args(&cfg, argc, argv, 1, submit_flag, &x, err, sizeof err))
         return cli_usage(c, "submit", "%s", err);
@@ -84,10 +89,12 @@ int cmd_submit(cli_ctx *c, int argc, char **argv)
     int rc = cli_call_retry(c, ATOLL__MSG_TYPE__MSG_SUBMIT, &req.base, ATOLL__MSG_TYPE__MSG_SUBMIT_REPLY,
                             (ProtobufCMessage **)&r, 1);
     if (rc) return rc;
-    if (c->json) printf("{\"job\":%llu}\n", (unsigned long long)r->job);
-    else printf("%llu\n", (unsigned long long)r->job);
+    uint64_t id = r->job;
     atoll__submit_reply__free_unpacked(r, NULL);
-    return 0;
+    if (c->json && !x.wait) printf("{\"job\":%llu}\n", (unsigned long long)id);
+    else if (!c->json) printf("%llu\n", (unsigned long long)id);
+    fflush(stdout);
+    return x.wait ? wait_job(c, id, 0) : 0;
 }
 
 static int fetch_all(cli_ctx *c, Atoll__JobsReply **out);
@@ -326,6 +333,74 @@ int cmd_status(cli_ctx *c, int argc, char **argv)
     }
     atoll__jobs_reply__free_unpacked(r, NULL);
     return 0;
+}
+
+/* Polls the job once a second (through coordinator restarts, as --timeout allows)
+ * until it ends; each state it passes through is a line on stderr, the end is
+ * printed as `atoll status` prints it. */
+static int wait_job(cli_ctx *c, uint64_t id, double max_wait_s)
+{
+    long long until = max_wait_s > 0 ? cli_mono_ms() + (long long)(max_wait_s * 1000) : 0;
+    int seen = -1;
+    for (;;) {
+        Atoll__JobsRequest req = ATOLL__JOBS_REQUEST__INIT;
+        req.job = id;
+        Atoll__JobsReply *r;
+        int rc = cli_call_retry(c, ATOLL__MSG_TYPE__MSG_JOBS, &req.base, ATOLL__MSG_TYPE__MSG_JOBS_REPLY,
+                                (ProtobufCMessage **)&r, 1);
+        if (rc) return rc;
+        if (r->n_jobs != 1) {
+            atoll__jobs_reply__free_unpacked(r, NULL);
+            fprintf(stderr, "%s: no job %llu (`atoll jobs` lists them)\n", c->prog, (unsigned long long)id);
+            return CLI_REFUSED;
+        }
+        const Atoll__Job *j = r->jobs[0];
+        int state = (int)j->state;
+        if (state != seen) {
+            fprintf(stderr, "%s: job %llu %s%s%s\n", c->prog, (unsigned long long)id, msg_job_state_name(state),
+                    j->message && *j->message ? ": " : "", j->message ? j->message : "");
+            seen = state;
+        }
+        if (state == ATOLL__JOB_STATE__JOB_COMPLETED || state == ATOLL__JOB_STATE__JOB_FAILED ||
+            state == ATOLL__JOB_STATE__JOB_CANCELLED) {
+            if (c->json) json_one(j);
+            else print_job(j);
+            atoll__jobs_reply__free_unpacked(r, NULL);
+            return state == ATOLL__JOB_STATE__JOB_COMPLETED ? CLI_OK : CLI_REFUSED;
+        }
+        atoll__jobs_reply__free_unpacked(r, NULL);
+        long long pause = 1000, left = until ? until - cli_mono_ms() : pause;
+        if (left <= 0) {
+            fprintf(stderr, "%s: job %llu is still %s after --max-wait %g s\n", c->prog, (unsigned long long)id,
+                    msg_job_state_name(state), max_wait_s);
+            return CLI_REFUSED;
+        }
+        if (left < pause) pause = left;
+        struct timespec ts = { pause / 1000, (long)(pause % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+}
+
+int cmd_wait(cli_ctx *c, int argc, char **argv)
+{
+    uint64_t id = 0;
+    double max_wait = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--max-wait")) {
+            char *end = NULL;
+            max_wait = i + 1 < argc ? strtod(argv[i + 1], &end) : -1;
+            if (i + 1 >= argc || end == argv[i + 1] || *end || !(max_wait > 0) || max_wait > 1e9)
+                return cli_usage(c, "wait", "--max-wait needs a number of seconds above 0 (without it: until the job "
+                                 "ends)");
+            i++;
+        } else if (!id && !cli_job_id(argv[i], &id)) {
+            continue;
+        } else {
+            return cli_usage(c, "wait", "unexpected argument '%s' (expected one job id and --max-wait SEC)", argv[i]);
+        }
+    }
+    if (!id) return cli_usage(c, "wait", "expected a job id");
+    return wait_job(c, id, max_wait);
 }
 
 int cmd_cancel(cli_ctx *c, int argc, char **argv)

@@ -15,10 +15,12 @@ static const cli_command COMMANDS[] = {
     { "node", cmd_node, "NAME", "one node in detail" },
     { "drain", cmd_drain, "NAME", "keep new work off a node" },
     { "undrain", cmd_drain, "NAME", "allow new work on a node again" },
-    { "submit", cmd_submit, "[Megatron-LM flags] [--yaml-cfg FILE] [--name NAME] [--request-id ID] --num-gpus N",
-      "validate and queue a job; prints its id" },
+    { "submit", cmd_submit, "[Megatron-LM flags] [--yaml-cfg FILE] [--name NAME] [--request-id ID] [--wait] --num-gpus N",
+      "validate and queue a job; prints its id (--wait: then as `atoll wait`)" },
     { "jobs", cmd_jobs, "", "all jobs with state, step, loss, MFU" },
     { "status", cmd_status, "JOB", "one job: state, layout, restarts, latest metrics, bubble" },
+    { "wait", cmd_wait, "JOB [--max-wait SEC]",
+      "until the job ends (state changes on stderr); exit 0 when it completed, 1 when it failed or was cancelled" },
     { "top", cmd_top, "[JOB] [--once]", "live view refreshed every second: jobs, throughput, MFU, bubble per stage (q quits)" },
     { "metrics", cmd_metrics, "JOB [--after N] [--limit N]", "the job's per-step time series" },
     { "logs", cmd_logs, "JOB [--rank R] [--follow] [--tail BYTES]", "a rank's log (rank 0 by default)" },
@@ -126,7 +128,7 @@ void cli_print_json_and_free(char *json)
     free(json);
 }
 
-static long long mono_ms(void)
+long long cli_mono_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -144,17 +146,17 @@ int cli_call_retry(cli_ctx *c, uint16_t type, const ProtobufCMessage *req, uint1
     }
     /* An idempotent request is sent again while the coordinator is unreachable
      * (restarting, say), with backoff, until --timeout has passed. */
-    long long deadline = mono_ms() + c->timeout_ms;
+    long long deadline = cli_mono_ms() + c->timeout_ms;
     int backoff = 100;
     rpc_status st;
     for (int attempt = 0;; attempt++) {
         rpc_sync s;
-        long long left = deadline - mono_ms();
+        long long left = deadline - cli_mono_ms();
         st = rpc_sync_open(&s, c->coordinator, &tok, ATOLL__ROLE__ROLE_CLI, "atoll",
                            retry && left > 0 ? (int)left : c->timeout_ms, err, sizeof err);
         if (!st) st = rpc_sync_call(&s, type, req, reply_type, reply, err, sizeof err);
         rpc_sync_close(&s);
-        if (st != RPC_UNREACHABLE || !retry || mono_ms() + backoff >= deadline) break;
+        if (st != RPC_UNREACHABLE || !retry || cli_mono_ms() + backoff >= deadline) break;
         if (!attempt) fprintf(stderr, "%s: %s; trying again until --timeout (%.0f s) has passed\n", c->prog, err,
                               c->timeout_ms / 1000.0);
         struct timespec ts = { backoff / 1000, (long)(backoff % 1000) * 1000000L };

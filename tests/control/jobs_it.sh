@@ -4,7 +4,7 @@
 # real atoll-train ranks. Driven only through the CLI and HTTP (plus /proc to see
 # which processes are alive, and raw protocol for the intruder case).
 # Usage: jobs_it.sh CASE BINDIR
-#   run      a tp2 pp2 dp2 job goes pending -> placing -> starting -> running -> completed; its
+#   run      a tp2 pp2 dp2 job (atoll submit --wait) goes pending -> placing -> starting -> running -> completed; its
 #            stored loss series equals, step for step, the same layout run standalone with
 #            atoll-train --nproc-per-node; status/metrics/logs show it
 #   cancel   atoll cancel leaves no rank process alive
@@ -105,9 +105,18 @@ layout=(--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2)
 
 case_run() {
   start_cluster
-  local id; id=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters 12 --name e2e --json | json "d['job']") \
-    || fail "submit"
-  wait_until 90 state_is "$id" completed || fail "job not completed: $(atoll status "$id")"
+  # submit --wait: the id, then the job's end as `atoll status` prints it, exit 0 when it completed
+  atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters 12 --name e2e --wait >"$TMP/wait.out" \
+    2>"$TMP/wait.err" || fail "submit --wait: exit $?: $(cat "$TMP/wait.out" "$TMP/wait.err")"
+  local id; id=$(head -1 "$TMP/wait.out")
+  state_is "$id" completed || fail "job not completed after submit --wait: $(atoll status "$id")"
+  sed -n 2p "$TMP/wait.out" | grep -q "^job $id (e2e): completed - all 8 ranks finished" \
+    || fail "submit --wait's end: $(cat "$TMP/wait.out")"
+  # one line per state seen (polled once a second: a short state can pass unseen), the end last
+  tail -1 "$TMP/wait.err" | grep -q "^atoll: job $id completed: all 8 ranks finished" &&
+    head -1 "$TMP/wait.err" | grep -qE "^atoll: job $id (pending|placing|starting|running)" \
+    || fail "submit --wait's states: $(cat "$TMP/wait.err")"
+  ok "atoll submit --wait returned 0 when job $id completed, its states on stderr"
   local path; path=$(atoll events --json | json "'>'.join(e['message'].split(':')[0].split(' -> ')[1] for e in d['events'] if e['kind']=='job.state' and e['subject']=='job $id')")
   [ "$path" = "placing>starting>running>completed" ] || fail "state path: pending>$path"
   ok "job $id went pending > $path on two simulated CPU nodes"
@@ -173,6 +182,9 @@ case_kill9() {
   start_cluster
   running_job victim 2 --max-restarts 0
   local id=$ID
+  atoll wait "$id" --max-wait 0.5 >/dev/null 2>"$TMP/wait.err"; local rc=$?
+  [ $rc = 1 ] && grep -q "job $id is still running after --max-wait 0.5 s" "$TMP/wait.err" \
+    || fail "atoll wait --max-wait on a running job: exit $rc, $(cat "$TMP/wait.err")"
   local victim; victim=$(rank_pids "$id" 3)
   [ -n "$victim" ] || fail "no rank 3"
   kill -9 "$victim"
@@ -193,6 +205,8 @@ case_kill9() {
   echo "$msg" | grep -q "^not restarted (it would fail the same way): rank [0-7] on node node-[ab] refused the job's configuration: --data-path $TMP/no-such-corpus: .*no-such-corpus.idx: No such file or directory" \
     || fail "failure names the refusal: $msg"
   wait_until 10 no_ranks_of "$id" || fail "ranks alive after the refusal: $(rank_pids "$id")"
+  atoll wait "$id" >"$TMP/wait.out" 2>/dev/null; [ $? = 1 ] && grep -q "^job $id (job): failed - not restarted" \
+    "$TMP/wait.out" || fail "atoll wait on a failed job: $(cat "$TMP/wait.out")"
   atoll status "$id" --json | json "d['goodput']['ratio'] == 0 and d['goodput']['lost_s']['startup'] == d['goodput']['wall_s'] > 0" \
     | grep -qx True || fail "a job that never trained counted productive time: $(atoll status "$id" --json)"
   ok "a missing --data-path failed the job without restarts: $msg"
