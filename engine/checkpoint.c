@@ -98,8 +98,32 @@ int ckpt_write_shards(const char *dir, long long iteration, const eng_model *m,
 
 static void host_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 
+/* A save that failed: says which step of which --save, that it is not committed
+ * and that the committed ones are untouched, and what to do when the disk is full. */
+static void save_failed(const char *dir, long long iteration, char *err, size_t errlen)
+{
+    char why[1024];
+    snprintf(why, sizeof why, "%s", err);
+    int full = strstr(why, strerror(ENOSPC)) || strstr(why, strerror(EDQUOT));
+    atoll_errf(err, errlen, "--save %s: step %lld not saved: %s; it is not committed, and the steps committed before "
+               "it are untouched%s", dir, iteration, why,
+               full ? " (the disk is full: free space there, or keep fewer steps with --save-keep N)" : "");
+}
+
+static int write_part(const char *dir, long long iteration, const eng_model *m, const ckpt_part *part,
+                      int write_headers, char *err, size_t errlen);
+static int remove_step(const char *step, char *err, size_t errlen);
+
 int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, const ckpt_part *part,
                     int write_headers, char *err, size_t errlen)
+{
+    if (!write_part(dir, iteration, m, part, write_headers, err, errlen)) return 0;
+    save_failed(dir, iteration, err, errlen);
+    return -1;
+}
+
+static int write_part(const char *dir, long long iteration, const eng_model *m, const ckpt_part *part,
+                      int write_headers, char *err, size_t errlen)
 {
     char step[1024], path[1100];
     ckpt_step_dir(step, sizeof step, dir, iteration);
@@ -274,7 +298,16 @@ static char *hf_llama_config(const atoll_config *c)
     return jsonw_take(&w);
 }
 
+static int commit_step(const char *dir, const eng_train_state *st, const atoll_config *c, char *err, size_t errlen);
+
 int ckpt_commit(const char *dir, const eng_train_state *st, const atoll_config *c, char *err, size_t errlen)
+{
+    if (!commit_step(dir, st, c, err, errlen)) return 0;
+    save_failed(dir, st->iteration, err, errlen);
+    return -1;
+}
+
+static int commit_step(const char *dir, const eng_train_state *st, const atoll_config *c, char *err, size_t errlen)
 {
     char step[1024], path[1100], text[2048 + CKPT_STEPS * 96];
     ckpt_step_dir(step, sizeof step, dir, st->iteration);
@@ -341,8 +374,14 @@ int ckpt_commit(const char *dir, const eng_train_state *st, const atoll_config *
 int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,
               const eng_train_state *st, char *err, size_t errlen)
 {
-    if (ckpt_write_shards(dir, st->iteration, m, o, 1, err, errlen)) return -1;
-    return ckpt_commit(dir, st, &m->cfg, err, errlen);
+    if (!ckpt_write_shards(dir, st->iteration, m, o, 1, err, errlen) && !ckpt_commit(dir, st, &m->cfg, err, errlen))
+        return 0;
+    /* one rank wrote all of it: its partial files go, giving back the space they hold */
+    char step[1024], rmerr[256];
+    ckpt_step_dir(step, sizeof step, dir, st->iteration);
+    if (!remove_step(step, rmerr, sizeof rmerr) && strlen(err) + 40 < errlen)
+        snprintf(err + strlen(err), errlen - strlen(err), "; its partial files were removed");
+    return -1;
 }
 
 /* A step's JSON file parsed; NULL with why in jerr ("unreadable" or the parse error). */

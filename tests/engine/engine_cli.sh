@@ -173,6 +173,34 @@ expect_refused "missing --data-path, 2 ranks" "rank [01] (pid [0-9]*) exited wit
     "${TINY[@]}" --data-path nowhere --nproc-per-node 2
 expect_refused "unwritable --save, 2 ranks" "--save /proc/atoll-ck: cannot create" "${TINY[@]}" --save /proc/atoll-ck \
     --nproc-per-node 2
+# ---- a save that fails: named, not committed, the committed steps untouched ----
+# A file-size limit (no privileges needed): the optimizer file of the first save cannot be sized.
+SAVEM=(--num-layers 2 --hidden-size 128 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1
+       --global-batch-size 2 --train-iters 6)
+(ulimit -f 4096; trap '' XFSZ; exec "$TRAIN" "${SAVEM[@]}" --save fsize --save-interval 2 >/dev/null 2>err.txt); rc=$?
+if [ $rc = 1 ] && grep -q "^atoll-train: --save fsize: step 2 not saved: .*File too large; it is not committed, .*; its partial files were removed$" err.txt \
+   && [ ! -e fsize/iter_0000002 ]; then
+    ok "save over the file-size limit: $(cat err.txt)"
+else
+    bad "save over the file-size limit: rc=$rc, $(cat err.txt), $(ls fsize 2>&1)"
+fi
+# A full disk (a 10 MiB tmpfs in a private mount namespace): step 2 fits (6.9 MB), step 4 does not;
+# it says so, step 4's partial files go, and step 2 still resumes.
+if unshare -rm true 2>/dev/null; then
+    unshare -rm bash -c 'mount -t tmpfs -o size=10m tmpfs "$1" && cd "$1" && shift && "$@" --save ck --save-interval 2 >/dev/null 2>err.txt;
+        echo $? >rc.txt; cp err.txt rc.txt "$OLDPWD/"; ls ck >"$OLDPWD/ls.txt";
+        "$@" --load ck --train-iters 4 --metrics-file m.jsonl >/dev/null 2>&1 && cp m.jsonl "$OLDPWD/full_resume.jsonl"' \
+        _ "$(mktemp -d "$PWD/full.XXXX")" "$TRAIN" "${SAVEM[@]}"
+    if [ "$(cat rc.txt)" = 1 ] && grep -q "step 4 not saved: .*No space left on device; it is not committed, and the steps committed before it are untouched (the disk is full: free space there, or keep fewer steps with --save-keep N); its partial files were removed" err.txt \
+       && [ "$(tr '\n' ' ' <ls.txt)" = "iter_0000002 latest_checkpointed_iteration.txt " ] \
+       && grep -q '"iteration":3' full_resume.jsonl; then
+        ok "save on a full disk: $(cat err.txt); step 2 resumed"
+    else
+        bad "save on a full disk: rc=$(cat rc.txt), $(cat err.txt), left: $(cat ls.txt)"
+    fi
+else
+    echo "SKIP: save on a full disk: no private mount namespace here (unshare -rm); the file-size case above ran"
+fi
 head -c 40 rep.idx > trunc.idx && cp rep.bin trunc.bin
 expect_error "truncated .idx" "trunc.idx: truncated" "${TINY[@]}" --data-path trunc
 cp rep.idx short.idx && head -c 100 rep.bin > short.bin
