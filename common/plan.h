@@ -46,6 +46,14 @@ extern const plan_precision PLAN_PRECISION_BF16;
  * engine keeps lse per row, never the probabilities). The planner (plan_enumerate,
  * plan_place) and the engine's up-front check both count bf16 with this one. */
 extern const plan_precision PLAN_PRECISION_BF16_FLASH;
+/* The precision atoll-train trains `c` at: --bf16 PLAN_PRECISION_BF16_FLASH, else
+ * PLAN_PRECISION_FP32. The engine's up-front check and coordinatord's check at
+ * submit both take it from here. */
+const plan_precision *plan_engine_precision(const atoll_config *c);
+/* What lowers the memory a layout needs, for refusals that say it does not fit. */
+#define PLAN_MEMORY_ADVICE                                                                                   \
+    "use fewer or smaller layers, a shorter --seq-length or --micro-batch-size, more ranks (tp/pp), "       \
+    "--recompute-granularity, or --use-distributed-optimizer"
 /* Mixed precision as MT-NLG counts it: 2 + 2 + 4 (fp32 grads) + 4 + 8 = 20 bytes. */
 extern const plan_precision PLAN_PRECISION_FP16_FP32GRAD;
 /* atoll-train's engine: fp32 weights (they are the master copy), fp32 grads, Adam

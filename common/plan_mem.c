@@ -3,6 +3,11 @@
 
 const plan_precision PLAN_PRECISION_BF16 = { 2, 4, 0, 4, 8, 2, 0 };
 const plan_precision PLAN_PRECISION_BF16_FLASH = { 2, 4, 0, 4, 8, 2, 1 };
+
+const plan_precision *plan_engine_precision(const atoll_config *c)
+{
+    return c->bf16 ? &PLAN_PRECISION_BF16_FLASH : &PLAN_PRECISION_FP32;
+}
 const plan_precision PLAN_PRECISION_FP16_FP32GRAD = { 2, 2, 4, 4, 8, 2, 0 };
 const plan_precision PLAN_PRECISION_FP32 = { 4, 4, 0, 0, 8, 4, 0 };
 

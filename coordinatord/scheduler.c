@@ -111,6 +111,25 @@ typedef struct { char id[TOPO_NAME]; } island_id;
 
 static int cmp_island(const void *a, const void *b) { return strcmp(a, b); }
 
+uint64_t sched_max_gpu_memory(coord *c, char *name, size_t len)
+{
+    uint64_t best = 0;
+    if (len) name[0] = 0;
+    for (size_t i = 0; i < c->reg.n; i++) {
+        reg_node *rn = c->reg.nodes[i];
+        if (rn->live == NODE_DEAD || !rn->ngpus) continue;
+        Atoll__Node *node = atoll__node__unpack(NULL, rn->info_len, rn->info);
+        if (!node) continue;
+        for (size_t g = 0; g < node->n_gpus; g++)
+            if (node->gpus[g]->memory_bytes > best) {
+                best = node->gpus[g]->memory_bytes;
+                snprintf(name, len, "%s", node->gpus[g]->name ? node->gpus[g]->name : "");
+            }
+        atoll__node__free_unpacked(node, NULL);
+    }
+    return best;
+}
+
 int sched_max_island(coord *c)
 {
     /* Islands may span nodes (NVL72), so count GPUs per island id over all nodes:

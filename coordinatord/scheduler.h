@@ -47,6 +47,9 @@ void sched_run(coord *c);
 void sched_capacity_changed(coord *c);
 /* Largest NVLink island over nodes that are not dead; 0 when unknown. */
 int sched_max_island(coord *c);
+/* Memory of the largest GPU over nodes that are not dead, its name in `name`;
+ * 0 when no such node has GPUs. */
+uint64_t sched_max_gpu_memory(coord *c, char *name, size_t len);
 int sched_job_uses_node(coord *c, const store_job *j, const char *node);
 /* Tells every node of the job's current layout to stop its ranks. */
 void sched_stop_job(coord *c, const store_job *j, const char *reason);

@@ -62,7 +62,7 @@ void eng_memory_need(const atoll_config *c, int world, double attn_workspace_byt
     int dp = cfg_data_parallel_size(c, world);
     if (dp < 1) dp = 1;
     plan_memory mem;
-    plan_memory_estimate(c, dp, c->bf16 ? &PLAN_PRECISION_BF16_FLASH : &PLAN_PRECISION_FP32, &mem);
+    plan_memory_estimate(c, dp, plan_engine_precision(c), &mem);
     out->params = mem.params_per_gpu;
     out->state_bytes = mem.state_bytes;
     out->act_bytes = mem.act_bytes;
@@ -84,9 +84,8 @@ int eng_memory_verdict(const atoll_config *c, int world, int local_ranks, const 
                  m.attn_workspace_bytes / GIB);
     snprintf(err, errlen,
              "the layout needs about %.2f GiB per rank (%.0f parameters: %.2f GiB of weights, grads and Adam state, "
-             "%.2f GiB of activations%s, %s) x %d rank%s here = %.2f GiB, more than the %.2f GiB of %s; use fewer "
-             "or smaller layers, a shorter --seq-length or --micro-batch-size, more ranks (tp/pp), "
-             "--recompute-granularity, or --use-distributed-optimizer",
+             "%.2f GiB of activations%s, %s) x %d rank%s here = %.2f GiB, more than the %.2f GiB of %s; "
+             PLAN_MEMORY_ADVICE,
              need / GIB, m.params, m.state_bytes / GIB, m.act_bytes / GIB, ws,
              c->bf16 ? "bf16 with fp32 master weights" : "fp32", sharers, sharers > 1 ? "s" : "",
              need * sharers / GIB, room / GIB, cuda ? "free memory of this rank's GPU" : "host memory available");

@@ -344,6 +344,11 @@ case_refuse() {
   [ $? -eq 1 ] && grep -q "NVLink island (8 GPUs)" "$TMP/err" || fail "tp > island: $(cat "$TMP/err")"
   atoll submit "${spec[@]}" 2>"$TMP/err"
   [ $? -eq 1 ] && grep -q -- "--num-gpus" "$TMP/err" || fail "missing world size: $(cat "$TMP/err")"
+  # GPT-3 175B on 8 GPUs at tp 8: 21.9B parameters a GPU, more than any GPU here holds (n1's H100s)
+  atoll submit --num-layers 96 --hidden-size 12288 --num-attention-heads 96 --seq-length 2048 --bf16 \
+      --tensor-model-parallel-size 8 --global-batch-size 8 --num-gpus 8 2>"$TMP/err"
+  [ $? -eq 1 ] && grep -q "invalid job spec: the layout needs about [0-9.]* GiB per GPU (.* bf16 with fp32 master weights), more than the 79.65 GiB of the largest GPU on the cluster (NVIDIA H100 80GB HBM3); use fewer or smaller layers" "$TMP/err" \
+    || fail "a layout no GPU holds: $(cat "$TMP/err")"
   [ "$(atoll jobs --json | json "len(d['jobs'])")" = 0 ] || fail "a refused job was stored"
   serving "invalid spec"; ok "invalid job specs refused: $(head -1 "$TMP/err")"
   # The next valid job, its model from a Megatron-style YAML file, flags overriding it.
