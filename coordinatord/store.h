@@ -67,7 +67,7 @@ typedef struct store_job {
     uint64_t id;
     char name[128];
     int state;           /* Atoll__JobState */
-    char message[256];
+    char message[512];   /* the state's reason: a refusal quotes the rank's own line */
     uint32_t restarts, epoch;
     int64_t step;
     double loss, tokens_per_s, mfu, bubble_measured, bubble_theory;

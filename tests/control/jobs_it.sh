@@ -202,7 +202,7 @@ case_kill9() {
   atoll status "$id" --json | json "(d['restarts'], d['epoch'])" | grep -qx "(0, 0)" \
     || fail "restarted a refused configuration: $(atoll status "$id")"
   msg=$(atoll status "$id" --json | json "d['message']")
-  echo "$msg" | grep -q "^not restarted (it would fail the same way): rank [0-7] on node node-[ab] refused the job's configuration: --data-path $TMP/no-such-corpus: .*no-such-corpus.idx: No such file or directory" \
+  echo "$msg" | grep -q "^not restarted (it would fail the same way): rank [0-7] on node node-[ab] refused the job's configuration: --data-path $TMP/no-such-corpus: .*no-such-corpus.idx: No such file or directory (expected the prefix .* writes)$" \
     || fail "failure names the refusal: $msg"
   wait_until 10 no_ranks_of "$id" || fail "ranks alive after the refusal: $(rank_pids "$id")"
   atoll wait "$id" >"$TMP/wait.out" 2>/dev/null; [ $? = 1 ] && grep -q "^job $id (job): failed - not restarted" \
