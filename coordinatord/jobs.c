@@ -7,9 +7,9 @@
 
 #include "log.h"
 #include "msg.h"
+#include "plan.h"
 #include "restart.h"
 #include "scheduler.h"
-#include "plan.h"
 #include "series.h"
 #include "supervise.h"
 #include "topo.h"
