@@ -107,58 +107,74 @@ int sched_place(const atoll_config *cfg, int world, const sched_node *nodes, int
 
 /* ---- cluster view ---- */
 
-typedef struct { char id[TOPO_NAME]; } island_id;
-
-static int cmp_island(const void *a, const void *b) { return strcmp(a, b); }
-
-uint64_t sched_max_gpu_memory(coord *c, char *name, size_t len)
+/* Calls fn for every GPU of the nodes that are not dead, as their agents reported them. */
+static void each_gpu(coord *c, void (*fn)(const Atoll__Gpu *g, void *ctx), void *ctx)
 {
-    uint64_t best = 0;
-    if (len) name[0] = 0;
     for (size_t i = 0; i < c->reg.n; i++) {
         reg_node *rn = c->reg.nodes[i];
         if (rn->live == NODE_DEAD || !rn->ngpus) continue;
         Atoll__Node *node = atoll__node__unpack(NULL, rn->info_len, rn->info);
         if (!node) continue;
-        for (size_t g = 0; g < node->n_gpus; g++)
-            if (node->gpus[g]->memory_bytes > best) {
-                best = node->gpus[g]->memory_bytes;
-                snprintf(name, len, "%s", node->gpus[g]->name ? node->gpus[g]->name : "");
-            }
+        for (size_t g = 0; g < node->n_gpus; g++) fn(node->gpus[g], ctx);
         atoll__node__free_unpacked(node, NULL);
     }
-    return best;
+}
+
+typedef struct {
+    uint64_t best;
+    char *name;
+    size_t len;
+} largest_gpu;
+
+static void note_largest(const Atoll__Gpu *g, void *ctx)
+{
+    largest_gpu *l = ctx;
+    if (g->memory_bytes <= l->best) return;
+    l->best = g->memory_bytes;
+    snprintf(l->name, l->len, "%s", g->name ? g->name : "");
+}
+
+uint64_t sched_max_gpu_memory(coord *c, char *name, size_t len)
+{
+    largest_gpu l = { 0, name, len };
+    if (len) name[0] = 0;
+    each_gpu(c, note_largest, &l);
+    return l.best;
+}
+
+typedef struct { char id[TOPO_NAME]; } island_id;
+typedef struct {
+    island_id *v;
+    size_t n, cap;
+} island_ids;
+
+static int cmp_island(const void *a, const void *b) { return strcmp(a, b); }
+
+static void note_island(const Atoll__Gpu *g, void *ctx)
+{
+    island_ids *x = ctx;
+    if (x->n == x->cap) {
+        x->cap = x->cap ? 2 * x->cap : 1024;
+        island_id *nv = realloc(x->v, x->cap * sizeof *nv);
+        if (!nv) abort();
+        x->v = nv;
+    }
+    snprintf(x->v[x->n++].id, sizeof x->v->id, "%s", g->island);
 }
 
 int sched_max_island(coord *c)
 {
     /* Islands may span nodes (NVL72), so count GPUs per island id over all nodes:
      * every GPU's island id, sorted, and the longest run of one id. */
-    island_id *v = NULL;
-    size_t nv = 0, cap = 0;
-    for (size_t i = 0; i < c->reg.n; i++) {
-        reg_node *rn = c->reg.nodes[i];
-        if (rn->live == NODE_DEAD || !rn->ngpus) continue;
-        Atoll__Node *node = atoll__node__unpack(NULL, rn->info_len, rn->info);
-        if (!node) continue;
-        for (size_t g = 0; g < node->n_gpus; g++) {
-            if (nv == cap) {
-                cap = cap ? 2 * cap : 1024;
-                island_id *nvv = realloc(v, cap * sizeof *v);
-                if (!nvv) abort();
-                v = nvv;
-            }
-            snprintf(v[nv++].id, sizeof v->id, "%s", node->gpus[g]->island);
-        }
-        atoll__node__free_unpacked(node, NULL);
-    }
-    if (nv) qsort(v, nv, sizeof *v, cmp_island);
+    island_ids x = { NULL, 0, 0 };
+    each_gpu(c, note_island, &x);
+    if (x.n) qsort(x.v, x.n, sizeof *x.v, cmp_island);
     int best = 0;
-    for (size_t i = 0, run = 0; i < nv; i++) {
-        run = i && !strcmp(v[i].id, v[i - 1].id) ? run + 1 : 1;
+    for (size_t i = 0, run = 0; i < x.n; i++) {
+        run = i && !strcmp(x.v[i].id, x.v[i - 1].id) ? run + 1 : 1;
         if ((int)run > best) best = (int)run;
     }
-    free(v);
+    free(x.v);
     return best;
 }
 

@@ -250,7 +250,6 @@ typedef struct run {
     eng_acts *acts;      /* one rank: the single micro-batch's activations */
     dist d;
     int have_dist, have_pipe, have_dopt;
-    int refused;         /* setup refused the configuration or inputs: ENG_ERR_CONFIG */
     dist_pipe pipe;      /* several ranks: the pipeline executor */
     dist_optim dopt;
     eng_data data, valid;
@@ -570,22 +569,22 @@ static int resume(run *r, char *err, size_t errlen)
     return 0;
 }
 
+/* 0; ENG_ERR_CONFIG when the configuration or its inputs are refused (the device,
+ * the attention backend, --dump-dir, the data, --save, --metrics-file); else -1. */
 static int setup(run *r, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
-    r->refused = 1; /* until the rendezvous: what fails here is the configuration */
     const k_ops *k = eng_backend(r->o->device, err, errlen);
-    if (!k) return -1;
+    if (!k) return ENG_ERR_CONFIG;
     if (!strcmp(c->attention_backend, "fused") && (strcmp(r->o->device, "cuda") || !c->bf16)) {
         atoll_errf(err, errlen, "--attention-backend fused is cuDNN's bf16 attention: it needs --device cuda "
                    "--bf16 (this run: --device %s%s)", r->o->device, c->bf16 ? " --bf16" : "");
-        return -1;
+        return ENG_ERR_CONFIG;
     }
 #ifdef ATOLL_HAVE_CUDA_KERNELS
     if (!strcmp(r->o->device, "cuda") && k_cuda_fused_attention(!strcmp(c->attention_backend, "fused"), err, errlen))
-        return -1;
+        return ENG_ERR_CONFIG;
 #endif
-    r->refused = 0;
     if (dist_init(&r->d, c, k, err, errlen)) return -1;
     r->have_dist = 1;
     metrics_emit_open(&r->emit, r->d.rank);
@@ -593,8 +592,7 @@ static int setup(run *r, char *err, size_t errlen)
     r->wd = watchdog_start(r->d.world, &r->emit); /* from here a hang names where this rank is */
     if (r->d.size > 1 && r->o->dump_dir[0]) {
         atoll_errf(err, errlen, "--dump-dir is a single-rank test hook; run it without --nproc-per-node");
-        r->refused = 1;
-        return -1;
+        return ENG_ERR_CONFIG;
     }
     eng_layout lay = dist_layout(&r->d, c);
     if (!(r->m = eng_model_create(c, &lay, k, err, errlen))) return -1;
@@ -614,22 +612,20 @@ static int setup(run *r, char *err, size_t errlen)
     r->tokens = malloc(n * sizeof(int32_t));
     r->targets = malloc(n * sizeof(int32_t));
     if (!r->tokens || !r->targets) { atoll_errf(err, errlen, "out of memory"); return -1; }
-    r->refused = 1; /* the data, --save and --metrics-file: the same on every try */
     if (eng_data_open(&r->data, c->data_path, c->split, c->seq_length, c->vocab_size, c->seed, err, errlen))
-        return -1;
+        return ENG_ERR_CONFIG;
     r->have_data = 1;
     /* Fail now, not after the first --save-interval iterations of work. */
     if (c->save[0] && ((mkdir(c->save, 0755) && errno != EEXIST) || access(c->save, W_OK))) {
         atoll_errf(err, errlen, "--save %s: cannot create or write the directory: %s", c->save, strerror(errno));
-        return -1;
+        return ENG_ERR_CONFIG;
     }
     if (c->eval_interval > 0 && c->eval_iters > 0) {
         if (eng_data_open_split(&r->valid, c->data_path, c->split, ENG_SPLIT_VALID, c->seq_length,
                                 c->vocab_size, c->seed, err, errlen))
-            return -1;
+            return ENG_ERR_CONFIG;
         r->have_valid = 1;
     }
-    r->refused = 0;
     if (eng_init_params(r->m, c->seed)) { atoll_errf(err, errlen, "out of memory initialising the parameters"); return -1; }
     dist_optim_take_params(&r->dopt, &r->d, r->m);
     r->st.seed = c->seed;
@@ -638,8 +634,7 @@ static int setup(run *r, char *err, size_t errlen)
     r->start_iteration = r->st.iteration;
     if (r->d.rank == 0 && r->o->metrics_file[0] && !(r->metrics = fopen(r->o->metrics_file, "a"))) {
         atoll_errf(err, errlen, "--metrics-file %s: %s", r->o->metrics_file, strerror(errno));
-        r->refused = 1;
-        return -1;
+        return ENG_ERR_CONFIG;
     }
     if (r->o->dump_dir[0]) {
         char path[1100];
@@ -830,7 +825,7 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     r.c = &c;
     r.o = o;
     r.t_start = t_start;
-    int rc = setup(&r, err, errlen);
+    int rc = setup(&r, err, errlen), refused = rc == ENG_ERR_CONFIG;
     if (!rc && r.d.rank == 0) {
         printf("atoll-train: %s, %d layers, hidden %d, %d heads, seq %d, vocab %d, %.0f parameters, "
                "data: %s (%llu samples per epoch)\n",
@@ -923,5 +918,5 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         fflush(stdout);
     }
     teardown(&r);
-    return rc ? (r.refused ? ENG_ERR_CONFIG : -1) : stopped;
+    return rc ? (refused ? ENG_ERR_CONFIG : -1) : stopped;
 }
