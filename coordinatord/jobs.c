@@ -14,8 +14,6 @@
 #include "supervise.h"
 #include "topo.h"
 
-#define GIB (1024.0 * 1024.0 * 1024.0)
-
 enum {
     PENDING = ATOLL__JOB_STATE__JOB_PENDING, PLACING = ATOLL__JOB_STATE__JOB_PLACING,
     STARTING = ATOLL__JOB_STATE__JOB_STARTING, RUNNING = ATOLL__JOB_STATE__JOB_RUNNING,
@@ -324,19 +322,9 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, const char *request_id, ui
     }
     /* Refused here rather than by every rank once placed: the layout does not fit
      * even the largest GPU the cluster has (the ranks check their own GPU again). */
-    char gpu[128];
-    uint64_t gmem = sched_max_gpu_memory(c, gpu, sizeof gpu);
-    if (gmem) {
-        plan_memory m;
-        plan_memory_estimate(&cfg, cfg_data_parallel_size(&cfg, cfg.num_gpus), plan_engine_precision(&cfg), &m);
-        if (m.total_bytes > (double)gmem) {
-            snprintf(err, errlen, "invalid job spec: the layout needs about %.2f GiB per GPU (%.0f parameters: %.2f GiB "
-                     "of weights, grads and Adam state, %.2f GiB of activations, %s), more than the %.2f GiB of the "
-                     "largest GPU on the cluster (%s); " PLAN_MEMORY_ADVICE, m.total_bytes / GIB, m.params_per_gpu,
-                     m.state_bytes / GIB, m.act_bytes / GIB, cfg.bf16 ? "bf16 with fp32 master weights" : "fp32",
-                     (double)gmem / GIB, gpu[0] ? gpu : "unnamed");
-            return ATOLL__ERROR_CODE__ERR_INVALID;
-        }
+    if (!sched_fits_memory(c, &cfg, why, sizeof why)) {
+        snprintf(err, errlen, "invalid job spec: %s; " PLAN_MEMORY_ADVICE, why);
+        return ATOLL__ERROR_CODE__ERR_INVALID;
     }
     if (spec->name && strlen(spec->name) >= sizeof(((store_job *)0)->name)) {
         snprintf(err, errlen, "invalid job spec: --name is longer than %zu characters",

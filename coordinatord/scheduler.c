@@ -142,6 +142,22 @@ uint64_t sched_max_gpu_memory(coord *c, char *name, size_t len)
     return l.best;
 }
 
+int sched_fits_memory(coord *c, const atoll_config *cfg, char *why, size_t len)
+{
+    char gpu[128];
+    uint64_t gmem = sched_max_gpu_memory(c, gpu, sizeof gpu);
+    if (!gmem) return 1;
+    plan_memory m;
+    plan_memory_estimate(cfg, cfg_data_parallel_size(cfg, cfg->num_gpus), plan_engine_precision(cfg), &m);
+    if (m.total_bytes <= (double)gmem) return 1;
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    snprintf(why, len, "the layout needs about %.2f GiB per GPU (%.0f parameters: %.2f GiB of weights, grads and "
+             "Adam state, %.2f GiB of activations, %s), more than the %.2f GiB of the largest GPU on the cluster (%s)",
+             m.total_bytes / gib, m.params_per_gpu, m.state_bytes / gib, m.act_bytes / gib,
+             cfg->bf16 ? "bf16 with fp32 master weights" : "fp32", (double)gmem / gib, gpu[0] ? gpu : "unnamed");
+    return 0;
+}
+
 typedef struct { char id[TOPO_NAME]; } island_id;
 typedef struct {
     island_id *v;
@@ -421,7 +437,7 @@ out:
  * after the run rather than one fsync per job. */
 typedef struct {
     uint64_t *ids;
-    char (*msgs)[256];
+    char (*msgs)[sizeof ((store_job *)0)->message];
     unsigned char *restart; /* a restart that nothing fits: worth a job.unplaceable event */
     size_t n, cap;
 } why_list;
@@ -432,7 +448,7 @@ static void why_add(why_list *w, const store_job *j, const char *msg)
         size_t cap = w->cap ? 2 * w->cap : 64;
         uint64_t *ids = realloc(w->ids, cap * sizeof *ids);
         if (ids) w->ids = ids;
-        char (*msgs)[256] = ids ? realloc(w->msgs, cap * sizeof *msgs) : NULL;
+        char (*msgs)[sizeof w->msgs[0]] = ids ? realloc(w->msgs, cap * sizeof *msgs) : NULL;
         if (msgs) w->msgs = msgs;
         unsigned char *restart = msgs ? realloc(w->restart, cap) : NULL;
         if (!restart) return;
@@ -483,6 +499,13 @@ static int place_elastic(coord *c, busy_ctx *b, const store_job *j, atoll_config
         if (!sched_dp_fits(cfg, dp) || mp * dp > free_slots) continue;
         atoll_config small = *cfg;
         small.num_gpus = mp * dp;
+        /* Fewer DP ranks never need less memory (ZeRO-1 shards over fewer): wait for room instead. */
+        char mem[400];
+        if (!sched_fits_memory(c, &small, mem, sizeof mem)) {
+            snprintf(why, whylen, "not placed smaller: at data-parallel size %d %s; waiting for room for a larger one",
+                     dp, mem);
+            return -1;
+        }
         Atoll__JobLayout sl = ATOLL__JOB_LAYOUT__INIT;
         char w2[256];
         if (try_place(c, b, &small, &sl, a, w2, sizeof w2) == 0) {
@@ -501,7 +524,7 @@ static void place_one(coord *c, busy_ctx *b, store_job *j, why_list *waiting)
 {
     atoll_config cfg;
     Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec);
-    char why[256];
+    char why[sizeof j->message];
     /* Cannot fit: say so without trying a placement (a restart may still fit shrunk). */
     if (spec && j->epoch == 0 && spec->num_gpus > b->free_slots) {
         waiting_for(spec->num_gpus, b->free_slots, b->usable, why, sizeof why);

@@ -50,6 +50,10 @@ int sched_max_island(coord *c);
 /* Memory of the largest GPU over nodes that are not dead, its name in `name`;
  * 0 when no such node has GPUs. */
 uint64_t sched_max_gpu_memory(coord *c, char *name, size_t len);
+/* 1 when cfg's layout at its --num-gpus fits the largest GPU of the cluster (the
+ * planner's memory model at the precision the engine trains it in), or when no
+ * node has GPUs; else 0, with what it needs and what there is in `why`. */
+int sched_fits_memory(coord *c, const atoll_config *cfg, char *why, size_t len);
 int sched_job_uses_node(coord *c, const store_job *j, const char *node);
 /* Tells every node of the job's current layout to stop its ranks. */
 void sched_stop_job(coord *c, const store_job *j, const char *reason);

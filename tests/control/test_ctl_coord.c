@@ -304,6 +304,83 @@ static void test_slurm_states(void)
     coord_free(&c);
 }
 
+/* A restart shrinks DP only as far as memory allows: with ZeRO-1 fewer DP ranks
+ * each hold more optimizer state, so a layout that fits at DP 4 may not at DP 2.
+ * Then the job waits for room instead of being placed where every rank would
+ * refuse it, and goes back to its full size when the node returns. */
+static void test_shrink_memory(void)
+{
+    coord c;
+    coord_opts o;
+    coord_opts_defaults(&o);
+    o.suspect_ms = 2000;
+    char err[256];
+    CHECK(coord_init(&c, &o, ":memory:", err, sizeof err) == 0, "%s", err);
+    c.now = fake_now;
+    c.send = record;
+    static test_peer w1, w2, cli;
+    w1.p.role = w2.p.role = ATOLL__ROLE__ROLE_WORKER;
+    cli.p.role = ATOLL__ROLE__ROLE_CLI;
+    do_register(&c, &w1, "n1", "dgx-h100");
+    do_register(&c, &w2, "n2", "dgx-h100");
+    atoll_config cfg;
+    base_cfg(&cfg); /* tp 2, pp 2 on 16 GPUs: DP 4 */
+    cfg.num_layers = 40;
+    cfg.hidden_size = 8192;
+    cfg.num_attention_heads = 64;
+    cfg.seq_length = 2048;
+    cfg.vocab_size = 50304;
+    cfg.bf16 = 1;
+    cfg.use_distributed_optimizer = 1;
+    cfg.recompute_granularity = RECOMPUTE_FULL;
+    char why[512];
+    atoll_config half = cfg;
+    half.num_gpus = 8;
+    CHECK(sched_fits_memory(&c, &cfg, why, sizeof why) && !sched_fits_memory(&c, &half, why, sizeof why),
+          "premise: fits an H100 at DP 4, not at DP 2 (%s)", why);
+    const char *e;
+    uint64_t id = submit(&c, &cli, &cfg, &e);
+    CHECK(id > 0, "accepted at DP 4: %s", e);
+    coord_tick(&c);
+    Atoll__RankMetrics m = ATOLL__RANK_METRICS__INIT;
+    m.job = id;
+    m.iteration = 3;
+    fake_ms += 500;
+    heartbeat(&c, &w1, &m);
+    coord_tick(&c);
+    store_job j;
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_RUNNING && j.world == 16, "running: %d %d", j.state, j.world);
+    store_job_clear(&j);
+    slurm_node v[2] = { { .name = "n1", .state = "MIXED" },
+                        { .name = "n2", .state = "DOWN", .reason = "atoll test", .out = 1 } };
+    slurm_watch_apply(&c, v, 2);
+    fake_ms += 500;
+    heartbeat(&c, &w1, NULL);
+    heartbeat(&c, &w2, NULL);
+    coord_tick(&c);
+    coord_tick(&c);
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_PENDING && j.epoch == 1 &&
+              strstr(j.message, "not placed smaller: at data-parallel size 2 the layout needs about ") &&
+              strstr(j.message, "more than the 79.65 GiB of the largest GPU on the cluster (NVIDIA H100 80GB HBM3); "
+                                "waiting for room for a larger one"),
+          "waits rather than shrink past memory: state %d epoch %u (%s)", j.state, j.epoch, j.message);
+    store_job_clear(&j);
+    snprintf(v[1].state, sizeof v[1].state, "IDLE");
+    v[1].reason[0] = 0;
+    v[1].out = 0;
+    slurm_watch_apply(&c, v, 2);
+    fake_ms += 500;
+    heartbeat(&c, &w1, NULL);
+    heartbeat(&c, &w2, NULL);
+    coord_tick(&c);
+    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_STARTING && j.world == 16 && j.epoch == 1,
+          "placed again at full size once n2 returned: %d world %d (%s)", j.state, j.world, j.message);
+    store_job_clear(&j);
+    test_peer *all[] = { &w1, &w2, &cli };
+    for (int i = 0; i < 3; i++) free(all[i]->buf);
+    coord_free(&c);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -918,5 +995,6 @@ int main(int argc, char **argv)
     for (int i = 0; i < 5; i++) free(all[i]->buf);
     coord_free(&c);
     test_slurm_states();
+    test_shrink_memory();
     return check_summary(argv[0]);
 }
