@@ -204,39 +204,56 @@ static int events_saying(coord *c, const char *kind, const char *want)
     return m.found;
 }
 
+/* A coordinator on the fake clock with two agents, n1 and n2 (8 H100s each),
+ * and a CLI peer. */
+static void two_nodes(coord *c, test_peer *w1, test_peer *w2, test_peer *cli)
+{
+    coord_opts o;
+    coord_opts_defaults(&o);
+    o.suspect_ms = 2000;
+    char err[256];
+    CHECK(coord_init(c, &o, ":memory:", err, sizeof err) == 0, "%s", err);
+    c->now = fake_now;
+    c->send = record;
+    w1->p.role = w2->p.role = ATOLL__ROLE__ROLE_WORKER;
+    cli->p.role = ATOLL__ROLE__ROLE_CLI;
+    do_register(c, w1, "n1", "dgx-h100");
+    do_register(c, w2, "n2", "dgx-h100");
+}
+
+/* Submits cfg, places it, and has its rank 0 on n1 report step 3: running on all
+ * 16 GPUs. Returns the job id. */
+static uint64_t run_on_both(coord *c, test_peer *w1, test_peer *cli, const atoll_config *cfg)
+{
+    const char *e;
+    uint64_t id = submit(c, cli, cfg, &e);
+    CHECK(id > 0, "submit refused: %s", e);
+    coord_tick(c);
+    Atoll__RankMetrics m = ATOLL__RANK_METRICS__INIT;
+    m.job = id;
+    m.iteration = 3;
+    fake_ms += 500;
+    heartbeat(c, w1, &m);
+    coord_tick(c);
+    store_job j;
+    CHECK(job_state(c, id, &j) == ATOLL__JOB_STATE__JOB_RUNNING && j.world == 16, "running on both: %d %d", j.state,
+          j.world);
+    store_job_clear(&j);
+    return id;
+}
+
 /* A node Slurm drains is lost to atoll while its agent still heartbeats: the job
  * restarts without it (DP shrunk) and nothing is placed there until Slurm
  * returns it to service; then the job can grow back. */
 static void test_slurm_states(void)
 {
     coord c;
-    coord_opts o;
-    coord_opts_defaults(&o);
-    o.suspect_ms = 2000;
-    char err[256];
-    CHECK(coord_init(&c, &o, ":memory:", err, sizeof err) == 0, "%s", err);
-    c.now = fake_now;
-    c.send = record;
     static test_peer w1, w2, cli;
-    w1.p.role = w2.p.role = ATOLL__ROLE__ROLE_WORKER;
-    cli.p.role = ATOLL__ROLE__ROLE_CLI;
-    do_register(&c, &w1, "n1", "dgx-h100");
-    do_register(&c, &w2, "n2", "dgx-h100");
+    two_nodes(&c, &w1, &w2, &cli);
     atoll_config cfg;
     base_cfg(&cfg);
-    const char *e;
-    uint64_t id = submit(&c, &cli, &cfg, &e);
-    coord_tick(&c);
-    Atoll__RankMetrics m = ATOLL__RANK_METRICS__INIT;
-    m.job = id;
-    m.iteration = 3;
-    fake_ms += 500;
-    heartbeat(&c, &w1, &m);
-    coord_tick(&c);
+    uint64_t id = run_on_both(&c, &w1, &cli, &cfg);
     store_job j;
-    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_RUNNING && j.world == 16, "running on both: %d %d", j.state,
-          j.world);
-    store_job_clear(&j);
 
     /* states of nodes atoll does not know are skipped; n1 in service changes nothing */
     slurm_node v[3] = { { .name = "n1", .state = "MIXED" },
@@ -311,18 +328,8 @@ static void test_slurm_states(void)
 static void test_shrink_memory(void)
 {
     coord c;
-    coord_opts o;
-    coord_opts_defaults(&o);
-    o.suspect_ms = 2000;
-    char err[256];
-    CHECK(coord_init(&c, &o, ":memory:", err, sizeof err) == 0, "%s", err);
-    c.now = fake_now;
-    c.send = record;
     static test_peer w1, w2, cli;
-    w1.p.role = w2.p.role = ATOLL__ROLE__ROLE_WORKER;
-    cli.p.role = ATOLL__ROLE__ROLE_CLI;
-    do_register(&c, &w1, "n1", "dgx-h100");
-    do_register(&c, &w2, "n2", "dgx-h100");
+    two_nodes(&c, &w1, &w2, &cli);
     atoll_config cfg;
     base_cfg(&cfg); /* tp 2, pp 2 on 16 GPUs: DP 4 */
     cfg.num_layers = 40;
@@ -338,19 +345,8 @@ static void test_shrink_memory(void)
     half.num_gpus = 8;
     CHECK(sched_fits_memory(&c, &cfg, why, sizeof why) && !sched_fits_memory(&c, &half, why, sizeof why),
           "premise: fits an H100 at DP 4, not at DP 2 (%s)", why);
-    const char *e;
-    uint64_t id = submit(&c, &cli, &cfg, &e);
-    CHECK(id > 0, "accepted at DP 4: %s", e);
-    coord_tick(&c);
-    Atoll__RankMetrics m = ATOLL__RANK_METRICS__INIT;
-    m.job = id;
-    m.iteration = 3;
-    fake_ms += 500;
-    heartbeat(&c, &w1, &m);
-    coord_tick(&c);
+    uint64_t id = run_on_both(&c, &w1, &cli, &cfg); /* accepted at DP 4 */
     store_job j;
-    CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_RUNNING && j.world == 16, "running: %d %d", j.state, j.world);
-    store_job_clear(&j);
     slurm_node v[2] = { { .name = "n1", .state = "MIXED" },
                         { .name = "n2", .state = "DOWN", .reason = "atoll test", .out = 1 } };
     slurm_watch_apply(&c, v, 2);
