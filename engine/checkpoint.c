@@ -643,10 +643,12 @@ int ckpt_load(const char *dir, long long iteration, eng_model *m, eng_optim *o,
     int rc = -1;
     float *host = NULL;
     eng_train_state tmp;
-    if (st_open(&fm, mpath, err, errlen) || check_file(&fm, &wm, mpath, err, errlen) ||
-        (o && (st_open(&fo, opath, err, errlen) || check_file(&fo, &wo, opath, err, errlen) ||
-               load_state(step, &tmp, err, errlen))))
+    if (st_open(&fm, mpath, err, errlen) || (o && st_open(&fo, opath, err, errlen))) goto out;
+    if (check_file(&fm, &wm, mpath, err, errlen) || (o && check_file(&fo, &wo, opath, err, errlen))) {
+        rc = CKPT_MISMATCH;
         goto out;
+    }
+    if (o && load_state(step, &tmp, err, errlen)) goto out;
     size_t maxn = 1;
     for (int i = 0; i < m->nparams; i++)
         if (m->table[i].numel > maxn) maxn = m->table[i].numel;

@@ -98,8 +98,11 @@ int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen)
 /* Loads step `iteration` into the model and optimizer (this rank's slices) and
  * the train state. A tensor missing from the files, a shape that differs from the
  * model's, or a tensor the model does not have is a one-line error naming it;
- * nothing is changed in the model when the check fails. With o NULL (inference)
- * only the weights are read, from model.safetensors, and st is untouched. */
+ * nothing is changed in the model when the check fails; that check returns
+ * CKPT_MISMATCH (this configuration can never load the step), any other failure
+ * -1. With o NULL (inference) only the weights are read, from model.safetensors,
+ * and st is untouched. */
+#define CKPT_MISMATCH (-2)
 int ckpt_load(const char *dir, long long iteration, eng_model *m, eng_optim *o,
               eng_train_state *st, char *err, size_t errlen);
 

@@ -541,11 +541,14 @@ static int evaluate(run *r, double *valid, char *err, size_t errlen)
     return 0;
 }
 
+/* 0; ENG_ERR_CONFIG when --load can never be resumed with this configuration (no
+ * intact committed step, or one that holds another model): a restart would fail
+ * the same way; else -1. */
 static int resume(run *r, char *err, size_t errlen)
 {
     long long it;
     int rc = ckpt_latest(r->c->load, &it, err, errlen);
-    if (rc < 0) return -1;
+    if (rc < 0) return ENG_ERR_CONFIG;
     if (rc == 1) {
         if (r->d.rank == 0)
             fprintf(stderr, "atoll-train: no committed checkpoint in --load %s; starting from iteration 0\n",
@@ -555,7 +558,8 @@ static int resume(run *r, char *err, size_t errlen)
     /* ZeRO-1 loads the full-shape moments, then keeps its shard */
     eng_optim *full = dist_optim_full(&r->d, r->m, &r->dopt);
     if (!full) { atoll_errf(err, errlen, "--load: %s", dist_error(&r->d)); return -1; }
-    if (ckpt_load(r->c->load, it, r->m, full, &r->st, err, errlen)) return -1;
+    rc = ckpt_load(r->c->load, it, r->m, full, &r->st, err, errlen);
+    if (rc) return rc == CKPT_MISMATCH ? ENG_ERR_CONFIG : -1;
     dist_optim_scatter_loaded(&r->d, r->m, &r->dopt);
     if (r->d.rank != 0) {
         r->data.seed = r->st.seed;
@@ -570,7 +574,7 @@ static int resume(run *r, char *err, size_t errlen)
 }
 
 /* 0; ENG_ERR_CONFIG when the configuration or its inputs are refused (the device,
- * the attention backend, --dump-dir, the data, --save, --metrics-file); else -1. */
+ * the attention backend, --dump-dir, the data, --save, --load, --metrics-file); else -1. */
 static int setup(run *r, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
@@ -629,7 +633,8 @@ static int setup(run *r, char *err, size_t errlen)
     if (eng_init_params(r->m, c->seed)) { atoll_errf(err, errlen, "out of memory initialising the parameters"); return -1; }
     dist_optim_take_params(&r->dopt, &r->d, r->m);
     r->st.seed = c->seed;
-    if (c->load[0] && resume(r, err, errlen)) return -1;
+    int rc = c->load[0] ? resume(r, err, errlen) : 0;
+    if (rc) return rc;
     eng_params_updated(r->m); /* the bf16 copy of what init or the checkpoint wrote */
     r->start_iteration = r->st.iteration;
     if (r->d.rank == 0 && r->o->metrics_file[0] && !(r->metrics = fopen(r->o->metrics_file, "a"))) {
