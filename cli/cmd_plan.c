@@ -96,6 +96,22 @@ static void fixed_from(plan_args *a, const atoll_config *c)
     if (a->set_zero) a->fx.zero1 = c->use_distributed_optimizer;
 }
 
+/* The layers per pipeline stage of a candidate: "even", or "first,middle xN,last"
+ * as --decoder-first/last-pipeline-num-layers split them. */
+static const char *split_str(const plan_candidate *p, const atoll_config *model, char *buf, size_t n)
+{
+    if (!p->first_layers && !p->last_layers) return "even";
+    atoll_config c = *model;
+    plan_apply(p, &c);
+    int b0, e0, b1, e1, bl, el;
+    cfg_stage_layers(&c, 0, &b0, &e0);
+    cfg_stage_layers(&c, p->pp > 2 ? 1 : 0, &b1, &e1);
+    cfg_stage_layers(&c, p->pp - 1, &bl, &el);
+    if (p->pp > 2) snprintf(buf, n, "%d,%dx%d,%d", e0 - b0, e1 - b1, p->pp - 2, el - bl);
+    else snprintf(buf, n, "%d,%d", e0 - b0, el - bl);
+    return buf;
+}
+
 static void json_candidate(jsonw *w, const plan_candidate *p)
 {
     jsonw_obj(w);
@@ -104,6 +120,8 @@ static void json_candidate(jsonw *w, const plan_candidate *p)
     jsonw_kint(w, "dp", p->dp);
     jsonw_kint(w, "micro_batch", p->micro_batch);
     jsonw_kint(w, "vpp", p->vpp);
+    jsonw_kint(w, "decoder_first_pipeline_num_layers", p->first_layers);
+    jsonw_kint(w, "decoder_last_pipeline_num_layers", p->last_layers);
     jsonw_kbool(w, "sp", p->sp);
     jsonw_kstr(w, "recompute", cfg_recompute_name(p->recompute));
     jsonw_kbool(w, "zero1", p->zero1);
@@ -147,13 +165,18 @@ static const char *link_name(const plan_link *l, const plan_links *L)
     return "leaf uplink";
 }
 
-static void print_explain(const plan_candidate *p, const plan_cluster *cl)
+static void print_explain(const plan_candidate *p, const atoll_config *model, const plan_cluster *cl)
 {
     const plan_estimate *e = &p->est;
     const plan_memory *m = &p->mem;
     double gib = 1u << 30;
+    char split[48];
     printf("\nexplain: tp %d, pp %d, dp %d, micro-batch %d, vpp %d, sp %d, recompute %s, zero1 %d on %s\n", p->tp, p->pp,
            p->dp, p->micro_batch, p->vpp, p->sp, cfg_recompute_name(p->recompute), p->zero1, cl->gpu->type);
+    if (p->pp > 1)
+        printf("  layers per stage: %s%s\n", split_str(p, model, split, sizeof split),
+               p->first_layers || p->last_layers ? " (--decoder-first/last-pipeline-num-layers: the LM head's stage "
+                                                   "holds fewer)" : "");
     printf("  step time %.4f s = compute %.4f + TP/SP collectives %.4f + PP p2p %.4f + bubble %.4f\n"
            "                     + exposed DP %.4f (of %.4f) + optimizer %.4f\n",
            e->step_s, e->compute_s, e->tp_s, e->pp_s, e->bubble_s, e->dp_exposed_s, e->dp_s, e->optimizer_s);
@@ -223,11 +246,13 @@ int cli_auto_layout(cli_ctx *c, atoll_config *cfg, int argc, char **argv)
         fprintf(stderr, "%s: --auto-layout: %s\n", c->prog, why);
         return CLI_REFUSED;
     }
-    plan_apply(&v[0], cfg);
-    fprintf(stderr, "auto-layout: tp %d, pp %d, dp %d, micro-batch %d, vpp %d, sp %d, recompute %s, zero1 %d "
-            "(predicted %.3f s/step, MFU %.3f, %.1f GiB/GPU)\n", v[0].tp, v[0].pp, v[0].dp, v[0].micro_batch, v[0].vpp,
-            v[0].sp, cfg_recompute_name(v[0].recompute), v[0].zero1, v[0].est.step_s, v[0].est.mfu,
+    char split[48];
+    fprintf(stderr, "auto-layout: tp %d, pp %d, dp %d, micro-batch %d, vpp %d, layers per stage %s, sp %d, "
+            "recompute %s, zero1 %d (predicted %.3f s/step, MFU %.3f, %.1f GiB/GPU)\n", v[0].tp, v[0].pp, v[0].dp,
+            v[0].micro_batch, v[0].vpp, split_str(&v[0], cfg, split, sizeof split), v[0].sp,
+            cfg_recompute_name(v[0].recompute), v[0].zero1, v[0].est.step_s, v[0].est.mfu,
             v[0].mem.total_bytes / (double)(1u << 30));
+    plan_apply(&v[0], cfg);
     free(v);
     return CLI_OK;
 }
@@ -289,17 +314,18 @@ int cmd_plan(cli_ctx *c, int argc, char **argv)
         jsonw_obj_end(&w);
         cli_print_json_and_free(jsonw_take(&w));
     } else if (n) {
-        printf("%-4s %-4s %-4s %-5s %-4s %-4s %-3s %-10s %-6s %-10s %-8s %-6s %-7s %s\n", "#", "TP", "PP", "DP", "MB",
-               "VPP", "SP", "RECOMPUTE", "ZERO1", "STEP_S", "TFLOP/S", "MFU", "BUBBLE", "MEM_GIB");
+        printf("%-4s %-4s %-4s %-5s %-4s %-4s %-3s %-10s %-6s %-10s %-8s %-6s %-7s %-8s %s\n", "#", "TP", "PP", "DP",
+               "MB", "VPP", "SP", "RECOMPUTE", "ZERO1", "STEP_S", "TFLOP/S", "MFU", "BUBBLE", "MEM_GIB", "LAYERS");
         for (int i = 0; i < n && i < a.top; i++) {
             const plan_candidate *p = &v[i];
-            printf("%-4d %-4d %-4d %-5d %-4d %-4d %-3d %-10s %-6d %-10.4f %-8.1f %-6.3f %-7.4f %.1f\n", i + 1, p->tp,
-                   p->pp, p->dp, p->micro_batch, p->vpp, p->sp, cfg_recompute_name(p->recompute), p->zero1,
+            char split[48];
+            printf("%-4d %-4d %-4d %-5d %-4d %-4d %-3d %-10s %-6d %-10.4f %-8.1f %-6.3f %-7.4f %-8.1f %s\n", i + 1,
+                   p->tp, p->pp, p->dp, p->micro_batch, p->vpp, p->sp, cfg_recompute_name(p->recompute), p->zero1,
                    p->est.step_s, p->est.tflops_per_gpu, p->est.mfu, p->est.bubble,
-                   p->mem.total_bytes / (double)(1u << 30));
+                   p->mem.total_bytes / (double)(1u << 30), split_str(p, &cfg, split, sizeof split));
         }
         if (n > a.top) printf("(%d more layouts fit; --top K shows more)\n", n - a.top);
-        if (a.explain) print_explain(&v[0], &cl);
+        if (a.explain) print_explain(&v[0], &cfg, &cl);
     } else {
         fprintf(stderr, "%s: plan: %s\n", c->prog, why);
     }

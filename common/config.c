@@ -43,6 +43,8 @@ static const key_def KEYS[] = {
     R("tensor-model-parallel-size", K_INT, tensor_model_parallel_size, 1, CFG_MAX_RANKS, 0),
     R("pipeline-model-parallel-size", K_INT, pipeline_model_parallel_size, 1, CFG_MAX_RANKS, 0),
     R("num-layers-per-virtual-pipeline-stage", K_INT, num_layers_per_virtual_pipeline_stage, 0, CFG_MAX_LAYERS, 0),
+    R("decoder-first-pipeline-num-layers", K_INT, decoder_first_pipeline_num_layers, 0, CFG_MAX_LAYERS, 0),
+    R("decoder-last-pipeline-num-layers", K_INT, decoder_last_pipeline_num_layers, 0, CFG_MAX_LAYERS, 0),
     F("sequence-parallel", K_BOOL, sequence_parallel),
     F("use-distributed-optimizer", K_BOOL, use_distributed_optimizer),
     F("recompute-granularity", K_RECOMPUTE, recompute_granularity),
@@ -508,6 +510,22 @@ static int validate_family(const atoll_config *c, char *err, size_t errlen)
 }
 int cfg_max_pos(const atoll_config *c) { return c->max_position_embeddings ? c->max_position_embeddings : c->seq_length; }
 
+void cfg_stage_layers(const atoll_config *c, int vstage, int *begin, int *end)
+{
+    int pp = c->pipeline_model_parallel_size, L = c->num_layers;
+    int first = c->decoder_first_pipeline_num_layers, last = c->decoder_last_pipeline_num_layers;
+    if (!first && !last) { /* even: every virtual stage holds L / (pp v) */
+        int per = L / (pp * cfg_virtual_stages(c));
+        *begin = vstage * per;
+        *end = *begin + per;
+        return;
+    }
+    int others = pp - !!first - !!last, per = others ? (L - first - last) / others : 0;
+    int n = vstage == 0 && first ? first : vstage == pp - 1 && last ? last : per;
+    *begin = vstage == 0 ? 0 : (first ? first : per) + (vstage - 1) * per;
+    *end = vstage == pp - 1 ? L : *begin + n;
+}
+
 int cfg_virtual_stages(const atoll_config *c)
 {
     int per_stage = c->pipeline_model_parallel_size ? c->num_layers / c->pipeline_model_parallel_size : 0;
@@ -591,6 +609,45 @@ int cfg_micro_batches(const atoll_config *c, int dp)
     return (int)(gbs / per_step);
 }
 
+/* The layers per pipeline stage: an even split, or Megatron's uneven one with
+ * --decoder-first/last-pipeline-num-layers and the rest even over the others. */
+static int validate_stages(const atoll_config *c, char *err, size_t errlen)
+{
+    int pp = c->pipeline_model_parallel_size, L = c->num_layers;
+    int first = c->decoder_first_pipeline_num_layers, last = c->decoder_last_pipeline_num_layers;
+    if (!first && !last) {
+        if (L % pp == 0) return 0;
+        atoll_errf(err, errlen, "--num-layers %d is not divisible by --pipeline-model-parallel-size %d (or give "
+                   "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers for an uneven split)",
+                   L, pp);
+        return -1;
+    }
+    const char *which = first && last ? "--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers"
+                        : first ? "--decoder-first-pipeline-num-layers" : "--decoder-last-pipeline-num-layers";
+    if (pp < 2) {
+        atoll_errf(err, errlen, "%s needs --pipeline-model-parallel-size > 1", which);
+        return -1;
+    }
+    if (c->num_layers_per_virtual_pipeline_stage) {
+        atoll_errf(err, errlen, "%s with --num-layers-per-virtual-pipeline-stage is not supported: the interleaved "
+                   "schedule needs every virtual stage to hold the same layers; use one or the other", which);
+        return -1;
+    }
+    int others = pp - !!first - !!last, rest = L - first - last;
+    if (others == 0 && rest != 0) {
+        atoll_errf(err, errlen, "%s: %d + %d layers on the 2 pipeline stages, but --num-layers is %d; they must add "
+                   "up to it", which, first, last, L);
+        return -1;
+    }
+    if (others && (rest < others || rest % others)) {
+        atoll_errf(err, errlen, "%s: %d of --num-layers %d are left for the other %d pipeline stage%s, which need the "
+                   "same number each and at least one; choose values that leave a positive multiple of %d", which,
+                   rest, L, others, others > 1 ? "s" : "", others);
+        return -1;
+    }
+    return 0;
+}
+
 int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char *err, size_t errlen)
 {
     if (cfg_validate_model(c, err, errlen) || cfg_validate_training(c, err, errlen)) return -1;
@@ -636,11 +693,7 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
              c->vocab_size, tp, ((long long)c->vocab_size + tp - 1) / tp * tp);
         return -1;
     }
-    if (c->num_layers % pp) {
-        atoll_errf(err, errlen, "--num-layers %d is not divisible by --pipeline-model-parallel-size %d",
-             c->num_layers, pp);
-        return -1;
-    }
+    if (validate_stages(c, err, errlen)) return -1;
     if (c->num_layers_per_virtual_pipeline_stage) {
         int per_stage = c->num_layers / pp, lv = c->num_layers_per_virtual_pipeline_stage;
         if (pp < 2) {

@@ -43,6 +43,8 @@ typedef struct atoll_config {
     /* parallel layout */
     int tensor_model_parallel_size, pipeline_model_parallel_size;
     int num_layers_per_virtual_pipeline_stage; /* 0 -> no interleaving */
+    int decoder_first_pipeline_num_layers;     /* layers on the first pipeline stage; 0 -> an even split */
+    int decoder_last_pipeline_num_layers;      /* layers on the last one (its LM head and loss); 0 -> even */
     int sequence_parallel, use_distributed_optimizer;
     cfg_recompute recompute_granularity;
     int micro_batch_size, global_batch_size;
@@ -113,6 +115,11 @@ int cfg_rotary_base(const atoll_config *c); /* --rotary-base (0: 10000) */
 int cfg_vocab_multiple(const atoll_config *c); /* --make-vocab-size-divisible-by (0: 128) */
 int cfg_max_pos(const atoll_config *c);
 int cfg_virtual_stages(const atoll_config *c); /* v: 1 when not interleaved */
+/* The layers [*begin, *end) of virtual pipeline stage `vstage` (chunk * pp +
+ * stage; the stage itself when not interleaved): --decoder-first/last-pipeline-
+ * num-layers on the first and last stage, the others' layers split evenly among
+ * them. For a layout cfg_validate_layout accepts. */
+void cfg_stage_layers(const atoll_config *c, int vstage, int *begin, int *end);
 
 /* Checks the model alone: sizes given and positive, hidden divisible by heads. */
 int cfg_validate_model(const atoll_config *c, char *err, size_t errlen);

@@ -199,6 +199,8 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->tensor_model_parallel_size = c->tensor_model_parallel_size;
     o->pipeline_model_parallel_size = c->pipeline_model_parallel_size;
     o->num_layers_per_virtual_pipeline_stage = c->num_layers_per_virtual_pipeline_stage;
+    o->decoder_first_pipeline_num_layers = c->decoder_first_pipeline_num_layers;
+    o->decoder_last_pipeline_num_layers = c->decoder_last_pipeline_num_layers;
     o->sequence_parallel = c->sequence_parallel;
     o->use_distributed_optimizer = c->use_distributed_optimizer;
     o->recompute_granularity = (char *)(c->recompute_granularity == RECOMPUTE_NONE

@@ -18,6 +18,8 @@ void plan_apply(const plan_candidate *p, atoll_config *c)
     c->pipeline_model_parallel_size = p->pp;
     c->micro_batch_size = p->micro_batch;
     c->num_layers_per_virtual_pipeline_stage = p->layers_per_vstage;
+    c->decoder_first_pipeline_num_layers = p->first_layers;
+    c->decoder_last_pipeline_num_layers = p->last_layers;
     c->sequence_parallel = p->sp;
     c->recompute_granularity = p->recompute;
     c->use_distributed_optimizer = p->zero1;
@@ -90,6 +92,7 @@ static int cmp_candidate(const void *va, const void *vb)
     CMP(a->tp, b->tp);
     CMP(a->pp, b->pp);
     CMP(a->vpp, b->vpp);
+    CMP(a->first_layers || a->last_layers, b->first_layers || b->last_layers); /* the even split */
     CMP(a->mem.total_bytes, b->mem.total_bytes);
     CMP(a->est.step_s, b->est.step_s);
     CMP(a->sp, b->sp);
@@ -138,36 +141,50 @@ static int enumerate_inner(const atoll_config *base, const plan_cluster *cl, con
             atoll_config c = *base;
             c.num_layers_per_virtual_pipeline_stage = lv;
             c.sequence_parallel = sp;
-            char err[256];
-            if (cfg_validate_layout(&c, tp * pp * dp, 0, err, sizeof err)) {
-                snprintf(l->rule, sizeof l->rule, "%s", err);
-                continue;
-            }
             for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc++) {
                 if (!fixed_flag_ok(fx->recompute, rc)) continue;
-                for (int z = 0; z <= (dp > 1); z++) {
-                    if (!fixed_flag_ok(fx->zero1, z) && dp > 1) continue;
-                    c.recompute_granularity = (cfg_recompute)rc;
-                    c.use_distributed_optimizer = z;
-                    plan_candidate pc;
-                    memset(&pc, 0, sizeof pc);
-                    plan_memory_estimate(&c, dp, &PLAN_PRECISION_BF16_FLASH, &pc.mem);
-                    if (pc.mem.total_bytes > usable) {
-                        if (l->min_need <= 0 || pc.mem.total_bytes < l->min_need) l->min_need = pc.mem.total_bytes;
+                c.recompute_granularity = (cfg_recompute)rc;
+                /* the stages' layers: as given, else even and the split that
+                 * balances the last stage's LM head (when it differs) */
+                int splits[2][2] = { { base->decoder_first_pipeline_num_layers, base->decoder_last_pipeline_num_layers },
+                                     { 0, 0 } }, nsplits = 1;
+                if (!splits[0][0] && !splits[0][1]) {
+                    plan_balanced_split(&c, &splits[1][0], &splits[1][1]);
+                    nsplits += splits[1][0] || splits[1][1];
+                }
+                for (int k = 0; k < nsplits; k++) {
+                    c.decoder_first_pipeline_num_layers = splits[k][0];
+                    c.decoder_last_pipeline_num_layers = splits[k][1];
+                    char err[256];
+                    if (cfg_validate_layout(&c, tp * pp * dp, 0, err, sizeof err)) {
+                        snprintf(l->rule, sizeof l->rule, "%s", err);
                         continue;
                     }
-                    pc.tp = tp;
-                    pc.pp = pp;
-                    pc.dp = dp;
-                    pc.micro_batch = c.micro_batch_size;
-                    pc.layers_per_vstage = lv;
-                    pc.vpp = cfg_virtual_stages(&c);
-                    pc.sp = sp;
-                    pc.zero1 = z;
-                    pc.recompute = (cfg_recompute)rc;
-                    pc.fabric = *fc;
-                    plan_perf_estimate(&c, dp, cl->gpu, &cl->links, fc, &pc.mem, &pc.est);
-                    if (push(l, &pc)) return -1;
+                    for (int z = 0; z <= (dp > 1); z++) {
+                        if (!fixed_flag_ok(fx->zero1, z) && dp > 1) continue;
+                        c.use_distributed_optimizer = z;
+                        plan_candidate pc;
+                        memset(&pc, 0, sizeof pc);
+                        plan_memory_estimate(&c, dp, &PLAN_PRECISION_BF16_FLASH, &pc.mem);
+                        if (pc.mem.total_bytes > usable) {
+                            if (l->min_need <= 0 || pc.mem.total_bytes < l->min_need) l->min_need = pc.mem.total_bytes;
+                            continue;
+                        }
+                        pc.tp = tp;
+                        pc.pp = pp;
+                        pc.dp = dp;
+                        pc.micro_batch = c.micro_batch_size;
+                        pc.layers_per_vstage = lv;
+                        pc.vpp = cfg_virtual_stages(&c);
+                        pc.first_layers = c.decoder_first_pipeline_num_layers;
+                        pc.last_layers = c.decoder_last_pipeline_num_layers;
+                        pc.sp = sp;
+                        pc.zero1 = z;
+                        pc.recompute = (cfg_recompute)rc;
+                        pc.fabric = *fc;
+                        plan_perf_estimate(&c, dp, cl->gpu, &cl->links, fc, &pc.mem, &pc.est);
+                        if (push(l, &pc)) return -1;
+                    }
                 }
             }
         }
@@ -204,7 +221,7 @@ int plan_enumerate(const atoll_config *model, const plan_cluster *cl, const plan
     for (int tp = 1; tp <= world && tp <= (island ? island : world); tp++) {
         if (world % tp || !fixed_ok(fx->tp, tp)) continue;
         for (int pp = 1; tp * pp <= world && pp <= model->num_layers; pp++) {
-            if (world % (tp * pp) || model->num_layers % pp || !fixed_ok(fx->pp, pp)) continue;
+            if (world % (tp * pp) || !fixed_ok(fx->pp, pp)) continue; /* pp need not divide the layers: uneven splits */
             int dp = world / (tp * pp);
             if (model->global_batch_size % dp) continue;
             plan_fabric_cost fc;

@@ -82,10 +82,16 @@ typedef struct plan_memory {
     int worst_stage;         /* pipeline stage that needs the most */
 } plan_memory;
 
-/* Memory of the first and last pipeline stage (the middle ones need no more
- * than the first); reports the larger. `c` carries the layout (tp, pp, vpp,
- * sp, recompute, micro-batch, global batch, distributed optimizer). */
+/* Memory of every pipeline stage; reports the largest. `c` carries the layout
+ * (tp, pp, vpp, the first and last stage's layers, sp, recompute, micro-batch,
+ * global batch, distributed optimizer). */
 void plan_memory_estimate(const atoll_config *c, int dp, const plan_precision *prec, plan_memory *out);
+
+/* Layers pipeline stage `stage` holds, all its model chunks together
+ * (cfg_stage_layers; num_layers / pp for an even split), and the parameters of
+ * one transformer layer. */
+double plan_stage_layers(const atoll_config *c, int stage);
+double plan_layer_params(const atoll_config *c);
 
 /* Micro-batches stage `stage` holds in flight, in units of whole-stage
  * micro-batches (1F1B: min(pp - stage, m); interleaved: Megatron's warm-up count
@@ -134,6 +140,11 @@ void plan_fabric_cost_of(const topo_node *nodes, const fabric *fab, const place_
 double plan_allreduce_s(int n, double bytes, const plan_link *l);
 double plan_gather_s(int n, double bytes, const plan_link *l);
 
+/* The --decoder-first/last-pipeline-num-layers (0: as the others) that make
+ * the slowest stage of `c`'s pipeline fastest, its LM head counted on the last
+ * stage; both 0 when the even split is as fast (or pp < 2, or interleaved). */
+void plan_balanced_split(const atoll_config *c, int *first, int *last);
+
 typedef struct plan_estimate {
     double compute_s, tp_s, pp_s, bubble_s, dp_s, dp_exposed_s, optimizer_s;
     double step_s, tflops_per_gpu, mfu, bubble; /* bubble = (p-1)/(v m), the theory fraction */
@@ -148,6 +159,7 @@ void plan_perf_estimate(const atoll_config *c, int dp, const gpu_spec *gpu, cons
 
 typedef struct plan_candidate {
     int tp, pp, dp, micro_batch, vpp, layers_per_vstage, sp, zero1;
+    int first_layers, last_layers; /* --decoder-first/last-pipeline-num-layers; 0, 0: an even split */
     cfg_recompute recompute;
     plan_memory mem;
     plan_estimate est;

@@ -48,22 +48,35 @@ double plan_inflight_microbatches(int pp, int v, int m, int stage)
     return chunks / v;
 }
 
+double plan_stage_layers(const atoll_config *c, int stage)
+{
+    if (!c->decoder_first_pipeline_num_layers && !c->decoder_last_pipeline_num_layers)
+        return (double)c->num_layers / c->pipeline_model_parallel_size;
+    int b, e;
+    cfg_stage_layers(c, stage, &b, &e);
+    return e - b;
+}
+
 /* Parameters one GPU of `stage` holds. Layer matrices and their column biases are
  * split over tp; the norms (4h per layer with LayerNorm, 2h with RMSNorm) and the
  * row-parallel biases (2h, none under --disable-bias-linear) are replicated.
  * The word embedding is split over tp (vocab-parallel) on the first stage, beside
  * the position embedding (none with rotary positions), and the last stage holds
  * the output matrix (a copy of it when tied and pp > 1). */
-static double stage_params(const atoll_config *c, int stage)
+double plan_layer_params(const atoll_config *c)
 {
-    double h = c->hidden_size, V = c->vocab_size, L = c->num_layers;
-    int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
     atoll_config no_layers = *c;
     no_layers.num_layers = 0;
-    double per_layer = (cfg_num_params(c) - cfg_num_params(&no_layers)) / L;
+    return (cfg_num_params(c) - cfg_num_params(&no_layers)) / c->num_layers;
+}
+
+static double stage_params(const atoll_config *c, int stage)
+{
+    double h = c->hidden_size, V = c->vocab_size;
+    int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
     double norm = cfg_rmsnorm(c) ? h : 2 * h, repl = 2 * norm + (c->disable_bias_linear ? 0 : 2 * h);
-    double layer_gpu = (per_layer - repl) / tp + repl;
-    double p = L / pp * layer_gpu;
+    double layer_gpu = (plan_layer_params(c) - repl) / tp + repl;
+    double p = plan_stage_layers(c, stage) * layer_gpu;
     if (stage == 0) p += V * h / tp + (cfg_rope(c) ? 0 : cfg_max_pos(c) * h);
     if (stage == pp - 1) {
         p += norm; /* final norm */
@@ -89,8 +102,7 @@ static double stage_activations(const atoll_config *c, int dp, int stage, const 
     int m = cfg_micro_batches(c, dp);
     double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, V = c->vocab_size;
     double inflight = plan_inflight_microbatches(pp, v, m, stage);
-    double layers = (double)c->num_layers / pp;
-    *inflight_layers = inflight * layers;
+    *inflight_layers = inflight * plan_stage_layers(c, stage);
     atoll_config lm = layer_model(c, prec);
     double act = *inflight_layers * plan_act_bytes_per_layer(&lm);
     if (c->recompute_granularity == RECOMPUTE_FULL) {
@@ -112,10 +124,9 @@ void plan_memory_estimate(const atoll_config *c, int dp, const plan_precision *p
     int pp = c->pipeline_model_parallel_size;
     double bpp = plan_state_bytes_per_param(prec, c->use_distributed_optimizer, dp);
     out->total_bytes = -1;
-    int stages[2] = { 0, pp - 1 };
-    for (int i = 0; i < (pp > 1 ? 2 : 1); i++) {
-        double inflight_layers, params = stage_params(c, stages[i]);
-        double act = stage_activations(c, dp, stages[i], prec, &inflight_layers) * prec->activation / 2;
+    for (int st = 0; st < pp; st++) {
+        double inflight_layers, params = stage_params(c, st);
+        double act = stage_activations(c, dp, st, prec, &inflight_layers) * prec->activation / 2;
         double total = params * bpp + act;
         if (total > out->total_bytes) {
             out->params_per_gpu = params;
@@ -125,7 +136,7 @@ void plan_memory_estimate(const atoll_config *c, int dp, const plan_precision *p
             out->inflight_layers = inflight_layers;
             out->act_bytes = act;
             out->total_bytes = total;
-            out->worst_stage = stages[i];
+            out->worst_stage = st;
         }
     }
 }

@@ -195,32 +195,103 @@ static double gemm_efficiency(const atoll_config *c, const plan_links *L)
     return L->mfu_base * fmin(1.0, rows / 1024) * slice / (slice + 64);
 }
 
+/* FLOPs per token of one transformer layer (forward and backward, with what
+ * recompute adds) and of the output projection (the LM head, on the last stage:
+ * 6Vh, forward and backward; its logits are never recomputed). */
+static void stage_flops(const atoll_config *c, double *layer, double *head)
+{
+    double s = c->seq_length, h = c->hidden_size;
+    double fb = 6 * plan_layer_params(c) + 12 * h * s; /* PaLM's count, one layer */
+    double extra = c->recompute_granularity == RECOMPUTE_FULL ? fb / 3        /* one more forward */
+                 : c->recompute_granularity == RECOMPUTE_SELECTIVE ? 4 * h * s /* QK^T and AV forward */
+                 : 0;
+    *layer = fb + extra;
+    *head = 6.0 * c->vocab_size * h;
+}
+
+void plan_balanced_split(const atoll_config *c, int *first, int *last)
+{
+    int L = c->num_layers, pp = c->pipeline_model_parallel_size;
+    *first = *last = 0;
+    if (pp < 2 || c->num_layers_per_virtual_pipeline_stage) return;
+    double layer, head;
+    stage_flops(c, &layer, &head);
+    double H = head / layer, best = L % pp ? INFINITY : (double)L / pp + H; /* the even split, in layers */
+    if (pp == 2) { /* the last stage l, the first the rest */
+        for (int l = 1; l < L; l++)
+            if (2 * l != L && fmax(L - l, l + H) < best - 1e-9) {
+                best = fmax(L - l, l + H);
+                *last = l;
+            }
+        return;
+    }
+    /* The other stages hold n each; the first f and the last l (0: n), f + l + n (pp - 2) = L.
+     * Of equally fast splits the one with the fewest layers on the first stage,
+     * which keeps the most micro-batches in flight (1F1B: pp of them). */
+    int best_f = L % pp ? L + 1 : L / pp;
+    for (int n = 1; n * (pp - 2) < L; n++) {
+        int rest = L - n * (pp - 2); /* the first and last stage's layers together */
+        for (int f = 1; f < rest; f++) {
+            int l = rest - f;
+            double slowest = fmax(fmax(f, n), l + H);
+            int fv = f == n ? 0 : f, lv = l == n ? 0 : l;
+            if (!fv && !lv) continue; /* the even split, counted above */
+            if (slowest < best - 1e-9 || (slowest < best + 1e-9 && f < best_f)) {
+                best = slowest;
+                best_f = f;
+                *first = fv;
+                *last = lv;
+            }
+        }
+    }
+}
+
 void plan_perf_estimate(const atoll_config *c, int dp, const gpu_spec *gpu, const plan_links *links,
                         const plan_fabric_cost *fc, const plan_memory *mem, plan_estimate *out)
 {
     memset(out, 0, sizeof *out);
     int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size, v = cfg_virtual_stages(c);
     int m = cfg_micro_batches(c, dp);
-    double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, L = c->num_layers;
-    double model_per_token = cfg_flops_per_token(c), extra = 0;
+    double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size;
+    double model_per_token = cfg_flops_per_token(c), extra = 0, layer, head;
     if (c->recompute_granularity == RECOMPUTE_FULL) extra = model_per_token / 3; /* one more forward */
-    if (c->recompute_granularity == RECOMPUTE_SELECTIVE) extra = 4 * L * h * s; /* QK^T and AV forward */
-    double fmb = (model_per_token + extra) * b * s / ((double)pp * tp) / (gpu->peak_bf16_flops * gemm_efficiency(c, links));
+    if (c->recompute_granularity == RECOMPUTE_SELECTIVE) extra = 4.0 * c->num_layers * h * s; /* QK^T, AV */
+    stage_flops(c, &layer, &head);
+    /* mfu_base is calibrated on the PaLM count of the whole model; the stages
+     * share that time in proportion to the work each holds */
+    double share = 0;
+    for (int st = 0; st < pp; st++) share += plan_stage_layers(c, st) * layer + (st == pp - 1 ? head : 0);
+    double rate = gpu->peak_bf16_flops * gemm_efficiency(c, links) * share / (model_per_token + extra);
 
     /* TP: 2 all-reduces (or all-gather + reduce-scatter pairs with SP, the same
      * bytes) forward and 2 backward per layer, 2 more when full recompute reruns the forward. */
     double act = 2 * b * s * h, colls = 4 + (c->recompute_granularity == RECOMPUTE_FULL ? 2 : 0);
-    double tp_mb = L / pp * colls * plan_allreduce_s(tp, act, &fc->tp);
+    double tp_layer = colls * plan_allreduce_s(tp, act, &fc->tp);
     /* PP: one activation forward and one gradient back per model chunk, split over tp. */
     double pp_mb = pp > 1 ? 2.0 * v * (act / tp / fc->pp.Bps + fc->pp.lat_s) : 0;
-    double tmb = fmb + tp_mb + pp_mb;
+
+    /* Each stage's forward and backward of one micro-batch: its layers, and the
+     * LM head on the last. In steady state the slowest stage sets the pace; the
+     * others' time is the fill and drain (1F1B: (m - 1) t_max + sum t; the
+     * interleaved schedule divides the fill by v). */
+    double fmb = 0, tp_mb = 0, tmb = 0, tsum = 0;
+    for (int st = 0; st < pp; st++) {
+        double n = plan_stage_layers(c, st);
+        double f = (n * layer + (st == pp - 1 ? head : 0)) * b * s / tp / rate, t = f + n * tp_layer + pp_mb;
+        tsum += t;
+        if (t > tmb) {
+            tmb = t;
+            fmb = f;
+            tp_mb = n * tp_layer;
+        }
+    }
 
     out->microbatches = m;
     out->compute_s = m * fmb;
     out->tp_s = m * tp_mb;
     out->pp_s = m * pp_mb;
     out->bubble = (double)(pp - 1) / ((double)v * m);
-    out->bubble_s = out->bubble * m * tmb;
+    out->bubble_s = (tsum - tmb) / v;
 
     /* DP: fp32 gradients reduce-scattered (ZeRO-1, then bf16 params all-gathered)
      * or all-reduced; the reduction hides behind the last micro-batch's backward

@@ -27,6 +27,7 @@ static void usage(FILE *f)
             "logging:  --log-interval N --metrics-file FILE (one JSON object per logged step)\n"
             "parallel: --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
             "          --num-layers-per-virtual-pipeline-stage L --sequence-parallel --use-distributed-optimizer\n"
+            "          --decoder-first-pipeline-num-layers N --decoder-last-pipeline-num-layers N (uneven stages)\n"
             "          --recompute-granularity {selective,full}\n"
             "engine:   --device {cpu,cuda} --attention-backend {auto,flash,fused} (fused: cuDNN, cuda bf16)\n"
             "          --exit-interval N --nproc-per-node N (local launcher)\n"

@@ -102,12 +102,8 @@ eng_layout dist_layout(const dist *d, const atoll_config *c)
     l.tp_rank = d->tp_rank;
     l.tp_size = d->tp;
     l.nchunks = d->v;
-    int per = c->num_layers / (d->pp * d->v);
-    for (int ch = 0; ch < d->v; ch++) {
-        int s = ch * d->pp + d->pp_rank; /* virtual stage */
-        l.layer_begin[ch] = s * per;
-        l.layer_end[ch] = (s + 1) * per;
-    }
+    for (int ch = 0; ch < d->v; ch++) /* virtual stage ch * pp + pp_rank */
+        cfg_stage_layers(c, ch * d->pp + d->pp_rank, &l.layer_begin[ch], &l.layer_end[ch]);
     return l;
 }
 

@@ -157,7 +157,11 @@ typedef struct {
     double clock, wait;
     int bend;        /* batched mode: end of the posted batch, 0 = none posted */
     double posted;   /* when the batch was posted */
+    double scale;    /* this rank's compute costs are cost_fwd / cost_bwd times this */
 } sim_rank;
+
+static int simulate(const sched_list *L, double cost_fwd, double cost_bwd, double cost_xfer, sched_send_mode mode,
+                    const double *scale, sched_sim_result *res);
 
 static int is_xfer(sched_op op) { return op >= SCHED_SEND_FWD; }
 static int is_send(sched_op op) { return op == SCHED_SEND_FWD || op == SCHED_SEND_BWD; }
@@ -165,11 +169,17 @@ static int is_send(sched_op op) { return op == SCHED_SEND_FWD || op == SCHED_SEN
 int sched_simulate(int p, int m, int v, double cost_fwd, double cost_bwd, sched_sim_result *res,
                    char *err, size_t errlen)
 {
+    return sched_simulate_scaled(p, m, v, cost_fwd, cost_bwd, NULL, res, err, errlen);
+}
+
+int sched_simulate_scaled(int p, int m, int v, double cost_fwd, double cost_bwd, const double *scale,
+                          sched_sim_result *res, char *err, size_t errlen)
+{
     memset(res, 0, sizeof *res);
     sched_list *L = calloc((size_t)p, sizeof *L);
     int rc = 0;
     for (int r = 0; r < p && rc == 0; r++) rc = sched_build(p, r, m, v, &L[r], err, errlen);
-    if (rc == 0) rc = sched_simulate_lists(L, cost_fwd, cost_bwd, 0, SCHED_SENDS_BUFFERED, res);
+    if (rc == 0) rc = simulate(L, cost_fwd, cost_bwd, 0, SCHED_SENDS_BUFFERED, scale, res);
     for (int r = 0; r < p; r++) sched_free(&L[r]);
     free(L);
     return rc;
@@ -194,7 +204,7 @@ static int step_buffered(const sched_list *s, sim_rank *x, double *sent, size_t 
         } else if (is_send(a->op)) {
             sent[(size_t)a->peer * ntags + tag] = x->clock + cost_xfer;
         } else {
-            x->clock += a->op == SCHED_FWD ? cost_fwd : cost_bwd;
+            x->clock += (a->op == SCHED_FWD ? cost_fwd : cost_bwd) * x->scale;
         }
         x->done++;
         moved = 1;
@@ -215,7 +225,7 @@ static int step_batched(const sched_list *L, sim_rank *R, double **done_at, int 
     while (x->done < s->n) {
         const sched_action *a = &s->a[x->done];
         if (!is_xfer(a->op)) {
-            x->clock += a->op == SCHED_FWD ? cost_fwd : cost_bwd;
+            x->clock += (a->op == SCHED_FWD ? cost_fwd : cost_bwd) * x->scale;
             x->done++;
             moved = 1;
             continue;
@@ -261,9 +271,20 @@ static int step_batched(const sched_list *L, sim_rank *R, double **done_at, int 
 int sched_simulate_lists(const sched_list *L, double cost_fwd, double cost_bwd, double cost_xfer,
                          sched_send_mode mode, sched_sim_result *res)
 {
+    return simulate(L, cost_fwd, cost_bwd, cost_xfer, mode, NULL, res);
+}
+
+static int simulate(const sched_list *L, double cost_fwd, double cost_bwd, double cost_xfer, sched_send_mode mode,
+                    const double *scale, sched_sim_result *res)
+{
     memset(res, 0, sizeof *res);
     int p = L[0].p, m = L[0].m, v = L[0].v;
     sim_rank *R = calloc((size_t)p, sizeof *R);
+    double smax = 0;
+    for (int r = 0; r < p; r++) {
+        R[r].scale = scale ? scale[r] : 1;
+        if (R[r].scale > smax) smax = R[r].scale;
+    }
     size_t ntags = (size_t)m * (size_t)(v * p) * 2;
     double *sent = malloc(sizeof(double) * ntags * (size_t)p);
     for (size_t i = 0; i < ntags * (size_t)p; i++) sent[i] = -1;
@@ -296,7 +317,7 @@ int sched_simulate_lists(const sched_list *L, double cost_fwd, double cost_bwd, 
         if (R[r].clock > res->makespan) res->makespan = R[r].clock;
         if (R[r].wait > res->wait_max) res->wait_max = R[r].wait;
     }
-    res->ideal = (double)m * v * (cost_fwd + cost_bwd);
+    res->ideal = (double)m * v * (cost_fwd + cost_bwd) * smax; /* the slowest rank's compute */
     res->bubble = (res->makespan - res->ideal) / res->ideal;
     for (int r = 0; r < p; r++) free(done_at[r]);
     free(done_at);

@@ -95,6 +95,11 @@ typedef struct {
 
 int sched_simulate(int p, int m, int v, double cost_fwd, double cost_bwd, sched_sim_result *r,
                    char *err, size_t errlen);
+/* The same with rank r's compute costs times scale[r] (stages that hold
+ * different layers: an uneven split, the LM head on the last); `ideal` is then
+ * the slowest rank's compute. scale NULL: all 1. */
+int sched_simulate_scaled(int p, int m, int v, double cost_fwd, double cost_bwd, const double *scale,
+                          sched_sim_result *r, char *err, size_t errlen);
 typedef enum {
     /* host backend: a send completes at once; its message can be received
      * cost_xfer later */

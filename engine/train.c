@@ -836,9 +836,18 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
                "data: %s (%llu samples per epoch)\n",
                r.m->k->name, c.num_layers, c.hidden_size, c.num_attention_heads, c.seq_length,
                c.vocab_size, cfg_num_params(&c), r.data.source, (unsigned long long)r.data.nsamples);
+        char split[160] = ""; /* layers per pipeline stage, when not all the same */
+        if (c.decoder_first_pipeline_num_layers || c.decoder_last_pipeline_num_layers) {
+            size_t at = (size_t)snprintf(split, sizeof split, "; layers per stage");
+            for (int s = 0; s < r.d.pp && at < sizeof split; s++) {
+                int b, e;
+                cfg_stage_layers(&c, s, &b, &e);
+                at += (size_t)snprintf(split + at, sizeof split - at, "%s%d", s ? ", " : " ", e - b);
+            }
+        }
         if (r.d.size > 1)
-            printf("atoll-train: %d ranks: tp %d, pp %d (%d model chunks per rank), dp %d, %d micro-batches per "
-                   "rank%s%s%s\n", r.d.size, r.d.tp, r.d.pp, r.d.v, r.d.dp, r.d.nmicro,
+            printf("atoll-train: %d ranks: tp %d, pp %d (%d model chunks per rank%s), dp %d, %d micro-batches per "
+                   "rank%s%s%s\n", r.d.size, r.d.tp, r.d.pp, r.d.v, split, r.d.dp, r.d.nmicro,
                    r.m->sp ? ", sequence parallel" : "", r.dopt.zero ? ", distributed optimizer" : "",
                    c.recompute_granularity ? (c.recompute_granularity == RECOMPUTE_FULL ? ", full recompute"
                                                                                          : ", selective recompute") : "");

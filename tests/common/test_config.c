@@ -94,6 +94,84 @@ static void test_layout_rules(void)
     CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == -1 && strstr(err, "num-gpus"), "world: %s", err);
 }
 
+/* --decoder-first/last-pipeline-num-layers: every split the validator takes gives
+ * the stages contiguous ranges that cover the model, the first and last stage
+ * the layers asked for and the others the same number; every other one is refused. */
+static void test_uneven_stages(void)
+{
+    atoll_config c;
+    char err[256];
+    int accepted = 0, refused = 0;
+    for (int L = 1; L <= 12; L++)
+        for (int pp = 1; pp <= 6; pp++)
+            for (int f = 0; f <= L; f++)
+                for (int l = 0; l <= L; l++) {
+                    base(&c);
+                    c.num_layers = L; c.pipeline_model_parallel_size = pp; c.global_batch_size = 8;
+                    c.decoder_first_pipeline_num_layers = f; c.decoder_last_pipeline_num_layers = l;
+                    int ok = cfg_validate_layout(&c, pp, 8, err, sizeof err) == 0;
+                    /* the spec, by enumeration: some equal middle size n >= 1 makes the sum */
+                    int fits = 0;
+                    if (!f && !l) fits = L % pp == 0;
+                    else if (pp >= 2) {
+                        int others = pp - (f > 0) - (l > 0);
+                        for (int n = others ? 1 : 0; n <= L && !fits; n++) fits = f + l + others * n == L;
+                    }
+                    CHECK(ok == fits, "L %d pp %d first %d last %d: validator %d, spec %d (%s)", L, pp, f, l, ok, fits,
+                          ok ? "" : err);
+                    if (!ok) {
+                        refused++;
+                        CHECK(!strchr(err, '\n') && strstr(err, "--"), "one line naming a flag: %s", err);
+                        continue;
+                    }
+                    accepted++;
+                    int at = 0, mid = -1;
+                    for (int s = 0; s < pp; s++) {
+                        int b, e;
+                        cfg_stage_layers(&c, s, &b, &e);
+                        CHECK(b == at && e > b, "L %d pp %d f %d l %d: stage %d holds [%d, %d) after %d", L, pp, f, l,
+                              s, b, e, at);
+                        at = e;
+                        int n = e - b;
+                        if (s == 0 && f) CHECK(n == f, "first stage %d layers, asked %d", n, f);
+                        else if (s == pp - 1 && l) CHECK(n == l, "last stage %d layers, asked %d", n, l);
+                        else if (mid < 0) mid = n;
+                        else CHECK(n == mid, "L %d pp %d f %d l %d: stage %d has %d, another %d", L, pp, f, l, s, n, mid);
+                    }
+                    CHECK(at == L, "L %d pp %d f %d l %d: the stages end at %d", L, pp, f, l, at);
+                }
+    CHECK(accepted > 100 && refused > 100, "both kinds seen: %d accepted, %d refused", accepted, refused);
+
+    /* interleaved and even: virtual stage s holds [s lv, (s + 1) lv) */
+    base(&c);
+    c.pipeline_model_parallel_size = 4; c.num_layers_per_virtual_pipeline_stage = 2; c.global_batch_size = 8;
+    CHECK(cfg_validate_layout(&c, 4, 8, err, sizeof err) == 0, "vpp: %s", err);
+    for (int vs = 0; vs < 12; vs++) {
+        int b, e;
+        cfg_stage_layers(&c, vs, &b, &e);
+        CHECK(b == 2 * vs && e == 2 * vs + 2, "virtual stage %d: [%d, %d)", vs, b, e);
+    }
+    /* the messages */
+    CHECK(parse(&c, "--num-layers 24 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+                    "--pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 4 "
+                    "--num-layers-per-virtual-pipeline-stage 2", err, sizeof err) == 0, "flags: %s", err);
+    CHECK(c.decoder_last_pipeline_num_layers == 4 && c.decoder_first_pipeline_num_layers == 0, "flag values");
+    CHECK(cfg_validate_layout(&c, 2, 8, err, sizeof err) == -1 && strstr(err, "interleaved schedule"), "vpp: %s", err);
+    c.num_layers_per_virtual_pipeline_stage = 0;
+    c.pipeline_model_parallel_size = 1;
+    CHECK(cfg_validate_layout(&c, 1, 8, err, sizeof err) == -1 && strstr(err, "needs --pipeline-model-parallel-size > 1"),
+          "pp 1: %s", err);
+    c.pipeline_model_parallel_size = 3;
+    CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == 0, "10, 10, 4: %s", err);
+    c.decoder_last_pipeline_num_layers = 5;
+    CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == -1 && strstr(err, "19 of --num-layers 24 are left for the "
+          "other 2 pipeline stages") && strstr(err, "multiple of 2"), "19 over 2: %s", err);
+    base(&c);
+    c.pipeline_model_parallel_size = 5;
+    CHECK(cfg_validate_layout(&c, 5, 8, err, sizeof err) == -1 && strstr(err, "not divisible") &&
+          strstr(err, "--decoder-first-pipeline-num-layers"), "24 over 5 names the uneven flags: %s", err);
+}
+
 /* The inputs of issue 12 that crashed the daemons: products that overflowed int
  * and were then used as divisors, and values that should never have been taken. */
 static void test_ranges_and_overflow(void)
@@ -336,6 +414,7 @@ int main(int argc, char **argv)
     test_flags();
     test_yaml();
     test_layout_rules();
+    test_uneven_stages();
     test_ranges_and_overflow();
     test_rank_order();
     test_yaml_refusals();

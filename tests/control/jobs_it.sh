@@ -136,6 +136,14 @@ case_run() {
   atoll logs "$id" --rank 0 | grep -q "iteration       12/      12" || fail "rank 0 log: $(atoll logs "$id")"
   atoll logs "$id" --rank 9 2>"$TMP/err"; [ $? -eq 1 ] && grep -q "no rank 9" "$TMP/err" || fail "bad rank: $(cat "$TMP/err")"
   ok "atoll metrics and atoll logs"
+  # An uneven pipeline split travels in the job spec to the ranks: 3 layers, then 1 beside the LM head
+  atoll submit "${model[@]}" --pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 1 --num-gpus 2 \
+      --train-iters 4 --name uneven --wait >"$TMP/uneven.out" 2>"$TMP/uneven.err" \
+    || fail "uneven job: exit $?: $(cat "$TMP/uneven.out" "$TMP/uneven.err")"
+  local uid; uid=$(head -1 "$TMP/uneven.out")
+  atoll logs "$uid" --rank 0 | grep -q "pp 2 (1 model chunks per rank; layers per stage 3, 1)" \
+    || fail "uneven job's layers: $(atoll logs "$uid" --rank 0 | head -3)"
+  ok "job $uid with --decoder-last-pipeline-num-layers 1 completed with layers 3, 1 on its two stages"
   stop_all
 }
 

@@ -35,6 +35,7 @@ LLAMA = ("--normalization RMSNorm --swiglu --position-embedding-type rope --grou
          "--hidden-dropout 0.1 --attention-dropout 0.1 --split 7,3,0 --eval-interval 5 --eval-iters 2").split()
 ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1", ATOLL_COMM_TIMEOUT_MS="60000")
 failures = []
+STDOUT = {}  # each run's standard output, by name
 
 
 def check(ok, msg):
@@ -54,6 +55,7 @@ def train(name, nproc, *flags):
     p = subprocess.run(cmd, env=ENV, cwd=WORK, capture_output=True, text=True, timeout=600)
     check(p.returncode == 0, "%s: exit %d in %.1fs %s" % (name, p.returncode, time.time() - t0,
                                                           p.stderr.strip()[-300:]))
+    STDOUT[name] = p.stdout
     steps = {}
     if os.path.exists(metrics):
         for line in open(metrics):
@@ -219,6 +221,12 @@ def bad_layouts():
     for flags, word in ((["--nproc-per-node", "3", "--tensor-model-parallel-size", "2"], "divisible"),
                         (["--nproc-per-node", "2", "--pipeline-model-parallel-size", "2",
                           "--num-layers-per-virtual-pipeline-stage", "3"], "virtual"),
+                        (["--nproc-per-node", "2", "--pipeline-model-parallel-size", "2",
+                          "--decoder-first-pipeline-num-layers", "2", "--decoder-last-pipeline-num-layers", "1"],
+                         "must add up"),
+                        (["--nproc-per-node", "2", "--pipeline-model-parallel-size", "2",
+                          "--decoder-last-pipeline-num-layers", "1", "--num-layers-per-virtual-pipeline-stage", "1"],
+                         "interleaved"),
                         (["--nproc-per-node", "0"], "--nproc-per-node")):
         p = subprocess.run([TRAIN] + MODEL + flags, env=ENV, capture_output=True, text=True, timeout=60)
         line = p.stderr.strip()
@@ -234,15 +242,22 @@ def main():
     tp2, pp2, vpp, sp = (["--tensor-model-parallel-size", "2"], ["--pipeline-model-parallel-size", "2"],
                          ["--num-layers-per-virtual-pipeline-stage", "1"], ["--sequence-parallel"])
     zero, sel = ["--use-distributed-optimizer"], ["--recompute-granularity", "selective"]
+    first1, last1 = ["--decoder-first-pipeline-num-layers", "1"], ["--decoder-last-pipeline-num-layers", "1"]
     matrix = [
         ("tp2", 2, tp2), ("tp2_sp", 2, tp2 + sp), ("pp2", 2, pp2),
         ("pp4", 4, ["--pipeline-model-parallel-size", "4"]), ("pp2_v2", 2, pp2 + vpp), ("dp2", 2, []),
         ("dp2_zero1", 2, zero), ("tp2_pp2_dp2", 8, tp2 + pp2),
         ("tp2_pp2_dp2_sp_full_recompute", 8, tp2 + pp2 + sp + ["--recompute-granularity", "full"]),
+        # uneven stages: layers 1, 2, 1 and 3, 1 (the last stage's share taken by its LM head)
+        ("pp3_first1_last1", 3, ["--pipeline-model-parallel-size", "3"] + first1 + last1),
+        ("tp2_pp2_last1", 4, tp2 + pp2 + last1),
     ]
     for name, n, flags in matrix:
         got = train(name, n, *flags)
         compare(name, ref, got)
+    for name, split in (("pp3_first1_last1", "1, 2, 1"), ("tp2_pp2_last1", "3, 1")):
+        check("layers per stage %s)" % split in STDOUT.get(name, ""),
+              "%s: the ranks hold layers %s: %s" % (name, split, STDOUT.get(name, "").splitlines()[1:2]))
     everything = train("tp2_pp2_dp2_vpp_sp_zero1_selective", 8, *(tp2 + pp2 + vpp + sp + zero + sel))
     compare("tp2_pp2_dp2_vpp_sp_zero1_selective", ref, everything)
     if everything:
@@ -271,7 +286,8 @@ def main():
     for f in ("model.safetensors", "optim.safetensors"):
         same_tensors("ZeRO-1 tp2*pp2*dp2 " + f, os.path.join(ref_ck, "iter_0000005", f),
                      os.path.join(ck, "iter_0000005", f))
-    resumes = [("resume_tp1_pp4_dp2", ["--pipeline-model-parallel-size", "4"]), ("resume_dp8_zero1", zero)]
+    resumes = [("resume_tp1_pp4_dp2", ["--pipeline-model-parallel-size", "4"]), ("resume_dp8_zero1", zero),
+               ("resume_pp2_last1_dp4", pp2 + last1)]
     for name, flags in resumes:
         got = train(name, 8, *(flags + ["--load", ck]))
         check(sorted(got) == list(range(6, 11)), "%s: resumed at iteration 6 (%s)" % (name, sorted(got)))

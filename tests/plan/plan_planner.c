@@ -5,6 +5,8 @@
 #include "config.h"
 #include "plan.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -299,9 +301,119 @@ static void test_placement_matters(void)
     free(s.nodes);
 }
 
+/* plan_balanced_split against every split the validator accepts: no other
+ * makes the slowest stage (its layers, plus the LM head's share on the last)
+ * faster. Stage times counted here from the shapes: a GPT layer's 12h^2 + 13h
+ * parameters at 6 FLOPs each and attention's 12hs; the head's 6Vh. */
+static void test_balanced_split_is_best(void)
+{
+    int checked = 0, uneven = 0;
+    const int vocabs[] = { 512, 50304, 256000 };
+    for (int L = 2; L <= 24; L += 1)
+        for (int pp = 2; pp <= 8 && pp <= L; pp++)
+            for (int vi = 0; vi < 3; vi++) {
+                atoll_config c;
+                gpt(&c, L, 1024, 16, 2048, vocabs[vi], 64);
+                double h = c.hidden_size, H = 6.0 * c.vocab_size * h / (6 * (12 * h * h + 13 * h) + 12 * h * 2048);
+                c.pipeline_model_parallel_size = pp;
+                int f, l;
+                plan_balanced_split(&c, &f, &l);
+                c.decoder_first_pipeline_num_layers = f;
+                c.decoder_last_pipeline_num_layers = l;
+                char err[256];
+                /* (0, 0) with pp not dividing L: no split fits, which the loop below sees as no split validating */
+                int none = !f && !l && L % pp;
+                CHECK(none || cfg_validate_layout(&c, pp, 0, err, sizeof err) == 0, "L %d pp %d V %d: split %d/%d "
+                      "refused: %s", L, pp, c.vocab_size, f, l, err);
+                double got = none ? INFINITY : 0;
+                for (int st = 0; st < pp; st++) {
+                    int b, e;
+                    cfg_stage_layers(&c, st, &b, &e);
+                    double t = e - b + (st == pp - 1 ? H : 0);
+                    if (t > got) got = t;
+                }
+                for (int f2 = 0; f2 <= L; f2++)
+                    for (int l2 = 0; l2 <= L; l2++) {
+                        atoll_config o = c;
+                        o.decoder_first_pipeline_num_layers = f2;
+                        o.decoder_last_pipeline_num_layers = l2;
+                        if (cfg_validate_layout(&o, pp, 0, err, sizeof err)) continue;
+                        double t_o = 0;
+                        for (int st = 0; st < pp; st++) {
+                            int b, e;
+                            cfg_stage_layers(&o, st, &b, &e);
+                            double t = e - b + (st == pp - 1 ? H : 0);
+                            if (t > t_o) t_o = t;
+                        }
+                        CHECK(!none && got <= t_o + 1e-9, "L %d pp %d V %d: split %d/%d (slowest %.3f) loses to %d/%d (%.3f)", L,
+                              pp, c.vocab_size, f, l, got, f2, l2, t_o);
+                        checked++;
+                    }
+                uneven += f || l;
+            }
+    CHECK(checked > 1000 && uneven > 100, "%d splits compared, %d uneven chosen", checked, uneven);
+}
+
+/* A LLaMA-3-8B-like model at seq 8192 in a 4-stage pipeline: its untied
+ * 128256-token head costs about 1.8 layers, so the planner moves layers off the
+ * last stage and predicts the step faster than the same layout split evenly;
+ * 30 layers, which 4 stages cannot split evenly, still get pp 4 layouts. */
+static void test_uneven_pipeline(void)
+{
+    atoll_config m;
+    gpt(&m, 32, 4096, 32, 8192, 128256, 128);
+    m.ffn_hidden_size = 14336;
+    m.swiglu = 1;
+    snprintf(m.normalization, sizeof m.normalization, "RMSNorm");
+    snprintf(m.position_embedding_type, sizeof m.position_embedding_type, "rope");
+    m.group_query_attention = 1;
+    m.num_query_groups = 8;
+    m.untie_embeddings_and_output_weights = 1;
+    m.disable_bias_linear = 1;
+    sim s;
+    sim_make(&s, "h100-sxm", 8, 8);
+    plan_fixed fx;
+    plan_fixed_none(&fx);
+    fx.pp = 4;
+    plan_candidate *v;
+    char why[256] = "";
+    int n = plan(&m, &s, &fx, &v, why);
+    CHECK(n > 0, "LLaMA-8B-like, pp 4: %s", why);
+    if (n > 0) {
+        show("LLaMA-8B pp 4 best", &v[0]);
+        atoll_config c = m;
+        plan_apply(&v[0], &c);
+        int b0, e0, b1, e1, bl, el;
+        cfg_stage_layers(&c, 0, &b0, &e0);
+        cfg_stage_layers(&c, 1, &b1, &e1);
+        cfg_stage_layers(&c, 3, &bl, &el);
+        printf("  layers per stage %d, %d, .., %d\n", e0 - b0, e1 - b1, el - bl);
+        CHECK(v[0].last_layers > 0 && el - bl < e1 - b1, "the LM head's stage holds fewer layers (%d vs %d)", el - bl,
+              e1 - b1);
+        int twin = -1;
+        for (int i = 0; i < n && twin < 0; i++)
+            if (v[i].tp == v[0].tp && v[i].dp == v[0].dp && v[i].micro_batch == v[0].micro_batch &&
+                v[i].vpp == v[0].vpp && v[i].sp == v[0].sp && v[i].recompute == v[0].recompute &&
+                v[i].zero1 == v[0].zero1 && !v[i].first_layers && !v[i].last_layers)
+                twin = i;
+        CHECK(twin > 0 && v[twin].est.step_s > v[0].est.step_s * 1.05, "even twin %.3f s vs %.3f s",
+              twin > 0 ? v[twin].est.step_s : 0, v[0].est.step_s);
+        check_contract(&m, &s, v, n);
+    }
+    free(v);
+    m.num_layers = 30;
+    n = plan(&m, &s, &fx, &v, why);
+    CHECK(n > 0 && (v[0].first_layers || v[0].last_layers), "30 layers over 4 stages: %d layouts (%s)", n, why);
+    if (n > 0) check_contract(&m, &s, v, n);
+    free(v);
+    free(s.nodes);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
+    test_balanced_split_is_best();
+    test_uneven_pipeline();
     test_13b();
     test_175b();
     test_small();
