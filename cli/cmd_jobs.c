@@ -300,7 +300,10 @@ static void print_job(const Atoll__Job *j)
         else snprintf(meas, sizeof meas, "-");
         if (b->transfer >= 0) snprintf(xfer, sizeof xfer, "%.3f", b->transfer);
         else snprintf(xfer, sizeof xfer, "-");
-        printf("    stage %d: measured %s, theory %.3f, transfer %s\n", b->stage, meas, b->theory, xfer);
+        int layers = msg_stage_layers(j, b->stage);
+        printf("    stage %d", b->stage);
+        if (layers >= 0) printf(" (%d layer%s)", layers, layers == 1 ? "" : "s");
+        printf(": measured %s, theory %.3f, transfer %s\n", meas, b->theory, xfer);
     }
     print_resilience(j);
 }

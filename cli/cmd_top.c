@@ -136,14 +136,17 @@ static int frame(cli_ctx *c, uint64_t want, screen *s, int json)
                     m->step_ms, mfu);
                 put(s, "  %.0f tokens/s, %.3f TFLOP/s per GPU, peak memory %.0f MiB per rank", m->tokens_per_s,
                     m->flops_per_gpu / 1e12, m->memory_bytes / 1048576.0);
-                put(s, "  %-6s %-9s %-7s %-9s %s", "STAGE", "MEASURED", "THEORY", "TRANSFER", "IDLE SHARE OF THE STEP");
+                put(s, "  %-6s %-9s %-7s %-9s %-6s %s", "STAGE", "MEASURED", "THEORY", "TRANSFER", "LAYERS",
+                    "IDLE SHARE OF THE STEP");
                 for (size_t i = 0; i < m->n_stages && detail->pp > 1; i++) {
                     const Atoll__StageBubble *b = m->stages[i];
-                    char meas[16] = "-", xf[16] = "-", graph[96];
+                    char meas[16] = "-", xf[16] = "-", graph[96], layers[16] = "-";
+                    int nl = msg_stage_layers(detail, b->stage);
+                    if (nl >= 0) snprintf(layers, sizeof layers, "%d", nl);
                     if (b->measured >= 0) snprintf(meas, sizeof meas, "%.3f", b->measured);
                     if (b->transfer >= 0) snprintf(xf, sizeof xf, "%.3f", b->transfer);
                     bar(graph, sizeof graph, b->measured, 30);
-                    put(s, "  %-6d %-9s %-7.3f %-9s %s", b->stage, meas, b->theory, xf, graph);
+                    put(s, "  %-6d %-9s %-7.3f %-9s %-6s %s", b->stage, meas, b->theory, xf, layers, graph);
                 }
                 if (detail->pp <= 1) put(s, "  no pipeline (pp 1): no bubble");
             } else {

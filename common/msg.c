@@ -291,6 +291,19 @@ int msg_spec_to_cfg(const Atoll__JobSpec *in, atoll_config *c, char *err, size_t
     return 0;
 }
 
+int msg_stage_layers(const Atoll__Job *j, int stage)
+{
+    atoll_config c;
+    char err[256];
+    if (!j->spec || j->pp < 1 || stage < 0 || stage >= j->pp || msg_spec_to_cfg(j->spec, &c, err, sizeof err)) return -1;
+    c.pipeline_model_parallel_size = j->pp;
+    if (!c.decoder_first_pipeline_num_layers && !c.decoder_last_pipeline_num_layers)
+        return c.num_layers % j->pp ? -1 : c.num_layers / j->pp;
+    int b, e;
+    cfg_stage_layers(&c, stage, &b, &e);
+    return e - b;
+}
+
 char **msg_spec_to_argv(const Atoll__JobSpec *in, const char *exe, int *argc)
 {
     const ProtobufCMessageDescriptor *d = &atoll__job_spec__descriptor;

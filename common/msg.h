@@ -37,6 +37,10 @@ void msg_spec_from_cfg(Atoll__JobSpec *out, const atoll_config *c, const char *n
 /* Every field is taken as given (the CLI sends Megatron's defaults explicitly);
  * values go through cfg_set, so the same ranges are enforced as for flags. */
 int msg_spec_to_cfg(const Atoll__JobSpec *in, atoll_config *c, char *err, size_t errlen);
+/* The layers pipeline stage `stage` of job `j` holds (all its model chunks
+ * together; uneven with --decoder-first/last-pipeline-num-layers), or -1 when
+ * its spec does not say. */
+int msg_stage_layers(const Atoll__Job *j, int stage);
 
 /* The job spec as atoll-train's command line: argv[0] = exe, then `--flag value`
  * for every field the config knows (dashes for underscores; booleans as bare flags

@@ -122,6 +122,14 @@ void msg_json_job(jsonw *w, const Atoll__Job *j)
     jsonw_kint(w, "pp", j->pp);
     jsonw_kint(w, "dp", j->dp);
     jsonw_kint(w, "vpp", j->vpp);
+    jsonw_key(w, "layers_per_stage"); /* null where the spec does not say */
+    jsonw_arr(w);
+    for (int s = 0; s < j->pp; s++) {
+        int n = msg_stage_layers(j, s);
+        if (n >= 0) jsonw_int(w, n);
+        else jsonw_null(w);
+    }
+    jsonw_arr_end(w);
     jsonw_obj_end(w);
     num_or_null(w, "loss", m ? m->loss : 0, have);
     num_or_null(w, "mfu", m ? m->mfu : 0, have && msg_mfu_known(m));

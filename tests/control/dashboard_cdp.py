@@ -5,7 +5,7 @@ Checks that the page loads with every request staying on loopback, shows the
 cluster's nodes and the running job's plots with points on them, and updates as
 the job advances; keeps a screenshot. Exit status 0 when all held.
 usage: dashboard_cdp.py URL SCREENSHOT.png EXPECTED_NODES"""
-import base64, json, os, shutil, socket, struct, subprocess, sys, tempfile, time, urllib.request
+import base64, json, os, re, shutil, socket, struct, subprocess, sys, tempfile, time, urllib.request
 
 url, shot, want_nodes = sys.argv[1], sys.argv[2], int(sys.argv[3])
 exe = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -138,6 +138,9 @@ try:
     check(jobs_good and any(g.endswith("%") for g in jobs_good), "the jobs list has a goodput column: %s" % jobs_good)
     cells = ws.eval("document.querySelectorAll('#layout .cell').length")
     check(cells and cells > 0, "the layout map shows %s ranks" % cells)
+    labels = ws.eval("[...document.querySelectorAll('#layout .stage')].map(e => e.innerText.replace(/\\s+/g, ' '))")
+    check(labels and all(re.fullmatch(r"stage \d+ \d+ layers?", l) for l in labels),
+          "each pipeline stage's row says how many layers it holds: %s" % labels)
     step0 = ws.eval("window.atoll.lastStep")
     step1 = wait_for("window.atoll.lastStep > %d ? window.atoll.lastStep : 0" % step0, 20)
     check(bool(step1), "the page updates as the job advances (step %s, then %s)" % (step0, step1))

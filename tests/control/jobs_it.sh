@@ -143,7 +143,9 @@ case_run() {
   local uid; uid=$(head -1 "$TMP/uneven.out")
   atoll logs "$uid" --rank 0 | grep -q "pp 2 (1 model chunks per rank; layers per stage 3, 1)" \
     || fail "uneven job's layers: $(atoll logs "$uid" --rank 0 | head -3)"
-  ok "job $uid with --decoder-last-pipeline-num-layers 1 completed with layers 3, 1 on its two stages"
+  atoll status "$uid" | grep -q "stage 0 (3 layers): measured" && atoll status "$uid" | grep -q "stage 1 (1 layer): measured" \
+    || fail "status does not show the layers per stage: $(atoll status "$uid")"
+  ok "job $uid with --decoder-last-pipeline-num-layers 1 completed with layers 3, 1 on its two stages (atoll status shows them)"
   stop_all
 }
 
@@ -346,7 +348,10 @@ $(screen)"
   advanced() { [ "$(top_step)" -gt "$step1" ]; }
   wait_until 30 advanced || fail "the screen does not refresh (step $step1):
 $(screen)"
-  screen | grep -q "STAGE  MEASURED" || fail "no per-stage view"
+  screen | grep -q "STAGE  MEASURED .* LAYERS" || fail "no per-stage view"
+  [ "$(screen | awk '/^  [01] / && $5 == "2"' | wc -l)" = 2 ] \
+    || fail "the stages' rows do not show 2 layers each:
+$(screen)"
   [ "$(screen | awk '{ if (length($0) > 80) n++ } END { print n + 0 }')" = 0 ] || fail "lines wider than 80 columns"
   screen >"$TMP/top-screen.txt"
   tmux -S "$TMUX_SOCK" send-keys -t top q
