@@ -623,11 +623,13 @@ typedef struct {
     Atoll__MetricsReply *r;
     size_t cap;
     double theory;
+    int64_t settled;
 } steps_ctx;
 
 static int add_step(void *ctx, const store_step *st)
 {
     steps_ctx *x = ctx;
+    if (!series_shown(st, x->settled)) return 0;
     if (x->r->n_steps == x->cap) {
         size_t cap = x->cap ? 2 * x->cap : 256;
         Atoll__JobMetrics **v = msg_alloc(x->a, cap * sizeof *v);
@@ -648,7 +650,7 @@ static void handle_metrics(coord *c, coord_peer *p, Atoll__MetricsRequest *m)
     msg_arena a = { 0 };
     Atoll__MetricsReply rep = ATOLL__METRICS_REPLY__INIT;
     rep.job = j.id;
-    steps_ctx x = { &a, &rep, 0, j.bubble_theory };
+    steps_ctx x = { &a, &rep, 0, j.bubble_theory, series_settled(c, j.id) };
     if (store_steps_each(c->st, j.id, m->after, m->limit > 10000 || !m->limit ? 10000 : m->limit, add_step, &x))
         coord_error(c, p, ATOLL__ERROR_CODE__ERR_INTERNAL, "cannot read metrics: %s", store_errmsg(c->st));
     else

@@ -671,11 +671,13 @@ typedef struct {
     jsonw *w;
     double theory;
     msg_arena *a;
+    int64_t settled;
 } series_ctx;
 
 static int json_step(void *ctx, const store_step *st)
 {
     series_ctx *x = ctx;
+    if (!series_shown(st, x->settled)) return 0;
     Atoll__JobMetrics m;
     series_msg(st, x->theory, &m, x->a);
     msg_json_metrics(x->w, &m);
@@ -708,7 +710,7 @@ static int job_body(coord *c, uint64_t id, int64_t after, char **out)
     }
     jsonw_key(&w, "series");
     jsonw_arr(&w);
-    series_ctx sx = { &w, j.bubble_theory, &a };
+    series_ctx sx = { &w, j.bubble_theory, &a, series_settled(c, id) };
     store_steps_each(c->st, id, after, 2 * SERIES_FULL + 100, json_step, &sx);
     jsonw_arr_end(&w);
     jsonw_key(&w, "events");

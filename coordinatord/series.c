@@ -213,24 +213,39 @@ void series_msg(const store_step *st, double bubble_theory, Atoll__JobMetrics *o
     out->bubble_measured = k ? mean / k : 0;
 }
 
+static int complete(const store_step *st)
+{
+    int ok = st->have_job;
+    for (int i = 0; i < st->nstages && st->nstages > 1; i++) ok &= st->bubble[i] >= 0;
+    return ok;
+}
+
+/* The newest steps may still wait for some ranks' reports (their nodes heartbeat
+ * at other moments): the newest complete one of the last few, else the newest.
+ * 1 when the job has no step. */
+static int settled(coord *c, uint64_t job, store_step *out)
+{
+    store_step prev;
+    if (store_step_latest(c->st, job, out)) return 1;
+    for (int back = 1; back <= 16 && !complete(out); back++)
+        if (out->iteration - back >= 1 && !store_step_get(c->st, job, out->iteration - back, &prev) &&
+            complete(&prev)) {
+            *out = prev;
+            break;
+        }
+    return 0;
+}
+
+int64_t series_settled(coord *c, uint64_t job)
+{
+    store_step st;
+    return settled(c, job, &st) ? 0 : st.iteration;
+}
+
 int series_latest(coord *c, uint64_t job, Atoll__JobMetrics *out, msg_arena *a)
 {
     store_step st, prev;
-    if (store_step_latest(c->st, job, &st)) return 1;
-    /* The newest steps may still wait for some ranks' reports (their nodes heartbeat
-     * at other moments): show the newest complete one of the last few. */
-    for (int back = 1; back <= 16; back++) {
-        int missing = !st.have_job;
-        for (int i = 0; i < st.nstages && st.nstages > 1; i++) missing |= st.bubble[i] < 0;
-        if (!missing) break;
-        if (st.iteration - back < 1 || store_step_get(c->st, job, st.iteration - back, &prev)) continue;
-        int ok = prev.have_job;
-        for (int i = 0; i < prev.nstages && prev.nstages > 1; i++) ok &= prev.bubble[i] >= 0;
-        if (ok) {
-            st = prev;
-            break;
-        }
-    }
+    if (settled(c, job, &st)) return 1;
     store_job j;
     double theory = 0;
     if (store_job_get(c->st, job, &j) == 0) {

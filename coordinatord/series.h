@@ -36,6 +36,15 @@ void series_forget(coord *c, live_job *lj);
 /* Fills the latest-step metrics of a job (stages from the arena). 0, or 1 when
  * the job has reported no step. */
 int series_latest(coord *c, uint64_t job, Atoll__JobMetrics *out, msg_arena *a);
+/* The newest step a client may read as final (0: none yet). Steps after it may
+ * still wait for some ranks' reports, and a client that reads the series
+ * incrementally (`after`) would keep them as they are now: a series shows the
+ * steps up to it that have rank 0's figures (series_shown). */
+int64_t series_settled(coord *c, uint64_t job);
+static inline int series_shown(const store_step *st, int64_t settled)
+{
+    return st->have_job && st->iteration <= settled;
+}
 /* A step row as a JobMetrics message (stages from the arena). */
 void series_msg(const store_step *st, double bubble_theory, Atoll__JobMetrics *out, msg_arena *a);
 

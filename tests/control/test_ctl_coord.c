@@ -377,6 +377,64 @@ static void test_shrink_memory(void)
     coord_free(&c);
 }
 
+/* Rank `rank` of pipeline stage `stage` reports `it` through agent t. */
+static void stage_report(coord *c, test_peer *t, uint64_t job, int rank, int stage, int64_t it, double loss)
+{
+    Atoll__RankMetrics m = ATOLL__RANK_METRICS__INIT;
+    m.job = job;
+    m.rank = rank;
+    m.stage = stage;
+    m.iteration = it;
+    m.loss = loss;
+    m.bubble_measured = 0.1 * (stage + 1);
+    heartbeat(c, t, &m);
+}
+
+/* The iterations and losses MetricsReply gives after `after`, as "it:loss ..." */
+static const char *series_text(coord *c, test_peer *cli, uint64_t job, int64_t after)
+{
+    static char text[256];
+    Atoll__MetricsRequest req = ATOLL__METRICS_REQUEST__INIT;
+    req.job = job;
+    req.after = after;
+    send_msg(c, cli, ATOLL__MSG_TYPE__MSG_METRICS, &req.base);
+    Atoll__MetricsReply *r = (Atoll__MetricsReply *)last(cli, ATOLL__MSG_TYPE__MSG_METRICS_REPLY);
+    size_t at = 0;
+    text[0] = 0;
+    for (size_t i = 0; r && i < r->n_steps && at < sizeof text; i++)
+        at += (size_t)snprintf(text + at, sizeof text - at, "%s%lld:%g", i ? " " : "", (long long)r->steps[i]->step,
+                               r->steps[i]->loss);
+    if (r) atoll__metrics_reply__free_unpacked(r, NULL);
+    return text;
+}
+
+/* A series shows a step once its reports are in. A step that only the second
+ * pipeline stage has reported (rank 0's loss still on its way) is held back, not
+ * sent with a loss of 0 that a client reading with `after` would keep; it comes
+ * once rank 0's report does. */
+static void test_series_settled(void)
+{
+    coord c;
+    static test_peer w1, w2, cli;
+    two_nodes(&c, &w1, &w2, &cli);
+    atoll_config cfg;
+    base_cfg(&cfg); /* tp 2, pp 2: ranks 0-7 stage 0 on n1, 8-15 stage 1 on n2 */
+    uint64_t id = run_on_both(&c, &w1, &cli, &cfg); /* step 3: rank 0 only */
+    stage_report(&c, &w1, id, 0, 0, 4, 3.5);
+    stage_report(&c, &w2, id, 8, 1, 4, 0);
+    stage_report(&c, &w2, id, 8, 1, 5, 0); /* rank 0's step 5 not in yet */
+    coord_tick(&c);
+    const char *got = series_text(&c, &cli, id, 0);
+    CHECK(!strcmp(got, "3:0 4:3.5"), "steps 3 and 4, step 5 held back: '%s'", got);
+    stage_report(&c, &w1, id, 0, 0, 5, 3.25);
+    coord_tick(&c);
+    got = series_text(&c, &cli, id, 4);
+    CHECK(!strcmp(got, "5:3.25"), "step 5 once rank 0 reported it: '%s'", got);
+    test_peer *all[] = { &w1, &w2, &cli };
+    for (int i = 0; i < 3; i++) free(all[i]->buf);
+    coord_free(&c);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -992,5 +1050,6 @@ int main(int argc, char **argv)
     coord_free(&c);
     test_slurm_states();
     test_shrink_memory();
+    test_series_settled();
     return check_summary(argv[0]);
 }
