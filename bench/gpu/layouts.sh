@@ -2,7 +2,8 @@
 # Parallel layouts on ONE GPU: the ranks share it, so they stage device buffers
 # through the host transport (NCCL refuses two ranks on one device). Each
 # layout's 10 losses are held against the single-rank CPU fp32 run of the same
-# job (fp32 on cuda: 1e-4 relative, only summation order differs), and bf16
+# job (fp32 on cuda: 1e-4 relative, only summation order differs; pp3_uneven holds
+# layers 1, 2, 1), and bf16
 # tp2 x pp2 against single-rank bf16 on cuda (1e-2: bf16 rounding of the TP
 # partial sums differs).
 #
@@ -25,6 +26,8 @@ run tp2_pp2 --device cuda --nproc-per-node 4 --tensor-model-parallel-size 2 --pi
 run tp2_sp_dp2 --device cuda --nproc-per-node 4 --tensor-model-parallel-size 2 --sequence-parallel
 run pp2_vpp2 --device cuda --nproc-per-node 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
 run dp4_zero1 --device cuda --nproc-per-node 4 --use-distributed-optimizer
+run pp3_uneven --device cuda --nproc-per-node 3 --pipeline-model-parallel-size 3 --decoder-first-pipeline-num-layers 1 \
+    --decoder-last-pipeline-num-layers 1
 run tp2_pp2_bf16 --device cuda --bf16 --nproc-per-node 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
 python3 - "$work" <<'PY'
 import json, sys
@@ -32,7 +35,8 @@ w = sys.argv[1]
 L = lambda n: [json.loads(l)["loss"] for l in open(f"{w}/{n}.jsonl") if "loss" in l]
 ok = True
 for name, ref, tol in (("tp2_pp2", "ref_cpu", 1e-4), ("tp2_sp_dp2", "ref_cpu", 1e-4), ("pp2_vpp2", "ref_cpu", 1e-4),
-                       ("dp4_zero1", "ref_cpu", 1e-4), ("tp2_pp2_bf16", "ref_bf16", 1e-2)):
+                       ("dp4_zero1", "ref_cpu", 1e-4), ("pp3_uneven", "ref_cpu", 1e-4),
+                       ("tp2_pp2_bf16", "ref_bf16", 1e-2)):
     a, b = L(name), L(ref)
     err = max(abs(x - y) / abs(y) for x, y in zip(a, b)) if len(a) == len(b) == 10 else float("inf")
     good = err <= tol
