@@ -272,7 +272,12 @@ static void print_job(const Atoll__Job *j)
         printf(" (model: %d layers, hidden %d, %d heads, seq %d; micro-batch %d, global batch %d)",
                j->spec->num_layers, j->spec->hidden_size, j->spec->num_attention_heads, j->spec->seq_length,
                j->spec->micro_batch_size, j->spec->global_batch_size);
-    printf("\n  restarts: %u, epoch %u; submitted %s UTC, updated %s UTC\n", j->restarts, j->epoch, t1, t2);
+    /* scale-ups restart a job too, without counting against --max-restarts */
+    unsigned counted = 0;
+    for (size_t i = 0; i < j->n_history; i++) counted += j->history[i]->counted;
+    printf("\n  restarts: %u", j->restarts);
+    if (j->n_history && counted != j->restarts) printf(" (%u after failures, of at most %d)", counted, j->max_restarts);
+    printf(", epoch %u; submitted %s UTC, updated %s UTC\n", j->epoch, t1, t2);
     if (!have) {
         printf("  no step reported yet; pipeline bubble theory %.3f\n", m ? m->bubble_theory : 0);
         print_resilience(j);

@@ -251,6 +251,26 @@ case_workerd() {
   stop_all
 }
 
+case_grow() {
+  start_cluster
+  running_job elastic 2 --save "$TMP/ckpt" --save-interval 5
+  local id=$ID
+  kill -9 "${WPID[node-b]}"
+  unset 'WPID[node-b]'
+  shrunk() { [ "$(atoll status "$id" --json | json "(d['state'], d['layout']['dp'])")" = "('running', 1)" ]; }
+  wait_until 30 shrunk || fail "not running smaller without node-b: $(atoll status "$id")"
+  start_worker node-b
+  grown() { [ "$(atoll status "$id" --json | json "(d['state'], d['epoch'], d['layout']['dp'])")" = "('running', 2, 2)" ]; }
+  wait_until 60 grown || fail "did not grow back once node-b returned: $(atoll status "$id")"
+  atoll status "$id" >"$TMP/status.txt"
+  grep -q "restarts: 2 (1 after failures, of at most 3), epoch 2" "$TMP/status.txt" \
+    && grep -qE "epoch 2 .* scale-up .* dp 2 \(not counted\)" "$TMP/status.txt" \
+    || fail "status after a fault and a scale-up: $(cat "$TMP/status.txt")"
+  ok "node-b lost, then back: job $id ran at dp 1, grew back to dp 2 at a checkpoint; $(grep 'restarts:' "$TMP/status.txt" | cut -d';' -f1)"
+  cancel_job "$id"
+  stop_all
+}
+
 case_restart() {
   start_cluster
   # one rank per node: a pipeline of two stages. Steps of some tens of ms (hidden 128, seq 32): the
