@@ -103,12 +103,9 @@ static const char *split_str(const plan_candidate *p, const atoll_config *model,
     if (!p->first_layers && !p->last_layers) return "even";
     atoll_config c = *model;
     plan_apply(p, &c);
-    int b0, e0, b1, e1, bl, el;
-    cfg_stage_layers(&c, 0, &b0, &e0);
-    cfg_stage_layers(&c, p->pp > 2 ? 1 : 0, &b1, &e1);
-    cfg_stage_layers(&c, p->pp - 1, &bl, &el);
-    if (p->pp > 2) snprintf(buf, n, "%d,%dx%d,%d", e0 - b0, e1 - b1, p->pp - 2, el - bl);
-    else snprintf(buf, n, "%d,%d", e0 - b0, el - bl);
+    int first = cfg_stage_num_layers(&c, 0), last = cfg_stage_num_layers(&c, p->pp - 1);
+    if (p->pp > 2) snprintf(buf, n, "%d,%dx%d,%d", first, cfg_stage_num_layers(&c, 1), p->pp - 2, last);
+    else snprintf(buf, n, "%d,%d", first, last);
     return buf;
 }
 

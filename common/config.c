@@ -526,6 +526,15 @@ void cfg_stage_layers(const atoll_config *c, int vstage, int *begin, int *end)
     *end = vstage == pp - 1 ? L : *begin + n;
 }
 
+int cfg_stage_num_layers(const atoll_config *c, int stage)
+{
+    if (!c->decoder_first_pipeline_num_layers && !c->decoder_last_pipeline_num_layers)
+        return c->num_layers / c->pipeline_model_parallel_size;
+    int b, e;
+    cfg_stage_layers(c, stage, &b, &e); /* uneven splits are not interleaved: one chunk */
+    return e - b;
+}
+
 int cfg_virtual_stages(const atoll_config *c)
 {
     int per_stage = c->pipeline_model_parallel_size ? c->num_layers / c->pipeline_model_parallel_size : 0;

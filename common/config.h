@@ -120,6 +120,8 @@ int cfg_virtual_stages(const atoll_config *c); /* v: 1 when not interleaved */
  * num-layers on the first and last stage, the others' layers split evenly among
  * them. For a layout cfg_validate_layout accepts. */
 void cfg_stage_layers(const atoll_config *c, int vstage, int *begin, int *end);
+/* How many layers pipeline stage `stage` holds, all its model chunks together. */
+int cfg_stage_num_layers(const atoll_config *c, int stage);
 
 /* Checks the model alone: sizes given and positive, hidden divisible by heads. */
 int cfg_validate_model(const atoll_config *c, char *err, size_t errlen);

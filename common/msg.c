@@ -297,11 +297,7 @@ int msg_stage_layers(const Atoll__Job *j, int stage)
     char err[256];
     if (!j->spec || j->pp < 1 || stage < 0 || stage >= j->pp || msg_spec_to_cfg(j->spec, &c, err, sizeof err)) return -1;
     c.pipeline_model_parallel_size = j->pp;
-    if (!c.decoder_first_pipeline_num_layers && !c.decoder_last_pipeline_num_layers)
-        return c.num_layers % j->pp ? -1 : c.num_layers / j->pp;
-    int b, e;
-    cfg_stage_layers(&c, stage, &b, &e);
-    return e - b;
+    return cfg_stage_num_layers(&c, stage);
 }
 
 char **msg_spec_to_argv(const Atoll__JobSpec *in, const char *exe, int *argc)

@@ -87,10 +87,7 @@ typedef struct plan_memory {
  * global batch, distributed optimizer). */
 void plan_memory_estimate(const atoll_config *c, int dp, const plan_precision *prec, plan_memory *out);
 
-/* Layers pipeline stage `stage` holds, all its model chunks together
- * (cfg_stage_layers; num_layers / pp for an even split), and the parameters of
- * one transformer layer. */
-double plan_stage_layers(const atoll_config *c, int stage);
+/* The parameters of one transformer layer. */
 double plan_layer_params(const atoll_config *c);
 
 /* Micro-batches stage `stage` holds in flight, in units of whole-stage

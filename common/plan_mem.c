@@ -48,15 +48,6 @@ double plan_inflight_microbatches(int pp, int v, int m, int stage)
     return chunks / v;
 }
 
-double plan_stage_layers(const atoll_config *c, int stage)
-{
-    if (!c->decoder_first_pipeline_num_layers && !c->decoder_last_pipeline_num_layers)
-        return (double)c->num_layers / c->pipeline_model_parallel_size;
-    int b, e;
-    cfg_stage_layers(c, stage, &b, &e);
-    return e - b;
-}
-
 /* Parameters one GPU of `stage` holds. Layer matrices and their column biases are
  * split over tp; the norms (4h per layer with LayerNorm, 2h with RMSNorm) and the
  * row-parallel biases (2h, none under --disable-bias-linear) are replicated.
@@ -76,7 +67,7 @@ static double stage_params(const atoll_config *c, int stage)
     int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
     double norm = cfg_rmsnorm(c) ? h : 2 * h, repl = 2 * norm + (c->disable_bias_linear ? 0 : 2 * h);
     double layer_gpu = (plan_layer_params(c) - repl) / tp + repl;
-    double p = plan_stage_layers(c, stage) * layer_gpu;
+    double p = cfg_stage_num_layers(c, stage) * layer_gpu;
     if (stage == 0) p += V * h / tp + (cfg_rope(c) ? 0 : cfg_max_pos(c) * h);
     if (stage == pp - 1) {
         p += norm; /* final norm */
@@ -102,7 +93,7 @@ static double stage_activations(const atoll_config *c, int dp, int stage, const 
     int m = cfg_micro_batches(c, dp);
     double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, V = c->vocab_size;
     double inflight = plan_inflight_microbatches(pp, v, m, stage);
-    *inflight_layers = inflight * plan_stage_layers(c, stage);
+    *inflight_layers = inflight * cfg_stage_num_layers(c, stage);
     atoll_config lm = layer_model(c, prec);
     double act = *inflight_layers * plan_act_bytes_per_layer(&lm);
     if (c->recompute_granularity == RECOMPUTE_FULL) {

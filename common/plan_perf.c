@@ -260,7 +260,7 @@ void plan_perf_estimate(const atoll_config *c, int dp, const gpu_spec *gpu, cons
     /* mfu_base is calibrated on the PaLM count of the whole model; the stages
      * share that time in proportion to the work each holds */
     double share = 0;
-    for (int st = 0; st < pp; st++) share += plan_stage_layers(c, st) * layer + (st == pp - 1 ? head : 0);
+    for (int st = 0; st < pp; st++) share += cfg_stage_num_layers(c, st) * layer + (st == pp - 1 ? head : 0);
     double rate = gpu->peak_bf16_flops * gemm_efficiency(c, links) * share / (model_per_token + extra);
 
     /* TP: 2 all-reduces (or all-gather + reduce-scatter pairs with SP, the same
@@ -276,7 +276,7 @@ void plan_perf_estimate(const atoll_config *c, int dp, const gpu_spec *gpu, cons
      * interleaved schedule divides the fill by v). */
     double fmb = 0, tp_mb = 0, tmb = 0, tsum = 0;
     for (int st = 0; st < pp; st++) {
-        double n = plan_stage_layers(c, st);
+        double n = cfg_stage_num_layers(c, st);
         double f = (n * layer + (st == pp - 1 ? head : 0)) * b * s / tp / rate, t = f + n * tp_layer + pp_mb;
         tsum += t;
         if (t > tmb) {

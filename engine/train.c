@@ -839,11 +839,8 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         char split[160] = ""; /* layers per pipeline stage, when not all the same */
         if (c.decoder_first_pipeline_num_layers || c.decoder_last_pipeline_num_layers) {
             size_t at = (size_t)snprintf(split, sizeof split, "; layers per stage");
-            for (int s = 0; s < r.d.pp && at < sizeof split; s++) {
-                int b, e;
-                cfg_stage_layers(&c, s, &b, &e);
-                at += (size_t)snprintf(split + at, sizeof split - at, "%s%d", s ? ", " : " ", e - b);
-            }
+            for (int s = 0; s < r.d.pp && at < sizeof split; s++)
+                at += (size_t)snprintf(split + at, sizeof split - at, "%s%d", s ? ", " : " ", cfg_stage_num_layers(&c, s));
         }
         if (r.d.size > 1)
             printf("atoll-train: %d ranks: tp %d, pp %d (%d model chunks per rank%s), dp %d, %d micro-batches per "

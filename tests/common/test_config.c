@@ -133,6 +133,8 @@ static void test_uneven_stages(void)
                               s, b, e, at);
                         at = e;
                         int n = e - b;
+                        CHECK(cfg_stage_num_layers(&c, s) == n, "stage %d: %d layers counted, holds %d", s,
+                              cfg_stage_num_layers(&c, s), n);
                         if (s == 0 && f) CHECK(n == f, "first stage %d layers, asked %d", n, f);
                         else if (s == pp - 1 && l) CHECK(n == l, "last stage %d layers, asked %d", n, l);
                         else if (mid < 0) mid = n;
@@ -151,6 +153,7 @@ static void test_uneven_stages(void)
         cfg_stage_layers(&c, vs, &b, &e);
         CHECK(b == 2 * vs && e == 2 * vs + 2, "virtual stage %d: [%d, %d)", vs, b, e);
     }
+    CHECK(cfg_stage_num_layers(&c, 3) == 6, "a stage's 3 chunks of 2: %d", cfg_stage_num_layers(&c, 3));
     /* the messages */
     CHECK(parse(&c, "--num-layers 24 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
                     "--pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 4 "

@@ -17,10 +17,7 @@
 static double stage_flops(const atoll_config *c, int st)
 {
     double h = c->hidden_size, s = c->seq_length;
-    int b, e;
-    cfg_stage_layers(c, st, &b, &e);
-    double n = e - b;
-    if (c->num_layers_per_virtual_pipeline_stage) n = (double)c->num_layers / c->pipeline_model_parallel_size;
+    double n = cfg_stage_num_layers(c, st);
     return n * (6 * (12 * h * h + 13 * h) + 12 * h * s) +
            (st == c->pipeline_model_parallel_size - 1 ? 6.0 * c->vocab_size * h : 0);
 }
