@@ -141,6 +141,10 @@ double plan_gather_s(int n, double bytes, const plan_link *l);
  * the slowest stage of `c`'s pipeline fastest, its LM head counted on the last
  * stage; both 0 when the even split is as fast (or pp < 2, or interleaved). */
 void plan_balanced_split(const atoll_config *c, int *first, int *last);
+/* What plan_balanced_split's split would take off the slowest stage's work,
+ * against `c`'s own split, as a fraction (0: nothing better); *head_layers gets
+ * the LM head's work in layers. For a layout cfg_validate_layout accepts. */
+double plan_split_gain(const atoll_config *c, int *first, int *last, double *head_layers);
 
 typedef struct plan_estimate {
     double compute_s, tp_s, pp_s, bubble_s, dp_s, dp_exposed_s, optimizer_s;

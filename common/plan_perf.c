@@ -246,6 +246,28 @@ void plan_balanced_split(const atoll_config *c, int *first, int *last)
     }
 }
 
+/* The slowest stage's work, in layers, with the LM head's `H` on the last. */
+static double slowest_stage(const atoll_config *c, double H)
+{
+    double worst = 0;
+    for (int st = 0; st < c->pipeline_model_parallel_size; st++)
+        worst = fmax(worst, cfg_stage_num_layers(c, st) + (st == c->pipeline_model_parallel_size - 1 ? H : 0));
+    return worst;
+}
+
+double plan_split_gain(const atoll_config *c, int *first, int *last, double *head_layers)
+{
+    double layer, head;
+    stage_flops(c, &layer, &head);
+    *head_layers = head / layer;
+    plan_balanced_split(c, first, last);
+    if (!*first && !*last) return 0;
+    atoll_config b = *c;
+    b.decoder_first_pipeline_num_layers = *first;
+    b.decoder_last_pipeline_num_layers = *last;
+    return 1 - slowest_stage(&b, *head_layers) / slowest_stage(c, *head_layers);
+}
+
 void plan_perf_estimate(const atoll_config *c, int dp, const gpu_spec *gpu, const plan_links *links,
                         const plan_fabric_cost *fc, const plan_memory *mem, plan_estimate *out)
 {

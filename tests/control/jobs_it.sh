@@ -136,6 +136,13 @@ case_run() {
   atoll logs "$id" --rank 0 | grep -q "iteration       12/      12" || fail "rank 0 log: $(atoll logs "$id")"
   atoll logs "$id" --rank 9 2>"$TMP/err"; [ $? -eq 1 ] && grep -q "no rank 9" "$TMP/err" || fail "bad rank: $(cat "$TMP/err")"
   ok "atoll metrics and atoll logs"
+  # A 4096-token vocabulary makes the LM head about 9.5 of these layers: submit says the even split
+  # leaves stage 0 waiting and names the split that helps; a 256-token one (above) gets no such note.
+  atoll submit "${model[@]}" --vocab-size 4096 --pipeline-model-parallel-size 2 --num-gpus 2 --train-iters 2 \
+      --name headheavy --wait >/dev/null 2>"$TMP/heavy.err" || fail "head-heavy job: $(cat "$TMP/heavy.err")"
+  grep -q "note: the last pipeline stage also runs the LM head, about 9.5 layers of work here.*; --decoder-last-pipeline-num-layers 1 would take 9% off the slowest stage" "$TMP/heavy.err" \
+    && ! grep -q "note:" "$TMP/wait.err" || fail "the split note: $(cat "$TMP/heavy.err" "$TMP/wait.err")"
+  ok "submit notes the LM head's stage when it holds clearly more work: $(grep -o 'about 9.5 layers.*slowest stage' "$TMP/heavy.err")"
   # An uneven pipeline split travels in the job spec to the ranks: 3 layers, then 1 beside the LM head
   atoll submit "${model[@]}" --pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 1 --num-gpus 2 \
       --train-iters 4 --name uneven --wait >"$TMP/uneven.out" 2>"$TMP/uneven.err" \

@@ -401,6 +401,17 @@ static void test_uneven_pipeline(void)
         check_contract(&m, &s, v, n);
     }
     free(v);
+    /* what `atoll submit` notes for this model split evenly over 4 stages: 8, 8, 8, 8 + a 1.8-layer head
+     * against the planner's 7, 9, 9, 7 + head: the slowest stage 9.8 -> 9 layers of work */
+    atoll_config even = m;
+    even.pipeline_model_parallel_size = 4;
+    int f, l;
+    double head, gain = plan_split_gain(&even, &f, &l, &head);
+    CHECK(head > 1.7 && head < 2.0 && f == 7 && l == 7 && fabs(gain - (1 - 9 / (8 + head))) < 1e-9,
+          "split gain %.4f (%d/%d, head %.3f layers)", gain, f, l, head);
+    atoll_config small = even;
+    small.vocab_size = 256;
+    CHECK(plan_split_gain(&small, &f, &l, &head) == 0 && !f && !l, "no gain with a 256-token head: %d/%d", f, l);
     m.num_layers = 30;
     n = plan(&m, &s, &fx, &v, why);
     CHECK(n > 0 && (v[0].first_layers || v[0].last_layers), "30 layers over 4 stages: %d layouts (%s)", n, why);
