@@ -392,8 +392,7 @@ static int wait_job(cli_ctx *c, uint64_t id, double max_wait_s)
                     j->message && *j->message ? ": " : "", j->message ? j->message : "");
             seen = state;
         }
-        if (state == ATOLL__JOB_STATE__JOB_COMPLETED || state == ATOLL__JOB_STATE__JOB_FAILED ||
-            state == ATOLL__JOB_STATE__JOB_CANCELLED) {
+        if (msg_job_state_ended(state)) {
             if (c->json) json_one(j);
             else print_job(j);
             atoll__jobs_reply__free_unpacked(r, NULL);

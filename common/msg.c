@@ -347,6 +347,12 @@ const char *msg_job_state_name(int s)
     return s >= 0 && s < 8 ? n[s] : "unknown";
 }
 
+int msg_job_state_ended(int s)
+{
+    return s == ATOLL__JOB_STATE__JOB_COMPLETED || s == ATOLL__JOB_STATE__JOB_FAILED ||
+           s == ATOLL__JOB_STATE__JOB_CANCELLED;
+}
+
 const char *msg_node_state_name(int s)
 {
     return topo_state_name((topo_node_state)s);

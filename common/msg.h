@@ -51,6 +51,8 @@ char **msg_spec_to_argv(const Atoll__JobSpec *in, const char *exe, int *argc);
 void msg_argv_free(char **argv);
 
 const char *msg_job_state_name(int state);        /* "pending", ... */
+/* 1 for the states a job ends in: completed, failed, cancelled. */
+int msg_job_state_ended(int state);
 const char *msg_node_state_name(int state);       /* "alive", ... */
 
 #endif

@@ -21,12 +21,11 @@ enum {
     FAILED = ATOLL__JOB_STATE__JOB_FAILED, CANCELLED = ATOLL__JOB_STATE__JOB_CANCELLED,
 };
 
-int jobs_is_terminal(int s) { return s == COMPLETED || s == FAILED || s == CANCELLED; }
 int jobs_is_active(int s) { return s == PLACING || s == STARTING || s == RUNNING || s == RESTARTING; }
 
 int jobs_transition_allowed(int from, int to)
 {
-    if (jobs_is_terminal(from) || from == to) return 0;
+    if (msg_job_state_ended(from) || from == to) return 0;
     if (to == CANCELLED) return 1;
     switch (from) {
     case PENDING: return to == PLACING;
@@ -213,7 +212,7 @@ static int vchange(coord *c, store_job *j, int to, const char *fmt, va_list ap)
     /* GPUs freed, or an old job waiting again: every pending job is worth a new try. */
     if ((jobs_is_active(from) && !jobs_is_active(to)) || to == PENDING) sched_capacity_changed(c);
     j->updated_ms = c->now();
-    if (jobs_is_terminal(to)) j->ended_ms = j->updated_ms; /* goodput's wall time ends */
+    if (msg_job_state_ended(to)) j->ended_ms = j->updated_ms; /* goodput's wall time ends */
     char subject[32];
     snprintf(subject, sizeof subject, "job %llu", (unsigned long long)j->id);
     if (store_job_update(c->st, j)) return -1;
@@ -410,7 +409,7 @@ int jobs_cancel(coord *c, uint64_t id, int checkpoint, store_job *out, char *err
                  (unsigned long long)id);
         return r > 0 ? ATOLL__ERROR_CODE__ERR_NOT_FOUND : ATOLL__ERROR_CODE__ERR_INTERNAL;
     }
-    if (jobs_is_terminal(out->state)) {
+    if (msg_job_state_ended(out->state)) {
         snprintf(err, errlen, "job %llu is already %s; only pending or running jobs can be cancelled",
                  (unsigned long long)id, msg_job_state_name(out->state));
         store_job_clear(out);

@@ -17,7 +17,6 @@
 #define JOBS_SETTLE_MS 500 /* after a rank fails by itself, how long to wait for one killed by a signal */
 
 int jobs_transition_allowed(int from, int to);
-int jobs_is_terminal(int state);
 int jobs_is_active(int state); /* holds GPUs: placing, starting, running, restarting */
 
 /* Changes state and message, with its event, inside the caller's transaction. */
