@@ -50,6 +50,11 @@ extern const plan_precision PLAN_PRECISION_BF16_FLASH;
  * PLAN_PRECISION_FP32. The engine's up-front check and coordinatord's check at
  * submit both take it from here. */
 const plan_precision *plan_engine_precision(const atoll_config *c);
+/* What a memory estimate is made of, for the refusals that quote it: "2.2e+10
+ * parameters: 245.00 GiB of weights, grads and Adam state, 3.10 GiB of
+ * activations<extra>, bf16 with fp32 master weights" (`extra`: "" or ", ..."). */
+void plan_memory_parts(char *buf, size_t len, const atoll_config *c, double params, double state_bytes,
+                       double act_bytes, const char *extra);
 /* What lowers the memory a layout needs, for refusals that say it does not fit. */
 #define PLAN_MEMORY_ADVICE                                                                                   \
     "use fewer or smaller layers, a shorter --seq-length or --micro-batch-size, more ranks (tp/pp), "       \

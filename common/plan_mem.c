@@ -1,12 +1,21 @@
 /* plan_mem: bytes per GPU for model state and activations. */
 #include "plan.h"
 
+#include <stdio.h>
+
 const plan_precision PLAN_PRECISION_BF16 = { 2, 4, 0, 4, 8, 2, 0 };
 const plan_precision PLAN_PRECISION_BF16_FLASH = { 2, 4, 0, 4, 8, 2, 1 };
 
 const plan_precision *plan_engine_precision(const atoll_config *c)
 {
     return c->bf16 ? &PLAN_PRECISION_BF16_FLASH : &PLAN_PRECISION_FP32;
+}
+void plan_memory_parts(char *buf, size_t len, const atoll_config *c, double params, double state_bytes,
+                       double act_bytes, const char *extra)
+{
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    snprintf(buf, len, "%.0f parameters: %.2f GiB of weights, grads and Adam state, %.2f GiB of activations%s, %s",
+             params, state_bytes / gib, act_bytes / gib, extra, c->bf16 ? "bf16 with fp32 master weights" : "fp32");
 }
 const plan_precision PLAN_PRECISION_FP16_FP32GRAD = { 2, 2, 4, 4, 8, 2, 0 };
 const plan_precision PLAN_PRECISION_FP32 = { 4, 4, 0, 0, 8, 4, 0 };

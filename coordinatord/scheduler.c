@@ -151,10 +151,10 @@ int sched_fits_memory(coord *c, const atoll_config *cfg, char *why, size_t len)
     plan_memory_estimate(cfg, cfg_data_parallel_size(cfg, cfg->num_gpus), plan_engine_precision(cfg), &m);
     if (m.total_bytes <= (double)gmem) return 1;
     const double gib = 1024.0 * 1024.0 * 1024.0;
-    snprintf(why, len, "the layout needs about %.2f GiB per GPU (%.0f parameters: %.2f GiB of weights, grads and "
-             "Adam state, %.2f GiB of activations, %s), more than the %.2f GiB of the largest GPU on the cluster (%s)",
-             m.total_bytes / gib, m.params_per_gpu, m.state_bytes / gib, m.act_bytes / gib,
-             cfg->bf16 ? "bf16 with fp32 master weights" : "fp32", (double)gmem / gib, gpu[0] ? gpu : "unnamed");
+    char parts[256];
+    plan_memory_parts(parts, sizeof parts, cfg, m.params_per_gpu, m.state_bytes, m.act_bytes, "");
+    snprintf(why, len, "the layout needs about %.2f GiB per GPU (%s), more than the %.2f GiB of the largest GPU on "
+             "the cluster (%s)", m.total_bytes / gib, parts, (double)gmem / gib, gpu[0] ? gpu : "unnamed");
     return 0;
 }
 

@@ -82,13 +82,13 @@ int eng_memory_verdict(const atoll_config *c, int world, int local_ranks, const 
     if (m.attn_workspace_bytes > 0)
         snprintf(ws, sizeof ws, ", %.2f GiB of cuDNN attention workspace (none with --attention-backend flash)",
                  m.attn_workspace_bytes / GIB);
+    char parts[400];
+    plan_memory_parts(parts, sizeof parts, c, m.params, m.state_bytes, m.act_bytes, ws);
     snprintf(err, errlen,
-             "the layout needs about %.2f GiB per rank (%.0f parameters: %.2f GiB of weights, grads and Adam state, "
-             "%.2f GiB of activations%s, %s) x %d rank%s here = %.2f GiB, more than the %.2f GiB of %s; "
+             "the layout needs about %.2f GiB per rank (%s) x %d rank%s here = %.2f GiB, more than the %.2f GiB of %s; "
              PLAN_MEMORY_ADVICE,
-             need / GIB, m.params, m.state_bytes / GIB, m.act_bytes / GIB, ws,
-             c->bf16 ? "bf16 with fp32 master weights" : "fp32", sharers, sharers > 1 ? "s" : "",
-             need * sharers / GIB, room / GIB, cuda ? "free memory of this rank's GPU" : "host memory available");
+             need / GIB, parts, sharers, sharers > 1 ? "s" : "", need * sharers / GIB, room / GIB,
+             cuda ? "free memory of this rank's GPU" : "host memory available");
     return -1;
 }
 
