@@ -221,6 +221,13 @@ static void two_nodes(coord *c, test_peer *w1, test_peer *w2, test_peer *cli)
     do_register(c, w2, "n2", "dgx-h100");
 }
 
+static void two_nodes_free(coord *c, test_peer *w1, test_peer *w2, test_peer *cli)
+{
+    test_peer *all[] = { w1, w2, cli };
+    for (int i = 0; i < 3; i++) free(all[i]->buf);
+    coord_free(c);
+}
+
 /* Submits cfg, places it, and has its rank 0 on n1 report step 3: running on all
  * 16 GPUs. Returns the job id. */
 static uint64_t run_on_both(coord *c, test_peer *w1, test_peer *cli, const atoll_config *cfg)
@@ -316,9 +323,7 @@ static void test_slurm_states(void)
     CHECK(sched_grow_dp(&c, &j, &jc, 2) == 4, "room to grow back to DP 4 on n2: %d", sched_grow_dp(&c, &j, &jc, 2));
     store_job_clear(&j);
 
-    test_peer *all[] = { &w1, &w2, &cli };
-    for (int i = 0; i < 3; i++) free(all[i]->buf);
-    coord_free(&c);
+    two_nodes_free(&c, &w1, &w2, &cli);
 }
 
 /* A restart shrinks DP only as far as memory allows: with ZeRO-1 fewer DP ranks
@@ -372,9 +377,7 @@ static void test_shrink_memory(void)
     CHECK(job_state(&c, id, &j) == ATOLL__JOB_STATE__JOB_STARTING && j.world == 16 && j.epoch == 1,
           "placed again at full size once n2 returned: %d world %d (%s)", j.state, j.world, j.message);
     store_job_clear(&j);
-    test_peer *all[] = { &w1, &w2, &cli };
-    for (int i = 0; i < 3; i++) free(all[i]->buf);
-    coord_free(&c);
+    two_nodes_free(&c, &w1, &w2, &cli);
 }
 
 /* Rank `rank` of pipeline stage `stage` reports `it` through agent t. */
@@ -430,9 +433,7 @@ static void test_series_settled(void)
     coord_tick(&c);
     got = series_text(&c, &cli, id, 4);
     CHECK(!strcmp(got, "5:3.25"), "step 5 once rank 0 reported it: '%s'", got);
-    test_peer *all[] = { &w1, &w2, &cli };
-    for (int i = 0; i < 3; i++) free(all[i]->buf);
-    coord_free(&c);
+    two_nodes_free(&c, &w1, &w2, &cli);
 }
 
 int main(int argc, char **argv)
