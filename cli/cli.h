@@ -19,6 +19,8 @@ typedef struct cli_ctx {
     int json;
     int timeout_ms;
     const char *prog;
+    int quiet_refusals; /* set: cli_call leaves a refusal's reason in `error` without printing it */
+    char error[600];    /* the reason of the last failed call */
 } cli_ctx;
 
 typedef struct cli_command {
@@ -68,8 +70,9 @@ int cmd_logs(cli_ctx *c, int argc, char **argv);
 int cmd_top(cli_ctx *c, int argc, char **argv);
 /* "41.2%", or "n/a (CPU ranks: no dense bf16 peak; 3.2 GFLOP/s achieved per rank)". */
 void cli_format_mfu(char *buf, size_t len, const Atoll__JobMetrics *m);
-/* One job with its latest step in full (JobsRequest for one id). */
-int cli_fetch_job(cli_ctx *c, uint64_t id, Atoll__JobsReply **out);
+/* One job with its latest step in full (JobsRequest for one id; id 0: every job);
+ * with `retry`, through a coordinator restart as cli_call_retry. */
+int cli_fetch_job(cli_ctx *c, uint64_t id, int retry, Atoll__JobsReply **out);
 /* `submit --auto-layout`: sets cfg's layout to the planner's best on the live
  * cluster; parallel flags present in argv stay as given. Prints the choice on stderr. */
 int cli_auto_layout(cli_ctx *c, atoll_config *cfg, int argc, char **argv);

@@ -122,13 +122,13 @@ int cmd_submit(cli_ctx *c, int argc, char **argv)
 
 static int fetch_all(cli_ctx *c, Atoll__JobsReply **out);
 
-int cli_fetch_job(cli_ctx *c, uint64_t id, Atoll__JobsReply **out)
+int cli_fetch_job(cli_ctx *c, uint64_t id, int retry, Atoll__JobsReply **out)
 {
     if (!id) return fetch_all(c, out);
     Atoll__JobsRequest req = ATOLL__JOBS_REQUEST__INIT;
     req.job = id;
-    return cli_call(c, ATOLL__MSG_TYPE__MSG_JOBS, &req.base, ATOLL__MSG_TYPE__MSG_JOBS_REPLY,
-                    (ProtobufCMessage **)out);
+    return cli_call_retry(c, ATOLL__MSG_TYPE__MSG_JOBS, &req.base, ATOLL__MSG_TYPE__MSG_JOBS_REPLY,
+                          (ProtobufCMessage **)out, retry);
 }
 
 static void metric(char *buf, size_t len, const char *fmt, double v, int have)
@@ -181,7 +181,7 @@ int cmd_jobs(cli_ctx *c, int argc, char **argv)
 {
     if (argc > 1) return cli_usage(c, "jobs", "unexpected argument '%s'", argv[1]);
     Atoll__JobsReply *r;
-    int rc = cli_fetch_job(c, 0, &r);
+    int rc = cli_fetch_job(c, 0, 0, &r);
     if (rc) return rc;
     if (c->json) {
         jsonw w;
@@ -357,7 +357,7 @@ int cmd_status(cli_ctx *c, int argc, char **argv)
     int rc = one_job(c, argc, argv, &id);
     if (rc) return rc;
     Atoll__JobsReply *r;
-    if ((rc = cli_fetch_job(c, id, &r))) return rc;
+    if ((rc = cli_fetch_job(c, id, 0, &r))) return rc;
     if (r->n_jobs == 1) {
         if (c->json) json_one(r->jobs[0]);
         else print_job(r->jobs[0]);
@@ -374,11 +374,8 @@ static int wait_job(cli_ctx *c, uint64_t id, double max_wait_s)
     long long until = max_wait_s > 0 ? cli_mono_ms() + (long long)(max_wait_s * 1000) : 0;
     int seen = -1;
     for (;;) {
-        Atoll__JobsRequest req = ATOLL__JOBS_REQUEST__INIT;
-        req.job = id;
         Atoll__JobsReply *r;
-        int rc = cli_call_retry(c, ATOLL__MSG_TYPE__MSG_JOBS, &req.base, ATOLL__MSG_TYPE__MSG_JOBS_REPLY,
-                                (ProtobufCMessage **)&r, 1);
+        int rc = cli_fetch_job(c, id, 1, &r);
         if (rc) return rc;
         if (r->n_jobs != 1) {
             atoll__jobs_reply__free_unpacked(r, NULL);

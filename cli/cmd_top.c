@@ -66,10 +66,10 @@ static void bar(char *out, size_t len, double v, int width)
 static int frame(cli_ctx *c, uint64_t want, screen *s, int json)
 {
     Atoll__JobsReply *all = NULL, *one = NULL;
-    int rc = cli_fetch_job(c, 0, &all);
+    int rc = cli_fetch_job(c, 0, 0, &all);
     if (rc) return rc;
     const Atoll__Job *sel = pick(all, want);
-    if (sel && (rc = cli_fetch_job(c, sel->id, &one))) {
+    if (sel && (rc = cli_fetch_job(c, sel->id, 0, &one))) {
         atoll__jobs_reply__free_unpacked(all, NULL);
         return rc;
     }

@@ -23,7 +23,8 @@ static const cli_command COMMANDS[] = {
       "until the job ends (state changes on stderr); exit 0 when it completed, 1 when it failed or was cancelled" },
     { "top", cmd_top, "[JOB] [--once]", "live view refreshed every second: jobs, throughput, MFU, bubble per stage (q quits)" },
     { "metrics", cmd_metrics, "JOB [--after N] [--limit N]", "the job's per-step time series" },
-    { "logs", cmd_logs, "JOB [--rank R] [--follow] [--tail BYTES]", "a rank's log (rank 0 by default)" },
+    { "logs", cmd_logs, "JOB [--rank R] [--epoch E] [--follow] [--tail BYTES]",
+      "a rank's log (rank 0 of the current placement by default; --follow: on through restarts until the job ends)" },
     { "cancel", cmd_cancel, "JOB [--checkpoint]", "stop a job (--checkpoint: its ranks commit a checkpoint first)" },
     { "events", cmd_events, "[--after ID] [--limit N]", "the audit log" },
     { "layout", cmd_layout, "JOB", "rank -> node/GPU map and every process group" },
@@ -164,6 +165,7 @@ int cli_call_retry(cli_ctx *c, uint16_t type, const ProtobufCMessage *req, uint1
         backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
     }
     sodium_memzero(&tok, sizeof tok);
+    if (st != RPC_OK) snprintf(c->error, sizeof c->error, "%s", err);
     switch (st) {
     case RPC_OK:
         return CLI_OK;
@@ -172,7 +174,7 @@ int cli_call_retry(cli_ctx *c, uint16_t type, const ProtobufCMessage *req, uint1
                 "--coordinator / ATOLL_COORDINATOR at a running one\n", c->prog, err, c->coordinator);
         return CLI_UNREACHABLE;
     default:
-        fprintf(stderr, "%s: %s\n", c->prog, err);
+        if (!c->quiet_refusals) fprintf(stderr, "%s: %s\n", c->prog, err);
         return CLI_REFUSED;
     }
 }

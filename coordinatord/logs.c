@@ -26,10 +26,18 @@ void logs_request(coord *c, coord_peer *p, const Atoll__LogsRequest *m)
 {
     store_job j;
     if (coord_find_job(c, p, m->job, &j)) return;
-    Atoll__JobLayout *l = coord_layout(c, j.id, j.epoch);
+    uint32_t epoch = m->by_epoch ? m->epoch : j.epoch;
+    Atoll__JobLayout *l = epoch <= j.epoch ? coord_layout(c, j.id, epoch) : NULL;
     if (!l) {
-        coord_error(c, p, ATOLL__ERROR_CODE__ERR_NOT_FOUND, "job %llu has not been placed yet (%s), so it has no logs",
-                    (unsigned long long)j.id, j.message);
+        if (epoch > j.epoch)
+            coord_error(c, p, ATOLL__ERROR_CODE__ERR_NOT_FOUND, "job %llu has no epoch %u: its placements are epochs "
+                        "0..%u", (unsigned long long)j.id, epoch, j.epoch);
+        else if (epoch < j.epoch)
+            coord_error(c, p, ATOLL__ERROR_CODE__ERR_NOT_FOUND, "job %llu was never placed in epoch %u, so that "
+                        "epoch has no logs", (unsigned long long)j.id, epoch);
+        else
+            coord_error(c, p, ATOLL__ERROR_CODE__ERR_NOT_FOUND, "job %llu has not been placed yet (%s), so it has no "
+                        "logs", (unsigned long long)j.id, j.message);
         store_job_clear(&j);
         return;
     }
@@ -38,12 +46,12 @@ void logs_request(coord *c, coord_peer *p, const Atoll__LogsRequest *m)
         if (l->ranks[i]->rank == m->rank) node = l->ranks[i]->node;
     reg_node *n = node ? registry_find(&c->reg, node) : NULL;
     if (!node) {
-        coord_error(c, p, ATOLL__ERROR_CODE__ERR_NOT_FOUND, "job %llu has ranks 0..%zu; there is no rank %d",
-                    (unsigned long long)j.id, l->n_ranks ? l->n_ranks - 1 : 0, m->rank);
+        coord_error(c, p, ATOLL__ERROR_CODE__ERR_NOT_FOUND, "job %llu has ranks 0..%zu in epoch %u; there is no rank %d",
+                    (unsigned long long)j.id, l->n_ranks ? l->n_ranks - 1 : 0, epoch, m->rank);
     } else if (!n || !n->peer) {
         coord_error(c, p, ATOLL__ERROR_CODE__ERR_NOT_FOUND,
                     "node %s (rank %d) is not connected now; its log is job-%llu/epoch-%u/rank-%d.log in that "
-                    "workerd's --work-dir", node, m->rank, (unsigned long long)j.id, j.epoch, m->rank);
+                    "workerd's --work-dir", node, m->rank, (unsigned long long)j.id, epoch, m->rank);
     } else {
         struct logs_pending *x = calloc(1, sizeof *x);
         if (!x) {
@@ -51,7 +59,7 @@ void logs_request(coord *c, coord_peer *p, const Atoll__LogsRequest *m)
         } else {
             x->id = ++c->next_log_id;
             x->client = p;
-            x->epoch = j.epoch;
+            x->epoch = epoch;
             snprintf(x->node, sizeof x->node, "%s", node);
             x->deadline_ms = c->now() + LOGS_TIMEOUT_MS;
             x->next = c->logs;
@@ -59,7 +67,7 @@ void logs_request(coord *c, coord_peer *p, const Atoll__LogsRequest *m)
             Atoll__LogRead rd = ATOLL__LOG_READ__INIT;
             rd.id = x->id;
             rd.job = j.id;
-            rd.epoch = j.epoch;
+            rd.epoch = epoch;
             rd.rank = m->rank;
             rd.offset = m->offset;
             rd.max_bytes = m->max_bytes == 0 ? 65536 : m->max_bytes > LOGS_MAX_BYTES ? LOGS_MAX_BYTES : m->max_bytes;

@@ -11,6 +11,8 @@
 #   kill9    kill -9 of a rank fails a job with --max-restarts 0, naming that rank; a job whose
 #            ranks refuse its configuration (a missing --data-path) fails at once, not restarted
 #   workerd  kill -9 of a workerd leaves none of its ranks alive; the job runs again on the other node
+#   grow     kill -9 of a workerd: the job runs at dp 1; restarting it grows the job back to dp 2 at a checkpoint;
+#            `atoll logs --follow` goes on through both restarts and ends with the job; --epoch reads each one
 #   restart  kill -9 of the coordinator mid-job: after a restart no reported step is lost
 #            and the job is still running (workerd kept the reports until they were stored)
 #   checkpoint  `atoll cancel --checkpoint`: the ranks commit a checkpoint and stop, the job
@@ -262,6 +264,10 @@ case_grow() {
   start_cluster
   running_job elastic 2 --save "$TMP/ckpt" --save-interval 5
   local id=$ID
+  # `atoll logs --follow` follows the job through its restarts, not one process
+  atoll logs "$id" --follow >"$TMP/follow.out" 2>"$TMP/follow.err" &
+  local follower=$!
+  PIDS+=("$follower")
   kill -9 "${WPID[node-b]}"
   unset 'WPID[node-b]'
   shrunk() { [ "$(atoll status "$id" --json | json "(d['state'], d['layout']['dp'])")" = "('running', 1)" ]; }
@@ -274,7 +280,28 @@ case_grow() {
     && grep -qE "epoch 2 .* scale-up .* dp 2 \(not counted\)" "$TMP/status.txt" \
     || fail "status after a fault and a scale-up: $(cat "$TMP/status.txt")"
   ok "node-b lost, then back: job $id ran at dp 1, grew back to dp 2 at a checkpoint; $(grep 'restarts:' "$TMP/status.txt" | cut -d';' -f1)"
+  wait_until 30 step_at_least "$id" "$(($(atoll status "$id" --json | json "d['step']") + 2))" || fail "no steps in epoch 2"
   cancel_job "$id"
+  follower_done() { ! kill -0 "$follower" 2>/dev/null; }
+  wait_until 10 follower_done || fail "atoll logs --follow still running after the job ended"
+  wait "$follower"; local rc=$?
+  [ $rc = 0 ] || fail "atoll logs --follow exited $rc: $(cat "$TMP/follow.err")"
+  grep -q "^atoll: job $id epoch 1 (node-lost: node node-b lost: .*): rank 0's log from here on$" "$TMP/follow.err" \
+    && grep -q "^atoll: job $id epoch 2 (scale-up: .*): rank 0's log from here on$" "$TMP/follow.err" \
+    && [ "$(wc -l <"$TMP/follow.err")" = 2 ] || fail "follow's epoch lines: $(cat "$TMP/follow.err")"
+  [ "$(grep -c "^atoll-train: 8 ranks: .* dp 2," "$TMP/follow.out")" = 2 ] \
+    && [ "$(grep -c "^atoll-train: 4 ranks: .* dp 1," "$TMP/follow.out")" = 1 ] \
+    && [ "$(grep -c "^loaded checkpoint $TMP/ckpt/iter_" "$TMP/follow.out")" = 2 ] \
+    || fail "followed log: $(grep -v iteration "$TMP/follow.out")"
+  ok "atoll logs --follow went on through epochs 1 and 2 and ended with the job: $(grep -c iteration "$TMP/follow.out") iteration lines"
+  # each placement's log stays readable
+  atoll logs "$id" --epoch 1 | grep -q "^atoll-train: 4 ranks: .* dp 1," || fail "epoch 1's log: $(atoll logs "$id" --epoch 1 | head -3)"
+  atoll logs "$id" --epoch 0 | grep -q "^atoll-train: 8 ranks: .* dp 2," || fail "epoch 0's log"
+  atoll logs "$id" --epoch 3 2>"$TMP/err"; [ $? = 1 ] && grep -qx "atoll: job $id has no epoch 3: its placements are epochs 0..2" \
+    "$TMP/err" || fail "a later epoch: $(cat "$TMP/err")"
+  atoll logs "$id" --epoch 1 --rank 5 2>"$TMP/err"; [ $? = 1 ] && grep -qx "atoll: job $id has ranks 0..3 in epoch 1; there is no rank 5" \
+    "$TMP/err" || fail "a rank epoch 1 did not have: $(cat "$TMP/err")"
+  ok "atoll logs --epoch reads each placement's log"
   stop_all
 }
 
