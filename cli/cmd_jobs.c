@@ -14,20 +14,40 @@
 #include "jsonw.h"
 #include "msg.h"
 #include "msg_json.h"
+#include "supervise.h"
 
 typedef struct {
     const char *name, *request_id;
     int auto_layout;
     int max_restarts;        /* -1: the coordinator's default */
     int wait;                /* --wait: until the job ends, as `atoll wait` */
+    char *env[SUP_ENV_COUNT + 1]; /* --env NAME=VALUE (owned) */
+    size_t n_env;
 } submit_extra;
 
 static int wait_job(cli_ctx *c, uint64_t id, double max_wait_s);
 
-/* `--name NAME`, `--request-id ID` and `--max-restarts N` are the job's, not training flags. */
+/* `--name NAME`, `--request-id ID`, `--max-restarts N` and `--env` are the job's, not training flags. */
 static int submit_flag(void *ctx, int argc, char **argv, int i, char *err, size_t errlen)
 {
     submit_extra *x = ctx;
+    if (!strcmp(argv[i], "--env")) { /* NAME=VALUE, or NAME: its value here (as docker run -e) */
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL, *here = v && !strchr(v, '=') ? getenv(v) : NULL;
+        if (!v || !*v || (!strchr(v, '=') && !here)) {
+            snprintf(err, errlen, "--env needs NAME=VALUE, or the NAME of a variable set in this shell%s%s%s",
+                     v ? " ('" : "", v ? v : "", v ? "' is not set here)" : "");
+            return -1;
+        }
+        if (x->n_env == SUP_ENV_COUNT + 1) return 2; /* sup_env_check says there are too many */
+        char *kv = here ? malloc(strlen(v) + strlen(here) + 2) : strdup(v);
+        if (!kv) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        if (here) sprintf(kv, "%s=%s", v, here);
+        x->env[x->n_env++] = kv;
+        return 2;
+    }
     if (!strcmp(argv[i], "--auto-layout")) return x->auto_layout = 1; /* the planner picks (cmd_plan.c) */
     if (!strcmp(argv[i], "--wait")) return x->wait = 1;
     if (!strcmp(argv[i], "--max-restarts")) {
@@ -72,35 +92,47 @@ static void note_pipeline_split(cli_ctx *c, const atoll_config *cfg)
             "weighs it against memory and the rest)\n", c->prog, head, flags, 100 * gain);
 }
 
+static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x);
+
 int cmd_submit(cli_ctx *c, int argc, char **argv)
+{
+    submit_extra x = { .max_restarts = -1 };
+    int rc = submit(c, argc, argv, &x);
+    for (size_t i = 0; i < x.n_env; i++) free(x.env[i]);
+    return rc;
+}
+
+static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x)
 {
     atoll_config cfg;
     cfg_defaults(&cfg);
-    submit_extra x = { NULL, NULL, 0, -1, 0 };
     char err[512];
-    if (cfg_parse_args(&cfg, argc, argv, 1, submit_flag, &x, err, sizeof err))
+    if (cfg_parse_args(&cfg, argc, argv, 1, submit_flag, x, err, sizeof err))
         return cli_usage(c, "submit", "%s", err);
+    if (sup_env_check(x->env, x->n_env, err, sizeof err)) return cli_usage(c, "submit", "--env: %s", err);
     /* the tokenizer's padded vocab, as the ranks will size it, and its files by
      * absolute paths (ranks run in their own work directories) */
     if (tok_config_vocab(&cfg, err, sizeof err)) return cli_usage(c, "submit", "%s", err);
     char *files[2] = { cfg.vocab_file, cfg.merge_file }, abs[PATH_MAX];
     for (int i = 0; i < 2; i++)
         if (files[i][0] && realpath(files[i], abs) && strlen(abs) < CFG_STR) memcpy(files[i], abs, strlen(abs) + 1);
-    if (x.auto_layout) {
+    if (x->auto_layout) {
         int rc = cli_auto_layout(c, &cfg, argc, argv);
         if (rc) return rc;
     }
     /* The coordinator validates against the live cluster (NVLink islands); we only parse. */
     Atoll__JobSpec spec;
-    msg_spec_from_cfg(&spec, &cfg, x.name);
-    spec.max_restarts = x.max_restarts;
+    msg_spec_from_cfg(&spec, &cfg, x->name);
+    spec.max_restarts = x->max_restarts;
+    spec.env = x->env;
+    spec.n_env = x->n_env;
     Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
     req.spec = &spec;
     /* A request id makes the submission safe to send again: if the coordinator
      * stored the job but the reply was lost, the retry gets the same job back. */
     char rid[33];
-    if (x.request_id) {
-        req.request_id = (char *)x.request_id;
+    if (x->request_id) {
+        req.request_id = (char *)x->request_id;
     } else {
         uint8_t raw[16];
         if (auth_random(raw, sizeof raw)) return cli_usage(c, "submit", "cannot read random bytes for a request id");
@@ -113,11 +145,11 @@ int cmd_submit(cli_ctx *c, int argc, char **argv)
     if (rc) return rc;
     uint64_t id = r->job;
     atoll__submit_reply__free_unpacked(r, NULL);
-    if (c->json && !x.wait) printf("{\"job\":%llu}\n", (unsigned long long)id);
+    if (c->json && !x->wait) printf("{\"job\":%llu}\n", (unsigned long long)id);
     else if (!c->json) printf("%llu\n", (unsigned long long)id);
     fflush(stdout);
-    if (!x.auto_layout) note_pipeline_split(c, &cfg);
-    return x.wait ? wait_job(c, id, 0) : 0;
+    if (!x->auto_layout) note_pipeline_split(c, &cfg);
+    return x->wait ? wait_job(c, id, 0) : 0;
 }
 
 static int fetch_all(cli_ctx *c, Atoll__JobsReply **out);
@@ -295,6 +327,11 @@ static void print_job(const Atoll__Job *j)
         printf(" (model: %d layers, hidden %d, %d heads, seq %d; micro-batch %d, global batch %d)",
                j->spec->num_layers, j->spec->hidden_size, j->spec->num_attention_heads, j->spec->seq_length,
                j->spec->micro_batch_size, j->spec->global_batch_size);
+    if (j->spec && j->spec->n_env) {
+        printf("\n  environment (--env):");
+        for (size_t i = 0; i < j->spec->n_env; i++)
+            printf(strpbrk(j->spec->env[i], " \t\"'") ? " '%s'" : " %s", j->spec->env[i]);
+    }
     /* scale-ups restart a job too, without counting against --max-restarts */
     unsigned counted = 0;
     for (size_t i = 0; i < j->n_history; i++) counted += j->history[i]->counted;

@@ -116,6 +116,10 @@ void msg_json_job(jsonw *w, const Atoll__Job *j)
     jsonw_kint(w, "restarts", j->restarts);
     jsonw_kint(w, "epoch", j->epoch);
     jsonw_kint(w, "num_gpus", j->spec ? j->spec->num_gpus : 0);
+    jsonw_key(w, "env"); /* atoll submit --env */
+    jsonw_arr(w);
+    for (size_t i = 0; j->spec && i < j->spec->n_env; i++) jsonw_str(w, j->spec->env[i]);
+    jsonw_arr_end(w);
     jsonw_key(w, "layout");
     jsonw_obj(w);
     jsonw_kint(w, "tp", j->tp);

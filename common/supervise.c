@@ -26,15 +26,68 @@ static int ours(const char *kv, int gpu_set)
     return gpu_set && !strncmp(kv, "CUDA_VISIBLE_DEVICES=", 21);
 }
 
+static size_t name_len(const char *kv)
+{
+    const char *eq = strchr(kv, '=');
+    return eq ? (size_t)(eq - kv) : strlen(kv);
+}
+
+int sup_env_check(char *const *kv, size_t n, char *err, size_t errlen)
+{
+    if (n > SUP_ENV_COUNT) {
+        snprintf(err, errlen, "more than %d environment variables", SUP_ENV_COUNT);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *e = kv[i];
+        size_t len = name_len(e);
+        int ok = len > 0 && e[len] == '=' && !(e[0] >= '0' && e[0] <= '9');
+        for (size_t k = 0; ok && k < len; k++)
+            ok = (e[k] >= 'A' && e[k] <= 'Z') || (e[k] >= 'a' && e[k] <= 'z') || (e[k] >= '0' && e[k] <= '9') ||
+                 e[k] == '_';
+        if (!ok) {
+            snprintf(err, errlen, "environment variable '%.80s': expected NAME=VALUE, NAME of letters, digits and _ "
+                     "not starting with a digit", e);
+            return -1;
+        }
+        if (strlen(e) > SUP_ENV_BYTES) {
+            snprintf(err, errlen, "environment variable %.*s: %zu bytes; at most %d", (int)len, e, strlen(e),
+                     SUP_ENV_BYTES);
+            return -1;
+        }
+        if (ours(e, 1)) {
+            snprintf(err, errlen, "environment variable %.*s is set by atoll for each rank (its rank, rendezvous, "
+                     "job or GPU); it cannot be given", (int)len, e);
+            return -1;
+        }
+        for (size_t j = 0; j < i; j++)
+            if (name_len(kv[j]) == len && !strncmp(kv[j], e, len)) {
+                snprintf(err, errlen, "environment variable %.*s is given twice", (int)len, e);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+/* 1 when the job's own variables set the one in kv. */
+static int overridden(const sup_set *s, const char *kv)
+{
+    size_t len = name_len(kv);
+    for (size_t i = 0; i < s->o.n_env; i++)
+        if (name_len(s->o.env[i]) == len && !strncmp(s->o.env[i], kv, len)) return 1;
+    return 0;
+}
+
 static char **make_env(const sup_set *s, const sup_rank *r)
 {
     size_t ne = 0;
     while (environ[ne]) ne++;
-    char **env = calloc(ne + 20, sizeof *env);
+    char **env = calloc(ne + s->o.n_env + 20, sizeof *env);
     if (!env) return NULL;
     size_t k = 0;
     for (size_t i = 0; i < ne; i++)
-        if (!ours(environ[i], r->gpu >= 0)) env[k++] = strdup(environ[i]);
+        if (!ours(environ[i], r->gpu >= 0) && !overridden(s, environ[i])) env[k++] = strdup(environ[i]);
+    for (size_t i = 0; i < s->o.n_env; i++) env[k++] = strdup(s->o.env[i]);
     char buf[600];
 #define PUT(...) (snprintf(buf, sizeof buf, __VA_ARGS__), env[k++] = strdup(buf))
     PUT("RANK=%d", r->rank);

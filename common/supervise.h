@@ -10,7 +10,8 @@
  * ATOLL_JOB_SECRET_FD (an inherited, sealed memfd holding the job secret, when
  * given), ATOLL_METRICS_FD (the write end of a channel of frames to the
  * supervisor, when asked for) and ATOLL_SUPERVISOR_PID. Every other variable of
- * the supervisor's environment, NCCL_* included, passes through untouched.
+ * the supervisor's environment, NCCL_* included, passes through untouched, and
+ * the job's own variables (sup_opts.env) are set over it.
  *
  * Ranks run in their own process group (a session each), so a stop reaches
  * anything a rank started. A rank that calls sup_child_guard() first dies with its
@@ -79,6 +80,8 @@ typedef struct sup_opts {
     const auth_token *secret;  /* the job secret handed to every rank; NULL = none */
     const char *log_dir;       /* rank-<R>.log there (stdout and stderr); NULL = inherit */
     const char *cwd;           /* working directory of the ranks; NULL = the supervisor's */
+    char *const *env;          /* n_env "KEY=VALUE" set in every rank (a job's --env), over inherited values; */
+    size_t n_env;              /* read in sup_start only; entries must pass sup_env_check */
     int channel;               /* 1: a frame channel per rank on SUP_CHANNEL_FD */
     int grace_ms;              /* SIGTERM -> SIGKILL; 0 = 2000 */
     void (*on_exit)(sup_set *s, sup_rank *r);
@@ -99,6 +102,15 @@ struct sup_set {
     uv_timer_t kill_timer;
     char ***envs;              /* per-rank environment blocks, freed at the end */
 };
+
+/* The one rule for a job's own environment (`atoll submit --env`): at most
+ * SUP_ENV_COUNT entries, each "KEY=VALUE" of at most SUP_ENV_BYTES with KEY a shell
+ * name ([A-Za-z_][A-Za-z0-9_]*), no KEY twice, and none of the variables the
+ * supervisor sets itself (the torchrun ones, ATOLL_JOB_ID..., CUDA_VISIBLE_DEVICES).
+ * 0, or -1 with err saying which entry and what would be accepted. */
+#define SUP_ENV_COUNT 64
+#define SUP_ENV_BYTES 4096
+int sup_env_check(char *const *kv, size_t n, char *err, size_t errlen);
 
 /* Starts the n ranks. On a spawn failure the ones already started are stopped
  * and -1 is returned with err naming the rank and the reason; on_closed still

@@ -310,6 +310,10 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, const char *request_id, ui
         snprintf(err, errlen, "invalid %s", why); /* why starts "job spec: " */
         return ATOLL__ERROR_CODE__ERR_INVALID;
     }
+    if (sup_env_check(spec->env, spec->n_env, why, sizeof why)) {
+        snprintf(err, errlen, "invalid job spec: %s", why);
+        return ATOLL__ERROR_CODE__ERR_INVALID;
+    }
     if (cfg.num_gpus < 1) {
         snprintf(err, errlen, "invalid job spec: --num-gpus (the job's world size) is required and must be at least 1");
         return ATOLL__ERROR_CODE__ERR_INVALID;

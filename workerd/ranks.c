@@ -257,6 +257,11 @@ void ranks_launch(agent *a, const Atoll__Launch *m, Atoll__LaunchAck *ack, char 
         snprintf(msg, msglen, "the launch carries no job spec");
         return;
     }
+    char why[400];
+    if (sup_env_check(m->spec->env, m->spec->n_env, why, sizeof why)) {
+        snprintf(msg, msglen, "the job's --env: %s", why);
+        return;
+    }
     /* An older placement of the same job still here has lost: stop it. */
     if (l->epoch > 0) ranks_stop(a, l->job, l->epoch - 1, "the job was placed again", 0);
     job_set *js = calloc(1, sizeof *js);
@@ -317,6 +322,7 @@ void ranks_launch(agent *a, const Atoll__Launch *m, Atoll__LaunchAck *ack, char 
     sup_opts o = {
         .exe = a->train_bin, .argv = js->argv, .world = (int)l->n_ranks, .group_rank = -1, .master_addr = host,
         .master_port = port, .job = l->job, .epoch = l->epoch, .secret = &secret, .log_dir = js->dir, .cwd = js->cwd,
+        .env = m->spec->env, .n_env = m->spec->n_env,
         .channel = 1, .grace_ms = GRACE_MS, .on_exit = on_exit_rank, .on_frame = on_frame, .on_closed = on_closed,
         .data = js,
     };

@@ -7,7 +7,7 @@
 #   run      a tp2 pp2 dp2 job (atoll submit --wait) goes pending -> placing -> starting -> running -> completed; its
 #            stored loss series equals, step for step, the same layout run standalone with
 #            atoll-train --nproc-per-node; status/metrics/logs show it
-#   cancel   atoll cancel leaves no rank process alive
+#   cancel   atoll cancel leaves no rank process alive; submit --env reaches every rank's environment
 #   kill9    kill -9 of a rank fails a job with --max-restarts 0, naming that rank; a job whose
 #            ranks refuse its configuration (a missing --data-path) fails at once, not restarted
 #   workerd  kill -9 of a workerd leaves none of its ranks alive; the job runs again on the other node
@@ -184,11 +184,24 @@ cancel_job() { # ID: cancels it and checks no rank is left
 }
 
 case_cancel() {
-  start_cluster
-  running_job victim 2
+  NCCL_DEBUG=WARN start_cluster # the workers' own value, which the job's --env replaces
+  atoll submit "${model[@]}" --num-gpus 8 --env RANK=3 2>"$TMP/err"; [ $? = 2 ] \
+    && grep -q "^atoll: --env: environment variable RANK is set by atoll for each rank" "$TMP/err" \
+    || fail "--env RANK=3: $(cat "$TMP/err")"
+  unset ATOLL_IT_UNSET
+  atoll submit "${model[@]}" --num-gpus 8 --env ATOLL_IT_UNSET 2>"$TMP/err"; [ $? = 2 ] \
+    && grep -q "'ATOLL_IT_UNSET' is not set here" "$TMP/err" || fail "--env of an unset name: $(cat "$TMP/err")"
+  ATOLL_IT_HERE="from the shell" running_job victim 2 --env NCCL_DEBUG=INFO --env ATOLL_IT_HERE
   local id=$ID
   local pids; pids=$(rank_pids "$id")
   [ "$(echo "$pids" | wc -w)" = 8 ] || fail "expected 8 rank processes, found: $pids"
+  for p in $pids; do
+    local env; env=$(tr '\0' '\n' </proc/"$p"/environ | grep -E "^(NCCL_DEBUG|ATOLL_IT_HERE)=")
+    [ "$env" = "NCCL_DEBUG=INFO"$'\n'"ATOLL_IT_HERE=from the shell" ] || fail "rank pid $p's environment: $env"
+  done
+  atoll status "$id" | grep -qx "  environment (--env): NCCL_DEBUG=INFO 'ATOLL_IT_HERE=from the shell'" \
+    || fail "status: $(atoll status "$id")"
+  ok "--env: every rank has NCCL_DEBUG=INFO (over the workers' WARN) and ATOLL_IT_HERE; bad names refused"
   atoll cancel "$id" | grep -q cancelled || fail "cancel"
   wait_until 10 no_ranks_of "$id" || fail "ranks alive after cancel: $(rank_pids "$id")"
   for p in $pids; do [ -d "/proc/$p" ] && [ "$(awk '{print $3}' "/proc/$p/stat")" != Z ] && fail "rank pid $p alive"; done

@@ -146,6 +146,8 @@ static void base_cfg(atoll_config *cfg)
 }
 
 static int max_restarts = -1; /* the spec's: -1 the coordinator's default */
+static char **submit_env;      /* the spec's env (atoll submit --env) */
+static size_t submit_n_env;
 
 /* Submits and returns the job id, or 0 with the error in *err. */
 static uint64_t submit(coord *c, test_peer *t, const atoll_config *cfg, const char **err)
@@ -153,6 +155,8 @@ static uint64_t submit(coord *c, test_peer *t, const atoll_config *cfg, const ch
     Atoll__JobSpec spec;
     msg_spec_from_cfg(&spec, cfg, "t");
     spec.max_restarts = max_restarts;
+    spec.env = submit_env;
+    spec.n_env = submit_n_env;
     Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
     req.spec = &spec;
     send_msg(c, t, ATOLL__MSG_TYPE__MSG_SUBMIT, &req.base);
@@ -505,6 +509,20 @@ int main(int argc, char **argv)
     CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "--lr: -1 is below"), "lr -1: '%s'", e);
     base_cfg(&cfg); snprintf(cfg.rank_order, sizeof cfg.rank_order, "tp-dp-dp");
     CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "--rank-order 'tp-dp-dp': repeated token 'dp'"), "order: '%s'", e);
+    /* the job's environment: what the supervisor sets itself, malformed or repeated names */
+    base_cfg(&cfg);
+    char *env_ours[] = { "NCCL_DEBUG=INFO", "MASTER_PORT=1" }, *env_bad[] = { "NCCL DEBUG=INFO" },
+         *env_twice[] = { "A=1", "B=2", "A=3" }, *env_bare[] = { "NCCL_DEBUG" };
+    submit_env = env_ours, submit_n_env = 2;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "invalid job spec: environment variable MASTER_PORT is set by atoll"),
+          "env MASTER_PORT: '%s'", e);
+    submit_env = env_bad, submit_n_env = 1;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "'NCCL DEBUG=INFO': expected NAME=VALUE"), "env name: '%s'", e);
+    submit_env = env_twice, submit_n_env = 3;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "environment variable A is given twice"), "env twice: '%s'", e);
+    submit_env = env_bare, submit_n_env = 1;
+    CHECK(!submit(&c, &cli, &cfg, &e) && strstr(e, "'NCCL_DEBUG': expected NAME=VALUE"), "env bare: '%s'", e);
+    submit_env = NULL, submit_n_env = 0;
     store_job j;
     CHECK(store_job_get(c.st, 1, &j) == 1, "a refused spec was stored");
 
