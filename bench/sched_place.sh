@@ -34,5 +34,7 @@ LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
   done
 } | tee "$OUT.tmp"
 # a hand-written "## Reading" section of the previous file is kept
-[ -f "$OUT" ] && sed -n '/^## Reading/,$p' "$OUT" | { grep -q . && { echo; cat; } || true; } >>"$OUT.tmp"
+# (read whole first: `grep -q` in a pipe may swallow what it was given)
+READING=$([ -f "$OUT" ] && sed -n '/^## Reading/,$p' "$OUT" || true)
+[ -z "$READING" ] || printf '\n%s\n' "$READING" >>"$OUT.tmp"
 mv "$OUT.tmp" "$OUT"

@@ -149,6 +149,7 @@ typedef struct coord {
      * bounded number of jobs per tick); otherwise only jobs newer than the newest it
      * tried (scheduler.c). */
     uint64_t sched_gen, sched_seen_gen, sched_seen_id, sched_cursor;
+    uint64_t sched_head;     /* the oldest pending job that could not be placed (scheduler.c); 0: none */
     int sched_full;
     int64_t hang_tick_ms;    /* hang.c: its previous tick */
     uint64_t visit;          /* coord_layout_nodes: the current walk's stamp */

@@ -1,5 +1,6 @@
 #include "scheduler.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -251,6 +252,7 @@ typedef struct {
     int free_slots, usable; /* over all candidates, kept up to date as jobs are placed */
     topo_node *topo;        /* [n] the candidates' topologies, decoded once per run (topo_state 1) */
     int topo_state;         /* 0 not decoded yet, 1 decoded, -1 not all GPU nodes (slot placement) */
+    int topo_borrowed;      /* topo is another context's (same candidates): not freed here */
 } busy_ctx;
 
 static void count_free(busy_ctx *b)
@@ -278,11 +280,9 @@ static cand *find_cand(busy_ctx *b, const char *name)
     return NULL;
 }
 
-static int mark_busy(void *ctx, store_job *j)
+/* The slots a layout's ranks hold, taken. */
+static void mark_layout(busy_ctx *b, const Atoll__JobLayout *l)
 {
-    busy_ctx *b = ctx;
-    Atoll__JobLayout *l = load_layout(b->c, j);
-    if (!l) return 0;
     cand *cd = NULL;
     for (size_t r = 0; r < l->n_ranks; r++) {
         if (!cd || strcmp(cd->rn->name, l->ranks[r]->node)) cd = find_cand(b, l->ranks[r]->node);
@@ -290,24 +290,27 @@ static int mark_busy(void *ctx, store_job *j)
             if (cd->gpu[s] == l->ranks[r]->gpu && (l->ranks[r]->gpu >= 0 || s == l->ranks[r]->local_rank))
                 cd->busy[s] = 1;
     }
-    atoll__job_layout__free_unpacked(l, NULL);
-    return 0;
 }
 
 typedef struct {
     busy_ctx *b;
-    uint64_t except;
+    uint64_t except, newer_than;
 } busy_but;
 
 static int mark_busy_but(void *ctx, store_job *j)
 {
     busy_but *x = ctx;
-    return j->id == x->except ? 0 : mark_busy(x->b, j);
+    if (j->id == x->except || j->id <= x->newer_than) return 0;
+    Atoll__JobLayout *l = load_layout(x->b->c, j);
+    if (l) mark_layout(x->b, l);
+    if (l) atoll__job_layout__free_unpacked(l, NULL);
+    return 0;
 }
 
-/* Live, connected nodes with slots, and which slots the active jobs hold (but
- * job `except`'s: 0 = none excepted). */
-static void build_candidates(coord *c, busy_ctx *b, uint64_t except)
+/* Live, connected nodes with slots, and which slots the active jobs hold: those
+ * submitted after job `newer_than` (0: all; UINT64_MAX: none), but job `except`'s
+ * (0: none excepted). */
+static void build_candidates(coord *c, busy_ctx *b, uint64_t except, uint64_t newer_than)
 {
     reg_node **sorted = registry_sorted(&c->reg);
     b->cands = calloc(c->reg.n + 1, sizeof *b->cands);
@@ -329,7 +332,7 @@ static void build_candidates(coord *c, busy_ctx *b, uint64_t except)
         if (node) atoll__node__free_unpacked(node, NULL);
     }
     free(sorted);
-    busy_but x = { b, except };
+    busy_but x = { b, except, newer_than };
     for (int s = ATOLL__JOB_STATE__JOB_PLACING; s <= ATOLL__JOB_STATE__JOB_RESTARTING; s++)
         store_jobs_each(c->st, s, mark_busy_but, &x);
     count_free(b);
@@ -337,7 +340,7 @@ static void build_candidates(coord *c, busy_ctx *b, uint64_t except)
 
 static void free_candidates(busy_ctx *b)
 {
-    free(b->topo);
+    if (!b->topo_borrowed) free(b->topo);
     for (size_t i = 0; i < b->n; i++) {
         free(b->cands[i].gpu);
         free(b->cands[i].busy);
@@ -359,15 +362,13 @@ static void launch(coord *c, const store_job *j, Atoll__JobSpec *spec, Atoll__Jo
  * TP inside NVLink islands, rail-aligned DP/PP groups, few leaf switches.
  * Returns 0 with `out` filled, 1 when it does not apply (CPU ranks, or not
  * enough whole free nodes; sched_place then decides), -1 on error. */
-static int place_topology_aware(coord *c, busy_ctx *b, const atoll_config *cfg, Atoll__JobLayout *out,
-                                msg_arena *a, char *err, size_t errlen)
+/* The candidates' topologies, decoded by the first placement of a run; the others reuse them. */
+static void decode_topo(coord *c, busy_ctx *b)
 {
-    int n = (int)b->n, tp = cfg->tensor_model_parallel_size, pp = cfg->pipeline_model_parallel_size;
-    int dp = cfg_data_parallel_size(cfg, cfg->num_gpus);
-    if (n < 1 || dp < 1) return 1;
-    if (!b->topo_state) { /* the first placement of this run decodes every candidate, the others reuse it */
+    int n = (int)b->n;
+    if (!b->topo_state) {
         b->topo_state = -1;
-        if (!(b->topo = calloc((size_t)n, sizeof *b->topo))) return 1;
+        if (!(b->topo = calloc((size_t)n, sizeof *b->topo))) return;
         int i = 0;
         for (; i < n; i++) {
             Atoll__Node *info = atoll__node__unpack(NULL, b->cands[i].rn->info_len, b->cands[i].rn->info);
@@ -382,6 +383,15 @@ static int place_topology_aware(coord *c, busy_ctx *b, const atoll_config *cfg, 
             b->topo_state = 1;
         }
     }
+}
+
+static int place_topology_aware(coord *c, busy_ctx *b, const atoll_config *cfg, Atoll__JobLayout *out,
+                                msg_arena *a, char *err, size_t errlen)
+{
+    int n = (int)b->n, tp = cfg->tensor_model_parallel_size, pp = cfg->pipeline_model_parallel_size;
+    int dp = cfg_data_parallel_size(cfg, cfg->num_gpus);
+    if (n < 1 || dp < 1) return 1;
+    decode_topo(c, b);
     if (b->topo_state < 0) return 1;
     const topo_node *nodes = b->topo;
     unsigned char *busy = calloc((size_t)n, 1);
@@ -520,31 +530,148 @@ static int place_elastic(coord *c, busy_ctx *b, const store_job *j, atoll_config
     return -1;
 }
 
-static void place_one(coord *c, busy_ctx *b, store_job *j, why_list *waiting)
+/* ---- the order of the queue ----
+ * Jobs are placed in submission order. One that cannot be placed does not stop
+ * the queue, but the oldest one that waits, the head, gets a reservation (EASY
+ * backfill, with no run times to go on): the GPUs it would take once every job
+ * submitted before it has ended, that is placed where only the jobs submitted
+ * after it hold GPUs. Later jobs start only on GPUs outside the reservation, so
+ * a stream of small jobs cannot keep a large one waiting for ever. A head that
+ * would not fit even the cluster with no job on it waits for nodes, not for
+ * other jobs, and reserves nothing; one that later jobs already stand in the way
+ * of holds every later job back. Restarts are not held back: their jobs were
+ * running. */
+typedef struct {
+    uint64_t id;       /* the head; 0: none */
+    atoll_config cfg;  /* what it waits for: a new job's full size, a restart's smallest */
+    int block_all;     /* no reservation could be made: later new jobs wait */
+    busy_ctx bh;       /* the run's candidates with the reservation taken too (bh.n = 0 with block_all) */
+} head_hold;
+
+/* The smallest placement a restart may take: the data-parallel size, from 1 up,
+ * that keeps the global batch and fits GPU memory (place_elastic's rules). */
+static void smallest_restart(coord *c, atoll_config *cfg)
+{
+    int mp = cfg->tensor_model_parallel_size * cfg->pipeline_model_parallel_size;
+    int full = cfg_data_parallel_size(cfg, cfg->num_gpus);
+    for (int dp = 1; dp < full; dp++) {
+        atoll_config small = *cfg;
+        small.num_gpus = mp * dp;
+        char mem[400];
+        if (sched_dp_fits(cfg, dp) && sched_fits_memory(c, &small, mem, sizeof mem)) {
+            *cfg = small;
+            return;
+        }
+    }
+}
+
+/* Candidates like b's (the same nodes in the same order, in the same run), sharing
+ * its decoded topologies: with the slots held by jobs submitted after job
+ * `newer_than` (UINT64_MAX: none), or (copy) with b's own busy slots. */
+static int candidates_like(coord *c, busy_ctx *b, busy_ctx *out, uint64_t newer_than, int copy)
+{
+    decode_topo(c, b);
+    *out = (busy_ctx){ .c = c };
+    if (copy) {
+        out->cands = calloc(b->n + 1, sizeof *out->cands);
+        for (size_t i = 0; out->cands && i < b->n; i++, out->n++) {
+            int slots = b->cands[i].rn->slots;
+            cand *cd = &out->cands[i];
+            cd->rn = b->cands[i].rn;
+            cd->gpu = malloc((size_t)slots * sizeof *cd->gpu);
+            cd->busy = malloc((size_t)slots);
+            if (!cd->gpu || !cd->busy) {
+                out->n++; /* freed with the rest */
+                break;
+            }
+            memcpy(cd->gpu, b->cands[i].gpu, (size_t)slots * sizeof *cd->gpu);
+            memcpy(cd->busy, b->cands[i].busy, (size_t)slots);
+        }
+    } else {
+        build_candidates(c, out, 0, newer_than);
+    }
+    if (out->n != b->n) return -1; /* out of memory, or a node changed within the run */
+    out->topo = b->topo;
+    out->topo_state = b->topo_state;
+    out->topo_borrowed = 1;
+    count_free(out);
+    return 0;
+}
+
+/* Makes waiting job j the head and reserves its GPUs in hh->bh. -1 (no head)
+ * when it would not fit even the cluster with no job on it. */
+static int hold_for(coord *c, busy_ctx *b, head_hold *hh, const store_job *j)
+{
+    Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec);
+    char why[256];
+    int bad = !spec || msg_spec_to_cfg(spec, &hh->cfg, why, sizeof why);
+    if (spec) atoll__job_spec__free_unpacked(spec, NULL);
+    if (bad) return -1;
+    if (j->epoch > 0) smallest_restart(c, &hh->cfg);
+    msg_arena a = { 0 };
+    Atoll__JobLayout r = ATOLL__JOB_LAYOUT__INIT;
+    busy_ctx empty;
+    int fits = !candidates_like(c, b, &empty, UINT64_MAX, 0) && !try_place(c, &empty, &hh->cfg, &r, &a, why, sizeof why);
+    free_candidates(&empty);
+    msg_arena_free(&a);
+    if (!fits) return -1;
+    hh->id = j->id;
+    /* where it would go once the jobs before it have ended */
+    busy_ctx later;
+    r = (Atoll__JobLayout)ATOLL__JOB_LAYOUT__INIT;
+    int reserved = !candidates_like(c, b, &later, j->id, 0) && !try_place(c, &later, &hh->cfg, &r, &a, why, sizeof why);
+    free_candidates(&later);
+    if (reserved && candidates_like(c, b, &hh->bh, 0, 1) == 0) {
+        mark_layout(&hh->bh, &r);
+        count_free(&hh->bh);
+    } else {
+        if (reserved) free_candidates(&hh->bh);
+        hh->block_all = 1;
+    }
+    msg_arena_free(&a);
+    return 0;
+}
+
+/* Places job j if it can: 0 placed, 1 waiting (for room, or behind the head), -1 failed. */
+static int place_one(coord *c, busy_ctx *b, store_job *j, why_list *waiting, head_hold *hh)
 {
     atoll_config cfg;
     Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec);
     char why[sizeof j->message];
+    /* A new job after the head: only on GPUs outside its reservation. */
+    int after_head = hh->id && j->id > hh->id, held = after_head && j->epoch == 0;
+    busy_ctx *on = held ? &hh->bh : b;
+    char behind[sizeof j->message];
+    snprintf(behind, sizeof behind, "waiting behind job %llu (submitted earlier, waiting for %d GPUs): later jobs "
+             "start only on GPUs it leaves free (%d now)", (unsigned long long)hh->id, hh->cfg.num_gpus,
+             held && !hh->block_all ? hh->bh.free_slots : 0);
     /* Cannot fit: say so without trying a placement (a restart may still fit shrunk). */
-    if (spec && j->epoch == 0 && spec->num_gpus > b->free_slots) {
-        waiting_for(spec->num_gpus, b->free_slots, b->usable, why, sizeof why);
+    if (spec && j->epoch == 0 && (spec->num_gpus > on->free_slots || (held && hh->block_all))) {
+        if (held && spec->num_gpus <= b->free_slots) snprintf(why, sizeof why, "%s", behind);
+        else waiting_for(spec->num_gpus, b->free_slots, b->usable, why, sizeof why);
         if (strcmp(j->message, why)) why_add(waiting, j, why);
         atoll__job_spec__free_unpacked(spec, NULL);
-        return;
+        return 1;
     }
     if (!spec || msg_spec_to_cfg(spec, &cfg, j->message, sizeof j->message)) {
         jobs_set_state(c, j, ATOLL__JOB_STATE__JOB_PLACING, "placing");
         jobs_set_state(c, j, ATOLL__JOB_STATE__JOB_FAILED, "stored job spec is unreadable");
         if (spec) atoll__job_spec__free_unpacked(spec, NULL);
-        return;
+        return -1;
     }
     msg_arena a = { 0 };
     Atoll__JobLayout l = ATOLL__JOB_LAYOUT__INIT;
-    int full = cfg.num_gpus;
-    if (place_elastic(c, b, j, &cfg, &l, &a, why, sizeof why)) {
+    int full = cfg.num_gpus, status = 1;
+    if (place_elastic(c, on, j, &cfg, &l, &a, why, sizeof why)) {
+        if (held) snprintf(why, sizeof why, "%s", behind);
         if (strcmp(j->message, why)) why_add(waiting, j, why); /* no state change: no event but for a restart */
         goto out;
     }
+    if (after_head && !hh->block_all) { /* the reservation's view sees these GPUs taken too */
+        mark_layout(&hh->bh, &l);
+        count_free(&hh->bh);
+    }
+    status = -1;
     if (jobs_set_state(c, j, ATOLL__JOB_STATE__JOB_PLACING, "placing %d ranks", cfg.num_gpus)) goto out;
     l.job = j->id;
     l.epoch = j->epoch;
@@ -585,9 +712,11 @@ static void place_one(coord *c, busy_ctx *b, store_job *j, why_list *waiting)
     }
     count_free(b);
     launch(c, j, spec, &l);
+    status = 0;
 out:
     msg_arena_free(&a);
     atoll__job_spec__free_unpacked(spec, NULL);
+    return status;
 }
 
 void sched_capacity_changed(coord *c)
@@ -599,7 +728,7 @@ void sched_capacity_changed(coord *c)
 int sched_grow_dp(coord *c, const store_job *j, const atoll_config *cfg, int dp_now)
 {
     busy_ctx b = { .c = c };
-    build_candidates(c, &b, j->id); /* the job's own slots count as free: it would move */
+    build_candidates(c, &b, j->id, 0); /* the job's own slots count as free: it would move */
     int best = dp_now;
     int mp = cfg->tensor_model_parallel_size * cfg->pipeline_model_parallel_size;
     int full = cfg_data_parallel_size(cfg, cfg->num_gpus);
@@ -629,6 +758,9 @@ void sched_run(coord *c)
         c->sched_cursor = 0;
         c->sched_full = 1;
     }
+    /* A pass from the first pending job finds the head again; a later part of a
+     * pass, or a run for new jobs only, keeps the one found before while it waits. */
+    if (c->sched_full && !c->sched_cursor) c->sched_head = 0;
     /* At most SCHED_JOBS_PER_TICK jobs a tick, so a long queue costs heartbeats nothing
      * noticeable; the rest continue on the next tick. */
     store_idlist pending = { 0 };
@@ -644,14 +776,23 @@ void sched_run(coord *c)
     /* Ids only grow (AUTOINCREMENT): a job submitted later has a higher one. */
     if (pending.ids[pending.n - 1] > c->sched_seen_id) c->sched_seen_id = pending.ids[pending.n - 1];
     busy_ctx b = { .c = c };
-    build_candidates(c, &b, 0);
+    build_candidates(c, &b, 0, 0);
+    head_hold hh = { 0 };
+    if (c->sched_head) {
+        store_job hj;
+        int waits = store_job_get(c->st, c->sched_head, &hj) == 0;
+        if (!waits || hj.state != ATOLL__JOB_STATE__JOB_PENDING || hold_for(c, &b, &hh, &hj)) c->sched_head = 0;
+        if (waits) store_job_clear(&hj);
+    }
     why_list waiting = { 0 };
     for (size_t i = 0; i < pending.n; i++) {
         store_job j;
         if (store_job_get(c->st, pending.ids[i], &j)) continue;
-        place_one(c, &b, &j, &waiting);
+        if (place_one(c, &b, &j, &waiting, &hh) == 1 && !hh.id && hold_for(c, &b, &hh, &j) == 0)
+            c->sched_head = j.id;
         store_job_clear(&j);
     }
+    if (hh.id && !hh.block_all) free_candidates(&hh.bh);
     if (waiting.n && store_begin(c->st) == 0) {
         int rc = 0;
         for (size_t i = 0; i < waiting.n && !rc; i++) {

@@ -38,7 +38,9 @@ int sched_dp_fits(const atoll_config *cfg, int dp);
 int sched_grow_dp(coord *c, const store_job *j, const atoll_config *cfg, int dp_now);
 
 /* Places what it can of the pending jobs (oldest first). A job placed again after
- * a fault takes a smaller data-parallel size when its full size does not fit. */
+ * a fault takes a smaller data-parallel size when its full size does not fit.
+ * The oldest job that cannot be placed holds a reservation that later new jobs
+ * stay off (backfill; scheduler.c, "the order of the queue"). */
 void sched_run(coord *c);
 /* GPUs may have become free (a node joined or came back, was undrained, a job
  * left its GPUs or went back to pending): the next run retries every pending

@@ -440,6 +440,56 @@ static void test_series_settled(void)
     two_nodes_free(&c, &w1, &w2, &cli);
 }
 
+/* Jobs start in submission order: while the oldest waiting job (the head) cannot
+ * be placed, a later one starts only where it leaves the head room; a job that
+ * would not fit even the empty cluster holds nothing back. */
+static void test_queue_order(void)
+{
+    coord c;
+    static test_peer w1, w2, cli;
+    two_nodes(&c, &w1, &w2, &cli); /* 16 GPUs */
+    atoll_config cfg;
+    const char *e;
+    store_job j;
+    uint64_t id[6];
+    int gpus[6] = { 8, 64, 12, 4, 4, 4 }; /* running, huge, big (the head), fits, would starve big, the same */
+    for (int k = 0; k < 6; k++) {
+        base_cfg(&cfg);
+        cfg.global_batch_size = 48; /* divisible at every data-parallel size here */
+        cfg.num_gpus = gpus[k];
+        id[k] = submit(&c, &cli, &cfg, &e);
+        CHECK(id[k] > 0, "job of %d GPUs refused: %s", gpus[k], e);
+        if (k == 0 || k == 3 || k == 4) coord_tick(&c); /* the last job submitted is tried on its own */
+    }
+    coord_tick(&c);
+    const int want[6] = { ATOLL__JOB_STATE__JOB_STARTING, ATOLL__JOB_STATE__JOB_PENDING, ATOLL__JOB_STATE__JOB_PENDING,
+                          ATOLL__JOB_STATE__JOB_STARTING, ATOLL__JOB_STATE__JOB_PENDING, ATOLL__JOB_STATE__JOB_PENDING };
+    char behind[160];
+    snprintf(behind, sizeof behind, "waiting behind job %llu (submitted earlier, waiting for 12 GPUs): later jobs "
+             "start only on GPUs it leaves free (0 now)", (unsigned long long)id[2]);
+    for (int k = 0; k < 6; k++) {
+        CHECK(job_state(&c, id[k], &j) == want[k], "job %d (%d GPUs): state %d (%s)", k, gpus[k], j.state, j.message);
+        if (k == 1) CHECK(strstr(j.message, "waiting for 64 GPUs"), "huge: %s", j.message);
+        if (k == 2) CHECK(strstr(j.message, "waiting for 12 GPUs"), "the head: %s", j.message);
+        if (k >= 4) CHECK(!strcmp(j.message, behind), "job %d: '%s'", k, j.message);
+        store_job_clear(&j);
+    }
+    CHECK(c.sched_head == id[2], "the head is job %llu", (unsigned long long)c.sched_head);
+    /* The first job ends: the head goes before the 4-GPU jobs that came after it. */
+    Atoll__CancelRequest cr = ATOLL__CANCEL_REQUEST__INIT;
+    cr.job = id[0];
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_CANCEL, &cr.base);
+    coord_tick(&c);
+    CHECK(job_state(&c, id[2], &j) == ATOLL__JOB_STATE__JOB_STARTING && j.world == 12, "the head placed: %d (%s)",
+          j.state, j.message);
+    store_job_clear(&j);
+    CHECK(job_state(&c, id[4], &j) == ATOLL__JOB_STATE__JOB_PENDING && strstr(j.message, "waiting for 4 GPUs"),
+          "the next one waits for room: %d (%s)", j.state, j.message);
+    store_job_clear(&j);
+    CHECK(c.sched_head == id[4], "the head is now job %llu", (unsigned long long)c.sched_head);
+    two_nodes_free(&c, &w1, &w2, &cli);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -1070,5 +1120,6 @@ int main(int argc, char **argv)
     test_slurm_states();
     test_shrink_memory();
     test_series_settled();
+    test_queue_order();
     return check_summary(argv[0]);
 }
