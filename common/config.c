@@ -91,6 +91,13 @@ static const key_def KEYS[] = {
     F("vocab-file", K_STR, vocab_file),
     F("merge-file", K_STR, merge_file),
     R("make-vocab-size-divisible-by", K_INT, make_vocab_size_divisible_by, 0, CFG_MAX_VOCAB, 0),
+    /* Megatron spellings of the settings above (cfg_resolve_megatron) */
+    F("train-samples", K_U64, train_samples),
+    F("lr-decay-samples", K_U64, lr_decay_samples),
+    F("lr-warmup-samples", K_U64, lr_warmup_samples),
+    R("lr-warmup-fraction", K_DOUBLE, lr_warmup_fraction, 0, 1, 0),
+    F("use-rotary-position-embeddings", K_BOOL, use_rotary_position_embeddings),
+    F("no-position-embedding", K_BOOL, no_position_embedding),
 };
 #undef F
 #undef R
@@ -126,20 +133,200 @@ void cfg_defaults(atoll_config *c)
 }
 
 /* Flags compare with '-' and '_' as the same character, as Megatron's YAML does. */
+static int same_key(const char *name, const char *key)
+{
+    while (*name && *key && (*name == *key || (*name == '-' && *key == '_'))) name++, key++;
+    return !*name && !*key;
+}
+
 static const key_def *find_key(const char *key)
 {
-    for (size_t i = 0; i < NKEYS; i++) {
-        const char *a = KEYS[i].name, *b = key;
-        while (*a && *b && (*a == *b || (*a == '-' && *b == '_'))) a++, b++;
-        if (!*a && !*b) return &KEYS[i];
-    }
+    for (size_t i = 0; i < NKEYS; i++)
+        if (same_key(KEYS[i].name, key)) return &KEYS[i];
     return NULL;
+}
+
+/* ---- Megatron-LM flags that are not settings here (config.h) ---- */
+typedef enum {
+    MG_SAME,    /* atoll does what it asks anyway: accepted */
+    MG_VALUE,   /* accepted with the values atoll implements (`values`), refused with others */
+    MG_REFUSED, /* asks for what atoll does not do: refused (a false or empty value asks for nothing) */
+    MG_IGNORED, /* only speed in Megatron, not here: accepted and noted (cfg_megatron_notes) */
+} mg_kind;
+
+static const struct {
+    const char *name;
+    int takes_value;
+    mg_kind kind;
+    const char *values; /* MG_VALUE: the accepted values, space-separated (numbers compare as numbers) */
+    const char *why;
+} MEGATRON[] = {
+    { "use-mcore-models", 0, MG_SAME, NULL, "atoll's model is Megatron-Core's GPT" },
+    { "use-legacy-models", 0, MG_REFUSED, NULL, "atoll's model is Megatron-Core's GPT; leave the flag out" },
+    { "transformer-impl", 1, MG_VALUE, "local transformer_engine", "atoll runs its own kernels either way" },
+    { "use-flash-attn", 0, MG_SAME, NULL, "attention is computed the flash-attention way" },
+    { "no-masked-softmax-fusion", 0, MG_SAME, NULL, "fusions change speed, not results" },
+    { "no-bias-gelu-fusion", 0, MG_SAME, NULL, "fusions change speed, not results" },
+    { "no-bias-swiglu-fusion", 0, MG_SAME, NULL, "fusions change speed, not results" },
+    { "no-bias-dropout-fusion", 0, MG_SAME, NULL, "fusions change speed, not results" },
+    { "no-rope-fusion", 0, MG_SAME, NULL, "fusions change speed, not results" },
+    { "no-gradient-accumulation-fusion", 0, MG_SAME, NULL, "fusions change speed, not results" },
+    { "attention-softmax-in-fp32", 0, MG_SAME, NULL, "the attention softmax is computed in fp32" },
+    { "overlap-grad-reduce", 0, MG_SAME, NULL, "the data-parallel gradient reduction overlaps the backward pass" },
+    { "overlap-param-gather", 0, MG_IGNORED, NULL,
+      "the ZeRO-1 parameter all-gather runs after the optimizer step, not overlapped with the forward pass" },
+    { "distributed-backend", 1, MG_VALUE, "nccl gloo", "ranks talk over NCCL on GPUs and atoll's host transport on CPUs" },
+    { "num-workers", 1, MG_IGNORED, NULL, "the indexed dataset is read memory-mapped in the training process" },
+    { "log-throughput", 0, MG_SAME, NULL, "tokens/s, TFLOP/s and MFU are logged every step" },
+    { "timing-log-level", 1, MG_SAME, NULL, "step time and each pipeline stage's bubble are measured every step" },
+    { "context-parallel-size", 1, MG_VALUE, "1", "context parallelism is not implemented (tensor, pipeline and data "
+      "parallel and --sequence-parallel are)" },
+    { "expert-model-parallel-size", 1, MG_VALUE, "1", "mixture-of-experts models are not implemented" },
+    { "num-experts", 1, MG_REFUSED, NULL, "mixture-of-experts models are not implemented (dense GPT and LLaMA are)" },
+    { "fp16", 0, MG_REFUSED, NULL, "fp16 with loss scaling is not implemented; --bf16 is (bf16 weights and "
+      "activations, fp32 master weights)" },
+    { "rotary-percent", 1, MG_VALUE, "1", "rope rotates the whole head dimension" },
+    { "norm-epsilon", 1, MG_VALUE, "1e-5", "LayerNorm and RMSNorm use epsilon 1e-5" },
+    { "init-method-std", 1, MG_VALUE, "0.02", "weights start with std 0.02 (output layers 0.02/sqrt(2 x layers))" },
+    { "rampup-batch-size", 1, MG_REFUSED, NULL, "batch-size ramp-up is not implemented: give the final "
+      "--global-batch-size" },
+    { "tensorboard-dir", 1, MG_REFUSED, NULL, "atoll writes no TensorBoard files: every step's metrics are kept by the "
+      "coordinator (atoll metrics JOB, /metrics for Prometheus) and --metrics-file FILE writes them as JSON lines" },
+    { "wandb-project", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases: every step's metrics are kept by "
+      "the coordinator (atoll metrics JOB, /metrics for Prometheus) and --metrics-file FILE writes them as JSON lines" },
+    { "wandb-exp-name", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases (see --wandb-project)" },
+};
+#define NMEGATRON (sizeof(MEGATRON) / sizeof(MEGATRON[0]))
+_Static_assert(NMEGATRON <= 64, "atoll_config.megatron_ignored has a bit per entry");
+
+static int find_megatron(const char *key)
+{
+    for (size_t i = 0; i < NMEGATRON; i++)
+        if (same_key(MEGATRON[i].name, key)) return (int)i;
+    return -1;
+}
+
+/* A value that asks for nothing: a false switch, an empty or null YAML value. */
+static int asks_nothing(const char *v)
+{
+    return v && (!*v || !strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "0") || !strcmp(v, "null") ||
+                 !strcmp(v, "~"));
+}
+
+/* v among the space-separated `values` (numbers compared as numbers). */
+static int one_of(const char *values, const char *v)
+{
+    char *end;
+    double x = strtod(v, &end);
+    int num = end != v && !*end;
+    for (const char *p = values; *p;) {
+        size_t n = strcspn(p, " ");
+        char one[32];
+        snprintf(one, sizeof one, "%.*s", (int)n, p);
+        if (!strcmp(one, v) || (num && strtod(one, NULL) == x)) return 1;
+        p += n + (p[n] == ' ');
+    }
+    return 0;
+}
+
+static cfg_status set_megatron(atoll_config *c, int i, const char *value, char *err, size_t errlen)
+{
+    const char *name = MEGATRON[i].name;
+    if (MEGATRON[i].takes_value && !value) {
+        atoll_errf(err, errlen, "--%s needs a value", name);
+        return CFG_BAD_VALUE;
+    }
+    if (!MEGATRON[i].takes_value && value && !asks_nothing(value) && strcmp(value, "true") && strcmp(value, "True") &&
+        strcmp(value, "1")) {
+        atoll_errf(err, errlen, "--%s: '%s' is not true or false", name, value);
+        return CFG_BAD_VALUE;
+    }
+    switch (MEGATRON[i].kind) {
+    case MG_SAME:
+        return CFG_OK;
+    case MG_VALUE:
+        if (!*value || !strcmp(value, "null") || !strcmp(value, "~") || one_of(MEGATRON[i].values, value)) return CFG_OK;
+        atoll_errf(err, errlen, "--%s %s: %s; accepted: %s", name, value, MEGATRON[i].why, MEGATRON[i].values);
+        return CFG_BAD_VALUE;
+    case MG_REFUSED:
+        if (asks_nothing(value)) return CFG_OK;
+        atoll_errf(err, errlen, "--%s: %s", name, MEGATRON[i].why);
+        return CFG_BAD_VALUE;
+    case MG_IGNORED:
+        if (!asks_nothing(value) || MEGATRON[i].takes_value) c->megatron_ignored |= 1ull << i;
+        return CFG_OK;
+    }
+    return CFG_UNKNOWN;
+}
+
+void cfg_megatron_notes(const atoll_config *c, const char *prog, char *buf, size_t len)
+{
+    size_t at = 0;
+    if (len) buf[0] = 0;
+    for (size_t k = 0; k < NMEGATRON && at < len; k++)
+        if (c->megatron_ignored >> k & 1) {
+            int n = snprintf(buf + at, len - at, "%s: note: --%s has no effect here: %s\n", prog, MEGATRON[k].name,
+                             MEGATRON[k].why);
+            if (n < 0) break;
+            at += (size_t)n;
+        }
+}
+
+/* Iterations from samples: Megatron stops after train_samples / global batch
+ * whole steps; its learning-rate schedule counts samples, here the nearest
+ * iteration (within half a step of Megatron's). */
+int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
+{
+    if (c->use_rotary_position_embeddings)
+        snprintf(c->position_embedding_type, sizeof c->position_embedding_type, "rope");
+    if (c->no_position_embedding && !cfg_rope(c)) {
+        atoll_errf(err, errlen, "--no-position-embedding: atoll's models need a position encoding; with it give "
+                   "--position-embedding-type rope (or --use-rotary-position-embeddings)");
+        return -1;
+    }
+    uint64_t *samples[3] = { &c->train_samples, &c->lr_decay_samples, &c->lr_warmup_samples };
+    int *iters[3] = { &c->train_iters, &c->lr_decay_iters, &c->lr_warmup_iters };
+    const char *names[3] = { "train", "lr-decay", "lr-warmup" };
+    atoll_config d;
+    cfg_defaults(&d);
+    int *dflt[3] = { &d.train_iters, &d.lr_decay_iters, &d.lr_warmup_iters };
+    for (int k = 0; k < 3; k++) {
+        if (!*samples[k]) continue;
+        if (*iters[k] != *dflt[k]) {
+            atoll_errf(err, errlen, "--%s-iters and --%s-samples both given; give one", names[k], names[k]);
+            return -1;
+        }
+        if (c->global_batch_size < 1) {
+            atoll_errf(err, errlen, "--%s-samples needs --global-batch-size (iterations are samples / global batch)",
+                       names[k]);
+            return -1;
+        }
+        uint64_t gbs = (uint64_t)c->global_batch_size, n = k ? (*samples[k] + gbs / 2) / gbs : *samples[k] / gbs;
+        if (n > 2147483647u) {
+            atoll_errf(err, errlen, "--%s-samples %llu is %llu iterations of %llu samples; at most 2147483647",
+                       names[k], (unsigned long long)*samples[k], (unsigned long long)n, (unsigned long long)gbs);
+            return -1;
+        }
+        *iters[k] = (int)n;
+        *samples[k] = 0;
+    }
+    if (c->lr_warmup_fraction > 0) {
+        if (c->lr_warmup_iters) {
+            atoll_errf(err, errlen, "--lr-warmup-fraction and --lr-warmup-iters (or -samples) both given; give one");
+            return -1;
+        }
+        c->lr_warmup_iters = (int)(c->lr_warmup_fraction * (c->lr_decay_iters ? c->lr_decay_iters : c->train_iters) + 0.5);
+        c->lr_warmup_fraction = 0;
+    }
+    c->use_rotary_position_embeddings = c->no_position_embedding = 0;
+    return 0;
 }
 
 int cfg_is_flag(const char *key)
 {
     const key_def *k = find_key(key);
-    return k && k->type == K_BOOL;
+    int m = k ? -1 : find_megatron(key);
+    return (k && k->type == K_BOOL) || (m >= 0 && !MEGATRON[m].takes_value);
 }
 
 /* "--KEY: VALUE is ..." for a number outside the key's range. */
@@ -158,7 +345,10 @@ static int out_of_range(const key_def *k, double x, const char *value, char *err
 cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *err, size_t errlen)
 {
     const key_def *k = find_key(key);
-    if (!k) return CFG_UNKNOWN;
+    if (!k) {
+        int m = find_megatron(key);
+        return m < 0 ? CFG_UNKNOWN : set_megatron(c, m, value, err, errlen);
+    }
     char *field = (char *)c + k->offset;
     if (k->type != K_BOOL && !value) {
         atoll_errf(err, errlen, "--%s needs a value", k->name);
@@ -300,7 +490,7 @@ int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
         if (st != CFG_OK) return -1;
         i += consumed;
     }
-    return 0;
+    return cfg_resolve_megatron(c, err, errlen);
 }
 
 /* YAML job files: a mapping of the keys above, nested mappings flattened so
@@ -370,7 +560,7 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
                 } else if (st != CFG_OK) {
                     atoll_errf(err, errlen, "%s: line %zu: %s", path, line, inner);
                     rc = -1;
-                } else {
+                } else if (k) {
                     seen_line[k - KEYS] = key_line;
                 }
                 have_key = 0;

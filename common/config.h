@@ -74,6 +74,12 @@ typedef struct atoll_config {
     /* the tokenizer the data was prepared with (recorded in checkpoints) */
     char tokenizer_type[32], vocab_file[CFG_STR], merge_file[CFG_STR];
     int make_vocab_size_divisible_by;  /* 128 (0 reads as 128: cfg_vocab_multiple) */
+    /* Megatron spellings resolved into the settings above when parsing ends
+     * (cfg_parse_args), then cleared: never sent in a JobSpec. */
+    uint64_t train_samples, lr_decay_samples, lr_warmup_samples; /* 0: not given */
+    double lr_warmup_fraction;                                   /* 0: not given */
+    int use_rotary_position_embeddings, no_position_embedding;
+    uint64_t megatron_ignored;         /* flags accepted without effect (cfg_megatron_notes) */
 } atoll_config;
 
 typedef enum { CFG_OK = 0, CFG_UNKNOWN = 1, CFG_BAD_VALUE = 2 } cfg_status;
@@ -97,6 +103,25 @@ int cfg_is_flag(const char *key);
 typedef int (*cfg_extra_fn)(void *ctx, int argc, char **argv, int i, char *err, size_t errlen);
 int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
                    cfg_extra_fn extra, void *ctx, char *err, size_t errlen);
+
+/* Megatron-LM flags that are not settings here. A script written for Megatron
+ * carries flags that pick its implementation (fusions, Transformer Engine, flash
+ * attention), its logging integrations, or features atoll does not have; each is
+ * in one table with what atoll does about it. Accepted: those asking for what
+ * atoll does anyway, and those with only the value atoll implements
+ * (--context-parallel-size 1). Refused with what atoll does instead: those asking
+ * for what it does not (--fp16, --tensorboard-dir, MoE). Accepted but noted: those
+ * that only change speed in Megatron and that atoll does not have
+ * (--overlap-param-gather): cfg_megatron_notes writes a line for each such flag
+ * the config was given ("PROG: note: --X has no effect here: why"; "" when none),
+ * for the caller to print. The sample-based schedule (--train-samples,
+ * --lr-decay-samples, --lr-warmup-samples), --lr-warmup-fraction and
+ * --use-rotary-position-embeddings are turned into iterations and
+ * --position-embedding-type when parsing ends. */
+void cfg_megatron_notes(const atoll_config *c, const char *prog, char *buf, size_t len);
+/* Turns the Megatron spellings above into settings; cfg_parse_args calls it at
+ * its end. 0, or -1 with err (e.g. both --train-iters and --train-samples). */
+int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen);
 
 /* Loads a YAML mapping of the same keys (nested mappings are flattened, so
  * Megatron-style sections work). Refused, with the line: unknown keys, a key

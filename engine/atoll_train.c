@@ -109,6 +109,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "atoll-train: %s\n", err);
         return 2;
     }
+    if (!getenv("ATOLL_SUPERVISOR_PID") && (!getenv("RANK") || !strcmp(getenv("RANK"), "0"))) {
+        cfg_megatron_notes(&c, "atoll-train", err, sizeof err); /* once, not by every rank of a launch */
+        fputs(err, stderr);
+    }
     if (cl.print_groups) {
         int world = cl.nproc ? cl.nproc : getenv("WORLD_SIZE") ? atoi(getenv("WORLD_SIZE")) : c.num_gpus ? c.num_gpus : 1;
         return groups_print_json(stdout, world, c.tensor_model_parallel_size, c.pipeline_model_parallel_size,

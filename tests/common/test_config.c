@@ -411,6 +411,86 @@ static void test_specs_and_topo(void)
     CHECK(topo_simulate(&n[0], "dgx-v100", "x", NULL, err, sizeof err) == -1 && strstr(err, "dgx-h100"), "%s", err);
 }
 
+/* A Megatron-LM launch line runs as written: flags that pick Megatron's
+ * implementation are accepted, the sample-based schedule becomes iterations,
+ * and what atoll does not do is refused saying what it does instead. */
+static void test_megatron_flags(void)
+{
+    atoll_config c, plain;
+    char err[512] = "", notes[512];
+    const char *model = "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+                        "--global-batch-size 16 --micro-batch-size 2 ";
+    char line[1024];
+    CHECK(parse(&plain, model, err, sizeof err) == 0, "plain: %s", err);
+    snprintf(line, sizeof line, "%s--use-mcore-models --transformer-impl transformer_engine --use-flash-attn "
+             "--no-masked-softmax-fusion --no-bias-dropout-fusion --no-gradient-accumulation-fusion "
+             "--attention-softmax-in-fp32 --overlap-grad-reduce --distributed-backend nccl --log-throughput "
+             "--timing-log-level 2 --context-parallel-size 1 --expert-model-parallel-size 1 --norm-epsilon 1e-05 "
+             "--init-method-std 0.02 --rotary-percent 1.0", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0, "Megatron's implementation flags: %s", err);
+    CHECK(!memcmp(&c, &plain, sizeof c), "flags atoll does anyway changed a setting");
+    cfg_megatron_notes(&c, "t", notes, sizeof notes);
+    CHECK(!notes[0], "notes for flags with the same effect: %s", notes);
+    /* speed-only flags atoll does not have: accepted, each noted */
+    snprintf(line, sizeof line, "%s--overlap-param-gather --num-workers 2", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0, "speed-only flags: %s", err);
+    cfg_megatron_notes(&c, "t", notes, sizeof notes);
+    CHECK(!strcmp(notes, "t: note: --overlap-param-gather has no effect here: the ZeRO-1 parameter all-gather runs "
+                         "after the optimizer step, not overlapped with the forward pass\n"
+                         "t: note: --num-workers has no effect here: the indexed dataset is read memory-mapped in the "
+                         "training process\n"), "notes: '%s'", notes);
+    c.megatron_ignored = 0;
+    CHECK(!memcmp(&c, &plain, sizeof c), "a speed-only flag changed a setting");
+    /* refused, with what atoll does instead */
+    const struct { const char *flags, *says; } refused[] = {
+        { "--fp16", "--fp16: fp16 with loss scaling is not implemented; --bf16 is" },
+        { "--tensorboard-dir tb", "--tensorboard-dir: atoll writes no TensorBoard files: every step's metrics" },
+        { "--wandb-project p", "--wandb-project: atoll does not log to Weights & Biases" },
+        { "--context-parallel-size 2", "--context-parallel-size 2: context parallelism is not implemented" },
+        { "--norm-epsilon 1e-6", "--norm-epsilon 1e-6: LayerNorm and RMSNorm use epsilon 1e-5; accepted: 1e-5" },
+        { "--norm-epsilon 0", "--norm-epsilon 0: LayerNorm" },
+        { "--transformer-impl te", "accepted: local transformer_engine" },
+        { "--num-experts 8", "--num-experts: mixture-of-experts models are not implemented" },
+        { "--rampup-batch-size 16 16 1000", "--rampup-batch-size: batch-size ramp-up is not implemented" },
+        { "--use-flash-attn=maybe", "--use-flash-attn: 'maybe' is not true or false" },
+        { "--no-position-embedding", "--no-position-embedding: atoll's models need a position encoding" },
+        { "--train-samples 1600 --train-iters 5", "--train-iters and --train-samples both given; give one" },
+        { "--lr-warmup-samples 32 --lr-warmup-iters 2", "--lr-warmup-iters and --lr-warmup-samples both given" },
+        { "--lr-warmup-fraction 0.1 --lr-warmup-iters 2", "--lr-warmup-fraction and --lr-warmup-iters" },
+        { "--lr-warmup-fraction 1.5", "--lr-warmup-fraction: 1.5 is above the largest accepted value, 1" },
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(line, sizeof line, "%s%s", model, refused[i].flags);
+        CHECK(parse(&c, line, err, sizeof err) == -1 && strstr(err, refused[i].says), "%s: '%s'", refused[i].flags, err);
+    }
+    CHECK(parse(&c, "--num-layers 4 --train-samples 1600", err, sizeof err) == -1 &&
+              strstr(err, "--train-samples needs --global-batch-size"), "samples without a batch: '%s'", err);
+    /* the sample-based schedule in iterations of 16 samples: whole steps to train, the nearest for the LR */
+    snprintf(line, sizeof line, "%s--train-samples 1610 --lr-decay-samples 1000 --lr-warmup-samples 100", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && c.train_iters == 100 && c.lr_decay_iters == 63 &&
+              c.lr_warmup_iters == 6 && !c.train_samples && !c.lr_decay_samples && !c.lr_warmup_samples,
+          "samples: %d %d %d (%s)", c.train_iters, c.lr_decay_iters, c.lr_warmup_iters, err);
+    snprintf(line, sizeof line, "%s--train-iters 200 --lr-warmup-fraction 0.1", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && c.lr_warmup_iters == 20 && c.lr_warmup_fraction == 0,
+          "warmup fraction of the train iterations: %d", c.lr_warmup_iters);
+    snprintf(line, sizeof line, "%s--train-iters 200 --lr-decay-iters 150 --lr-warmup-fraction 0.01", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && c.lr_warmup_iters == 2, "warmup fraction of the decay: %d",
+          c.lr_warmup_iters);
+    snprintf(line, sizeof line, "%s--use-rotary-position-embeddings --no-position-embedding", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_rope(&c) && !c.use_rotary_position_embeddings &&
+              !c.no_position_embedding, "rope: %s", err);
+    /* a Megatron YAML: switches that ask for nothing are accepted */
+    const char *y = "use_mcore_models: true\nfp16: false\ntensorboard_dir: null\ncontext_parallel_size: 1\n"
+                    "overlap_param_gather: false\ntrain_samples: 320\nglobal_batch_size: 16\n";
+    cfg_defaults(&c);
+    CHECK(cfg_parse_yaml(&c, y, strlen(y), "m.yaml", err, sizeof err) == 0 && cfg_resolve_megatron(&c, err, sizeof err) == 0 &&
+              c.train_iters == 20 && !c.megatron_ignored, "Megatron YAML: %s (iters %d)", err, c.train_iters);
+    y = "fp16: true\n";
+    cfg_defaults(&c);
+    CHECK(cfg_parse_yaml(&c, y, strlen(y), "m.yaml", err, sizeof err) == -1 && strstr(err, "m.yaml: line 1: --fp16: fp16"),
+          "YAML fp16: '%s'", err);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -423,5 +503,6 @@ int main(int argc, char **argv)
     test_yaml_refusals();
     test_flops();
     test_specs_and_topo();
+    test_megatron_flags();
     return check_summary(argv[0]);
 }
