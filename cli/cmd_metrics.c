@@ -106,7 +106,7 @@ static void print_logs_json(uint64_t id, long long rank, const Atoll__LogsReply 
     jsonw_kbool(&w, "running", r->running);
     char *text = malloc(r->data.len + 1);
     if (text) {
-        memcpy(text, r->data.data, r->data.len);
+        if (r->data.len) memcpy(text, r->data.data, r->data.len);
         text[r->data.len] = 0;
     }
     jsonw_kstr(&w, "data", text ? text : "");
@@ -158,7 +158,7 @@ int cmd_logs(cli_ctx *c, int argc, char **argv)
             if (c->json) {
                 print_logs_json(id, rank, r);
             } else {
-                fwrite(r->data.data, 1, r->data.len, stdout);
+                if (r->data.len) fwrite(r->data.data, 1, r->data.len, stdout); /* data is NULL when empty */
                 fflush(stdout);
             }
             int more = (int64_t)(r->offset + (int64_t)r->data.len) < r->size;

@@ -302,8 +302,10 @@ static int mark_busy_but(void *ctx, store_job *j)
     busy_but *x = ctx;
     if (j->id == x->except || j->id <= x->newer_than) return 0;
     Atoll__JobLayout *l = load_layout(x->b->c, j);
-    if (l) mark_layout(x->b, l);
-    if (l) atoll__job_layout__free_unpacked(l, NULL);
+    if (l) {
+        mark_layout(x->b, l);
+        atoll__job_layout__free_unpacked(l, NULL);
+    }
     return 0;
 }
 
@@ -358,10 +360,6 @@ static void launch(coord *c, const store_job *j, Atoll__JobSpec *spec, Atoll__Jo
     log_info("job %llu epoch %u dispatched to its nodes", (unsigned long long)j->id, j->epoch);
 }
 
-/* Topology-aware placement (common/place.h, plan_place) on whole free GPU nodes:
- * TP inside NVLink islands, rail-aligned DP/PP groups, few leaf switches.
- * Returns 0 with `out` filled, 1 when it does not apply (CPU ranks, or not
- * enough whole free nodes; sched_place then decides), -1 on error. */
 /* The candidates' topologies, decoded by the first placement of a run; the others reuse them. */
 static void decode_topo(coord *c, busy_ctx *b)
 {
@@ -385,6 +383,10 @@ static void decode_topo(coord *c, busy_ctx *b)
     }
 }
 
+/* Topology-aware placement (common/place.h, plan_place) on whole free GPU nodes:
+ * TP inside NVLink islands, rail-aligned DP/PP groups, few leaf switches.
+ * Returns 0 with `out` filled, 1 when it does not apply (CPU ranks, or not
+ * enough whole free nodes; sched_place then decides), -1 on error. */
 static int place_topology_aware(coord *c, busy_ctx *b, const atoll_config *cfg, Atoll__JobLayout *out,
                                 msg_arena *a, char *err, size_t errlen)
 {
