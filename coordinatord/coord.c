@@ -47,8 +47,8 @@ static int load_node(void *ctx, const store_node *sn)
     int ngpus = node ? (int)node->n_gpus : 0;
     int slots = node ? (ngpus ? ngpus : node->cpu_ranks) : 0;
     if (node) atoll__node__free_unpacked(node, NULL);
-    registry_set_info(n, sn->info, sn->info_len, ngpus, slots);
-    n->live = sn->state;
+    registry_set_info(&l->c->reg, n, sn->info, sn->info_len, ngpus, slots);
+    registry_set_live(&l->c->reg, n, sn->state);
     n->drained = sn->drained;
     n->registered_ms = sn->registered_ms;
     n->last_seen_ms = l->c->now();

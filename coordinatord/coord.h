@@ -150,6 +150,14 @@ typedef struct coord {
      * tried (scheduler.c). */
     uint64_t sched_gen, sched_seen_gen, sched_seen_id, sched_cursor;
     uint64_t sched_head;     /* the oldest pending job that could not be placed (scheduler.c); 0: none */
+    /* What submissions are checked against, over the nodes that are not dead
+     * (scheduler.c): valid while gen == reg.gen + 1. */
+    struct {
+        uint64_t gen;
+        int max_island;
+        uint64_t max_gpu_memory;
+        char gpu_name[128];
+    } view;
     int sched_full;
     int64_t hang_tick_ms;    /* hang.c: its previous tick */
     uint64_t visit;          /* coord_layout_nodes: the current walk's stamp */

@@ -177,10 +177,10 @@ static void handle_register(coord *c, coord_peer *p, Atoll__Register *m)
     }
     protobuf_c_message_pack(&node->base, blob);
     int slots = t.ngpus ? t.ngpus : node->cpu_ranks;
-    registry_set_info(n, blob, len, t.ngpus, slots);
+    registry_set_info(&c->reg, n, blob, len, t.ngpus, slots);
     free(blob);
     if (is_new) n->registered_ms = now;
-    n->live = NODE_ALIVE;
+    registry_set_live(&c->reg, n, NODE_ALIVE);
     n->last_seen_ms = now;
     n->peer = p;
     if (m->incarnation != n->incarnation) { /* a new agent process: its relay sequence starts over */
@@ -224,7 +224,7 @@ static void set_live(coord *c, reg_node *n, int to, const char *kind, const char
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    n->live = to;
+    registry_set_live(&c->reg, n, to);
     int rc = store_begin(c->st);
     if (!rc) rc = store_node_set_state(c->st, n->name, to, n->drained, n->last_seen_ms);
     if (!rc) rc = events_add(c, kind, n->name, "%s", msg);

@@ -70,13 +70,21 @@ reg_node *registry_add(registry *r, const char *name)
     if (!n) return NULL;
     strncpy(n->name, name, sizeof n->name - 1);
     n->live = NODE_ALIVE;
+    r->gen++;
     r->nodes[r->n++] = n;
     index_insert(r->index, r->index_cap, n->name, (uint32_t)r->n);
     return n;
 }
 
-int registry_set_info(reg_node *n, const uint8_t *info, size_t len, int ngpus, int slots)
+void registry_set_live(registry *r, reg_node *n, int live)
 {
+    r->gen += n->live != live;
+    n->live = live;
+}
+
+int registry_set_info(registry *r, reg_node *n, const uint8_t *info, size_t len, int ngpus, int slots)
+{
+    r->gen++;
     uint8_t *copy = malloc(len ? len : 1);
     if (!copy) return -1;
     if (len) memcpy(copy, info, len);
@@ -104,7 +112,7 @@ int registry_tick(registry *r, int64_t now_ms, registry_change_fn fn, void *ctx)
         /* Only silence moves a node down; coming back is the heartbeat handler's job. */
         if (want > n->live) {
             int from = n->live;
-            n->live = want;
+            registry_set_live(r, n, want);
             changes++;
             if (fn) fn(ctx, n, from, want);
         }

@@ -43,6 +43,7 @@ typedef struct registry {
     uint32_t *index;        /* open addressing on name: node position + 1, 0 = empty */
     size_t index_cap;
     int64_t suspect_ms, dead_ms;
+    uint64_t gen;           /* bumped when a node's hardware (info) or liveness changes */
 } registry;
 
 void registry_init(registry *r, int64_t suspect_ms, int64_t dead_ms);
@@ -51,7 +52,9 @@ reg_node *registry_find(const registry *r, const char *name);
 /* Adds a zeroed node with that name (must not exist). NULL on OOM. */
 reg_node *registry_add(registry *r, const char *name);
 /* Replaces the node's topology blob (copied). -1 on OOM. */
-int registry_set_info(reg_node *n, const uint8_t *info, size_t len, int ngpus, int slots);
+int registry_set_info(registry *r, reg_node *n, const uint8_t *info, size_t len, int ngpus, int slots);
+/* Sets the node's liveness (NODE_ALIVE, NODE_SUSPECT, NODE_DEAD). */
+void registry_set_live(registry *r, reg_node *n, int live);
 
 /* The state users see: dead, else drained (by the operator or Slurm), else alive/suspect. */
 int registry_state(const reg_node *n);

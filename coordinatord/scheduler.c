@@ -121,26 +121,61 @@ static void each_gpu(coord *c, void (*fn)(const Atoll__Gpu *g, void *ctx), void 
     }
 }
 
+typedef struct { char id[TOPO_NAME]; } island_id;
 typedef struct {
-    uint64_t best;
+    island_id *v;
+    size_t n, cap;
+    uint64_t best_memory;
     char *name;
     size_t len;
-} largest_gpu;
+} gpu_scan;
 
-static void note_largest(const Atoll__Gpu *g, void *ctx)
+static int cmp_island(const void *a, const void *b) { return strcmp(a, b); }
+
+static void note_gpu(const Atoll__Gpu *g, void *ctx)
 {
-    largest_gpu *l = ctx;
-    if (g->memory_bytes <= l->best) return;
-    l->best = g->memory_bytes;
-    snprintf(l->name, l->len, "%s", g->name ? g->name : "");
+    gpu_scan *x = ctx;
+    if (x->n == x->cap) {
+        x->cap = x->cap ? 2 * x->cap : 1024;
+        island_id *nv = realloc(x->v, x->cap * sizeof *nv);
+        if (!nv) abort();
+        x->v = nv;
+    }
+    snprintf(x->v[x->n++].id, sizeof x->v->id, "%s", g->island);
+    if (g->memory_bytes > x->best_memory) {
+        x->best_memory = g->memory_bytes;
+        snprintf(x->name, x->len, "%s", g->name ? g->name : "");
+    }
+}
+
+/* The cluster as submissions see it: decoding every node's GPUs costs tens of
+ * milliseconds at 10,000 nodes, so it is done again only when a node's
+ * hardware or liveness has changed (registry.gen). */
+static void refresh_view(coord *c)
+{
+    if (c->view.gen == c->reg.gen + 1) return;
+    /* Islands may span nodes (NVL72), so count GPUs per island id over all nodes:
+     * every GPU's island id, sorted, and the longest run of one id. */
+    gpu_scan x = { .name = c->view.gpu_name, .len = sizeof c->view.gpu_name };
+    c->view.gpu_name[0] = 0;
+    each_gpu(c, note_gpu, &x);
+    if (x.n) qsort(x.v, x.n, sizeof *x.v, cmp_island);
+    int best = 0;
+    for (size_t i = 0, run = 0; i < x.n; i++) {
+        run = i && !strcmp(x.v[i].id, x.v[i - 1].id) ? run + 1 : 1;
+        if ((int)run > best) best = (int)run;
+    }
+    free(x.v);
+    c->view.max_island = best;
+    c->view.max_gpu_memory = x.best_memory;
+    c->view.gen = c->reg.gen + 1;
 }
 
 uint64_t sched_max_gpu_memory(coord *c, char *name, size_t len)
 {
-    largest_gpu l = { 0, name, len };
-    if (len) name[0] = 0;
-    each_gpu(c, note_largest, &l);
-    return l.best;
+    refresh_view(c);
+    if (len) snprintf(name, len, "%s", c->view.gpu_name);
+    return c->view.max_gpu_memory;
 }
 
 int sched_fits_memory(coord *c, const atoll_config *cfg, char *why, size_t len)
@@ -159,40 +194,10 @@ int sched_fits_memory(coord *c, const atoll_config *cfg, char *why, size_t len)
     return 0;
 }
 
-typedef struct { char id[TOPO_NAME]; } island_id;
-typedef struct {
-    island_id *v;
-    size_t n, cap;
-} island_ids;
-
-static int cmp_island(const void *a, const void *b) { return strcmp(a, b); }
-
-static void note_island(const Atoll__Gpu *g, void *ctx)
-{
-    island_ids *x = ctx;
-    if (x->n == x->cap) {
-        x->cap = x->cap ? 2 * x->cap : 1024;
-        island_id *nv = realloc(x->v, x->cap * sizeof *nv);
-        if (!nv) abort();
-        x->v = nv;
-    }
-    snprintf(x->v[x->n++].id, sizeof x->v->id, "%s", g->island);
-}
-
 int sched_max_island(coord *c)
 {
-    /* Islands may span nodes (NVL72), so count GPUs per island id over all nodes:
-     * every GPU's island id, sorted, and the longest run of one id. */
-    island_ids x = { NULL, 0, 0 };
-    each_gpu(c, note_island, &x);
-    if (x.n) qsort(x.v, x.n, sizeof *x.v, cmp_island);
-    int best = 0;
-    for (size_t i = 0, run = 0; i < x.n; i++) {
-        run = i && !strcmp(x.v[i].id, x.v[i - 1].id) ? run + 1 : 1;
-        if ((int)run > best) best = (int)run;
-    }
-    free(x.v);
-    return best;
+    refresh_view(c);
+    return c->view.max_island;
 }
 
 static Atoll__JobLayout *load_layout(coord *c, const store_job *j) { return coord_layout(c, j->id, j->epoch); }

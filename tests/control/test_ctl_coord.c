@@ -440,6 +440,36 @@ static void test_series_settled(void)
     two_nodes_free(&c, &w1, &w2, &cli);
 }
 
+/* Submissions are checked against the largest GPU and NVLink island of the
+ * nodes that are not dead; the coordinator keeps that view between submissions
+ * and computes it again when a node registers, changes hardware or dies. */
+static void test_cluster_view(void)
+{
+    coord c;
+    static test_peer w1, w2, cli, w3;
+    two_nodes(&c, &w1, &w2, &cli);
+    char gpu[128];
+    CHECK(sched_max_gpu_memory(&c, gpu, sizeof gpu) == 81559ULL << 20 && !strcmp(gpu, "NVIDIA H100 80GB HBM3") &&
+              sched_max_island(&c) == 8, "two H100 nodes: %s, island %d", gpu, sched_max_island(&c));
+    w3.p.role = ATOLL__ROLE__ROLE_WORKER;
+    do_register(&c, &w3, "n3", "gb200-tray");
+    CHECK(sched_max_gpu_memory(&c, gpu, sizeof gpu) == 189471ULL << 20 && !strcmp(gpu, "NVIDIA GB200"),
+          "a GB200 tray joined: %s", gpu);
+    for (int i = 0; i < 7; i++) { /* n3 falls silent until it is dead */
+        fake_ms += 1000;
+        heartbeat(&c, &w1, NULL);
+        heartbeat(&c, &w2, NULL);
+        coord_tick(&c);
+    }
+    CHECK(registry_state(registry_find(&c.reg, "n3")) == NODE_DEAD, "n3 dead");
+    CHECK(sched_max_gpu_memory(&c, gpu, sizeof gpu) == 81559ULL << 20 && !strcmp(gpu, "NVIDIA H100 80GB HBM3"),
+          "after n3 died: %s", gpu);
+    do_register(&c, &w3, "n3", "gb200-tray");
+    CHECK(sched_max_gpu_memory(&c, gpu, sizeof gpu) == 189471ULL << 20, "n3 back: %s", gpu);
+    free(w3.buf);
+    two_nodes_free(&c, &w1, &w2, &cli);
+}
+
 /* Jobs start in submission order: while the oldest waiting job (the head) cannot
  * be placed, a later one starts only where it leaves the head room; a job that
  * would not fit even the empty cluster holds nothing back. */
@@ -1121,5 +1151,6 @@ int main(int argc, char **argv)
     test_shrink_memory();
     test_series_settled();
     test_queue_order();
+    test_cluster_view();
     return check_summary(argv[0]);
 }
