@@ -994,18 +994,23 @@ int cfg_rank_order_parse(const char *order, int tp, int dp, int pp, cfg_rank_ord
     return 0;
 }
 
-double cfg_num_params(const atoll_config *c)
+double cfg_layer_params(const atoll_config *c)
 {
-    double h = c->hidden_size, L = c->num_layers, f = cfg_ffn(c), V = c->vocab_size, P = cfg_max_pos(c);
+    double h = c->hidden_size, f = cfg_ffn(c);
     double d = c->num_attention_heads ? h / c->num_attention_heads : 0, qkv = h + 2.0 * cfg_kv_groups(c) * d;
     double bias = c->disable_bias_linear ? 0 : 1, norm = cfg_rmsnorm(c) ? h : 2 * h, up = c->swiglu ? 2 : 1;
-    double per_layer = 2 * norm                             /* ln_1, ln_2 / the RMSNorms */
-                     + (h * qkv + bias * qkv)               /* c_attn, or q, k, v (GQA: smaller k, v) */
-                     + (h * h + bias * h)                   /* attention output */
-                     + up * (h * f + bias * f)              /* c_fc, or SwiGLU's gate and up */
-                     + (f * h + bias * h);                  /* down projection */
+    return 2 * norm                             /* ln_1, ln_2 / the RMSNorms */
+           + (h * qkv + bias * qkv)             /* c_attn, or q, k, v (GQA: smaller k, v) */
+           + (h * h + bias * h)                 /* attention output */
+           + up * (h * f + bias * f)            /* c_fc, or SwiGLU's gate and up */
+           + (f * h + bias * h);                /* down projection */
+}
+
+double cfg_num_params(const atoll_config *c)
+{
+    double h = c->hidden_size, V = c->vocab_size, P = cfg_max_pos(c), norm = cfg_rmsnorm(c) ? h : 2 * h;
     double emb = V * h * (c->untie_embeddings_and_output_weights ? 2 : 1) + (cfg_rope(c) ? 0 : P * h);
-    return L * per_layer + emb + norm /* ln_f */;
+    return c->num_layers * cfg_layer_params(c) + emb + norm /* ln_f */;
 }
 
 double cfg_flops_per_token(const atoll_config *c)

@@ -192,6 +192,8 @@ const char *cfg_dim_name(cfg_dim d); /* "tp", ... */
 /* Model FLOPs, PaLM count: 6N + 12*L*H*Q*T per token (H heads * Q head dim = hidden,
  * T = seq length). N is every parameter of the full (unsharded) model; with tied
  * embeddings the V*h matrix is counted once, as the output GEMM that costs it. */
+/* Parameters of one transformer layer (all of them, before any split). */
+double cfg_layer_params(const atoll_config *c);
 double cfg_num_params(const atoll_config *c);
 double cfg_flops_per_token(const atoll_config *c);
 

@@ -26,7 +26,8 @@ double plan_state_bytes_per_param(const plan_precision *p, int zero1, int dp)
     return p->weight + p->grad + (zero1 && dp > 1 ? sharded / dp : sharded);
 }
 
-double plan_act_bytes_per_layer(const atoll_config *c)
+/* With recompute `rc` (the config's own, or what the precision makes of it). */
+static double act_bytes(const atoll_config *c, cfg_recompute rc)
 {
     double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, a = c->num_attention_heads;
     double t = c->tensor_model_parallel_size > 0 ? c->tensor_model_parallel_size : 1;
@@ -39,11 +40,16 @@ double plan_act_bytes_per_layer(const atoll_config *c)
      * its input and output: 4 sbf; SwiGLU gate, up and their product: 6 sbf) */
     double kv = (double)cfg_kv_groups(c) * (h / a), f = cfg_ffn(c);
     double split = s * b * (4 * h + 4 * kv + (c->swiglu ? 6 : 4) * f) / sbh; /* 24 for GPT-2 */
-    switch (c->recompute_granularity) {
+    switch (rc) {
     case RECOMPUTE_FULL:      return sp ? 2 * sbh / t : 2 * sbh;
     case RECOMPUTE_SELECTIVE: return sp ? (10 + split) * sbh / t : sbh * (10 + split / t);
     default:                  return sp ? sbh / t * (10 + split + attn) : sbh * (10 + split / t + attn / t);
     }
+}
+
+double plan_act_bytes_per_layer(const atoll_config *c)
+{
+    return act_bytes(c, c->recompute_granularity);
 }
 
 double plan_inflight_microbatches(int pp, int v, int m, int stage)
@@ -65,9 +71,7 @@ double plan_inflight_microbatches(int pp, int v, int m, int stage)
  * the output matrix (a copy of it when tied and pp > 1). */
 double plan_layer_params(const atoll_config *c)
 {
-    atoll_config no_layers = *c;
-    no_layers.num_layers = 0;
-    return (cfg_num_params(c) - cfg_num_params(&no_layers)) / c->num_layers;
+    return cfg_layer_params(c);
 }
 
 static double stage_params(const atoll_config *c, int stage)
@@ -85,13 +89,11 @@ static double stage_params(const atoll_config *c, int stage)
     return p;
 }
 
-/* The layer model for this precision: flash attention keeps no probabilities,
- * which is what selective recompute saves. */
-static atoll_config layer_model(const atoll_config *c, const plan_precision *prec)
+/* The recompute a layer's activations behave as at this precision: flash
+ * attention keeps no probabilities, which is what selective recompute saves. */
+static cfg_recompute layer_recompute(cfg_recompute rc, const plan_precision *prec)
 {
-    atoll_config e = *c;
-    if (prec->flash && e.recompute_granularity == RECOMPUTE_NONE) e.recompute_granularity = RECOMPUTE_SELECTIVE;
-    return e;
+    return prec->flash && rc == RECOMPUTE_NONE ? RECOMPUTE_SELECTIVE : rc;
 }
 
 static double stage_activations(const atoll_config *c, int dp, int stage, const plan_precision *prec,
@@ -103,15 +105,9 @@ static double stage_activations(const atoll_config *c, int dp, int stage, const 
     double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, V = c->vocab_size;
     double inflight = plan_inflight_microbatches(pp, v, m, stage);
     *inflight_layers = inflight * cfg_stage_num_layers(c, stage);
-    atoll_config lm = layer_model(c, prec);
-    double act = *inflight_layers * plan_act_bytes_per_layer(&lm);
-    if (c->recompute_granularity == RECOMPUTE_FULL) {
-        /* the backward recomputes one layer at a time and holds its full activations */
-        atoll_config none = *c;
-        none.recompute_granularity = RECOMPUTE_NONE;
-        none = layer_model(&none, prec);
-        act += plan_act_bytes_per_layer(&none);
-    }
+    double act = *inflight_layers * act_bytes(c, layer_recompute(c->recompute_granularity, prec));
+    if (c->recompute_granularity == RECOMPUTE_FULL) /* the backward recomputes one layer at a time and holds its full activations */
+        act += act_bytes(c, layer_recompute(RECOMPUTE_NONE, prec));
     if (stage == 0) act += inflight * s * b * h / (sp ? tp : 1); /* embedding dropout mask */
     if (stage == pp - 1)
         act += inflight * (4 * s * b * h / (sp ? tp : 1) /* final LayerNorm + output input */
@@ -131,8 +127,7 @@ void plan_memory_estimate(const atoll_config *c, int dp, const plan_precision *p
         if (total > out->total_bytes) {
             out->params_per_gpu = params;
             out->state_bytes = params * bpp;
-            atoll_config lm = layer_model(c, prec);
-            out->act_per_layer = plan_act_bytes_per_layer(&lm) * prec->activation / 2;
+            out->act_per_layer = act_bytes(c, layer_recompute(c->recompute_granularity, prec)) * prec->activation / 2;
             out->inflight_layers = inflight_layers;
             out->act_bytes = act;
             out->total_bytes = total;
