@@ -474,12 +474,26 @@ int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
             continue;
         }
         int consumed = 1;
+        char blend[CFG_DATA_PATH];
         if (!value && !cfg_is_flag(key)) {
             if (i + 1 >= argc) {
                 if (find_key(key)) { atoll_errf(err, errlen, "%s needs a value", a); return -1; }
             } else {
                 value = argv[i + 1];
                 consumed = 2;
+            }
+            /* --data-path takes a blend as Megatron's does: the words up to the next flag */
+            if (value && same_key("data-path", key) && i + 2 < argc && strncmp(argv[i + 2], "--", 2)) {
+                size_t at = 0;
+                for (consumed = 1; i + consumed < argc && strncmp(argv[i + consumed], "--", 2); consumed++) {
+                    int n = snprintf(blend + at, sizeof blend - at, "%s%s", at ? " " : "", argv[i + consumed]);
+                    if (n < 0 || (size_t)n >= sizeof blend - at) {
+                        atoll_errf(err, errlen, "--data-path: the blend is longer than %d bytes", CFG_DATA_PATH - 1);
+                        return -1;
+                    }
+                    at += (size_t)n;
+                }
+                value = blend;
             }
         }
         cfg_status st = cfg_set(c, key, value, err, errlen);

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #define CFG_STR 512
+#define CFG_DATA_PATH 4096 /* --data-path: a blend names many prefixes */
 
 /* The largest values accepted; each is refused above its limit with a message.
  * They keep every product of the layout rules exact in 64 bits (and in int where
@@ -55,7 +56,8 @@ typedef struct atoll_config {
     double lr, min_lr, weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad;
     cfg_lr_decay lr_decay_style;
     uint64_t seed;
-    char data_path[CFG_STR], split[64], save[CFG_STR], load[CFG_STR];
+    char data_path[CFG_DATA_PATH];             /* PREFIX, or a blend: "W1 PREFIX1 W2 PREFIX2 ..." */
+    char split[64], save[CFG_STR], load[CFG_STR];
     int save_interval, log_interval, eval_interval, eval_iters;
     int bf16;
     int async_save;                            /* checkpoints written in the background */

@@ -255,6 +255,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
 static const char *spec_field(const Atoll__JobSpec *in, const ProtobufCFieldDescriptor *f, char *val, size_t len)
 {
     const char *p = (const char *)in + f->offset;
+    if (f->label == PROTOBUF_C_LABEL_REPEATED) return NULL; /* env: the job's, never a config key */
     switch (f->type) {
     case PROTOBUF_C_TYPE_INT32: snprintf(val, len, "%d", *(const int32_t *)p); return val;
     case PROTOBUF_C_TYPE_UINT64: snprintf(val, len, "%llu", (unsigned long long)*(const uint64_t *)p); return val;

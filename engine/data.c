@@ -55,51 +55,171 @@ static void split_bounds(const double w[3], uint64_t ndocs, uint64_t b[4])
     for (int i = 0; i < 4; i++) b[i] = idx[i] < 0 ? 0 : (uint64_t)idx[i] > ndocs ? ndocs : (uint64_t)idx[i];
 }
 
-int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int which, int seq_len,
-                        int vocab, uint64_t seed, char *err, size_t errlen)
+/* One source: PREFIX's split `which`, or the built-in corpus (prefix NULL). */
+static int open_source(eng_source *s, const char *prefix, const char *split, const double w[3], int which,
+                       int seq_len, char *err, size_t errlen)
 {
     static const char *NAMES[3] = { "train", "validation", "test" };
-    memset(d, 0, sizeof *d);
-    d->T = seq_len;
-    d->vocab = vocab;
-    d->seed = seed;
-    if (!prefix || !*prefix) {
+    if (!prefix) {
         if (which != ENG_SPLIT_TRAIN) {
             atoll_errf(err, errlen, "the built-in corpus has no %s split; give --data-path", NAMES[which]);
             return -1;
         }
-        d->builtin = (const unsigned char *)CORPUS;
-        d->ntokens = sizeof CORPUS; /* the text and its terminating NUL = end of document */
-        snprintf(d->source, sizeof d->source, "the built-in corpus");
+        s->builtin = (const unsigned char *)CORPUS;
+        s->ntokens = sizeof CORPUS; /* the text and its terminating NUL = end of document */
+        snprintf(s->name, sizeof s->name, "the built-in corpus");
     } else {
-        double w[3];
-        if (parse_split(split, w, err, errlen)) return -1;
-        if (idx_open(&d->ds, prefix, err, errlen)) {
+        if (idx_open(&s->ds, prefix, err, errlen)) {
             char why[512];
             snprintf(why, sizeof why, "%s", err);
             atoll_errf(err, errlen, "--data-path %s: %s (expected the prefix of the .bin/.idx "
                        "pair that `atoll data prepare` writes)", prefix, why);
             return -1;
         }
-        d->have_ds = 1;
-        snprintf(d->source, sizeof d->source, "%s.bin", prefix);
-        uint64_t ndocs = d->ds.ndoc ? d->ds.ndoc - 1 : 0, b[4];
+        s->have_ds = 1;
+        snprintf(s->name, sizeof s->name, "%s.bin", prefix);
+        uint64_t ndocs = s->ds.ndoc ? s->ds.ndoc - 1 : 0, b[4];
         split_bounds(w, ndocs, b);
-        uint64_t s0 = ndocs ? (uint64_t)d->ds.doc_idx[b[which]] : 0;
-        uint64_t s1 = ndocs ? (uint64_t)d->ds.doc_idx[b[which + 1]] : 0;
-        d->first_token = 0;
-        for (uint64_t s = 0; s < s0; s++) d->first_token += (uint64_t)d->ds.sizes[s];
-        for (uint64_t s = s0; s < s1; s++) d->ntokens += (uint64_t)d->ds.sizes[s];
+        uint64_t s0 = ndocs ? (uint64_t)s->ds.doc_idx[b[which]] : 0;
+        uint64_t s1 = ndocs ? (uint64_t)s->ds.doc_idx[b[which + 1]] : 0;
+        for (uint64_t q = 0; q < s0; q++) s->first_token += (uint64_t)s->ds.sizes[q];
+        for (uint64_t q = s0; q < s1; q++) s->ntokens += (uint64_t)s->ds.sizes[q];
     }
-    if (d->ntokens < (uint64_t)seq_len + 1) {
+    if (s->ntokens < (uint64_t)seq_len + 1) {
         atoll_errf(err, errlen, "%s: the %s split (--split %s) has %llu tokens, fewer than one sample of "
-             "--seq-length %d + 1", d->source, NAMES[which], split && *split ? split : "969,30,1",
-             (unsigned long long)d->ntokens, seq_len);
-        eng_data_close(d);
+             "--seq-length %d + 1", s->name, NAMES[which], split && *split ? split : "969,30,1",
+             (unsigned long long)s->ntokens, seq_len);
         return -1;
     }
-    d->nsamples = (d->ntokens - 1) / (uint64_t)seq_len;
+    s->nsamples = (s->ntokens - 1) / (uint64_t)seq_len;
     return 0;
+}
+
+/* The words of --data-path: one prefix, "W1 P1 W2 P2 ...", or "P1 P2 ...". Fills
+ * prefix[] (pointers into buf) and w[] (0: weighted by size). Returns the count. */
+static int parse_blend(char *buf, char **prefix, double *w, char *err, size_t errlen)
+{
+    char *word[2 * ENG_DATA_MAX_SOURCES + 1];
+    int n = 0;
+    for (char *t = strtok(buf, " \t\n"); t; t = strtok(NULL, " \t\n")) {
+        if (n == 2 * ENG_DATA_MAX_SOURCES) {
+            atoll_errf(err, errlen, "--data-path: more than %d datasets", ENG_DATA_MAX_SOURCES);
+            return -1;
+        }
+        word[n++] = t;
+    }
+    if (!n) {
+        atoll_errf(err, errlen, "--data-path: no prefix given");
+        return -1;
+    }
+    char *end;
+    strtod(word[0], &end);
+    int weighted = n > 1 && !*end;
+    if (!weighted) {
+        if (n > ENG_DATA_MAX_SOURCES) {
+            atoll_errf(err, errlen, "--data-path: more than %d datasets", ENG_DATA_MAX_SOURCES);
+            return -1;
+        }
+        for (int i = 0; i < n; i++) prefix[i] = word[i], w[i] = 0;
+        return n;
+    }
+    if (n % 2) {
+        atoll_errf(err, errlen, "--data-path: %d words; a blend is pairs of a weight and a prefix "
+                   "(\"0.3 PREFIX1 0.7 PREFIX2\"), or prefixes alone", n);
+        return -1;
+    }
+    for (int i = 0; i < n / 2; i++) {
+        double x = strtod(word[2 * i], &end);
+        if (*end || !(x > 0) || !isfinite(x)) {
+            atoll_errf(err, errlen, "--data-path: '%s' (before %s) is not a positive weight; a blend is pairs of a "
+                       "weight and a prefix (\"0.3 PREFIX1 0.7 PREFIX2\")", word[2 * i], word[2 * i + 1]);
+            return -1;
+        }
+        w[i] = x;
+        prefix[i] = word[2 * i + 1];
+    }
+    return n / 2;
+}
+
+/* Megatron's greedy interleaving over one block: each position goes to the
+ * source furthest below its share so far (the lowest index on a tie). */
+static int build_blend(eng_data *d, char *err, size_t errlen)
+{
+    d->which = malloc(ENG_BLEND_BLOCK * sizeof *d->which);
+    d->rank = malloc(ENG_BLEND_BLOCK * sizeof *d->rank);
+    if (!d->which || !d->rank) {
+        atoll_errf(err, errlen, "out of memory for the blend of %d datasets", d->nsrc);
+        return -1;
+    }
+    memset(d->per_block, 0, sizeof d->per_block);
+    for (uint32_t p = 0; p < ENG_BLEND_BLOCK; p++) {
+        int best = 0;
+        double gap = -1e300;
+        for (int k = 0; k < d->nsrc; k++) {
+            double e = d->src[k].weight * (double)(p + 1) - (double)d->per_block[k];
+            if (e > gap) gap = e, best = k;
+        }
+        d->which[p] = (uint16_t)best;
+        d->rank[p] = (uint32_t)d->per_block[best]++;
+    }
+    for (int k = 0; k < d->nsrc; k++)
+        if (!d->per_block[k]) {
+            atoll_errf(err, errlen, "--data-path: %s has %.3g of the blend, less than one sample in %d; give it "
+                       "more weight or leave it out", d->src[k].name, d->src[k].weight, ENG_BLEND_BLOCK);
+            return -1;
+        }
+    return 0;
+}
+
+int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int which, int seq_len,
+                        int vocab, uint64_t seed, char *err, size_t errlen)
+{
+    memset(d, 0, sizeof *d);
+    d->T = seq_len;
+    d->vocab = vocab;
+    d->seed = seed;
+    char *buf = strdup(prefix ? prefix : "");
+    char *names[ENG_DATA_MAX_SOURCES];
+    double w[ENG_DATA_MAX_SOURCES], sw[3];
+    int n = 0, rc = -1;
+    if (!buf) {
+        atoll_errf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (!buf[strspn(buf, " \t\n")]) { /* empty: the built-in corpus */
+        n = 1;
+        names[0] = NULL;
+        w[0] = 1;
+    } else if ((n = parse_blend(buf, names, w, err, errlen)) < 0 || parse_split(split, sw, err, errlen)) {
+        goto out;
+    }
+    if (!(d->src = calloc((size_t)n, sizeof *d->src))) {
+        atoll_errf(err, errlen, "out of memory");
+        goto out;
+    }
+    d->nsrc = n;
+    double total = 0;
+    for (int k = 0; k < n; k++) {
+        if (open_source(&d->src[k], names[k], split, sw, which, seq_len, err, errlen)) goto out;
+        d->src[k].weight = w[k] > 0 ? w[k] : (double)d->src[k].nsamples;
+        total += d->src[k].weight;
+        d->nsamples += d->src[k].nsamples;
+    }
+    for (int k = 0; k < n; k++) d->src[k].weight /= total;
+    if (n == 1) {
+        snprintf(d->source, sizeof d->source, "%s", d->src[0].name);
+    } else {
+        size_t at = (size_t)snprintf(d->source, sizeof d->source, "a blend of %d datasets:", n);
+        for (int k = 0; k < n && at < sizeof d->source; k++)
+            at += (size_t)snprintf(d->source + at, sizeof d->source - at, "%s %s %.1f%%", k ? "," : "",
+                                   d->src[k].name, 100 * d->src[k].weight);
+        if (build_blend(d, err, errlen)) goto out;
+    }
+    rc = 0;
+out:
+    free(buf);
+    if (rc) eng_data_close(d);
+    return rc;
 }
 
 int eng_data_open(eng_data *d, const char *prefix, const char *split, int seq_len, int vocab,
@@ -110,26 +230,46 @@ int eng_data_open(eng_data *d, const char *prefix, const char *split, int seq_le
 
 void eng_data_close(eng_data *d)
 {
-    if (d->have_ds) idx_close(&d->ds);
-    d->have_ds = 0;
+    for (int k = 0; d->src && k < d->nsrc; k++)
+        if (d->src[k].have_ds) idx_close(&d->src[k].ds);
+    free(d->src);
+    free(d->which);
+    free(d->rank);
+    d->src = NULL;
+    d->which = NULL;
+    d->rank = NULL;
+    d->nsrc = 0;
 }
 
-uint64_t eng_data_order(const eng_data *d, uint64_t g)
+uint64_t eng_data_order(const eng_data *d, uint64_t g, int *source)
 {
-    uint64_t epoch = g / d->nsamples, j = g % d->nsamples;
-    return rng_permute(rng_key(d->seed, 0xda7a0000ULL + epoch), j, d->nsamples);
+    int k = 0;
+    uint64_t m = g; /* the sample's index in its source's sequence of samples */
+    if (d->nsrc > 1) {
+        uint64_t p = g % ENG_BLEND_BLOCK;
+        k = d->which[p];
+        m = g / ENG_BLEND_BLOCK * d->per_block[k] + d->rank[p];
+    }
+    if (source) *source = k;
+    const eng_source *s = &d->src[k];
+    uint64_t epoch = m / s->nsamples, j = m % s->nsamples, key = rng_key(d->seed, 0xda7a0000ULL + epoch);
+    if (k) key = rng_key(key, 0xb1e0d000ULL + (uint64_t)k); /* source 0 keeps the single-dataset order */
+    return rng_permute(key, j, s->nsamples);
 }
 
 int eng_data_sample(const eng_data *d, uint64_t g, int32_t *tokens, int32_t *targets,
                     char *err, size_t errlen)
 {
-    uint64_t start = d->first_token + eng_data_order(d, g) * (uint64_t)d->T;
+    int k;
+    uint64_t j = eng_data_order(d, g, &k);
+    const eng_source *s = &d->src[k];
+    uint64_t start = s->first_token + j * (uint64_t)d->T;
     for (int i = 0; i <= d->T; i++) {
         uint64_t at = start + (uint64_t)i;
-        int64_t tok = d->have_ds ? idx_token(&d->ds, at) : d->builtin[at];
+        int64_t tok = s->have_ds ? idx_token(&s->ds, at) : s->builtin[at];
         if (tok < 0 || tok >= d->vocab) {
             atoll_errf(err, errlen, "%s: token %lld at position %llu is outside --vocab-size %d",
-                 d->source, (long long)tok, (unsigned long long)at, d->vocab);
+                 s->name, (long long)tok, (unsigned long long)at, d->vocab);
             return -1;
         }
         if (i < d->T) tokens[i] = (int32_t)tok;

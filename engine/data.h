@@ -1,15 +1,23 @@
 /* data: training samples for the engine.
  *
- * The token stream is the train split of an indexed dataset (documents
- * [0, d1) by --split, their sequences back to back, each ending in the
+ * A source's token stream is the chosen split of an indexed dataset (documents
+ * [d0, d1) by --split, their sequences back to back, each ending in the
  * end-of-document token) or, without --data-path, the built-in corpus (a short
- * English text, one document). Sample j of an epoch is tokens [j*T, j*T + T + 1):
- * inputs are the first T, targets the last T. The order of samples in epoch e is
- * a keyed permutation of (seed, e), so global sample g (the g-th sample the job
- * ever consumes) is a pure function of (seed, g): any data-parallel layout,
- * and a resumed run, see the same global batches.
+ * English text, one document). Sample j of a source's epoch is tokens
+ * [j*T, j*T + T + 1): inputs are the first T, targets the last T. The order of
+ * samples in epoch e is a keyed permutation of (seed, e), so global sample g (the
+ * g-th sample the job ever consumes) is a pure function of (seed, g): any
+ * data-parallel layout, and a resumed run, see the same global batches.
  *
- * Ownership: eng_data owns the mapped dataset. */
+ * --data-path may name a blend, as Megatron's does: "W1 PREFIX1 W2 PREFIX2 ..."
+ * (weights, any positive numbers) or "PREFIX1 PREFIX2 ..." (weighted by their
+ * samples). Every block of ENG_BLEND_BLOCK global samples takes from each source
+ * its share of the block, interleaved by Megatron's greedy rule (the next
+ * sample goes to the source furthest below its share); each source walks its
+ * own epochs in its own order (source 0's is the single-dataset order). A
+ * source too light for one sample per block is refused.
+ *
+ * Ownership: eng_data owns the mapped datasets and the blend tables. */
 #ifndef ATOLL_ENGINE_DATA_H
 #define ATOLL_ENGINE_DATA_H
 
@@ -18,20 +26,34 @@
 #include <stdint.h>
 
 #define ENG_EOD_TOKEN 0 /* byte-level vocab: NUL ends a document */
+#define ENG_DATA_MAX_SOURCES 256
+#define ENG_BLEND_BLOCK 10000
 
-typedef struct eng_data {
+typedef struct eng_source {
     idx_dataset ds;
     int have_ds;
     const unsigned char *builtin;
-    uint64_t first_token, ntokens; /* the train split's token range */
-    uint64_t nsamples;             /* per epoch */
+    uint64_t first_token, ntokens; /* the split's token range */
+    uint64_t nsamples;             /* per epoch of this source */
+    double weight;                 /* its share of the blend (1 alone) */
+    char name[600];                /* "PREFIX.bin", for messages */
+} eng_source;
+
+typedef struct eng_data {
+    eng_source *src;               /* [nsrc] */
+    int nsrc;
+    uint16_t *which;               /* blend: the source of each position of a block */
+    uint32_t *rank;                /* blend: the position's index among its source's in the block */
+    uint64_t per_block[ENG_DATA_MAX_SOURCES]; /* blend: samples of each source in a block */
+    uint64_t nsamples;             /* in one epoch of every source together */
     int T, vocab;
     uint64_t seed;
-    char source[1100];             /* for messages */
+    char source[1100];             /* "PREFIX.bin" or "a blend of N datasets: ...", for messages */
 } eng_data;
 
-/* Opens PREFIX (or the built-in corpus when prefix is empty), selects the train
- * split and checks it holds at least one sample of seq_len + 1 tokens. */
+/* Opens PREFIX, or the blend --data-path names (or the built-in corpus when it
+ * is empty), selects the train split and checks that each source's holds at
+ * least one sample of seq_len + 1 tokens. */
 int eng_data_open(eng_data *d, const char *prefix, const char *split, int seq_len, int vocab,
                   uint64_t seed, char *err, size_t errlen);
 /* The same for split `which` (0 train, 1 validation, 2 test), with Megatron's
@@ -42,8 +64,8 @@ int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int 
                         int vocab, uint64_t seed, char *err, size_t errlen);
 void eng_data_close(eng_data *d);
 
-/* Index within the epoch of global sample g. */
-uint64_t eng_data_order(const eng_data *d, uint64_t g);
+/* The source of global sample g and its index within that source's epoch. */
+uint64_t eng_data_order(const eng_data *d, uint64_t g, int *source);
 
 /* Writes global sample g: tokens[T] inputs and targets[T]. Fails (err names the
  * file) on a token outside [0, vocab). */

@@ -35,6 +35,13 @@ static void test_flags(void)
     CHECK(parse(&c, "--no-such-flag 1", err, sizeof err) == -1 && strstr(err, "no-such-flag"), "unknown: %s", err);
     CHECK(parse(&c, "--recompute-granularity half", err, sizeof err) == -1 && strstr(err, "selective"), "enum: %s", err);
     CHECK(parse(&c, "--num-layers", err, sizeof err) == -1 && strstr(err, "needs a value"), "missing value: %s", err);
+    /* --data-path takes a Megatron blend: the words up to the next flag */
+    CHECK(parse(&c, "--data-path 0.3 /d/a 0.7 /d/b --seq-length 8", err, sizeof err) == 0 &&
+              !strcmp(c.data_path, "0.3 /d/a 0.7 /d/b") && c.seq_length == 8, "blend: '%s' (%s)", c.data_path, err);
+    CHECK(parse(&c, "--data-path /d/a --seq-length 8", err, sizeof err) == 0 && !strcmp(c.data_path, "/d/a"),
+          "one prefix: '%s'", c.data_path);
+    CHECK(parse(&c, "--data-path=0.5 /d/a", err, sizeof err) == -1 && strstr(err, "unexpected argument '/d/a'"),
+          "--data-path=V takes one word: %s", err);
 }
 
 static void test_yaml(void)

@@ -227,9 +227,10 @@ case_kill9() {
   wait_until 10 no_ranks_of "$id" || fail "ranks alive after the failure: $(rank_pids "$id")"
   ok "kill -9 of rank 3 failed the job: $msg"
   # A rank that refuses the job's configuration (exit 78, EX_CONFIG) fails it at once, with the
-  # default restarts left unused: every restart would meet the same missing --data-path.
-  id=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters 5 --data-path "$TMP/no-such-corpus" \
-       --json | json "d['job']") || fail "submit"
+  # default restarts left unused: every restart would meet the same missing --data-path (a blend,
+  # Megatron's "W1 PREFIX1 W2 PREFIX2", which must reach the ranks whole).
+  id=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters 5 \
+       --data-path 0.5 "$TMP/no-such-corpus" 0.5 "$TMP/no-such-corpus-2" --json | json "d['job']") || fail "submit"
   wait_until 30 state_is "$id" failed || fail "job did not fail: $(atoll status "$id")"
   atoll status "$id" --json | json "(d['restarts'], d['epoch'])" | grep -qx "(0, 0)" \
     || fail "restarted a refused configuration: $(atoll status "$id")"
