@@ -94,6 +94,20 @@ static void note_pipeline_split(cli_ctx *c, const atoll_config *cfg)
 
 static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x);
 
+/* A job that a failure would send back to its start: said at submission (the
+ * job runs as submitted). */
+static void note_no_checkpoint(cli_ctx *c, const atoll_config *cfg)
+{
+    const char *back = cfg->load[0] ? "its --load checkpoint" : "step 0";
+    if (!cfg->save[0])
+        fprintf(stderr, "%s: note: no --save DIR: after a node or rank failure the job trains again from %s (with "
+                "--save DIR and --save-interval N or --save-mtbf SEC it resumes from its newest checkpoint)\n",
+                c->prog, back);
+    else if (!cfg->save_interval && !(cfg->save_mtbf > 0))
+        fprintf(stderr, "%s: note: --save without --save-interval or --save-mtbf commits a checkpoint only at the end: "
+                "after a node or rank failure the job trains again from %s\n", c->prog, back);
+}
+
 int cmd_submit(cli_ctx *c, int argc, char **argv)
 {
     submit_extra x = { .max_restarts = -1 };
@@ -151,6 +165,7 @@ static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x)
     else if (!c->json) printf("%llu\n", (unsigned long long)id);
     fflush(stdout);
     if (!x->auto_layout) note_pipeline_split(c, &cfg);
+    note_no_checkpoint(c, &cfg);
     return x->wait ? wait_job(c, id, 0) : 0;
 }
 

@@ -515,9 +515,9 @@ int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
  * over libyaml's events with an explicit depth, so no input can exhaust the stack. */
 static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *err, size_t errlen)
 {
-    char key[128] = "";
-    int have_key = 0, depth = 0, docs = 0, rc = 0;
-    size_t key_line = 0, seen_line[NKEYS] = { 0 }; /* 1-based line a key was set on */
+    char key[128] = "", list[CFG_DATA_PATH];
+    int have_key = 0, depth = 0, docs = 0, rc = 0, in_list = 0;
+    size_t key_line = 0, seen_line[NKEYS] = { 0 }, list_len = 0; /* 1-based line a key was set on */
     for (;;) {
         yaml_event_t ev;
         if (!yaml_parser_parse(p, &ev)) {
@@ -535,6 +535,12 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
             }
             break;
         case YAML_MAPPING_START_EVENT:
+            if (in_list) {
+                atoll_errf(err, errlen, "%s: line %zu: the data_path list holds a mapping; expected weights and "
+                           "prefixes", path, line);
+                rc = -1;
+                break;
+            }
             if (++depth > CFG_YAML_MAX_DEPTH) {
                 atoll_errf(err, errlen, "%s: line %zu: mappings nested %d deep; at most %d levels are accepted", path,
                      line, depth, CFG_YAML_MAX_DEPTH);
@@ -545,8 +551,22 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
         case YAML_MAPPING_END_EVENT:
             depth--;
             break;
+        case YAML_SEQUENCE_END_EVENT:
+            if (!in_list) break;
+            in_list = 0; /* the data_path list, as one value */
+            /* fall through */
         case YAML_SCALAR_EVENT: {
-            const char *s = (const char *)ev.data.scalar.value;
+            const char *s = ev.type == YAML_SCALAR_EVENT ? (const char *)ev.data.scalar.value : list;
+            if (in_list) { /* Megatron's data_path: [0.3, /data/a, 0.7, /data/b] */
+                int n = snprintf(list + list_len, sizeof list - list_len, "%s%s", list_len ? " " : "", s);
+                if (n < 0 || (size_t)n >= sizeof list - list_len) {
+                    atoll_errf(err, errlen, "%s: line %zu: the data_path list is longer than %d bytes", path, line,
+                               CFG_DATA_PATH - 1);
+                    rc = -1;
+                }
+                list_len += n > 0 ? (size_t)n : 0;
+                break;
+            }
             if (depth == 0) {
                 if (*s) atoll_errf(err, errlen, "%s: line %zu: the file is a bare value ('%.40s'); expected a mapping of "
                              "atoll-train's keys, e.g. 'num_layers: 24'", path, line, s);
@@ -582,10 +602,17 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
             break;
         }
         case YAML_SEQUENCE_START_EVENT:
+            if (depth > 0 && have_key && !in_list && same_key("data-path", key)) {
+                in_list = 1;
+                list[0] = 0;
+                list_len = 0;
+                break;
+            }
             if (depth == 0)
                 atoll_errf(err, errlen, "%s: line %zu: the file is a list; expected a mapping of atoll-train's keys", path, line);
             else
-                atoll_errf(err, errlen, "%s: line %zu: key '%s' has a list; atoll keys take one value", path, line, key);
+                atoll_errf(err, errlen, "%s: line %zu: key '%s' has a list; atoll keys take one value (data_path "
+                           "alone takes a list: a blend)", path, line, key);
             rc = -1;
             break;
         case YAML_ALIAS_EVENT:

@@ -68,7 +68,7 @@ JOB=$(atoll submit --name moby-dick --num-gpus 8 \
   --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 64 \
   --micro-batch-size 2 --global-batch-size 8 --train-iters "$ITERS" \
   --lr 2e-3 --lr-warmup-iters 20 --seed 1234 --log-interval 50 \
-  --data-path "$DIR/data/moby-dick" --split 1,0,0 "${BPE[@]}" --save "$DIR/ckpt")
+  --data-path "$DIR/data/moby-dick" --split 1,0,0 "${BPE[@]}" --save "$DIR/ckpt" --save-interval 100 --save-keep 2)
 echo "   job $JOB queued; follow it at $DASHBOARD, with \`atoll top $JOB\` or \`atoll logs $JOB --follow\`"
 
 state() { field "$JOB" "['state']"; }

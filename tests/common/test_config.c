@@ -42,6 +42,22 @@ static void test_flags(void)
           "one prefix: '%s'", c.data_path);
     CHECK(parse(&c, "--data-path=0.5 /d/a", err, sizeof err) == -1 && strstr(err, "unexpected argument '/d/a'"),
           "--data-path=V takes one word: %s", err);
+    /* and in YAML a list, as Megatron's YAML writes it */
+    const char *y = "data:\n  data_path: [0.3, /d/a, 0.7, /d/b]\nseq_length: 8\n";
+    cfg_defaults(&c);
+    CHECK(cfg_parse_yaml(&c, y, strlen(y), "b.yaml", err, sizeof err) == 0 && !strcmp(c.data_path, "0.3 /d/a 0.7 /d/b") &&
+              c.seq_length == 8, "YAML blend: '%s' (%s)", c.data_path, err);
+    y = "data_path:\n  - /d/a\n  - /d/b\n";
+    cfg_defaults(&c);
+    CHECK(cfg_parse_yaml(&c, y, strlen(y), "b.yaml", err, sizeof err) == 0 && !strcmp(c.data_path, "/d/a /d/b"),
+          "YAML block list: '%s' (%s)", c.data_path, err);
+    y = "data_path: [{a: 1}]\n";
+    cfg_defaults(&c);
+    CHECK(cfg_parse_yaml(&c, y, strlen(y), "b.yaml", err, sizeof err) == -1 && strstr(err, "holds a mapping"),
+          "YAML list of mappings: %s", err);
+    y = "split: [1, 2]\n";
+    CHECK(cfg_parse_yaml(&c, y, strlen(y), "b.yaml", err, sizeof err) == -1 && strstr(err, "data_path alone takes a list"),
+          "YAML list elsewhere: %s", err);
 }
 
 static void test_yaml(void)
