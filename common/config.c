@@ -574,7 +574,7 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
                           "'num_layers: 24'", path);
                 rc = -1;
             } else if (!have_key) {
-                snprintf(key, sizeof key, "%s", s);
+                snprintf(key, sizeof key, "%.*s", (int)sizeof key - 1, s);
                 key_line = line;
                 have_key = 1;
             } else {
