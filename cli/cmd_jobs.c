@@ -92,8 +92,6 @@ static void note_pipeline_split(cli_ctx *c, const atoll_config *cfg)
             "weighs it against memory and the rest)\n", c->prog, head, flags, 100 * gain);
 }
 
-static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x);
-
 /* A job that a failure would send back to its start: said at submission (the
  * job runs as submitted). */
 static void note_no_checkpoint(cli_ctx *c, const atoll_config *cfg)
@@ -106,14 +104,6 @@ static void note_no_checkpoint(cli_ctx *c, const atoll_config *cfg)
     else if (!cfg->save_interval && !(cfg->save_mtbf > 0))
         fprintf(stderr, "%s: note: --save without --save-interval or --save-mtbf commits a checkpoint only at the end: "
                 "after a node or rank failure the job trains again from %s\n", c->prog, back);
-}
-
-int cmd_submit(cli_ctx *c, int argc, char **argv)
-{
-    submit_extra x = { .max_restarts = -1 };
-    int rc = submit(c, argc, argv, &x);
-    for (size_t i = 0; i < x.n_env; i++) free(x.env[i]);
-    return rc;
 }
 
 static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x)
@@ -167,6 +157,14 @@ static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x)
     if (!x->auto_layout) note_pipeline_split(c, &cfg);
     note_no_checkpoint(c, &cfg);
     return x->wait ? wait_job(c, id, 0) : 0;
+}
+
+int cmd_submit(cli_ctx *c, int argc, char **argv)
+{
+    submit_extra x = { .max_restarts = -1 };
+    int rc = submit(c, argc, argv, &x);
+    for (size_t i = 0; i < x.n_env; i++) free(x.env[i]);
+    return rc;
 }
 
 static int fetch_all(cli_ctx *c, Atoll__JobsReply **out);

@@ -206,11 +206,17 @@ static int find_megatron(const char *key)
     return -1;
 }
 
-/* A value that asks for nothing: a false switch, an empty or null YAML value. */
-static int asks_nothing(const char *v)
+/* A switch's value: 1 bare (NULL), true, True or 1; 0 false, False or 0; -1 anything else. */
+static int switch_value(const char *v)
 {
-    return v && (!*v || !strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "0") || !strcmp(v, "null") ||
-                 !strcmp(v, "~"));
+    if (!v || !strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1")) return 1;
+    return !strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "0") ? 0 : -1;
+}
+
+/* A YAML value that says nothing: empty, null or ~. */
+static int is_null(const char *v)
+{
+    return v && (!*v || !strcmp(v, "null") || !strcmp(v, "~"));
 }
 
 /* v among the space-separated `values` (numbers compared as numbers). */
@@ -232,12 +238,14 @@ static int one_of(const char *values, const char *v)
 static cfg_status set_megatron(atoll_config *c, int i, const char *value, char *err, size_t errlen)
 {
     const char *name = MEGATRON[i].name;
-    if (MEGATRON[i].takes_value && !value) {
+    int takes = MEGATRON[i].takes_value;
+    if (takes && !value) {
         atoll_errf(err, errlen, "--%s needs a value", name);
         return CFG_BAD_VALUE;
     }
-    if (!MEGATRON[i].takes_value && value && !asks_nothing(value) && strcmp(value, "true") && strcmp(value, "True") &&
-        strcmp(value, "1")) {
+    /* whether it asks for anything: a switch set, a value neither null nor false */
+    int asks = is_null(value) ? 0 : takes ? switch_value(value) != 0 : switch_value(value);
+    if (asks < 0) {
         atoll_errf(err, errlen, "--%s: '%s' is not true or false", name, value);
         return CFG_BAD_VALUE;
     }
@@ -245,15 +253,15 @@ static cfg_status set_megatron(atoll_config *c, int i, const char *value, char *
     case MG_SAME:
         return CFG_OK;
     case MG_VALUE:
-        if (!*value || !strcmp(value, "null") || !strcmp(value, "~") || one_of(MEGATRON[i].values, value)) return CFG_OK;
+        if (is_null(value) || one_of(MEGATRON[i].values, value)) return CFG_OK;
         atoll_errf(err, errlen, "--%s %s: %s; accepted: %s", name, value, MEGATRON[i].why, MEGATRON[i].values);
         return CFG_BAD_VALUE;
     case MG_REFUSED:
-        if (asks_nothing(value)) return CFG_OK;
+        if (!asks) return CFG_OK;
         atoll_errf(err, errlen, "--%s: %s", name, MEGATRON[i].why);
         return CFG_BAD_VALUE;
     case MG_IGNORED:
-        if (!asks_nothing(value) || MEGATRON[i].takes_value) c->megatron_ignored |= 1ull << i;
+        if (asks || takes) c->megatron_ignored |= 1ull << i;
         return CFG_OK;
     }
     return CFG_UNKNOWN;
@@ -397,14 +405,11 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
         return CFG_OK;
     }
     case K_BOOL:
-        if (!value || !strcmp(value, "true") || !strcmp(value, "True") || !strcmp(value, "1"))
-            *(int *)field = 1;
-        else if (!strcmp(value, "false") || !strcmp(value, "False") || !strcmp(value, "0"))
-            *(int *)field = 0;
-        else {
+        if (switch_value(value) < 0) {
             atoll_errf(err, errlen, "--%s: '%s' is not true or false", k->name, value);
             return CFG_BAD_VALUE;
         }
+        *(int *)field = switch_value(value);
         return CFG_OK;
     case K_STR:
         if (!*value) { /* empty means the default, as an empty string in a protobuf JobSpec does */

@@ -32,6 +32,13 @@ static size_t name_len(const char *kv)
     return eq ? (size_t)(eq - kv) : strlen(kv);
 }
 
+/* 1 when the two NAME=VALUE entries name the same variable. */
+static int same_name(const char *a, const char *b)
+{
+    size_t len = name_len(a);
+    return name_len(b) == len && !strncmp(a, b, len);
+}
+
 int sup_env_check(char *const *kv, size_t n, char *err, size_t errlen)
 {
     if (n > SUP_ENV_COUNT) {
@@ -61,7 +68,7 @@ int sup_env_check(char *const *kv, size_t n, char *err, size_t errlen)
             return -1;
         }
         for (size_t j = 0; j < i; j++)
-            if (name_len(kv[j]) == len && !strncmp(kv[j], e, len)) {
+            if (same_name(kv[j], e)) {
                 snprintf(err, errlen, "environment variable %.*s is given twice", (int)len, e);
                 return -1;
             }
@@ -72,9 +79,8 @@ int sup_env_check(char *const *kv, size_t n, char *err, size_t errlen)
 /* 1 when the job's own variables set the one in kv. */
 static int overridden(const sup_set *s, const char *kv)
 {
-    size_t len = name_len(kv);
     for (size_t i = 0; i < s->o.n_env; i++)
-        if (name_len(s->o.env[i]) == len && !strncmp(s->o.env[i], kv, len)) return 1;
+        if (same_name(s->o.env[i], kv)) return 1;
     return 0;
 }
 
