@@ -77,6 +77,13 @@ static const key_def KEYS[] = {
     R("save-mtbf", K_DOUBLE, save_mtbf, 0, HUGE_VAL, 0),
     R("save-keep", K_INT, save_keep, 0, 2147483647.0, 0),
     F("deterministic-dp", K_BOOL, deterministic_dp),
+    R("lr-warmup-init", K_DOUBLE, lr_warmup_init, 0, HUGE_VAL, 0),
+    R("init-method-std", K_DOUBLE, init_method_std, 0, HUGE_VAL, 0),
+    F("finetune", K_BOOL, finetune),
+    F("no-load-optim", K_BOOL, no_load_optim),
+    F("no-load-rng", K_BOOL, no_load_rng),
+    F("exit-on-missing-checkpoint", K_BOOL, exit_on_missing_checkpoint),
+    R("exit-duration-in-mins", K_DOUBLE, exit_duration_in_mins, 0, HUGE_VAL, 0),
     F("attention-backend", K_STR, attention_backend),
     F("normalization", K_STR, normalization),
     F("swiglu", K_BOOL, swiglu),
@@ -98,6 +105,8 @@ static const key_def KEYS[] = {
     R("lr-warmup-fraction", K_DOUBLE, lr_warmup_fraction, 0, 1, 0),
     F("use-rotary-position-embeddings", K_BOOL, use_rotary_position_embeddings),
     F("no-position-embedding", K_BOOL, no_position_embedding),
+    F("recompute-activations", K_BOOL, recompute_activations),
+    F("mock-data", K_BOOL, mock_data),
 };
 #undef F
 #undef R
@@ -129,6 +138,7 @@ void cfg_defaults(atoll_config *c)
     snprintf(c->normalization, sizeof c->normalization, "LayerNorm");
     snprintf(c->position_embedding_type, sizeof c->position_embedding_type, "learned_absolute");
     c->rotary_base = 10000;
+    c->init_method_std = 0.02;
     c->make_vocab_size_divisible_by = 128;
 }
 
@@ -187,7 +197,6 @@ static const struct {
       "activations, fp32 master weights)" },
     { "rotary-percent", 1, MG_VALUE, "1", "rope rotates the whole head dimension" },
     { "norm-epsilon", 1, MG_VALUE, "1e-5", "LayerNorm and RMSNorm use epsilon 1e-5" },
-    { "init-method-std", 1, MG_VALUE, "0.02", "weights start with std 0.02 (output layers 0.02/sqrt(2 x layers))" },
     { "rampup-batch-size", 1, MG_REFUSED, NULL, "batch-size ramp-up is not implemented: give the final "
       "--global-batch-size" },
     { "tensorboard-dir", 1, MG_REFUSED, NULL, "atoll writes no TensorBoard files: every step's metrics are kept by the "
@@ -195,9 +204,65 @@ static const struct {
     { "wandb-project", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases: every step's metrics are kept by "
       "the coordinator (atoll metrics JOB, /metrics for Prometheus) and --metrics-file FILE writes them as JSON lines" },
     { "wandb-exp-name", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases (see --wandb-project)" },
+    { "log-timers-to-tensorboard", 0, MG_SAME, NULL, "TensorBoard options act only with --tensorboard-dir" },
+    { "log-memory-to-tensorboard", 0, MG_SAME, NULL, "TensorBoard options act only with --tensorboard-dir" },
+    { "log-validation-ppl-to-tensorboard", 0, MG_SAME, NULL, "TensorBoard options act only with --tensorboard-dir" },
+    { "log-world-size-to-tensorboard", 0, MG_SAME, NULL, "TensorBoard options act only with --tensorboard-dir" },
+    { "tensorboard-log-interval", 1, MG_SAME, NULL, "TensorBoard options act only with --tensorboard-dir" },
+    { "tensorboard-queue-size", 1, MG_SAME, NULL, "TensorBoard options act only with --tensorboard-dir" },
+    { "log-params-norm", 0, MG_IGNORED, NULL, "the parameter norm is not logged; the gradient norm is, every step" },
+    { "log-num-zeros-in-grad", 0, MG_IGNORED, NULL, "zeros in the gradient are not counted; its norm is logged" },
+    { "accumulate-allreduce-grads-in-fp32", 0, MG_SAME, NULL, "gradients are accumulated and reduced in fp32" },
+    { "cross-entropy-loss-fusion", 0, MG_SAME, NULL, "fusions change speed, not results" },
+    { "no-create-attention-mask-in-dataloader", 0, MG_SAME, NULL, "causal attention needs no mask tensor" },
+    { "calculate-per-token-loss", 0, MG_SAME, NULL, "every micro-batch has the same number of tokens, so the mean "
+      "over tokens and over micro-batches agree" },
+    { "use-cpu-initialization", 0, MG_SAME, NULL, "weights start the same wherever they are initialised" },
+    { "manual-gc", 0, MG_SAME, NULL, "atoll has no garbage collector to pause" },
+    { "manual-gc-interval", 1, MG_SAME, NULL, "atoll has no garbage collector to pause" },
+    { "exit-signal-handler", 0, MG_SAME, NULL, "with --save, SIGTERM (Slurm's warning, atoll cancel --checkpoint) "
+      "commits a checkpoint after the step and stops" },
+    { "use-dist-ckpt", 0, MG_SAME, NULL, "every rank writes its part and any layout loads any checkpoint" },
+    { "auto-detect-ckpt-format", 0, MG_SAME, NULL, "atoll reads the one format it writes" },
+    { "ckpt-format", 1, MG_VALUE, "torch_dist torch", "atoll writes its own format (safetensors parts with a "
+      "manifest), which any layout loads as torch_dist does" },
+    { "ckpt-fully-parallel-save", 0, MG_SAME, NULL, "every rank writes its own part of the checkpoint" },
+    { "ckpt-fully-parallel-load", 0, MG_SAME, NULL, "every rank reads only its own slices" },
+    { "ckpt-assume-constant-structure", 0, MG_SAME, NULL, "checkpoints change speed here, not structure" },
+    { "dist-ckpt-strictness", 1, MG_IGNORED, NULL, "a tensor missing from the checkpoint, one it does not expect "
+      "and one of another shape are each refused, naming the tensor" },
+    { "override-opt_param-scheduler", 0, MG_SAME, NULL, "the learning-rate schedule always comes from the flags" },
+    { "use-checkpoint-opt_param-scheduler", 0, MG_REFUSED, NULL, "the learning-rate schedule comes from the flags, "
+      "not the checkpoint: give the run's --lr, --min-lr, --lr-decay-style and their iterations" },
+    { "use-checkpoint-args", 0, MG_REFUSED, NULL, "give the model's flags: a checkpoint of another model is refused "
+      "on load, naming the tensor that differs" },
+    { "no-save-optim", 0, MG_REFUSED, NULL, "checkpoints always keep the optimizer state, so a restart resumes exactly" },
+    { "no-save-rng", 0, MG_REFUSED, NULL, "checkpoints always keep the seed, so a restart resumes exactly" },
+    { "distributed-timeout-minutes", 1, MG_IGNORED, NULL, "a hung collective is found by the step watchdog and by "
+      "the coordinator's hang detection (coordinatord --hang-floor, --hang-factor)" },
+    { "data-cache-path", 1, MG_IGNORED, NULL, "the sample order is computed at start-up, not cached" },
+    { "num-dataset-builder-threads", 1, MG_IGNORED, NULL, "the sample order is computed at start-up, not cached" },
+    { "empty-unused-memory-level", 1, MG_IGNORED, NULL, "there is no caching allocator to empty" },
+    { "tp-comm-overlap", 0, MG_IGNORED, NULL, "tensor-parallel communication is not overlapped with its GEMMs" },
+    { "ddp-bucket-size", 1, MG_IGNORED, NULL, "the data-parallel reduction's bucket is fixed (2^18 floats)" },
+    { "use-torch-fsdp2", 0, MG_REFUSED, NULL, "FSDP is not implemented; --use-distributed-optimizer shards the "
+      "optimizer state over data-parallel ranks (ZeRO-1)" },
+    { "fp8-format", 1, MG_REFUSED, NULL, "fp8 is not implemented; --bf16 is" },
+    { "qk-layernorm", 0, MG_REFUSED, NULL, "LayerNorm on queries and keys is not implemented" },
+    { "eod-mask-loss", 0, MG_REFUSED, NULL, "the loss covers every token, the end-of-document token too; masking it "
+      "is not implemented" },
+    { "reset-position-ids", 0, MG_REFUSED, NULL, "positions run across documents packed in a sample (Megatron's "
+      "default); resetting them at end-of-document is not implemented" },
+    { "reset-attention-mask", 0, MG_REFUSED, NULL, "documents packed in a sample attend to each other (Megatron's "
+      "default); masking at end-of-document is not implemented" },
+    { "train-data-path", 1, MG_REFUSED, NULL, "give one --data-path (a prefix or a blend) and --split" },
+    { "valid-data-path", 1, MG_REFUSED, NULL, "give one --data-path (a prefix or a blend) and --split" },
+    { "test-data-path", 1, MG_REFUSED, NULL, "give one --data-path (a prefix or a blend) and --split" },
+    { "tokenizer-model", 1, MG_REFUSED, NULL, "SentencePiece and HuggingFace tokenizers are not implemented: "
+      "--tokenizer-type GPT2BPETokenizer (--vocab-file, --merge-file) or the byte-level default" },
 };
 #define NMEGATRON (sizeof(MEGATRON) / sizeof(MEGATRON[0]))
-_Static_assert(NMEGATRON <= 64, "atoll_config.megatron_ignored has a bit per entry");
+_Static_assert(NMEGATRON <= 128, "atoll_config.megatron_ignored has a bit per entry");
 
 static int find_megatron(const char *key)
 {
@@ -261,7 +326,7 @@ static cfg_status set_megatron(atoll_config *c, int i, const char *value, char *
         atoll_errf(err, errlen, "--%s: %s", name, MEGATRON[i].why);
         return CFG_BAD_VALUE;
     case MG_IGNORED:
-        if (asks || takes) c->megatron_ignored |= 1ull << i;
+        if (asks || takes) c->megatron_ignored[i / 64] |= 1ull << i % 64;
         return CFG_OK;
     }
     return CFG_UNKNOWN;
@@ -272,7 +337,7 @@ void cfg_megatron_notes(const atoll_config *c, const char *prog, char *buf, size
     size_t at = 0;
     if (len) buf[0] = 0;
     for (size_t k = 0; k < NMEGATRON && at < len; k++)
-        if (c->megatron_ignored >> k & 1) {
+        if (c->megatron_ignored[k / 64] >> k % 64 & 1) {
             int n = snprintf(buf + at, len - at, "%s: note: --%s has no effect here: %s\n", prog, MEGATRON[k].name,
                              MEGATRON[k].why);
             if (n < 0) break;
@@ -287,6 +352,18 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
 {
     if (c->use_rotary_position_embeddings)
         snprintf(c->position_embedding_type, sizeof c->position_embedding_type, "rope");
+    if (c->recompute_activations) {
+        if (c->recompute_granularity == RECOMPUTE_FULL) {
+            atoll_errf(err, errlen, "--recompute-activations is --recompute-granularity selective, and --recompute-"
+                       "granularity full is given too; give one");
+            return -1;
+        }
+        c->recompute_granularity = RECOMPUTE_SELECTIVE;
+    }
+    if (c->mock_data && c->data_path[0]) {
+        atoll_errf(err, errlen, "--mock-data trains on the built-in corpus, and --data-path is given too; give one");
+        return -1;
+    }
     if (c->no_position_embedding && !cfg_rope(c)) {
         atoll_errf(err, errlen, "--no-position-embedding: atoll's models need a position encoding; with it give "
                    "--position-embedding-type rope (or --use-rotary-position-embeddings)");
@@ -326,7 +403,7 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
         c->lr_warmup_iters = (int)(c->lr_warmup_fraction * (c->lr_decay_iters ? c->lr_decay_iters : c->train_iters) + 0.5);
         c->lr_warmup_fraction = 0;
     }
-    c->use_rotary_position_embeddings = c->no_position_embedding = 0;
+    c->use_rotary_position_embeddings = c->no_position_embedding = c->recompute_activations = c->mock_data = 0;
     return 0;
 }
 
@@ -693,6 +770,7 @@ int cfg_ffn(const atoll_config *c) { return c->ffn_hidden_size ? c->ffn_hidden_s
 int cfg_rmsnorm(const atoll_config *c) { return !strcmp(c->normalization, "RMSNorm"); }
 int cfg_rope(const atoll_config *c) { return !strcmp(c->position_embedding_type, "rope"); }
 int cfg_rotary_base(const atoll_config *c) { return c->rotary_base > 0 ? c->rotary_base : 10000; }
+double cfg_init_std(const atoll_config *c) { return c->init_method_std > 0 ? c->init_method_std : 0.02; }
 int cfg_vocab_multiple(const atoll_config *c)
 {
     return c->make_vocab_size_divisible_by > 0 ? c->make_vocab_size_divisible_by : 128;
@@ -828,6 +906,23 @@ int cfg_validate_training(const atoll_config *c, char *err, size_t errlen)
     }
     if (c->save_keep > 0 && !c->save[0]) {
         atoll_errf(err, errlen, "--save-keep %d needs --save DIR", c->save_keep);
+        return -1;
+    }
+    if (c->exit_duration_in_mins > 0 && !c->save[0]) {
+        atoll_errf(err, errlen, "--exit-duration-in-mins %g stops the run with a checkpoint: give --save DIR",
+                   c->exit_duration_in_mins);
+        return -1;
+    }
+    const char *load_flag = c->finetune ? "--finetune" : c->no_load_optim ? "--no-load-optim"
+                          : c->no_load_rng ? "--no-load-rng" : c->exit_on_missing_checkpoint
+                          ? "--exit-on-missing-checkpoint" : NULL;
+    if (load_flag && !c->load[0]) {
+        atoll_errf(err, errlen, "%s says how to take the checkpoint in --load: give --load DIR", load_flag);
+        return -1;
+    }
+    if (c->lr_warmup_init > c->lr) {
+        atoll_errf(err, errlen, "--lr-warmup-init %g is above --lr %g; the warm-up rises from it to --lr",
+                   c->lr_warmup_init, c->lr);
         return -1;
     }
     return 0;

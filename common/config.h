@@ -64,6 +64,14 @@ typedef struct atoll_config {
     double save_mtbf;                          /* > 0: save every sqrt(2 x this x measured stall) seconds */
     int save_keep;                             /* > 0: keep only this many newest committed checkpoints */
     int deterministic_dp;                      /* gradients summed in fp64: the same bits whatever the DP size */
+    double lr_warmup_init;                     /* the learning rate warm-up starts from (Megatron's; 0) */
+    double init_method_std;                    /* weights start N(0, this); output layers / sqrt(2 x layers) */
+    /* what a --load that is not this run's own --save brings in (Megatron's flags): */
+    int finetune;                              /* the weights only, from iteration 0 */
+    int no_load_optim;                         /* not the Adam moments: they start again at zero */
+    int no_load_rng;                           /* not the seed: --seed orders the data */
+    int exit_on_missing_checkpoint;            /* --load without a committed step refuses to start */
+    double exit_duration_in_mins;              /* > 0: commit a checkpoint and stop after this long */
     /* the LLaMA family and regularisation (Megatron's flags) */
     char attention_backend[8];         /* "auto" (default), "flash", "fused": bf16 attention on cuda */
     char normalization[16];            /* "LayerNorm" (default) or "RMSNorm" */
@@ -81,7 +89,9 @@ typedef struct atoll_config {
     uint64_t train_samples, lr_decay_samples, lr_warmup_samples; /* 0: not given */
     double lr_warmup_fraction;                                   /* 0: not given */
     int use_rotary_position_embeddings, no_position_embedding;
-    uint64_t megatron_ignored;         /* flags accepted without effect (cfg_megatron_notes) */
+    int recompute_activations;                 /* --recompute-granularity selective */
+    int mock_data;                             /* the built-in corpus: no --data-path */
+    uint64_t megatron_ignored[2];              /* flags accepted without effect (cfg_megatron_notes) */
 } atoll_config;
 
 typedef enum { CFG_OK = 0, CFG_UNKNOWN = 1, CFG_BAD_VALUE = 2 } cfg_status;
@@ -139,6 +149,7 @@ int cfg_rmsnorm(const atoll_config *c);     /* --normalization RMSNorm: the LLaM
 int cfg_rope(const atoll_config *c);        /* --position-embedding-type rope */
 int cfg_kv_groups(const atoll_config *c);   /* --num-query-groups with GQA, else the heads */
 int cfg_rotary_base(const atoll_config *c); /* --rotary-base (0: 10000) */
+double cfg_init_std(const atoll_config *c); /* --init-method-std (0: 0.02) */
 int cfg_vocab_multiple(const atoll_config *c); /* --make-vocab-size-divisible-by (0: 128) */
 int cfg_max_pos(const atoll_config *c);
 int cfg_virtual_stages(const atoll_config *c); /* v: 1 when not interleaved */

@@ -233,6 +233,13 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->save_mtbf = c->save_mtbf;
     o->save_keep = c->save_keep;
     o->deterministic_dp = c->deterministic_dp;
+    o->lr_warmup_init = c->lr_warmup_init;
+    o->init_method_std = c->init_method_std;
+    o->finetune = c->finetune;
+    o->no_load_optim = c->no_load_optim;
+    o->no_load_rng = c->no_load_rng;
+    o->exit_on_missing_checkpoint = c->exit_on_missing_checkpoint;
+    o->exit_duration_in_mins = c->exit_duration_in_mins;
     o->max_restarts = -1; /* the coordinator's default unless the caller says */
     o->normalization = (char *)c->normalization;
     o->attention_backend = (char *)c->attention_backend;

@@ -534,9 +534,15 @@ void jobs_rank_exit(coord *c, const char *node, const Atoll__RankExit *e)
         if (store_job_get(c->st, e->job, &j)) return;
         if (j.state == STARTING) jobs_set_state(c, &j, RUNNING, "ranks reporting");
         atoll_config cfg;
-        if (j.state == RUNNING && nsaved)
+        int have_cfg = jobs_config(&j, &cfg) == 0;
+        /* ranks that saved and stopped without being asked: the job's own time limit */
+        if (j.state == RUNNING && nsaved && !e->stopped && have_cfg && cfg.exit_duration_in_mins > 0)
+            jobs_set_state(c, &j, CANCELLED, "stopped at --exit-duration-in-mins %g after step %lld with a checkpoint "
+                           "committed to %.160s (resume with --load)", cfg.exit_duration_in_mins, (long long)j.step,
+                           cfg.save);
+        else if (j.state == RUNNING && nsaved)
             jobs_set_state(c, &j, CANCELLED, "stopped on SIGTERM after step %lld with a checkpoint committed to %.160s "
-                           "(resume with --load)", (long long)j.step, jobs_config(&j, &cfg) ? "--save" : cfg.save);
+                           "(resume with --load)", (long long)j.step, have_cfg ? cfg.save : "--save");
         else if (j.state == RUNNING)
             jobs_set_state(c, &j, COMPLETED, "all %d ranks finished; step %lld, loss %.4f", lj->world,
                            (long long)j.step, j.loss);

@@ -314,9 +314,9 @@ static int commit_step(const char *dir, const eng_train_state *st, const atoll_c
     snprintf(path, sizeof path, "%s/train_state.json", step);
     size_t at = (size_t)snprintf(text, sizeof text,
              "{\"iteration\":%lld,\"consumed_samples\":%lld,\"seed\":%llu,"
-             "\"rng\":{\"kind\":\"counter\",\"seed\":%llu},\"data\":{\"position\":%lld},\"steps\":[",
-             st->iteration, st->consumed_samples, (unsigned long long)st->seed,
-             (unsigned long long)st->seed, st->consumed_samples);
+             "\"rng\":{\"kind\":\"counter\",\"seed\":%llu},\"data\":{\"position\":%lld},\"adam_from\":%lld,"
+             "\"steps\":[", st->iteration, st->consumed_samples, (unsigned long long)st->seed,
+             (unsigned long long)st->seed, st->consumed_samples, st->adam_from);
     for (int i = 0; i < st->nsteps && at < sizeof text; i++) /* [iteration, loss, lr, grad norm], bit-exact */
         at += (size_t)snprintf(text + at, sizeof text - at, "%s[%lld,%.17g,%.17g,%.17g]", i ? "," : "",
                                st->steps[i].iteration, st->steps[i].loss, st->steps[i].lr, st->steps[i].grad_norm);
@@ -619,6 +619,8 @@ static int load_state(const char *step, eng_train_state *st, char *err, size_t e
     st->iteration = (long long)it->num;
     st->consumed_samples = (long long)cs->num;
     st->seed = (uint64_t)sd->num;
+    const jsonr *af = jsonr_get(root, "adam_from"); /* absent in older checkpoints: the moments are the run's */
+    st->adam_from = af && af->num >= 0 && af->num <= st->iteration ? (long long)af->num : 0;
     st->nsteps = 0;
     const jsonr *steps = jsonr_get(root, "steps"); /* absent in older checkpoints */
     for (int i = 0; steps && i < steps->count && st->nsteps < CKPT_STEPS; i++) {

@@ -38,6 +38,7 @@ typedef struct eng_train_state {
     long long iteration;        /* optimizer steps done */
     long long consumed_samples; /* global samples consumed: the data position */
     uint64_t seed;              /* init and data-order seed (the RNG is counter based) */
+    long long adam_from;        /* the iteration the Adam moments started from zero at (--no-load-optim) */
     int nsteps;                 /* the newest steps up to `iteration`, oldest first */
     ckpt_step steps[CKPT_STEPS];
 } eng_train_state;

@@ -99,7 +99,7 @@ static void tb_layer_gpt2(table_builder *tb, const atoll_config *c, int l, int c
 {
     int64_t h = c->hidden_size, f = cfg_ffn(c), d = h / c->num_attention_heads;
     int bias = !c->disable_bias_linear;
-    float std = 0.02f, out_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
+    float std = (float)cfg_init_std(c), out_std = std / sqrtf(2.0f * (float)c->num_layers);
     char nm[ENG_NAME];
 #define NAME(suffix) (snprintf(nm, sizeof nm, "h.%d." suffix, l), nm)
     tb_norm(tb, NAME("ln_1.weight"), h, 1, chunk);
@@ -121,7 +121,7 @@ static void tb_layer_llama(table_builder *tb, const atoll_config *c, int l, int 
 {
     int64_t h = c->hidden_size, f = cfg_ffn(c), kv = cfg_kv_groups(c) * (h / c->num_attention_heads);
     int bias = !c->disable_bias_linear;
-    float std = 0.02f, out_std = 0.02f / sqrtf(2.0f * (float)c->num_layers);
+    float std = (float)cfg_init_std(c), out_std = std / sqrtf(2.0f * (float)c->num_layers);
     char nm[ENG_NAME];
     snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
     tb_norm(tb, nm, h, 1, chunk);
@@ -181,8 +181,8 @@ static void build_table(table_builder *tb, const atoll_config *c, const eng_layo
     for (int ch = 0; ch < lay->nchunks; ch++) {
         int first = lay->layer_begin[ch] == 0, last = lay->layer_end[ch] == c->num_layers;
         if (first) {
-            tb_add(tb, emb, 2, V, h, 0, 0.02f, 0, 1, ch);
-            if (!cfg_rope(c)) tb_add(tb, "wpe.weight", 2, P, h, -1, 0.02f, 0, 1, ch);
+            tb_add(tb, emb, 2, V, h, 0, (float)cfg_init_std(c), 0, 1, ch);
+            if (!cfg_rope(c)) tb_add(tb, "wpe.weight", 2, P, h, -1, (float)cfg_init_std(c), 0, 1, ch);
         }
         for (int l = lay->layer_begin[ch]; l < lay->layer_end[ch]; l++) {
             tb->layer = l;
@@ -193,9 +193,9 @@ static void build_table(table_builder *tb, const atoll_config *c, const eng_layo
             tb_norm(tb, llama ? "model.norm.weight" : "ln_f.weight", h, 1, ch);
             if (!llama) tb_norm(tb, "ln_f.bias", h, 0, ch);
             if (!tied)
-                tb_add(tb, "lm_head.weight", 2, V, h, 0, 0.02f, 0, 1, ch);
+                tb_add(tb, "lm_head.weight", 2, V, h, 0, (float)cfg_init_std(c), 0, 1, ch);
             else if (!has_first_chunk(lay))
-                tb_add(tb, emb, 2, V, h, 0, 0.02f, 0, 1, ch)->tied_copy = 1;
+                tb_add(tb, emb, 2, V, h, 0, (float)cfg_init_std(c), 0, 1, ch)->tied_copy = 1;
         }
     }
     size_t off = 0;

@@ -108,7 +108,7 @@ double eng_lr_at(const atoll_config *c, long long it)
 {
     long long warm = c->lr_warmup_iters;
     long long decay = c->lr_decay_iters ? c->lr_decay_iters : c->train_iters;
-    if (warm > 0 && it <= warm) return c->lr * (double)it / (double)warm;
+    if (warm > 0 && it <= warm) return c->lr_warmup_init + (c->lr - c->lr_warmup_init) * (double)it / (double)warm;
     if (c->lr_decay_style == LR_DECAY_CONSTANT) return c->lr;
     if (it > decay) return c->min_lr;
     double span = (double)(decay - warm);

@@ -54,7 +54,7 @@ void eng_sumsq_runs_break(eng_sumsq_runs *r);
 float eng_clip_scale(double grad_norm, double clip);
 
 /* Learning rate of iteration `it` (1-based): linear warmup over --lr-warmup-iters
- * to --lr, then decay over the remaining iterations up to --lr-decay-iters
+ * from --lr-warmup-init (0) to --lr, then decay over the remaining iterations up to --lr-decay-iters
  * (default --train-iters) to --min-lr. */
 double eng_lr_at(const atoll_config *c, long long it);
 

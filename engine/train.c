@@ -276,6 +276,14 @@ typedef struct run {
     long long last_save_it;
 } run;
 
+/* Whether this rank wants the run to stop after this step: SIGTERM, or
+ * --exit-duration-in-mins since atoll-train started (Megatron's clock). */
+static int stop_wanted(const run *r)
+{
+    return stop_requested || (r->c->exit_duration_in_mins > 0 &&
+                              now_s() - r->t_start >= r->c->exit_duration_in_mins * 60.0);
+}
+
 /* --save-mtbf (rank 0): is a save due after the step being computed? Young's
  * interval Tc = sqrt(2 x MTBF x Ts) minimises the expected time lost to saves
  * plus recomputation, with Ts the measured stall per save. Until one save was
@@ -402,7 +410,7 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
         vec[2 + d->pp_rank] = (float)res.idle_s;
         vec[2 + pp + d->pp_rank] = (float)res.transfer_s;
     }
-    vec[2 + 2 * pp] = stop_requested ? 1.0f : 0.0f;
+    vec[2 + 2 * pp] = stop_wanted(r) ? 1.0f : 0.0f;
     /* this rank's part of the save in flight is on disk (or it has none) */
     vec[3 + 2 * pp] = !r->pending || ckpt_async_durable(r->pending) == 1 ? 1.0f : 0.0f;
     vec[4 + 2 * pp] = d->rank == 0 && mtbf_due(r) ? 1.0f : 0.0f; /* every rank saves after the same step */
@@ -423,7 +431,8 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     }
     s->bubble_theory = cfg_bubble_theory(c, d->size);
     s->lr = eng_lr_at(c, s->it);
-    if (dist_optim_step(d, m, &r->dopt, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), (int)s->it)) {
+    int adam_t = (int)(s->it - r->st.adam_from);
+    if (dist_optim_step(d, m, &r->dopt, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), adam_t)) {
         atoll_errf(err, errlen, "optimizer: %s", dist_error(d));
         return -1;
     }
@@ -476,13 +485,13 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
         if (rc) return -1;
     }
     s->it = r->st.iteration + 1;
-    s->stop = stop_requested;
+    s->stop = stop_wanted(r);
     s->save_due = mtbf_due(r);
     /* --deterministic-dp: the norm as the ranks of a DP run take it (dist_grad_sumsq,
      * through a float), so clipping does not depend on the world size either */
     s->grad_norm = r->d.acc ? sqrt((double)(float)dist_grad_sumsq(&r->d, m, &r->dopt)) : sqrt(eng_grad_sumsq(m));
     s->lr = eng_lr_at(c, s->it);
-    eng_optim_step(r->opt, m, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), (int)s->it);
+    eng_optim_step(r->opt, m, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), (int)(s->it - r->st.adam_from));
     return finish_step(r, s, t0, err, errlen);
 }
 
@@ -541,35 +550,96 @@ static int evaluate(run *r, double *valid, char *err, size_t errlen)
     return 0;
 }
 
+/* Whether two paths name the same directory (both must exist). */
+static int same_dir(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    return !stat(a, &sa) && !stat(b, &sb) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* What a load brings in: everything when it is this run's own checkpoint (its
+ * --save: a restart, elastic or by hand, resumes exactly); from another run's,
+ * --finetune takes the weights only, from iteration 0 with fresh optimizer
+ * state and --seed; --no-load-optim leaves the Adam moments at zero (their bias
+ * correction counts from here); --no-load-rng orders the data by --seed. A
+ * fine-tune that already committed a step to its --save resumes that step. */
+typedef struct {
+    const char *dir; /* where to load from */
+    int own;         /* this run's own checkpoint: nothing is left out */
+} load_plan;
+
+static int foreign_flags(const atoll_config *c) { return c->finetune || c->no_load_optim || c->no_load_rng; }
+
+static const char *foreign_names(const atoll_config *c, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s%s%s", c->finetune ? " --finetune" : "", c->no_load_optim ? " --no-load-optim" : "",
+             c->no_load_rng ? " --no-load-rng" : "");
+    return buf + 1;
+}
+
 /* 0; ENG_ERR_CONFIG when --load can never be resumed with this configuration (no
- * intact committed step, or one that holds another model): a restart would fail
- * the same way; else -1. */
+ * intact committed step, or one that holds another model, or none at all with
+ * --exit-on-missing-checkpoint): a restart would fail the same way; else -1. */
 static int resume(run *r, char *err, size_t errlen)
 {
+    const atoll_config *c = r->c;
+    load_plan lp = { c->load, c->save[0] && same_dir(c->load, c->save) };
     long long it;
-    int rc = ckpt_latest(r->c->load, &it, err, errlen);
+    char names[64];
+    if (!lp.own && foreign_flags(c)) {
+        int rc = ckpt_latest(c->save, &it, err, errlen);
+        if (rc < 0) return ENG_ERR_CONFIG;
+        if (rc == 0) {
+            if (r->d.rank == 0)
+                fprintf(stderr, "atoll-train: --save %s holds this run's step %lld: resuming it (%s took --load %s "
+                        "on the first start)\n", c->save, it, foreign_names(c, names, sizeof names), c->load);
+            lp = (load_plan){ c->save, 1 };
+        }
+    } else if (lp.own && foreign_flags(c) && r->d.rank == 0) {
+        fprintf(stderr, "atoll-train: note: --load is this run's --save, so it resumes exactly (%s: for another "
+                "run's checkpoint only)\n", foreign_names(c, names, sizeof names));
+    }
+    int rc = ckpt_latest(lp.dir, &it, err, errlen);
     if (rc < 0) return ENG_ERR_CONFIG;
     if (rc == 1) {
+        if (c->exit_on_missing_checkpoint) {
+            atoll_errf(err, errlen, "--load %s holds no committed checkpoint, and --exit-on-missing-checkpoint "
+                       "was given (leave it out to start from iteration 0)", lp.dir);
+            return ENG_ERR_CONFIG;
+        }
         if (r->d.rank == 0)
-            fprintf(stderr, "atoll-train: no committed checkpoint in --load %s; starting from iteration 0\n",
-                r->c->load);
+            fprintf(stderr, "atoll-train: no committed checkpoint in --load %s; starting from iteration 0\n", lp.dir);
         return 0;
     }
     /* ZeRO-1 loads the full-shape moments, then keeps its shard */
     eng_optim *full = dist_optim_full(&r->d, r->m, &r->dopt);
     if (!full) { atoll_errf(err, errlen, "--load: %s", dist_error(&r->d)); return -1; }
-    rc = ckpt_load(r->c->load, it, r->m, full, &r->st, err, errlen);
+    rc = ckpt_load(lp.dir, it, r->m, full, &r->st, err, errlen);
     if (rc) return rc == CKPT_MISMATCH ? ENG_ERR_CONFIG : -1;
-    dist_optim_scatter_loaded(&r->d, r->m, &r->dopt);
-    if (r->d.rank != 0) {
-        r->data.seed = r->st.seed;
-        return 0;
+    int fresh_optim = !lp.own && (c->finetune || c->no_load_optim);
+    if (fresh_optim) {
+        r->m->k->zero(full->m, r->m->num_floats * sizeof(float));
+        r->m->k->zero(full->v, r->m->num_floats * sizeof(float));
+        r->st.adam_from = r->st.iteration;
     }
-    if (r->st.seed != r->c->seed)
+    if (!lp.own && c->finetune) {
+        r->st.iteration = r->st.consumed_samples = r->st.adam_from = 0;
+        r->st.nsteps = 0;
+    }
+    if (!lp.own && (c->finetune || c->no_load_rng)) r->st.seed = c->seed;
+    dist_optim_scatter_loaded(&r->d, r->m, &r->dopt);
+    r->data.seed = r->st.seed;
+    if (r->d.rank != 0) return 0;
+    if (r->st.seed != c->seed)
         fprintf(stderr, "atoll-train: note: checkpoint was trained with --seed %llu; data order continues "
                 "with it\n", (unsigned long long)r->st.seed);
-    r->data.seed = r->st.seed;
-    printf("loaded checkpoint %s/iter_%07lld (consumed samples %lld)\n", r->c->load, it, r->st.consumed_samples);
+    if (!lp.own && c->finetune)
+        printf("loaded the weights of checkpoint %s/iter_%07lld to fine-tune from iteration 0 (fresh optimizer "
+               "state, --seed %llu)\n", lp.dir, it, (unsigned long long)c->seed);
+    else
+        printf("loaded checkpoint %s/iter_%07lld (consumed samples %lld%s%s)\n", lp.dir, it, r->st.consumed_samples,
+               fresh_optim ? "; Adam moments start at zero: --no-load-optim" : "",
+               !lp.own && c->no_load_rng ? "; data ordered by --seed: --no-load-rng" : "");
     return 0;
 }
 
@@ -924,8 +994,12 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     }
 #endif
     if (!rc && stopped && r.d.rank == 0) {
-        printf("atoll-train: stopped on SIGTERM after iteration %lld; checkpoint committed in %s "
-               "(resume with --load %s)\n", r.st.iteration, c.save, c.save);
+        if (stop_requested)
+            printf("atoll-train: stopped on SIGTERM after iteration %lld; checkpoint committed in %s "
+                   "(resume with --load %s)\n", r.st.iteration, c.save, c.save);
+        else
+            printf("atoll-train: stopped at --exit-duration-in-mins %g after iteration %lld; checkpoint committed "
+                   "in %s (resume with --load %s)\n", c.exit_duration_in_mins, r.st.iteration, c.save, c.save);
         fflush(stdout);
     }
     teardown(&r);

@@ -449,7 +449,11 @@ static void test_megatron_flags(void)
              "--no-masked-softmax-fusion --no-bias-dropout-fusion --no-gradient-accumulation-fusion "
              "--attention-softmax-in-fp32 --overlap-grad-reduce --distributed-backend nccl --log-throughput "
              "--timing-log-level 2 --context-parallel-size 1 --expert-model-parallel-size 1 --norm-epsilon 1e-05 "
-             "--init-method-std 0.02 --rotary-percent 1.0", model);
+             "--init-method-std 0.02 --rotary-percent 1.0 --accumulate-allreduce-grads-in-fp32 "
+             "--cross-entropy-loss-fusion --no-create-attention-mask-in-dataloader --calculate-per-token-loss "
+             "--manual-gc --manual-gc-interval 10 --exit-signal-handler --use-dist-ckpt --ckpt-format torch_dist "
+             "--ckpt-fully-parallel-save --ckpt-fully-parallel-load --auto-detect-ckpt-format --log-timers-to-tensorboard "
+             "--tensorboard-log-interval 1 --override-opt_param-scheduler --use-cpu-initialization", model);
     CHECK(parse(&c, line, err, sizeof err) == 0, "Megatron's implementation flags: %s", err);
     CHECK(!memcmp(&c, &plain, sizeof c), "flags atoll does anyway changed a setting");
     cfg_megatron_notes(&c, "t", notes, sizeof notes);
@@ -462,8 +466,20 @@ static void test_megatron_flags(void)
                          "after the optimizer step, not overlapped with the forward pass\n"
                          "t: note: --num-workers has no effect here: the indexed dataset is read memory-mapped in the "
                          "training process\n"), "notes: '%s'", notes);
-    c.megatron_ignored = 0;
+    memset(c.megatron_ignored, 0, sizeof c.megatron_ignored);
     CHECK(!memcmp(&c, &plain, sizeof c), "a speed-only flag changed a setting");
+    snprintf(line, sizeof line, "%s--log-params-norm --distributed-timeout-minutes 60 --dist-ckpt-strictness log_all",
+             model);
+    CHECK(parse(&c, line, err, sizeof err) == 0, "flags without effect: %s", err);
+    cfg_megatron_notes(&c, "t", notes, sizeof notes);
+    CHECK(strstr(notes, "t: note: --log-params-norm has no effect here: the parameter norm is not logged") &&
+              strstr(notes, "--distributed-timeout-minutes has no effect here: a hung collective is found") &&
+              strstr(notes, "--dist-ckpt-strictness has no effect here"), "notes: '%s'", notes);
+    /* Megatron's spellings of atoll settings */
+    snprintf(line, sizeof line, "%s--recompute-activations --mock-data --lr-warmup-init 1e-5", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && c.recompute_granularity == RECOMPUTE_SELECTIVE &&
+              !c.recompute_activations && !c.mock_data && !c.data_path[0] && c.lr_warmup_init == 1e-5,
+          "--recompute-activations, --mock-data: %s", err);
     /* refused, with what atoll does instead */
     const struct { const char *flags, *says; } refused[] = {
         { "--fp16", "--fp16: fp16 with loss scaling is not implemented; --bf16 is" },
@@ -481,11 +497,39 @@ static void test_megatron_flags(void)
         { "--lr-warmup-samples 32 --lr-warmup-iters 2", "--lr-warmup-iters and --lr-warmup-samples both given" },
         { "--lr-warmup-fraction 0.1 --lr-warmup-iters 2", "--lr-warmup-fraction and --lr-warmup-iters" },
         { "--lr-warmup-fraction 1.5", "--lr-warmup-fraction: 1.5 is above the largest accepted value, 1" },
+        { "--use-torch-fsdp2", "--use-torch-fsdp2: FSDP is not implemented; --use-distributed-optimizer" },
+        { "--eod-mask-loss", "--eod-mask-loss: the loss covers every token" },
+        { "--no-save-optim", "--no-save-optim: checkpoints always keep the optimizer state" },
+        { "--use-checkpoint-args", "--use-checkpoint-args: give the model's flags" },
+        { "--train-data-path a", "--train-data-path: give one --data-path" },
+        { "--tokenizer-model tok.model", "--tokenizer-model: SentencePiece and HuggingFace tokenizers" },
+        { "--ckpt-format zarr", "--ckpt-format zarr: atoll writes its own format" },
+        { "--recompute-activations --recompute-granularity full", "--recompute-activations is --recompute-granularity "
+                                                                  "selective, and --recompute-granularity full" },
+        { "--mock-data --data-path d", "--mock-data trains on the built-in corpus, and --data-path is given too" },
+        { "--exit-duration-in-mins -1", "--exit-duration-in-mins: -1 is below the smallest accepted value, 0" },
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         snprintf(line, sizeof line, "%s%s", model, refused[i].flags);
         CHECK(parse(&c, line, err, sizeof err) == -1 && strstr(err, refused[i].says), "%s: '%s'", refused[i].flags, err);
     }
+    /* the checkpoint and schedule flags say what they need */
+    const struct { const char *flags, *says; } training[] = {
+        { "--exit-duration-in-mins 230", "--exit-duration-in-mins 230 stops the run with a checkpoint: give --save" },
+        { "--finetune", "--finetune says how to take the checkpoint in --load: give --load DIR" },
+        { "--no-load-rng", "--no-load-rng says how to take the checkpoint in --load" },
+        { "--exit-on-missing-checkpoint", "--exit-on-missing-checkpoint says how to take the checkpoint in --load" },
+        { "--lr 1e-4 --lr-warmup-init 1e-3", "--lr-warmup-init 0.001 is above --lr 0.0001" },
+    };
+    for (size_t i = 0; i < sizeof training / sizeof training[0]; i++) {
+        snprintf(line, sizeof line, "%s%s", model, training[i].flags);
+        CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_training(&c, err, sizeof err) == -1 &&
+                  strstr(err, training[i].says), "%s: '%s'", training[i].flags, err);
+    }
+    snprintf(line, sizeof line, "%s--finetune --no-load-optim --no-load-rng --load a --save b --exit-duration-in-mins 1",
+             model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_training(&c, err, sizeof err) == 0 && c.finetune &&
+              c.no_load_optim && c.no_load_rng && c.exit_duration_in_mins == 1, "fine-tune flags: %s", err);
     CHECK(parse(&c, "--num-layers 4 --train-samples 1600", err, sizeof err) == -1 &&
               strstr(err, "--train-samples needs --global-batch-size"), "samples without a batch: '%s'", err);
     /* the sample-based schedule in iterations of 16 samples: whole steps to train, the nearest for the LR */
@@ -507,7 +551,7 @@ static void test_megatron_flags(void)
                     "overlap_param_gather: false\ntrain_samples: 320\nglobal_batch_size: 16\n";
     cfg_defaults(&c);
     CHECK(cfg_parse_yaml(&c, y, strlen(y), "m.yaml", err, sizeof err) == 0 && cfg_resolve_megatron(&c, err, sizeof err) == 0 &&
-              c.train_iters == 20 && !c.megatron_ignored, "Megatron YAML: %s (iters %d)", err, c.train_iters);
+              c.train_iters == 20 && !c.megatron_ignored[0] && !c.megatron_ignored[1], "Megatron YAML: %s (iters %d)", err, c.train_iters);
     y = "fp16: true\n";
     cfg_defaults(&c);
     CHECK(cfg_parse_yaml(&c, y, strlen(y), "m.yaml", err, sizeof err) == -1 && strstr(err, "m.yaml: line 1: --fp16: fp16"),

@@ -17,7 +17,9 @@
 #            and the job is still running (workerd kept the reports until they were stored)
 #   checkpoint  `atoll cancel --checkpoint`: the ranks commit a checkpoint and stop, the job
 #            is cancelled naming it; a job submitted with --load resumes from it with the
-#            losses of an uninterrupted run; without --save the request is refused
+#            losses of an uninterrupted run; without --save the request is refused; a --finetune
+#            job from that checkpoint starts at iteration 0, stops at --exit-duration-in-mins with
+#            a checkpoint, and submitted again resumes its own step
 #   secret   without the job secret nothing can claim a rank or touch the job's keys
 #   top      `atoll top` in a real terminal (tmux, 80x24) shows the job's row; q quits
 #   http     /metrics parsed by python3-prometheus-client with the per-job series typed; /api
@@ -385,6 +387,24 @@ case_checkpoint() {
   atoll metrics "$id2" --json >"$TMP/resumed.json" || fail "atoll metrics"
   "$PY" "$HERE/loss_match.py" "$TMP/resumed.json" "$TMP/standalone.jsonl" $((saved + 1)) $iters || fail "resumed losses differ"
   ok "job $id2 resumed from step $saved with the uninterrupted run's losses"
+  # a fine-tune of that checkpoint: its weights from iteration 0; --exit-duration-in-mins ends each placement
+  # with a checkpoint (here after its first step), and submitting it again resumes its own step, not the start
+  local ft=$TMP/ft id3 id4
+  id3=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters 20 --load "$ck" --save "$ft" --finetune \
+        --exit-duration-in-mins 0.0001 --name ft --json | json "d['job']") || fail "submit --finetune"
+  wait_until 60 state_is "$id3" cancelled || fail "fine-tune not stopped: $(atoll status "$id3")"
+  atoll status "$id3" --json | json "d['message']" | \
+    grep -q "stopped at --exit-duration-in-mins 0.0001 after step 1 with a checkpoint committed to $ft" \
+    || fail "message: $(atoll status "$id3" --json | json "d['message']")"
+  atoll logs "$id3" --rank 0 >"$TMP/ft.log"
+  grep -q "loaded the weights of checkpoint $ck/iter_0000150 to fine-tune from iteration 0" "$TMP/ft.log" \
+    || fail "fine-tune log: $(head -3 "$TMP/ft.log")"
+  id4=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters 20 --load "$ck" --save "$ft" --finetune \
+        --name ft2 --json | json "d['job']") || fail "submit --finetune again"
+  wait_until 60 state_is "$id4" completed || fail "fine-tune resubmitted: $(atoll status "$id4")"
+  atoll logs "$id4" --rank 0 >"$TMP/ft2.log"
+  grep -q "save $ft holds this run's step 1: resuming it" "$TMP/ft2.log" || fail "fine-tune again: $(head -3 "$TMP/ft2.log")"
+  ok "--finetune job $id3 took step 150's weights from iteration 0, stopped at --exit-duration-in-mins after step 1; job $id4 resumed it to 20"
   stop_all
 }
 

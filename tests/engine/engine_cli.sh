@@ -59,6 +59,98 @@ else
     bad "--async-save: files same=$same, losses: $(diff <(losses straight.jsonl) <(losses parta.jsonl) | head -3)"
 fi
 
+# ---- another run's checkpoint: --finetune, --no-load-optim, --no-load-rng, --exit-on-missing-checkpoint ----
+# adam_first_step A B LR: B is one AdamW step from A's weights with fresh moments (bias correction at t=1),
+# so every weight that had a gradient moved by lr x g/(|g|+eps) ~ lr past its decay; prints the median of
+# |step|/lr over the weights that moved (moments carried over, or t counted from the old iteration: ~0.5)
+adam_first_step() {
+    python3 - "$@" <<'EOF'
+import json, struct, sys, array
+def load(path):
+    b = open(path, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); out = {}
+    for name, t in h.items():
+        if name == "__metadata__": continue
+        lo, hi = t["data_offsets"]; a = array.array("f"); a.frombytes(b[8 + n + lo:8 + n + hi]); out[name] = a
+    return out
+a, b, lr, wd = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3]), 0.01
+r = sorted(abs(y - x + lr * wd * x) / lr for k in a for x, y in zip(a[k], b[k]) if abs(y - x + lr * wd * x) > 0.05 * lr)
+print(f"{r[len(r) // 2]:.4f}" if len(r) > 1000 else "none")
+EOF
+}
+state() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1/train_state.json" "$2"; }
+first_lr() { head -1 "$1" | grep -o '"lr":[^,]*' | cut -d: -f2; }
+"$TRAIN" "${RUN[@]}" --load ck --finetune --save ft --save-interval 1 --train-iters 6 --exit-interval 4 --metrics-file ft.jsonl \
+    >ft.log 2>&1 || bad "--finetune failed: $(tail -1 ft.log)"
+med=$(adam_first_step ck/iter_0000010/model.safetensors ft/iter_0000001/model.safetensors "$(first_lr ft.jsonl)")
+if grep -q "loaded the weights of checkpoint ck/iter_0000010 to fine-tune from iteration 0" ft.log &&
+   [ "$(head -1 ft.jsonl | grep -o '"iteration":[0-9]*')" = '"iteration":1' ] &&
+   [ "$(state ft/iter_0000004 consumed_samples)" = 32 ] &&
+   awk -v m="$med" 'BEGIN { exit !(m > 0.95 && m <= 1.0001) }' &&
+   awk -v a="$(losses ft.jsonl | head -1 | cut -d: -f2)" -v b="$(losses straight.jsonl | head -1 | cut -d: -f2)" \
+       'BEGIN { exit !(a < b - 0.5) }'; then
+    ok "--finetune: step 10's weights from iteration 0 (consumed 32 after 4), fresh Adam (median |step|/lr $med), loss $(losses ft.jsonl | head -1 | cut -d: -f2) < $(losses straight.jsonl | head -1 | cut -d: -f2) from scratch"
+else
+    bad "--finetune: median |step|/lr $med, $(head -3 ft.log)"
+fi
+# the same command again, after ft committed steps: it resumes its own step 4 exactly, not the fine-tune's start
+"$TRAIN" "${RUN[@]}" --load ck --finetune --save ft --save-interval 1 --train-iters 6 --metrics-file ft6.jsonl \
+    >ft6.log 2>&1 || bad "--finetune again failed: $(tail -1 ft6.log)"
+"$TRAIN" "${RUN[@]}" --load ck --finetune --save ftstraight --train-iters 6 --metrics-file ftstraight.jsonl \
+    >/dev/null 2>&1 || bad "--finetune of 6 steps failed"
+if grep -q "save ft holds this run's step 4: resuming it (--finetune took --load ck on the first start)" ft6.log &&
+   [ "$(losses ft6.jsonl | wc -l)" = 2 ] && diff <(losses ftstraight.jsonl | tail -2) <(losses ft6.jsonl) >/dev/null; then
+    ok "--finetune restarted after committing step 4: resumed it, losses of steps 5-6 bit-identical to a straight run"
+else
+    bad "--finetune restart: $(head -2 ft6.log)"
+fi
+"$TRAIN" "${RUN[@]}" --load ck --no-load-optim --no-load-rng --seed 99 --save nlo --exit-interval 11 \
+    --metrics-file nlo.jsonl >nlo.log 2>&1 || bad "--no-load-optim failed: $(tail -1 nlo.log)"
+med=$(adam_first_step ck/iter_0000010/model.safetensors nlo/iter_0000011/model.safetensors "$(first_lr nlo.jsonl)")
+if grep -q "consumed samples 80; Adam moments start at zero: --no-load-optim; data ordered by --seed: --no-load-rng" \
+       nlo.log && [ "$(state nlo/iter_0000011 adam_from)" = 10 ] && [ "$(state nlo/iter_0000011 seed)" = 99 ] &&
+   [ "$(state nlo/iter_0000011 iteration)" = 11 ] && awk -v m="$med" 'BEGIN { exit !(m > 0.95 && m <= 1.0001) }'; then
+    ok "--no-load-optim --no-load-rng: iteration 11 from step 10, Adam restarted (median |step|/lr $med, adam_from 10), seed 99"
+else
+    bad "--no-load-optim: median $med, adam_from $(state nlo/iter_0000011 adam_from), $(head -2 nlo.log)"
+fi
+# on the run's own --save (what a restart loads) nothing is left out: the same losses as never stopping
+cp -r ck ckown
+"$TRAIN" "${RUN[@]}" --load ckown --save ckown --no-load-optim --metrics-file own.jsonl >own.log 2>&1 \
+    || bad "--no-load-optim on its own --save failed"
+grep -q "note: --load is this run's --save, so it resumes exactly (--no-load-optim: for another run's checkpoint only)" own.log &&
+    diff <(losses straight.jsonl | tail -10) <(losses own.jsonl) >/dev/null &&
+    ok "--no-load-optim on the run's own --save: resumed exactly (steps 11-20 bit-identical)" ||
+    bad "--no-load-optim on its own --save: $(head -2 own.log)"
+"$TRAIN" "${RUN[@]}" --load nothing_here --exit-on-missing-checkpoint >miss.log 2>&1
+rc=$?
+[ $rc = 78 ] && grep -q "load nothing_here holds no committed checkpoint, and --exit-on-missing-checkpoint was given" miss.log \
+    && ok "--exit-on-missing-checkpoint: refused (exit 78)" || bad "--exit-on-missing-checkpoint: rc=$rc $(cat miss.log)"
+# --exit-duration-in-mins: after the first step past it, a checkpoint and exit 75 (resume with --load)
+"$TRAIN" "${RUN[@]}" --exit-duration-in-mins 0.00001 --save dur --save-interval 100 >dur.log 2>&1
+rc=$?
+if [ $rc = 75 ] && grep -q "stopped at --exit-duration-in-mins 1e-05 after iteration 1; checkpoint committed in dur" dur.log &&
+   [ -f dur/iter_0000001/manifest.json ]; then
+    ok "--exit-duration-in-mins: stopped after step 1 with the checkpoint committed (exit 75)"
+else
+    bad "--exit-duration-in-mins: rc=$rc $(tail -2 dur.log)"
+fi
+"$TRAIN" "${RUN[@]}" --lr-warmup-init 1e-4 --train-iters 1 --metrics-file init.jsonl >/dev/null 2>&1
+awk -v l="$(first_lr init.jsonl)" 'BEGIN { exit !(l > 3.99e-4 && l < 4.01e-4) }' &&
+    ok "--lr-warmup-init 1e-4: step 1 of 3 warm-up steps at 4e-4" || bad "--lr-warmup-init: lr $(first_lr init.jsonl)"
+# --init-method-std: the initial weights' spread, the output layers' divided by sqrt(2 x layers) = 2
+"$TRAIN" "${RUN[@]}" --init-method-std 0.006 --train-iters 1 --dump-dir initstd >/dev/null 2>&1 || bad "--init-method-std run failed"
+spread=$(python3 - initstd/init.safetensors <<'EOF'
+import json, struct, sys, array, statistics
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+def std(name):
+    lo, hi = h[name]["data_offsets"]; a = array.array("f"); a.frombytes(b[8 + n + lo:8 + n + hi]); return statistics.pstdev(a)
+print(f"{std('h.0.attn.c_attn.weight'):.5f} {std('h.1.mlp.c_proj.weight'):.5f} {std('wte.weight'):.5f}")
+EOF
+)
+read -r s_in s_out s_emb <<<"$spread"
+awk -v a="$s_in" -v b="$s_out" -v e="$s_emb" 'BEGIN { exit !(a > 0.0057 && a < 0.0063 && b > 0.0028 && b < 0.0032 && e > 0.0057 && e < 0.0063) }' &&
+    ok "--init-method-std 0.006: c_attn $s_in, c_proj $s_out (/2), wte $s_emb" || bad "--init-method-std: spreads $spread"
+
 # --save-keep 2 with background saves: of the four steps saved (5, 10, 15, 20) the two newest stay
 "$TRAIN" "${RUN[@]}" --save ckk --save-interval 5 --async-save --save-keep 2 >keep.log 2>&1 || bad "--save-keep run failed"
 kept=$(cd ckk && ls -d iter_* | tr '\n' ' ')

@@ -24,6 +24,9 @@ static void test_schedule(void)
     c.lr_decay_style = LR_DECAY_CONSTANT;
     CHECK_CLOSE(eng_lr_at(&c, 100), 1.0, 1e-12);
     CHECK_CLOSE(eng_lr_at(&c, 5), 0.5, 1e-12);            /* warmup still applies */
+    c.lr_warmup_init = 0.2;                                 /* --lr-warmup-init: the warm-up rises from it */
+    CHECK_CLOSE(eng_lr_at(&c, 5), 0.2 + 0.8 * 0.5, 1e-12);
+    CHECK_CLOSE(eng_lr_at(&c, 10), 1.0, 1e-12);
 }
 
 static void test_clip(void)
