@@ -11,6 +11,7 @@
 #include "plan.h"
 #include "tokenizer.h"
 #include "config.h"
+#include "depend.h"
 #include "jsonw.h"
 #include "msg.h"
 #include "msg_json.h"
@@ -22,15 +23,29 @@ typedef struct {
     int max_restarts;        /* -1: the coordinator's default */
     int wait;                /* --wait: until the job ends, as `atoll wait` */
     char *env[SUP_ENV_COUNT + 1]; /* --env NAME=VALUE (owned) */
+    char dependency[DEP_MAX * 24];  /* --dependency, as dep_format writes it */
     size_t n_env;
 } submit_extra;
 
 static int wait_job(cli_ctx *c, uint64_t id, double max_wait_s);
 
-/* `--name NAME`, `--request-id ID`, `--max-restarts N` and `--env` are the job's, not training flags. */
+/* `--name NAME`, `--request-id ID`, `--max-restarts N`, `--env` and `--dependency` are the job's, not
+ * training flags. */
 static int submit_flag(void *ctx, int argc, char **argv, int i, char *err, size_t errlen)
 {
     submit_extra *x = ctx;
+    if (!strncmp(argv[i], "--dependency", 12) && (!argv[i][12] || argv[i][12] == '=')) { /* Slurm writes it with = */
+        const char *v = argv[i][12] ? argv[i] + 13 : i + 1 < argc ? argv[i + 1] : NULL;
+        dep_list d;
+        if (!v || !*v) {
+            snprintf(err, errlen, "--dependency needs conditions, e.g. afterok:12 (the job starts once job 12 has "
+                     "completed)");
+            return -1;
+        }
+        if (dep_parse(v, &d, err, errlen)) return -1;
+        dep_format(&d, x->dependency, sizeof x->dependency);
+        return argv[i][12] ? 1 : 2;
+    }
     if (!strcmp(argv[i], "--env")) { /* NAME=VALUE, or NAME: its value here (as docker run -e) */
         const char *v = i + 1 < argc ? argv[i + 1] : NULL, *here = v && !strchr(v, '=') ? getenv(v) : NULL;
         if (!v || !*v || (!strchr(v, '=') && !here)) {
@@ -132,6 +147,7 @@ static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x)
     spec.max_restarts = x->max_restarts;
     spec.env = x->env;
     spec.n_env = x->n_env;
+    spec.dependency = x->dependency;
     Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
     req.spec = &spec;
     /* A request id makes the submission safe to send again: if the coordinator
@@ -347,6 +363,7 @@ static void print_job(const Atoll__Job *j)
         for (size_t i = 0; i < j->spec->n_env; i++)
             printf(strpbrk(j->spec->env[i], " \t\"'") ? " '%s'" : " %s", j->spec->env[i]);
     }
+    if (j->spec && j->spec->dependency && j->spec->dependency[0]) printf("\n  dependency: %s", j->spec->dependency);
     /* scale-ups restart a job too, without counting against --max-restarts */
     unsigned counted = 0;
     for (size_t i = 0; i < j->n_history; i++) counted += j->history[i]->counted;

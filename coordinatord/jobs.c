@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "depend.h"
 #include "log.h"
 #include "msg.h"
 #include "plan.h"
@@ -210,7 +211,9 @@ static int vchange(coord *c, store_job *j, int to, const char *fmt, va_list ap)
     vsnprintf(j->message, sizeof j->message, fmt, ap);
     j->state = to;
     /* GPUs freed, or an old job waiting again: every pending job is worth a new try. */
-    if ((jobs_is_active(from) && !jobs_is_active(to)) || to == PENDING) sched_capacity_changed(c);
+    /* A job that ended may also let a --dependency on it go ahead (or never). */
+    if ((jobs_is_active(from) && !jobs_is_active(to)) || to == PENDING || msg_job_state_ended(to))
+        sched_capacity_changed(c);
     j->updated_ms = c->now();
     if (msg_job_state_ended(to)) j->ended_ms = j->updated_ms; /* goodput's wall time ends */
     char subject[32];
@@ -257,6 +260,34 @@ int jobs_config(const store_job *j, atoll_config *cfg)
     int rc = msg_spec_to_cfg(spec, cfg, err, sizeof err);
     atoll__job_spec__free_unpacked(spec, NULL);
     return rc;
+}
+
+int jobs_dependency(coord *c, const Atoll__JobSpec *spec, char *why, size_t len)
+{
+    dep_list d;
+    if (dep_parse(spec->dependency, &d, why, len)) return -2;
+    static const char *const TO[] = { "complete", "fail or be cancelled", "end" };
+    int verdict = 0;
+    for (int i = 0; i < d.n && verdict >= 0; i++) {
+        unsigned long long id = d.item[i].job;
+        const char *kind = dep_kind_name(d.item[i].kind);
+        store_job dj;
+        if (store_job_get(c->st, d.item[i].job, &dj)) {
+            snprintf(why, len, "--dependency %s:%llu: there is no job %llu", kind, id, id);
+            return -1;
+        }
+        int met = dep_met(d.item[i].kind, dj.state);
+        if (met < 0)
+            snprintf(why, len, "--dependency %s:%llu can never hold: job %llu %s", kind, id, id,
+                     msg_job_state_name(dj.state));
+        else if (!met && !verdict)
+            snprintf(why, len, "waiting for job %llu to %s (--dependency %s:%llu; it is %s)", id,
+                     TO[d.item[i].kind], kind, id, msg_job_state_name(dj.state));
+        if (met < 0) verdict = -1;
+        else if (!met) verdict = 1;
+        store_job_clear(&dj);
+    }
+    return verdict;
 }
 
 static int valid_request_id(const char *s)
@@ -311,6 +342,11 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, const char *request_id, ui
         return ATOLL__ERROR_CODE__ERR_INVALID;
     }
     if (sup_env_check(spec->env, spec->n_env, why, sizeof why)) {
+        snprintf(err, errlen, "invalid job spec: %s", why);
+        return ATOLL__ERROR_CODE__ERR_INVALID;
+    }
+    /* A dependency that can never hold is refused now, not queued to be cancelled. */
+    if (jobs_dependency(c, spec, why, sizeof why) < 0) {
         snprintf(err, errlen, "invalid job spec: %s", why);
         return ATOLL__ERROR_CODE__ERR_INVALID;
     }

@@ -82,6 +82,11 @@ int jobs_max_restarts(const coord *c, const Atoll__JobSpec *spec);
 /* The job's settings as a config (and world size); -1 when the stored spec is corrupt. */
 int jobs_config(const store_job *j, atoll_config *cfg);
 
+/* Where the spec's --dependency stands (depend.h): 0 every condition holds (or
+ * there is none), 1 one is still to come, -1 one never can (a job it names ended
+ * otherwise, or is not known), -2 the text does not parse; `why` says which. */
+int jobs_dependency(coord *c, const Atoll__JobSpec *spec, char *why, size_t len);
+
 /* After a coordinator restart: jobs caught mid-placement go back to pending. */
 void jobs_reconcile(coord *c);
 

@@ -726,6 +726,20 @@ out:
     return status;
 }
 
+/* A new job's --dependency: 0 it may be placed; 1 it waits (no reservation: it
+ * does not wait for GPUs); -1 it never can and is cancelled saying why. */
+static int after_dependency(coord *c, store_job *j, why_list *waiting)
+{
+    Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec);
+    if (!spec) return 0; /* place_one fails it */
+    char why[sizeof j->message];
+    int rc = spec->dependency && spec->dependency[0] ? jobs_dependency(c, spec, why, sizeof why) : 0;
+    atoll__job_spec__free_unpacked(spec, NULL);
+    if (rc > 0 && strcmp(j->message, why)) why_add(waiting, j, why);
+    if (rc < 0) jobs_set_state(c, j, ATOLL__JOB_STATE__JOB_CANCELLED, "not started: %s", why);
+    return rc > 0 ? 1 : rc < 0 ? -1 : 0;
+}
+
 void sched_capacity_changed(coord *c)
 {
     c->sched_gen++;
@@ -795,7 +809,8 @@ void sched_run(coord *c)
     for (size_t i = 0; i < pending.n; i++) {
         store_job j;
         if (store_job_get(c->st, pending.ids[i], &j)) continue;
-        if (place_one(c, &b, &j, &waiting, &hh) == 1 && !hh.id && hold_for(c, &b, &hh, &j) == 0)
+        int dep = j.epoch == 0 ? after_dependency(c, &j, &waiting) : 0;
+        if (!dep && place_one(c, &b, &j, &waiting, &hh) == 1 && !hh.id && hold_for(c, &b, &hh, &j) == 0)
             c->sched_head = j.id;
         store_job_clear(&j);
     }

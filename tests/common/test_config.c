@@ -1,5 +1,7 @@
 #include "check.h"
 #include "config.h"
+#include "depend.h"
+#include "msg.h"
 #include "gpu_specs.h"
 #include "topo.h"
 
@@ -558,6 +560,39 @@ static void test_megatron_flags(void)
           "YAML fp16: '%s'", err);
 }
 
+/* --dependency text: Slurm's syntax in, one canonical form out, and every bad
+ * form named with what is accepted. */
+static void test_dependency_text(void)
+{
+    dep_list d;
+    char err[256] = "", out[256];
+    CHECK(dep_parse("afterany:5,afterok:3:4", &d, err, sizeof err) == 0 && d.n == 3 && d.item[0].kind == DEP_AFTERANY &&
+              d.item[2].job == 4, "parse: %s", err);
+    dep_format(&d, out, sizeof out);
+    CHECK(!strcmp(out, "afterok:3:4,afterany:5"), "format: '%s'", out);
+    CHECK(dep_parse(NULL, &d, err, sizeof err) == 0 && d.n == 0 && dep_parse("", &d, err, sizeof err) == 0 && d.n == 0,
+          "no dependency");
+    const struct { const char *text, *says; } bad[] = {
+        { "afterok", "'afterok' is not a condition" },
+        { "afterok:3x", "'3x' after afterok: is not a job id" },
+        { "afterok:0", "'0' after afterok: is not a job id" },
+        { "afterok:-3", "'-3' after afterok: is not a job id" },
+        { "afterok:18446744073709551616", "is not a job id" },
+        { "afterok:3::4", "'' after afterok: is not a job id" },
+        { "singleton", "'singleton' is not a condition (accepted: afterok:JOB[:JOB...]" },
+        { ",afterok:3", "'' is not a condition" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(dep_parse(bad[i].text, &d, err, sizeof err) == -1 && strstr(err, bad[i].says), "%s: '%s'", bad[i].text,
+              err);
+    char many[1024] = "afterok";
+    for (int k = 1; k <= DEP_MAX + 1; k++) snprintf(many + strlen(many), sizeof many - strlen(many), ":%d", k);
+    CHECK(dep_parse(many, &d, err, sizeof err) == -1 && strstr(err, "more than 64 jobs"), "65 jobs: '%s'", err);
+    CHECK(dep_met(DEP_AFTEROK, ATOLL__JOB_STATE__JOB_RUNNING) == 0 &&
+              dep_met(DEP_AFTEROK, ATOLL__JOB_STATE__JOB_FAILED) == -1 && dep_met(DEP_AFTERNOTOK, ATOLL__JOB_STATE__JOB_CANCELLED) == 1 &&
+              dep_met(DEP_AFTERANY, ATOLL__JOB_STATE__JOB_COMPLETED) == 1, "dep_met");
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -571,5 +606,6 @@ int main(int argc, char **argv)
     test_flops();
     test_specs_and_topo();
     test_megatron_flags();
+    test_dependency_text();
     return check_summary(argv[0]);
 }

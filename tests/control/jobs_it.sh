@@ -7,7 +7,8 @@
 #   run      a tp2 pp2 dp2 job (atoll submit --wait) goes pending -> placing -> starting -> running -> completed; its
 #            stored loss series equals, step for step, the same layout run standalone with
 #            atoll-train --nproc-per-node; status/metrics/logs show it
-#   cancel   atoll cancel leaves no rank process alive; submit --env reaches every rank's environment
+#   cancel   atoll cancel leaves no rank process alive; submit --env reaches every rank's environment;
+#            submit --dependency afterok waits for the running job and is cancelled with it
 #   kill9    kill -9 of a rank fails a job with --max-restarts 0, naming that rank; a job whose
 #            ranks refuse its configuration (a missing --data-path) fails at once, not restarted
 #   workerd  kill -9 of a workerd leaves none of its ranks alive; the job runs again on the other node
@@ -207,7 +208,20 @@ case_cancel() {
   atoll status "$id" | grep -qx "  environment (--env): NCCL_DEBUG=INFO 'ATOLL_IT_HERE=from the shell'" \
     || fail "status: $(atoll status "$id")"
   ok "--env: every rank has NCCL_DEBUG=INFO (over the workers' WARN) and ATOLL_IT_HERE; bad names refused"
+  # --dependency (Slurm's): waits for the running job, and is cancelled with it
+  atoll submit "${model[@]}" --num-gpus 8 --dependency afterok: 2>"$TMP/err"; [ $? = 2 ] \
+    && grep -q "'' after afterok: is not a job id (accepted: afterok:JOB" "$TMP/err" || fail "--dependency afterok: $(cat "$TMP/err")"
+  local dep; dep=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters 5 --dependency=afterok:"$id" \
+                   --json | json "d['job']") || fail "submit --dependency"
+  message_is() { [ "$(atoll status "$1" --json | json "d['message']")" = "$2" ]; }
+  wait_until 10 message_is "$dep" "waiting for job $id to complete (--dependency afterok:$id; it is running)" \
+    || fail "dependent job: $(atoll status "$dep")"
+  atoll status "$dep" | grep -qx "  dependency: afterok:$id" || fail "status of the dependent job: $(atoll status "$dep")"
   atoll cancel "$id" | grep -q cancelled || fail "cancel"
+  wait_until 10 message_is "$dep" "not started: --dependency afterok:$id can never hold: job $id cancelled" \
+    || fail "dependent job after the cancel: $(atoll status "$dep")"
+  state_is "$dep" cancelled || fail "dependent job's state: $(atoll status "$dep")"
+  ok "--dependency afterok:$id: job $dep waited, then was cancelled with job $id"
   wait_until 10 no_ranks_of "$id" || fail "ranks alive after cancel: $(rank_pids "$id")"
   for p in $pids; do [ -d "/proc/$p" ] && [ "$(awk '{print $3}' "/proc/$p/stat")" != Z ] && fail "rank pid $p alive"; done
   state_is "$id" cancelled || fail "state: $(atoll status "$id")"

@@ -148,6 +148,7 @@ static void base_cfg(atoll_config *cfg)
 static int max_restarts = -1; /* the spec's: -1 the coordinator's default */
 static char **submit_env;      /* the spec's env (atoll submit --env) */
 static size_t submit_n_env;
+static char *submit_dependency; /* the spec's --dependency */
 
 /* Submits and returns the job id, or 0 with the error in *err. */
 static uint64_t submit(coord *c, test_peer *t, const atoll_config *cfg, const char **err)
@@ -157,6 +158,7 @@ static uint64_t submit(coord *c, test_peer *t, const atoll_config *cfg, const ch
     spec.max_restarts = max_restarts;
     spec.env = submit_env;
     spec.n_env = submit_n_env;
+    spec.dependency = submit_dependency ? submit_dependency : "";
     Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
     req.spec = &spec;
     send_msg(c, t, ATOLL__MSG_TYPE__MSG_SUBMIT, &req.base);
@@ -517,6 +519,111 @@ static void test_queue_order(void)
           "the next one waits for room: %d (%s)", j.state, j.message);
     store_job_clear(&j);
     CHECK(c.sched_head == id[4], "the head is now job %llu", (unsigned long long)c.sched_head);
+    two_nodes_free(&c, &w1, &w2, &cli);
+}
+
+/* Submits cfg with `--dependency dep` (a format with one job id); 0 and *err when refused. */
+static uint64_t submit_after(coord *c, test_peer *t, const atoll_config *cfg, const char *dep, uint64_t job,
+                             const char **err)
+{
+    char text[64];
+    snprintf(text, sizeof text, dep, (unsigned long long)job);
+    submit_dependency = text;
+    uint64_t id = submit(c, t, cfg, err);
+    submit_dependency = NULL;
+    return id;
+}
+
+/* --dependency: a job waits, holding no reservation, until the jobs it names have
+ * ended as it asks; one whose condition can never hold is cancelled, or refused
+ * when that is known at submission. */
+static void test_dependency(void)
+{
+    coord c;
+    static test_peer w1, w2, cli;
+    two_nodes(&c, &w1, &w2, &cli); /* 16 GPUs */
+    atoll_config cfg;
+    base_cfg(&cfg);
+    cfg.global_batch_size = 48;
+    cfg.num_gpus = 4;
+    const char *e;
+    store_job j;
+    char want[200];
+    uint64_t a = submit(&c, &cli, &cfg, &e);
+    coord_tick(&c);
+    uint64_t ok = submit_after(&c, &cli, &cfg, "afterok:%llu", a, &e);
+    uint64_t notok = submit_after(&c, &cli, &cfg, "afternotok:%llu", a, &e);
+    cfg.num_gpus = 12; /* fits beside the first job: the two waiting ones reserve nothing */
+    uint64_t big = submit(&c, &cli, &cfg, &e);
+    CHECK(a && ok && notok && big, "submissions refused: %s", e);
+    coord_tick(&c);
+    snprintf(want, sizeof want, "waiting for job %llu to complete (--dependency afterok:%llu; it is starting)",
+             (unsigned long long)a, (unsigned long long)a);
+    CHECK(job_state(&c, ok, &j) == ATOLL__JOB_STATE__JOB_PENDING && !strcmp(j.message, want), "afterok: %d '%s'",
+          j.state, j.message);
+    store_job_clear(&j);
+    CHECK(job_state(&c, notok, &j) == ATOLL__JOB_STATE__JOB_PENDING && strstr(j.message, "to fail or be cancelled"),
+          "afternotok: %d '%s'", j.state, j.message);
+    store_job_clear(&j);
+    CHECK(job_state(&c, big, &j) == ATOLL__JOB_STATE__JOB_STARTING && c.sched_head == 0,
+          "a later job is not held behind a dependency: %d (%s), head %llu", j.state, j.message,
+          (unsigned long long)c.sched_head);
+    store_job_clear(&j);
+    /* refused at submission: what cannot parse, a job that is not there */
+    cfg.num_gpus = 4;
+    const struct { const char *dep, *says; } bad[] = {
+        { "afterok:999", "invalid job spec: --dependency afterok:999: there is no job 999" },
+        { "afterok:x", "--dependency 'afterok:x': 'x' after afterok: is not a job id (accepted: afterok:JOB" },
+        { "after:1", "--dependency 'after:1': 'after:1' is not a condition" },
+        { "afterok:1,", "ends with ','" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        submit_dependency = (char *)bad[i].dep;
+        CHECK(submit(&c, &cli, &cfg, &e) == 0 && strstr(e, bad[i].says), "%s: '%s'", bad[i].dep, e);
+        submit_dependency = NULL;
+    }
+    /* the first job completes (every rank exits 0): afterok goes ahead, afternotok never can */
+    live_job *lj = jobs_live(&c, a);
+    int world = lj ? lj->world : 0;
+    for (int r = 0; r < world; r++) {
+        Atoll__RankExit ex = ATOLL__RANK_EXIT__INIT;
+        ex.job = a;
+        ex.rank = r;
+        ex.pid = 5000 + r;
+        ex.relay_seq = 100 + (uint64_t)r;
+        heartbeat_exit(&c, &w1, &ex);
+    }
+    coord_tick(&c);
+    CHECK(world == 4 && job_state(&c, a, &j) == ATOLL__JOB_STATE__JOB_COMPLETED, "first job: %d '%s'", j.state,
+          j.message);
+    store_job_clear(&j);
+    CHECK(job_state(&c, ok, &j) == ATOLL__JOB_STATE__JOB_STARTING, "afterok placed: %d '%s'", j.state, j.message);
+    store_job_clear(&j);
+    snprintf(want, sizeof want, "not started: --dependency afternotok:%llu can never hold: job %llu completed",
+             (unsigned long long)a, (unsigned long long)a);
+    CHECK(job_state(&c, notok, &j) == ATOLL__JOB_STATE__JOB_CANCELLED && !strcmp(j.message, want),
+          "afternotok cancelled: %d '%s'", j.state, j.message);
+    store_job_clear(&j);
+    CHECK(submit_after(&c, &cli, &cfg, "afternotok:%llu", a, &e) == 0 && strstr(e, "can never hold: job") &&
+              strstr(e, "completed"), "afternotok of a completed job: '%s'", e);
+    /* several conditions: all must hold; the first not yet met is named */
+    char two[64];
+    snprintf(two, sizeof two, "afterany:%llu,afterok:%llu", (unsigned long long)a, (unsigned long long)big);
+    submit_dependency = two;
+    uint64_t both = submit(&c, &cli, &cfg, &e);
+    submit_dependency = NULL;
+    coord_tick(&c);
+    CHECK(both && job_state(&c, both, &j) == ATOLL__JOB_STATE__JOB_PENDING && strstr(j.message, "afterok:") &&
+              strstr(j.message, "to complete"), "two conditions: %d '%s' (%s)", j.state, j.message, e);
+    store_job_clear(&j);
+    /* the job it waits on is cancelled: it is cancelled too, saying why */
+    Atoll__CancelRequest cr = ATOLL__CANCEL_REQUEST__INIT;
+    cr.job = big;
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_CANCEL, &cr.base);
+    coord_tick(&c);
+    CHECK(job_state(&c, both, &j) == ATOLL__JOB_STATE__JOB_CANCELLED && strstr(j.message, "job") &&
+              strstr(j.message, "cancelled"), "after a cancelled job: %d '%s'", j.state, j.message);
+    store_job_clear(&j);
     two_nodes_free(&c, &w1, &w2, &cli);
 }
 
@@ -1151,6 +1258,7 @@ int main(int argc, char **argv)
     test_shrink_memory();
     test_series_settled();
     test_queue_order();
+    test_dependency();
     test_cluster_view();
     return check_summary(argv[0]);
 }
