@@ -499,25 +499,45 @@ int cmd_wait(cli_ctx *c, int argc, char **argv)
     return wait_job(c, id, max_wait);
 }
 
+/* `atoll cancel JOB [JOB...] [--checkpoint]`, as scancel takes several: each is
+ * cancelled in turn, one that is refused (said on stderr) does not stop the
+ * rest, and the exit status is the first refusal's. */
 int cmd_cancel(cli_ctx *c, int argc, char **argv)
 {
-    uint64_t id;
-    int checkpoint = argc == 3 && !strcmp(argv[2], "--checkpoint");
-    if (argc == 3 && !checkpoint) return cli_usage(c, argv[0], "unknown flag '%s' (accepted: --checkpoint)", argv[2]);
-    int rc = one_job(c, checkpoint ? 2 : argc, argv, &id);
-    if (rc) return rc;
-    Atoll__CancelRequest req = ATOLL__CANCEL_REQUEST__INIT;
-    req.job = id;
-    req.checkpoint = checkpoint;
-    Atoll__JobsReply *r;
-    rc = cli_call(c, ATOLL__MSG_TYPE__MSG_CANCEL, &req.base, ATOLL__MSG_TYPE__MSG_JOBS_REPLY,
-                  (ProtobufCMessage **)&r);
-    if (rc) return rc;
-    if (r->n_jobs == 1) {
-        if (c->json) json_one(r->jobs[0]);
-        else if (checkpoint) printf("job %llu %s\n", (unsigned long long)id, r->jobs[0]->message);
-        else printf("job %llu %s\n", (unsigned long long)id, msg_job_state_name(r->jobs[0]->state));
+    int checkpoint = 0, n = 0;
+    for (int i = 1; i < argc; i++) {
+        uint64_t id;
+        if (!strcmp(argv[i], "--checkpoint")) checkpoint = 1;
+        else if (!strncmp(argv[i], "--", 2)) return cli_usage(c, argv[0], "unknown flag '%s' (accepted: --checkpoint)", argv[i]);
+        else if (cli_job_id(argv[i], &id)) return cli_usage(c, argv[0], "'%s' is not a job id (a positive number)", argv[i]);
+        else n++;
     }
-    atoll__jobs_reply__free_unpacked(r, NULL);
-    return 0;
+    if (!n) return cli_usage(c, argv[0], "expected one or more job ids");
+    int worst = 0;
+    jsonw w;
+    jsonw_init(&w);
+    if (c->json && n > 1) jsonw_arr(&w);
+    for (int i = 1; i < argc; i++) {
+        Atoll__CancelRequest req = ATOLL__CANCEL_REQUEST__INIT;
+        if (!strcmp(argv[i], "--checkpoint") || cli_job_id(argv[i], &req.job)) continue;
+        req.checkpoint = checkpoint;
+        Atoll__JobsReply *r;
+        int rc = cli_call(c, ATOLL__MSG_TYPE__MSG_CANCEL, &req.base, ATOLL__MSG_TYPE__MSG_JOBS_REPLY,
+                          (ProtobufCMessage **)&r);
+        if (rc) {
+            if (!worst) worst = rc;
+            continue;
+        }
+        if (r->n_jobs == 1) {
+            if (c->json) msg_json_job(&w, r->jobs[0]);
+            else printf("job %llu %s\n", (unsigned long long)req.job,
+                        checkpoint ? r->jobs[0]->message : msg_job_state_name(r->jobs[0]->state));
+        }
+        atoll__jobs_reply__free_unpacked(r, NULL);
+    }
+    if (c->json && n > 1) jsonw_arr_end(&w);
+    char *json = jsonw_take(&w);
+    if (c->json && json && *json) cli_print_json_and_free(json);
+    else free(json);
+    return worst;
 }

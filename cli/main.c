@@ -26,7 +26,7 @@ static const cli_command COMMANDS[] = {
     { "metrics", cmd_metrics, "JOB [--after N] [--limit N]", "the job's per-step time series" },
     { "logs", cmd_logs, "JOB [--rank R] [--epoch E] [--follow] [--tail BYTES]",
       "a rank's log (rank 0 of the current placement by default; --follow: on through restarts until the job ends)" },
-    { "cancel", cmd_cancel, "JOB [--checkpoint]", "stop a job (--checkpoint: its ranks commit a checkpoint first)" },
+    { "cancel", cmd_cancel, "JOB [JOB...] [--checkpoint]", "stop jobs (--checkpoint: their ranks commit a checkpoint first)" },
     { "events", cmd_events, "[--after ID] [--limit N]", "the audit log" },
     { "layout", cmd_layout, "JOB", "rank -> node/GPU map and every process group" },
     { "plan", cmd_plan, "[model flags] (--num-gpus N [--gpus-per-node N] [--gpu TYPE] | --cluster) [--top K] [--explain]",

@@ -270,6 +270,15 @@ case_restart() {
   atoll cancel "$placed" | grep -q cancelled || fail "cancel"
   atoll cancel "$placed" 2>"$TMP/err"; [ $? -eq 1 ] && grep -q "already cancelled" "$TMP/err" || fail "double cancel"
   ok "new ids continue; cancel works after the restart"
+  # several at once, as scancel: a refusal is said and does not stop the others
+  local late_id; late_id=$(cat "$TMP/late.out")
+  atoll cancel "$r1" "$placed" "$late_id" >"$TMP/out" 2>"$TMP/err"; local rc=$?
+  [ $rc -eq 1 ] && grep -q "already cancelled" "$TMP/err" && grep -qx "job $r1 cancelled" "$TMP/out" \
+    && grep -qx "job $late_id cancelled" "$TMP/out" \
+    && [ "$(atoll status "$r1" --json | json "d['state']")" = cancelled ] \
+    || fail "cancel of three (rc $rc): $(cat "$TMP/out" "$TMP/err")"
+  atoll cancel 2>"$TMP/err"; [ $? -eq 2 ] && grep -q "expected one or more job ids" "$TMP/err" || fail "cancel of none"
+  ok "atoll cancel $r1 $placed $late_id: two cancelled, the one already cancelled said so (exit 1)"
   stop_all
 }
 
