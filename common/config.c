@@ -84,6 +84,7 @@ static const key_def KEYS[] = {
     F("no-load-rng", K_BOOL, no_load_rng),
     F("exit-on-missing-checkpoint", K_BOOL, exit_on_missing_checkpoint),
     R("exit-duration-in-mins", K_DOUBLE, exit_duration_in_mins, 0, HUGE_VAL, 0),
+    R("exit-interval", K_INT, exit_interval, 0, 2147483647.0, 0),
     F("attention-backend", K_STR, attention_backend),
     F("normalization", K_STR, normalization),
     F("swiglu", K_BOOL, swiglu),

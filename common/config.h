@@ -72,6 +72,7 @@ typedef struct atoll_config {
     int no_load_rng;                           /* not the seed: --seed orders the data */
     int exit_on_missing_checkpoint;            /* --load without a committed step refuses to start */
     double exit_duration_in_mins;              /* > 0: commit a checkpoint and stop after this long */
+    int exit_interval;                         /* > 0: stop after this iteration (saving with --save) */
     /* the LLaMA family and regularisation (Megatron's flags) */
     char attention_backend[8];         /* "auto" (default), "flash", "fused": bf16 attention on cuda */
     char normalization[16];            /* "LayerNorm" (default) or "RMSNorm" */

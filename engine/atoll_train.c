@@ -21,7 +21,8 @@ static void usage(FILE *f)
             "training: --micro-batch-size B --global-batch-size G --train-iters I --lr LR --min-lr LR\n"
             "          --lr-decay-style {cosine,linear,constant} --lr-warmup-iters N --lr-decay-iters N\n"
             "          --weight-decay W --adam-beta1 B1 --adam-beta2 B2 --adam-eps E --clip-grad C --seed S\n"
-            "          --lr-warmup-init LR --exit-duration-in-mins M (then a checkpoint and exit 75)\n"
+            "          --lr-warmup-init LR --exit-interval N (stop after iteration N)\n"
+            "          --exit-duration-in-mins M (then a checkpoint and exit 75)\n"
             "data:     --data-path PREFIX (Megatron .bin/.idx; without it the built-in corpus) --split 969,30,1\n"
             "ckpt:     --save DIR --save-interval N --load DIR --async-save --save-mtbf SEC --save-keep N\n"
             "          another run's --load: --finetune (weights only, from iteration 0) --no-load-optim\n"
@@ -33,7 +34,7 @@ static void usage(FILE *f)
             "          --decoder-first-pipeline-num-layers N --decoder-last-pipeline-num-layers N (uneven stages)\n"
             "          --recompute-granularity {selective,full}\n"
             "engine:   --device {cpu,cuda} --attention-backend {auto,flash,fused} (fused: cuDNN, cuda bf16)\n"
-            "          --exit-interval N --nproc-per-node N (local launcher)\n"
+            "          --nproc-per-node N (local launcher)\n"
             "          --print-groups (the rank groups as JSON for --nproc-per-node, WORLD_SIZE or --num-gpus)\n");
 }
 
@@ -77,16 +78,6 @@ static int extra(void *ctx, int argc, char **argv, int i, char *err, size_t errl
         if (strlen(v) >= strs[k].size) { snprintf(err, errlen, "%s: value too long", strs[k].flag); return -1; }
         snprintf(strs[k].dst, strs[k].size, "%s", v);
         return a[fl] == '=' ? 1 : 2;
-    }
-    if (!strcmp(a, "--exit-interval")) {
-        char *end;
-        long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
-        if (i + 1 >= argc || *end || v < 0) {
-            snprintf(err, errlen, "--exit-interval needs a non-negative iteration count");
-            return -1;
-        }
-        o->exit_interval = (int)v;
-        return 2;
     }
     return 0;
 }

@@ -942,7 +942,7 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     r.last_save_t = now_s();
     int stopped = 0;
     long long stop = c.train_iters;
-    if (o->exit_interval > 0 && o->exit_interval < stop) stop = o->exit_interval;
+    if (c.exit_interval > 0 && c.exit_interval < stop) stop = c.exit_interval;
     int first = 1;
     while (!rc && r.st.iteration < stop) {
         step_stats s;

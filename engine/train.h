@@ -18,7 +18,6 @@ typedef struct eng_run_opts {
     char device[16];          /* "cpu" or "cuda" */
     char metrics_file[1024];  /* "" = none */
     char dump_dir[1024];      /* test hook: initial weights, batches, step-1 logits and grads */
-    int exit_interval;        /* stop after this iteration (0 = run to --train-iters) */
 } eng_run_opts;
 
 void eng_run_opts_defaults(eng_run_opts *o);
