@@ -129,8 +129,7 @@ static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x)
     if (cfg_parse_args(&cfg, argc, argv, 1, submit_flag, x, err, sizeof err))
         return cli_usage(c, "submit", "%s", err);
     if (sup_env_check(x->env, x->n_env, err, sizeof err)) return cli_usage(c, "submit", "--env: %s", err);
-    cfg_megatron_notes(&cfg, c->prog, err, sizeof err);
-    fputs(err, stderr);
+    cfg_megatron_notes(&cfg, c->prog, stderr);
     /* the tokenizer's padded vocab, as the ranks will size it, and its files by
      * absolute paths (ranks run in their own work directories) */
     if (tok_config_vocab(&cfg, err, sizeof err)) return cli_usage(c, "submit", "%s", err);

@@ -261,8 +261,7 @@ int cmd_plan(cli_ctx *c, int argc, char **argv)
     cfg_defaults(&cfg);
     char err[512];
     if (cfg_parse_args(&cfg, argc, argv, 1, plan_extra, &a, err, sizeof err)) return cli_usage(c, "plan", "%s", err);
-    cfg_megatron_notes(&cfg, c->prog, err, sizeof err);
-    fputs(err, stderr);
+    cfg_megatron_notes(&cfg, c->prog, stderr);
     if (tok_config_vocab(&cfg, err, sizeof err)) return cli_usage(c, "plan", "%s", err); /* a tokenizer sets the vocab */
     fixed_from(&a, &cfg);
     topo_node *nodes = NULL;

@@ -108,6 +108,7 @@ static const key_def KEYS[] = {
     F("no-position-embedding", K_BOOL, no_position_embedding),
     F("recompute-activations", K_BOOL, recompute_activations),
     F("mock-data", K_BOOL, mock_data),
+    R("kv-channels", K_INT, kv_channels, 0, CFG_MAX_HIDDEN, 0),
 };
 #undef F
 #undef R
@@ -259,6 +260,15 @@ static const struct {
     { "train-data-path", 1, MG_REFUSED, NULL, "give one --data-path (a prefix or a blend) and --split" },
     { "valid-data-path", 1, MG_REFUSED, NULL, "give one --data-path (a prefix or a blend) and --split" },
     { "test-data-path", 1, MG_REFUSED, NULL, "give one --data-path (a prefix or a blend) and --split" },
+    { "apply-layernorm-1p", 0, MG_REFUSED, NULL, "LayerNorm weights are not stored offset by 1 (zero-centered)" },
+    { "decoupled-lr", 1, MG_REFUSED, NULL, "one learning rate schedule (--lr, --min-lr) covers every parameter" },
+    { "decoupled-min-lr", 1, MG_REFUSED, NULL, "one learning rate schedule (--lr, --min-lr) covers every parameter" },
+    { "grad-reduce-in-bf16", 0, MG_IGNORED, NULL, "gradients are reduced in fp32" },
+    { "profile", 0, MG_IGNORED, NULL, "no profiler is started; run atoll-train under nsys or perf instead" },
+    { "use-pytorch-profiler", 0, MG_IGNORED, NULL, "no profiler is started; run atoll-train under nsys or perf instead" },
+    { "profile-step-start", 1, MG_IGNORED, NULL, "no profiler is started; run atoll-train under nsys or perf instead" },
+    { "profile-step-end", 1, MG_IGNORED, NULL, "no profiler is started; run atoll-train under nsys or perf instead" },
+    { "profile-ranks", 1, MG_IGNORED, NULL, "no profiler is started; run atoll-train under nsys or perf instead" },
     { "tokenizer-model", 1, MG_REFUSED, NULL, "SentencePiece and HuggingFace tokenizers are not implemented: "
       "--tokenizer-type GPT2BPETokenizer (--vocab-file, --merge-file) or the byte-level default" },
 };
@@ -333,17 +343,11 @@ static cfg_status set_megatron(atoll_config *c, int i, const char *value, char *
     return CFG_UNKNOWN;
 }
 
-void cfg_megatron_notes(const atoll_config *c, const char *prog, char *buf, size_t len)
+void cfg_megatron_notes(const atoll_config *c, const char *prog, FILE *out)
 {
-    size_t at = 0;
-    if (len) buf[0] = 0;
-    for (size_t k = 0; k < NMEGATRON && at < len; k++)
-        if (c->megatron_ignored[k / 64] >> k % 64 & 1) {
-            int n = snprintf(buf + at, len - at, "%s: note: --%s has no effect here: %s\n", prog, MEGATRON[k].name,
-                             MEGATRON[k].why);
-            if (n < 0) break;
-            at += (size_t)n;
-        }
+    for (size_t k = 0; k < NMEGATRON; k++)
+        if (c->megatron_ignored[k / 64] >> k % 64 & 1)
+            fprintf(out, "%s: note: --%s has no effect here: %s\n", prog, MEGATRON[k].name, MEGATRON[k].why);
 }
 
 /* Iterations from samples: Megatron stops after train_samples / global batch
@@ -360,6 +364,11 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
             return -1;
         }
         c->recompute_granularity = RECOMPUTE_SELECTIVE;
+    }
+    if (c->kv_channels && c->num_attention_heads > 0 && c->kv_channels * c->num_attention_heads != c->hidden_size) {
+        atoll_errf(err, errlen, "--kv-channels %d: atoll's head dimension is --hidden-size / --num-attention-heads = "
+                   "%d / %d; leave it out or give that", c->kv_channels, c->hidden_size, c->num_attention_heads);
+        return -1;
     }
     if (c->mock_data && c->data_path[0]) {
         atoll_errf(err, errlen, "--mock-data trains on the built-in corpus, and --data-path is given too; give one");
@@ -404,7 +413,7 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
         c->lr_warmup_iters = (int)(c->lr_warmup_fraction * (c->lr_decay_iters ? c->lr_decay_iters : c->train_iters) + 0.5);
         c->lr_warmup_fraction = 0;
     }
-    c->use_rotary_position_embeddings = c->no_position_embedding = c->recompute_activations = c->mock_data = 0;
+    c->use_rotary_position_embeddings = c->no_position_embedding = c->recompute_activations = c->mock_data = c->kv_channels = 0;
     return 0;
 }
 

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define CFG_STR 512
 #define CFG_DATA_PATH 4096 /* --data-path: a blend names many prefixes */
@@ -92,6 +93,7 @@ typedef struct atoll_config {
     int use_rotary_position_embeddings, no_position_embedding;
     int recompute_activations;                 /* --recompute-granularity selective */
     int mock_data;                             /* the built-in corpus: no --data-path */
+    int kv_channels;                           /* the head dimension, which must be hidden / heads */
     uint64_t megatron_ignored[2];              /* flags accepted without effect (cfg_megatron_notes) */
 } atoll_config;
 
@@ -126,12 +128,12 @@ int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
  * for what it does not (--fp16, --tensorboard-dir, MoE). Accepted but noted: those
  * that only change speed in Megatron and that atoll does not have
  * (--overlap-param-gather): cfg_megatron_notes writes a line for each such flag
- * the config was given ("PROG: note: --X has no effect here: why"; "" when none),
- * for the caller to print. The sample-based schedule (--train-samples,
+ * the config was given to `out` ("PROG: note: --X has no effect here: why";
+ * nothing when none). The sample-based schedule (--train-samples,
  * --lr-decay-samples, --lr-warmup-samples), --lr-warmup-fraction and
  * --use-rotary-position-embeddings are turned into iterations and
  * --position-embedding-type when parsing ends. */
-void cfg_megatron_notes(const atoll_config *c, const char *prog, char *buf, size_t len);
+void cfg_megatron_notes(const atoll_config *c, const char *prog, FILE *out);
 /* Turns the Megatron spellings above into settings; cfg_parse_args calls it at
  * its end. 0, or -1 with err (e.g. both --train-iters and --train-samples). */
 int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen);

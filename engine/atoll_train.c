@@ -104,8 +104,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (!getenv("ATOLL_SUPERVISOR_PID") && (!getenv("RANK") || !strcmp(getenv("RANK"), "0"))) {
-        cfg_megatron_notes(&c, "atoll-train", err, sizeof err); /* once, not by every rank of a launch */
-        fputs(err, stderr);
+        cfg_megatron_notes(&c, "atoll-train", stderr); /* once, not by every rank of a launch */
     }
     if (cl.print_groups) {
         int world = cl.nproc ? cl.nproc : getenv("WORLD_SIZE") ? atoi(getenv("WORLD_SIZE")) : c.num_gpus ? c.num_gpus : 1;

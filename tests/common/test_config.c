@@ -436,13 +436,25 @@ static void test_specs_and_topo(void)
     CHECK(topo_simulate(&n[0], "dgx-v100", "x", NULL, err, sizeof err) == -1 && strstr(err, "dgx-h100"), "%s", err);
 }
 
+/* cfg_megatron_notes' lines as one string */
+static void megatron_notes(const atoll_config *c, char *buf, size_t len)
+{
+    char *text = NULL;
+    size_t n = 0;
+    FILE *f = open_memstream(&text, &n);
+    if (f) cfg_megatron_notes(c, "t", f);
+    if (f) fclose(f);
+    snprintf(buf, len, "%s", text ? text : "");
+    free(text);
+}
+
 /* A Megatron-LM launch line runs as written: flags that pick Megatron's
  * implementation are accepted, the sample-based schedule becomes iterations,
  * and what atoll does not do is refused saying what it does instead. */
 static void test_megatron_flags(void)
 {
     atoll_config c, plain;
-    char err[512] = "", notes[512];
+    char err[512] = "", notes[2048];
     const char *model = "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
                         "--global-batch-size 16 --micro-batch-size 2 ";
     char line[1024];
@@ -458,12 +470,12 @@ static void test_megatron_flags(void)
              "--tensorboard-log-interval 1 --override-opt_param-scheduler --use-cpu-initialization", model);
     CHECK(parse(&c, line, err, sizeof err) == 0, "Megatron's implementation flags: %s", err);
     CHECK(!memcmp(&c, &plain, sizeof c), "flags atoll does anyway changed a setting");
-    cfg_megatron_notes(&c, "t", notes, sizeof notes);
+    megatron_notes(&c, notes, sizeof notes);
     CHECK(!notes[0], "notes for flags with the same effect: %s", notes);
     /* speed-only flags atoll does not have: accepted, each noted */
     snprintf(line, sizeof line, "%s--overlap-param-gather --num-workers 2", model);
     CHECK(parse(&c, line, err, sizeof err) == 0, "speed-only flags: %s", err);
-    cfg_megatron_notes(&c, "t", notes, sizeof notes);
+    megatron_notes(&c, notes, sizeof notes);
     CHECK(!strcmp(notes, "t: note: --overlap-param-gather has no effect here: the ZeRO-1 parameter all-gather runs "
                          "after the optimizer step, not overlapped with the forward pass\n"
                          "t: note: --num-workers has no effect here: the indexed dataset is read memory-mapped in the "
@@ -473,10 +485,19 @@ static void test_megatron_flags(void)
     snprintf(line, sizeof line, "%s--log-params-norm --distributed-timeout-minutes 60 --dist-ckpt-strictness log_all",
              model);
     CHECK(parse(&c, line, err, sizeof err) == 0, "flags without effect: %s", err);
-    cfg_megatron_notes(&c, "t", notes, sizeof notes);
+    megatron_notes(&c, notes, sizeof notes);
     CHECK(strstr(notes, "t: note: --log-params-norm has no effect here: the parameter norm is not logged") &&
               strstr(notes, "--distributed-timeout-minutes has no effect here: a hung collective is found") &&
               strstr(notes, "--dist-ckpt-strictness has no effect here"), "notes: '%s'", notes);
+    /* the LLaMA-3 example's flags: every note is whole, however many */
+    snprintf(line, sizeof line, "%s--grad-reduce-in-bf16 --profile --profile-step-start 4 --profile-step-end 6 "
+             "--overlap-param-gather --distributed-timeout-minutes 60 --empty-unused-memory-level 1 --kv-channels 16",
+             model);
+    CHECK(parse(&c, line, err, sizeof err) == 0, "LLaMA-3 example flags: %s", err);
+    megatron_notes(&c, notes, sizeof notes);
+    CHECK(strstr(notes, "--grad-reduce-in-bf16 has no effect here: gradients are reduced in fp32\n") &&
+              strstr(notes, "t: note: --empty-unused-memory-level has no effect here: there is no caching allocator "
+                            "to empty\n"), "notes: '%s'", notes);
     /* Megatron's spellings of atoll settings */
     snprintf(line, sizeof line, "%s--recompute-activations --mock-data --lr-warmup-init 1e-5", model);
     CHECK(parse(&c, line, err, sizeof err) == 0 && c.recompute_granularity == RECOMPUTE_SELECTIVE &&
@@ -509,6 +530,9 @@ static void test_megatron_flags(void)
         { "--recompute-activations --recompute-granularity full", "--recompute-activations is --recompute-granularity "
                                                                   "selective, and --recompute-granularity full" },
         { "--mock-data --data-path d", "--mock-data trains on the built-in corpus, and --data-path is given too" },
+        { "--kv-channels 32", "--kv-channels 32: atoll's head dimension is --hidden-size / --num-attention-heads = 64 / 4" },
+        { "--decoupled-lr 5e-4", "--decoupled-lr: one learning rate schedule" },
+        { "--apply-layernorm-1p", "--apply-layernorm-1p: LayerNorm weights are not stored offset by 1" },
         { "--exit-duration-in-mins -1", "--exit-duration-in-mins: -1 is below the smallest accepted value, 0" },
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
