@@ -5,7 +5,8 @@
  * Input: byte 0 picks the way (mod 3), bytes 1-4 the world size and byte 5 the
  * largest NVLink island; the rest is the flags (NUL-separated), the YAML text or
  * the packed JobSpec. Invariants: nothing crashes or overflows (UBSan); every
- * refusal has a message; an accepted layout is whole (dp >= 1, global batch =
+ * refusal has a message; a JobSpec's --dependency that parses reads the same
+ * after dep_format; an accepted layout is whole (dp >= 1, global batch =
  * micro-batches * micro-batch * dp, layers divisible by pp * virtual stages, its
  * rank order parses), the memory model gives a finite positive figure, and the
  * spec survives the trip through protobuf unchanged. */
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "config.h"
+#include "depend.h"
 #include "msg.h"
 #include "plan.h"
 
@@ -89,6 +91,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, n, body);
         if (!spec) return 0;
         rc = msg_spec_to_cfg(spec, &c, err, sizeof err);
+        dep_list d, again;
+        char text[DEP_MAX * 24], derr[256] = "";
+        if (dep_parse(spec->dependency, &d, derr, sizeof derr)) {
+            if (!derr[0]) abort();
+        } else {
+            dep_format(&d, text, sizeof text);
+            if (dep_parse(text, &again, derr, sizeof derr) || again.n != d.n) abort();
+        }
         atoll__job_spec__free_unpacked(spec, NULL);
     }
     if (rc) {

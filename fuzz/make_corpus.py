@@ -4,7 +4,9 @@
 Each seed is one peer-selector byte followed by wire frames (8-byte header:
 "AT", u16 type, u32 length, big-endian; then the protobuf payload), so the
 fuzzer starts from requests that decode and reaches the handlers' logic.
-The protobuf encoding is done by hand here to need no protobuf package."""
+The protobuf encoding is done by hand here to need no protobuf package.
+Files are named by the SHA-1 of their bytes, as libFuzzer names what it adds."""
+import hashlib
 import os
 import struct
 
@@ -71,17 +73,22 @@ seeds = {
     "submit_tick": b"\x01" + frame(24, f_bytes(1, spec) + f_bytes(2, "req-1")) + frame(0xFFFF) + frame(26)
                    + frame(24, f_bytes(1, spec) + f_bytes(2, "req-1")),
     "silence": b"\x00" + frame(12, f_int(1, 1)) + frame(0xFFFF) * 4 + frame(12, f_int(1, 2)),
+    # a job, then one after it (--dependency), the first cancelled, ticks between
+    "dependency": b"\x01" + frame(24, f_bytes(1, spec)) + frame(0xFFFF)
+                  + frame(24, f_bytes(1, spec + f_bytes(102, "afterok:1,afterany:1:1"))) + frame(0xFFFF)
+                  + frame(28, f_int(1, 1)) + frame(0xFFFF) * 2,
 }
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fuzz_handlers")
 os.makedirs(out, exist_ok=True)
 for name, data in seeds.items():
-    with open(os.path.join(out, name), "wb") as f:
+    with open(os.path.join(out, hashlib.sha1(data).hexdigest()), "wb") as f:
         f.write(data)
 frames_out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fuzz_frame")
 os.makedirs(frames_out, exist_ok=True)
 for name, data in seeds.items():
-    with open(os.path.join(frames_out, name), "wb") as f:
-        f.write(b"\x07" + data[1:])
+    data = b"\x07" + data[1:]
+    with open(os.path.join(frames_out, hashlib.sha1(data).hexdigest()), "wb") as f:
+        f.write(data)
 
 # fuzz_jobspec: byte 0 the way (0 flags, 1 YAML, 2 protobuf), bytes 1-4 the world size, byte 5 the island.
 def job(way, world, island, body):
@@ -100,11 +107,12 @@ jobs = {
     "flags": job(0, 8, 8, b"\0".join(f.encode() for f in flags)),
     "yaml": job(1, 8, 8, yaml),
     "protobuf": job(2, 8, 8, spec),
+    "dependency": job(2, 8, 8, spec + f_bytes(102, "afternotok:3:4,afterok:5")),
     "overflow": job(0, 4, 0, b"\0".join(f.encode() for f in flags[:8] + ["--micro-batch-size", "1048576",
                                                                           "--tensor-model-parallel-size", "65536"])),
 }
 jobs_out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fuzz_jobspec")
 os.makedirs(jobs_out, exist_ok=True)
 for name, data in jobs.items():
-    with open(os.path.join(jobs_out, name), "wb") as f:
+    with open(os.path.join(jobs_out, hashlib.sha1(data).hexdigest()), "wb") as f:
         f.write(data)
