@@ -76,6 +76,9 @@ int cli_fetch_job(cli_ctx *c, uint64_t id, int retry, Atoll__JobsReply **out);
 /* `submit --auto-layout`: sets cfg's layout to the planner's best on the live
  * cluster; parallel flags present in argv stay as given. Prints the choice on stderr. */
 int cli_auto_layout(cli_ctx *c, atoll_config *cfg, int argc, char **argv);
+/* --use-checkpoint-args: the model from --load's newest step (ckpt_use_args),
+ * said on stderr; -1 after a usage message for `cmd` when it cannot be read. */
+int cli_checkpoint_args(cli_ctx *c, const char *cmd, atoll_config *cfg);
 
 const cli_command *cli_find(const char *name);
 

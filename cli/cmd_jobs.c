@@ -130,6 +130,7 @@ static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x)
         return cli_usage(c, "submit", "%s", err);
     if (sup_env_check(x->env, x->n_env, err, sizeof err)) return cli_usage(c, "submit", "--env: %s", err);
     cfg_megatron_notes(&cfg, c->prog, stderr);
+    if (cli_checkpoint_args(c, "submit", &cfg)) return CLI_USAGE;
     /* the tokenizer's padded vocab, as the ranks will size it, and its files by
      * absolute paths (ranks run in their own work directories) */
     if (tok_config_vocab(&cfg, err, sizeof err)) return cli_usage(c, "submit", "%s", err);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "cli.h"
 #include "tokenizer.h"
 #include "config.h"
@@ -211,6 +212,18 @@ static int live_cluster(cli_ctx *c, topo_node **out, int *n)
     return CLI_OK;
 }
 
+int cli_checkpoint_args(cli_ctx *c, const char *cmd, atoll_config *cfg)
+{
+    if (!cfg->use_checkpoint_args) return 0;
+    char taken[1024], err[512];
+    if (ckpt_use_args(cfg, taken, sizeof taken, err, sizeof err)) {
+        cli_usage(c, cmd, "%s", err);
+        return -1;
+    }
+    fprintf(stderr, "%s: --use-checkpoint-args: from %s/%s\n", c->prog, cfg->load, taken);
+    return 0;
+}
+
 int cli_auto_layout(cli_ctx *c, atoll_config *cfg, int argc, char **argv)
 {
     plan_args a = { .gpn = 8, .top = 1 };
@@ -262,6 +275,7 @@ int cmd_plan(cli_ctx *c, int argc, char **argv)
     char err[512];
     if (cfg_parse_args(&cfg, argc, argv, 1, plan_extra, &a, err, sizeof err)) return cli_usage(c, "plan", "%s", err);
     cfg_megatron_notes(&cfg, c->prog, stderr);
+    if (cli_checkpoint_args(c, "plan", &cfg)) return CLI_USAGE;
     if (tok_config_vocab(&cfg, err, sizeof err)) return cli_usage(c, "plan", "%s", err); /* a tokenizer sets the vocab */
     fixed_from(&a, &cfg);
     topo_node *nodes = NULL;

@@ -109,6 +109,7 @@ static const key_def KEYS[] = {
     F("recompute-activations", K_BOOL, recompute_activations),
     F("mock-data", K_BOOL, mock_data),
     R("kv-channels", K_INT, kv_channels, 0, CFG_MAX_HIDDEN, 0),
+    F("use-checkpoint-args", K_BOOL, use_checkpoint_args),
 };
 #undef F
 #undef R
@@ -236,8 +237,6 @@ static const struct {
     { "override-opt_param-scheduler", 0, MG_SAME, NULL, "the learning-rate schedule always comes from the flags" },
     { "use-checkpoint-opt_param-scheduler", 0, MG_REFUSED, NULL, "the learning-rate schedule comes from the flags, "
       "not the checkpoint: give the run's --lr, --min-lr, --lr-decay-style and their iterations" },
-    { "use-checkpoint-args", 0, MG_REFUSED, NULL, "give the model's flags: a checkpoint of another model is refused "
-      "on load, naming the tensor that differs" },
     { "no-save-optim", 0, MG_REFUSED, NULL, "checkpoints always keep the optimizer state, so a restart resumes exactly" },
     { "no-save-rng", 0, MG_REFUSED, NULL, "checkpoints always keep the seed, so a restart resumes exactly" },
     { "distributed-timeout-minutes", 1, MG_IGNORED, NULL, "a hung collective is found by the step watchdog and by "
@@ -422,6 +421,16 @@ int cfg_is_flag(const char *key)
     const key_def *k = find_key(key);
     int m = k ? -1 : find_megatron(key);
     return (k && k->type == K_BOOL) || (m >= 0 && !MEGATRON[m].takes_value);
+}
+
+int cfg_is_default(const atoll_config *c, const char *key)
+{
+    const key_def *k = find_key(key);
+    if (!k) return -1;
+    atoll_config d;
+    cfg_defaults(&d);
+    const char *a = (const char *)c + k->offset, *b = (const char *)&d + k->offset;
+    return k->type == K_STR ? !strcmp(a, b) : !memcmp(a, b, k->size);
 }
 
 /* "--KEY: VALUE is ..." for a number outside the key's range. */

@@ -94,6 +94,7 @@ typedef struct atoll_config {
     int recompute_activations;                 /* --recompute-granularity selective */
     int mock_data;                             /* the built-in corpus: no --data-path */
     int kv_channels;                           /* the head dimension, which must be hidden / heads */
+    int use_checkpoint_args;                   /* the model from --load's manifest (ckpt_use_args clears it) */
     uint64_t megatron_ignored[2];              /* flags accepted without effect (cfg_megatron_notes) */
 } atoll_config;
 
@@ -110,6 +111,8 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
 
 /* 1 when `key` names a boolean flag that takes no value on the command line. */
 int cfg_is_flag(const char *key);
+/* 1 when key's setting in c is its default, 0 when not, -1 for an unknown key. */
+int cfg_is_default(const atoll_config *c, const char *key);
 
 /* Parses argv[start..argc). For each `--key [value]` it first offers the pair to
  * `extra` (may be NULL), which returns the number of argv entries it consumed

@@ -5,6 +5,7 @@
 #include "groups.h"
 #include "launcher.h"
 #include "supervise.h"
+#include "checkpoint.h"
 #include "train.h"
 
 #include <stdio.h>
@@ -103,8 +104,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "atoll-train: %s\n", err);
         return 2;
     }
-    if (!getenv("ATOLL_SUPERVISOR_PID") && (!getenv("RANK") || !strcmp(getenv("RANK"), "0"))) {
-        cfg_megatron_notes(&c, "atoll-train", stderr); /* once, not by every rank of a launch */
+    int says = !getenv("ATOLL_SUPERVISOR_PID") && (!getenv("RANK") || !strcmp(getenv("RANK"), "0"));
+    if (says) cfg_megatron_notes(&c, "atoll-train", stderr); /* once, not by every rank of a launch */
+    if (c.use_checkpoint_args) {
+        char taken[1024];
+        if (ckpt_use_args(&c, taken, sizeof taken, err, sizeof err)) {
+            fprintf(stderr, "atoll-train: %s\n", err);
+            return SUP_EXIT_CONFIG;
+        }
+        if (says) fprintf(stderr, "atoll-train: --use-checkpoint-args: from %s/%s\n", c.load, taken);
     }
     if (cl.print_groups) {
         int world = cl.nproc ? cl.nproc : getenv("WORLD_SIZE") ? atoi(getenv("WORLD_SIZE")) : c.num_gpus ? c.num_gpus : 1;

@@ -682,9 +682,15 @@ out:
     return rc;
 }
 
-int ckpt_read_model(const char *dir, long long iteration, atoll_config *c, char *err, size_t errlen)
+/* The manifest's model and tokenizer into c; with `keep_given`, a setting c
+ * already holds other than its default is kept (the command line wins), and
+ * what was taken is listed in `taken` as flags. */
+static int read_model(const char *dir, long long iteration, atoll_config *c, int keep_given, char *taken,
+                      size_t takenlen, char *err, size_t errlen)
 {
     char step[1024], path[1100], jerr[128];
+    size_t at = 0;
+    if (takenlen) taken[0] = 0;
     ckpt_step_dir(step, sizeof step, dir, iteration);
     snprintf(path, sizeof path, "%s/manifest.json", step);
     jsonr *root = read_json(path, jerr, sizeof jerr);
@@ -703,15 +709,56 @@ int ckpt_read_model(const char *dir, long long iteration, atoll_config *c, char 
         if (v->type == JSONR_BOOL) snprintf(val, sizeof val, "%s", v->num ? "true" : "false");
         else if (v->type == JSONR_NUM) snprintf(val, sizeof val, "%.17g", v->num);
         else if (v->type != JSONR_STR) continue;
+        if (keep_given && cfg_is_default(c, v->key) == 0) continue;
+        atoll_config before = *c;
         if (cfg_set(c, v->key, s, inner, sizeof inner) != CFG_OK) {
             atoll_errf(err, errlen, "%s: model.%s: %s", path, v->key, inner[0] ? inner : "not a setting atoll knows");
             rc = -1;
+        } else if (at < takenlen && memcmp(&before, c, sizeof before)) {
+            int n = snprintf(taken + at, takenlen - at, "%s--%s", at ? " " : "", v->key);
+            for (size_t k = at; n > 0 && k < takenlen && taken[k]; k++)
+                if (taken[k] == '_') taken[k] = '-';
+            if (n > 0) at += (size_t)n;
+            if (n > 0 && at < takenlen && v->type != JSONR_BOOL) at += (size_t)snprintf(taken + at, takenlen - at, " %s", s);
         }
     }
     const jsonr *ty = jsonr_get(t, "type"), *vf = jsonr_get(t, "vocab_file"), *mf = jsonr_get(t, "merge_file");
-    if (!rc && ty && ty->type == JSONR_STR) snprintf(c->tokenizer_type, sizeof c->tokenizer_type, "%s", ty->str);
-    if (!rc && vf && vf->type == JSONR_STR) snprintf(c->vocab_file, sizeof c->vocab_file, "%s", vf->str);
-    if (!rc && mf && mf->type == JSONR_STR) snprintf(c->merge_file, sizeof c->merge_file, "%s", mf->str);
+    char *tok[3] = { c->tokenizer_type, c->vocab_file, c->merge_file };
+    const size_t toklen[3] = { sizeof c->tokenizer_type, sizeof c->vocab_file, sizeof c->merge_file };
+    const jsonr *from[3] = { ty, vf, mf };
+    for (int i = 0; i < 3 && !rc; i++) {
+        if (!from[i] || from[i]->type != JSONR_STR || (keep_given && tok[i][0])) continue;
+        if (keep_given && i == 0 && !strcmp(from[i]->str, "ByteLevel")) continue; /* "" is byte-level */
+        snprintf(tok[i], toklen[i], "%s", from[i]->str);
+        if (keep_given && at < takenlen)
+            at += (size_t)snprintf(taken + at, takenlen - at, "%s--%s %s", at ? " " : "",
+                                   i == 0 ? "tokenizer-type" : i == 1 ? "vocab-file" : "merge-file", from[i]->str);
+    }
     jsonr_free(root);
     return rc;
+}
+
+int ckpt_read_model(const char *dir, long long iteration, atoll_config *c, char *err, size_t errlen)
+{
+    return read_model(dir, iteration, c, 0, NULL, 0, err, errlen);
+}
+
+int ckpt_use_args(atoll_config *c, char *taken, size_t takenlen, char *err, size_t errlen)
+{
+    c->use_checkpoint_args = 0;
+    if (!c->load[0]) {
+        atoll_errf(err, errlen, "--use-checkpoint-args takes the model from the checkpoint in --load: give --load DIR");
+        return -1;
+    }
+    long long it;
+    int rc = ckpt_latest(c->load, &it, err, errlen);
+    if (rc == 1)
+        atoll_errf(err, errlen, "--use-checkpoint-args: --load %s holds no committed checkpoint to take the model from",
+                   c->load);
+    if (rc) return -1;
+    int n = snprintf(taken, takenlen, "iter_%07lld: ", it);
+    size_t head = n > 0 && (size_t)n < takenlen ? (size_t)n : 0;
+    if (read_model(c->load, it, c, 1, taken + head, takenlen - head, err, errlen)) return -1;
+    if (!taken[head]) snprintf(taken + head, takenlen - head, "nothing (every model flag was given)");
+    return 0;
 }

@@ -112,6 +112,12 @@ int ckpt_load(const char *dir, long long iteration, eng_model *m, eng_optim *o,
  * when the manifest has none. */
 int ckpt_read_model(const char *dir, long long iteration, atoll_config *c, char *err, size_t errlen);
 
+/* --use-checkpoint-args (Megatron's): the model settings and tokenizer of the
+ * newest committed step in c->load, for every one the flags left at its default
+ * (a flag given wins); `taken` says from which step and what, as flags. -1 with
+ * err when --load is missing or holds no committed step. Clears the switch. */
+int ckpt_use_args(atoll_config *c, char *taken, size_t takenlen, char *err, size_t errlen);
+
 /* FNV-1a-64 of a whole file; -1 when it cannot be read. */
 int ckpt_file_checksum(const char *path, uint64_t *sum, uint64_t *bytes);
 

@@ -523,7 +523,6 @@ static void test_megatron_flags(void)
         { "--use-torch-fsdp2", "--use-torch-fsdp2: FSDP is not implemented; --use-distributed-optimizer" },
         { "--eod-mask-loss", "--eod-mask-loss: the loss covers every token" },
         { "--no-save-optim", "--no-save-optim: checkpoints always keep the optimizer state" },
-        { "--use-checkpoint-args", "--use-checkpoint-args: give the model's flags" },
         { "--train-data-path a", "--train-data-path: give one --data-path" },
         { "--tokenizer-model tok.model", "--tokenizer-model: SentencePiece and HuggingFace tokenizers" },
         { "--ckpt-format zarr", "--ckpt-format zarr: atoll writes its own format" },

@@ -413,12 +413,16 @@ case_checkpoint() {
   atoll logs "$id3" --rank 0 >"$TMP/ft.log"
   grep -q "loaded the weights of checkpoint $ck/iter_0000150 to fine-tune from iteration 0" "$TMP/ft.log" \
     || fail "fine-tune log: $(head -3 "$TMP/ft.log")"
-  id4=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters 20 --load "$ck" --save "$ft" --finetune \
-        --name ft2 --json | json "d['job']") || fail "submit --finetune again"
+  # again, with the model taken from the checkpoint (--use-checkpoint-args: the CLI reads its manifest)
+  id4=$(atoll submit --micro-batch-size 1 --global-batch-size 8 --lr 1e-3 --lr-warmup-iters 2 "${layout[@]}" \
+        --num-gpus 8 --train-iters 20 --load "$ck" --save "$ft" --finetune --use-checkpoint-args --name ft2 --json \
+        2>"$TMP/uca.err" | json "d['job']") || fail "submit --finetune again: $(cat "$TMP/uca.err")"
+  grep -qF -- "--use-checkpoint-args: from $ck/iter_0000150: --num-layers 4 --hidden-size 32 --num-attention-heads 4" \
+    "$TMP/uca.err" || fail "--use-checkpoint-args note: $(cat "$TMP/uca.err")"
   wait_until 60 state_is "$id4" completed || fail "fine-tune resubmitted: $(atoll status "$id4")"
   atoll logs "$id4" --rank 0 >"$TMP/ft2.log"
   grep -q "save $ft holds this run's step 1: resuming it" "$TMP/ft2.log" || fail "fine-tune again: $(head -3 "$TMP/ft2.log")"
-  ok "--finetune job $id3 took step 150's weights from iteration 0, stopped at --exit-duration-in-mins after step 1; job $id4 resumed it to 20"
+  ok "--finetune job $id3 took step 150's weights from iteration 0, stopped at --exit-duration-in-mins after step 1; job $id4 (its model from the checkpoint: --use-checkpoint-args) resumed it to 20"
   stop_all
 }
 

@@ -121,6 +121,23 @@ grep -q "note: --load is this run's --save, so it resumes exactly (--no-load-opt
     diff <(losses straight.jsonl | tail -10) <(losses own.jsonl) >/dev/null &&
     ok "--no-load-optim on the run's own --save: resumed exactly (steps 11-20 bit-identical)" ||
     bad "--no-load-optim on its own --save: $(head -2 own.log)"
+# --use-checkpoint-args: the model from the checkpoint's manifest; a flag given wins over it
+"$TRAIN" --load ck --use-checkpoint-args --finetune --micro-batch-size 2 --global-batch-size 8 --train-iters 1 \
+    >uca.log 2>&1 || bad "--use-checkpoint-args failed: $(tail -2 uca.log)"
+grep -qF -- "--use-checkpoint-args: from ck/iter_0000010: --num-layers 2 --hidden-size 64 --num-attention-heads 4 --ffn-hidden-size 256 --seq-length 32" \
+    uca.log && grep -q "loaded the weights of checkpoint ck/iter_0000010" uca.log \
+    && ok "--use-checkpoint-args: the model from ck/iter_0000010's manifest, fine-tuned from it" \
+    || bad "--use-checkpoint-args: $(head -3 uca.log)"
+"$TRAIN" --load ck --use-checkpoint-args --hidden-size 128 --micro-batch-size 2 --global-batch-size 8 --train-iters 1 \
+    >uca2.log 2>&1
+rc=$?
+[ $rc = 78 ] && grep -q "wte.weight' has shape \[256, 64\], the model needs \[256, 128\]" uca2.log \
+    && ok "--use-checkpoint-args with --hidden-size 128: the flag wins, and the load refuses the other shape (exit 78)" \
+    || bad "--use-checkpoint-args with a flag given: rc=$rc $(tail -2 uca2.log)"
+"$TRAIN" --use-checkpoint-args --micro-batch-size 2 >uca3.log 2>&1
+rc=$?
+[ $rc = 78 ] && grep -q "use-checkpoint-args takes the model from the checkpoint in --load: give --load DIR" uca3.log \
+    && ok "--use-checkpoint-args without --load refused" || bad "--use-checkpoint-args without --load: rc=$rc $(cat uca3.log)"
 "$TRAIN" "${RUN[@]}" --load nothing_here --exit-on-missing-checkpoint >miss.log 2>&1
 rc=$?
 [ $rc = 78 ] && grep -q "load nothing_here holds no committed checkpoint, and --exit-on-missing-checkpoint was given" miss.log \
