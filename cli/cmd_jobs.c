@@ -240,12 +240,60 @@ static int fetch_all(cli_ctx *c, Atoll__JobsReply **out)
     return 0;
 }
 
+/* `--state S[,S...]` as squeue's --states: a bit per job state, "active" for
+ * pending to restarting, "ended" for completed, failed and cancelled. 0, or -1
+ * after a usage message naming what is accepted. */
+static int parse_states(cli_ctx *c, const char *list, unsigned *mask)
+{
+    *mask = 0;
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        unsigned bit = 0;
+        for (int s = ATOLL__JOB_STATE__JOB_PENDING; s <= ATOLL__JOB_STATE__JOB_CANCELLED; s++)
+            if (strlen(msg_job_state_name(s)) == n && !strncmp(p, msg_job_state_name(s), n)) bit = 1u << s;
+        for (int s = ATOLL__JOB_STATE__JOB_PENDING; !bit && s <= ATOLL__JOB_STATE__JOB_CANCELLED; s++)
+            if (n == (msg_job_state_ended(s) ? 5 : 6) && !strncmp(p, msg_job_state_ended(s) ? "ended" : "active", n))
+                for (int t = ATOLL__JOB_STATE__JOB_PENDING; t <= ATOLL__JOB_STATE__JOB_CANCELLED; t++)
+                    if (msg_job_state_ended(t) == msg_job_state_ended(s)) bit |= 1u << t;
+        if (!bit) {
+            cli_usage(c, "jobs", "--state: '%.*s' is not a job state (accepted: pending, placing, starting, running, "
+                      "restarting, completed, failed, cancelled, active, ended; several joined by ',')", (int)n, p);
+            return -1;
+        }
+        *mask |= bit;
+        p += n + (p[n] == ',');
+    }
+    return 0;
+}
+
 int cmd_jobs(cli_ctx *c, int argc, char **argv)
 {
-    if (argc > 1) return cli_usage(c, "jobs", "unexpected argument '%s'", argv[1]);
+    unsigned states = ~0u;
+    const char *name = NULL;
+    for (int i = 1; i < argc; i++) {
+        int more = i + 1 < argc;
+        if (!strcmp(argv[i], "--state") && more) {
+            if (parse_states(c, argv[++i], &states)) return CLI_USAGE;
+        } else if (!strcmp(argv[i], "--name") && more) {
+            name = argv[++i];
+        } else {
+            return cli_usage(c, "jobs", "%s '%s'", !strcmp(argv[i], "--state") || !strcmp(argv[i], "--name")
+                             ? "a value is needed after" : "unexpected argument", argv[i]);
+        }
+    }
     Atoll__JobsReply *r;
     int rc = cli_fetch_job(c, 0, 0, &r);
     if (rc) return rc;
+    size_t kept = 0; /* the jobs asked for, first in the reply's order */
+    for (size_t i = 0; i < r->n_jobs; i++)
+        if (r->jobs[i]->state >= 0 && r->jobs[i]->state < 32 && (states >> r->jobs[i]->state & 1) &&
+            (!name || !strcmp(r->jobs[i]->name, name))) {
+            Atoll__Job *keep = r->jobs[i];
+            r->jobs[i] = r->jobs[kept];
+            r->jobs[kept++] = keep;
+        }
+    size_t all = r->n_jobs;
+    r->n_jobs = kept;
     if (c->json) {
         jsonw w;
         jsonw_init(&w);
@@ -272,8 +320,10 @@ int cmd_jobs(cli_ctx *c, int argc, char **argv)
                    msg_job_state_name(j->state), j->spec ? j->spec->num_gpus : 0, layout,
                    (long long)(m ? m->step : 0), loss, mfu, j->message);
         }
-        if (!r->n_jobs) printf("(no jobs; `atoll submit ... --num-gpus N` queues one)\n");
+        if (!all) printf("(no jobs; `atoll submit ... --num-gpus N` queues one)\n");
+        else if (!r->n_jobs) printf("(none of the %zu jobs matches)\n", all);
     }
+    r->n_jobs = all;
     atoll__jobs_reply__free_unpacked(r, NULL);
     return 0;
 }

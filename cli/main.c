@@ -18,7 +18,8 @@ static const cli_command COMMANDS[] = {
     { "submit", cmd_submit, "[Megatron-LM flags] [--yaml-cfg FILE] [--name NAME] [--env NAME=VALUE]... [--max-restarts N] "
       "[--dependency afterok:JOB] [--auto-layout] [--request-id ID] [--wait] --num-gpus N",
       "validate and queue a job; prints its id (--wait: then as `atoll wait`)" },
-    { "jobs", cmd_jobs, "", "all jobs with state, step, loss, MFU" },
+    { "jobs", cmd_jobs, "[--state S[,S...]] [--name NAME]",
+      "jobs with state, step, loss, MFU (--state: pending, running, ..., active, ended)" },
     { "status", cmd_status, "JOB", "one job: state, layout, restarts, latest metrics, bubble" },
     { "wait", cmd_wait, "JOB [--max-wait SEC]",
       "until the job ends (state changes on stderr); exit 0 when it completed, 1 when it failed or was cancelled" },

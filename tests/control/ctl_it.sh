@@ -279,6 +279,19 @@ case_restart() {
     || fail "cancel of three (rc $rc): $(cat "$TMP/out" "$TMP/err")"
   atoll cancel 2>"$TMP/err"; [ $? -eq 2 ] && grep -q "expected one or more job ids" "$TMP/err" || fail "cancel of none"
   ok "atoll cancel $r1 $placed $late_id: two cancelled, the one already cancelled said so (exit 1)"
+  # atoll jobs --state / --name, as squeue's --states / --name
+  local all cancelled
+  all=$(atoll jobs --json | json "sorted(j['job'] for j in d['jobs'])")
+  cancelled=$(atoll jobs --state cancelled --json | json "sorted(j['job'] for j in d['jobs'])")
+  [ "$cancelled" = "$(atoll jobs --json | json "sorted(j['job'] for j in d['jobs'] if j['state'] == 'cancelled')")" ] \
+    && [ "$(json "sorted({$r1, $placed, $late_id} - set(d))" <<<"$cancelled")" = "[]" ] \
+    || fail "--state cancelled: $cancelled"
+  [ "$(atoll jobs --state active,ended --json | json "sorted(j['job'] for j in d['jobs'])")" = "$all" ] \
+    || fail "--state active,ended is not every job"
+  [ "$(atoll jobs --name queued3 --json | json "[j['job'] for j in d['jobs']]")" = "[${ids[2]}]" ] || fail "--name queued3"
+  atoll jobs --state bogus 2>"$TMP/err"; [ $? -eq 2 ] && grep -q "'bogus' is not a job state (accepted: pending" "$TMP/err" \
+    || fail "--state bogus: $(cat "$TMP/err")"
+  ok "atoll jobs --state cancelled lists $cancelled; --name queued3, active,ended and a bad state"
   stop_all
 }
 
