@@ -79,6 +79,7 @@ static const key_def KEYS[] = {
     F("deterministic-dp", K_BOOL, deterministic_dp),
     R("lr-warmup-init", K_DOUBLE, lr_warmup_init, 0, HUGE_VAL, 0),
     R("init-method-std", K_DOUBLE, init_method_std, 0, HUGE_VAL, 0),
+    F("eod-mask-loss", K_BOOL, eod_mask_loss),
     F("finetune", K_BOOL, finetune),
     F("no-load-optim", K_BOOL, no_load_optim),
     F("no-load-rng", K_BOOL, no_load_rng),
@@ -110,6 +111,7 @@ static const key_def KEYS[] = {
     F("mock-data", K_BOOL, mock_data),
     R("kv-channels", K_INT, kv_channels, 0, CFG_MAX_HIDDEN, 0),
     F("use-checkpoint-args", K_BOOL, use_checkpoint_args),
+    F("calculate-per-token-loss", K_BOOL, calculate_per_token_loss),
 };
 #undef F
 #undef R
@@ -218,8 +220,6 @@ static const struct {
     { "accumulate-allreduce-grads-in-fp32", 0, MG_SAME, NULL, "gradients are accumulated and reduced in fp32" },
     { "cross-entropy-loss-fusion", 0, MG_SAME, NULL, "fusions change speed, not results" },
     { "no-create-attention-mask-in-dataloader", 0, MG_SAME, NULL, "causal attention needs no mask tensor" },
-    { "calculate-per-token-loss", 0, MG_SAME, NULL, "every micro-batch has the same number of tokens, so the mean "
-      "over tokens and over micro-batches agree" },
     { "use-cpu-initialization", 0, MG_SAME, NULL, "weights start the same wherever they are initialised" },
     { "manual-gc", 0, MG_SAME, NULL, "atoll has no garbage collector to pause" },
     { "manual-gc-interval", 1, MG_SAME, NULL, "atoll has no garbage collector to pause" },
@@ -250,8 +250,6 @@ static const struct {
       "optimizer state over data-parallel ranks (ZeRO-1)" },
     { "fp8-format", 1, MG_REFUSED, NULL, "fp8 is not implemented; --bf16 is" },
     { "qk-layernorm", 0, MG_REFUSED, NULL, "LayerNorm on queries and keys is not implemented" },
-    { "eod-mask-loss", 0, MG_REFUSED, NULL, "the loss covers every token, the end-of-document token too; masking it "
-      "is not implemented" },
     { "reset-position-ids", 0, MG_REFUSED, NULL, "positions run across documents packed in a sample (Megatron's "
       "default); resetting them at end-of-document is not implemented" },
     { "reset-attention-mask", 0, MG_REFUSED, NULL, "documents packed in a sample attend to each other (Megatron's "
@@ -369,6 +367,14 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
                    "%d / %d; leave it out or give that", c->kv_channels, c->hidden_size, c->num_attention_heads);
         return -1;
     }
+    /* Every micro-batch counts the same number of tokens unless --eod-mask-loss
+     * drops some: then the two means differ, and atoll takes Megatron's default. */
+    if (c->calculate_per_token_loss && c->eod_mask_loss) {
+        atoll_errf(err, errlen, "--calculate-per-token-loss with --eod-mask-loss is not implemented: the loss is the "
+                   "mean over micro-batches of each one's mean over the tokens it keeps (Megatron's default); leave "
+                   "--calculate-per-token-loss out");
+        return -1;
+    }
     if (c->mock_data && c->data_path[0]) {
         atoll_errf(err, errlen, "--mock-data trains on the built-in corpus, and --data-path is given too; give one");
         return -1;
@@ -413,6 +419,7 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
         c->lr_warmup_fraction = 0;
     }
     c->use_rotary_position_embeddings = c->no_position_embedding = c->recompute_activations = c->mock_data = c->kv_channels = 0;
+    c->calculate_per_token_loss = 0;
     return 0;
 }
 

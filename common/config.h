@@ -67,6 +67,7 @@ typedef struct atoll_config {
     int deterministic_dp;                      /* gradients summed in fp64: the same bits whatever the DP size */
     double lr_warmup_init;                     /* the learning rate warm-up starts from (Megatron's; 0) */
     double init_method_std;                    /* weights start N(0, this); output layers / sqrt(2 x layers) */
+    int eod_mask_loss;                         /* positions whose input ends a document do not count */
     /* what a --load that is not this run's own --save brings in (Megatron's flags): */
     int finetune;                              /* the weights only, from iteration 0 */
     int no_load_optim;                         /* not the Adam moments: they start again at zero */
@@ -95,6 +96,7 @@ typedef struct atoll_config {
     int mock_data;                             /* the built-in corpus: no --data-path */
     int kv_channels;                           /* the head dimension, which must be hidden / heads */
     int use_checkpoint_args;                   /* the model from --load's manifest (ckpt_use_args clears it) */
+    int calculate_per_token_loss;              /* the mean over micro-batches' tokens: the same unless masking */
     uint64_t megatron_ignored[2];              /* flags accepted without effect (cfg_megatron_notes) */
 } atoll_config;
 

@@ -93,6 +93,7 @@ typedef struct dist_pipe {
     dist_slot *slots;
     int nslots;
     long long sample_base;      /* global index of the step's first sample (dropout masks) */
+    const float *mb_scale;      /* --eod-mask-loss: each micro-batch's loss weight (NULL: 1 each) */
 } dist_pipe;
 
 typedef struct dist_step_result {

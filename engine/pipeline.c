@@ -159,14 +159,15 @@ static int run_compute(dist_pipe *p, const sched_action *a, const int32_t *token
              a->chunk);
         return -1;
     }
+    float w = p->mb_scale ? p->mb_scale[a->mb] : 1.0f; /* --eod-mask-loss */
     if (a->op == SCHED_FWD) {
         double ls = 0.0;
         s->a->sample0 = p->sample_base + dist_sample_offset(p->d, &m->cfg, a->mb);
-        if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, dloss, &ls)) {
+        if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, dloss * w, &ls)) {
             atoll_errf(err, errlen, "forward pass failed: %s", dist_error(p->d));
             return -1;
         }
-        *loss_sum += ls;
+        *loss_sum += ls * w;
         return 0;
     }
     int final = p->d->ovl && a->mb == p->d->nmicro - 1;
@@ -174,7 +175,7 @@ static int run_compute(dist_pipe *p, const sched_action *a, const int32_t *token
         m->layer_done = layer_done;
         m->layer_done_ctx = p;
     }
-    int rc = eng_backward(m, s->a, ch->last ? NULL : s->dout, dloss);
+    int rc = eng_backward(m, s->a, ch->last ? NULL : s->dout, dloss * w);
     m->layer_done = NULL;
     if (rc) {
         atoll_errf(err, errlen, "backward pass failed: %s", dist_error(p->d));
@@ -247,7 +248,7 @@ int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *target
             size_t off = (size_t)mb * m->B * m->T;
             double ls = 0.0;
             if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, 0.0f, &ls)) goto fail;
-            *loss_sum += ls;
+            *loss_sum += ls * (p->mb_scale ? p->mb_scale[mb] : 1.0f);
             if (!ch->last && comm_send(pp, eng_output(m, s->a), bytes, (d->pp_rank + 1) % d->pp, tag + 1)) goto fail;
             s->busy = 0;
         }

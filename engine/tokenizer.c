@@ -664,6 +664,18 @@ char *tok_decode(const tokenizer *t, const int32_t *ids, size_t n, size_t *len, 
     return out;
 }
 
+int32_t tok_config_eod(const atoll_config *c, char *err, size_t errlen)
+{
+    tok_type type;
+    if (!c->tokenizer_type[0]) return 0;
+    if (tok_type_parse(c->tokenizer_type, &type, err, errlen)) return -1;
+    tokenizer *t = tok_open(type, c->vocab_file, c->merge_file, err, errlen);
+    if (!t) return -1;
+    int32_t eod = tok_eod(t);
+    tok_free(t);
+    return eod;
+}
+
 int tok_config_vocab(atoll_config *c, char *err, size_t errlen)
 {
     tok_type type;

@@ -81,6 +81,10 @@ size_t tok_gpt2_split(const char *s, size_t n, size_t i);
  * files, so a wrong path fails here, before any rank starts work. */
 int tok_config_vocab(atoll_config *c, char *err, size_t errlen);
 
+/* The end-of-document token of the config's tokenizer (ByteLevel or none: 0,
+ * as `atoll data prepare` writes it); -1 with err when its files cannot be read. */
+int32_t tok_config_eod(const atoll_config *c, char *err, size_t errlen);
+
 /* WHATWG UTF-8 decoding's replacement: when s[0, n) is valid UTF-8 returns 0
  * and leaves *out NULL; otherwise *out is a new buffer (caller frees) with each
  * maximal invalid subsequence replaced by U+FFFD, *outn its length, and the

@@ -256,6 +256,8 @@ typedef struct run {
     int have_data, have_valid;
     eng_train_state st;
     int32_t *tokens, *targets; /* [gbs, T] host */
+    int32_t eod;         /* --eod-mask-loss: the end-of-document token */
+    float *mb_scale;     /* --eod-mask-loss: per local micro-batch, T x mbs over its unmasked tokens */
     FILE *metrics;
     metrics_emit emit;
     int have_emit;
@@ -297,6 +299,26 @@ static int mtbf_due(const run *r)
     return now_s() - r->last_save_t >= sqrt(2.0 * c->save_mtbf * r->stall_avg);
 }
 
+/* --eod-mask-loss (Megatron's): a position whose input is the end-of-document
+ * token does not count (its target -1, which the loss ignores), and each
+ * micro-batch's loss is the mean over the tokens it keeps: weight w = mbs x T /
+ * kept on its per-token loss and gradient (0 when it keeps none). The step's loss
+ * is then the mean over micro-batches, the same in every layout of one
+ * micro-batch size. Applies to the batch load_batch (or evaluate) just read. */
+static void mask_eod(run *r)
+{
+    if (!r->c->eod_mask_loss) return;
+    size_t mb = (size_t)r->c->micro_batch_size * r->c->seq_length;
+    for (int k = 0; k < r->d.nmicro; k++) {
+        size_t kept = 0;
+        for (size_t i = k * mb; i < (k + 1) * mb; i++) {
+            if (r->tokens[i] == r->eod) r->targets[i] = -1;
+            else kept++;
+        }
+        r->mb_scale[k] = kept ? (float)((double)mb / (double)kept) : 0.0f;
+    }
+}
+
 static int load_batch(run *r, char *err, size_t errlen)
 {
     int T = r->c->seq_length, mbs = r->c->micro_batch_size;
@@ -306,6 +328,7 @@ static int load_batch(run *r, char *err, size_t errlen)
             size_t at = ((size_t)k * mbs + (size_t)b) * T;
             if (eng_data_sample(&r->data, (uint64_t)g, r->tokens + at, r->targets + at, err, errlen)) return -1;
         }
+    mask_eod(r);
     return 0;
 }
 
@@ -457,7 +480,7 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     for (int k = 0; k < nmicro; k++) {
         double ls = 0.0;
         /* the dump wants the logits themselves: no fused classifier then */
-        float fdloss = dump_grads && k == 0 ? 0.0f : dloss;
+        float w = r->c->eod_mask_loss ? r->mb_scale[k] : 1.0f, fdloss = dump_grads && k == 0 ? 0.0f : dloss * w;
         r->acts->sample0 = r->st.consumed_samples + (long long)k * mbs;
         if (eng_forward(m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, fdloss, NULL) ||
             (dump_grads && k == 0 && !(logits0 = malloc(mb_tokens * (size_t)m->V * sizeof(float))))) {
@@ -465,12 +488,12 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
             return -1;
         }
         if (dump_grads && k == 0) eng_logits_to_host(m, r->acts, logits0);
-        if (eng_backward(m, r->acts, NULL, dloss) || eng_loss_sum(m, r->acts, &ls)) {
+        if (eng_backward(m, r->acts, NULL, dloss * w) || eng_loss_sum(m, r->acts, &ls)) {
             atoll_errf(err, errlen, "backward pass failed");
             free(logits0);
             return -1;
         }
-        loss_sum += ls;
+        loss_sum += ls * w;
         dist_fold_grads(&r->d, m); /* --deterministic-dp */
     }
     if (r->d.acc && dist_sync_grads(&r->d, m, &r->dopt)) { /* one rank: the fp64 sum, rounded */
@@ -513,6 +536,7 @@ static int evaluate(run *r, double *valid, char *err, size_t errlen)
                 size_t at = ((size_t)k * mbs + (size_t)b) * T;
                 if (eng_data_sample(&r->valid, g, r->tokens + at, r->targets + at, err, errlen)) return -1;
             }
+        mask_eod(r);
         if (d->size > 1) {
             double ls = 0.0;
             if (dist_forward_only(&r->pipe, r->tokens, r->targets, &ls, err, errlen)) return -1;
@@ -525,7 +549,7 @@ static int evaluate(run *r, double *valid, char *err, size_t errlen)
                 atoll_errf(err, errlen, "evaluation forward pass failed");
                 return -1;
             }
-            sum += ls;
+            sum += ls * (c->eod_mask_loss ? r->mb_scale[k] : 1.0f);
         }
     }
     double loss = sum / ((double)c->eval_iters * c->global_batch_size * T);
@@ -686,6 +710,14 @@ static int setup(run *r, char *err, size_t errlen)
     r->tokens = malloc(n * sizeof(int32_t));
     r->targets = malloc(n * sizeof(int32_t));
     if (!r->tokens || !r->targets) { atoll_errf(err, errlen, "out of memory"); return -1; }
+    if (c->eod_mask_loss) {
+        if ((r->eod = tok_config_eod(c, err, errlen)) < 0) return ENG_ERR_CONFIG;
+        if (!(r->mb_scale = calloc((size_t)r->d.nmicro + 1, sizeof(float)))) {
+            atoll_errf(err, errlen, "out of memory");
+            return -1;
+        }
+        if (r->have_pipe) r->pipe.mb_scale = r->mb_scale;
+    }
     if (eng_data_open(&r->data, c->data_path, c->split, c->seq_length, c->vocab_size, c->seed, err, errlen))
         return ENG_ERR_CONFIG;
     r->have_data = 1;
@@ -735,6 +767,7 @@ static void teardown(run *r)
     if (r->have_valid) eng_data_close(&r->valid);
     free(r->tokens);
     free(r->targets);
+    free(r->mb_scale);
     if (r->m) {
         if (r->have_pipe) dist_pipe_free(&r->pipe);
         eng_acts_free(r->m, r->acts);

@@ -521,7 +521,8 @@ static void test_megatron_flags(void)
         { "--lr-warmup-fraction 0.1 --lr-warmup-iters 2", "--lr-warmup-fraction and --lr-warmup-iters" },
         { "--lr-warmup-fraction 1.5", "--lr-warmup-fraction: 1.5 is above the largest accepted value, 1" },
         { "--use-torch-fsdp2", "--use-torch-fsdp2: FSDP is not implemented; --use-distributed-optimizer" },
-        { "--eod-mask-loss", "--eod-mask-loss: the loss covers every token" },
+        { "--eod-mask-loss --calculate-per-token-loss", "--calculate-per-token-loss with --eod-mask-loss is not "
+                                                        "implemented: the loss is the mean over micro-batches" },
         { "--no-save-optim", "--no-save-optim: checkpoints always keep the optimizer state" },
         { "--train-data-path a", "--train-data-path: give one --data-path" },
         { "--tokenizer-model tok.model", "--tokenizer-model: SentencePiece and HuggingFace tokenizers" },

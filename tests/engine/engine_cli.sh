@@ -168,6 +168,26 @@ read -r s_in s_out s_emb <<<"$spread"
 awk -v a="$s_in" -v b="$s_out" -v e="$s_emb" 'BEGIN { exit !(a > 0.0057 && a < 0.0063 && b > 0.0028 && b < 0.0032 && e > 0.0057 && e < 0.0063) }' &&
     ok "--init-method-std 0.006: c_attn $s_in, c_proj $s_out (/2), wte $s_emb" || bad "--init-method-std: spreads $spread"
 
+# --eod-mask-loss (the loss itself is checked against PyTorch by engine_torch_ref_eod): every layout
+# computes the same losses as one rank, and they differ from the unmasked run's
+python3 -c 'import json
+for i in range(300): print(json.dumps({"text": "the boat came in"[: 3 + (i * 5) % 13]}))' >docs.jsonl
+"$PREP" --input docs.jsonl --output-prefix docs >/dev/null || bad "prepare docs failed"
+EOD=("${TINY[@]}" --micro-batch-size 2 --train-iters 6 --lr 1e-3 --data-path docs --split 1,0,0)
+"$TRAIN" "${EOD[@]}" --eod-mask-loss --metrics-file eod1.jsonl >/dev/null 2>&1 || bad "--eod-mask-loss run failed"
+"$TRAIN" "${EOD[@]}" --eod-mask-loss --nproc-per-node 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+    --metrics-file eod4.jsonl >eod4.log 2>&1 || bad "--eod-mask-loss tp2 pp2 failed: $(tail -1 eod4.log)"
+"$TRAIN" "${EOD[@]}" --metrics-file eod0.jsonl >/dev/null 2>&1 || bad "unmasked run failed"
+if python3 - eod1.jsonl eod4.jsonl eod0.jsonl <<'EOF'
+import json, sys
+a, b, c = ([json.loads(l)["loss"] for l in open(f)] for f in sys.argv[1:])
+assert len(a) == len(b) == len(c) == 6, (len(a), len(b), len(c))
+assert all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
+assert all(abs(x - z) > 1e-4 for x, z in zip(a, c)), (a, c)
+EOF
+then ok "--eod-mask-loss: tp2 pp2 equals one rank to 1e-5 over 6 steps, and differs from the unmasked loss"
+else bad "--eod-mask-loss layouts: $(cat eod1.jsonl eod4.jsonl | grep -o '"loss":[^,]*' | tr '\n' ' ')"; fi
+
 # --save-keep 2 with background saves: of the four steps saved (5, 10, 15, 20) the two newest stay
 "$TRAIN" "${RUN[@]}" --save ckk --save-interval 5 --async-save --save-keep 2 >keep.log 2>&1 || bad "--save-keep run failed"
 kept=$(cd ckk && ls -d iter_* | tr '\n' ' ')

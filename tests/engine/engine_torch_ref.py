@@ -4,15 +4,19 @@ initial weights: step-1 logits, loss and every parameter gradient to 1e-5
 relative, then the losses of 5 AdamW steps (clipping, weight decay groups and
 the LR schedule included) to 1e-5.
 
-usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [--llama] [ATOLL-TRAIN FLAGS...]
+usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [--llama] [--eod-mask] [ATOLL-TRAIN FLAGS...]
 (--untie: a separate lm_head.weight instead of the output layer tied to wte;
 --llama: the LLaMA family (RMSNorm, SwiGLU, rotary positions, grouped-query
 attention with 2 key/value groups for 4 heads, no linear biases, untied, FFN
 96), written here from Hugging Face's LlamaForCausalLM conventions and fed the
 tensors under their Hugging Face names; the checkpoint atoll saves after the 5
 steps must hold exactly the Hugging Face tensor names and shapes and the values
-the reference reached. Any other argument goes to atoll-train, e.g. --device
-cuda for the GPU run.)
+the reference reached; --eod-mask: short documents prepared with `atoll data
+prepare` (byte-level, token 0 ends each) trained with --eod-mask-loss, the
+reference dropping every position whose input is token 0 and taking the mean
+over micro-batches of each one's mean over the tokens it keeps, as Megatron's
+loss mask does. Any other argument goes to atoll-train, e.g. --device cuda for
+the GPU run.)
 """
 import json
 import math
@@ -30,6 +34,22 @@ KV, FFN, ROPE_BASE, RMS_EPS = 2, 96, 10000.0, 1e-5  # --llama
 MBS, GBS, ITERS = 2, 4, 5
 LR, MIN_LR, WARMUP, WD, B1, B2, EPS, CLIP = 3e-3, 3e-4, 2, 0.1, 0.9, 0.95, 1e-8, 1.0
 TOL = 1e-5
+EOD_MASK = False  # --eod-mask
+
+
+def lm_loss(logits, tokens, targets):
+    """Mean token cross-entropy; with EOD_MASK, Megatron's loss mask: positions whose input is the
+    end-of-document token (0) are dropped and each micro-batch of MBS rows is averaged over what it keeps."""
+    if not EOD_MASK:
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+    kept = targets.masked_fill(tokens == 0, -100)
+    means = []
+    for r in range(0, tokens.shape[0], MBS):
+        n = int((kept[r:r + MBS] != -100).sum())
+        ce = torch.nn.functional.cross_entropy(logits[r:r + MBS].reshape(-1, V), kept[r:r + MBS].reshape(-1),
+                                               ignore_index=-100, reduction="sum")
+        means.append(ce / n if n else ce * 0)
+    return sum(means) / len(means)
 
 
 def read_safetensors(path):
@@ -69,7 +89,7 @@ def gpt_loss(p, tokens, targets, want_logits=False):
         x = x + f @ w("mlp.c_proj.weight").T + w("mlp.c_proj.bias")
     x = torch.nn.functional.layer_norm(x, (H,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
     logits = x @ p["lm_head.weight" if "lm_head.weight" in p else "wte.weight"].T
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+    loss = lm_loss(logits, tokens, targets)
     return (loss, logits) if want_logits else loss
 
 
@@ -112,7 +132,7 @@ def llama_loss(p, tokens, targets, want_logits=False):
         f = torch.nn.functional.silu(h @ w("mlp.gate_proj.weight").T) * (h @ w("mlp.up_proj.weight").T)
         x = x + f @ w("mlp.down_proj.weight").T
     logits = rms_norm(x, p["model.norm.weight"]) @ p["lm_head.weight"].T
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+    loss = lm_loss(logits, tokens, targets)
     return (loss, logits) if want_logits else loss
 
 
@@ -145,9 +165,11 @@ def lr_at(it):
 
 def main():
     train, work = sys.argv[1], sys.argv[2]
+    global EOD_MASK
     llama = "--llama" in sys.argv[3:]
     untie = "--untie" in sys.argv[3:] or llama
-    extra = [a for a in sys.argv[3:] if a not in ("--untie", "--llama")]
+    EOD_MASK = "--eod-mask" in sys.argv[3:]
+    extra = [a for a in sys.argv[3:] if a not in ("--untie", "--llama", "--eod-mask")]
     model_loss = llama_loss if llama else gpt_loss
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -164,6 +186,16 @@ def main():
         cmd += ["--normalization", "RMSNorm", "--swiglu", "--position-embedding-type", "rope", "--rotary-base",
                 str(int(ROPE_BASE)), "--disable-bias-linear", "--group-query-attention", "--num-query-groups",
                 str(KV), "--ffn-hidden-size", str(FFN), "--save", os.path.join(work, "ckpt")]
+    if EOD_MASK:
+        # documents of 2 to 12 bytes: several end inside every 16-token sample
+        docs = os.path.join(work, "docs.jsonl")
+        with open(docs, "w") as f:
+            for i in range(300):
+                f.write(json.dumps({"text": "abcdefghijkl"[: 2 + (i * 7) % 11]}) + "\n")
+        prep = os.path.join(os.path.dirname(os.path.abspath(train)), "atoll")
+        subprocess.run([prep, "data", "prepare", "--input", docs, "--output-prefix", os.path.join(work, "docs")],
+                       check=True, stdout=subprocess.DEVNULL)
+        cmd += ["--data-path", os.path.join(work, "docs"), "--split", "1,0,0", "--eod-mask-loss"]
     cmd += extra
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     engine_losses = [json.loads(line)["loss"] for line in open(metrics)]
@@ -188,6 +220,11 @@ def main():
         d = read_safetensors(os.path.join(work, f"iter_{it:07d}.safetensors"))
         tokens = torch.tensor(d["tokens"].astype(np.int64))
         targets = torch.tensor(d["targets"].astype(np.int64))
+        if EOD_MASK and it == 1:
+            dropped = int((tokens == 0).sum())
+            if not 0 < dropped < tokens.numel() // 2:
+                failures.append(f"{dropped} of {tokens.numel()} step-1 inputs end a document: the masking goes untested")
+            print(f"step 1: {dropped} of {tokens.numel()} positions dropped by --eod-mask-loss")
         for v in params.values():
             v.grad = None
         loss = model_loss(params, tokens, targets)
