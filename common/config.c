@@ -13,7 +13,7 @@
 #include <string.h>
 #include <yaml.h>
 
-typedef enum { K_INT, K_DOUBLE, K_U64, K_BOOL, K_STR, K_RECOMPUTE, K_DECAY } key_type;
+typedef enum { K_INT, K_DOUBLE, K_U64, K_BOOL, K_STR, K_RECOMPUTE, K_DECAY, K_WSD } key_type;
 
 typedef struct {
     const char *name; /* canonical, dashes */
@@ -63,6 +63,8 @@ static const key_def KEYS[] = {
     R("adam-eps", K_DOUBLE, adam_eps, 0, HUGE_VAL, 0),
     R("clip-grad", K_DOUBLE, clip_grad, 0, HUGE_VAL, 0),
     F("lr-decay-style", K_DECAY, lr_decay_style),
+    F("lr-wsd-decay-style", K_WSD, lr_wsd_decay_style),
+    R("lr-wsd-decay-iters", K_INT, lr_wsd_decay_iters, 0, 2147483647.0, 0),
     F("seed", K_U64, seed),
     F("data-path", K_STR, data_path),
     F("split", K_STR, split),
@@ -104,10 +106,13 @@ static const key_def KEYS[] = {
     F("train-samples", K_U64, train_samples),
     F("lr-decay-samples", K_U64, lr_decay_samples),
     F("lr-warmup-samples", K_U64, lr_warmup_samples),
+    F("lr-wsd-decay-samples", K_U64, lr_wsd_decay_samples),
     R("lr-warmup-fraction", K_DOUBLE, lr_warmup_fraction, 0, 1, 0),
     F("use-rotary-position-embeddings", K_BOOL, use_rotary_position_embeddings),
     F("no-position-embedding", K_BOOL, no_position_embedding),
     F("recompute-activations", K_BOOL, recompute_activations),
+    F("checkpoint-activations", K_BOOL, checkpoint_activations),
+    F("use-tp-pp-dp-mapping", K_BOOL, use_tp_pp_dp_mapping),
     F("mock-data", K_BOOL, mock_data),
     R("kv-channels", K_INT, kv_channels, 0, CFG_MAX_HIDDEN, 0),
     F("use-checkpoint-args", K_BOOL, use_checkpoint_args),
@@ -266,16 +271,67 @@ static const struct {
     { "profile-step-start", 1, MG_IGNORED, NULL, "no profiler is started; run atoll-train under nsys or perf instead" },
     { "profile-step-end", 1, MG_IGNORED, NULL, "no profiler is started; run atoll-train under nsys or perf instead" },
     { "profile-ranks", 1, MG_IGNORED, NULL, "no profiler is started; run atoll-train under nsys or perf instead" },
+    { "recompute-method", 1, MG_IGNORED, NULL, "--recompute-granularity full recomputes every layer, one at a time "
+      "(Megatron's uniform with 1 layer): the results are the same, only memory and time differ" },
+    { "recompute-num-layers", 1, MG_IGNORED, NULL, "--recompute-granularity full recomputes every layer, one at a "
+      "time (Megatron's uniform with 1 layer): the results are the same, only memory and time differ" },
+    { "distribute-saved-activations", 0, MG_IGNORED, NULL, "recomputation keeps each rank's whole layer inputs" },
+    { "data-impl", 1, MG_SAME, NULL, "the indexed dataset is read memory-mapped" },
+    { "DDP-impl", 1, MG_SAME, NULL, "atoll has one data-parallel implementation" },
+    { "no-async-tensor-model-parallel-allreduce", 0, MG_SAME, NULL, "overlap changes speed, not results" },
+    { "no-persist-layer-norm", 0, MG_SAME, NULL, "fusions change speed, not results" },
+    { "fp16-lm-cross-entropy", 0, MG_IGNORED, NULL, "the cross-entropy is computed in fp32" },
+    { "openai-gelu", 0, MG_SAME, NULL, "GELU is the tanh approximation (OpenAI's, GPT-2's) here" },
+    { "valid-num-workers", 1, MG_IGNORED, NULL, "the indexed dataset is read memory-mapped in the training process" },
+    { "overlap-p2p-communication", 0, MG_IGNORED, NULL, "pipeline sends and receives run between compute steps" },
+    { "defer-embedding-wgrad-compute", 0, MG_IGNORED, NULL, "the embedding's weight gradient is computed in the "
+      "backward pass" },
+    { "te-rng-tracker", 0, MG_SAME, NULL, "dropout masks come from atoll's counter-based generator either way" },
+    { "log-straggler", 0, MG_SAME, NULL, "the coordinator finds stragglers every step (atoll status JOB)" },
+    { "enable-one-logger", 0, MG_IGNORED, NULL, "metrics go to the coordinator and --metrics-file" },
+    { "check-for-nan-in-loss-and-grad", 0, MG_SAME, NULL, "a non-finite loss stops the run, naming the iteration" },
+    { "no-check-for-nan-in-loss-and-grad", 0, MG_IGNORED, NULL, "a non-finite loss always stops the run" },
+    { "rerun-mode", 1, MG_IGNORED, NULL, "steps are not re-run to check their results" },
+    { "timing-log-option", 1, MG_SAME, NULL, "step time and each pipeline stage's bubble are measured every step" },
+    { "barrier-with-L1-time", 0, MG_SAME, NULL, "step time is measured the same on every rank" },
+    { "log-progress", 0, MG_IGNORED, NULL, "progress and goodput are in atoll status JOB" },
+    { "non-persistent-save-interval", 1, MG_IGNORED, NULL, "only --save checkpoints are written; --async-save keeps "
+      "their stall short" },
+    { "apply-residual-connection-post-layernorm", 0, MG_REFUSED, NULL, "the residual is taken before the norm "
+      "(pre-LN, Megatron's default)" },
+    { "account-for-embedding-in-pipeline-split", 0, MG_REFUSED, NULL, "give --decoder-first-pipeline-num-layers and "
+      "--decoder-last-pipeline-num-layers (atoll plan proposes them)" },
+    { "account-for-loss-in-pipeline-split", 0, MG_REFUSED, NULL, "give --decoder-first-pipeline-num-layers and "
+      "--decoder-last-pipeline-num-layers (atoll plan proposes them)" },
+    { "rotary-interleaved", 0, MG_REFUSED, NULL, "rope rotates the two halves of each head (Megatron's default, "
+      "Hugging Face's layout), not interleaved pairs" },
+    { "add-qkv-bias", 0, MG_REFUSED, NULL, "linear layers have biases everywhere (the default) or nowhere "
+      "(--disable-bias-linear)" },
+    { "squared-relu", 0, MG_REFUSED, NULL, "the MLP is GELU, or SwiGLU with --swiglu" },
+    { "ckpt-step", 1, MG_REFUSED, NULL, "atoll loads the newest committed step in --load: copy the step you want "
+      "(its iter_NNNNNNN directory) into a directory of its own and --load that" },
+    { "moe-*", 0, MG_REFUSED, NULL, "mixture-of-experts models are not implemented (dense GPT and LLaMA are)" },
     { "tokenizer-model", 1, MG_REFUSED, NULL, "SentencePiece and HuggingFace tokenizers are not implemented: "
       "--tokenizer-type GPT2BPETokenizer (--vocab-file, --merge-file) or the byte-level default" },
 };
 #define NMEGATRON (sizeof(MEGATRON) / sizeof(MEGATRON[0]))
 _Static_assert(NMEGATRON <= 128, "atoll_config.megatron_ignored has a bit per entry");
 
+/* A name ending in '*' stands for every flag it begins (moe-*): key is longer
+ * and starts with the name's head, '-' and '_' alike. */
+static int prefix_of(const char *name, const char *key)
+{
+    size_t n = strlen(name);
+    if (!n || name[n - 1] != '*' || strlen(key) < n) return 0;
+    for (size_t i = 0; i + 1 < n; i++)
+        if (name[i] != key[i] && !(name[i] == '-' && key[i] == '_')) return 0;
+    return 1;
+}
+
 static int find_megatron(const char *key)
 {
     for (size_t i = 0; i < NMEGATRON; i++)
-        if (same_key(MEGATRON[i].name, key)) return (int)i;
+        if (same_key(MEGATRON[i].name, key) || prefix_of(MEGATRON[i].name, key)) return (int)i;
     return -1;
 }
 
@@ -308,10 +364,15 @@ static int one_of(const char *values, const char *v)
     return 0;
 }
 
-static cfg_status set_megatron(atoll_config *c, int i, const char *value, char *err, size_t errlen)
+static cfg_status set_megatron(atoll_config *c, int i, const char *key, const char *value, char *err, size_t errlen)
 {
     const char *name = MEGATRON[i].name;
     int takes = MEGATRON[i].takes_value;
+    if (prefix_of(name, key)) { /* a family refused whole, whatever its flags take: only false or null pass */
+        if (value && (is_null(value) || switch_value(value) == 0)) return CFG_OK;
+        atoll_errf(err, errlen, "--%s: %s", key, MEGATRON[i].why);
+        return CFG_BAD_VALUE;
+    }
     if (takes && !value) {
         atoll_errf(err, errlen, "--%s needs a value", name);
         return CFG_BAD_VALUE;
@@ -354,6 +415,22 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
 {
     if (c->use_rotary_position_embeddings)
         snprintf(c->position_embedding_type, sizeof c->position_embedding_type, "rope");
+    if (c->checkpoint_activations) {
+        if (c->recompute_granularity == RECOMPUTE_SELECTIVE || c->recompute_activations) {
+            atoll_errf(err, errlen, "--checkpoint-activations is --recompute-granularity full, and selective "
+                       "recomputation is asked for too; give one");
+            return -1;
+        }
+        c->recompute_granularity = RECOMPUTE_FULL;
+    }
+    if (c->use_tp_pp_dp_mapping) {
+        if (strcmp(c->rank_order, CFG_DEFAULT_RANK_ORDER) && strcmp(c->rank_order, "tp-cp-ep-pp-dp")) {
+            atoll_errf(err, errlen, "--use-tp-pp-dp-mapping is --rank-order tp-cp-ep-pp-dp, and --rank-order %s is "
+                       "given too; give one", c->rank_order);
+            return -1;
+        }
+        snprintf(c->rank_order, sizeof c->rank_order, "tp-cp-ep-pp-dp");
+    }
     if (c->recompute_activations) {
         if (c->recompute_granularity == RECOMPUTE_FULL) {
             atoll_errf(err, errlen, "--recompute-activations is --recompute-granularity selective, and --recompute-"
@@ -384,13 +461,13 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
                    "--position-embedding-type rope (or --use-rotary-position-embeddings)");
         return -1;
     }
-    uint64_t *samples[3] = { &c->train_samples, &c->lr_decay_samples, &c->lr_warmup_samples };
-    int *iters[3] = { &c->train_iters, &c->lr_decay_iters, &c->lr_warmup_iters };
-    const char *names[3] = { "train", "lr-decay", "lr-warmup" };
+    uint64_t *samples[4] = { &c->train_samples, &c->lr_decay_samples, &c->lr_warmup_samples, &c->lr_wsd_decay_samples };
+    int *iters[4] = { &c->train_iters, &c->lr_decay_iters, &c->lr_warmup_iters, &c->lr_wsd_decay_iters };
+    const char *names[4] = { "train", "lr-decay", "lr-warmup", "lr-wsd-decay" };
     atoll_config d;
     cfg_defaults(&d);
-    int *dflt[3] = { &d.train_iters, &d.lr_decay_iters, &d.lr_warmup_iters };
-    for (int k = 0; k < 3; k++) {
+    int *dflt[4] = { &d.train_iters, &d.lr_decay_iters, &d.lr_warmup_iters, &d.lr_wsd_decay_iters };
+    for (int k = 0; k < 4; k++) {
         if (!*samples[k]) continue;
         if (*iters[k] != *dflt[k]) {
             atoll_errf(err, errlen, "--%s-iters and --%s-samples both given; give one", names[k], names[k]);
@@ -419,6 +496,7 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
         c->lr_warmup_fraction = 0;
     }
     c->use_rotary_position_embeddings = c->no_position_embedding = c->recompute_activations = c->mock_data = c->kv_channels = 0;
+    c->checkpoint_activations = c->use_tp_pp_dp_mapping = 0;
     c->calculate_per_token_loss = 0;
     return 0;
 }
@@ -458,7 +536,7 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
     const key_def *k = find_key(key);
     if (!k) {
         int m = find_megatron(key);
-        return m < 0 ? CFG_UNKNOWN : set_megatron(c, m, value, err, errlen);
+        return m < 0 ? CFG_UNKNOWN : set_megatron(c, m, key, value, err, errlen);
     }
     char *field = (char *)c + k->offset;
     if (k->type != K_BOOL && !value) {
@@ -537,14 +615,19 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
         }
         return CFG_OK;
     case K_DECAY:
-        if (!strcmp(value, "cosine")) *(cfg_lr_decay *)field = LR_DECAY_COSINE;
-        else if (!strcmp(value, "linear")) *(cfg_lr_decay *)field = LR_DECAY_LINEAR;
-        else if (!strcmp(value, "constant")) *(cfg_lr_decay *)field = LR_DECAY_CONSTANT;
-        else {
-            atoll_errf(err, errlen, "--%s: '%s' is not one of cosine, linear, constant", k->name, value);
-            return CFG_BAD_VALUE;
-        }
-        return CFG_OK;
+    case K_WSD: {
+        int n = k->type == K_DECAY ? 5 : 4;
+        for (int i = 0; i < n; i++)
+            if (!strcmp(value, k->type == K_DECAY ? cfg_lr_decay_name((cfg_lr_decay)i)
+                                                  : cfg_wsd_decay_name((cfg_wsd_decay)i))) {
+                if (k->type == K_DECAY) *(cfg_lr_decay *)field = (cfg_lr_decay)i;
+                else *(cfg_wsd_decay *)field = (cfg_wsd_decay)i;
+                return CFG_OK;
+            }
+        atoll_errf(err, errlen, "--%s: '%s' is not one of %s", k->name, value, k->type == K_DECAY
+                   ? "cosine, linear, constant, WSD, inverse-square-root" : "exponential, linear, cosine, minus_sqrt");
+        return CFG_BAD_VALUE;
+    }
     }
     return CFG_UNKNOWN;
 }
@@ -946,6 +1029,14 @@ int cfg_validate_training(const atoll_config *c, char *err, size_t errlen)
         atoll_errf(err, errlen, "%s says how to take the checkpoint in --load: give --load DIR", load_flag);
         return -1;
     }
+    int decay = c->lr_decay_iters ? c->lr_decay_iters : c->train_iters;
+    if (c->lr_decay_style == LR_DECAY_WSD &&
+        (c->lr_wsd_decay_iters < 1 || c->lr_wsd_decay_iters > decay - c->lr_warmup_iters)) {
+        atoll_errf(err, errlen, "--lr-decay-style WSD needs --lr-wsd-decay-iters (or -samples) from 1 to the %d "
+                   "iterations after the warm-up and up to --lr-decay-iters (or --train-iters), not %d",
+                   decay - c->lr_warmup_iters, c->lr_wsd_decay_iters);
+        return -1;
+    }
     if (c->lr_warmup_init > c->lr) {
         atoll_errf(err, errlen, "--lr-warmup-init %g is above --lr %g; the warm-up rises from it to --lr",
                    c->lr_warmup_init, c->lr);
@@ -1192,7 +1283,14 @@ const char *cfg_recompute_name(cfg_recompute r)
 
 const char *cfg_lr_decay_name(cfg_lr_decay d)
 {
-    return d == LR_DECAY_LINEAR ? "linear" : d == LR_DECAY_CONSTANT ? "constant" : "cosine";
+    static const char *const n[] = { "cosine", "linear", "constant", "WSD", "inverse-square-root" };
+    return d >= LR_DECAY_COSINE && d <= LR_DECAY_INVSQRT ? n[d] : "cosine";
+}
+
+const char *cfg_wsd_decay_name(cfg_wsd_decay d)
+{
+    static const char *const n[] = { "exponential", "linear", "cosine", "minus_sqrt" };
+    return d >= WSD_EXPONENTIAL && d <= WSD_MINUS_SQRT ? n[d] : "exponential";
 }
 
 double cfg_bubble_theory(const atoll_config *c, int world)

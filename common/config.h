@@ -35,7 +35,9 @@
 #define CFG_DEFAULT_RANK_ORDER "tp-cp-ep-dp-pp"
 
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } cfg_recompute;
-typedef enum { LR_DECAY_COSINE = 0, LR_DECAY_LINEAR, LR_DECAY_CONSTANT } cfg_lr_decay;
+typedef enum { LR_DECAY_COSINE = 0, LR_DECAY_LINEAR, LR_DECAY_CONSTANT, LR_DECAY_WSD, LR_DECAY_INVSQRT } cfg_lr_decay;
+/* --lr-wsd-decay-style: the WSD schedule's final decay */
+typedef enum { WSD_EXPONENTIAL = 0, WSD_LINEAR, WSD_COSINE, WSD_MINUS_SQRT } cfg_wsd_decay;
 
 typedef struct atoll_config {
     /* model */
@@ -56,6 +58,8 @@ typedef struct atoll_config {
     int train_iters, lr_warmup_iters, lr_decay_iters; /* decay 0 -> train_iters */
     double lr, min_lr, weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad;
     cfg_lr_decay lr_decay_style;
+    cfg_wsd_decay lr_wsd_decay_style;          /* WSD: how the last lr_wsd_decay_iters decay (exponential) */
+    int lr_wsd_decay_iters;                    /* WSD: iterations of the final decay, ending at lr_decay_iters */
     uint64_t seed;
     char data_path[CFG_DATA_PATH];             /* PREFIX, or a blend: "W1 PREFIX1 W2 PREFIX2 ..." */
     char split[64], save[CFG_STR], load[CFG_STR];
@@ -89,10 +93,12 @@ typedef struct atoll_config {
     int make_vocab_size_divisible_by;  /* 128 (0 reads as 128: cfg_vocab_multiple) */
     /* Megatron spellings resolved into the settings above when parsing ends
      * (cfg_parse_args), then cleared: never sent in a JobSpec. */
-    uint64_t train_samples, lr_decay_samples, lr_warmup_samples; /* 0: not given */
+    uint64_t train_samples, lr_decay_samples, lr_warmup_samples, lr_wsd_decay_samples; /* 0: not given */
     double lr_warmup_fraction;                                   /* 0: not given */
     int use_rotary_position_embeddings, no_position_embedding;
     int recompute_activations;                 /* --recompute-granularity selective */
+    int checkpoint_activations;                /* (older Megatron) --recompute-granularity full */
+    int use_tp_pp_dp_mapping;                  /* --rank-order tp-cp-ep-pp-dp */
     int mock_data;                             /* the built-in corpus: no --data-path */
     int kv_channels;                           /* the head dimension, which must be hidden / heads */
     int use_checkpoint_args;                   /* the model from --load's manifest (ckpt_use_args clears it) */
@@ -225,5 +231,6 @@ double cfg_bubble_theory(const atoll_config *c, int world);
 
 const char *cfg_recompute_name(cfg_recompute r);
 const char *cfg_lr_decay_name(cfg_lr_decay d);
+const char *cfg_wsd_decay_name(cfg_wsd_decay d);
 
 #endif

@@ -219,6 +219,8 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->adam_eps = c->adam_eps;
     o->clip_grad = c->clip_grad;
     o->lr_decay_style = (char *)cfg_lr_decay_name(c->lr_decay_style);
+    o->lr_wsd_decay_style = (char *)cfg_wsd_decay_name(c->lr_wsd_decay_style);
+    o->lr_wsd_decay_iters = c->lr_wsd_decay_iters;
     o->seed = c->seed;
     o->data_path = (char *)c->data_path;
     o->split = (char *)c->split;

@@ -111,10 +111,23 @@ double eng_lr_at(const atoll_config *c, long long it)
     if (warm > 0 && it <= warm) return c->lr_warmup_init + (c->lr - c->lr_warmup_init) * (double)it / (double)warm;
     if (c->lr_decay_style == LR_DECAY_CONSTANT) return c->lr;
     if (it > decay) return c->min_lr;
+    if (c->lr_decay_style == LR_DECAY_INVSQRT) /* lr sqrt(warm-up / it), not below --min-lr */
+        return fmax(c->min_lr, c->lr * sqrt((double)(warm > 1 ? warm : 1) / (double)(it > 1 ? it : 1)));
     double span = (double)(decay - warm);
-    double ratio = span > 0 ? (double)(it - warm) / span : 1.0;
-    double coeff = c->lr_decay_style == LR_DECAY_LINEAR ? 1.0 - ratio
-                                                         : 0.5 * (cos(M_PI * ratio) + 1.0);
+    double ratio = span > 0 ? (double)(it - warm) / span : 1.0, coeff;
+    switch (c->lr_decay_style) {
+    case LR_DECAY_LINEAR: coeff = 1.0 - ratio; break;
+    case LR_DECAY_WSD: { /* --lr at full until the last lr_wsd_decay_iters before `decay`, then down to --min-lr */
+        long long start = decay - c->lr_wsd_decay_iters;
+        double r = c->lr_wsd_decay_iters > 0 && it > start ? (double)(it - start) / c->lr_wsd_decay_iters : 0.0;
+        coeff = c->lr_wsd_decay_style == WSD_LINEAR ? 1.0 - r
+              : c->lr_wsd_decay_style == WSD_COSINE ? 0.5 * (cos(M_PI * r) + 1.0)
+              : c->lr_wsd_decay_style == WSD_MINUS_SQRT ? 1.0 - sqrt(r)
+              : 2.0 * pow(0.5, r) - 1.0; /* exponential: 1 down to 0 */
+        break;
+    }
+    default: coeff = 0.5 * (cos(M_PI * ratio) + 1.0); break;
+    }
     return c->min_lr + coeff * (c->lr - c->min_lr);
 }
 

@@ -53,9 +53,11 @@ void eng_sumsq_runs_break(eng_sumsq_runs *r);
 /* Megatron's clip coefficient: min(1, clip / (norm + 1e-6)); 1 when clip <= 0. */
 float eng_clip_scale(double grad_norm, double clip);
 
-/* Learning rate of iteration `it` (1-based): linear warmup over --lr-warmup-iters
- * from --lr-warmup-init (0) to --lr, then decay over the remaining iterations up to --lr-decay-iters
- * (default --train-iters) to --min-lr. */
+/* Learning rate of iteration `it` (1-based), Megatron's schedule: linear warmup
+ * over --lr-warmup-iters from --lr-warmup-init (0) to --lr, then the
+ * --lr-decay-style (cosine, linear, constant, WSD: constant then the final
+ * --lr-wsd-decay-iters by --lr-wsd-decay-style, inverse-square-root) down to
+ * --min-lr at --lr-decay-iters (default --train-iters), --min-lr after. */
 double eng_lr_at(const atoll_config *c, long long it);
 
 /* One AdamW step t (1-based) on every tensor, gradients scaled by grad_scale;

@@ -11,10 +11,14 @@
 
 static int parse(atoll_config *c, const char *line, char *err, size_t n)
 {
-    char buf[1024], *argv[64];
+    char buf[2048], *argv[128];
     int argc = 0;
     snprintf(buf, sizeof buf, "%s", line);
-    for (char *t = strtok(buf, " "); t && argc < 64; t = strtok(NULL, " ")) argv[argc++] = t;
+    CHECK(strlen(line) < sizeof buf, "a test line of 2 KiB or more");
+    for (char *t = strtok(buf, " "); t; t = strtok(NULL, " ")) {
+        CHECK(argc < 128, "a test line of more than 128 words");
+        if (argc < 128) argv[argc++] = t;
+    }
     cfg_defaults(c);
     return cfg_parse_args(c, argc, argv, 0, NULL, NULL, err, n);
 }
@@ -457,7 +461,7 @@ static void test_megatron_flags(void)
     char err[512] = "", notes[2048];
     const char *model = "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
                         "--global-batch-size 16 --micro-batch-size 2 ";
-    char line[1024];
+    char line[2048];
     CHECK(parse(&plain, model, err, sizeof err) == 0, "plain: %s", err);
     snprintf(line, sizeof line, "%s--use-mcore-models --transformer-impl transformer_engine --use-flash-attn "
              "--no-masked-softmax-fusion --no-bias-dropout-fusion --no-gradient-accumulation-fusion "
@@ -467,7 +471,10 @@ static void test_megatron_flags(void)
              "--cross-entropy-loss-fusion --no-create-attention-mask-in-dataloader --calculate-per-token-loss "
              "--manual-gc --manual-gc-interval 10 --exit-signal-handler --use-dist-ckpt --ckpt-format torch_dist "
              "--ckpt-fully-parallel-save --ckpt-fully-parallel-load --auto-detect-ckpt-format --log-timers-to-tensorboard "
-             "--tensorboard-log-interval 1 --override-opt_param-scheduler --use-cpu-initialization", model);
+             "--tensorboard-log-interval 1 --override-opt_param-scheduler --use-cpu-initialization --data-impl mmap "
+             "--DDP-impl local --no-async-tensor-model-parallel-allreduce --no-persist-layer-norm --openai-gelu "
+             "--te-rng-tracker --log-straggler --check-for-nan-in-loss-and-grad --timing-log-option minmax "
+             "--barrier-with-L1-time --moe-router-topk=false", model);
     CHECK(parse(&c, line, err, sizeof err) == 0, "Megatron's implementation flags: %s", err);
     CHECK(!memcmp(&c, &plain, sizeof c), "flags atoll does anyway changed a setting");
     megatron_notes(&c, notes, sizeof notes);
@@ -498,6 +505,17 @@ static void test_megatron_flags(void)
     CHECK(strstr(notes, "--grad-reduce-in-bf16 has no effect here: gradients are reduced in fp32\n") &&
               strstr(notes, "t: note: --empty-unused-memory-level has no effect here: there is no caching allocator "
                             "to empty\n"), "notes: '%s'", notes);
+    snprintf(line, sizeof line, "%s--recompute-method block --recompute-num-layers 2 --overlap-p2p-communication", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0, "recompute method: %s", err);
+    megatron_notes(&c, notes, sizeof notes);
+    CHECK(strstr(notes, "t: note: --recompute-method has no effect here: --recompute-granularity full recomputes "
+                        "every layer") && strstr(notes, "--recompute-num-layers has no effect here") &&
+              strstr(notes, "--overlap-p2p-communication has no effect here"), "notes: '%s'", notes);
+    /* older Megatron's spellings */
+    snprintf(line, sizeof line, "%s--checkpoint-activations --use-tp-pp-dp-mapping", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && c.recompute_granularity == RECOMPUTE_FULL &&
+              !strcmp(c.rank_order, "tp-cp-ep-pp-dp") && !c.checkpoint_activations && !c.use_tp_pp_dp_mapping,
+          "--checkpoint-activations, --use-tp-pp-dp-mapping: %s (%s)", err, c.rank_order);
     /* Megatron's spellings of atoll settings */
     snprintf(line, sizeof line, "%s--recompute-activations --mock-data --lr-warmup-init 1e-5", model);
     CHECK(parse(&c, line, err, sizeof err) == 0 && c.recompute_granularity == RECOMPUTE_SELECTIVE &&
@@ -530,6 +548,15 @@ static void test_megatron_flags(void)
         { "--recompute-activations --recompute-granularity full", "--recompute-activations is --recompute-granularity "
                                                                   "selective, and --recompute-granularity full" },
         { "--mock-data --data-path d", "--mock-data trains on the built-in corpus, and --data-path is given too" },
+        { "--moe-router-topk 2", "--moe-router-topk: mixture-of-experts models are not implemented" },
+        { "--moe-grouped-gemm", "--moe-grouped-gemm: mixture-of-experts models are not implemented" },
+        { "--rotary-interleaved", "--rotary-interleaved: rope rotates the two halves of each head" },
+        { "--ckpt-step 5", "--ckpt-step: atoll loads the newest committed step in --load" },
+        { "--account-for-loss-in-pipeline-split", "give --decoder-first-pipeline-num-layers" },
+        { "--checkpoint-activations --recompute-granularity selective", "--checkpoint-activations is "
+                                                                          "--recompute-granularity full" },
+        { "--use-tp-pp-dp-mapping --rank-order tp-dp-pp", "--use-tp-pp-dp-mapping is --rank-order tp-cp-ep-pp-dp, and "
+                                                          "--rank-order tp-dp-pp is given too" },
         { "--kv-channels 32", "--kv-channels 32: atoll's head dimension is --hidden-size / --num-attention-heads = 64 / 4" },
         { "--decoupled-lr 5e-4", "--decoupled-lr: one learning rate schedule" },
         { "--apply-layernorm-1p", "--apply-layernorm-1p: LayerNorm weights are not stored offset by 1" },
@@ -540,6 +567,12 @@ static void test_megatron_flags(void)
         { "--no-load-rng", "--no-load-rng says how to take the checkpoint in --load" },
         { "--exit-on-missing-checkpoint", "--exit-on-missing-checkpoint says how to take the checkpoint in --load" },
         { "--lr 1e-4 --lr-warmup-init 1e-3", "--lr-warmup-init 0.001 is above --lr 0.0001" },
+        { "--lr-decay-style WSD --train-iters 100", "--lr-decay-style WSD needs --lr-wsd-decay-iters (or -samples) from "
+                                                    "1 to the 100 iterations after the warm-up" },
+        { "--lr-decay-style WSD --train-iters 100 --lr-warmup-iters 10 --lr-wsd-decay-iters 95", "1 to the 90 iterations" },
+        { "--lr-decay-style step", "--lr-decay-style: 'step' is not one of cosine, linear, constant, WSD, "
+                                   "inverse-square-root" },
+        { "--lr-wsd-decay-style log", "--lr-wsd-decay-style: 'log' is not one of exponential, linear, cosine, minus_sqrt" },
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         snprintf(line, sizeof line, "%s%s", model, refused[i].flags);
@@ -557,6 +590,11 @@ static void test_megatron_flags(void)
     CHECK(parse(&c, line, err, sizeof err) == 0 && c.train_iters == 100 && c.lr_decay_iters == 63 &&
               c.lr_warmup_iters == 6 && !c.train_samples && !c.lr_decay_samples && !c.lr_warmup_samples,
           "samples: %d %d %d (%s)", c.train_iters, c.lr_decay_iters, c.lr_warmup_iters, err);
+    snprintf(line, sizeof line, "%s--train-samples 1600 --lr-decay-style WSD --lr-wsd-decay-samples 320 "
+             "--lr-wsd-decay-style minus_sqrt", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_training(&c, err, sizeof err) == 0 &&
+              c.lr_decay_style == LR_DECAY_WSD && c.lr_wsd_decay_iters == 20 && !c.lr_wsd_decay_samples &&
+              c.lr_wsd_decay_style == WSD_MINUS_SQRT, "WSD in samples: %s (%d)", err, c.lr_wsd_decay_iters);
     snprintf(line, sizeof line, "%s--train-iters 200 --lr-warmup-fraction 0.1", model);
     CHECK(parse(&c, line, err, sizeof err) == 0 && c.lr_warmup_iters == 20 && c.lr_warmup_fraction == 0,
           "warmup fraction of the train iterations: %d", c.lr_warmup_iters);

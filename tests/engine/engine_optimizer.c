@@ -27,6 +27,29 @@ static void test_schedule(void)
     c.lr_warmup_init = 0.2;                                 /* --lr-warmup-init: the warm-up rises from it */
     CHECK_CLOSE(eng_lr_at(&c, 5), 0.2 + 0.8 * 0.5, 1e-12);
     CHECK_CLOSE(eng_lr_at(&c, 10), 1.0, 1e-12);
+    /* WSD: --lr until the last 20 iterations before 110, then each decay style down to --min-lr */
+    c.lr_warmup_init = 0;
+    c.lr_decay_iters = 0;
+    c.lr_decay_style = LR_DECAY_WSD;
+    c.lr_wsd_decay_iters = 20;
+    CHECK_CLOSE(eng_lr_at(&c, 5), 0.5, 1e-12);              /* the warm-up as before */
+    CHECK_CLOSE(eng_lr_at(&c, 50), 1.0, 1e-12);             /* stable */
+    CHECK_CLOSE(eng_lr_at(&c, 90), 1.0, 1e-12);             /* the decay starts after 90 */
+    CHECK_CLOSE(eng_lr_at(&c, 100), 0.1 + 0.9 * (2 * sqrt(0.5) - 1), 1e-12); /* exponential: 2 x 0.5^r - 1 */
+    CHECK_CLOSE(eng_lr_at(&c, 110), 0.1, 1e-12);
+    c.lr_wsd_decay_style = WSD_LINEAR;
+    CHECK_CLOSE(eng_lr_at(&c, 95), 0.1 + 0.9 * 0.75, 1e-12);
+    c.lr_wsd_decay_style = WSD_COSINE;
+    CHECK_CLOSE(eng_lr_at(&c, 95), 0.1 + 0.9 * 0.5 * (cos(M_PI * 0.25) + 1), 1e-12);
+    c.lr_wsd_decay_style = WSD_MINUS_SQRT;
+    CHECK_CLOSE(eng_lr_at(&c, 95), 0.1 + 0.9 * 0.5, 1e-12);  /* 1 - sqrt(1/4) */
+    /* inverse square root after the warm-up, never below --min-lr, --min-lr past the decay */
+    c.lr_decay_style = LR_DECAY_INVSQRT;
+    CHECK_CLOSE(eng_lr_at(&c, 40), 0.5, 1e-12);             /* sqrt(10 / 40) */
+    CHECK_CLOSE(eng_lr_at(&c, 109), sqrt(10.0 / 109), 1e-12);
+    c.min_lr = 0.4;
+    CHECK_CLOSE(eng_lr_at(&c, 109), 0.4, 1e-12);
+    CHECK_CLOSE(eng_lr_at(&c, 500), 0.4, 1e-12);
 }
 
 static void test_clip(void)
