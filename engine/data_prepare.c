@@ -35,8 +35,10 @@ static void usage(FILE *f)
             "  ByteLevel (default): a token per byte, vocab 256, token 0 ends each document.\n"
             "  GPT2BPETokenizer: GPT-2's BPE from encoder.json/vocab.json and vocab.bpe/merges.txt;\n"
             "  --append-eod ends each document with <|endoftext|>. Invalid UTF-8 is replaced\n"
-            "  by U+FFFD (counted in the summary). --workers is accepted for Megatron's\n"
-            "  command lines; atoll tokenises on one thread.\n");
+            "  by U+FFFD (counted in the summary). Megatron's --workers, --partitions,\n"
+            "  --chunk-size, --log-interval, --keep-newlines, --keep-sequential-samples and\n"
+            "  --dataset-impl mmap are accepted for its command lines; atoll tokenises on one\n"
+            "  thread into one file pair.\n");
 }
 
 typedef struct prep {
@@ -169,8 +171,21 @@ int data_prepare_main(int argc, char **argv)
                 free(inputs);
                 return 2;
             }
-        } else if (has_value && !strcmp(a, "--workers")) {
-            i++;
+        } else if (has_value && (!strcmp(a, "--workers") || !strcmp(a, "--partitions") || !strcmp(a, "--log-interval") ||
+                                 !strcmp(a, "--chunk-size"))) {
+            i++; /* Megatron's preprocess_data.py: how it spreads the work, not what it writes */
+        } else if (!strcmp(a, "--keep-newlines") || !strcmp(a, "--keep-sequential-samples")) {
+            /* newlines are kept, documents stay in input order */
+        } else if (has_value && !strcmp(a, "--dataset-impl") && !strcmp(argv[i + 1], "mmap")) {
+            i++; /* the one format written (and Megatron's only one now) */
+        } else if (!strcmp(a, "--dataset-impl") || !strcmp(a, "--split-sentences") || !strcmp(a, "--tokenizer-model")) {
+            fprintf(stderr, "atoll data prepare: %s: %s\n", a, !strcmp(a, "--dataset-impl")
+                    ? "only mmap, Megatron's indexed dataset, is written"
+                    : !strcmp(a, "--split-sentences") ? "documents are written whole; splitting them into sentences "
+                                                        "(for BERT) is not implemented"
+                    : "SentencePiece and HuggingFace tokenizers are not implemented (ByteLevel, GPT2BPETokenizer are)");
+            free(inputs);
+            return 2;
         } else {
             fprintf(stderr, "atoll data prepare: unknown or incomplete argument '%s'\n", a);
             usage(stderr);

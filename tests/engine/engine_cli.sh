@@ -173,6 +173,15 @@ awk -v a="$s_in" -v b="$s_out" -v e="$s_emb" 'BEGIN { exit !(a > 0.0057 && a < 0
 python3 -c 'import json
 for i in range(300): print(json.dumps({"text": "the boat came in"[: 3 + (i * 5) % 13]}))' >docs.jsonl
 "$PREP" --input docs.jsonl --output-prefix docs >/dev/null || bad "prepare docs failed"
+# Megatron's preprocess_data.py line: the same files; what it cannot do refused (exit 2) saying so
+"$PREP" --input docs.jsonl --output-prefix docsm --json-keys text --dataset-impl mmap --workers 8 --partitions 2 \
+    --chunk-size 25 --log-interval 1000 --keep-newlines >/dev/null || bad "prepare with Megatron's flags failed"
+"$PREP" --input docs.jsonl --output-prefix docss --split-sentences >/dev/null 2>prep.err
+rc=$?
+cmp -s docs.bin docsm.bin && cmp -s docs.idx docsm.idx && [ $rc = 2 ] && [ ! -e docss.bin ] \
+    && grep -q "split-sentences: documents are written whole" prep.err \
+    && ok "data prepare with preprocess_data.py's flags: the same files; --split-sentences refused" \
+    || bad "data prepare with Megatron's flags: rc=$rc $(cat prep.err)"
 EOD=("${TINY[@]}" --micro-batch-size 2 --train-iters 6 --lr 1e-3 --data-path docs --split 1,0,0)
 "$TRAIN" "${EOD[@]}" --eod-mask-loss --metrics-file eod1.jsonl >/dev/null 2>&1 || bad "--eod-mask-loss run failed"
 "$TRAIN" "${EOD[@]}" --eod-mask-loss --nproc-per-node 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
