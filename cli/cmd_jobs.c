@@ -12,6 +12,7 @@
 #include "tokenizer.h"
 #include "config.h"
 #include "depend.h"
+#include "slurm.h"
 #include "jsonw.h"
 #include "msg.h"
 #include "msg_json.h"
@@ -24,6 +25,7 @@ typedef struct {
     int wait;                /* --wait: until the job ends, as `atoll wait` */
     char *env[SUP_ENV_COUNT + 1]; /* --env NAME=VALUE (owned) */
     char dependency[DEP_MAX * 24];  /* --dependency, as dep_format writes it */
+    int64_t time_limit_s;           /* --time, in seconds; 0 none */
     size_t n_env;
 } submit_extra;
 
@@ -62,6 +64,11 @@ static int submit_flag(void *ctx, int argc, char **argv, int i, char *err, size_
         if (here) sprintf(kv, "%s=%s", v, here);
         x->env[x->n_env++] = kv;
         return 2;
+    }
+    if (!strncmp(argv[i], "--time", 6) && (!argv[i][6] || argv[i][6] == '=')) { /* sbatch writes it with = too */
+        const char *v = argv[i][6] ? argv[i] + 7 : i + 1 < argc ? argv[i + 1] : "";
+        if (slurm_parse_time(v, &x->time_limit_s, err, errlen)) return -1;
+        return argv[i][6] ? 1 : 2;
     }
     if (!strcmp(argv[i], "--auto-layout")) return x->auto_layout = 1; /* the planner picks (cmd_plan.c) */
     if (!strcmp(argv[i], "--wait")) return x->wait = 1;
@@ -148,6 +155,7 @@ static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x)
     spec.env = x->env;
     spec.n_env = x->n_env;
     spec.dependency = x->dependency;
+    spec.time_limit_s = x->time_limit_s;
     Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
     req.spec = &spec;
     /* A request id makes the submission safe to send again: if the coordinator
@@ -414,6 +422,11 @@ static void print_job(const Atoll__Job *j)
             printf(strpbrk(j->spec->env[i], " \t\"'") ? " '%s'" : " %s", j->spec->env[i]);
     }
     if (j->spec && j->spec->dependency && j->spec->dependency[0]) printf("\n  dependency: %s", j->spec->dependency);
+    if (j->spec && j->spec->time_limit_s > 0) {
+        char lim[32];
+        slurm_format_time(j->spec->time_limit_s, lim, sizeof lim);
+        printf("\n  time limit (--time): %s from its first start", lim);
+    }
     /* scale-ups restart a job too, without counting against --max-restarts */
     unsigned counted = 0;
     for (size_t i = 0; i < j->n_history; i++) counted += j->history[i]->counted;

@@ -16,7 +16,7 @@ static const cli_command COMMANDS[] = {
     { "drain", cmd_drain, "NAME", "keep new work off a node" },
     { "undrain", cmd_drain, "NAME", "allow new work on a node again" },
     { "submit", cmd_submit, "[Megatron-LM flags] [--yaml-cfg FILE] [--name NAME] [--env NAME=VALUE]... [--max-restarts N] "
-      "[--dependency afterok:JOB] [--auto-layout] [--request-id ID] [--wait] --num-gpus N",
+      "[--dependency afterok:JOB] [--time [D-]HH:MM:SS] [--auto-layout] [--request-id ID] [--wait] --num-gpus N",
       "validate and queue a job; prints its id (--wait: then as `atoll wait`)" },
     { "jobs", cmd_jobs, "[--state S[,S...]] [--name NAME]",
       "jobs with state, step, loss, MFU (--state: pending, running, ..., active, ended)" },

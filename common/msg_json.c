@@ -121,6 +121,7 @@ void msg_json_job(jsonw *w, const Atoll__Job *j)
     for (size_t i = 0; j->spec && i < j->spec->n_env; i++) jsonw_str(w, j->spec->env[i]);
     jsonw_arr_end(w);
     jsonw_kstr(w, "dependency", j->spec && j->spec->dependency ? j->spec->dependency : ""); /* --dependency */
+    jsonw_kint(w, "time_limit_s", j->spec ? j->spec->time_limit_s : 0);                     /* --time */
     jsonw_key(w, "layout");
     jsonw_obj(w);
     jsonw_kint(w, "tp", j->tp);

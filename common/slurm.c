@@ -237,3 +237,46 @@ int slurm_parse_nodes(const char *text, slurm_node *out, int max, char *err, siz
     }
     return n;
 }
+
+int slurm_parse_time(const char *text, int64_t *seconds, char *err, size_t errlen)
+{
+    long long f[4] = { 0 }, days = 0;
+    int n = 0;
+    const char *p = text ? text : "";
+    const char *dash = strchr(p, '-');
+    if (dash) { /* DAYS-HOURS[:MINUTES[:SECONDS]] */
+        char *end;
+        days = strtoll(p, &end, 10);
+        if (end != dash || p == dash || *p == '+' || *p == '-') goto bad;
+        p = dash + 1;
+    }
+    for (;;) {
+        char *end;
+        if (n == 3 || *p < '0' || *p > '9') goto bad;
+        f[n++] = strtoll(p, &end, 10);
+        if (f[n - 1] > 100000000) goto bad;
+        if (!*end) break;
+        if (*end != ':') goto bad;
+        p = end + 1;
+    }
+    long long s;
+    if (dash) s = days * 86400 + f[0] * 3600 + (n > 1 ? f[1] * 60 : 0) + (n > 2 ? f[2] : 0);
+    else if (n == 1) s = f[0] * 60;
+    else if (n == 2) s = f[0] * 60 + f[1];
+    else s = f[0] * 3600 + f[1] * 60 + f[2];
+    if (s <= 0 || s > SLURM_TIME_MAX_S || days > 366) goto bad;
+    *seconds = s;
+    return 0;
+bad:
+    snprintf(err, errlen, "--time '%.40s': expected MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS, DAYS-HOURS, "
+             "DAYS-HOURS:MINUTES or DAYS-HOURS:MINUTES:SECONDS (as sbatch takes), more than 0 and at most 366 days",
+             text ? text : "");
+    return -1;
+}
+
+void slurm_format_time(int64_t seconds, char *out, size_t len)
+{
+    long long s = seconds > 0 ? seconds : 0, d = s / 86400;
+    if (d) snprintf(out, len, "%lld-%02lld:%02lld:%02lld", d, s / 3600 % 24, s / 60 % 60, s % 60);
+    else snprintf(out, len, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
+}

@@ -22,6 +22,7 @@
 #define ATOLL_SLURM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "fabric.h"
 
@@ -74,5 +75,13 @@ int slurm_parse_nodes(const char *text, slurm_node *out, int max, char *err, siz
  * work: one of its '+'-joined words, less Slurm's one-character flags (* ~ # % ! $ @ ^
  * -), is DRAIN, DRAINING, DRAINED, DOWN, FAIL or FAILING. */
 int slurm_state_out(const char *state);
+
+/* A time limit in sbatch --time's forms: MINUTES, MINUTES:SECONDS, HOURS:MINUTES:SECONDS,
+ * DAYS-HOURS, DAYS-HOURS:MINUTES, DAYS-HOURS:MINUTES:SECONDS; at most SLURM_TIME_MAX_S.
+ * 0 with *seconds (> 0), or -1 with err saying what is accepted. */
+#define SLURM_TIME_MAX_S (366LL * 24 * 3600)
+int slurm_parse_time(const char *text, int64_t *seconds, char *err, size_t errlen);
+/* seconds as Slurm prints a limit: [DAYS-]HOURS:MM:SS. */
+void slurm_format_time(int64_t seconds, char *out, size_t len);
 
 #endif

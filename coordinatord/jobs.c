@@ -11,6 +11,7 @@
 #include "plan.h"
 #include "restart.h"
 #include "scheduler.h"
+#include "slurm.h"
 #include "series.h"
 #include "supervise.h"
 #include "topo.h"
@@ -170,9 +171,13 @@ static void live_sync(coord *c, const store_job *j)
             lj->pp = cfg.pipeline_model_parallel_size;
             lj->bubble_theory = cfg_bubble_theory(&cfg, cfg.num_gpus);
         }
+        Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec);
+        if (spec && spec->time_limit_s > 0) lj->limit_s = spec->time_limit_s;
+        if (spec) atoll__job_spec__free_unpacked(spec, NULL);
         live_insert(&c->live, lj);
     }
     lj->state = j->state;
+    if (lj->limit_s && j->started_ms) lj->deadline_ms = j->started_ms + lj->limit_s * 1000;
     if (j->world > 0) lj->world = j->world; /* the placement's: smaller while DP is shrunk */
 }
 
@@ -345,6 +350,11 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, const char *request_id, ui
         snprintf(err, errlen, "invalid job spec: %s", why);
         return ATOLL__ERROR_CODE__ERR_INVALID;
     }
+    if (spec->time_limit_s < 0 || spec->time_limit_s > SLURM_TIME_MAX_S) {
+        snprintf(err, errlen, "invalid job spec: time_limit_s %lld is outside 0 (none) to %lld (366 days)",
+                 (long long)spec->time_limit_s, (long long)SLURM_TIME_MAX_S);
+        return ATOLL__ERROR_CODE__ERR_INVALID;
+    }
     /* A dependency that can never hold is refused now, not queued to be cancelled. */
     if (jobs_dependency(c, spec, why, sizeof why) < 0) {
         snprintf(err, errlen, "invalid job spec: %s", why);
@@ -437,6 +447,8 @@ static int cancel_with_checkpoint(coord *c, store_job *j, char *err, size_t errl
         return ATOLL__ERROR_CODE__ERR_INTERNAL;
     }
     c->jobs_gen++;
+    live_job *lj = jobs_live(c, j->id);
+    if (lj) lj->stop_asked = 1;
     sched_checkpoint_job(c, j, "atoll cancel --checkpoint");
     return 0;
 }
@@ -571,8 +583,14 @@ void jobs_rank_exit(coord *c, const char *node, const Atoll__RankExit *e)
         if (j.state == STARTING) jobs_set_state(c, &j, RUNNING, "ranks reporting");
         atoll_config cfg;
         int have_cfg = jobs_config(&j, &cfg) == 0;
-        /* ranks that saved and stopped without being asked: the job's own time limit */
-        if (j.state == RUNNING && nsaved && !e->stopped && have_cfg && cfg.exit_duration_in_mins > 0)
+        char lim[32];
+        slurm_format_time(lj->limit_s, lim, sizeof lim);
+        if (j.state == RUNNING && nsaved && lj->time_stop_ms) /* stopped at its --time */
+            jobs_set_state(c, &j, CANCELLED, "time limit (--time %s) reached: stopped after step %lld with a "
+                           "checkpoint committed to %.160s (resume with --load)", lim, (long long)j.step,
+                           have_cfg ? cfg.save : "--save");
+        /* ranks that saved and stopped without being asked: --exit-duration-in-mins in the engine */
+        else if (j.state == RUNNING && nsaved && !lj->stop_asked && have_cfg && cfg.exit_duration_in_mins > 0)
             jobs_set_state(c, &j, CANCELLED, "stopped at --exit-duration-in-mins %g after step %lld with a checkpoint "
                            "committed to %.160s (resume with --load)", cfg.exit_duration_in_mins, (long long)j.step,
                            cfg.save);
@@ -634,8 +652,59 @@ static const char *refusal_of(char *tail)
     return *p ? p : "(empty log)";
 }
 
+static void collect_overtime(coord *c, live_job *lj, void *ctx)
+{
+    settle_ctx *x = ctx;
+    int64_t now = c->now();
+    if (lj->deadline_ms && now >= lj->deadline_ms && (!lj->time_stop_ms || now >= lj->time_stop_ms + JOBS_TIME_GRACE_MS))
+        store_idlist_push(&x->due, lj->id);
+}
+
+/* --time: a running job with --save is asked to commit a checkpoint and stop (its
+ * saved exits then cancel it, naming the limit); one without, one not running, or
+ * one whose ranks have not stopped within JOBS_TIME_GRACE_MS is cancelled now. */
+static void enforce_time_limits(coord *c)
+{
+    settle_ctx x = { { 0 } };
+    jobs_live_each(c, collect_overtime, &x);
+    for (size_t i = 0; i < x.due.n; i++) {
+        live_job *lj = jobs_live(c, x.due.ids[i]);
+        store_job j;
+        if (!lj || store_job_get(c->st, lj->id, &j)) continue;
+        atoll_config cfg;
+        char lim[32], subject[32];
+        slurm_format_time(lj->limit_s, lim, sizeof lim);
+        snprintf(subject, sizeof subject, "job %llu", (unsigned long long)j.id);
+        int save = jobs_config(&j, &cfg) == 0 && cfg.save[0];
+        if (!lj->time_stop_ms && j.state == RUNNING && save) {
+            snprintf(j.message, sizeof j.message, "time limit (--time %s) reached: the ranks are committing a "
+                     "checkpoint to %.160s", lim, cfg.save);
+            j.updated_ms = c->now();
+            if (store_begin(c->st) || store_job_update(c->st, &j) ||
+                events_add(c, "job.time_limit", subject, "--time %s reached at step %lld: SIGTERM to the ranks, "
+                           "which commit a checkpoint to %s and exit", lim, (long long)j.step, cfg.save) ||
+                store_commit(c->st)) {
+                store_rollback(c->st);
+            } else {
+                lj->time_stop_ms = c->now();
+                c->jobs_gen++;
+                sched_checkpoint_job(c, &j, "time limit");
+            }
+        } else {
+            int late = lj->time_stop_ms != 0; /* lj is gone after the state change */
+            if (jobs_set_state(c, &j, CANCELLED, "time limit (--time %s) reached at step %lld%s", lim,
+                               (long long)j.step, late ? "; no checkpoint was committed within the grace period" : "")
+                == 0)
+                sched_stop_job(c, &j, "time limit");
+        }
+        store_job_clear(&j);
+    }
+    free(x.due.ids);
+}
+
 void jobs_tick(coord *c)
 {
+    enforce_time_limits(c);
     settle_ctx x = { { 0 } };
     jobs_live_each(c, collect_due, &x);
     for (size_t i = 0; i < x.due.n; i++) {

@@ -15,6 +15,8 @@
 #include "coord.h"
 
 #define JOBS_SETTLE_MS 500 /* after a rank fails by itself, how long to wait for one killed by a signal */
+/* --time: how long ranks told to checkpoint and stop get before the job is cancelled outright */
+#define JOBS_TIME_GRACE_MS 60000
 
 int jobs_transition_allowed(int from, int to);
 int jobs_is_active(int state); /* holds GPUs: placing, starting, running, restarting */

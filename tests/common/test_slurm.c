@@ -172,9 +172,38 @@ static void test_node_states(void)
           "more nodes than asked for: %s", err);
 }
 
+/* sbatch --time's forms, and the way Slurm prints a limit back. */
+static void test_time(void)
+{
+    const struct { const char *text; long long s; } ok[] = {
+        { "90", 5400 }, { "90:30", 5430 }, { "1:02:03", 3723 }, { "2-3", 2 * 86400 + 3 * 3600 },
+        { "2-3:04", 2 * 86400 + 3 * 3600 + 240 }, { "2-03:04:05", 2 * 86400 + 3 * 3600 + 245 }, { "0:10", 10 },
+        { "366-0", 366LL * 86400 },
+    };
+    char err[256], out[32];
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        int64_t s = -1;
+        CHECK(slurm_parse_time(ok[i].text, &s, err, sizeof err) == 0 && s == ok[i].s, "%s: %lld (%s)", ok[i].text,
+              (long long)s, err);
+    }
+    const char *bad[] = { "", "0", "0:00", "abc", "1:2:3:4", "-5", "1-", "1--2", "5x", "1:60x", "367-0", "+5", "1- 2",
+                          "99999999999", NULL };
+    for (int i = 0; bad[i]; i++) {
+        int64_t s = 0;
+        err[0] = 0;
+        CHECK(slurm_parse_time(bad[i], &s, err, sizeof err) == -1 && strstr(err, "expected MINUTES, MINUTES:SECONDS"),
+              "'%s' accepted (%lld)", bad[i], (long long)s);
+    }
+    slurm_format_time(3723, out, sizeof out);
+    CHECK(!strcmp(out, "1:02:03"), "format: %s", out);
+    slurm_format_time(2 * 86400 + 245, out, sizeof out);
+    CHECK(!strcmp(out, "2-00:04:05"), "format with days: %s", out);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
+    test_time();
     test_outside();
     test_coordinator();
     test_gpus();

@@ -8,7 +8,8 @@
 #            stored loss series equals, step for step, the same layout run standalone with
 #            atoll-train --nproc-per-node; status/metrics/logs show it
 #   cancel   atoll cancel leaves no rank process alive; submit --env reaches every rank's environment;
-#            submit --dependency afterok waits for the running job and is cancelled with it
+#            submit --dependency afterok waits for the running job and is cancelled with it; --time
+#            cancels a job at its limit
 #   kill9    kill -9 of a rank fails a job with --max-restarts 0, naming that rank; a job whose
 #            ranks refuse its configuration (a missing --data-path) fails at once, not restarted
 #   workerd  kill -9 of a workerd leaves none of its ranks alive; the job runs again on the other node
@@ -222,6 +223,17 @@ case_cancel() {
     || fail "dependent job after the cancel: $(atoll status "$dep")"
   state_is "$dep" cancelled || fail "dependent job's state: $(atoll status "$dep")"
   ok "--dependency afterok:$id: job $dep waited, then was cancelled with job $id"
+  # --time (sbatch's): counted from the first start; without --save the job is cancelled at the limit
+  atoll submit "${model[@]}" --num-gpus 8 --time 0 2>"$TMP/err"; [ $? = 2 ] \
+    && grep -q "time '0': expected MINUTES, MINUTES:SECONDS" "$TMP/err" || fail "--time 0: $(cat "$TMP/err")"
+  local timed; timed=$(long_job timed 100000 --time=0:03) || fail "submit --time"
+  atoll status "$timed" | grep -qx "  time limit (--time): 0:00:03 from its first start" \
+    || fail "status of a job with --time: $(atoll status "$timed")"
+  wait_until 20 state_is "$timed" cancelled || fail "not cancelled at its time limit: $(atoll status "$timed")"
+  atoll status "$timed" --json | json "d['message']" | grep -q "^time limit (--time 0:00:03) reached at step [0-9]" \
+    || fail "time limit message: $(atoll status "$timed" --json | json "d['message']")"
+  wait_until 10 no_ranks_of "$timed" || fail "ranks alive after the time limit: $(rank_pids "$timed")"
+  ok "--time=0:03: job $timed cancelled at its limit, no rank left"
   wait_until 10 no_ranks_of "$id" || fail "ranks alive after cancel: $(rank_pids "$id")"
   for p in $pids; do [ -d "/proc/$p" ] && [ "$(awk '{print $3}' "/proc/$p/stat")" != Z ] && fail "rank pid $p alive"; done
   state_is "$id" cancelled || fail "state: $(atoll status "$id")"

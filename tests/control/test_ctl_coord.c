@@ -8,6 +8,7 @@
 #include "check.h"
 #include "coord.h"
 #include "jobs.h"
+#include "supervise.h"
 #include "log.h"
 #include "msg.h"
 #include "scheduler.h"
@@ -149,6 +150,7 @@ static int max_restarts = -1; /* the spec's: -1 the coordinator's default */
 static char **submit_env;      /* the spec's env (atoll submit --env) */
 static size_t submit_n_env;
 static char *submit_dependency; /* the spec's --dependency */
+static int64_t submit_time_limit; /* the spec's --time, seconds */
 
 /* Submits and returns the job id, or 0 with the error in *err. */
 static uint64_t submit(coord *c, test_peer *t, const atoll_config *cfg, const char **err)
@@ -159,6 +161,7 @@ static uint64_t submit(coord *c, test_peer *t, const atoll_config *cfg, const ch
     spec.env = submit_env;
     spec.n_env = submit_n_env;
     spec.dependency = submit_dependency ? submit_dependency : "";
+    spec.time_limit_s = submit_time_limit;
     Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
     req.spec = &spec;
     send_msg(c, t, ATOLL__MSG_TYPE__MSG_SUBMIT, &req.base);
@@ -623,6 +626,100 @@ static void test_dependency(void)
     coord_tick(&c);
     CHECK(job_state(&c, both, &j) == ATOLL__JOB_STATE__JOB_CANCELLED && strstr(j.message, "job") &&
               strstr(j.message, "cancelled"), "after a cancelled job: %d '%s'", j.state, j.message);
+    store_job_clear(&j);
+    two_nodes_free(&c, &w1, &w2, &cli);
+}
+
+/* Every rank of job `id` (epoch 0) exits with `status` on node n1's agent. */
+static void all_ranks_exit(coord *c, test_peer *w, uint64_t id, int status, uint64_t *seq)
+{
+    live_job *lj = jobs_live(c, id);
+    int world = lj ? lj->world : 0;
+    for (int r = 0; r < world; r++) {
+        Atoll__RankExit ex = ATOLL__RANK_EXIT__INIT;
+        ex.job = id;
+        ex.rank = r;
+        ex.pid = 7000 + r;
+        ex.exit_status = status;
+        ex.relay_seq = ++*seq;
+        heartbeat_exit(c, w, &ex);
+    }
+}
+
+/* The fake clock on by ms in 1 s ticks, both agents heartbeating (no node is lost). */
+static void live_for(coord *c, test_peer *w1, test_peer *w2, int64_t ms)
+{
+    for (int64_t left = ms; left > 0; left -= 1000) {
+        fake_ms += left < 1000 ? left : 1000;
+        heartbeat(c, w1, NULL);
+        heartbeat(c, w2, NULL);
+        coord_tick(c);
+    }
+}
+
+/* --time: counted from the first start; a running job with --save commits a
+ * checkpoint and stops, one without is cancelled at once, and one whose ranks do
+ * not stop within the grace period is cancelled then. Each says so. */
+static void test_time_limit(void)
+{
+    coord c;
+    static test_peer w1, w2, cli;
+    two_nodes(&c, &w1, &w2, &cli);
+    c.o.hang_floor_ms = 3600 * 1000; /* no step for a minute here is the test's doing, not a hang */
+    atoll_config cfg;
+    base_cfg(&cfg);
+    cfg.global_batch_size = 48;
+    cfg.num_gpus = 4;
+    const char *e;
+    store_job j;
+    uint64_t seq = 200;
+    submit_time_limit = -5;
+    CHECK(submit(&c, &cli, &cfg, &e) == 0 && strstr(e, "time_limit_s -5 is outside 0 (none)"), "negative: '%s'", e);
+    submit_time_limit = 10;
+    uint64_t plain = submit(&c, &cli, &cfg, &e);
+    snprintf(cfg.save, sizeof cfg.save, "/ck/saved");
+    uint64_t saved = submit(&c, &cli, &cfg, &e);
+    snprintf(cfg.save, sizeof cfg.save, "/ck/stuck");
+    uint64_t stuck = submit(&c, &cli, &cfg, &e);
+    submit_time_limit = 0;
+    CHECK(plain && saved && stuck, "submit: %s", e);
+    coord_tick(&c);
+    uint64_t ids[3] = { plain, saved, stuck };
+    for (int k = 0; k < 3; k++) report_steps(&c, &w1, ids[k], 0, 1, 3, 100);
+    CHECK(job_state(&c, stuck, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "running: %d (%s)", j.state, j.message);
+    store_job_clear(&j);
+    int stops = w1.stops + w2.stops;
+    int64_t started = job_state(&c, plain, &j) >= 0 ? j.started_ms : 0; /* all three placed at the same tick */
+    store_job_clear(&j);
+    live_for(&c, &w1, &w2, started + 10000 - 1 - fake_ms);
+    CHECK(job_state(&c, plain, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "1 ms before the limit: %d", j.state);
+    store_job_clear(&j);
+    live_for(&c, &w1, &w2, 1);
+    CHECK(job_state(&c, plain, &j) == ATOLL__JOB_STATE__JOB_CANCELLED &&
+              !strcmp(j.message, "time limit (--time 0:00:10) reached at step 3"), "no --save: %d '%s'", j.state,
+          j.message);
+    store_job_clear(&j);
+    CHECK(job_state(&c, saved, &j) == ATOLL__JOB_STATE__JOB_RUNNING &&
+              !strcmp(j.message, "time limit (--time 0:00:10) reached: the ranks are committing a checkpoint to "
+                                 "/ck/saved"), "with --save: %d '%s'", j.state, j.message);
+    store_job_clear(&j);
+    CHECK(w1.stops + w2.stops >= stops + 3 && events_saying(&c, "job.time_limit", "--time 0:00:10 reached at step 3") == 2,
+          "stops %d, time-limit events %d", w1.stops + w2.stops - stops, events_saying(&c, "job.time_limit", "--time"));
+    /* the ranks commit and exit 75 (as workerd reports a checkpoint stop: not as stopped) */
+    all_ranks_exit(&c, &w1, saved, SUP_EXIT_SAVED, &seq);
+    coord_tick(&c);
+    CHECK(job_state(&c, saved, &j) == ATOLL__JOB_STATE__JOB_CANCELLED &&
+              !strcmp(j.message, "time limit (--time 0:00:10) reached: stopped after step 3 with a checkpoint "
+                                 "committed to /ck/saved (resume with --load)"), "saved: %d '%s'", j.state, j.message);
+    store_job_clear(&j);
+    /* the third never exits: cancelled once the grace period has passed */
+    live_for(&c, &w1, &w2, JOBS_TIME_GRACE_MS - 2000);
+    CHECK(job_state(&c, stuck, &j) == ATOLL__JOB_STATE__JOB_RUNNING, "within the grace period: %d", j.state);
+    store_job_clear(&j);
+    live_for(&c, &w1, &w2, 3000);
+    CHECK(job_state(&c, stuck, &j) == ATOLL__JOB_STATE__JOB_CANCELLED &&
+              strstr(j.message, "reached at step 3; no checkpoint was committed within the grace period"),
+          "stuck: %d '%s'", j.state, j.message);
     store_job_clear(&j);
     two_nodes_free(&c, &w1, &w2, &cli);
 }
@@ -1259,6 +1356,7 @@ int main(int argc, char **argv)
     test_series_settled();
     test_queue_order();
     test_dependency();
+    test_time_limit();
     test_cluster_view();
     return check_summary(argv[0]);
 }
