@@ -136,6 +136,8 @@ try:
     check(bool(good), "the job's goodput: productive share and the time lost by cause (%s)" % good)
     jobs_good = ws.eval("[...document.querySelectorAll('#jobs tr.job td:last-child')].map(td => td.textContent)")
     check(jobs_good and any(g.endswith("%") for g in jobs_good), "the jobs list has a goodput column: %s" % jobs_good)
+    head = ws.eval("document.getElementById('jobhead').innerText")
+    check(head and "time limit 1-02:03:04" in head, "the job's head shows its --time limit: %r" % head)
     cells = ws.eval("document.querySelectorAll('#layout .cell').length")
     check(cells and cells > 0, "the layout map shows %s ranks" % cells)
     labels = ws.eval("[...document.querySelectorAll('#layout .stage')].map(e => e.innerText.replace(/\\s+/g, ' '))")

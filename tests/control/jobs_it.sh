@@ -574,7 +574,7 @@ PYEOF
 case_dashboard() {
   command -v chromium >/dev/null || { echo "SKIP: needs chromium"; exit 77; }
   start_cluster
-  running_job watched 3
+  running_job watched 3 --time 1-02:03:04 # the job's head shows the limit as Slurm prints it
   local id=$ID
   local shot=${ATOLL_ARTIFACTS:-$TMP}/dashboard.png
   "$PY" "$HERE/dashboard_cdp.py" "http://$(cat "$TMP/state/http.addr")/" "$shot" 2 || fail "dashboard"
