@@ -547,12 +547,17 @@ static int place_elastic(coord *c, busy_ctx *b, const store_job *j, atoll_config
  * would not fit even the cluster with no job on it waits for nodes, not for
  * other jobs, and reserves nothing; one that later jobs already stand in the way
  * of holds every later job back. Restarts are not held back: their jobs were
- * running. */
+ * running. With time limits (atoll submit --time) it is EASY backfill proper: the
+ * reservation is free once the jobs holding it end, by their limits at the latest,
+ * and a later job whose own limit ends before that may use it too. */
 typedef struct {
     uint64_t id;       /* the head; 0: none */
     atoll_config cfg;  /* what it waits for: a new job's full size, a restart's smallest */
     int block_all;     /* no reservation could be made: later new jobs wait */
     busy_ctx bh;       /* the run's candidates with the reservation taken too (bh.n = 0 with block_all) */
+    busy_ctx resv;     /* the same candidates with only the reservation marked */
+    int64_t start_ms;  /* when the reservation is free by the limits of the jobs holding it;
+                        * 0 not worked out yet, INT64_MAX when one of them has no limit */
 } head_hold;
 
 /* The smallest placement a restart may take: the data-parallel size, from 1 up,
@@ -628,15 +633,61 @@ static int hold_for(coord *c, busy_ctx *b, head_hold *hh, const store_job *j)
     r = (Atoll__JobLayout)ATOLL__JOB_LAYOUT__INIT;
     int reserved = !candidates_like(c, b, &later, j->id, 0) && !try_place(c, &later, &hh->cfg, &r, &a, why, sizeof why);
     free_candidates(&later);
-    if (reserved && candidates_like(c, b, &hh->bh, 0, 1) == 0) {
+    int bh_ok = reserved && candidates_like(c, b, &hh->bh, 0, 1) == 0;
+    int resv_ok = bh_ok && candidates_like(c, b, &hh->resv, 0, 1) == 0; /* a copy, then only r marked */
+    if (resv_ok) {
         mark_layout(&hh->bh, &r);
         count_free(&hh->bh);
+        for (size_t i = 0; i < hh->resv.n; i++) memset(hh->resv.cands[i].busy, 0, (size_t)hh->resv.cands[i].rn->slots);
+        mark_layout(&hh->resv, &r);
     } else {
-        if (reserved) free_candidates(&hh->bh);
+        if (reserved) free_candidates(&hh->bh); /* candidates_like allocates even when it fails */
+        if (bh_ok) free_candidates(&hh->resv);
         hh->block_all = 1;
     }
     msg_arena_free(&a);
     return 0;
+}
+
+typedef struct {
+    coord *c;
+    head_hold *hh;
+    int64_t latest; /* the latest end of a job holding reserved GPUs; INT64_MAX: one has no limit */
+} holders_ctx;
+
+static int note_holder(void *ctx, store_job *j)
+{
+    holders_ctx *x = ctx;
+    if (j->id == x->hh->id || x->latest == INT64_MAX) return 0;
+    Atoll__JobLayout *l = load_layout(x->c, j);
+    int holds = 0;
+    cand *cd = NULL;
+    for (size_t r = 0; l && r < l->n_ranks && !holds; r++) {
+        if (!cd || strcmp(cd->rn->name, l->ranks[r]->node)) cd = find_cand(&x->hh->resv, l->ranks[r]->node);
+        for (int s = 0; cd && s < cd->rn->slots; s++)
+            if (cd->busy[s] && cd->gpu[s] == l->ranks[r]->gpu && (l->ranks[r]->gpu >= 0 || s == l->ranks[r]->local_rank))
+                holds = 1;
+    }
+    if (l) atoll__job_layout__free_unpacked(l, NULL);
+    if (!holds) return 0;
+    Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec);
+    int64_t end = spec && spec->time_limit_s > 0 && j->started_ms ? j->started_ms + spec->time_limit_s * 1000 : INT64_MAX;
+    if (spec) atoll__job_spec__free_unpacked(spec, NULL);
+    if (end > x->latest) x->latest = end;
+    return 0;
+}
+
+/* When the head's reservation is free at the latest: the end, by its --time
+ * limit, of every active job that holds some of its GPUs (worked out once a pass,
+ * when a later job with a limit asks). */
+static int64_t reservation_free_ms(coord *c, head_hold *hh)
+{
+    if (hh->start_ms) return hh->start_ms;
+    holders_ctx x = { c, hh, 0 };
+    for (int s = ATOLL__JOB_STATE__JOB_PLACING; s <= ATOLL__JOB_STATE__JOB_RESTARTING; s++)
+        store_jobs_each(c->st, s, note_holder, &x);
+    hh->start_ms = x.latest > 0 ? x.latest : c->now();
+    return hh->start_ms;
 }
 
 /* Places job j if it can: 0 placed, 1 waiting (for room, or behind the head), -1 failed. */
@@ -645,8 +696,12 @@ static int place_one(coord *c, busy_ctx *b, store_job *j, why_list *waiting, hea
     atoll_config cfg;
     Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec);
     char why[sizeof j->message];
-    /* A new job after the head: only on GPUs outside its reservation. */
+    /* A new job after the head: only on GPUs outside its reservation, unless its
+     * --time ends before the reservation is free. */
     int after_head = hh->id && j->id > hh->id, held = after_head && j->epoch == 0;
+    if (held && !hh->block_all && spec && spec->time_limit_s > 0 &&
+        c->now() + spec->time_limit_s * 1000 <= reservation_free_ms(c, hh))
+        held = 0;
     busy_ctx *on = held ? &hh->bh : b;
     char behind[sizeof j->message];
     snprintf(behind, sizeof behind, "waiting behind job %llu (submitted earlier, waiting for %d GPUs): later jobs "
@@ -814,7 +869,10 @@ void sched_run(coord *c)
             c->sched_head = j.id;
         store_job_clear(&j);
     }
-    if (hh.id && !hh.block_all) free_candidates(&hh.bh);
+    if (hh.id && !hh.block_all) {
+        free_candidates(&hh.bh);
+        free_candidates(&hh.resv);
+    }
     if (waiting.n && store_begin(c->st) == 0) {
         int rc = 0;
         for (size_t i = 0; i < waiting.n && !rc; i++) {

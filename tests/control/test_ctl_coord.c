@@ -525,6 +525,48 @@ static void test_queue_order(void)
     two_nodes_free(&c, &w1, &w2, &cli);
 }
 
+/* EASY backfill with --time: the head's reservation is free once the job holding
+ * it has reached its limit, so a later job whose own limit ends before then may
+ * use it; one with a longer limit, or none, waits behind the head. */
+static void test_backfill_limits(void)
+{
+    coord c;
+    static test_peer w1, w2, cli;
+    two_nodes(&c, &w1, &w2, &cli); /* 16 GPUs */
+    atoll_config cfg;
+    const char *e;
+    store_job j;
+    base_cfg(&cfg);
+    cfg.global_batch_size = 48;
+    const struct { int gpus; int64_t limit_s; } jobs[5] = {
+        { 8, 100 },  /* running: its limit frees the head's GPUs 100 s from now at the latest */
+        { 12, 0 },   /* the head: needs some of the first job's GPUs */
+        { 8, 200 },  /* ends after the reservation is free: waits behind the head */
+        { 8, 0 },    /* no limit: waits behind the head */
+        { 8, 10 },   /* ends before it: backfilled now */
+    };
+    uint64_t id[5];
+    for (int k = 0; k < 5; k++) {
+        cfg.num_gpus = jobs[k].gpus;
+        submit_time_limit = jobs[k].limit_s;
+        id[k] = submit(&c, &cli, &cfg, &e);
+        CHECK(id[k] > 0, "job %d refused: %s", k, e);
+        if (k < 2) coord_tick(&c);
+    }
+    submit_time_limit = 0;
+    coord_tick(&c);
+    const int want[5] = { ATOLL__JOB_STATE__JOB_STARTING, ATOLL__JOB_STATE__JOB_PENDING, ATOLL__JOB_STATE__JOB_PENDING,
+                          ATOLL__JOB_STATE__JOB_PENDING, ATOLL__JOB_STATE__JOB_STARTING };
+    for (int k = 0; k < 5; k++) {
+        CHECK(job_state(&c, id[k], &j) == want[k], "job %d (%d GPUs, --time %lld s): state %d (%s)", k, jobs[k].gpus,
+              (long long)jobs[k].limit_s, j.state, j.message);
+        if (k == 2 || k == 3) CHECK(strstr(j.message, "waiting behind job"), "job %d: %s", k, j.message);
+        store_job_clear(&j);
+    }
+    CHECK(c.sched_head == id[1], "the head is job %llu", (unsigned long long)c.sched_head);
+    two_nodes_free(&c, &w1, &w2, &cli);
+}
+
 /* Submits cfg with `--dependency dep` (a format with one job id); 0 and *err when refused. */
 static uint64_t submit_after(coord *c, test_peer *t, const atoll_config *cfg, const char *dep, uint64_t job,
                              const char **err)
@@ -1356,6 +1398,7 @@ int main(int argc, char **argv)
     test_series_settled();
     test_queue_order();
     test_dependency();
+    test_backfill_limits();
     test_time_limit();
     test_cluster_view();
     return check_summary(argv[0]);
