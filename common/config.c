@@ -86,6 +86,7 @@ static const key_def KEYS[] = {
     F("no-load-optim", K_BOOL, no_load_optim),
     F("no-load-rng", K_BOOL, no_load_rng),
     F("exit-on-missing-checkpoint", K_BOOL, exit_on_missing_checkpoint),
+    R("ckpt-step", K_INT, ckpt_step, 0, 2147483647.0, 0),
     R("exit-duration-in-mins", K_DOUBLE, exit_duration_in_mins, 0, HUGE_VAL, 0),
     R("exit-interval", K_INT, exit_interval, 0, 2147483647.0, 0),
     F("attention-backend", K_STR, attention_backend),
@@ -308,8 +309,6 @@ static const struct {
     { "add-qkv-bias", 0, MG_REFUSED, NULL, "linear layers have biases everywhere (the default) or nowhere "
       "(--disable-bias-linear)" },
     { "squared-relu", 0, MG_REFUSED, NULL, "the MLP is GELU, or SwiGLU with --swiglu" },
-    { "ckpt-step", 1, MG_REFUSED, NULL, "atoll loads the newest committed step in --load: copy the step you want "
-      "(its iter_NNNNNNN directory) into a directory of its own and --load that" },
     { "moe-*", 0, MG_REFUSED, NULL, "mixture-of-experts models are not implemented (dense GPT and LLaMA are)" },
     { "tokenizer-model", 1, MG_REFUSED, NULL, "SentencePiece and HuggingFace tokenizers are not implemented: "
       "--tokenizer-type GPT2BPETokenizer (--vocab-file, --merge-file) or the byte-level default" },
@@ -506,6 +505,18 @@ int cfg_is_flag(const char *key)
     const key_def *k = find_key(key);
     int m = k ? -1 : find_megatron(key);
     return (k && k->type == K_BOOL) || (m >= 0 && !MEGATRON[m].takes_value);
+}
+
+int cfg_validate_submission(const atoll_config *c, char *err, size_t errlen)
+{
+    if (c->ckpt_step && c->save[0] && !strcmp(c->load, c->save)) {
+        atoll_errf(err, errlen, "--ckpt-step %d with --load the same directory as --save (%s): once the run saves, "
+                   "a restart resumes its newest step there, so step %d would not stay the start; --save elsewhere, "
+                   "or move the steps after %d out of it and leave --ckpt-step out", c->ckpt_step, c->save,
+                   c->ckpt_step, c->ckpt_step);
+        return -1;
+    }
+    return 0;
 }
 
 int cfg_is_default(const atoll_config *c, const char *key)
@@ -1022,7 +1033,7 @@ int cfg_validate_training(const atoll_config *c, char *err, size_t errlen)
                    c->exit_duration_in_mins);
         return -1;
     }
-    const char *load_flag = c->finetune ? "--finetune" : c->no_load_optim ? "--no-load-optim"
+    const char *load_flag = c->ckpt_step ? "--ckpt-step" : c->finetune ? "--finetune" : c->no_load_optim ? "--no-load-optim"
                           : c->no_load_rng ? "--no-load-rng" : c->exit_on_missing_checkpoint
                           ? "--exit-on-missing-checkpoint" : NULL;
     if (load_flag && !c->load[0]) {

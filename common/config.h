@@ -77,6 +77,7 @@ typedef struct atoll_config {
     int no_load_optim;                         /* not the Adam moments: they start again at zero */
     int no_load_rng;                           /* not the seed: --seed orders the data */
     int exit_on_missing_checkpoint;            /* --load without a committed step refuses to start */
+    int ckpt_step;                             /* > 0: that step of --load, not its newest */
     double exit_duration_in_mins;              /* > 0: commit a checkpoint and stop after this long */
     int exit_interval;                         /* > 0: stop after this iteration (saving with --save) */
     /* the LLaMA family and regularisation (Megatron's flags) */
@@ -119,6 +120,10 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
 
 /* 1 when `key` names a boolean flag that takes no value on the command line. */
 int cfg_is_flag(const char *key);
+/* What a submission (atoll submit, the coordinator, atoll-train started by hand)
+ * may not ask, beyond cfg_validate_training, that a restarted rank legitimately
+ * has: its supervisor points --load at the job's own --save. 0, or -1 with err. */
+int cfg_validate_submission(const atoll_config *c, char *err, size_t errlen);
 /* 1 when key's setting in c is its default, 0 when not, -1 for an unknown key. */
 int cfg_is_default(const atoll_config *c, const char *key);
 

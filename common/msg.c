@@ -221,6 +221,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->lr_decay_style = (char *)cfg_lr_decay_name(c->lr_decay_style);
     o->lr_wsd_decay_style = (char *)cfg_wsd_decay_name(c->lr_wsd_decay_style);
     o->lr_wsd_decay_iters = c->lr_wsd_decay_iters;
+    o->ckpt_step = c->ckpt_step;
     o->seed = c->seed;
     o->data_path = (char *)c->data_path;
     o->split = (char *)c->split;

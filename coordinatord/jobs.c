@@ -365,7 +365,7 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, const char *request_id, ui
         return ATOLL__ERROR_CODE__ERR_INVALID;
     }
     int island = sched_max_island(c);
-    if (cfg_validate_layout(&cfg, cfg.num_gpus, island, why, sizeof why)) {
+    if (cfg_validate_layout(&cfg, cfg.num_gpus, island, why, sizeof why) || cfg_validate_submission(&cfg, why, sizeof why)) {
         snprintf(err, errlen, "invalid job spec: %s", why);
         return ATOLL__ERROR_CODE__ERR_INVALID;
     }

@@ -29,7 +29,7 @@ static void usage(FILE *f)
             "data:     --data-path PREFIX (Megatron .bin/.idx; without it the built-in corpus) --split 969,30,1\n"
             "ckpt:     --save DIR --save-interval N --load DIR --async-save --save-mtbf SEC --save-keep N\n"
             "          another run's --load: --finetune (weights only, from iteration 0) --no-load-optim\n"
-            "          --no-load-rng --exit-on-missing-checkpoint\n"
+            "          --no-load-rng --exit-on-missing-checkpoint --ckpt-step N\n"
             "numerics: --deterministic-dp (gradients summed in fp64: the same weights whatever the DP size)\n"
             "logging:  --log-interval N --metrics-file FILE (one JSON object per logged step)\n"
             "parallel: --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
@@ -115,6 +115,11 @@ int main(int argc, char **argv)
             return SUP_EXIT_CONFIG;
         }
         if (says) fprintf(stderr, "atoll-train: --use-checkpoint-args: from %s/%s\n", c.load, taken);
+    }
+    /* Started by hand (not a rank its supervisor started, whose --load may be the job's --save) */
+    if (!getenv("ATOLL_SUPERVISOR_PID") && cfg_validate_submission(&c, err, sizeof err)) {
+        fprintf(stderr, "atoll-train: %s\n", err);
+        return 2;
     }
     if (cl.print_groups) {
         int world = cl.nproc ? cl.nproc : getenv("WORLD_SIZE") ? atoi(getenv("WORLD_SIZE")) : c.num_gpus ? c.num_gpus : 1;

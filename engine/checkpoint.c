@@ -469,6 +469,20 @@ static int list_steps(const char *dir, long long **its, size_t *n)
     return 0;
 }
 
+int ckpt_step_check(const char *dir, long long iteration, char *err, size_t errlen)
+{
+    char step[1024], why[256];
+    ckpt_step_dir(step, sizeof step, dir, iteration);
+    struct stat st;
+    if (stat(step, &st)) {
+        atoll_errf(err, errlen, "%s: %s", step, strerror(errno));
+        return -1;
+    }
+    const char *problem = step_problem(step, why, sizeof why);
+    if (problem) atoll_errf(err, errlen, "%s is %s", step, problem);
+    return problem ? -1 : 0;
+}
+
 int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen)
 {
     long long *its;

@@ -96,6 +96,10 @@ int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,
  * committed step that is damaged with no intact one before it. */
 int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen);
 
+/* 0 when step `iteration` of dir is committed and intact; else -1 with err
+ * saying what it is (missing, not committed, torn, corrupt). */
+int ckpt_step_check(const char *dir, long long iteration, char *err, size_t errlen);
+
 /* Loads step `iteration` into the model and optimizer (this rank's slices) and
  * the train state. A tensor missing from the files, a shape that differs from the
  * model's, or a tensor the model does not have is a one-line error naming it;

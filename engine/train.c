@@ -592,12 +592,15 @@ typedef struct {
     int own;         /* this run's own checkpoint: nothing is left out */
 } load_plan;
 
-static int foreign_flags(const atoll_config *c) { return c->finetune || c->no_load_optim || c->no_load_rng; }
+static int foreign_flags(const atoll_config *c)
+{
+    return c->finetune || c->no_load_optim || c->no_load_rng || c->ckpt_step;
+}
 
 static const char *foreign_names(const atoll_config *c, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s%s%s", c->finetune ? " --finetune" : "", c->no_load_optim ? " --no-load-optim" : "",
-             c->no_load_rng ? " --no-load-rng" : "");
+    snprintf(buf, len, "%s%s%s%s", c->finetune ? " --finetune" : "", c->no_load_optim ? " --no-load-optim" : "",
+             c->no_load_rng ? " --no-load-rng" : "", c->ckpt_step ? " --ckpt-step" : "");
     return buf + 1;
 }
 
@@ -619,11 +622,18 @@ static int resume(run *r, char *err, size_t errlen)
                         "on the first start)\n", c->save, it, foreign_names(c, names, sizeof names), c->load);
             lp = (load_plan){ c->save, 1 };
         }
-    } else if (lp.own && foreign_flags(c) && r->d.rank == 0) {
+    } else if (lp.own && foreign_flags(c) && r->d.rank == 0) { /* a restart: workerd points --load at --save */
         fprintf(stderr, "atoll-train: note: --load is this run's --save, so it resumes exactly (%s: for another "
                 "run's checkpoint only)\n", foreign_names(c, names, sizeof names));
     }
-    int rc = ckpt_latest(lp.dir, &it, err, errlen);
+    int rc;
+    if (!lp.own && c->ckpt_step) { /* that step, or nothing */
+        if (ckpt_step_check(lp.dir, c->ckpt_step, err, errlen)) return ENG_ERR_CONFIG;
+        it = c->ckpt_step;
+        rc = 0;
+    } else {
+        rc = ckpt_latest(lp.dir, &it, err, errlen);
+    }
     if (rc < 0) return ENG_ERR_CONFIG;
     if (rc == 1) {
         if (c->exit_on_missing_checkpoint) {

@@ -551,7 +551,7 @@ static void test_megatron_flags(void)
         { "--moe-router-topk 2", "--moe-router-topk: mixture-of-experts models are not implemented" },
         { "--moe-grouped-gemm", "--moe-grouped-gemm: mixture-of-experts models are not implemented" },
         { "--rotary-interleaved", "--rotary-interleaved: rope rotates the two halves of each head" },
-        { "--ckpt-step 5", "--ckpt-step: atoll loads the newest committed step in --load" },
+        { "--ckpt-step 5", "--ckpt-step says how to take the checkpoint in --load: give --load DIR" },
         { "--account-for-loss-in-pipeline-split", "give --decoder-first-pipeline-num-layers" },
         { "--checkpoint-activations --recompute-granularity selective", "--checkpoint-activations is "
                                                                           "--recompute-granularity full" },
@@ -579,6 +579,13 @@ static void test_megatron_flags(void)
         CHECK((parse(&c, line, err, sizeof err) == -1 || cfg_validate_training(&c, err, sizeof err) == -1) &&
                   strstr(err, refused[i].says), "%s: '%s'", refused[i].flags, err);
     }
+    snprintf(line, sizeof line, "%s--ckpt-step 5 --load a --save a", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_training(&c, err, sizeof err) == 0 &&
+              cfg_validate_submission(&c, err, sizeof err) == -1 &&
+              strstr(err, "--ckpt-step 5 with --load the same directory as --save (a)"), "--ckpt-step in place: %s", err);
+    snprintf(line, sizeof line, "%s--ckpt-step 5 --load a --save b", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_submission(&c, err, sizeof err) == 0 && c.ckpt_step == 5,
+          "--ckpt-step: %s", err);
     snprintf(line, sizeof line, "%s--finetune --no-load-optim --no-load-rng --load a --save b --exit-duration-in-mins 1",
              model);
     CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_training(&c, err, sizeof err) == 0 && c.finetune &&

@@ -151,6 +151,7 @@ static void message_cases(void)
     c.exit_on_missing_checkpoint = 1; c.exit_duration_in_mins = 230; c.init_method_std = 0.006;
     c.exit_interval = 500; c.eod_mask_loss = 1;
     c.lr_decay_style = LR_DECAY_WSD; c.lr_wsd_decay_style = WSD_COSINE; c.lr_wsd_decay_iters = 100;
+    c.ckpt_step = 1200;
     Atoll__JobSpec s;
     msg_spec_from_cfg(&s, &c, "gpt-1b");
     plen = protobuf_c_message_get_packed_size(&s.base);

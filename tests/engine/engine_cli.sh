@@ -121,6 +121,27 @@ grep -q "note: --load is this run's --save, so it resumes exactly (--no-load-opt
     diff <(losses straight.jsonl | tail -10) <(losses own.jsonl) >/dev/null &&
     ok "--no-load-optim on the run's own --save: resumed exactly (steps 11-20 bit-identical)" ||
     bad "--no-load-optim on its own --save: $(head -2 own.log)"
+# --ckpt-step: that step of another run's --load, not its newest; the same command again resumes its own
+"$TRAIN" "${RUN[@]}" --load ck --ckpt-step 5 --save cks --exit-interval 8 --metrics-file cks.jsonl >cks.log 2>&1 \
+    || bad "--ckpt-step 5 failed: $(tail -1 cks.log)"
+"$TRAIN" "${RUN[@]}" --load ck --ckpt-step 5 --save cks --metrics-file cks.jsonl >cks2.log 2>&1 \
+    || bad "--ckpt-step 5 again failed: $(tail -1 cks2.log)"
+if grep -q "loaded checkpoint ck/iter_0000005 (consumed samples 40)" cks.log &&
+   grep -q "save cks holds this run's step 8: resuming it (--ckpt-step took --load ck on the first start)" cks2.log &&
+   diff <(losses straight.jsonl | tail -15) <(losses cks.jsonl) >/dev/null; then
+    ok "--ckpt-step 5: steps 6-8 from step 5 of ck, then 9-20 from the run's own step 8, bit-identical to a straight run"
+else
+    bad "--ckpt-step: $(head -2 cks.log) / $(head -2 cks2.log)"
+fi
+"$TRAIN" "${RUN[@]}" --load ck --ckpt-step 7 >cks3.log 2>&1
+rc=$?
+[ $rc = 78 ] && grep -q "ck/iter_0000007: No such file or directory" cks3.log && ok "--ckpt-step 7 (no such step) refused (exit 78)" \
+    || bad "--ckpt-step of a missing step: rc=$rc $(cat cks3.log)"
+"$TRAIN" "${RUN[@]}" --load ck --save ck --ckpt-step 5 >cks4.log 2>&1
+rc=$?
+[ $rc = 2 ] && grep -q "ckpt-step 5 with --load the same directory as --save (ck)" cks4.log \
+    && ok "--ckpt-step with --load = --save refused: a restart would resume the newest step there" \
+    || bad "--ckpt-step in place: rc=$rc $(cat cks4.log)"
 # --use-checkpoint-args: the model from the checkpoint's manifest; a flag given wins over it
 "$TRAIN" --load ck --use-checkpoint-args --finetune --micro-batch-size 2 --global-batch-size 8 --train-iters 1 \
     >uca.log 2>&1 || bad "--use-checkpoint-args failed: $(tail -2 uca.log)"
