@@ -438,7 +438,8 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
         }
         c->recompute_granularity = RECOMPUTE_SELECTIVE;
     }
-    if (c->kv_channels && c->num_attention_heads > 0 && c->kv_channels * c->num_attention_heads != c->hidden_size) {
+    if (c->kv_channels && c->num_attention_heads > 0 &&
+        (long long)c->kv_channels * c->num_attention_heads != c->hidden_size) { /* both up to 2^20: 64-bit */
         atoll_errf(err, errlen, "--kv-channels %d: atoll's head dimension is --hidden-size / --num-attention-heads = "
                    "%d / %d; leave it out or give that", c->kv_channels, c->hidden_size, c->num_attention_heads);
         return -1;

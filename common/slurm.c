@@ -247,7 +247,7 @@ int slurm_parse_time(const char *text, int64_t *seconds, char *err, size_t errle
     if (dash) { /* DAYS-HOURS[:MINUTES[:SECONDS]] */
         char *end;
         days = strtoll(p, &end, 10);
-        if (end != dash || p == dash || *p == '+' || *p == '-') goto bad;
+        if (end != dash || p == dash || *p == '+' || *p == '-' || days > 366) goto bad; /* before any product */
         p = dash + 1;
     }
     for (;;) {

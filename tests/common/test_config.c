@@ -557,6 +557,7 @@ static void test_megatron_flags(void)
                                                                           "--recompute-granularity full" },
         { "--use-tp-pp-dp-mapping --rank-order tp-dp-pp", "--use-tp-pp-dp-mapping is --rank-order tp-cp-ep-pp-dp, and "
                                                           "--rank-order tp-dp-pp is given too" },
+        { "--kv-channels 1048576 --num-attention-heads 65536", "--kv-channels 1048576: atoll's head dimension" },
         { "--kv-channels 32", "--kv-channels 32: atoll's head dimension is --hidden-size / --num-attention-heads = 64 / 4" },
         { "--decoupled-lr 5e-4", "--decoupled-lr: one learning rate schedule" },
         { "--apply-layernorm-1p", "--apply-layernorm-1p: LayerNorm weights are not stored offset by 1" },

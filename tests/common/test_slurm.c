@@ -187,7 +187,7 @@ static void test_time(void)
               (long long)s, err);
     }
     const char *bad[] = { "", "0", "0:00", "abc", "1:2:3:4", "-5", "1-", "1--2", "5x", "1:60x", "367-0", "+5", "1- 2",
-                          "99999999999", NULL };
+                          "99999999999", "99999999999999999-0", NULL };
     for (int i = 0; bad[i]; i++) {
         int64_t s = 0;
         err[0] = 0;
