@@ -60,6 +60,7 @@ int cmd_jobs(cli_ctx *c, int argc, char **argv);
 int cmd_status(cli_ctx *c, int argc, char **argv);
 int cmd_wait(cli_ctx *c, int argc, char **argv);
 int cmd_cancel(cli_ctx *c, int argc, char **argv);
+int cmd_resubmit(cli_ctx *c, int argc, char **argv);
 int cmd_events(cli_ctx *c, int argc, char **argv);
 int cmd_data(cli_ctx *c, int argc, char **argv);
 int cmd_generate(cli_ctx *c, int argc, char **argv);

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "auth.h"
+#include "checkpoint.h"
 #include "cli.h"
 #include "plan.h"
 #include "tokenizer.h"
@@ -128,6 +129,36 @@ static void note_no_checkpoint(cli_ctx *c, const atoll_config *cfg)
                 "after a node or rank failure the job trains again from %s\n", c->prog, back);
 }
 
+/* Sends the spec as a new job and prints its id (--json: {"job":ID}, unless
+ * `quiet_json` because more JSON follows). A request id makes the submission
+ * safe to send again: if the coordinator stored the job but the reply was lost,
+ * the retry gets the same job back; NULL makes a random one. */
+static int send_spec(cli_ctx *c, const char *cmd, Atoll__JobSpec *spec, const char *request_id, int quiet_json,
+                     uint64_t *id)
+{
+    Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
+    req.spec = spec;
+    char rid[33];
+    if (request_id) {
+        req.request_id = (char *)request_id;
+    } else {
+        uint8_t raw[16];
+        if (auth_random(raw, sizeof raw)) return cli_usage(c, cmd, "cannot read random bytes for a request id");
+        for (size_t i = 0; i < sizeof raw; i++) snprintf(rid + 2 * i, 3, "%02x", raw[i]);
+        req.request_id = rid;
+    }
+    Atoll__SubmitReply *r;
+    int rc = cli_call_retry(c, ATOLL__MSG_TYPE__MSG_SUBMIT, &req.base, ATOLL__MSG_TYPE__MSG_SUBMIT_REPLY,
+                            (ProtobufCMessage **)&r, 1);
+    if (rc) return rc;
+    *id = r->job;
+    atoll__submit_reply__free_unpacked(r, NULL);
+    if (c->json && !quiet_json) printf("{\"job\":%llu}\n", (unsigned long long)*id);
+    else if (!c->json) printf("%llu\n", (unsigned long long)*id);
+    fflush(stdout);
+    return 0;
+}
+
 static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x)
 {
     atoll_config cfg;
@@ -156,31 +187,49 @@ static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x)
     spec.n_env = x->n_env;
     spec.dependency = x->dependency;
     spec.time_limit_s = x->time_limit_s;
-    Atoll__SubmitRequest req = ATOLL__SUBMIT_REQUEST__INIT;
-    req.spec = &spec;
-    /* A request id makes the submission safe to send again: if the coordinator
-     * stored the job but the reply was lost, the retry gets the same job back. */
-    char rid[33];
-    if (x->request_id) {
-        req.request_id = (char *)x->request_id;
-    } else {
-        uint8_t raw[16];
-        if (auth_random(raw, sizeof raw)) return cli_usage(c, "submit", "cannot read random bytes for a request id");
-        for (size_t i = 0; i < sizeof raw; i++) snprintf(rid + 2 * i, 3, "%02x", raw[i]);
-        req.request_id = rid;
-    }
-    Atoll__SubmitReply *r;
-    int rc = cli_call_retry(c, ATOLL__MSG_TYPE__MSG_SUBMIT, &req.base, ATOLL__MSG_TYPE__MSG_SUBMIT_REPLY,
-                            (ProtobufCMessage **)&r, 1);
+    uint64_t id;
+    int rc = send_spec(c, "submit", &spec, x->request_id, x->wait, &id);
     if (rc) return rc;
-    uint64_t id = r->job;
-    atoll__submit_reply__free_unpacked(r, NULL);
-    if (c->json && !x->wait) printf("{\"job\":%llu}\n", (unsigned long long)id);
-    else if (!c->json) printf("%llu\n", (unsigned long long)id);
-    fflush(stdout);
     if (!x->auto_layout) note_pipeline_split(c, &cfg);
     note_no_checkpoint(c, &cfg);
     return x->wait ? wait_job(c, id, 0) : 0;
+}
+
+/* `atoll resubmit JOB [--name NAME]`: the job's spec again as a new job (Slurm's
+ * requeue, under a new id), without its --dependency, which it waited for
+ * already. A job that committed a checkpoint to its --save goes on from there,
+ * as a restart does: --load becomes --save (and --ckpt-step, which chose the
+ * first start, is dropped). */
+int cmd_resubmit(cli_ctx *c, int argc, char **argv)
+{
+    uint64_t id;
+    const char *name = NULL;
+    if (argc == 4 && !strcmp(argv[2], "--name")) name = argv[3];
+    else if (argc != 2) return cli_usage(c, argv[0], "expected one job id, then optionally --name NAME");
+    if (cli_job_id(argv[1], &id)) return cli_usage(c, argv[0], "'%s' is not a job id (a positive number)", argv[1]);
+    Atoll__JobsReply *r;
+    int rc = cli_fetch_job(c, id, 0, &r);
+    if (rc) return rc;
+    if (r->n_jobs != 1 || !r->jobs[0]->spec) {
+        atoll__jobs_reply__free_unpacked(r, NULL);
+        fprintf(stderr, "%s: job %llu has no stored spec\n", c->prog, (unsigned long long)id);
+        return CLI_REFUSED;
+    }
+    Atoll__JobSpec spec = *r->jobs[0]->spec; /* shallow: r owns the strings until freed below */
+    spec.dependency = "";
+    if (name) spec.name = (char *)name;
+    long long it;
+    char err[512];
+    if (spec.save && spec.save[0] && ckpt_latest(spec.save, &it, err, sizeof err) == 0) {
+        spec.load = spec.save;
+        spec.ckpt_step = 0;
+        fprintf(stderr, "%s: job %llu committed step %lld to %s: the new job goes on from it\n", c->prog,
+                (unsigned long long)id, it, spec.save);
+    }
+    uint64_t nid;
+    rc = send_spec(c, "resubmit", &spec, NULL, 0, &nid);
+    atoll__jobs_reply__free_unpacked(r, NULL);
+    return rc;
 }
 
 int cmd_submit(cli_ctx *c, int argc, char **argv)

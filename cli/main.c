@@ -28,6 +28,8 @@ static const cli_command COMMANDS[] = {
     { "logs", cmd_logs, "JOB [--rank R] [--epoch E] [--follow] [--tail BYTES]",
       "a rank's log (rank 0 of the current placement by default; --follow: on through restarts until the job ends)" },
     { "cancel", cmd_cancel, "JOB [JOB...] [--checkpoint]", "stop jobs (--checkpoint: their ranks commit a checkpoint first)" },
+    { "resubmit", cmd_resubmit, "JOB [--name NAME]",
+      "queue a job's spec again as a new job, going on from its --save checkpoint if it committed one" },
     { "events", cmd_events, "[--after ID] [--limit N]", "the audit log" },
     { "layout", cmd_layout, "JOB", "rank -> node/GPU map and every process group" },
     { "plan", cmd_plan, "[model flags] (--num-gpus N [--gpus-per-node N] [--gpu TYPE] | --cluster) [--top K] [--explain]",

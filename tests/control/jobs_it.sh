@@ -21,7 +21,7 @@
 #            is cancelled naming it; a job submitted with --load resumes from it with the
 #            losses of an uninterrupted run; without --save the request is refused; a --finetune
 #            job from that checkpoint starts at iteration 0, stops at --exit-duration-in-mins with
-#            a checkpoint, and submitted again resumes its own step
+#            a checkpoint, and submitted again resumes its own step; `atoll resubmit` goes on from it
 #   secret   without the job secret nothing can claim a rank or touch the job's keys
 #   top      `atoll top` in a real terminal (tmux, 80x24) shows the job's row; q quits
 #   http     /metrics parsed by python3-prometheus-client with the per-job series typed; /api
@@ -435,6 +435,16 @@ case_checkpoint() {
   atoll logs "$id4" --rank 0 >"$TMP/ft2.log"
   grep -q "save $ft holds this run's step 1: resuming it" "$TMP/ft2.log" || fail "fine-tune again: $(head -3 "$TMP/ft2.log")"
   ok "--finetune job $id3 took step 150's weights from iteration 0, stopped at --exit-duration-in-mins after step 1; job $id4 (its model from the checkpoint: --use-checkpoint-args) resumed it to 20"
+  # atoll resubmit: the first one's spec again, going on from what its --save holds now (step 20)
+  local id5; id5=$(atoll resubmit "$id3" --name again --json 2>"$TMP/resub.err" | json "d['job']") \
+    || fail "resubmit: $(cat "$TMP/resub.err")"
+  grep -q "job $id3 committed step 20 to $ft: the new job goes on from it" "$TMP/resub.err" \
+    || fail "resubmit note: $(cat "$TMP/resub.err")"
+  wait_until 60 state_is "$id5" completed || fail "resubmitted job: $(atoll status "$id5")"
+  atoll logs "$id5" --rank 0 | grep -q "loaded checkpoint $ft/iter_0000020" || fail "resubmitted log: $(atoll logs "$id5" --rank 0 | head -3)"
+  [ "$(atoll status "$id5" --json | json "d['name']")" = again ] || fail "resubmit --name"
+  atoll resubmit 999 2>"$TMP/err"; [ $? = 1 ] || fail "resubmit of no job: $(cat "$TMP/err")"
+  ok "atoll resubmit $id3: job $id5 went on from $ft's step 20 (its --load became its --save, as a restart's does)"
   stop_all
 }
 
