@@ -285,15 +285,23 @@ static cand *find_cand(busy_ctx *b, const char *name)
     return NULL;
 }
 
+/* The busy flag of the slot rank `rk` holds in b (its GPU, or its local rank on a
+ * CPU node), or NULL; *cd caches the rank's candidate (ranks come node by node). */
+static unsigned char *rank_slot(busy_ctx *b, cand **cd, const Atoll__RankPlacement *rk)
+{
+    if (!*cd || strcmp((*cd)->rn->name, rk->node)) *cd = find_cand(b, rk->node);
+    for (int s = 0; *cd && s < (*cd)->rn->slots; s++)
+        if ((*cd)->gpu[s] == rk->gpu && (rk->gpu >= 0 || s == rk->local_rank)) return &(*cd)->busy[s];
+    return NULL;
+}
+
 /* The slots a layout's ranks hold, taken. */
 static void mark_layout(busy_ctx *b, const Atoll__JobLayout *l)
 {
     cand *cd = NULL;
     for (size_t r = 0; r < l->n_ranks; r++) {
-        if (!cd || strcmp(cd->rn->name, l->ranks[r]->node)) cd = find_cand(b, l->ranks[r]->node);
-        for (int s = 0; cd && s < cd->rn->slots; s++)
-            if (cd->gpu[s] == l->ranks[r]->gpu && (l->ranks[r]->gpu >= 0 || s == l->ranks[r]->local_rank))
-                cd->busy[s] = 1;
+        unsigned char *busy = rank_slot(b, &cd, l->ranks[r]);
+        if (busy) *busy = 1;
     }
 }
 
@@ -663,10 +671,8 @@ static int note_holder(void *ctx, store_job *j)
     int holds = 0;
     cand *cd = NULL;
     for (size_t r = 0; l && r < l->n_ranks && !holds; r++) {
-        if (!cd || strcmp(cd->rn->name, l->ranks[r]->node)) cd = find_cand(&x->hh->resv, l->ranks[r]->node);
-        for (int s = 0; cd && s < cd->rn->slots; s++)
-            if (cd->busy[s] && cd->gpu[s] == l->ranks[r]->gpu && (l->ranks[r]->gpu >= 0 || s == l->ranks[r]->local_rank))
-                holds = 1;
+        const unsigned char *reserved = rank_slot(&x->hh->resv, &cd, l->ranks[r]);
+        holds = reserved && *reserved;
     }
     if (l) atoll__job_layout__free_unpacked(l, NULL);
     if (!holds) return 0;
@@ -690,12 +696,22 @@ static int64_t reservation_free_ms(coord *c, head_hold *hh)
     return hh->start_ms;
 }
 
-/* Places job j if it can: 0 placed, 1 waiting (for room, or behind the head), -1 failed. */
+/* Places job j if it can: 0 placed, 1 waiting (for room, or behind the head),
+ * 2 waiting for its --dependency (it holds no reservation: it does not wait for
+ * GPUs), -1 failed or, its dependency never able to hold, cancelled. */
 static int place_one(coord *c, busy_ctx *b, store_job *j, why_list *waiting, head_hold *hh)
 {
     atoll_config cfg;
     Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec);
     char why[sizeof j->message];
+    int dep = j->epoch == 0 && spec && spec->dependency && spec->dependency[0]
+                  ? jobs_dependency(c, spec, why, sizeof why) : 0;
+    if (dep) {
+        if (dep > 0 && strcmp(j->message, why)) why_add(waiting, j, why);
+        if (dep < 0) jobs_set_state(c, j, ATOLL__JOB_STATE__JOB_CANCELLED, "not started: %s", why);
+        atoll__job_spec__free_unpacked(spec, NULL);
+        return dep > 0 ? 2 : -1;
+    }
     /* A new job after the head: only on GPUs outside its reservation, unless its
      * --time ends before the reservation is free. */
     int after_head = hh->id && j->id > hh->id, held = after_head && j->epoch == 0;
@@ -781,20 +797,6 @@ out:
     return status;
 }
 
-/* A new job's --dependency: 0 it may be placed; 1 it waits (no reservation: it
- * does not wait for GPUs); -1 it never can and is cancelled saying why. */
-static int after_dependency(coord *c, store_job *j, why_list *waiting)
-{
-    Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec);
-    if (!spec) return 0; /* place_one fails it */
-    char why[sizeof j->message];
-    int rc = spec->dependency && spec->dependency[0] ? jobs_dependency(c, spec, why, sizeof why) : 0;
-    atoll__job_spec__free_unpacked(spec, NULL);
-    if (rc > 0 && strcmp(j->message, why)) why_add(waiting, j, why);
-    if (rc < 0) jobs_set_state(c, j, ATOLL__JOB_STATE__JOB_CANCELLED, "not started: %s", why);
-    return rc > 0 ? 1 : rc < 0 ? -1 : 0;
-}
-
 void sched_capacity_changed(coord *c)
 {
     c->sched_gen++;
@@ -864,8 +866,7 @@ void sched_run(coord *c)
     for (size_t i = 0; i < pending.n; i++) {
         store_job j;
         if (store_job_get(c->st, pending.ids[i], &j)) continue;
-        int dep = j.epoch == 0 ? after_dependency(c, &j, &waiting) : 0;
-        if (!dep && place_one(c, &b, &j, &waiting, &hh) == 1 && !hh.id && hold_for(c, &b, &hh, &j) == 0)
+        if (place_one(c, &b, &j, &waiting, &hh) == 1 && !hh.id && hold_for(c, &b, &hh, &j) == 0)
             c->sched_head = j.id;
         store_job_clear(&j);
     }
