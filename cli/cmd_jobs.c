@@ -305,13 +305,12 @@ static int parse_states(cli_ctx *c, const char *list, unsigned *mask)
     *mask = 0;
     for (const char *p = list; *p;) {
         size_t n = strcspn(p, ",");
+        int active = n == 6 && !strncmp(p, "active", 6), ended = n == 5 && !strncmp(p, "ended", 5);
         unsigned bit = 0;
         for (int s = ATOLL__JOB_STATE__JOB_PENDING; s <= ATOLL__JOB_STATE__JOB_CANCELLED; s++)
-            if (strlen(msg_job_state_name(s)) == n && !strncmp(p, msg_job_state_name(s), n)) bit = 1u << s;
-        for (int s = ATOLL__JOB_STATE__JOB_PENDING; !bit && s <= ATOLL__JOB_STATE__JOB_CANCELLED; s++)
-            if (n == (msg_job_state_ended(s) ? 5 : 6) && !strncmp(p, msg_job_state_ended(s) ? "ended" : "active", n))
-                for (int t = ATOLL__JOB_STATE__JOB_PENDING; t <= ATOLL__JOB_STATE__JOB_CANCELLED; t++)
-                    if (msg_job_state_ended(t) == msg_job_state_ended(s)) bit |= 1u << t;
+            if ((strlen(msg_job_state_name(s)) == n && !strncmp(p, msg_job_state_name(s), n)) ||
+                (msg_job_state_ended(s) ? ended : active))
+                bit |= 1u << s;
         if (!bit) {
             cli_usage(c, "jobs", "--state: '%.*s' is not a job state (accepted: pending, placing, starting, running, "
                       "restarting, completed, failed, cancelled, active, ended; several joined by ',')", (int)n, p);

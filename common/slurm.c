@@ -264,7 +264,7 @@ int slurm_parse_time(const char *text, int64_t *seconds, char *err, size_t errle
     else if (n == 1) s = f[0] * 60;
     else if (n == 2) s = f[0] * 60 + f[1];
     else s = f[0] * 3600 + f[1] * 60 + f[2];
-    if (s <= 0 || s > SLURM_TIME_MAX_S || days > 366) goto bad;
+    if (s <= 0 || s > SLURM_TIME_MAX_S) goto bad;
     *seconds = s;
     return 0;
 bad:

@@ -166,12 +166,13 @@ static void live_sync(coord *c, const store_job *j)
         lj->epoch = j->epoch;
         lj->progress_ms = c->now();
         atoll_config cfg;
-        if (jobs_config(j, &cfg) == 0) {
+        char why[256];
+        Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec); /* decoded once for both */
+        if (spec && msg_spec_to_cfg(spec, &cfg, why, sizeof why) == 0) {
             lj->world = cfg.num_gpus;
             lj->pp = cfg.pipeline_model_parallel_size;
             lj->bubble_theory = cfg_bubble_theory(&cfg, cfg.num_gpus);
         }
-        Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec);
         if (spec && spec->time_limit_s > 0) lj->limit_s = spec->time_limit_s;
         if (spec) atoll__job_spec__free_unpacked(spec, NULL);
         live_insert(&c->live, lj);
