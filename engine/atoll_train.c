@@ -106,7 +106,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "atoll-train: %s\n", err);
         return 2;
     }
-    int says = !getenv("ATOLL_SUPERVISOR_PID") && (!getenv("RANK") || !strcmp(getenv("RANK"), "0"));
+    int by_hand = !getenv("ATOLL_SUPERVISOR_PID"); /* not a rank a supervisor (launcher, workerd) started */
+    int says = by_hand && (!getenv("RANK") || !strcmp(getenv("RANK"), "0"));
     if (says) cfg_megatron_notes(&c, "atoll-train", stderr); /* once, not by every rank of a launch */
     if (c.use_checkpoint_args) {
         char taken[1024];
@@ -116,8 +117,8 @@ int main(int argc, char **argv)
         }
         if (says) fprintf(stderr, "atoll-train: --use-checkpoint-args: from %s/%s\n", c.load, taken);
     }
-    /* Started by hand (not a rank its supervisor started, whose --load may be the job's --save) */
-    if (!getenv("ATOLL_SUPERVISOR_PID") && cfg_validate_submission(&c, err, sizeof err)) {
+    /* a supervised rank's --load may be the job's --save (a restart): not a submission */
+    if (by_hand && cfg_validate_submission(&c, err, sizeof err)) {
         fprintf(stderr, "atoll-train: %s\n", err);
         return 2;
     }

@@ -664,13 +664,23 @@ char *tok_decode(const tokenizer *t, const int32_t *ids, size_t n, size_t *len, 
     return out;
 }
 
-int32_t tok_config_eod(const atoll_config *c, char *err, size_t errlen)
+/* The config's tokenizer, opened: 0 with *t NULL for byte-level (or none given),
+ * -1 with err when the type or its files are refused. */
+static int open_config_tok(const atoll_config *c, tokenizer **t, char *err, size_t errlen)
 {
     tok_type type;
+    *t = NULL;
     if (!c->tokenizer_type[0]) return 0;
     if (tok_type_parse(c->tokenizer_type, &type, err, errlen)) return -1;
-    tokenizer *t = tok_open(type, c->vocab_file, c->merge_file, err, errlen);
-    if (!t) return -1;
+    if (type == TOK_BYTE) return 0;
+    return (*t = tok_open(type, c->vocab_file, c->merge_file, err, errlen)) ? 0 : -1;
+}
+
+int32_t tok_config_eod(const atoll_config *c, char *err, size_t errlen)
+{
+    tokenizer *t;
+    if (open_config_tok(c, &t, err, errlen)) return -1;
+    if (!t) return 0; /* byte-level: 0 ends a document */
     int32_t eod = tok_eod(t);
     tok_free(t);
     return eod;
@@ -678,12 +688,9 @@ int32_t tok_config_eod(const atoll_config *c, char *err, size_t errlen)
 
 int tok_config_vocab(atoll_config *c, char *err, size_t errlen)
 {
-    tok_type type;
-    if (!c->tokenizer_type[0]) return 0;
-    if (tok_type_parse(c->tokenizer_type, &type, err, errlen)) return -1;
-    if (type == TOK_BYTE) return 0;
-    tokenizer *t = tok_open(type, c->vocab_file, c->merge_file, err, errlen);
-    if (!t) return -1;
+    tokenizer *t;
+    if (open_config_tok(c, &t, err, errlen)) return -1;
+    if (!t) return 0;
     int n = tok_vocab_size(t), mult = cfg_vocab_multiple(c) * (c->tensor_model_parallel_size > 0 ? c->tensor_model_parallel_size : 1);
     tok_free(t);
     int padded = (n + mult - 1) / mult * mult;
