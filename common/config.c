@@ -82,6 +82,8 @@ static const key_def KEYS[] = {
     R("lr-warmup-init", K_DOUBLE, lr_warmup_init, 0, HUGE_VAL, 0),
     R("init-method-std", K_DOUBLE, init_method_std, 0, HUGE_VAL, 0),
     F("eod-mask-loss", K_BOOL, eod_mask_loss),
+    F("reset-position-ids", K_BOOL, reset_position_ids),
+    F("reset-attention-mask", K_BOOL, reset_attention_mask),
     F("finetune", K_BOOL, finetune),
     F("no-load-optim", K_BOOL, no_load_optim),
     F("no-load-rng", K_BOOL, no_load_rng),
@@ -256,10 +258,6 @@ static const struct {
       "optimizer state over data-parallel ranks (ZeRO-1)" },
     { "fp8-format", 1, MG_REFUSED, NULL, "fp8 is not implemented; --bf16 is" },
     { "qk-layernorm", 0, MG_REFUSED, NULL, "LayerNorm on queries and keys is not implemented" },
-    { "reset-position-ids", 0, MG_REFUSED, NULL, "positions run across documents packed in a sample (Megatron's "
-      "default); resetting them at end-of-document is not implemented" },
-    { "reset-attention-mask", 0, MG_REFUSED, NULL, "documents packed in a sample attend to each other (Megatron's "
-      "default); masking at end-of-document is not implemented" },
     { "train-data-path", 1, MG_REFUSED, NULL, "give one --data-path (a prefix or a blend) and --split" },
     { "valid-data-path", 1, MG_REFUSED, NULL, "give one --data-path (a prefix or a blend) and --split" },
     { "test-data-path", 1, MG_REFUSED, NULL, "give one --data-path (a prefix or a blend) and --split" },
@@ -405,6 +403,10 @@ void cfg_megatron_notes(const atoll_config *c, const char *prog, FILE *out)
     for (size_t k = 0; k < NMEGATRON; k++)
         if (c->megatron_ignored[k / 64] >> k % 64 & 1)
             fprintf(out, "%s: note: --%s has no effect here: %s\n", prog, MEGATRON[k].name, MEGATRON[k].why);
+    if (c->reset_position_ids && cfg_rope(c))
+        fprintf(out, "%s: note: --reset-position-ids has no effect with --position-embedding-type rope: as in "
+                "Megatron, rotary positions count from the sample's start (--reset-attention-mask keeps documents "
+                "apart)\n", prog);
 }
 
 /* Iterations from samples: Megatron stops after train_samples / global batch

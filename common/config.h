@@ -72,6 +72,9 @@ typedef struct atoll_config {
     double lr_warmup_init;                     /* the learning rate warm-up starts from (Megatron's; 0) */
     double init_method_std;                    /* weights start N(0, this); output layers / sqrt(2 x layers) */
     int eod_mask_loss;                         /* positions whose input ends a document do not count */
+    /* documents packed in a sample, each ending at the end-of-document token: */
+    int reset_position_ids;                    /* learned positions start again at 0 after each one */
+    int reset_attention_mask;                  /* a token attends only to the tokens of its own document */
     /* what a --load that is not this run's own --save brings in (Megatron's flags): */
     int finetune;                              /* the weights only, from iteration 0 */
     int no_load_optim;                         /* not the Adam moments: they start again at zero */

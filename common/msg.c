@@ -240,6 +240,8 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->init_method_std = c->init_method_std;
     o->exit_interval = c->exit_interval;
     o->eod_mask_loss = c->eod_mask_loss;
+    o->reset_position_ids = c->reset_position_ids;
+    o->reset_attention_mask = c->reset_attention_mask;
     o->finetune = c->finetune;
     o->no_load_optim = c->no_load_optim;
     o->no_load_rng = c->no_load_rng;

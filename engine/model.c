@@ -378,6 +378,9 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     m->sp = cfg->sequence_parallel && lay->tp_size > 1;
     m->R = m->B * m->T / (m->sp ? lay->tp_size : 1);
     m->recompute = cfg->recompute_granularity;
+    m->doc_mask = cfg->reset_attention_mask != 0;
+    m->doc_pos = cfg->reset_position_ids && !m->rope; /* rotary positions count from the sample's start */
+    m->doc_eod = -1;
     const char *why = m->bf16 ? bf16_refusal(m) : NULL;
     if (why) {
         atoll_errf(err, errlen, "--bf16 on --device %s: %s (hidden %d / %d heads = head dim %d); run without --bf16 "
@@ -437,6 +440,7 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
         cv = (carver){ m->ws_layer_mem, 0 };
         layer_acts_carve(m, &cv, m->ws_layer, 1);
     }
+    if ((m->doc_mask || m->doc_pos) && !(m->doc_host = malloc(2 * sizeof(int32_t) * (size_t)m->B * m->T))) goto oom;
     return m;
 oom:
     atoll_errf(err, errlen, "out of memory allocating the model (%zu parameters on this rank)", m->num_floats);
@@ -451,6 +455,7 @@ void eng_model_free(eng_model *m)
     for (int i = 0; i < 5; i++)
         if (bufs[i]) m->k->free(bufs[i]);
     free(m->ws_layer);
+    free(m->doc_host);
     for (int i = 0; i < m->nchunks; i++) {
         free(m->chunks[i].w.layers);
         free(m->chunks[i].g.layers);
@@ -477,6 +482,8 @@ static size_t acts_layout(eng_model *m, eng_acts *a, void *base)
     carver cv = { base, 0 };
     a->tokens = carve(&cv, N * sizeof(int32_t));
     a->targets = carve(&cv, N * sizeof(int32_t));
+    a->doc = m->doc_mask ? carve(&cv, N * sizeof(int32_t)) : NULL;
+    a->pos = m->doc_pos && ch->first ? carve(&cv, N * sizeof(int32_t)) : NULL;
     for (int l = 0; l <= nl; l++) a->res[l] = carve(&cv, R * C * E);
     if (m->recompute != RECOMPUTE_FULL)
         for (int l = 0; l < nl; l++)
@@ -686,17 +693,19 @@ static const void *drop_grad(eng_model *m, const void *dres, const k_dropout *d)
 }
 
 /* fp32 keeps the probabilities in att; bf16 keeps lse */
-static void op_attention(const eng_model *m, void *out, eng_layer_acts *la, float *att, const k_dropout *d)
+static void op_attention(const eng_model *m, const eng_acts *a, void *out, eng_layer_acts *la, float *att,
+                         const k_dropout *d)
 {
-    if (m->bf16) m->k->attention_forward_bf16(out, la->lse, la->qkv, m->B, m->T, m->NH, m->NG, m->HD, d);
-    else m->k->attention_forward(out, att, la->qkv, m->B, m->T, m->NH, m->NG, m->HD, d);
+    if (m->bf16) m->k->attention_forward_bf16(out, la->lse, la->qkv, a->doc, m->B, m->T, m->NH, m->NG, m->HD, d);
+    else m->k->attention_forward(out, att, la->qkv, a->doc, m->B, m->T, m->NH, m->NG, m->HD, d);
 }
 
-static void op_attention_bwd(const eng_model *m, void *dqkv, const void *dout, const eng_layer_acts *la,
-                             const float *att, const k_dropout *d)
+static void op_attention_bwd(const eng_model *m, const eng_acts *a, void *dqkv, const void *dout,
+                             const eng_layer_acts *la, const float *att, const k_dropout *d)
 {
     if (m->bf16)
-        m->k->attention_backward_bf16(dqkv, dout, la->qkv, la->atty, la->lse, m->B, m->T, m->NH, m->NG, m->HD, d);
+        m->k->attention_backward_bf16(dqkv, dout, la->qkv, la->atty, la->lse, a->doc, m->B, m->T, m->NH, m->NG, m->HD,
+                                      d);
     else
         m->k->attention_backward(dqkv, m->ws_datt, dout, la->qkv, att, m->B, m->T, m->NH, m->NG, m->HD, d);
 }
@@ -715,23 +724,47 @@ static void op_embedding(const eng_model *m, void *out, const int32_t *tokens, c
     else m->k->embedding_forward(out, tokens, wte, N, m->C, m->vocab_offset, m->V);
 }
 
-static void op_position(const eng_model *m, void *out, const void *wpe)
+static void op_position(const eng_model *m, const eng_acts *a, void *out, const void *wpe)
 {
     if (m->rope) return; /* rotary positions live in the attention */
-    if (m->bf16) m->k->position_forward_bf16(out, wpe, m->B, m->T, m->C);
-    else m->k->position_forward(out, wpe, m->B, m->T, m->C);
+    if (m->bf16) m->k->position_forward_bf16(out, wpe, a->pos, m->B, m->T, m->C);
+    else m->k->position_forward(out, wpe, a->pos, m->B, m->T, m->C);
 }
 
-static void op_embedding_bwd(const eng_model *m, const eng_chunk *ch, const void *d, const int32_t *tokens)
+/* Positions inside documents make wpe a lookup table like wte: its backward is
+ * the embedding's, positions in the tokens' place. */
+static void op_embedding_bwd(const eng_model *m, const eng_chunk *ch, const eng_acts *a, const void *d)
 {
     int N = m->B * m->T;
     if (m->bf16) {
-        if (!m->rope) m->k->position_backward_bf16(ch->g.wpe, d, m->B, m->T, m->C);
-        m->k->embedding_backward_bf16(ch->g.wte, d, tokens, N, m->C, m->vocab_offset, m->V);
+        if (a->pos) m->k->embedding_backward_bf16(ch->g.wpe, d, a->pos, N, m->C, 0, m->P);
+        else if (!m->rope) m->k->position_backward_bf16(ch->g.wpe, d, m->B, m->T, m->C);
+        m->k->embedding_backward_bf16(ch->g.wte, d, a->tokens, N, m->C, m->vocab_offset, m->V);
     } else {
-        if (!m->rope) m->k->position_backward(ch->g.wpe, d, m->B, m->T, m->C);
-        m->k->embedding_backward(ch->g.wte, d, tokens, N, m->C, m->vocab_offset, m->V);
+        if (a->pos) m->k->embedding_backward(ch->g.wpe, d, a->pos, N, m->C, 0, m->P);
+        else if (!m->rope) m->k->position_backward(ch->g.wpe, d, m->B, m->T, m->C);
+        m->k->embedding_backward(ch->g.wte, d, a->tokens, N, m->C, m->vocab_offset, m->V);
     }
+}
+
+/* Splits each sample of `tokens` (host) after every doc_eod token: doc[t] the
+ * first position of t's document, pos[t] = t - doc[t]; the end-of-document
+ * token itself closes its document. Uploaded to a->doc and a->pos. */
+static void upload_documents(eng_model *m, eng_acts *a, const int32_t *tokens)
+{
+    size_t N = (size_t)m->B * m->T;
+    int32_t *doc = m->doc_host, *pos = m->doc_host + N;
+    for (int b = 0; b < m->B; b++) {
+        int32_t start = 0;
+        for (int t = 0; t < m->T; t++) {
+            size_t i = (size_t)b * m->T + t;
+            doc[i] = start;
+            pos[i] = t - start;
+            if (tokens[i] == m->doc_eod) start = t + 1;
+        }
+    }
+    if (a->doc) m->k->to_device(a->doc, doc, N * sizeof(int32_t));
+    if (a->pos) m->k->to_device(a->pos, pos, N * sizeof(int32_t));
 }
 
 /* ---- tensor-parallel collectives on activations ----
@@ -885,7 +918,7 @@ static int layer_forward(eng_model *m, const eng_acts *a, int layer, const eng_l
     if (!ln) return -1;
     /* column-parallel q, k, v: their input is replicated, nothing to reduce forward */
     qkv_forward(m, w, la, ln);
-    op_attention(m, la->atty, la, att, attn_drop(m, a, layer, &dd));
+    op_attention(m, a, la->atty, la, att, attn_drop(m, a, layer, &dd));
     /* row-parallel output projection: partial sums over this rank's heads -> all-reduce */
     op_matmul(m, part1, NULL, la->atty, w->proj_w, bias_here ? w->proj_b : NULL, N, Cl, C);
     if (scatter_sum(m, part1, la->res2)) return -1;
@@ -945,17 +978,21 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *in
     /* both uploads before the first kernel: a copy from pageable host memory
      * waits for the device, which is idle only here */
     if (ch->last) k->to_device(a->targets, targets, sizeof(int32_t) * (size_t)N);
+    if (a->doc || a->pos) {
+        if (!tokens) return -1;
+        upload_documents(m, a, tokens);
+    }
     if (ch->first) {
         k->to_device(a->tokens, tokens, sizeof(int32_t) * (size_t)N);
         if (m->sp) {
             /* wpe added once (TP rank 0) before the sum, like a row-parallel bias */
             op_embedding(m, m->ws_full, a->tokens, ch->w.wte);
-            if (m->tp_rank == 0) op_position(m, m->ws_full, ch->w.wpe);
+            if (m->tp_rank == 0) op_position(m, a, m->ws_full, ch->w.wpe);
             if (scatter_sum(m, m->ws_full, a->res[0])) return -1;
         } else {
             op_embedding(m, a->res[0], a->tokens, ch->w.wte);
             if (act_allreduce(m, a->res[0], (size_t)N * C)) return -1;
-            op_position(m, a->res[0], ch->w.wpe);
+            op_position(m, a, a->res[0], ch->w.wpe);
         }
         op_dropout(m, a->res[0], hidden_drop(m, a, -1, 0, &dd));
     } else {
@@ -1071,12 +1108,12 @@ static int layer_backward(eng_model *m, const eng_acts *a, int layer, const eng_
     if (!m->bf16 && !att) {
         /* fp32 selective recompute: rebuild the probabilities; the output goes
          * to scratch that attention_backward overwrites next */
-        m->k->attention_forward(m->ws_dqkv, m->ws_att, la->qkv, m->B, m->T, m->NH, m->NG, m->HD, ad);
+        m->k->attention_forward(m->ws_dqkv, m->ws_att, la->qkv, a->doc, m->B, m->T, m->NH, m->NG, m->HD, ad);
         att = m->ws_att;
     }
     if (!(dfull = gather_rows(m, drop_grad(m, dres, hidden_drop(m, a, layer, DROP_ATTN_OUT, &dd))))) return -1;
     op_matmul_bwd(m, m->ws_datty, g->proj_w, g->proj_b, dfull, la->atty, w->proj_w, N, Cl, C);
-    op_attention_bwd(m, m->ws_dqkv, m->ws_datty, la, att, ad);
+    op_attention_bwd(m, a, m->ws_dqkv, m->ws_datty, la, att, ad);
     if (!(ln = ln_full(m, la->ln1))) return -1;
     qkv_backward(m, w, g, ln);
     if (scatter_sum(m, m->ws_dln, dln)) return -1;
@@ -1131,7 +1168,7 @@ int eng_backward(eng_model *m, eng_acts *a, const void *dout, float dloss)
         op_dropout(m, m->ws_dres, hidden_drop(m, a, -1, 0, &dd));
         const void *d = gather_rows(m, m->ws_dres);
         if (!d) return -1;
-        op_embedding_bwd(m, ch, d, a->tokens);
+        op_embedding_bwd(m, ch, a, d);
     } else {
         k->copy(a->dinput, m->ws_dres, RCb);
     }

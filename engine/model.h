@@ -124,6 +124,14 @@ typedef struct eng_model {
      * the column-parallel GEMMs, reduce-scatter after the row-parallel ones.
      * Otherwise R = B*T. Pipeline stages exchange [R, C]. */
     int sp, R;
+    /* Documents packed in a sample (--reset-attention-mask, --reset-position-ids
+     * with learned positions): eng_forward splits each sample after every
+     * doc_eod token (the caller sets it; -1, the default, splits nothing) into
+     * a->doc, the first position of each token's document, and a->pos, its
+     * position inside it (Megatron's get_ltor_masks_and_position_ids). */
+    int doc_mask, doc_pos;
+    int32_t doc_eod;
+    int32_t *doc_host;          /* [2 * B*T] host staging for doc and pos */
     cfg_recompute recompute;    /* selective: attention probabilities; full: whole layers */
     int nchunks;
     eng_chunk chunks[ENG_MAX_CHUNKS];
@@ -172,6 +180,7 @@ typedef struct eng_acts {
     void *mem;                  /* one backend allocation */
     size_t bytes;               /* its size */
     int32_t *tokens, *targets;  /* [B*T] in backend memory (first / last chunk) */
+    int32_t *doc, *pos;         /* [B*T] in backend memory with documents (eng_model.doc_mask, doc_pos), else NULL */
     void **res;                 /* res[0] = chunk input, res[l+1] = layer l output */
     eng_layer_acts *layers;
     void *lnf, *logits;
@@ -214,7 +223,8 @@ void eng_acts_free(eng_model *m, eng_acts *a);
 
 /* Forward of one micro-batch through one chunk.
  * First chunk: `tokens` [B*T] (host memory) are the inputs; otherwise `input`
- * [B*T, C] (backend memory) is copied into the acts. Last chunk: `targets` [B*T]
+ * [B*T, C] (backend memory) is copied into the acts. With documents
+ * (doc_mask) every chunk reads `tokens` for the attention mask. Last chunk: `targets` [B*T]
  * (host) give the loss; *loss_sum receives the sum of the B*T token losses.
  * dloss != 0 on a training step's last chunk with tp = 1 fuses the classifier's
  * backward into the forward (xent_fused: the logits are read once and their

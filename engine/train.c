@@ -256,7 +256,7 @@ typedef struct run {
     int have_data, have_valid;
     eng_train_state st;
     int32_t *tokens, *targets; /* [gbs, T] host */
-    int32_t eod;         /* --eod-mask-loss: the end-of-document token */
+    int32_t eod;         /* --eod-mask-loss, --reset-*: the end-of-document token */
     float *mb_scale;     /* --eod-mask-loss: per local micro-batch, T x mbs over its unmasked tokens */
     FILE *metrics;
     metrics_emit emit;
@@ -720,8 +720,11 @@ static int setup(run *r, char *err, size_t errlen)
     r->tokens = malloc(n * sizeof(int32_t));
     r->targets = malloc(n * sizeof(int32_t));
     if (!r->tokens || !r->targets) { atoll_errf(err, errlen, "out of memory"); return -1; }
-    if (c->eod_mask_loss) {
+    if (c->eod_mask_loss || c->reset_attention_mask || c->reset_position_ids) {
         if ((r->eod = tok_config_eod(c, err, errlen)) < 0) return ENG_ERR_CONFIG;
+        r->m->doc_eod = r->eod;
+    }
+    if (c->eod_mask_loss) {
         if (!(r->mb_scale = calloc((size_t)r->d.nmicro + 1, sizeof(float)))) {
             atoll_errf(err, errlen, "out of memory");
             return -1;

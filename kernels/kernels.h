@@ -75,9 +75,11 @@ typedef struct k_ops {
     /* dwte[V,C] += dout rows of the tokens inside the slice. */
     void (*embedding_backward)(float *dwte, const float *dout, const int32_t *tokens,
                                int N, int C, int vocab_offset, int V);
-    /* out[B,T,C] += wpe[t] for position t (wpe is [>=T, C]). */
-    void (*position_forward)(float *out, const float *wpe, int B, int T, int C);
-    /* dwpe[t] += sum over b of dout[b,t]. */
+    /* out[B,T,C] += wpe[p] with p = pos[b*T+t] when pos (backend memory, [B,T]) is
+     * given, else p = t (wpe is [>= max p + 1, C]). */
+    void (*position_forward)(float *out, const float *wpe, const int32_t *pos, int B, int T, int C);
+    /* dwpe[t] += sum over b of dout[b,t]. With positions (pos above) the backward
+     * is embedding_backward's, pos taking the tokens' place. */
     void (*position_backward)(float *dwpe, const float *dout, int B, int T, int C);
 
     /* ---- LayerNorm (eps 1e-5, biased variance) ----
@@ -107,11 +109,16 @@ typedef struct k_ops {
      * that is [B, T, NH, 3, HD], the row order of GPT-2's c_attn (engine/README.md).
      * out[B, T, NH*HD] = dropout(softmax(q k^T / sqrt(HD), causal)) v, head-major
      * columns. att[B, NH, T, T] saves the probabilities before dropout (zero
-     * above the diagonal). `drop` may be NULL. */
-    void (*attention_forward)(float *out, float *att, const float *qkv,
+     * above the diagonal). `drop` may be NULL.
+     * Documents: with `doc` ([B, T] in backend memory; NULL: one document per
+     * sample) query t of sample b attends keys doc[b*T+t] .. t only, the ones of
+     * its own document (Megatron's --reset-attention-mask). doc[b*T+t] <= t, and
+     * it never decreases along t (documents are runs of positions). */
+    void (*attention_forward)(float *out, float *att, const float *qkv, const int32_t *doc,
                               int B, int T, int NH, int NG, int HD, const k_dropout *drop);
     /* dqkv[B, T, NG, Q+2, HD] = gradient (OVERWRITES; a key or value gradient sums
-     * the group's heads). scratch is [B, NH, T, T] workspace. */
+     * the group's heads). scratch is [B, NH, T, T] workspace. Documents need no
+     * argument here: att is zero wherever the forward masked. */
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout,
                                const float *qkv, const float *att, int B, int T, int NH, int NG, int HD,
                                const k_dropout *drop);
@@ -181,7 +188,7 @@ typedef struct k_ops {
                                    int N, int C, int vocab_offset, int V);
     void (*embedding_backward_bf16)(float *dwte, const uint16_t *dout, const int32_t *tokens,
                                     int N, int C, int vocab_offset, int V);
-    void (*position_forward_bf16)(uint16_t *out, const uint16_t *wpe, int B, int T, int C);
+    void (*position_forward_bf16)(uint16_t *out, const uint16_t *wpe, const int32_t *pos, int B, int T, int C);
     void (*position_backward_bf16)(float *dwpe, const uint16_t *dout, int B, int T, int C);
     void (*layernorm_forward_bf16)(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
                                    const uint16_t *w, const uint16_t *b, int N, int C);
@@ -211,11 +218,12 @@ typedef struct k_ops {
      * (flash-style): the forward saves lse[B, NH, T] = log sum_j exp(score_tj)
      * (fp32, scores already scaled by 1/sqrt(HD)) and the backward recomputes the
      * probabilities from it, using the forward's out. qkv/out/dout/dqkv layouts
-     * are the fp32 entries'; dqkv is OVERWRITTEN. HD must be 64 or 128. */
-    void (*attention_forward_bf16)(uint16_t *out, float *lse, const uint16_t *qkv,
+     * are the fp32 entries'; dqkv is OVERWRITTEN. HD must be 64 or 128. `doc`
+     * as in attention_forward, the same array for a forward and its backward. */
+    void (*attention_forward_bf16)(uint16_t *out, float *lse, const uint16_t *qkv, const int32_t *doc,
                                    int B, int T, int NH, int NG, int HD, const k_dropout *drop);
     void (*attention_backward_bf16)(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv,
-                                    const uint16_t *out, const float *lse,
+                                    const uint16_t *out, const float *lse, const int32_t *doc,
                                     int B, int T, int NH, int NG, int HD, const k_dropout *drop);
     /* AdamW on the fp32 master weights (same update as adamw), then
      * param_bf16 = round(master): the copy the bf16 model runs on. */

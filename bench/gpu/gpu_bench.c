@@ -174,7 +174,7 @@ int main(int argc, char **argv)
     float *qkv = dev_rand(3 * NC, 1), *att = G->alloc((size_t)B * NH * T * T * 4), *ao = G->alloc(NC * 4);
     float *dqkv = G->alloc(3 * NC * 4), *scr = G->alloc((size_t)B * NH * T * T * 4);
     double afl = 4.0 * B * NH * (double)T * T * HD; /* causal: half of the two full GEMMs */
-    TIME_MS(ms, G->attention_forward(ao, att, qkv, B, T, NH, NH, HD, NULL));
+    TIME_MS(ms, G->attention_forward(ao, att, qkv, NULL, B, T, NH, NH, HD, NULL));
     row("attention_forward fp32", ms, afl, 16.0 * NC + 4.0 * B * NH * (double)T * T);
     TIME_MS(ms, G->attention_backward(dqkv, scr, ao, qkv, att, B, T, NH, NH, HD, NULL));
     row("attention_backward fp32", ms, 2 * afl, 32.0 * NC + 8.0 * B * NH * (double)T * T);
@@ -186,16 +186,16 @@ int main(int argc, char **argv)
     uint16_t *doutb = dev_rand_bf(NC, 1);
     float *lse = G->alloc((size_t)B * NH * T * 4);
     double fl_f = 2.0 * B * NH * (double)T * T * HD; /* QK^T and PV over the causal half */
-    TIME_MS(ms, G->attention_forward_bf16(aob, lse, qkvb, B, T, NH, NH, HD, NULL));
+    TIME_MS(ms, G->attention_forward_bf16(aob, lse, qkvb, NULL, B, T, NH, NH, HD, NULL));
     row("attention_forward_bf16 (flash)", ms, fl_f, 3.0 * NC * 2 + NC * 2);
-    TIME_MS(ms, G->attention_backward_bf16(dqkvb, doutb, qkvb, aob, lse, B, T, NH, NH, HD, NULL));
+    TIME_MS(ms, G->attention_backward_bf16(dqkvb, doutb, qkvb, aob, lse, NULL, B, T, NH, NH, HD, NULL));
     row("attention_backward_bf16 (flash)", ms, 2.5 * fl_f, 3.0 * NC * 2 * 2 + NC * 2 * 2);
     /* the same entries on cuDNN's fused attention (--attention-backend fused) */
     char err[256];
     if (k_cuda_fused_attention(1, err, sizeof err) == 0) {
-        TIME_MS(ms, G->attention_forward_bf16(aob, lse, qkvb, B, T, NH, NH, HD, NULL));
+        TIME_MS(ms, G->attention_forward_bf16(aob, lse, qkvb, NULL, B, T, NH, NH, HD, NULL));
         row("attention_forward_bf16 (cuDNN fused)", ms, fl_f, 3.0 * NC * 2 + NC * 2);
-        TIME_MS(ms, G->attention_backward_bf16(dqkvb, doutb, qkvb, aob, lse, B, T, NH, NH, HD, NULL));
+        TIME_MS(ms, G->attention_backward_bf16(dqkvb, doutb, qkvb, aob, lse, NULL, B, T, NH, NH, HD, NULL));
         row("attention_backward_bf16 (cuDNN fused)", ms, 2.5 * fl_f, 3.0 * NC * 2 * 2 + NC * 2 * 2);
         k_cuda_fused_attention(0, err, sizeof err);
     } else {

@@ -7,7 +7,8 @@
 #include <string.h>
 
 /* Per (batch, head): S = q k^T (one GEMM over strided rows of qkv), a causal
- * row softmax, then out = P v (a second GEMM). Rows of qkv are (NH + 2 NG) * HD
+ * row softmax over keys lo..t (lo = the first position of t's document, 0
+ * without documents), then out = P v (a second GEMM). Rows of qkv are (NH + 2 NG) * HD
  * floats, a group g after another: its Q = NH/NG queries, its key, its value
  * (kc_qkv_offsets). With dropout, P v uses P * mask / (1 - p) while att keeps P. */
 
@@ -38,8 +39,8 @@ static float *scratch_tt(int T)
     return p;
 }
 
-void kc_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NG, int HD,
-                          const k_dropout *drop)
+void kc_attention_forward(float *out, float *att, const float *qkv, const int32_t *doc, int B, int T, int NH, int NG,
+                          int HD, const k_dropout *drop)
 {
     int ld = (NH + 2 * NG) * HD, ldo = NH * HD;
     float scale = 1.0f / sqrtf((float)HD);
@@ -55,15 +56,17 @@ void kc_attention_forward(float *out, float *att, const float *qkv, int B, int T
                         0.0f, P, T);
             for (int t = 0; t < T; t++) {
                 float *row = P + (size_t)t * T;
-                float mx = row[0];
-                for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+                int lo = kc_doc_first(doc, b, T, t);
+                float mx = row[lo];
+                for (int j = lo + 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
                 float sum = 0.0f;
-                for (int j = 0; j <= t; j++) {
+                for (int j = lo; j <= t; j++) {
                     row[j] = expf(row[j] - mx);
                     sum += row[j];
                 }
                 float inv = 1.0f / sum;
-                for (int j = 0; j <= t; j++) row[j] *= inv;
+                for (int j = 0; j < lo; j++) row[j] = 0.0f;
+                for (int j = lo; j <= t; j++) row[j] *= inv;
                 for (int j = t + 1; j < T; j++) row[j] = 0.0f;
             }
             if (dropping) kc_attention_drop(Pd, P, T, drop, drop->row0 + b, drop->head0 + h);

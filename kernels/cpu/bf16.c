@@ -71,14 +71,16 @@ void kc_embedding_backward_bf16(float *dwte, const uint16_t *dout, const int32_t
     free(d);
 }
 
-void kc_position_forward_bf16(uint16_t *out, const uint16_t *wpe, int B, int T, int C)
+void kc_position_forward_bf16(uint16_t *out, const uint16_t *wpe, const int32_t *pos, int B, int T, int C)
 {
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++)
+        for (int t = 0; t < T; t++) {
+            size_t p = pos ? (size_t)pos[(size_t)b * T + t] : (size_t)t;
             for (int c = 0; c < C; c++) {
                 uint16_t *o = out + ((size_t)b * T + t) * C + c;
-                *o = kc_f32_to_bf16(kc_bf16_to_f32(*o) + kc_bf16_to_f32(wpe[(size_t)t * C + c]));
+                *o = kc_f32_to_bf16(kc_bf16_to_f32(*o) + kc_bf16_to_f32(wpe[p * C + c]));
             }
+        }
 }
 
 void kc_position_backward_bf16(float *dwpe, const uint16_t *dout, int B, int T, int C)
@@ -212,10 +214,11 @@ void kc_xent_fused_bf16(float *loss, uint16_t *logits, const int32_t *targets, f
 }
 
 /* Causal attention keeping lse instead of the probabilities, per (b, h):
- * S = scale q k^T, lse_t = log sum_{j<=t} exp(S_tj), P = exp(S - lse),
+ * S = scale q k^T, lse_t = log sum_{lo<=j<=t} exp(S_tj) (lo: the first key of
+ * t's document, kc_doc_first), P = exp(S - lse) there and 0 elsewhere,
  * out = (P M) v with M the dropout mask (kc_attention_drop). */
-void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int NH, int NG, int HD,
-                               const k_dropout *drop)
+void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, const int32_t *doc, int B, int T,
+                               int NH, int NG, int HD, const k_dropout *drop)
 {
     size_t ld = (size_t)(NH + 2 * NG) * HD, ldo = (size_t)NH * HD;
     float scale = 1.0f / sqrtf((float)HD);
@@ -229,12 +232,12 @@ void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, i
             float *L = lse + ((size_t)b * NH + h) * T;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, scale, q, (int)ld, k, (int)ld, 0.0f, P, T);
             for (int t = 0; t < T; t++) {
-                float *row = P + (size_t)t * T, mx = row[0], sum = 0.0f;
-                for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-                for (int j = 0; j <= t; j++) sum += expf(row[j] - mx);
+                int lo = kc_doc_first(doc, b, T, t);
+                float *row = P + (size_t)t * T, mx = row[lo], sum = 0.0f;
+                for (int j = lo + 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+                for (int j = lo; j <= t; j++) sum += expf(row[j] - mx);
                 L[t] = mx + logf(sum);
-                for (int j = 0; j <= t; j++) row[j] = expf(row[j] - L[t]);
-                for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+                for (int j = 0; j < T; j++) row[j] = j >= lo && j <= t ? expf(row[j] - L[t]) : 0.0f;
             }
             if (dropping) kc_attention_drop(P, P, T, drop, drop->row0 + b, drop->head0 + h);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HD, T, 1.0f, P, T, v, (int)ld, 0.0f, o, HD);
@@ -247,7 +250,8 @@ void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, i
 /* P = exp(S - lse) rebuilt; D_t = sum_d dout_td out_td; dv += (P M)^T dO;
  * dS = P (M dO v^T - D); dq = scale dS k; dk += scale dS^T q. */
 void kc_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const uint16_t *out,
-                                const float *lse, int B, int T, int NH, int NG, int HD, const k_dropout *drop)
+                                const float *lse, const int32_t *doc, int B, int T, int NH, int NG, int HD,
+                                const k_dropout *drop)
 {
     size_t ld = (size_t)(NH + 2 * NG) * HD, ldo = (size_t)NH * HD, NT = (size_t)B * T;
     float scale = 1.0f / sqrtf((float)HD);
@@ -264,8 +268,11 @@ void kc_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uint
             const float *q = x + off + oq, *k = x + off + ok, *v = x + off + ov, *L = lse + ((size_t)b * NH + h) * T;
             float *dq = dx + off + oq, *dk = dx + off + ok, *dv = dx + off + ov;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, scale, q, (int)ld, k, (int)ld, 0.0f, P, T);
-            for (int t = 0; t < T; t++)
-                for (int j = 0; j < T; j++) P[(size_t)t * T + j] = j <= t ? expf(P[(size_t)t * T + j] - L[t]) : 0.0f;
+            for (int t = 0; t < T; t++) {
+                int lo = kc_doc_first(doc, b, T, t);
+                for (int j = 0; j < T; j++)
+                    P[(size_t)t * T + j] = j >= lo && j <= t ? expf(P[(size_t)t * T + j] - L[t]) : 0.0f;
+            }
             if (dropping) kc_attention_drop(PM, P, T, drop, drop->row0 + b, drop->head0 + h);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, 1.0f, dO + offo, (int)ldo, v, (int)ld, 0.0f,
                         dS, T);

@@ -16,7 +16,7 @@ void kc_embedding_forward(float *out, const int32_t *tokens, const float *wte,
                           int N, int C, int vocab_offset, int V);
 void kc_embedding_backward(float *dwte, const float *dout, const int32_t *tokens,
                            int N, int C, int vocab_offset, int V);
-void kc_position_forward(float *out, const float *wpe, int B, int T, int C);
+void kc_position_forward(float *out, const float *wpe, const int32_t *pos, int B, int T, int C);
 void kc_position_backward(float *dwpe, const float *dout, int B, int T, int C);
 
 void kc_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
@@ -30,8 +30,10 @@ void kc_matmul_forward(float *out, const float *inp, const float *w, const float
 void kc_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                         const float *inp, const float *w, int N, int C, int OC);
 
-void kc_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NG, int HD,
-                          const k_dropout *drop);
+void kc_attention_forward(float *out, float *att, const float *qkv, const int32_t *doc, int B, int T, int NH, int NG,
+                          int HD, const k_dropout *drop);
+/* The first key query t of sample b attends: doc[b*T+t], 0 without documents. */
+static inline int kc_doc_first(const int32_t *doc, int b, int T, int t) { return doc ? doc[(size_t)b * T + t] : 0; }
 void kc_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                            const float *att, int B, int T, int NH, int NG, int HD, const k_dropout *drop);
 /* Where head h's query, its group's key and value start in a qkv row. */
@@ -89,7 +91,7 @@ void kc_embedding_forward_bf16(uint16_t *out, const int32_t *tokens, const uint1
                                int vocab_offset, int V);
 void kc_embedding_backward_bf16(float *dwte, const uint16_t *dout, const int32_t *tokens, int N, int C,
                                 int vocab_offset, int V);
-void kc_position_forward_bf16(uint16_t *out, const uint16_t *wpe, int B, int T, int C);
+void kc_position_forward_bf16(uint16_t *out, const uint16_t *wpe, const int32_t *pos, int B, int T, int C);
 void kc_position_backward_bf16(float *dwpe, const uint16_t *dout, int B, int T, int C);
 void kc_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const uint16_t *inp, const uint16_t *w,
                                const uint16_t *b, int N, int C);
@@ -112,10 +114,11 @@ void kc_xent_sumexp_target_bf16(float *sumexp, float *target_logit, const uint16
                                 const int32_t *targets, int N, int V, int vocab_offset);
 void kc_xent_backward_bf16(uint16_t *dlogits, const uint16_t *logits, const float *rowmax, const float *sumexp,
                            const int32_t *targets, float dloss, int N, int V, int vocab_offset);
-void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int NH, int NG, int HD,
-                               const k_dropout *drop);
+void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, const int32_t *doc, int B, int T,
+                               int NH, int NG, int HD, const k_dropout *drop);
 void kc_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const uint16_t *out,
-                                const float *lse, int B, int T, int NH, int NG, int HD, const k_dropout *drop);
+                                const float *lse, const int32_t *doc, int B, int T, int NH, int NG, int HD,
+                                const k_dropout *drop);
 void kc_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C);
 void kc_residual_rmsnorm_forward_bf16(uint16_t *res, uint16_t *out, float *rstd, const uint16_t *a, const uint16_t *b,
                                       const uint16_t *w, int N, int C);

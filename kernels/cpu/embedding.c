@@ -25,12 +25,12 @@ void kc_embedding_backward(float *dwte, const float *dout, const int32_t *tokens
     }
 }
 
-void kc_position_forward(float *out, const float *wpe, int B, int T, int C)
+void kc_position_forward(float *out, const float *wpe, const int32_t *pos, int B, int T, int C)
 {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float *o = out + ((size_t)b * T + t) * C;
-            const float *p = wpe + (size_t)t * C;
+            const float *p = wpe + (pos ? (size_t)pos[(size_t)b * T + t] : (size_t)t) * C;
             for (int c = 0; c < C; c++) o[c] += p[c];
         }
 }

@@ -18,24 +18,26 @@
 
 #define SM_BLOCK 128
 
-/* Row t of S (scaled scores) -> probabilities over j <= t, zeros above. */
-__global__ void causal_softmax_k(float *att, int T)
+/* Row t of S (scaled scores) -> probabilities over lo <= j <= t (lo: the
+ * first key of t's document, 0 without doc), zeros elsewhere. Rows are
+ * (b, h, t), NH heads per sequence. */
+__global__ void causal_softmax_k(float *att, const int32_t *doc, int NH, int T)
 {
     __shared__ float sh[32];
     size_t row = blockIdx.x;
-    int t = (int)(row % T);
+    int t = (int)(row % T), lo = doc ? doc[row / ((size_t)NH * T) * T + t] : 0;
     float *r = att + row * T;
     float mx = -INFINITY;
-    for (int j = threadIdx.x; j <= t; j += blockDim.x) mx = fmaxf(mx, r[j]);
+    for (int j = lo + threadIdx.x; j <= t; j += blockDim.x) mx = fmaxf(mx, r[j]);
     mx = block_max(mx, sh);
     float s = 0.0f;
-    for (int j = threadIdx.x; j <= t; j += blockDim.x) {
+    for (int j = lo + threadIdx.x; j <= t; j += blockDim.x) {
         float e = expf(r[j] - mx);
         r[j] = e;
         s += e;
     }
     float inv = 1.0f / block_sum(s, sh);
-    for (int j = threadIdx.x; j < T; j += blockDim.x) r[j] = j <= t ? r[j] * inv : 0.0f;
+    for (int j = threadIdx.x; j < T; j += blockDim.x) r[j] = j >= lo && j <= t ? r[j] * inv : 0.0f;
 }
 
 /* In place on dS holding dP: dS = P * (dP - rowsum(P * dP)), zero above the diagonal. */
@@ -111,8 +113,8 @@ static heads_j heads_of(const float *qkv, int b, int j, int T, int NH, int NG, i
 
 static bool dropping(const k_dropout *d) { return d && d->p > 0.0f; }
 
-void kcu_attention_forward(float *out, float *att, const float *qkv, int B, int T, int NH, int NG, int HD,
-                           const k_dropout *drop)
+void kcu_attention_forward(float *out, float *att, const float *qkv, const int32_t *doc, int B, int T, int NH, int NG,
+                           int HD, const k_dropout *drop)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0 || NG <= 0 || NH % NG) return;
     int Q = NH / NG, ld = (NH + 2 * NG) * HD, ldo = NH * HD;
@@ -125,7 +127,7 @@ void kcu_attention_forward(float *out, float *att, const float *qkv, int B, int 
             /* P^T = k_cm^T q_cm, scaled */
             sgemm_batch(true, false, T, T, HD, scale, hj.k, ld, hj.sqkv, hj.q, ld, hj.sqkv, 0.0f, P, T, Q * TT, NG);
         }
-    causal_softmax_k<<<(unsigned)((size_t)B * NH * T), SM_BLOCK, 0, kcu_stream()>>>(att, T);
+    causal_softmax_k<<<(unsigned)((size_t)B * NH * T), SM_BLOCK, 0, kcu_stream()>>>(att, doc, NH, T);
     kcu_launched();
     const float *probs = att;
     if (dropping(drop)) {

@@ -58,13 +58,14 @@ __global__ void embed_bwd_k(float *dwte, const T *dout, const int32_t *tokens, i
     }
 }
 
-template <typename T> __global__ void pos_fwd_k(T *out, const T *wpe, int B, int T_, int C)
+/* out[n] += wpe[pos[n]] (wpe[t] without pos), n = b*T + t */
+template <typename T> __global__ void pos_fwd_k(T *out, const T *wpe, const int32_t *pos, int B, int T_, int C)
 {
     size_t total = (size_t)B * T_ * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
-        size_t tc = i % ((size_t)T_ * C); /* t*C + c */
-        stf(out + i, ldf(out + i) + ldf(wpe + tc));
+        size_t n = i / C, t = pos ? (size_t)pos[n] : n % T_;
+        stf(out + i, ldf(out + i) + ldf(wpe + t * C + i % C));
     }
 }
 
@@ -97,11 +98,11 @@ static void embedding_backward(float *dwte, const T *dout, const int32_t *tokens
     kcu_launched();
 }
 
-template <typename T> static void position_forward(T *out, const T *wpe, int B, int T_, int C)
+template <typename T> static void position_forward(T *out, const T *wpe, const int32_t *pos, int B, int T_, int C)
 {
     size_t n = (size_t)B * T_ * C;
     if (!n) return;
-    pos_fwd_k<T><<<kcu_grid(n, EMB_BLOCK), EMB_BLOCK, 0, kcu_stream()>>>(out, wpe, B, T_, C);
+    pos_fwd_k<T><<<kcu_grid(n, EMB_BLOCK), EMB_BLOCK, 0, kcu_stream()>>>(out, wpe, pos, B, T_, C);
     kcu_launched();
 }
 
@@ -121,7 +122,10 @@ void kcu_embedding_backward(float *dwte, const float *dout, const int32_t *token
 {
     embedding_backward(dwte, dout, tokens, N, C, off, V);
 }
-void kcu_position_forward(float *out, const float *wpe, int B, int T, int C) { position_forward(out, wpe, B, T, C); }
+void kcu_position_forward(float *out, const float *wpe, const int32_t *pos, int B, int T, int C)
+{
+    position_forward(out, wpe, pos, B, T, C);
+}
 void kcu_position_backward(float *dwpe, const float *dout, int B, int T, int C) { position_backward(dwpe, dout, B, T, C); }
 
 void kcu_embedding_forward_bf16(uint16_t *out, const int32_t *tokens, const uint16_t *wte, int N, int C, int off, int V)
@@ -132,9 +136,9 @@ void kcu_embedding_backward_bf16(float *dwte, const uint16_t *dout, const int32_
 {
     embedding_backward(dwte, as_bf(dout), tokens, N, C, off, V);
 }
-void kcu_position_forward_bf16(uint16_t *out, const uint16_t *wpe, int B, int T, int C)
+void kcu_position_forward_bf16(uint16_t *out, const uint16_t *wpe, const int32_t *pos, int B, int T, int C)
 {
-    position_forward(as_bf(out), as_bf(wpe), B, T, C);
+    position_forward(as_bf(out), as_bf(wpe), pos, B, T, C);
 }
 void kcu_position_backward_bf16(float *dwpe, const uint16_t *dout, int B, int T, int C)
 {

@@ -31,6 +31,12 @@
  * dS = P * (M dP' - D) with dP' = dO V^T and D = rowsum(dO * O) as before (O
  * already holds the dropped product, so D = sum_j P_ij M_ij dP'_ij).
  *
+ * Documents (Megatron's --reset-attention-mask): with doc[b*T + t], the first
+ * key of query t's document, keys before it are masked like the ones after t.
+ * doc never decreases along t, so the forward and dQ kernels start at the key
+ * tile of their first row's document; a row may then meet tiles with no key it
+ * sees, whose exponentials are taken against 0 instead of an infinite maximum.
+ *
  * Head dims 64 and 128 (templates); T any length (tiles past T load zeros and
  * their rows are never written). Tiles in shared memory are padded by 8
  * elements per row, so the 8 rows an ldmatrix reads fall in distinct banks.
@@ -190,8 +196,8 @@ template <int HD> static size_t fwd_smem(void)
 
 /* grid (query tiles of FA_MT*64 rows, B*NH), FA_WARPS*32 threads; sl2 = log2(e)/sqrt(HD) */
 template <int HD, bool DROP>
-__global__ void __launch_bounds__(FA_WARPS * 32) fa_fwd_k(bf16 *out, float *lse, const bf16 *qkv, int T, int NH,
-                                                          int NG, float sl2, k_dropout drop)
+__global__ void __launch_bounds__(FA_WARPS * 32) fa_fwd_k(bf16 *out, float *lse, const bf16 *qkv, const int32_t *doc,
+                                                          int T, int NH, int NG, float sl2, k_dropout drop)
 {
     constexpr int FA_MT = fa_fwd_mt<HD>::value, LD = HD + FA_PAD, QT = FA_MT * FA_WARPS * 16;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -202,26 +208,32 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_fwd_k(bf16 *out, float *lse,
     size_t ld = (size_t)(NH + 2 * NG) * HD;
     fa_head at = fa_locate(b, h, T, NH, NG, HD);
     const bf16 *base = qkv + at.q, *kvb = qkv + at.kv;
+    const int32_t *docb = doc ? doc + (size_t)b * T : nullptr;
+    int kt0 = docb ? docb[q0] / FA_BK : 0; /* the block's first key tile */
     tile_async<HD, QT>(Qs, base, ld, q0, T);
-    tile_async<HD, FA_BK>(Ks, kvb, ld, 0, T);
-    tile_async<HD, FA_BK>(Vs, kvb + HD, ld, 0, T);
+    tile_async<HD, FA_BK>(Ks + (kt0 & 1) * FA_BK * LD, kvb, ld, kt0 * FA_BK, T);
+    tile_async<HD, FA_BK>(Vs + (kt0 & 1) * FA_BK * LD, kvb + HD, ld, kt0 * FA_BK, T);
     cp_async_commit();
     fa_drop dr = {};
     if (DROP) dr = fa_drop_of(drop, b, h);
 
     float o[FA_MT][HD / 8][4], m[FA_MT][2], l[FA_MT][2];
-    int rbase[FA_MT]; /* first row of each m-tile */
+    int rbase[FA_MT], lo[FA_MT][2]; /* first row of each m-tile; the first key of the thread's two rows */
 #pragma unroll
     for (int i = 0; i < FA_MT; i++) {
         rbase[i] = q0 + (i * FA_WARPS + warp) * 16;
+        for (int r = 0; r < 2; r++) {
+            int t = rbase[i] + g + r * 8;
+            lo[i][r] = docb && t < T ? docb[t] : 0;
+        }
         m[i][0] = m[i][1] = -INFINITY;
         l[i][0] = l[i][1] = 0.0f;
 #pragma unroll
         for (int d = 0; d < HD / 8; d++) o[i][d][0] = o[i][d][1] = o[i][d][2] = o[i][d][3] = 0.0f;
     }
     int nkt = (q0 + QT - 1) / FA_BK + 1;
-    for (int kt = 0; kt < nkt; kt++) {
-        int k0 = kt * FA_BK, cur = kv_stream_step<HD>(Ks, Vs, kvb, ld, kt, nkt, T); /* Q lands with tile 0 */
+    for (int kt = kt0; kt < nkt; kt++) {
+        int k0 = kt * FA_BK, cur = kv_stream_step<HD>(Ks, Vs, kvb, ld, kt, nkt, T); /* Q lands with tile kt0 */
         const bf16 *K = Ks + cur * FA_BK * LD, *V = Vs + cur * FA_BK * LD;
 
         /* S = Q K^T for every m-tile, each K fragment loaded once */
@@ -261,17 +273,20 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_fwd_k(bf16 *out, float *lse,
                 for (int e = 0; e < 4; e++) {
                     int row = row0 + (e >> 1) * 8, key = k0 + n * 8 + 2 * c + (e & 1);
                     float v = s[i][n][e] * sl2;
-                    if (diag && key > row) v = -INFINITY;
+                    if ((diag && key > row) || key < lo[i][e >> 1]) v = -INFINITY;
                     s[i][n][e] = v;
                     mx[e >> 1] = fmaxf(mx[e >> 1], v);
                 }
-            float alpha[2];
+            float alpha[2], mref[2];
 #pragma unroll
             for (int r = 0; r < 2; r++) {
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
                 mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                /* key 0 <= row always, so mx is finite from the first tile on; alpha 0 there */
-                alpha[r] = exp2f(m[i][r] - mx[r]);
+                /* Without documents key 0 <= row, so mx is finite from the first
+                 * tile on (alpha 0 there). A row whose document has not begun
+                 * yet has mx = -inf: its exponentials, taken against 0, are 0. */
+                mref[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
+                alpha[r] = exp2f(m[i][r] - mref[r]);
                 m[i][r] = mx[r];
                 l[i][r] *= alpha[r];
             }
@@ -282,8 +297,8 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_fwd_k(bf16 *out, float *lse,
             }
 #pragma unroll
             for (int n = 0; n < FA_BK / 8; n++) {
-                float e0 = exp2f(s[i][n][0] - m[i][0]), e1 = exp2f(s[i][n][1] - m[i][0]);
-                float e2 = exp2f(s[i][n][2] - m[i][1]), e3 = exp2f(s[i][n][3] - m[i][1]);
+                float e0 = exp2f(s[i][n][0] - mref[0]), e1 = exp2f(s[i][n][1] - mref[0]);
+                float e2 = exp2f(s[i][n][2] - mref[1]), e3 = exp2f(s[i][n][3] - mref[1]);
                 uint32_t lo = pack_bf16x2(e0, e1), hi = pack_bf16x2(e2, e3);
                 l[i][0] += bf16x2_lo(lo) + bf16x2_hi(lo);
                 l[i][1] += bf16x2_lo(hi) + bf16x2_hi(hi);
@@ -358,7 +373,7 @@ template <int HD> struct fa_bwd_q_rows { static constexpr int value = HD == 64 ?
 template <int HD> static size_t bwd_kv_smem(void)
 {
     constexpr int BQ = fa_bwd_q_rows<HD>::value;
-    return sizeof(bf16) * (2 * FA_WARPS * 16 + 4 * BQ) * (HD + FA_PAD) + sizeof(float) * 4 * BQ;
+    return sizeof(bf16) * (2 * FA_WARPS * 16 + 4 * BQ) * (HD + FA_PAD) + sizeof(float) * 4 * BQ + sizeof(int) * 2 * BQ;
 }
 
 /* Stores the thread's rows of acc (times mul) into dqkv's HD columns that
@@ -385,18 +400,21 @@ __device__ __forceinline__ void store_rows(bf16 *dqkv, const float acc[][4], flo
  * the query tiles the causal mask leaves, into the same accumulators. */
 template <int HD, bool DROP>
 __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_kv_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
-                                                             const float *lse, const float *D, int T, int NH, int NG,
-                                                             float scale, float sl2, k_dropout drop)
+                                                             const float *lse, const float *D, const int32_t *doc,
+                                                             int T, int NH, int NG, float scale, float sl2,
+                                                             k_dropout drop)
 {
     constexpr int LD = HD + FA_PAD, KT = FA_WARPS * 16, BQ = fa_bwd_q_rows<HD>::value;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16 *Ks = (bf16 *)smem, *Vs = Ks + KT * LD, *Qs = Vs + KT * LD, *Os = Qs + 2 * BQ * LD;
     float *Ls = (float *)(Os + 2 * BQ * LD), *Ds = Ls + 2 * BQ;
+    int *Lo = (int *)(Ds + 2 * BQ); /* each query row's first key (documents) */
     /* the first key tiles meet the most queries: start them first */
     int kt = blockIdx.x, bg = blockIdx.y, b = bg / NG, grp = bg % NG, Qn = NH / NG, k0 = kt * KT;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     size_t ld = (size_t)(NH + 2 * NG) * HD, ldo = (size_t)NH * HD;
     const fa_head g0 = fa_locate(b, grp * Qn, T, NH, NG, HD);
+    const int32_t *docb = doc ? doc + (size_t)b * T : nullptr;
     int qt0 = k0 / BQ, nqt = (T + BQ - 1) / BQ;
 
     tile_async<HD, KT>(Ks, qkv + g0.kv, ld, k0, T);
@@ -424,6 +442,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_kv_k(bf16 *dqkv, const b
             int t = qt0 * BQ + i;
             Ls[i] = t < T ? L[t] * FA_LOG2E : INFINITY; /* a row past T: P = 0 */
             Ds[i] = t < T ? Dr[t] : 0.0f;
+            Lo[i] = docb && t < T ? docb[t] : 0;
         }
         cp_async_commit();
         for (int qt = qt0; qt < nqt; qt++) {
@@ -436,6 +455,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_kv_k(bf16 *dqkv, const b
                     int t = n0 + i;
                     Ls[nb * BQ + i] = t < T ? L[t] * FA_LOG2E : INFINITY;
                     Ds[nb * BQ + i] = t < T ? Dr[t] : 0.0f;
+                    Lo[nb * BQ + i] = docb && t < T ? docb[t] : 0;
                 }
             }
             cp_async_commit();
@@ -443,6 +463,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_kv_k(bf16 *dqkv, const b
             __syncthreads();
             const bf16 *Q = Qs + cur * BQ * LD, *dO = Os + cur * BQ * LD;
             const float *Lc = Ls + cur * BQ, *Dc = Ds + cur * BQ;
+            const int *Loc = Lo + cur * BQ;
 
             float st[BQ / 8][4], dpt[BQ / 8][4];
 #pragma unroll
@@ -456,7 +477,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_kv_k(bf16 *dqkv, const b
                 for (int e = 0; e < 4; e++) {
                     int key = key0 + (e >> 1) * 8, i = n * 8 + 2 * c + (e & 1);
                     float p = exp2f(st[n][e] * sl2 - Lc[i]);
-                    st[n][e] = diag && key > q0 + i ? 0.0f : p; /* P^T */
+                    st[n][e] = (diag && key > q0 + i) || key < Loc[i] ? 0.0f : p; /* P^T */
                 }
             uint32_t pa[BQ / 16][4];
             if (DROP) { /* dV takes (P M)^T */
@@ -496,8 +517,9 @@ template <int HD> static size_t bwd_q_smem(void) { return sizeof(bf16) * (2 * FA
 /* dQ of one 64-query tile: grid (query tiles, B*NH); each warp owns 16 queries. */
 template <int HD, bool DROP>
 __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_q_k(bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
-                                                            const float *lse, const float *D, int T, int NH, int NG,
-                                                            float scale, float sl2, k_dropout drop)
+                                                            const float *lse, const float *D, const int32_t *doc,
+                                                            int T, int NH, int NG, float scale, float sl2,
+                                                            k_dropout drop)
 {
     constexpr int LD = HD + FA_PAD, QT = FA_WARPS * 16;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -509,26 +531,30 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_q_k(bf16 *dqkv, const bf
     const bf16 *base = qkv + at.q, *kvb = qkv + at.kv;
     tile_async<HD, QT>(Qs, base, ld, q0, T);
     tile_async<HD, QT>(Os, dout + (size_t)b * T * ldo + (size_t)h * HD, ldo, q0, T);
-    tile_async<HD, FA_BK>(Ks, kvb, ld, 0, T);
-    tile_async<HD, FA_BK>(Vs, kvb + HD, ld, 0, T);
+    const int32_t *docb = doc ? doc + (size_t)b * T : nullptr;
+    int kt0 = docb ? docb[q0] / FA_BK : 0; /* the block's first key tile */
+    tile_async<HD, FA_BK>(Ks + (kt0 & 1) * FA_BK * LD, kvb, ld, kt0 * FA_BK, T);
+    tile_async<HD, FA_BK>(Vs + (kt0 & 1) * FA_BK * LD, kvb + HD, ld, kt0 * FA_BK, T);
     cp_async_commit();
     fa_drop dr = {};
     if (DROP) dr = fa_drop_of(drop, b, h);
 
     int row0 = q0 + warp * 16 + g;
     float l2[2], Dv[2];
+    int lo[2];
 #pragma unroll
     for (int i = 0; i < 2; i++) {
         int t = row0 + i * 8;
         l2[i] = t < T ? lse[(size_t)bh * T + t] * FA_LOG2E : INFINITY;
         Dv[i] = t < T ? D[(size_t)bh * T + t] : 0.0f;
+        lo[i] = docb && t < T ? docb[t] : 0;
     }
     float dq[HD / 8][4];
 #pragma unroll
     for (int d = 0; d < HD / 8; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
     int nkt = (q0 + QT - 1) / FA_BK + 1;
-    for (int kt = 0; kt < nkt; kt++) {
-        int k0 = kt * FA_BK, cur = kv_stream_step<HD>(Ks, Vs, kvb, ld, kt, nkt, T); /* Q, dO land with tile 0 */
+    for (int kt = kt0; kt < nkt; kt++) {
+        int k0 = kt * FA_BK, cur = kv_stream_step<HD>(Ks, Vs, kvb, ld, kt, nkt, T); /* Q, dO land with tile kt0 */
         const bf16 *K = Ks + cur * FA_BK * LD, *V = Vs + cur * FA_BK * LD;
         float s[FA_BK / 8][4], dp[FA_BK / 8][4];
 #pragma unroll
@@ -542,7 +568,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_q_k(bf16 *dqkv, const bf
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int row = row0 + (e >> 1) * 8, key = k0 + n * 8 + 2 * c + (e & 1), i = e >> 1;
-                float p = diag && key > row ? 0.0f : exp2f(s[n][e] * sl2 - l2[i]);
+                float p = (diag && key > row) || key < lo[i] ? 0.0f : exp2f(s[n][e] * sl2 - l2[i]);
                 float d = DROP ? dp[n][e] * fa_mul(dr, row, key, T) : dp[n][e];
                 s[n][e] = p * (d - Dv[i]); /* dS */
             }
@@ -562,20 +588,21 @@ static void check_hd(const char *what, int HD)
 }
 
 template <int HD, bool DROP>
-static void flash_forward(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int NH, int NG, const k_dropout &d)
+static void flash_forward(bf16 *out, float *lse, const bf16 *qkv, const int32_t *doc, int B, int T, int NH, int NG,
+                          const k_dropout &d)
 {
     size_t smem = fwd_smem<HD>();
     cudaCheck(cudaFuncSetAttribute(fa_fwd_k<HD, DROP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     constexpr int QT = fa_fwd_mt<HD>::value * FA_WARPS * 16;
     dim3 grid((T + QT - 1) / QT, B * NH);
-    fa_fwd_k<HD, DROP><<<grid, FA_WARPS * 32, smem, kcu_stream()>>>(out, lse, qkv, T, NH, NG,
+    fa_fwd_k<HD, DROP><<<grid, FA_WARPS * 32, smem, kcu_stream()>>>(out, lse, qkv, doc, T, NH, NG,
                                                                     FA_LOG2E / sqrtf((float)HD), d);
     kcu_launched();
 }
 
 template <int HD, bool DROP>
-static void flash_backward(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const bf16 *out, const float *lse, int B,
-                           int T, int NH, int NG, const k_dropout &d)
+static void flash_backward(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const bf16 *out, const float *lse,
+                           const int32_t *doc, int B, int T, int NH, int NG, const k_dropout &d)
 {
     size_t n = (size_t)B * NH * T;
     float *D = (float *)kcu_scratch(n * sizeof(float));
@@ -585,13 +612,13 @@ static void flash_backward(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const 
     size_t smem = bwd_kv_smem<HD>();
     cudaCheck(cudaFuncSetAttribute(fa_bwd_kv_k<HD, DROP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     unsigned tiles = (unsigned)((T + FA_WARPS * 16 - 1) / (FA_WARPS * 16));
-    fa_bwd_kv_k<HD, DROP><<<dim3(tiles, B * NG), FA_WARPS * 32, smem, kcu_stream()>>>(dqkv, dout, qkv, lse, D, T, NH,
-                                                                                      NG, scale, sl2, d);
+    fa_bwd_kv_k<HD, DROP><<<dim3(tiles, B * NG), FA_WARPS * 32, smem, kcu_stream()>>>(dqkv, dout, qkv, lse, D, doc, T,
+                                                                                      NH, NG, scale, sl2, d);
     kcu_launched();
     smem = bwd_q_smem<HD>();
     cudaCheck(cudaFuncSetAttribute(fa_bwd_q_k<HD, DROP>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    fa_bwd_q_k<HD, DROP><<<dim3(tiles, B * NH), FA_WARPS * 32, smem, kcu_stream()>>>(dqkv, dout, qkv, lse, D, T, NH,
-                                                                                     NG, scale, sl2, d);
+    fa_bwd_q_k<HD, DROP><<<dim3(tiles, B * NH), FA_WARPS * 32, smem, kcu_stream()>>>(dqkv, dout, qkv, lse, D, doc, T,
+                                                                                     NH, NG, scale, sl2, d);
     kcu_launched();
 }
 
@@ -602,20 +629,22 @@ static void check_shape(const char *what, int NH, int NG)
     exit(EXIT_FAILURE);
 }
 
-void kcu_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int NH, int NG, int HD,
-                                const k_dropout *drop)
+void kcu_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, const int32_t *doc, int B, int T,
+                                int NH, int NG, int HD, const k_dropout *drop)
 {
     if (B <= 0 || T <= 0 || NH <= 0) return;
     check_hd("attention_forward_bf16", HD);
     check_shape("attention_forward_bf16", NH, NG);
     k_dropout d = drop && drop->p > 0.0f ? *drop : k_dropout{};
     bool on = d.p > 0.0f;
-    if (HD == 64) (on ? flash_forward<64, true> : flash_forward<64, false>)(as_bf(out), lse, as_bf(qkv), B, T, NH, NG, d);
-    else (on ? flash_forward<128, true> : flash_forward<128, false>)(as_bf(out), lse, as_bf(qkv), B, T, NH, NG, d);
+    if (HD == 64)
+        (on ? flash_forward<64, true> : flash_forward<64, false>)(as_bf(out), lse, as_bf(qkv), doc, B, T, NH, NG, d);
+    else (on ? flash_forward<128, true> : flash_forward<128, false>)(as_bf(out), lse, as_bf(qkv), doc, B, T, NH, NG, d);
 }
 
 void kcu_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const uint16_t *out,
-                                 const float *lse, int B, int T, int NH, int NG, int HD, const k_dropout *drop)
+                                 const float *lse, const int32_t *doc, int B, int T, int NH, int NG, int HD,
+                                 const k_dropout *drop)
 {
     if (B <= 0 || T <= 0 || NH <= 0) return;
     check_hd("attention_backward_bf16", HD);
@@ -624,8 +653,8 @@ void kcu_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uin
     bool on = d.p > 0.0f;
     if (HD == 64)
         (on ? flash_backward<64, true> : flash_backward<64, false>)(as_bf(dqkv), as_bf(dout), as_bf(qkv), as_bf(out),
-                                                                    lse, B, T, NH, NG, d);
+                                                                    lse, doc, B, T, NH, NG, d);
     else
         (on ? flash_backward<128, true> : flash_backward<128, false>)(as_bf(dqkv), as_bf(dout), as_bf(qkv),
-                                                                      as_bf(out), lse, B, T, NH, NG, d);
+                                                                      as_bf(out), lse, doc, B, T, NH, NG, d);
 }

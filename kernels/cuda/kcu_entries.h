@@ -24,14 +24,15 @@ void kcu_sync(void);
 
 void kcu_embedding_forward(float *, const int32_t *, const float *, int, int, int, int);
 void kcu_embedding_backward(float *, const float *, const int32_t *, int, int, int, int);
-void kcu_position_forward(float *, const float *, int, int, int);
+void kcu_position_forward(float *, const float *, const int32_t *, int, int, int);
 void kcu_position_backward(float *, const float *, int, int, int);
 void kcu_layernorm_forward(float *, float *, float *, const float *, const float *, const float *, int, int);
 void kcu_layernorm_backward(float *, float *, float *, const float *, const float *, const float *, const float *,
                             const float *, int, int);
 void kcu_matmul_forward(float *, const float *, const float *, const float *, int, int, int);
 void kcu_matmul_backward(float *, float *, float *, const float *, const float *, const float *, int, int, int);
-void kcu_attention_forward(float *, float *, const float *, int, int, int, int, int, const k_dropout *);
+void kcu_attention_forward(float *, float *, const float *, const int32_t *, int, int, int, int, int,
+                           const k_dropout *);
 void kcu_attention_backward(float *, float *, const float *, const float *, const float *, int, int, int, int, int,
                             const k_dropout *);
 void kcu_gelu_forward(float *, const float *, size_t);
@@ -50,7 +51,7 @@ void kcu_to_bf16(uint16_t *, const float *, size_t);
 void kcu_from_bf16(float *, const uint16_t *, size_t);
 void kcu_embedding_forward_bf16(uint16_t *, const int32_t *, const uint16_t *, int, int, int, int);
 void kcu_embedding_backward_bf16(float *, const uint16_t *, const int32_t *, int, int, int, int);
-void kcu_position_forward_bf16(uint16_t *, const uint16_t *, int, int, int);
+void kcu_position_forward_bf16(uint16_t *, const uint16_t *, const int32_t *, int, int, int);
 void kcu_position_backward_bf16(float *, const uint16_t *, int, int, int);
 void kcu_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
                                          const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C);
@@ -72,9 +73,10 @@ void kcu_xent_max_bf16(float *, const uint16_t *, int, int);
 void kcu_xent_sumexp_target_bf16(float *, float *, const uint16_t *, const float *, const int32_t *, int, int, int);
 void kcu_xent_backward_bf16(uint16_t *, const uint16_t *, const float *, const float *, const int32_t *, float, int,
                             int, int);
-void kcu_attention_forward_bf16(uint16_t *, float *, const uint16_t *, int, int, int, int, int, const k_dropout *);
-void kcu_attention_backward_bf16(uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, const float *, int,
-                                 int, int, int, int, const k_dropout *);
+void kcu_attention_forward_bf16(uint16_t *, float *, const uint16_t *, const int32_t *, int, int, int, int, int,
+                                const k_dropout *);
+void kcu_attention_backward_bf16(uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, const float *,
+                                 const int32_t *, int, int, int, int, int, const k_dropout *);
 void kcu_rmsnorm_forward(float *, float *, const float *, const float *, int, int);
 void kcu_rmsnorm_backward(float *, float *, const float *, const float *, const float *, const float *, int, int);
 void kcu_rmsnorm_forward_bf16(uint16_t *, float *, const uint16_t *, const uint16_t *, int, int);

@@ -12,52 +12,53 @@ static k_ops OPS;
 
 /* --attention-backend fused: the bf16 attention entries try cuDNN's fused
  * attention (cudnn_sdpa.h) and run the own flash kernels for what it does not
- * take (grouped-query attention, dropout), saying so once. */
+ * take (grouped-query attention, dropout, documents), saying so once. */
 static bool fused_attention;
 static long calls_fused, calls_flash; /* bf16 attention entries run, by kernels */
 
-static void fused_declined(void)
-{
 #ifdef ATOLL_HAVE_CUDNN
+static void fused_declined(const char *why)
+{
     static bool said;
     if (said) return;
     said = true;
-    fprintf(stderr,
-            "kernels/cuda: attention runs on atoll's flash kernels here (cuDNN's fused attention declined: %s)\n",
-            kcudnn_why());
-#endif
+    fprintf(stderr, "kernels/cuda: attention runs on atoll's flash kernels here (cuDNN's fused attention declined: %s)\n",
+            why);
 }
+#define DOC_DECLINED "per-document masks (--reset-attention-mask) are not passed to it"
+#endif
 
-static void attention_forward_sel(uint16_t *out, float *lse, const uint16_t *qkv, int B, int T, int NH, int NG,
-                                  int HD, const k_dropout *drop)
+static void attention_forward_sel(uint16_t *out, float *lse, const uint16_t *qkv, const int32_t *doc, int B, int T,
+                                  int NH, int NG, int HD, const k_dropout *drop)
 {
 #ifdef ATOLL_HAVE_CUDNN
     if (fused_attention) {
-        if (!kcudnn_attention_forward_bf16(kcu_stream(), out, lse, qkv, B, T, NH, NG, HD, drop)) {
+        if (!doc && !kcudnn_attention_forward_bf16(kcu_stream(), out, lse, qkv, B, T, NH, NG, HD, drop)) {
             calls_fused++;
             return;
         }
-        fused_declined();
+        fused_declined(doc ? DOC_DECLINED : kcudnn_why());
     }
 #endif
     calls_flash++;
-    kcu_attention_forward_bf16(out, lse, qkv, B, T, NH, NG, HD, drop);
+    kcu_attention_forward_bf16(out, lse, qkv, doc, B, T, NH, NG, HD, drop);
 }
 
 static void attention_backward_sel(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const uint16_t *out,
-                                   const float *lse, int B, int T, int NH, int NG, int HD, const k_dropout *drop)
+                                   const float *lse, const int32_t *doc, int B, int T, int NH, int NG, int HD,
+                                   const k_dropout *drop)
 {
 #ifdef ATOLL_HAVE_CUDNN
     if (fused_attention) {
-        if (!kcudnn_attention_backward_bf16(kcu_stream(), dqkv, dout, qkv, out, lse, B, T, NH, NG, HD, drop)) {
+        if (!doc && !kcudnn_attention_backward_bf16(kcu_stream(), dqkv, dout, qkv, out, lse, B, T, NH, NG, HD, drop)) {
             calls_fused++;
             return;
         }
-        fused_declined();
+        fused_declined(doc ? DOC_DECLINED : kcudnn_why());
     }
 #endif
     calls_flash++;
-    kcu_attention_backward_bf16(dqkv, dout, qkv, out, lse, B, T, NH, NG, HD, drop);
+    kcu_attention_backward_bf16(dqkv, dout, qkv, out, lse, doc, B, T, NH, NG, HD, drop);
 }
 
 extern "C" void k_cuda_attention_calls(long *fused, long *flash)

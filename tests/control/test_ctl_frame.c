@@ -149,7 +149,7 @@ static void message_cases(void)
     /* how a foreign --load is taken, the warm-up start and the time limit */
     c.lr_warmup_init = 1e-6; c.finetune = 1; c.no_load_optim = 1; c.no_load_rng = 1;
     c.exit_on_missing_checkpoint = 1; c.exit_duration_in_mins = 230; c.init_method_std = 0.006;
-    c.exit_interval = 500; c.eod_mask_loss = 1;
+    c.exit_interval = 500; c.eod_mask_loss = 1; c.reset_position_ids = 1; c.reset_attention_mask = 1;
     c.lr_decay_style = LR_DECAY_WSD; c.lr_wsd_decay_style = WSD_COSINE; c.lr_wsd_decay_iters = 100;
     c.ckpt_step = 1200;
     Atoll__JobSpec s;

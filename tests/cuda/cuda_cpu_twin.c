@@ -137,9 +137,17 @@ static void test_matmul(int N, int C, int OC)
     free(x); free(w); free(bias); free(out); free(g); free(dx); free(dw); free(db);
 }
 
-static void test_attention(int B, int T, int NH, int HD)
+/* docs: samples split into documents at random (about one position in five
+ * ends one); query t then attends keys doc[t] .. t only */
+static void test_attention(int B, int T, int NH, int HD, int docs)
 {
     int ld = 3 * NH * HD, C = NH * HD;
+    int32_t *doc = docs ? malloc(sizeof(int32_t) * (size_t)B * T) : NULL;
+    for (int b = 0; docs && b < B; b++)
+        for (int t = 0, start = 0; t < T; t++) {
+            doc[(size_t)b * T + t] = start;
+            if (frand() > 0.6f) start = t + 1; /* frand is uniform in [-1, 1) */
+        }
     size_t nq = (size_t)B * T * ld, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
     float *qkv = rnd(nq, 2), *out = poison(no), *att = poison(na), *g = rnd(no, 1);
     float *dqkv = poison(nq), *scratch = poison(na);
@@ -150,30 +158,31 @@ static void test_attention(int B, int T, int NH, int HD)
             for (int t = 0; t < T; t++) {
                 const float *q = qkv + ((size_t)b * T + t) * ld + h * 3 * HD;
                 double *p = ratt + (((size_t)b * NH + h) * T + t) * T, mx = -1e300, sum = 0, dot = 0;
+                int lo = doc ? doc[(size_t)b * T + t] : 0;
                 for (int j = 0; j < T; j++) {
                     const float *k = qkv + ((size_t)b * T + j) * ld + h * 3 * HD + HD;
                     double s = 0;
                     for (int e = 0; e < HD; e++) s += (double)q[e] * k[e];
-                    p[j] = j <= t ? s * sc : 0.0;
-                    if (j <= t && p[j] > mx) mx = p[j];
+                    p[j] = j >= lo && j <= t ? s * sc : 0.0;
+                    if (j >= lo && j <= t && p[j] > mx) mx = p[j];
                 }
-                for (int j = 0; j <= t; j++) sum += p[j] = exp(p[j] - mx);
-                for (int j = 0; j <= t; j++) p[j] /= sum;
+                for (int j = lo; j <= t; j++) sum += p[j] = exp(p[j] - mx);
+                for (int j = lo; j <= t; j++) p[j] /= sum;
                 const float *go = g + ((size_t)b * T + t) * C + h * HD;
                 for (int e = 0; e < HD; e++) {
                     double o = 0;
-                    for (int j = 0; j <= t; j++) o += p[j] * qkv[((size_t)b * T + j) * ld + h * 3 * HD + 2 * HD + e];
+                    for (int j = lo; j <= t; j++) o += p[j] * qkv[((size_t)b * T + j) * ld + h * 3 * HD + 2 * HD + e];
                     rout[((size_t)b * T + t) * C + h * HD + e] = o;
                 }
                 /* backward of this row: dP, dS, then q, k, v gradients */
-                for (int j = 0; j <= t; j++) {
+                for (int j = lo; j <= t; j++) {
                     const float *v = qkv + ((size_t)b * T + j) * ld + h * 3 * HD + 2 * HD;
                     double s = 0;
                     for (int e = 0; e < HD; e++) s += (double)go[e] * v[e];
                     dp[j] = s;
                     dot += p[j] * s;
                 }
-                for (int j = 0; j <= t; j++) {
+                for (int j = lo; j <= t; j++) {
                     double ds = p[j] * (dp[j] - dot) * sc;
                     size_t kj = ((size_t)b * T + j) * ld + h * 3 * HD;
                     size_t qt = ((size_t)b * T + t) * ld + h * 3 * HD;
@@ -184,12 +193,12 @@ static void test_attention(int B, int T, int NH, int HD)
                     }
                 }
             }
-    K->attention_forward(out, att, qkv, B, T, NH, NH, HD, NULL);
-    compare("attention_forward out", out, rout, no);
-    compare("attention_forward att", att, ratt, na);
+    K->attention_forward(out, att, qkv, doc, B, T, NH, NH, HD, NULL);
+    compare(docs ? "attention_forward out (documents)" : "attention_forward out", out, rout, no);
+    compare(docs ? "attention_forward att (documents)" : "attention_forward att", att, ratt, na);
     K->attention_backward(dqkv, scratch, g, qkv, att, B, T, NH, NH, HD, NULL);
-    compare("attention_backward dqkv", dqkv, rd, nq);
-    free(qkv); free(out); free(att); free(g); free(dqkv); free(scratch); free(dp);
+    compare(docs ? "attention_backward dqkv (documents)" : "attention_backward dqkv", dqkv, rd, nq);
+    free(qkv); free(out); free(att); free(g); free(dqkv); free(scratch); free(dp); free(doc);
 }
 
 static void test_xent(int N, int Vfull, int off, int V)
@@ -295,8 +304,9 @@ int main(int argc, char **argv)
     test_layernorm(64, 200);
     test_matmul(7, 13, 11);
     test_matmul(64, 96, 80);
-    test_attention(2, 5, 2, 3);
-    test_attention(1, 40, 2, 16);
+    test_attention(2, 5, 2, 3, 0);
+    test_attention(1, 40, 2, 16, 0);
+    test_attention(2, 40, 2, 16, 1);
     test_xent(9, 50, 0, 50);
     test_xent(32, 1000, 500, 500);
     test_small_ops(1, 3, 5, 4, 0);

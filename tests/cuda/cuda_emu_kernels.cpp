@@ -167,12 +167,25 @@ static void test_embedding(int N, int C, int off, int V)
     cmp("embedding_backward_bf16", d4, d3, 1e-2);
     int B = 2, T = N / 2;
     vec wpe = rv((size_t)T * C), p1 = rv((size_t)B * T * C), p2 = p1, a1 = rv((size_t)T * C), a2 = a1;
-    R->position_forward(p1.data(), wpe.data(), B, T, C);
-    kcu_position_forward(p2.data(), wpe.data(), B, T, C);
+    R->position_forward(p1.data(), wpe.data(), nullptr, B, T, C);
+    kcu_position_forward(p2.data(), wpe.data(), nullptr, B, T, C);
     cmp("position_forward", p2, p1, 1e-5);
     R->position_backward(a1.data(), g.data(), B, T, C);
     kcu_position_backward(a2.data(), g.data(), B, T, C);
     cmp("position_backward", a2, a1, 1e-5);
+    /* positions inside documents (--reset-position-ids): wpe[pos[n]] */
+    std::vector<int32_t> pos((size_t)B * T);
+    for (size_t n = 0; n < pos.size(); n++) pos[n] = (int32_t)(n % T % 7);
+    vec q1 = p1, q2 = p1;
+    R->position_forward(q1.data(), wpe.data(), pos.data(), B, T, C);
+    kcu_position_forward(q2.data(), wpe.data(), pos.data(), B, T, C);
+    cmp("position_forward (documents)", q2, q1, 1e-5);
+    std::vector<uint16_t> pb, wb;
+    vec pr = rv_bf((size_t)B * T * C, 1, pb), wr = rv_bf((size_t)T * C, 1, wb), q3 = pr;
+    std::vector<uint16_t> pb2 = pb;
+    R->position_forward(q3.data(), wr.data(), pos.data(), B, T, C);
+    kcu_position_forward_bf16(pb2.data(), wb.data(), pos.data(), B, T, C);
+    cmp("position_forward_bf16 (documents)", widen(pb2), q3, 1e-2);
 }
 
 /* The fused classifier (fp32 and bf16) against the four-call reference. */
@@ -322,36 +335,72 @@ static k_dropout drop_of(float p)
     return d;
 }
 
-static void test_attention(int B, int T, int NH, int NG, int HD, float p)
+/* Documents for --reset-attention-mask: doc[b*T + t] = the first position of
+ * t's document. Sample 0 has documents starting at 0, 20, 70, 100 and 140 (so
+ * a 128-row query block starts past key tile 0, and rows 140.. see nothing of
+ * the tile before their document); the others end one about every 10 tokens. */
+static std::vector<int32_t> docs_of(int B, int T)
+{
+    std::vector<int32_t> doc((size_t)B * T);
+    for (int b = 0; b < B; b++)
+        for (int t = 0, start = 0; t < T; t++) {
+            if (b == 0 ? t == 20 || t == 70 || t == 100 || t == 140 : fr() > 0.8f) start = t;
+            doc[(size_t)b * T + t] = start;
+        }
+    return doc;
+}
+
+static void test_attention(int B, int T, int NH, int NG, int HD, float p, bool docs = false)
 {
     size_t nq = (size_t)B * T * (NH + 2 * NG) * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
     vec qkv = rv(nq, 2), o1 = nanv(no), o2 = o1, a1 = nanv(na), a2 = a1, g = rv(no), d1 = nanv(nq), d2 = d1;
     vec s1 = nanv(na), s2 = s1;
     k_dropout d = drop_of(p);
-    R->attention_forward(o1.data(), a1.data(), qkv.data(), B, T, NH, NG, HD, &d);
-    kcu_attention_forward(o2.data(), a2.data(), qkv.data(), B, T, NH, NG, HD, &d);
-    cmp("attention_forward out", o2, o1, 1e-5);
-    cmp("attention_forward att", a2, a1, 1e-5);
+    std::vector<int32_t> dv = docs_of(B, T);
+    const int32_t *doc = docs ? dv.data() : nullptr;
+    const char *tag = docs ? " (documents)" : "";
+    char what[96];
+    R->attention_forward(o1.data(), a1.data(), qkv.data(), doc, B, T, NH, NG, HD, &d);
+    kcu_attention_forward(o2.data(), a2.data(), qkv.data(), doc, B, T, NH, NG, HD, &d);
+    snprintf(what, sizeof what, "attention_forward out%s", tag);
+    cmp(what, o2, o1, 1e-5);
+    snprintf(what, sizeof what, "attention_forward att%s", tag);
+    cmp(what, a2, a1, 1e-5);
     R->attention_backward(d1.data(), s1.data(), g.data(), qkv.data(), a1.data(), B, T, NH, NG, HD, &d);
     kcu_attention_backward(d2.data(), s2.data(), g.data(), qkv.data(), a2.data(), B, T, NH, NG, HD, &d);
-    cmp("attention_backward dqkv", d2, d1, 1e-5);
+    snprintf(what, sizeof what, "attention_backward dqkv%s", tag);
+    cmp(what, d2, d1, 1e-5);
 }
 
-static void test_flash(int B, int T, int NH, int NG, int HD, float p)
+/* The flash kernels and the CPU's bf16 entries (the same contract) against the
+ * fp32 reference. */
+static void test_flash(int B, int T, int NH, int NG, int HD, float p, bool docs = false)
 {
     size_t nq = (size_t)B * T * (NH + 2 * NG) * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
-    std::vector<uint16_t> qb, gb, ob(no, 0xffff), dqb(nq, 0xffff);
+    std::vector<uint16_t> qb, gb, ob(no, 0xffff), dqb(nq, 0xffff), oc(no, 0xffff), dqc(nq, 0xffff);
     vec qkv = rv_bf(nq, 2, qb), g = rv_bf(no, 1, gb), out(no), att(na), dq(nq), scr(na), lse((size_t)B * NH * T, NAN);
+    vec lsec = lse;
     k_dropout d = drop_of(p);
-    char what[96];
-    R->attention_forward(out.data(), att.data(), qkv.data(), B, T, NH, NG, HD, &d);
-    kcu_attention_forward_bf16(ob.data(), lse.data(), qb.data(), B, T, NH, NG, HD, &d);
-    snprintf(what, sizeof what, "attention_forward_bf16 (flash, %d heads in %d groups, dropout %g) out", NH, NG, p);
-    cmp(what, widen(ob), out, 1e-2);
+    std::vector<int32_t> dv = docs_of(B, T);
+    const int32_t *doc = docs ? dv.data() : nullptr;
+    char what[160];
+    R->attention_forward(out.data(), att.data(), qkv.data(), doc, B, T, NH, NG, HD, &d);
     R->attention_backward(dq.data(), scr.data(), g.data(), qkv.data(), att.data(), B, T, NH, NG, HD, &d);
-    kcu_attention_backward_bf16(dqb.data(), gb.data(), qb.data(), ob.data(), lse.data(), B, T, NH, NG, HD, &d);
-    snprintf(what, sizeof what, "attention_backward_bf16 (flash, %d heads in %d groups, dropout %g) dqkv", NH, NG, p);
-    cmp(what, widen(dqb), dq, 1e-2);
+    for (int cpu = 0; cpu < 2; cpu++) {
+        const char *by = cpu ? "cpu" : "flash";
+        std::vector<uint16_t> &o = cpu ? oc : ob, &dqo = cpu ? dqc : dqb;
+        vec &l = cpu ? lsec : lse;
+        (cpu ? R->attention_forward_bf16 : kcu_attention_forward_bf16)(o.data(), l.data(), qb.data(), doc, B, T, NH, NG,
+                                                                       HD, &d);
+        snprintf(what, sizeof what, "attention_forward_bf16 (%s, %d heads in %d groups, dropout %g%s) out", by, NH, NG,
+                 p, docs ? ", documents" : "");
+        cmp(what, widen(o), out, 1e-2);
+        (cpu ? R->attention_backward_bf16 : kcu_attention_backward_bf16)(dqo.data(), gb.data(), qb.data(), o.data(),
+                                                                         l.data(), doc, B, T, NH, NG, HD, &d);
+        snprintf(what, sizeof what, "attention_backward_bf16 (%s, %d heads in %d groups, dropout %g%s) dqkv", by, NH,
+                 NG, p, docs ? ", documents" : "");
+        cmp(what, widen(dqo), dq, 1e-2);
+    }
 }
 
 static std::vector<uint16_t> narrow(const vec &v)
@@ -496,12 +545,15 @@ int main(int, char **argv)
     test_attention(2, 9, 2, 2, 4, 0.0f);
     test_attention(2, 9, 4, 2, 4, 0.0f);  /* grouped-query: 2 heads per key/value group */
     test_attention(2, 9, 6, 2, 4, 0.25f); /* 3 heads per group, dropout */
+    test_attention(2, 150, 4, 2, 4, 0.25f, true); /* documents */
     test_flash(1, 64, 1, 1, 64, 0.0f);  /* one tile */
     test_flash(1, 150, 1, 1, 64, 0.0f); /* a partial last tile */
     test_flash(1, 80, 1, 1, 128, 0.0f);
     test_flash(2, 40, 4, 2, 64, 0.0f);  /* grouped-query, two sequences */
     test_flash(1, 70, 2, 1, 64, 0.2f);  /* one group of two heads, dropout */
     test_flash(1, 40, 2, 2, 128, 0.2f); /* dropout, head dim 128 */
+    test_flash(2, 150, 2, 1, 64, 0.0f, true);  /* documents: tiles skipped, rows with none of a tile's keys */
+    test_flash(2, 150, 2, 2, 128, 0.2f, true); /* documents, dropout, head dim 128 (64-row query blocks) */
     test_llama(10, 37, 4, 2, 8);  /* C % 8 != 0 */
     test_llama(64, 256, 6, 3, 16);
     test_llama(130, 264, 4, 2, 8); /* RMSNorm's fused backward: a partial block of rows, a partial column strip */

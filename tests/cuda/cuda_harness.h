@@ -66,6 +66,21 @@ static inline void h_round_bf(float *x, size_t n)
     for (size_t i = 0; i < n; i++) x[i] = h_bf2f(h_f2bf(x[i]));
 }
 
+/* Documents for --reset-attention-mask: h_docs(B, T)[b*T + t] is the first
+ * position of t's document; sample 0's start at 0, 20, 70, 100 and 140 (a
+ * 128-row query block past key tile 0), the others every 13th position
+ * offset by the sample. Caller frees. */
+static inline int32_t *h_docs(int B, int T)
+{
+    int32_t *doc = malloc(sizeof(int32_t) * (size_t)B * T + 1);
+    for (int b = 0; b < B; b++)
+        for (int t = 0, start = 0; t < T; t++) {
+            if (b == 0 ? t == 20 || t == 70 || t == 100 || t == 140 : (t + b) % 13 == 0) start = t;
+            doc[(size_t)b * T + t] = start;
+        }
+    return doc;
+}
+
 /* ---- device buffers ---- */
 static inline void *d_put(const void *host, size_t bytes)
 {

@@ -54,8 +54,8 @@ static void test_embedding(int N, int C, int off, int V, int Vfull)
     int B = 2, T = N / 2;
     float *wpe = bf_rand((size_t)T * C, 1), *x = bf_rand((size_t)B * T * C, 1);
     uint16_t *dwpe = d_put_bf(wpe, (size_t)T * C), *dx = d_put_bf(x, (size_t)B * T * C);
-    R->position_forward(x, wpe, B, T, C);
-    G->position_forward_bf16(dx, dwpe, B, T, C);
+    R->position_forward(x, wpe, NULL, B, T, C);
+    G->position_forward_bf16(dx, dwpe, NULL, B, T, C);
     h_compare("position_forward_bf16", d_get_bf(dx, (size_t)B * T * C), x, (size_t)B * T * C, TOL);
     float *pacc = h_rand((size_t)T * C, 1), *dpacc = d_put(pacc, (size_t)T * C * 4);
     R->position_backward(pacc, g, B, T, C);
@@ -244,18 +244,19 @@ static void test_xent_fused(int N, int V)
  * key/value groups, dropout p on the probabilities. */
 static const char *attn_backend = "flash"; /* which kernels the entries run (k_cuda_fused_attention) */
 
-static void test_attention(int B, int T, int NH, int NG, int HD, float p)
+static void test_attention_docs(int B, int T, int NH, int NG, int HD, float p, int docs)
 {
-    char what[3][96];
-    snprintf(what[0], sizeof what[0], "attention_forward_bf16 (%s, B=%d T=%d NH=%d NG=%d HD=%d p=%g) out",
-             attn_backend, B, T, NH, NG, HD, p);
+    char what[3][128];
+    snprintf(what[0], sizeof what[0], "attention_forward_bf16 (%s, B=%d T=%d NH=%d NG=%d HD=%d p=%g%s) out",
+             attn_backend, B, T, NH, NG, HD, p, docs ? ", documents" : "");
     snprintf(what[1], sizeof what[1], "attention_forward_bf16 (%s) lse", attn_backend);
     snprintf(what[2], sizeof what[2], "attention_backward_bf16 (%s) dqkv", attn_backend);
     size_t nq = (size_t)B * T * (NH + 2 * NG) * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
     size_t nl = (size_t)B * NH * T;
     k_dropout drop = { p, 0xbeefULL, 11, 2 };
     float *qkv = bf_rand(nq, 2), *out = malloc(no * 4), *att = malloc(na * 4), *lse = malloc(nl * 4);
-    R->attention_forward(out, att, qkv, B, T, NH, NG, HD, &drop);
+    int32_t *doc = docs ? h_docs(B, T) : NULL, *ddoc = doc ? d_put(doc, sizeof(int32_t) * (size_t)B * T) : NULL;
+    R->attention_forward(out, att, qkv, doc, B, T, NH, NG, HD, &drop);
     int ld = (NH + 2 * NG) * HD, Q = NH / NG;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
@@ -263,7 +264,7 @@ static void test_attention(int B, int T, int NH, int NG, int HD, float p)
                 int grp = h / Q;
                 const float *q = qkv + ((size_t)b * T + t) * ld + (grp * (Q + 2) + h % Q) * HD;
                 double mx = -1e300, s = 0;
-                for (int j = 0; j <= t; j++) {
+                for (int j = doc ? doc[(size_t)b * T + t] : 0; j <= t; j++) {
                     const float *k = qkv + ((size_t)b * T + j) * ld + (grp * (Q + 2) + Q) * HD;
                     double d = 0;
                     for (int e = 0; e < HD; e++) d += (double)q[e] * k[e];
@@ -279,18 +280,18 @@ static void test_attention(int B, int T, int NH, int NG, int HD, float p)
             }
     uint16_t *dqkv_in = d_put_bf(qkv, nq), *dout = d_poison(no * 2);
     float *dlse = d_poison(nl * 4);
-    G->attention_forward_bf16(dout, dlse, dqkv_in, B, T, NH, NG, HD, &drop);
+    G->attention_forward_bf16(dout, dlse, dqkv_in, ddoc, B, T, NH, NG, HD, &drop);
     h_compare(what[0], d_get_bf(dout, no), out, no, TOL);
     h_compare(what[1], d_get(dlse, nl), lse, nl, TOL);
 
     float *g = bf_rand(no, 1), *dqkv = malloc(nq * 4), *scratch = malloc(na * 4);
     R->attention_backward(dqkv, scratch, g, qkv, att, B, T, NH, NG, HD, &drop);
     uint16_t *dg = d_put_bf(g, no), *ddqkv = d_poison(nq * 2);
-    G->attention_backward_bf16(ddqkv, dg, dqkv_in, dout, dlse, B, T, NH, NG, HD, &drop);
+    G->attention_backward_bf16(ddqkv, dg, dqkv_in, dout, dlse, ddoc, B, T, NH, NG, HD, &drop);
     h_compare(what[2], d_get_bf(ddqkv, nq), dqkv, nq, TOL);
     /* deterministic: a second backward gives the same bits (restarts resume bit for bit) */
     uint16_t *again = d_poison(nq * 2), *h1 = malloc(nq * 2), *h2 = malloc(nq * 2);
-    G->attention_backward_bf16(again, dg, dqkv_in, dout, dlse, B, T, NH, NG, HD, &drop);
+    G->attention_backward_bf16(again, dg, dqkv_in, dout, dlse, ddoc, B, T, NH, NG, HD, &drop);
     G->to_host(h1, ddqkv, nq * 2);
     G->to_host(h2, again, nq * 2);
     CHECK(!memcmp(h1, h2, nq * 2), "attention_backward_bf16 (%s, B=%d T=%d NH=%d): two runs differ", attn_backend, B,
@@ -298,6 +299,12 @@ static void test_attention(int B, int T, int NH, int NG, int HD, float p)
     free(h1); free(h2); G->free(again);
     free(qkv); free(out); free(att); free(lse); free(g); free(dqkv); free(scratch);
     G->free(dqkv_in); G->free(dout); G->free(dlse); G->free(dg); G->free(ddqkv);
+    free(doc);
+    if (ddoc) G->free(ddoc);
+}
+static void test_attention(int B, int T, int NH, int NG, int HD, float p)
+{
+    test_attention_docs(B, T, NH, NG, HD, p, 0);
 }
 
 /* the LLaMA family's bf16 entries against the fp32 CPU ops on bf16-rounded inputs */
@@ -409,9 +416,11 @@ int main(int argc, char **argv)
     test_attention(1, 130, 4, 1, 128, 0.0f); /* one group for all heads (multi-query) */
     test_attention(2, 150, 4, 2, 64, 0.1f);  /* and dropout */
     test_attention(1, 100, 2, 1, 128, 0.1f);
+    test_attention_docs(2, 150, 2, 1, 64, 0.0f, 1);  /* documents: key tiles skipped */
+    test_attention_docs(2, 200, 4, 4, 128, 0.1f, 1); /* documents, dropout, head dim 128 */
 #ifdef ATOLL_HAVE_CUDNN
     /* --attention-backend fused: cuDNN's fused attention behind the same
-     * entries; grouped-query and dropout are declined to the flash kernels */
+     * entries; grouped-query, dropout and documents are declined to the flash kernels */
     char err[256];
     int rc = k_cuda_fused_attention(1, err, sizeof err);
     CHECK(rc == 0, "fused attention available: %s", rc ? err : "");
@@ -428,8 +437,9 @@ int main(int argc, char **argv)
               f1 - f0, l1 - l0);
         test_attention(2, 200, 8, 2, 64, 0.0f);    /* declined: the flash kernels run it */
         test_attention(2, 150, 4, 4, 64, 0.1f);    /* declined */
+        test_attention_docs(2, 150, 4, 4, 64, 0.0f, 1); /* declined: documents */
         k_cuda_attention_calls(&f2, &l2);
-        CHECK(f2 == f1 && l2 - l1 == 6, "declined shapes: %ld calls on cuDNN, %ld of 6 on the flash kernels",
+        CHECK(f2 == f1 && l2 - l1 == 9, "declined shapes: %ld calls on cuDNN, %ld of 9 on the flash kernels",
               f2 - f1, l2 - l1);
         k_cuda_fused_attention(0, err, sizeof err);
         attn_backend = "flash";

@@ -51,8 +51,8 @@ static void test_position(int B, int T, int C)
     size_t n = (size_t)B * T * C;
     float *wpe = h_rand((size_t)T * C, 1), *x = h_rand(n, 1);
     float *dwpe = d_put(wpe, sizeof(float) * T * C), *dx = d_put(x, sizeof(float) * n);
-    R->position_forward(x, wpe, B, T, C);
-    G->position_forward(dx, dwpe, B, T, C);
+    R->position_forward(x, wpe, NULL, B, T, C);
+    G->position_forward(dx, dwpe, NULL, B, T, C);
     h_compare("position_forward", d_get(dx, n), x, n, TOL);
     float *acc = h_rand((size_t)T * C, 1);
     float *dacc = d_put(acc, sizeof(float) * T * C);
@@ -113,17 +113,21 @@ static void test_matmul(int N, int C, int OC, int with_bias)
     G->free(dx); G->free(dw); G->free(dbias); G->free(dout); G->free(dg); G->free(ddinp); G->free(dgw); G->free(dgb);
 }
 
-/* NG key/value groups (NG == NH: multi-head), dropout p on the probabilities */
-static void test_attention(int B, int T, int NH, int NG, int HD, float p)
+/* NG key/value groups (NG == NH: multi-head), dropout p on the probabilities,
+ * documents (h_docs) when docs */
+static void test_attention_docs(int B, int T, int NH, int NG, int HD, float p, int docs)
 {
     size_t nq = (size_t)B * T * (NH + 2 * NG) * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
     k_dropout drop = { p, 0xfeedULL, 3, 1 };
     float *qkv = h_rand(nq, 2), *out = malloc(no * 4), *att = malloc(na * 4);
     float *dqkv_in = d_put(qkv, nq * 4), *dout = d_poison(no * 4), *datt = d_poison(na * 4);
-    R->attention_forward(out, att, qkv, B, T, NH, NG, HD, &drop);
-    G->attention_forward(dout, datt, dqkv_in, B, T, NH, NG, HD, &drop);
-    h_compare("attention_forward out", d_get(dout, no), out, no, TOL);
-    h_compare("attention_forward att", d_get(datt, na), att, na, TOL);
+    int32_t *doc = docs ? h_docs(B, T) : NULL, *ddoc = doc ? d_put(doc, sizeof(int32_t) * (size_t)B * T) : NULL;
+    R->attention_forward(out, att, qkv, doc, B, T, NH, NG, HD, &drop);
+    G->attention_forward(dout, datt, dqkv_in, ddoc, B, T, NH, NG, HD, &drop);
+    h_compare(docs ? "attention_forward out (documents)" : "attention_forward out", d_get(dout, no), out, no, TOL);
+    h_compare(docs ? "attention_forward att (documents)" : "attention_forward att", d_get(datt, na), att, na, TOL);
+    free(doc);
+    if (ddoc) G->free(ddoc);
 
     float *g = h_rand(no, 1), *dqkv = malloc(nq * 4), *scratch = malloc(na * 4);
     float *dg = d_put(g, no * 4), *ddqkv = d_poison(nq * 4), *dscratch = d_poison(na * 4);
@@ -132,6 +136,10 @@ static void test_attention(int B, int T, int NH, int NG, int HD, float p)
     h_compare("attention_backward dqkv", d_get(ddqkv, nq), dqkv, nq, TOL);
     free(qkv); free(out); free(att); free(g); free(dqkv); free(scratch);
     G->free(dqkv_in); G->free(dout); G->free(datt); G->free(dg); G->free(ddqkv); G->free(dscratch);
+}
+static void test_attention(int B, int T, int NH, int NG, int HD, float p)
+{
+    test_attention_docs(B, T, NH, NG, HD, p, 0);
 }
 
 /* RMSNorm, SwiGLU, rotary embedding, q/k/v packing and hidden dropout */
@@ -305,6 +313,7 @@ int main(int argc, char **argv)
     test_attention(1, 257, 3, 3, 32, 0.0f);
     test_attention(2, 96, 8, 2, 64, 0.0f);  /* grouped-query: 4 heads per key/value group */
     test_attention(2, 70, 4, 2, 32, 0.1f);  /* and dropout */
+    test_attention_docs(2, 150, 4, 2, 32, 0.1f, 1); /* documents */
     test_llama(64, 768, 12, 4, 64);
     test_llama(10, 37, 4, 2, 8);
     test_elementwise(1);

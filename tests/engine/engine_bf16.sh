@@ -4,7 +4,8 @@
 # (bf16 weights copy, activations and gradients, fp32 masters) trains the same
 # function as fp32 to bf16 precision, in one rank and in tp2 x pp2 with
 # sequence parallel; a bf16 checkpoint resumes exactly; the LLaMA family with
-# dropout follows fp32 in bf16 too; --bf16 on a head dim
+# dropout follows fp32 in bf16 too, and so do documents (--reset-position-ids
+# --reset-attention-mask: nearer fp32 with documents than fp32 without); --bf16 on a head dim
 # the CUDA flash attention lacks is refused on cuda with a message.
 #   engine_bf16.sh ATOLL_TRAIN WORKDIR
 set -euo pipefail
@@ -26,6 +27,13 @@ run llama_fp32 "${llama[@]}"
 run llama_bf16 "${llama[@]}" --bf16
 run llama_bf16_tp2pp2 "${llama[@]}" --bf16 --nproc-per-node 4 --tensor-model-parallel-size 2 \
     --pipeline-model-parallel-size 2 --sequence-parallel --num-query-groups 2
+python3 -c 'import json
+for i in range(400): print(json.dumps({"text": "abcdefghijklmnopqrstuvwxyz"[: 4 + (i * 7) % 23]}))' >"$work/docs.jsonl"
+"$(dirname "$train")/atoll" data prepare --input "$work/docs.jsonl" --output-prefix "$work/docs" >/dev/null
+docs=(--data-path "$work/docs" --split 1,0,0)
+run doc_fp32_one "${docs[@]}"
+run doc_fp32 "${docs[@]}" --reset-position-ids --reset-attention-mask
+run doc_bf16 "${docs[@]}" --reset-position-ids --reset-attention-mask --bf16
 python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
@@ -46,6 +54,10 @@ lf, lb, lt = L("llama_fp32"), L("llama_bf16"), L("llama_bf16_tp2pp2")
 check(len(lf) == len(lb) == 12 and 0 < rel(lb, lf) <= 1e-2,
       f"LLaMA family with dropout: bf16 follows fp32 within 1e-2 ({rel(lb, lf):.1e})")
 check(len(lt) == 12 and lt[0] > 0, f"LLaMA bf16 tp2 x pp2 x sp (2 key/value groups) trains ({lt[:2]})")
+d1, df, db = L("doc_fp32_one"), L("doc_fp32"), L("doc_bf16")
+check(len(d1) == len(df) == len(db) == 12 and rel(db, df) <= 1e-2 and rel(db, df) < rel(db, d1) / 2,
+      f"documents: bf16 follows fp32 within 1e-2 ({rel(db, df):.1e}), nearer than fp32 without documents "
+      f"({rel(db, d1):.1e})")
 sys.exit(0 if ok else 1)
 PY
 if "$train" "${flags[@]}" --hidden-size 96 --num-attention-heads 3 --bf16 --device cuda > "$work/refuse.log" 2>&1; then

@@ -218,6 +218,27 @@ EOF
 then ok "--eod-mask-loss: tp2 pp2 equals one rank to 1e-5 over 6 steps, and differs from the unmasked loss"
 else bad "--eod-mask-loss layouts: $(cat eod1.jsonl eod4.jsonl | grep -o '"loss":[^,]*' | tr '\n' ' ')"; fi
 
+# --reset-position-ids --reset-attention-mask (checked against PyTorch by engine_torch_ref_documents):
+# tp2 pp2 with sequence parallel, selective recomputation (the fp32 probabilities rebuilt in backward)
+# and full recomputation compute one rank's losses, which differ from the run without documents
+DOC=("${EOD[@]}" --reset-position-ids --reset-attention-mask)
+"$TRAIN" "${DOC[@]}" --metrics-file doc1.jsonl >/dev/null 2>&1 || bad "--reset-attention-mask run failed"
+"$TRAIN" "${DOC[@]}" --nproc-per-node 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+    --sequence-parallel --recompute-granularity selective --metrics-file doc4.jsonl >doc4.log 2>&1 \
+    || bad "documents tp2 pp2 failed: $(tail -1 doc4.log)"
+"$TRAIN" "${DOC[@]}" --recompute-granularity full --metrics-file docf.jsonl >docf.log 2>&1 \
+    || bad "documents with full recomputation failed: $(tail -1 docf.log)"
+if python3 - doc1.jsonl doc4.jsonl docf.jsonl eod0.jsonl <<'EOF'
+import json, sys
+a, b, f, c = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:])
+assert len(a) == len(b) == len(f) == len(c) == 6, (len(a), len(b), len(f), len(c))
+assert all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, b)), (a, b)
+assert all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a, f)), (a, f)
+assert all(abs(x - z) > 1e-4 for x, z in zip(a, c)), (a, c)
+EOF
+then ok "documents: tp2 pp2 sequence-parallel and full recomputation equal one rank to 1e-5, unlike one document"
+else bad "documents layouts: $(cat doc1.jsonl doc4.jsonl docf.jsonl | grep -o '"loss":[^,]*' | tr '\n' ' ')"; fi
+
 # --save-keep 2 with background saves: of the four steps saved (5, 10, 15, 20) the two newest stay
 "$TRAIN" "${RUN[@]}" --save ckk --save-interval 5 --async-save --save-keep 2 >keep.log 2>&1 || bad "--save-keep run failed"
 kept=$(cd ckk && ls -d iter_* | tr '\n' ' ')

@@ -112,7 +112,7 @@ typedef struct { int B, T, NH, HD; float *qkv, *out, *att, *dout; } at_ctx;
 static double at_obj(void *p)
 {
     at_ctx *c = p;
-    K->attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->NH, c->NH, c->HD, NULL);
+    K->attention_forward(c->out, c->att, c->qkv, NULL, c->B, c->T, c->NH, c->NH, c->HD, NULL);
     return dotp(c->out, c->dout, (size_t)c->B * c->T * c->NH * c->HD);
 }
 static void test_attention(void)
@@ -152,7 +152,7 @@ typedef struct { int B, T, NH, NG, HD; float *qkv, *out, *att, *dout; k_dropout 
 static double gq_obj(void *p)
 {
     gq_ctx *c = p;
-    K->attention_forward(c->out, c->att, c->qkv, c->B, c->T, c->NH, c->NG, c->HD, &c->d);
+    K->attention_forward(c->out, c->att, c->qkv, NULL, c->B, c->T, c->NH, c->NG, c->HD, &c->d);
     return dotp(c->out, c->dout, (size_t)c->B * c->T * c->NH * c->HD);
 }
 static void test_attention_gqa_dropout(void)

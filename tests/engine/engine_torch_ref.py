@@ -4,7 +4,7 @@ initial weights: step-1 logits, loss and every parameter gradient to 1e-5
 relative, then the losses of 5 AdamW steps (clipping, weight decay groups and
 the LR schedule included) to 1e-5.
 
-usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [--llama] [--eod-mask] [ATOLL-TRAIN FLAGS...]
+usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [--llama] [--eod-mask] [--documents] [ATOLL-TRAIN FLAGS...]
 (--untie: a separate lm_head.weight instead of the output layer tied to wte;
 --llama: the LLaMA family (RMSNorm, SwiGLU, rotary positions, grouped-query
 attention with 2 key/value groups for 4 heads, no linear biases, untied, FFN
@@ -15,8 +15,13 @@ the reference reached; --eod-mask: short documents prepared with `atoll data
 prepare` (byte-level, token 0 ends each) trained with --eod-mask-loss, the
 reference dropping every position whose input is token 0 and taking the mean
 over micro-batches of each one's mean over the tokens it keeps, as Megatron's
-loss mask does. Any other argument goes to atoll-train, e.g. --device cuda for
-the GPU run.)
+loss mask does; --documents: the same short documents trained with
+--reset-position-ids --reset-attention-mask, the reference building the mask
+and positions the way Megatron's get_ltor_masks_and_position_ids does: after
+each end-of-document token at i, rows i+1.. lose columns ..i and positions
+restart at 0 (learned positions only: rotary ones count from the sample's
+start, as in Megatron). Any other argument goes to atoll-train, e.g. --device
+cuda for the GPU run.)
 """
 import json
 import math
@@ -35,6 +40,23 @@ MBS, GBS, ITERS = 2, 4, 5
 LR, MIN_LR, WARMUP, WD, B1, B2, EPS, CLIP = 3e-3, 3e-4, 2, 0.1, 0.9, 0.95, 1e-8, 1.0
 TOL = 1e-5
 EOD_MASK = False  # --eod-mask
+DOCUMENTS = False  # --documents
+
+
+def ltor_masks_and_position_ids(tokens):
+    """[B, T, T] may-attend (lower triangle, cut at every end of document with
+    --documents) and [B, T] positions (restarting after every end of document)."""
+    B = tokens.shape[0]
+    allowed = torch.tril(torch.ones(T, T, dtype=torch.bool)).repeat(B, 1, 1)
+    pos = torch.arange(T).repeat(B, 1)
+    if DOCUMENTS:
+        for b in range(B):
+            prev = 0
+            for i in (tokens[b] == 0).nonzero().flatten().tolist():
+                allowed[b, i + 1:, :i + 1] = False
+                pos[b, i + 1:] -= i + 1 - prev
+                prev = i + 1
+    return allowed, pos
 
 
 def lm_loss(logits, tokens, targets):
@@ -73,8 +95,9 @@ def gpt_loss(p, tokens, targets, want_logits=False):
     """The engine's architecture: pre-LN GPT-2, c_attn rows grouped [head][q,k,v][hd]."""
     B = tokens.shape[0]
     hd = H // NH
-    x = p["wte.weight"][tokens] + p["wpe.weight"][:T]
-    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+    allowed, pos = ltor_masks_and_position_ids(tokens)
+    x = p["wte.weight"][tokens] + p["wpe.weight"][pos]
+    mask = ~allowed[:, None]
     for l in range(L):
         w = lambda s: p[f"h.{l}.{s}"]
         h = torch.nn.functional.layer_norm(x, (H,), w("ln_1.weight"), w("ln_1.bias"), 1e-5)
@@ -115,7 +138,7 @@ def llama_loss(p, tokens, targets, want_logits=False):
     B = tokens.shape[0]
     hd = H // NH
     x = p["model.embed_tokens.weight"][tokens]
-    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+    mask = ~ltor_masks_and_position_ids(tokens)[0][:, None]
     for l in range(L):
         w = lambda s: p[f"model.layers.{l}.{s}"]
         h = rms_norm(x, w("input_layernorm.weight"))
@@ -165,11 +188,12 @@ def lr_at(it):
 
 def main():
     train, work = sys.argv[1], sys.argv[2]
-    global EOD_MASK
+    global EOD_MASK, DOCUMENTS
     llama = "--llama" in sys.argv[3:]
     untie = "--untie" in sys.argv[3:] or llama
     EOD_MASK = "--eod-mask" in sys.argv[3:]
-    extra = [a for a in sys.argv[3:] if a not in ("--untie", "--llama", "--eod-mask")]
+    DOCUMENTS = "--documents" in sys.argv[3:]
+    extra = [a for a in sys.argv[3:] if a not in ("--untie", "--llama", "--eod-mask", "--documents")]
     model_loss = llama_loss if llama else gpt_loss
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -186,7 +210,7 @@ def main():
         cmd += ["--normalization", "RMSNorm", "--swiglu", "--position-embedding-type", "rope", "--rotary-base",
                 str(int(ROPE_BASE)), "--disable-bias-linear", "--group-query-attention", "--num-query-groups",
                 str(KV), "--ffn-hidden-size", str(FFN), "--save", os.path.join(work, "ckpt")]
-    if EOD_MASK:
+    if EOD_MASK or DOCUMENTS:
         # documents of 2 to 12 bytes: several end inside every 16-token sample
         docs = os.path.join(work, "docs.jsonl")
         with open(docs, "w") as f:
@@ -195,7 +219,9 @@ def main():
         prep = os.path.join(os.path.dirname(os.path.abspath(train)), "atoll")
         subprocess.run([prep, "data", "prepare", "--input", docs, "--output-prefix", os.path.join(work, "docs")],
                        check=True, stdout=subprocess.DEVNULL)
-        cmd += ["--data-path", os.path.join(work, "docs"), "--split", "1,0,0", "--eod-mask-loss"]
+        cmd += ["--data-path", os.path.join(work, "docs"), "--split", "1,0,0"]
+        cmd += ["--eod-mask-loss"] if EOD_MASK else []
+        cmd += ["--reset-position-ids", "--reset-attention-mask"] if DOCUMENTS else []
     cmd += extra
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     engine_losses = [json.loads(line)["loss"] for line in open(metrics)]
@@ -220,11 +246,11 @@ def main():
         d = read_safetensors(os.path.join(work, f"iter_{it:07d}.safetensors"))
         tokens = torch.tensor(d["tokens"].astype(np.int64))
         targets = torch.tensor(d["targets"].astype(np.int64))
-        if EOD_MASK and it == 1:
+        if (EOD_MASK or DOCUMENTS) and it == 1:
             dropped = int((tokens == 0).sum())
             if not 0 < dropped < tokens.numel() // 2:
                 failures.append(f"{dropped} of {tokens.numel()} step-1 inputs end a document: the masking goes untested")
-            print(f"step 1: {dropped} of {tokens.numel()} positions dropped by --eod-mask-loss")
+            print(f"step 1: {dropped} of {tokens.numel()} positions end a document")
         for v in params.values():
             v.grad = None
         loss = model_loss(params, tokens, targets)
