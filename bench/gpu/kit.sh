@@ -6,7 +6,7 @@
 #   bench/gpu/kit.sh            build atoll for sm_90 (Release) and pack its libraries
 #
 # What goes in:
-#   .gpukit/bin/      atoll-train, cuda_kernels_fp32, cuda_kernels_bf16, gpu_bench, cudnn_plan_check (sm_90),
+#   .gpukit/bin/      atoll-train, atoll (data prepare), cuda_kernels_fp32, cuda_kernels_bf16, gpu_bench, cudnn_plan_check (sm_90),
 #                     ktrace.so (bench/gpu/ktrace.c: per-kernel GPU time of any program)
 #   .gpukit/libs.tar.xz   libuv, libyaml, OpenBLAS (+ gfortran, quadmath) from Debian
 #                     packages (apt-get download + dpkg -x), unpacked by run.sh
@@ -22,8 +22,8 @@ PEERS_DIR=${PEERS_DIR:-/tmp/peers/out}
 mkdir -p "$kit/bin" "$kit/peers"
 
 cmake -S "$root" -B "$kit/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATOLL_CUDA_ARCHS=90 >/dev/null
-cmake --build "$kit/build" -j "$(nproc)" --target atoll-train cuda_kernels_fp32 cuda_kernels_bf16 gpu_bench cudnn_plan_check
-for b in atoll-train cuda_kernels_fp32 cuda_kernels_bf16 gpu_bench cudnn_plan_check; do
+cmake --build "$kit/build" -j "$(nproc)" --target atoll-train atoll cuda_kernels_fp32 cuda_kernels_bf16 gpu_bench cudnn_plan_check
+for b in atoll-train atoll cuda_kernels_fp32 cuda_kernels_bf16 gpu_bench cudnn_plan_check; do
   cp "$kit/build/bin/$b" "$kit/bin/"
   strip --strip-debug "$kit/bin/$b" # only these: a kit built before also holds COMMIT and ktrace.so
 done

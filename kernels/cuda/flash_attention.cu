@@ -34,8 +34,10 @@
  * Documents (Megatron's --reset-attention-mask): with doc[b*T + t], the first
  * key of query t's document, keys before it are masked like the ones after t.
  * doc never decreases along t, so the forward and dQ kernels start at the key
- * tile of their first row's document; a row may then meet tiles with no key it
- * sees, whose exponentials are taken against 0 instead of an infinite maximum.
+ * tile of their first row's document and the dK/dV kernel stops before the
+ * query tile where a later document begins (a binary search of doc); a row may
+ * meet tiles with no key it sees, whose exponentials are taken against 0
+ * instead of an infinite maximum.
  *
  * Head dims 64 and 128 (templates); T any length (tiles past T load zeros and
  * their rows are never written). Tiles in shared memory are padded by 8
@@ -416,6 +418,15 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_kv_k(bf16 *dqkv, const b
     const fa_head g0 = fa_locate(b, grp * Qn, T, NH, NG, HD);
     const int32_t *docb = doc ? doc + (size_t)b * T : nullptr;
     int qt0 = k0 / BQ, nqt = (T + BQ - 1) / BQ;
+    if (docb) { /* queries from the first whose document starts past these keys on see none of them */
+        int klast = min(k0 + KT, T) - 1, lo = klast + 1, hi = T;
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (docb[mid] > klast) hi = mid;
+            else lo = mid + 1;
+        }
+        nqt = min(nqt, (lo + BQ - 1) / BQ);
+    }
 
     tile_async<HD, KT>(Ks, qkv + g0.kv, ld, k0, T);
     tile_async<HD, KT>(Vs, qkv + g0.kv + HD, ld, k0, T);
