@@ -126,12 +126,53 @@ static int push(cand_list *l, const plan_candidate *c)
 static int fixed_ok(int fixed, int value) { return fixed <= 0 || fixed == value; }
 static int fixed_flag_ok(int fixed, int value) { return fixed < 0 || fixed == value; }
 
+/* The layout `c` with and without ZeRO-1, each pushed when it fits `usable`.
+ * Returns how many were pushed, -1 when out of memory. */
+static int push_fitting(atoll_config *c, const plan_cluster *cl, const plan_fixed *fx, int dp, int lv,
+                        const plan_fabric_cost *fc, double usable, cand_list *l)
+{
+    int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size, pushed = 0;
+    char err[256];
+    if (cfg_validate_layout(c, tp * pp * dp, 0, err, sizeof err)) {
+        snprintf(l->rule, sizeof l->rule, "%s", err);
+        return 0;
+    }
+    for (int z = 0; z <= (dp > 1); z++) {
+        if (!fixed_flag_ok(fx->zero1, z) && dp > 1) continue;
+        c->use_distributed_optimizer = z;
+        plan_candidate pc;
+        memset(&pc, 0, sizeof pc);
+        plan_memory_estimate(c, dp, &PLAN_PRECISION_BF16_FLASH, &pc.mem);
+        if (pc.mem.total_bytes > usable) {
+            if (l->min_need <= 0 || pc.mem.total_bytes < l->min_need) l->min_need = pc.mem.total_bytes;
+            continue;
+        }
+        pc.tp = tp;
+        pc.pp = pp;
+        pc.dp = dp;
+        pc.micro_batch = c->micro_batch_size;
+        pc.layers_per_vstage = lv;
+        pc.vpp = cfg_virtual_stages(c);
+        pc.first_layers = c->decoder_first_pipeline_num_layers;
+        pc.last_layers = c->decoder_last_pipeline_num_layers;
+        pc.sp = c->sequence_parallel;
+        pc.zero1 = z;
+        pc.recompute = c->recompute_granularity;
+        pc.fabric = *fc;
+        plan_perf_estimate(c, dp, cl->gpu, &cl->links, fc, &pc.mem, &pc.est);
+        if (push(l, &pc)) return -1;
+        pushed++;
+    }
+    return pushed;
+}
+
 /* The choices below tp/pp/mb: interleaving, SP, recompute, ZeRO-1. */
 static int enumerate_inner(const atoll_config *base, const plan_cluster *cl, const plan_fixed *fx, int dp,
                            const plan_fabric_cost *fc, double usable, cand_list *l)
 {
     int tp = base->tensor_model_parallel_size, pp = base->pipeline_model_parallel_size;
     int per_stage = base->num_layers / pp;
+    int given = base->decoder_first_pipeline_num_layers || base->decoder_last_pipeline_num_layers;
     for (int lv = 0; lv < per_stage; lv++) { /* 0 = no interleaving, else layers per virtual stage */
         if (lv && (pp < 2 || per_stage % lv)) continue;
         if (fx->layers_per_vstage > 0 && lv != fx->layers_per_vstage) continue;
@@ -147,43 +188,29 @@ static int enumerate_inner(const atoll_config *base, const plan_cluster *cl, con
                 /* the stages' layers: as given, else even and the split that
                  * balances the last stage's LM head (when it differs) */
                 int splits[2][2] = { { base->decoder_first_pipeline_num_layers, base->decoder_last_pipeline_num_layers },
-                                     { 0, 0 } }, nsplits = 1;
-                if (!splits[0][0] && !splits[0][1]) {
+                                     { 0, 0 } }, nsplits = 1, fitted = 0;
+                if (!given) {
                     plan_balanced_split(&c, &splits[1][0], &splits[1][1]);
                     nsplits += splits[1][0] || splits[1][1];
                 }
                 for (int k = 0; k < nsplits; k++) {
                     c.decoder_first_pipeline_num_layers = splits[k][0];
                     c.decoder_last_pipeline_num_layers = splits[k][1];
-                    char err[256];
-                    if (cfg_validate_layout(&c, tp * pp * dp, 0, err, sizeof err)) {
-                        snprintf(l->rule, sizeof l->rule, "%s", err);
-                        continue;
-                    }
-                    for (int z = 0; z <= (dp > 1); z++) {
-                        if (!fixed_flag_ok(fx->zero1, z) && dp > 1) continue;
-                        c.use_distributed_optimizer = z;
-                        plan_candidate pc;
-                        memset(&pc, 0, sizeof pc);
-                        plan_memory_estimate(&c, dp, &PLAN_PRECISION_BF16_FLASH, &pc.mem);
-                        if (pc.mem.total_bytes > usable) {
-                            if (l->min_need <= 0 || pc.mem.total_bytes < l->min_need) l->min_need = pc.mem.total_bytes;
-                            continue;
-                        }
-                        pc.tp = tp;
-                        pc.pp = pp;
-                        pc.dp = dp;
-                        pc.micro_batch = c.micro_batch_size;
-                        pc.layers_per_vstage = lv;
-                        pc.vpp = cfg_virtual_stages(&c);
-                        pc.first_layers = c.decoder_first_pipeline_num_layers;
-                        pc.last_layers = c.decoder_last_pipeline_num_layers;
-                        pc.sp = sp;
-                        pc.zero1 = z;
-                        pc.recompute = (cfg_recompute)rc;
-                        pc.fabric = *fc;
-                        plan_perf_estimate(&c, dp, cl->gpu, &cl->links, fc, &pc.mem, &pc.est);
-                        if (push(l, &pc)) return -1;
+                    int r = push_fitting(&c, cl, fx, dp, lv, fc, usable, l);
+                    if (r < 0) return -1;
+                    fitted += r;
+                }
+                /* neither fits: the fastest split that does, with the leanest
+                 * optimizer state this layout may have (the first stages keep
+                 * the most micro-batches in flight, so they may take fewer layers) */
+                if (!fitted && !given && !lv && pp > 1) {
+                    int f, ll;
+                    c.use_distributed_optimizer = dp > 1 && fixed_flag_ok(fx->zero1, 1);
+                    if (!plan_fitting_split(&c, dp, &PLAN_PRECISION_BF16_FLASH, usable, &f, &ll) &&
+                        (f || ll) && !(f == splits[1][0] && ll == splits[1][1])) {
+                        c.decoder_first_pipeline_num_layers = f;
+                        c.decoder_last_pipeline_num_layers = ll;
+                        if (push_fitting(&c, cl, fx, dp, lv, fc, usable, l) < 0) return -1;
                     }
                 }
             }

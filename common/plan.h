@@ -91,6 +91,9 @@ typedef struct plan_memory {
  * (tp, pp, vpp, the first and last stage's layers, sp, recompute, micro-batch,
  * global batch, distributed optimizer). */
 void plan_memory_estimate(const atoll_config *c, int dp, const plan_precision *prec, plan_memory *out);
+/* What one GPU of pipeline stage `stage` needs when it holds `layers` layers,
+ * `c`'s layout otherwise: plan_memory_estimate's figure for that stage. */
+double plan_stage_bytes(const atoll_config *c, int dp, const plan_precision *prec, int stage, int layers);
 
 /* The parameters of one transformer layer. */
 double plan_layer_params(const atoll_config *c);
@@ -146,6 +149,12 @@ double plan_gather_s(int n, double bytes, const plan_link *l);
  * the slowest stage of `c`'s pipeline fastest, its LM head counted on the last
  * stage; both 0 when the even split is as fast (or pp < 2, or interleaved). */
 void plan_balanced_split(const atoll_config *c, int *first, int *last);
+/* plan_balanced_split among the splits whose every stage fits in `usable` bytes
+ * (plan_stage_bytes): 1F1B keeps pp - stage micro-batches in flight, so when the
+ * even split does not fit, one with fewer layers on the first stage may. 0 with
+ * the split (both 0: the even one), -1 when none fits (or pp < 2, interleaved). */
+int plan_fitting_split(const atoll_config *c, int dp, const plan_precision *prec, double usable, int *first,
+                       int *last);
 /* What plan_balanced_split's split would take off the slowest stage's work,
  * against `c`'s own split, as a fraction (0: nothing better); *head_layers gets
  * the LM head's work in layers. For a layout cfg_validate_layout accepts. */

@@ -74,13 +74,14 @@ double plan_layer_params(const atoll_config *c)
     return cfg_layer_params(c);
 }
 
-static double stage_params(const atoll_config *c, int stage)
+/* A stage of `layers` layers (cfg_stage_num_layers for the layout's own). */
+static double stage_params(const atoll_config *c, int stage, int layers)
 {
     double h = c->hidden_size, V = c->vocab_size;
     int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
     double norm = cfg_rmsnorm(c) ? h : 2 * h, repl = 2 * norm + (c->disable_bias_linear ? 0 : 2 * h);
     double layer_gpu = (plan_layer_params(c) - repl) / tp + repl;
-    double p = cfg_stage_num_layers(c, stage) * layer_gpu;
+    double p = layers * layer_gpu;
     if (stage == 0) p += V * h / tp + (cfg_rope(c) ? 0 : cfg_max_pos(c) * h);
     if (stage == pp - 1) {
         p += norm; /* final norm */
@@ -96,7 +97,7 @@ static cfg_recompute layer_recompute(cfg_recompute rc, const plan_precision *pre
     return prec->flash && rc == RECOMPUTE_NONE ? RECOMPUTE_SELECTIVE : rc;
 }
 
-static double stage_activations(const atoll_config *c, int dp, int stage, const plan_precision *prec,
+static double stage_activations(const atoll_config *c, int dp, int stage, int layers, const plan_precision *prec,
                                 double *inflight_layers)
 {
     int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
@@ -104,7 +105,7 @@ static double stage_activations(const atoll_config *c, int dp, int stage, const 
     int m = cfg_micro_batches(c, dp);
     double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, V = c->vocab_size;
     double inflight = plan_inflight_microbatches(pp, v, m, stage);
-    *inflight_layers = inflight * cfg_stage_num_layers(c, stage);
+    *inflight_layers = inflight * layers;
     double act = *inflight_layers * act_bytes(c, layer_recompute(c->recompute_granularity, prec));
     if (c->recompute_granularity == RECOMPUTE_FULL) /* the backward recomputes one layer at a time and holds its full activations */
         act += act_bytes(c, layer_recompute(RECOMPUTE_NONE, prec));
@@ -121,8 +122,9 @@ void plan_memory_estimate(const atoll_config *c, int dp, const plan_precision *p
     double bpp = plan_state_bytes_per_param(prec, c->use_distributed_optimizer, dp);
     out->total_bytes = -1;
     for (int st = 0; st < pp; st++) {
-        double inflight_layers, params = stage_params(c, st);
-        double act = stage_activations(c, dp, st, prec, &inflight_layers) * prec->activation / 2;
+        int layers = cfg_stage_num_layers(c, st);
+        double inflight_layers, params = stage_params(c, st, layers);
+        double act = stage_activations(c, dp, st, layers, prec, &inflight_layers) * prec->activation / 2;
         double total = params * bpp + act;
         if (total > out->total_bytes) {
             out->params_per_gpu = params;
@@ -134,4 +136,11 @@ void plan_memory_estimate(const atoll_config *c, int dp, const plan_precision *p
             out->worst_stage = st;
         }
     }
+}
+
+double plan_stage_bytes(const atoll_config *c, int dp, const plan_precision *prec, int stage, int layers)
+{
+    double inflight_layers, bpp = plan_state_bytes_per_param(prec, c->use_distributed_optimizer, dp);
+    return stage_params(c, stage, layers) * bpp +
+           stage_activations(c, dp, stage, layers, prec, &inflight_layers) * prec->activation / 2;
 }

@@ -209,29 +209,64 @@ static void stage_flops(const atoll_config *c, double *layer, double *head)
     *head = 6.0 * c->vocab_size * h;
 }
 
-void plan_balanced_split(const atoll_config *c, int *first, int *last)
+/* A memory bound on the splits best_split considers (NULL: none). */
+typedef struct {
+    int dp;
+    const plan_precision *prec;
+    double usable;
+} split_cap;
+
+/* The most layers `stage` may hold within `cap` (L without one; -1 when not
+ * even none fit): a stage's bytes grow with its layers. */
+static int max_layers(const atoll_config *c, const split_cap *cap, int stage, int L)
+{
+    if (!cap) return L;
+#define FITS(k) (plan_stage_bytes(c, cap->dp, cap->prec, stage, (k)) <= cap->usable)
+    int lo = -1, step = 1; /* lo layers fit (-1: not even none); strides double, then halve */
+    while (lo + step <= L && FITS(lo + step)) {
+        lo += step;
+        step *= 2;
+    }
+    int hi = lo + step - 1 < L ? lo + step - 1 : L;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (FITS(mid)) lo = mid;
+        else hi = mid - 1;
+    }
+#undef FITS
+    return lo;
+}
+
+/* The split whose slowest stage is fastest among those within `cap`; 1 when
+ * there is one (both 0: the even split). */
+static int best_split(const atoll_config *c, const split_cap *cap, int *first, int *last)
 {
     int L = c->num_layers, pp = c->pipeline_model_parallel_size;
     *first = *last = 0;
-    if (pp < 2 || c->num_layers_per_virtual_pipeline_stage) return;
+    if (pp < 2 || c->num_layers_per_virtual_pipeline_stage) return 0;
     double layer, head;
     stage_flops(c, &layer, &head);
-    double H = head / layer, best = L % pp ? INFINITY : (double)L / pp + H; /* the even split, in layers */
+    /* the first and last stage's most layers, and the others': they differ only
+     * in the micro-batches in flight, which 1F1B gives the second the most of */
+    int f_most = max_layers(c, cap, 0, L), l_most = max_layers(c, cap, pp - 1, L);
+    int n_most = pp > 2 ? max_layers(c, cap, 1, L) : L;
+    double H = head / layer, best = INFINITY;
+    if (L % pp == 0 && L / pp <= f_most && L / pp <= l_most && L / pp <= n_most) best = (double)L / pp + H; /* even, in layers */
     if (pp == 2) { /* the last stage l, the first the rest */
         for (int l = 1; l < L; l++)
-            if (2 * l != L && fmax(L - l, l + H) < best - 1e-9) {
+            if (2 * l != L && l <= l_most && L - l <= f_most && fmax(L - l, l + H) < best - 1e-9) {
                 best = fmax(L - l, l + H);
                 *last = l;
             }
-        return;
+        return !isinf(best);
     }
     /* The other stages hold n each; the first f and the last l (0: n), f + l + n (pp - 2) = L.
      * Of equally fast splits the one with the fewest layers on the first stage,
      * which keeps the most micro-batches in flight (1F1B: pp of them). */
-    int best_f = L % pp ? L + 1 : L / pp;
-    for (int n = 1; n * (pp - 2) < L; n++) {
+    int best_f = L % pp || isinf(best) ? L + 1 : L / pp;
+    for (int n = 1; n * (pp - 2) < L && n <= n_most; n++) {
         int rest = L - n * (pp - 2); /* the first and last stage's layers together */
-        for (int f = 1; f < rest; f++) {
+        for (int f = rest - l_most > 1 ? rest - l_most : 1; f < rest && f <= f_most; f++) {
             int l = rest - f;
             double slowest = fmax(fmax(f, n), l + H);
             int fv = f == n ? 0 : f, lv = l == n ? 0 : l;
@@ -244,6 +279,19 @@ void plan_balanced_split(const atoll_config *c, int *first, int *last)
             }
         }
     }
+    return !isinf(best);
+}
+
+void plan_balanced_split(const atoll_config *c, int *first, int *last)
+{
+    best_split(c, NULL, first, last);
+}
+
+int plan_fitting_split(const atoll_config *c, int dp, const plan_precision *prec, double usable, int *first,
+                       int *last)
+{
+    split_cap cap = { dp, prec, usable };
+    return best_split(c, &cap, first, last) ? 0 : -1;
 }
 
 /* The slowest stage's work, in layers, with the LM head's `H` on the last. */

@@ -355,6 +355,126 @@ static void test_balanced_split_is_best(void)
     CHECK(checked > 1000 && uneven > 100, "%d splits compared, %d uneven chosen", checked, uneven);
 }
 
+/* plan_fitting_split against every split the validator accepts, under memory
+ * caps around the least any split needs (just under it nothing fits, at it
+ * exactly that split does): what it returns fits (plan_memory_estimate of the
+ * applied split), no fitting split has a faster slowest stage, and it finds
+ * none only when none fits. 1F1B's first stages keep the most micro-batches in
+ * flight, so the leanest splits move layers off them. */
+static void test_fitting_split_is_best(void)
+{
+    int checked = 0, found_below_even = 0, none = 0;
+    const double caps[] = { 0.99, 1.0, 1.05, 1.15, 1.3 };
+    for (int L = 2; L <= 20; L++)
+        for (int pp = 2; pp <= 6 && pp <= L; pp++) {
+            atoll_config c;
+            gpt(&c, L, 1024, 16, 4096, 50304, 64);
+            c.pipeline_model_parallel_size = pp;
+            c.micro_batch_size = 4;
+            double layer_flops = 6 * (12.0 * 1024 * 1024 + 13 * 1024) + 12.0 * 1024 * 4096 + 4.0 * 1024 * 4096;
+            double H = 6.0 * c.vocab_size * 1024 / layer_flops; /* selective recompute's attention forward */
+            c.recompute_granularity = RECOMPUTE_SELECTIVE;
+            double least = INFINITY, even = INFINITY;
+            for (int f2 = 0; f2 <= L; f2++)
+                for (int l2 = 0; l2 <= L; l2++) {
+                    atoll_config o = c;
+                    o.decoder_first_pipeline_num_layers = f2;
+                    o.decoder_last_pipeline_num_layers = l2;
+                    char err[256];
+                    if (cfg_validate_layout(&o, pp, 0, err, sizeof err)) continue;
+                    plan_memory m;
+                    plan_memory_estimate(&o, 1, &PLAN_PRECISION_BF16_FLASH, &m);
+                    least = fmin(least, m.total_bytes);
+                    if (!f2 && !l2) even = m.total_bytes;
+                }
+            for (int ci = 0; ci < 5; ci++) {
+                double usable = least * caps[ci];
+                int f, l, rc = plan_fitting_split(&c, 1, &PLAN_PRECISION_BF16_FLASH, usable, &f, &l);
+                atoll_config g = c;
+                g.decoder_first_pipeline_num_layers = f;
+                g.decoder_last_pipeline_num_layers = l;
+                char err[256];
+                double got = INFINITY;
+                if (rc == 0) {
+                    plan_memory m;
+                    plan_memory_estimate(&g, 1, &PLAN_PRECISION_BF16_FLASH, &m);
+                    CHECK(cfg_validate_layout(&g, pp, 0, err, sizeof err) == 0 && m.total_bytes <= usable,
+                          "L %d pp %d cap %.2f: split %d/%d needs %.3g of %.3g bytes (%s)", L, pp, caps[ci], f, l,
+                          m.total_bytes, usable, err);
+                    got = slowest_stage(&g, H);
+                    found_below_even += usable < even;
+                } else {
+                    none++;
+                }
+                for (int f2 = 0; f2 <= L; f2++)
+                    for (int l2 = 0; l2 <= L; l2++) {
+                        atoll_config o = c;
+                        o.decoder_first_pipeline_num_layers = f2;
+                        o.decoder_last_pipeline_num_layers = l2;
+                        if (cfg_validate_layout(&o, pp, 0, err, sizeof err)) continue;
+                        plan_memory m;
+                        plan_memory_estimate(&o, 1, &PLAN_PRECISION_BF16_FLASH, &m);
+                        if (m.total_bytes > usable) continue;
+                        CHECK(got <= slowest_stage(&o, H) + 1e-9, "L %d pp %d cap %.2f: split %d/%d (rc %d, slowest "
+                              "%.3f) loses to %d/%d (%.3f), which fits", L, pp, caps[ci], f, l, rc, got, f2, l2,
+                              slowest_stage(&o, H));
+                        checked++;
+                    }
+            }
+        }
+    printf("fitting splits: %d compared, %d found under the even split's need, %d caps nothing meets\n", checked,
+           found_below_even, none);
+    CHECK(checked > 1000 && found_below_even > 50 && none >= 80, "%d fitting splits compared, %d found under the even "
+          "split's need, %d caps nothing meets", checked, found_below_even, none);
+}
+
+/* A 7B-like model at seq 8192 with micro-batch 2 in a 4-stage pipeline without
+ * tensor parallelism and selective recomputation, as fixed: split evenly its
+ * first stage (4 micro-batches in flight) needs more than an H100 holds; the
+ * planner moves layers off it, and the layout fits. */
+static void test_memory_split(void)
+{
+    atoll_config m;
+    gpt(&m, 32, 4096, 32, 8192, 50304, 256);
+    sim s;
+    sim_make(&s, "h100-sxm", 16, 8);
+    plan_fixed fx;
+    plan_fixed_none(&fx);
+    fx.tp = 1;
+    fx.pp = 4;
+    fx.micro_batch = 2;
+    fx.recompute = RECOMPUTE_SELECTIVE;
+    fx.zero1 = 1;
+    atoll_config even = m;
+    even.tensor_model_parallel_size = 1;
+    even.pipeline_model_parallel_size = 4;
+    even.micro_batch_size = 2;
+    even.recompute_granularity = RECOMPUTE_SELECTIVE;
+    even.use_distributed_optimizer = 1;
+    plan_memory em;
+    plan_memory_estimate(&even, 4, &PLAN_PRECISION_BF16_FLASH, &em);
+    double usable = s.cl.gpu->memory_bytes * PLAN_MEM_USABLE;
+    CHECK(em.total_bytes > usable && em.worst_stage == 0, "split evenly: stage %d needs %.1f GiB of %.1f",
+          em.worst_stage, em.total_bytes / (1 << 30), usable / (1 << 30));
+    plan_candidate *v;
+    char why[256] = "";
+    int n = plan(&m, &s, &fx, &v, why);
+    CHECK(n > 0, "7B-like at seq 8192, tp 1 pp 4 mb 2 selective: %s", why);
+    if (n > 0) {
+        show("7B seq 8192 pp 4 best", &v[0]);
+        atoll_config c = m;
+        plan_apply(&v[0], &c);
+        printf("  layers per stage %d, %d, .., %d\n", cfg_stage_num_layers(&c, 0), cfg_stage_num_layers(&c, 1),
+               cfg_stage_num_layers(&c, 3));
+        CHECK(cfg_stage_num_layers(&c, 0) < 8 && v[0].mem.total_bytes <= usable,
+              "the first stage holds fewer than 8 layers (%d) and the layout fits (%.1f GiB)",
+              cfg_stage_num_layers(&c, 0), v[0].mem.total_bytes / (1 << 30));
+        check_contract(&m, &s, v, n);
+    }
+    free(v);
+    free(s.nodes);
+}
+
 /* A LLaMA-3-8B-like model at seq 8192 in a 4-stage pipeline: its untied
  * 128256-token head costs about 1.8 layers, so the planner moves layers off the
  * last stage and predicts the step faster than the same layout split evenly;
@@ -421,7 +541,9 @@ int main(int argc, char **argv)
 {
     (void)argc;
     test_balanced_split_is_best();
+    test_fitting_split_is_best();
     test_uneven_pipeline();
+    test_memory_split();
     test_13b();
     test_175b();
     test_small();
