@@ -55,10 +55,11 @@ const plan_precision *plan_engine_precision(const atoll_config *c);
  * activations<extra>, bf16 with fp32 master weights" (`extra`: "" or ", ..."). */
 void plan_memory_parts(char *buf, size_t len, const atoll_config *c, double params, double state_bytes,
                        double act_bytes, const char *extra);
-/* What lowers the memory a layout needs, for refusals that say it does not fit. */
-#define PLAN_MEMORY_ADVICE                                                                                   \
-    "use fewer or smaller layers, a shorter --seq-length or --micro-batch-size, more ranks (tp/pp), "       \
-    "--recompute-granularity, or --use-distributed-optimizer"
+/* What lowers the memory a layout needs, for refusals that say it does not fit:
+ * when `c` leaves the pipeline split even and one with fewer layers on the
+ * first stages fits `room` bytes (plan_fitting_split), that split and its need
+ * first, then the general advice. */
+void plan_memory_advice(const atoll_config *c, int dp, double room, char *buf, size_t len);
 /* Mixed precision as MT-NLG counts it: 2 + 2 + 4 (fp32 grads) + 4 + 8 = 20 bytes. */
 extern const plan_precision PLAN_PRECISION_FP16_FP32GRAD;
 /* atoll-train's engine: fp32 weights (they are the master copy), fp32 grads, Adam

@@ -144,3 +144,25 @@ double plan_stage_bytes(const atoll_config *c, int dp, const plan_precision *pre
     return stage_params(c, stage, layers) * bpp +
            stage_activations(c, dp, stage, layers, prec, &inflight_layers) * prec->activation / 2;
 }
+
+void plan_memory_advice(const atoll_config *c, int dp, double room, char *buf, size_t len)
+{
+    const char *general = "use fewer or smaller layers, a shorter --seq-length or --micro-batch-size, more ranks "
+                          "(tp/pp), --recompute-granularity, or --use-distributed-optimizer";
+    int f, l;
+    if (c->decoder_first_pipeline_num_layers || c->decoder_last_pipeline_num_layers ||
+        plan_fitting_split(c, dp, plan_engine_precision(c), room, &f, &l) || (!f && !l)) {
+        snprintf(buf, len, "%s", general);
+        return;
+    }
+    atoll_config s = *c;
+    s.decoder_first_pipeline_num_layers = f;
+    s.decoder_last_pipeline_num_layers = l;
+    plan_memory m;
+    plan_memory_estimate(&s, dp, plan_engine_precision(c), &m);
+    char fl[48] = "", ll[48] = "";
+    if (f) snprintf(fl, sizeof fl, " --decoder-first-pipeline-num-layers %d", f);
+    if (l) snprintf(ll, sizeof ll, " --decoder-last-pipeline-num-layers %d", l);
+    snprintf(buf, len, "split the pipeline unevenly (the first stages hold the most micro-batches in flight):%s%s "
+             "needs about %.2f GiB; or %s", fl, ll, m.total_bytes / (1024.0 * 1024.0 * 1024.0), general);
+}
