@@ -91,6 +91,10 @@ static const key_def KEYS[] = {
     R("ckpt-step", K_INT, ckpt_step, 0, 2147483647.0, 0),
     R("exit-duration-in-mins", K_DOUBLE, exit_duration_in_mins, 0, HUGE_VAL, 0),
     R("exit-interval", K_INT, exit_interval, 0, 2147483647.0, 0),
+    F("tensorboard-dir", K_STR, tensorboard_dir),
+    R("tensorboard-log-interval", K_INT, tensorboard_log_interval, 0, 2147483647.0, 0),
+    F("log-validation-ppl-to-tensorboard", K_BOOL, log_validation_ppl_to_tensorboard),
+    F("log-timers-to-tensorboard", K_BOOL, log_timers_to_tensorboard),
     F("attention-backend", K_STR, attention_backend),
     F("normalization", K_STR, normalization),
     F("swiglu", K_BOOL, swiglu),
@@ -212,17 +216,19 @@ static const struct {
     { "norm-epsilon", 1, MG_VALUE, "1e-5", "LayerNorm and RMSNorm use epsilon 1e-5" },
     { "rampup-batch-size", 1, MG_REFUSED, NULL, "batch-size ramp-up is not implemented: give the final "
       "--global-batch-size" },
-    { "tensorboard-dir", 1, MG_REFUSED, NULL, "atoll writes no TensorBoard files: every step's metrics are kept by the "
-      "coordinator (atoll metrics JOB, /metrics for Prometheus) and --metrics-file FILE writes them as JSON lines" },
     { "wandb-project", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases: every step's metrics are kept by "
       "the coordinator (atoll metrics JOB, /metrics for Prometheus) and --metrics-file FILE writes them as JSON lines" },
     { "wandb-exp-name", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases (see --wandb-project)" },
-    { "log-timers-to-tensorboard", 0, MG_SAME, NULL, "TensorBoard options act only with --tensorboard-dir" },
-    { "log-memory-to-tensorboard", 0, MG_SAME, NULL, "TensorBoard options act only with --tensorboard-dir" },
-    { "log-validation-ppl-to-tensorboard", 0, MG_SAME, NULL, "TensorBoard options act only with --tensorboard-dir" },
-    { "log-world-size-to-tensorboard", 0, MG_SAME, NULL, "TensorBoard options act only with --tensorboard-dir" },
-    { "tensorboard-log-interval", 1, MG_SAME, NULL, "TensorBoard options act only with --tensorboard-dir" },
-    { "tensorboard-queue-size", 1, MG_SAME, NULL, "TensorBoard options act only with --tensorboard-dir" },
+    { "log-memory-to-tensorboard", 0, MG_IGNORED, NULL, "memory is not written to TensorBoard; each rank's peak "
+      "is in atoll metrics and /metrics" },
+    { "log-world-size-to-tensorboard", 0, MG_IGNORED, NULL, "the world size is not written to TensorBoard; "
+      "atoll status shows the layout" },
+    { "log-batch-size-to-tensorboard", 0, MG_IGNORED, NULL, "the batch size is not written to TensorBoard: it is "
+      "--global-batch-size throughout" },
+    { "no-log-learning-rate-to-tensorboard", 0, MG_IGNORED, NULL, "the learning rate is written to TensorBoard "
+      "every logged step" },
+    { "no-log-loss-scale-to-tensorboard", 0, MG_SAME, NULL, "bf16 trains without a loss scale, so none is written" },
+    { "tensorboard-queue-size", 1, MG_SAME, NULL, "TensorBoard events are written as each step ends" },
     { "log-params-norm", 0, MG_IGNORED, NULL, "the parameter norm is not logged; the gradient norm is, every step" },
     { "log-num-zeros-in-grad", 0, MG_IGNORED, NULL, "zeros in the gradient are not counted; its norm is logged" },
     { "accumulate-allreduce-grads-in-fp32", 0, MG_SAME, NULL, "gradients are accumulated and reduced in fp32" },
@@ -893,6 +899,7 @@ int cfg_ffn(const atoll_config *c) { return c->ffn_hidden_size ? c->ffn_hidden_s
 int cfg_rmsnorm(const atoll_config *c) { return !strcmp(c->normalization, "RMSNorm"); }
 int cfg_rope(const atoll_config *c) { return !strcmp(c->position_embedding_type, "rope"); }
 int cfg_rotary_base(const atoll_config *c) { return c->rotary_base > 0 ? c->rotary_base : 10000; }
+int cfg_tb_interval(const atoll_config *c) { return c->tensorboard_log_interval > 0 ? c->tensorboard_log_interval : 1; }
 double cfg_init_std(const atoll_config *c) { return c->init_method_std > 0 ? c->init_method_std : 0.02; }
 int cfg_vocab_multiple(const atoll_config *c)
 {

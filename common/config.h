@@ -83,6 +83,11 @@ typedef struct atoll_config {
     int ckpt_step;                             /* > 0: that step of --load, not its newest */
     double exit_duration_in_mins;              /* > 0: commit a checkpoint and stop after this long */
     int exit_interval;                         /* > 0: stop after this iteration (saving with --save) */
+    /* TensorBoard (Megatron's flags): scalars written by rank 0 into an event file */
+    char tensorboard_dir[CFG_STR];             /* "": none */
+    int tensorboard_log_interval;              /* every N iterations (0 reads as 1: cfg_tb_interval) */
+    int log_validation_ppl_to_tensorboard;     /* the validation perplexity too */
+    int log_timers_to_tensorboard;             /* iteration-time too */
     /* the LLaMA family and regularisation (Megatron's flags) */
     char attention_backend[8];         /* "auto" (default), "flash", "fused": bf16 attention on cuda */
     char normalization[16];            /* "LayerNorm" (default) or "RMSNorm" */
@@ -171,6 +176,7 @@ int cfg_rmsnorm(const atoll_config *c);     /* --normalization RMSNorm: the LLaM
 int cfg_rope(const atoll_config *c);        /* --position-embedding-type rope */
 int cfg_kv_groups(const atoll_config *c);   /* --num-query-groups with GQA, else the heads */
 int cfg_rotary_base(const atoll_config *c); /* --rotary-base (0: 10000) */
+int cfg_tb_interval(const atoll_config *c); /* --tensorboard-log-interval (0: 1) */
 double cfg_init_std(const atoll_config *c); /* --init-method-std (0: 0.02) */
 int cfg_vocab_multiple(const atoll_config *c); /* --make-vocab-size-divisible-by (0: 128) */
 int cfg_max_pos(const atoll_config *c);

@@ -4,6 +4,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 
 void atoll_errf(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -43,4 +45,21 @@ char *atoll_read_file(const char *path, size_t max, size_t *len)
     buf[n] = 0;
     *len = n;
     return buf;
+}
+
+int atoll_mkdir_p(const char *path, unsigned mode)
+{
+    char tmp[1024];
+    if (strlen(path) >= sizeof tmp) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, (mode_t)mode) && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    return mkdir(tmp, (mode_t)mode) && errno != EEXIST ? -1 : 0;
 }

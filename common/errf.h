@@ -1,5 +1,5 @@
-/* errf: the one way a function fills a caller's error buffer, and reads a
- * small file whole.
+/* errf: the one way a function fills a caller's error buffer, reads a small
+ * file whole, and makes a directory with its parents.
  *
  * Functions that fail return a code and write one line, naming what was wrong
  * and what would be accepted, into a caller-owned `char *err, size_t errlen`;
@@ -14,5 +14,9 @@
 void atoll_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 char *atoll_read_file(const char *path, size_t max, size_t *len);
+
+/* mkdir -p, the directories it makes with `mode`: 0, or -1 with errno
+ * (ENAMETOOLONG past 1023 bytes). */
+int atoll_mkdir_p(const char *path, unsigned mode);
 
 #endif

@@ -242,6 +242,10 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->eod_mask_loss = c->eod_mask_loss;
     o->reset_position_ids = c->reset_position_ids;
     o->reset_attention_mask = c->reset_attention_mask;
+    o->tensorboard_dir = (char *)c->tensorboard_dir;
+    o->tensorboard_log_interval = c->tensorboard_log_interval;
+    o->log_validation_ppl_to_tensorboard = c->log_validation_ppl_to_tensorboard;
+    o->log_timers_to_tensorboard = c->log_timers_to_tensorboard;
     o->finetune = c->finetune;
     o->no_load_optim = c->no_load_optim;
     o->no_load_rng = c->no_load_rng;

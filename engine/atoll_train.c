@@ -32,6 +32,8 @@ static void usage(FILE *f)
             "          --no-load-rng --exit-on-missing-checkpoint --ckpt-step N\n"
             "numerics: --deterministic-dp (gradients summed in fp64: the same weights whatever the DP size)\n"
             "logging:  --log-interval N --metrics-file FILE (one JSON object per logged step)\n"
+            "          --tensorboard-dir DIR --tensorboard-log-interval N --log-validation-ppl-to-tensorboard\n"
+            "          --log-timers-to-tensorboard (Megatron's TensorBoard scalars, written by rank 0)\n"
             "parallel: --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
             "          --num-layers-per-virtual-pipeline-stage L --sequence-parallel --use-distributed-optimizer\n"
             "          --decoder-first-pipeline-num-layers N --decoder-last-pipeline-num-layers N (uneven stages)\n"

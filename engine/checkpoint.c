@@ -23,19 +23,6 @@ void ckpt_step_dir(char *out, size_t n, const char *dir, long long iteration)
     snprintf(out, n, "%s/iter_%07lld", dir, iteration);
 }
 
-static int mkdir_p(const char *path)
-{
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    return mkdir(tmp, 0755) && errno != EEXIST ? -1 : 0;
-}
-
 static void fsync_dir(const char *dir)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
@@ -127,7 +114,7 @@ static int write_part(const char *dir, long long iteration, const eng_model *m, 
 {
     char step[1024], path[1100];
     ckpt_step_dir(step, sizeof step, dir, iteration);
-    if (mkdir_p(step)) {
+    if (atoll_mkdir_p(step, 0755)) {
         atoll_errf(err, errlen, "--save %s: cannot create %s: %s", dir, step, strerror(errno));
         return -1;
     }

@@ -10,6 +10,7 @@
 #include "model.h"
 #include "optimizer.h"
 #include "safetensors.h"
+#include "tensorboard.h"
 #include "watchdog.h"
 #include "tokenizer.h"
 
@@ -204,12 +205,39 @@ static void emit_step(const step_stats *s, metrics_emit *emit, const dist *d)
     metrics_emit_step(emit, &rs);
 }
 
-/* Every rank, every step: emit_step; rank 0 every --log-interval: the log line
- * and the --metrics-file record. */
-static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, metrics_emit *emit, const dist *d)
+/* Megatron's TensorBoard scalars under its tags: the learning rate, the loss
+ * and the gradient norm by iteration and by consumed samples, the throughput
+ * (TFLOP/s per GPU), iteration-time with --log-timers-to-tensorboard; and
+ * atoll's MFU, tokens/s and measured pipeline bubble. */
+static void tb_step(const atoll_config *c, const step_stats *s, tb_writer *tb, int world)
+{
+    const struct { const char *tag; double v; } both[] = {
+        { "learning-rate", s->lr }, { "lm loss", s->loss }, { "grad-norm", s->grad_norm },
+    };
+    for (size_t i = 0; i < sizeof both / sizeof both[0]; i++) {
+        char vs[64];
+        snprintf(vs, sizeof vs, "%s vs samples", both[i].tag);
+        tb_scalar(tb, both[i].tag, s->it, both[i].v);
+        tb_scalar(tb, vs, s->consumed, both[i].v);
+    }
+    tb_scalar(tb, "throughput", s->it, s->flops_per_s / world / 1e12);
+    if (c->log_timers_to_tensorboard) tb_scalar(tb, "iteration-time", s->it, s->step_s);
+    if (s->mfu >= 0) tb_scalar(tb, "mfu", s->it, s->mfu);
+    tb_scalar(tb, "tokens-per-sec", s->it, s->tokens_per_s);
+    tb_scalar(tb, "pipeline-bubble", s->it, s->bubble);
+    tb_flush(tb);
+}
+
+/* Every rank, every step: emit_step; rank 0 every --tensorboard-log-interval
+ * the TensorBoard scalars, every --log-interval the log line and the
+ * --metrics-file record. */
+static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, tb_writer *tb, metrics_emit *emit,
+                     const dist *d)
 {
     emit_step(s, emit, d);
-    if (d->rank != 0 || c->log_interval <= 0 || s->it % c->log_interval) return;
+    if (d->rank != 0) return;
+    if (tb->f && s->it % cfg_tb_interval(c) == 0) tb_step(c, s, tb, d->size);
+    if (c->log_interval <= 0 || s->it % c->log_interval) return;
     char mfu[32] = "n/a", mfu_json[32] = "null";
     if (s->mfu >= 0) {
         snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * s->mfu);
@@ -259,6 +287,7 @@ typedef struct run {
     int32_t eod;         /* --eod-mask-loss, --reset-*: the end-of-document token */
     float *mb_scale;     /* --eod-mask-loss: per local micro-batch, T x mbs over its unmasked tokens */
     FILE *metrics;
+    tb_writer tb;        /* --tensorboard-dir (rank 0) */
     metrics_emit emit;
     int have_emit;
     eng_watchdog *wd;    /* reports what this rank is blocked in (watchdog.h) */
@@ -566,6 +595,16 @@ static int evaluate(run *r, double *valid, char *err, size_t errlen)
     printf(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n", r->st.iteration,
            loss, exp(loss < 700 ? loss : 700));
     fflush(stdout);
+    if (r->tb.f) { /* Megatron's tags for the validation loss */
+        double ppl = exp(loss < 700 ? loss : 700);
+        tb_scalar(&r->tb, "lm loss validation", r->st.iteration, loss);
+        tb_scalar(&r->tb, "lm loss validation vs samples", r->st.consumed_samples, loss);
+        if (r->c->log_validation_ppl_to_tensorboard) {
+            tb_scalar(&r->tb, "lm loss validation ppl", r->st.iteration, ppl);
+            tb_scalar(&r->tb, "lm loss validation ppl vs samples", r->st.consumed_samples, ppl);
+        }
+        tb_flush(&r->tb);
+    }
     if (r->metrics) {
         fprintf(r->metrics, "{\"iteration\":%lld,\"valid_loss\":%.17g,\"valid_ppl\":%.6g}\n", r->st.iteration,
                 loss, exp(loss < 700 ? loss : 700));
@@ -756,6 +795,8 @@ static int setup(run *r, char *err, size_t errlen)
         atoll_errf(err, errlen, "--metrics-file %s: %s", r->o->metrics_file, strerror(errno));
         return ENG_ERR_CONFIG;
     }
+    if (r->d.rank == 0 && c->tensorboard_dir[0] && tb_open(&r->tb, c->tensorboard_dir, err, errlen))
+        return ENG_ERR_CONFIG;
     if (r->o->dump_dir[0]) {
         char path[1100];
         mkdir(r->o->dump_dir, 0755);
@@ -776,6 +817,7 @@ static void teardown(run *r)
     }
     if (r->have_emit) metrics_emit_close(&r->emit);
     if (r->metrics) fclose(r->metrics);
+    tb_close(&r->tb);
     if (r->have_data) eng_data_close(&r->data);
     if (r->have_valid) eng_data_close(&r->valid);
     free(r->tokens);
@@ -1008,7 +1050,7 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         r.stall_unreported = 0;
         watchdog_step_time(r.wd, s.step_s);
         ckpt_note_step(&r.st, s.it, s.loss, s.lr, s.grad_norm);
-        log_step(&c, &s, r.metrics, &r.emit, &r.d);
+        log_step(&c, &s, r.metrics, &r.tb, &r.emit, &r.d);
         if (r.have_valid && (s.it % c.eval_interval == 0 || s.it == stop)) {
             watchdog_phase(r.wd, "eval", r.st.iteration);
             if ((rc = evaluate(&r, &s.valid_loss, err, errlen))) break;

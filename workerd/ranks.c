@@ -1,4 +1,5 @@
 #include "ranks.h"
+#include "errf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -42,19 +43,6 @@ static int64_t wall_ms(void)
     struct timeval tv;
     gettimeofday(&tv, NULL);
     return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
-static int mkdirs(const char *path)
-{
-    char buf[700];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++)
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(buf, 0700) && errno != EEXIST) return -1;
-            *p = '/';
-        }
-    return mkdir(buf, 0700) && errno != EEXIST ? -1 : 0;
 }
 
 static job_set *find(agent *a, uint64_t job, uint32_t epoch)
@@ -311,7 +299,7 @@ void ranks_launch(agent *a, const Atoll__Launch *m, Atoll__LaunchAck *ack, char 
     auth_token secret;
     auth_job_secret(&a->token, l->job, l->epoch, &secret);
     char err[400];
-    if (!grown || !js->argv[argc - 1] || mkdirs(js->dir)) {
+    if (!grown || !js->argv[argc - 1] || atoll_mkdir_p(js->dir, 0700)) {
         snprintf(msg, msglen, "cannot prepare %s: %s", js->dir, grown ? strerror(errno) : "out of memory");
         msg_argv_free(js->argv);
         free_watches(js);

@@ -470,8 +470,8 @@ static void test_megatron_flags(void)
              "--init-method-std 0.02 --rotary-percent 1.0 --accumulate-allreduce-grads-in-fp32 "
              "--cross-entropy-loss-fusion --no-create-attention-mask-in-dataloader --calculate-per-token-loss "
              "--manual-gc --manual-gc-interval 10 --exit-signal-handler --use-dist-ckpt --ckpt-format torch_dist "
-             "--ckpt-fully-parallel-save --ckpt-fully-parallel-load --auto-detect-ckpt-format --log-timers-to-tensorboard "
-             "--tensorboard-log-interval 1 --override-opt_param-scheduler --use-cpu-initialization --data-impl mmap "
+             "--ckpt-fully-parallel-save --ckpt-fully-parallel-load --auto-detect-ckpt-format --tensorboard-queue-size 1000 "
+             "--no-log-loss-scale-to-tensorboard --override-opt_param-scheduler --use-cpu-initialization --data-impl mmap "
              "--DDP-impl local --no-async-tensor-model-parallel-allreduce --no-persist-layer-norm --openai-gelu "
              "--te-rng-tracker --log-straggler --check-for-nan-in-loss-and-grad --timing-log-option minmax "
              "--barrier-with-L1-time --moe-router-topk=false", model);
@@ -524,7 +524,6 @@ static void test_megatron_flags(void)
     /* refused, with what atoll does instead */
     const struct { const char *flags, *says; } refused[] = {
         { "--fp16", "--fp16: fp16 with loss scaling is not implemented; --bf16 is" },
-        { "--tensorboard-dir tb", "--tensorboard-dir: atoll writes no TensorBoard files: every step's metrics" },
         { "--wandb-project p", "--wandb-project: atoll does not log to Weights & Biases" },
         { "--context-parallel-size 2", "--context-parallel-size 2: context parallelism is not implemented" },
         { "--norm-epsilon 1e-6", "--norm-epsilon 1e-6: LayerNorm and RMSNorm use epsilon 1e-5; accepted: 1e-5" },

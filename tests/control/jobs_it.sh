@@ -112,8 +112,8 @@ layout=(--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2)
 case_run() {
   start_cluster
   # submit --wait: the id, then the job's end as `atoll status` prints it, exit 0 when it completed
-  atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters 12 --name e2e --wait >"$TMP/wait.out" \
-    2>"$TMP/wait.err" || fail "submit --wait: exit $?: $(cat "$TMP/wait.out" "$TMP/wait.err")"
+  atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters 12 --name e2e --tensorboard-dir "$TMP/tb" \
+    --wait >"$TMP/wait.out" 2>"$TMP/wait.err" || fail "submit --wait: exit $?: $(cat "$TMP/wait.out" "$TMP/wait.err")"
   local id; id=$(head -1 "$TMP/wait.out")
   state_is "$id" completed || fail "job not completed after submit --wait: $(atoll status "$id")"
   sed -n 2p "$TMP/wait.out" | grep -q "^job $id (e2e): completed - all 8 ranks finished" \
@@ -145,6 +145,11 @@ case_run() {
   atoll logs "$id" --rank 0 | grep -q "iteration       12/      12" || fail "rank 0 log: $(atoll logs "$id")"
   atoll logs "$id" --rank 9 2>"$TMP/err"; [ $? -eq 1 ] && grep -q "no rank 9" "$TMP/err" || fail "bad rank: $(cat "$TMP/err")"
   ok "atoll metrics and atoll logs"
+  # --tensorboard-dir travels in the job spec: rank 0 wrote 'lm loss' (tag field, 7 bytes, then the value) per step
+  local tbn; tbn=$("$PY" -c "import glob, sys; f = glob.glob(sys.argv[1] + '/events.out.tfevents.*')
+print(len(f), open(f[0], 'rb').read().count(b'\n\x07lm loss\x15') if f else 0)" "$TMP/tb")
+  [ "$tbn" = "1 12" ] || fail "TensorBoard event files, 'lm loss' records: $tbn"
+  ok "the job's --tensorboard-dir holds one event file with 12 'lm loss' scalars"
   # A 4096-token vocabulary makes the LM head about 9.5 of these layers: submit says the even split
   # leaves stage 0 waiting and names the split that helps; a 256-token one (above) gets no such note.
   atoll submit "${model[@]}" --vocab-size 4096 --pipeline-model-parallel-size 2 --num-gpus 2 --train-iters 2 \

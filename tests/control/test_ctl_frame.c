@@ -152,6 +152,8 @@ static void message_cases(void)
     c.exit_interval = 500; c.eod_mask_loss = 1; c.reset_position_ids = 1; c.reset_attention_mask = 1;
     c.lr_decay_style = LR_DECAY_WSD; c.lr_wsd_decay_style = WSD_COSINE; c.lr_wsd_decay_iters = 100;
     c.ckpt_step = 1200;
+    snprintf(c.tensorboard_dir, sizeof c.tensorboard_dir, "/runs/tb");
+    c.tensorboard_log_interval = 10; c.log_validation_ppl_to_tensorboard = 1; c.log_timers_to_tensorboard = 1;
     Atoll__JobSpec s;
     msg_spec_from_cfg(&s, &c, "gpt-1b");
     plen = protobuf_c_message_get_packed_size(&s.base);
