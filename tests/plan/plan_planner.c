@@ -355,6 +355,24 @@ static void test_balanced_split_is_best(void)
     CHECK(checked > 1000 && uneven > 100, "%d splits compared, %d uneven chosen", checked, uneven);
 }
 
+/* The planner's best layout for `m` with `fx` fixed, shown with its layers per
+ * stage and applied to *c; the candidates (caller frees) in *v, or 0. */
+static int plan_best(const atoll_config *m, sim *s, const plan_fixed *fx, const char *what, plan_candidate **v,
+                     atoll_config *c)
+{
+    char why[256] = "";
+    int n = plan(m, s, fx, v, why);
+    CHECK(n > 0, "%s: %s", what, why);
+    *c = *m;
+    if (n <= 0) return 0;
+    show(what, &(*v)[0]);
+    plan_apply(&(*v)[0], c);
+    int pp = c->pipeline_model_parallel_size;
+    printf("  layers per stage %d, %d, .., %d\n", cfg_stage_num_layers(c, 0), cfg_stage_num_layers(c, pp > 2 ? 1 : 0),
+           cfg_stage_num_layers(c, pp - 1));
+    return n;
+}
+
 /* plan_fitting_split against every split the validator accepts, under memory
  * caps around the least any split needs (just under it nothing fits, at it
  * exactly that split does): what it returns fits (plan_memory_estimate of the
@@ -457,15 +475,9 @@ static void test_memory_split(void)
     CHECK(em.total_bytes > usable && em.worst_stage == 0, "split evenly: stage %d needs %.1f GiB of %.1f",
           em.worst_stage, em.total_bytes / (1 << 30), usable / (1 << 30));
     plan_candidate *v;
-    char why[256] = "";
-    int n = plan(&m, &s, &fx, &v, why);
-    CHECK(n > 0, "7B-like at seq 8192, tp 1 pp 4 mb 2 selective: %s", why);
+    atoll_config c;
+    int n = plan_best(&m, &s, &fx, "7B seq 8192 tp 1 pp 4 mb 2 selective", &v, &c);
     if (n > 0) {
-        show("7B seq 8192 pp 4 best", &v[0]);
-        atoll_config c = m;
-        plan_apply(&v[0], &c);
-        printf("  layers per stage %d, %d, .., %d\n", cfg_stage_num_layers(&c, 0), cfg_stage_num_layers(&c, 1),
-               cfg_stage_num_layers(&c, 3));
         CHECK(cfg_stage_num_layers(&c, 0) < 8 && v[0].mem.total_bytes <= usable,
               "the first stage holds fewer than 8 layers (%d) and the layout fits (%.1f GiB)",
               cfg_stage_num_layers(&c, 0), v[0].mem.total_bytes / (1 << 30));
@@ -497,15 +509,11 @@ static void test_uneven_pipeline(void)
     plan_fixed_none(&fx);
     fx.pp = 4;
     plan_candidate *v;
+    atoll_config c;
     char why[256] = "";
-    int n = plan(&m, &s, &fx, &v, why);
-    CHECK(n > 0, "LLaMA-8B-like, pp 4: %s", why);
+    int n = plan_best(&m, &s, &fx, "LLaMA-8B pp 4", &v, &c);
     if (n > 0) {
-        show("LLaMA-8B pp 4 best", &v[0]);
-        atoll_config c = m;
-        plan_apply(&v[0], &c);
-        int first = cfg_stage_num_layers(&c, 0), mid = cfg_stage_num_layers(&c, 1), last = cfg_stage_num_layers(&c, 3);
-        printf("  layers per stage %d, %d, .., %d\n", first, mid, last);
+        int mid = cfg_stage_num_layers(&c, 1), last = cfg_stage_num_layers(&c, 3);
         CHECK(v[0].last_layers > 0 && last < mid, "the LM head's stage holds fewer layers (%d vs %d)", last, mid);
         int twin = -1;
         for (int i = 0; i < n && twin < 0; i++)
