@@ -67,6 +67,9 @@ static const key_def KEYS[] = {
     R("lr-wsd-decay-iters", K_INT, lr_wsd_decay_iters, 0, 2147483647.0, 0),
     F("seed", K_U64, seed),
     F("data-path", K_STR, data_path),
+    F("train-data-path", K_STR, train_data_path),
+    F("valid-data-path", K_STR, valid_data_path),
+    F("test-data-path", K_STR, test_data_path),
     F("split", K_STR, split),
     F("save", K_STR, save),
     F("load", K_STR, load),
@@ -164,6 +167,14 @@ static int same_key(const char *name, const char *key)
 {
     while (*name && *key && (*name == *key || (*name == '-' && *key == '_'))) name++, key++;
     return !*name && !*key;
+}
+
+/* The keys that take a blend, as Megatron's nargs='*': the words up to the next
+ * flag, or a YAML list. */
+static int blend_key(const char *key)
+{
+    return same_key("data-path", key) || same_key("train-data-path", key) || same_key("valid-data-path", key) ||
+           same_key("test-data-path", key);
 }
 
 static const key_def *find_key(const char *key)
@@ -264,9 +275,6 @@ static const struct {
       "optimizer state over data-parallel ranks (ZeRO-1)" },
     { "fp8-format", 1, MG_REFUSED, NULL, "fp8 is not implemented; --bf16 is" },
     { "qk-layernorm", 0, MG_REFUSED, NULL, "LayerNorm on queries and keys is not implemented" },
-    { "train-data-path", 1, MG_REFUSED, NULL, "give one --data-path (a prefix or a blend) and --split" },
-    { "valid-data-path", 1, MG_REFUSED, NULL, "give one --data-path (a prefix or a blend) and --split" },
-    { "test-data-path", 1, MG_REFUSED, NULL, "give one --data-path (a prefix or a blend) and --split" },
     { "apply-layernorm-1p", 0, MG_REFUSED, NULL, "LayerNorm weights are not stored offset by 1 (zero-centered)" },
     { "decoupled-lr", 1, MG_REFUSED, NULL, "one learning rate schedule (--lr, --min-lr) covers every parameter" },
     { "decoupled-min-lr", 1, MG_REFUSED, NULL, "one learning rate schedule (--lr, --min-lr) covers every parameter" },
@@ -460,8 +468,21 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
                    "--calculate-per-token-loss out");
         return -1;
     }
-    if (c->mock_data && c->data_path[0]) {
-        atoll_errf(err, errlen, "--mock-data trains on the built-in corpus, and --data-path is given too; give one");
+    if (c->mock_data && (c->data_path[0] || c->train_data_path[0])) {
+        atoll_errf(err, errlen, "--mock-data trains on the built-in corpus, and --%s is given too; give one",
+                   c->data_path[0] ? "data-path" : "train-data-path");
+        return -1;
+    }
+    /* Megatron's two ways to name the data: one path split by --split, or one per split */
+    if (c->data_path[0] && (c->train_data_path[0] || c->valid_data_path[0] || c->test_data_path[0])) {
+        atoll_errf(err, errlen, "--data-path (split by --split) and --%s-data-path are both given; give --data-path, "
+                   "or --train-data-path with --valid-data-path and --test-data-path",
+                   c->train_data_path[0] ? "train" : c->valid_data_path[0] ? "valid" : "test");
+        return -1;
+    }
+    if (!c->train_data_path[0] && (c->valid_data_path[0] || c->test_data_path[0])) {
+        atoll_errf(err, errlen, "--%s-data-path needs --train-data-path (the training data); or give --data-path and "
+                   "--split", c->valid_data_path[0] ? "valid" : "test");
         return -1;
     }
     if (c->no_position_embedding && !cfg_rope(c)) {
@@ -694,12 +715,12 @@ int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
                 consumed = 2;
             }
             /* --data-path takes a blend as Megatron's does: the words up to the next flag */
-            if (value && same_key("data-path", key) && i + 2 < argc && strncmp(argv[i + 2], "--", 2)) {
+            if (value && blend_key(key) && i + 2 < argc && strncmp(argv[i + 2], "--", 2)) {
                 size_t at = 0;
                 for (consumed = 1; i + consumed < argc && strncmp(argv[i + consumed], "--", 2); consumed++) {
                     int n = snprintf(blend + at, sizeof blend - at, "%s%s", at ? " " : "", argv[i + consumed]);
                     if (n < 0 || (size_t)n >= sizeof blend - at) {
-                        atoll_errf(err, errlen, "--data-path: the blend is longer than %d bytes", CFG_DATA_PATH - 1);
+                        atoll_errf(err, errlen, "--%s: the blend is longer than %d bytes", key, CFG_DATA_PATH - 1);
                         return -1;
                     }
                     at += (size_t)n;
@@ -771,7 +792,7 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
             if (in_list) { /* Megatron's data_path: [0.3, /data/a, 0.7, /data/b] */
                 int n = snprintf(list + list_len, sizeof list - list_len, "%s%s", list_len ? " " : "", s);
                 if (n < 0 || (size_t)n >= sizeof list - list_len) {
-                    atoll_errf(err, errlen, "%s: line %zu: the data_path list is longer than %d bytes", path, line,
+                    atoll_errf(err, errlen, "%s: line %zu: the %s list is longer than %d bytes", path, line, key,
                                CFG_DATA_PATH - 1);
                     rc = -1;
                 }
@@ -813,7 +834,7 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
             break;
         }
         case YAML_SEQUENCE_START_EVENT:
-            if (depth > 0 && have_key && !in_list && same_key("data-path", key)) {
+            if (depth > 0 && have_key && !in_list && blend_key(key)) {
                 in_list = 1;
                 list[0] = 0;
                 list_len = 0;
@@ -823,7 +844,7 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
                 atoll_errf(err, errlen, "%s: line %zu: the file is a list; expected a mapping of atoll-train's keys", path, line);
             else
                 atoll_errf(err, errlen, "%s: line %zu: key '%s' has a list; atoll keys take one value (data_path "
-                           "alone takes a list: a blend)", path, line, key);
+                           "and train/valid/test_data_path alone take a list: a blend)", path, line, key);
             rc = -1;
             break;
         case YAML_ALIAS_EVENT:

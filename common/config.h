@@ -62,6 +62,8 @@ typedef struct atoll_config {
     int lr_wsd_decay_iters;                    /* WSD: iterations of the final decay, ending at lr_decay_iters */
     uint64_t seed;
     char data_path[CFG_DATA_PATH];             /* PREFIX, or a blend: "W1 PREFIX1 W2 PREFIX2 ..." */
+    /* or one path (or blend) per split, each used whole (--split then has no say): */
+    char train_data_path[CFG_DATA_PATH], valid_data_path[CFG_DATA_PATH], test_data_path[CFG_DATA_PATH];
     char split[64], save[CFG_STR], load[CFG_STR];
     int save_interval, log_interval, eval_interval, eval_iters;
     int bf16;

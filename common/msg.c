@@ -246,6 +246,9 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->tensorboard_log_interval = c->tensorboard_log_interval;
     o->log_validation_ppl_to_tensorboard = c->log_validation_ppl_to_tensorboard;
     o->log_timers_to_tensorboard = c->log_timers_to_tensorboard;
+    o->train_data_path = (char *)c->train_data_path;
+    o->valid_data_path = (char *)c->valid_data_path;
+    o->test_data_path = (char *)c->test_data_path;
     o->finetune = c->finetune;
     o->no_load_optim = c->no_load_optim;
     o->no_load_rng = c->no_load_rng;

@@ -27,6 +27,7 @@ static void usage(FILE *f)
             "          --lr-warmup-init LR --exit-interval N (stop after iteration N)\n"
             "          --exit-duration-in-mins M (then a checkpoint and exit 75)\n"
             "data:     --data-path PREFIX (Megatron .bin/.idx; without it the built-in corpus) --split 969,30,1\n"
+            "          or --train-data-path P --valid-data-path P --test-data-path P (each used whole)\n"
             "ckpt:     --save DIR --save-interval N --load DIR --async-save --save-mtbf SEC --save-keep N\n"
             "          another run's --load: --finetune (weights only, from iteration 0) --no-load-optim\n"
             "          --no-load-rng --exit-on-missing-checkpoint --ckpt-step N\n"

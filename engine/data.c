@@ -55,9 +55,10 @@ static void split_bounds(const double w[3], uint64_t ndocs, uint64_t b[4])
     for (int i = 0; i < 4; i++) b[i] = idx[i] < 0 ? 0 : (uint64_t)idx[i] > ndocs ? ndocs : (uint64_t)idx[i];
 }
 
-/* One source: PREFIX's split `which`, or the built-in corpus (prefix NULL). */
-static int open_source(eng_source *s, const char *prefix, const char *split, const double w[3], int which,
-                       int seq_len, char *err, size_t errlen)
+/* One source: PREFIX's split `which` (all of it when split is NULL), or the
+ * built-in corpus (prefix NULL). `flag` names the setting in messages. */
+static int open_source(eng_source *s, const char *flag, const char *prefix, const char *split, const double w[3],
+                       int which, int seq_len, char *err, size_t errlen)
 {
     static const char *NAMES[3] = { "train", "validation", "test" };
     if (!prefix) {
@@ -72,8 +73,8 @@ static int open_source(eng_source *s, const char *prefix, const char *split, con
         if (idx_open(&s->ds, prefix, err, errlen)) {
             char why[512];
             snprintf(why, sizeof why, "%s", err);
-            atoll_errf(err, errlen, "--data-path %s: %s (expected the prefix of the .bin/.idx "
-                       "pair that `atoll data prepare` writes)", prefix, why);
+            atoll_errf(err, errlen, "%s %s: %s (expected the prefix of the .bin/.idx "
+                       "pair that `atoll data prepare` writes)", flag, prefix, why);
             return -1;
         }
         s->have_ds = 1;
@@ -84,6 +85,11 @@ static int open_source(eng_source *s, const char *prefix, const char *split, con
         uint64_t s1 = ndocs ? (uint64_t)s->ds.doc_idx[b[which + 1]] : 0;
         for (uint64_t q = 0; q < s0; q++) s->first_token += (uint64_t)s->ds.sizes[q];
         for (uint64_t q = s0; q < s1; q++) s->ntokens += (uint64_t)s->ds.sizes[q];
+    }
+    if (s->ntokens < (uint64_t)seq_len + 1 && !split && prefix) {
+        atoll_errf(err, errlen, "%s %s: %s has %llu tokens, fewer than one sample of --seq-length %d + 1", flag,
+                   prefix, s->name, (unsigned long long)s->ntokens, seq_len);
+        return -1;
     }
     if (s->ntokens < (uint64_t)seq_len + 1) {
         atoll_errf(err, errlen, "%s: the %s split (--split %s) has %llu tokens, fewer than one sample of "
@@ -97,19 +103,19 @@ static int open_source(eng_source *s, const char *prefix, const char *split, con
 
 /* The words of --data-path: one prefix, "W1 P1 W2 P2 ...", or "P1 P2 ...". Fills
  * prefix[] (pointers into buf) and w[] (0: weighted by size). Returns the count. */
-static int parse_blend(char *buf, char **prefix, double *w, char *err, size_t errlen)
+static int parse_blend(const char *flag, char *buf, char **prefix, double *w, char *err, size_t errlen)
 {
     char *word[2 * ENG_DATA_MAX_SOURCES + 1];
     int n = 0;
     for (char *t = strtok(buf, " \t\n"); t; t = strtok(NULL, " \t\n")) {
         if (n == 2 * ENG_DATA_MAX_SOURCES) {
-            atoll_errf(err, errlen, "--data-path: more than %d datasets", ENG_DATA_MAX_SOURCES);
+            atoll_errf(err, errlen, "%s: more than %d datasets", flag, ENG_DATA_MAX_SOURCES);
             return -1;
         }
         word[n++] = t;
     }
     if (!n) {
-        atoll_errf(err, errlen, "--data-path: no prefix given");
+        atoll_errf(err, errlen, "%s: no prefix given", flag);
         return -1;
     }
     char *end;
@@ -117,22 +123,22 @@ static int parse_blend(char *buf, char **prefix, double *w, char *err, size_t er
     int weighted = n > 1 && !*end;
     if (!weighted) {
         if (n > ENG_DATA_MAX_SOURCES) {
-            atoll_errf(err, errlen, "--data-path: more than %d datasets", ENG_DATA_MAX_SOURCES);
+            atoll_errf(err, errlen, "%s: more than %d datasets", flag, ENG_DATA_MAX_SOURCES);
             return -1;
         }
         for (int i = 0; i < n; i++) prefix[i] = word[i], w[i] = 0;
         return n;
     }
     if (n % 2) {
-        atoll_errf(err, errlen, "--data-path: %d words; a blend is pairs of a weight and a prefix "
-                   "(\"0.3 PREFIX1 0.7 PREFIX2\"), or prefixes alone", n);
+        atoll_errf(err, errlen, "%s: %d words; a blend is pairs of a weight and a prefix "
+                   "(\"0.3 PREFIX1 0.7 PREFIX2\"), or prefixes alone", flag, n);
         return -1;
     }
     for (int i = 0; i < n / 2; i++) {
         double x = strtod(word[2 * i], &end);
         if (*end || !(x > 0) || !isfinite(x)) {
-            atoll_errf(err, errlen, "--data-path: '%s' (before %s) is not a positive weight; a blend is pairs of a "
-                       "weight and a prefix (\"0.3 PREFIX1 0.7 PREFIX2\")", word[2 * i], word[2 * i + 1]);
+            atoll_errf(err, errlen, "%s: '%s' (before %s) is not a positive weight; a blend is pairs of a "
+                       "weight and a prefix (\"0.3 PREFIX1 0.7 PREFIX2\")", flag, word[2 * i], word[2 * i + 1]);
             return -1;
         }
         w[i] = x;
@@ -143,7 +149,7 @@ static int parse_blend(char *buf, char **prefix, double *w, char *err, size_t er
 
 /* Megatron's greedy interleaving over one block: each position goes to the
  * source furthest below its share so far (the lowest index on a tie). */
-static int build_blend(eng_data *d, char *err, size_t errlen)
+static int build_blend(eng_data *d, const char *flag, char *err, size_t errlen)
 {
     d->which = malloc(ENG_BLEND_BLOCK * sizeof *d->which);
     d->rank = malloc(ENG_BLEND_BLOCK * sizeof *d->rank);
@@ -164,15 +170,16 @@ static int build_blend(eng_data *d, char *err, size_t errlen)
     }
     for (int k = 0; k < d->nsrc; k++)
         if (!d->per_block[k]) {
-            atoll_errf(err, errlen, "--data-path: %s has %.3g of the blend, less than one sample in %d; give it "
-                       "more weight or leave it out", d->src[k].name, d->src[k].weight, ENG_BLEND_BLOCK);
+            atoll_errf(err, errlen, "%s: %s has %.3g of the blend, less than one sample in %d; give it "
+                       "more weight or leave it out", flag, d->src[k].name, d->src[k].weight, ENG_BLEND_BLOCK);
             return -1;
         }
     return 0;
 }
 
-int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int which, int seq_len,
-                        int vocab, uint64_t seed, char *err, size_t errlen)
+/* split NULL: all of each dataset, as split `which` */
+static int open_data(eng_data *d, const char *flag, const char *prefix, const char *split, int which, int seq_len,
+                     int vocab, uint64_t seed, char *err, size_t errlen)
 {
     memset(d, 0, sizeof *d);
     d->T = seq_len;
@@ -190,8 +197,13 @@ int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int 
         n = 1;
         names[0] = NULL;
         w[0] = 1;
-    } else if ((n = parse_blend(buf, names, w, err, errlen)) < 0 || parse_split(split, sw, err, errlen)) {
+    } else if ((n = parse_blend(flag, buf, names, w, err, errlen)) < 0 ||
+               (split && parse_split(split, sw, err, errlen))) {
         goto out;
+    }
+    if (!split) {
+        sw[0] = sw[1] = sw[2] = 0;
+        sw[which] = 1;
     }
     if (!(d->src = calloc((size_t)n, sizeof *d->src))) {
         atoll_errf(err, errlen, "out of memory");
@@ -200,7 +212,7 @@ int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int 
     d->nsrc = n;
     double total = 0;
     for (int k = 0; k < n; k++) {
-        if (open_source(&d->src[k], names[k], split, sw, which, seq_len, err, errlen)) goto out;
+        if (open_source(&d->src[k], flag, names[k], split, sw, which, seq_len, err, errlen)) goto out;
         d->src[k].weight = w[k] > 0 ? w[k] : (double)d->src[k].nsamples;
         total += d->src[k].weight;
         d->nsamples += d->src[k].nsamples;
@@ -213,13 +225,25 @@ int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int 
         for (int k = 0; k < n && at < sizeof d->source; k++)
             at += (size_t)snprintf(d->source + at, sizeof d->source - at, "%s %s %.1f%%", k ? "," : "",
                                    d->src[k].name, 100 * d->src[k].weight);
-        if (build_blend(d, err, errlen)) goto out;
+        if (build_blend(d, flag, err, errlen)) goto out;
     }
     rc = 0;
 out:
     free(buf);
     if (rc) eng_data_close(d);
     return rc;
+}
+
+int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int which, int seq_len,
+                        int vocab, uint64_t seed, char *err, size_t errlen)
+{
+    return open_data(d, "--data-path", prefix, split, which, seq_len, vocab, seed, err, errlen);
+}
+
+int eng_data_open_whole(eng_data *d, const char *flag, const char *prefix, int which, int seq_len, int vocab,
+                        uint64_t seed, char *err, size_t errlen)
+{
+    return open_data(d, flag, prefix, NULL, which, seq_len, vocab, seed, err, errlen);
 }
 
 int eng_data_open(eng_data *d, const char *prefix, const char *split, int seq_len, int vocab,

@@ -62,6 +62,11 @@ int eng_data_open(eng_data *d, const char *prefix, const char *split, int seq_le
 enum { ENG_SPLIT_TRAIN = 0, ENG_SPLIT_VALID = 1, ENG_SPLIT_TEST = 2 };
 int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int which, int seq_len,
                         int vocab, uint64_t seed, char *err, size_t errlen);
+/* All of each dataset of PREFIX (a prefix or a blend), as split `which` (its
+ * sample order): --train-data-path, --valid-data-path, --test-data-path, which
+ * `flag` names in messages. */
+int eng_data_open_whole(eng_data *d, const char *flag, const char *prefix, int which, int seq_len, int vocab,
+                        uint64_t seed, char *err, size_t errlen);
 void eng_data_close(eng_data *d);
 
 /* The source of global sample g and its index within that source's epoch. */

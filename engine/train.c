@@ -280,8 +280,8 @@ typedef struct run {
     int have_dist, have_pipe, have_dopt;
     dist_pipe pipe;      /* several ranks: the pipeline executor */
     dist_optim dopt;
-    eng_data data, valid;
-    int have_data, have_valid;
+    eng_data data, valid, test;
+    int have_data, have_valid, have_test;
     eng_train_state st;
     int32_t *tokens, *targets; /* [gbs, T] host */
     int32_t eod;         /* --eod-mask-loss, --reset-*: the end-of-document token */
@@ -550,7 +550,9 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
 /* Forward only over the first --eval-iters global batches of the validation
  * split (the same samples every time, so evaluations compare); the loss, the
  * same on every rank, into *valid. */
-static int evaluate(run *r, double *valid, char *err, size_t errlen)
+/* The mean loss over --eval-iters global batches of `data`: the validation
+ * split (test 0), or once training ends the --test-data-path data (test 1). */
+static int evaluate(run *r, const eng_data *data, int test, double *valid, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
     dist *d = &r->d;
@@ -563,7 +565,7 @@ static int evaluate(run *r, double *valid, char *err, size_t errlen)
             for (int b = 0; b < mbs; b++) {
                 uint64_t g = (uint64_t)i * (uint64_t)c->global_batch_size + (uint64_t)dist_sample_offset(d, c, k) + (uint64_t)b;
                 size_t at = ((size_t)k * mbs + (size_t)b) * T;
-                if (eng_data_sample(&r->valid, g, r->tokens + at, r->targets + at, err, errlen)) return -1;
+                if (eng_data_sample(data, g, r->tokens + at, r->targets + at, err, errlen)) return -1;
             }
         mask_eod(r);
         if (d->size > 1) {
@@ -592,11 +594,25 @@ static int evaluate(run *r, double *valid, char *err, size_t errlen)
     }
     *valid = loss;
     if (d->rank != 0) return 0;
+    double ppl = exp(loss < 700 ? loss : 700);
+    if (test) {
+        printf(" validation loss at the end of training for test data | lm loss value: %.6E | lm loss PPL: %.6E |\n",
+               loss, ppl);
+        fflush(stdout);
+        tb_scalar(&r->tb, "lm loss test", r->st.iteration, loss);
+        if (r->c->log_validation_ppl_to_tensorboard) tb_scalar(&r->tb, "lm loss test ppl", r->st.iteration, ppl);
+        tb_flush(&r->tb);
+        if (r->metrics) {
+            fprintf(r->metrics, "{\"iteration\":%lld,\"test_loss\":%.17g,\"test_ppl\":%.6g}\n", r->st.iteration,
+                    loss, ppl);
+            fflush(r->metrics);
+        }
+        return 0;
+    }
     printf(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n", r->st.iteration,
-           loss, exp(loss < 700 ? loss : 700));
+           loss, ppl);
     fflush(stdout);
     if (r->tb.f) { /* Megatron's tags for the validation loss */
-        double ppl = exp(loss < 700 ? loss : 700);
         tb_scalar(&r->tb, "lm loss validation", r->st.iteration, loss);
         tb_scalar(&r->tb, "lm loss validation vs samples", r->st.consumed_samples, loss);
         if (r->c->log_validation_ppl_to_tensorboard) {
@@ -770,7 +786,11 @@ static int setup(run *r, char *err, size_t errlen)
         }
         if (r->have_pipe) r->pipe.mb_scale = r->mb_scale;
     }
-    if (eng_data_open(&r->data, c->data_path, c->split, c->seq_length, c->vocab_size, c->seed, err, errlen))
+    /* the data: --data-path split by --split, or --train/valid/test-data-path each whole */
+    int per_split = c->train_data_path[0] != 0;
+    if (per_split ? eng_data_open_whole(&r->data, "--train-data-path", c->train_data_path, ENG_SPLIT_TRAIN,
+                                        c->seq_length, c->vocab_size, c->seed, err, errlen)
+                  : eng_data_open(&r->data, c->data_path, c->split, c->seq_length, c->vocab_size, c->seed, err, errlen))
         return ENG_ERR_CONFIG;
     r->have_data = 1;
     /* Fail now, not after the first --save-interval iterations of work. */
@@ -778,11 +798,19 @@ static int setup(run *r, char *err, size_t errlen)
         atoll_errf(err, errlen, "--save %s: cannot create or write the directory: %s", c->save, strerror(errno));
         return ENG_ERR_CONFIG;
     }
-    if (c->eval_interval > 0 && c->eval_iters > 0) {
-        if (eng_data_open_split(&r->valid, c->data_path, c->split, ENG_SPLIT_VALID, c->seq_length,
-                                c->vocab_size, c->seed, err, errlen))
+    if (c->eval_interval > 0 && c->eval_iters > 0 && (!per_split || c->valid_data_path[0])) {
+        if (per_split ? eng_data_open_whole(&r->valid, "--valid-data-path", c->valid_data_path, ENG_SPLIT_VALID,
+                                            c->seq_length, c->vocab_size, c->seed, err, errlen)
+                      : eng_data_open_split(&r->valid, c->data_path, c->split, ENG_SPLIT_VALID, c->seq_length,
+                                            c->vocab_size, c->seed, err, errlen))
             return ENG_ERR_CONFIG;
         r->have_valid = 1;
+    }
+    if (c->test_data_path[0] && c->eval_iters > 0) {
+        if (eng_data_open_whole(&r->test, "--test-data-path", c->test_data_path, ENG_SPLIT_TEST, c->seq_length,
+                                c->vocab_size, c->seed, err, errlen))
+            return ENG_ERR_CONFIG;
+        r->have_test = 1;
     }
     if (eng_init_params(r->m, c->seed)) { atoll_errf(err, errlen, "out of memory initialising the parameters"); return -1; }
     dist_optim_take_params(&r->dopt, &r->d, r->m);
@@ -820,6 +848,7 @@ static void teardown(run *r)
     tb_close(&r->tb);
     if (r->have_data) eng_data_close(&r->data);
     if (r->have_valid) eng_data_close(&r->valid);
+    if (r->have_test) eng_data_close(&r->test);
     free(r->tokens);
     free(r->targets);
     free(r->mb_scale);
@@ -1053,7 +1082,7 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         log_step(&c, &s, r.metrics, &r.tb, &r.emit, &r.d);
         if (r.have_valid && (s.it % c.eval_interval == 0 || s.it == stop)) {
             watchdog_phase(r.wd, "eval", r.st.iteration);
-            if ((rc = evaluate(&r, &s.valid_loss, err, errlen))) break;
+            if ((rc = evaluate(&r, &r.valid, 0, &s.valid_loss, err, errlen))) break;
             /* the step again, with its validation loss; its save stall was reported once */
             step_stats again = s;
             again.save_stall_s = 0;
@@ -1073,6 +1102,11 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     if (!rc && c.save[0] && last_saved != r.st.iteration)
         rc = save_timed(&r, 1, err, errlen);
     if (!rc) rc = async_drain(&r, err, errlen);
+    if (!rc && !stopped && r.have_test && r.st.iteration >= c.train_iters) { /* Megatron's end-of-training test */
+        double test_loss;
+        watchdog_phase(r.wd, "eval", r.st.iteration);
+        rc = evaluate(&r, &r.test, 1, &test_loss, err, errlen);
+    }
 #ifdef ATOLL_HAVE_CUDA_KERNELS
     if (!rc && r.d.rank == 0 && !strcmp(c.attention_backend, "fused")) {
         long fused = 0, flash = 0;

@@ -62,8 +62,18 @@ static void test_flags(void)
     CHECK(cfg_parse_yaml(&c, y, strlen(y), "b.yaml", err, sizeof err) == -1 && strstr(err, "holds a mapping"),
           "YAML list of mappings: %s", err);
     y = "split: [1, 2]\n";
-    CHECK(cfg_parse_yaml(&c, y, strlen(y), "b.yaml", err, sizeof err) == -1 && strstr(err, "data_path alone takes a list"),
-          "YAML list elsewhere: %s", err);
+    CHECK(cfg_parse_yaml(&c, y, strlen(y), "b.yaml", err, sizeof err) == -1 &&
+          strstr(err, "data_path and train/valid/test_data_path alone take a list"), "YAML list elsewhere: %s", err);
+    /* the per-split paths take blends too, on the command line and in YAML */
+    y = "train_data_path: [0.7, /d/web, 0.3, /d/books]\nvalid_data_path: [/d/v1, /d/v2]\n";
+    cfg_defaults(&c);
+    CHECK(cfg_parse_yaml(&c, y, strlen(y), "b.yaml", err, sizeof err) == 0 &&
+          !strcmp(c.train_data_path, "0.7 /d/web 0.3 /d/books") && !strcmp(c.valid_data_path, "/d/v1 /d/v2"),
+          "YAML per-split blends: '%s' '%s' (%s)", c.train_data_path, c.valid_data_path, err);
+    cfg_defaults(&c);
+    CHECK(parse(&c, "--train-data-path 0.5 /d/a 0.5 /d/b --test-data-path /d/t --seq-length 8", err, sizeof err) == 0 &&
+          !strcmp(c.train_data_path, "0.5 /d/a 0.5 /d/b") && !strcmp(c.test_data_path, "/d/t") && c.seq_length == 8,
+          "--train-data-path blend: '%s' '%s' (%s)", c.train_data_path, c.test_data_path, err);
 }
 
 static void test_yaml(void)
@@ -541,7 +551,9 @@ static void test_megatron_flags(void)
         { "--eod-mask-loss --calculate-per-token-loss", "--calculate-per-token-loss with --eod-mask-loss is not "
                                                         "implemented: the loss is the mean over micro-batches" },
         { "--no-save-optim", "--no-save-optim: checkpoints always keep the optimizer state" },
-        { "--train-data-path a", "--train-data-path: give one --data-path" },
+        { "--data-path a --train-data-path b", "--data-path (split by --split) and --train-data-path are both given" },
+        { "--test-data-path t", "--test-data-path needs --train-data-path (the training data)" },
+        { "--mock-data --train-data-path b", "--mock-data trains on the built-in corpus, and --train-data-path is" },
         { "--tokenizer-model tok.model", "--tokenizer-model: SentencePiece and HuggingFace tokenizers" },
         { "--ckpt-format zarr", "--ckpt-format zarr: atoll writes its own format" },
         { "--recompute-activations --recompute-granularity full", "--recompute-activations is --recompute-granularity "

@@ -154,6 +154,9 @@ static void message_cases(void)
     c.ckpt_step = 1200;
     snprintf(c.tensorboard_dir, sizeof c.tensorboard_dir, "/runs/tb");
     c.tensorboard_log_interval = 10; c.log_validation_ppl_to_tensorboard = 1; c.log_timers_to_tensorboard = 1;
+    snprintf(c.train_data_path, sizeof c.train_data_path, "0.7 /data/web 0.3 /data/books");
+    snprintf(c.valid_data_path, sizeof c.valid_data_path, "/data/valid");
+    snprintf(c.test_data_path, sizeof c.test_data_path, "/data/test");
     Atoll__JobSpec s;
     msg_spec_from_cfg(&s, &c, "gpt-1b");
     plen = protobuf_c_message_get_packed_size(&s.base);

@@ -239,6 +239,49 @@ EOF
 then ok "documents: tp2 pp2 sequence-parallel and full recomputation equal one rank to 1e-5, unlike one document"
 else bad "documents layouts: $(cat doc1.jsonl doc4.jsonl docf.jsonl | grep -o '"loss":[^,]*' | tr '\n' ' ')"; fi
 
+# --train-data-path / --valid-data-path / --test-data-path (Megatron's data per split, each used whole):
+# training equals --data-path with the whole of it as the train split; the validation data changes only
+# the validation loss; the test data is evaluated once training ends, and its loss is the one the same
+# data gives as validation data at that step
+for n in val tst; do
+  python3 -c "import json, sys
+for i in range(200): print(json.dumps({'text': sys.argv[1][: 4 + (i * 3) % 19]}))" \
+    "$([ $n = val ] && echo 'a tide came over the reef' || echo 'nets were mended at dawn')" >$n.jsonl
+  "$PREP" --input $n.jsonl --output-prefix $n >/dev/null || bad "prepare $n failed"
+done
+SPL=("${TINY[@]}" --micro-batch-size 2 --train-iters 6 --lr 1e-3 --eval-interval 3 --eval-iters 1)
+"$TRAIN" "${SPL[@]}" --train-data-path docs --valid-data-path val --test-data-path tst --metrics-file spl1.jsonl \
+    >spl1.log 2>&1 || bad "per-split data run failed: $(tail -1 spl1.log)"
+"$TRAIN" "${SPL[@]}" --eval-iters 0 --data-path docs --split 1,0,0 --metrics-file spl0.jsonl >/dev/null 2>&1 \
+    || bad "--data-path docs --split 1,0,0 failed"
+"$TRAIN" "${SPL[@]}" --train-data-path docs --valid-data-path tst --metrics-file spl2.jsonl >/dev/null 2>&1 \
+    || bad "per-split data run with tst as validation failed"
+if python3 - spl1.jsonl spl0.jsonl spl2.jsonl <<'EOF'
+import json, sys
+runs = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+train = [[r["loss"] for r in run if "loss" in r] for run in runs]
+valid = [[(r["iteration"], r["valid_loss"]) for r in run if "valid_loss" in r] for run in runs]
+test = [r for r in runs[0] if "test_loss" in r]
+assert len(train[0]) == 6 and train[0] == train[1] == train[2], train
+assert [i for i, _ in valid[0]] == [3, 6] and valid[1] == [] and [i for i, _ in valid[2]] == [3, 6], valid
+assert all(abs(a[1] - b[1]) > 1e-4 for a, b in zip(valid[0], valid[2])), valid
+assert len(test) == 1 and test[0]["iteration"] == 6 and test[0]["test_loss"] == valid[2][1][1], (test, valid[2])
+EOF
+then ok "--train/valid/test-data-path: training as --data-path --split 1,0,0, validation on its own data, test at the end"
+else bad "per-split data: $(cat spl1.jsonl spl2.jsonl | tr '\n' ' ')"; fi
+grep -q "validation loss at the end of training for test data" spl1.log || bad "no test line: $(tail -3 spl1.log)"
+"$TRAIN" "${SPL[@]}" --data-path docs --train-data-path docs >spl3.log 2>&1
+rc=$?
+[ $rc = 2 ] && grep -qF -- "--data-path (split by --split) and --train-data-path are both given" spl3.log \
+  || bad "--data-path with --train-data-path: rc $rc $(cat spl3.log)"
+"$TRAIN" "${SPL[@]}" --valid-data-path val >spl4.log 2>&1
+rc=$?
+[ $rc = 2 ] && grep -qF -- "--valid-data-path needs --train-data-path" spl4.log || bad "valid without train: rc $rc $(cat spl4.log)"
+"$TRAIN" "${SPL[@]}" --train-data-path docs --valid-data-path nosuch >spl5.log 2>&1
+rc=$?
+[ $rc = 78 ] && grep -qF -- "--valid-data-path nosuch: " spl5.log || bad "missing --valid-data-path: rc $rc $(cat spl5.log)"
+ok "per-split data refusals: with --data-path, valid without train, a missing prefix named by its flag"
+
 # --save-keep 2 with background saves: of the four steps saved (5, 10, 15, 20) the two newest stay
 "$TRAIN" "${RUN[@]}" --save ckk --save-interval 5 --async-save --save-keep 2 >keep.log 2>&1 || bad "--save-keep run failed"
 kept=$(cd ckk && ls -d iter_* | tr '\n' ' ')
