@@ -127,7 +127,6 @@ typedef struct live_job {
     int64_t limit_s;         /* the spec's time limit; 0 none */
     int64_t deadline_ms;     /* first start + limit (0: none, or not started) */
     int64_t time_stop_ms;    /* when the ranks were told to checkpoint and stop for it */
-    int stop_asked;          /* atoll cancel --checkpoint was sent (its saved exits are not --exit-duration's) */
 } live_job;
 
 typedef struct live_table {

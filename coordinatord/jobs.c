@@ -442,6 +442,7 @@ static int cancel_with_checkpoint(coord *c, store_job *j, char *err, size_t errl
     snprintf(subject, sizeof subject, "job %llu", (unsigned long long)j->id);
     snprintf(j->message, sizeof j->message, "stopping: the ranks are committing a checkpoint to %.180s", cfg.save);
     j->updated_ms = c->now();
+    j->stop_asked = 1;
     if (store_begin(c->st) || store_job_update(c->st, j) ||
         events_add(c, "job.stopping", subject, "atoll cancel --checkpoint at step %lld: SIGTERM to the ranks, "
                    "which commit a checkpoint to %s and exit", (long long)j->step, cfg.save) ||
@@ -451,8 +452,6 @@ static int cancel_with_checkpoint(coord *c, store_job *j, char *err, size_t errl
         return ATOLL__ERROR_CODE__ERR_INTERNAL;
     }
     c->jobs_gen++;
-    live_job *lj = jobs_live(c, j->id);
-    if (lj) lj->stop_asked = 1;
     sched_checkpoint_job(c, j, "atoll cancel --checkpoint");
     return 0;
 }
@@ -594,7 +593,7 @@ void jobs_rank_exit(coord *c, const char *node, const Atoll__RankExit *e)
                            "checkpoint committed to %.160s (resume with --load)", lim, (long long)j.step,
                            have_cfg ? cfg.save : "--save");
         /* ranks that saved and stopped without being asked: --exit-duration-in-mins in the engine */
-        else if (j.state == RUNNING && nsaved && !lj->stop_asked && have_cfg && cfg.exit_duration_in_mins > 0)
+        else if (j.state == RUNNING && nsaved && !j.stop_asked && have_cfg && cfg.exit_duration_in_mins > 0)
             jobs_set_state(c, &j, CANCELLED, "stopped at --exit-duration-in-mins %g after step %lld with a checkpoint "
                            "committed to %.160s (resume with --load)", cfg.exit_duration_in_mins, (long long)j.step,
                            cfg.save);

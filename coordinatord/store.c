@@ -67,6 +67,8 @@ static const char *MIGRATIONS[STORE_SCHEMA_VERSION] = {
     "  counted INTEGER NOT NULL, PRIMARY KEY(job, epoch));",
     /* 5 -> 6: the validation loss of a step that was followed by an evaluation */
     "ALTER TABLE steps ADD COLUMN valid_loss REAL NOT NULL DEFAULT 0;",
+    /* 6 -> 7: atoll cancel --checkpoint was asked (a coordinator restart keeps why the job stops) */
+    "ALTER TABLE jobs ADD COLUMN stop_asked INTEGER NOT NULL DEFAULT 0;",
 };
 
 const char *store_errmsg(store *s) { return sqlite3_errmsg(s->db); }
@@ -319,8 +321,8 @@ int store_job_update(store *s, const store_job *j)
     sqlite3_stmt *st = prep(s, "UPDATE jobs SET state=?2, message=?3, restarts=?4, epoch=?5, step=?6, loss=?7, "
                                "tokens_per_s=?8, mfu=?9, bubble_measured=?10, bubble_theory=?11, updated_ms=?12, "
                                "world=?13, checkpoint=?14, started_ms=?15, ended_ms=?16, lost_startup_ms=?17, "
-                               "lost_ckpt_ms=?18, lost_detect_ms=?19, lost_restart_ms=?20, lost_recompute_ms=?21 "
-                               "WHERE id=?1");
+                               "lost_ckpt_ms=?18, lost_detect_ms=?19, lost_restart_ms=?20, lost_recompute_ms=?21, "
+                               "stop_asked=?22 WHERE id=?1");
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, (sqlite3_int64)j->id);
     sqlite3_bind_int(st, 2, j->state);
@@ -343,6 +345,7 @@ int store_job_update(store *s, const store_job *j)
     sqlite3_bind_int64(st, 19, j->lost_detect_ms);
     sqlite3_bind_int64(st, 20, j->lost_restart_ms);
     sqlite3_bind_int64(st, 21, j->lost_recompute_ms);
+    sqlite3_bind_int(st, 22, j->stop_asked);
     if (done(st)) return -1;
     return sqlite3_changes(s->db) == 1 ? 0 : -1;
 }
@@ -377,7 +380,7 @@ int store_job_set_metrics(store *s, uint64_t id, int64_t step, double loss, doub
 #define JOB_COLUMNS "id, name, spec, state, message, restarts, epoch, step, loss, tokens_per_s, mfu, " \
                     "bubble_measured, bubble_theory, created_ms, updated_ms, request_id, world, checkpoint, " \
                     "started_ms, ended_ms, lost_startup_ms, lost_ckpt_ms, lost_detect_ms, lost_restart_ms, " \
-                    "lost_recompute_ms"
+                    "lost_recompute_ms, stop_asked"
 
 static int read_job(sqlite3_stmt *st, store_job *j)
 {
@@ -410,6 +413,7 @@ static int read_job(sqlite3_stmt *st, store_job *j)
     j->lost_detect_ms = sqlite3_column_int64(st, 22);
     j->lost_restart_ms = sqlite3_column_int64(st, 23);
     j->lost_recompute_ms = sqlite3_column_int64(st, 24);
+    j->stop_asked = sqlite3_column_int(st, 25);
     return 0;
 }
 

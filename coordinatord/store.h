@@ -17,7 +17,7 @@
 
 typedef struct store store;
 
-#define STORE_SCHEMA_VERSION 6
+#define STORE_SCHEMA_VERSION 7
 
 /* Opens (creating when absent) and migrates. path ":memory:" gives a private
  * in-memory database (tests, fuzzing). 0, or -1 with err. */
@@ -82,6 +82,7 @@ typedef struct store_job {
     int64_t ended_ms;    /* it ended (completed, failed, cancelled); 0: not yet */
     /* wall time lost, in ms, by cause */
     int64_t lost_startup_ms, lost_ckpt_ms, lost_detect_ms, lost_restart_ms, lost_recompute_ms;
+    int stop_asked;      /* atoll cancel --checkpoint was sent: its saved exits are not --exit-duration's */
 } store_job;
 
 void store_job_clear(store_job *j);

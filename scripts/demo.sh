@@ -68,7 +68,8 @@ JOB=$(atoll submit --name moby-dick --num-gpus 8 \
   --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 64 \
   --micro-batch-size 2 --global-batch-size 8 --train-iters "$ITERS" \
   --lr 2e-3 --lr-warmup-iters 20 --seed 1234 --log-interval 50 \
-  --data-path "$DIR/data/moby-dick" --split 1,0,0 "${BPE[@]}" --save "$DIR/ckpt" --save-interval 100 --save-keep 2)
+  --data-path "$DIR/data/moby-dick" --split 1,0,0 "${BPE[@]}" --save "$DIR/ckpt" --save-interval 100 --save-keep 2 \
+  --tensorboard-dir "$DIR/tensorboard")
 echo "   job $JOB queued; follow it at $DASHBOARD, with \`atoll top $JOB\` or \`atoll logs $JOB --follow\`"
 
 state() { field "$JOB" "['state']"; }
@@ -101,6 +102,8 @@ echo "== atoll generate: text from the job's checkpoint (its manifest names the 
 atoll generate --load "$DIR/ckpt" --prompt "Call me Ishmael." --max-tokens 48 --temperature 0.8 --top-k 40 --seed 1 |
   tee "$DIR/sample.txt"
 [ "$(wc -c <"$DIR/sample.txt")" -gt 40 ] || { echo "the checkpoint generated no text" >&2; exit 1; }
+ls "$DIR"/tensorboard/events.out.tfevents.* >/dev/null 2>&1 || { echo "no TensorBoard event file" >&2; exit 1; }
+echo "   TensorBoard: rank 0 wrote Megatron's scalars to $DIR/tensorboard (tensorboard --logdir there, with DEMO_KEEP=1)"
 echo "done: job $JOB completed, loss $first -> $last (dashboard was at $DASHBOARD)"
 
 if [ "${DEMO_KEEP:-0}" = 1 ]; then

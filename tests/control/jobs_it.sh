@@ -397,8 +397,10 @@ case_checkpoint() {
     || fail "cancel --checkpoint of a job without --save: $(cat "$TMP/err")"
   cancel_job "$ID"
   ok "cancel --checkpoint of a job without --save is refused: $(cat "$TMP/err")"
+  # --exit-duration-in-mins too: the job's own stop would end it the same way, and the coordinator tells them
+  # apart by the stop it recorded (in the store, so a coordinator restart would keep it)
   local id; id=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 8 --train-iters $iters --save "$ck" --load "$ck" \
-                 --name stopped --json | json "d['job']") || fail "submit"
+                 --exit-duration-in-mins 60 --name stopped --json | json "d['job']") || fail "submit"
   wait_until 60 step_at_least "$id" 10 || fail "job not running: $(atoll status "$id")"
   atoll cancel "$id" --checkpoint | grep -q "stopping: the ranks are committing a checkpoint" || fail "cancel --checkpoint"
   wait_until 30 state_is "$id" cancelled || fail "not stopped: $(atoll status "$id")"

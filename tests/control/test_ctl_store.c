@@ -207,7 +207,7 @@ static void migrations(void)
                            "ALTER TABLE jobs DROP COLUMN started_ms; ALTER TABLE jobs DROP COLUMN ended_ms; "
                            "ALTER TABLE jobs DROP COLUMN lost_startup_ms; ALTER TABLE jobs DROP COLUMN lost_ckpt_ms; "
                            "ALTER TABLE jobs DROP COLUMN lost_detect_ms; ALTER TABLE jobs DROP COLUMN lost_restart_ms; "
-                           "ALTER TABLE jobs DROP COLUMN lost_recompute_ms; "
+                           "ALTER TABLE jobs DROP COLUMN lost_recompute_ms; ALTER TABLE jobs DROP COLUMN stop_asked; "
                            "PRAGMA user_version=1;", NULL, NULL, NULL) == SQLITE_OK,
           "rewind: %s", sqlite3_errmsg(db));
     sqlite3_close(db);
@@ -219,8 +219,13 @@ static void migrations(void)
     CHECK(store_step_put(s, &one) == 0, "steps table after migration");
     store_job j;
     CHECK(store_job_get(s, 1, &j) == 0, "data kept through migration");
-    CHECK(j.world == 0 && j.checkpoint == 0 && j.started_ms == 0 && j.lost_restart_ms == 0,
-          "the columns added for restarts start at 0");
+    CHECK(j.world == 0 && j.checkpoint == 0 && j.started_ms == 0 && j.lost_restart_ms == 0 && j.stop_asked == 0,
+          "the columns added for restarts and stops start at 0");
+    /* the stop asked of a job is kept with it */
+    j.stop_asked = 1;
+    CHECK(store_job_update(s, &j) == 0, "update with a stop asked");
+    store_job_clear(&j);
+    CHECK(store_job_get(s, 1, &j) == 0 && j.stop_asked == 1, "the stop asked reads back");
     store_job_clear(&j);
     /* restart history rows and the checkpoint note */
     store_restart r = { .job = 1, .epoch = 2, .rank = 3, .fault_ms = 10, .detected_ms = 20, .reached = 7, .dp = 1,
