@@ -43,6 +43,12 @@ static int parse_split(const char *split, double w[3], char *err, size_t errlen)
     return 0;
 }
 
+int eng_split_weighs(const char *split, int which)
+{
+    double w[3];
+    return which >= 0 && which < 3 && !parse_split(split, w, NULL, 0) && w[which] > 0;
+}
+
 /* Megatron's split_index: cumulative rounded fractions of ndocs; the difference
  * of the last from ndocs is taken off every boundary after the first. */
 static void split_bounds(const double w[3], uint64_t ndocs, uint64_t b[4])

@@ -68,6 +68,8 @@ int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int 
 int eng_data_open_whole(eng_data *d, const char *flag, const char *prefix, int which, int seq_len, int vocab,
                         uint64_t seed, char *err, size_t errlen);
 void eng_data_close(eng_data *d);
+/* 1 when --split gives split `which` a positive weight (a valid split only). */
+int eng_split_weighs(const char *split, int which);
 
 /* The source of global sample g and its index within that source's epoch. */
 uint64_t eng_data_order(const eng_data *d, uint64_t g, int *source);

@@ -811,6 +811,16 @@ static int setup(run *r, char *err, size_t errlen)
                                 c->vocab_size, c->seed, err, errlen))
             return ENG_ERR_CONFIG;
         r->have_test = 1;
+    } else if (!per_split && c->data_path[0] && c->eval_iters > 0 && eng_split_weighs(c->split, ENG_SPLIT_TEST)) {
+        /* --split's test part, evaluated at the end as Megatron does; a part too small for
+         * one sample (the default 969,30,1 of a small corpus) is said and skipped */
+        char why[1024];
+        if (eng_data_open_split(&r->test, c->data_path, c->split, ENG_SPLIT_TEST, c->seq_length, c->vocab_size,
+                                c->seed, why, sizeof why)) {
+            if (r->d.rank == 0) fprintf(stderr, "atoll-train: note: no test evaluation at the end: %s\n", why);
+        } else {
+            r->have_test = 1;
+        }
     }
     if (eng_init_params(r->m, c->seed)) { atoll_errf(err, errlen, "out of memory initialising the parameters"); return -1; }
     dist_optim_take_params(&r->dopt, &r->d, r->m);

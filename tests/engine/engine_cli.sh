@@ -281,6 +281,16 @@ rc=$?
 rc=$?
 [ $rc = 78 ] && grep -qF -- "--valid-data-path nosuch: " spl5.log || bad "missing --valid-data-path: rc $rc $(cat spl5.log)"
 ok "per-split data refusals: with --data-path, valid without train, a missing prefix named by its flag"
+# --split's test part is evaluated once training ends, as Megatron does; one too small for a sample is
+# said and skipped; a split without one has no test
+"$TRAIN" "${SPL[@]}" --data-path docs --split 6,2,2 --metrics-file spt1.jsonl >spt1.log 2>&1 || bad "split test run failed"
+"$TRAIN" "${SPL[@]}" --data-path docs --split 90,9.7,0.3 --metrics-file spt2.jsonl >spt2.log 2>&1 \
+    || bad "tiny test part failed the run: $(tail -1 spt2.log)"
+if [ "$(grep -c '"test_loss"' spt1.jsonl)" = 1 ] && grep -q "validation loss at the end of training for test data" spt1.log \
+    && [ "$(grep -c '"test_loss"' spt2.jsonl)" = 0 ] && grep -q "note: no test evaluation at the end: .*the test split" spt2.log \
+    && [ "$(grep -c '"test_loss"' spl0.jsonl)" = 0 ] && [ "$(grep -c '"valid_loss"' spt2.jsonl)" = 2 ]; then
+  ok "--split's test part evaluated at the end; a part too small is noted and skipped: $(grep -o 'note: .*' spt2.log | cut -c1-120)"
+else bad "split test: $(cat spt1.jsonl spt2.jsonl spt2.log | tail -5)"; fi
 
 # --save-keep 2 with background saves: of the four steps saved (5, 10, 15, 20) the two newest stay
 "$TRAIN" "${RUN[@]}" --save ckk --save-interval 5 --async-save --save-keep 2 >keep.log 2>&1 || bad "--save-keep run failed"
