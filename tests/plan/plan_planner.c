@@ -314,6 +314,17 @@ static double slowest_stage(const atoll_config *c, double H)
     return worst;
 }
 
+/* *o = c split with f layers on the first stage and l on the last (0: as the
+ * others); 1 when the validator accepts it on c's pipeline. */
+static int split_of(const atoll_config *c, int f, int l, atoll_config *o)
+{
+    char err[256];
+    *o = *c;
+    o->decoder_first_pipeline_num_layers = f;
+    o->decoder_last_pipeline_num_layers = l;
+    return cfg_validate_layout(o, c->pipeline_model_parallel_size, 0, err, sizeof err) == 0;
+}
+
 /* plan_balanced_split against every split the validator accepts: no other
  * makes the slowest stage (its layers, plus the LM head's share on the last)
  * faster. Stage times counted here from the shapes: a GPT layer's 12h^2 + 13h
@@ -341,10 +352,8 @@ static void test_balanced_split_is_best(void)
                 double got = none ? INFINITY : slowest_stage(&c, H);
                 for (int f2 = 0; f2 <= L; f2++)
                     for (int l2 = 0; l2 <= L; l2++) {
-                        atoll_config o = c;
-                        o.decoder_first_pipeline_num_layers = f2;
-                        o.decoder_last_pipeline_num_layers = l2;
-                        if (cfg_validate_layout(&o, pp, 0, err, sizeof err)) continue;
+                        atoll_config o;
+                        if (!split_of(&c, f2, l2, &o)) continue;
                         double t_o = slowest_stage(&o, H);
                         CHECK(!none && got <= t_o + 1e-9, "L %d pp %d V %d: split %d/%d (slowest %.3f) loses to %d/%d (%.3f)", L,
                               pp, c.vocab_size, f, l, got, f2, l2, t_o);
@@ -392,16 +401,17 @@ static void test_fitting_split_is_best(void)
             double layer_flops = 6 * (12.0 * 1024 * 1024 + 13 * 1024) + 12.0 * 1024 * 4096 + 4.0 * 1024 * 4096;
             double H = 6.0 * c.vocab_size * 1024 / layer_flops; /* selective recompute's attention forward */
             c.recompute_granularity = RECOMPUTE_SELECTIVE;
+            /* every split the validator accepts: its need and its slowest stage */
+            struct { int f, l; double bytes, slowest; } all[21 * 21];
+            int na = 0;
             double least = INFINITY, even = INFINITY;
             for (int f2 = 0; f2 <= L; f2++)
                 for (int l2 = 0; l2 <= L; l2++) {
-                    atoll_config o = c;
-                    o.decoder_first_pipeline_num_layers = f2;
-                    o.decoder_last_pipeline_num_layers = l2;
-                    char err[256];
-                    if (cfg_validate_layout(&o, pp, 0, err, sizeof err)) continue;
+                    atoll_config o;
+                    if (!split_of(&c, f2, l2, &o)) continue;
                     plan_memory m;
                     plan_memory_estimate(&o, 1, &PLAN_PRECISION_BF16_FLASH, &m);
+                    all[na].f = f2, all[na].l = l2, all[na].bytes = m.total_bytes, all[na++].slowest = slowest_stage(&o, H);
                     least = fmin(least, m.total_bytes);
                     if (!f2 && !l2) even = m.total_bytes;
                 }
@@ -424,20 +434,13 @@ static void test_fitting_split_is_best(void)
                 } else {
                     none++;
                 }
-                for (int f2 = 0; f2 <= L; f2++)
-                    for (int l2 = 0; l2 <= L; l2++) {
-                        atoll_config o = c;
-                        o.decoder_first_pipeline_num_layers = f2;
-                        o.decoder_last_pipeline_num_layers = l2;
-                        if (cfg_validate_layout(&o, pp, 0, err, sizeof err)) continue;
-                        plan_memory m;
-                        plan_memory_estimate(&o, 1, &PLAN_PRECISION_BF16_FLASH, &m);
-                        if (m.total_bytes > usable) continue;
-                        CHECK(got <= slowest_stage(&o, H) + 1e-9, "L %d pp %d cap %.2f: split %d/%d (rc %d, slowest "
-                              "%.3f) loses to %d/%d (%.3f), which fits", L, pp, caps[ci], f, l, rc, got, f2, l2,
-                              slowest_stage(&o, H));
-                        checked++;
-                    }
+                for (int k = 0; k < na; k++) {
+                    if (all[k].bytes > usable) continue;
+                    CHECK(got <= all[k].slowest + 1e-9, "L %d pp %d cap %.2f: split %d/%d (rc %d, slowest %.3f) "
+                          "loses to %d/%d (%.3f), which fits", L, pp, caps[ci], f, l, rc, got, all[k].f, all[k].l,
+                          all[k].slowest);
+                    checked++;
+                }
             }
         }
     printf("fitting splits: %d compared, %d found under the even split's need, %d caps nothing meets\n", checked,
