@@ -104,6 +104,7 @@ static const key_def KEYS[] = {
     F("position-embedding-type", K_STR, position_embedding_type),
     R("rotary-base", K_INT, rotary_base, 0, 2147483647.0, 0),
     F("disable-bias-linear", K_BOOL, disable_bias_linear),
+    F("add-qkv-bias", K_BOOL, add_qkv_bias),
     F("group-query-attention", K_BOOL, group_query_attention),
     R("num-query-groups", K_INT, num_query_groups, 0, CFG_MAX_HEADS, 0),
     R("hidden-dropout", K_DOUBLE, hidden_dropout, 0, 1, 1),
@@ -318,8 +319,6 @@ static const struct {
       "--decoder-last-pipeline-num-layers (atoll plan proposes them)" },
     { "rotary-interleaved", 0, MG_REFUSED, NULL, "rope rotates the two halves of each head (Megatron's default, "
       "Hugging Face's layout), not interleaved pairs" },
-    { "add-qkv-bias", 0, MG_REFUSED, NULL, "linear layers have biases everywhere (the default) or nowhere "
-      "(--disable-bias-linear)" },
     { "squared-relu", 0, MG_REFUSED, NULL, "the MLP is GELU, or SwiGLU with --swiglu" },
     { "moe-*", 0, MG_REFUSED, NULL, "mixture-of-experts models are not implemented (dense GPT and LLaMA are)" },
     { "tokenizer-model", 1, MG_REFUSED, NULL, "SentencePiece and HuggingFace tokenizers are not implemented: "
@@ -920,6 +919,7 @@ int cfg_ffn(const atoll_config *c) { return c->ffn_hidden_size ? c->ffn_hidden_s
 int cfg_rmsnorm(const atoll_config *c) { return !strcmp(c->normalization, "RMSNorm"); }
 int cfg_rope(const atoll_config *c) { return !strcmp(c->position_embedding_type, "rope"); }
 int cfg_rotary_base(const atoll_config *c) { return c->rotary_base > 0 ? c->rotary_base : 10000; }
+int cfg_qkv_bias(const atoll_config *c) { return !c->disable_bias_linear || c->add_qkv_bias; }
 int cfg_tb_interval(const atoll_config *c) { return c->tensorboard_log_interval > 0 ? c->tensorboard_log_interval : 1; }
 double cfg_init_std(const atoll_config *c) { return c->init_method_std > 0 ? c->init_method_std : 0.02; }
 int cfg_vocab_multiple(const atoll_config *c)
@@ -1299,8 +1299,9 @@ double cfg_layer_params(const atoll_config *c)
     double h = c->hidden_size, f = cfg_ffn(c);
     double d = c->num_attention_heads ? h / c->num_attention_heads : 0, qkv = h + 2.0 * cfg_kv_groups(c) * d;
     double bias = c->disable_bias_linear ? 0 : 1, norm = cfg_rmsnorm(c) ? h : 2 * h, up = c->swiglu ? 2 : 1;
+    double qkv_bias = cfg_qkv_bias(c) ? 1 : 0;
     return 2 * norm                             /* ln_1, ln_2 / the RMSNorms */
-           + (h * qkv + bias * qkv)             /* c_attn, or q, k, v (GQA: smaller k, v) */
+           + (h * qkv + qkv_bias * qkv)         /* c_attn, or q, k, v (GQA: smaller k, v) */
            + (h * h + bias * h)                 /* attention output */
            + up * (h * f + bias * f)            /* c_fc, or SwiGLU's gate and up */
            + (f * h + bias * h);                /* down projection */

@@ -97,6 +97,7 @@ typedef struct atoll_config {
     char position_embedding_type[24];  /* "learned_absolute" (default) or "rope" */
     int rotary_base;                   /* 10000 (0 reads as 10000: cfg_rotary_base) */
     int disable_bias_linear;
+    int add_qkv_bias;                  /* biases on the query, key and value projections even so (Qwen2's) */
     int group_query_attention, num_query_groups;
     double hidden_dropout, attention_dropout; /* 0 here; Megatron's default is 0.1 */
     /* the tokenizer the data was prepared with (recorded in checkpoints) */
@@ -179,6 +180,7 @@ int cfg_rope(const atoll_config *c);        /* --position-embedding-type rope */
 int cfg_kv_groups(const atoll_config *c);   /* --num-query-groups with GQA, else the heads */
 int cfg_rotary_base(const atoll_config *c); /* --rotary-base (0: 10000) */
 int cfg_tb_interval(const atoll_config *c); /* --tensorboard-log-interval (0: 1) */
+int cfg_qkv_bias(const atoll_config *c);    /* q, k, v have biases: no --disable-bias-linear, or --add-qkv-bias */
 double cfg_init_std(const atoll_config *c); /* --init-method-std (0: 0.02) */
 int cfg_vocab_multiple(const atoll_config *c); /* --make-vocab-size-divisible-by (0: 128) */
 int cfg_max_pos(const atoll_config *c);

@@ -249,6 +249,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->train_data_path = (char *)c->train_data_path;
     o->valid_data_path = (char *)c->valid_data_path;
     o->test_data_path = (char *)c->test_data_path;
+    o->add_qkv_bias = c->add_qkv_bias;
     o->finetune = c->finetune;
     o->no_load_optim = c->no_load_optim;
     o->no_load_rng = c->no_load_rng;

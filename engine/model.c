@@ -104,7 +104,7 @@ static void tb_layer_gpt2(table_builder *tb, const atoll_config *c, int l, int c
 #define NAME(suffix) (snprintf(nm, sizeof nm, "h.%d." suffix, l), nm)
     tb_norm(tb, NAME("ln_1.weight"), h, 1, chunk);
     tb_norm(tb, NAME("ln_1.bias"), h, 0, chunk);
-    tb_linear(tb, "h.%d.attn.c_attn", l, h + 2 * cfg_kv_groups(c) * d, h, 0, std, bias, chunk);
+    tb_linear(tb, "h.%d.attn.c_attn", l, h + 2 * cfg_kv_groups(c) * d, h, 0, std, cfg_qkv_bias(c), chunk);
     tb_linear(tb, "h.%d.attn.c_proj", l, h, h, 1, out_std, bias, chunk);
     tb_norm(tb, NAME("ln_2.weight"), h, 1, chunk);
     tb_norm(tb, NAME("ln_2.bias"), h, 0, chunk);
@@ -125,9 +125,9 @@ static void tb_layer_llama(table_builder *tb, const atoll_config *c, int l, int 
     char nm[ENG_NAME];
     snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
     tb_norm(tb, nm, h, 1, chunk);
-    tb_linear(tb, "model.layers.%d.self_attn.q_proj", l, h, h, 0, std, bias, chunk);
-    tb_linear(tb, "model.layers.%d.self_attn.k_proj", l, kv, h, 0, std, bias, chunk);
-    tb_linear(tb, "model.layers.%d.self_attn.v_proj", l, kv, h, 0, std, bias, chunk);
+    tb_linear(tb, "model.layers.%d.self_attn.q_proj", l, h, h, 0, std, cfg_qkv_bias(c), chunk);
+    tb_linear(tb, "model.layers.%d.self_attn.k_proj", l, kv, h, 0, std, cfg_qkv_bias(c), chunk);
+    tb_linear(tb, "model.layers.%d.self_attn.v_proj", l, kv, h, 0, std, cfg_qkv_bias(c), chunk);
     tb_linear(tb, "model.layers.%d.self_attn.o_proj", l, h, h, 1, out_std, bias, chunk);
     snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
     tb_norm(tb, nm, h, 1, chunk);

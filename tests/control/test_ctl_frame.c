@@ -157,6 +157,7 @@ static void message_cases(void)
     snprintf(c.train_data_path, sizeof c.train_data_path, "0.7 /data/web 0.3 /data/books");
     snprintf(c.valid_data_path, sizeof c.valid_data_path, "/data/valid");
     snprintf(c.test_data_path, sizeof c.test_data_path, "/data/test");
+    c.add_qkv_bias = 1;
     Atoll__JobSpec s;
     msg_spec_from_cfg(&s, &c, "gpt-1b");
     plen = protobuf_c_message_get_packed_size(&s.base);

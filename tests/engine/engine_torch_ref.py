@@ -4,7 +4,8 @@ initial weights: step-1 logits, loss and every parameter gradient to 1e-5
 relative, then the losses of 5 AdamW steps (clipping, weight decay groups and
 the LR schedule included) to 1e-5.
 
-usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [--llama] [--eod-mask] [--documents] [ATOLL-TRAIN FLAGS...]
+usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [--llama [--qkv-bias]] [--eod-mask] [--documents]
+                          [ATOLL-TRAIN FLAGS...]
 (--untie: a separate lm_head.weight instead of the output layer tied to wte;
 --llama: the LLaMA family (RMSNorm, SwiGLU, rotary positions, grouped-query
 attention with 2 key/value groups for 4 heads, no linear biases, untied, FFN
@@ -20,8 +21,10 @@ loss mask does; --documents: the same short documents trained with
 and positions the way Megatron's get_ltor_masks_and_position_ids does: after
 each end-of-document token at i, rows i+1.. lose columns ..i and positions
 restart at 0 (learned positions only: rotary ones count from the sample's
-start, as in Megatron). Any other argument goes to atoll-train, e.g. --device
-cuda for the GPU run.)
+start, as in Megatron); --qkv-bias (with --llama): --add-qkv-bias, biases on
+q, k and v alone as Hugging Face's Qwen2ForCausalLM has them, the checkpoint's
+config.json naming that architecture. Any other argument goes to atoll-train,
+e.g. --device cuda for the GPU run.)
 """
 import json
 import math
@@ -41,6 +44,7 @@ LR, MIN_LR, WARMUP, WD, B1, B2, EPS, CLIP = 3e-3, 3e-4, 2, 0.1, 0.9, 0.95, 1e-8,
 TOL = 1e-5
 EOD_MASK = False  # --eod-mask
 DOCUMENTS = False  # --documents
+QKV_BIAS = False  # --qkv-bias
 
 
 def ltor_masks_and_position_ids(tokens):
@@ -142,9 +146,10 @@ def llama_loss(p, tokens, targets, want_logits=False):
     for l in range(L):
         w = lambda s: p[f"model.layers.{l}.{s}"]
         h = rms_norm(x, w("input_layernorm.weight"))
-        q = (h @ w("self_attn.q_proj.weight").T).view(B, T, NH, hd).transpose(1, 2)
-        k = (h @ w("self_attn.k_proj.weight").T).view(B, T, KV, hd).transpose(1, 2)
-        v = (h @ w("self_attn.v_proj.weight").T).view(B, T, KV, hd).transpose(1, 2)
+        proj = lambda n: h @ w(f"self_attn.{n}_proj.weight").T + (w(f"self_attn.{n}_proj.bias") if QKV_BIAS else 0)
+        q = proj("q").view(B, T, NH, hd).transpose(1, 2)
+        k = proj("k").view(B, T, KV, hd).transpose(1, 2)
+        v = proj("v").view(B, T, KV, hd).transpose(1, 2)
         q, k = rotate(q), rotate(k)
         k, v = k.repeat_interleave(NH // KV, dim=1), v.repeat_interleave(NH // KV, dim=1)
         s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
@@ -170,6 +175,9 @@ def llama_shapes():
                     pre + "self_attn.v_proj.weight": [KV * hd, H], pre + "self_attn.o_proj.weight": [H, NH * hd],
                     pre + "mlp.gate_proj.weight": [FFN, H], pre + "mlp.up_proj.weight": [FFN, H],
                     pre + "mlp.down_proj.weight": [H, FFN]})
+        if QKV_BIAS:
+            out.update({pre + "self_attn.q_proj.bias": [NH * hd], pre + "self_attn.k_proj.bias": [KV * hd],
+                        pre + "self_attn.v_proj.bias": [KV * hd]})
     return out
 
 
@@ -188,12 +196,13 @@ def lr_at(it):
 
 def main():
     train, work = sys.argv[1], sys.argv[2]
-    global EOD_MASK, DOCUMENTS
+    global EOD_MASK, DOCUMENTS, QKV_BIAS
     llama = "--llama" in sys.argv[3:]
     untie = "--untie" in sys.argv[3:] or llama
     EOD_MASK = "--eod-mask" in sys.argv[3:]
     DOCUMENTS = "--documents" in sys.argv[3:]
-    extra = [a for a in sys.argv[3:] if a not in ("--untie", "--llama", "--eod-mask", "--documents")]
+    QKV_BIAS = "--qkv-bias" in sys.argv[3:] and llama
+    extra = [a for a in sys.argv[3:] if a not in ("--untie", "--llama", "--eod-mask", "--documents", "--qkv-bias")]
     model_loss = llama_loss if llama else gpt_loss
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -210,6 +219,7 @@ def main():
         cmd += ["--normalization", "RMSNorm", "--swiglu", "--position-embedding-type", "rope", "--rotary-base",
                 str(int(ROPE_BASE)), "--disable-bias-linear", "--group-query-attention", "--num-query-groups",
                 str(KV), "--ffn-hidden-size", str(FFN), "--save", os.path.join(work, "ckpt")]
+        cmd += ["--add-qkv-bias"] if QKV_BIAS else []
     if EOD_MASK or DOCUMENTS:
         # documents of 2 to 12 bytes: several end inside every 16-token sample
         docs = os.path.join(work, "docs.jsonl")
@@ -295,7 +305,8 @@ def main():
         ck = read_safetensors(os.path.join(step, "model.safetensors"))
         with open(os.path.join(step, "config.json")) as f:
             hf = json.load(f)
-        want = {"architectures": ["LlamaForCausalLM"], "hidden_size": H, "intermediate_size": FFN,
+        want = {"architectures": ["Qwen2ForCausalLM" if QKV_BIAS else "LlamaForCausalLM"],
+                "model_type": "qwen2" if QKV_BIAS else "llama", "hidden_size": H, "intermediate_size": FFN,
                 "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": KV, "vocab_size": V,
                 "rope_theta": ROPE_BASE, "rms_norm_eps": RMS_EPS, "tie_word_embeddings": False,
                 "attention_bias": False, "hidden_act": "silu"}

@@ -5,7 +5,7 @@ Runs the tiny GPT (4 layers, hidden 64, 4 heads, vocab 256, seq 32, global batch
 in each layout of the equivalence matrix: per-step losses must equal the
 single-rank run within 1e-5 relative (grad norms within 1e-4). The matrix runs
 again on a LLaMA-style model (RMSNorm, SwiGLU, rotary positions, 2 key/value
-groups for 4 heads, no linear biases, untied, FFN 96) with hidden and attention
+groups for 4 heads, biases on q, k and v alone as in Qwen2, untied, FFN 96) with hidden and attention
 dropout 0.1 and evaluation every 5 steps on the validation split of a dataset
 written here: training losses as above, validation losses within 1e-5. Then: resume a
 tp2*pp2*dp2 ZeRO-1 checkpoint as tp1*pp4*dp2 and as dp8 with ZeRO-1 (other
@@ -31,7 +31,8 @@ MODEL = ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 2
          "--micro-batch-size 2 --global-batch-size 16 --train-iters 10 --lr 1e-3 --lr-warmup-iters 2 "
          "--log-interval 1 --seed 7").split()
 LLAMA = ("--normalization RMSNorm --swiglu --position-embedding-type rope --group-query-attention "
-         "--num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights --ffn-hidden-size 96 "
+         "--num-query-groups 2 --disable-bias-linear --add-qkv-bias --untie-embeddings-and-output-weights "
+         "--ffn-hidden-size 96 "
          "--hidden-dropout 0.1 --attention-dropout 0.1 --split 7,3,0 --eval-interval 5 --eval-iters 2").split()
 ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1", ATOLL_COMM_TIMEOUT_MS="60000")
 failures = []
