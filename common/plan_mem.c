@@ -97,6 +97,7 @@ static cfg_recompute layer_recompute(cfg_recompute rc, const plan_precision *pre
     return prec->flash && rc == RECOMPUTE_NONE ? RECOMPUTE_SELECTIVE : rc;
 }
 
+/* Activation bytes of a stage of `layers` layers, at the precision's activation size. */
 static double stage_activations(const atoll_config *c, int dp, int stage, int layers, const plan_precision *prec,
                                 double *inflight_layers)
 {
@@ -113,7 +114,7 @@ static double stage_activations(const atoll_config *c, int dp, int stage, int la
     if (stage == pp - 1)
         act += inflight * (4 * s * b * h / (sp ? tp : 1) /* final LayerNorm + output input */
                            + 4 * s * b * V / tp);        /* fp32 logits for the cross entropy */
-    return act;
+    return act * prec->activation / 2;
 }
 
 void plan_memory_estimate(const atoll_config *c, int dp, const plan_precision *prec, plan_memory *out)
@@ -124,7 +125,7 @@ void plan_memory_estimate(const atoll_config *c, int dp, const plan_precision *p
     for (int st = 0; st < pp; st++) {
         int layers = cfg_stage_num_layers(c, st);
         double inflight_layers, params = stage_params(c, st, layers);
-        double act = stage_activations(c, dp, st, layers, prec, &inflight_layers) * prec->activation / 2;
+        double act = stage_activations(c, dp, st, layers, prec, &inflight_layers);
         double total = params * bpp + act;
         if (total > out->total_bytes) {
             out->params_per_gpu = params;
@@ -142,7 +143,7 @@ double plan_stage_bytes(const atoll_config *c, int dp, const plan_precision *pre
 {
     double inflight_layers, bpp = plan_state_bytes_per_param(prec, c->use_distributed_optimizer, dp);
     return stage_params(c, stage, layers) * bpp +
-           stage_activations(c, dp, stage, layers, prec, &inflight_layers) * prec->activation / 2;
+           stage_activations(c, dp, stage, layers, prec, &inflight_layers);
 }
 
 void plan_memory_advice(const atoll_config *c, int dp, double room, char *buf, size_t len)

@@ -59,6 +59,15 @@ static double wall_s(void)
     return (double)tv.tv_sec + tv.tv_usec * 1e-6;
 }
 
+/* A write failed: said once, and the writer ends (training goes on). */
+static void write_failed(tb_writer *w)
+{
+    fprintf(stderr, "atoll-train: --tensorboard-dir: writing %s failed (%s); no more TensorBoard events\n", w->path,
+            strerror(errno));
+    fclose(w->f);
+    w->f = NULL;
+}
+
 /* Event { wall_time = 1 (double), step = 2 (int64) } then `what`, one framed record. */
 static void write_event(tb_writer *w, long long step, const buf *what)
 {
@@ -72,20 +81,13 @@ static void write_event(tb_writer *w, long long step, const buf *what)
     put_key(&ev, 2, 0);
     put_varint(&ev, (uint64_t)step);
     for (size_t i = 0; i < what->n; i++) put_byte(&ev, what->b[i]);
-    unsigned char head[12];
-    uint64_t len = ev.n;
-    for (int i = 0; i < 8; i++) head[i] = (unsigned char)(len >> (8 * i));
-    uint32_t hc = tb_masked_crc(tb_crc32c(head, 8)), dc = tb_masked_crc(tb_crc32c(ev.b, ev.n));
-    for (int i = 0; i < 4; i++) head[8 + i] = (unsigned char)(hc >> (8 * i));
-    unsigned char tail[4];
-    for (int i = 0; i < 4; i++) tail[i] = (unsigned char)(dc >> (8 * i));
-    if (fwrite(head, 1, sizeof head, w->f) != sizeof head || fwrite(ev.b, 1, ev.n, w->f) != ev.n ||
-        fwrite(tail, 1, sizeof tail, w->f) != sizeof tail) {
-        fprintf(stderr, "atoll-train: --tensorboard-dir: writing %s failed (%s); no more TensorBoard events\n",
-                w->path, strerror(errno));
-        fclose(w->f);
-        w->f = NULL;
-    }
+    buf head = { .n = 0 }, tail = { .n = 0 };
+    put_fixed(&head, ev.n, 8);
+    put_fixed(&head, tb_masked_crc(tb_crc32c(head.b, 8)), 4);
+    put_fixed(&tail, tb_masked_crc(tb_crc32c(ev.b, ev.n)), 4);
+    if (fwrite(head.b, 1, head.n, w->f) != head.n || fwrite(ev.b, 1, ev.n, w->f) != ev.n ||
+        fwrite(tail.b, 1, tail.n, w->f) != tail.n)
+        write_failed(w);
 }
 
 int tb_open(tb_writer *w, const char *dir, char *err, size_t errlen)
@@ -138,12 +140,7 @@ void tb_scalar(tb_writer *w, const char *tag, long long step, double value)
 
 void tb_flush(tb_writer *w)
 {
-    if (w->f && fflush(w->f)) {
-        fprintf(stderr, "atoll-train: --tensorboard-dir: writing %s failed (%s); no more TensorBoard events\n",
-                w->path, strerror(errno));
-        fclose(w->f);
-        w->f = NULL;
-    }
+    if (w->f && fflush(w->f)) write_failed(w);
 }
 
 void tb_close(tb_writer *w)

@@ -547,11 +547,11 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     return finish_step(r, s, t0, err, errlen);
 }
 
-/* Forward only over the first --eval-iters global batches of the validation
- * split (the same samples every time, so evaluations compare); the loss, the
- * same on every rank, into *valid. */
-/* The mean loss over --eval-iters global batches of `data`: the validation
- * split (test 0), or once training ends the --test-data-path data (test 1). */
+/* Forward only over the first --eval-iters global batches of `data` (the same
+ * samples every time, so evaluations compare): the validation split (test 0),
+ * or once training ends the test data (test 1); the loss, the same on every
+ * rank, into *valid, and rank 0 reports it (the test's under its own names,
+ * without the by-samples series). */
 static int evaluate(run *r, const eng_data *data, int test, double *valid, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
@@ -595,35 +595,31 @@ static int evaluate(run *r, const eng_data *data, int test, double *valid, char 
     *valid = loss;
     if (d->rank != 0) return 0;
     double ppl = exp(loss < 700 ? loss : 700);
-    if (test) {
+    if (test)
         printf(" validation loss at the end of training for test data | lm loss value: %.6E | lm loss PPL: %.6E |\n",
                loss, ppl);
-        fflush(stdout);
-        tb_scalar(&r->tb, "lm loss test", r->st.iteration, loss);
-        if (r->c->log_validation_ppl_to_tensorboard) tb_scalar(&r->tb, "lm loss test ppl", r->st.iteration, ppl);
-        tb_flush(&r->tb);
-        if (r->metrics) {
-            fprintf(r->metrics, "{\"iteration\":%lld,\"test_loss\":%.17g,\"test_ppl\":%.6g}\n", r->st.iteration,
-                    loss, ppl);
-            fflush(r->metrics);
-        }
-        return 0;
-    }
-    printf(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n", r->st.iteration,
-           loss, ppl);
+    else
+        printf(" validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E |\n", r->st.iteration,
+               loss, ppl);
     fflush(stdout);
-    if (r->tb.f) { /* Megatron's tags for the validation loss */
-        tb_scalar(&r->tb, "lm loss validation", r->st.iteration, loss);
-        tb_scalar(&r->tb, "lm loss validation vs samples", r->st.consumed_samples, loss);
+    if (r->tb.f) { /* Megatron's tags for the validation loss; the test's beside them */
+        const char *tag = test ? "lm loss test" : "lm loss validation";
+        char name[64];
+        tb_scalar(&r->tb, tag, r->st.iteration, loss);
+        snprintf(name, sizeof name, "%s vs samples", tag);
+        if (!test) tb_scalar(&r->tb, name, r->st.consumed_samples, loss);
         if (r->c->log_validation_ppl_to_tensorboard) {
-            tb_scalar(&r->tb, "lm loss validation ppl", r->st.iteration, ppl);
-            tb_scalar(&r->tb, "lm loss validation ppl vs samples", r->st.consumed_samples, ppl);
+            snprintf(name, sizeof name, "%s ppl", tag);
+            tb_scalar(&r->tb, name, r->st.iteration, ppl);
+            snprintf(name, sizeof name, "%s ppl vs samples", tag);
+            if (!test) tb_scalar(&r->tb, name, r->st.consumed_samples, ppl);
         }
         tb_flush(&r->tb);
     }
     if (r->metrics) {
-        fprintf(r->metrics, "{\"iteration\":%lld,\"valid_loss\":%.17g,\"valid_ppl\":%.6g}\n", r->st.iteration,
-                loss, exp(loss < 700 ? loss : 700));
+        const char *key = test ? "test" : "valid";
+        fprintf(r->metrics, "{\"iteration\":%lld,\"%s_loss\":%.17g,\"%s_ppl\":%.6g}\n", r->st.iteration, key,
+                loss, key, ppl);
         fflush(r->metrics);
     }
     return 0;
