@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -13,7 +14,7 @@
 #include <string.h>
 #include <yaml.h>
 
-typedef enum { K_INT, K_DOUBLE, K_U64, K_BOOL, K_STR, K_RECOMPUTE, K_DECAY, K_WSD } key_type;
+typedef enum { K_INT, K_DOUBLE, K_U64, K_BOOL, K_STR, K_RECOMPUTE, K_DECAY, K_WSD, K_RAMP } key_type;
 
 typedef struct {
     const char *name; /* canonical, dashes */
@@ -98,6 +99,8 @@ static const key_def KEYS[] = {
     R("tensorboard-log-interval", K_INT, tensorboard_log_interval, 0, 2147483647.0, 0),
     F("log-validation-ppl-to-tensorboard", K_BOOL, log_validation_ppl_to_tensorboard),
     F("log-timers-to-tensorboard", K_BOOL, log_timers_to_tensorboard),
+    F("log-batch-size-to-tensorboard", K_BOOL, log_batch_size_to_tensorboard),
+    F("log-world-size-to-tensorboard", K_BOOL, log_world_size_to_tensorboard),
     F("attention-backend", K_STR, attention_backend),
     F("normalization", K_STR, normalization),
     F("swiglu", K_BOOL, swiglu),
@@ -114,6 +117,7 @@ static const key_def KEYS[] = {
     F("merge-file", K_STR, merge_file),
     R("make-vocab-size-divisible-by", K_INT, make_vocab_size_divisible_by, 0, CFG_MAX_VOCAB, 0),
     /* Megatron spellings of the settings above (cfg_resolve_megatron) */
+    F("rampup-batch-size", K_RAMP, rampup_batch_size),
     F("train-samples", K_U64, train_samples),
     F("lr-decay-samples", K_U64, lr_decay_samples),
     F("lr-warmup-samples", K_U64, lr_warmup_samples),
@@ -132,6 +136,8 @@ static const key_def KEYS[] = {
 #undef F
 #undef R
 #define NKEYS (sizeof(KEYS) / sizeof(KEYS[0]))
+
+static uint64_t ramp_walk(const atoll_config *c, int dp, uint64_t limit, long long max_iters, long long *iters);
 
 void cfg_defaults(atoll_config *c)
 {
@@ -170,12 +176,12 @@ static int same_key(const char *name, const char *key)
     return !*name && !*key;
 }
 
-/* The keys that take a blend, as Megatron's nargs='*': the words up to the next
- * flag, or a YAML list. */
-static int blend_key(const char *key)
+/* The keys that take several words, as Megatron's nargs='*' (a blend) or
+ * nargs=3 (the ramp): the words up to the next flag, or a YAML list. */
+static int list_key(const char *key)
 {
     return same_key("data-path", key) || same_key("train-data-path", key) || same_key("valid-data-path", key) ||
-           same_key("test-data-path", key);
+           same_key("test-data-path", key) || same_key("rampup-batch-size", key);
 }
 
 static const key_def *find_key(const char *key)
@@ -226,17 +232,11 @@ static const struct {
       "activations, fp32 master weights)" },
     { "rotary-percent", 1, MG_VALUE, "1", "rope rotates the whole head dimension" },
     { "norm-epsilon", 1, MG_VALUE, "1e-5", "LayerNorm and RMSNorm use epsilon 1e-5" },
-    { "rampup-batch-size", 1, MG_REFUSED, NULL, "batch-size ramp-up is not implemented: give the final "
-      "--global-batch-size" },
     { "wandb-project", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases: every step's metrics are kept by "
       "the coordinator (atoll metrics JOB, /metrics for Prometheus) and --metrics-file FILE writes them as JSON lines" },
     { "wandb-exp-name", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases (see --wandb-project)" },
     { "log-memory-to-tensorboard", 0, MG_IGNORED, NULL, "memory is not written to TensorBoard; each rank's peak "
       "is in atoll metrics and /metrics" },
-    { "log-world-size-to-tensorboard", 0, MG_IGNORED, NULL, "the world size is not written to TensorBoard; "
-      "atoll status shows the layout" },
-    { "log-batch-size-to-tensorboard", 0, MG_IGNORED, NULL, "the batch size is not written to TensorBoard: it is "
-      "--global-batch-size throughout" },
     { "no-log-learning-rate-to-tensorboard", 0, MG_IGNORED, NULL, "the learning rate is written to TensorBoard "
       "every logged step" },
     { "no-log-loss-scale-to-tensorboard", 0, MG_SAME, NULL, "bf16 trains without a loss scale, so none is written" },
@@ -489,6 +489,14 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
                    "--position-embedding-type rope (or --use-rotary-position-embeddings)");
         return -1;
     }
+    int ramp_start, ramp_inc;
+    uint64_t ramp_samples, train_samples = c->train_samples;
+    int ramp = cfg_rampup(c, &ramp_start, &ramp_inc, &ramp_samples);
+    if (ramp && (c->global_batch_size < 1 || cfg_validate_rampup(c, err, errlen))) {
+        if (c->global_batch_size < 1)
+            atoll_errf(err, errlen, "--rampup-batch-size needs --global-batch-size: the batch the ramp grows to");
+        return -1;
+    }
     uint64_t *samples[4] = { &c->train_samples, &c->lr_decay_samples, &c->lr_warmup_samples, &c->lr_wsd_decay_samples };
     int *iters[4] = { &c->train_iters, &c->lr_decay_iters, &c->lr_warmup_iters, &c->lr_wsd_decay_iters };
     const char *names[4] = { "train", "lr-decay", "lr-warmup", "lr-wsd-decay" };
@@ -507,6 +515,11 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
             return -1;
         }
         uint64_t gbs = (uint64_t)c->global_batch_size, n = k ? (*samples[k] + gbs / 2) / gbs : *samples[k] / gbs;
+        if (!k && ramp) { /* Megatron's count: the ramp's steps, then whole global batches */
+            long long it;
+            uint64_t done = ramp_walk(c, 1, ramp_samples < *samples[k] ? ramp_samples : *samples[k], LLONG_MAX, &it);
+            n = (uint64_t)it + (*samples[k] > done ? (*samples[k] - done) / gbs : 0);
+        }
         if (n > 2147483647u) {
             atoll_errf(err, errlen, "--%s-samples %llu is %llu iterations of %llu samples; at most 2147483647",
                        names[k], (unsigned long long)*samples[k], (unsigned long long)n, (unsigned long long)gbs);
@@ -514,6 +527,13 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
         }
         *iters[k] = (int)n;
         *samples[k] = 0;
+    }
+    /* With a ramp the schedule counts samples, in global batches (eng_lr_at): by
+     * default it decays over the samples training takes, as Megatron's does. */
+    if (ramp && !c->lr_decay_iters) {
+        uint64_t gbs = (uint64_t)c->global_batch_size,
+                 total = train_samples ? train_samples : cfg_samples_after(c, 1, c->train_iters);
+        c->lr_decay_iters = (int)((total + gbs / 2) / gbs); /* at most train_iters */
     }
     if (c->lr_warmup_fraction > 0) {
         if (c->lr_warmup_iters) {
@@ -555,7 +575,7 @@ int cfg_is_default(const atoll_config *c, const char *key)
     atoll_config d;
     cfg_defaults(&d);
     const char *a = (const char *)c + k->offset, *b = (const char *)&d + k->offset;
-    return k->type == K_STR ? !strcmp(a, b) : !memcmp(a, b, k->size);
+    return k->type == K_STR || k->type == K_RAMP ? !strcmp(a, b) : !memcmp(a, b, k->size);
 }
 
 /* "--KEY: VALUE is ..." for a number outside the key's range. */
@@ -569,6 +589,51 @@ static int out_of_range(const key_def *k, double x, const char *value, char *err
     else
         atoll_errf(err, errlen, "--%s: %s is above the largest accepted value, %.17g", k->name, value, k->hi);
     return -1;
+}
+
+/* --rampup-batch-size START INCREMENT SAMPLES (Megatron's nargs=3; commas or
+ * spaces between them): START and INCREMENT at least 1, SAMPLES at least 1 and
+ * at most CFG_MAX_RAMP_SAMPLES. Whether they fit the global batch and the layout
+ * is cfg_validate_training's and cfg_validate_layout's. Stored normalised. */
+#define CFG_MAX_RAMP_SAMPLES (1ull << 40)
+static cfg_status set_rampup(atoll_config *c, const char *value, char *err, size_t errlen)
+{
+    if (!*value || !strcmp(value, "null") || !strcmp(value, "None")) {
+        c->rampup_batch_size[0] = 0;
+        return CFG_OK;
+    }
+    const char *what = "--rampup-batch-size takes three numbers, START INCREMENT SAMPLES: the global batch starts at "
+                       "START and grows by INCREMENT over SAMPLES samples to --global-batch-size (e.g. 16 16 5859375)";
+    unsigned long long v[3];
+    const char *p = value;
+    for (int i = 0; i < 3; i++) {
+        while (*p == ' ' || *p == ',' || *p == '\t') p++;
+        char *end;
+        errno = 0;
+        v[i] = strtoull(p, &end, 10);
+        if (end == p || *p == '-' || errno || (*end && *end != ' ' && *end != ',' && *end != '\t')) {
+            atoll_errf(err, errlen, "%s, not '%s'", what, value);
+            return CFG_BAD_VALUE;
+        }
+        p = end;
+    }
+    while (*p == ' ' || *p == ',' || *p == '\t') p++;
+    if (*p) {
+        atoll_errf(err, errlen, "%s, not '%s'", what, value);
+        return CFG_BAD_VALUE;
+    }
+    if (!v[0] || !v[1] || v[0] > CFG_MAX_GLOBAL_BATCH || v[1] > CFG_MAX_GLOBAL_BATCH) {
+        atoll_errf(err, errlen, "--rampup-batch-size %s: START and INCREMENT must be 1 to %d samples", value,
+                   CFG_MAX_GLOBAL_BATCH);
+        return CFG_BAD_VALUE;
+    }
+    if (!v[2] || v[2] > CFG_MAX_RAMP_SAMPLES) {
+        atoll_errf(err, errlen, "--rampup-batch-size %s: SAMPLES, over which the batch grows, must be 1 to %llu", value,
+                   CFG_MAX_RAMP_SAMPLES);
+        return CFG_BAD_VALUE;
+    }
+    snprintf(c->rampup_batch_size, sizeof c->rampup_batch_size, "%llu %llu %llu", v[0], v[1], v[2]);
+    return CFG_OK;
 }
 
 cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *err, size_t errlen)
@@ -645,6 +710,8 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
         }
         memcpy(field, value, strlen(value) + 1);
         return CFG_OK;
+    case K_RAMP:
+        return set_rampup(c, value, err, errlen);
     case K_RECOMPUTE:
         if (!strcmp(value, "selective")) *(cfg_recompute *)field = RECOMPUTE_SELECTIVE;
         else if (!strcmp(value, "full")) *(cfg_recompute *)field = RECOMPUTE_FULL;
@@ -714,7 +781,7 @@ int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
                 consumed = 2;
             }
             /* --data-path takes a blend as Megatron's does: the words up to the next flag */
-            if (value && blend_key(key) && i + 2 < argc && strncmp(argv[i + 2], "--", 2)) {
+            if (value && list_key(key) && i + 2 < argc && strncmp(argv[i + 2], "--", 2)) {
                 size_t at = 0;
                 for (consumed = 1; i + consumed < argc && strncmp(argv[i + consumed], "--", 2); consumed++) {
                     int n = snprintf(blend + at, sizeof blend - at, "%s%s", at ? " " : "", argv[i + consumed]);
@@ -833,7 +900,7 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
             break;
         }
         case YAML_SEQUENCE_START_EVENT:
-            if (depth > 0 && have_key && !in_list && blend_key(key)) {
+            if (depth > 0 && have_key && !in_list && list_key(key)) {
                 in_list = 1;
                 list[0] = 0;
                 list_len = 0;
@@ -843,7 +910,7 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
                 atoll_errf(err, errlen, "%s: line %zu: the file is a list; expected a mapping of atoll-train's keys", path, line);
             else
                 atoll_errf(err, errlen, "%s: line %zu: key '%s' has a list; atoll keys take one value (data_path "
-                           "and train/valid/test_data_path alone take a list: a blend)", path, line, key);
+                           "and train/valid/test_data_path take a list, a blend; rampup_batch_size three numbers)", path, line, key);
             rc = -1;
             break;
         case YAML_ALIAS_EVENT:
@@ -1032,8 +1099,33 @@ int cfg_validate_model(const atoll_config *c, char *err, size_t errlen)
     return validate_family(c, err, errlen);
 }
 
+int cfg_validate_rampup(const atoll_config *c, char *err, size_t errlen)
+{
+    int start, inc;
+    uint64_t samples;
+    if (!cfg_rampup(c, &start, &inc, &samples)) return 0;
+    int gbs = c->global_batch_size;
+    if (gbs < 1) {
+        atoll_errf(err, errlen, "--rampup-batch-size needs --global-batch-size: the batch the ramp grows to");
+        return -1;
+    }
+    if (start > gbs || (gbs - start) % inc) {
+        atoll_errf(err, errlen, "--rampup-batch-size %s: the batch must grow from START by whole INCREMENTs to "
+                   "--global-batch-size %d; %d + k x %d never equals it (e.g. START %d)", c->rampup_batch_size, gbs,
+                   start, inc, start > gbs ? gbs : gbs - (gbs - start) / inc * inc);
+        return -1;
+    }
+    if ((gbs - start) / inc > (1 << 20)) {
+        atoll_errf(err, errlen, "--rampup-batch-size %s: %d increments; at most %d (raise INCREMENT)",
+                   c->rampup_batch_size, (gbs - start) / inc, 1 << 20);
+        return -1;
+    }
+    return 0;
+}
+
 int cfg_validate_training(const atoll_config *c, char *err, size_t errlen)
 {
+    if (cfg_validate_rampup(c, err, errlen)) return -1;
     if (c->train_iters < 1) {
         atoll_errf(err, errlen, "--train-iters must be at least 1");
         return -1;
@@ -1099,6 +1191,70 @@ int cfg_global_batch(const atoll_config *c, int dp)
     if (c->global_batch_size) return c->global_batch_size;
     int64_t g = (int64_t)c->micro_batch_size * dp; /* Megatron's default: one micro-batch per DP rank */
     return g > 0 && g <= CFG_MAX_GLOBAL_BATCH ? (int)g : 0;
+}
+
+int cfg_rampup(const atoll_config *c, int *start, int *increment, uint64_t *samples)
+{
+    unsigned long long a = 0, b = 0, n = 0;
+    int ok = c->rampup_batch_size[0] && sscanf(c->rampup_batch_size, "%llu %llu %llu", &a, &b, &n) == 3;
+    *start = ok ? (int)a : 0;
+    *increment = ok ? (int)b : 0;
+    *samples = ok ? (uint64_t)n : 0;
+    return ok;
+}
+
+/* The ramp's level after `consumed` samples: floor(consumed / (SAMPLES / n)) for
+ * n increments, at most n; Megatron divides in floating point, this exactly. */
+static uint64_t ramp_level(uint64_t consumed, uint64_t n, uint64_t samples)
+{
+    unsigned __int128 l = (unsigned __int128)consumed * n / samples;
+    return l < n ? (uint64_t)l : n;
+}
+
+/* The ramp's increments, (global - START) / INCREMENT; 0 without a ramp or when
+ * it does not divide (cfg_validate_training refuses that). */
+static uint64_t ramp_increments(const atoll_config *c, int gbs, int *start, int *inc, uint64_t *samples)
+{
+    if (!cfg_rampup(c, start, inc, samples) || gbs < *start || (gbs - *start) % *inc) return 0;
+    return (uint64_t)((gbs - *start) / *inc);
+}
+
+int cfg_batch_at(const atoll_config *c, int dp, uint64_t consumed)
+{
+    int gbs = cfg_global_batch(c, dp), start, inc;
+    uint64_t samples, n = ramp_increments(c, gbs, &start, &inc, &samples);
+    return n ? start + inc * (int)ramp_level(consumed, n, samples) : gbs;
+}
+
+/* Steps from the start while at most `limit` samples are consumed and fewer
+ * than `max_iters` taken, a level of the ramp at a time: *iters, and the samples
+ * they consume. */
+static uint64_t ramp_walk(const atoll_config *c, int dp, uint64_t limit, long long max_iters, long long *iters)
+{
+    int gbs = cfg_global_batch(c, dp), start, inc;
+    uint64_t samples, n = ramp_increments(c, gbs, &start, &inc, &samples), done = 0;
+    long long it = 0;
+    while (it < max_iters && done <= limit && gbs > 0) {
+        uint64_t j = n ? ramp_level(done, n, samples) : 0, b = n ? (uint64_t)(start + inc * (int)j) : (uint64_t)gbs;
+        /* this level lasts while done < its end (the next level's first sample) and done <= limit */
+        uint64_t end = limit == UINT64_MAX ? UINT64_MAX : limit + 1;
+        if (n && j < n) {
+            uint64_t next = (uint64_t)(((unsigned __int128)(j + 1) * samples + n - 1) / n);
+            if (next < end) end = next;
+        }
+        uint64_t k = end == UINT64_MAX ? UINT64_MAX : (end - done + b - 1) / b;
+        if (k > (uint64_t)(max_iters - it)) k = (uint64_t)(max_iters - it);
+        done += k * b;
+        it += (long long)k;
+    }
+    *iters = it;
+    return done;
+}
+
+uint64_t cfg_samples_after(const atoll_config *c, int dp, long long iters)
+{
+    long long it;
+    return ramp_walk(c, dp, UINT64_MAX, iters, &it);
 }
 
 int cfg_micro_batches(const atoll_config *c, int dp)
@@ -1228,6 +1384,18 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
              "--pipeline-model-parallel-size %d", m, pp);
         return -1;
     }
+    int start, inc;
+    uint64_t ramp_samples;
+    if (cfg_rampup(c, &start, &inc, &ramp_samples) && start < gbs) { /* each batch of the ramp: START + k x INCREMENT */
+        int64_t unit = per_step * (c->num_layers_per_virtual_pipeline_stage ? pp : 1);
+        if (start % unit || inc % unit) {
+            atoll_errf(err, errlen, "--rampup-batch-size %s: every batch of the ramp must be divisible by micro-batch "
+                 "* dp = %d*%d%s = %lld; START and INCREMENT must be multiples of %lld", c->rampup_batch_size,
+                 c->micro_batch_size, dp, c->num_layers_per_virtual_pipeline_stage ? " times pp (interleaved)" : "",
+                 (long long)unit, (long long)unit);
+            return -1;
+        }
+    }
     if (island_gpus > 0 && tp > island_gpus) {
         atoll_errf(err, errlen, "--tensor-model-parallel-size %d is larger than the biggest NVLink island (%d GPUs); "
              "use at most %d", tp, island_gpus, island_gpus);
@@ -1336,12 +1504,12 @@ const char *cfg_wsd_decay_name(cfg_wsd_decay d)
     return d >= WSD_EXPONENTIAL && d <= WSD_MINUS_SQRT ? n[d] : "exponential";
 }
 
-double cfg_bubble_theory(const atoll_config *c, int world)
+double cfg_bubble_theory(const atoll_config *c, int world, int batch)
 {
     int dp = cfg_data_parallel_size(c, world);
     int pp = c->pipeline_model_parallel_size;
     if (!dp || pp < 2 || c->micro_batch_size < 1) return 0.0;
-    int gbs = c->global_batch_size ? c->global_batch_size : c->micro_batch_size * dp;
+    int gbs = batch > 0 ? batch : c->global_batch_size ? c->global_batch_size : c->micro_batch_size * dp;
     double m = (double)gbs / ((double)c->micro_batch_size * dp);
     return (pp - 1) / (cfg_virtual_stages(c) * m + (pp - 1));
 }

@@ -52,6 +52,10 @@ typedef struct atoll_config {
     int sequence_parallel, use_distributed_optimizer;
     cfg_recompute recompute_granularity;
     int micro_batch_size, global_batch_size;
+    /* Megatron's --rampup-batch-size "START INCREMENT SAMPLES": the global batch
+     * grows from START by INCREMENT over SAMPLES samples to --global-batch-size
+     * (cfg_batch_at); "" = none. Stored as given, normalised. */
+    char rampup_batch_size[64];
     int num_gpus;                              /* world size; 0 -> the launcher's */
     char rank_order[32];                       /* Megatron-Core order string */
     /* training */
@@ -90,6 +94,8 @@ typedef struct atoll_config {
     int tensorboard_log_interval;              /* every N iterations (0 reads as 1: cfg_tb_interval) */
     int log_validation_ppl_to_tensorboard;     /* the validation perplexity too */
     int log_timers_to_tensorboard;             /* iteration-time too */
+    int log_batch_size_to_tensorboard;         /* batch-size (each step's: --rampup-batch-size grows it) */
+    int log_world_size_to_tensorboard;         /* world-size */
     /* the LLaMA family and regularisation (Megatron's flags) */
     char attention_backend[8];         /* "auto" (default), "flash", "fused": bf16 attention on cuda */
     char normalization[16];            /* "LayerNorm" (default) or "RMSNorm" */
@@ -200,6 +206,9 @@ int cfg_validate_model(const atoll_config *c, char *err, size_t errlen);
  * --min-lr <= --lr, --save-interval only with --save. (cfg_set already refused
  * non-finite and negative values.) */
 int cfg_validate_training(const atoll_config *c, char *err, size_t errlen);
+/* --rampup-batch-size against --global-batch-size (cfg_validate_training's):
+ * given, START at most it, whole INCREMENTs up to it. */
+int cfg_validate_rampup(const atoll_config *c, char *err, size_t errlen);
 
 /* The one validator of a job: the model, the training settings and every layout
  * rule for `world` ranks, the rank order included; `island_gpus` is the largest
@@ -217,6 +226,14 @@ int cfg_global_batch(const atoll_config *c, int dp);
 /* Micro-batches each DP rank runs per step: global batch / (micro-batch * dp);
  * 0 when that is not a whole number. */
 int cfg_micro_batches(const atoll_config *c, int dp);
+/* --rampup-batch-size's three numbers; 0 when there is no ramp (all zero then). */
+int cfg_rampup(const atoll_config *c, int *start, int *increment, uint64_t *samples);
+/* The global batch of the step that starts after `consumed` samples: with a ramp,
+ * Megatron's: START + INCREMENT x floor(consumed / (SAMPLES / increments)) until
+ * more than SAMPLES are consumed, then the global batch; else cfg_global_batch. */
+int cfg_batch_at(const atoll_config *c, int dp, uint64_t consumed);
+/* Samples consumed after `iters` steps from the start (each step its cfg_batch_at). */
+uint64_t cfg_samples_after(const atoll_config *c, int dp, long long iters);
 
 /* Megatron-Core's rank order ("tp-cp-ep-dp-pp", first = fastest): ranks are a
  * mixed-radix number whose digits are the parallel dimensions in that order.
@@ -243,9 +260,10 @@ double cfg_num_params(const atoll_config *c);
 double cfg_flops_per_token(const atoll_config *c);
 
 /* The pipeline bubble of the layout in an ideal schedule, as a share of the step:
- * (p-1)/(v*m + p-1), m = micro-batches per DP rank. It compares with a measured
- * bubble (idle time / step time). 0 without pipelining. */
-double cfg_bubble_theory(const atoll_config *c, int world);
+ * (p-1)/(v*m + p-1), m = micro-batches per DP rank of a step of `batch` samples
+ * (0: the global batch). It compares with a measured bubble (idle time / step
+ * time). 0 without pipelining. */
+double cfg_bubble_theory(const atoll_config *c, int world, int batch);
 
 const char *cfg_recompute_name(cfg_recompute r);
 const char *cfg_lr_decay_name(cfg_lr_decay d);

@@ -171,7 +171,7 @@ static void live_sync(coord *c, const store_job *j)
         if (spec && msg_spec_to_cfg(spec, &cfg, why, sizeof why) == 0) {
             lj->world = cfg.num_gpus;
             lj->pp = cfg.pipeline_model_parallel_size;
-            lj->bubble_theory = cfg_bubble_theory(&cfg, cfg.num_gpus);
+            lj->bubble_theory = cfg_bubble_theory(&cfg, cfg.num_gpus, 0);
         }
         if (spec && spec->time_limit_s > 0) lj->limit_s = spec->time_limit_s;
         if (spec) atoll__job_spec__free_unpacked(spec, NULL);
@@ -390,7 +390,7 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, const char *request_id, ui
     snprintf(j.request_id, sizeof j.request_id, "%s", request_id ? request_id : "");
     j.state = PENDING;
     snprintf(j.message, sizeof j.message, "queued");
-    j.bubble_theory = cfg_bubble_theory(&cfg, cfg.num_gpus);
+    j.bubble_theory = cfg_bubble_theory(&cfg, cfg.num_gpus, 0);
     j.created_ms = j.updated_ms = c->now();
     j.spec_len = protobuf_c_message_get_packed_size(&spec->base);
     j.spec = malloc(j.spec_len ? j.spec_len : 1);

@@ -104,7 +104,7 @@ float eng_clip_scale(double grad_norm, double clip)
     return c < 1.0 ? (float)c : 1.0f;
 }
 
-double eng_lr_at(const atoll_config *c, long long it)
+double eng_lr_at(const atoll_config *c, double it)
 {
     long long warm = c->lr_warmup_iters;
     long long decay = c->lr_decay_iters ? c->lr_decay_iters : c->train_iters;
@@ -112,9 +112,9 @@ double eng_lr_at(const atoll_config *c, long long it)
     if (c->lr_decay_style == LR_DECAY_CONSTANT) return c->lr;
     if (it > decay) return c->min_lr;
     if (c->lr_decay_style == LR_DECAY_INVSQRT) /* lr sqrt(warm-up / it), not below --min-lr */
-        return fmax(c->min_lr, c->lr * sqrt((double)(warm > 1 ? warm : 1) / (double)(it > 1 ? it : 1)));
+        return fmax(c->min_lr, c->lr * sqrt((double)(warm > 1 ? warm : 1) / (it > 1 ? it : 1)));
     double span = (double)(decay - warm);
-    double ratio = span > 0 ? (double)(it - warm) / span : 1.0, coeff;
+    double ratio = span > 0 ? (it - warm) / span : 1.0, coeff;
     switch (c->lr_decay_style) {
     case LR_DECAY_LINEAR: coeff = 1.0 - ratio; break;
     case LR_DECAY_WSD: { /* --lr at full until the last lr_wsd_decay_iters before `decay`, then down to --min-lr */

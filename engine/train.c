@@ -132,6 +132,7 @@ typedef struct step_stats {
     double loss, lr, grad_norm, step_s, tokens_per_s, flops_per_s;
     double mfu; /* < 0: no known peak (CPU, or an unknown GPU) */
     long long consumed;
+    int batch;                    /* this step's global batch (--rampup-batch-size grows it) */
     double bubble, bubble_theory; /* mean measured over stages; (p-1)/(v*m + p-1) */
     int pp;
     /* per pipeline stage (first 64): idle and transfer time, then (finish_step)
@@ -206,15 +207,19 @@ static void emit_step(const step_stats *s, metrics_emit *emit, const dist *d)
 }
 
 /* Megatron's TensorBoard scalars under its tags: the learning rate, the loss
- * and the gradient norm by iteration and by consumed samples, the throughput
+ * and the gradient norm by iteration and by consumed samples (the batch and
+ * world sizes too with --log-batch/world-size-to-tensorboard), the throughput
  * (TFLOP/s per GPU), iteration-time with --log-timers-to-tensorboard; and
  * atoll's MFU, tokens/s and measured pipeline bubble. */
 static void tb_step(const atoll_config *c, const step_stats *s, tb_writer *tb, int world)
 {
-    const struct { const char *tag; double v; } both[] = {
-        { "learning-rate", s->lr }, { "lm loss", s->loss }, { "grad-norm", s->grad_norm },
+    const struct { const char *tag; double v; int on; } both[] = {
+        { "learning-rate", s->lr, 1 }, { "lm loss", s->loss, 1 }, { "grad-norm", s->grad_norm, 1 },
+        { "batch-size", s->batch, c->log_batch_size_to_tensorboard },
+        { "world-size", world, c->log_world_size_to_tensorboard },
     };
     for (size_t i = 0; i < sizeof both / sizeof both[0]; i++) {
+        if (!both[i].on) continue;
         char vs[64];
         snprintf(vs, sizeof vs, "%s vs samples", both[i].tag);
         tb_scalar(tb, both[i].tag, s->it, both[i].v);
@@ -246,7 +251,7 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, 
     printf(" iteration %8lld/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
            "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | grad norm: %.3f | "
            "tokens/s: %.1f | achieved FLOP/s: %.3E | MFU: %s | bubble measured: %.4f | bubble theory: %.4f |\n",
-           s->it, c->train_iters, s->consumed, s->step_s * 1e3, s->lr, c->global_batch_size, s->loss,
+           s->it, c->train_iters, s->consumed, s->step_s * 1e3, s->lr, s->batch, s->loss,
            s->grad_norm, s->tokens_per_s, s->flops_per_s, mfu, s->bubble, s->bubble_theory);
     fflush(stdout);
     if (metrics) {
@@ -260,10 +265,10 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, 
                 "{\"iteration\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,"
                 "\"step_ms\":%.6g,\"mfu\":%s,\"flops_per_s\":%.6g,\"bubble_measured\":%.6g,"
                 "\"bubble_theory\":%.6g,\"bubble_stages\":[%s],\"transfer_stages\":[%s],\"consumed_samples\":%lld,"
-                "\"save_stall_ms\":%.6g,\"checkpoint_iteration\":%lld}\n",
+                "\"global_batch_size\":%d,\"save_stall_ms\":%.6g,\"checkpoint_iteration\":%lld}\n",
                 s->it, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->step_s * 1e3, mfu_json,
-                s->flops_per_s, s->bubble, s->bubble_theory, stages, xfer, s->consumed, s->save_stall_s * 1e3,
-                s->checkpoint_iteration);
+                s->flops_per_s, s->bubble, s->bubble_theory, stages, xfer, s->consumed, s->batch,
+                s->save_stall_s * 1e3, s->checkpoint_iteration);
         fflush(metrics);
     }
 }
@@ -348,6 +353,25 @@ static void mask_eod(run *r)
     }
 }
 
+/* This step's global batch, Megatron's with --rampup-batch-size (the same for
+ * every layout: it depends on the samples consumed alone), and so the micro-
+ * batches each DP rank runs; cfg_validate_layout checked they divide. */
+static int step_batch(run *r)
+{
+    int batch = cfg_batch_at(r->c, r->d.dp, (uint64_t)r->st.consumed_samples);
+    r->d.nmicro = batch / (r->c->micro_batch_size * r->d.dp);
+    return batch;
+}
+
+/* Where the learning-rate schedule stands after step `it`: the iteration; with a
+ * ramp the samples consumed by then, in global batches, as Megatron's schedule
+ * counts samples (the same thing once the batch is whole). */
+static double lr_position(const run *r, long long it, int batch)
+{
+    if (!r->c->rampup_batch_size[0]) return (double)it;
+    return (double)(r->st.consumed_samples + batch) / (double)cfg_global_batch(r->c, r->d.dp);
+}
+
 static int load_batch(run *r, char *err, size_t errlen)
 {
     int T = r->c->seq_length, mbs = r->c->micro_batch_size;
@@ -374,7 +398,7 @@ static int dump_step(run *r, const float *logits0, double loss, char *err, size_
     ex[0].dtype = ex[1].dtype = ST_I32;
     for (int i = 0; i < 2; i++) {
         ex[i].ndim = 2;
-        ex[i].shape[0] = c->global_batch_size;
+        ex[i].shape[0] = (int64_t)r->d.nmicro * c->micro_batch_size;
         ex[i].shape[1] = c->seq_length;
     }
     snprintf(ex[2].name, sizeof ex[2].name, "logits");
@@ -394,10 +418,10 @@ static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errle
     const atoll_config *c = r->c;
     r->m->k->sync();
     r->st.iteration = s->it;
-    r->st.consumed_samples += c->global_batch_size;
+    r->st.consumed_samples += s->batch;
     s->consumed = r->st.consumed_samples;
     s->step_s = now_s() - t0;
-    double tokens = (double)c->global_batch_size * c->seq_length;
+    double tokens = (double)s->batch * c->seq_length;
     s->tokens_per_s = tokens / s->step_s;
     s->flops_per_s = cfg_flops_per_token(c) * tokens / s->step_s;
     double peak = device_peak(r->m->k);
@@ -428,7 +452,9 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     const atoll_config *c = r->c;
     dist *d = &r->d;
     eng_model *m = r->m;
-    double t0 = now_s(), tokens = (double)c->global_batch_size * c->seq_length;
+    double t0 = now_s();
+    s->batch = step_batch(r);
+    double tokens = (double)s->batch * c->seq_length;
     if (load_batch(r, err, errlen)) return -1;
     eng_zero_grads(m);
     eng_set_step(m, r->st.seed, r->st.iteration + 1, 1);
@@ -481,8 +507,8 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
         s->stage_bubble[i] = vec[2 + i];
         s->stage_transfer[i] = vec[2 + pp + i];
     }
-    s->bubble_theory = cfg_bubble_theory(c, d->size);
-    s->lr = eng_lr_at(c, s->it);
+    s->bubble_theory = cfg_bubble_theory(c, d->size, s->batch);
+    s->lr = eng_lr_at(c, lr_position(r, s->it, s->batch));
     int adam_t = (int)(s->it - r->st.adam_from);
     if (dist_optim_step(d, m, &r->dopt, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), adam_t)) {
         atoll_errf(err, errlen, "optimizer: %s", dist_error(d));
@@ -496,16 +522,17 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     if (r->d.size > 1) return train_step_dist(r, s, err, errlen);
     const atoll_config *c = r->c;
     eng_model *m = r->m;
-    int T = c->seq_length, mbs = c->micro_batch_size, nmicro = c->global_batch_size / mbs;
-    size_t mb_tokens = (size_t)mbs * T;
     double t0 = now_s();
+    s->batch = step_batch(r);
+    int T = c->seq_length, mbs = c->micro_batch_size, nmicro = r->d.nmicro;
+    size_t mb_tokens = (size_t)mbs * T;
     if (load_batch(r, err, errlen)) return -1;
     int dump_grads = r->o->dump_dir[0] && r->st.iteration == 0;
     float *logits0 = NULL;
     eng_zero_grads(m);
     eng_set_step(m, r->st.seed, r->st.iteration + 1, 1);
     double loss_sum = 0.0;
-    float dloss = 1.0f / (float)((double)c->global_batch_size * T);
+    float dloss = 1.0f / (float)((double)s->batch * T);
     for (int k = 0; k < nmicro; k++) {
         double ls = 0.0;
         /* the dump wants the logits themselves: no fused classifier then */
@@ -530,7 +557,7 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
         free(logits0);
         return -1;
     }
-    s->loss = loss_sum / ((double)c->global_batch_size * T);
+    s->loss = loss_sum / ((double)s->batch * T);
     if (r->o->dump_dir[0]) {
         int rc = dump_step(r, logits0, s->loss, err, errlen);
         free(logits0);
@@ -542,7 +569,7 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     /* --deterministic-dp: the norm as the ranks of a DP run take it (dist_grad_sumsq,
      * through a float), so clipping does not depend on the world size either */
     s->grad_norm = r->d.acc ? sqrt((double)(float)dist_grad_sumsq(&r->d, m, &r->dopt)) : sqrt(eng_grad_sumsq(m));
-    s->lr = eng_lr_at(c, s->it);
+    s->lr = eng_lr_at(c, lr_position(r, s->it, s->batch));
     eng_optim_step(r->opt, m, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), (int)(s->it - r->st.adam_from));
     return finish_step(r, s, t0, err, errlen);
 }
@@ -559,6 +586,7 @@ static int evaluate(run *r, const eng_data *data, int test, double *valid, char 
     int T = c->seq_length, mbs = c->micro_batch_size;
     size_t mb_tokens = (size_t)mbs * T;
     double sum = 0.0;
+    d->nmicro = cfg_micro_batches(c, d->dp); /* the whole global batch, as Megatron evaluates, ramp or not */
     eng_set_step(r->m, r->st.seed, r->st.iteration, 0); /* no dropout */
     for (int i = 0; i < c->eval_iters; i++) {
         for (int k = 0; k < d->nmicro; k++)

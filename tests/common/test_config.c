@@ -63,7 +63,7 @@ static void test_flags(void)
           "YAML list of mappings: %s", err);
     y = "split: [1, 2]\n";
     CHECK(cfg_parse_yaml(&c, y, strlen(y), "b.yaml", err, sizeof err) == -1 &&
-          strstr(err, "data_path and train/valid/test_data_path alone take a list"), "YAML list elsewhere: %s", err);
+          strstr(err, "data_path and train/valid/test_data_path take a list, a blend"), "YAML list elsewhere: %s", err);
     /* the per-split paths take blends too, on the command line and in YAML */
     y = "train_data_path: [0.7, /d/web, 0.3, /d/books]\nvalid_data_path: [/d/v1, /d/v2]\n";
     cfg_defaults(&c);
@@ -540,7 +540,12 @@ static void test_megatron_flags(void)
         { "--norm-epsilon 0", "--norm-epsilon 0: LayerNorm" },
         { "--transformer-impl te", "accepted: local transformer_engine" },
         { "--num-experts 8", "--num-experts: mixture-of-experts models are not implemented" },
-        { "--rampup-batch-size 16 16 1000", "--rampup-batch-size: batch-size ramp-up is not implemented" },
+        { "--rampup-batch-size 16 16", "--rampup-batch-size takes three numbers, START INCREMENT SAMPLES" },
+        { "--rampup-batch-size 0 2 100", "--rampup-batch-size 0 2 100: START and INCREMENT must be 1 to" },
+        { "--rampup-batch-size 2 2 0", "--rampup-batch-size 2 2 0: SAMPLES, over which the batch grows, must be 1" },
+        { "--rampup-batch-size 4 5 100", "4 + k x 5 never equals it (e.g. START 6)" },
+        { "--rampup-batch-size 32 16 100", "32 + k x 16 never equals it (e.g. START 16)" },
+        { "--rampup-batch-size 2,2,-5", "takes three numbers" },
         { "--use-flash-attn=maybe", "--use-flash-attn: 'maybe' is not true or false" },
         { "--no-position-embedding", "--no-position-embedding: atoll's models need a position encoding" },
         { "--train-samples 1600 --train-iters 5", "--train-iters and --train-samples both given; give one" },
@@ -635,6 +640,98 @@ static void test_megatron_flags(void)
           "YAML fp16: '%s'", err);
 }
 
+/* Megatron's ramp, step by step in floating point as its calculator does: the
+ * batch after `done` samples, and the iterations --train-samples takes. */
+static int naive_batch(int start, int inc, double samples, int gbs, uint64_t done)
+{
+    if ((double)done > samples) return gbs;
+    double per = samples / ((gbs - start) / inc);
+    int b = start + (int)((double)done / per) * inc;
+    return b < gbs ? b : gbs;
+}
+
+static long long naive_iters(int start, int inc, uint64_t ramp, int gbs, uint64_t train)
+{
+    long long it = 0;
+    uint64_t done = 0;
+    while (done <= ramp && done <= train) {
+        done += (uint64_t)naive_batch(start, inc, (double)ramp, gbs, done);
+        it++;
+    }
+    return it + (train > done ? (long long)((train - done) / (uint64_t)gbs) : 0);
+}
+
+/* --rampup-batch-size: the batch each step takes, the iterations samples make,
+ * the schedule's decay, the layout rules, and the JobSpec-like round trip. */
+static void test_rampup(void)
+{
+    atoll_config c;
+    char err[512] = "", line[1024];
+    const char *model = "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2 ";
+    snprintf(line, sizeof line, "%s--global-batch-size 12 --rampup-batch-size 4 4 24 --train-samples 100", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && !strcmp(c.rampup_batch_size, "4 4 24"), "ramp: %s", err);
+    /* 3 increments over 24 samples, one per 8: 4, 4, 4 (12 done), 8, 8 (28 > 24), then 12 */
+    const int want[] = { 4, 4, 4, 8, 8, 12, 12 };
+    uint64_t done = 0;
+    for (int i = 0; i < 7; i++) {
+        CHECK(cfg_batch_at(&c, 1, done) == want[i], "step %d after %llu samples: %d, want %d", i + 1,
+              (unsigned long long)done, cfg_batch_at(&c, 1, done), want[i]);
+        done += (uint64_t)want[i];
+    }
+    CHECK(c.train_iters == 11 && cfg_samples_after(&c, 1, 11) == 100 && cfg_samples_after(&c, 1, 3) == 12,
+          "iterations %d, samples after 11: %llu", c.train_iters, (unsigned long long)cfg_samples_after(&c, 1, 11));
+    CHECK(c.lr_decay_iters == 8, "the decay spans 100 samples, 8 batches of 12: %d", c.lr_decay_iters);
+    CHECK(cfg_validate_layout(&c, 1, 0, err, sizeof err) == 0 && cfg_validate_layout(&c, 2, 0, err, sizeof err) == 0,
+          "dp 1 and 2: %s", err);
+    c.global_batch_size = 24; /* 4 + 5 x 4: whole micro-batches for dp 4 at the end, not on the way */
+    CHECK(cfg_validate_layout(&c, 4, 0, err, sizeof err) == -1 && strstr(err, "every batch of the ramp must be divisible "
+          "by micro-batch * dp = 2*4 = 8"), "dp 4: %s", err);
+    c.pipeline_model_parallel_size = 2;
+    c.num_layers_per_virtual_pipeline_stage = 1;
+    CHECK(cfg_validate_layout(&c, 2, 0, err, sizeof err) == 0 && cfg_validate_layout(&c, 4, 0, err, sizeof err) == -1 &&
+              strstr(err, "2*2 times pp (interleaved) = 8"), "interleaved: %s", err);
+    /* a YAML list and commas, as Megatron's nargs=3 */
+    const char *y = "rampup_batch_size: [4, 4, 24]\nglobal_batch_size: 12\n";
+    cfg_defaults(&c);
+    CHECK(cfg_parse_yaml(&c, y, strlen(y), "r.yaml", err, sizeof err) == 0 && !strcmp(c.rampup_batch_size, "4 4 24"),
+          "YAML list: %s '%s'", err, c.rampup_batch_size);
+    CHECK(cfg_set(&c, "rampup-batch-size", "4,4,24", err, sizeof err) == CFG_OK && !strcmp(c.rampup_batch_size, "4 4 24") &&
+              cfg_set(&c, "rampup-batch-size", "", err, sizeof err) == CFG_OK && !c.rampup_batch_size[0] &&
+              cfg_batch_at(&c, 1, 0) == 12, "commas, then cleared: %s", err);
+    /* --train-iters given: the decay spans the samples those iterations take */
+    snprintf(line, sizeof line, "%s--global-batch-size 12 --rampup-batch-size 4 4 24 --train-iters 20", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && c.lr_decay_iters == (int)((cfg_samples_after(&c, 1, 20) + 6) / 12) &&
+              cfg_samples_after(&c, 1, 20) == 28 + 15 * 12, "--train-iters: decay %d: %s", c.lr_decay_iters, err);
+    snprintf(line, sizeof line, "%s--rampup-batch-size 4 4 24 --train-samples 100", model);
+    CHECK(parse(&c, line, err, sizeof err) == -1 && strstr(err, "--rampup-batch-size needs --global-batch-size"),
+          "no global batch: %s", err);
+    /* against the step-by-step count, for ramps small and as large as GPT-3's (16 16 5859375 to 1536) */
+    CHECK(naive_iters(16, 16, 5859375, 1536, 146484375) > 0, "naive count");
+    unsigned seed = 7;
+    for (int t = 0; t < 300; t++) {
+        seed = seed * 1103515245u + 12345u;
+        int inc = 1 + (int)(seed >> 8) % 9, n = 1 + (int)(seed >> 12) % 30, start = inc * (1 + (int)(seed >> 4) % 5);
+        int gbs = start + n * inc;
+        uint64_t ramp = (uint64_t)n * (1 + (seed >> 16) % 97) + (seed >> 3) % 7, train = ramp / 2 + (seed >> 5) % 5000;
+        if (t == 0) { start = 16; inc = 16; gbs = 1536; ramp = 5859375; train = 146484375; }
+        snprintf(line, sizeof line, "%s--global-batch-size %d --rampup-batch-size %d %d %llu --train-samples %llu", model,
+                 gbs, start, inc, (unsigned long long)ramp, (unsigned long long)train);
+        long long want_it = naive_iters(start, inc, ramp, gbs, train);
+        CHECK(parse(&c, line, err, sizeof err) == 0 && c.train_iters == want_it, "%s: %d iterations, want %lld (%s)",
+              line, c.train_iters, want_it, err);
+        uint64_t at = 0;
+        for (long long i = 0; i < want_it && i < 400; i++) {
+            int b = naive_batch(start, inc, (double)ramp, gbs, at);
+            if (cfg_batch_at(&c, 1, at) != b) {
+                CHECK(0, "%s: step %lld after %llu samples: %d, want %d", line, i + 1, (unsigned long long)at,
+                      cfg_batch_at(&c, 1, at), b);
+                break;
+            }
+            at += (uint64_t)b;
+        }
+    }
+}
+
 /* --dependency text: Slurm's syntax in, one canonical form out, and every bad
  * form named with what is accepted. */
 static void test_dependency_text(void)
@@ -681,6 +778,7 @@ int main(int argc, char **argv)
     test_flops();
     test_specs_and_topo();
     test_megatron_flags();
+    test_rampup();
     test_dependency_text();
     return check_summary(argv[0]);
 }

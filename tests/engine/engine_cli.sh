@@ -239,6 +239,55 @@ EOF
 then ok "documents: tp2 pp2 sequence-parallel and full recomputation equal one rank to 1e-5, unlike one document"
 else bad "documents layouts: $(cat doc1.jsonl doc4.jsonl docf.jsonl | grep -o '"loss":[^,]*' | tr '\n' ' ')"; fi
 
+# --rampup-batch-size 4 4 24 (Megatron's) to a global batch of 12: the steps take 4, 4, 4, 8, 8, then 12
+# samples, 11 steps for --train-samples 100 as Megatron counts them. Samples are read in order, so under a
+# constant learning rate the ramp's first steps are bit for bit those of a run with a batch of 4; pp2 dp2
+# and the interleaved schedule (micro-batches per step changing under them) equal one rank to 1e-5; a run
+# stopped mid-ramp resumes into the same batches and losses; the learning rate counts samples (warm-up
+# over 24, cosine decay over 100, both in global batches of 12).
+RAMP=("${TINY[@]}" --micro-batch-size 2 --global-batch-size 12 --rampup-batch-size 4 4 24 --train-samples 100 --lr 1e-3
+      --seed 3)
+"$TRAIN" "${RAMP[@]}" --lr-decay-style constant --metrics-file rampc.jsonl >/dev/null 2>&1 || bad "ramp, constant lr failed"
+"$TRAIN" "${TINY[@]}" --micro-batch-size 2 --global-batch-size 4 --train-iters 3 --lr 1e-3 --seed 3 \
+    --lr-decay-style constant --metrics-file flat4.jsonl >/dev/null 2>&1 || bad "batch-4 run failed"
+RAMPW=("${RAMP[@]}" --lr-warmup-samples 24)
+"$TRAIN" "${RAMPW[@]}" --metrics-file ramp1.jsonl >/dev/null 2>&1 || bad "ramp run failed"
+"$TRAIN" "${RAMPW[@]}" --nproc-per-node 4 --pipeline-model-parallel-size 2 --metrics-file ramp4.jsonl >ramp4.log 2>&1 \
+    || bad "ramp pp2 dp2 failed: $(tail -1 ramp4.log)"
+"$TRAIN" "${RAMPW[@]}" --num-layers 4 --metrics-file ramp1l4.jsonl >/dev/null 2>&1 || bad "ramp 4 layers failed"
+"$TRAIN" "${RAMPW[@]}" --num-layers 4 --nproc-per-node 2 --pipeline-model-parallel-size 2 \
+    --num-layers-per-virtual-pipeline-stage 1 --metrics-file rampv.jsonl >rampv.log 2>&1 \
+    || bad "ramp interleaved failed: $(tail -1 rampv.log)"
+"$TRAIN" "${RAMPW[@]}" --save rck --save-interval 4 --exit-interval 4 --metrics-file rampr.jsonl >/dev/null 2>&1 \
+    || bad "ramp first part failed"
+"$TRAIN" "${RAMPW[@]}" --load rck --metrics-file rampr.jsonl >rampr.log 2>&1 || bad "ramp resume failed: $(tail -1 rampr.log)"
+if python3 - <<'EOF'
+import json, math
+def rd(p): return [json.loads(l) for l in open(p)]
+one, c, flat, four, l4, v, res = map(rd, ["ramp1.jsonl", "rampc.jsonl", "flat4.jsonl", "ramp4.jsonl", "ramp1l4.jsonl",
+                                         "rampv.jsonl", "rampr.jsonl"])
+batches = [s["global_batch_size"] for s in one]
+assert batches == [4, 4, 4, 8, 8] + [12] * 6, batches
+done = 0
+for s in one:
+    done += s["global_batch_size"]
+    assert s["consumed_samples"] == done, (s, done)
+assert [s["loss"] for s in c[:3]] == [s["loss"] for s in flat], (c[:3], flat)
+for other in (four, res):
+    assert [s["global_batch_size"] for s in other] == batches
+    assert all(abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]) for a, b in zip(one, other)), (one, other)
+assert [s["loss"] for s in res] == [s["loss"] for s in one], "resume is not bit-identical"
+assert len(v) == len(l4) == 11 and all(abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]) for a, b in zip(l4, v)), (l4, v)
+warm, decay = round(24 / 12), round(100 / 12)
+for s in one:
+    pos = s["consumed_samples"] / 12
+    want = 1e-3 * pos / warm if pos <= warm else 0.0 if pos > decay else \
+        1e-3 * 0.5 * (1 + math.cos(math.pi * (pos - warm) / (decay - warm)))
+    assert abs(s["lr"] - want) <= 1e-12 + 1e-9 * want, (s["iteration"], s["lr"], want)
+EOF
+then ok "--rampup-batch-size: batches 4 4 4 8 8 12.., the batch-4 run's first steps, pp2 dp2 and interleaved equal one rank, bit-identical resume mid-ramp, lr by samples"
+else bad "--rampup-batch-size: $(grep -o '"global_batch_size":[0-9]*' ramp1.jsonl | tr '\n' ' ')"; fi
+
 # --train-data-path / --valid-data-path / --test-data-path (Megatron's data per split, each used whole):
 # training equals --data-path with the whole of it as the train split; the validation data changes only
 # the validation loss; the test data is evaluated once training ends, and its loss is the one the same

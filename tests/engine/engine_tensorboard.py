@@ -79,7 +79,9 @@ def main():
     # every iteration, with the validation perplexity and the iteration time
     tb = os.path.join(work, "runs", "tb")  # created with its parent
     subprocess.run(base + ["--tensorboard-dir", tb, "--log-validation-ppl-to-tensorboard", "--log-timers-to-tensorboard",
-                           "--metrics-file", os.path.join(work, "m.jsonl")], check=True, stdout=subprocess.DEVNULL)
+                           "--log-batch-size-to-tensorboard", "--log-world-size-to-tensorboard",
+                           "--rampup-batch-size", "2", "2", "4", "--metrics-file", os.path.join(work, "m.jsonl")],
+                   check=True, stdout=subprocess.DEVNULL)
     files = glob.glob(os.path.join(tb, "events.out.tfevents.*"))
     check(len(files) == 1, f"one event file in --tensorboard-dir: {files}")
     events = read_events(files[0], pb)
@@ -94,7 +96,8 @@ def main():
     train_rec = [r for r in steps if "loss" in r]
     valid_rec = [r for r in steps if "valid_loss" in r]
     close = lambda a, b: abs(a - b) <= 1e-6 * max(1.0, abs(b))  # simple_value is a float32
-    for tag, key in (("lm loss", "loss"), ("learning-rate", "lr"), ("grad-norm", "grad_norm")):
+    for tag, key in (("lm loss", "loss"), ("learning-rate", "lr"), ("grad-norm", "grad_norm"),
+                     ("batch-size", "global_batch_size")):
         got = scalars.get(tag, [])
         want = [(r["iteration"], r[key]) for r in train_rec]
         check(len(got) == 6 and all(g[0] == w[0] and close(g[1], w[1]) for g, w in zip(got, want)),
@@ -102,6 +105,10 @@ def main():
         vs = scalars.get(tag + " vs samples", [])
         check([s for s, _ in vs] == [r["consumed_samples"] for r in train_rec],
               f"'{tag} vs samples' at the consumed samples: {[s for s, _ in vs]}")
+    check([v for _, v in scalars.get("batch-size", [])] == [2, 2, 4, 4, 4, 4],
+          f"'batch-size' follows --rampup-batch-size 2 2 4: {scalars.get('batch-size')}")
+    check(scalars.get("world-size") == [(i, 1.0) for i in range(1, 7)] and len(scalars.get("world-size vs samples", [])) == 6,
+          f"'world-size' 1 every iteration: {scalars.get('world-size')}")
     check(len(scalars.get("iteration-time", [])) == 6 and all(0 < v < 60 for _, v in scalars["iteration-time"]),
           "'iteration-time' in seconds with --log-timers-to-tensorboard")
     check(len(scalars.get("throughput", [])) == 6 and len(scalars.get("tokens-per-sec", [])) == 6,
@@ -121,6 +128,7 @@ def main():
     for ev in read_events(glob.glob(os.path.join(tb2, "events.out.tfevents.*"))[0], pb)[1:]:
         s2.setdefault(ev.summary.value[0].tag, []).append(ev.step)
     check(s2.get("lm loss") == [2, 4, 6] and "iteration-time" not in s2 and "lm loss validation ppl" not in s2
+          and "batch-size" not in s2 and "world-size" not in s2
           and s2.get("lm loss validation") == [3, 6],
           f"--tensorboard-log-interval 2: 'lm loss' at {s2.get('lm loss')}, validation at {s2.get('lm loss validation')}")
 
