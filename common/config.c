@@ -132,6 +132,8 @@ static const key_def KEYS[] = {
     R("kv-channels", K_INT, kv_channels, 0, CFG_MAX_HIDDEN, 0),
     F("use-checkpoint-args", K_BOOL, use_checkpoint_args),
     F("calculate-per-token-loss", K_BOOL, calculate_per_token_loss),
+    F("account-for-embedding-in-pipeline-split", K_BOOL, account_for_embedding_in_pipeline_split),
+    F("account-for-loss-in-pipeline-split", K_BOOL, account_for_loss_in_pipeline_split),
 };
 #undef F
 #undef R
@@ -313,10 +315,6 @@ static const struct {
       "their stall short" },
     { "apply-residual-connection-post-layernorm", 0, MG_REFUSED, NULL, "the residual is taken before the norm "
       "(pre-LN, Megatron's default)" },
-    { "account-for-embedding-in-pipeline-split", 0, MG_REFUSED, NULL, "give --decoder-first-pipeline-num-layers and "
-      "--decoder-last-pipeline-num-layers (atoll plan proposes them)" },
-    { "account-for-loss-in-pipeline-split", 0, MG_REFUSED, NULL, "give --decoder-first-pipeline-num-layers and "
-      "--decoder-last-pipeline-num-layers (atoll plan proposes them)" },
     { "rotary-interleaved", 0, MG_REFUSED, NULL, "rope rotates the two halves of each head (Megatron's default, "
       "Hugging Face's layout), not interleaved pairs" },
     { "squared-relu", 0, MG_REFUSED, NULL, "the MLP is GELU, or SwiGLU with --swiglu" },
@@ -420,6 +418,42 @@ void cfg_megatron_notes(const atoll_config *c, const char *prog, FILE *out)
         fprintf(out, "%s: note: --reset-position-ids has no effect with --position-embedding-type rope: as in "
                 "Megatron, rotary positions count from the sample's start (--reset-attention-mask keeps documents "
                 "apart)\n", prog);
+}
+
+/* Megatron's --account-for-embedding-in-pipeline-split and --account-for-loss-
+ * in-pipeline-split: the embedding (the loss) counts as one more layer of the
+ * first (last) pipeline stage, and the layers with them split evenly; here the
+ * --decoder-first/last-pipeline-num-layers that split is. A no-op without
+ * pipelining, as in Megatron. */
+static int resolve_split_accounting(atoll_config *c, char *err, size_t errlen)
+{
+    int e = c->account_for_embedding_in_pipeline_split, l = c->account_for_loss_in_pipeline_split;
+    int pp = c->pipeline_model_parallel_size, L = c->num_layers;
+    const char *flag = e ? "--account-for-embedding-in-pipeline-split" : "--account-for-loss-in-pipeline-split";
+    c->account_for_embedding_in_pipeline_split = c->account_for_loss_in_pipeline_split = 0;
+    if ((!e && !l) || pp < 2) return 0;
+    if (c->decoder_first_pipeline_num_layers || c->decoder_last_pipeline_num_layers) {
+        atoll_errf(err, errlen, "%s and --decoder-%s-pipeline-num-layers both set the pipeline split; give one", flag,
+                   c->decoder_first_pipeline_num_layers ? "first" : "last");
+        return -1;
+    }
+    if (c->num_layers_per_virtual_pipeline_stage) {
+        atoll_errf(err, errlen, "%s with --num-layers-per-virtual-pipeline-stage is not supported: the interleaved "
+                   "schedule needs every virtual stage to hold the same layers; use one or the other", flag);
+        return -1;
+    }
+    int total = L + e + l, per = total / pp;
+    if (L < 1 || total % pp || per < 2) {
+        int fit = L + 1; /* the next that splits with a transformer layer on every stage */
+        while ((fit + e + l) % pp || (fit + e + l) / pp < 2) fit++;
+        atoll_errf(err, errlen, "%s: --num-layers %d with the %s is %d layers, which must split evenly over "
+                   "--pipeline-model-parallel-size %d with a transformer layer on every stage; e.g. --num-layers %d",
+                   flag, L, e && l ? "embedding and the loss" : e ? "embedding" : "loss", total, pp, fit);
+        return -1;
+    }
+    c->decoder_first_pipeline_num_layers = e ? per - 1 : 0;
+    c->decoder_last_pipeline_num_layers = l ? per - 1 : 0;
+    return 0;
 }
 
 /* Iterations from samples: Megatron stops after train_samples / global batch
@@ -546,7 +580,7 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
     c->use_rotary_position_embeddings = c->no_position_embedding = c->recompute_activations = c->mock_data = c->kv_channels = 0;
     c->checkpoint_activations = c->use_tp_pp_dp_mapping = 0;
     c->calculate_per_token_loss = 0;
-    return 0;
+    return resolve_split_accounting(c, err, errlen);
 }
 
 int cfg_is_flag(const char *key)

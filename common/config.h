@@ -121,6 +121,8 @@ typedef struct atoll_config {
     int kv_channels;                           /* the head dimension, which must be hidden / heads */
     int use_checkpoint_args;                   /* the model from --load's manifest (ckpt_use_args clears it) */
     int calculate_per_token_loss;              /* the mean over micro-batches' tokens: the same unless masking */
+    int account_for_embedding_in_pipeline_split; /* the embedding, the loss: a layer each of the first, last */
+    int account_for_loss_in_pipeline_split;      /* stage (--decoder-first/last-pipeline-num-layers) */
     uint64_t megatron_ignored[2];              /* flags accepted without effect (cfg_megatron_notes) */
 } atoll_config;
 

@@ -568,7 +568,13 @@ static void test_megatron_flags(void)
         { "--moe-grouped-gemm", "--moe-grouped-gemm: mixture-of-experts models are not implemented" },
         { "--rotary-interleaved", "--rotary-interleaved: rope rotates the two halves of each head" },
         { "--ckpt-step 5", "--ckpt-step says how to take the checkpoint in --load: give --load DIR" },
-        { "--account-for-loss-in-pipeline-split", "give --decoder-first-pipeline-num-layers" },
+        { "--account-for-loss-in-pipeline-split --pipeline-model-parallel-size 3", "--account-for-loss-in-pipeline-"
+          "split: --num-layers 4 with the loss is 5 layers, which must split evenly over --pipeline-model-parallel-size "
+          "3 with a transformer layer on every stage; e.g. --num-layers 5" },
+        { "--account-for-embedding-in-pipeline-split --pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 1",
+          "--account-for-embedding-in-pipeline-split and --decoder-last-pipeline-num-layers both set the pipeline split" },
+        { "--account-for-embedding-in-pipeline-split --pipeline-model-parallel-size 2 "
+          "--num-layers-per-virtual-pipeline-stage 1", "with --num-layers-per-virtual-pipeline-stage is not supported" },
         { "--checkpoint-activations --recompute-granularity selective", "--checkpoint-activations is "
                                                                           "--recompute-granularity full" },
         { "--use-tp-pp-dp-mapping --rank-order tp-dp-pp", "--use-tp-pp-dp-mapping is --rank-order tp-cp-ep-pp-dp, and "
@@ -596,6 +602,21 @@ static void test_megatron_flags(void)
         CHECK((parse(&c, line, err, sizeof err) == -1 || cfg_validate_training(&c, err, sizeof err) == -1) &&
                   strstr(err, refused[i].says), "%s: '%s'", refused[i].flags, err);
     }
+    /* --account-for-embedding/loss-in-pipeline-split: the split that counts them as layers, as Megatron's */
+    const char *split = "--num-layers 30 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+                        "--pipeline-model-parallel-size 4 --account-for-embedding-in-pipeline-split";
+    snprintf(line, sizeof line, "%s --account-for-loss-in-pipeline-split", split);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 4, 0, err, sizeof err) == 0 &&
+              cfg_stage_num_layers(&c, 0) == 7 && cfg_stage_num_layers(&c, 1) == 8 && cfg_stage_num_layers(&c, 2) == 8 &&
+              cfg_stage_num_layers(&c, 3) == 7 && !c.account_for_embedding_in_pipeline_split &&
+              !c.account_for_loss_in_pipeline_split, "embedding and loss: %s (%d, %d)", err,
+          c.decoder_first_pipeline_num_layers, c.decoder_last_pipeline_num_layers);
+    snprintf(line, sizeof line, "%s --num-layers 31", split);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 4, 0, err, sizeof err) == 0 &&
+              cfg_stage_num_layers(&c, 0) == 7 && cfg_stage_num_layers(&c, 3) == 8, "embedding: %s (%d, %d)", err,
+          c.decoder_first_pipeline_num_layers, c.decoder_last_pipeline_num_layers);
+    snprintf(line, sizeof line, "%s --pipeline-model-parallel-size 1", split);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && !c.decoder_first_pipeline_num_layers, "pp 1: %s", err);
     snprintf(line, sizeof line, "%s--ckpt-step 5 --load a --save a", model);
     CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_training(&c, err, sizeof err) == 0 &&
               cfg_validate_submission(&c, err, sizeof err) == -1 &&
