@@ -101,7 +101,6 @@ typedef struct live_job {
     uint32_t epoch;
     int state;
     int world, pp;
-    double bubble_theory;
     struct series_acc *acc;  /* series.c: steps being gathered (NULL until the first report) */
     int nfail;
     live_fail fail[LIVE_FAILS];

@@ -171,7 +171,6 @@ static void live_sync(coord *c, const store_job *j)
         if (spec && msg_spec_to_cfg(spec, &cfg, why, sizeof why) == 0) {
             lj->world = cfg.num_gpus;
             lj->pp = cfg.pipeline_model_parallel_size;
-            lj->bubble_theory = cfg_bubble_theory(&cfg, cfg.num_gpus, 0);
         }
         if (spec && spec->time_limit_s > 0) lj->limit_s = spec->time_limit_s;
         if (spec) atoll__job_spec__free_unpacked(spec, NULL);

@@ -33,7 +33,7 @@ static void write_slot(coord *c, live_job *lj, series_slot *s)
             if (s->st.bubble[i] >= 0) mean += s->st.bubble[i], k++;
         double mfu = s->st.peak_flops > 0 ? s->st.flops_per_gpu / s->st.peak_flops : 0;
         store_job_set_metrics(c->st, lj->id, s->st.iteration, s->st.loss, s->st.tokens_per_s, mfu, k ? mean / k : 0,
-                              s->st.time_ms);
+                              s->st.bubble_theory, s->st.time_ms);
         lj->acc->newest_written = s->st.iteration;
     }
 }
@@ -109,6 +109,7 @@ void series_add(coord *c, const Atoll__RankMetrics *m)
         st->step_ms = m->step_ms;
         st->flops_per_gpu = m->flops_per_gpu;
         st->peak_flops = m->peak_flops;
+        st->bubble_theory = m->bubble_theory;
         st->time_ms = c->now();
         if (m->valid_loss > 0) st->valid_loss = m->valid_loss;
     }
@@ -182,6 +183,7 @@ void series_forget(coord *c, live_job *lj)
 
 void series_msg(const store_step *st, double bubble_theory, Atoll__JobMetrics *out, msg_arena *a)
 {
+    if (st->bubble_theory > 0) bubble_theory = st->bubble_theory; /* the step's own: a ramp's batch, a shrunk dp */
     atoll__job_metrics__init(out);
     out->step = st->iteration;
     out->time_ms = st->time_ms;

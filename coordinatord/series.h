@@ -45,7 +45,8 @@ static inline int series_shown(const store_step *st, int64_t settled)
 {
     return st->have_job && st->iteration <= settled;
 }
-/* A step row as a JobMetrics message (stages from the arena). */
+/* A step row as a JobMetrics message (stages from the arena); `bubble_theory` is the
+ * job's, for a step stored without its own. */
 void series_msg(const store_step *st, double bubble_theory, Atoll__JobMetrics *out, msg_arena *a);
 
 #endif

@@ -69,6 +69,8 @@ static const char *MIGRATIONS[STORE_SCHEMA_VERSION] = {
     "ALTER TABLE steps ADD COLUMN valid_loss REAL NOT NULL DEFAULT 0;",
     /* 6 -> 7: atoll cancel --checkpoint was asked (a coordinator restart keeps why the job stops) */
     "ALTER TABLE jobs ADD COLUMN stop_asked INTEGER NOT NULL DEFAULT 0;",
+    /* 7 -> 8: each step's ideal-schedule bubble, as rank 0 reported it (its placement and batch) */
+    "ALTER TABLE steps ADD COLUMN bubble_theory REAL NOT NULL DEFAULT 0;",
 };
 
 const char *store_errmsg(store *s) { return sqlite3_errmsg(s->db); }
@@ -362,10 +364,11 @@ int store_job_note_checkpoint(store *s, uint64_t id, int64_t checkpoint, int64_t
 }
 
 int store_job_set_metrics(store *s, uint64_t id, int64_t step, double loss, double tokens_per_s, double mfu,
-                          double bubble_measured, int64_t updated_ms)
+                          double bubble_measured, double bubble_theory, int64_t updated_ms)
 {
     sqlite3_stmt *st = prep(s, "UPDATE jobs SET step=?2, loss=?3, tokens_per_s=?4, mfu=?5, bubble_measured=?6, "
-                               "updated_ms=?7 WHERE id=?1 AND step<=?2");
+                               "updated_ms=?7, bubble_theory=CASE WHEN ?8 > 0 THEN ?8 ELSE bubble_theory END "
+                               "WHERE id=?1 AND step<=?2");
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, (sqlite3_int64)id);
     sqlite3_bind_int64(st, 2, step);
@@ -374,6 +377,7 @@ int store_job_set_metrics(store *s, uint64_t id, int64_t step, double loss, doub
     sqlite3_bind_double(st, 5, mfu);
     sqlite3_bind_double(st, 6, bubble_measured);
     sqlite3_bind_int64(st, 7, updated_ms);
+    sqlite3_bind_double(st, 8, bubble_theory);
     return done(st);
 }
 
@@ -569,7 +573,8 @@ int store_step_put(store *s, const store_step *x)
 {
     sqlite3_stmt *st = prep(s, "INSERT OR REPLACE INTO steps(job, iteration, epoch, time_ms, have_job, loss, lr, "
                                "grad_norm, tokens_per_s, step_ms, flops_per_gpu, peak_flops, memory_bytes, bubble, "
-                               "transfer, valid_loss) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16)");
+                               "transfer, valid_loss, bubble_theory) "
+                               "VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17)");
     if (!st) return -1;
     char b[STORE_MAX_STAGES * 16], t[STORE_MAX_STAGES * 16];
     int n = x->nstages > STORE_MAX_STAGES ? STORE_MAX_STAGES : x->nstages;
@@ -591,11 +596,12 @@ int store_step_put(store *s, const store_step *x)
     sqlite3_bind_text(st, 14, b, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 15, t, -1, SQLITE_TRANSIENT);
     sqlite3_bind_double(st, 16, x->valid_loss);
+    sqlite3_bind_double(st, 17, x->bubble_theory);
     return done(st);
 }
 
 #define STEP_COLUMNS "job, iteration, epoch, time_ms, have_job, loss, lr, grad_norm, tokens_per_s, step_ms, " \
-                     "flops_per_gpu, peak_flops, memory_bytes, bubble, transfer, valid_loss"
+                     "flops_per_gpu, peak_flops, memory_bytes, bubble, transfer, valid_loss, bubble_theory"
 
 static void read_step(sqlite3_stmt *st, store_step *x)
 {
@@ -617,6 +623,7 @@ static void read_step(sqlite3_stmt *st, store_step *x)
     int nt = get_stages(sqlite3_column_text(st, 14), x->transfer);
     for (int i = nt; i < x->nstages; i++) x->transfer[i] = -1;
     x->valid_loss = sqlite3_column_double(st, 15);
+    x->bubble_theory = sqlite3_column_double(st, 16);
 }
 
 static int one_step(sqlite3_stmt *st, store_step *out)

@@ -17,7 +17,7 @@
 
 typedef struct store store;
 
-#define STORE_SCHEMA_VERSION 7
+#define STORE_SCHEMA_VERSION 8
 
 /* Opens (creating when absent) and migrates. path ":memory:" gives a private
  * in-memory database (tests, fuzzing). 0, or -1 with err. */
@@ -92,9 +92,9 @@ int store_job_insert(store *s, store_job *j);
 int store_job_by_request(store *s, const char *request_id, store_job *out);
 /* Writes every column but id, name, spec and created_ms. */
 int store_job_update(store *s, const store_job *j);
-/* The latest-step columns only (no state change). */
+/* The latest-step columns only (no state change); bubble_theory 0 keeps the stored one. */
 int store_job_set_metrics(store *s, uint64_t id, int64_t step, double loss, double tokens_per_s, double mfu,
-                          double bubble_measured, int64_t updated_ms);
+                          double bubble_measured, double bubble_theory, int64_t updated_ms);
 /* 0 found, 1 not found, -1 error. */
 int store_job_get(store *s, uint64_t id, store_job *out);
 /* In id order; `state` < 0 selects all. The job is cleared after each callback. */
@@ -167,6 +167,7 @@ typedef struct store_step {
     double bubble[STORE_MAX_STAGES];   /* idle / step time per stage; < 0: not reported */
     double transfer[STORE_MAX_STAGES]; /* transfer / step time per stage; < 0: not reported */
     double valid_loss;       /* the validation loss evaluated after this step; 0: none */
+    double bubble_theory;    /* rank 0's ideal-schedule bubble of this step (its placement, its batch); 0: none */
 } store_step;
 
 /* Inserts or replaces the step (job, iteration). */

@@ -151,12 +151,16 @@ print(len(f), open(f[0], 'rb').read().count(b'\n\x07lm loss\x15') if f else 0)" 
   [ "$tbn" = "1 12" ] || fail "TensorBoard event files, 'lm loss' records: $tbn"
   ok "the job's --tensorboard-dir holds one event file with 12 'lm loss' scalars"
   # --rampup-batch-size travels in the job spec: 2 2 12 to 8 takes 2, 2, 4, 6 samples, then 8 (--train-samples
-  # 40 is 7 steps as Megatron counts them), each step's batch in rank 0's log
-  atoll submit "${model[@]}" --rampup-batch-size 2 2 12 --train-samples 40 --num-gpus 2 --name ramp --wait \
-      >"$TMP/ramp.out" 2>"$TMP/ramp.err" || fail "ramp job: $(cat "$TMP/ramp.out" "$TMP/ramp.err")"
-  local rb; rb=$(atoll logs "$(head -1 "$TMP/ramp.out")" --rank 0 | grep -o "global batch size: *[0-9]*" | awk '{printf "%s ", $4}')
+  # 40 is 7 steps as Megatron counts them), each step's batch in rank 0's log; pp 2 dp 2 runs 1, 1, 2, 3, then 4
+  # micro-batches, so each step's ideal bubble in atoll metrics is 1/(m+1): the step's own, not the job's 0.2
+  atoll submit "${model[@]}" --rampup-batch-size 2 2 12 --train-samples 40 --pipeline-model-parallel-size 2 \
+      --num-gpus 4 --name ramp --wait >"$TMP/ramp.out" 2>"$TMP/ramp.err" || fail "ramp job: $(cat "$TMP/ramp.out" "$TMP/ramp.err")"
+  local rid rb rt; rid=$(head -1 "$TMP/ramp.out")
+  rb=$(atoll logs "$rid" --rank 0 | grep -o "global batch size: *[0-9]*" | awk '{printf "%s ", $4}')
   [ "$rb" = "2 2 4 6 8 8 8 " ] || fail "the ramp's batches: '$rb'"
-  ok "--rampup-batch-size through the coordinator: batches $rb"
+  rt=$(atoll metrics "$rid" --json | json "' '.join('%.3f' % s['bubble_theory'] for s in d['steps'])")
+  [ "$rt" = "0.500 0.500 0.333 0.250 0.200 0.200 0.200" ] || fail "the ramp's bubble theory by step: '$rt'"
+  ok "--rampup-batch-size through the coordinator: batches $rb, ideal bubble by step $rt"
   # A 4096-token vocabulary makes the LM head about 9.5 of these layers: submit says the even split
   # leaves stage 0 waiting and names the split that helps; a 256-token one (above) gets no such note.
   atoll submit "${model[@]}" --vocab-size 4096 --pipeline-model-parallel-size 2 --num-gpus 2 --train-iters 2 \

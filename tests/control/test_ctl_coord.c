@@ -442,6 +442,31 @@ static void test_series_settled(void)
     coord_tick(&c);
     got = series_text(&c, &cli, id, 4);
     CHECK(!strcmp(got, "5:3.25"), "step 5 once rank 0 reported it: '%s'", got);
+    /* A step's ideal bubble is rank 0's for that step (a ramp's smaller batch, a shrunk dp: fewer or more
+     * micro-batches), the job's for a step that came without one; the job's follows the newest step. */
+    Atoll__MetricsRequest req = ATOLL__METRICS_REQUEST__INIT;
+    req.job = id;
+    req.after = 4;
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_METRICS, &req.base);
+    Atoll__MetricsReply *r = (Atoll__MetricsReply *)last(&cli, ATOLL__MSG_TYPE__MSG_METRICS_REPLY);
+    CHECK(r && r->n_steps == 1 && fabs(r->steps[0]->bubble_theory - 0.2) < 1e-12, "step 5's theory, the job's: %g",
+          r && r->n_steps ? r->steps[0]->bubble_theory : -1);
+    if (r) atoll__metrics_reply__free_unpacked(r, NULL);
+    Atoll__RankMetrics m = ATOLL__RANK_METRICS__INIT;
+    m.job = id, m.rank = 0, m.stage = 0, m.iteration = 6, m.loss = 3.0, m.bubble_theory = 0.5;
+    heartbeat(&c, &w1, &m);
+    stage_report(&c, &w2, id, 8, 1, 6, 0);
+    coord_tick(&c);
+    req.after = 5;
+    send_msg(&c, &cli, ATOLL__MSG_TYPE__MSG_METRICS, &req.base);
+    r = (Atoll__MetricsReply *)last(&cli, ATOLL__MSG_TYPE__MSG_METRICS_REPLY);
+    CHECK(r && r->n_steps == 1 && r->steps[0]->bubble_theory == 0.5 && r->steps[0]->n_stages == 2 &&
+              r->steps[0]->stages[1]->theory == 0.5, "step 6's theory, its own: %g",
+          r && r->n_steps ? r->steps[0]->bubble_theory : -1);
+    if (r) atoll__metrics_reply__free_unpacked(r, NULL);
+    store_job j;
+    CHECK(job_state(&c, id, &j) >= 0 && j.bubble_theory == 0.5, "the job's theory after step 6: %g", j.bubble_theory);
+    store_job_clear(&j);
     two_nodes_free(&c, &w1, &w2, &cli);
 }
 

@@ -215,8 +215,9 @@ static void migrations(void)
     char err[256];
     CHECK(store_open(&s, path, err, sizeof err) == 0, "migrate from 1: %s", err);
     CHECK(store_schema_version(s) == STORE_SCHEMA_VERSION, "version after migration %d", store_schema_version(s));
-    store_step one = { .job = 1, .iteration = 1, .nstages = 1 };
-    CHECK(store_step_put(s, &one) == 0, "steps table after migration");
+    store_step one = { .job = 1, .iteration = 1, .nstages = 1, .bubble_theory = 0.25 }, got;
+    CHECK(store_step_put(s, &one) == 0 && store_step_get(s, 1, 1, &got) == 0 && got.bubble_theory == 0.25,
+          "steps table after migration, with each step's bubble theory");
     store_job j;
     CHECK(store_job_get(s, 1, &j) == 0, "data kept through migration");
     CHECK(j.world == 0 && j.checkpoint == 0 && j.started_ms == 0 && j.lost_restart_ms == 0 && j.stop_asked == 0,
