@@ -101,6 +101,7 @@ static const key_def KEYS[] = {
     F("log-timers-to-tensorboard", K_BOOL, log_timers_to_tensorboard),
     F("log-batch-size-to-tensorboard", K_BOOL, log_batch_size_to_tensorboard),
     F("log-world-size-to-tensorboard", K_BOOL, log_world_size_to_tensorboard),
+    F("log-memory-to-tensorboard", K_BOOL, log_memory_to_tensorboard),
     F("attention-backend", K_STR, attention_backend),
     F("normalization", K_STR, normalization),
     F("swiglu", K_BOOL, swiglu),
@@ -237,8 +238,6 @@ static const struct {
     { "wandb-project", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases: every step's metrics are kept by "
       "the coordinator (atoll metrics JOB, /metrics for Prometheus) and --metrics-file FILE writes them as JSON lines" },
     { "wandb-exp-name", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases (see --wandb-project)" },
-    { "log-memory-to-tensorboard", 0, MG_IGNORED, NULL, "memory is not written to TensorBoard; each rank's peak "
-      "is in atoll metrics and /metrics" },
     { "no-log-learning-rate-to-tensorboard", 0, MG_IGNORED, NULL, "the learning rate is written to TensorBoard "
       "every logged step" },
     { "no-log-loss-scale-to-tensorboard", 0, MG_SAME, NULL, "bf16 trains without a loss scale, so none is written" },

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,13 +20,6 @@ void metrics_emit_open(metrics_emit *e, int rank)
     char *end;
     long fd = v && *v ? strtol(v, &end, 10) : -1;
     if (fd >= 0 && !*end) e->fd = (int)fd;
-}
-
-static uint64_t peak_rss(void)
-{
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru)) return 0;
-    return (uint64_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
 }
 
 void metrics_emit_close(metrics_emit *e)
@@ -87,7 +79,7 @@ void metrics_emit_step(metrics_emit *e, const rank_step *s)
     m.bubble_measured = s->bubble;
     m.transfer = s->transfer;
     m.bubble_theory = s->bubble_theory;
-    m.memory_bytes = s->device_bytes ? s->device_bytes : peak_rss();
+    m.memory_bytes = s->memory_bytes;
     m.compute_ms = s->compute_s * 1e3;
     m.time_ms = s->time_ms;
     m.checkpoint_iteration = s->checkpoint_iteration;

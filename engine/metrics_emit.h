@@ -43,7 +43,7 @@ typedef struct rank_step {
     long long start_iteration; /* where this run started (a checkpoint's iteration, 0 fresh) */
     double startup_s;        /* process start to the first step's start (first step only) */
     int from_checkpoint;     /* a step re-reported from the checkpoint resumed from */
-    uint64_t device_bytes;   /* peak device memory in use (GPU ranks); 0: report peak resident memory */
+    uint64_t memory_bytes;   /* peak memory: device memory in use on a GPU, peak resident memory on the CPU */
     double valid_loss;       /* the validation loss evaluated after this iteration; 0: none */
 } rank_step;
 

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -143,7 +144,7 @@ typedef struct step_stats {
     /* for the supervisor (rank_step) */
     long long checkpoint_iteration, start_iteration;
     double save_stall_s, save_s, startup_s;
-    uint64_t device_bytes;        /* GPU: peak device memory in use so far; 0 on the CPU */
+    uint64_t memory_bytes;        /* the rank's peak memory so far (memory_peak) */
     int stop;                     /* some rank was asked to stop (SIGTERM) before this step's reduction */
     int saves_durable;            /* every rank's part of the save in flight is on disk (--async-save) */
     int save_due;                 /* --save-mtbf: rank 0 says to save after this step */
@@ -174,18 +175,21 @@ static double device_peak(const k_ops *k)
     return 0.0;
 }
 
-/* Peak device memory in use, sampled after each step; 0 on the CPU. */
-static uint64_t device_used_peak(const k_ops *k)
+/* The rank's peak memory so far, sampled after each step: device memory in use
+ * on a GPU, the process's peak resident memory on the CPU. */
+static uint64_t memory_peak(const k_ops *k)
 {
-    static uint64_t peak;
 #ifdef ATOLL_HAVE_CUDA_KERNELS
+    static uint64_t peak;
     if (!strcmp(k->name, "cuda")) {
         uint64_t now = k_cuda_device_used_bytes();
         if (now > peak) peak = now;
+        return peak;
     }
 #endif
     (void)k;
-    return peak;
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) ? 0 : (uint64_t)ru.ru_maxrss * 1024; /* Linux reports KiB */
 }
 
 /* The step's metrics to this rank's supervisor (metrics_emit.h): every step,
@@ -201,14 +205,15 @@ static void emit_step(const step_stats *s, metrics_emit *emit, const dist *d)
         .compute_s = s->compute_s, .time_ms = wall_ms(), .checkpoint_iteration = s->checkpoint_iteration,
         .save_stall_s = s->save_stall_s, .save_s = s->save_s, .start_iteration = s->start_iteration,
         .startup_s = s->startup_s,
-        .device_bytes = s->device_bytes, .valid_loss = s->valid_loss,
+        .memory_bytes = s->memory_bytes, .valid_loss = s->valid_loss,
     };
     metrics_emit_step(emit, &rs);
 }
 
 /* Megatron's TensorBoard scalars under its tags: the learning rate, the loss
  * and the gradient norm by iteration and by consumed samples (the batch and
- * world sizes too with --log-batch/world-size-to-tensorboard), the throughput
+ * world sizes and rank 0's peak memory too with --log-batch-size/world-size/
+ * memory-to-tensorboard), the throughput
  * (TFLOP/s per GPU), iteration-time with --log-timers-to-tensorboard; and
  * atoll's MFU, tokens/s and measured pipeline bubble. */
 static void tb_step(const atoll_config *c, const step_stats *s, tb_writer *tb, int world)
@@ -217,6 +222,7 @@ static void tb_step(const atoll_config *c, const step_stats *s, tb_writer *tb, i
         { "learning-rate", s->lr, 1 }, { "lm loss", s->loss, 1 }, { "grad-norm", s->grad_norm, 1 },
         { "batch-size", s->batch, c->log_batch_size_to_tensorboard },
         { "world-size", world, c->log_world_size_to_tensorboard },
+        { "mem-max-allocated-bytes", (double)s->memory_bytes, c->log_memory_to_tensorboard },
     };
     for (size_t i = 0; i < sizeof both / sizeof both[0]; i++) {
         if (!both[i].on) continue;
@@ -426,7 +432,7 @@ static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errle
     s->flops_per_s = cfg_flops_per_token(c) * tokens / s->step_s;
     double peak = device_peak(r->m->k);
     s->peak = peak;
-    s->device_bytes = device_used_peak(r->m->k);
+    s->memory_bytes = memory_peak(r->m->k);
     s->mfu = peak > 0 ? s->flops_per_s / peak / r->d.size : -1.0;
     /* idle and transfer seconds of each stage over the step time (every rank
      * steps in lockstep, so this rank's step time stands for all) */

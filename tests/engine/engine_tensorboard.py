@@ -80,6 +80,7 @@ def main():
     tb = os.path.join(work, "runs", "tb")  # created with its parent
     subprocess.run(base + ["--tensorboard-dir", tb, "--log-validation-ppl-to-tensorboard", "--log-timers-to-tensorboard",
                            "--log-batch-size-to-tensorboard", "--log-world-size-to-tensorboard",
+                           "--log-memory-to-tensorboard",
                            "--rampup-batch-size", "2", "2", "4", "--metrics-file", os.path.join(work, "m.jsonl")],
                    check=True, stdout=subprocess.DEVNULL)
     files = glob.glob(os.path.join(tb, "events.out.tfevents.*"))
@@ -109,6 +110,9 @@ def main():
           f"'batch-size' follows --rampup-batch-size 2 2 4: {scalars.get('batch-size')}")
     check(scalars.get("world-size") == [(i, 1.0) for i in range(1, 7)] and len(scalars.get("world-size vs samples", [])) == 6,
           f"'world-size' 1 every iteration: {scalars.get('world-size')}")
+    mem = [v for _, v in scalars.get("mem-max-allocated-bytes", [])]
+    check(len(mem) == 6 and all(1e6 < v < 1e10 for v in mem) and mem == sorted(mem),
+          f"'mem-max-allocated-bytes' (the CPU rank's peak resident memory) every iteration, never falling: {mem[:2]}...")
     check(len(scalars.get("iteration-time", [])) == 6 and all(0 < v < 60 for _, v in scalars["iteration-time"]),
           "'iteration-time' in seconds with --log-timers-to-tensorboard")
     check(len(scalars.get("throughput", [])) == 6 and len(scalars.get("tokens-per-sec", [])) == 6,
@@ -128,7 +132,7 @@ def main():
     for ev in read_events(glob.glob(os.path.join(tb2, "events.out.tfevents.*"))[0], pb)[1:]:
         s2.setdefault(ev.summary.value[0].tag, []).append(ev.step)
     check(s2.get("lm loss") == [2, 4, 6] and "iteration-time" not in s2 and "lm loss validation ppl" not in s2
-          and "batch-size" not in s2 and "world-size" not in s2
+          and "batch-size" not in s2 and "world-size" not in s2 and "mem-max-allocated-bytes" not in s2
           and s2.get("lm loss validation") == [3, 6],
           f"--tensorboard-log-interval 2: 'lm loss' at {s2.get('lm loss')}, validation at {s2.get('lm loss validation')}")
 
