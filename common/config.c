@@ -109,6 +109,7 @@ static const key_def KEYS[] = {
     R("rotary-base", K_INT, rotary_base, 0, 2147483647.0, 0),
     F("disable-bias-linear", K_BOOL, disable_bias_linear),
     F("add-qkv-bias", K_BOOL, add_qkv_bias),
+    F("qk-layernorm", K_BOOL, qk_layernorm),
     F("group-query-attention", K_BOOL, group_query_attention),
     R("num-query-groups", K_INT, num_query_groups, 0, CFG_MAX_HEADS, 0),
     R("hidden-dropout", K_DOUBLE, hidden_dropout, 0, 1, 1),
@@ -276,7 +277,6 @@ static const struct {
     { "use-torch-fsdp2", 0, MG_REFUSED, NULL, "FSDP is not implemented; --use-distributed-optimizer shards the "
       "optimizer state over data-parallel ranks (ZeRO-1)" },
     { "fp8-format", 1, MG_REFUSED, NULL, "fp8 is not implemented; --bf16 is" },
-    { "qk-layernorm", 0, MG_REFUSED, NULL, "LayerNorm on queries and keys is not implemented" },
     { "apply-layernorm-1p", 0, MG_REFUSED, NULL, "LayerNorm weights are not stored offset by 1 (zero-centered)" },
     { "decoupled-lr", 1, MG_REFUSED, NULL, "one learning rate schedule (--lr, --min-lr) covers every parameter" },
     { "decoupled-min-lr", 1, MG_REFUSED, NULL, "one learning rate schedule (--lr, --min-lr) covers every parameter" },
@@ -1056,6 +1056,11 @@ static int validate_family(const atoll_config *c, char *err, size_t errlen)
              "--position-embedding-type rope too");
         return -1;
     }
+    if (c->qk_layernorm && !cfg_rmsnorm(c)) {
+        atoll_errf(err, errlen, "--qk-layernorm is implemented for the LLaMA family (--normalization RMSNorm "
+             "--swiglu --position-embedding-type rope): an RMSNorm on each query and key head, as Qwen3's");
+        return -1;
+    }
     if (c->swiglu && !cfg_rmsnorm(c)) {
         atoll_errf(err, errlen, "--swiglu comes with the LLaMA family: add --normalization RMSNorm "
              "--position-embedding-type rope");
@@ -1502,6 +1507,7 @@ double cfg_layer_params(const atoll_config *c)
     double bias = c->disable_bias_linear ? 0 : 1, norm = cfg_rmsnorm(c) ? h : 2 * h, up = c->swiglu ? 2 : 1;
     double qkv_bias = cfg_qkv_bias(c) ? 1 : 0;
     return 2 * norm                             /* ln_1, ln_2 / the RMSNorms */
+           + (c->qk_layernorm ? 2 * d : 0)      /* the query and key heads' RMSNorms */
            + (h * qkv + qkv_bias * qkv)         /* c_attn, or q, k, v (GQA: smaller k, v) */
            + (h * h + bias * h)                 /* attention output */
            + up * (h * f + bias * f)            /* c_fc, or SwiGLU's gate and up */

@@ -105,6 +105,7 @@ typedef struct atoll_config {
     int rotary_base;                   /* 10000 (0 reads as 10000: cfg_rotary_base) */
     int disable_bias_linear;
     int add_qkv_bias;                  /* biases on the query, key and value projections even so (Qwen2's) */
+    int qk_layernorm;                  /* an RMSNorm on each query and key head before rope (Qwen3's) */
     int group_query_attention, num_query_groups;
     double hidden_dropout, attention_dropout; /* 0 here; Megatron's default is 0.1 */
     /* the tokenizer the data was prepared with (recorded in checkpoints) */

@@ -40,6 +40,7 @@ static double act_bytes(const atoll_config *c, cfg_recompute rc)
      * its input and output: 4 sbf; SwiGLU gate, up and their product: 6 sbf) */
     double kv = (double)cfg_kv_groups(c) * (h / a), f = cfg_ffn(c);
     double split = s * b * (4 * h + 4 * kv + (c->swiglu ? 6 : 4) * f) / sbh; /* 24 for GPT-2 */
+    if (c->qk_layernorm) split += s * b * (2 * h + 2 * kv) / sbh; /* the queries and keys before their norms */
     switch (rc) {
     case RECOMPUTE_FULL:      return sp ? 2 * sbh / t : 2 * sbh;
     case RECOMPUTE_SELECTIVE: return sp ? (10 + split) * sbh / t : sbh * (10 + split / t);

@@ -233,6 +233,7 @@ static void model_info(jsonw *w, const atoll_config *c)
     jsonw_kint(w, "rotary_base", cfg_rotary_base(c));
     jsonw_kbool(w, "disable_bias_linear", c->disable_bias_linear);
     jsonw_kbool(w, "add_qkv_bias", c->add_qkv_bias);
+    jsonw_kbool(w, "qk_layernorm", c->qk_layernorm);
     jsonw_kbool(w, "group_query_attention", c->group_query_attention);
     jsonw_kint(w, "num_query_groups", cfg_kv_groups(c));
     jsonw_obj_end(w);
@@ -258,19 +259,21 @@ static void model_info(jsonw *w, const atoll_config *c)
 /* Hugging Face's config.json for a LLaMA-family checkpoint, so its
  * model.safetensors (Hugging Face's tensor names) loads with
  * LlamaForCausalLM.from_pretrained on the step directory; biases on q, k and v
- * alone (--disable-bias-linear --add-qkv-bias) are Qwen2's architecture, with
- * the same tensor names. */
+ * alone (--disable-bias-linear --add-qkv-bias) are Qwen2's architecture, and
+ * the query and key heads' norms (--qk-layernorm) Qwen3's, with the same
+ * tensor names (q_norm, k_norm besides). */
 static char *hf_llama_config(const atoll_config *c)
 {
-    int qwen2 = c->disable_bias_linear && c->add_qkv_bias;
+    int qwen3 = c->qk_layernorm, qwen2 = !qwen3 && c->disable_bias_linear && c->add_qkv_bias;
     jsonw w;
     jsonw_init(&w);
     jsonw_obj(&w);
     jsonw_key(&w, "architectures");
     jsonw_arr(&w);
-    jsonw_str(&w, qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM");
+    jsonw_str(&w, qwen3 ? "Qwen3ForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM");
     jsonw_arr_end(&w);
-    jsonw_kstr(&w, "model_type", qwen2 ? "qwen2" : "llama");
+    jsonw_kstr(&w, "model_type", qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama");
+    if (qwen3) jsonw_kint(&w, "head_dim", c->hidden_size / c->num_attention_heads);
     jsonw_kint(&w, "hidden_size", c->hidden_size);
     jsonw_kint(&w, "intermediate_size", cfg_ffn(c));
     jsonw_kint(&w, "num_hidden_layers", c->num_layers);
@@ -284,7 +287,7 @@ static char *hf_llama_config(const atoll_config *c)
     jsonw_kbool(&w, "tie_word_embeddings", !c->untie_embeddings_and_output_weights);
     jsonw_kbool(&w, "attention_bias", !c->disable_bias_linear);
     jsonw_kbool(&w, "mlp_bias", !c->disable_bias_linear);
-    if (qwen2) jsonw_kbool(&w, "use_sliding_window", 0);
+    if (qwen2 || qwen3) jsonw_kbool(&w, "use_sliding_window", 0);
     jsonw_kstr(&w, "torch_dtype", "float32");
     jsonw_obj_end(&w);
     return jsonw_take(&w);

@@ -432,10 +432,11 @@ int dist_sync_grads(dist *d, eng_model *m, dist_optim *o)
     if (d->acc && det_dp_sum(d, m)) return -1;
     /* Every comm call below is ordered after the kernels queued before it
      * (comm.h), the ZeRO copy into gbuf included. */
-    /* Sequence parallel: each TP rank saw only its rows of the LayerNorms. */
+    /* Sequence parallel: each TP rank saw only its rows of the LayerNorms; the
+     * heads' norms (--qk-layernorm) only its heads, with or without it. */
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
-        if (eng_param_sp_partial(m, p) &&
+        if (eng_param_tp_partial(m, p) &&
             comm_allreduce(d->g[GROUP_TP], m->grads + p->offset, p->numel, COMM_SUM))
             return -1;
     }

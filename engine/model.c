@@ -129,6 +129,12 @@ static void tb_layer_llama(table_builder *tb, const atoll_config *c, int l, int 
     tb_linear(tb, "model.layers.%d.self_attn.k_proj", l, kv, h, 0, std, cfg_qkv_bias(c), chunk);
     tb_linear(tb, "model.layers.%d.self_attn.v_proj", l, kv, h, 0, std, cfg_qkv_bias(c), chunk);
     tb_linear(tb, "model.layers.%d.self_attn.o_proj", l, h, h, 1, out_std, bias, chunk);
+    if (c->qk_layernorm) { /* Qwen3's: one weight per head dim, shared by every head */
+        snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", l);
+        tb_norm(tb, nm, h / c->num_attention_heads, 1, chunk)->head_norm = 1;
+        snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", l);
+        tb_norm(tb, nm, h / c->num_attention_heads, 1, chunk)->head_norm = 1;
+    }
     snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
     tb_norm(tb, nm, h, 1, chunk);
     tb_linear(tb, "model.layers.%d.mlp.gate_proj", l, f, h, 0, std, bias, chunk);
@@ -251,6 +257,7 @@ static void set_views(eng_model *m, eng_chunk *ch, eng_views *v, void *base, siz
             V_(k_w, "self_attn.k_proj.weight"); V_(k_b, "self_attn.k_proj.bias");
             V_(v_w, "self_attn.v_proj.weight"); V_(v_b, "self_attn.v_proj.bias");
             V_(proj_w, "self_attn.o_proj.weight"); V_(proj_b, "self_attn.o_proj.bias");
+            V_(qn_w, "self_attn.q_norm.weight"); V_(kn_w, "self_attn.k_norm.weight");
             V_(ln2_w, "post_attention_layernorm.weight");
             V_(gate_w, "mlp.gate_proj.weight"); V_(gate_b, "mlp.gate_proj.bias");
             V_(fc_w, "mlp.up_proj.weight"); V_(fc_b, "mlp.up_proj.bias");
@@ -308,6 +315,11 @@ static void layer_acts_carve(const eng_model *m, carver *cv, eng_layer_acts *la,
     la->fch = carve(cv, N * F * E);
     la->fcg = carve(cv, N * F * E);
     la->fcu = m->llama ? carve(cv, N * F * E) : NULL;
+    size_t KV = (size_t)m->NG * m->HD;
+    la->qpre = m->qk_norm ? carve(cv, N * Cl * E) : NULL;
+    la->kpre = m->qk_norm ? carve(cv, N * KV * E) : NULL;
+    la->q_rstd = m->qk_norm ? carve_f32(cv, N * (size_t)m->NH) : NULL;
+    la->k_rstd = m->qk_norm ? carve_f32(cv, N * (size_t)m->NG) : NULL;
 }
 
 /* The backward workspace; `att_ws`: fp32 attention's [B, NH, T, T] scratch. */
@@ -367,6 +379,7 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     m->HD = cfg->hidden_size / cfg->num_attention_heads;
     m->llama = cfg_rmsnorm(cfg);
     m->rope = cfg_rope(cfg);
+    m->qk_norm = cfg->qk_layernorm && m->llama;
     m->F = cfg_ffn(cfg) / lay->tp_size;
     m->V = cfg->vocab_size / lay->tp_size;
     m->vocab_offset = m->V * lay->tp_rank;
@@ -559,7 +572,10 @@ void eng_logits_to_host(eng_model *m, const eng_acts *a, float *host)
     free(h16);
 }
 
-int eng_param_sp_partial(const eng_model *m, const eng_param *p) { return m->sp && p->norm; }
+int eng_param_tp_partial(const eng_model *m, const eng_param *p)
+{
+    return (m->sp && p->norm) || (m->tp_size > 1 && p->head_norm);
+}
 
 void eng_set_step(eng_model *m, uint64_t seed, long long iteration, int training)
 {
@@ -583,6 +599,22 @@ static void op_norm(const eng_model *m, void *out, float *mean, float *rstd, con
     } else {
         m->k->layernorm_forward(out, mean, rstd, x, w, b, m->R, m->C);
     }
+}
+
+/* RMSNorm over each head: `rows` rows of head dim (--qk-layernorm) */
+static void op_head_norm(const eng_model *m, void *out, float *rstd, const void *x, const void *w, int rows)
+{
+    if (m->bf16) m->k->rmsnorm_forward_bf16(out, rstd, x, w, rows, m->HD);
+    else m->k->rmsnorm_forward(out, rstd, x, w, rows, m->HD);
+}
+
+/* dx = d/dx (overwritten), dw accumulates (fp32) */
+static void op_head_norm_bwd(const eng_model *m, void *dx, void *dw, const void *dout, const void *x, const void *w,
+                             const float *rstd, int rows)
+{
+    m->k->zero(dx, (size_t)rows * m->HD * m->act_bytes);
+    if (m->bf16) m->k->rmsnorm_backward_bf16(dx, dw, dout, x, w, rstd, rows, m->HD);
+    else m->k->rmsnorm_backward(dx, dw, dout, x, w, rstd, rows, m->HD);
 }
 
 /* dx += d/dx; dw, db accumulate (fp32) */
@@ -841,14 +873,19 @@ static const void *ln_gathered(eng_model *m, void *ln, float *mean, float *rstd,
 /* ---- forward ---- */
 
 /* qkv of the attention from the gathered norm output: c_attn (GPT-2), or
- * q_proj, k_proj, v_proj packed into the same layout (LLaMA); then the rotary
- * embedding on queries and keys. */
+ * q_proj, k_proj, v_proj packed into the same layout (LLaMA; with
+ * --qk-layernorm each query and key head through its RMSNorm first); then the
+ * rotary embedding on queries and keys. */
 static void qkv_forward(eng_model *m, const eng_layer_w *w, eng_layer_acts *la, const void *ln)
 {
     int N = m->B * m->T, C = m->C, Cl = m->NH * m->HD, KV = m->NG * m->HD;
     if (m->llama) {
-        op_matmul(m, m->ws_q, NULL, ln, w->q_w, w->q_b, N, C, Cl);
-        op_matmul(m, m->ws_k, NULL, ln, w->k_w, w->k_b, N, C, KV);
+        op_matmul(m, m->qk_norm ? la->qpre : m->ws_q, NULL, ln, w->q_w, w->q_b, N, C, Cl);
+        op_matmul(m, m->qk_norm ? la->kpre : m->ws_k, NULL, ln, w->k_w, w->k_b, N, C, KV);
+        if (m->qk_norm) {
+            op_head_norm(m, m->ws_q, la->q_rstd, la->qpre, w->qn_w, N * m->NH);
+            op_head_norm(m, m->ws_k, la->k_rstd, la->kpre, w->kn_w, N * m->NG);
+        }
         op_matmul(m, m->ws_v, NULL, ln, w->v_w, w->v_b, N, C, KV);
         if (m->bf16) m->k->qkv_pack_bf16(la->qkv, m->ws_q, m->ws_k, m->ws_v, N, m->NH, m->NG, m->HD);
         else m->k->qkv_pack(la->qkv, m->ws_q, m->ws_k, m->ws_v, N, m->NH, m->NG, m->HD);
@@ -1043,9 +1080,11 @@ int eng_loss_sum(eng_model *m, const eng_acts *a, double *loss_sum)
 /* ---- backward ---- */
 
 /* d(norm output) [N, C] into ws_dln from the gradient of q, k, v (in
- * ws_dqkv, attention's layout): the rotary embedding turned back, then the
- * input gradients of c_attn, or of q_proj, k_proj and v_proj summed. */
-static void qkv_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w *g, const void *ln)
+ * ws_dqkv, attention's layout): the rotary embedding turned back (and the
+ * query and key heads' norms), then the input gradients of c_attn, or of
+ * q_proj, k_proj and v_proj summed. */
+static void qkv_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w *g, const eng_layer_acts *la,
+                         const void *ln)
 {
     int N = m->B * m->T, C = m->C, Cl = m->NH * m->HD, KV = m->NG * m->HD;
     size_t NC = (size_t)N * C;
@@ -1056,8 +1095,17 @@ static void qkv_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w *
     }
     if (m->bf16) m->k->qkv_unpack_bf16(m->ws_q, m->ws_k, m->ws_v, m->ws_dqkv, N, m->NH, m->NG, m->HD);
     else m->k->qkv_unpack(m->ws_q, m->ws_k, m->ws_v, m->ws_dqkv, N, m->NH, m->NG, m->HD);
-    op_matmul_bwd(m, m->ws_dln, g->q_w, g->q_b, m->ws_q, ln, w->q_w, N, C, Cl);
-    op_matmul_bwd(m, m->ws_dtmp, g->k_w, g->k_b, m->ws_k, ln, w->k_w, N, C, KV);
+    const void *dq = m->ws_q, *dk = m->ws_k;
+    if (m->qk_norm) { /* ws_dtmp and then ws_q are free until their turn below */
+        op_head_norm_bwd(m, m->ws_dtmp, g->qn_w, m->ws_q, la->qpre, w->qn_w, la->q_rstd, N * m->NH);
+        dq = m->ws_dtmp;
+    }
+    op_matmul_bwd(m, m->ws_dln, g->q_w, g->q_b, dq, ln, w->q_w, N, C, Cl);
+    if (m->qk_norm) {
+        op_head_norm_bwd(m, m->ws_q, g->kn_w, m->ws_k, la->kpre, w->kn_w, la->k_rstd, N * m->NG);
+        dk = m->ws_q;
+    }
+    op_matmul_bwd(m, m->ws_dtmp, g->k_w, g->k_b, dk, ln, w->k_w, N, C, KV);
     op_add(m, m->ws_dln, m->ws_dtmp, NC);
     op_matmul_bwd(m, m->ws_dtmp, g->v_w, g->v_b, m->ws_v, ln, w->v_w, N, C, KV);
     op_add(m, m->ws_dln, m->ws_dtmp, NC);
@@ -1115,7 +1163,7 @@ static int layer_backward(eng_model *m, const eng_acts *a, int layer, const eng_
     op_matmul_bwd(m, m->ws_datty, g->proj_w, g->proj_b, dfull, la->atty, w->proj_w, N, Cl, C);
     op_attention_bwd(m, a, m->ws_dqkv, m->ws_datty, la, att, ad);
     if (!(ln = ln_full(m, la->ln1))) return -1;
-    qkv_backward(m, w, g, ln);
+    qkv_backward(m, w, g, la, ln);
     if (scatter_sum(m, m->ws_dln, dln)) return -1;
     op_norm_bwd(m, dres, g->ln1_w, g->ln1_b, dln, x, w->ln1_w, la->ln1_mean, la->ln1_rstd);
     return 0;

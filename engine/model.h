@@ -67,6 +67,7 @@ typedef struct eng_param {
     int decay;                 /* weight decay applies (2-D weights, not biases/LN) */
     int tied_copy;             /* the last stage's copy of wte: not saved, grad shared */
     int norm;                  /* a LayerNorm/RMSNorm weight or bias (sequence-parallel partial grads) */
+    int head_norm;             /* a norm over each head (--qk-layernorm): a TP rank's grad covers its heads */
     int layer;                 /* the transformer layer it belongs to; -1: embeddings, final norm, head */
     int chunk;
 } eng_param;
@@ -81,6 +82,7 @@ typedef struct eng_layer_w {
     void *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
     void *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
     void *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *gate_w, *gate_b;
+    void *qn_w, *kn_w;          /* --qk-layernorm: the query and key heads' RMSNorm weights [head dim] */
 } eng_layer_w;
 
 /* Views of one chunk's tensors into params16/params (w) or grads (g). */
@@ -111,6 +113,7 @@ typedef struct eng_model {
     int NG;                     /* local key/value groups (NH with plain multi-head attention) */
     int llama;                  /* the LLaMA family: RMSNorm, SwiGLU, q/k/v apart, Hugging Face names */
     int rope;                   /* rotary positions (no wpe) */
+    int qk_norm;                /* --qk-layernorm: RMSNorm on each query and key head before rope */
     /* dropout of the current training step (eng_set_step); off in evaluation */
     int drop_on;
     uint64_t drop_key;          /* (seed, iteration) mixed */
@@ -172,6 +175,8 @@ typedef struct eng_layer_acts {
     void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fcg;
     void *fcu;                  /* SwiGLU: the up projection (fch is the gate, fcg silu(gate)*up) */
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *att, *lse;
+    void *qpre, *kpre;          /* --qk-layernorm: queries and keys before their norms, and the norms' */
+    float *q_rstd, *k_rstd;     /* 1/rms per token and head */
 } eng_layer_acts;
 
 typedef struct eng_acts {
@@ -244,9 +249,10 @@ void *eng_output(eng_model *m, eng_acts *a);
 size_t eng_boundary_bytes(const eng_model *m);
 /* The last chunk's logits of the micro-batch as fp32 [B*T, V] in host memory. */
 void eng_logits_to_host(eng_model *m, const eng_acts *a, float *host);
-/* 1 for tensors whose gradient is a partial sum per TP rank under sequence
- * parallel (the LayerNorms): the trainer all-reduces them over TP. */
-int eng_param_sp_partial(const eng_model *m, const eng_param *p);
+/* 1 for tensors whose gradient is a partial sum per TP rank: the LayerNorms
+ * under sequence parallel, the heads' norms (--qk-layernorm) whenever tp > 1.
+ * The trainer all-reduces them over TP. */
+int eng_param_tp_partial(const eng_model *m, const eng_param *p);
 
 /* Backward of one micro-batch through one chunk; parameter gradients accumulate
  * into m->grads. Last chunk: each token loss is weighted by `dloss` (1/tokens of

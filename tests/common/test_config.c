@@ -602,6 +602,16 @@ static void test_megatron_flags(void)
         CHECK((parse(&c, line, err, sizeof err) == -1 || cfg_validate_training(&c, err, sizeof err) == -1) &&
                   strstr(err, refused[i].says), "%s: '%s'", refused[i].flags, err);
     }
+    /* --qk-layernorm: the LLaMA family's, two weights of the head dimension more per layer */
+    snprintf(line, sizeof line, "%s--qk-layernorm", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == -1 &&
+              strstr(err, "--qk-layernorm is implemented for the LLaMA family"), "GPT with --qk-layernorm: %s", err);
+    snprintf(line, sizeof line, "%s--normalization RMSNorm --swiglu --position-embedding-type rope", model);
+    CHECK(parse(&plain, line, err, sizeof err) == 0, "LLaMA: %s", err);
+    snprintf(line, sizeof line, "%s--normalization RMSNorm --swiglu --position-embedding-type rope --qk-layernorm", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == 0 &&
+              cfg_layer_params(&c) == cfg_layer_params(&plain) + 2 * 16, "LLaMA with --qk-layernorm: %s (%g vs %g)", err,
+          cfg_layer_params(&c), cfg_layer_params(&plain));
     /* --account-for-embedding/loss-in-pipeline-split: the split that counts them as layers, as Megatron's */
     const char *split = "--num-layers 30 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
                         "--pipeline-model-parallel-size 4 --account-for-embedding-in-pipeline-split";

@@ -4,7 +4,7 @@ initial weights: step-1 logits, loss and every parameter gradient to 1e-5
 relative, then the losses of 5 AdamW steps (clipping, weight decay groups and
 the LR schedule included) to 1e-5.
 
-usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [--llama [--qkv-bias]] [--eod-mask] [--documents]
+usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [--llama [--qkv-bias] [--qk-norm]] [--eod-mask] [--documents]
                           [ATOLL-TRAIN FLAGS...]
 (--untie: a separate lm_head.weight instead of the output layer tied to wte;
 --llama: the LLaMA family (RMSNorm, SwiGLU, rotary positions, grouped-query
@@ -23,7 +23,9 @@ each end-of-document token at i, rows i+1.. lose columns ..i and positions
 restart at 0 (learned positions only: rotary ones count from the sample's
 start, as in Megatron); --qkv-bias (with --llama): --add-qkv-bias, biases on
 q, k and v alone as Hugging Face's Qwen2ForCausalLM has them, the checkpoint's
-config.json naming that architecture. Any other argument goes to atoll-train,
+config.json naming that architecture; --qk-norm (with --llama): --qk-layernorm,
+an RMSNorm over each query and key head before the rotary embedding, as
+Qwen3ForCausalLM's q_norm and k_norm, config.json naming Qwen3. Any other argument goes to atoll-train,
 e.g. --device cuda for the GPU run.)
 """
 import json
@@ -45,6 +47,7 @@ TOL = 1e-5
 EOD_MASK = False  # --eod-mask
 DOCUMENTS = False  # --documents
 QKV_BIAS = False  # --qkv-bias
+QK_NORM = False  # --qk-norm
 
 
 def ltor_masks_and_position_ids(tokens):
@@ -147,8 +150,10 @@ def llama_loss(p, tokens, targets, want_logits=False):
         w = lambda s: p[f"model.layers.{l}.{s}"]
         h = rms_norm(x, w("input_layernorm.weight"))
         proj = lambda n: h @ w(f"self_attn.{n}_proj.weight").T + (w(f"self_attn.{n}_proj.bias") if QKV_BIAS else 0)
-        q = proj("q").view(B, T, NH, hd).transpose(1, 2)
-        k = proj("k").view(B, T, KV, hd).transpose(1, 2)
+        q, k = proj("q").view(B, T, NH, hd), proj("k").view(B, T, KV, hd)
+        if QK_NORM:  # Qwen3: over each head's hd values, one weight for every head
+            q, k = rms_norm(q, w("self_attn.q_norm.weight")), rms_norm(k, w("self_attn.k_norm.weight"))
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = proj("v").view(B, T, KV, hd).transpose(1, 2)
         q, k = rotate(q), rotate(k)
         k, v = k.repeat_interleave(NH // KV, dim=1), v.repeat_interleave(NH // KV, dim=1)
@@ -175,6 +180,8 @@ def llama_shapes():
                     pre + "self_attn.v_proj.weight": [KV * hd, H], pre + "self_attn.o_proj.weight": [H, NH * hd],
                     pre + "mlp.gate_proj.weight": [FFN, H], pre + "mlp.up_proj.weight": [FFN, H],
                     pre + "mlp.down_proj.weight": [H, FFN]})
+        if QK_NORM:
+            out.update({pre + "self_attn.q_norm.weight": [hd], pre + "self_attn.k_norm.weight": [hd]})
         if QKV_BIAS:
             out.update({pre + "self_attn.q_proj.bias": [NH * hd], pre + "self_attn.k_proj.bias": [KV * hd],
                         pre + "self_attn.v_proj.bias": [KV * hd]})
@@ -196,13 +203,15 @@ def lr_at(it):
 
 def main():
     train, work = sys.argv[1], sys.argv[2]
-    global EOD_MASK, DOCUMENTS, QKV_BIAS
+    global EOD_MASK, DOCUMENTS, QKV_BIAS, QK_NORM
     llama = "--llama" in sys.argv[3:]
     untie = "--untie" in sys.argv[3:] or llama
     EOD_MASK = "--eod-mask" in sys.argv[3:]
     DOCUMENTS = "--documents" in sys.argv[3:]
     QKV_BIAS = "--qkv-bias" in sys.argv[3:] and llama
-    extra = [a for a in sys.argv[3:] if a not in ("--untie", "--llama", "--eod-mask", "--documents", "--qkv-bias")]
+    QK_NORM = "--qk-norm" in sys.argv[3:] and llama
+    extra = [a for a in sys.argv[3:]
+             if a not in ("--untie", "--llama", "--eod-mask", "--documents", "--qkv-bias", "--qk-norm")]
     model_loss = llama_loss if llama else gpt_loss
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -220,6 +229,7 @@ def main():
                 str(int(ROPE_BASE)), "--disable-bias-linear", "--group-query-attention", "--num-query-groups",
                 str(KV), "--ffn-hidden-size", str(FFN), "--save", os.path.join(work, "ckpt")]
         cmd += ["--add-qkv-bias"] if QKV_BIAS else []
+        cmd += ["--qk-layernorm"] if QK_NORM else []
     if EOD_MASK or DOCUMENTS:
         # documents of 2 to 12 bytes: several end inside every 16-token sample
         docs = os.path.join(work, "docs.jsonl")
@@ -305,11 +315,17 @@ def main():
         ck = read_safetensors(os.path.join(step, "model.safetensors"))
         with open(os.path.join(step, "config.json")) as f:
             hf = json.load(f)
-        want = {"architectures": ["Qwen2ForCausalLM" if QKV_BIAS else "LlamaForCausalLM"],
-                "model_type": "qwen2" if QKV_BIAS else "llama", "hidden_size": H, "intermediate_size": FFN,
+        arch = "qwen3" if QK_NORM else "qwen2" if QKV_BIAS else "llama"
+        want = {"architectures": [{"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM"}.get(arch, "LlamaForCausalLM")],
+                "model_type": arch, "hidden_size": H, "intermediate_size": FFN,
                 "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": KV, "vocab_size": V,
                 "rope_theta": ROPE_BASE, "rms_norm_eps": RMS_EPS, "tie_word_embeddings": False,
                 "attention_bias": False, "hidden_act": "silu"}
+        if QK_NORM:
+            want["head_dim"] = H // NH
+        with open(os.path.join(step, "manifest.json")) as f:  # what --use-checkpoint-args and generate rebuild
+            if json.load(f)["model"].get("qk_layernorm") != QK_NORM:
+                failures.append("manifest.json's model does not record qk_layernorm")
         if any(hf.get(k) != v for k, v in want.items()):
             failures.append(f"config.json is not the LlamaConfig of this model: {hf}")
         if {k: list(v.shape) for k, v in ck.items()} != llama_shapes():

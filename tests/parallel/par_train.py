@@ -31,7 +31,7 @@ MODEL = ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 2
          "--micro-batch-size 2 --global-batch-size 16 --train-iters 10 --lr 1e-3 --lr-warmup-iters 2 "
          "--log-interval 1 --seed 7").split()
 LLAMA = ("--normalization RMSNorm --swiglu --position-embedding-type rope --group-query-attention "
-         "--num-query-groups 2 --disable-bias-linear --add-qkv-bias --untie-embeddings-and-output-weights "
+         "--num-query-groups 2 --disable-bias-linear --add-qkv-bias --qk-layernorm --untie-embeddings-and-output-weights "
          "--ffn-hidden-size 96 "
          "--hidden-dropout 0.1 --attention-dropout 0.1 --split 7,3,0 --eval-interval 5 --eval-iters 2").split()
 ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1", ATOLL_COMM_TIMEOUT_MS="60000")
@@ -277,6 +277,15 @@ def main():
           "the loss (%s vs %s)" % (lref.get(1, {}).get("loss"), drop.get(1, {}).get("loss")))
     for name, n, flags in matrix + [("tp2_pp2_dp2_vpp_sp_zero1_selective", 8, tp2 + pp2 + vpp + sp + zero + sel)]:
         compare("llama " + name, lref, train("llama_" + name, n, *(llama + flags)))
+    # the heads' norms (--qk-layernorm): each TP rank's gradient covers its heads, the ranks sum them, so a
+    # tp2 save holds the single rank's weights (left unsummed they drift ~1e-2 apart, the losses barely move)
+    lck = [os.path.join(WORK, "llama_ck_" + n) for n in ("single", "tp2")]
+    for d in lck:
+        shutil.rmtree(d, ignore_errors=True)
+    train("llama_save_single", 1, *(llama + ["--save", lck[0]]))
+    train("llama_save_tp2", 2, *(llama + tp2 + ["--save", lck[1]]))
+    same_tensors("LLaMA tp2 model.safetensors (q_norm, k_norm summed over TP)",
+                 *[os.path.join(d, "iter_0000010", "model.safetensors") for d in lck])
 
     ck = os.path.join(WORK, "ckpt")
     shutil.rmtree(ck, ignore_errors=True)
