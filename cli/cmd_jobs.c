@@ -460,10 +460,15 @@ static void print_job(const Atoll__Job *j)
                j->dp, j->vpp, j->world, full);
     else
         printf("  layout: tp=%d pp=%d dp=%d vpp=%d on %d ranks", j->tp, j->pp, j->dp, j->vpp, full);
-    if (j->spec)
-        printf(" (model: %d layers, hidden %d, %d heads, seq %d; micro-batch %d, global batch %d)",
+    if (j->spec) {
+        printf(" (model: %d layers, hidden %d, %d heads, seq %d; micro-batch %d, global batch %d",
                j->spec->num_layers, j->spec->hidden_size, j->spec->num_attention_heads, j->spec->seq_length,
                j->spec->micro_batch_size, j->spec->global_batch_size);
+        unsigned long long r[3];
+        if (j->spec->rampup_batch_size && sscanf(j->spec->rampup_batch_size, "%llu %llu %llu", &r[0], &r[1], &r[2]) == 3)
+            printf(" from %llu, +%llu over %llu samples", r[0], r[1], r[2]);
+        printf(")");
+    }
     if (j->spec && j->spec->n_env) {
         printf("\n  environment (--env):");
         for (size_t i = 0; i < j->spec->n_env; i++)

@@ -158,6 +158,7 @@ print(len(f), open(f[0], 'rb').read().count(b'\n\x07lm loss\x15') if f else 0)" 
   local rid rb rt; rid=$(head -1 "$TMP/ramp.out")
   rb=$(atoll logs "$rid" --rank 0 | grep -o "global batch size: *[0-9]*" | awk '{printf "%s ", $4}')
   [ "$rb" = "2 2 4 6 8 8 8 " ] || fail "the ramp's batches: '$rb'"
+  atoll status "$rid" | grep -q "global batch 8 from 2, +2 over 12 samples)" || fail "status of the ramp: $(atoll status "$rid")"
   rt=$(atoll metrics "$rid" --json | json "' '.join('%.3f' % s['bubble_theory'] for s in d['steps'])")
   [ "$rt" = "0.500 0.500 0.333 0.250 0.200 0.200 0.200" ] || fail "the ramp's bubble theory by step: '$rt'"
   ok "--rampup-batch-size through the coordinator: batches $rb, ideal bubble by step $rt"
