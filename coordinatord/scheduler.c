@@ -504,8 +504,14 @@ static int try_place(coord *c, busy_ctx *b, const atoll_config *cfg, Atoll__JobL
 
 int sched_dp_fits(const atoll_config *cfg, int dp)
 {
-    int micro = cfg->micro_batch_size > 0 ? cfg->global_batch_size / cfg->micro_batch_size : 0;
-    return dp >= 1 && micro > 0 && micro % dp == 0;
+    int64_t world = (int64_t)cfg->tensor_model_parallel_size * cfg->pipeline_model_parallel_size * dp;
+    if (dp < 1 || world > CFG_MAX_RANKS) return 0;
+    /* the one validator's rules for that size: whole micro-batches per DP rank, a multiple of pp of them
+     * when interleaved, and every batch of a --rampup-batch-size ramp whole too */
+    atoll_config small = *cfg;
+    small.num_gpus = (int)world;
+    char why[512];
+    return cfg_validate_layout(&small, small.num_gpus, 0, why, sizeof why) == 0;
 }
 
 /* The job's placement: its full size, or for a restart the largest data-parallel

@@ -31,7 +31,8 @@ int sched_place(const atoll_config *cfg, int world, const sched_node *nodes, int
 int sched_groups(const char *rank_order, int tp, int pp, int dp, Atoll__JobLayout *out, msg_arena *a,
                  char *err, size_t errlen);
 
-/* 1 when data-parallel size dp keeps the job's global batch (whole micro-batches per DP rank). */
+/* 1 when data-parallel size dp keeps the job's global batch: the layout rules
+ * (cfg_validate_layout) for tp x pp x dp ranks, as the ranks will check them. */
 int sched_dp_fits(const atoll_config *cfg, int dp);
 /* The largest data-parallel size up to the job's own that the cluster could
  * place it with now (its current slots counted free), or dp_now when none is larger. */

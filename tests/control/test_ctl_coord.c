@@ -470,6 +470,26 @@ static void test_series_settled(void)
     two_nodes_free(&c, &w1, &w2, &cli);
 }
 
+/* The data-parallel sizes a restart may shrink to (or grow back to) are those
+ * the ranks accept: whole micro-batches per DP rank, a multiple of pp of them
+ * when interleaved, and every batch of a --rampup-batch-size ramp whole. */
+static void test_dp_fits(void)
+{
+    atoll_config cfg;
+    base_cfg(&cfg); /* tp 2, pp 2, global batch 16, micro-batch 1 */
+    CHECK(sched_dp_fits(&cfg, 4) && sched_dp_fits(&cfg, 2) && !sched_dp_fits(&cfg, 3) && !sched_dp_fits(&cfg, 0),
+          "global batch 16: dp 4 and 2, not 3 or 0");
+    cfg.global_batch_size = 24;
+    snprintf(cfg.rampup_batch_size, sizeof cfg.rampup_batch_size, "4 4 100");
+    CHECK(sched_dp_fits(&cfg, 4) && sched_dp_fits(&cfg, 2) && !sched_dp_fits(&cfg, 3),
+          "a ramp from 4 by 4 to 24: dp 3 divides 24 but not 4");
+    cfg.rampup_batch_size[0] = 0;
+    cfg.global_batch_size = 36;
+    cfg.num_layers_per_virtual_pipeline_stage = 1; /* 2 chunks per stage */
+    CHECK(sched_dp_fits(&cfg, 6) && !sched_dp_fits(&cfg, 4) && sched_dp_fits(&cfg, 2),
+          "interleaved: 36 / dp 4 = 9 micro-batches, not a multiple of pp 2");
+}
+
 /* Submissions are checked against the largest GPU and NVLink island of the
  * nodes that are not dead; the coordinator keeps that view between submissions
  * and computes it again when a node registers, changes hardware or dies. */
@@ -1421,6 +1441,7 @@ int main(int argc, char **argv)
     test_slurm_states();
     test_shrink_memory();
     test_series_settled();
+    test_dp_fits();
     test_queue_order();
     test_dependency();
     test_backfill_limits();
