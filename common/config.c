@@ -120,6 +120,7 @@ static const key_def KEYS[] = {
     R("make-vocab-size-divisible-by", K_INT, make_vocab_size_divisible_by, 0, CFG_MAX_VOCAB, 0),
     /* Megatron spellings of the settings above (cfg_resolve_megatron) */
     F("rampup-batch-size", K_RAMP, rampup_batch_size),
+    F("decrease-batch-size-if-needed", K_BOOL, decrease_batch_size_if_needed),
     F("train-samples", K_U64, train_samples),
     F("lr-decay-samples", K_U64, lr_decay_samples),
     F("lr-warmup-samples", K_U64, lr_warmup_samples),
@@ -1231,6 +1232,21 @@ int cfg_global_batch(const atoll_config *c, int dp)
     return g > 0 && g <= CFG_MAX_GLOBAL_BATCH ? (int)g : 0;
 }
 
+/* The samples a step of dp ranks can take at a time: a micro-batch on each DP
+ * rank, pp of them when interleaved (whole rounds of the schedule). */
+static int64_t batch_unit(const atoll_config *c, int dp)
+{
+    int64_t u = (int64_t)c->micro_batch_size * dp;
+    return c->num_layers_per_virtual_pipeline_stage ? u * c->pipeline_model_parallel_size : u;
+}
+
+/* --decrease-batch-size-if-needed: the batch down to a whole number of units */
+static int64_t running_batch(const atoll_config *c, int dp, int64_t batch)
+{
+    int64_t u = batch_unit(c, dp);
+    return c->decrease_batch_size_if_needed && u > 0 ? batch / u * u : batch;
+}
+
 int cfg_rampup(const atoll_config *c, int *start, int *increment, uint64_t *samples)
 {
     unsigned long long a = 0, b = 0, n = 0;
@@ -1261,7 +1277,7 @@ int cfg_batch_at(const atoll_config *c, int dp, uint64_t consumed)
 {
     int gbs = cfg_global_batch(c, dp), start, inc;
     uint64_t samples, n = ramp_increments(c, gbs, &start, &inc, &samples);
-    return n ? start + inc * (int)ramp_level(consumed, n, samples) : gbs;
+    return (int)running_batch(c, dp, n ? start + inc * (int)ramp_level(consumed, n, samples) : gbs);
 }
 
 /* Steps from the start while at most `limit` samples are consumed and fewer
@@ -1298,7 +1314,9 @@ uint64_t cfg_samples_after(const atoll_config *c, int dp, long long iters)
 int cfg_micro_batches(const atoll_config *c, int dp)
 {
     int64_t per_step = (int64_t)c->micro_batch_size * dp, gbs = cfg_global_batch(c, dp);
-    if (per_step <= 0 || gbs <= 0 || gbs % per_step) return 0;
+    if (per_step <= 0 || gbs <= 0) return 0;
+    gbs = running_batch(c, dp, gbs);
+    if (!gbs || gbs % per_step) return 0;
     return (int)(gbs / per_step);
 }
 
@@ -1411,9 +1429,24 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
              "of %d; give --global-batch-size", c->micro_batch_size, dp, (long long)per_step, CFG_MAX_GLOBAL_BATCH);
         return -1;
     }
-    if (gbs % per_step) {
+    int64_t unit = batch_unit(c, dp);
+    int start, inc;
+    uint64_t ramp_samples;
+    int ramp = cfg_rampup(c, &start, &inc, &ramp_samples);
+    if (c->decrease_batch_size_if_needed) { /* each step's batch rounds down to whole units: at least one */
+        if (gbs < unit || (ramp && start < unit)) {
+            atoll_errf(err, errlen, "--decrease-batch-size-if-needed: the %s %d is less than micro-batch * dp = "
+                 "%d*%d%s = %lld, the fewest samples a step of this layout takes; use a smaller layout or a larger "
+                 "batch", gbs < unit ? "--global-batch-size" : "ramp's first batch", gbs < unit ? gbs : start,
+                 c->micro_batch_size, dp, c->num_layers_per_virtual_pipeline_stage ? " times pp (interleaved)" : "",
+                 (long long)unit);
+            return -1;
+        }
+        ramp = 0;
+    } else if (gbs % per_step) {
         atoll_errf(err, errlen, "--global-batch-size %d is not divisible by micro-batch * dp = %d*%d = %lld; use a "
-             "multiple of %lld", gbs, c->micro_batch_size, dp, (long long)per_step, (long long)per_step);
+             "multiple of %lld (or --decrease-batch-size-if-needed to train on the largest batch that is)", gbs,
+             c->micro_batch_size, dp, (long long)per_step, (long long)per_step);
         return -1;
     }
     int m = cfg_micro_batches(c, dp);
@@ -1422,10 +1455,7 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
              "--pipeline-model-parallel-size %d", m, pp);
         return -1;
     }
-    int start, inc;
-    uint64_t ramp_samples;
-    if (cfg_rampup(c, &start, &inc, &ramp_samples) && start < gbs) { /* each batch of the ramp: START + k x INCREMENT */
-        int64_t unit = per_step * (c->num_layers_per_virtual_pipeline_stage ? pp : 1);
+    if (ramp && start < gbs) { /* each batch of the ramp: START + k x INCREMENT */
         if (start % unit || inc % unit) {
             atoll_errf(err, errlen, "--rampup-batch-size %s: every batch of the ramp must be divisible by micro-batch "
                  "* dp = %d*%d%s = %lld; START and INCREMENT must be multiples of %lld", c->rampup_batch_size,
@@ -1548,7 +1578,7 @@ double cfg_bubble_theory(const atoll_config *c, int world, int batch)
     int dp = cfg_data_parallel_size(c, world);
     int pp = c->pipeline_model_parallel_size;
     if (!dp || pp < 2 || c->micro_batch_size < 1) return 0.0;
-    int gbs = batch > 0 ? batch : c->global_batch_size ? c->global_batch_size : c->micro_batch_size * dp;
+    int gbs = batch > 0 ? batch : cfg_micro_batches(c, dp) * c->micro_batch_size * dp;
     double m = (double)gbs / ((double)c->micro_batch_size * dp);
     return (pp - 1) / (cfg_virtual_stages(c) * m + (pp - 1));
 }

@@ -56,6 +56,10 @@ typedef struct atoll_config {
      * grows from START by INCREMENT over SAMPLES samples to --global-batch-size
      * (cfg_batch_at); "" = none. Stored as given, normalised. */
     char rampup_batch_size[64];
+    /* Megatron's --decrease-batch-size-if-needed: a batch that is not whole
+     * micro-batches on every DP rank (a restart on fewer GPUs) trains on the
+     * largest one that is, instead of being refused */
+    int decrease_batch_size_if_needed;
     int num_gpus;                              /* world size; 0 -> the launcher's */
     char rank_order[32];                       /* Megatron-Core order string */
     /* training */
@@ -228,13 +232,16 @@ int cfg_data_parallel_size(const atoll_config *c, int world);
  * per DP rank (0 when that is over CFG_MAX_GLOBAL_BATCH). */
 int cfg_global_batch(const atoll_config *c, int dp);
 /* Micro-batches each DP rank runs per step: global batch / (micro-batch * dp);
- * 0 when that is not a whole number. */
+ * 0 when that is not a whole number (rounded down with
+ * --decrease-batch-size-if-needed, to a multiple of pp when interleaved). */
 int cfg_micro_batches(const atoll_config *c, int dp);
 /* --rampup-batch-size's three numbers; 0 when there is no ramp (all zero then). */
 int cfg_rampup(const atoll_config *c, int *start, int *increment, uint64_t *samples);
 /* The global batch of the step that starts after `consumed` samples: with a ramp,
  * Megatron's: START + INCREMENT x floor(consumed / (SAMPLES / increments)) until
- * more than SAMPLES are consumed, then the global batch; else cfg_global_batch. */
+ * more than SAMPLES are consumed, then the global batch; else cfg_global_batch.
+ * With --decrease-batch-size-if-needed, rounded down to whole micro-batches on
+ * every DP rank (whole rounds of pp when interleaved). */
 int cfg_batch_at(const atoll_config *c, int dp, uint64_t consumed);
 /* Samples consumed after `iters` steps from the start (each step its cfg_batch_at). */
 uint64_t cfg_samples_after(const atoll_config *c, int dp, long long iters);

@@ -369,12 +369,12 @@ static int step_batch(run *r)
     return batch;
 }
 
-/* Where the learning-rate schedule stands after step `it`: the iteration; with a
- * ramp the samples consumed by then, in global batches, as Megatron's schedule
- * counts samples (the same thing once the batch is whole). */
-static double lr_position(const run *r, long long it, int batch)
+/* Where the learning-rate schedule stands after this step: the samples consumed
+ * by then, in global batches, as Megatron's schedule counts samples; the
+ * iteration itself while every step takes the global batch, fewer under a
+ * ramp or --decrease-batch-size-if-needed. */
+static double lr_position(const run *r, int batch)
 {
-    if (!r->c->rampup_batch_size[0]) return (double)it;
     return (double)(r->st.consumed_samples + batch) / (double)cfg_global_batch(r->c, r->d.dp);
 }
 
@@ -514,7 +514,7 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
         s->stage_transfer[i] = vec[2 + pp + i];
     }
     s->bubble_theory = cfg_bubble_theory(c, d->size, s->batch);
-    s->lr = eng_lr_at(c, lr_position(r, s->it, s->batch));
+    s->lr = eng_lr_at(c, lr_position(r, s->batch));
     int adam_t = (int)(s->it - r->st.adam_from);
     if (dist_optim_step(d, m, &r->dopt, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), adam_t)) {
         atoll_errf(err, errlen, "optimizer: %s", dist_error(d));
@@ -575,7 +575,7 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     /* --deterministic-dp: the norm as the ranks of a DP run take it (dist_grad_sumsq,
      * through a float), so clipping does not depend on the world size either */
     s->grad_norm = r->d.acc ? sqrt((double)(float)dist_grad_sumsq(&r->d, m, &r->dopt)) : sqrt(eng_grad_sumsq(m));
-    s->lr = eng_lr_at(c, lr_position(r, s->it, s->batch));
+    s->lr = eng_lr_at(c, lr_position(r, s->batch));
     eng_optim_step(r->opt, m, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), (int)(s->it - r->st.adam_from));
     return finish_step(r, s, t0, err, errlen);
 }
@@ -593,11 +593,12 @@ static int evaluate(run *r, const eng_data *data, int test, double *valid, char 
     size_t mb_tokens = (size_t)mbs * T;
     double sum = 0.0;
     d->nmicro = cfg_micro_batches(c, d->dp); /* the whole global batch, as Megatron evaluates, ramp or not */
+    uint64_t eb = (uint64_t)d->nmicro * mbs * d->dp; /* less with --decrease-batch-size-if-needed */
     eng_set_step(r->m, r->st.seed, r->st.iteration, 0); /* no dropout */
     for (int i = 0; i < c->eval_iters; i++) {
         for (int k = 0; k < d->nmicro; k++)
             for (int b = 0; b < mbs; b++) {
-                uint64_t g = (uint64_t)i * (uint64_t)c->global_batch_size + (uint64_t)dist_sample_offset(d, c, k) + (uint64_t)b;
+                uint64_t g = (uint64_t)i * eb + (uint64_t)dist_sample_offset(d, c, k) + (uint64_t)b;
                 size_t at = ((size_t)k * mbs + (size_t)b) * T;
                 if (eng_data_sample(data, g, r->tokens + at, r->targets + at, err, errlen)) return -1;
             }
@@ -617,7 +618,7 @@ static int evaluate(run *r, const eng_data *data, int test, double *valid, char 
             sum += ls * (c->eod_mask_loss ? r->mb_scale[k] : 1.0f);
         }
     }
-    double loss = sum / ((double)c->eval_iters * c->global_batch_size * T);
+    double loss = sum / ((double)c->eval_iters * (double)eb * T);
     float lf = (float)loss;
     if (d->size > 1) {
         if (dist_world_sum(d, &lf, 1)) {
@@ -1075,6 +1076,12 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
                    r.m->sp ? ", sequence parallel" : "", r.dopt.zero ? ", distributed optimizer" : "",
                    c.recompute_granularity ? (c.recompute_granularity == RECOMPUTE_FULL ? ", full recompute"
                                                                                          : ", selective recompute") : "");
+        int whole = cfg_micro_batches(&c, r.d.dp) * c.micro_batch_size * r.d.dp;
+        if (whole < c.global_batch_size)
+            printf("atoll-train: note: --decrease-batch-size-if-needed: %d samples a step, not the global batch %d: "
+                   "it is not whole micro-batches of %d on %d data-parallel rank%s%s (a placement where it is "
+                   "trains on it again)\n", whole, c.global_batch_size, c.micro_batch_size, r.d.dp,
+                   r.d.dp > 1 ? "s" : "", r.d.v > 1 ? " in rounds of pp" : "");
         fflush(stdout);
     }
     /* A restart of the job (a later placement, ATOLL_JOB_EPOCH > 0) reports the steps

@@ -736,6 +736,28 @@ static void test_rampup(void)
     snprintf(line, sizeof line, "%s--rampup-batch-size 4 4 24 --train-samples 100", model);
     CHECK(parse(&c, line, err, sizeof err) == -1 && strstr(err, "--rampup-batch-size needs --global-batch-size"),
           "no global batch: %s", err);
+    /* --decrease-batch-size-if-needed: each batch down to whole micro-batches on every DP rank (times pp
+     * when interleaved), the ramp's too; refused only when not even one round fits */
+    snprintf(line, sizeof line, "%s--global-batch-size 16 --decrease-batch-size-if-needed", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 3, 0, err, sizeof err) == 0 &&
+              cfg_batch_at(&c, 3, 0) == 12 && cfg_micro_batches(&c, 3) == 2 && cfg_batch_at(&c, 4, 0) == 16 &&
+              cfg_micro_batches(&c, 4) == 2, "mb 2, dp 3: %d a step (%s)", cfg_batch_at(&c, 3, 0), err);
+    CHECK(cfg_validate_layout(&c, 16, 0, err, sizeof err) == -1 && strstr(err, "--decrease-batch-size-if-needed: the "
+          "--global-batch-size 16 is less than micro-batch * dp = 2*16 = 32"), "dp 16: %s", err);
+    c.pipeline_model_parallel_size = 2;
+    c.num_layers_per_virtual_pipeline_stage = 1;
+    CHECK(cfg_validate_layout(&c, 6, 0, err, sizeof err) == 0 && cfg_batch_at(&c, 3, 0) == 12 &&
+              cfg_micro_batches(&c, 3) == 2 && cfg_batch_at(&c, 2, 0) == 16, "interleaved dp 3: %d (%s)",
+          cfg_batch_at(&c, 3, 0), err);
+    c.pipeline_model_parallel_size = 1;
+    c.num_layers_per_virtual_pipeline_stage = 0;
+    snprintf(c.rampup_batch_size, sizeof c.rampup_batch_size, "4 4 24");
+    CHECK(cfg_validate_layout(&c, 3, 0, err, sizeof err) == -1 && strstr(err, "the ramp's first batch 4 is less than "
+          "micro-batch * dp = 2*3 = 6"), "ramp from 4 at dp 3: %s", err);
+    snprintf(c.rampup_batch_size, sizeof c.rampup_batch_size, "6 5 20");
+    CHECK(cfg_validate_layout(&c, 3, 0, err, sizeof err) == 0 && cfg_batch_at(&c, 3, 0) == 6 &&
+              cfg_batch_at(&c, 3, 10) == 6 && cfg_batch_at(&c, 3, 20) == 12, "ramp 6 11 16 at dp 3 is 6 6 12: %d %d (%s)",
+          cfg_batch_at(&c, 3, 10), cfg_batch_at(&c, 3, 20), err);
     /* against the step-by-step count, for ramps small and as large as GPT-3's (16 16 5859375 to 1536) */
     CHECK(naive_iters(16, 16, 5859375, 1536, 146484375) > 0, "naive count");
     unsigned seed = 7;

@@ -322,6 +322,29 @@ case_workerd() {
   stop_all
 }
 
+case_decrease() {
+  start_cluster
+  # 6 ranks of tp 1 pp 1 with a global batch of 18. node-a lost leaves 4 slots: the batch is not whole on 4
+  # data-parallel ranks, so without --decrease-batch-size-if-needed the job could only go on at dp 3; with it
+  # (Megatron's flag for going on after failures) it trains at dp 4 on 16 samples a step.
+  local id; id=$(atoll submit "${model[@]}" --global-batch-size 18 --decrease-batch-size-if-needed --num-gpus 6 \
+                 --train-iters 100000 --name kso --json | json "d['job']") || fail "submit"
+  wait_until 60 step_at_least "$id" 2 || fail "job not running: $(atoll status "$id")"
+  kill -9 "${WPID[node-a]}"
+  unset 'WPID[node-a]'
+  recovered() { [ "$(events_of job.recovered | json "len(d)")" -ge 1 ]; }
+  wait_until 30 recovered || fail "not running again: $(atoll status "$id")"
+  atoll status "$id" --json | json "(d['state'], d['world'], d['layout']['dp'])" | grep -qx "('running', 4, 4)" \
+    || fail "placement after node-a: $(atoll status "$id" --json)"
+  logged16() { atoll logs "$id" --rank 0 --tail 0 >"$TMP/kso.log" && grep -q "global batch size:    16 |" "$TMP/kso.log"; }
+  wait_until 30 logged16 || fail "no step of 16 samples: $(tail -3 "$TMP/kso.log")"
+  grep -q "note: --decrease-batch-size-if-needed: 16 samples a step, not the global batch 18" "$TMP/kso.log" \
+    || fail "no note in the log: $(head -5 "$TMP/kso.log")"
+  ok "node-a lost: the job with --decrease-batch-size-if-needed goes on at dp 4, 16 of its 18 samples a step"
+  cancel_job "$id"
+  stop_all
+}
+
 case_grow() {
   start_cluster
   running_job elastic 2 --save "$TMP/ckpt" --save-interval 5

@@ -488,6 +488,9 @@ static void test_dp_fits(void)
     cfg.num_layers_per_virtual_pipeline_stage = 1; /* 2 chunks per stage */
     CHECK(sched_dp_fits(&cfg, 6) && !sched_dp_fits(&cfg, 4) && sched_dp_fits(&cfg, 2),
           "interleaved: 36 / dp 4 = 9 micro-batches, not a multiple of pp 2");
+    cfg.decrease_batch_size_if_needed = 1; /* dp 4 trains 32 of the 36 */
+    CHECK(sched_dp_fits(&cfg, 4) && sched_dp_fits(&cfg, 5) && sched_dp_fits(&cfg, 18) && !sched_dp_fits(&cfg, 19),
+          "--decrease-batch-size-if-needed: any dp with a round of pp micro-batches each (dp 18: 36 = 18 x 2)");
 }
 
 /* Submissions are checked against the largest GPU and NVLink island of the

@@ -288,6 +288,39 @@ EOF
 then ok "--rampup-batch-size: batches 4 4 4 8 8 12.., the batch-4 run's first steps, pp2 dp2 and interleaved equal one rank, bit-identical resume mid-ramp, lr by samples"
 else bad "--rampup-batch-size: $(grep -o '"global_batch_size":[0-9]*' ramp1.jsonl | tr '\n' ' ')"; fi
 
+# --decrease-batch-size-if-needed (Megatron's, for restarts on fewer GPUs): a global batch of 16 on 3
+# data-parallel ranks trains 15 samples a step, the steps and evaluations of a run with a global batch of
+# 15 bit for bit (constant learning rate); without the flag the launcher refuses dp 3 (exit 2); a dp-4 run stopped at step 2
+# goes on at dp 3 with 15 a step, then at dp 4 with 16 again, its samples counted as it goes.
+DEC=("${TINY[@]}" --micro-batch-size 1 --train-iters 6 --lr 1e-3 --lr-decay-style constant --seed 5 --data-path docs
+     --split 8,2,0 --eval-interval 3 --eval-iters 1)
+"$TRAIN" "${DEC[@]}" --global-batch-size 16 --decrease-batch-size-if-needed --nproc-per-node 3 --metrics-file dec16.jsonl \
+    >dec16.log 2>&1 || bad "decreased batch run failed: $(tail -1 dec16.log)"
+"$TRAIN" "${DEC[@]}" --global-batch-size 15 --nproc-per-node 3 --metrics-file dec15.jsonl >/dev/null 2>&1 \
+    || bad "batch-15 run failed"
+"$TRAIN" "${DEC[@]}" --global-batch-size 16 --nproc-per-node 3 >decno.log 2>&1
+decno=$?
+"$TRAIN" "${DEC[@]}" --global-batch-size 16 --nproc-per-node 4 --save deck --save-interval 2 --exit-interval 2 \
+    --metrics-file deck.jsonl >/dev/null 2>&1 || bad "dp 4 first part failed"
+"$TRAIN" "${DEC[@]}" --global-batch-size 16 --nproc-per-node 3 --decrease-batch-size-if-needed --load deck --save deck \
+    --save-interval 2 --exit-interval 4 --metrics-file deck.jsonl >deck3.log 2>&1 || bad "dp 3 part failed: $(tail -1 deck3.log)"
+"$TRAIN" "${DEC[@]}" --global-batch-size 16 --nproc-per-node 4 --load deck --metrics-file deck.jsonl >/dev/null 2>&1 \
+    || bad "dp 4 last part failed"
+if [ $decno = 2 ] && grep -q "or --decrease-batch-size-if-needed to train on the largest batch that is" decno.log \
+    && grep -q "note: --decrease-batch-size-if-needed: 15 samples a step, not the global batch 16" dec16.log \
+    && python3 - <<'EOF'
+import json
+def rd(p): return [json.loads(l) for l in open(p)]
+a, b, k = rd("dec16.jsonl"), rd("dec15.jsonl"), [r for r in rd("deck.jsonl") if "loss" in r]
+assert len(a) == len(b) == 8 and a == [dict(r, step_ms=x["step_ms"], tokens_per_s=x["tokens_per_s"],
+    flops_per_s=x["flops_per_s"], bubble_measured=x["bubble_measured"], save_stall_ms=x.get("save_stall_ms"))
+    if "loss" in r else r for r, x in zip(b, a)], (a, b)
+assert [r["global_batch_size"] for r in k] == [16, 16, 15, 15, 16, 16], k
+assert [r["consumed_samples"] for r in k] == [16, 32, 47, 62, 78, 94], k
+EOF
+then ok "--decrease-batch-size-if-needed: dp 3 trains 15 of 16 as a batch-15 run does, bit for bit; dp 4 -> 3 -> 4 takes 16 16 15 15 16 16"
+else bad "--decrease-batch-size-if-needed: exit $decno, $(grep -o '"global_batch_size":[0-9]*' deck.jsonl | tr '\n' ' ')"; fi
+
 # --train-data-path / --valid-data-path / --test-data-path (Megatron's data per split, each used whole):
 # training equals --data-path with the whole of it as the train split; the validation data changes only
 # the validation loss; the test data is evaluated once training ends, and its loss is the one the same
