@@ -57,9 +57,11 @@ float eng_clip_scale(double grad_norm, double clip);
  * over --lr-warmup-iters from --lr-warmup-init (0) to --lr, then the
  * --lr-decay-style (cosine, linear, constant, WSD: constant then the final
  * --lr-wsd-decay-iters by --lr-wsd-decay-style, inverse-square-root) down to
- * --min-lr at --lr-decay-iters (default --train-iters), --min-lr after. With
- * --rampup-batch-size `it` is the samples consumed in global batches, a fraction
- * while the batch is smaller (Megatron's schedule counts samples). */
+ * --min-lr at --lr-decay-iters (default --train-iters), --min-lr after. `it`
+ * is where the schedule stands: the samples consumed by the end of the step, in
+ * global batches (Megatron's schedule counts samples), the iteration itself
+ * while every step takes the global batch; a fraction under
+ * --rampup-batch-size or --decrease-batch-size-if-needed. */
 double eng_lr_at(const atoll_config *c, double it);
 
 /* One AdamW step t (1-based) on every tensor, gradients scaled by grad_scale;
