@@ -100,7 +100,7 @@ static int submit_flag(void *ctx, int argc, char **argv, int i, char *err, size_
 static void note_pipeline_split(cli_ctx *c, const atoll_config *cfg)
 {
     if (cfg->pipeline_model_parallel_size < 2 || cfg->decoder_first_pipeline_num_layers ||
-        cfg->decoder_last_pipeline_num_layers || cfg->num_layers_per_virtual_pipeline_stage)
+        cfg->decoder_last_pipeline_num_layers || cfg_interleaved(cfg))
         return;
     int first, last;
     double head, gain = plan_split_gain(cfg, &first, &last, &head);

@@ -44,6 +44,7 @@ static const key_def KEYS[] = {
     R("tensor-model-parallel-size", K_INT, tensor_model_parallel_size, 1, CFG_MAX_RANKS, 0),
     R("pipeline-model-parallel-size", K_INT, pipeline_model_parallel_size, 1, CFG_MAX_RANKS, 0),
     R("num-layers-per-virtual-pipeline-stage", K_INT, num_layers_per_virtual_pipeline_stage, 0, CFG_MAX_LAYERS, 0),
+    R("num-virtual-stages-per-pipeline-rank", K_INT, num_virtual_stages_per_pipeline_rank, 0, CFG_MAX_LAYERS, 0),
     R("decoder-first-pipeline-num-layers", K_INT, decoder_first_pipeline_num_layers, 0, CFG_MAX_LAYERS, 0),
     R("decoder-last-pipeline-num-layers", K_INT, decoder_last_pipeline_num_layers, 0, CFG_MAX_LAYERS, 0),
     F("sequence-parallel", K_BOOL, sequence_parallel),
@@ -437,9 +438,10 @@ static int resolve_split_accounting(atoll_config *c, char *err, size_t errlen)
                    c->decoder_first_pipeline_num_layers ? "first" : "last");
         return -1;
     }
-    if (c->num_layers_per_virtual_pipeline_stage) {
-        atoll_errf(err, errlen, "%s with --num-layers-per-virtual-pipeline-stage is not supported: the interleaved "
-                   "schedule needs every virtual stage to hold the same layers; use one or the other", flag);
+    if (cfg_interleaved(c)) {
+        atoll_errf(err, errlen, "%s with an interleaved schedule is not supported (Megatron counts it in one model "
+                   "chunk alone; atoll splits each stage's layers evenly over its chunks): give "
+                   "--decoder-first/last-pipeline-num-layers with --num-virtual-stages-per-pipeline-rank", flag);
         return -1;
     }
     int total = L + e + l, per = total / pp;
@@ -1091,26 +1093,40 @@ void cfg_stage_layers(const atoll_config *c, int vstage, int *begin, int *end)
         *end = *begin + per;
         return;
     }
-    int others = pp - !!first - !!last, per = others ? (L - first - last) / others : 0;
-    int n = vstage == 0 && first ? first : vstage == pp - 1 && last ? last : per;
-    *begin = vstage == 0 ? 0 : (first ? first : per) + (vstage - 1) * per;
-    *end = vstage == pp - 1 ? L : *begin + n;
+    /* a round of chunks: each stage's layers / v, stage by stage */
+    int v = cfg_virtual_stages(c), chunk = vstage / pp, stage = vstage % pp, round = 0;
+    *begin = 0;
+    for (int s = 0; s < pp; s++) {
+        int n = cfg_stage_num_layers(c, s) / v;
+        if (s < stage) *begin += n;
+        round += n;
+    }
+    *begin += chunk * round;
+    *end = *begin + cfg_stage_num_layers(c, stage) / v;
 }
 
 int cfg_stage_num_layers(const atoll_config *c, int stage)
 {
     if (!c->decoder_first_pipeline_num_layers && !c->decoder_last_pipeline_num_layers)
         return c->num_layers / c->pipeline_model_parallel_size;
-    int b, e;
-    cfg_stage_layers(c, stage, &b, &e); /* uneven splits are not interleaved: one chunk */
-    return e - b;
+    int first = c->decoder_first_pipeline_num_layers, last = c->decoder_last_pipeline_num_layers;
+    int pp = c->pipeline_model_parallel_size, others = pp - !!first - !!last;
+    if (stage == 0 && first) return first;
+    if (stage == pp - 1 && last) return last;
+    return others ? (c->num_layers - first - last) / others : 0;
 }
 
 int cfg_virtual_stages(const atoll_config *c)
 {
+    if (c->num_virtual_stages_per_pipeline_rank > 0) return c->num_virtual_stages_per_pipeline_rank;
     int per_stage = c->pipeline_model_parallel_size ? c->num_layers / c->pipeline_model_parallel_size : 0;
     if (!c->num_layers_per_virtual_pipeline_stage || !per_stage) return 1;
     return per_stage / c->num_layers_per_virtual_pipeline_stage;
+}
+
+int cfg_interleaved(const atoll_config *c)
+{
+    return c->num_layers_per_virtual_pipeline_stage > 0 || c->num_virtual_stages_per_pipeline_rank > 1;
 }
 
 int cfg_validate_model(const atoll_config *c, char *err, size_t errlen)
@@ -1237,7 +1253,7 @@ int cfg_global_batch(const atoll_config *c, int dp)
 static int64_t batch_unit(const atoll_config *c, int dp)
 {
     int64_t u = (int64_t)c->micro_batch_size * dp;
-    return c->num_layers_per_virtual_pipeline_stage ? u * c->pipeline_model_parallel_size : u;
+    return cfg_interleaved(c) ? u * c->pipeline_model_parallel_size : u;
 }
 
 /* --decrease-batch-size-if-needed: the batch down to a whole number of units */
@@ -1340,8 +1356,9 @@ static int validate_stages(const atoll_config *c, char *err, size_t errlen)
         return -1;
     }
     if (c->num_layers_per_virtual_pipeline_stage) {
-        atoll_errf(err, errlen, "%s with --num-layers-per-virtual-pipeline-stage is not supported: the interleaved "
-                   "schedule needs every virtual stage to hold the same layers; use one or the other", which);
+        atoll_errf(err, errlen, "%s with --num-layers-per-virtual-pipeline-stage: the stages hold different numbers "
+                   "of layers; give the model chunks per stage with --num-virtual-stages-per-pipeline-rank instead "
+                   "(Megatron's flag for an uneven split)", which);
         return -1;
     }
     int others = pp - !!first - !!last, rest = L - first - last;
@@ -1356,6 +1373,17 @@ static int validate_stages(const atoll_config *c, char *err, size_t errlen)
                    rest, L, others, others > 1 ? "s" : "", others);
         return -1;
     }
+    int v = cfg_virtual_stages(c);
+    const struct { const char *what; int n; } parts[] = {
+        { "--decoder-first-pipeline-num-layers", first }, { "--decoder-last-pipeline-num-layers", last },
+        { "the layers of each other stage,", others ? rest / others : 0 },
+    };
+    for (int i = 0; i < 3 && v > 1; i++)
+        if (parts[i].n % v) {
+            atoll_errf(err, errlen, "--num-virtual-stages-per-pipeline-rank %d splits each stage's layers evenly over "
+                       "its %d model chunks: %s %d, is not a multiple of %d", v, v, parts[i].what, parts[i].n, v);
+            return -1;
+        }
     return 0;
 }
 
@@ -1404,6 +1432,22 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
              c->vocab_size, tp, ((long long)c->vocab_size + tp - 1) / tp * tp);
         return -1;
     }
+    int nv = c->num_virtual_stages_per_pipeline_rank;
+    if (nv && c->num_layers_per_virtual_pipeline_stage) {
+        atoll_errf(err, errlen, "--num-virtual-stages-per-pipeline-rank %d and --num-layers-per-virtual-pipeline-stage "
+                   "%d both set the interleaving; give one", nv, c->num_layers_per_virtual_pipeline_stage);
+        return -1;
+    }
+    if (nv > 1 && pp < 2) {
+        atoll_errf(err, errlen, "--num-virtual-stages-per-pipeline-rank needs --pipeline-model-parallel-size > 1");
+        return -1;
+    }
+    if (nv > 1 && !c->decoder_first_pipeline_num_layers && !c->decoder_last_pipeline_num_layers &&
+        (c->num_layers % pp == 0) && (c->num_layers / pp) % nv) {
+        atoll_errf(err, errlen, "layers per pipeline stage (%d = %d/%d) is not divisible by "
+             "--num-virtual-stages-per-pipeline-rank %d", c->num_layers / pp, c->num_layers, pp, nv);
+        return -1;
+    }
     if (validate_stages(c, err, errlen)) return -1;
     if (c->num_layers_per_virtual_pipeline_stage) {
         int per_stage = c->num_layers / pp, lv = c->num_layers_per_virtual_pipeline_stage;
@@ -1438,8 +1482,7 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
             atoll_errf(err, errlen, "--decrease-batch-size-if-needed: the %s %d is less than micro-batch * dp = "
                  "%d*%d%s = %lld, the fewest samples a step of this layout takes; use a smaller layout or a larger "
                  "batch", gbs < unit ? "--global-batch-size" : "ramp's first batch", gbs < unit ? gbs : start,
-                 c->micro_batch_size, dp, c->num_layers_per_virtual_pipeline_stage ? " times pp (interleaved)" : "",
-                 (long long)unit);
+                 c->micro_batch_size, dp, cfg_interleaved(c) ? " times pp (interleaved)" : "", (long long)unit);
             return -1;
         }
         ramp = 0;
@@ -1450,7 +1493,7 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
         return -1;
     }
     int m = cfg_micro_batches(c, dp);
-    if (c->num_layers_per_virtual_pipeline_stage && m % pp) {
+    if (cfg_interleaved(c) && m % pp) {
         atoll_errf(err, errlen, "the interleaved schedule needs the number of micro-batches (%d) divisible by "
              "--pipeline-model-parallel-size %d", m, pp);
         return -1;
@@ -1459,7 +1502,7 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
         if (start % unit || inc % unit) {
             atoll_errf(err, errlen, "--rampup-batch-size %s: every batch of the ramp must be divisible by micro-batch "
                  "* dp = %d*%d%s = %lld; START and INCREMENT must be multiples of %lld", c->rampup_batch_size,
-                 c->micro_batch_size, dp, c->num_layers_per_virtual_pipeline_stage ? " times pp (interleaved)" : "",
+                 c->micro_batch_size, dp, cfg_interleaved(c) ? " times pp (interleaved)" : "",
                  (long long)unit, (long long)unit);
             return -1;
         }

@@ -47,6 +47,7 @@ typedef struct atoll_config {
     /* parallel layout */
     int tensor_model_parallel_size, pipeline_model_parallel_size;
     int num_layers_per_virtual_pipeline_stage; /* 0 -> no interleaving */
+    int num_virtual_stages_per_pipeline_rank;  /* Megatron's other spelling of v (needed with an uneven split); 0: not given */
     int decoder_first_pipeline_num_layers;     /* layers on the first pipeline stage; 0 -> an even split */
     int decoder_last_pipeline_num_layers;      /* layers on the last one (its LM head and loss); 0 -> even */
     int sequence_parallel, use_distributed_optimizer;
@@ -199,10 +200,13 @@ double cfg_init_std(const atoll_config *c); /* --init-method-std (0: 0.02) */
 int cfg_vocab_multiple(const atoll_config *c); /* --make-vocab-size-divisible-by (0: 128) */
 int cfg_max_pos(const atoll_config *c);
 int cfg_virtual_stages(const atoll_config *c); /* v: 1 when not interleaved */
+int cfg_interleaved(const atoll_config *c);    /* the interleaved schedule's rules apply (micro-batches a multiple of pp) */
 /* The layers [*begin, *end) of virtual pipeline stage `vstage` (chunk * pp +
  * stage; the stage itself when not interleaved): --decoder-first/last-pipeline-
  * num-layers on the first and last stage, the others' layers split evenly among
- * them. For a layout cfg_validate_layout accepts. */
+ * them; interleaved, each stage's layers split evenly over its v chunks and the
+ * chunks in order (chunk 0 of every stage, then chunk 1, ...), as Megatron-Core
+ * does. For a layout cfg_validate_layout accepts. */
 void cfg_stage_layers(const atoll_config *c, int vstage, int *begin, int *end);
 /* How many layers pipeline stage `stage` holds, all its model chunks together. */
 int cfg_stage_num_layers(const atoll_config *c, int stage);

@@ -177,6 +177,7 @@ static int enumerate_inner(const atoll_config *base, const plan_cluster *cl, con
         if (lv && (pp < 2 || per_stage % lv)) continue;
         if (fx->layers_per_vstage > 0 && lv != fx->layers_per_vstage) continue;
         if (fx->layers_per_vstage < 0 && lv) continue;
+        if (base->num_virtual_stages_per_pipeline_rank && lv) continue; /* the chunks were given that way */
         for (int sp = 0; sp <= (tp > 1); sp++) {
             if (!fixed_flag_ok(fx->sp, sp) && tp > 1) continue;
             atoll_config c = *base;

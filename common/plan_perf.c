@@ -243,7 +243,7 @@ static int best_split(const atoll_config *c, const split_cap *cap, int *first, i
 {
     int L = c->num_layers, pp = c->pipeline_model_parallel_size;
     *first = *last = 0;
-    if (pp < 2 || c->num_layers_per_virtual_pipeline_stage) return 0;
+    if (pp < 2 || cfg_interleaved(c)) return 0;
     double layer, head;
     stage_flops(c, &layer, &head);
     /* the first and last stage's most layers, and the others': they differ only

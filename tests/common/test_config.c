@@ -198,8 +198,47 @@ static void test_uneven_stages(void)
                     "--pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 4 "
                     "--num-layers-per-virtual-pipeline-stage 2", err, sizeof err) == 0, "flags: %s", err);
     CHECK(c.decoder_last_pipeline_num_layers == 4 && c.decoder_first_pipeline_num_layers == 0, "flag values");
-    CHECK(cfg_validate_layout(&c, 2, 8, err, sizeof err) == -1 && strstr(err, "interleaved schedule"), "vpp: %s", err);
+    CHECK(cfg_validate_layout(&c, 2, 8, err, sizeof err) == -1 && strstr(err, "give the model chunks per stage with "
+          "--num-virtual-stages-per-pipeline-rank instead"), "vpp: %s", err);
     c.num_layers_per_virtual_pipeline_stage = 0;
+    /* uneven and interleaved (Megatron-Core's --num-virtual-stages-per-pipeline-rank): each stage's layers
+     * split over its chunks, and the chunks in rounds: 20 layers, first 2, last 6, pp 3, v 2 hold
+     * stage 0: [0,1) [10,11); stage 1: [1,7) [11,17); stage 2: [7,10) [17,20) */
+    c.num_layers = 20;
+    c.pipeline_model_parallel_size = 3;
+    c.decoder_first_pipeline_num_layers = 2;
+    c.decoder_last_pipeline_num_layers = 6;
+    c.num_virtual_stages_per_pipeline_rank = 2;
+    c.global_batch_size = 3 * c.micro_batch_size; /* interleaved: micro-batches a multiple of pp */
+    CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == 0 && cfg_virtual_stages(&c) == 2 && cfg_interleaved(&c),
+          "uneven, v 2: %s", err);
+    const int want[6][2] = { { 0, 1 }, { 1, 7 }, { 7, 10 }, { 10, 11 }, { 11, 17 }, { 17, 20 } };
+    for (int vs = 0; vs < 6; vs++) {
+        int b, e;
+        cfg_stage_layers(&c, vs, &b, &e);
+        CHECK(b == want[vs][0] && e == want[vs][1], "uneven virtual stage %d: [%d, %d), want [%d, %d)", vs, b, e,
+              want[vs][0], want[vs][1]);
+    }
+    CHECK(cfg_stage_num_layers(&c, 0) == 2 && cfg_stage_num_layers(&c, 1) == 12 && cfg_stage_num_layers(&c, 2) == 6,
+          "stages 2, 12, 6");
+    c.decoder_first_pipeline_num_layers = 3;
+    c.num_layers = 21;
+    CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == -1 && strstr(err, "--num-virtual-stages-per-pipeline-rank 2 "
+          "splits each stage's layers evenly over its 2 model chunks: --decoder-first-pipeline-num-layers 3, is not a "
+          "multiple of 2"), "first 3 over 2 chunks: %s", err);
+    c.decoder_first_pipeline_num_layers = c.decoder_last_pipeline_num_layers = 0;
+    c.num_layers = 18;
+    CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == 0, "even, v 2: %s", err);
+    c.num_virtual_stages_per_pipeline_rank = 4;
+    CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == -1 && strstr(err, "(6 = 18/3) is not divisible by "
+          "--num-virtual-stages-per-pipeline-rank 4"), "even, v 4: %s", err);
+    c.num_virtual_stages_per_pipeline_rank = 2;
+    c.num_layers_per_virtual_pipeline_stage = 3;
+    CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == -1 && strstr(err, "both set the interleaving"), "both: %s", err);
+    c.num_layers_per_virtual_pipeline_stage = c.num_virtual_stages_per_pipeline_rank = 0;
+    c.num_layers = 24;
+    c.global_batch_size = 0;
+    c.decoder_last_pipeline_num_layers = 4;
     c.pipeline_model_parallel_size = 1;
     CHECK(cfg_validate_layout(&c, 1, 8, err, sizeof err) == -1 && strstr(err, "needs --pipeline-model-parallel-size > 1"),
           "pp 1: %s", err);
@@ -574,7 +613,7 @@ static void test_megatron_flags(void)
         { "--account-for-embedding-in-pipeline-split --pipeline-model-parallel-size 2 --decoder-last-pipeline-num-layers 1",
           "--account-for-embedding-in-pipeline-split and --decoder-last-pipeline-num-layers both set the pipeline split" },
         { "--account-for-embedding-in-pipeline-split --pipeline-model-parallel-size 2 "
-          "--num-layers-per-virtual-pipeline-stage 1", "with --num-layers-per-virtual-pipeline-stage is not supported" },
+          "--num-layers-per-virtual-pipeline-stage 1", "with an interleaved schedule is not supported" },
         { "--checkpoint-activations --recompute-granularity selective", "--checkpoint-activations is "
                                                                           "--recompute-granularity full" },
         { "--use-tp-pp-dp-mapping --rank-order tp-dp-pp", "--use-tp-pp-dp-mapping is --rank-order tp-cp-ep-pp-dp, and "

@@ -227,7 +227,10 @@ def bad_layouts():
                          "must add up"),
                         (["--nproc-per-node", "2", "--pipeline-model-parallel-size", "2",
                           "--decoder-last-pipeline-num-layers", "1", "--num-layers-per-virtual-pipeline-stage", "1"],
-                         "interleaved"),
+                         "--num-virtual-stages-per-pipeline-rank instead"),
+                        (["--nproc-per-node", "2", "--pipeline-model-parallel-size", "2",
+                          "--decoder-last-pipeline-num-layers", "1", "--num-virtual-stages-per-pipeline-rank", "2"],
+                         "is not a multiple of 2"),
                         (["--nproc-per-node", "0"], "--nproc-per-node")):
         p = subprocess.run([TRAIN] + MODEL + flags, env=ENV, capture_output=True, text=True, timeout=60)
         line = p.stderr.strip()
@@ -259,6 +262,15 @@ def main():
     for name, split in (("pp3_first1_last1", "1, 2, 1"), ("tp2_pp2_last1", "3, 1")):
         check("layers per stage %s)" % split in STDOUT.get(name, ""),
               "%s: the ranks hold layers %s: %s" % (name, split, STDOUT.get(name, "").splitlines()[1:2]))
+    # uneven stages, interleaved (Megatron-Core's --num-virtual-stages-per-pipeline-rank): 6 layers as 2 and 4,
+    # each stage's split over its 2 chunks, the chunks in rounds (layers 0 | 1-2 | 3 | 4-5)
+    six = ["--num-layers", "6"]
+    uneven_v2 = six + pp2 + ["--num-virtual-stages-per-pipeline-rank", "2"] + ["--decoder-first-pipeline-num-layers", "2",
+                                                                                "--decoder-last-pipeline-num-layers", "4"]
+    compare("pp2_v2_first2_last4", train("single_6layers", 1, *six), train("pp2_v2_first2_last4", 2, *uneven_v2))
+    check("layers per stage 2, 4)" in STDOUT.get("pp2_v2_first2_last4", "") and
+          "2 model chunks per rank" in STDOUT.get("pp2_v2_first2_last4", ""),
+          "pp2_v2_first2_last4: 2 chunks per rank, layers 2 and 4: %s" % STDOUT.get("pp2_v2_first2_last4", "").splitlines()[1:2])
     everything = train("tp2_pp2_dp2_vpp_sp_zero1_selective", 8, *(tp2 + pp2 + vpp + sp + zero + sel))
     compare("tp2_pp2_dp2_vpp_sp_zero1_selective", ref, everything)
     if everything:
