@@ -33,7 +33,7 @@ static void usage(FILE *f)
             "          another run's --load: --finetune (weights only, from iteration 0) --no-load-optim\n"
             "          --no-load-rng --exit-on-missing-checkpoint --ckpt-step N\n"
             "numerics: --deterministic-dp (gradients summed in fp64: the same weights whatever the DP size)\n"
-            "logging:  --log-interval N --metrics-file FILE (one JSON object per logged step)\n"
+            "logging:  --log-interval N --metrics-file FILE (one JSON object per logged step) --log-params-norm\n"
             "          --tensorboard-dir DIR --tensorboard-log-interval N --log-validation-ppl-to-tensorboard\n"
             "          --log-timers-to-tensorboard --log-batch-size-to-tensorboard --log-world-size-to-tensorboard\n"
             "          --log-memory-to-tensorboard\n"

@@ -487,21 +487,33 @@ static int shard_range(const dist *d, const dist_optim *o, const eng_param *p, s
     return *lo < *hi;
 }
 
-double dist_grad_sumsq(dist *d, eng_model *m, dist_optim *o)
+/* This rank's part of the sum of squares of a flat buffer laid out as the
+ * parameters: `full` as it is, or with `o` (ZeRO) `shard`, this rank's slice. */
+static double part_sumsq(dist *d, eng_model *m, const dist_optim *o, const float *full, const float *shard)
 {
-    if (!o->zero && d->dp_rank != 0) return 0.0; /* DP replicas hold the same sums */
-    size_t s0 = o->zero ? o->shard * (size_t)d->dp_rank : 0;
+    if (!o && d->dp_rank != 0) return 0.0; /* DP replicas hold the same sums */
+    size_t s0 = o ? o->shard * (size_t)d->dp_rank : 0;
     eng_sumsq_runs r;
-    eng_sumsq_runs_begin(&r, m->k, o->zero ? o->g : m->grads);
+    eng_sumsq_runs_begin(&r, m->k, o ? shard : full);
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
         size_t lo = p->offset, hi = p->offset + p->numel;
         if (!counts_in_norm(d, m, p)) eng_sumsq_runs_break(&r);
-        else if (!o->zero) eng_sumsq_runs_add(&r, lo, hi);
+        else if (!o) eng_sumsq_runs_add(&r, lo, hi);
         else if (shard_range(d, o, p, &lo, &hi)) eng_sumsq_runs_add(&r, lo - s0, hi - s0);
     }
     eng_sumsq_runs_break(&r);
     return r.sum;
+}
+
+double dist_grad_sumsq(dist *d, eng_model *m, dist_optim *o)
+{
+    return part_sumsq(d, m, o->zero ? o : NULL, m->grads, o->g);
+}
+
+double dist_param_sumsq(dist *d, eng_model *m)
+{
+    return part_sumsq(d, m, NULL, m->params, NULL); /* every rank holds its parameters whole, ZeRO or not */
 }
 
 /* ---- optimizer ---- */

@@ -149,6 +149,8 @@ int dist_sync_grads(dist *d, eng_model *m, dist_optim *o);
  * element counted once over TP (replicated tensors on TP rank 0), PP (tied copy
  * skipped) and DP (rank 0, or each rank's shard under ZeRO-1). */
 double dist_grad_sumsq(dist *d, eng_model *m, dist_optim *o);
+/* The same share of the sum of squared parameters (fp32), after an optimizer step. */
+double dist_param_sumsq(dist *d, eng_model *m);
 int dist_optim_step(dist *d, eng_model *m, dist_optim *o, double lr, float grad_scale, int t);
 
 /* Full-layout moments for a checkpoint (ZeRO-1: gathered over DP into a

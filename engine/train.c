@@ -134,6 +134,7 @@ typedef struct step_stats {
     double mfu; /* < 0: no known peak (CPU, or an unknown GPU) */
     long long consumed;
     int batch;                    /* this step's global batch (--rampup-batch-size grows it) */
+    double params_norm;           /* --log-params-norm, after the step; < 0: not taken this step */
     double bubble, bubble_theory; /* mean measured over stages; (p-1)/(v*m + p-1) */
     int pp;
     /* per pipeline stage (first 64): idle and transfer time, then (finish_step)
@@ -223,6 +224,7 @@ static void tb_step(const atoll_config *c, const step_stats *s, tb_writer *tb, i
         { "batch-size", s->batch, c->log_batch_size_to_tensorboard },
         { "world-size", world, c->log_world_size_to_tensorboard },
         { "mem-max-allocated-bytes", (double)s->memory_bytes, c->log_memory_to_tensorboard },
+        { "params-norm", s->params_norm, s->params_norm >= 0 },
     };
     for (size_t i = 0; i < sizeof both / sizeof both[0]; i++) {
         if (!both[i].on) continue;
@@ -254,11 +256,16 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, 
         snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * s->mfu);
         snprintf(mfu_json, sizeof mfu_json, "%.6g", s->mfu);
     }
+    char pnorm[48] = "", pnorm_json[48] = "";
+    if (s->params_norm >= 0) {
+        snprintf(pnorm, sizeof pnorm, " params norm: %.3f |", s->params_norm);
+        snprintf(pnorm_json, sizeof pnorm_json, "\"params_norm\":%.17g,", s->params_norm);
+    }
     printf(" iteration %8lld/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
-           "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | grad norm: %.3f | "
+           "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | grad norm: %.3f |%s "
            "tokens/s: %.1f | achieved FLOP/s: %.3E | MFU: %s | bubble measured: %.4f | bubble theory: %.4f |\n",
            s->it, c->train_iters, s->consumed, s->step_s * 1e3, s->lr, s->batch, s->loss,
-           s->grad_norm, s->tokens_per_s, s->flops_per_s, mfu, s->bubble, s->bubble_theory);
+           s->grad_norm, pnorm, s->tokens_per_s, s->flops_per_s, mfu, s->bubble, s->bubble_theory);
     fflush(stdout);
     if (metrics) {
         char stages[64 * 16] = "", xfer[64 * 16] = "";
@@ -268,11 +275,11 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, 
             ax += (size_t)snprintf(xfer + ax, sizeof xfer - ax, "%s%.6g", i ? "," : "", s->stage_transfer[i]);
         }
         fprintf(metrics,
-                "{\"iteration\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"tokens_per_s\":%.6g,"
+                "{\"iteration\":%lld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,%s\"tokens_per_s\":%.6g,"
                 "\"step_ms\":%.6g,\"mfu\":%s,\"flops_per_s\":%.6g,\"bubble_measured\":%.6g,"
                 "\"bubble_theory\":%.6g,\"bubble_stages\":[%s],\"transfer_stages\":[%s],\"consumed_samples\":%lld,"
                 "\"global_batch_size\":%d,\"save_stall_ms\":%.6g,\"checkpoint_iteration\":%lld}\n",
-                s->it, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->step_s * 1e3, mfu_json,
+                s->it, s->loss, s->lr, s->grad_norm, pnorm_json, s->tokens_per_s, s->step_s * 1e3, mfu_json,
                 s->flops_per_s, s->bubble, s->bubble_theory, stages, xfer, s->consumed, s->batch,
                 s->save_stall_s * 1e3, s->checkpoint_iteration);
         fflush(metrics);
@@ -419,6 +426,12 @@ static int dump_step(run *r, const float *logits0, double loss, char *err, size_
     return dump_file(path, ex, 2, exd, err, errlen);
 }
 
+/* A step whose figures are logged: in the log and --metrics-file, or TensorBoard's. */
+static int logged_step(const atoll_config *c, long long it)
+{
+    return (c->log_interval > 0 && it % c->log_interval == 0) || (c->tensorboard_dir[0] && it % cfg_tb_interval(c) == 0);
+}
+
 static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
@@ -427,6 +440,21 @@ static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errle
     r->st.consumed_samples += s->batch;
     s->consumed = r->st.consumed_samples;
     s->step_s = now_s() - t0;
+    /* --log-params-norm, Megatron's: the updated parameters' L2 norm, on logged steps (outside the step's
+     * time; every rank takes part in the sum) */
+    s->params_norm = -1.0;
+    if (c->log_params_norm && logged_step(c, s->it)) {
+        double sq = dist_param_sumsq(&r->d, r->m);
+        float part = (float)sq;
+        if (r->d.size > 1) {
+            if (dist_world_sum(&r->d, &part, 1)) {
+                atoll_errf(err, errlen, "parameter norm: %s", dist_error(&r->d));
+                return -1;
+            }
+            sq = part;
+        }
+        s->params_norm = sqrt(sq);
+    }
     double tokens = (double)s->batch * c->seq_length;
     s->tokens_per_s = tokens / s->step_s;
     s->flops_per_s = cfg_flops_per_token(c) * tokens / s->step_s;

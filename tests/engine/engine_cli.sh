@@ -321,6 +321,39 @@ EOF
 then ok "--decrease-batch-size-if-needed: dp 3 trains 15 of 16 as a batch-15 run does, bit for bit; dp 4 -> 3 -> 4 takes 16 16 15 15 16 16"
 else bad "--decrease-batch-size-if-needed: exit $decno, $(grep -o '"global_batch_size":[0-9]*' deck.jsonl | tr '\n' ' ')"; fi
 
+# --log-params-norm (Megatron's): the updated parameters' L2 norm on each logged step. The last equals
+# the norm of the checkpoint saved after it (each tensor once: the tied head is wte); tp2 pp2 (a tied
+# copy on the last stage, TP-split and replicated tensors) and dp2 with ZeRO-1 give one rank's to 1e-6;
+# without the flag no norm is taken
+PN=("${TINY[@]}" --micro-batch-size 2 --train-iters 4 --lr 1e-3 --seed 9 --log-params-norm)
+"$TRAIN" "${PN[@]}" --save pnck --metrics-file pn1.jsonl >/dev/null 2>&1 || bad "--log-params-norm run failed"
+"$TRAIN" "${PN[@]}" --nproc-per-node 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+    --metrics-file pn4.jsonl >pn4.log 2>&1 || bad "--log-params-norm tp2 pp2 failed: $(tail -1 pn4.log)"
+"$TRAIN" "${PN[@]}" --nproc-per-node 2 --use-distributed-optimizer --metrics-file pnz.jsonl >pnz.log 2>&1 \
+    || bad "--log-params-norm dp2 ZeRO-1 failed: $(tail -1 pnz.log)"
+if python3 - <<'EOF'
+import array, json, math, struct
+def rd(p): return [json.loads(l) for l in open(p)]
+one, four, zero = rd("pn1.jsonl"), rd("pn4.jsonl"), rd("pnz.jsonl")
+b = open("pnck/iter_0000004/model.safetensors", "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+sq = 0.0
+for k, v in json.loads(b[8:8 + n]).items():
+    if k == "__metadata__": continue
+    assert v["dtype"] == "F32", (k, v["dtype"])
+    s, e = v["data_offsets"]
+    sq += sum(x * x for x in array.array("f", b[8 + n + s:8 + n + e]))
+want = math.sqrt(sq)
+assert abs(one[-1]["params_norm"] - want) <= 1e-6 * want, (one[-1]["params_norm"], want)
+for other in (four, zero):
+    assert len(other) == 4 and all(abs(a["params_norm"] - b["params_norm"]) <= 1e-6 * a["params_norm"]
+                                   for a, b in zip(one, other)), (one, other)
+assert "params_norm" not in rd("ramp1.jsonl")[0]
+print(want)
+EOF
+then ok "--log-params-norm: $(grep -o '"params_norm":[0-9.]*' pn1.jsonl | tail -1), the checkpoint's norm; tp2 pp2 and ZeRO-1 dp2 the same"
+else bad "--log-params-norm: $(grep -o '"params_norm":[0-9.]*' pn1.jsonl pn4.jsonl pnz.jsonl | tr '\n' ' ')"; fi
+
 # --train-data-path / --valid-data-path / --test-data-path (Megatron's data per split, each used whole):
 # training equals --data-path with the whole of it as the train split; the validation data changes only
 # the validation loss; the test data is evaluated once training ends, and its loss is the one the same
