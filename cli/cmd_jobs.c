@@ -129,6 +129,18 @@ static void note_no_checkpoint(cli_ctx *c, const atoll_config *cfg)
                 "after a node or rank failure the job trains again from %s\n", c->prog, back);
 }
 
+/* --decrease-batch-size-if-needed on a layout the global batch does not split
+ * over: the job trains on less from its first step, said at submission. */
+static void note_decreased_batch(cli_ctx *c, const atoll_config *cfg)
+{
+    int dp = cfg_data_parallel_size(cfg, cfg->num_gpus);
+    int whole = dp ? cfg_micro_batches(cfg, dp) * cfg->micro_batch_size * dp : 0;
+    if (cfg->decrease_batch_size_if_needed && whole && whole < cfg->global_batch_size)
+        fprintf(stderr, "%s: note: --global-batch-size %d is not whole micro-batches of %d on %d data-parallel ranks: "
+                "with --decrease-batch-size-if-needed each step trains %d\n", c->prog, cfg->global_batch_size,
+                cfg->micro_batch_size, dp, whole);
+}
+
 /* Sends the spec as a new job and prints its id (--json: {"job":ID}, unless
  * `quiet_json` because more JSON follows). A request id makes the submission
  * safe to send again: if the coordinator stored the job but the reply was lost,
@@ -192,6 +204,7 @@ static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x)
     if (rc) return rc;
     if (!x->auto_layout) note_pipeline_split(c, &cfg);
     note_no_checkpoint(c, &cfg);
+    note_decreased_batch(c, &cfg);
     return x->wait ? wait_job(c, id, 0) : 0;
 }
 

@@ -328,7 +328,14 @@ case_decrease() {
   # data-parallel ranks, so without --decrease-batch-size-if-needed the job could only go on at dp 3; with it
   # (Megatron's flag for going on after failures) it trains at dp 4 on 16 samples a step.
   local id; id=$(atoll submit "${model[@]}" --global-batch-size 18 --decrease-batch-size-if-needed --num-gpus 6 \
-                 --train-iters 100000 --name kso --json | json "d['job']") || fail "submit"
+                 --train-iters 100000 --name kso --json 2>"$TMP/kso.err" | json "d['job']") || fail "submit"
+  ! grep -q "each step trains" "$TMP/kso.err" || fail "a note for a batch that splits: $(cat "$TMP/kso.err")"
+  # submitted at a size the batch does not split over, the job says so (and is cancelled: it would take node-b)
+  local id4; id4=$(atoll submit "${model[@]}" --global-batch-size 18 --decrease-batch-size-if-needed --num-gpus 4 \
+                   --train-iters 1 --name kso4 --json 2>"$TMP/kso4.err" | json "d['job']") || fail "submit at 4"
+  atoll cancel "$id4" >/dev/null || fail "cancel $id4"
+  grep -q "note: --global-batch-size 18 is not whole micro-batches of 1 on 4 data-parallel ranks: with \
+--decrease-batch-size-if-needed each step trains 16" "$TMP/kso4.err" || fail "no note at submission: $(cat "$TMP/kso4.err")"
   wait_until 60 step_at_least "$id" 2 || fail "job not running: $(atoll status "$id")"
   kill -9 "${WPID[node-a]}"
   unset 'WPID[node-a]'
