@@ -104,6 +104,7 @@ static const key_def KEYS[] = {
     F("log-world-size-to-tensorboard", K_BOOL, log_world_size_to_tensorboard),
     F("log-memory-to-tensorboard", K_BOOL, log_memory_to_tensorboard),
     F("log-params-norm", K_BOOL, log_params_norm),
+    F("no-log-learning-rate-to-tensorboard", K_BOOL, no_log_learning_rate_to_tensorboard),
     F("attention-backend", K_STR, attention_backend),
     F("normalization", K_STR, normalization),
     F("swiglu", K_BOOL, swiglu),
@@ -242,8 +243,6 @@ static const struct {
     { "wandb-project", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases: every step's metrics are kept by "
       "the coordinator (atoll metrics JOB, /metrics for Prometheus) and --metrics-file FILE writes them as JSON lines" },
     { "wandb-exp-name", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases (see --wandb-project)" },
-    { "no-log-learning-rate-to-tensorboard", 0, MG_IGNORED, NULL, "the learning rate is written to TensorBoard "
-      "every logged step" },
     { "no-log-loss-scale-to-tensorboard", 0, MG_SAME, NULL, "bf16 trains without a loss scale, so none is written" },
     { "tensorboard-queue-size", 1, MG_SAME, NULL, "TensorBoard events are written as each step ends" },
     { "log-num-zeros-in-grad", 0, MG_IGNORED, NULL, "zeros in the gradient are not counted; its norm is logged" },

@@ -103,6 +103,7 @@ typedef struct atoll_config {
     int log_world_size_to_tensorboard;         /* world-size */
     int log_memory_to_tensorboard;             /* mem-max-allocated-bytes: rank 0's peak (GPU, or resident on CPU) */
     int log_params_norm;                       /* the parameters' L2 norm each logged step (Megatron's params norm) */
+    int no_log_learning_rate_to_tensorboard;   /* leave learning-rate out of TensorBoard */
     /* the LLaMA family and regularisation (Megatron's flags) */
     char attention_backend[8];         /* "auto" (default), "flash", "fused": bf16 attention on cuda */
     char normalization[16];            /* "LayerNorm" (default) or "RMSNorm" */

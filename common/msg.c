@@ -258,6 +258,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->decrease_batch_size_if_needed = c->decrease_batch_size_if_needed;
     o->num_virtual_stages_per_pipeline_rank = c->num_virtual_stages_per_pipeline_rank;
     o->log_params_norm = c->log_params_norm;
+    o->no_log_learning_rate_to_tensorboard = c->no_log_learning_rate_to_tensorboard;
     o->finetune = c->finetune;
     o->no_load_optim = c->no_load_optim;
     o->no_load_rng = c->no_load_rng;

@@ -220,7 +220,8 @@ static void emit_step(const step_stats *s, metrics_emit *emit, const dist *d)
 static void tb_step(const atoll_config *c, const step_stats *s, tb_writer *tb, int world)
 {
     const struct { const char *tag; double v; int on; } both[] = {
-        { "learning-rate", s->lr, 1 }, { "lm loss", s->loss, 1 }, { "grad-norm", s->grad_norm, 1 },
+        { "learning-rate", s->lr, !c->no_log_learning_rate_to_tensorboard }, { "lm loss", s->loss, 1 },
+        { "grad-norm", s->grad_norm, 1 },
         { "batch-size", s->batch, c->log_batch_size_to_tensorboard },
         { "world-size", world, c->log_world_size_to_tensorboard },
         { "mem-max-allocated-bytes", (double)s->memory_bytes, c->log_memory_to_tensorboard },

@@ -124,16 +124,16 @@ def main():
     check(len(ppl) == 2 and all(abs(p - math.exp(v)) <= 1e-4 * p for (_, p), (_, v) in zip(ppl, val)),
           f"'lm loss validation ppl' = exp(loss): {ppl}")
 
-    # every second iteration; no perplexity or timers without their flags
+    # every second iteration; no perplexity or timers without their flags, no learning rate when asked not to
     tb2 = os.path.join(work, "tb2")
-    subprocess.run(base + ["--tensorboard-dir", tb2, "--tensorboard-log-interval", "2"], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(base + ["--tensorboard-dir", tb2, "--tensorboard-log-interval", "2",
+                           "--no-log-learning-rate-to-tensorboard"], check=True, stdout=subprocess.DEVNULL)
     s2 = {}
     for ev in read_events(glob.glob(os.path.join(tb2, "events.out.tfevents.*"))[0], pb)[1:]:
         s2.setdefault(ev.summary.value[0].tag, []).append(ev.step)
     check(s2.get("lm loss") == [2, 4, 6] and "iteration-time" not in s2 and "lm loss validation ppl" not in s2
           and "batch-size" not in s2 and "world-size" not in s2 and "mem-max-allocated-bytes" not in s2
-          and "params-norm" not in s2
+          and "params-norm" not in s2 and "learning-rate" not in s2 and "learning-rate vs samples" not in s2
           and s2.get("lm loss validation") == [3, 6],
           f"--tensorboard-log-interval 2: 'lm loss' at {s2.get('lm loss')}, validation at {s2.get('lm loss validation')}")
 
