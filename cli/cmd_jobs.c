@@ -134,7 +134,7 @@ static void note_no_checkpoint(cli_ctx *c, const atoll_config *cfg)
 static void note_decreased_batch(cli_ctx *c, const atoll_config *cfg)
 {
     int dp = cfg_data_parallel_size(cfg, cfg->num_gpus);
-    int whole = dp ? cfg_micro_batches(cfg, dp) * cfg->micro_batch_size * dp : 0;
+    int whole = dp ? cfg_step_batch(cfg, dp) : 0;
     if (cfg->decrease_batch_size_if_needed && whole && whole < cfg->global_batch_size)
         fprintf(stderr, "%s: note: --global-batch-size %d is not whole micro-batches of %d on %d data-parallel ranks: "
                 "with --decrease-batch-size-if-needed each step trains %d\n", c->prog, cfg->global_batch_size,
@@ -477,9 +477,14 @@ static void print_job(const Atoll__Job *j)
         printf(" (model: %d layers, hidden %d, %d heads, seq %d; micro-batch %d, global batch %d",
                j->spec->num_layers, j->spec->hidden_size, j->spec->num_attention_heads, j->spec->seq_length,
                j->spec->micro_batch_size, j->spec->global_batch_size);
-        unsigned long long r[3];
-        if (j->spec->rampup_batch_size && sscanf(j->spec->rampup_batch_size, "%llu %llu %llu", &r[0], &r[1], &r[2]) == 3)
-            printf(" from %llu, +%llu over %llu samples", r[0], r[1], r[2]);
+        atoll_config ramp; /* the ramp's numbers as the config reads them */
+        int start, inc;
+        uint64_t over;
+        char why[8];
+        cfg_defaults(&ramp);
+        if (j->spec->rampup_batch_size && cfg_set(&ramp, "rampup-batch-size", j->spec->rampup_batch_size, why,
+                                                  sizeof why) == CFG_OK && cfg_rampup(&ramp, &start, &inc, &over))
+            printf(" from %d, +%d over %llu samples", start, inc, (unsigned long long)over);
         printf(")");
     }
     if (j->spec && j->spec->n_env) {

@@ -527,11 +527,7 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
     int ramp_start, ramp_inc;
     uint64_t ramp_samples, train_samples = c->train_samples;
     int ramp = cfg_rampup(c, &ramp_start, &ramp_inc, &ramp_samples);
-    if (ramp && (c->global_batch_size < 1 || cfg_validate_rampup(c, err, errlen))) {
-        if (c->global_batch_size < 1)
-            atoll_errf(err, errlen, "--rampup-batch-size needs --global-batch-size: the batch the ramp grows to");
-        return -1;
-    }
+    if (ramp && cfg_validate_rampup(c, err, errlen)) return -1;
     uint64_t *samples[4] = { &c->train_samples, &c->lr_decay_samples, &c->lr_warmup_samples, &c->lr_wsd_decay_samples };
     int *iters[4] = { &c->train_iters, &c->lr_decay_iters, &c->lr_warmup_iters, &c->lr_wsd_decay_iters };
     const char *names[4] = { "train", "lr-decay", "lr-warmup", "lr-wsd-decay" };
@@ -1326,12 +1322,15 @@ uint64_t cfg_samples_after(const atoll_config *c, int dp, long long iters)
     return ramp_walk(c, dp, UINT64_MAX, iters, &it);
 }
 
+int cfg_step_batch(const atoll_config *c, int dp)
+{
+    return (int)running_batch(c, dp, cfg_global_batch(c, dp));
+}
+
 int cfg_micro_batches(const atoll_config *c, int dp)
 {
-    int64_t per_step = (int64_t)c->micro_batch_size * dp, gbs = cfg_global_batch(c, dp);
-    if (per_step <= 0 || gbs <= 0) return 0;
-    gbs = running_batch(c, dp, gbs);
-    if (!gbs || gbs % per_step) return 0;
+    int64_t per_step = (int64_t)c->micro_batch_size * dp, gbs = cfg_step_batch(c, dp);
+    if (per_step <= 0 || gbs <= 0 || gbs % per_step) return 0;
     return (int)(gbs / per_step);
 }
 
@@ -1620,7 +1619,6 @@ double cfg_bubble_theory(const atoll_config *c, int world, int batch)
     int dp = cfg_data_parallel_size(c, world);
     int pp = c->pipeline_model_parallel_size;
     if (!dp || pp < 2 || c->micro_batch_size < 1) return 0.0;
-    int gbs = batch > 0 ? batch : cfg_micro_batches(c, dp) * c->micro_batch_size * dp;
-    double m = (double)gbs / ((double)c->micro_batch_size * dp);
+    double m = batch > 0 ? (double)batch / ((double)c->micro_batch_size * dp) : (double)cfg_micro_batches(c, dp);
     return (pp - 1) / (cfg_virtual_stages(c) * m + (pp - 1));
 }

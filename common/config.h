@@ -237,6 +237,10 @@ int cfg_data_parallel_size(const atoll_config *c, int world);
 /* The global batch: --global-batch-size, or Megatron's default of one micro-batch
  * per DP rank (0 when that is over CFG_MAX_GLOBAL_BATCH). */
 int cfg_global_batch(const atoll_config *c, int dp);
+/* The samples a step of dp ranks takes once any ramp is over: the global batch,
+ * or with --decrease-batch-size-if-needed the largest part of it that is whole
+ * micro-batches on every DP rank (whole rounds of pp when interleaved). */
+int cfg_step_batch(const atoll_config *c, int dp);
 /* Micro-batches each DP rank runs per step: global batch / (micro-batch * dp);
  * 0 when that is not a whole number (rounded down with
  * --decrease-batch-size-if-needed, to a multiple of pp when interleaved). */

@@ -211,6 +211,10 @@ static void emit_step(const step_stats *s, metrics_emit *emit, const dist *d)
     metrics_emit_step(emit, &rs);
 }
 
+/* The steps whose figures go to the log line and --metrics-file, and to TensorBoard. */
+static int log_due(const atoll_config *c, long long it) { return c->log_interval > 0 && it % c->log_interval == 0; }
+static int tb_due(const atoll_config *c, long long it) { return c->tensorboard_dir[0] && it % cfg_tb_interval(c) == 0; }
+
 /* Megatron's TensorBoard scalars under its tags: the learning rate, the loss
  * and the gradient norm by iteration and by consumed samples (the batch and
  * world sizes and rank 0's peak memory too with --log-batch-size/world-size/
@@ -250,8 +254,8 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, 
 {
     emit_step(s, emit, d);
     if (d->rank != 0) return;
-    if (tb->f && s->it % cfg_tb_interval(c) == 0) tb_step(c, s, tb, d->size);
-    if (c->log_interval <= 0 || s->it % c->log_interval) return;
+    if (tb->f && tb_due(c, s->it)) tb_step(c, s, tb, d->size);
+    if (!log_due(c, s->it)) return;
     char mfu[32] = "n/a", mfu_json[32] = "null";
     if (s->mfu >= 0) {
         snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * s->mfu);
@@ -427,11 +431,6 @@ static int dump_step(run *r, const float *logits0, double loss, char *err, size_
     return dump_file(path, ex, 2, exd, err, errlen);
 }
 
-/* A step whose figures are logged: in the log and --metrics-file, or TensorBoard's. */
-static int logged_step(const atoll_config *c, long long it)
-{
-    return (c->log_interval > 0 && it % c->log_interval == 0) || (c->tensorboard_dir[0] && it % cfg_tb_interval(c) == 0);
-}
 
 static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errlen)
 {
@@ -444,7 +443,7 @@ static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errle
     /* --log-params-norm, Megatron's: the updated parameters' L2 norm, on logged steps (outside the step's
      * time; every rank takes part in the sum) */
     s->params_norm = -1.0;
-    if (c->log_params_norm && logged_step(c, s->it)) {
+    if (c->log_params_norm && (log_due(c, s->it) || tb_due(c, s->it))) {
         double sq = dist_param_sumsq(&r->d, r->m);
         float part = (float)sq;
         if (r->d.size > 1) {
@@ -1105,7 +1104,7 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
                    r.m->sp ? ", sequence parallel" : "", r.dopt.zero ? ", distributed optimizer" : "",
                    c.recompute_granularity ? (c.recompute_granularity == RECOMPUTE_FULL ? ", full recompute"
                                                                                          : ", selective recompute") : "");
-        int whole = cfg_micro_batches(&c, r.d.dp) * c.micro_batch_size * r.d.dp;
+        int whole = cfg_step_batch(&c, r.d.dp);
         if (whole < c.global_batch_size)
             printf("atoll-train: note: --decrease-batch-size-if-needed: %d samples a step, not the global batch %d: "
                    "it is not whole micro-batches of %d on %d data-parallel rank%s%s (a placement where it is "
