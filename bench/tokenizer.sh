@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# bench/tokenizer: GPT-2 BPE encoding speed on one core, atoll's C tokenizer
-# against the reference JavaScript encoder (the npm package gpt-3-encoder, run
-# with node), on the same text; plus `atoll data prepare` end to end (vocab
-# load, JSON lines, encode, write the dataset).
+# bench/tokenizer: BPE encoding speed on one core, atoll's C tokenizer against
+# the reference JavaScript encoders, run with node, on the same text: GPT-2's
+# BPE against the npm package gpt-3-encoder, LLaMA-3's tokenizer.json
+# (HuggingFaceTokenizer) against Hugging Face's tokenizers (the Rust library
+# transformers runs, through its official node binding, the npm package
+# tokenizers);
+# plus `atoll data prepare` end to end (vocab load, JSON lines, encode, write
+# the dataset).
 #
 # Corpora: English prose (the demo's Moby-Dick chapters, repeated to 2.4 MB) and
 # a multilingual mix (words of Latin, Cyrillic, Arabic, Devanagari, CJK, Hangul
@@ -19,9 +23,12 @@ set -euo pipefail
 BUILD=${1:-build}
 OUT=${2:-bench/results/tokenizer.md}
 PKG=.deps/gpt-3-encoder
+HFPKG=.deps/hf-tokenizers
+L3=.deps/llama3-tokenizer/models
 TOOL=$BUILD/bin/engine_tok_tool
 PREP=$BUILD/bin/engine_prepare_tool
-[ -f "$PKG/Encoder.js" ] || { echo "run scripts/install-deps.sh first (gpt-3-encoder)" >&2; exit 1; }
+[ -f "$PKG/Encoder.js" ] && [ -f "$HFPKG/index.js" ] && [ -f "$L3/tokenizer.json" ] ||
+  { echo "run scripts/install-deps.sh first (gpt-3-encoder, Hugging Face's tokenizers, LLaMA-3's tokenizer)" >&2; exit 1; }
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 CORE=${CORE:-0}
@@ -61,25 +68,50 @@ for (let r = 0; r < 3; r++) {
 }
 console.log(bytes + ' ' + n + ' ' + best);
 JS
-
-atoll_time() { # best of 3: "bytes tokens seconds"
-  local best=""
+cat > "$WORK/ref_time_hf.js" <<'JS'
+// Hugging Face's tokenizers (Rust, through its node binding): encodeBatch over the
+// paragraphs, the library's fastest call (one crossing into Rust for all of them);
+// TOKENIZERS_PARALLELISM=false and the pinned core keep it to one thread
+const fs = require('fs'), path = require('path');
+const [pkg, dir, file] = process.argv.slice(2);
+const { Tokenizer } = require(path.resolve(pkg, 'index.js'));
+const tok = Tokenizer.fromFile(path.join(dir, 'tokenizer.json'));
+const paras = fs.readFileSync(file, 'utf8').split(/(?<=\n\n)/), bytes = fs.statSync(file).size;
+(async () => {
+  let best = Infinity, n = 0;
+  for (let r = 0; r < 3; r++) {
+    const t0 = process.hrtime.bigint();
+    const out = await tok.encodeBatch(paras, { addSpecialTokens: true });
+    best = Math.min(best, Number(process.hrtime.bigint() - t0) / 1e9);
+    n = out.reduce((a, e) => a + e.getIds().length, 0);
+  }
+  console.log(bytes + ' ' + n + ' ' + best);
+})();
+JS
+atoll_time() { # FILE TOOL-ARGS...: best of 3, "bytes tokens seconds"
+  local best="" file=$1 line t s
+  shift
   for _ in 1 2 3; do
-    line=$("${PIN[@]}" "$TOOL" "$PKG/encoder.json" "$PKG/vocab.bpe" time "$1" 2>&1 >/dev/null)
+    line=$("${PIN[@]}" "$TOOL" "$@" time "$file" 2>&1 >/dev/null)
     # "N bytes, M tokens in S s: X MB/s"
-    set -- "$1" "$(echo "$line" | awk '{print $1, $3, $6}')"
-    s=$(echo "$2" | awk '{print $3}')
-    if [ -z "$best" ] || awk "BEGIN{exit !($s < $(echo "$best" | awk '{print $3}'))}"; then best=$2; fi
+    t=$(echo "$line" | awk '{print $1, $3, $6}')
+    s=$(echo "$t" | awk '{print $3}')
+    if [ -z "$best" ] || awk "BEGIN{exit !($s < $(echo "$best" | awk '{print $3}'))}"; then best=$t; fi
   done
   echo "$best"
 }
-row() { # name file
+row() { # tokenizer corpus-name file
   local a r
-  a=$(atoll_time "$2")
-  r=$("${PIN[@]}" node "$WORK/ref_time.js" "$PKG" "$2")
-  echo "$a $r" | awk -v name="$1" '{ printf "| %s | %.2f | %d | %.1f | %d | %.2f | %.1fx |\n", name, $1/1e6, $2, $1/1e6/$3, $5, $1/1e6/$6, $6/$3 }'
+  if [ "$1" = gpt2 ]; then
+    a=$(atoll_time "$3" "$PKG/encoder.json" "$PKG/vocab.bpe")
+    r=$("${PIN[@]}" node "$WORK/ref_time.js" "$PKG" "$3")
+  else
+    a=$(atoll_time "$3" hf "$L3")
+    r=$(TOKENIZERS_PARALLELISM=false "${PIN[@]}" node "$WORK/ref_time_hf.js" "$HFPKG" "$L3" "$3")
+  fi
+  echo "$a $r" | awk -v tok="$1" -v name="$2" '{ printf "| %s | %s | %.2f | %d | %.1f | %d | %.2f | %.1fx |\n", tok, name, $1/1e6, $2, $1/1e6/$3, $5, $1/1e6/$6, $6/$3 }'
 }
-ROWS=$(row "English (Moby-Dick x20)" "$WORK/english.txt"; row "multilingual mix" "$WORK/multi.txt")
+ROWS=$(for t in gpt2 llama3; do row $t "English (Moby-Dick x20)" "$WORK/english.txt"; row $t "multilingual mix" "$WORK/multi.txt"; done)
 
 /usr/bin/python3 -c "
 import json, sys
@@ -92,17 +124,21 @@ PREP_T=$( { /usr/bin/time -f %e "${PIN[@]}" "$PREP" --input "$WORK/docs.jsonl" -
   --tokenizer-type GPT2BPETokenizer --vocab-file "$PKG/encoder.json" --merge-file "$PKG/vocab.bpe" --append-eod >/dev/null; } 2>&1 )
 
 {
-  echo "# GPT-2 BPE tokenizer: MB/s on one core"
+  echo "# BPE tokenizers: MB/s on one core"
   echo
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo "- machine: \`$(uname -srvmo)\`, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), pinned to core $CORE (taskset)"
   echo "- load average before: $(cut -d' ' -f1-3 /proc/loadavg) (the machine is shared)"
   echo "- command: \`bench/tokenizer.sh $BUILD\`; atoll: \`engine_tok_tool ... time FILE\` (tokenizer.c), reference:"
-  echo "  gpt-3-encoder $(node -p "require('./$PKG/package.json').version") \`encode()\` under node $(node --version)"
-  echo "- both produce the same ids (the token counts below; tests/engine/engine_tokenizer.py checks them id by id)"
+  echo "  gpt-3-encoder $(node -p "require('./$PKG/package.json').version") \`encode()\` (gpt2 rows) and"
+  echo "  Hugging Face's tokenizers $(node -p "require('./$HFPKG/package.json').version") (the Rust library, node binding)"
+  echo "  \`encodeBatch()\` over the paragraphs, one thread (TOKENIZERS_PARALLELISM=false), on LLaMA-3's tokenizer.json"
+  echo "  (llama3 rows; atoll: \`engine_tok_tool hf DIR time FILE\`, one call per paragraph), under node $(node --version)"
+  echo "- each pair produces the same ids (the token counts below; tests/engine/engine_tokenizer.py and"
+  echo "  engine_tokenizer_hf.py check them id by id)"
   echo
-  echo "| corpus | MB | atoll tokens | atoll MB/s | reference tokens | reference MB/s | atoll / reference |"
-  echo "|---|---:|---:|---:|---:|---:|---:|"
+  echo "| tokenizer | corpus | MB | atoll tokens | atoll MB/s | reference tokens | reference MB/s | atoll / reference |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|"
   echo "$ROWS"
   echo
   echo "\`atoll data prepare\` end to end on the English corpus as JSON lines (one paragraph a line, --append-eod),"

@@ -184,8 +184,8 @@ static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x)
     /* the tokenizer's padded vocab, as the ranks will size it, and its files by
      * absolute paths (ranks run in their own work directories) */
     if (tok_config_vocab(&cfg, err, sizeof err)) return cli_usage(c, "submit", "%s", err);
-    char *files[2] = { cfg.vocab_file, cfg.merge_file }, abs[PATH_MAX];
-    for (int i = 0; i < 2; i++)
+    char *files[3] = { cfg.vocab_file, cfg.merge_file, cfg.tokenizer_model }, abs[PATH_MAX];
+    for (int i = 0; i < 3; i++)
         if (files[i][0] && realpath(files[i], abs) && strlen(abs) < CFG_STR) memcpy(files[i], abs, strlen(abs) + 1);
     if (x->auto_layout) {
         int rc = cli_auto_layout(c, &cfg, argc, argv);

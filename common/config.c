@@ -120,6 +120,7 @@ static const key_def KEYS[] = {
     F("tokenizer-type", K_STR, tokenizer_type),
     F("vocab-file", K_STR, vocab_file),
     F("merge-file", K_STR, merge_file),
+    F("tokenizer-model", K_STR, tokenizer_model),
     R("make-vocab-size-divisible-by", K_INT, make_vocab_size_divisible_by, 0, CFG_MAX_VOCAB, 0),
     /* Megatron spellings of the settings above (cfg_resolve_megatron) */
     F("rampup-batch-size", K_RAMP, rampup_batch_size),
@@ -319,8 +320,6 @@ static const struct {
       "Hugging Face's layout), not interleaved pairs" },
     { "squared-relu", 0, MG_REFUSED, NULL, "the MLP is GELU, or SwiGLU with --swiglu" },
     { "moe-*", 0, MG_REFUSED, NULL, "mixture-of-experts models are not implemented (dense GPT and LLaMA are)" },
-    { "tokenizer-model", 1, MG_REFUSED, NULL, "SentencePiece and HuggingFace tokenizers are not implemented: "
-      "--tokenizer-type GPT2BPETokenizer (--vocab-file, --merge-file) or the byte-level default" },
 };
 #define NMEGATRON (sizeof(MEGATRON) / sizeof(MEGATRON[0]))
 _Static_assert(NMEGATRON <= 128, "atoll_config.megatron_ignored has a bit per entry");

@@ -117,6 +117,7 @@ typedef struct atoll_config {
     double hidden_dropout, attention_dropout; /* 0 here; Megatron's default is 0.1 */
     /* the tokenizer the data was prepared with (recorded in checkpoints) */
     char tokenizer_type[32], vocab_file[CFG_STR], merge_file[CFG_STR];
+    char tokenizer_model[CFG_STR]; /* HuggingFaceTokenizer: tokenizer.json, or its directory */
     int make_vocab_size_divisible_by;  /* 128 (0 reads as 128: cfg_vocab_multiple) */
     /* Megatron spellings resolved into the settings above when parsing ends
      * (cfg_parse_args), then cleared: never sent in a JobSpec. */

@@ -278,6 +278,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->tokenizer_type = (char *)c->tokenizer_type;
     o->vocab_file = (char *)c->vocab_file;
     o->merge_file = (char *)c->merge_file;
+    o->tokenizer_model = (char *)c->tokenizer_model;
     o->make_vocab_size_divisible_by = c->make_vocab_size_divisible_by;
 }
 

@@ -240,8 +240,9 @@ static void model_info(jsonw *w, const atoll_config *c)
     jsonw_key(w, "tokenizer");
     jsonw_obj(w);
     jsonw_kstr(w, "type", c->tokenizer_type[0] ? c->tokenizer_type : "ByteLevel");
-    const char *files[2][2] = { { "vocab_file", c->vocab_file }, { "merge_file", c->merge_file } };
-    for (int i = 0; i < 2; i++) {
+    const char *files[3][2] = { { "vocab_file", c->vocab_file }, { "merge_file", c->merge_file },
+                                { "tokenizer_model", c->tokenizer_model } };
+    for (int i = 0; i < 3; i++) {
         if (!files[i][1][0]) continue;
         char abs[PATH_MAX], key[32];
         uint64_t sum = 0, bytes = 0;
@@ -731,17 +732,19 @@ static int read_model(const char *dir, long long iteration, atoll_config *c, int
             if (n > 0 && at < takenlen && v->type != JSONR_BOOL) at += (size_t)snprintf(taken + at, takenlen - at, " %s", s);
         }
     }
-    const jsonr *ty = jsonr_get(t, "type"), *vf = jsonr_get(t, "vocab_file"), *mf = jsonr_get(t, "merge_file");
-    char *tok[3] = { c->tokenizer_type, c->vocab_file, c->merge_file };
-    const size_t toklen[3] = { sizeof c->tokenizer_type, sizeof c->vocab_file, sizeof c->merge_file };
-    const jsonr *from[3] = { ty, vf, mf };
-    for (int i = 0; i < 3 && !rc; i++) {
-        if (!from[i] || from[i]->type != JSONR_STR || (keep_given && tok[i][0])) continue;
-        if (keep_given && i == 0 && !strcmp(from[i]->str, "ByteLevel")) continue; /* "" is byte-level */
-        snprintf(tok[i], toklen[i], "%s", from[i]->str);
-        if (keep_given && at < takenlen)
-            at += (size_t)snprintf(taken + at, takenlen - at, "%s--%s %s", at ? " " : "",
-                                   i == 0 ? "tokenizer-type" : i == 1 ? "vocab-file" : "merge-file", from[i]->str);
+    static const char *const tok_keys[4] = { "type", "vocab_file", "merge_file", "tokenizer_model" };
+    char *tok[4] = { c->tokenizer_type, c->vocab_file, c->merge_file, c->tokenizer_model };
+    const size_t toklen[4] = { sizeof c->tokenizer_type, sizeof c->vocab_file, sizeof c->merge_file,
+                               sizeof c->tokenizer_model };
+    for (int i = 0; i < 4 && !rc; i++) {
+        const jsonr *from = jsonr_get(t, tok_keys[i]);
+        if (!from || from->type != JSONR_STR || (keep_given && tok[i][0])) continue;
+        if (keep_given && i == 0 && !strcmp(from->str, "ByteLevel")) continue; /* "" is byte-level */
+        snprintf(tok[i], toklen[i], "%s", from->str);
+        if (keep_given && at < takenlen) {
+            static const char *const flags[4] = { "tokenizer-type", "vocab-file", "merge-file", "tokenizer-model" };
+            at += (size_t)snprintf(taken + at, takenlen - at, "%s--%s %s", at ? " " : "", flags[i], from->str);
+        }
     }
     jsonr_free(root);
     return rc;

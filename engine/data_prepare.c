@@ -4,9 +4,10 @@
  * Input: plain text files (each file one document) or JSON lines (a file
  * named *.json / *.jsonl, or any file with --json-keys: one JSON object per
  * line, the document's text under the key). Tokenizer: byte-level (vocab 256,
- * token 0 ends every document) or GPT-2's BPE (--tokenizer-type
- * GPT2BPETokenizer --vocab-file --merge-file; the end-of-document token only
- * with --append-eod, as in Megatron). Documents are tokenised and written as
+ * token 0 ends every document), GPT-2's BPE (--tokenizer-type
+ * GPT2BPETokenizer --vocab-file --merge-file) or a Hugging Face tokenizer.json
+ * of LLaMA-3's kind (--tokenizer-type HuggingFaceTokenizer --tokenizer-model);
+ * for the BPEs the end-of-document token only with --append-eod, as in Megatron. Documents are tokenised and written as
  * they are read; the dataset appears under its name only when every input was
  * read and written, so a failed run leaves nothing new behind. */
 #include "data.h"
@@ -27,6 +28,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: atoll data prepare --input FILE... --output-prefix PREFIX\n"
             "           [--tokenizer-type ByteLevel|GPT2BPETokenizer --vocab-file F --merge-file F]\n"
+            "           [--tokenizer-type HuggingFaceTokenizer --tokenizer-model F]\n"
             "           [--append-eod] [--json-keys KEY] [--workers N]\n"
             "  Writes PREFIX.bin and PREFIX.idx (Megatron's indexed dataset; uint16 tokens,\n"
             "  int32 for vocabs of 65500 or more). A *.json/*.jsonl input (or any input with\n"
@@ -34,7 +36,10 @@ static void usage(FILE *f)
             "  any other input is one document per file.\n"
             "  ByteLevel (default): a token per byte, vocab 256, token 0 ends each document.\n"
             "  GPT2BPETokenizer: GPT-2's BPE from encoder.json/vocab.json and vocab.bpe/merges.txt;\n"
-            "  --append-eod ends each document with <|endoftext|>. Invalid UTF-8 is replaced\n"
+            "  --append-eod ends each document with <|endoftext|>.\n"
+            "  HuggingFaceTokenizer: a tokenizer.json of LLaMA-3's kind (the file, or its directory\n"
+            "  with tokenizer_config.json), its template's tokens (<|begin_of_text|>) added to each\n"
+            "  document; --append-eod ends each with the eos_token. Invalid UTF-8 is replaced\n"
             "  by U+FFFD (counted in the summary). Megatron's --workers, --partitions,\n"
             "  --chunk-size, --log-interval, --keep-newlines, --keep-sequential-samples and\n"
             "  --dataset-impl mmap are accepted for its command lines; atoll tokenises on one\n"
@@ -137,7 +142,7 @@ static double now_s(void)
 
 int data_prepare_main(int argc, char **argv)
 {
-    const char *prefix = NULL, *tok_name = "ByteLevel", *vocab = NULL, *merges = NULL, *key = NULL;
+    const char *prefix = NULL, *tok_name = "ByteLevel", *vocab = NULL, *merges = NULL, *model = NULL, *key = NULL;
     int json = 0, append_eod = 0;
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
     int ninputs = 0;
@@ -163,6 +168,8 @@ int data_prepare_main(int argc, char **argv)
             vocab = argv[++i];
         } else if (has_value && !strcmp(a, "--merge-file")) {
             merges = argv[++i];
+        } else if (has_value && !strcmp(a, "--tokenizer-model")) {
+            model = argv[++i];
         } else if (has_value && !strcmp(a, "--json-keys")) {
             key = argv[++i];
             if (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
@@ -178,12 +185,10 @@ int data_prepare_main(int argc, char **argv)
             /* newlines are kept, documents stay in input order */
         } else if (has_value && !strcmp(a, "--dataset-impl") && !strcmp(argv[i + 1], "mmap")) {
             i++; /* the one format written (and Megatron's only one now) */
-        } else if (!strcmp(a, "--dataset-impl") || !strcmp(a, "--split-sentences") || !strcmp(a, "--tokenizer-model")) {
+        } else if (!strcmp(a, "--dataset-impl") || !strcmp(a, "--split-sentences")) {
             fprintf(stderr, "atoll data prepare: %s: %s\n", a, !strcmp(a, "--dataset-impl")
                     ? "only mmap, Megatron's indexed dataset, is written"
-                    : !strcmp(a, "--split-sentences") ? "documents are written whole; splitting them into sentences "
-                                                        "(for BERT) is not implemented"
-                    : "SentencePiece and HuggingFace tokenizers are not implemented (ByteLevel, GPT2BPETokenizer are)");
+                    : "documents are written whole; splitting them into sentences (for BERT) is not implemented");
             free(inputs);
             return 2;
         } else {
@@ -204,8 +209,10 @@ int data_prepare_main(int argc, char **argv)
         free(inputs);
         return 2;
     }
-    if (type == TOK_BYTE && (vocab || merges)) {
-        fprintf(stderr, "atoll data prepare: --vocab-file/--merge-file are for --tokenizer-type GPT2BPETokenizer\n");
+    if ((type != TOK_GPT2BPE && (vocab || merges)) || (type != TOK_HF && model)) {
+        fprintf(stderr, "atoll data prepare: %s\n", model && type != TOK_HF
+                ? "--tokenizer-model is for --tokenizer-type HuggingFaceTokenizer"
+                : "--vocab-file/--merge-file are for --tokenizer-type GPT2BPETokenizer");
         free(inputs);
         return 2;
     }
@@ -215,7 +222,7 @@ int data_prepare_main(int argc, char **argv)
     p.json_key = key ? key : "text";
     int rc = 1, opened = 0;
     double t0 = now_s();
-    if (!(p.tok = tok_open(type, vocab, merges, err, sizeof err))) goto out;
+    if (!(p.tok = tok_open(type, vocab, merges, model, err, sizeof err))) goto out;
     if (idx_writer_open(&p.w, prefix, idx_dtype_for_vocab(tok_vocab_size(p.tok)), err, sizeof err)) goto out;
     opened = 1;
     for (int i = 0; i < ninputs; i++)

@@ -27,15 +27,17 @@ int generate_main(int argc, char **argv);
 static void usage(FILE *f)
 {
     fprintf(f, "usage: atoll generate --load DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K]\n"
-               "           [--seed S] [--device cpu|cuda] [--vocab-file F --merge-file F] [--json]\n"
+               "           [--seed S] [--device cpu|cuda] [--vocab-file F --merge-file F | --tokenizer-model F]\n"
+               "           [--json]\n"
                "  Continues TEXT with the model of DIR's newest committed checkpoint, encoded and decoded\n"
-               "  with the tokenizer its manifest records (--vocab-file/--merge-file point elsewhere when\n"
-               "  those files moved). --temperature 0 is greedy; --top-k 0 samples from the whole vocab.\n"
+               "  with the tokenizer its manifest records (--vocab-file/--merge-file/--tokenizer-model point\n"
+               "  elsewhere when those files moved). --temperature 0 is greedy; --top-k 0 samples from the\n"
+               "  whole vocab.\n"
                "  Defaults: --max-tokens 64 --temperature 1 --top-k 0 --seed 1234 --device cpu.\n");
 }
 
 typedef struct gen_opts {
-    const char *load, *prompt, *device, *vocab, *merges;
+    const char *load, *prompt, *device, *vocab, *merges, *model;
     long max_tokens, top_k;
     double temperature;
     unsigned long long seed;
@@ -83,6 +85,8 @@ static int parse_opts(gen_opts *o, int argc, char **argv)
             o->vocab = v;
         } else if (!strcmp(a, "--merge-file")) {
             o->merges = v;
+        } else if (!strcmp(a, "--tokenizer-model")) {
+            o->model = v;
         } else if (!strcmp(a, "--max-tokens")) {
             if (parse_num(a, v, 1, 1e6, &x)) return -1;
             o->max_tokens = (long)x;
@@ -173,11 +177,13 @@ int generate_main(int argc, char **argv)
     if (latest || ckpt_read_model(o.load, it, &c, err, sizeof err)) goto out;
     if (o.vocab) snprintf(c.vocab_file, sizeof c.vocab_file, "%s", o.vocab);
     if (o.merges) snprintf(c.merge_file, sizeof c.merge_file, "%s", o.merges);
+    if (o.model) snprintf(c.tokenizer_model, sizeof c.tokenizer_model, "%s", o.model);
     tok_type type;
     if (tok_type_parse(c.tokenizer_type[0] ? c.tokenizer_type : "ByteLevel", &type, err, sizeof err)) goto out;
-    if (!(tok = tok_open(type, c.vocab_file, c.merge_file, err, sizeof err))) {
+    if (!(tok = tok_open(type, c.vocab_file, c.merge_file, c.tokenizer_model, err, sizeof err))) {
         size_t l = strlen(err);
-        snprintf(err + l, sizeof err - l, " (the checkpoint's tokenizer; --vocab-file and --merge-file point elsewhere)");
+        snprintf(err + l, sizeof err - l, " (the checkpoint's tokenizer; --vocab-file and --merge-file, or "
+                 "--tokenizer-model, point elsewhere)");
         goto out;
     }
     if (tok_vocab_size(tok) > c.vocab_size) {

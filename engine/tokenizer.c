@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define NO_RANK INT32_MAX
 #define MAX_VOCAB_FILE (64u << 20)
@@ -24,10 +25,34 @@ typedef struct cache_slot {
     uint32_t key_off, key_len, tok_off, tok_len;
 } cache_slot;
 
+typedef struct str_map { /* token bytes -> id */
+    uint64_t *hash;
+    int32_t *id;
+    uint32_t mask;
+} str_map;
+
+/* an added token of a HuggingFaceTokenizer: its text is text[off, off + len) */
+typedef struct added_tok {
+    int32_t id;
+    uint32_t off, len;
+    int normalized; /* matched after the raw-text ones */
+} added_tok;
+
+#define MAX_TEMPLATE 8
+
 struct tokenizer {
     tok_type type;
     int nvocab;
     int32_t eod;
+    /* HuggingFaceTokenizer */
+    str_map map;         /* vocab (not added) token bytes -> id, for ignore_merges */
+    int ignore_merges;
+    added_tok *added;    /* sorted by first byte, then longest first */
+    int nadded;
+    int added_first[257]; /* added[added_first[b], added_first[b + 1]) begin with byte b */
+    char *added_text;
+    int32_t pre[MAX_TEMPLATE], post[MAX_TEMPLATE]; /* the template's ids before and after the text */
+    int npre, npost;
     char *bytes;          /* every token's bytes back to back */
     uint32_t *off;        /* [nvocab + 1] */
     int32_t byte_id[256]; /* the token of each single byte */
@@ -51,15 +76,20 @@ struct tokenizer {
 int tok_type_parse(const char *name, tok_type *t, char *err, size_t errlen)
 {
     if (!strcmp(name, "GPT2BPETokenizer")) *t = TOK_GPT2BPE;
+    else if (!strcmp(name, "HuggingFaceTokenizer")) *t = TOK_HF;
     else if (!strcmp(name, "ByteLevel")) *t = TOK_BYTE;
     else {
-        atoll_errf(err, errlen, "--tokenizer-type '%s': expected GPT2BPETokenizer or ByteLevel", name);
+        atoll_errf(err, errlen, "--tokenizer-type '%s': expected GPT2BPETokenizer, HuggingFaceTokenizer (a "
+                   "tokenizer.json of LLaMA-3's kind, --tokenizer-model) or ByteLevel", name);
         return -1;
     }
     return 0;
 }
 
-const char *tok_type_name(tok_type t) { return t == TOK_GPT2BPE ? "GPT2BPETokenizer" : "ByteLevel"; }
+const char *tok_type_name(tok_type t)
+{
+    return t == TOK_GPT2BPE ? "GPT2BPETokenizer" : t == TOK_HF ? "HuggingFaceTokenizer" : "ByteLevel";
+}
 tok_type tok_kind(const tokenizer *t) { return t->type; }
 int tok_vocab_size(const tokenizer *t) { return t->nvocab; }
 int32_t tok_eod(const tokenizer *t) { return t->eod; }
@@ -112,12 +142,6 @@ static uint32_t utf8_at(const unsigned char *s, size_t n, size_t *len)
 
 /* ---- loading ---- */
 
-typedef struct str_map { /* token bytes -> id, for building the merges */
-    uint64_t *hash;
-    int32_t *id;
-    uint32_t mask;
-} str_map;
-
 static int32_t str_find(const str_map *m, const tokenizer *t, const char *s, size_t n)
 {
     uint64_t h = hash_bytes(s, n);
@@ -147,56 +171,82 @@ static const pair_slot *pair_get(const tokenizer *t, int32_t a, int32_t b)
     }
 }
 
-/* The vocab file: a JSON object of token string -> id, ids 0..n-1 each once. */
-static int load_vocab(tokenizer *t, const char *path, str_map *map, char *err, size_t errlen)
+/* The vocab: `vocab` a JSON object of token string (in GPT-2's byte-to-unicode
+ * alphabet) -> id, and `added` (a HuggingFaceTokenizer's added_tokens, or
+ * NULL) objects {id, content} whose content is the token's text itself (an
+ * added token may name an id of the vocab: the vocab's bytes stay). Ids must be
+ * 0..n-1, each once. Fills t->bytes, t->off, t->nvocab, t->byte_id and `map`
+ * (the vocab's tokens). `what` names the file in messages. */
+static int fill_vocab(tokenizer *t, const jsonr *vocab, const jsonr *added, str_map *map, const char *what,
+                      char *err, size_t errlen)
 {
-    size_t len;
-    char *text = atoll_read_file(path, MAX_VOCAB_FILE, &len);
-    if (!text) {
-        atoll_errf(err, errlen, "--vocab-file %s: %s", path, strerror(errno));
-        return -1;
-    }
-    char jerr[160];
-    jsonr *root = jsonr_parse(text, len, jerr, sizeof jerr);
-    free(text);
-    if (!root || root->type != JSONR_OBJ || root->count < 256) {
-        atoll_errf(err, errlen, "--vocab-file %s: %s", path,
-                   root ? "expected a JSON object of at least 256 token strings to ids (GPT-2's encoder.json)" : jerr);
-        jsonr_free(root);
-        return -1;
-    }
     uint32_t cp_of[256], unicode_to_byte[324];
     byte_alphabet(cp_of);
     memset(unicode_to_byte, 0xff, sizeof unicode_to_byte);
     for (int b = 0; b < 256; b++) unicode_to_byte[cp_of[b]] = (uint32_t)b;
-    int n = root->count, rc = -1;
-    size_t total = 0;
     const jsonr *c;
-    for (c = root->child; c; c = c->next) total += strlen(c->key);
+    int n = 0, rc = -1;
+    for (int pass = 0; pass < 2; pass++)
+        for (c = pass ? (added ? added->child : NULL) : vocab->child; c; c = c->next) {
+            const jsonr *id = pass ? jsonr_get(c, "id") : c, *text = pass ? jsonr_get(c, "content") : NULL;
+            if (!id || id->type != JSONR_NUM || id->num < 0 || id->num >= (1 << 24) || id->num != (double)(int)id->num ||
+                (pass && (!text || text->type != JSONR_STR || !text->len))) {
+                atoll_errf(err, errlen, "%s: %s \"%.40s\" has no valid id (expected a whole number from 0)", what,
+                           pass ? "added token" : "token", pass ? (text && text->str ? text->str : "?") : c->key);
+                return -1;
+            }
+            if ((int)id->num >= n) n = (int)id->num + 1;
+        }
+    const char **key_of = calloc((size_t)n, sizeof *key_of);
+    unsigned char *raw = calloc((size_t)n, 1);
+    size_t total = 0;
     t->nvocab = n;
     t->off = calloc((size_t)n + 1, sizeof *t->off);
-    t->bytes = malloc(total + 1);
-    char **key_of = calloc((size_t)n, sizeof *key_of);
-    if (!t->off || !t->bytes || !key_of) { atoll_errf(err, errlen, "out of memory"); goto out; }
-    for (c = root->child; c; c = c->next) {
-        if (c->type != JSONR_NUM || c->num < 0 || c->num >= n || c->num != (double)(int)c->num || key_of[(int)c->num]) {
-            atoll_errf(err, errlen, "--vocab-file %s: token \"%.40s\" has id %g; ids must be 0..%d, each once", path,
-                       c->key, c->num, n - 1);
+    if (!key_of || !raw || !t->off) { atoll_errf(err, errlen, "out of memory"); goto out; }
+    for (c = vocab->child; c; c = c->next) {
+        if (key_of[(int)c->num]) {
+            atoll_errf(err, errlen, "%s: token \"%.40s\" has id %g, which \"%.40s\" has too; ids must be 0..%d, each "
+                       "once", what, c->key, c->num, key_of[(int)c->num], n - 1);
             goto out;
         }
         key_of[(int)c->num] = c->key;
     }
-    /* the ids' byte strings in id order: each code point of a token string is one byte */
+    for (c = added ? added->child : NULL; c; c = c->next) {
+        int id = (int)jsonr_get(c, "id")->num;
+        if (key_of[id] && raw[id]) {
+            atoll_errf(err, errlen, "%s: added tokens \"%.40s\" and \"%.40s\" both have id %d", what, key_of[id],
+                       jsonr_get(c, "content")->str, id);
+            goto out;
+        }
+        if (!key_of[id]) {
+            key_of[id] = jsonr_get(c, "content")->str;
+            raw[id] = 1;
+        }
+    }
+    for (int id = 0; id < n; id++) {
+        if (!key_of[id]) {
+            atoll_errf(err, errlen, "%s: no token has id %d; ids must be 0..%d, each once", what, id, n - 1);
+            goto out;
+        }
+        total += strlen(key_of[id]);
+    }
+    if (!(t->bytes = malloc(total + 1))) { atoll_errf(err, errlen, "out of memory"); goto out; }
+    /* the ids' byte strings in id order: each code point of a vocab token string is one byte */
     size_t at = 0;
     for (int id = 0; id < n; id++) {
         t->off[id] = (uint32_t)at;
         const unsigned char *s = (const unsigned char *)key_of[id];
         size_t sl = strlen(key_of[id]), i = 0, cl;
+        if (raw[id]) {
+            memcpy(t->bytes + at, s, sl);
+            at += sl;
+            continue;
+        }
         while (i < sl) {
             uint32_t cp = utf8_at(s + i, sl - i, &cl);
             if (cp >= 324 || unicode_to_byte[cp] > 255) {
-                atoll_errf(err, errlen, "--vocab-file %s: token %d \"%.40s\" has U+%04X, which is not in GPT-2's "
-                           "byte-to-unicode alphabet", path, id, key_of[id], cp);
+                atoll_errf(err, errlen, "%s: token %d \"%.40s\" has U+%04X, which is not in GPT-2's byte-to-unicode "
+                           "alphabet (a byte-level BPE vocab)", what, id, key_of[id], cp);
                 goto out;
             }
             t->bytes[at++] = (char)unicode_to_byte[cp];
@@ -212,7 +262,7 @@ static int load_vocab(tokenizer *t, const char *path, str_map *map, char *err, s
     if (!map->hash || !map->id) { atoll_errf(err, errlen, "out of memory"); goto out; }
     for (int id = 0; id < n; id++) {
         size_t l = t->off[id + 1] - t->off[id];
-        if (str_find(map, t, t->bytes + t->off[id], l) >= 0) continue; /* duplicate string: first id wins */
+        if (raw[id] || str_find(map, t, t->bytes + t->off[id], l) >= 0) continue; /* duplicate string: first id wins */
         uint64_t h = hash_bytes(t->bytes + t->off[id], l);
         uint32_t i = (uint32_t)h & map->mask;
         while (map->hash[i]) i = (i + 1) & map->mask;
@@ -222,18 +272,41 @@ static int load_vocab(tokenizer *t, const char *path, str_map *map, char *err, s
     for (int b = 0; b < 256; b++) {
         char ch = (char)b;
         if ((t->byte_id[b] = str_find(map, t, &ch, 1)) < 0) {
-            atoll_errf(err, errlen, "--vocab-file %s: no token for byte 0x%02X; a byte-level BPE vocab has all 256", path, b);
+            atoll_errf(err, errlen, "%s: no token for byte 0x%02X; a byte-level BPE vocab has all 256", what, b);
             goto out;
         }
-    }
-    t->eod = str_find(map, t, "<|endoftext|>", 13);
-    if (t->eod < 0) {
-        atoll_errf(err, errlen, "--vocab-file %s: no \"<|endoftext|>\" token (GPT-2's end of document)", path);
-        goto out;
     }
     rc = 0;
 out:
     free(key_of);
+    free(raw);
+    return rc;
+}
+
+/* The vocab file: a JSON object of token string -> id, ids 0..n-1 each once. */
+static int load_vocab(tokenizer *t, const char *path, str_map *map, char *err, size_t errlen)
+{
+    size_t len;
+    char *text = atoll_read_file(path, MAX_VOCAB_FILE, &len);
+    if (!text) {
+        atoll_errf(err, errlen, "--vocab-file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char jerr[160], what[CFG_STR + 16];
+    jsonr *root = jsonr_parse(text, len, jerr, sizeof jerr);
+    free(text);
+    if (!root || root->type != JSONR_OBJ || root->count < 256) {
+        atoll_errf(err, errlen, "--vocab-file %s: %s", path,
+                   root ? "expected a JSON object of at least 256 token strings to ids (GPT-2's encoder.json)" : jerr);
+        jsonr_free(root);
+        return -1;
+    }
+    snprintf(what, sizeof what, "--vocab-file %s", path);
+    int rc = fill_vocab(t, root, NULL, map, what, err, errlen);
+    if (!rc && (t->eod = str_find(map, t, "<|endoftext|>", 13)) < 0) {
+        atoll_errf(err, errlen, "--vocab-file %s: no \"<|endoftext|>\" token (GPT-2's end of document)", path);
+        rc = -1;
+    }
     jsonr_free(root);
     return rc;
 }
@@ -256,6 +329,29 @@ static long symbol_bytes(const char *s, size_t n, char *out)
     return k;
 }
 
+/* One merge "A B" (symbols in GPT-2's alphabet) of the given rank; -1 when A,
+ * B or their join is not a vocab token. buf holds la + lb bytes. */
+static int add_merge(tokenizer *t, const str_map *map, const char *a, size_t la, const char *b, size_t lb,
+                     int32_t rank, char *buf)
+{
+    long na = la ? symbol_bytes(a, la, buf) : -1;
+    long nb = na > 0 && lb ? symbol_bytes(b, lb, buf + na) : -1;
+    int32_t ia = na > 0 ? str_find(map, t, buf, (size_t)na) : -1;
+    int32_t ib = nb > 0 ? str_find(map, t, buf + na, (size_t)nb) : -1;
+    int32_t iab = ia >= 0 && ib >= 0 ? str_find(map, t, buf, (size_t)(na + nb)) : -1;
+    if (iab < 0) return -1;
+    pair_put(t, ia, ib, rank, iab);
+    return 0;
+}
+
+static int alloc_pairs(tokenizer *t, size_t n)
+{
+    uint32_t cap = 1;
+    while (cap < 2 * n + 16) cap <<= 1;
+    t->pair_mask = cap - 1;
+    return (t->pairs = calloc(cap, sizeof *t->pairs)) ? 0 : -1;
+}
+
 static int load_merges(tokenizer *t, const char *path, const str_map *map, char *err, size_t errlen)
 {
     size_t len;
@@ -266,13 +362,9 @@ static int load_merges(tokenizer *t, const char *path, const str_map *map, char 
     }
     size_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += text[i] == '\n';
-    uint32_t cap = 1;
-    while (cap < 2 * lines + 16) cap <<= 1;
-    t->pair_mask = cap - 1;
-    t->pairs = calloc(cap, sizeof *t->pairs);
     char *buf = malloc(len + 1);
     int rc = -1;
-    if (!t->pairs || !buf) { atoll_errf(err, errlen, "out of memory"); goto out; }
+    if (alloc_pairs(t, lines) || !buf) { atoll_errf(err, errlen, "out of memory"); goto out; }
     int32_t rank = 0;
     size_t lineno = 0;
     for (char *line = text, *next; line && line < text + len; line = next) {
@@ -283,18 +375,13 @@ static int load_merges(tokenizer *t, const char *path, const str_map *map, char 
         if (ll && line[ll - 1] == '\r') ll--;
         if (!ll || (lineno == 1 && !strncmp(line, "#version", 8))) continue;
         char *sp = memchr(line, ' ', ll);
-        long la = sp ? symbol_bytes(line, (size_t)(sp - line), buf) : -1;
-        long lb = la > 0 ? symbol_bytes(sp + 1, ll - (size_t)(sp - line) - 1, buf + la) : -1;
-        int32_t a = la > 0 ? str_find(map, t, buf, (size_t)la) : -1;
-        int32_t b = lb > 0 ? str_find(map, t, buf + la, (size_t)lb) : -1;
-        int32_t ab = a >= 0 && b >= 0 ? str_find(map, t, buf, (size_t)(la + lb)) : -1;
-        if (ab < 0) {
+        if (!sp || add_merge(t, map, line, (size_t)(sp - line), sp + 1, ll - (size_t)(sp - line) - 1, rank, buf)) {
             atoll_errf(err, errlen, "--merge-file %s: line %zu \"%.*s\" is not two vocab tokens whose join is a "
                        "vocab token (expected \"A B\" per line, as GPT-2's vocab.bpe)", path, lineno,
                        (int)(ll < 60 ? ll : 60), line);
             goto out;
         }
-        pair_put(t, a, b, rank++, ab);
+        rank++;
     }
     if (!rank) {
         atoll_errf(err, errlen, "--merge-file %s: no merges", path);
@@ -307,7 +394,273 @@ out:
     return rc;
 }
 
-tokenizer *tok_open(tok_type type, const char *vocab_file, const char *merge_file, char *err, size_t errlen)
+/* ---- HuggingFaceTokenizer: tokenizer.json ---- */
+
+/* LLaMA-3's pre-tokenizer pattern, as its tokenizer.json spells it */
+static const char LLAMA3_PATTERN[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+                                     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static const char *jstr(const jsonr *o, const char *key)
+{
+    const jsonr *v = jsonr_get(o, key);
+    return v && v->type == JSONR_STR ? v->str : NULL;
+}
+
+static int jtrue(const jsonr *o, const char *key)
+{
+    const jsonr *v = jsonr_get(o, key);
+    return v && v->type == JSONR_BOOL && v->num != 0;
+}
+
+/* The parts of tokenizer.json atoll runs: "" when the file is of LLaMA-3's
+ * kind, else what differs (into why). */
+static int hf_check_kind(const jsonr *root, char *why, size_t whylen)
+{
+    const jsonr *model = jsonr_get(root, "model"), *pre = jsonr_get(root, "pre_tokenizer");
+    const jsonr *dec = jsonr_get(root, "decoder"), *norm = jsonr_get(root, "normalizer");
+    const char *mtype = model ? jstr(model, "type") : NULL;
+    if (!model || model->type != JSONR_OBJ || (mtype && strcmp(mtype, "BPE")) || !jsonr_get(model, "vocab") ||
+        !jsonr_get(model, "merges")) {
+        atoll_errf(why, whylen, "model: expected a byte-level BPE (\"type\": \"BPE\" with vocab and merges), found %s",
+                   mtype ? mtype : "none");
+        return -1;
+    }
+    const char *cont = jstr(model, "continuing_subword_prefix"), *eow = jstr(model, "end_of_word_suffix");
+    const jsonr *drop = jsonr_get(model, "dropout");
+    if (jtrue(model, "byte_fallback") || (cont && *cont) || (eow && *eow) ||
+        (drop && drop->type == JSONR_NUM && drop->num != 0)) {
+        atoll_errf(why, whylen, "model: byte_fallback, continuing_subword_prefix, end_of_word_suffix and dropout are "
+                   "not implemented (a SentencePiece-style BPE such as LLaMA-2's): byte-level BPE of LLaMA-3's kind is");
+        return -1;
+    }
+    if (norm && norm->type != JSONR_NULL) {
+        atoll_errf(why, whylen, "normalizer %s is not implemented (LLaMA-3's tokenizer.json has none; Qwen2's NFC "
+                   "is not read)", jstr(norm, "type") ? jstr(norm, "type") : "?");
+        return -1;
+    }
+    const jsonr *seq = pre ? jsonr_get(pre, "pretokenizers") : NULL;
+    const jsonr *split = jsonr_at(seq, 0), *bl = jsonr_at(seq, 1), *pat = split ? jsonr_get(split, "pattern") : NULL;
+    const char *re = pat ? jstr(pat, "Regex") : NULL, *ptype = pre ? jstr(pre, "type") : NULL;
+    if (!ptype || strcmp(ptype, "Sequence") || !seq || seq->type != JSONR_ARR || seq->count != 2 ||
+        !jstr(split, "type") || strcmp(jstr(split, "type"), "Split") || !re || strcmp(re, LLAMA3_PATTERN) ||
+        !jstr(split, "behavior") || strcmp(jstr(split, "behavior"), "Isolated") || jtrue(split, "invert") ||
+        !jstr(bl, "type") || strcmp(jstr(bl, "type"), "ByteLevel") || jtrue(bl, "use_regex") ||
+        jtrue(bl, "add_prefix_space")) {
+        atoll_errf(why, whylen, "pre_tokenizer: expected LLaMA-3's, a Sequence of a Split on the pattern %s (behavior "
+                   "Isolated) and a ByteLevel without use_regex or add_prefix_space; this one is %s%s%.120s",
+                   LLAMA3_PATTERN, ptype ? ptype : "none", re ? " with the pattern " : "", re ? re : "");
+        return -1;
+    }
+    if (dec && dec->type != JSONR_NULL && (!jstr(dec, "type") || strcmp(jstr(dec, "type"), "ByteLevel"))) {
+        atoll_errf(why, whylen, "decoder %s: expected ByteLevel", jstr(dec, "type") ? jstr(dec, "type") : "?");
+        return -1;
+    }
+    return 0;
+}
+
+/* The ids a TemplateProcessing adds before and after a single text. */
+static int hf_template(tokenizer *t, const jsonr *pp, char *why, size_t whylen)
+{
+    const char *type = pp ? jstr(pp, "type") : NULL;
+    if (!pp || pp->type == JSONR_NULL || (type && !strcmp(type, "ByteLevel"))) return 0; /* ids as they are */
+    if (type && !strcmp(type, "Sequence")) {
+        const jsonr *list = jsonr_get(pp, "processors");
+        for (const jsonr *c = list ? list->child : NULL; c; c = c->next)
+            if (hf_template(t, c, why, whylen)) return -1;
+        return 0;
+    }
+    const jsonr *single = jsonr_get(pp, "single"), *special = jsonr_get(pp, "special_tokens");
+    if (!type || strcmp(type, "TemplateProcessing") || !single || single->type != JSONR_ARR) {
+        atoll_errf(why, whylen, "post_processor %s: expected ByteLevel, TemplateProcessing or a Sequence of them",
+                   type ? type : "?");
+        return -1;
+    }
+    int after = 0;
+    for (const jsonr *it = single->child; it; it = it->next) {
+        const jsonr *seq = jsonr_get(it, "Sequence"), *sp = jsonr_get(it, "SpecialToken");
+        if (seq) {
+            if (after || !jstr(seq, "id") || strcmp(jstr(seq, "id"), "A")) break;
+            after = 1;
+            continue;
+        }
+        const char *name = sp ? jstr(sp, "id") : NULL;
+        const jsonr *tok = name ? jsonr_get(special, name) : NULL, *ids = tok ? jsonr_get(tok, "ids") : NULL;
+        if (!ids || ids->type != JSONR_ARR) {
+            atoll_errf(why, whylen, "post_processor TemplateProcessing: special token %s is not in its special_tokens",
+                       name ? name : "?");
+            return -1;
+        }
+        for (const jsonr *v = ids->child; v; v = v->next) {
+            int *n = after ? &t->npost : &t->npre;
+            if (v->type != JSONR_NUM || v->num < 0 || v->num >= t->nvocab || *n == MAX_TEMPLATE) {
+                atoll_errf(why, whylen, "post_processor TemplateProcessing: special token %s: ids must be in the "
+                           "vocab, at most %d around the text", name, MAX_TEMPLATE);
+                return -1;
+            }
+            (after ? t->post : t->pre)[(*n)++] = (int32_t)v->num;
+        }
+    }
+    if (!after) {
+        atoll_errf(why, whylen, "post_processor TemplateProcessing: its single template must hold the text ($A) once");
+        return -1;
+    }
+    return 0;
+}
+
+static int added_cmp(const void *pa, const void *pb, void *text)
+{
+    const added_tok *a = pa, *b = pb;
+    unsigned char fa = (unsigned char)((char *)text)[a->off], fb = (unsigned char)((char *)text)[b->off];
+    if (fa != fb) return fa < fb ? -1 : 1;
+    return a->len != b->len ? (a->len > b->len ? -1 : 1) : (a->id > b->id) - (a->id < b->id);
+}
+
+static int hf_added(tokenizer *t, const jsonr *added, char *why, size_t whylen)
+{
+    size_t total = 0;
+    int n = 0;
+    for (const jsonr *c = added ? added->child : NULL; c; c = c->next, n++) {
+        if (jtrue(c, "lstrip") || jtrue(c, "rstrip") || jtrue(c, "single_word")) {
+            atoll_errf(why, whylen, "added token \"%.40s\": lstrip, rstrip and single_word are not implemented",
+                       jstr(c, "content") ? jstr(c, "content") : "?");
+            return -1;
+        }
+        total += strlen(jstr(c, "content"));
+    }
+    t->added = calloc((size_t)n + 1, sizeof *t->added);
+    t->added_text = malloc(total + 1);
+    if (!t->added || !t->added_text) { atoll_errf(why, whylen, "out of memory"); return -1; }
+    size_t at = 0;
+    for (const jsonr *c = added ? added->child : NULL; c; c = c->next) {
+        const char *text = jstr(c, "content");
+        size_t l = strlen(text);
+        memcpy(t->added_text + at, text, l);
+        t->added[t->nadded++] = (added_tok){ (int32_t)jsonr_get(c, "id")->num, (uint32_t)at, (uint32_t)l,
+                                             !jsonr_get(c, "normalized") || jtrue(c, "normalized") };
+        at += l;
+    }
+    qsort_r(t->added, (size_t)t->nadded, sizeof *t->added, added_cmp, t->added_text);
+    for (int b = 0, k = 0; b <= 256; b++) {
+        while (k < t->nadded && (unsigned char)t->added_text[t->added[k].off] < b) k++;
+        t->added_first[b] = k;
+    }
+    return 0;
+}
+
+/* tokenizer_config.json's eos_token ("<|end_of_text|>" or {"content": ...}) -> its id */
+static int hf_eos(tokenizer *t, const char *config, char *why, size_t whylen)
+{
+    size_t len;
+    char *text = atoll_read_file(config, MAX_VOCAB_FILE, &len), jerr[160];
+    if (!text) {
+        atoll_errf(why, whylen, "%s: %s; the end-of-document token is its eos_token (Megatron's eod for "
+                   "HuggingFaceTokenizer)", config, strerror(errno));
+        return -1;
+    }
+    jsonr *root = jsonr_parse(text, len, jerr, sizeof jerr);
+    free(text);
+    const jsonr *eos = root ? jsonr_get(root, "eos_token") : NULL;
+    const char *name = eos && eos->type == JSONR_OBJ ? jstr(eos, "content") : eos && eos->type == JSONR_STR ? eos->str : NULL;
+    t->eod = -1;
+    for (int k = 0; name && k < t->nadded && t->eod < 0; k++)
+        if (t->added[k].len == strlen(name) && !memcmp(t->added_text + t->added[k].off, name, strlen(name)))
+            t->eod = t->added[k].id;
+    if (name && t->eod < 0) t->eod = str_find(&t->map, t, name, strlen(name));
+    if (t->eod < 0)
+        atoll_errf(why, whylen, "%s: %s%s%s", config, !root ? jerr : !name ? "no eos_token" : "eos_token \"",
+                   name ? name : "", name ? "\" is not a token of tokenizer.json" : " (the end-of-document token)");
+    jsonr_free(root);
+    return t->eod < 0 ? -1 : 0;
+}
+
+static int load_hf(tokenizer *t, const char *model, char *err, size_t errlen)
+{
+    char file[PATH_MAX], config[PATH_MAX], why[1024] = "";
+    struct stat st;
+    if (!model || !*model) {
+        atoll_errf(err, errlen, "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model: a tokenizer.json, or "
+                   "the directory holding it and tokenizer_config.json");
+        return -1;
+    }
+    if (stat(model, &st)) {
+        atoll_errf(err, errlen, "--tokenizer-model %s: %s (expected a tokenizer.json, or the directory holding it and "
+                   "tokenizer_config.json; atoll reads local files and downloads nothing)", model, strerror(errno));
+        return -1;
+    }
+    int isdir = S_ISDIR(st.st_mode);
+    const char *slash = strrchr(model, '/');
+    int dl = isdir ? (int)strlen(model) : slash ? (int)(slash - model) : 1;
+    const char *dir = isdir || slash ? model : ".";
+    if (snprintf(file, sizeof file, isdir ? "%s/tokenizer.json" : "%s", model) >= (int)sizeof file ||
+        snprintf(config, sizeof config, "%.*s/tokenizer_config.json", dl, dir) >= (int)sizeof config) {
+        atoll_errf(err, errlen, "--tokenizer-model %s: path too long", model);
+        return -1;
+    }
+    size_t len;
+    char *text = atoll_read_file(file, MAX_VOCAB_FILE, &len), jerr[160];
+    if (!text) {
+        atoll_errf(err, errlen, "--tokenizer-model %s: %s: %s", model, file, strerror(errno));
+        return -1;
+    }
+    jsonr *root = jsonr_parse(text, len, jerr, sizeof jerr);
+    free(text);
+    const jsonr *jm = root ? jsonr_get(root, "model") : NULL, *vocab = jm ? jsonr_get(jm, "vocab") : NULL;
+    const jsonr *merges = jm ? jsonr_get(jm, "merges") : NULL, *added = root ? jsonr_get(root, "added_tokens") : NULL;
+    int rc = -1;
+    char *buf = NULL;
+    if (!root) atoll_errf(why, sizeof why, "%s", jerr);
+    else if (root->type != JSONR_OBJ) atoll_errf(why, sizeof why, "expected a JSON object");
+    else if (hf_check_kind(root, why, sizeof why)) {}
+    else if (!vocab || vocab->type != JSONR_OBJ || !merges || merges->type != JSONR_ARR)
+        atoll_errf(why, sizeof why, "model: vocab must be an object and merges an array");
+    else if (added && added->type != JSONR_ARR) atoll_errf(why, sizeof why, "added_tokens must be an array");
+    if (why[0]) goto out;
+    char what[PATH_MAX + 32];
+    snprintf(what, sizeof what, "--tokenizer-model %s", file);
+    if (fill_vocab(t, vocab, added, &t->map, what, err, errlen)) goto out;
+    if (hf_added(t, added, why, sizeof why) || hf_template(t, jsonr_get(root, "post_processor"), why, sizeof why))
+        goto out;
+    t->ignore_merges = jtrue(jm, "ignore_merges");
+    size_t longest = 0;
+    for (const jsonr *m = merges->child; m; m = m->next) {
+        size_t l = m->type == JSONR_STR ? m->len : 0;
+        for (const jsonr *p = m->type == JSONR_ARR ? m->child : NULL; p; p = p->next) l += p->len;
+        if (l > longest) longest = l;
+    }
+    if (alloc_pairs(t, (size_t)merges->count) || !(buf = malloc(longest + 2))) {
+        atoll_errf(err, errlen, "out of memory");
+        goto out;
+    }
+    int32_t rank = 0;
+    for (const jsonr *m = merges->child; m; m = m->next, rank++) {
+        /* "A B" (the older files) or ["A", "B"] */
+        const jsonr *a = m->type == JSONR_ARR && m->count == 2 ? m->child : NULL, *b = a ? a->next : NULL;
+        const char *sp = m->type == JSONR_STR ? memchr(m->str, ' ', m->len) : NULL;
+        int bad = a ? a->type != JSONR_STR || b->type != JSONR_STR ||
+                          add_merge(t, &t->map, a->str, a->len, b->str, b->len, rank, buf)
+                    : !sp || add_merge(t, &t->map, m->str, (size_t)(sp - m->str), sp + 1,
+                                       m->len - (size_t)(sp - m->str) - 1, rank, buf);
+        if (bad) {
+            atoll_errf(why, sizeof why, "model.merges[%d] is not two vocab tokens whose join is a vocab token "
+                       "(expected \"A B\" or [\"A\", \"B\"])", rank);
+            goto out;
+        }
+    }
+    if (!rank) {
+        atoll_errf(why, sizeof why, "model.merges is empty");
+        goto out;
+    }
+    if (hf_eos(t, config, why, sizeof why)) goto out;
+    rc = 0;
+out:
+    if (why[0]) atoll_errf(err, errlen, "--tokenizer-model %s: %s", file, why);
+    free(buf);
+    jsonr_free(root);
+    return rc;
+}
+
+tokenizer *tok_open(tok_type type, const char *vocab_file, const char *merge_file, const char *model, char *err,
+                    size_t errlen)
 {
     tokenizer *t = calloc(1, sizeof *t);
     if (!t) { atoll_errf(err, errlen, "out of memory"); return NULL; }
@@ -326,17 +679,17 @@ tokenizer *tok_open(tok_type type, const char *vocab_file, const char *merge_fil
         t->off[256] = 256;
         return t;
     }
-    if (!vocab_file || !*vocab_file || !merge_file || !*merge_file) {
+    int rc;
+    if (type == TOK_HF) {
+        rc = load_hf(t, model, err, errlen);
+    } else if (!vocab_file || !*vocab_file || !merge_file || !*merge_file) {
         atoll_errf(err, errlen, "--tokenizer-type GPT2BPETokenizer needs --vocab-file (encoder.json / vocab.json) "
                    "and --merge-file (vocab.bpe / merges.txt)");
-        tok_free(t);
-        return NULL;
+        rc = -1;
+    } else {
+        rc = load_vocab(t, vocab_file, &t->map, err, errlen);
+        if (!rc) rc = load_merges(t, merge_file, &t->map, err, errlen);
     }
-    str_map map = { 0 };
-    int rc = load_vocab(t, vocab_file, &map, err, errlen);
-    if (!rc) rc = load_merges(t, merge_file, &map, err, errlen);
-    free(map.hash);
-    free(map.id);
     t->cache_mask = CACHE_SLOTS - 1;
     if (!rc && (!(t->cache = calloc(CACHE_SLOTS, sizeof *t->cache)) || !(t->ckeys = malloc(CACHE_KEY_BYTES)) ||
                 !(t->ctoks = malloc(CACHE_TOKS * sizeof *t->ctoks)))) {
@@ -363,6 +716,10 @@ void tok_free(tokenizer *t)
     free(t->ctoks);
     free(t->sym);
     free(t->rank);
+    free(t->map.hash);
+    free(t->map.id);
+    free(t->added);
+    free(t->added_text);
     free(t);
 }
 
@@ -502,6 +859,74 @@ size_t tok_gpt2_split(const char *str, size_t n, size_t i)
     return last > i ? last : end;
 }
 
+/* ---- LLaMA-3's pre-tokenizer (HuggingFaceTokenizer) ----
+ * The classes of its regex engine: \s is Unicode's White_Space, which has
+ * U+0085 and not U+FEFF (JavaScript's \s, the table's, is the other way). */
+static int hf_cls(uint32_t cp)
+{
+    return cp == 0x85 ? UC_SPACE : cp == 0xFEFF ? UC_OTHER : cls_of(cp);
+}
+
+static int hf_cls_at(const unsigned char *s, size_t n, size_t i, size_t *len)
+{
+    return hf_cls(utf8_at(s + i, n - i, len));
+}
+
+static size_t hf_run_end(const unsigned char *s, size_t n, size_t i, int k, size_t most)
+{
+    size_t l;
+    for (size_t c = 0; c < most && i < n && hf_cls_at(s, n, i, &l) == k; c++) i += l;
+    return i;
+}
+
+/* (?i:) folds: the code points that match s, t, r, e, v, m, l, d case-insensitively */
+static uint32_t fold_lower(uint32_t cp)
+{
+    return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp == 0x17F ? 's' : cp;
+}
+
+/* The first alternative of the pattern (tokenizer.h) that matches at i. */
+size_t tok_llama3_split(const char *str, size_t n, size_t i)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t l0, l1 = 0, l2;
+    uint32_t c0 = utf8_at(s + i, n - i, &l0);
+    /* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
+    if (c0 == '\'' && i + 1 < n) {
+        uint32_t a = fold_lower(utf8_at(s + i + 1, n - i - 1, &l1));
+        if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 1 + l1;
+        if (i + 1 + l1 < n) {
+            uint32_t b = fold_lower(utf8_at(s + i + 1 + l1, n - i - 1 - l1, &l2));
+            if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 1 + l1 + l2;
+        }
+    }
+    int k0 = hf_cls(c0), k1 = i + l0 < n ? hf_cls_at(s, n, i + l0, &l1) : -1;
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+    if (k0 == UC_LETTER) return hf_run_end(s, n, i, UC_LETTER, SIZE_MAX);
+    if (k0 != UC_NUMBER && c0 != '\r' && c0 != '\n' && k1 == UC_LETTER)
+        return hf_run_end(s, n, i + l0, UC_LETTER, SIZE_MAX);
+    /* \p{N}{1,3} */
+    if (k0 == UC_NUMBER) return hf_run_end(s, n, i, UC_NUMBER, 3);
+    /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
+    size_t j = c0 == ' ' && k1 == UC_OTHER ? i + 1 : i;
+    if (j > i || k0 == UC_OTHER) {
+        j = hf_run_end(s, n, j, UC_OTHER, SIZE_MAX);
+        while (j < n && (s[j] == '\r' || s[j] == '\n')) j++;
+        return j;
+    }
+    /* white space from here: \s*[\r\n]+ ends after the run's last CR or LF */
+    size_t end = hf_run_end(s, n, i, UC_SPACE, SIZE_MAX), last = i, l;
+    for (size_t p = end; p > i; p--)
+        if (s[p - 1] == '\r' || s[p - 1] == '\n') return p;
+    /* \s+(?!\S): the run but its last character when something follows; \s+ */
+    if (end == n) return end;
+    for (size_t p = i; p < end; p += l) {
+        hf_cls_at(s, n, p, &l);
+        if (p + l == end) last = p;
+    }
+    return last > i ? last : end;
+}
+
 /* ---- BPE ---- */
 
 static int grow_scratch(tokenizer *t, size_t n)
@@ -575,9 +1000,10 @@ static void cache_clear(tokenizer *t)
 
 static int encode_piece(tokenizer *t, const unsigned char *s, size_t n, tok_buf *out)
 {
-    if (n == 1) {
+    int32_t whole = n == 1 ? t->byte_id[s[0]] : t->ignore_merges ? str_find(&t->map, t, (const char *)s, n) : -1;
+    if (whole >= 0) { /* a piece that is a token is that token (ignore_merges) */
         if (buf_reserve(out, 1)) return -1;
-        out->ids[out->n++] = t->byte_id[s[0]];
+        out->ids[out->n++] = whole;
         return 0;
     }
     uint64_t h = hash_bytes(s, n);
@@ -609,6 +1035,57 @@ static int encode_piece(tokenizer *t, const unsigned char *s, size_t n, tok_buf 
     return 0;
 }
 
+static int append_ids(tok_buf *out, const int32_t *ids, int n)
+{
+    if (!n) return 0;
+    if (buf_reserve(out, (size_t)n)) return -1;
+    memcpy(out->ids + out->n, ids, (size_t)n * sizeof *ids);
+    out->n += (size_t)n;
+    return 0;
+}
+
+/* HuggingFaceTokenizer: text without added tokens, piece by piece */
+static int hf_text(tokenizer *t, const char *s, size_t n, tok_buf *out)
+{
+    for (size_t i = 0, e; i < n; i = e) {
+        e = tok_llama3_split(s, n, i);
+        if (encode_piece(t, (const unsigned char *)s + i, e - i, out)) return -1;
+    }
+    return 0;
+}
+
+/* The added token (of the raw-text ones, or the normalized ones) at s[i],
+ * the longest when several: its index, or -1. */
+static int added_at(const tokenizer *t, const char *s, size_t n, size_t i, int normalized)
+{
+    unsigned char b = (unsigned char)s[i];
+    for (int k = t->added_first[b]; k < t->added_first[b + 1]; k++) {
+        const added_tok *a = &t->added[k];
+        if (a->normalized == normalized && a->len <= n - i && !memcmp(s + i, t->added_text + a->off, a->len)) return k;
+    }
+    return -1;
+}
+
+/* Splits out the added tokens, leftmost-longest: the raw-text ones first
+ * (pass 0), then the normalized ones in the text between them (pass 1). */
+static int hf_segment(tokenizer *t, const char *s, size_t n, int pass, tok_buf *out)
+{
+    size_t start = 0;
+    for (size_t i = 0; i < n;) {
+        int k = t->nadded ? added_at(t, s, n, i, pass) : -1;
+        if (k < 0) {
+            i++;
+            continue;
+        }
+        if ((pass ? hf_text(t, s + start, i - start, out) : hf_segment(t, s + start, i - start, 1, out)) ||
+            buf_reserve(out, 1))
+            return -1;
+        out->ids[out->n++] = t->added[k].id;
+        start = i += t->added[k].len;
+    }
+    return pass ? hf_text(t, s + start, n - start, out) : hf_segment(t, s + start, n - start, 1, out);
+}
+
 long tok_encode(tokenizer *t, const char *text, size_t n, tok_buf *out)
 {
     if (t->type == TOK_BYTE) {
@@ -622,6 +1099,11 @@ long tok_encode(tokenizer *t, const char *text, size_t n, tok_buf *out)
     if (bad < 0) return -1;
     const char *s = clean ? clean : text;
     if (clean) n = cn;
+    if (t->type == TOK_HF) {
+        int rc = append_ids(out, t->pre, t->npre) || hf_segment(t, s, n, 0, out) || append_ids(out, t->post, t->npost);
+        free(clean);
+        return rc ? -1 : bad;
+    }
     for (size_t i = 0; i < n;) {
         size_t e = tok_gpt2_split(s, n, i);
         if (encode_piece(t, (const unsigned char *)s + i, e - i, out)) {
@@ -668,12 +1150,21 @@ char *tok_decode(const tokenizer *t, const int32_t *ids, size_t n, size_t *len, 
  * -1 with err when the type or its files are refused. */
 static int open_config_tok(const atoll_config *c, tokenizer **t, char *err, size_t errlen)
 {
-    tok_type type;
+    tok_type type = TOK_BYTE;
     *t = NULL;
-    if (!c->tokenizer_type[0]) return 0;
-    if (tok_type_parse(c->tokenizer_type, &type, err, errlen)) return -1;
+    if (c->tokenizer_type[0] && tok_type_parse(c->tokenizer_type, &type, err, errlen)) return -1;
+    if (c->tokenizer_model[0] && type != TOK_HF) {
+        atoll_errf(err, errlen, "--tokenizer-model is read by --tokenizer-type HuggingFaceTokenizer (a tokenizer.json "
+                   "of LLaMA-3's kind), not %s", tok_type_name(type));
+        return -1;
+    }
+    if ((c->vocab_file[0] || c->merge_file[0]) && type != TOK_GPT2BPE) {
+        atoll_errf(err, errlen, "--vocab-file and --merge-file are read by --tokenizer-type GPT2BPETokenizer, not %s%s",
+                   tok_type_name(type), type == TOK_HF ? " (it reads --tokenizer-model)" : "");
+        return -1;
+    }
     if (type == TOK_BYTE) return 0;
-    return (*t = tok_open(type, c->vocab_file, c->merge_file, err, errlen)) ? 0 : -1;
+    return (*t = tok_open(type, c->vocab_file, c->merge_file, c->tokenizer_model, err, errlen)) ? 0 : -1;
 }
 
 int32_t tok_config_eod(const atoll_config *c, char *err, size_t errlen)

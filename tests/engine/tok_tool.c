@@ -5,7 +5,9 @@
  *   engine_tok_tool VOCAB MERGES split FILE      the pre-tokenizer's pieces, one per line (JSON strings)
  *   engine_tok_tool VOCAB MERGES time FILE       encode FILE paragraph by paragraph (split after
  *                                                each blank line), print MB/s on stderr
- *   engine_tok_tool VOCAB MERGES roundtrip FILE...  per file "1" when decode(encode(x)) == x, else "0" */
+ *   engine_tok_tool VOCAB MERGES roundtrip FILE...  per file "1" when decode(encode(x)) == x, else "0"
+ * "hf MODEL" in place of "VOCAB MERGES" takes a HuggingFaceTokenizer (MODEL: its tokenizer.json or
+ * directory); its split prints LLaMA-3's pieces. */
 #include "errf.h"
 #include "tokenizer.h"
 
@@ -24,7 +26,10 @@ int main(int argc, char **argv)
 {
     if (argc < 4) return die("usage: VOCAB MERGES encode|decode|split|time [FILE...]");
     char err[1200];
-    tokenizer *t = tok_open(TOK_GPT2BPE, argv[1], argv[2], err, sizeof err);
+    /* "hf MODEL" in place of "VOCAB MERGES": a HuggingFaceTokenizer's tokenizer.json (or its directory) */
+    int hf = !strcmp(argv[1], "hf");
+    tokenizer *t = hf ? tok_open(TOK_HF, NULL, NULL, argv[2], err, sizeof err)
+                      : tok_open(TOK_GPT2BPE, argv[1], argv[2], NULL, err, sizeof err);
     if (!t) return die(err);
     const char *cmd = argv[3];
     int rc = 0;
@@ -89,7 +94,7 @@ int main(int argc, char **argv)
         char *text = atoll_read_file(argv[4], (size_t)1 << 34, &n);
         if (!text) rc = die(argv[4]);
         for (size_t i = 0; text && i < n;) {
-            size_t e = tok_gpt2_split(text, n, i);
+            size_t e = hf ? tok_llama3_split(text, n, i) : tok_gpt2_split(text, n, i);
             putchar('"');
             for (size_t k = i; k < e; k++) {
                 unsigned char c = (unsigned char)text[k];
