@@ -244,6 +244,61 @@ check(r.returncode == 0 and files(os.path.join(WORK, "plain_eod")) ==
 NFKCDIR = variant("bad_normalizer", set_key("normalizer", {"type": "NFKC"}))
 PATDIR = variant("bad_pattern", other_pattern)
 NOCONF = variant("no_config", lambda tj: None, config=False)
+
+
+def model_key(key, value):
+    def change(tj):
+        tj["model"][key] = value
+    return change
+
+
+def first_merge(value):
+    def change(tj):
+        tj["model"]["merges"][0] = value
+    return change
+
+
+def added(key, value):
+    def change(tj):
+        tj["added_tokens"][0][key] = value
+    return change
+
+
+def drop_vocab_id(tj):  # id 1000 then has no token
+    tj["model"]["vocab"] = {k: v for k, v in tj["model"]["vocab"].items() if v != 1000}
+
+
+def twice_vocab_id(tj):
+    tj["model"]["vocab"]["Ġzzqqxx"] = 1000
+
+
+unknown_special = json.loads(json.dumps(TEMPLATE))
+unknown_special["processors"][1]["single"][0]["SpecialToken"]["id"] = "<|nope|>"
+BADEOS = variant("bad_eos", lambda tj: None, config=False)
+with open(os.path.join(BADEOS, "tokenizer_config.json"), "w") as f:
+    json.dump({"eos_token": "<|nope|>"}, f)
+NOTJSON = os.path.join(WORK, "not_json")
+os.makedirs(NOTJSON, exist_ok=True)
+with open(os.path.join(NOTJSON, "tokenizer.json"), "w") as f:
+    f.write('{"model": {"type": "BPE", "vocab": {"a": 0')
+shutil.copy(os.path.join(LLAMA3, "tokenizer_config.json"), NOTJSON)
+# malformed or foreign files: each is named, with what is wrong, and nothing crashes (the test runs under ASan too)
+MALFORMED = [
+    (NOTJSON, ["tokenizer.json"]),
+    (variant("vocab_array", model_key("vocab", [])), ["vocab must be an object"]),
+    (variant("merge_number", first_merge(7)), ["model.merges[0]"]),
+    (variant("merge_unknown", first_merge(["Ġ", "zzqqxx"])), ["model.merges[0] is not two vocab tokens"]),
+    (variant("added_no_id", added("id", None)), ["has no valid id"]),
+    (variant("added_lstrip", added("lstrip", True)), ["lstrip"]),
+    (variant("template_unknown", set_key("post_processor", unknown_special)), ["<|nope|>"]),
+    (variant("post_bert", set_key("post_processor", {"type": "BertProcessing"})), ["post_processor BertProcessing"]),
+    (variant("model_wordpiece", model_key("type", "WordPiece")), ["WordPiece"]),
+    (variant("byte_fallback", model_key("byte_fallback", True)), ["byte_fallback"]),
+    (variant("decoder_metaspace", set_key("decoder", {"type": "Metaspace"})), ["decoder Metaspace"]),
+    (BADEOS, ["\"<|nope|>\" is not a token"]),
+    (variant("vocab_gap", drop_vocab_id), ["no token has id 1000"]),
+    (variant("vocab_twice", twice_vocab_id), ["has id 1000, which"]),
+]
 out = ["--input", jl, "--output-prefix", os.path.join(WORK, "jl"), "--append-eod"]
 cases = [
     (out + HF + ["/nonexistent/llama3"], None, ["/nonexistent/llama3"]),
@@ -251,6 +306,6 @@ cases = [
     (out + HF + [PATDIR], None, ["pre_tokenizer", "pattern"]),
     (out + HF + [NOCONF], None, ["eos_token", "tokenizer_config.json"]),
     (out + ["--tokenizer-type", "HuggingFaceTokenizer"], None, ["--tokenizer-model"]),
-]
+] + [(out + HF + [d], None, needles) for d, needles in MALFORMED]
 check_refusals(PREP, WORK, os.path.join(WORK, "jl"), cases)
 finish("HuggingFaceTokenizer and data prepare")
