@@ -1,4 +1,5 @@
 #include "json_read.h"
+#include "utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -47,24 +48,6 @@ static int hex4(const char *s, unsigned *v)
     return 0;
 }
 
-static size_t put_utf8(char *out, unsigned cp)
-{
-    unsigned char *o = (unsigned char *)out;
-    if (cp < 0x80) { o[0] = (unsigned char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (unsigned char)(0xC0 | cp >> 6); o[1] = (unsigned char)(0x80 | (cp & 63)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (unsigned char)(0xE0 | cp >> 12);
-        o[1] = (unsigned char)(0x80 | (cp >> 6 & 63));
-        o[2] = (unsigned char)(0x80 | (cp & 63));
-        return 3;
-    }
-    o[0] = (unsigned char)(0xF0 | cp >> 18);
-    o[1] = (unsigned char)(0x80 | (cp >> 12 & 63));
-    o[2] = (unsigned char)(0x80 | (cp >> 6 & 63));
-    o[3] = (unsigned char)(0x80 | (cp & 63));
-    return 4;
-}
-
 /* \uXXXX escapes become UTF-8 (a surrogate pair one code point, a lone
  * surrogate U+FFFD); an escape is never shorter than what it decodes to, so
  * the raw length bounds the copy. */
@@ -100,7 +83,7 @@ static char *parse_string(parser *p, size_t *outlen)
             } else if (v >= 0xD800 && v < 0xE000) {
                 v = 0xFFFD;
             }
-            n += put_utf8(out + n, v);
+            n += utf8_encode(v, out + n);
             continue;
         }
         default: free(out); fail(p, "bad escape in string"); return NULL;

@@ -1,5 +1,6 @@
 /* uc_nfc (unicode_nfc.h): decompose, order, compose, on a buffer of code points. */
 #include "unicode_nfc.h"
+#include "utf8.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -69,36 +70,6 @@ static size_t decompose(uint32_t cp, uint32_t *out)
     return k;
 }
 
-static uint32_t utf8_get(const unsigned char *s, size_t *i)
-{
-    unsigned char c = s[*i];
-    uint32_t cp;
-    if (c < 0x80) { *i += 1; return c; }
-    if (c < 0xE0) { cp = (uint32_t)(c & 0x1F) << 6 | (s[*i + 1] & 0x3Fu); *i += 2; return cp; }
-    if (c < 0xF0) {
-        cp = (uint32_t)(c & 0x0F) << 12 | (uint32_t)(s[*i + 1] & 0x3F) << 6 | (s[*i + 2] & 0x3Fu);
-        *i += 3;
-        return cp;
-    }
-    cp = (uint32_t)(c & 0x07) << 18 | (uint32_t)(s[*i + 1] & 0x3F) << 12 | (uint32_t)(s[*i + 2] & 0x3F) << 6 |
-         (s[*i + 3] & 0x3Fu);
-    *i += 4;
-    return cp;
-}
-
-static size_t utf8_put(uint32_t cp, char *o)
-{
-    if (cp < 0x80) { o[0] = (char)cp; return 1; }
-    if (cp < 0x800) { o[0] = (char)(0xC0 | cp >> 6); o[1] = (char)(0x80 | (cp & 0x3F)); return 2; }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | cp >> 12); o[1] = (char)(0x80 | (cp >> 6 & 0x3F)); o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | cp >> 18); o[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    o[2] = (char)(0x80 | (cp >> 6 & 0x3F)); o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 static int unstable(uint32_t cp)
 {
     int lo = 0, hi = uc_nunstable - 1;
@@ -117,10 +88,9 @@ int uc_nfc(const char *str, size_t n, char **out, size_t *outn)
     *out = NULL;
     size_t i = 0;
     /* the quick check: bytes below 0xCC start code points below U+0300, none unstable */
-    for (size_t at; i < n; i = at) {
-        at = i;
-        if (s[i] < 0xCC) at++;
-        else if (unstable(utf8_get(s, &at))) break;
+    for (size_t l = 1; i < n; i += l) {
+        l = 1;
+        if (s[i] >= 0xCC && unstable(utf8_decode(s + i, n - i, &l))) break;
     }
     if (i == n) return 0;
     /* a code point's canonical decomposition is at most 4 long: 4 per byte is room for any text */
@@ -132,7 +102,7 @@ int uc_nfc(const char *str, size_t n, char **out, size_t *outn)
         return -1;
     }
     size_t m = 0;
-    for (i = 0; i < n;) m += decompose(utf8_get(s, &i), cp + m);
+    for (size_t l, j = 0; j < n; j += l) m += decompose(utf8_decode(s + j, n - j, &l), cp + m);
     for (size_t k = 0; k < m; k++) cc[k] = (uint8_t)ccc_of(cp[k]);
     /* canonical ordering: insertion sort of each run of non-zero classes, stable */
     for (size_t k = 1; k < m; k++)
@@ -165,7 +135,7 @@ int uc_nfc(const char *str, size_t n, char **out, size_t *outn)
         return -1;
     }
     size_t b = 0;
-    for (size_t k = 0; k < w; k++) b += utf8_put(cp[k], o + b);
+    for (size_t k = 0; k < w; k++) b += utf8_encode(cp[k], o + b);
     o[b] = 0;
     free(cp);
     free(cc);

@@ -3,6 +3,7 @@
 #include "json_read.h"
 #include "unicode_classes.h"
 #include "unicode_nfc.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -127,23 +128,6 @@ static void byte_alphabet(uint32_t cp_of[256])
     }
 }
 
-/* Decodes the code point at s (n > 0 bytes left); *len is its length. A
- * sequence cut short by the end is U+FFFD over what is left; a stray
- * continuation byte is itself (the callers give valid UTF-8 or reject it). */
-static uint32_t utf8_at(const unsigned char *s, size_t n, size_t *len)
-{
-    unsigned char c = s[0];
-    size_t k = c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    if (k > n) { *len = n; return 0xFFFD; }
-    *len = k;
-    switch (k) {
-    case 1: return c;
-    case 2: return (uint32_t)(c & 0x1F) << 6 | (s[1] & 0x3Fu);
-    case 3: return (uint32_t)(c & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 | (s[2] & 0x3Fu);
-    default: return (uint32_t)(c & 0x07) << 18 | (uint32_t)(s[1] & 0x3F) << 12 | (uint32_t)(s[2] & 0x3F) << 6 | (s[3] & 0x3Fu);
-    }
-}
-
 /* ---- loading ---- */
 
 static int32_t str_find(const str_map *m, const tokenizer *t, const char *s, size_t n)
@@ -247,7 +231,7 @@ static int fill_vocab(tokenizer *t, const jsonr *vocab, const jsonr *added, str_
             continue;
         }
         while (i < sl) {
-            uint32_t cp = utf8_at(s + i, sl - i, &cl);
+            uint32_t cp = utf8_decode(s + i, sl - i, &cl);
             if (cp >= 324 || unicode_to_byte[cp] > 255) {
                 atoll_errf(err, errlen, "%s: token %d \"%.40s\" has U+%04X, which is not in GPT-2's byte-to-unicode "
                            "alphabet (a byte-level BPE vocab)", what, id, key_of[id], cp);
@@ -325,7 +309,7 @@ static long symbol_bytes(const char *s, size_t n, char *out)
     size_t i = 0, cl;
     long k = 0;
     while (i < n) {
-        uint32_t cp = utf8_at((const unsigned char *)s + i, n - i, &cl);
+        uint32_t cp = utf8_decode((const unsigned char *)s + i, n - i, &cl);
         if (cp >= 324 || to_byte[cp] > 255) return -1;
         out[k++] = (char)to_byte[cp];
         i += cl;
@@ -824,7 +808,7 @@ static int cls_of(uint32_t cp)
 
 static int cls_at(const unsigned char *s, size_t n, size_t i, size_t *len)
 {
-    return cls_of(utf8_at(s + i, n - i, len));
+    return cls_of(utf8_decode(s + i, n - i, len));
 }
 
 /* end of the run of class k starting at i (whatever the class of s[i]) */
@@ -880,7 +864,7 @@ static int hf_cls(uint32_t cp)
 
 static int hf_cls_at(const unsigned char *s, size_t n, size_t i, size_t *len)
 {
-    return hf_cls(utf8_at(s + i, n - i, len));
+    return hf_cls(utf8_decode(s + i, n - i, len));
 }
 
 static size_t hf_run_end(const unsigned char *s, size_t n, size_t i, int k, size_t most)
@@ -902,13 +886,13 @@ static size_t llama3_split(const char *str, size_t n, size_t i, size_t digits)
 {
     const unsigned char *s = (const unsigned char *)str;
     size_t l0, l1 = 0, l2;
-    uint32_t c0 = utf8_at(s + i, n - i, &l0);
+    uint32_t c0 = utf8_decode(s + i, n - i, &l0);
     /* (?i:'s|'t|'re|'ve|'m|'ll|'d) */
     if (c0 == '\'' && i + 1 < n) {
-        uint32_t a = fold_lower(utf8_at(s + i + 1, n - i - 1, &l1));
+        uint32_t a = fold_lower(utf8_decode(s + i + 1, n - i - 1, &l1));
         if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 1 + l1;
         if (i + 1 + l1 < n) {
-            uint32_t b = fold_lower(utf8_at(s + i + 1 + l1, n - i - 1 - l1, &l2));
+            uint32_t b = fold_lower(utf8_decode(s + i + 1 + l1, n - i - 1 - l1, &l2));
             if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 1 + l1 + l2;
         }
     }
