@@ -50,6 +50,8 @@ static const key_def KEYS[] = {
     F("sequence-parallel", K_BOOL, sequence_parallel),
     F("use-distributed-optimizer", K_BOOL, use_distributed_optimizer),
     F("recompute-granularity", K_RECOMPUTE, recompute_granularity),
+    F("recompute-method", K_STR, recompute_method),
+    R("recompute-num-layers", K_INT, recompute_num_layers, 0, CFG_MAX_LAYERS, 0),
     R("micro-batch-size", K_INT, micro_batch_size, 1, CFG_MAX_MICRO_BATCH, 0),
     R("global-batch-size", K_INT, global_batch_size, 0, CFG_MAX_GLOBAL_BATCH, 0),
     R("num-gpus", K_INT, num_gpus, 0, CFG_MAX_RANKS, 0),
@@ -288,10 +290,6 @@ static const struct {
     { "profile-step-start", 1, MG_IGNORED, NULL, "no profiler is started; run atoll-train under nsys or perf instead" },
     { "profile-step-end", 1, MG_IGNORED, NULL, "no profiler is started; run atoll-train under nsys or perf instead" },
     { "profile-ranks", 1, MG_IGNORED, NULL, "no profiler is started; run atoll-train under nsys or perf instead" },
-    { "recompute-method", 1, MG_IGNORED, NULL, "--recompute-granularity full recomputes every layer, one at a time "
-      "(Megatron's uniform with 1 layer): the results are the same, only memory and time differ" },
-    { "recompute-num-layers", 1, MG_IGNORED, NULL, "--recompute-granularity full recomputes every layer, one at a "
-      "time (Megatron's uniform with 1 layer): the results are the same, only memory and time differ" },
     { "distribute-saved-activations", 0, MG_IGNORED, NULL, "recomputation keeps each rank's whole layer inputs" },
     { "data-impl", 1, MG_SAME, NULL, "the indexed dataset is read memory-mapped" },
     { "DDP-impl", 1, MG_SAME, NULL, "atoll has one data-parallel implementation" },
@@ -413,6 +411,11 @@ void cfg_megatron_notes(const atoll_config *c, const char *prog, FILE *out)
     for (size_t k = 0; k < NMEGATRON; k++)
         if (c->megatron_ignored[k / 64] >> k % 64 & 1)
             fprintf(out, "%s: note: --%s has no effect here: %s\n", prog, MEGATRON[k].name, MEGATRON[k].why);
+    if (!strcmp(c->recompute_method, "uniform") && c->recompute_num_layers > 1)
+        fprintf(out, "%s: note: --recompute-method uniform --recompute-num-layers %d: layers are recomputed one at a "
+                "time here, each from its own kept input (the same results; Megatron keeps every %dth input and "
+                "rebuilds %d layers at once)\n", prog, c->recompute_num_layers, c->recompute_num_layers,
+                c->recompute_num_layers);
     if (c->reset_position_ids && cfg_rope(c))
         fprintf(out, "%s: note: --reset-position-ids has no effect with --position-embedding-type rope: as in "
                 "Megatron, rotary positions count from the sample's start (--reset-attention-mask keeps documents "
@@ -486,6 +489,26 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
             return -1;
         }
         c->recompute_granularity = RECOMPUTE_SELECTIVE;
+    }
+    if (c->recompute_method[0] && strcmp(c->recompute_method, "uniform") && strcmp(c->recompute_method, "block")) {
+        atoll_errf(err, errlen, "--recompute-method '%s': expected uniform (every layer rebuilt, one at a time) or "
+                   "block (the first --recompute-num-layers layers of each model chunk)", c->recompute_method);
+        return -1;
+    }
+    if ((c->recompute_method[0] || c->recompute_num_layers) && c->recompute_granularity != RECOMPUTE_FULL) {
+        atoll_errf(err, errlen, "--recompute-method and --recompute-num-layers say which layers --recompute-"
+                   "granularity full rebuilds; give it (selective recompute takes neither)");
+        return -1;
+    }
+    if (c->recompute_num_layers && !c->recompute_method[0]) {
+        atoll_errf(err, errlen, "--recompute-num-layers %d needs --recompute-method: block (the first %d layers of "
+                   "each model chunk are rebuilt) or uniform", c->recompute_num_layers, c->recompute_num_layers);
+        return -1;
+    }
+    if (!strcmp(c->recompute_method, "block") && !c->recompute_num_layers) {
+        atoll_errf(err, errlen, "--recompute-method block needs --recompute-num-layers N: the first N layers of each "
+                   "model chunk are rebuilt in the backward pass, the others keep their activations");
+        return -1;
     }
     if (c->kv_channels && c->num_attention_heads > 0 &&
         (long long)c->kv_channels * c->num_attention_heads != c->hidden_size) { /* both up to 2^20: 64-bit */
@@ -1594,6 +1617,26 @@ double cfg_num_params(const atoll_config *c)
 double cfg_flops_per_token(const atoll_config *c)
 {
     return 6.0 * cfg_num_params(c) + 12.0 * c->num_layers * c->hidden_size * (double)c->seq_length;
+}
+
+int cfg_recompute_layers(const atoll_config *c, int chunk_layers)
+{
+    if (c->recompute_granularity != RECOMPUTE_FULL) return 0;
+    if (strcmp(c->recompute_method, "block")) return chunk_layers;
+    return c->recompute_num_layers < chunk_layers ? c->recompute_num_layers : chunk_layers;
+}
+
+double cfg_recompute_fraction(const atoll_config *c)
+{
+    int pp = c->pipeline_model_parallel_size > 0 ? c->pipeline_model_parallel_size : 1, v = cfg_virtual_stages(c);
+    double rebuilt = 0;
+    if (c->num_layers <= 0) return 0;
+    for (int st = 0; st < pp; st++) {
+        int layers = cfg_stage_num_layers(c, st), chunk = layers / v > 0 ? layers / v : layers;
+        int r = v * cfg_recompute_layers(c, chunk);
+        rebuilt += r < layers ? r : layers;
+    }
+    return rebuilt / c->num_layers;
 }
 
 const char *cfg_recompute_name(cfg_recompute r)

@@ -52,6 +52,11 @@ typedef struct atoll_config {
     int decoder_last_pipeline_num_layers;      /* layers on the last one (its LM head and loss); 0 -> even */
     int sequence_parallel, use_distributed_optimizer;
     cfg_recompute recompute_granularity;
+    /* with full: "block" recomputes the first --recompute-num-layers layers of
+     * each model chunk and keeps the others' activations; "uniform" (or "")
+     * every layer, one at a time */
+    char recompute_method[16];
+    int recompute_num_layers;                  /* 0: not given */
     int micro_batch_size, global_batch_size;
     /* Megatron's --rampup-batch-size "START INCREMENT SAMPLES": the global batch
      * grows from START by INCREMENT over SAMPLES samples to --global-batch-size
@@ -288,6 +293,13 @@ double cfg_flops_per_token(const atoll_config *c);
 double cfg_bubble_theory(const atoll_config *c, int world, int batch);
 
 const char *cfg_recompute_name(cfg_recompute r);
+/* How many layers of a model chunk of `chunk_layers` layers are rebuilt in the
+ * backward pass (the first ones): all under full recompute, the first
+ * --recompute-num-layers with --recompute-method block, none otherwise. */
+int cfg_recompute_layers(const atoll_config *c, int chunk_layers);
+/* The share of the model's layers rebuilt in the backward pass, over every
+ * stage and model chunk of the layout (1 under full recompute, 0 without). */
+double cfg_recompute_fraction(const atoll_config *c);
 const char *cfg_lr_decay_name(cfg_lr_decay d);
 const char *cfg_wsd_decay_name(cfg_wsd_decay d);
 

@@ -279,6 +279,8 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->vocab_file = (char *)c->vocab_file;
     o->merge_file = (char *)c->merge_file;
     o->tokenizer_model = (char *)c->tokenizer_model;
+    o->recompute_method = (char *)c->recompute_method;
+    o->recompute_num_layers = c->recompute_num_layers;
     o->make_vocab_size_divisible_by = c->make_vocab_size_divisible_by;
 }
 

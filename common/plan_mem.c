@@ -98,6 +98,20 @@ static cfg_recompute layer_recompute(cfg_recompute rc, const plan_precision *pre
     return prec->flash && rc == RECOMPUTE_NONE ? RECOMPUTE_SELECTIVE : rc;
 }
 
+/* The activation bytes one layer of a stage of `layers` layers keeps, on
+ * average (at 2 bytes an element), and in *rebuilt how many of its layers full
+ * recompute rebuilds: those keep their input, the others all they need. */
+static double layer_act(const atoll_config *c, int layers, const plan_precision *prec, double *rebuilt)
+{
+    int v = cfg_virtual_stages(c), chunk = layers / v > 0 ? layers / v : layers;
+    *rebuilt = (double)v * cfg_recompute_layers(c, chunk);
+    if (*rebuilt > layers) *rebuilt = layers;
+    cfg_recompute kept = c->recompute_granularity == RECOMPUTE_FULL ? RECOMPUTE_NONE : c->recompute_granularity;
+    if (layers <= 0) return act_bytes(c, layer_recompute(kept, prec));
+    return (*rebuilt * act_bytes(c, RECOMPUTE_FULL) + (layers - *rebuilt) * act_bytes(c, layer_recompute(kept, prec))) /
+           layers;
+}
+
 /* Activation bytes of a stage of `layers` layers, at the precision's activation size. */
 static double stage_activations(const atoll_config *c, int dp, int stage, int layers, const plan_precision *prec,
                                 double *inflight_layers)
@@ -108,8 +122,8 @@ static double stage_activations(const atoll_config *c, int dp, int stage, int la
     double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, V = c->vocab_size;
     double inflight = plan_inflight_microbatches(pp, v, m, stage);
     *inflight_layers = inflight * layers;
-    double act = *inflight_layers * act_bytes(c, layer_recompute(c->recompute_granularity, prec));
-    if (c->recompute_granularity == RECOMPUTE_FULL) /* the backward recomputes one layer at a time and holds its full activations */
+    double rebuilt, act = *inflight_layers * layer_act(c, layers, prec, &rebuilt);
+    if (rebuilt > 0) /* the backward rebuilds one layer at a time and holds its full activations */
         act += act_bytes(c, layer_recompute(RECOMPUTE_NONE, prec));
     if (stage == 0) act += inflight * s * b * h / (sp ? tp : 1); /* embedding dropout mask */
     if (stage == pp - 1)
@@ -131,7 +145,8 @@ void plan_memory_estimate(const atoll_config *c, int dp, const plan_precision *p
         if (total > out->total_bytes) {
             out->params_per_gpu = params;
             out->state_bytes = params * bpp;
-            out->act_per_layer = act_bytes(c, layer_recompute(c->recompute_granularity, prec)) * prec->activation / 2;
+            double rebuilt;
+            out->act_per_layer = layer_act(c, layers, prec, &rebuilt) * prec->activation / 2;
             out->inflight_layers = inflight_layers;
             out->act_bytes = act;
             out->total_bytes = total;

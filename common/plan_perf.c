@@ -202,7 +202,7 @@ static void stage_flops(const atoll_config *c, double *layer, double *head)
 {
     double s = c->seq_length, h = c->hidden_size;
     double fb = 6 * plan_layer_params(c) + 12 * h * s; /* PaLM's count, one layer */
-    double extra = c->recompute_granularity == RECOMPUTE_FULL ? fb / 3        /* one more forward */
+    double extra = c->recompute_granularity == RECOMPUTE_FULL ? fb / 3 * cfg_recompute_fraction(c) /* forwards again */
                  : c->recompute_granularity == RECOMPUTE_SELECTIVE ? 4 * h * s /* QK^T and AV forward */
                  : 0;
     *layer = fb + extra;
@@ -324,7 +324,7 @@ void plan_perf_estimate(const atoll_config *c, int dp, const gpu_spec *gpu, cons
     int m = cfg_micro_batches(c, dp);
     double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size;
     double model_per_token = cfg_flops_per_token(c), extra = 0, layer, head;
-    if (c->recompute_granularity == RECOMPUTE_FULL) extra = model_per_token / 3; /* one more forward */
+    if (c->recompute_granularity == RECOMPUTE_FULL) extra = model_per_token / 3 * cfg_recompute_fraction(c);
     if (c->recompute_granularity == RECOMPUTE_SELECTIVE) extra = 4.0 * c->num_layers * h * s; /* QK^T, AV */
     stage_flops(c, &layer, &head);
     /* mfu_base is calibrated on the PaLM count of the whole model; the stages
@@ -334,8 +334,8 @@ void plan_perf_estimate(const atoll_config *c, int dp, const gpu_spec *gpu, cons
     double rate = gpu->peak_bf16_flops * gemm_efficiency(c, links) * share / (model_per_token + extra);
 
     /* TP: 2 all-reduces (or all-gather + reduce-scatter pairs with SP, the same
-     * bytes) forward and 2 backward per layer, 2 more when full recompute reruns the forward. */
-    double act = 2 * b * s * h, colls = 4 + (c->recompute_granularity == RECOMPUTE_FULL ? 2 : 0);
+     * bytes) forward and 2 backward per layer, 2 more for each layer full recompute reruns. */
+    double act = 2 * b * s * h, colls = 4 + (c->recompute_granularity == RECOMPUTE_FULL ? 2 * cfg_recompute_fraction(c) : 0);
     double tp_layer = colls * plan_allreduce_s(tp, act, &fc->tp);
     /* PP: one activation forward and one gradient back per model chunk, split over tp. */
     double pp_mb = pp > 1 ? 2.0 * v * (act / tp / fc->pp.Bps + fc->pp.lat_s) : 0;

@@ -2,6 +2,7 @@
 #include "errf.h"
 #include "rng.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -391,6 +392,7 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     m->sp = cfg->sequence_parallel && lay->tp_size > 1;
     m->R = m->B * m->T / (m->sp ? lay->tp_size : 1);
     m->recompute = cfg->recompute_granularity;
+    m->recompute_first = cfg_recompute_layers(cfg, INT_MAX);
     m->doc_mask = cfg->reset_attention_mask != 0;
     m->doc_pos = cfg->reset_position_ids && !m->rope; /* rotary positions count from the sample's start */
     m->doc_eod = -1;
@@ -486,6 +488,12 @@ void eng_params_updated(eng_model *m)
 
 /* ---- activations ---- */
 
+/* Is layer l of its chunk rebuilt in the backward pass (full recompute)? */
+static int rebuilt(const eng_model *m, int l)
+{
+    return m->recompute == RECOMPUTE_FULL && l < m->recompute_first;
+}
+
 /* Lays the acts out twice: once to size the allocation, once to set pointers. */
 static size_t acts_layout(eng_model *m, eng_acts *a, void *base)
 {
@@ -498,9 +506,8 @@ static size_t acts_layout(eng_model *m, eng_acts *a, void *base)
     a->doc = m->doc_mask ? carve(&cv, N * sizeof(int32_t)) : NULL;
     a->pos = m->doc_pos && ch->first ? carve(&cv, N * sizeof(int32_t)) : NULL;
     for (int l = 0; l <= nl; l++) a->res[l] = carve(&cv, R * C * E);
-    if (m->recompute != RECOMPUTE_FULL)
-        for (int l = 0; l < nl; l++)
-            layer_acts_carve(m, &cv, &a->layers[l], m->recompute != RECOMPUTE_SELECTIVE);
+    for (int l = 0; l < nl; l++)
+        if (!rebuilt(m, l)) layer_acts_carve(m, &cv, &a->layers[l], m->recompute != RECOMPUTE_SELECTIVE);
     if (ch->last) {
         a->lnf = carve(&cv, (m->sp ? R * C : N * C) * E);
         a->lnf_mean = carve_f32(&cv, R);
@@ -1037,12 +1044,12 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *in
     }
     int nl = ch->layer_end - ch->layer_begin, fuse = fuse_residual_norm(m), ln_done = 0;
     for (int l = 0; l < nl; l++) {
-        eng_layer_acts *la = m->recompute == RECOMPUTE_FULL ? m->ws_layer : &a->layers[l];
+        eng_layer_acts *la = rebuilt(m, l) ? m->ws_layer : &a->layers[l];
         /* each layer's last residual add leaves the norm after it: the next
          * layer's ln_1, or on the last stage ln_f */
         norm_site next = {0}, *to = NULL;
         if (fuse && l + 1 < nl) {
-            eng_layer_acts *nla = m->recompute == RECOMPUTE_FULL ? m->ws_layer : &a->layers[l + 1];
+            eng_layer_acts *nla = rebuilt(m, l + 1) ? m->ws_layer : &a->layers[l + 1];
             const eng_layer_w *nw = &ch->w.layers[l + 1];
             next = (norm_site){nla->ln1, nla->ln1_mean, nla->ln1_rstd, nw->ln1_w, nw->ln1_b};
             to = &next;
@@ -1202,7 +1209,7 @@ int eng_backward(eng_model *m, eng_acts *a, const void *dout, float dloss)
     for (int l = nl - 1; l >= 0; l--) {
         const eng_layer_acts *la = &a->layers[l];
         int layer = ch->layer_begin + l;
-        if (m->recompute == RECOMPUTE_FULL) {
+        if (rebuilt(m, l)) {
             /* full recompute: rebuild the layer from its saved input (same TP
              * collectives and dropout masks, in the same order on every TP rank) */
             if (layer_forward(m, a, layer, &ch->w.layers[l], m->ws_layer, a->res[l], a->res[l + 1], 0, NULL))

@@ -136,6 +136,7 @@ typedef struct eng_model {
     int32_t doc_eod;
     int32_t *doc_host;          /* [2 * B*T] host staging for doc and pos */
     cfg_recompute recompute;    /* selective: attention probabilities; full: whole layers */
+    int recompute_first;        /* full: the first so many layers of each chunk are rebuilt (INT_MAX: all) */
     int nchunks;
     eng_chunk chunks[ENG_MAX_CHUNKS];
     eng_param *table;
@@ -170,7 +171,8 @@ typedef struct eng_model {
  * lnf) hold this rank's [R, C] rows; the GEMMs' [B*T, C] inputs are gathered
  * again in backward. fp32 attention keeps the probabilities `att` (none under
  * selective recompute); bf16 attention keeps lse [B, NH, T] instead. Full
- * recompute keeps only res[] (the layer inputs). */
+ * recompute keeps only res[] (the layer inputs) of the layers it rebuilds
+ * (with --recompute-method block, the first --recompute-num-layers of the chunk). */
 typedef struct eng_layer_acts {
     void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fcg;
     void *fcu;                  /* SwiGLU: the up projection (fch is the gate, fcg silu(gate)*up) */

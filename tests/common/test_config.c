@@ -554,12 +554,28 @@ static void test_megatron_flags(void)
     CHECK(strstr(notes, "--grad-reduce-in-bf16 has no effect here: gradients are reduced in fp32\n") &&
               strstr(notes, "t: note: --empty-unused-memory-level has no effect here: there is no caching allocator "
                             "to empty\n"), "notes: '%s'", notes);
-    snprintf(line, sizeof line, "%s--recompute-method block --recompute-num-layers 2 --overlap-p2p-communication", model);
+    snprintf(line, sizeof line, "%s--recompute-granularity full --recompute-method uniform --recompute-num-layers 2 "
+             "--overlap-p2p-communication", model);
     CHECK(parse(&c, line, err, sizeof err) == 0, "recompute method: %s", err);
     megatron_notes(&c, notes, sizeof notes);
-    CHECK(strstr(notes, "t: note: --recompute-method has no effect here: --recompute-granularity full recomputes "
-                        "every layer") && strstr(notes, "--recompute-num-layers has no effect here") &&
-              strstr(notes, "--overlap-p2p-communication has no effect here"), "notes: '%s'", notes);
+    CHECK(strstr(notes, "t: note: --recompute-method uniform --recompute-num-layers 2: layers are recomputed one at "
+                        "a time here") && strstr(notes, "--overlap-p2p-communication has no effect here"),
+          "notes: '%s'", notes);
+    CHECK(cfg_recompute_layers(&c, 6) == 6, "uniform rebuilds every layer of a chunk");
+    /* block: the first N layers of each model chunk (of each stage's, here 2 chunks of 2 layers a stage) */
+    snprintf(line, sizeof line, "--num-layers 8 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+             "--micro-batch-size 1 --global-batch-size 8 --pipeline-model-parallel-size 2 "
+             "--num-layers-per-virtual-pipeline-stage 2 --recompute-granularity full --recompute-method block "
+             "--recompute-num-layers 1");
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 2, 0, err, sizeof err) == 0,
+          "block recompute: %s", err);
+    CHECK(cfg_recompute_layers(&c, 2) == 1 && cfg_recompute_layers(&c, 0) == 0 && cfg_recompute_fraction(&c) == 0.5,
+          "block 1 of chunks of 2: %d layers a chunk, fraction %g", cfg_recompute_layers(&c, 2),
+          cfg_recompute_fraction(&c));
+    c.recompute_num_layers = 5;
+    CHECK(cfg_recompute_layers(&c, 2) == 2 && cfg_recompute_fraction(&c) == 1, "block 5 of chunks of 2: all");
+    c.recompute_granularity = RECOMPUTE_SELECTIVE;
+    CHECK(cfg_recompute_layers(&c, 2) == 0 && cfg_recompute_fraction(&c) == 0, "selective rebuilds no whole layer");
     /* older Megatron's spellings */
     snprintf(line, sizeof line, "%s--checkpoint-activations --use-tp-pp-dp-mapping", model);
     CHECK(parse(&c, line, err, sizeof err) == 0 && c.recompute_granularity == RECOMPUTE_FULL &&
@@ -599,6 +615,13 @@ static void test_megatron_flags(void)
         { "--test-data-path t", "--test-data-path needs --train-data-path (the training data)" },
         { "--mock-data --train-data-path b", "--mock-data trains on the built-in corpus, and --train-data-path is" },
         { "--ckpt-format zarr", "--ckpt-format zarr: atoll writes its own format" },
+        { "--recompute-granularity full --recompute-method blocks", "--recompute-method 'blocks': expected uniform "
+                                                                    "(every layer rebuilt, one at a time) or block" },
+        { "--recompute-method block --recompute-num-layers 1", "--recompute-method and --recompute-num-layers say "
+                                                               "which layers --recompute-granularity full rebuilds" },
+        { "--recompute-granularity full --recompute-num-layers 2", "--recompute-num-layers 2 needs --recompute-method" },
+        { "--recompute-granularity full --recompute-method block", "--recompute-method block needs "
+                                                                   "--recompute-num-layers N" },
         { "--recompute-activations --recompute-granularity full", "--recompute-activations is --recompute-granularity "
                                                                   "selective, and --recompute-granularity full" },
         { "--mock-data --data-path d", "--mock-data trains on the built-in corpus, and --data-path is given too" },

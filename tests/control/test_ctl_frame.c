@@ -164,6 +164,8 @@ static void message_cases(void)
     c.num_virtual_stages_per_pipeline_rank = 2;
     c.log_params_norm = c.no_log_learning_rate_to_tensorboard = 1;
     snprintf(c.tokenizer_model, sizeof c.tokenizer_model, "/models/llama3");
+    snprintf(c.recompute_method, sizeof c.recompute_method, "block");
+    c.recompute_num_layers = 2;
     Atoll__JobSpec s;
     msg_spec_from_cfg(&s, &c, "gpt-1b");
     plen = protobuf_c_message_get_packed_size(&s.base);

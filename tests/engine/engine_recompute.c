@@ -6,6 +6,9 @@
  * gradient are bitwise equal on the CPU backend (same kernels, same inputs),
  * and the saved activations shrink: selective by exactly the probabilities
  * [B, heads, T, T] of each layer, full to little more than the layer inputs.
+ * Full with --recompute-method block rebuilds only the first N layers and
+ * keeps the others' activations: the same bits again, and each layer rebuilt
+ * keeps exactly one layer's activations less.
  *
  * The bf16 forward fuses each residual add into the norm that follows it
  * (ln_2 inside a layer, the next layer's ln_1, ln_f after the last layer):
@@ -15,7 +18,8 @@
  * backward and AdamW, so that from the second step on every norm has weights
  * of its own and a norm fed the wrong layer's weights would show; with each
  * recompute granularity (full rebuilds the layers in backward without the
- * cross-layer fusion), GPT tied and untied, and LLaMA (RMSNorm, SwiGLU,
+ * cross-layer fusion; block 1 has a rebuilt layer fused into a kept one),
+ * GPT tied and untied, and LLaMA (RMSNorm, SwiGLU,
  * rotary, grouped-query attention, hidden dropout). */
 #include "check.h"
 #include "model.h"
@@ -34,13 +38,22 @@ typedef struct result {
     size_t nfloats, act_bytes;
 } result;
 
-static result run(cfg_recompute rc)
+static void set_recompute(atoll_config *c, cfg_recompute rc, int block)
+{
+    c->recompute_granularity = rc;
+    if (block) {
+        snprintf(c->recompute_method, sizeof c->recompute_method, "block");
+        c->recompute_num_layers = block;
+    }
+}
+
+static result run(cfg_recompute rc, int block)
 {
     atoll_config c;
     cfg_defaults(&c);
     c.num_layers = L; c.hidden_size = 32; c.num_attention_heads = 4; c.seq_length = T;
     c.vocab_size = 64; c.micro_batch_size = B;
-    c.recompute_granularity = rc;
+    set_recompute(&c, rc, block);
     char err[256];
     eng_layout lay = eng_layout_single(&c);
     eng_model *m = eng_model_create(&c, &lay, k_cpu(), err, sizeof err);
@@ -71,13 +84,13 @@ typedef struct fused_result {
     size_t nfloats;
 } fused_result;
 
-static fused_result run_bf16(const k_ops *k, cfg_recompute rc, int variant)
+static fused_result run_bf16(const k_ops *k, cfg_recompute rc, int block, int variant)
 {
     atoll_config c;
     cfg_defaults(&c);
     c.num_layers = L, c.hidden_size = 32, c.num_attention_heads = 4, c.seq_length = T;
     c.vocab_size = 64, c.micro_batch_size = B, c.bf16 = 1;
-    c.recompute_granularity = rc;
+    set_recompute(&c, rc, block);
     c.untie_embeddings_and_output_weights = variant > 0;
     if (variant == 2) { /* the LLaMA family */
         snprintf(c.normalization, sizeof c.normalization, "RMSNorm");
@@ -119,10 +132,11 @@ int main(int argc, char **argv)
         TOK[i] = (i * 7 + 3) % 64;
         TGT[i] = (i * 5 + 1) % 64;
     }
-    result none = run(RECOMPUTE_NONE), sel = run(RECOMPUTE_SELECTIVE), full = run(RECOMPUTE_FULL);
-    const result *rs[2] = { &sel, &full };
-    const char *names[2] = { "selective", "full" };
-    for (int k = 0; k < 2; k++) {
+    result none = run(RECOMPUTE_NONE, 0), sel = run(RECOMPUTE_SELECTIVE, 0), full = run(RECOMPUTE_FULL, 0);
+    result block1 = run(RECOMPUTE_FULL, 1), block2 = run(RECOMPUTE_FULL, 2);
+    const result *rs[4] = { &sel, &full, &block1, &block2 };
+    const char *names[4] = { "selective", "full", "full, block 1", "full, block 2" };
+    for (int k = 0; k < 4; k++) {
         CHECK(rs[k]->loss == none.loss, "%s: loss %.17g vs %.17g", names[k], rs[k]->loss, none.loss);
         CHECK(rs[k]->grads && none.grads && rs[k]->nfloats == none.nfloats &&
               !memcmp(rs[k]->grads, none.grads, none.nfloats * sizeof(float)),
@@ -132,21 +146,31 @@ int main(int argc, char **argv)
     CHECK(none.act_bytes - sel.act_bytes == L * att, "selective saves %zu bytes, want %zu",
           none.act_bytes - sel.act_bytes, (size_t)L * att);
     CHECK(full.act_bytes * 3 < sel.act_bytes, "full keeps %zu bytes, selective %zu", full.act_bytes, sel.act_bytes);
+    /* block N keeps the activations of L - N layers, as none keeps every layer's */
+    size_t layer = (none.act_bytes - full.act_bytes) / L;
+    CHECK(none.act_bytes - full.act_bytes == L * layer && block1.act_bytes == full.act_bytes + 2 * layer &&
+              block2.act_bytes == full.act_bytes + layer,
+          "block 1 keeps %zu bytes, block 2 %zu; full %zu, none %zu", block1.act_bytes, block2.act_bytes,
+          full.act_bytes, none.act_bytes);
     CHECK(none.loss / (B * T) > 3.5 && none.loss / (B * T) < 4.8, "mean loss %.4f near ln(64)", none.loss / (B * T));
     free(none.grads);
     free(sel.grads);
     free(full.grads);
+    free(block1.grads);
+    free(block2.grads);
 
-    cfg_recompute modes[3] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
+    cfg_recompute modes[4] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_FULL};
+    int blocks[4] = {0, 0, 0, 1};
     k_ops apart = *k_cpu();
     apart.residual_layernorm_forward_bf16 = NULL;
     apart.residual_rmsnorm_forward_bf16 = NULL;
     const char *variants[3] = {"gpt", "gpt untied", "llama"};
-    for (int v = 0; v < 3; v++)
-        for (int i = 0; i < 3; i++) {
-            const char *name = cfg_recompute_name(modes[i]);
-            fused_result f = run_bf16(k_cpu(), modes[i], v), p = run_bf16(&apart, modes[i], v);
-            if (!f.params || !p.params) continue;
+    for (int v = 0; v < 3; v++) {
+        fused_result base = {0};
+        for (int i = 0; i < 4; i++) {
+            const char *name = blocks[i] ? "full, block 1" : cfg_recompute_name(modes[i]);
+            fused_result f = run_bf16(k_cpu(), modes[i], blocks[i], v), p = run_bf16(&apart, modes[i], blocks[i], v);
+            if (!f.params || !p.params || (i && !base.params)) continue;
             for (int s = 0; s < STEPS; s++)
                 CHECK(f.loss[s] == p.loss[s], "%s %s step %d: fused loss %.17g, apart %.17g", variants[v], name, s,
                       f.loss[s], p.loss[s]);
@@ -155,7 +179,18 @@ int main(int argc, char **argv)
                   "%s %s: weights or gradients differ", variants[v], name);
             CHECK(f.loss[STEPS - 1] < f.loss[0], "%s %s: the loss falls (%.4f -> %.4f)", variants[v], name,
                   f.loss[0] / (B * T), f.loss[STEPS - 1] / (B * T));
-            free(f.params), free(f.grads), free(p.params), free(p.grads);
+            if (i == 0) {
+                base = f;
+            } else {
+                /* and every recompute trains as keeping everything does */
+                CHECK(!memcmp(f.loss, base.loss, sizeof f.loss) &&
+                          !memcmp(f.params, base.params, f.nfloats * sizeof(float)),
+                      "%s %s: trains otherwise than without recompute", variants[v], name);
+                free(f.params), free(f.grads);
+            }
+            free(p.params), free(p.grads);
         }
+        free(base.params), free(base.grads);
+    }
     return check_summary(argv[0]);
 }

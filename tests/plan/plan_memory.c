@@ -175,6 +175,19 @@ static void test_flash(void)
     plan_memory_estimate(&full, 1, &PLAN_PRECISION_BF16_FLASH, &ff);
     plan_memory_estimate(&full, 1, &PLAN_PRECISION_BF16, &fb);
     CHECK_CLOSE(fb.act_bytes - ff.act_bytes, 5.0 * 25 * 1024 * 1024 * 8, 1e-9); /* one working layer */
+    /* --recompute-method block 12: 12 of the 48 layers keep only their inputs, the other 36 what flash keeps,
+     * and the working layer of full recompute; block 48 is full recompute */
+    atoll_config blk = full;
+    snprintf(blk.recompute_method, sizeof blk.recompute_method, "block");
+    blk.recompute_num_layers = 12;
+    plan_memory bk;
+    plan_memory_estimate(&blk, 1, &PLAN_PRECISION_BF16_FLASH, &bk);
+    double working = ff.act_bytes - 48 * ff.act_per_layer, per_full = ff.act_per_layer, per_flash = f.act_per_layer;
+    CHECK_CLOSE(bk.act_bytes, working + 12 * per_full + 36 * per_flash, 1e-9);
+    CHECK_CLOSE(bk.act_per_layer, (12 * per_full + 36 * per_flash) / 48, 1e-12);
+    blk.recompute_num_layers = 48;
+    plan_memory_estimate(&blk, 1, &PLAN_PRECISION_BF16_FLASH, &bk);
+    CHECK_CLOSE(bk.act_bytes, ff.act_bytes, 1e-12);
 }
 
 int main(int argc, char **argv)

@@ -548,9 +548,48 @@ static void test_uneven_pipeline(void)
     free(s.nodes);
 }
 
+/* --recompute-method block: a quarter of the layers rebuilt costs a quarter of full recompute's extra
+ * forward (one more forward of those layers: 1/3 of their forward and backward), in the step time's compute */
+static void test_block_recompute(void)
+{
+    atoll_config m;
+    gpt(&m, 32, 4096, 32, 2048, 32000, 256);
+    m.tensor_model_parallel_size = 8;
+    m.micro_batch_size = 1;
+    sim s;
+    sim_make(&s, "h100-sxm", 8, 8);
+    place_request req = { 8, 1, 1, NULL, 0 };
+    place_result a;
+    char err[256];
+    CHECK(place_topology(s.cl.nodes, s.cl.nnodes, NULL, NULL, &req, &a, err, sizeof err) == 0, "%s", err);
+    plan_fabric_cost fc;
+    plan_fabric_cost_of(s.cl.nodes, NULL, &a, &s.cl.links, &fc);
+    double step[3];
+    for (int k = 0; k < 3; k++) {
+        atoll_config c = m;
+        c.recompute_granularity = k ? RECOMPUTE_FULL : RECOMPUTE_NONE;
+        if (k == 1) {
+            snprintf(c.recompute_method, sizeof c.recompute_method, "block");
+            c.recompute_num_layers = 8;
+        }
+        plan_memory mem;
+        plan_estimate e;
+        plan_memory_estimate(&c, 1, &PLAN_PRECISION_BF16, &mem);
+        plan_perf_estimate(&c, 1, s.cl.gpu, &s.cl.links, &fc, &mem, &e);
+        step[k] = e.step_s;
+    }
+    CHECK(step[0] < step[1] && step[1] < step[2], "none %.4f s < block 8 of 32 %.4f s < full %.4f s", step[0], step[1],
+          step[2]);
+    CHECK(fabs((step[1] - step[0]) / (step[2] - step[0]) - 0.25) < 0.02, "block 8 of 32 adds %.3f of full's extra",
+          (step[1] - step[0]) / (step[2] - step[0]));
+    place_result_free(&a);
+    free(s.nodes);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
+    test_block_recompute();
     test_balanced_split_is_best();
     test_fitting_split_is_best();
     test_uneven_pipeline();
