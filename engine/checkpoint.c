@@ -380,15 +380,10 @@ int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,
     return -1;
 }
 
-/* A step's JSON file parsed; NULL with why in jerr ("unreadable" or the parse error). */
+/* A step's JSON file parsed; NULL with why in jerr (why it is unreadable, or the parse error). */
 static jsonr *read_json(const char *path, char *jerr, size_t n)
 {
-    size_t len;
-    char *text = atoll_read_file(path, 1u << 24, &len);
-    snprintf(jerr, n, "unreadable");
-    jsonr *root = text ? jsonr_parse(text, len, jerr, n) : NULL;
-    free(text);
-    return root;
+    return jsonr_read_file(path, 1u << 24, jerr, n);
 }
 
 /* Why step `step` is not usable, or NULL when it is committed and intact. */

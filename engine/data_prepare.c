@@ -210,10 +210,8 @@ int data_prepare_main(int argc, char **argv)
         free(inputs);
         return 2;
     }
-    if ((type != TOK_GPT2BPE && (vocab || merges)) || (type != TOK_HF && model)) {
-        fprintf(stderr, "atoll data prepare: %s\n", model && type != TOK_HF
-                ? "--tokenizer-model is for --tokenizer-type HuggingFaceTokenizer"
-                : "--vocab-file/--merge-file are for --tokenizer-type GPT2BPETokenizer");
+    if (tok_check_files(type, vocab, merges, model, err, sizeof err)) {
+        fprintf(stderr, "atoll data prepare: %s\n", err);
         free(inputs);
         return 2;
     }

@@ -1,6 +1,8 @@
 #include "json_read.h"
+#include "errf.h"
 #include "utf8.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -217,4 +219,17 @@ const jsonr *jsonr_at(const jsonr *a, int i)
     const jsonr *c = a->child;
     while (c && i-- > 0) c = c->next;
     return c;
+}
+
+jsonr *jsonr_read_file(const char *path, size_t max, char *err, size_t errlen)
+{
+    size_t len;
+    char *text = atoll_read_file(path, max, &len);
+    if (!text) {
+        atoll_errf(err, errlen, "%s", strerror(errno));
+        return NULL;
+    }
+    jsonr *root = jsonr_parse(text, len, err, errlen);
+    free(text);
+    return root;
 }

@@ -27,6 +27,9 @@ typedef struct jsonr {
 /* Parses `len` bytes; NULL on error with a message (byte offset) in err. */
 jsonr *jsonr_parse(const char *text, size_t len, char *err, size_t errlen);
 void jsonr_free(jsonr *root);
+/* The file at `path` (at most `max` bytes) parsed; NULL with why in err: what
+ * kept it from being read (strerror) or the parse error. */
+jsonr *jsonr_read_file(const char *path, size_t max, char *err, size_t errlen);
 
 /* Member of an object by key; NULL when absent or `o` is not an object. */
 const jsonr *jsonr_get(const jsonr *o, const char *key);

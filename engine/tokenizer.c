@@ -274,15 +274,8 @@ out:
 /* The vocab file: a JSON object of token string -> id, ids 0..n-1 each once. */
 static int load_vocab(tokenizer *t, const char *path, str_map *map, char *err, size_t errlen)
 {
-    size_t len;
-    char *text = atoll_read_file(path, MAX_VOCAB_FILE, &len);
-    if (!text) {
-        atoll_errf(err, errlen, "--vocab-file %s: %s", path, strerror(errno));
-        return -1;
-    }
     char jerr[160], what[CFG_STR + 16];
-    jsonr *root = jsonr_parse(text, len, jerr, sizeof jerr);
-    free(text);
+    jsonr *root = jsonr_read_file(path, MAX_VOCAB_FILE, jerr, sizeof jerr);
     if (!root || root->type != JSONR_OBJ || root->count < 256) {
         atoll_errf(err, errlen, "--vocab-file %s: %s", path,
                    root ? "expected a JSON object of at least 256 token strings to ids (GPT-2's encoder.json)" : jerr);
@@ -545,15 +538,13 @@ static int hf_added(tokenizer *t, const jsonr *added, char *why, size_t whylen)
 /* tokenizer_config.json's eos_token ("<|end_of_text|>" or {"content": ...}) -> its id */
 static int hf_eos(tokenizer *t, const char *config, char *why, size_t whylen)
 {
-    size_t len;
-    char *text = atoll_read_file(config, MAX_VOCAB_FILE, &len), jerr[160];
-    if (!text) {
+    char jerr[160];
+    jsonr *root = jsonr_read_file(config, MAX_VOCAB_FILE, jerr, sizeof jerr);
+    if (!root) {
         atoll_errf(why, whylen, "%s: %s; the end-of-document token is its eos_token (Megatron's eod for "
-                   "HuggingFaceTokenizer)", config, strerror(errno));
+                   "HuggingFaceTokenizer)", config, jerr);
         return -1;
     }
-    jsonr *root = jsonr_parse(text, len, jerr, sizeof jerr);
-    free(text);
     const jsonr *eos = root ? jsonr_get(root, "eos_token") : NULL;
     const char *name = eos && eos->type == JSONR_OBJ ? jstr(eos, "content") : eos && eos->type == JSONR_STR ? eos->str : NULL;
     t->eod = -1;
@@ -562,8 +553,8 @@ static int hf_eos(tokenizer *t, const char *config, char *why, size_t whylen)
             t->eod = t->added[k].id;
     if (name && t->eod < 0) t->eod = str_find(&t->map, t, name, strlen(name));
     if (t->eod < 0)
-        atoll_errf(why, whylen, "%s: %s%s%s", config, !root ? jerr : !name ? "no eos_token" : "eos_token \"",
-                   name ? name : "", name ? "\" is not a token of tokenizer.json" : " (the end-of-document token)");
+        atoll_errf(why, whylen, "%s: %s%s%s", config, name ? "eos_token \"" : "no eos_token", name ? name : "",
+                   name ? "\" is not a token of tokenizer.json" : " (the end-of-document token)");
     jsonr_free(root);
     return t->eod < 0 ? -1 : 0;
 }
@@ -591,14 +582,8 @@ static int load_hf(tokenizer *t, const char *model, char *err, size_t errlen)
         atoll_errf(err, errlen, "--tokenizer-model %s: path too long", model);
         return -1;
     }
-    size_t len;
-    char *text = atoll_read_file(file, MAX_VOCAB_FILE, &len), jerr[160];
-    if (!text) {
-        atoll_errf(err, errlen, "--tokenizer-model %s: %s: %s", model, file, strerror(errno));
-        return -1;
-    }
-    jsonr *root = jsonr_parse(text, len, jerr, sizeof jerr);
-    free(text);
+    char jerr[160];
+    jsonr *root = jsonr_read_file(file, MAX_VOCAB_FILE, jerr, sizeof jerr);
     const jsonr *jm = root ? jsonr_get(root, "model") : NULL, *vocab = jm ? jsonr_get(jm, "vocab") : NULL;
     const jsonr *merges = jm ? jsonr_get(jm, "merges") : NULL, *added = root ? jsonr_get(root, "added_tokens") : NULL;
     int rc = -1;
@@ -1163,23 +1148,31 @@ char *tok_decode(const tokenizer *t, const int32_t *ids, size_t n, size_t *len, 
     return out;
 }
 
+int tok_check_files(tok_type type, const char *vocab_file, const char *merge_file, const char *model, char *err,
+                    size_t errlen)
+{
+    if (model && *model && type != TOK_HF) {
+        atoll_errf(err, errlen, "--tokenizer-model is read by --tokenizer-type HuggingFaceTokenizer (a tokenizer.json "
+                   "of LLaMA-3's or Qwen2's kind), not %s", tok_type_name(type));
+        return -1;
+    }
+    if (((vocab_file && *vocab_file) || (merge_file && *merge_file)) && type != TOK_GPT2BPE) {
+        atoll_errf(err, errlen, "--vocab-file and --merge-file are read by --tokenizer-type GPT2BPETokenizer, not %s%s",
+                   tok_type_name(type), type == TOK_HF ? " (it reads --tokenizer-model)" : "");
+        return -1;
+    }
+    return 0;
+}
+
 /* The config's tokenizer, opened: 0 with *t NULL for byte-level (or none given),
  * -1 with err when the type or its files are refused. */
 static int open_config_tok(const atoll_config *c, tokenizer **t, char *err, size_t errlen)
 {
     tok_type type = TOK_BYTE;
     *t = NULL;
-    if (c->tokenizer_type[0] && tok_type_parse(c->tokenizer_type, &type, err, errlen)) return -1;
-    if (c->tokenizer_model[0] && type != TOK_HF) {
-        atoll_errf(err, errlen, "--tokenizer-model is read by --tokenizer-type HuggingFaceTokenizer (a tokenizer.json "
-                   "of LLaMA-3's or Qwen2's kind), not %s", tok_type_name(type));
+    if ((c->tokenizer_type[0] && tok_type_parse(c->tokenizer_type, &type, err, errlen)) ||
+        tok_check_files(type, c->vocab_file, c->merge_file, c->tokenizer_model, err, errlen))
         return -1;
-    }
-    if ((c->vocab_file[0] || c->merge_file[0]) && type != TOK_GPT2BPE) {
-        atoll_errf(err, errlen, "--vocab-file and --merge-file are read by --tokenizer-type GPT2BPETokenizer, not %s%s",
-                   tok_type_name(type), type == TOK_HF ? " (it reads --tokenizer-model)" : "");
-        return -1;
-    }
     if (type == TOK_BYTE) return 0;
     return (*t = tok_open(type, c->vocab_file, c->merge_file, c->tokenizer_model, err, errlen)) ? 0 : -1;
 }

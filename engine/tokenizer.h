@@ -75,6 +75,11 @@ const char *tok_type_name(tok_type t);
  * with err naming the file and what was wrong. */
 tokenizer *tok_open(tok_type type, const char *vocab_file, const char *merge_file, const char *model, char *err,
                     size_t errlen);
+/* -1 with err when files are given that `type` does not read (--tokenizer-model
+ * but for HuggingFaceTokenizer, --vocab-file/--merge-file but for
+ * GPT2BPETokenizer); NULL or "" is not given. */
+int tok_check_files(tok_type type, const char *vocab_file, const char *merge_file, const char *model, char *err,
+                    size_t errlen);
 void tok_free(tokenizer *t);
 
 tok_type tok_kind(const tokenizer *t);

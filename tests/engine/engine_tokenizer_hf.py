@@ -306,6 +306,9 @@ cases = [
     (out + HF + [PATDIR], None, ["pre_tokenizer", "pattern"]),
     (out + HF + [NOCONF], None, ["eos_token", "tokenizer_config.json"]),
     (out + ["--tokenizer-type", "HuggingFaceTokenizer"], None, ["--tokenizer-model"]),
+    (out + ["--tokenizer-model", LLAMA3], 2, ["--tokenizer-model is read by --tokenizer-type HuggingFaceTokenizer"]),
+    (out + HF + [LLAMA3, "--vocab-file", os.path.join(LLAMA3, "tokenizer.json")], 2,
+     ["--vocab-file and --merge-file are read by --tokenizer-type GPT2BPETokenizer, not HuggingFaceTokenizer"]),
 ] + [(out + HF + [d], None, needles) for d, needles in MALFORMED]
 check_refusals(PREP, WORK, os.path.join(WORK, "jl"), cases)
 finish("HuggingFaceTokenizer and data prepare")
