@@ -1626,16 +1626,19 @@ int cfg_recompute_layers(const atoll_config *c, int chunk_layers)
     return c->recompute_num_layers < chunk_layers ? c->recompute_num_layers : chunk_layers;
 }
 
+int cfg_recompute_stage_layers(const atoll_config *c, int stage_layers)
+{
+    int v = cfg_virtual_stages(c), chunk = stage_layers / v > 0 ? stage_layers / v : stage_layers;
+    int r = v * cfg_recompute_layers(c, chunk);
+    return r < stage_layers ? r : stage_layers;
+}
+
 double cfg_recompute_fraction(const atoll_config *c)
 {
-    int pp = c->pipeline_model_parallel_size > 0 ? c->pipeline_model_parallel_size : 1, v = cfg_virtual_stages(c);
+    int pp = c->pipeline_model_parallel_size > 0 ? c->pipeline_model_parallel_size : 1;
     double rebuilt = 0;
     if (c->num_layers <= 0) return 0;
-    for (int st = 0; st < pp; st++) {
-        int layers = cfg_stage_num_layers(c, st), chunk = layers / v > 0 ? layers / v : layers;
-        int r = v * cfg_recompute_layers(c, chunk);
-        rebuilt += r < layers ? r : layers;
-    }
+    for (int st = 0; st < pp; st++) rebuilt += cfg_recompute_stage_layers(c, cfg_stage_num_layers(c, st));
     return rebuilt / c->num_layers;
 }
 

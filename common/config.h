@@ -297,6 +297,8 @@ const char *cfg_recompute_name(cfg_recompute r);
  * backward pass (the first ones): all under full recompute, the first
  * --recompute-num-layers with --recompute-method block, none otherwise. */
 int cfg_recompute_layers(const atoll_config *c, int chunk_layers);
+/* The same for a pipeline stage of `stage_layers` layers: its v chunks' share. */
+int cfg_recompute_stage_layers(const atoll_config *c, int stage_layers);
 /* The share of the model's layers rebuilt in the backward pass, over every
  * stage and model chunk of the layout (1 under full recompute, 0 without). */
 double cfg_recompute_fraction(const atoll_config *c);

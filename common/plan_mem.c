@@ -103,9 +103,7 @@ static cfg_recompute layer_recompute(cfg_recompute rc, const plan_precision *pre
  * recompute rebuilds: those keep their input, the others all they need. */
 static double layer_act(const atoll_config *c, int layers, const plan_precision *prec, double *rebuilt)
 {
-    int v = cfg_virtual_stages(c), chunk = layers / v > 0 ? layers / v : layers;
-    *rebuilt = (double)v * cfg_recompute_layers(c, chunk);
-    if (*rebuilt > layers) *rebuilt = layers;
+    *rebuilt = layers > 0 ? cfg_recompute_stage_layers(c, layers) : 0;
     cfg_recompute kept = c->recompute_granularity == RECOMPUTE_FULL ? RECOMPUTE_NONE : c->recompute_granularity;
     if (layers <= 0) return act_bytes(c, layer_recompute(kept, prec));
     return (*rebuilt * act_bytes(c, RECOMPUTE_FULL) + (layers - *rebuilt) * act_bytes(c, layer_recompute(kept, prec))) /

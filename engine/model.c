@@ -491,7 +491,7 @@ void eng_params_updated(eng_model *m)
 /* Is layer l of its chunk rebuilt in the backward pass (full recompute)? */
 static int rebuilt(const eng_model *m, int l)
 {
-    return m->recompute == RECOMPUTE_FULL && l < m->recompute_first;
+    return l < m->recompute_first;
 }
 
 /* Lays the acts out twice: once to size the allocation, once to set pointers. */

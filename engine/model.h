@@ -136,7 +136,8 @@ typedef struct eng_model {
     int32_t doc_eod;
     int32_t *doc_host;          /* [2 * B*T] host staging for doc and pos */
     cfg_recompute recompute;    /* selective: attention probabilities; full: whole layers */
-    int recompute_first;        /* full: the first so many layers of each chunk are rebuilt (INT_MAX: all) */
+    int recompute_first;        /* the first so many layers of each chunk are rebuilt (full recompute: INT_MAX
+                                 * for all, --recompute-num-layers with block; 0 otherwise) */
     int nchunks;
     eng_chunk chunks[ENG_MAX_CHUNKS];
     eng_param *table;

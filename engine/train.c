@@ -431,7 +431,6 @@ static int dump_step(run *r, const float *logits0, double loss, char *err, size_
     return dump_file(path, ex, 2, exd, err, errlen);
 }
 
-
 static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
