@@ -37,10 +37,11 @@ static const cli_command COMMANDS[] = {
     { "generate", cmd_generate, "--load DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] [--seed S]",
       "sample text from a checkpoint, with the tokenizer its data was prepared with" },
     { "data", cmd_data, "prepare --input FILE... --output-prefix PREFIX [--tokenizer-type GPT2BPETokenizer "
-      "--vocab-file F --merge-file F | --tokenizer-type HuggingFaceTokenizer --tokenizer-model F] [--append-eod] "
+      "--vocab-file F --merge-file F | --tokenizer-type HuggingFaceTokenizer|Llama2Tokenizer|GPTSentencePieceTokenizer "
+      "--tokenizer-model F] [--append-eod] "
       "[--json-keys KEY]",
-      "text or JSON lines into Megatron's indexed dataset (PREFIX.bin, PREFIX.idx), byte-level, GPT-2 BPE or a "
-      "LLaMA-3 or Qwen tokenizer.json" },
+      "text or JSON lines into Megatron's indexed dataset (PREFIX.bin, PREFIX.idx), byte-level, GPT-2 BPE, a "
+      "LLaMA-3 or Qwen tokenizer.json or a LLaMA-2 SentencePiece tokenizer.model" },
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

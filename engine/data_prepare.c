@@ -5,8 +5,10 @@
  * named *.json / *.jsonl, or any file with --json-keys: one JSON object per
  * line, the document's text under the key). Tokenizer: byte-level (vocab 256,
  * token 0 ends every document), GPT-2's BPE (--tokenizer-type
- * GPT2BPETokenizer --vocab-file --merge-file) or a Hugging Face tokenizer.json
+ * GPT2BPETokenizer --vocab-file --merge-file), a Hugging Face tokenizer.json
  * of LLaMA-3's or Qwen2's kind (--tokenizer-type HuggingFaceTokenizer
+ * --tokenizer-model) or a SentencePiece tokenizer.model of LLaMA-2's kind
+ * (--tokenizer-type Llama2Tokenizer or GPTSentencePieceTokenizer
  * --tokenizer-model);
  * for the BPEs the end-of-document token only with --append-eod, as in Megatron. Documents are tokenised and written as
  * they are read; the dataset appears under its name only when every input was
@@ -29,7 +31,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: atoll data prepare --input FILE... --output-prefix PREFIX\n"
             "           [--tokenizer-type ByteLevel|GPT2BPETokenizer --vocab-file F --merge-file F]\n"
-            "           [--tokenizer-type HuggingFaceTokenizer --tokenizer-model F]\n"
+            "           [--tokenizer-type HuggingFaceTokenizer|Llama2Tokenizer|GPTSentencePieceTokenizer\n"
+            "            --tokenizer-model F]\n"
             "           [--append-eod] [--json-keys KEY] [--workers N]\n"
             "  Writes PREFIX.bin and PREFIX.idx (Megatron's indexed dataset; uint16 tokens,\n"
             "  int32 for vocabs of 65500 or more). A *.json/*.jsonl input (or any input with\n"
@@ -40,7 +43,10 @@ static void usage(FILE *f)
             "  --append-eod ends each document with <|endoftext|>.\n"
             "  HuggingFaceTokenizer: a tokenizer.json of LLaMA-3's or Qwen2's kind (the file, or its directory\n"
             "  with tokenizer_config.json), its template's tokens (<|begin_of_text|>) added to each\n"
-            "  document; --append-eod ends each with the eos_token. Invalid UTF-8 is replaced\n"
+            "  document; --append-eod ends each with the eos_token.\n"
+            "  Llama2Tokenizer, GPTSentencePieceTokenizer: a SentencePiece tokenizer.model of LLaMA-2's\n"
+            "  kind (BPE); Llama2Tokenizer starts each document with <s>; --append-eod ends each with\n"
+            "  </s> (the model's eos). Invalid UTF-8 is replaced\n"
             "  by U+FFFD (counted in the summary). Megatron's --workers, --partitions,\n"
             "  --chunk-size, --log-interval, --keep-newlines, --keep-sequential-samples and\n"
             "  --dataset-impl mmap are accepted for its command lines; atoll tokenises on one\n"

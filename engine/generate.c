@@ -239,13 +239,22 @@ int generate_main(int argc, char **argv)
         }
     }
     if (o.json) {
-        size_t tl;
-        char *text = tok_decode(tok, ids + nprompt, len - nprompt, &tl, err, sizeof err);
-        if (!text) goto out;
+        /* the continuation as it reads after the prompt: the whole decoded
+         * less the prompt's (a SentencePiece decode drops the space of a
+         * document's first word, which the continuation's first word keeps) */
+        size_t tl, pl;
+        char *text = tok_decode(tok, ids, len, &tl, err, sizeof err);
+        char *ptext = text ? tok_decode(tok, ids, nprompt, &pl, err, sizeof err) : NULL;
+        int decoded = ptext != NULL;
+        free(ptext);
+        if (!decoded) {
+            free(text);
+            goto out;
+        }
         printf("{\"checkpoint\":\"%s/iter_%07lld\",\"tokenizer\":\"%s\",\"prompt\":", o.load, it, tok_type_name(type));
         json_string(stdout, o.prompt, plen);
         printf(",\"text\":");
-        json_string(stdout, text, tl);
+        json_string(stdout, text + pl, tl - pl);
         printf(",\"prompt_tokens\":%zu,\"tokens\":[", nprompt);
         for (size_t i = nprompt; i < len; i++) printf(i > nprompt ? ",%d" : "%d", ids[i]);
         printf("]}\n");

@@ -40,6 +40,32 @@ typedef struct added_tok {
     int normalized; /* matched after the raw-text ones */
 } added_tok;
 
+/* ---- SentencePiece's BPE ----
+ * As sentencepiece's BPE model encodes: the text (normalized: U+2581 for a
+ * space, and one before the text when add_dummy_prefix) is split into
+ * characters, a user-defined piece (longest first) staying whole; then, over
+ * and over, the adjacent pair whose join is a piece of the highest score (the
+ * leftmost of equals) is joined, until no join is a piece. A symbol that is
+ * not a piece is its UTF-8 bytes' byte pieces (byte_fallback), or the unknown
+ * piece, once for a run of them. Here U+2581 is a space throughout: in the
+ * pieces (t->bytes) and in the text. */
+typedef struct sp_sym {
+    uint32_t at, len; /* text[at, at + len); len 0: joined into the symbol before */
+    int32_t prev, next;
+    int frozen;       /* a user-defined piece */
+} sp_sym;
+
+typedef struct sp_pair {
+    float score;
+    int32_t left, right;
+    uint32_t len; /* the join's length when it was queued */
+} sp_pair;
+
+typedef struct sp_agenda {
+    sp_pair *a;
+    size_t n, cap;
+} sp_agenda;
+
 #define MAX_TEMPLATE 8
 
 struct tokenizer {
@@ -47,7 +73,7 @@ struct tokenizer {
     int nvocab;
     int32_t eod;
     /* HuggingFaceTokenizer */
-    str_map map;         /* vocab (not added) token bytes -> id, for ignore_merges */
+    str_map map;         /* vocab (not added) token bytes -> id: ignore_merges, SentencePiece's joins */
     int ignore_merges;
     int nfc;             /* the normalizer: NFC (Qwen's) or none (LLaMA-3's) */
     int digits;          /* the pattern's \p{N}{1,digits}: 3 (LLaMA-3's) or 1 (Qwen2's) */
@@ -71,6 +97,16 @@ struct tokenizer {
     /* BPE scratch */
     int32_t *sym, *rank;
     size_t scratch_cap;
+    /* SentencePiece (user-defined pieces are in added, byte pieces in byte_id) */
+    float *score;          /* [nvocab]: a merge into the piece of highest score comes first */
+    unsigned char *ptype;  /* [nvocab]: SP_* */
+    int32_t unk;
+    int byte_fallback, dummy_prefix, escape;
+    int words;             /* no piece has a space after another character: a text's words (a run of
+                              spaces and the characters up to the next space) encode apart */
+    sp_sym *sp_syms;       /* sp_piece's scratch */
+    size_t sp_cap;
+    sp_agenda agenda;
 };
 
 #define CACHE_SLOTS (1u << 16)
@@ -81,10 +117,13 @@ int tok_type_parse(const char *name, tok_type *t, char *err, size_t errlen)
 {
     if (!strcmp(name, "GPT2BPETokenizer")) *t = TOK_GPT2BPE;
     else if (!strcmp(name, "HuggingFaceTokenizer")) *t = TOK_HF;
+    else if (!strcmp(name, "Llama2Tokenizer")) *t = TOK_LLAMA2;
+    else if (!strcmp(name, "GPTSentencePieceTokenizer")) *t = TOK_GPTSPM;
     else if (!strcmp(name, "ByteLevel")) *t = TOK_BYTE;
     else {
         atoll_errf(err, errlen, "--tokenizer-type '%s': expected GPT2BPETokenizer, HuggingFaceTokenizer (a "
-                   "tokenizer.json of LLaMA-3's or Qwen2's kind, --tokenizer-model) or ByteLevel", name);
+                   "tokenizer.json of LLaMA-3's or Qwen2's kind, --tokenizer-model), Llama2Tokenizer or "
+                   "GPTSentencePieceTokenizer (a SentencePiece tokenizer.model, --tokenizer-model) or ByteLevel", name);
         return -1;
     }
     return 0;
@@ -92,7 +131,9 @@ int tok_type_parse(const char *name, tok_type *t, char *err, size_t errlen)
 
 const char *tok_type_name(tok_type t)
 {
-    return t == TOK_GPT2BPE ? "GPT2BPETokenizer" : t == TOK_HF ? "HuggingFaceTokenizer" : "ByteLevel";
+    static const char *const names[] = { "ByteLevel", "GPT2BPETokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer",
+                                         "GPTSentencePieceTokenizer" };
+    return t >= TOK_BYTE && t <= TOK_GPTSPM ? names[t] : "ByteLevel";
 }
 tok_type tok_kind(const tokenizer *t) { return t->type; }
 
@@ -157,6 +198,28 @@ static const pair_slot *pair_get(const tokenizer *t, int32_t a, int32_t b)
         if (t->pairs[i].key == key) return &t->pairs[i];
         if (!t->pairs[i].key) return NULL;
     }
+}
+
+/* map: the bytes of every token but those with skip[id] set (t->bytes,
+ * t->off filled) -> id; of two tokens with the same bytes the first id wins. */
+static int map_fill(tokenizer *t, str_map *map, const unsigned char *skip)
+{
+    uint32_t cap = 1;
+    while (cap < 2u * (uint32_t)t->nvocab) cap <<= 1;
+    map->mask = cap - 1;
+    map->hash = calloc(cap, sizeof *map->hash);
+    map->id = calloc(cap, sizeof *map->id);
+    if (!map->hash || !map->id) return -1;
+    for (int id = 0; id < t->nvocab; id++) {
+        size_t l = t->off[id + 1] - t->off[id];
+        if (skip[id] || str_find(map, t, t->bytes + t->off[id], l) >= 0) continue;
+        uint64_t h = hash_bytes(t->bytes + t->off[id], l);
+        uint32_t i = (uint32_t)h & map->mask;
+        while (map->hash[i]) i = (i + 1) & map->mask;
+        map->hash[i] = h;
+        map->id[i] = id;
+    }
+    return 0;
 }
 
 /* The vocab: `vocab` a JSON object of token string (in GPT-2's byte-to-unicode
@@ -242,21 +305,7 @@ static int fill_vocab(tokenizer *t, const jsonr *vocab, const jsonr *added, str_
         }
     }
     t->off[n] = (uint32_t)at;
-    uint32_t cap = 1;
-    while (cap < 2u * (uint32_t)n) cap <<= 1;
-    map->mask = cap - 1;
-    map->hash = calloc(cap, sizeof *map->hash);
-    map->id = calloc(cap, sizeof *map->id);
-    if (!map->hash || !map->id) { atoll_errf(err, errlen, "out of memory"); goto out; }
-    for (int id = 0; id < n; id++) {
-        size_t l = t->off[id + 1] - t->off[id];
-        if (raw[id] || str_find(map, t, t->bytes + t->off[id], l) >= 0) continue; /* duplicate string: first id wins */
-        uint64_t h = hash_bytes(t->bytes + t->off[id], l);
-        uint32_t i = (uint32_t)h & map->mask;
-        while (map->hash[i]) i = (i + 1) & map->mask;
-        map->hash[i] = h;
-        map->id[i] = id;
-    }
+    if (map_fill(t, map, raw)) { atoll_errf(err, errlen, "out of memory"); goto out; }
     for (int b = 0; b < 256; b++) {
         char ch = (char)b;
         if ((t->byte_id[b] = str_find(map, t, &ch, 1)) < 0) {
@@ -503,6 +552,16 @@ static int added_cmp(const void *pa, const void *pb, void *text)
     return a->len != b->len ? (a->len > b->len ? -1 : 1) : (a->id > b->id) - (a->id < b->id);
 }
 
+/* Sorts t->added for added_at: by first byte, the longest first. */
+static void added_index(tokenizer *t)
+{
+    qsort_r(t->added, (size_t)t->nadded, sizeof *t->added, added_cmp, t->added_text);
+    for (int b = 0, k = 0; b <= 256; b++) {
+        while (k < t->nadded && (unsigned char)t->added_text[t->added[k].off] < b) k++;
+        t->added_first[b] = k;
+    }
+}
+
 static int hf_added(tokenizer *t, const jsonr *added, char *why, size_t whylen)
 {
     size_t total = 0;
@@ -527,11 +586,7 @@ static int hf_added(tokenizer *t, const jsonr *added, char *why, size_t whylen)
                                              !jsonr_get(c, "normalized") || jtrue(c, "normalized") };
         at += l;
     }
-    qsort_r(t->added, (size_t)t->nadded, sizeof *t->added, added_cmp, t->added_text);
-    for (int b = 0, k = 0; b <= 256; b++) {
-        while (k < t->nadded && (unsigned char)t->added_text[t->added[k].off] < b) k++;
-        t->added_first[b] = k;
-    }
+    added_index(t);
     return 0;
 }
 
@@ -639,6 +694,283 @@ out:
     return rc;
 }
 
+/* ---- SentencePiece: tokenizer.model (Llama2Tokenizer, GPTSentencePieceTokenizer) ----
+ * The file is a sentencepiece.ModelProto in protocol buffers' wire format
+ * (proto2). The fields read, by number, with their defaults:
+ *   ModelProto      1 pieces (repeated SentencePiece), 2 trainer_spec, 3 normalizer_spec
+ *   SentencePiece   1 piece, 2 score (float), 3 type (SP_*; 1)
+ *   TrainerSpec     3 model_type (1 unigram, 2 BPE, 3 word, 4 char; 1),
+ *                   24 treat_whitespace_as_suffix (false), 35 byte_fallback (false),
+ *                   40 unk_id (0), 41 bos_id (1), 42 eos_id (2), 44 unk_surface (" \u2047 ")
+ *   NormalizerSpec  1 name, 2 precompiled_charsmap, 3 add_dummy_prefix (true),
+ *                   4 remove_extra_whitespaces (true), 5 escape_whitespaces (true)
+ * A piece's bytes (t->bytes) are its text in decoded output: U+2581 as a space
+ * (escape_whitespaces), a byte piece <0xNN> the byte, a control piece nothing,
+ * the unknown piece unk_surface. */
+enum { SP_NORMAL = 1, SP_UNKNOWN = 2, SP_CONTROL = 3, SP_USER = 4, SP_UNUSED = 5, SP_BYTE = 6 };
+
+typedef struct pb_field {
+    uint32_t num;
+    int wire;               /* 0 varint, 1 fixed64, 2 length-delimited, 5 fixed32 */
+    uint64_t v;             /* the varint or fixed value; wire 2: the length */
+    const unsigned char *s; /* wire 2: the bytes */
+} pb_field;
+
+static int pb_varint(const unsigned char **p, const unsigned char *end, uint64_t *v)
+{
+    *v = 0;
+    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+        unsigned char b = *(*p)++;
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) return 0;
+    }
+    return -1;
+}
+
+/* The next field of the message at *p (up to end): 1, 0 at its end, -1 when
+ * the bytes are not protocol buffers. */
+static int pb_next(const unsigned char **p, const unsigned char *end, pb_field *f)
+{
+    uint64_t key;
+    if (*p >= end) return 0;
+    if (pb_varint(p, end, &key)) return -1;
+    *f = (pb_field){ (uint32_t)(key >> 3), (int)(key & 7), 0, NULL };
+    if (f->wire == 0) return pb_varint(p, end, &f->v) ? -1 : 1;
+    if (f->wire == 1 || f->wire == 5) {
+        size_t k = f->wire == 1 ? 8 : 4;
+        if ((size_t)(end - *p) < k) return -1;
+        for (size_t i = 0; i < k; i++) f->v |= (uint64_t)(*p)[i] << (8 * i);
+        *p += k;
+        return 1;
+    }
+    if (f->wire != 2 || pb_varint(p, end, &f->v) || f->v > (uint64_t)(end - *p)) return -1;
+    f->s = *p;
+    *p += f->v;
+    return 1;
+}
+
+typedef struct sp_entry {
+    const unsigned char *s;
+    size_t len;
+    float score;
+    int type;
+} sp_entry;
+
+/* One SentencePiece message -> *pc; -1 when malformed. */
+static int sp_entry_read(const pb_field *f, sp_entry *pc)
+{
+    const unsigned char *q = f->s, *end = f->s + f->v;
+    pb_field g;
+    int r;
+    *pc = (sp_entry){ (const unsigned char *)"", 0, 0.0f, SP_NORMAL };
+    while ((r = pb_next(&q, end, &g)) > 0) {
+        if (g.num == 1 && g.wire == 2) {
+            pc->s = g.s;
+            pc->len = (size_t)g.v;
+        } else if (g.num == 2 && g.wire == 5) {
+            uint32_t bits = (uint32_t)g.v;
+            memcpy(&pc->score, &bits, sizeof bits);
+        } else if (g.num == 3 && g.wire == 0) {
+            pc->type = (int)g.v;
+        }
+    }
+    return r;
+}
+
+/* "<0xNN>" -> NN, else -1 */
+static int sp_byte_of(const sp_entry *pc)
+{
+    unsigned v;
+    char tail;
+    char buf[8];
+    if (pc->len != 6) return -1;
+    memcpy(buf, pc->s, 6);
+    buf[6] = 0;
+    return sscanf(buf, "<0x%2X%c", &v, &tail) == 2 && tail == '>' && v < 256 ? (int)v : -1;
+}
+
+static int load_spm(tokenizer *t, const char *path, char *err, size_t errlen)
+{
+    const char *name = tok_type_name(t->type);
+    if (!path || !*path) {
+        atoll_errf(err, errlen, "--tokenizer-type %s needs --tokenizer-model: a SentencePiece tokenizer.model "
+                   "(LLaMA-2's or Mistral's kind)", name);
+        return -1;
+    }
+    size_t len;
+    char *data = atoll_read_file(path, MAX_VOCAB_FILE, &len), why[512] = "";
+    if (!data) {
+        atoll_errf(err, errlen, "--tokenizer-model %s: %s (expected a SentencePiece tokenizer.model; atoll reads local "
+                   "files and downloads nothing)", path, strerror(errno));
+        return -1;
+    }
+    const unsigned char *end = (const unsigned char *)data + len, *p;
+    int64_t model_type = 1, suffix = 0, unk = 0, bos = 1, eos = 2, dummy = 1, extra = 1, escape = 1;
+    int64_t fallback = 0;
+    const unsigned char *unk_s = (const unsigned char *)" \xE2\x81\x87 ", *norm = NULL;
+    size_t unk_len = 5, norm_len = 0, charsmap = 0, total = 0;
+    unsigned char *skip = NULL;
+    pb_field f, g;
+    sp_entry pc;
+    int r = 0, n = 0, nunk = 0, nuser = 0, rc = -1;
+    for (p = (const unsigned char *)data; r >= 0 && (r = pb_next(&p, end, &f)) > 0;) {
+        if (f.wire != 2) continue;
+        const unsigned char *q = f.s, *qe = f.s + f.v;
+        if (f.num == 1) {
+            if ((r = sp_entry_read(&f, &pc)) < 0) break;
+            n++;
+            total += pc.len;
+            nunk += pc.type == SP_UNKNOWN;
+            nuser += pc.type == SP_USER;
+            continue;
+        }
+        while ((f.num == 2 || f.num == 3) && (r = pb_next(&q, qe, &g)) > 0) {
+            int64_t v = (int64_t)g.v; /* int32 fields: a negative one is ten bytes of two's complement */
+            if (f.num == 2 && g.wire == 0) {
+                if (g.num == 3) model_type = v;
+                else if (g.num == 24) suffix = v;
+                else if (g.num == 35) fallback = v;
+                else if (g.num == 40) unk = v;
+                else if (g.num == 41) bos = v;
+                else if (g.num == 42) eos = v;
+            } else if (f.num == 2 && g.num == 44 && g.wire == 2) {
+                unk_s = g.s;
+                unk_len = (size_t)g.v;
+            } else if (f.num == 3 && g.wire == 2 && g.num <= 2) {
+                if (g.num == 1) norm = g.s, norm_len = (size_t)g.v;
+                else charsmap = (size_t)g.v;
+            } else if (f.num == 3 && g.wire == 0) {
+                if (g.num == 3) dummy = v;
+                else if (g.num == 4) extra = v;
+                else if (g.num == 5) escape = v;
+            }
+        }
+    }
+    static const char *const kinds[] = { "?", "Unigram (T5's, ALBERT's kind)", "BPE", "word", "character" };
+    if (r < 0 || !n)
+        atoll_errf(why, sizeof why, "not a SentencePiece model (expected a serialized sentencepiece ModelProto with "
+                   "its pieces, as sentencepiece's trainer writes tokenizer.model)");
+    else if (model_type != 2)
+        atoll_errf(why, sizeof why, "a SentencePiece %s model; atoll reads SentencePiece's BPE models (LLaMA-2's, "
+                   "Mistral's kind)", model_type >= 1 && model_type <= 4 ? kinds[model_type] : "unknown");
+    else if (charsmap || (norm_len && (norm_len != 8 || memcmp(norm, "identity", 8))))
+        atoll_errf(why, sizeof why, "its normalizer %.*s is not implemented: atoll reads models without one "
+                   "(identity, as LLaMA-2's)", norm_len ? (int)(norm_len < 40 ? norm_len : 40) : 17,
+                   norm_len ? (const char *)norm : "(a character map)");
+    else if (extra)
+        atoll_errf(why, sizeof why, "remove_extra_whitespaces is not implemented: atoll reads models that keep every "
+                   "space (LLaMA-2's)");
+    else if (suffix)
+        atoll_errf(why, sizeof why, "treat_whitespace_as_suffix is not implemented");
+    else if (nunk != 1)
+        atoll_errf(why, sizeof why, "%d unknown pieces (type 2); a SentencePiece model has one", nunk);
+    if (why[0]) goto out;
+    t->nvocab = n;
+    t->off = calloc((size_t)n + 1, sizeof *t->off);
+    t->bytes = malloc(total + (size_t)nunk * unk_len + 1);
+    t->score = malloc((size_t)n * sizeof *t->score);
+    t->ptype = malloc((size_t)n);
+    t->added = calloc((size_t)nuser + 1, sizeof *t->added);
+    t->added_text = malloc(total + 1);
+    skip = malloc((size_t)n);
+    if (!t->off || !t->bytes || !t->score || !t->ptype || !t->added || !t->added_text || !skip) {
+        atoll_errf(err, errlen, "out of memory");
+        goto out;
+    }
+    for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
+    size_t at = 0, uat = 0;
+    int id = 0;
+    for (p = (const unsigned char *)data; pb_next(&p, end, &f) > 0;) {
+        if (f.num != 1 || f.wire != 2) continue;
+        sp_entry_read(&f, &pc);
+        t->off[id] = (uint32_t)at;
+        t->score[id] = pc.score;
+        t->ptype[id] = (unsigned char)pc.type;
+        skip[id] = pc.type != SP_NORMAL && pc.type != SP_USER;
+        int b = pc.type == SP_BYTE ? sp_byte_of(&pc) : -1;
+        if (pc.type < SP_NORMAL || pc.type > SP_BYTE || pc.type == SP_UNUSED || (pc.type == SP_BYTE && b < 0) ||
+            ((pc.type == SP_NORMAL || pc.type == SP_USER) && !pc.len)) {
+            atoll_errf(why, sizeof why, "piece %d \"%.*s\" has type %d, which is not implemented (normal, "
+                       "user-defined, control, unknown and byte pieces are)", id, (int)(pc.len < 40 ? pc.len : 40),
+                       (const char *)pc.s, pc.type);
+            goto out;
+        }
+        if (pc.type == SP_BYTE && !fallback) {
+            atoll_errf(why, sizeof why, "byte piece <0x%02X> without byte_fallback (sentencepiece refuses such a model "
+                       "too)", b);
+            goto out;
+        }
+        if (pc.type == SP_BYTE) {
+            if (t->byte_id[b] < 0) t->byte_id[b] = id;
+            t->bytes[at++] = (char)b;
+        } else if (pc.type == SP_UNKNOWN) {
+            memcpy(t->bytes + at, unk_s, unk_len);
+            at += unk_len;
+        } else if (pc.type != SP_CONTROL) {
+            size_t from = at;
+            for (size_t i = 0; i < pc.len;) {
+                if (escape && pc.len - i >= 3 && !memcmp(pc.s + i, "\xE2\x96\x81", 3)) {
+                    t->bytes[at++] = ' ';
+                    i += 3;
+                } else {
+                    t->bytes[at++] = (char)pc.s[i++];
+                }
+            }
+            if (pc.type == SP_USER) { /* matched in the text before it is split into characters */
+                memcpy(t->added_text + uat, t->bytes + from, at - from);
+                t->added[t->nadded++] = (added_tok){ id, (uint32_t)uat, (uint32_t)(at - from), 0 };
+                uat += at - from;
+            }
+        }
+        id++;
+    }
+    t->off[n] = (uint32_t)at;
+    if (map_fill(t, &t->map, skip)) {
+        atoll_errf(err, errlen, "out of memory");
+        goto out;
+    }
+    for (int k = 0; k < n; k++) {
+        int32_t first = skip[k] ? k : str_find(&t->map, t, t->bytes + t->off[k], t->off[k + 1] - t->off[k]);
+        if (first != k) {
+            atoll_errf(why, sizeof why, "piece %d \"%.*s\" is piece %d too; each piece is there once (sentencepiece "
+                       "refuses such a model too)", k, (int)(t->off[k + 1] - t->off[k] < 40 ? t->off[k + 1] - t->off[k] : 40),
+                       t->bytes + t->off[k], first);
+            goto out;
+        }
+    }
+    added_index(t);
+    t->words = 1;
+    for (int k = 0; k < n && t->words; k++) {
+        const char *pb = t->bytes + t->off[k];
+        for (uint32_t i = 1; !skip[k] && i < t->off[k + 1] - t->off[k]; i++)
+            if (pb[i] == ' ' && pb[i - 1] != ' ') t->words = 0;
+    }
+    t->unk = (int32_t)unk;
+    t->byte_fallback = fallback != 0;
+    t->dummy_prefix = dummy != 0;
+    t->escape = escape != 0;
+    t->eod = (int32_t)eos;
+    if (unk < 0 || unk >= n || t->ptype[unk] != SP_UNKNOWN)
+        atoll_errf(why, sizeof why, "unk_id %lld is not its unknown piece", (long long)unk);
+    else if (eos < 0 || eos >= n)
+        atoll_errf(why, sizeof why, "eos_id %lld is not a piece; %s ends each document with it (Megatron's eod)",
+                   (long long)eos, name);
+    else if (t->type == TOK_LLAMA2 && (bos < 0 || bos >= n))
+        atoll_errf(why, sizeof why, "bos_id %lld is not a piece; Llama2Tokenizer starts each document with it",
+                   (long long)bos);
+    for (int b = 0; fallback && !why[0] && b < 256; b++)
+        if (t->byte_id[b] < 0)
+            atoll_errf(why, sizeof why, "byte_fallback is set but there is no byte piece <0x%02X>", b);
+    if (why[0]) goto out;
+    if (t->type == TOK_LLAMA2) t->pre[t->npre++] = (int32_t)bos;
+    rc = 0;
+out:
+    if (why[0]) atoll_errf(err, errlen, "--tokenizer-model %s: %s", path, why);
+    free(skip);
+    free(data);
+    return rc;
+}
+
 tokenizer *tok_open(tok_type type, const char *vocab_file, const char *merge_file, const char *model, char *err,
                     size_t errlen)
 {
@@ -662,6 +994,8 @@ tokenizer *tok_open(tok_type type, const char *vocab_file, const char *merge_fil
     int rc;
     if (type == TOK_HF) {
         rc = load_hf(t, model, err, errlen);
+    } else if (type == TOK_LLAMA2 || type == TOK_GPTSPM) {
+        rc = load_spm(t, model, err, errlen);
     } else if (!vocab_file || !*vocab_file || !merge_file || !*merge_file) {
         atoll_errf(err, errlen, "--tokenizer-type GPT2BPETokenizer needs --vocab-file (encoder.json / vocab.json) "
                    "and --merge-file (vocab.bpe / merges.txt)");
@@ -700,6 +1034,10 @@ void tok_free(tokenizer *t)
     free(t->map.id);
     free(t->added);
     free(t->added_text);
+    free(t->score);
+    free(t->ptype);
+    free(t->sp_syms);
+    free(t->agenda.a);
     free(t);
 }
 
@@ -911,7 +1249,7 @@ static size_t llama3_split(const char *str, size_t n, size_t i, size_t digits)
 size_t tok_split(const tokenizer *t, const char *s, size_t n, size_t i)
 {
     if (t->type == TOK_HF) return llama3_split(s, n, i, (size_t)t->digits);
-    return t->type == TOK_GPT2BPE ? tok_gpt2_split(s, n, i) : n;
+    return t->type == TOK_GPT2BPE ? tok_gpt2_split(s, n, i) : n; /* SentencePiece: the whole text */
 }
 
 /* ---- BPE ---- */
@@ -966,6 +1304,103 @@ static long bpe_piece(tokenizer *t, const unsigned char *s, size_t n)
     return (long)m;
 }
 
+static int sp_first(const sp_pair *x, const sp_pair *y)
+{
+    return x->score > y->score || (x->score == y->score && x->left < y->left);
+}
+
+/* Queues the join of symbols l and r when it is a piece. */
+static int sp_queue(const tokenizer *t, const char *x, const sp_sym *sym, int32_t l, int32_t r, sp_agenda *q)
+{
+    if (l < 0 || r < 0 || sym[l].frozen || sym[r].frozen) return 0;
+    uint32_t len = sym[l].len + sym[r].len;
+    int32_t id = str_find(&t->map, t, x + sym[l].at, len);
+    if (id < 0) return 0;
+    if (q->n == q->cap) {
+        size_t cap = q->cap ? 2 * q->cap : 256;
+        sp_pair *a = realloc(q->a, cap * sizeof *a);
+        if (!a) return -1;
+        q->a = a;
+        q->cap = cap;
+    }
+    size_t i = q->n++;
+    sp_pair p = { t->score[id], l, r, len };
+    for (; i && sp_first(&p, &q->a[(i - 1) / 2]); i = (i - 1) / 2) q->a[i] = q->a[(i - 1) / 2];
+    q->a[i] = p;
+    return 0;
+}
+
+static sp_pair sp_take(sp_agenda *q)
+{
+    sp_pair top = q->a[0], last = q->a[--q->n];
+    size_t i = 0;
+    for (size_t c; (c = 2 * i + 1) < q->n; i = c) {
+        if (c + 1 < q->n && sp_first(&q->a[c + 1], &q->a[c])) c++;
+        if (!sp_first(&q->a[c], &last)) break;
+        q->a[i] = q->a[c];
+    }
+    if (q->n) q->a[i] = last;
+    return top;
+}
+
+/* The added token (of the raw-text ones, or the normalized ones) at s[i],
+ * the longest when several: its index, or -1. Inline: it runs for every byte
+ * of a HuggingFaceTokenizer's text (a call each costs a fifth of its speed). */
+static inline int added_at(const tokenizer *t, const char *s, size_t n, size_t i, int normalized)
+{
+    unsigned char b = (unsigned char)s[i];
+    for (int k = t->added_first[b]; k < t->added_first[b + 1]; k++) {
+        const added_tok *a = &t->added[k];
+        if (a->normalized == normalized && a->len <= n - i && !memcmp(s + i, t->added_text + a->off, a->len)) return k;
+    }
+    return -1;
+}
+
+/* The tokens of the normalized text x[0, m) into t->sym; their count, or -1. */
+static long sp_piece(tokenizer *t, const char *x, size_t m)
+{
+    if (grow_scratch(t, m)) return -1;
+    if (m > t->sp_cap) {
+        sp_sym *a = realloc(t->sp_syms, m * sizeof *a);
+        if (!a) return -1;
+        t->sp_syms = a;
+        t->sp_cap = m;
+    }
+    sp_sym *sym = t->sp_syms;
+    sp_agenda *q = &t->agenda;
+    q->n = 0;
+    size_t ns = 0;
+    for (size_t i = 0, l; i < m; i += l, ns++) {
+        int k = t->nadded ? added_at(t, x, m, i, 0) : -1;
+        if (k >= 0) l = t->added[k].len;
+        else utf8_decode((const unsigned char *)x + i, m - i, &l);
+        sym[ns] = (sp_sym){ (uint32_t)i, (uint32_t)l, (int32_t)ns - 1, i + l < m ? (int32_t)ns + 1 : -1, k >= 0 };
+    }
+    for (size_t i = 1; i < ns; i++)
+        if (sp_queue(t, x, sym, (int32_t)i - 1, (int32_t)i, q)) return -1;
+    while (q->n) {
+        sp_pair p = sp_take(q);
+        sp_sym *l = &sym[p.left], *r = &sym[p.right];
+        if (!l->len || !r->len || l->len + r->len != p.len) continue; /* a symbol it joined has changed */
+        l->len += r->len;
+        r->len = 0;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = p.left;
+        if (sp_queue(t, x, sym, l->prev, p.left, q) || sp_queue(t, x, sym, p.left, l->next, q)) return -1;
+    }
+    long n = 0;
+    int prev_unk = 0;
+    for (int32_t i = 0; i >= 0; i = sym[i].next) { /* at most a token per byte */
+        int32_t id = str_find(&t->map, t, x + sym[i].at, sym[i].len);
+        if (id >= 0) t->sym[n++] = id;
+        else if (t->byte_fallback)
+            for (uint32_t k = 0; k < sym[i].len; k++) t->sym[n++] = t->byte_id[(unsigned char)x[sym[i].at + k]];
+        else if (!prev_unk) t->sym[n++] = t->unk;
+        prev_unk = id < 0 && !t->byte_fallback;
+    }
+    return n;
+}
+
 static int buf_reserve(tok_buf *b, size_t more)
 {
     if (b->n + more <= b->cap) return 0;
@@ -987,7 +1422,7 @@ static void cache_clear(tokenizer *t)
 
 static int encode_piece(tokenizer *t, const unsigned char *s, size_t n, tok_buf *out)
 {
-    int32_t whole = n == 1 ? t->byte_id[s[0]] : t->ignore_merges ? str_find(&t->map, t, (const char *)s, n) : -1;
+    int32_t whole = t->ptype ? -1 : n == 1 ? t->byte_id[s[0]] : t->ignore_merges ? str_find(&t->map, t, (const char *)s, n) : -1;
     if (whole >= 0) { /* a piece that is a token is that token (ignore_merges) */
         if (buf_reserve(out, 1)) return -1;
         out->ids[out->n++] = whole;
@@ -1004,7 +1439,7 @@ static int encode_piece(tokenizer *t, const unsigned char *s, size_t n, tok_buf 
             return 0;
         }
     }
-    long m = bpe_piece(t, s, n);
+    long m = t->ptype ? sp_piece(t, (const char *)s, n) : bpe_piece(t, s, n);
     if (m < 0 || buf_reserve(out, (size_t)m)) return -1;
     memcpy(out->ids + out->n, t->sym, (size_t)m * sizeof(int32_t));
     out->n += (size_t)m;
@@ -1039,18 +1474,6 @@ static int hf_text(tokenizer *t, const char *s, size_t n, tok_buf *out)
         if (encode_piece(t, (const unsigned char *)s + i, e - i, out)) return -1;
     }
     return 0;
-}
-
-/* The added token (of the raw-text ones, or the normalized ones) at s[i],
- * the longest when several: its index, or -1. */
-static int added_at(const tokenizer *t, const char *s, size_t n, size_t i, int normalized)
-{
-    unsigned char b = (unsigned char)s[i];
-    for (int k = t->added_first[b]; k < t->added_first[b + 1]; k++) {
-        const added_tok *a = &t->added[k];
-        if (a->normalized == normalized && a->len <= n - i && !memcmp(s + i, t->added_text + a->off, a->len)) return k;
-    }
-    return -1;
 }
 
 static int hf_segment(tokenizer *t, const char *s, size_t n, int pass, tok_buf *out);
@@ -1088,6 +1511,45 @@ static int hf_segment(tokenizer *t, const char *s, size_t n, int pass, tok_buf *
     return pass ? hf_text(t, s + start, n - start, out) : hf_normalized(t, s + start, n - start, out);
 }
 
+/* SentencePiece: the text normalized, then word by word when the pieces
+ * allow (t->words), through the cache of encoded pieces. */
+static int sp_text(tokenizer *t, const char *s, size_t n, tok_buf *out)
+{
+    if (!n) return 0;
+    char *x = malloc(n + 1);
+    if (!x) return -1;
+    size_t m = 0, doc = out->n;
+    if (t->dummy_prefix) x[m++] = ' ';
+    for (size_t i = 0; i < n;) {
+        if (t->escape && n - i >= 3 && !memcmp(s + i, "\xE2\x96\x81", 3)) {
+            x[m++] = ' ';
+            i += 3;
+        } else {
+            x[m++] = s[i++];
+        }
+    }
+    int rc = 0;
+    for (size_t i = 0, e; i < m && !rc; i = e) {
+        e = i;
+        if (t->words) {
+            while (e < m && x[e] == ' ') e++;
+            while (e < m && x[e] != ' ') e++;
+        } else {
+            e = m;
+        }
+        size_t before = out->n;
+        rc = encode_piece(t, (const unsigned char *)x + i, e - i, out);
+        /* a run of unknown pieces is one, across words too */
+        if (!rc && !t->byte_fallback && before > doc && out->n > before && out->ids[before] == t->unk &&
+            out->ids[before - 1] == t->unk) {
+            memmove(out->ids + before, out->ids + before + 1, (out->n - before - 1) * sizeof *out->ids);
+            out->n--;
+        }
+    }
+    free(x);
+    return rc;
+}
+
 long tok_encode(tokenizer *t, const char *text, size_t n, tok_buf *out)
 {
     if (t->type == TOK_BYTE) {
@@ -1101,8 +1563,10 @@ long tok_encode(tokenizer *t, const char *text, size_t n, tok_buf *out)
     if (bad < 0) return -1;
     const char *s = clean ? clean : text;
     if (clean) n = cn;
-    if (t->type == TOK_HF) {
-        int rc = append_ids(out, t->pre, t->npre) || hf_segment(t, s, n, 0, out) || append_ids(out, t->post, t->npost);
+    if (t->type != TOK_GPT2BPE) {
+        int rc = append_ids(out, t->pre, t->npre) ||
+                 (t->type == TOK_HF ? hf_segment(t, s, n, 0, out) : sp_text(t, s, n, out)) ||
+                 append_ids(out, t->post, t->npost);
         free(clean);
         return rc ? -1 : bad;
     }
@@ -1137,9 +1601,17 @@ char *tok_decode(const tokenizer *t, const int32_t *ids, size_t n, size_t *len, 
     }
     char *out = malloc(total + 1);
     if (!out) { atoll_errf(err, errlen, "out of memory"); return NULL; }
+    /* SentencePiece: the first piece but control pieces loses the space the
+     * dummy prefix put there, when it is a normal or user-defined piece */
+    int strip = t->ptype && t->dummy_prefix && t->escape;
     size_t at = 0;
     for (size_t i = 0; i < n; i++) {
         const char *p = tok_piece(t, ids[i], &l);
+        int type = strip ? t->ptype[ids[i]] : 0;
+        if (strip && type != SP_CONTROL) {
+            strip = 0;
+            if (l && *p == ' ' && (type == SP_NORMAL || type == SP_USER)) p++, l--;
+        }
         memcpy(out + at, p, l);
         at += l;
     }
@@ -1151,14 +1623,16 @@ char *tok_decode(const tokenizer *t, const int32_t *ids, size_t n, size_t *len, 
 int tok_check_files(tok_type type, const char *vocab_file, const char *merge_file, const char *model, char *err,
                     size_t errlen)
 {
-    if (model && *model && type != TOK_HF) {
+    int reads_model = type == TOK_HF || type == TOK_LLAMA2 || type == TOK_GPTSPM;
+    if (model && *model && !reads_model) {
         atoll_errf(err, errlen, "--tokenizer-model is read by --tokenizer-type HuggingFaceTokenizer (a tokenizer.json "
-                   "of LLaMA-3's or Qwen2's kind), not %s", tok_type_name(type));
+                   "of LLaMA-3's or Qwen2's kind), Llama2Tokenizer and GPTSentencePieceTokenizer (a SentencePiece "
+                   "tokenizer.model), not %s", tok_type_name(type));
         return -1;
     }
     if (((vocab_file && *vocab_file) || (merge_file && *merge_file)) && type != TOK_GPT2BPE) {
         atoll_errf(err, errlen, "--vocab-file and --merge-file are read by --tokenizer-type GPT2BPETokenizer, not %s%s",
-                   tok_type_name(type), type == TOK_HF ? " (it reads --tokenizer-model)" : "");
+                   tok_type_name(type), reads_model ? " (it reads --tokenizer-model)" : "");
         return -1;
     }
     return 0;

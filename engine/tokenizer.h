@@ -1,6 +1,6 @@
-/* tokenizer: text <-> token ids, byte-level or byte-level BPE.
+/* tokenizer: text <-> token ids, byte-level, byte-level BPE or SentencePiece BPE.
  *
- * Three tokenizers, with Megatron's names for --tokenizer-type:
+ * Five tokenizers, with Megatron's names for --tokenizer-type:
  * - "ByteLevel" (atoll's default): each byte is its token (vocab 256), the
  *   end-of-document token is 0.
  * - "GPT2BPETokenizer": GPT-2's byte-level BPE from the standard files
@@ -45,6 +45,29 @@
  *   WordPiece or Unigram models, byte fallback) are refused naming the part
  *   that differs.
  *
+ * - "Llama2Tokenizer" and "GPTSentencePieceTokenizer": a SentencePiece BPE
+ *   model (--tokenizer-model: tokenizer.model, the protobuf file; LLaMA-2's,
+ *   Mistral's), encoded as sentencepiece's BPE model does:
+ *   1. a space is U+2581 (escape_whitespaces), and one goes before the text
+ *      (add_dummy_prefix);
+ *   2. the text is split into characters, a user-defined piece staying whole
+ *      (the longest at each place);
+ *   3. the adjacent pair whose join is the piece of highest score is joined,
+ *      the leftmost of equals first, until no join is a piece;
+ *   4. a symbol that is not a piece is its UTF-8 bytes' byte pieces <0xNN>
+ *      (byte_fallback), or else the unknown piece, once for a run of them.
+ *   When no piece has a space after another character (LLaMA-2's), no join
+ *   crosses the start of a word, so words are encoded apart through the cache
+ *   of encoded pieces, with the same ids.
+ *   Llama2Tokenizer puts <s> (bos_id) before each document, as Megatron's
+ *   Llama2Tokenizer.tokenize(bos=True); GPTSentencePieceTokenizer adds
+ *   nothing. The vocab is every piece (32000 for LLaMA-2); the
+ *   end-of-document token is eos_id (</s>), Megatron's eod for both. Decoding
+ *   drops the space the dummy prefix put before the first word. Models of
+ *   another kind (Unigram, a normalizer other than identity,
+ *   remove_extra_whitespaces, whitespace as suffix, unused pieces) are refused
+ *   naming what differs.
+ *
  * Invalid UTF-8 (BPE only): each maximal invalid subsequence is replaced by
  * U+FFFD before splitting, exactly as the WHATWG decoder does (the one node's
  * TextDecoder and Buffer use), and tok_encode returns how many were replaced,
@@ -61,29 +84,30 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { TOK_BYTE = 0, TOK_GPT2BPE = 1, TOK_HF = 2 } tok_type;
+typedef enum { TOK_BYTE = 0, TOK_GPT2BPE = 1, TOK_HF = 2, TOK_LLAMA2 = 3, TOK_GPTSPM = 4 } tok_type;
 
 typedef struct tokenizer tokenizer;
 
-/* "ByteLevel", "GPT2BPETokenizer" or "HuggingFaceTokenizer" -> type; -1 with
- * err naming them otherwise. */
+/* "ByteLevel", "GPT2BPETokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer" or
+ * "GPTSentencePieceTokenizer" -> type; -1 with err naming them otherwise. */
 int tok_type_parse(const char *name, tok_type *t, char *err, size_t errlen);
 const char *tok_type_name(tok_type t);
 
-/* GPT2BPETokenizer needs vocab_file and merge_file, HuggingFaceTokenizer
- * model (its --tokenizer-model); ByteLevel takes none (NULLs). Returns NULL
- * with err naming the file and what was wrong. */
+/* GPT2BPETokenizer needs vocab_file and merge_file, HuggingFaceTokenizer,
+ * Llama2Tokenizer and GPTSentencePieceTokenizer model (its --tokenizer-model);
+ * ByteLevel takes none (NULLs). Returns NULL with err naming the file and what
+ * was wrong. */
 tokenizer *tok_open(tok_type type, const char *vocab_file, const char *merge_file, const char *model, char *err,
                     size_t errlen);
 /* -1 with err when files are given that `type` does not read (--tokenizer-model
- * but for HuggingFaceTokenizer, --vocab-file/--merge-file but for
+ * but for the types above that read it, --vocab-file/--merge-file but for
  * GPT2BPETokenizer); NULL or "" is not given. */
 int tok_check_files(tok_type type, const char *vocab_file, const char *merge_file, const char *model, char *err,
                     size_t errlen);
 void tok_free(tokenizer *t);
 
 tok_type tok_kind(const tokenizer *t);
-int tok_vocab_size(const tokenizer *t);   /* 256, or the vocab's entries (50257; 128256 for LLaMA-3) */
+int tok_vocab_size(const tokenizer *t);   /* 256, or the vocab's entries (50257; 128256 for LLaMA-3; 32000 for LLaMA-2) */
 int32_t tok_eod(const tokenizer *t);      /* end-of-document id */
 
 typedef struct tok_buf {
@@ -92,17 +116,20 @@ typedef struct tok_buf {
 } tok_buf;
 
 /* Appends the tokens of the document text[0, n) to out (with the special
- * tokens a HuggingFaceTokenizer's template adds). Returns the number of invalid
+ * tokens a HuggingFaceTokenizer's template adds, Llama2Tokenizer's <s>). Returns the number of invalid
  * UTF-8 sequences that were replaced (0 for valid text), or -1 when out of
  * memory. */
 long tok_encode(tokenizer *t, const char *text, size_t n, tok_buf *out);
 
 /* The bytes of token `id` (NULL when id is outside the vocab); an added
- * token's are its text (<|end_of_text|>). */
+ * token's are its text (<|end_of_text|>); a SentencePiece piece's its text
+ * with U+2581 as a space, a byte piece's its byte, a control piece's none. */
 const char *tok_piece(const tokenizer *t, int32_t id, size_t *len);
 
 /* Decodes ids into a new NUL-terminated buffer (caller frees), its length in
- * *len; NULL when an id is outside the vocab (err names it) or out of memory. */
+ * *len: the pieces' bytes back to back (for SentencePiece without the dummy
+ * prefix's space before the first word); NULL when an id is outside the vocab
+ * (err names it) or out of memory. */
 char *tok_decode(const tokenizer *t, const int32_t *ids, size_t n, size_t *len, char *err, size_t errlen);
 
 /* GPT-2's pre-tokenizer: the end of the piece that starts at byte i of the

