@@ -77,6 +77,39 @@ for args in "--load nowhere --prompt x" "--load ck" "--load ck --prompt x --temp
         || bad "generate $args: exit $rc, $(cat err.log)"
 done
 
+# memorise NAME TAG VOCAB FIRST LAST FMT MAXTOK MINLEN --tokenizer-type T --tokenizer-model M: the text
+# prepared with that tokenizer (TAGtext; FMT its token's struct format, i int32 or H uint16; FIRST and
+# LAST its first and last ids), a small LLaMA-style model trained until it has memorised it (ck_TAG),
+# its manifest naming the tokenizer and VOCAB, and greedy decoding of MAXTOK tokens after the prompt
+# reproducing at least MINLEN bytes of the text.
+memorise() {
+    local name=$1 tag=$2 vocab=$3 bos=$4 eos=$5 fmt=$6 maxtok=$7 minlen=$8 ids n first last top loss out
+    shift 8
+    "$ATOLL" data prepare --input text.jsonl --output-prefix "${tag}text" "$@" --append-eod >/dev/null 2>prep.err \
+        || bad "data prepare with $name's tokenizer failed: $(cat prep.err)"
+    ids=$(python3 -c 'import struct,sys; b=open(sys.argv[1],"rb").read(); n=len(b)//struct.calcsize(sys.argv[2])
+v=struct.unpack("<%d%s" % (n, sys.argv[2]), b); print(n, v[0], v[-1], max(v))' "${tag}text.bin" "$fmt" 2>&1)
+    read -r n first last top <<<"$ids"
+    [ "$first" = "$bos" ] && [ "$last" = "$eos" ] && [ "$top" -lt "$vocab" ] && [ "$n" -gt 30 ] && [ "$n" -lt 70 ] \
+        && ok "$name data: $n tokens ($fmt), $bos first, $eos last" || bad "$name data: $ids"
+    "$TRAIN" --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1 \
+        --global-batch-size 2 --train-iters 70 --lr 6e-3 --lr-warmup-iters 5 --log-interval 10 "$@" \
+        --data-path "${tag}text" --split 1,0,0 --save "ck_$tag" --normalization RMSNorm --swiglu \
+        --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear \
+        --metrics-file "train_$tag.jsonl" >"train_$tag.log" 2>&1 \
+        || bad "training with $name's tokenizer failed: $(tail -1 "train_$tag.log")"
+    loss=$(grep -o '"loss":[^,]*' "train_$tag.jsonl" | tail -1 | cut -d: -f2)
+    awk -v l="$loss" 'BEGIN { exit !(l < 0.1) }' && ok "$name tokenizer: memorised, final loss $loss" \
+        || bad "$name tokenizer: final loss $loss is not below 0.1"
+    python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); t=m["tokenizer"]
+assert t["type"] == sys.argv[2] and t["tokenizer_model"] == sys.argv[3], t
+assert m["model"]["vocab_size"] == int(sys.argv[4]), m["model"]["vocab_size"]' "ck_$tag/iter_0000070/manifest.json" \
+        "$2" "$4" "$vocab" 2>&1 && ok "manifest: $2, --tokenizer-model, vocab $vocab" || bad "manifest of ck_$tag"
+    out=$("$ATOLL" generate --load "ck_$tag" --prompt "$PROMPT" --temperature 0 --max-tokens "$maxtok" 2>err.log)
+    [ "$out" = "${TEXT:0:${#out}}" ] && [ ${#out} -ge "$minlen" ] && ok "$name tokenizer, greedy: \"$out\"" \
+        || bad "$name tokenizer: greedy decoding did not reproduce the text: \"$out\" $(cat err.log)"
+}
+
 # LLaMA-3's tokenizer, its template adding <|begin_of_text|> (Meta's current tokenizer.json)
 mkdir -p l3 && cp "$L3/tokenizer_config.json" l3/
 python3 - "$L3/tokenizer.json" l3/tokenizer.json <<'PYEOF2'
@@ -89,28 +122,7 @@ t["post_processor"] = {"type": "TemplateProcessing", "single": [bos, {"Sequence"
 json.dump(t, open(sys.argv[2], "w"))
 PYEOF2
 HF=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$W/l3")
-"$ATOLL" data prepare --input text.jsonl --output-prefix l3text "${HF[@]}" --append-eod >/dev/null 2>prep.err \
-    || bad "data prepare with LLaMA-3's tokenizer failed: $(cat prep.err)"
-ids=$(python3 -c 'import struct,sys; b=open(sys.argv[1],"rb").read(); n=len(b)//4; v=struct.unpack("<%di" % n, b)
-print(n, v[0], v[-1], max(v))' l3text.bin 2>&1)
-read -r n first last top <<<"$ids"
-[ "$first" = 128000 ] && [ "$last" = 128001 ] && [ "$top" -ge 128000 ] && [ "$n" -gt 30 ] && [ "$n" -lt 60 ] \
-    && ok "LLaMA-3 data: $n int32 tokens, <|begin_of_text|> first, <|end_of_text|> last" || bad "LLaMA-3 data: $ids"
-"$TRAIN" --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1 \
-    --global-batch-size 2 --train-iters 70 --lr 6e-3 --lr-warmup-iters 5 --log-interval 10 "${HF[@]}" \
-    --data-path l3text --split 1,0,0 --save ck3 --normalization RMSNorm --swiglu --position-embedding-type rope \
-    --untie-embeddings-and-output-weights --disable-bias-linear --metrics-file train3.jsonl >train3.log 2>&1 \
-    || bad "training with LLaMA-3's tokenizer failed: $(tail -1 train3.log)"
-loss=$(grep -o '"loss":[^,]*' train3.jsonl | tail -1 | cut -d: -f2)
-awk -v l="$loss" 'BEGIN { exit !(l < 0.1) }' && ok "LLaMA-3 tokenizer: memorised, final loss $loss" \
-    || bad "LLaMA-3 tokenizer: final loss $loss is not below 0.1"
-python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); t=m["tokenizer"]
-assert t["type"] == "HuggingFaceTokenizer" and t["tokenizer_model"] == sys.argv[2], t
-assert m["model"]["vocab_size"] == 128256, m["model"]["vocab_size"]' ck3/iter_0000070/manifest.json "$W/l3" 2>&1 \
-    && ok "manifest: HuggingFaceTokenizer, --tokenizer-model, vocab 128256" || bad "manifest of ck3"
-out=$("$ATOLL" generate --load ck3 --prompt "$PROMPT" --temperature 0 --max-tokens 24 2>err.log)
-[ "$out" = "${TEXT:0:${#out}}" ] && [ ${#out} -ge 110 ] && ok "LLaMA-3 tokenizer, greedy: \"$out\"" \
-    || bad "LLaMA-3 tokenizer: greedy decoding did not reproduce the text: \"$out\" $(cat err.log)"
+memorise LLaMA-3 l3 128256 128000 128001 i 24 110 "${HF[@]}"
 common=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1
         --global-batch-size 2 --train-iters 1 --data-path l3text --split 1,0,0)
 for args in "--tokenizer-type GPT2BPETokenizer --vocab-file $PKG/encoder.json --merge-file $PKG/vocab.bpe --tokenizer-model $W/l3|--tokenizer-model is read by --tokenizer-type HuggingFaceTokenizer" \
@@ -127,29 +139,8 @@ done
 
 # LLaMA-2's tokenizer.model: <s> starts each document, </s> (--append-eod) ends it
 L2T=(--tokenizer-type Llama2Tokenizer --tokenizer-model "$L2")
-"$ATOLL" data prepare --input text.jsonl --output-prefix l2text "${L2T[@]}" --append-eod >/dev/null 2>prep2.err \
-    || bad "data prepare with LLaMA-2's tokenizer failed: $(cat prep2.err)"
-ids=$(python3 -c 'import struct,sys; b=open(sys.argv[1],"rb").read(); n=len(b)//2; v=struct.unpack("<%dH" % n, b)
-print(n, v[0], v[-1], max(v))' l2text.bin 2>&1)
-read -r n first last top <<<"$ids"
-[ "$first" = 1 ] && [ "$last" = 2 ] && [ "$top" -lt 32000 ] && [ "$n" -gt 30 ] && [ "$n" -lt 70 ] \
-    && ok "LLaMA-2 data: $n uint16 tokens, <s> first, </s> last" || bad "LLaMA-2 data: $ids"
-"$TRAIN" --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 1 \
-    --global-batch-size 2 --train-iters 70 --lr 6e-3 --lr-warmup-iters 5 --log-interval 10 "${L2T[@]}" \
-    --data-path l2text --split 1,0,0 --save ck2 --normalization RMSNorm --swiglu --position-embedding-type rope \
-    --untie-embeddings-and-output-weights --disable-bias-linear --metrics-file train2.jsonl >train2.log 2>&1 \
-    || bad "training with LLaMA-2's tokenizer failed: $(tail -1 train2.log)"
-loss=$(grep -o '"loss":[^,]*' train2.jsonl | tail -1 | cut -d: -f2)
-awk -v l="$loss" 'BEGIN { exit !(l < 0.1) }' && ok "LLaMA-2 tokenizer: memorised, final loss $loss" \
-    || bad "LLaMA-2 tokenizer: final loss $loss is not below 0.1"
-python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); t=m["tokenizer"]
-assert t["type"] == "Llama2Tokenizer" and t["tokenizer_model"] == sys.argv[2], t
-assert m["model"]["vocab_size"] == 32000, m["model"]["vocab_size"]' ck2/iter_0000070/manifest.json "$L2" 2>&1 \
-    && ok "manifest: Llama2Tokenizer, --tokenizer-model, vocab 32000" || bad "manifest of ck2"
-out=$("$ATOLL" generate --load ck2 --prompt "$PROMPT" --temperature 0 --max-tokens 20 2>err.log)
-[ "$out" = "${TEXT:0:${#out}}" ] && [ ${#out} -ge 100 ] && ok "LLaMA-2 tokenizer, greedy: \"$out\"" \
-    || bad "LLaMA-2 tokenizer: greedy decoding did not reproduce the text: \"$out\" $(cat err.log)"
-j=$("$ATOLL" generate --load ck2 --prompt "$PROMPT" --temperature 0 --max-tokens 20 --json 2>&1)
+memorise LLaMA-2 l2 32000 1 2 H 20 100 "${L2T[@]}"
+j=$("$ATOLL" generate --load ck_l2 --prompt "$PROMPT" --temperature 0 --max-tokens 20 --json 2>&1)
 python3 -c 'import json,sys; j=json.loads(sys.argv[1]); t=sys.argv[2]
 assert j["tokenizer"] == "Llama2Tokenizer" and j["tokens"] and j["text"].startswith(" ago,"), j
 assert (j["prompt"] + j["text"]) == t[:len(j["prompt"] + j["text"])], j' "$j" "$TEXT" \

@@ -81,46 +81,33 @@ def varint(v):
             return out + bytes([b])
 
 
+def read_varint(b, i):
+    """the varint at b[i:] and the index after it"""
+    v, shift = 0, 0
+    while True:
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << shift
+        shift += 7
+        if c < 0x80:
+            return v, i
+
+
 def fields(b):
     """(number, wire type, value, raw bytes of the field) of a message."""
     i = 0
     while i < len(b):
         start = i
-        key, s = 0, 0
-        while True:
-            c = b[i]
-            i += 1
-            key |= (c & 0x7F) << s
-            s += 7
-            if c < 0x80:
-                break
+        key, i = read_varint(b, i)
         num, wire = key >> 3, key & 7
         if wire == 0:
-            v, s = 0, 0
-            while True:
-                c = b[i]
-                i += 1
-                v |= (c & 0x7F) << s
-                s += 7
-                if c < 0x80:
-                    break
-        elif wire == 5:
-            v = b[i:i + 4]
-            i += 4
-        elif wire == 1:
-            v = b[i:i + 8]
-            i += 8
+            v, i = read_varint(b, i)
+        elif wire in (1, 5):
+            size = 8 if wire == 1 else 4
+            v, i = b[i:i + size], i + size
         elif wire == 2:
-            n, s = 0, 0
-            while True:
-                c = b[i]
-                i += 1
-                n |= (c & 0x7F) << s
-                s += 7
-                if c < 0x80:
-                    break
-            v = b[i:i + n]
-            i += n
+            n, i = read_varint(b, i)
+            v, i = b[i:i + n], i + n
         else:
             raise ValueError(f"wire type {wire}")
         yield num, wire, v, b[start:i]
