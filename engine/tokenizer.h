@@ -40,10 +40,15 @@
  *      HuggingFaceTokenizer.tokenize does through transformers.
  *   The vocab is every id of `model.vocab` and `added_tokens` (128256 for
  *   LLaMA-3, 151669 for Qwen3); the end-of-document token is
- *   `tokenizer_config.json`'s `eos_token` (Megatron's eod for this type). Files
+ *   `tokenizer_config.json`'s `eos_token` (Megatron's eod for this type).
+ *   A tokenizer.json of LLaMA-2's kind (Mistral's too: a BPE with
+ *   byte_fallback, the normalizer Prepend U+2581 and Replace " " with U+2581,
+ *   no pre-tokenizer) is read as SentencePiece's BPE below, but with the
+ *   added tokens split out first, each part between them normalized apart
+ *   (U+2581 before it when it is not empty), joins in the order of the merges'
+ *   ranks, and decoding that drops one leading space of the whole text. Files
  *   of another kind (another normalizer, another pre-tokenizer pattern,
- *   WordPiece or Unigram models, byte fallback) are refused naming the part
- *   that differs.
+ *   WordPiece or Unigram models) are refused naming the part that differs.
  *
  * - "Llama2Tokenizer" and "GPTSentencePieceTokenizer": a SentencePiece BPE
  *   model (--tokenizer-model: tokenizer.model, the protobuf file; LLaMA-2's,

