@@ -7,6 +7,7 @@ fuzzer starts from requests that decode and reaches the handlers' logic.
 The protobuf encoding is done by hand here to need no protobuf package.
 Files are named by the SHA-1 of their bytes, as libFuzzer names what it adds."""
 import hashlib
+import json
 import os
 import struct
 
@@ -118,8 +119,9 @@ for name, data in jobs.items():
         f.write(data)
 
 
-# fuzz_tokenizer: byte 0 the type (even GPTSentencePieceTokenizer, odd Llama2Tokenizer), byte 1 the text's
-# length, then a SentencePiece model (a few pieces, BPE, byte fallback, identity) and the text.
+# fuzz_tokenizer: byte 0 the reader (mod 4: 0 GPTSentencePieceTokenizer, 1 Llama2Tokenizer, 2 and 3
+# HuggingFaceTokenizer), byte 1 the text's length, then the file and the text: SentencePiece models (a few
+# pieces, BPE, byte fallback, identity) and tokenizer.json files.
 def sp_piece(text, score, type_):
     return f_bytes(1, f_bytes(1, text) + varint(2 << 3 | 5) + struct.pack("<f", score) + f_int(3, type_))
 
@@ -140,7 +142,47 @@ def tok_seed(type_, model, text):
     return bytes([type_, len(text)]) + model + text
 
 
-tok_seeds = [tok_seed(0, sp_model(), "ab a  b\u2603 \u2581ab \u00e9"), tok_seed(1, sp_model(), "abab ba"),
+# tokenizer.json seeds (byte 0 = 2): LLaMA-2's kind (byte fallback over U+2581) and LLaMA-3's (byte-level, its
+# Split pattern); "</s>" is the eos_token the fuzzer's tokenizer_config.json names.
+M = "\u2581"
+added = [{"id": i, "content": c, "special": True, "normalized": False} for i, c in enumerate(["<unk>", "<s>", "</s>"])]
+meta_vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
+for tok in [M, "a", "b", M + "a", "ab", M + "ab"]:
+    meta_vocab[tok] = len(meta_vocab)
+meta_json = {
+    "added_tokens": added,
+    "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": M},
+                                                       {"type": "Replace", "pattern": {"String": " "}, "content": M}]},
+    "pre_tokenizer": None,
+    "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                                                {"Sequence": {"id": "A", "type_id": 0}}],
+                       "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+    "decoder": {"type": "Sequence", "decoders": [
+        {"type": "Replace", "pattern": {"String": M}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"},
+        {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+    "model": {"type": "BPE", "byte_fallback": True, "vocab": meta_vocab, "merges": [M + " a", "a b", M + "a b"]},
+}
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs = bs + [256 + k for k in range(256 - len(bs))]
+bs += [b for b in range(256) if b not in bs]
+gpt2 = {b: chr(c) for b, c in zip(bs, cs)}
+bl_vocab = {gpt2[b]: b for b in range(256)}
+for tok in [gpt2[32] + "a", "ab", gpt2[32] + "ab"]:
+    bl_vocab[tok] = len(bl_vocab)
+pattern = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+           "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+bl_json = {
+    "added_tokens": [{"id": len(bl_vocab), "content": "</s>", "special": True, "normalized": False}],
+    "normalizer": None,
+    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+    "post_processor": None, "decoder": {"type": "ByteLevel"},
+    "model": {"type": "BPE", "vocab": bl_vocab, "merges": [gpt2[32] + " a", "a b", gpt2[32] + "a b"]},
+}
+tok_seeds = [tok_seed(2, json.dumps(meta_json, ensure_ascii=False).encode(), "ab a</s>b  \u2603"),
+             tok_seed(3, json.dumps(bl_json, ensure_ascii=False).encode(), "ab a</s>b 12345 \u2603's")]
+tok_seeds += [tok_seed(0, sp_model(), "ab a  b\u2603 \u2581ab \u00e9"), tok_seed(1, sp_model(), "abab ba"),
              tok_seed(0, sp_model(0), "x ab \u2603\u2603 y"), tok_seed(1, sp_model(1, ["<t>", "ba"]), "<t>aba <t"),
              tok_seed(0, sp_model()[:-20], "ab")]
 tok_out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fuzz_tokenizer")
