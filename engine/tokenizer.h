@@ -73,10 +73,12 @@
  *   remove_extra_whitespaces, whitespace as suffix, unused pieces) are refused
  *   naming what differs.
  *
- * Invalid UTF-8 (BPE only): each maximal invalid subsequence is replaced by
+ * Invalid UTF-8 (all but ByteLevel): each maximal invalid subsequence is replaced by
  * U+FFFD before splitting, exactly as the WHATWG decoder does (the one node's
  * TextDecoder and Buffer use), and tok_encode returns how many were replaced,
- * so a caller can say so. Decoding gives back the text for valid UTF-8.
+ * so a caller can say so. Decoding gives back the text for valid UTF-8 (for
+ * SentencePiece, text without U+2581, which it reads as a space; a
+ * tokenizer's template tokens, <s> and <|begin_of_text|>, come back as text).
  *
  * Ownership: a tokenizer owns its tables and a cache of encoded pieces (so an
  * encode call is not thread-safe; use one tokenizer per thread). tok_buf memory
