@@ -95,7 +95,7 @@ struct tokenizer {
     char *ckeys;
     int32_t *ctoks;
     size_t ckeys_n, ckeys_cap, ctoks_n, ctoks_cap;
-    /* BPE scratch */
+    /* BPE scratch (sp_syms too, for SentencePiece) */
     int32_t *sym, *rank;
     size_t scratch_cap;
     /* SentencePiece (user-defined pieces are in added, byte pieces in byte_id); sp is also set for
@@ -107,8 +107,7 @@ struct tokenizer {
     int byte_fallback, dummy_prefix, escape;
     int words;             /* no piece has a space after another character: a text's words (a run of
                               spaces and the characters up to the next space) encode apart */
-    sp_sym *sp_syms;       /* sp_piece's scratch */
-    size_t sp_cap;
+    sp_sym *sp_syms;       /* sp_piece's scratch, [scratch_cap] */
     sp_agenda agenda;
 };
 
@@ -1354,7 +1353,9 @@ static int grow_scratch(tokenizer *t, size_t n)
     if (a) t->sym = a;
     int32_t *b = realloc(t->rank, cap * sizeof *b);
     if (b) t->rank = b;
-    if (!a || !b) return -1;
+    sp_sym *c = t->sp ? realloc(t->sp_syms, cap * sizeof *c) : NULL; /* SentencePiece's symbols */
+    if (c) t->sp_syms = c;
+    if (!a || !b || (t->sp && !c)) return -1;
     t->scratch_cap = cap;
     return 0;
 }
@@ -1407,7 +1408,7 @@ static int sp_queue(const tokenizer *t, const char *x, const sp_sym *sym, int32_
     uint32_t len = sym[l].len + sym[r].len;
     int32_t id;
     double key;
-    if (t->score) { /* SentencePiece's: the join is a piece; its score */
+    if (!t->meta) { /* SentencePiece's: the join is a piece; its score */
         if ((id = str_find(&t->map, t, x + sym[l].at, len)) < 0) return 0;
         key = t->score[id];
     } else { /* Hugging Face's: the pair is a merge; its rank */
@@ -1460,12 +1461,6 @@ static inline int added_at(const tokenizer *t, const char *s, size_t n, size_t i
 static long sp_piece(tokenizer *t, const char *x, size_t m)
 {
     if (grow_scratch(t, m)) return -1;
-    if (m > t->sp_cap) {
-        sp_sym *a = realloc(t->sp_syms, m * sizeof *a);
-        if (!a) return -1;
-        t->sp_syms = a;
-        t->sp_cap = m;
-    }
     sp_sym *sym = t->sp_syms;
     sp_agenda *q = &t->agenda;
     q->n = 0;
@@ -1491,14 +1486,12 @@ static long sp_piece(tokenizer *t, const char *x, size_t m)
         if (sp_queue(t, x, sym, l->prev, p.left, q) || sp_queue(t, x, sym, p.left, l->next, q)) return -1;
     }
     long n = 0;
-    int prev_unk = 0;
     for (int32_t i = 0; i >= 0; i = sym[i].next) { /* at most a token per byte */
         int32_t id = sym[i].id;
         if (id >= 0) t->sym[n++] = id;
         else if (t->byte_fallback)
             for (uint32_t k = 0; k < sym[i].len; k++) t->sym[n++] = t->byte_id[(unsigned char)x[sym[i].at + k]];
-        else if (!prev_unk) t->sym[n++] = t->unk;
-        prev_unk = id < 0 && !t->byte_fallback;
+        else t->sym[n++] = t->unk; /* a run of them becomes one in sp_words */
     }
     return n;
 }
@@ -1588,8 +1581,8 @@ static char *sp_normalize(const tokenizer *t, const char *s, size_t n, int prefi
 }
 
 /* The normalized text x[0, m), word by word when the pieces allow (t->words),
- * through the cache of encoded pieces; a run of unknown pieces is one, across
- * words too. */
+ * through the cache of encoded pieces; a run of unknown pieces, within a word
+ * or across words, is one. */
 static int sp_words(tokenizer *t, const char *x, size_t m, tok_buf *out)
 {
     size_t doc = out->n;
@@ -1601,13 +1594,11 @@ static int sp_words(tokenizer *t, const char *x, size_t m, tok_buf *out)
         } else {
             e = m;
         }
-        size_t before = out->n;
+        size_t w = out->n;
         if (encode_piece(t, (const unsigned char *)x + i, e - i, out)) return -1;
-        if (!t->byte_fallback && before > doc && out->n > before && out->ids[before] == t->unk &&
-            out->ids[before - 1] == t->unk) {
-            memmove(out->ids + before, out->ids + before + 1, (out->n - before - 1) * sizeof *out->ids);
-            out->n--;
-        }
+        for (size_t k = w; !t->byte_fallback && k < out->n; k++) /* a run of unknown pieces is one */
+            if (out->ids[k] != t->unk || w == doc || out->ids[w - 1] != t->unk) out->ids[w++] = out->ids[k];
+        if (!t->byte_fallback) out->n = w;
     }
     return 0;
 }
