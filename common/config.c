@@ -110,8 +110,11 @@ static const key_def KEYS[] = {
     F("attention-backend", K_STR, attention_backend),
     F("normalization", K_STR, normalization),
     F("swiglu", K_BOOL, swiglu),
+    F("squared-relu", K_BOOL, squared_relu),
+    F("apply-layernorm-1p", K_BOOL, apply_layernorm_1p),
     F("position-embedding-type", K_STR, position_embedding_type),
     R("rotary-base", K_INT, rotary_base, 0, 2147483647.0, 0),
+    R("rotary-percent", K_DOUBLE, rotary_percent, 0, 1, 0),
     F("disable-bias-linear", K_BOOL, disable_bias_linear),
     F("add-qkv-bias", K_BOOL, add_qkv_bias),
     F("qk-layernorm", K_BOOL, qk_layernorm),
@@ -176,6 +179,7 @@ void cfg_defaults(atoll_config *c)
     snprintf(c->normalization, sizeof c->normalization, "LayerNorm");
     snprintf(c->position_embedding_type, sizeof c->position_embedding_type, "learned_absolute");
     c->rotary_base = 10000;
+    c->rotary_percent = 1.0;
     c->init_method_std = 0.02;
     c->make_vocab_size_divisible_by = 128;
 }
@@ -241,7 +245,6 @@ static const struct {
     { "num-experts", 1, MG_REFUSED, NULL, "mixture-of-experts models are not implemented (dense GPT and LLaMA are)" },
     { "fp16", 0, MG_REFUSED, NULL, "fp16 with loss scaling is not implemented; --bf16 is (bf16 weights and "
       "activations, fp32 master weights)" },
-    { "rotary-percent", 1, MG_VALUE, "1", "rope rotates the whole head dimension" },
     { "norm-epsilon", 1, MG_VALUE, "1e-5", "LayerNorm and RMSNorm use epsilon 1e-5" },
     { "wandb-project", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases: every step's metrics are kept by "
       "the coordinator (atoll metrics JOB, /metrics for Prometheus) and --metrics-file FILE writes them as JSON lines" },
@@ -281,7 +284,6 @@ static const struct {
     { "use-torch-fsdp2", 0, MG_REFUSED, NULL, "FSDP is not implemented; --use-distributed-optimizer shards the "
       "optimizer state over data-parallel ranks (ZeRO-1)" },
     { "fp8-format", 1, MG_REFUSED, NULL, "fp8 is not implemented; --bf16 is" },
-    { "apply-layernorm-1p", 0, MG_REFUSED, NULL, "LayerNorm weights are not stored offset by 1 (zero-centered)" },
     { "decoupled-lr", 1, MG_REFUSED, NULL, "one learning rate schedule (--lr, --min-lr) covers every parameter" },
     { "decoupled-min-lr", 1, MG_REFUSED, NULL, "one learning rate schedule (--lr, --min-lr) covers every parameter" },
     { "grad-reduce-in-bf16", 0, MG_IGNORED, NULL, "gradients are reduced in fp32" },
@@ -316,7 +318,6 @@ static const struct {
       "(pre-LN, Megatron's default)" },
     { "rotary-interleaved", 0, MG_REFUSED, NULL, "rope rotates the two halves of each head (Megatron's default, "
       "Hugging Face's layout), not interleaved pairs" },
-    { "squared-relu", 0, MG_REFUSED, NULL, "the MLP is GELU, or SwiGLU with --swiglu" },
     { "moe-*", 0, MG_REFUSED, NULL, "mixture-of-experts models are not implemented (dense GPT and LLaMA are)" },
 };
 #define NMEGATRON (sizeof(MEGATRON) / sizeof(MEGATRON[0]))
@@ -1039,6 +1040,12 @@ int cfg_ffn(const atoll_config *c) { return c->ffn_hidden_size ? c->ffn_hidden_s
 int cfg_rmsnorm(const atoll_config *c) { return !strcmp(c->normalization, "RMSNorm"); }
 int cfg_rope(const atoll_config *c) { return !strcmp(c->position_embedding_type, "rope"); }
 int cfg_rotary_base(const atoll_config *c) { return c->rotary_base > 0 ? c->rotary_base : 10000; }
+int cfg_rotary_dim(const atoll_config *c)
+{
+    int hd = c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
+    double p = c->rotary_percent > 0 ? c->rotary_percent : 1.0;
+    return (int)(hd * p); /* Megatron's int(kv_channels * rotary_percent) */
+}
 int cfg_qkv_bias(const atoll_config *c) { return !c->disable_bias_linear || c->add_qkv_bias; }
 int cfg_tb_interval(const atoll_config *c) { return c->tensorboard_log_interval > 0 ? c->tensorboard_log_interval : 1; }
 double cfg_init_std(const atoll_config *c) { return c->init_method_std > 0 ? c->init_method_std : 0.02; }
@@ -1081,6 +1088,16 @@ static int validate_family(const atoll_config *c, char *err, size_t errlen)
              "--swiglu --position-embedding-type rope): an RMSNorm on each query and key head, as Qwen3's");
         return -1;
     }
+    if (c->squared_relu && c->swiglu) {
+        atoll_errf(err, errlen, "--squared-relu and --swiglu are two MLP activations: give one (relu(x)^2 for "
+             "--squared-relu, silu(gate) * up for --swiglu)");
+        return -1;
+    }
+    if (c->apply_layernorm_1p && cfg_rmsnorm(c)) {
+        atoll_errf(err, errlen, "--apply-layernorm-1p centres LayerNorm weights on zero; it takes --normalization "
+             "LayerNorm, not RMSNorm");
+        return -1;
+    }
     if (c->swiglu && !cfg_rmsnorm(c)) {
         atoll_errf(err, errlen, "--swiglu comes with the LLaMA family: add --normalization RMSNorm "
              "--position-embedding-type rope");
@@ -1089,6 +1106,22 @@ static int validate_family(const atoll_config *c, char *err, size_t errlen)
     if (cfg_rope(c) && (c->hidden_size / c->num_attention_heads) % 2) {
         atoll_errf(err, errlen, "--position-embedding-type rope needs an even head dim (hidden %d / %d heads)",
              c->hidden_size, c->num_attention_heads);
+        return -1;
+    }
+    int hd = c->hidden_size / c->num_attention_heads, rd = cfg_rotary_dim(c);
+    if (rd != hd && !cfg_rope(c)) {
+        atoll_errf(err, errlen, "--rotary-percent %g says how much of each head rotary positions turn: add "
+             "--position-embedding-type rope, or leave it at 1", c->rotary_percent);
+        return -1;
+    }
+    if (rd != hd && (rd < 2 || rd % 2)) {
+        atoll_errf(err, errlen, "--rotary-percent %g turns %d of the head's %d dims (rounded down, as Megatron "
+             "does); they must be an even number, at least 2", c->rotary_percent, rd, hd);
+        return -1;
+    }
+    if (rd != hd && cfg_rmsnorm(c)) {
+        atoll_errf(err, errlen, "--rotary-percent below 1 is implemented for the GPT family (Nemotron's); the LLaMA "
+             "family's checkpoints are Hugging Face LLaMA's, which turn the whole head");
         return -1;
     }
     if (c->group_query_attention && c->num_attention_heads % cfg_kv_groups(c)) {

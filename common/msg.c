@@ -268,8 +268,11 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->normalization = (char *)c->normalization;
     o->attention_backend = (char *)c->attention_backend;
     o->swiglu = c->swiglu;
+    o->squared_relu = c->squared_relu;
+    o->apply_layernorm_1p = c->apply_layernorm_1p;
     o->position_embedding_type = (char *)c->position_embedding_type;
     o->rotary_base = c->rotary_base;
+    o->rotary_percent = c->rotary_percent;
     o->disable_bias_linear = c->disable_bias_linear;
     o->group_query_attention = c->group_query_attention;
     o->num_query_groups = c->num_query_groups;

@@ -79,6 +79,12 @@ static eng_param *tb_norm(table_builder *tb, const char *name, int64_t h, float 
     return p;
 }
 
+/* A LayerNorm weight: ones, or under --apply-layernorm-1p zeros applied as 1 + w */
+static void tb_norm_weight(table_builder *tb, const atoll_config *c, const char *name, int64_t h, int chunk)
+{
+    tb_norm(tb, name, h, c->apply_layernorm_1p ? 0.0f : 1.0f, chunk)->plus_one = c->apply_layernorm_1p;
+}
+
 /* A linear layer's weight [out, in] and, unless --disable-bias-linear, its
  * bias: split with the weight's rows (column-parallel, shard 0), replicated
  * for a row-parallel layer (shard 1; added once, before the TP sum). */
@@ -103,11 +109,11 @@ static void tb_layer_gpt2(table_builder *tb, const atoll_config *c, int l, int c
     float std = (float)cfg_init_std(c), out_std = std / sqrtf(2.0f * (float)c->num_layers);
     char nm[ENG_NAME];
 #define NAME(suffix) (snprintf(nm, sizeof nm, "h.%d." suffix, l), nm)
-    tb_norm(tb, NAME("ln_1.weight"), h, 1, chunk);
+    tb_norm_weight(tb, c, NAME("ln_1.weight"), h, chunk);
     tb_norm(tb, NAME("ln_1.bias"), h, 0, chunk);
     tb_linear(tb, "h.%d.attn.c_attn", l, h + 2 * cfg_kv_groups(c) * d, h, 0, std, cfg_qkv_bias(c), chunk);
     tb_linear(tb, "h.%d.attn.c_proj", l, h, h, 1, out_std, bias, chunk);
-    tb_norm(tb, NAME("ln_2.weight"), h, 1, chunk);
+    tb_norm_weight(tb, c, NAME("ln_2.weight"), h, chunk);
     tb_norm(tb, NAME("ln_2.bias"), h, 0, chunk);
     tb_linear(tb, "h.%d.mlp.c_fc", l, f, h, 0, std, bias, chunk);
     tb_linear(tb, "h.%d.mlp.c_proj", l, h, f, 1, out_std, bias, chunk);
@@ -197,7 +203,8 @@ static void build_table(table_builder *tb, const atoll_config *c, const eng_layo
             tb->layer = -1;
         }
         if (last) {
-            tb_norm(tb, llama ? "model.norm.weight" : "ln_f.weight", h, 1, ch);
+            if (llama) tb_norm(tb, "model.norm.weight", h, 1, ch);
+            else tb_norm_weight(tb, c, "ln_f.weight", h, ch);
             if (!llama) tb_norm(tb, "ln_f.bias", h, 0, ch);
             if (!tied)
                 tb_add(tb, "lm_head.weight", 2, V, h, 0, (float)cfg_init_std(c), 0, 1, ch);
@@ -238,7 +245,17 @@ static void *view(const eng_model *m, void *base, size_t esz, const char *name)
     return p ? (char *)base + p->offset * esz : NULL;
 }
 
-static void set_views(eng_model *m, eng_chunk *ch, eng_views *v, void *base, size_t esz)
+/* Where the kernels read a LayerNorm weight: its place in the weights, or
+ * under --apply-layernorm-1p its 1 + w in m->norm1p. */
+static void *norm_view(const eng_model *m, void *base, size_t esz, const char *name)
+{
+    const eng_param *p = eng_find_param(m, name);
+    if (p && p->plus_one) return (char *)m->norm1p + p->plus_one_at * esz;
+    return p ? (char *)base + p->offset * esz : NULL;
+}
+
+/* Views of `base`, the weights (params16 or params) when `weights`, else the gradients. */
+static void set_views(eng_model *m, eng_chunk *ch, eng_views *v, void *base, size_t esz, int weights)
 {
     const char *emb = eng_embed_name(&m->cfg);
     if (ch->first) {
@@ -270,11 +287,17 @@ static void set_views(eng_model *m, eng_chunk *ch, eng_views *v, void *base, siz
             V_(ln2_w, "ln_2.weight"); V_(ln2_b, "ln_2.bias");
             V_(fc_w, "mlp.c_fc.weight"); V_(fc_b, "mlp.c_fc.bias");
             V_(fcproj_w, "mlp.c_proj.weight"); V_(fcproj_b, "mlp.c_proj.bias");
+            if (weights && m->norm1p) {
+                snprintf(nm, sizeof nm, "h.%d.ln_1.weight", l);
+                w->ln1_w = norm_view(m, base, esz, nm);
+                snprintf(nm, sizeof nm, "h.%d.ln_2.weight", l);
+                w->ln2_w = norm_view(m, base, esz, nm);
+            }
         }
 #undef V_
     }
     if (ch->last) {
-        v->lnf_w = view(m, base, esz, m->llama ? "model.norm.weight" : "ln_f.weight");
+        v->lnf_w = (weights ? norm_view : view)(m, base, esz, m->llama ? "model.norm.weight" : "ln_f.weight");
         v->lnf_b = view(m, base, esz, "ln_f.bias");
         v->head = view(m, base, esz, m->cfg.untie_embeddings_and_output_weights ? "lm_head.weight" : emb);
     }
@@ -380,6 +403,7 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     m->HD = cfg->hidden_size / cfg->num_attention_heads;
     m->llama = cfg_rmsnorm(cfg);
     m->rope = cfg_rope(cfg);
+    m->RD = cfg_rotary_dim(cfg);
     m->qk_norm = cfg->qk_layernorm && m->llama;
     m->F = cfg_ffn(cfg) / lay->tp_size;
     m->V = cfg->vocab_size / lay->tp_size;
@@ -442,10 +466,28 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     if (m->bf16 && !(m->params16 = k->alloc(m->num_floats * sizeof(uint16_t)))) goto oom;
     cv = (carver){ m->ws, 0 };
     ws_carve(m, &cv);
+    for (int i = 0; i < m->nparams; i++) /* --apply-layernorm-1p: 1 + w side by side */
+        if (m->table[i].plus_one) {
+            m->table[i].plus_one_at = m->norm1p_n;
+            m->norm1p_n += m->table[i].numel;
+        }
+    if (m->norm1p_n) {
+        float *ones = malloc(m->norm1p_n * sizeof(float));
+        m->norm1p = k->alloc(m->norm1p_n * m->act_bytes);
+        m->norm1p_ones = k->alloc(m->norm1p_n * sizeof(float));
+        m->norm1p_f32 = m->bf16 ? k->alloc(m->norm1p_n * sizeof(float)) : m->norm1p;
+        if (!ones || !m->norm1p || !m->norm1p_ones || !m->norm1p_f32) {
+            free(ones);
+            goto oom;
+        }
+        for (size_t i = 0; i < m->norm1p_n; i++) ones[i] = 1.0f;
+        k->to_device(m->norm1p_ones, ones, m->norm1p_n * sizeof(float));
+        free(ones);
+    }
     for (int i = 0; i < m->nchunks; i++) {
-        if (m->bf16) set_views(m, &m->chunks[i], &m->chunks[i].w, m->params16, sizeof(uint16_t));
-        else set_views(m, &m->chunks[i], &m->chunks[i].w, m->params, sizeof(float));
-        set_views(m, &m->chunks[i], &m->chunks[i].g, m->grads, sizeof(float));
+        if (m->bf16) set_views(m, &m->chunks[i], &m->chunks[i].w, m->params16, sizeof(uint16_t), 1);
+        else set_views(m, &m->chunks[i], &m->chunks[i].w, m->params, sizeof(float), 1);
+        set_views(m, &m->chunks[i], &m->chunks[i].g, m->grads, sizeof(float), 0);
     }
     if (m->recompute == RECOMPUTE_FULL) {
         cv = (carver){ NULL, 0 };
@@ -466,9 +508,10 @@ oom:
 void eng_model_free(eng_model *m)
 {
     if (!m) return;
-    void *bufs[5] = { m->params, m->grads, m->params16, m->ws, m->ws_layer_mem };
-    for (int i = 0; i < 5; i++)
+    void *bufs[7] = { m->params, m->grads, m->params16, m->ws, m->ws_layer_mem, m->norm1p, m->norm1p_ones };
+    for (int i = 0; i < 7; i++)
         if (bufs[i]) m->k->free(bufs[i]);
+    if (m->norm1p_f32 && m->norm1p_f32 != m->norm1p) m->k->free(m->norm1p_f32);
     free(m->ws_layer);
     free(m->doc_host);
     for (int i = 0; i < m->nchunks; i++) {
@@ -484,6 +527,18 @@ void eng_zero_grads(eng_model *m) { m->k->zero(m->grads, m->num_floats * sizeof(
 void eng_params_updated(eng_model *m)
 {
     if (m->params16) m->k->to_bf16(m->params16, m->params, m->num_floats);
+    eng_norms_updated(m);
+}
+
+void eng_norms_updated(eng_model *m)
+{
+    if (!m->norm1p_n) return;
+    for (int i = 0; i < m->nparams; i++) {
+        const eng_param *p = &m->table[i];
+        if (p->plus_one) m->k->copy(m->norm1p_f32 + p->plus_one_at, m->params + p->offset, p->numel * sizeof(float));
+    }
+    m->k->add_inplace(m->norm1p_f32, m->norm1p_ones, m->norm1p_n); /* 1 + w in fp32, rounded once for bf16 */
+    if (m->bf16) m->k->to_bf16(m->norm1p, m->norm1p_f32, m->norm1p_n);
 }
 
 /* ---- activations ---- */
@@ -752,8 +807,9 @@ static void op_attention_bwd(const eng_model *m, const eng_acts *a, void *dqkv, 
 static void op_rope(const eng_model *m, void *qkv, int back)
 {
     float base = (float)cfg_rotary_base(&m->cfg);
-    if (m->bf16) (back ? m->k->rope_backward_bf16 : m->k->rope_forward_bf16)(qkv, m->B, m->T, m->NH, m->NG, m->HD, base);
-    else (back ? m->k->rope_backward : m->k->rope_forward)(qkv, m->B, m->T, m->NH, m->NG, m->HD, base);
+    if (m->bf16)
+        (back ? m->k->rope_backward_bf16 : m->k->rope_forward_bf16)(qkv, m->B, m->T, m->NH, m->NG, m->HD, m->RD, base);
+    else (back ? m->k->rope_backward : m->k->rope_forward)(qkv, m->B, m->T, m->NH, m->NG, m->HD, m->RD, base);
 }
 
 static void op_embedding(const eng_model *m, void *out, const int32_t *tokens, const void *wte)
@@ -902,11 +958,18 @@ static void qkv_forward(eng_model *m, const eng_layer_w *w, eng_layer_acts *la, 
     if (m->rope) op_rope(m, la->qkv, 0);
 }
 
-/* the MLP's hidden activation fcg from the gathered norm output: gelu(c_fc),
- * or silu(gate_proj) * up_proj */
+/* the MLP's hidden activation fcg from the gathered norm output: gelu(c_fc)
+ * (relu(c_fc)^2 under --squared-relu; c_fc kept in fch for the backward), or
+ * silu(gate_proj) * up_proj */
 static void mlp_up_forward(eng_model *m, const eng_layer_w *w, eng_layer_acts *la, const void *ln)
 {
     int N = m->B * m->T, C = m->C, F = m->F;
+    if (m->cfg.squared_relu) {
+        op_matmul(m, la->fch, NULL, ln, w->fc_w, w->fc_b, N, C, F);
+        if (m->bf16) m->k->relu2_forward_bf16(la->fcg, la->fch, (size_t)N * F);
+        else m->k->relu2_forward(la->fcg, la->fch, (size_t)N * F);
+        return;
+    }
     if (!m->cfg.swiglu) {
         op_matmul(m, la->fcg, la->fch, ln, w->fc_w, w->fc_b, N, C, F);
         return;
@@ -1123,6 +1186,13 @@ static void mlp_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w *
                          const void *dfull, const void *ln)
 {
     int N = m->B * m->T, C = m->C, F = m->F;
+    if (m->cfg.squared_relu) {
+        op_matmul_bwd(m, m->ws_dfc, g->fcproj_w, g->fcproj_b, dfull, la->fcg, w->fcproj_w, N, F, C);
+        if (m->bf16) m->k->relu2_backward_bf16(m->ws_dfc, la->fch, m->ws_dfc, (size_t)N * F);
+        else m->k->relu2_backward(m->ws_dfc, la->fch, m->ws_dfc, (size_t)N * F);
+        op_matmul_bwd(m, m->ws_dln, g->fc_w, g->fc_b, m->ws_dfc, ln, w->fc_w, N, C, F);
+        return;
+    }
     if (!m->cfg.swiglu) {
         op_matmul_bwd_gelu(m, m->ws_dfc, g->fcproj_w, g->fcproj_b, dfull, la->fcg, w->fcproj_w, la->fch, N, F, C);
         op_matmul_bwd(m, m->ws_dln, g->fc_w, g->fc_b, m->ws_dfc, ln, w->fc_w, N, C, F);

@@ -68,6 +68,8 @@ typedef struct eng_param {
     int tied_copy;             /* the last stage's copy of wte: not saved, grad shared */
     int norm;                  /* a LayerNorm/RMSNorm weight or bias (sequence-parallel partial grads) */
     int head_norm;             /* a norm over each head (--qk-layernorm): a TP rank's grad covers its heads */
+    int plus_one;              /* a LayerNorm weight under --apply-layernorm-1p: stored w, applied as 1 + w */
+    size_t plus_one_at;        /* then its place in the model's norm1p buffer, in elements */
     int layer;                 /* the transformer layer it belongs to; -1: embeddings, final norm, head */
     int chunk;
 } eng_param;
@@ -113,6 +115,7 @@ typedef struct eng_model {
     int NG;                     /* local key/value groups (NH with plain multi-head attention) */
     int llama;                  /* the LLaMA family: RMSNorm, SwiGLU, q/k/v apart, Hugging Face names */
     int rope;                   /* rotary positions (no wpe) */
+    int RD;                     /* rope: the rotated dims of each head (--rotary-percent times HD) */
     int qk_norm;                /* --qk-layernorm: RMSNorm on each query and key head before rope */
     /* dropout of the current training step (eng_set_step); off in evaluation */
     int drop_on;
@@ -159,6 +162,13 @@ typedef struct eng_model {
     float *ws_att;              /* selective recompute (fp32): the recomputed probabilities */
     float *ws_cvt;              /* bf16 with tp > 1: fp32 staging for the TP collectives */
     void *ws_layer_mem;         /* full recompute: one layer's activations, rebuilt */
+    /* --apply-layernorm-1p: the LayerNorm weights as the kernels read them, 1 + w
+     * (in the activation type), refreshed from params by eng_params_updated and
+     * after each optimizer step; the layer views point here, the gradients stay
+     * those of the stored w (the same: d(1 + w) = dw). */
+    void *norm1p;
+    float *norm1p_f32, *norm1p_ones; /* 1 + w in fp32 before the bf16 rounding; ones to add */
+    size_t norm1p_n;                 /* elements */
     struct eng_layer_acts *ws_layer;
     /* Called by eng_backward after each layer's backward when set (chunk and
      * global layer index): the data-parallel overlap hooks in here. */
@@ -265,8 +275,13 @@ int eng_param_tp_partial(const eng_model *m, const eng_param *p);
 int eng_backward(eng_model *m, eng_acts *a, const void *dout, float dloss);
 
 /* After anything wrote m->params (init, a checkpoint load, an optimizer step
- * without the fused bf16 update): refreshes the bf16 copy; no-op in fp32. */
+ * without the fused bf16 update): refreshes the bf16 copy and the weights
+ * derived from them (eng_norms_updated). */
 void eng_params_updated(eng_model *m);
+
+/* After an optimizer step that wrote the bf16 copy itself: refreshes the
+ * LayerNorm weights --apply-layernorm-1p applies (1 + w); no-op without it. */
+void eng_norms_updated(eng_model *m);
 
 /* Zeroes every gradient. */
 void eng_zero_grads(eng_model *m);

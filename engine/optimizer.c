@@ -138,6 +138,7 @@ void eng_optim_step(eng_optim *o, eng_model *m, double lr, float grad_scale, int
         m->k->adamw_segments(m->params, m->params16, m->grads, o->m, o->v, m->num_floats, o->segs.n, o->segs.end,
                              o->segs.wd, (float)lr, (float)c->adam_beta1, (float)c->adam_beta2, (float)c->adam_eps,
                              grad_scale, t);
+        eng_norms_updated(m);
         return;
     }
     for (int i = 0; i < m->nparams; i++) {
@@ -152,4 +153,5 @@ void eng_optim_step(eng_optim *o, eng_model *m, double lr, float grad_scale, int
                         p->numel, (float)lr, (float)c->adam_beta1, (float)c->adam_beta2,
                         (float)c->adam_eps, wd, grad_scale, t);
     }
+    eng_norms_updated(m);
 }

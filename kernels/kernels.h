@@ -289,16 +289,18 @@ typedef struct k_ops {
     void (*swiglu_backward_bf16)(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
                                  const uint16_t *up, size_t n);
     /* Rotary position embedding, in place on the queries and keys of a qkv
-     * buffer laid out as attention's ([B, T, NG, Q+2, HD]; values untouched).
-     * Position t of each sequence (0..T-1) turns the pair (x_i, x_{i+HD/2}),
-     * i < HD/2, by the angle t * base^(-2i/HD): y_i = x_i cos - x_{i+HD/2} sin,
-     * y_{i+HD/2} = x_{i+HD/2} cos + x_i sin (the "rotate half" convention of
-     * Megatron's and Hugging Face's LLaMA). HD even. rope_backward turns the
-     * gradient back (the transpose: the angle negated), in place. */
-    void (*rope_forward)(float *qkv, int B, int T, int NH, int NG, int HD, float base);
-    void (*rope_backward)(float *dqkv, int B, int T, int NH, int NG, int HD, float base);
-    void (*rope_forward_bf16)(uint16_t *qkv, int B, int T, int NH, int NG, int HD, float base);
-    void (*rope_backward_bf16)(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, float base);
+     * buffer laid out as attention's ([B, T, NG, Q+2, HD]; values untouched),
+     * over the first RD dims of each head (RD even, <= HD; the rest pass
+     * through: Megatron's --rotary-percent RD/HD). Position t of each sequence
+     * (0..T-1) turns the pair (x_i, x_{i+RD/2}), i < RD/2, by the angle
+     * t * base^(-2i/RD): y_i = x_i cos - x_{i+RD/2} sin, y_{i+RD/2} =
+     * x_{i+RD/2} cos + x_i sin (the "rotate half" convention of Megatron's and
+     * Hugging Face's LLaMA). rope_backward turns the gradient back (the
+     * transpose: the angle negated), in place. */
+    void (*rope_forward)(float *qkv, int B, int T, int NH, int NG, int HD, int RD, float base);
+    void (*rope_backward)(float *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base);
+    void (*rope_forward_bf16)(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, float base);
+    void (*rope_backward_bf16)(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base);
     /* Separate projections into attention's layout and back: q[N, NH*HD],
      * k[N, NG*HD], v[N, NG*HD] <-> qkv[N, NG, Q+2, HD] (both OVERWRITE). */
     void (*qkv_pack)(float *qkv, const float *q, const float *k, const float *v, int N, int NH, int NG, int HD);
@@ -318,6 +320,14 @@ typedef struct k_ops {
      * LLaMA family's residual_layernorm_forward_bf16). res may alias a or b. */
     void (*residual_rmsnorm_forward_bf16)(uint16_t *res, uint16_t *out, float *rstd, const uint16_t *a,
                                           const uint16_t *b, const uint16_t *w, int N, int C);
+
+    /* ---- squared ReLU, the MLP activation of --squared-relu ----
+     * out = max(inp, 0)^2; dinp = 2 max(inp, 0) * dout (OVERWRITES; dinp may
+     * alias dout). The bf16 entries compute in fp32 and round once. */
+    void (*relu2_forward)(float *out, const float *inp, size_t n);
+    void (*relu2_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*relu2_forward_bf16)(uint16_t *out, const uint16_t *inp, size_t n);
+    void (*relu2_backward_bf16)(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n);
 } k_ops;
 
 #define K_ADAMW_MAX_SEGS 4096

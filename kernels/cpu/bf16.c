@@ -165,6 +165,24 @@ void kc_gelu_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *
     }
 }
 
+void kc_relu2_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = kc_bf16_to_f32(inp[i]), y;
+        kc_relu2_forward(&y, &x, 1);
+        out[i] = kc_f32_to_bf16(y);
+    }
+}
+
+void kc_relu2_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = kc_bf16_to_f32(inp[i]), d = kc_bf16_to_f32(dout[i]), y;
+        kc_relu2_backward(&y, &x, &d, 1);
+        dinp[i] = kc_f32_to_bf16(y);
+    }
+}
+
 void kc_residual_forward_bf16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n)
 {
     for (size_t i = 0; i < n; i++) out[i] = kc_f32_to_bf16(kc_bf16_to_f32(a[i]) + kc_bf16_to_f32(b[i]));
@@ -348,24 +366,24 @@ void kc_swiglu_backward_bf16(uint16_t *dgate, uint16_t *dup, const uint16_t *dou
     free(g), free(u), free(d);
 }
 
-static void rope_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, float base, int back)
+static void rope_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, float base, int back)
 {
     size_t n = (size_t)B * T * (NH + 2 * NG) * HD;
     float *x = wide(qkv, n);
-    if (back) kc_rope_backward(x, B, T, NH, NG, HD, base);
-    else kc_rope_forward(x, B, T, NH, NG, HD, base);
+    if (back) kc_rope_backward(x, B, T, NH, NG, HD, RD, base);
+    else kc_rope_forward(x, B, T, NH, NG, HD, RD, base);
     kc_to_bf16(qkv, x, n);
     free(x);
 }
 
-void kc_rope_forward_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, float base)
+void kc_rope_forward_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, float base)
 {
-    rope_bf16(qkv, B, T, NH, NG, HD, base, 0);
+    rope_bf16(qkv, B, T, NH, NG, HD, RD, base, 0);
 }
 
-void kc_rope_backward_bf16(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, float base)
+void kc_rope_backward_bf16(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base)
 {
-    rope_bf16(dqkv, B, T, NH, NG, HD, base, 1);
+    rope_bf16(dqkv, B, T, NH, NG, HD, RD, base, 1);
 }
 
 void kc_qkv_pack_bf16(uint16_t *qkv, const uint16_t *q, const uint16_t *k, const uint16_t *v, int N, int NH, int NG,

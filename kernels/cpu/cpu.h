@@ -47,9 +47,9 @@ void kc_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float 
                          const float *rstd, int N, int C);
 void kc_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 void kc_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
-void kc_rope_angle(int t, int i, int HD, float base, float *c, float *s);
-void kc_rope_forward(float *qkv, int B, int T, int NH, int NG, int HD, float base);
-void kc_rope_backward(float *dqkv, int B, int T, int NH, int NG, int HD, float base);
+void kc_rope_angle(int t, int i, int RD, float base, float *c, float *s);
+void kc_rope_forward(float *qkv, int B, int T, int NH, int NG, int HD, int RD, float base);
+void kc_rope_backward(float *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base);
 void kc_qkv_move(void *qkv, void *q, void *k, void *v, int N, int NH, int NG, int HD, size_t esz, int pack);
 void kc_qkv_pack(float *qkv, const float *q, const float *k, const float *v, int N, int NH, int NG, int HD);
 void kc_qkv_unpack(float *q, float *k, float *v, const float *qkv, int N, int NH, int NG, int HD);
@@ -57,6 +57,8 @@ void kc_dropout(float *x, int N, int C, const k_dropout *d);
 
 void kc_gelu_forward(float *out, const float *inp, size_t n);
 void kc_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void kc_relu2_forward(float *out, const float *inp, size_t n);
+void kc_relu2_backward(float *dinp, const float *inp, const float *dout, size_t n);
 void kc_residual_forward(float *out, const float *a, const float *b, size_t n);
 void kc_add_inplace(float *acc, const float *x, size_t n);
 void kc_scale(float *x, float s, size_t n);
@@ -105,6 +107,8 @@ void kc_matmul_backward_gelu_bf16(uint16_t *dpre, float *dw, float *dbias, const
                                   const uint16_t *w, const uint16_t *pre_gelu, int N, int C, int OC);
 void kc_gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n);
 void kc_gelu_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n);
+void kc_relu2_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n);
+void kc_relu2_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n);
 void kc_residual_forward_bf16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
 void kc_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
                                         const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C);
@@ -127,8 +131,8 @@ void kc_rmsnorm_backward_bf16(uint16_t *dinp, float *dw, const uint16_t *dout, c
 void kc_swiglu_forward_bf16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);
 void kc_swiglu_backward_bf16(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
                              const uint16_t *up, size_t n);
-void kc_rope_forward_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, float base);
-void kc_rope_backward_bf16(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, float base);
+void kc_rope_forward_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, float base);
+void kc_rope_backward_bf16(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base);
 void kc_qkv_pack_bf16(uint16_t *qkv, const uint16_t *q, const uint16_t *k, const uint16_t *v, int N, int NH, int NG,
                       int HD);
 void kc_qkv_unpack_bf16(uint16_t *q, uint16_t *k, uint16_t *v, const uint16_t *qkv, int N, int NH, int NG, int HD);

@@ -29,6 +29,23 @@ void kc_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n
     }
 }
 
+/* squared ReLU (Megatron's --squared-relu): relu(x)^2, derivative 2 relu(x) */
+void kc_relu2_forward(float *out, const float *inp, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float r = inp[i] > 0.0f ? inp[i] : 0.0f;
+        out[i] = r * r;
+    }
+}
+
+void kc_relu2_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float r = inp[i] > 0.0f ? inp[i] : 0.0f;
+        dinp[i] = 2.0f * r * dout[i];
+    }
+}
+
 void kc_residual_forward(float *out, const float *a, const float *b, size_t n)
 {
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];

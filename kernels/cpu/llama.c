@@ -56,25 +56,25 @@ void kc_swiglu_backward(float *dgate, float *dup, const float *dout, const float
     }
 }
 
-/* The angle's cosine and sine for position t, pair i, in double so every
- * backend rounds the same value. */
-void kc_rope_angle(int t, int i, int HD, float base, float *c, float *s)
+/* The angle's cosine and sine for position t, pair i of RD rotated dims, in
+ * double so every backend rounds the same value. */
+void kc_rope_angle(int t, int i, int RD, float base, float *c, float *s)
 {
-    double a = (double)t * pow((double)base, -2.0 * i / HD);
+    double a = (double)t * pow((double)base, -2.0 * i / RD);
     *c = (float)cos(a);
     *s = (float)sin(a);
 }
 
-static void rope(float *qkv, int B, int T, int NH, int NG, int HD, float base, float sign)
+static void rope(float *qkv, int B, int T, int NH, int NG, int HD, int RD, float base, float sign)
 {
-    int Q = NH / NG, half = HD / 2;
+    int Q = NH / NG, half = RD / 2;
     size_t ld = (size_t)(NH + 2 * NG) * HD;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float *row = qkv + ((size_t)b * T + t) * ld;
             for (int i = 0; i < half; i++) {
                 float c, s;
-                kc_rope_angle(t, i, HD, base, &c, &s);
+                kc_rope_angle(t, i, RD, base, &c, &s);
                 s *= sign;
                 for (int g = 0; g < NG; g++)
                     for (int j = 0; j <= Q; j++) { /* Q queries, then the key */
@@ -87,14 +87,14 @@ static void rope(float *qkv, int B, int T, int NH, int NG, int HD, float base, f
         }
 }
 
-void kc_rope_forward(float *qkv, int B, int T, int NH, int NG, int HD, float base)
+void kc_rope_forward(float *qkv, int B, int T, int NH, int NG, int HD, int RD, float base)
 {
-    rope(qkv, B, T, NH, NG, HD, base, 1.0f);
+    rope(qkv, B, T, NH, NG, HD, RD, base, 1.0f);
 }
 
-void kc_rope_backward(float *dqkv, int B, int T, int NH, int NG, int HD, float base)
+void kc_rope_backward(float *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base)
 {
-    rope(dqkv, B, T, NH, NG, HD, base, -1.0f);
+    rope(dqkv, B, T, NH, NG, HD, RD, base, -1.0f);
 }
 
 /* q/k/v <-> attention's [N, NG, Q+2, HD] rows, for elements of `esz` bytes:

@@ -80,6 +80,10 @@ static const k_ops CPU_OPS = {
     .dropout = kc_dropout,
     .dropout_bf16 = kc_dropout_bf16,
     .residual_rmsnorm_forward_bf16 = kc_residual_rmsnorm_forward_bf16,
+    .relu2_forward = kc_relu2_forward,
+    .relu2_backward = kc_relu2_backward,
+    .relu2_forward_bf16 = kc_relu2_forward_bf16,
+    .relu2_backward_bf16 = kc_relu2_backward_bf16,
 };
 
 const k_ops *k_cpu(void) { return &CPU_OPS; }

@@ -1,4 +1,4 @@
-/* elementwise: GELU (tanh form), residual add, in-place add and scale, the
+/* elementwise: GELU (tanh form), squared ReLU, residual add, in-place add and scale, the
  * fp32 <-> bf16 casts, and the deterministic column sum used for bias
  * gradients. All memory-bound: one read of each input, one write. */
 #include "kcuda.cuh"
@@ -28,6 +28,51 @@ template <typename T> __global__ void gelu_bwd_k(T *dinp, const T *inp, const T 
         float du = GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
         float g = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
         stf(dinp + i, g * ldf(dout + i)); /* dinp may alias dout: read before write */
+    }
+}
+
+/* squared ReLU, 8 elements per thread through 16-byte accesses (n8 = n / 8):
+ * out = relu(x)^2, and in backward dinp = 2 relu(x) dout */
+template <typename T> __global__ void relu2_fwd8_k(T *out, const T *inp, size_t n8)
+{
+    GRID_STRIDE(i, n8)
+    {
+        float x[8];
+        ld8(inp + i * 8, x);
+#pragma unroll
+        for (int k = 0; k < 8; k++) x[k] = x[k] > 0.0f ? x[k] * x[k] : 0.0f;
+        st8(out + i * 8, x);
+    }
+}
+
+template <typename T> __global__ void relu2_bwd8_k(T *dinp, const T *inp, const T *dout, size_t n8)
+{
+    GRID_STRIDE(i, n8)
+    {
+        float x[8], d[8];
+        ld8(inp + i * 8, x);
+        ld8(dout + i * 8, d);
+#pragma unroll
+        for (int k = 0; k < 8; k++) d[k] *= x[k] > 0.0f ? 2.0f * x[k] : 0.0f;
+        st8(dinp + i * 8, d);
+    }
+}
+
+template <typename T> __global__ void relu2_fwd_k(T *out, const T *inp, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float x = ldf(inp + i);
+        stf(out + i, x > 0.0f ? x * x : 0.0f);
+    }
+}
+
+template <typename T> __global__ void relu2_bwd_k(T *dinp, const T *inp, const T *dout, size_t n)
+{
+    GRID_STRIDE(i, n)
+    {
+        float x = ldf(inp + i);
+        stf(dinp + i, (x > 0.0f ? 2.0f * x : 0.0f) * ldf(dout + i)); /* dinp may alias dout */
     }
 }
 
@@ -171,6 +216,27 @@ void kcu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t 
 {
     if (vec8_ok(n, dinp, inp, dout)) launch_ew(gelu_bwd8_k<float>, n / 8, dinp, inp, dout, n / 8);
     else launch_ew(gelu_bwd_k<float>, n, dinp, inp, dout, n);
+}
+void kcu_relu2_forward(float *out, const float *inp, size_t n)
+{
+    if (vec8_ok(n, out, inp, inp)) launch_ew(relu2_fwd8_k<float>, n / 8, out, inp, n / 8);
+    else launch_ew(relu2_fwd_k<float>, n, out, inp, n);
+}
+void kcu_relu2_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
+    if (vec8_ok(n, dinp, inp, dout)) launch_ew(relu2_bwd8_k<float>, n / 8, dinp, inp, dout, n / 8);
+    else launch_ew(relu2_bwd_k<float>, n, dinp, inp, dout, n);
+}
+void kcu_relu2_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n)
+{
+    if (vec8_ok(n, out, inp, inp)) launch_ew(relu2_fwd8_k<bf16>, n / 8, as_bf(out), as_bf(inp), n / 8);
+    else launch_ew(relu2_fwd_k<bf16>, n, as_bf(out), as_bf(inp), n);
+}
+void kcu_relu2_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n)
+{
+    if (vec8_ok(n, dinp, inp, dout))
+        launch_ew(relu2_bwd8_k<bf16>, n / 8, as_bf(dinp), as_bf(inp), as_bf(dout), n / 8);
+    else launch_ew(relu2_bwd_k<bf16>, n, as_bf(dinp), as_bf(inp), as_bf(dout), n);
 }
 void kcu_residual_forward(float *out, const float *a, const float *b, size_t n)
 {

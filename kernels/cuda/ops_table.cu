@@ -184,6 +184,10 @@ static void fill(k_ops *k)
     k->dropout = kcu_dropout;
     k->dropout_bf16 = kcu_dropout_bf16;
     k->residual_rmsnorm_forward_bf16 = kcu_residual_rmsnorm_forward_bf16;
+    k->relu2_forward = kcu_relu2_forward;
+    k->relu2_backward = kcu_relu2_backward;
+    k->relu2_forward_bf16 = kcu_relu2_forward_bf16;
+    k->relu2_backward_bf16 = kcu_relu2_backward_bf16;
 }
 
 /* 0: not probed yet, 1: up, -1: no device. Not thread-safe: the engine calls

@@ -643,7 +643,6 @@ static void test_megatron_flags(void)
         { "--kv-channels 1048576 --num-attention-heads 65536", "--kv-channels 1048576: atoll's head dimension" },
         { "--kv-channels 32", "--kv-channels 32: atoll's head dimension is --hidden-size / --num-attention-heads = 64 / 4" },
         { "--decoupled-lr 5e-4", "--decoupled-lr: one learning rate schedule" },
-        { "--apply-layernorm-1p", "--apply-layernorm-1p: LayerNorm weights are not stored offset by 1" },
         { "--exit-duration-in-mins -1", "--exit-duration-in-mins: -1 is below the smallest accepted value, 0" },
         /* the checkpoint and schedule flags say what they need (cfg_validate_training) */
         { "--exit-duration-in-mins 230", "--exit-duration-in-mins 230 stops the run with a checkpoint: give --save" },
@@ -673,6 +672,41 @@ static void test_megatron_flags(void)
     CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == 0 &&
               cfg_layer_params(&c) == cfg_layer_params(&plain) + 2 * 16, "LLaMA with --qk-layernorm: %s (%g vs %g)", err,
           cfg_layer_params(&c), cfg_layer_params(&plain));
+    /* Nemotron-4's --squared-relu and --apply-layernorm-1p: the GPT family's, the same parameter count; neither
+     * with the LLaMA family (SwiGLU is its activation, RMSNorm has no 1p form here) */
+    snprintf(line, sizeof line, "%s--squared-relu --apply-layernorm-1p --position-embedding-type rope", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == 0 &&
+              c.squared_relu && c.apply_layernorm_1p, "GPT with --squared-relu --apply-layernorm-1p: %s", err);
+    snprintf(line, sizeof line, "%s--normalization RMSNorm --swiglu --position-embedding-type rope --squared-relu", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == -1 &&
+              strstr(err, "--squared-relu and --swiglu are two MLP activations: give one"), "SwiGLU + squared ReLU: %s", err);
+    snprintf(line, sizeof line, "%s--normalization RMSNorm --swiglu --position-embedding-type rope --apply-layernorm-1p",
+             model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == -1 &&
+              strstr(err, "--apply-layernorm-1p centres LayerNorm weights on zero; it takes --normalization LayerNorm"),
+          "RMSNorm + 1p: %s", err);
+    /* --rotary-percent: int(head dim 16 * p) dims turn, an even number of at least 2, rotary positions only, GPT
+     * family only */
+    snprintf(line, sizeof line, "%s--position-embedding-type rope --rotary-percent 0.5", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == 0 &&
+              cfg_rotary_dim(&c) == 8, "rope on half the head: %s (%d dims)", err, cfg_rotary_dim(&c));
+    snprintf(line, sizeof line, "%s", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_rotary_dim(&c) == 16, "rope turns the whole head by default");
+    const struct { const char *flags, *says; } rot[] = {
+        { "--rotary-percent 0.5", "--rotary-percent 0.5 says how much of each head rotary positions turn: add "
+                                  "--position-embedding-type rope" },
+        { "--position-embedding-type rope --rotary-percent 0.1", "--rotary-percent 0.1 turns 1 of the head's 16 dims" },
+        { "--position-embedding-type rope --rotary-percent 0.2", "--rotary-percent 0.2 turns 3 of the head's 16 dims" },
+        { "--normalization RMSNorm --swiglu --position-embedding-type rope --rotary-percent 0.5",
+          "--rotary-percent below 1 is implemented for the GPT family" },
+        { "--rotary-percent 1.5", "--rotary-percent: 1.5 is above the largest accepted value, 1" },
+    };
+    for (size_t i = 0; i < sizeof rot / sizeof rot[0]; i++) {
+        snprintf(line, sizeof line, "%s%s", model, rot[i].flags);
+        int rc = parse(&c, line, err, sizeof err);
+        if (!rc) rc = cfg_validate_layout(&c, 1, 0, err, sizeof err);
+        CHECK(rc == -1 && strstr(err, rot[i].says), "%s: '%s'", rot[i].flags, err);
+    }
     /* --account-for-embedding/loss-in-pipeline-split: the split that counts them as layers, as Megatron's */
     const char *split = "--num-layers 30 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
                         "--pipeline-model-parallel-size 4 --account-for-embedding-in-pipeline-split";

@@ -166,6 +166,8 @@ static void message_cases(void)
     snprintf(c.tokenizer_model, sizeof c.tokenizer_model, "/models/llama3");
     snprintf(c.recompute_method, sizeof c.recompute_method, "block");
     c.recompute_num_layers = 2;
+    c.squared_relu = c.apply_layernorm_1p = 1;
+    c.rotary_percent = 0.5;
     Atoll__JobSpec s;
     msg_spec_from_cfg(&s, &c, "gpt-1b");
     plen = protobuf_c_message_get_packed_size(&s.base);

@@ -250,6 +250,22 @@ static void test_elementwise_optimizer(size_t n)
     R->gelu_backward(o1.data(), x.data(), y.data(), n);
     kcu_gelu_backward(o2.data(), x.data(), y.data(), n);
     cmp("gelu_backward", o2, o1, 1e-4);
+    R->relu2_forward(o1.data(), x.data(), n);
+    kcu_relu2_forward(o2.data(), x.data(), n);
+    cmp("relu2_forward", o2, o1, 1e-5);
+    R->relu2_backward(o1.data(), x.data(), y.data(), n);
+    kcu_relu2_backward(o2.data(), x.data(), y.data(), n);
+    cmp("relu2_backward", o2, o1, 1e-5);
+    {
+        std::vector<uint16_t> xb, yb, ob(n, 0xffff);
+        vec xw = rv_bf(n, 3, xb), yw = rv_bf(n, 1, yb), r1 = nanv(n);
+        R->relu2_forward(r1.data(), xw.data(), n);
+        kcu_relu2_forward_bf16(ob.data(), xb.data(), n);
+        cmp("relu2_forward_bf16", widen(ob), r1, 1e-2);
+        R->relu2_backward(r1.data(), xw.data(), yw.data(), n);
+        kcu_relu2_backward_bf16(yb.data(), xb.data(), yb.data(), n); /* in place, as the MLP runs it */
+        cmp("relu2_backward_bf16 (in place)", widen(yb), r1, 1e-2);
+    }
     R->residual_forward(o1.data(), x.data(), y.data(), n);
     kcu_residual_forward(o2.data(), x.data(), y.data(), n);
     cmp("residual_forward", o2, o1, 1e-5);
@@ -473,18 +489,23 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     int B = 2, T = N / 2, M = B * T;
     size_t nq = (size_t)M * (NH + 2 * NG) * HD, nh = (size_t)M * NH * HD, nk = (size_t)M * NG * HD;
     std::vector<uint16_t> qkvb;
-    vec qkv = rv_bf(nq, 2, qkvb), a1 = qkv, a2 = qkv;
-    R->rope_forward(a1.data(), B, T, NH, NG, HD, 10000.0f);
-    kcu_rope_forward(a2.data(), B, T, NH, NG, HD, 10000.0f);
-    cmp("rope_forward", a2, a1, 1e-5);
-    R->rope_backward(a1.data(), B, T, NH, NG, HD, 10000.0f);
-    kcu_rope_backward(a2.data(), B, T, NH, NG, HD, 10000.0f);
-    cmp("rope_backward", a2, a1, 1e-5);
-    cmp("rope_backward undoes rope_forward", a2, qkv, 1e-5);
-    vec a3 = qkv;
-    R->rope_forward(a3.data(), B, T, NH, NG, HD, 10000.0f);
-    kcu_rope_forward_bf16(qkvb.data(), B, T, NH, NG, HD, 10000.0f);
-    cmp("rope_forward_bf16", widen(qkvb), a3, 1e-2);
+    vec qkv = rv_bf(nq, 2, qkvb);
+    for (int RD : { HD, HD / 2 / 2 * 2 }) { /* the whole head, and --rotary-percent 0.5 */
+        vec a1 = qkv, a2 = qkv;
+        R->rope_forward(a1.data(), B, T, NH, NG, HD, RD, 10000.0f);
+        kcu_rope_forward(a2.data(), B, T, NH, NG, HD, RD, 10000.0f);
+        cmp("rope_forward", a2, a1, 1e-5);
+        check(RD == HD || a1 != qkv, "rope_forward (RD %d of %d) turned nothing", RD, HD);
+        R->rope_backward(a1.data(), B, T, NH, NG, HD, RD, 10000.0f);
+        kcu_rope_backward(a2.data(), B, T, NH, NG, HD, RD, 10000.0f);
+        cmp("rope_backward", a2, a1, 1e-5);
+        cmp("rope_backward undoes rope_forward", a2, qkv, 1e-5);
+        vec a3 = qkv;
+        std::vector<uint16_t> b3 = qkvb;
+        R->rope_forward(a3.data(), B, T, NH, NG, HD, RD, 10000.0f);
+        kcu_rope_forward_bf16(b3.data(), B, T, NH, NG, HD, RD, 10000.0f);
+        cmp("rope_forward_bf16", widen(b3), a3, 1e-2);
+    }
 
     vec q = rv(nh), k = rv(nk), v = rv(nk), p1 = nanv(nq), p2 = p1;
     R->qkv_pack(p1.data(), q.data(), k.data(), v.data(), M, NH, NG, HD);

@@ -174,6 +174,21 @@ static void test_matmul(int N, int C, int OC, int mode)
     G->free(dgw); G->free(dgb);
 }
 
+/* squared ReLU (--squared-relu) in bf16; n % 8 == 0 takes the 16-byte path */
+static void test_relu2(size_t n)
+{
+    float *x = bf_rand(n, 3), *y = bf_rand(n, 1), *out = malloc(n * 4);
+    uint16_t *dx = d_put_bf(x, n), *dy = d_put_bf(y, n), *dout = d_poison(n * 2);
+    R->relu2_forward(out, x, n);
+    G->relu2_forward_bf16(dout, dx, n);
+    h_compare("relu2_forward_bf16", d_get_bf(dout, n), out, n, TOL);
+    R->relu2_backward(out, x, y, n);
+    G->relu2_backward_bf16(dy, dx, dy, n); /* in place, as the MLP backward runs it */
+    h_compare("relu2_backward_bf16 (in place)", d_get_bf(dy, n), out, n, TOL);
+    free(x); free(y); free(out);
+    G->free(dx); G->free(dy); G->free(dout);
+}
+
 static void test_elementwise(size_t n)
 {
     float *x = bf_rand(n, 3), *y = bf_rand(n, 1), *out = malloc(n * 4);
@@ -337,9 +352,12 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     size_t nq = (size_t)M * (NH + 2 * NG) * HD;
     float *qkv = bf_rand(nq, 2);
     uint16_t *d_qkv = d_put_bf(qkv, nq);
-    R->rope_forward(qkv, B, T, NH, NG, HD, 500000.0f);
-    G->rope_forward_bf16(d_qkv, B, T, NH, NG, HD, 500000.0f);
+    R->rope_forward(qkv, B, T, NH, NG, HD, HD, 500000.0f);
+    G->rope_forward_bf16(d_qkv, B, T, NH, NG, HD, HD, 500000.0f);
     h_compare("rope_forward_bf16", d_get_bf(d_qkv, nq), qkv, nq, TOL);
+    R->rope_forward(qkv, B, T, NH, NG, HD, HD / 2 / 2 * 2, 500000.0f); /* --rotary-percent 0.5, on top */
+    G->rope_forward_bf16(d_qkv, B, T, NH, NG, HD, HD / 2 / 2 * 2, 500000.0f);
+    h_compare("rope_forward_bf16 (partial)", d_get_bf(d_qkv, nq), qkv, nq, TOL);
     k_dropout drop = { 0.2f, 5, 123, 0 };
     R->dropout(x, N, C, &drop);
     G->dropout_bf16(d_x, N, C, &drop);
@@ -409,6 +427,9 @@ int main(int argc, char **argv)
     test_matmul(256, 3072, 768, 1);
     test_elementwise(1);
     test_elementwise(100003);
+    test_relu2(1);
+    test_relu2(100003);
+    test_relu2(4096);
     test_attention(1, 64, 1, 1, 64, 0.0f);   /* one tile */
     test_attention(2, 200, 3, 3, 64, 0.0f);  /* partial last tile */
     test_attention(1, 130, 2, 2, 128, 0.0f);

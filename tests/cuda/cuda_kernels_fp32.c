@@ -171,12 +171,14 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     int B = 2, T = N / 2, M = B * T;
     size_t nq = (size_t)M * (NH + 2 * NG) * HD, nh = (size_t)M * NH * HD, nk = (size_t)M * NG * HD;
     float *qkv = h_rand(nq, 2), *d_qkv = d_put(qkv, nq * 4);
-    R->rope_forward(qkv, B, T, NH, NG, HD, 10000.0f);
-    G->rope_forward(d_qkv, B, T, NH, NG, HD, 10000.0f);
-    h_compare("rope_forward", d_get(d_qkv, nq), qkv, nq, TOL);
-    R->rope_backward(qkv, B, T, NH, NG, HD, 10000.0f);
-    G->rope_backward(d_qkv, B, T, NH, NG, HD, 10000.0f);
-    h_compare("rope_backward", d_get(d_qkv, nq), qkv, nq, TOL);
+    for (int RD = HD; RD >= 2; RD = RD == HD ? HD / 2 / 2 * 2 : 0) { /* the whole head, then --rotary-percent 0.5 */
+        R->rope_forward(qkv, B, T, NH, NG, HD, RD, 10000.0f);
+        G->rope_forward(d_qkv, B, T, NH, NG, HD, RD, 10000.0f);
+        h_compare(RD == HD ? "rope_forward" : "rope_forward (partial)", d_get(d_qkv, nq), qkv, nq, TOL);
+        R->rope_backward(qkv, B, T, NH, NG, HD, RD, 10000.0f);
+        G->rope_backward(d_qkv, B, T, NH, NG, HD, RD, 10000.0f);
+        h_compare(RD == HD ? "rope_backward" : "rope_backward (partial)", d_get(d_qkv, nq), qkv, nq, TOL);
+    }
     float *q = h_rand(nh, 1), *k = h_rand(nk, 1), *v = h_rand(nk, 1);
     float *d_q = d_put(q, nh * 4), *d_k = d_put(k, nk * 4), *d_v = d_put(v, nk * 4), *d_p = d_poison(nq * 4);
     R->qkv_pack(qkv, q, k, v, M, NH, NG, HD);
@@ -196,6 +198,26 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     free(q); free(k); free(v);
     void *bufs[] = { d_x, d_w, d_g, d_out, d_rstd, d_dx, d_dw, d_dg, d_du, d_qkv, d_q, d_k, d_v, d_p, d_q2, d_k2, d_v2 };
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) G->free(bufs[i]);
+}
+
+/* squared ReLU (--squared-relu): forward, backward, and backward in place as the MLP runs it;
+ * n % 8 == 0 takes the 16-byte path */
+static void test_relu2(size_t n)
+{
+    float *x = h_rand(n, 3), *y = h_rand(n, 1), *out = malloc(n * 4);
+    float *dx = d_put(x, n * 4), *dy = d_put(y, n * 4), *dout = d_poison(n * 4);
+    R->relu2_forward(out, x, n);
+    G->relu2_forward(dout, dx, n);
+    h_compare("relu2_forward", d_get(dout, n), out, n, TOL);
+    G->free(dout);
+    dout = d_poison(n * 4);
+    R->relu2_backward(out, x, y, n);
+    G->relu2_backward(dout, dx, dy, n);
+    h_compare("relu2_backward", d_get(dout, n), out, n, TOL);
+    G->relu2_backward(dy, dx, dy, n);
+    h_compare("relu2_backward (in place)", d_get(dy, n), out, n, TOL);
+    free(x); free(y); free(out);
+    G->free(dx); G->free(dy); G->free(dout);
 }
 
 static void test_elementwise(size_t n)
@@ -318,6 +340,9 @@ int main(int argc, char **argv)
     test_llama(10, 37, 4, 2, 8);
     test_elementwise(1);
     test_elementwise(100003);
+    test_relu2(1);
+    test_relu2(100003);
+    test_relu2(4096);
     test_xent(9, 50, 0, 50);
     test_xent(256, 50304, 25152, 25152); /* the second half of a tp2 vocab */
     test_xent_fused(9, 50);

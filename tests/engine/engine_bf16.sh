@@ -5,7 +5,9 @@
 # function as fp32 to bf16 precision, in one rank and in tp2 x pp2 with
 # sequence parallel; a bf16 checkpoint resumes exactly; the LLaMA family with
 # dropout follows fp32 in bf16 too, and so do documents (--reset-position-ids
-# --reset-attention-mask: nearer fp32 with documents than fp32 without); --bf16 on a head dim
+# --reset-attention-mask: nearer fp32 with documents than fp32 without), and so does a Nemotron-style GPT
+# (--squared-relu, --apply-layernorm-1p, --rotary-percent 0.5), in one rank, in tp2 x pp2 with sequence parallel, and resumed
+# exactly from a bf16 checkpoint (the 1 + w weights rebuilt from the saved w); --bf16 on a head dim
 # the CUDA flash attention lacks is refused on cuda with a message.
 #   engine_bf16.sh ATOLL_TRAIN WORKDIR
 set -euo pipefail
@@ -27,6 +29,14 @@ run llama_fp32 "${llama[@]}"
 run llama_bf16 "${llama[@]}" --bf16
 run llama_bf16_tp2pp2 "${llama[@]}" --bf16 --nproc-per-node 4 --tensor-model-parallel-size 2 \
     --pipeline-model-parallel-size 2 --sequence-parallel --num-query-groups 2
+nemotron=(--squared-relu --apply-layernorm-1p --position-embedding-type rope --rotary-percent 0.5 --disable-bias-linear
+          --untie-embeddings-and-output-weights)
+run nem_fp32 "${nemotron[@]}"
+run nem_bf16 "${nemotron[@]}" --bf16
+run nem_bf16_tp2pp2 "${nemotron[@]}" --bf16 --nproc-per-node 4 --tensor-model-parallel-size 2 \
+    --pipeline-model-parallel-size 2 --sequence-parallel
+run nem_bf16_save "${nemotron[@]}" --bf16 --exit-interval 6 --save "$work/nem_ckpt" --save-interval 6
+run nem_bf16_resume "${nemotron[@]}" --bf16 --load "$work/nem_ckpt"
 python3 -c 'import json
 for i in range(400): print(json.dumps({"text": "abcdefghijklmnopqrstuvwxyz"[: 4 + (i * 7) % 23]}))' >"$work/docs.jsonl"
 "$(dirname "$train")/atoll" data prepare --input "$work/docs.jsonl" --output-prefix "$work/docs" >/dev/null
@@ -54,6 +64,11 @@ lf, lb, lt = L("llama_fp32"), L("llama_bf16"), L("llama_bf16_tp2pp2")
 check(len(lf) == len(lb) == 12 and 0 < rel(lb, lf) <= 1e-2,
       f"LLaMA family with dropout: bf16 follows fp32 within 1e-2 ({rel(lb, lf):.1e})")
 check(len(lt) == 12 and lt[0] > 0, f"LLaMA bf16 tp2 x pp2 x sp (2 key/value groups) trains ({lt[:2]})")
+nf, nb, nt, nr = L("nem_fp32"), L("nem_bf16"), L("nem_bf16_tp2pp2"), L("nem_bf16_resume")
+check(len(nf) == len(nb) == len(nt) == 12 and 0 < rel(nb, nf) <= 1e-2 and rel(nt, nb) <= 1e-2 and nf != fp32,
+      f"Nemotron-style: bf16 follows fp32 within 1e-2 ({rel(nb, nf):.1e}), tp2 x pp2 x sp one bf16 rank "
+      f"({rel(nt, nb):.1e}), and it is not the GPT-2 model")
+check(len(nr) == 6 and nr == nb[6:], f"the Nemotron-style bf16 checkpoint resumes bit-exactly at step 7 ({nr[:2]} vs {nb[6:8]})")
 d1, df, db = L("doc_fp32_one"), L("doc_fp32"), L("doc_bf16")
 check(len(d1) == len(df) == len(db) == 12 and rel(db, df) <= 1e-2 and rel(db, df) < rel(db, d1) / 2,
       f"documents: bf16 follows fp32 within 1e-2 ({rel(db, df):.1e}), nearer than fp32 without documents "

@@ -239,6 +239,37 @@ static void test_swiglu(void)
     free(c.g); free(c.u); free(c.out); free(c.dout);
 }
 
+/* ---- squared ReLU ---- */
+typedef struct { float *x, *out, *dout; } r2_ctx;
+static double r2_obj(void *p)
+{
+    r2_ctx *c = p;
+    K->relu2_forward(c->out, c->x, 16);
+    return dotp(c->out, c->dout, 16);
+}
+static void test_relu2(void)
+{
+    r2_ctx c = { randv(16), randv(16), randv(16) };
+    for (int i = 0; i < 16; i++) /* away from the kink at 0, where the finite difference is not the derivative */
+        if (fabsf(c.x[i]) < 0.05f) c.x[i] = c.x[i] < 0 ? -0.3f : 0.3f;
+    r2_obj(&c);
+    int pos = 0, neg = 0;
+    for (int i = 0; i < 16; i++) {
+        double want = c.x[i] > 0 ? (double)c.x[i] * c.x[i] : 0.0;
+        CHECK(fabs(c.out[i] - want) < 1e-6, "relu2[%d] = max(x, 0)^2: %g vs %g", i, c.out[i], want);
+        pos += c.x[i] > 0, neg += c.x[i] < 0;
+    }
+    CHECK(pos && neg, "relu2 inputs of both signs (%d positive, %d negative)", pos, neg);
+    float dx[16];
+    K->relu2_backward(dx, c.x, c.dout, 16);
+    check_grad("relu2 dx", c.x, dx, 16, r2_obj, &c);
+    memcpy(dx, c.dout, sizeof dx);
+    K->relu2_backward(dx, c.x, dx, 16); /* in place */
+    for (int i = 0; i < 16; i++)
+        CHECK(dx[i] == (c.x[i] > 0 ? 2.0f * c.x[i] * c.dout[i] : 0.0f), "relu2 backward in place [%d]", i);
+    free(c.x); free(c.out); free(c.dout);
+}
+
 /* ---- rotary embedding, q/k/v packing, hidden dropout ---- */
 static void test_rope_pack_dropout(void)
 {
@@ -247,7 +278,7 @@ static void test_rope_pack_dropout(void)
     float *x = randv(n), *y = randv(n), *rx = malloc(n * sizeof(float)), *ry = malloc(n * sizeof(float));
     memcpy(rx, x, n * sizeof(float));
     memcpy(ry, y, n * sizeof(float));
-    K->rope_forward(rx, B, T, NH, NG, HD, 500.0f);
+    K->rope_forward(rx, B, T, NH, NG, HD, HD, 500.0f);
     /* row b=1, t=3: group 1's second query, pair i=1 turned by 3 * 500^(-2/6) */
     double a = 3 * pow(500.0, -2.0 / 6);
     size_t at = ((size_t)1 * T + 3) * W + (1 * (Q + 2) + 1) * HD;
@@ -257,8 +288,23 @@ static void test_rope_pack_dropout(void)
     CHECK(rx[v] == x[v] && rx[v + 5] == x[v + 5], "rope leaves values alone");
     CHECK(fabs(dotp(rx, rx, n) - dotp(x, x, n)) < 1e-3, "rope is a rotation (norm kept)");
     /* backward is the transpose: <rope(x), y> == <x, rope_backward(y)> */
-    K->rope_backward(ry, B, T, NH, NG, HD, 500.0f);
+    K->rope_backward(ry, B, T, NH, NG, HD, HD, 500.0f);
     CHECK(fabs(dotp(rx, y, n) - dotp(x, ry, n)) < 1e-4, "rope_backward is rope's transpose");
+    /* --rotary-percent 2/3: the first RD = 4 dims of each head turn, pairs (i, i + 2) by t * 500^(-2i/4),
+     * dims 4 and 5 pass through; backward undoes it */
+    int RD = 4;
+    float *px = malloc(n * sizeof(float));
+    memcpy(px, x, n * sizeof(float));
+    K->rope_forward(px, B, T, NH, NG, HD, RD, 500.0f);
+    double ap = 3 * pow(500.0, -2.0 / RD);
+    CHECK(fabs(px[at + 1] - (x[at + 1] * cos(ap) - x[at + 3] * sin(ap))) < 1e-5 &&
+          fabs(px[at + 3] - (x[at + 3] * cos(ap) + x[at + 1] * sin(ap))) < 1e-5, "partial rope turns pair (1, 3)");
+    CHECK(px[at + 4] == x[at + 4] && px[at + 5] == x[at + 5], "partial rope leaves dims RD.. alone");
+    K->rope_backward(px, B, T, NH, NG, HD, RD, 500.0f);
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(px[i] - x[i]));
+    CHECK(worst < 1e-5, "partial rope_backward undoes the forward (%g)", worst);
+    free(px);
     /* pack: q[N, NH*HD], k, v[N, NG*HD] into the rows' groups, unpack back */
     float *q = randv((size_t)N * NH * HD), *k = randv((size_t)N * NG * HD), *vv = randv((size_t)N * NG * HD);
     float *q2 = calloc((size_t)N * NH * HD, 4), *k2 = calloc((size_t)N * NG * HD, 4), *v2 = calloc((size_t)N * NG * HD, 4);
@@ -393,6 +439,7 @@ int main(int argc, char **argv)
     test_attention_gqa_dropout();
     test_rmsnorm();
     test_swiglu();
+    test_relu2();
     test_rope_pack_dropout();
     test_gelu();
     test_xent_split();

@@ -4,8 +4,8 @@ initial weights: step-1 logits, loss and every parameter gradient to 1e-5
 relative, then the losses of 5 AdamW steps (clipping, weight decay groups and
 the LR schedule included) to 1e-5.
 
-usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [--llama [--qkv-bias] [--qk-norm]] [--eod-mask] [--documents]
-                          [ATOLL-TRAIN FLAGS...]
+usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [--llama [--qkv-bias] [--qk-norm]] [--nemotron] [--eod-mask]
+                          [--documents] [ATOLL-TRAIN FLAGS...]
 (--untie: a separate lm_head.weight instead of the output layer tied to wte;
 --llama: the LLaMA family (RMSNorm, SwiGLU, rotary positions, grouped-query
 attention with 2 key/value groups for 4 heads, no linear biases, untied, FFN
@@ -25,7 +25,10 @@ start, as in Megatron); --qkv-bias (with --llama): --add-qkv-bias, biases on
 q, k and v alone as Hugging Face's Qwen2ForCausalLM has them, the checkpoint's
 config.json naming that architecture; --qk-norm (with --llama): --qk-layernorm,
 an RMSNorm over each query and key head before the rotary embedding, as
-Qwen3ForCausalLM's q_norm and k_norm, config.json naming Qwen3. Any other argument goes to atoll-train,
+Qwen3ForCausalLM's q_norm and k_norm, config.json naming Qwen3; --nemotron: the GPT family as Nemotron-4 builds
+it (--squared-relu: the MLP's activation relu(x)^2; --apply-layernorm-1p: LayerNorm weights stored as w and
+applied as 1 + w, starting at 0; rotary positions on half of each head, --rotary-percent 0.5; no linear biases;
+untied), the reference applying 1 + w to the stored weights it reads. Any other argument goes to atoll-train,
 e.g. --device cuda for the GPU run.)
 """
 import json
@@ -48,6 +51,7 @@ EOD_MASK = False  # --eod-mask
 DOCUMENTS = False  # --documents
 QKV_BIAS = False  # --qkv-bias
 QK_NORM = False  # --qk-norm
+NEMOTRON = False  # --nemotron
 
 
 def ltor_masks_and_position_ids(tokens):
@@ -99,25 +103,33 @@ def read_safetensors(path):
 
 
 def gpt_loss(p, tokens, targets, want_logits=False):
-    """The engine's architecture: pre-LN GPT-2, c_attn rows grouped [head][q,k,v][hd]."""
+    """The engine's architecture: pre-LN GPT-2, c_attn rows grouped [head][q,k,v][hd]; with NEMOTRON
+    Nemotron-4's: LayerNorm applying 1 + w, rotary positions on half of each head, relu(x)^2 in the MLP,
+    no linear biases."""
     B = tokens.shape[0]
     hd = H // NH
     allowed, pos = ltor_masks_and_position_ids(tokens)
-    x = p["wte.weight"][tokens] + p["wpe.weight"][pos]
+    x = p["wte.weight"][tokens] + (0 if NEMOTRON else p["wpe.weight"][pos])
     mask = ~allowed[:, None]
+    bias = lambda name: p.get(name, 0)
+    norm = lambda x, pre: torch.nn.functional.layer_norm(x, (H,), p[pre + "weight"] + (1 if NEMOTRON else 0),
+                                                         p[pre + "bias"], 1e-5)
+    act = (lambda u: torch.relu(u) ** 2) if NEMOTRON else (lambda u: torch.nn.functional.gelu(u, approximate="tanh"))
     for l in range(L):
         w = lambda s: p[f"h.{l}.{s}"]
-        h = torch.nn.functional.layer_norm(x, (H,), w("ln_1.weight"), w("ln_1.bias"), 1e-5)
-        qkv = (h @ w("attn.c_attn.weight").T + w("attn.c_attn.bias")).view(B, T, NH, 3, hd)
+        h = norm(x, f"h.{l}.ln_1.")
+        qkv = (h @ w("attn.c_attn.weight").T + bias(f"h.{l}.attn.c_attn.bias")).view(B, T, NH, 3, hd)
         q, k, v = (qkv[:, :, :, i, :].transpose(1, 2) for i in range(3))
+        if NEMOTRON:  # --rotary-percent 0.5
+            q, k = rotate(q, hd // 2), rotate(k, hd // 2)
         s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
         a = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
         y = (a @ v).transpose(1, 2).reshape(B, T, H)
-        x = x + y @ w("attn.c_proj.weight").T + w("attn.c_proj.bias")
-        h = torch.nn.functional.layer_norm(x, (H,), w("ln_2.weight"), w("ln_2.bias"), 1e-5)
-        f = torch.nn.functional.gelu(h @ w("mlp.c_fc.weight").T + w("mlp.c_fc.bias"), approximate="tanh")
-        x = x + f @ w("mlp.c_proj.weight").T + w("mlp.c_proj.bias")
-    x = torch.nn.functional.layer_norm(x, (H,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
+        x = x + y @ w("attn.c_proj.weight").T + bias(f"h.{l}.attn.c_proj.bias")
+        h = norm(x, f"h.{l}.ln_2.")
+        f = act(h @ w("mlp.c_fc.weight").T + bias(f"h.{l}.mlp.c_fc.bias"))
+        x = x + f @ w("mlp.c_proj.weight").T + bias(f"h.{l}.mlp.c_proj.bias")
+    x = norm(x, "ln_f.")
     logits = x @ p["lm_head.weight" if "lm_head.weight" in p else "wte.weight"].T
     loss = lm_loss(logits, tokens, targets)
     return (loss, logits) if want_logits else loss
@@ -127,15 +139,18 @@ def rms_norm(x, w):
     return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + RMS_EPS) * w
 
 
-def rotate(x):
+def rotate(x, d=None):
     """Hugging Face's rotary embedding ("rotate half"): pairs (i, i + d/2),
-    position t turned by t * base^(-2i/d); x is [B, heads, T, d]."""
-    d = x.shape[-1]
+    position t turned by t * base^(-2i/d); x is [B, heads, T, hd]. With d < hd
+    (Megatron's --rotary-percent d/hd, Nemotron's partial_rotary_factor) the
+    first d dims turn and the rest pass through."""
+    d = d or x.shape[-1]
+    x, rest = x[..., :d], x[..., d:]
     inv = ROPE_BASE ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
     cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
     half = torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
-    return x * cos + half * sin
+    return torch.cat([x * cos + half * sin, rest], -1)
 
 
 def llama_loss(p, tokens, targets, want_logits=False):
@@ -203,15 +218,16 @@ def lr_at(it):
 
 def main():
     train, work = sys.argv[1], sys.argv[2]
-    global EOD_MASK, DOCUMENTS, QKV_BIAS, QK_NORM
+    global EOD_MASK, DOCUMENTS, QKV_BIAS, QK_NORM, NEMOTRON
     llama = "--llama" in sys.argv[3:]
-    untie = "--untie" in sys.argv[3:] or llama
+    NEMOTRON = "--nemotron" in sys.argv[3:] and not llama
+    untie = "--untie" in sys.argv[3:] or llama or NEMOTRON
     EOD_MASK = "--eod-mask" in sys.argv[3:]
     DOCUMENTS = "--documents" in sys.argv[3:]
     QKV_BIAS = "--qkv-bias" in sys.argv[3:] and llama
     QK_NORM = "--qk-norm" in sys.argv[3:] and llama
     extra = [a for a in sys.argv[3:]
-             if a not in ("--untie", "--llama", "--eod-mask", "--documents", "--qkv-bias", "--qk-norm")]
+             if a not in ("--untie", "--llama", "--eod-mask", "--documents", "--qkv-bias", "--qk-norm", "--nemotron")]
     model_loss = llama_loss if llama else gpt_loss
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -230,6 +246,9 @@ def main():
                 str(KV), "--ffn-hidden-size", str(FFN), "--save", os.path.join(work, "ckpt")]
         cmd += ["--add-qkv-bias"] if QKV_BIAS else []
         cmd += ["--qk-layernorm"] if QK_NORM else []
+    if NEMOTRON:
+        cmd += ["--squared-relu", "--apply-layernorm-1p", "--position-embedding-type", "rope", "--rotary-percent", "0.5",
+                "--rotary-base", str(int(ROPE_BASE)), "--disable-bias-linear", "--save", os.path.join(work, "ckpt")]
     if EOD_MASK or DOCUMENTS:
         # documents of 2 to 12 bytes: several end inside every 16-token sample
         docs = os.path.join(work, "docs.jsonl")
@@ -258,6 +277,13 @@ def main():
     if llama and {k: list(v.shape) for k, v in init.items()} != llama_shapes():
         print("FAIL: the tensors are not Hugging Face LLaMA's:", sorted(init))
         return 1
+    if NEMOTRON:
+        lnw = [k for k in init if k.endswith(("ln_1.weight", "ln_2.weight")) or k == "ln_f.weight"]
+        if len(lnw) != 2 * L + 1 or any(np.any(init[k] != 0) for k in lnw):
+            failures.append("--apply-layernorm-1p: the %d LayerNorm weights do not all start at 0" % len(lnw))
+        extra_t = [k for k in init if k == "wpe.weight" or (k.endswith(".bias") and ".ln_" not in k and k != "ln_f.bias")]
+        if extra_t:
+            failures.append(f"rotary positions and --disable-bias-linear, yet the model holds {extra_t}")
     worst = {"logits": 0.0, "grads": 0.0, "losses": 0.0}
 
     m = {k: torch.zeros_like(v) for k, v in params.items()}
@@ -335,10 +361,32 @@ def main():
             worst["checkpoint"] = e
             if e > 1e-3:
                 failures.append(f"checkpoint after {ITERS} steps differs from the reference's weights (rel {e:.2e})")
+    if NEMOTRON:
+        # the checkpoint keeps the stored w (Megatron's), where the reference's AdamW took it, and the manifest
+        # the two flags --use-checkpoint-args and generate rebuild the model from
+        step = os.path.join(work, "ckpt", f"iter_{ITERS:07d}")
+        ck = read_safetensors(os.path.join(step, "model.safetensors"))
+        with open(os.path.join(step, "manifest.json")) as f:
+            mm = json.load(f)["model"]
+        if not (mm.get("squared_relu") is True and mm.get("apply_layernorm_1p") is True and mm.get("rotary_percent") == 0.5):
+            failures.append(f"manifest.json's model does not record squared_relu, apply_layernorm_1p and rotary_percent: {mm}")
+        # The LayerNorm weights (about 1e-2 after 5 steps; 1 + w saved would be off by 100x) to 1e-3, the rest
+        # to 1e-2: relu(x)^2 leaves hidden units barely active for a few tokens, whose c_proj gradients are
+        # tiny and of a sign float32 and float64 may disagree on, and AdamW turns each into a full step.
+        if sorted(ck) != names:
+            failures.append(f"the checkpoint's tensors {sorted(ck)} are not the model's {names}")
+        else:
+            for k in ck:
+                e, lim = rel_err(ck[k], params[k].detach().numpy()), 1e-3 if ".ln_" in k or k.startswith("ln_f") else 1e-2
+                worst["checkpoint"] = max(worst.get("checkpoint", 0.0), e)
+                if e > lim:
+                    failures.append(f"{k} in the checkpoint after {ITERS} steps differs from the reference's (rel {e:.2e}, "
+                                    f"limit {lim:.0e})")
     print("losses engine:", ["%.6f" % x for x in engine_losses])
     print("worst relative error: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()) + f" (limit {TOL:.0e}"
-          + ("; checkpoint weights 1e-3: AdamW divides by the root of tiny second moments, so float32 against"
-             " float64 differs more in the weights than in the losses" if "checkpoint" in worst else "") + ")")
+          + ("; checkpoint weights 1e-3" + (" (LayerNorm; others 1e-2)" if NEMOTRON else "") + ": AdamW divides by"
+             " the root of tiny second moments, so float32 against float64 differs more in the weights than in the"
+             " losses" if "checkpoint" in worst else "") + ")")
     for f in failures:
         print("FAIL:", f)
     print("engine_torch_ref: %s" % ("FAILED" if failures else "all checks passed"))

@@ -7,7 +7,9 @@ single-rank run within 1e-5 relative (grad norms within 1e-4). The matrix runs
 again on a LLaMA-style model (RMSNorm, SwiGLU, rotary positions, 2 key/value
 groups for 4 heads, biases on q, k and v alone as in Qwen2, untied, FFN 96) with hidden and attention
 dropout 0.1 and evaluation every 5 steps on the validation split of a dataset
-written here: training losses as above, validation losses within 1e-5. Then: resume a
+written here: training losses as above, validation losses within 1e-5. A Nemotron-style GPT (relu(x)^2 in
+the MLP, LayerNorm weights stored as w and applied as 1 + w, rotary positions on half of each head, no linear
+biases) runs in two layouts, the widest and full recompute, against its single rank. Then: resume a
 tp2*pp2*dp2 ZeRO-1 checkpoint as tp1*pp4*dp2 and as dp8 with ZeRO-1 (other
 shards of the optimizer state; losses continue as in the uninterrupted run),
 --print-groups against an independent derivation of
@@ -34,6 +36,8 @@ LLAMA = ("--normalization RMSNorm --swiglu --position-embedding-type rope --grou
          "--num-query-groups 2 --disable-bias-linear --add-qkv-bias --qk-layernorm --untie-embeddings-and-output-weights "
          "--ffn-hidden-size 96 "
          "--hidden-dropout 0.1 --attention-dropout 0.1 --split 7,3,0 --eval-interval 5 --eval-iters 2").split()
+NEMOTRON = ("--squared-relu --apply-layernorm-1p --position-embedding-type rope --rotary-percent 0.5 --disable-bias-linear "
+            "--untie-embeddings-and-output-weights").split()
 ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1", ATOLL_COMM_TIMEOUT_MS="60000")
 failures = []
 STDOUT = {}  # each run's standard output, by name
@@ -298,6 +302,16 @@ def main():
     train("llama_save_tp2", 2, *(llama + tp2 + ["--save", lck[1]]))
     same_tensors("LLaMA tp2 model.safetensors (q_norm, k_norm summed over TP)",
                  *[os.path.join(d, "iter_0000010", "model.safetensors") for d in lck])
+
+    # Nemotron-style: the 1 + w weights each rank derives from its own copy, and the squared ReLU between the
+    # column- and row-parallel GEMMs
+    nref = train("nemotron_single", 1, *NEMOTRON)
+    check(len(nref) == 10 and nref.get(1, {}).get("loss") not in (None, ref.get(1, {}).get("loss")),
+          "Nemotron-style single rank: 10 steps, a model of its own (loss %s vs %s)" %
+          (nref.get(1, {}).get("loss"), ref.get(1, {}).get("loss")))
+    for name, n, flags in (("tp2_pp2_dp2_vpp_sp_zero1_selective", 8, tp2 + pp2 + vpp + sp + zero + sel),
+                           ("tp2_pp2_dp2_sp_full_recompute", 8, tp2 + pp2 + sp + ["--recompute-granularity", "full"])):
+        compare("nemotron " + name, nref, train("nemotron_" + name, n, *(NEMOTRON + flags)))
 
     ck = os.path.join(WORK, "ckpt")
     shutil.rmtree(ck, ignore_errors=True)
