@@ -115,6 +115,7 @@ static const key_def KEYS[] = {
     F("position-embedding-type", K_STR, position_embedding_type),
     R("rotary-base", K_INT, rotary_base, 0, 2147483647.0, 0),
     R("rotary-percent", K_DOUBLE, rotary_percent, 0, 1, 0),
+    R("norm-epsilon", K_DOUBLE, norm_epsilon, 0, 1, 0),
     F("disable-bias-linear", K_BOOL, disable_bias_linear),
     F("add-qkv-bias", K_BOOL, add_qkv_bias),
     F("qk-layernorm", K_BOOL, qk_layernorm),
@@ -180,6 +181,7 @@ void cfg_defaults(atoll_config *c)
     snprintf(c->position_embedding_type, sizeof c->position_embedding_type, "learned_absolute");
     c->rotary_base = 10000;
     c->rotary_percent = 1.0;
+    c->norm_epsilon = 1e-5;
     c->init_method_std = 0.02;
     c->make_vocab_size_divisible_by = 128;
 }
@@ -245,7 +247,6 @@ static const struct {
     { "num-experts", 1, MG_REFUSED, NULL, "mixture-of-experts models are not implemented (dense GPT and LLaMA are)" },
     { "fp16", 0, MG_REFUSED, NULL, "fp16 with loss scaling is not implemented; --bf16 is (bf16 weights and "
       "activations, fp32 master weights)" },
-    { "norm-epsilon", 1, MG_VALUE, "1e-5", "LayerNorm and RMSNorm use epsilon 1e-5" },
     { "wandb-project", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases: every step's metrics are kept by "
       "the coordinator (atoll metrics JOB, /metrics for Prometheus) and --metrics-file FILE writes them as JSON lines" },
     { "wandb-exp-name", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases (see --wandb-project)" },
@@ -1040,6 +1041,7 @@ int cfg_ffn(const atoll_config *c) { return c->ffn_hidden_size ? c->ffn_hidden_s
 int cfg_rmsnorm(const atoll_config *c) { return !strcmp(c->normalization, "RMSNorm"); }
 int cfg_rope(const atoll_config *c) { return !strcmp(c->position_embedding_type, "rope"); }
 int cfg_rotary_base(const atoll_config *c) { return c->rotary_base > 0 ? c->rotary_base : 10000; }
+double cfg_norm_eps(const atoll_config *c) { return c->norm_epsilon > 0 ? c->norm_epsilon : 1e-5; }
 int cfg_rotary_dim(const atoll_config *c)
 {
     int hd = c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;

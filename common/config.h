@@ -118,6 +118,7 @@ typedef struct atoll_config {
     char position_embedding_type[24];  /* "learned_absolute" (default) or "rope" */
     int rotary_base;                   /* 10000 (0 reads as 10000: cfg_rotary_base) */
     double rotary_percent;             /* rope turns the first head dim * this of each head (1; 0 reads as 1) */
+    double norm_epsilon;               /* LayerNorm's and RMSNorm's epsilon (1e-5; 0 reads as 1e-5) */
     int disable_bias_linear;
     int add_qkv_bias;                  /* biases on the query, key and value projections even so (Qwen2's) */
     int qk_layernorm;                  /* an RMSNorm on each query and key head before rope (Qwen3's) */
@@ -206,6 +207,7 @@ int cfg_rope(const atoll_config *c);        /* --position-embedding-type rope */
 int cfg_kv_groups(const atoll_config *c);   /* --num-query-groups with GQA, else the heads */
 int cfg_rotary_base(const atoll_config *c); /* --rotary-base (0: 10000) */
 int cfg_rotary_dim(const atoll_config *c);  /* the dims of each head rope turns: int(head dim * --rotary-percent) */
+double cfg_norm_eps(const atoll_config *c); /* --norm-epsilon (0: 1e-5) */
 int cfg_tb_interval(const atoll_config *c); /* --tensorboard-log-interval (0: 1) */
 int cfg_qkv_bias(const atoll_config *c);    /* q, k, v have biases: no --disable-bias-linear, or --add-qkv-bias */
 double cfg_init_std(const atoll_config *c); /* --init-method-std (0: 0.02) */

@@ -234,6 +234,7 @@ static void model_info(jsonw *w, const atoll_config *c)
     jsonw_kstr(w, "position_embedding_type", c->position_embedding_type);
     jsonw_kint(w, "rotary_base", cfg_rotary_base(c));
     jsonw_knum(w, "rotary_percent", c->rotary_percent > 0 ? c->rotary_percent : 1.0);
+    jsonw_knum(w, "norm_epsilon", cfg_norm_eps(c));
     jsonw_kbool(w, "disable_bias_linear", c->disable_bias_linear);
     jsonw_kbool(w, "add_qkv_bias", c->add_qkv_bias);
     jsonw_kbool(w, "qk_layernorm", c->qk_layernorm);
@@ -285,7 +286,7 @@ static char *hf_llama_config(const atoll_config *c)
     jsonw_kint(&w, "num_key_value_heads", cfg_kv_groups(c));
     jsonw_kint(&w, "max_position_embeddings", cfg_max_pos(c));
     jsonw_kint(&w, "vocab_size", c->vocab_size);
-    jsonw_knum(&w, "rms_norm_eps", 1e-5);
+    jsonw_knum(&w, "rms_norm_eps", cfg_norm_eps(c));
     jsonw_knum(&w, "rope_theta", cfg_rotary_base(c));
     jsonw_kstr(&w, "hidden_act", "silu");
     jsonw_kbool(&w, "tie_word_embeddings", !c->untie_embeddings_and_output_weights);

@@ -404,6 +404,7 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     m->llama = cfg_rmsnorm(cfg);
     m->rope = cfg_rope(cfg);
     m->RD = cfg_rotary_dim(cfg);
+    m->eps = (float)cfg_norm_eps(cfg);
     m->qk_norm = cfg->qk_layernorm && m->llama;
     m->F = cfg_ffn(cfg) / lay->tp_size;
     m->V = cfg->vocab_size / lay->tp_size;
@@ -654,20 +655,20 @@ static void op_norm(const eng_model *m, void *out, float *mean, float *rstd, con
                     const void *b)
 {
     if (m->llama) {
-        if (m->bf16) m->k->rmsnorm_forward_bf16(out, rstd, x, w, m->R, m->C);
-        else m->k->rmsnorm_forward(out, rstd, x, w, m->R, m->C);
+        if (m->bf16) m->k->rmsnorm_forward_bf16(out, rstd, x, w, m->R, m->C, m->eps);
+        else m->k->rmsnorm_forward(out, rstd, x, w, m->R, m->C, m->eps);
     } else if (m->bf16) {
-        m->k->layernorm_forward_bf16(out, mean, rstd, x, w, b, m->R, m->C);
+        m->k->layernorm_forward_bf16(out, mean, rstd, x, w, b, m->R, m->C, m->eps);
     } else {
-        m->k->layernorm_forward(out, mean, rstd, x, w, b, m->R, m->C);
+        m->k->layernorm_forward(out, mean, rstd, x, w, b, m->R, m->C, m->eps);
     }
 }
 
 /* RMSNorm over each head: `rows` rows of head dim (--qk-layernorm) */
 static void op_head_norm(const eng_model *m, void *out, float *rstd, const void *x, const void *w, int rows)
 {
-    if (m->bf16) m->k->rmsnorm_forward_bf16(out, rstd, x, w, rows, m->HD);
-    else m->k->rmsnorm_forward(out, rstd, x, w, rows, m->HD);
+    if (m->bf16) m->k->rmsnorm_forward_bf16(out, rstd, x, w, rows, m->HD, m->eps);
+    else m->k->rmsnorm_forward(out, rstd, x, w, rows, m->HD, m->eps);
 }
 
 /* dx = d/dx (overwritten), dw accumulates (fp32) */
@@ -999,8 +1000,9 @@ static int fuse_residual_norm(const eng_model *m)
  * same bits as op_residual then op_norm); callers check fuse_residual_norm. */
 static void residual_norm(eng_model *m, void *res, const void *a, const void *b, const norm_site *to)
 {
-    if (m->llama) m->k->residual_rmsnorm_forward_bf16(res, to->ln, to->rstd, a, b, to->w, m->R, m->C);
-    else m->k->residual_layernorm_forward_bf16(res, to->ln, to->mean, to->rstd, a, b, to->w, to->b, m->R, m->C);
+    if (m->llama) m->k->residual_rmsnorm_forward_bf16(res, to->ln, to->rstd, a, b, to->w, m->R, m->C, m->eps);
+    else m->k->residual_layernorm_forward_bf16(res, to->ln, to->mean, to->rstd, a, b, to->w, to->b, m->R, m->C,
+                                               m->eps);
 }
 
 /* One layer: out = x + attention + MLP. With `ln1_done` its ln_1 output is

@@ -116,6 +116,7 @@ typedef struct eng_model {
     int llama;                  /* the LLaMA family: RMSNorm, SwiGLU, q/k/v apart, Hugging Face names */
     int rope;                   /* rotary positions (no wpe) */
     int RD;                     /* rope: the rotated dims of each head (--rotary-percent times HD) */
+    float eps;                  /* every norm's epsilon (--norm-epsilon) */
     int qk_norm;                /* --qk-layernorm: RMSNorm on each query and key head before rope */
     /* dropout of the current training step (eng_set_step); off in evaluation */
     int drop_on;

@@ -82,10 +82,12 @@ typedef struct k_ops {
      * is embedding_backward's, pos taking the tokens' place. */
     void (*position_backward)(float *dwpe, const float *dout, int B, int T, int C);
 
-    /* ---- LayerNorm (eps 1e-5, biased variance) ----
-     * out[N,C] = (inp - mean) * rstd * w + b; saves mean[N], rstd[N] for backward. */
+    /* ---- LayerNorm (biased variance) ----
+     * out[N,C] = (inp - mean) * rstd * w + b, rstd = 1/sqrt(var + eps) (eps is
+     * --norm-epsilon, Megatron's default 1e-5); saves mean[N], rstd[N] for
+     * backward, which needs no eps. Every norm forward below takes eps last. */
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C);
+                              const float *w, const float *b, int N, int C, float eps);
     /* dinp[N,C] += d/dinp (accumulates: the input is the residual stream, which also
      * receives the skip connection's gradient); dw[C], db[C] accumulate. */
     void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
@@ -191,7 +193,7 @@ typedef struct k_ops {
     void (*position_forward_bf16)(uint16_t *out, const uint16_t *wpe, const int32_t *pos, int B, int T, int C);
     void (*position_backward_bf16)(float *dwpe, const uint16_t *dout, int B, int T, int C);
     void (*layernorm_forward_bf16)(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
-                                   const uint16_t *w, const uint16_t *b, int N, int C);
+                                   const uint16_t *w, const uint16_t *b, int N, int C, float eps);
     void (*layernorm_backward_bf16)(uint16_t *dinp, float *dw, float *db, const uint16_t *dout,
                                     const uint16_t *inp, const uint16_t *w, const float *mean,
                                     const float *rstd, int N, int C);
@@ -257,7 +259,7 @@ typedef struct k_ops {
      * a or b. */
     void (*residual_layernorm_forward_bf16)(uint16_t *res, uint16_t *out, float *mean, float *rstd,
                                             const uint16_t *a, const uint16_t *b, const uint16_t *w,
-                                            const uint16_t *bias, int N, int C);
+                                            const uint16_t *bias, int N, int C, float eps);
 
     /* ---- AdamW over a whole flat buffer in one call ----
      * Elements [0, n) in nseg segments: segment s covers [seg_end[s-1], seg_end[s])
@@ -270,13 +272,14 @@ typedef struct k_ops {
                            float beta1, float beta2, float eps, float grad_scale, int t);
 
     /* ---- the LLaMA family's ops (each with its bf16 entry, same shapes) ----
-     * RMSNorm (eps 1e-5): out[N,C] = inp * rstd * w, rstd[n] = 1/sqrt(mean(inp^2) + eps)
+     * RMSNorm: out[N,C] = inp * rstd * w, rstd[n] = 1/sqrt(mean(inp^2) + eps)
      * saved for backward. */
-    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N, int C);
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
     /* dinp += d/dinp (ACCUMULATES, as layernorm_backward); dw accumulates. */
     void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                              const float *rstd, int N, int C);
-    void (*rmsnorm_forward_bf16)(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C);
+    void (*rmsnorm_forward_bf16)(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C,
+                                 float eps);
     void (*rmsnorm_backward_bf16)(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp,
                                   const uint16_t *w, const float *rstd, int N, int C);
     /* SwiGLU: out = silu(gate) * up, silu(x) = x / (1 + exp(-x)). */
@@ -319,7 +322,7 @@ typedef struct k_ops {
      * rmsnorm_forward_bf16 of res: the same bits as those two calls (the
      * LLaMA family's residual_layernorm_forward_bf16). res may alias a or b. */
     void (*residual_rmsnorm_forward_bf16)(uint16_t *res, uint16_t *out, float *rstd, const uint16_t *a,
-                                          const uint16_t *b, const uint16_t *w, int N, int C);
+                                          const uint16_t *b, const uint16_t *w, int N, int C, float eps);
 
     /* ---- squared ReLU, the MLP activation of --squared-relu ----
      * out = max(inp, 0)^2; dinp = 2 max(inp, 0) * dout (OVERWRITES; dinp may

@@ -137,9 +137,9 @@ int main(int argc, char **argv)
     row("embedding_backward fp32", ms, NC, NC * 4.0 + NC * 8.0);
     TIME_MS(ms, G->embedding_backward_bf16(dwte, yb, tok, N, C, 0, V));
     row("embedding_backward_bf16", ms, NC, NC * 2.0 + NC * 8.0);
-    TIME_MS(ms, G->layernorm_forward(y, mean, rstd, x, lw, lb, N, C));
+    TIME_MS(ms, G->layernorm_forward(y, mean, rstd, x, lw, lb, N, C, 1e-5f));
     row("layernorm_forward fp32", ms, 8.0 * NC, NC * 8.0);
-    TIME_MS(ms, G->layernorm_forward_bf16(yb, mean, rstd, xb, lwb, lbb, N, C));
+    TIME_MS(ms, G->layernorm_forward_bf16(yb, mean, rstd, xb, lwb, lbb, N, C, 1e-5f));
     row("layernorm_forward_bf16", ms, 8.0 * NC, NC * 4.0);
     TIME_MS(ms, G->layernorm_backward(z, dw, db, y, x, lw, mean, rstd, N, C));
     row("layernorm_backward fp32", ms, 14.0 * NC, NC * 16.0);

@@ -91,11 +91,11 @@ void kc_position_backward_bf16(float *dwpe, const uint16_t *dout, int B, int T, 
 }
 
 void kc_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const uint16_t *inp, const uint16_t *w,
-                               const uint16_t *b, int N, int C)
+                               const uint16_t *b, int N, int C, float eps)
 {
     size_t NC = (size_t)N * C;
     float *x = wide(inp, NC), *wf = wide(w, (size_t)C), *bf = wide(b, (size_t)C), *y = wide(NULL, NC);
-    kc_layernorm_forward(y, mean, rstd, x, wf, bf, N, C);
+    kc_layernorm_forward(y, mean, rstd, x, wf, bf, N, C, eps);
     kc_to_bf16(out, y, NC);
     free(x), free(wf), free(bf), free(y);
 }
@@ -191,10 +191,10 @@ void kc_residual_forward_bf16(uint16_t *out, const uint16_t *a, const uint16_t *
 void kc_add_inplace_bf16(uint16_t *acc, const uint16_t *x, size_t n) { kc_residual_forward_bf16(acc, acc, x, n); }
 
 void kc_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
-                                        const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C)
+                                        const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C, float eps)
 {
     kc_residual_forward_bf16(res, a, b, (size_t)N * C);
-    kc_layernorm_forward_bf16(out, mean, rstd, res, w, bias, N, C);
+    kc_layernorm_forward_bf16(out, mean, rstd, res, w, bias, N, C, eps);
 }
 
 void kc_xent_max_bf16(float *rowmax, const uint16_t *logits, int N, int V)
@@ -322,20 +322,20 @@ void kc_adamw_bf16(float *master, uint16_t *param_bf16, const float *grad, float
 
 /* ---- the LLaMA family and hidden dropout (llama.c), widened ---- */
 
-void kc_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C)
+void kc_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C, float eps)
 {
     size_t NC = (size_t)N * C;
     float *x = wide(inp, NC), *wf = wide(w, (size_t)C), *y = wide(NULL, NC);
-    kc_rmsnorm_forward(y, rstd, x, wf, N, C);
+    kc_rmsnorm_forward(y, rstd, x, wf, N, C, eps);
     kc_to_bf16(out, y, NC);
     free(x), free(wf), free(y);
 }
 
 void kc_residual_rmsnorm_forward_bf16(uint16_t *res, uint16_t *out, float *rstd, const uint16_t *a, const uint16_t *b,
-                                      const uint16_t *w, int N, int C)
+                                      const uint16_t *w, int N, int C, float eps)
 {
     kc_residual_forward_bf16(res, a, b, (size_t)N * C);
-    kc_rmsnorm_forward_bf16(out, rstd, res, w, N, C);
+    kc_rmsnorm_forward_bf16(out, rstd, res, w, N, C, eps);
 }
 
 void kc_rmsnorm_backward_bf16(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,

@@ -20,7 +20,7 @@ void kc_position_forward(float *out, const float *wpe, const int32_t *pos, int B
 void kc_position_backward(float *dwpe, const float *dout, int B, int T, int C);
 
 void kc_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                          const float *w, const float *b, int N, int C);
+                          const float *w, const float *b, int N, int C, float eps);
 void kc_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                            const float *inp, const float *w, const float *mean,
                            const float *rstd, int N, int C);
@@ -42,7 +42,7 @@ void kc_qkv_offsets(int h, int NH, int NG, int HD, size_t *q, size_t *k, size_t 
 void kc_attention_drop(float *dst, const float *P, int T, const k_dropout *d, int64_t sample, int head);
 
 /* llama.c: RMSNorm, SwiGLU, rotary embeddings, q/k/v packing, hidden dropout */
-void kc_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C);
+void kc_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps);
 void kc_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                          const float *rstd, int N, int C);
 void kc_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
@@ -96,7 +96,7 @@ void kc_embedding_backward_bf16(float *dwte, const uint16_t *dout, const int32_t
 void kc_position_forward_bf16(uint16_t *out, const uint16_t *wpe, const int32_t *pos, int B, int T, int C);
 void kc_position_backward_bf16(float *dwpe, const uint16_t *dout, int B, int T, int C);
 void kc_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const uint16_t *inp, const uint16_t *w,
-                               const uint16_t *b, int N, int C);
+                               const uint16_t *b, int N, int C, float eps);
 void kc_layernorm_backward_bf16(uint16_t *dinp, float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
                                 const uint16_t *w, const float *mean, const float *rstd, int N, int C);
 void kc_matmul_forward_bf16(uint16_t *out, uint16_t *pre_gelu, const uint16_t *inp, const uint16_t *w,
@@ -111,7 +111,7 @@ void kc_relu2_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n);
 void kc_relu2_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n);
 void kc_residual_forward_bf16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
 void kc_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
-                                        const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C);
+                                        const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C, float eps);
 void kc_add_inplace_bf16(uint16_t *acc, const uint16_t *x, size_t n);
 void kc_xent_max_bf16(float *rowmax, const uint16_t *logits, int N, int V);
 void kc_xent_sumexp_target_bf16(float *sumexp, float *target_logit, const uint16_t *logits, const float *rowmax,
@@ -123,9 +123,9 @@ void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, c
 void kc_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const uint16_t *out,
                                 const float *lse, const int32_t *doc, int B, int T, int NH, int NG, int HD,
                                 const k_dropout *drop);
-void kc_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C);
+void kc_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C, float eps);
 void kc_residual_rmsnorm_forward_bf16(uint16_t *res, uint16_t *out, float *rstd, const uint16_t *a, const uint16_t *b,
-                                      const uint16_t *w, int N, int C);
+                                      const uint16_t *w, int N, int C, float eps);
 void kc_rmsnorm_backward_bf16(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
                               const float *rstd, int N, int C);
 void kc_swiglu_forward_bf16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);

@@ -2,10 +2,8 @@
 
 #include <math.h>
 
-#define LN_EPS 1e-5f
-
 void kc_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                          const float *w, const float *b, int N, int C)
+                          const float *w, const float *b, int N, int C, float eps)
 {
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -16,7 +14,7 @@ void kc_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
         float var = 0.0f;
         for (int c = 0; c < C; c++) var += (x[c] - m) * (x[c] - m);
         var /= (float)C;
-        float s = 1.0f / sqrtf(var + LN_EPS);
+        float s = 1.0f / sqrtf(var + eps);
         for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
         mean[n] = m;
         rstd[n] = s;

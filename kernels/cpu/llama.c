@@ -7,16 +7,14 @@
 #include <math.h>
 #include <string.h>
 
-#define RMS_EPS 1e-5f
-
-void kc_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C)
+void kc_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps)
 {
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float *o = out + (size_t)n * C;
         float ss = 0.0f;
         for (int c = 0; c < C; c++) ss += x[c] * x[c];
-        float r = 1.0f / sqrtf(ss / (float)C + RMS_EPS);
+        float r = 1.0f / sqrtf(ss / (float)C + eps);
         for (int c = 0; c < C; c++) o[c] = x[c] * r * w[c];
         rstd[n] = r;
     }

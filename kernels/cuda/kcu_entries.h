@@ -26,7 +26,7 @@ void kcu_embedding_forward(float *, const int32_t *, const float *, int, int, in
 void kcu_embedding_backward(float *, const float *, const int32_t *, int, int, int, int);
 void kcu_position_forward(float *, const float *, const int32_t *, int, int, int);
 void kcu_position_backward(float *, const float *, int, int, int);
-void kcu_layernorm_forward(float *, float *, float *, const float *, const float *, const float *, int, int);
+void kcu_layernorm_forward(float *, float *, float *, const float *, const float *, const float *, int, int, float);
 void kcu_layernorm_backward(float *, float *, float *, const float *, const float *, const float *, const float *,
                             const float *, int, int);
 void kcu_matmul_forward(float *, const float *, const float *, const float *, int, int, int);
@@ -56,11 +56,11 @@ void kcu_embedding_backward_bf16(float *, const uint16_t *, const int32_t *, int
 void kcu_position_forward_bf16(uint16_t *, const uint16_t *, const int32_t *, int, int, int);
 void kcu_position_backward_bf16(float *, const uint16_t *, int, int, int);
 void kcu_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
-                                         const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C);
+                                         const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C, float eps);
 void kcu_layernorm_forward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *,
-                                int, int);
+                                int, int, float);
 void kcu_residual_rmsnorm_forward_bf16(uint16_t *res, uint16_t *out, float *rstd, const uint16_t *a,
-                                       const uint16_t *b, const uint16_t *w, int N, int C);
+                                       const uint16_t *b, const uint16_t *w, int N, int C, float eps);
 void kcu_layernorm_backward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *,
                                  const float *, const float *, int, int);
 void kcu_matmul_forward_bf16(uint16_t *, uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, int, int,
@@ -81,9 +81,9 @@ void kcu_attention_forward_bf16(uint16_t *, float *, const uint16_t *, const int
                                 const k_dropout *);
 void kcu_attention_backward_bf16(uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, const float *,
                                  const int32_t *, int, int, int, int, int, const k_dropout *);
-void kcu_rmsnorm_forward(float *, float *, const float *, const float *, int, int);
+void kcu_rmsnorm_forward(float *, float *, const float *, const float *, int, int, float);
 void kcu_rmsnorm_backward(float *, float *, const float *, const float *, const float *, const float *, int, int);
-void kcu_rmsnorm_forward_bf16(uint16_t *, float *, const uint16_t *, const uint16_t *, int, int);
+void kcu_rmsnorm_forward_bf16(uint16_t *, float *, const uint16_t *, const uint16_t *, int, int, float);
 void kcu_rmsnorm_backward_bf16(uint16_t *, float *, const uint16_t *, const uint16_t *, const uint16_t *, const float *,
                                int, int);
 void kcu_swiglu_forward(float *, const float *, const float *, size_t);

@@ -19,7 +19,6 @@
 #include "kcuda.cuh"
 #include "kcu_entries.h"
 
-#define LN_EPS 1e-5f
 #define LN_BLOCK 256
 #define LN_PARTS 256
 #define LN_WARPS 8        /* rows per block in the warp-per-row kernels */
@@ -40,7 +39,7 @@ __device__ __forceinline__ float as_stored(const float *, float v) { return v; }
  * mean, no bias: out = x rstd w, rstd = 1/sqrt(mean(x^2) + eps)). */
 template <typename T, bool RES, bool RMS>
 __global__ void __launch_bounds__(LN_WARPS * 32) ln_fwd_warp_k(T *out, float *mean, float *rstd, T *inp,
-                                                               const T *w, const T *b, int N, int C,
+                                                               const T *w, const T *b, int N, int C, float eps,
                                                                const T *ra, const T *rb)
 {
     int n = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -71,7 +70,7 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_fwd_warp_k(T *out, float *me
         }
         q = warp_sum(q);
     }
-    float rs = 1.0f / sqrtf(q / (float)C + LN_EPS), ww[8], bb[8];
+    float rs = 1.0f / sqrtf(q / (float)C + eps), ww[8], bb[8];
     for (int c = lane * 8; c < C; c += 256) {
         ld8(x + c, v);
         ld8(w + c, ww);
@@ -208,7 +207,7 @@ __global__ void ln_bwd_dwdb_k(float *part, const T *dout, const T *inp, const fl
 /* ---- general C: a block per row (forward), LN_PARTS blocks (backward) ---- */
 
 template <typename T>
-__global__ void ln_fwd_k(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int C)
+__global__ void ln_fwd_k(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int C, float eps)
 {
     __shared__ float sh[32];
     int n = blockIdx.x;
@@ -222,7 +221,7 @@ __global__ void ln_fwd_k(T *out, float *mean, float *rstd, const T *inp, const T
         float d = ldf(x + c) - m;
         v += d * d;
     }
-    float rs = 1.0f / sqrtf(block_sum(v, sh) / (float)C + LN_EPS);
+    float rs = 1.0f / sqrtf(block_sum(v, sh) / (float)C + eps);
     for (int c = threadIdx.x; c < C; c += blockDim.x)
         stf(o + c, (ldf(x + c) - m) * rs * ldf(w + c) + ldf(b + c));
     if (threadIdx.x == 0) {
@@ -294,7 +293,8 @@ __global__ void ln_finish_k(float *dw, float *db, const float *part, int parts, 
  * otherwise dinp by one kernel and dw as per-chunk column partials by another,
  * finished by ln_finish_k; no atomics. */
 template <typename T>
-__global__ void __launch_bounds__(LN_WARPS * 32) rms_fwd_k(T *out, float *rstd, const T *inp, const T *w, int N, int C)
+__global__ void __launch_bounds__(LN_WARPS * 32) rms_fwd_k(T *out, float *rstd, const T *inp, const T *w, int N, int C,
+                                                           float eps)
 {
     int n = blockIdx.x * LN_WARPS + threadIdx.x / 32, lane = threadIdx.x & 31;
     if (n >= N) return;
@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(LN_WARPS * 32) rms_fwd_k(T *out, float *rstd, 
         float v = ldf(x + c);
         q += v * v;
     }
-    float rs = 1.0f / sqrtf(warp_sum(q) / (float)C + LN_EPS);
+    float rs = 1.0f / sqrtf(warp_sum(q) / (float)C + eps);
     for (int c = lane; c < C; c += 32) stf(out + (size_t)n * C + c, ldf(x + c) * rs * ldf(w + c));
     if (lane == 0) rstd[n] = rs;
 }
@@ -337,14 +337,14 @@ __global__ void rms_bwd_dw_k(float *part, const T *dout, const T *inp, const flo
     part[(size_t)blockIdx.y * C + c] = s;
 }
 
-template <typename T> static void rmsnorm_forward(T *out, float *rstd, const T *inp, const T *w, int N, int C)
+template <typename T> static void rmsnorm_forward(T *out, float *rstd, const T *inp, const T *w, int N, int C, float eps)
 {
     if (N <= 0 || C <= 0) return;
     if (vec8_ok((size_t)C, out, inp) && vec8_ok(8, w)) /* 16-byte accesses */
         ln_fwd_warp_k<T, false, true><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(
-            out, nullptr, rstd, (T *)inp, w, nullptr, N, C, nullptr, nullptr);
+            out, nullptr, rstd, (T *)inp, w, nullptr, N, C, eps, nullptr, nullptr);
     else
-        rms_fwd_k<T><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(out, rstd, inp, w, N, C);
+        rms_fwd_k<T><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(out, rstd, inp, w, N, C, eps);
     kcu_launched();
 }
 
@@ -378,18 +378,18 @@ static void rmsnorm_backward(T *dinp, float *dw, const T *dout, const T *inp, co
     kcu_launched();
 }
 
-void kcu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C)
+void kcu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps)
 {
-    rmsnorm_forward(out, rstd, inp, w, N, C);
+    rmsnorm_forward(out, rstd, inp, w, N, C, eps);
 }
 void kcu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                           const float *rstd, int N, int C)
 {
     rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
 }
-void kcu_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C)
+void kcu_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C, float eps)
 {
-    rmsnorm_forward(as_bf(out), rstd, as_bf(inp), as_bf(w), N, C);
+    rmsnorm_forward(as_bf(out), rstd, as_bf(inp), as_bf(w), N, C, eps);
 }
 void kcu_rmsnorm_backward_bf16(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp,
                                const uint16_t *w, const float *rstd, int N, int C)
@@ -398,14 +398,14 @@ void kcu_rmsnorm_backward_bf16(uint16_t *dinp, float *dw, const uint16_t *dout, 
 }
 
 template <typename T>
-static void layernorm_forward(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C)
+static void layernorm_forward(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C, float eps)
 {
     if (N <= 0 || C <= 0) return;
     if (vec8_ok((size_t)C, out, inp) && vec8_ok(8, w, b))
         ln_fwd_warp_k<T, false, false><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(
-            out, mean, rstd, (T *)inp, w, b, N, C, nullptr, nullptr);
+            out, mean, rstd, (T *)inp, w, b, N, C, eps, nullptr, nullptr);
     else
-        ln_fwd_k<T><<<N, LN_BLOCK, 0, kcu_stream()>>>(out, mean, rstd, inp, w, b, C);
+        ln_fwd_k<T><<<N, LN_BLOCK, 0, kcu_stream()>>>(out, mean, rstd, inp, w, b, C, eps);
     kcu_launched();
 }
 
@@ -455,9 +455,9 @@ static void layernorm_backward(T *dinp, float *dw, float *db, const T *dout, con
 }
 
 void kcu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                           const float *b, int N, int C)
+                           const float *b, int N, int C, float eps)
 {
-    layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+    layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
 }
 void kcu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                             const float *w, const float *mean, const float *rstd, int N, int C)
@@ -467,38 +467,38 @@ void kcu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
 /* res = a + b, then out = LayerNorm(res): one kernel where the row kernels
  * apply, else the two ops. */
 void kcu_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
-                                         const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C)
+                                         const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C, float eps)
 {
     if (N <= 0 || C <= 0) return;
     if (vec8_ok((size_t)C, out, res) && vec8_ok(8, a, b) && vec8_ok(8, w, bias)) {
         ln_fwd_warp_k<bf16, true, false><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(
-            as_bf(out), mean, rstd, as_bf(res), as_bf(w), as_bf(bias), N, C, as_bf(a), as_bf(b));
+            as_bf(out), mean, rstd, as_bf(res), as_bf(w), as_bf(bias), N, C, eps, as_bf(a), as_bf(b));
         kcu_launched();
         return;
     }
     kcu_residual_forward_bf16(res, a, b, (size_t)N * C);
-    kcu_layernorm_forward_bf16(out, mean, rstd, res, w, bias, N, C);
+    kcu_layernorm_forward_bf16(out, mean, rstd, res, w, bias, N, C, eps);
 }
 
 /* res = a + b, then out = RMSNorm(res): the same, for the LLaMA family. */
 void kcu_residual_rmsnorm_forward_bf16(uint16_t *res, uint16_t *out, float *rstd, const uint16_t *a,
-                                       const uint16_t *b, const uint16_t *w, int N, int C)
+                                       const uint16_t *b, const uint16_t *w, int N, int C, float eps)
 {
     if (N <= 0 || C <= 0) return;
     if (vec8_ok((size_t)C, out, res) && vec8_ok(8, a, b) && vec8_ok(8, w)) {
         ln_fwd_warp_k<bf16, true, true><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(
-            as_bf(out), nullptr, rstd, as_bf(res), as_bf(w), nullptr, N, C, as_bf(a), as_bf(b));
+            as_bf(out), nullptr, rstd, as_bf(res), as_bf(w), nullptr, N, C, eps, as_bf(a), as_bf(b));
         kcu_launched();
         return;
     }
     kcu_residual_forward_bf16(res, a, b, (size_t)N * C);
-    kcu_rmsnorm_forward_bf16(out, rstd, res, w, N, C);
+    kcu_rmsnorm_forward_bf16(out, rstd, res, w, N, C, eps);
 }
 
 void kcu_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
-                                const uint16_t *w, const uint16_t *b, int N, int C)
+                                const uint16_t *w, const uint16_t *b, int N, int C, float eps)
 {
-    layernorm_forward(as_bf(out), mean, rstd, as_bf(inp), as_bf(w), as_bf(b), N, C);
+    layernorm_forward(as_bf(out), mean, rstd, as_bf(inp), as_bf(w), as_bf(b), N, C, eps);
 }
 void kcu_layernorm_backward_bf16(uint16_t *dinp, float *dw, float *db, const uint16_t *dout,
                                  const uint16_t *inp, const uint16_t *w, const float *mean,

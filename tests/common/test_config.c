@@ -591,8 +591,8 @@ static void test_megatron_flags(void)
         { "--fp16", "--fp16: fp16 with loss scaling is not implemented; --bf16 is" },
         { "--wandb-project p", "--wandb-project: atoll does not log to Weights & Biases" },
         { "--context-parallel-size 2", "--context-parallel-size 2: context parallelism is not implemented" },
-        { "--norm-epsilon 1e-6", "--norm-epsilon 1e-6: LayerNorm and RMSNorm use epsilon 1e-5; accepted: 1e-5" },
-        { "--norm-epsilon 0", "--norm-epsilon 0: LayerNorm" },
+        { "--norm-epsilon -1e-6", "--norm-epsilon: -1e-6 is below the smallest accepted value, 0" },
+        { "--norm-epsilon 2", "--norm-epsilon: 2 is above the largest accepted value, 1" },
         { "--transformer-impl te", "accepted: local transformer_engine" },
         { "--num-experts 8", "--num-experts: mixture-of-experts models are not implemented" },
         { "--rampup-batch-size 16 16", "--rampup-batch-size takes three numbers, START INCREMENT SAMPLES" },
@@ -685,6 +685,11 @@ static void test_megatron_flags(void)
     CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == -1 &&
               strstr(err, "--apply-layernorm-1p centres LayerNorm weights on zero; it takes --normalization LayerNorm"),
           "RMSNorm + 1p: %s", err);
+    /* --norm-epsilon: Qwen's 1e-6 taken; 0 (a JobSpec that does not carry it) reads as Megatron's 1e-5 */
+    snprintf(line, sizeof line, "%s--norm-epsilon 1e-6", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_norm_eps(&c) == 1e-6, "--norm-epsilon 1e-6: %s", err);
+    snprintf(line, sizeof line, "%s--norm-epsilon 0", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_norm_eps(&c) == 1e-5, "--norm-epsilon 0: %s", err);
     /* --rotary-percent: int(head dim 16 * p) dims turn, an even number of at least 2, rotary positions only, GPT
      * family only */
     snprintf(line, sizeof line, "%s--position-embedding-type rope --rotary-percent 0.5", model);

@@ -168,6 +168,7 @@ static void message_cases(void)
     c.recompute_num_layers = 2;
     c.squared_relu = c.apply_layernorm_1p = 1;
     c.rotary_percent = 0.5;
+    c.norm_epsilon = 1e-6;
     Atoll__JobSpec s;
     msg_spec_from_cfg(&s, &c, "gpt-1b");
     plen = protobuf_c_message_get_packed_size(&s.base);

@@ -92,7 +92,7 @@ static void test_layernorm(int N, int C)
             rdx[(size_t)r * C + c] += s * (gr[c] * (double)w[c] - gm - xh * gx);
         }
     }
-    K->layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    K->layernorm_forward(out, mean, rstd, x, w, b, N, C, 1e-5f);
     compare("layernorm_forward out", out, rout, n);
     compare("layernorm_forward mean", mean, rmean, N);
     compare("layernorm_forward rstd", rstd, rrstd, N);

@@ -102,11 +102,19 @@ static void test_layernorm(int N, int C)
     vec x = rv((size_t)N * C, 2), w = rv(C), b = rv(C), g = rv((size_t)N * C), dx = rv((size_t)N * C), dw = rv(C),
         db = rv(C);
     vec o1 = nanv((size_t)N * C), m1 = nanv(N), r1 = nanv(N), o2 = o1, m2 = m1, r2 = r1;
-    R->layernorm_forward(o1.data(), m1.data(), r1.data(), x.data(), w.data(), b.data(), N, C);
-    kcu_layernorm_forward(o2.data(), m2.data(), r2.data(), x.data(), w.data(), b.data(), N, C);
+    R->layernorm_forward(o1.data(), m1.data(), r1.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
+    kcu_layernorm_forward(o2.data(), m2.data(), r2.data(), x.data(), w.data(), b.data(), N, C, 1e-5f);
     cmp("layernorm_forward out", o2, o1, 1e-5);
     cmp("layernorm_forward mean", m2, m1, 1e-5);
     cmp("layernorm_forward rstd", r2, r1, 1e-5);
+    { /* --norm-epsilon reaches the kernel: 0.25 against the variance of about 1.3 moves rstd by a tenth */
+        vec o3 = nanv((size_t)N * C), m3 = nanv(N), r3 = nanv(N), o4 = o3, m4 = m3, r4 = r3;
+        R->layernorm_forward(o3.data(), m3.data(), r3.data(), x.data(), w.data(), b.data(), N, C, 0.25f);
+        kcu_layernorm_forward(o4.data(), m4.data(), r4.data(), x.data(), w.data(), b.data(), N, C, 0.25f);
+        cmp("layernorm_forward (eps 0.25) out", o4, o3, 1e-5);
+        cmp("layernorm_forward (eps 0.25) rstd", r4, r3, 1e-5);
+        check(r3[0] < 0.99f * r1[0], "layernorm_forward: eps 0.25 did not lower rstd (%g vs %g)", r3[0], r1[0]);
+    }
     vec dx2 = dx, dw2 = dw, db2 = db;
     R->layernorm_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), m1.data(), r1.data(), N, C);
     kcu_layernorm_backward(dx2.data(), dw2.data(), db2.data(), g.data(), x.data(), w.data(), m2.data(), r2.data(), N, C);
@@ -116,8 +124,8 @@ static void test_layernorm(int N, int C)
     /* bf16 forward on bf16-exact inputs */
     std::vector<uint16_t> xb, wb, bb, ob((size_t)N * C, 0xffff);
     vec xr = rv_bf((size_t)N * C, 2, xb), wr = rv_bf(C, 1, wb), br = rv_bf(C, 1, bb);
-    R->layernorm_forward(o1.data(), m1.data(), r1.data(), xr.data(), wr.data(), br.data(), N, C);
-    kcu_layernorm_forward_bf16(ob.data(), m2.data(), r2.data(), xb.data(), wb.data(), bb.data(), N, C);
+    R->layernorm_forward(o1.data(), m1.data(), r1.data(), xr.data(), wr.data(), br.data(), N, C, 1e-5f);
+    kcu_layernorm_forward_bf16(ob.data(), m2.data(), r2.data(), xb.data(), wb.data(), bb.data(), N, C, 1e-5f);
     cmp("layernorm_forward_bf16 out", widen(ob), o1, 1e-2);
     /* the residual add fused into it, in place as the engine calls it (res = a):
      * the same bits as the two calls, and against the CPU composition */
@@ -129,11 +137,11 @@ static void test_layernorm(int N, int C)
         std::vector<uint16_t> rc = ab;
         vec m3 = nanv(N), r3 = nanv(N), m4 = m3, r4 = r3, m5 = m3, r5 = r3;
         kcu_residual_layernorm_forward_bf16(ra.data(), o3.data(), m3.data(), r3.data(), ra.data(), b2.data(),
-                                            wb.data(), bb.data(), N, C);
+                                            wb.data(), bb.data(), N, C, 1e-5f);
         kcu_residual_forward_bf16(rb.data(), rb.data(), b2.data(), (size_t)N * C);
-        kcu_layernorm_forward_bf16(o4.data(), m4.data(), r4.data(), rb.data(), wb.data(), bb.data(), N, C);
+        kcu_layernorm_forward_bf16(o4.data(), m4.data(), r4.data(), rb.data(), wb.data(), bb.data(), N, C, 1e-5f);
         R->residual_layernorm_forward_bf16(rc.data(), o5.data(), m5.data(), r5.data(), rc.data(), b2.data(),
-                                           wb.data(), bb.data(), N, C);
+                                           wb.data(), bb.data(), N, C, 1e-5f);
         bool same = ra == rb && o3 == o4 && !memcmp(m3.data(), m4.data(), N * 4) && !memcmp(r3.data(), r4.data(), N * 4);
         check(same, "residual_layernorm_forward_bf16 (N=%d C=%d): not the bits of residual then layernorm", N, C);
         check(ra == rc, "residual_layernorm_forward_bf16 (N=%d C=%d): residual differs from the CPU's", N, C);
@@ -433,17 +441,24 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     std::vector<uint16_t> xb, wb, gb;
     vec x = rv_bf((size_t)N * C, 2, xb), w = rv_bf(C, 1, wb), g = rv_bf((size_t)N * C, 1, gb);
     vec o1 = nanv((size_t)N * C), o2 = o1, r1 = nanv(N), r2 = r1, dx1 = rv((size_t)N * C), dx2 = dx1, dw1 = rv(C), dw2 = dw1;
-    R->rmsnorm_forward(o1.data(), r1.data(), x.data(), w.data(), N, C);
-    kcu_rmsnorm_forward(o2.data(), r2.data(), x.data(), w.data(), N, C);
+    R->rmsnorm_forward(o1.data(), r1.data(), x.data(), w.data(), N, C, 1e-5f);
+    kcu_rmsnorm_forward(o2.data(), r2.data(), x.data(), w.data(), N, C, 1e-5f);
     cmp("rmsnorm_forward out", o2, o1, 1e-5);
     cmp("rmsnorm_forward rstd", r2, r1, 1e-5);
+    { /* --norm-epsilon reaches the kernel */
+        vec o3 = nanv((size_t)N * C), o4 = o3, r3 = nanv(N), r4 = r3;
+        R->rmsnorm_forward(o3.data(), r3.data(), x.data(), w.data(), N, C, 0.25f);
+        kcu_rmsnorm_forward(o4.data(), r4.data(), x.data(), w.data(), N, C, 0.25f);
+        cmp("rmsnorm_forward (eps 0.25) out", o4, o3, 1e-5);
+        check(r3[0] < 0.99f * r1[0], "rmsnorm_forward: eps 0.25 did not lower rstd (%g vs %g)", r3[0], r1[0]);
+    }
     R->rmsnorm_backward(dx1.data(), dw1.data(), g.data(), x.data(), w.data(), r1.data(), N, C);
     kcu_rmsnorm_backward(dx2.data(), dw2.data(), g.data(), x.data(), w.data(), r2.data(), N, C);
     cmp("rmsnorm_backward dinp", dx2, dx1, 1e-5);
     cmp("rmsnorm_backward dw", dw2, dw1, 1e-5);
     std::vector<uint16_t> ob((size_t)N * C, 0xffff), dxb = narrow(dx1);
     vec rb = nanv(N), dwb = dw1, dx3 = dx1, dw3 = dw1;
-    kcu_rmsnorm_forward_bf16(ob.data(), rb.data(), xb.data(), wb.data(), N, C);
+    kcu_rmsnorm_forward_bf16(ob.data(), rb.data(), xb.data(), wb.data(), N, C, 1e-5f);
     cmp("rmsnorm_forward_bf16 out", widen(ob), o1, 1e-2);
     vec dxw = widen(dxb);
     R->rmsnorm_backward(dxw.data(), dw3.data(), g.data(), x.data(), w.data(), r1.data(), N, C);
@@ -458,10 +473,10 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
         rv_bf((size_t)N * C, 1, b2);
         std::vector<uint16_t> ra = ab, rb = ab, rc = ab;
         vec r3 = nanv(N), r4 = r3, r5 = r3;
-        kcu_residual_rmsnorm_forward_bf16(ra.data(), o3.data(), r3.data(), ra.data(), b2.data(), wb.data(), N, C);
+        kcu_residual_rmsnorm_forward_bf16(ra.data(), o3.data(), r3.data(), ra.data(), b2.data(), wb.data(), N, C, 1e-5f);
         kcu_residual_forward_bf16(rb.data(), rb.data(), b2.data(), (size_t)N * C);
-        kcu_rmsnorm_forward_bf16(o4.data(), r4.data(), rb.data(), wb.data(), N, C);
-        R->residual_rmsnorm_forward_bf16(rc.data(), o5.data(), r5.data(), rc.data(), b2.data(), wb.data(), N, C);
+        kcu_rmsnorm_forward_bf16(o4.data(), r4.data(), rb.data(), wb.data(), N, C, 1e-5f);
+        R->residual_rmsnorm_forward_bf16(rc.data(), o5.data(), r5.data(), rc.data(), b2.data(), wb.data(), N, C, 1e-5f);
         check(ra == rb && o3 == o4 && !memcmp(r3.data(), r4.data(), N * 4),
               "residual_rmsnorm_forward_bf16 (N=%d C=%d): not the bits of residual then rmsnorm", N, C);
         check(ra == rc, "residual_rmsnorm_forward_bf16 (N=%d C=%d): residual differs from the CPU's", N, C);

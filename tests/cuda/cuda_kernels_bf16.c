@@ -82,11 +82,11 @@ static void check_residual_norm(const float *x, const float *w, const float *b, 
     uint16_t *db = b ? d_put_bf(b, C) : NULL;
     float *dmean = d_poison(N * 4), *drstd = d_poison(N * 4);
     if (b) {
-        R->residual_layernorm_forward_bf16(hres, hout, mean, rstd, hx, hy, hw, hb, N, C);
-        G->residual_layernorm_forward_bf16(dres, dout, dmean, drstd, dres, dy, dw, db, N, C);
+        R->residual_layernorm_forward_bf16(hres, hout, mean, rstd, hx, hy, hw, hb, N, C, 1e-5f);
+        G->residual_layernorm_forward_bf16(dres, dout, dmean, drstd, dres, dy, dw, db, N, C, 1e-5f);
     } else {
-        R->residual_rmsnorm_forward_bf16(hres, hout, rstd, hx, hy, hw, N, C);
-        G->residual_rmsnorm_forward_bf16(dres, dout, drstd, dres, dy, dw, N, C);
+        R->residual_rmsnorm_forward_bf16(hres, hout, rstd, hx, hy, hw, N, C, 1e-5f);
+        G->residual_rmsnorm_forward_bf16(dres, dout, drstd, dres, dy, dw, N, C, 1e-5f);
     }
     R->from_bf16(rf, hres, n); R->from_bf16(of, hout, n);
     char what[96];
@@ -108,8 +108,8 @@ static void test_layernorm(int N, int C)
     float *out = malloc(n * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
     uint16_t *dx = d_put_bf(x, n), *dw = d_put_bf(w, C), *db = d_put_bf(b, C), *dout = d_poison(n * 2);
     float *dmean = d_poison(N * 4), *drstd = d_poison(N * 4);
-    R->layernorm_forward(out, mean, rstd, x, w, b, N, C);
-    G->layernorm_forward_bf16(dout, dmean, drstd, dx, dw, db, N, C);
+    R->layernorm_forward(out, mean, rstd, x, w, b, N, C, 1e-5f);
+    G->layernorm_forward_bf16(dout, dmean, drstd, dx, dw, db, N, C, 1e-5f);
     h_compare("layernorm_forward_bf16 out", d_get_bf(dout, n), out, n, TOL);
     h_compare("layernorm_forward_bf16 mean", d_get(dmean, N), mean, N, TOL);
     h_compare("layernorm_forward_bf16 rstd", d_get(drstd, N), rstd, N, TOL);
@@ -331,8 +331,8 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     uint16_t *d_x = d_put_bf(x, n), *d_w = d_put_bf(w, C), *d_g = d_put_bf(g, n), *d_out = d_poison(n * 2);
     uint16_t *d_dx = d_put_bf(dx, n);
     float *d_rstd = d_poison(N * 4), *d_dw = d_put(dw, C * 4);
-    R->rmsnorm_forward(out, rstd, x, w, N, C);
-    G->rmsnorm_forward_bf16(d_out, d_rstd, d_x, d_w, N, C);
+    R->rmsnorm_forward(out, rstd, x, w, N, C, 1e-5f);
+    G->rmsnorm_forward_bf16(d_out, d_rstd, d_x, d_w, N, C, 1e-5f);
     h_compare("rmsnorm_forward_bf16 out", d_get_bf(d_out, n), out, n, TOL);
     R->rmsnorm_backward(dx, dw, g, x, w, rstd, N, C);
     G->rmsnorm_backward_bf16(d_dx, d_dw, d_g, d_x, d_w, d_rstd, N, C);

@@ -71,8 +71,8 @@ static void test_layernorm(int N, int C)
     float *out = malloc(n * 4), *mean = malloc(N * 4), *rstd = malloc(N * 4);
     float *dx = d_put(x, n * 4), *dw = d_put(w, C * 4), *db = d_put(b, C * 4);
     float *dout = d_poison(n * 4), *dmean = d_poison(N * 4), *drstd = d_poison(N * 4);
-    R->layernorm_forward(out, mean, rstd, x, w, b, N, C);
-    G->layernorm_forward(dout, dmean, drstd, dx, dw, db, N, C);
+    R->layernorm_forward(out, mean, rstd, x, w, b, N, C, 1e-5f);
+    G->layernorm_forward(dout, dmean, drstd, dx, dw, db, N, C, 1e-5f);
     h_compare("layernorm_forward out", d_get(dout, n), out, n, TOL);
     h_compare("layernorm_forward mean", d_get(dmean, N), mean, N, TOL);
     h_compare("layernorm_forward rstd", d_get(drstd, N), rstd, N, TOL);
@@ -150,8 +150,8 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     float *dx = h_rand(n, 1), *dw = h_rand(C, 1);
     float *d_x = d_put(x, n * 4), *d_w = d_put(w, C * 4), *d_g = d_put(g, n * 4), *d_out = d_poison(n * 4);
     float *d_rstd = d_poison(N * 4), *d_dx = d_put(dx, n * 4), *d_dw = d_put(dw, C * 4);
-    R->rmsnorm_forward(out, rstd, x, w, N, C);
-    G->rmsnorm_forward(d_out, d_rstd, d_x, d_w, N, C);
+    R->rmsnorm_forward(out, rstd, x, w, N, C, 1e-5f);
+    G->rmsnorm_forward(d_out, d_rstd, d_x, d_w, N, C, 1e-5f);
     h_compare("rmsnorm_forward out", d_get(d_out, n), out, n, TOL);
     h_compare("rmsnorm_forward rstd", d_get(d_rstd, N), rstd, N, TOL);
     R->rmsnorm_backward(dx, dw, g, x, w, rstd, N, C);

@@ -61,7 +61,7 @@ typedef struct { int N, C; float *x, *w, *b, *out, *mean, *rstd, *dout; } ln_ctx
 static double ln_obj(void *p)
 {
     ln_ctx *c = p;
-    K->layernorm_forward(c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C);
+    K->layernorm_forward(c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->C, 1e-5f);
     return dotp(c->out, c->dout, (size_t)c->N * c->C);
 }
 static void test_layernorm(void)
@@ -72,6 +72,18 @@ static void test_layernorm(void)
     double m = 0;
     for (int i = 0; i < 8; i++) m += c.x[i];
     CHECK(fabs(c.mean[0] - m / 8) < 1e-6, "layernorm mean");
+    double var = 0;
+    for (int i = 0; i < 8; i++) var += (c.x[i] - m / 8) * (c.x[i] - m / 8);
+    CHECK(fabs(c.rstd[0] - 1 / sqrt(var / 8 + 1e-5)) < 1e-5 * c.rstd[0], "layernorm rstd, eps 1e-5");
+    float o2[24], m2[3], r2[3]; /* --norm-epsilon 0.5 */
+    K->layernorm_forward(o2, m2, r2, c.x, c.w, c.b, c.N, c.C, 0.5f);
+    CHECK(fabs(r2[0] - 1 / sqrt(var / 8 + 0.5)) < 1e-5 * r2[0] &&
+              fabs(o2[3] - ((c.x[3] - m / 8) * r2[0] * c.w[3] + c.b[3])) < 1e-5, "layernorm with eps 0.5");
+    float rr[3];
+    K->rmsnorm_forward(o2, rr, c.x, c.w, c.N, c.C, 0.5f);
+    double ss = 0;
+    for (int i = 0; i < 8; i++) ss += (double)c.x[i] * c.x[i];
+    CHECK(fabs(rr[0] - 1 / sqrt(ss / 8 + 0.5)) < 1e-5 * rr[0], "rmsnorm with eps 0.5");
     K->layernorm_backward(dx, dw, db, c.dout, c.x, c.w, c.mean, c.rstd, c.N, c.C);
     check_grad("layernorm dx", c.x, dx, 24, ln_obj, &c);
     check_grad("layernorm dw", c.w, dw, 8, ln_obj, &c);
@@ -200,7 +212,7 @@ typedef struct { int N, C; float *x, *w, *out, *rstd, *dout; } rn_ctx;
 static double rn_obj(void *p)
 {
     rn_ctx *c = p;
-    K->rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->N, c->C);
+    K->rmsnorm_forward(c->out, c->rstd, c->x, c->w, c->N, c->C, 1e-5f);
     return dotp(c->out, c->dout, (size_t)c->N * c->C);
 }
 static void test_rmsnorm(void)

@@ -25,10 +25,11 @@ start, as in Megatron); --qkv-bias (with --llama): --add-qkv-bias, biases on
 q, k and v alone as Hugging Face's Qwen2ForCausalLM has them, the checkpoint's
 config.json naming that architecture; --qk-norm (with --llama): --qk-layernorm,
 an RMSNorm over each query and key head before the rotary embedding, as
-Qwen3ForCausalLM's q_norm and k_norm, config.json naming Qwen3; --nemotron: the GPT family as Nemotron-4 builds
+Qwen3ForCausalLM's q_norm and k_norm, config.json naming Qwen3 (both with Qwen's RMSNorm epsilon, --norm-epsilon
+1e-6, which config.json's rms_norm_eps must carry); --nemotron: the GPT family as Nemotron-4 builds
 it (--squared-relu: the MLP's activation relu(x)^2; --apply-layernorm-1p: LayerNorm weights stored as w and
 applied as 1 + w, starting at 0; rotary positions on half of each head, --rotary-percent 0.5; no linear biases;
-untied), the reference applying 1 + w to the stored weights it reads. Any other argument goes to atoll-train,
+untied; LayerNorm epsilon 1e-6), the reference applying 1 + w to the stored weights it reads. Any other argument goes to atoll-train,
 e.g. --device cuda for the GPU run.)
 """
 import json
@@ -43,7 +44,8 @@ import numpy as np
 import torch
 
 L, H, NH, T, V = 2, 64, 4, 16, 256
-KV, FFN, ROPE_BASE, RMS_EPS = 2, 96, 10000.0, 1e-5  # --llama
+KV, FFN, ROPE_BASE, RMS_EPS = 2, 96, 10000.0, 1e-5  # --llama (Qwen's --norm-epsilon 1e-6 with --qkv-bias, --qk-norm)
+LN_EPS = 1e-5  # --norm-epsilon 1e-6 with --nemotron
 MBS, GBS, ITERS = 2, 4, 5
 LR, MIN_LR, WARMUP, WD, B1, B2, EPS, CLIP = 3e-3, 3e-4, 2, 0.1, 0.9, 0.95, 1e-8, 1.0
 TOL = 1e-5
@@ -113,7 +115,7 @@ def gpt_loss(p, tokens, targets, want_logits=False):
     mask = ~allowed[:, None]
     bias = lambda name: p.get(name, 0)
     norm = lambda x, pre: torch.nn.functional.layer_norm(x, (H,), p[pre + "weight"] + (1 if NEMOTRON else 0),
-                                                         p[pre + "bias"], 1e-5)
+                                                         p[pre + "bias"], LN_EPS)
     act = (lambda u: torch.relu(u) ** 2) if NEMOTRON else (lambda u: torch.nn.functional.gelu(u, approximate="tanh"))
     for l in range(L):
         w = lambda s: p[f"h.{l}.{s}"]
@@ -218,7 +220,7 @@ def lr_at(it):
 
 def main():
     train, work = sys.argv[1], sys.argv[2]
-    global EOD_MASK, DOCUMENTS, QKV_BIAS, QK_NORM, NEMOTRON
+    global EOD_MASK, DOCUMENTS, QKV_BIAS, QK_NORM, NEMOTRON, RMS_EPS, LN_EPS
     llama = "--llama" in sys.argv[3:]
     NEMOTRON = "--nemotron" in sys.argv[3:] and not llama
     untie = "--untie" in sys.argv[3:] or llama or NEMOTRON
@@ -226,6 +228,8 @@ def main():
     DOCUMENTS = "--documents" in sys.argv[3:]
     QKV_BIAS = "--qkv-bias" in sys.argv[3:] and llama
     QK_NORM = "--qk-norm" in sys.argv[3:] and llama
+    if QKV_BIAS or QK_NORM:  # Qwen2's and Qwen3's RMSNorm epsilon, as their Megatron scripts pass it
+        RMS_EPS = 1e-6
     extra = [a for a in sys.argv[3:]
              if a not in ("--untie", "--llama", "--eod-mask", "--documents", "--qkv-bias", "--qk-norm", "--nemotron")]
     model_loss = llama_loss if llama else gpt_loss
@@ -245,8 +249,12 @@ def main():
                 str(int(ROPE_BASE)), "--disable-bias-linear", "--group-query-attention", "--num-query-groups",
                 str(KV), "--ffn-hidden-size", str(FFN), "--save", os.path.join(work, "ckpt")]
         cmd += ["--add-qkv-bias"] if QKV_BIAS else []
+        cmd += ["--norm-epsilon", str(RMS_EPS)] if RMS_EPS != 1e-5 else []
         cmd += ["--qk-layernorm"] if QK_NORM else []
     if NEMOTRON:
+        # Nemotron's own epsilon is 1e-5; another value checks that --norm-epsilon reaches the LayerNorms
+        LN_EPS = 1e-6
+        cmd += ["--norm-epsilon", str(LN_EPS)]
         cmd += ["--squared-relu", "--apply-layernorm-1p", "--position-embedding-type", "rope", "--rotary-percent", "0.5",
                 "--rotary-base", str(int(ROPE_BASE)), "--disable-bias-linear", "--save", os.path.join(work, "ckpt")]
     if EOD_MASK or DOCUMENTS:
