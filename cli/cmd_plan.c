@@ -122,6 +122,10 @@ static void json_candidate(jsonw *w, const plan_candidate *p)
     jsonw_kint(w, "decoder_last_pipeline_num_layers", p->last_layers);
     jsonw_kbool(w, "sp", p->sp);
     jsonw_kstr(w, "recompute", cfg_recompute_name(p->recompute));
+    if (p->recompute_layers) { /* full recompute of the first N layers of each model chunk */
+        jsonw_kstr(w, "recompute_method", "block");
+        jsonw_kint(w, "recompute_num_layers", p->recompute_layers);
+    }
     jsonw_kbool(w, "zero1", p->zero1);
     jsonw_knum(w, "step_s", p->est.step_s);
     jsonw_knum(w, "tflops_per_gpu", p->est.tflops_per_gpu);
@@ -168,9 +172,9 @@ static void print_explain(const plan_candidate *p, const atoll_config *model, co
     const plan_estimate *e = &p->est;
     const plan_memory *m = &p->mem;
     double gib = 1u << 30;
-    char split[48];
+    char split[48], rc[24];
     printf("\nexplain: tp %d, pp %d, dp %d, micro-batch %d, vpp %d, sp %d, recompute %s, zero1 %d on %s\n", p->tp, p->pp,
-           p->dp, p->micro_batch, p->vpp, p->sp, cfg_recompute_name(p->recompute), p->zero1, cl->gpu->type);
+           p->dp, p->micro_batch, p->vpp, p->sp, plan_recompute_str(p, rc, sizeof rc), p->zero1, cl->gpu->type);
     if (p->pp > 1)
         printf("  layers per stage: %s%s\n", split_str(p, model, split, sizeof split),
                p->first_layers || p->last_layers ? " (--decoder-first/last-pipeline-num-layers: the LM head's stage "
@@ -256,11 +260,11 @@ int cli_auto_layout(cli_ctx *c, atoll_config *cfg, int argc, char **argv)
         fprintf(stderr, "%s: --auto-layout: %s\n", c->prog, why);
         return CLI_REFUSED;
     }
-    char split[48];
+    char split[48], rcs[24];
     fprintf(stderr, "auto-layout: tp %d, pp %d, dp %d, micro-batch %d, vpp %d, layers per stage %s, sp %d, "
             "recompute %s, zero1 %d (predicted %.3f s/step, MFU %.3f, %.1f GiB/GPU)\n", v[0].tp, v[0].pp, v[0].dp,
             v[0].micro_batch, v[0].vpp, split_str(&v[0], cfg, split, sizeof split), v[0].sp,
-            cfg_recompute_name(v[0].recompute), v[0].zero1, v[0].est.step_s, v[0].est.mfu,
+            plan_recompute_str(&v[0], rcs, sizeof rcs), v[0].zero1, v[0].est.step_s, v[0].est.mfu,
             v[0].mem.total_bytes / (double)(1u << 30));
     plan_apply(&v[0], cfg);
     free(v);
@@ -330,9 +334,9 @@ int cmd_plan(cli_ctx *c, int argc, char **argv)
                "MB", "VPP", "SP", "RECOMPUTE", "ZERO1", "STEP_S", "TFLOP/S", "MFU", "BUBBLE", "MEM_GIB", "LAYERS");
         for (int i = 0; i < n && i < a.top; i++) {
             const plan_candidate *p = &v[i];
-            char split[48];
+            char split[48], rc[24];
             printf("%-4d %-4d %-4d %-5d %-4d %-4d %-3d %-10s %-6d %-10.4f %-8.1f %-6.3f %-7.4f %-8.1f %s\n", i + 1,
-                   p->tp, p->pp, p->dp, p->micro_batch, p->vpp, p->sp, cfg_recompute_name(p->recompute), p->zero1,
+                   p->tp, p->pp, p->dp, p->micro_batch, p->vpp, p->sp, plan_recompute_str(p, rc, sizeof rc), p->zero1,
                    p->est.step_s, p->est.tflops_per_gpu, p->est.mfu, p->est.bubble,
                    p->mem.total_bytes / (double)(1u << 30), split_str(p, &cfg, split, sizeof split));
         }

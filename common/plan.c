@@ -1,10 +1,18 @@
 /* plan: enumerate layouts, keep those that fit, rank them by predicted step time. */
 #include "plan.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+const char *plan_recompute_str(const plan_candidate *p, char *buf, size_t n)
+{
+    if (p->recompute == RECOMPUTE_FULL && p->recompute_layers > 0) snprintf(buf, n, "block %d", p->recompute_layers);
+    else snprintf(buf, n, "%s", cfg_recompute_name(p->recompute));
+    return buf;
+}
 
 void plan_fixed_none(plan_fixed *f)
 {
@@ -22,6 +30,13 @@ void plan_apply(const plan_candidate *p, atoll_config *c)
     c->decoder_last_pipeline_num_layers = p->last_layers;
     c->sequence_parallel = p->sp;
     c->recompute_granularity = p->recompute;
+    if (p->recompute == RECOMPUTE_FULL && p->recompute_layers > 0) {
+        snprintf(c->recompute_method, sizeof c->recompute_method, "block");
+        c->recompute_num_layers = p->recompute_layers;
+    } else if (p->recompute != RECOMPUTE_FULL) {
+        c->recompute_method[0] = 0;
+        c->recompute_num_layers = 0;
+    }
     c->use_distributed_optimizer = p->zero1;
     c->num_gpus = p->tp * p->pp * p->dp;
 }
@@ -88,6 +103,7 @@ static int cmp_candidate(const void *va, const void *vb)
     const plan_candidate *a = va, *b = vb;
     CMP(time_bin(a->est.step_s), time_bin(b->est.step_s));
     CMP((int)a->recompute, (int)b->recompute);
+    CMP(a->recompute_layers ? a->recompute_layers : INT_MAX, b->recompute_layers ? b->recompute_layers : INT_MAX);
     CMP(a->micro_batch, b->micro_batch);
     CMP(a->tp, b->tp);
     CMP(a->pp, b->pp);
@@ -158,12 +174,53 @@ static int push_fitting(atoll_config *c, const plan_cluster *cl, const plan_fixe
         pc.sp = c->sequence_parallel;
         pc.zero1 = z;
         pc.recompute = c->recompute_granularity;
+        pc.recompute_layers = c->recompute_granularity == RECOMPUTE_FULL && !strcmp(c->recompute_method, "block")
+                                  ? c->recompute_num_layers : 0;
         pc.fabric = *fc;
         plan_perf_estimate(c, dp, cl->gpu, &cl->links, fc, &pc.mem, &pc.est);
         if (push(l, &pc)) return -1;
         pushed++;
     }
     return pushed;
+}
+
+/* Whether layout `c` fits `usable` with some ZeRO-1 choice the user allows. */
+static int fits_some_way(atoll_config *c, const plan_fixed *fx, int dp, double usable)
+{
+    for (int z = 0; z <= (dp > 1); z++) {
+        if (!fixed_flag_ok(fx->zero1, z) && dp > 1) continue;
+        c->use_distributed_optimizer = z;
+        plan_memory m;
+        plan_memory_estimate(c, dp, &PLAN_PRECISION_BF16_FLASH, &m);
+        if (m.total_bytes <= usable) return 1;
+    }
+    return 0;
+}
+
+/* Full recompute of only the first N layers of each model chunk, N the
+ * fewest that fit (fewer rebuilt layers, less work; memory only falls as N
+ * grows), pushed when such an N below the largest chunk exists. `c` holds
+ * full recompute of every layer, which fits. Returns as push_fitting. */
+static int push_fewest_rebuilt(atoll_config *c, const plan_cluster *cl, const plan_fixed *fx, int dp, int lv,
+                               const plan_fabric_cost *fc, double usable, cand_list *l)
+{
+    int pp = c->pipeline_model_parallel_size, v = cfg_virtual_stages(c), chunk = 0;
+    for (int st = 0; st < pp; st++) {
+        int n = cfg_stage_num_layers(c, st) / v;
+        if (n > chunk) chunk = n;
+    }
+    atoll_config b = *c;
+    snprintf(b.recompute_method, sizeof b.recompute_method, "block");
+    int lo = 1, hi = chunk; /* the smallest fitting N in [1, chunk): chunk itself is every layer */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        b.recompute_num_layers = mid;
+        if (fits_some_way(&b, fx, dp, usable)) hi = mid;
+        else lo = mid + 1;
+    }
+    if (lo >= chunk) return 0;
+    b.recompute_num_layers = lo;
+    return push_fitting(&b, cl, fx, dp, lv, fc, usable, l);
 }
 
 /* The choices below tp/pp/mb: interleaving, SP, recompute, ZeRO-1. */
@@ -183,6 +240,7 @@ static int enumerate_inner(const atoll_config *base, const plan_cluster *cl, con
             atoll_config c = *base;
             c.num_layers_per_virtual_pipeline_stage = lv;
             c.sequence_parallel = sp;
+            int none_fit[2] = { 0, 0 }; /* per split: the layout fits without recompute */
             for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_FULL; rc++) {
                 if (!fixed_flag_ok(fx->recompute, rc)) continue;
                 c.recompute_granularity = (cfg_recompute)rc;
@@ -200,6 +258,12 @@ static int enumerate_inner(const atoll_config *base, const plan_cluster *cl, con
                     int r = push_fitting(&c, cl, fx, dp, lv, fc, usable, l);
                     if (r < 0) return -1;
                     fitted += r;
+                    if (rc == RECOMPUTE_NONE) none_fit[k] = r > 0;
+                    /* full recompute fits and none does not: the fewest layers rebuilt that fit, unless the
+                     * model fixes which layers full recompute rebuilds */
+                    if (rc == RECOMPUTE_FULL && r > 0 && !none_fit[k] && !base->recompute_method[0] &&
+                        push_fewest_rebuilt(&c, cl, fx, dp, lv, fc, usable, l) < 0)
+                        return -1;
                 }
                 /* neither fits: the fastest split that does, with the leanest
                  * optimizer state this layout may have (the first stages keep

@@ -177,10 +177,16 @@ typedef struct plan_candidate {
     int tp, pp, dp, micro_batch, vpp, layers_per_vstage, sp, zero1;
     int first_layers, last_layers; /* --decoder-first/last-pipeline-num-layers; 0, 0: an even split */
     cfg_recompute recompute;
+    int recompute_layers;  /* full recompute of only the first so many layers of each model chunk
+                            * (--recompute-method block --recompute-num-layers N); 0: every layer */
     plan_memory mem;
     plan_estimate est;
     plan_fabric_cost fabric;
 } plan_candidate;
+
+/* A candidate's recompute in words: "none", "selective", "full", or "block N"
+ * (full recompute of the first N layers of each model chunk). Returns buf. */
+const char *plan_recompute_str(const plan_candidate *p, char *buf, size_t n);
 
 /* The cluster to plan for: nodes (live, or simulated by plan_sim_cluster), an
  * optional fabric, the GPU type and its links. Nodes that are not alive or are
@@ -210,7 +216,10 @@ void plan_fixed_none(plan_fixed *f);
 topo_node *plan_sim_cluster(const gpu_spec *g, int num_gpus, int gpn, int leaf_nodes, char *err, size_t errlen);
 
 /* Every layout that passes cfg_validate_layout, places on the cluster and fits
- * in PLAN_MEM_USABLE of GPU memory, best first. Ranking: predicted step time in
+ * in PLAN_MEM_USABLE of GPU memory, best first. Where full recompute fits and
+ * no recompute does not, the layout is also offered with the fewest layers
+ * rebuilt that fit (--recompute-method block --recompute-num-layers N, the
+ * least recompute work), unless the model fixes the recompute method. Ranking: predicted step time in
  * bins of PLAN_TIE (the model is not better than that); within a bin the
  * simpler layout first: no recompute, smaller micro-batch, smaller tp, smaller
  * pp, no interleaving, then less memory, then the exact time.

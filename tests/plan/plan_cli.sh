@@ -19,6 +19,16 @@ check "fixed rc" '[ $rc -eq 0 ]'
 check "fixed tp kept" '! grep -q "\"tp\":[^4]" <<<"$out"'
 check "fixed recompute kept" '! grep -q "\"recompute\":\"\(none\|selective\)\"" <<<"$out"'
 
+# 24k tokens on tp 2: only full recompute fits, and full recompute of the first N layers (block) is offered first
+long="--num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 24576 --global-batch-size 64"
+long="$long --num-gpus 8 --gpu h100-sxm --tensor-model-parallel-size 2 --pipeline-model-parallel-size 1"
+long="$long --micro-batch-size 1 --sequence-parallel"
+out=$("$atoll" plan $long --json); rc=$?
+check "block rc" '[ $rc -eq 0 ]'
+check "block first" '[[ "$out" == "{\"candidates\":[{"*"\"recompute\":\"full\",\"recompute_method\":\"block\",\"recompute_num_layers\":"[1-9]* ]]'
+out=$("$atoll" plan $long --top 1); rc=$?
+check "block in the table" '[ $rc -eq 0 ] && grep -q "^1 .* block [0-9]" <<<"$out"'
+
 out=$("$atoll" plan $model --num-gpus 1024 --gpu a100-80gb --explain); rc=$?
 check "explain rc" '[ $rc -eq 0 ]'
 check "explain terms" '[[ "$out" == *"step time"*"compute"*"bubble"*"memory per GPU"* ]]'

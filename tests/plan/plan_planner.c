@@ -586,9 +586,80 @@ static void test_block_recompute(void)
     free(s.nodes);
 }
 
+/* Where no recompute does not fit and full does, the planner also offers full recompute of only the
+ * first N layers (--recompute-method block), N the fewest that fit: LLaMA-7B-like at 24k tokens on 8 H100s,
+ * tp 2 with SP. Where no recompute fits, or the model fixes the method, it offers no other N. */
+static void test_fewest_rebuilt(void)
+{
+    atoll_config m;
+    gpt(&m, 32, 4096, 32, 24576, 32000, 64);
+    sim s;
+    sim_make(&s, "h100-sxm", 8, 8);
+    plan_fixed fx;
+    plan_fixed_none(&fx);
+    fx.tp = 2, fx.pp = 1, fx.micro_batch = 1, fx.sp = 1;
+    plan_candidate *v;
+    char why[256] = "";
+    int n = plan(&m, &s, &fx, &v, why);
+    CHECK(n > 0, "24k tokens on tp 2: %s", why);
+    const plan_candidate *blk = NULL, *full = NULL;
+    for (int i = 0; i < n; i++) {
+        CHECK(v[i].recompute == RECOMPUTE_FULL, "candidate %d: recompute %s, though only full fits", i,
+              cfg_recompute_name(v[i].recompute));
+        if (v[i].recompute_layers && !blk) blk = &v[i];
+        if (!v[i].recompute_layers && v[i].zero1 && !full) full = &v[i];
+    }
+    CHECK(blk && full && blk == &v[0], "the best layout rebuilds only some layers (%s)", blk ? "ranked below" : "none");
+    if (blk && full) {
+        char rc[24];
+        show(plan_recompute_str(blk, rc, sizeof rc), blk);
+        show("full", full);
+        CHECK(blk->recompute_layers > 0 && blk->recompute_layers < 32, "block %d of 32 layers", blk->recompute_layers);
+        CHECK(blk->est.step_s < 0.9 * full->est.step_s, "block %d: %.3f s a step against full's %.3f s",
+              blk->recompute_layers, blk->est.step_s, full->est.step_s);
+        /* the fewest: one layer fewer does not fit, with or without ZeRO-1 */
+        atoll_config c = m;
+        plan_apply(blk, &c);
+        CHECK(!strcmp(c.recompute_method, "block") && c.recompute_num_layers == blk->recompute_layers,
+              "plan_apply gives --recompute-method block --recompute-num-layers %d", blk->recompute_layers);
+        c.recompute_num_layers--;
+        for (int z = 0; z < 2; z++) {
+            plan_memory mem;
+            c.use_distributed_optimizer = z;
+            plan_memory_estimate(&c, blk->dp, &PLAN_PRECISION_BF16_FLASH, &mem);
+            CHECK(mem.total_bytes > s.cl.gpu->memory_bytes * PLAN_MEM_USABLE, "block %d fits too (zero1 %d): %.1f GiB",
+                  c.recompute_num_layers, z, mem.total_bytes / (1 << 30));
+        }
+    }
+    check_contract(&m, &s, v, n);
+    free(v);
+
+    /* the model fixes the method: every full-recompute candidate keeps it */
+    atoll_config fixed = m;
+    fixed.recompute_granularity = RECOMPUTE_FULL;
+    snprintf(fixed.recompute_method, sizeof fixed.recompute_method, "block");
+    fixed.recompute_num_layers = 20;
+    fx.recompute = RECOMPUTE_FULL;
+    n = plan(&fixed, &s, &fx, &v, why);
+    CHECK(n > 0, "block 20 given: %s", why);
+    for (int i = 0; i < n; i++)
+        CHECK(v[i].recompute_layers == 20, "candidate %d: block %d, the model said 20", i, v[i].recompute_layers);
+    free(v);
+
+    /* at 8k tokens no recompute fits: no layout rebuilds some layers */
+    fx.recompute = -1;
+    m.seq_length = 8192;
+    n = plan(&m, &s, &fx, &v, why);
+    CHECK(n > 0 && v[0].recompute == RECOMPUTE_NONE, "8k tokens: no recompute first (%s)", why);
+    for (int i = 0; i < n; i++) CHECK(!v[i].recompute_layers, "candidate %d rebuilds %d layers", i, v[i].recompute_layers);
+    free(v);
+    free(s.nodes);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
+    test_fewest_rebuilt();
     test_block_recompute();
     test_balanced_split_is_best();
     test_fitting_split_is_best();
