@@ -413,11 +413,6 @@ void cfg_megatron_notes(const atoll_config *c, const char *prog, FILE *out)
     for (size_t k = 0; k < NMEGATRON; k++)
         if (c->megatron_ignored[k / 64] >> k % 64 & 1)
             fprintf(out, "%s: note: --%s has no effect here: %s\n", prog, MEGATRON[k].name, MEGATRON[k].why);
-    if (!strcmp(c->recompute_method, "uniform") && c->recompute_num_layers > 1)
-        fprintf(out, "%s: note: --recompute-method uniform --recompute-num-layers %d: layers are recomputed one at a "
-                "time here, each from its own kept input (the same results; Megatron keeps every %dth input and "
-                "rebuilds %d layers at once)\n", prog, c->recompute_num_layers, c->recompute_num_layers,
-                c->recompute_num_layers);
     if (c->reset_position_ids && cfg_rope(c))
         fprintf(out, "%s: note: --reset-position-ids has no effect with --position-embedding-type rope: as in "
                 "Megatron, rotary positions count from the sample's start (--reset-attention-mask keeps documents "
@@ -493,8 +488,9 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
         c->recompute_granularity = RECOMPUTE_SELECTIVE;
     }
     if (c->recompute_method[0] && strcmp(c->recompute_method, "uniform") && strcmp(c->recompute_method, "block")) {
-        atoll_errf(err, errlen, "--recompute-method '%s': expected uniform (every layer rebuilt, one at a time) or "
-                   "block (the first --recompute-num-layers layers of each model chunk)", c->recompute_method);
+        atoll_errf(err, errlen, "--recompute-method '%s': expected uniform (every layer rebuilt, in groups of "
+                   "--recompute-num-layers) or block (the first --recompute-num-layers layers of each model chunk)",
+                   c->recompute_method);
         return -1;
     }
     if ((c->recompute_method[0] || c->recompute_num_layers) && c->recompute_granularity != RECOMPUTE_FULL) {
@@ -1659,6 +1655,12 @@ int cfg_recompute_layers(const atoll_config *c, int chunk_layers)
     if (c->recompute_granularity != RECOMPUTE_FULL) return 0;
     if (strcmp(c->recompute_method, "block")) return chunk_layers;
     return c->recompute_num_layers < chunk_layers ? c->recompute_num_layers : chunk_layers;
+}
+
+int cfg_recompute_group(const atoll_config *c)
+{
+    if (c->recompute_granularity != RECOMPUTE_FULL || strcmp(c->recompute_method, "uniform")) return 1;
+    return c->recompute_num_layers > 1 ? c->recompute_num_layers : 1;
 }
 
 int cfg_recompute_stage_layers(const atoll_config *c, int stage_layers)

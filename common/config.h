@@ -54,7 +54,8 @@ typedef struct atoll_config {
     cfg_recompute recompute_granularity;
     /* with full: "block" recomputes the first --recompute-num-layers layers of
      * each model chunk and keeps the others' activations; "uniform" (or "")
-     * every layer, one at a time */
+     * every layer, in groups of --recompute-num-layers (1 when not given),
+     * each group rebuilt from its first layer's input */
     char recompute_method[16];
     int recompute_num_layers;                  /* 0: not given */
     int micro_batch_size, global_batch_size;
@@ -305,6 +306,9 @@ const char *cfg_recompute_name(cfg_recompute r);
 int cfg_recompute_layers(const atoll_config *c, int chunk_layers);
 /* The same for a pipeline stage of `stage_layers` layers: its v chunks' share. */
 int cfg_recompute_stage_layers(const atoll_config *c, int stage_layers);
+/* Full recompute, --recompute-method uniform: the layers of a chunk rebuilt
+ * together from the first one's input (--recompute-num-layers); 1 otherwise. */
+int cfg_recompute_group(const atoll_config *c);
 /* The share of the model's layers rebuilt in the backward pass, over every
  * stage and model chunk of the layout (1 under full recompute, 0 without). */
 double cfg_recompute_fraction(const atoll_config *c);

@@ -98,15 +98,25 @@ static cfg_recompute layer_recompute(cfg_recompute rc, const plan_precision *pre
     return prec->flash && rc == RECOMPUTE_NONE ? RECOMPUTE_SELECTIVE : rc;
 }
 
+/* The layers of a chunk of `chunk` layers a recompute group holds (uniform G, at most the chunk). */
+static int group_of(const atoll_config *c, int chunk)
+{
+    int g = cfg_recompute_group(c);
+    return g < chunk ? g : chunk > 0 ? chunk : 1;
+}
+
 /* The activation bytes one layer of a stage of `layers` layers keeps, on
  * average (at 2 bytes an element), and in *rebuilt how many of its layers full
- * recompute rebuilds: those keep their input, the others all they need. */
+ * recompute rebuilds: those keep their input (under uniform G only the first
+ * of each group of G in a chunk does), the others all they need. */
 static double layer_act(const atoll_config *c, int layers, const plan_precision *prec, double *rebuilt)
 {
     *rebuilt = layers > 0 ? cfg_recompute_stage_layers(c, layers) : 0;
     cfg_recompute kept = c->recompute_granularity == RECOMPUTE_FULL ? RECOMPUTE_NONE : c->recompute_granularity;
     if (layers <= 0) return act_bytes(c, layer_recompute(kept, prec));
-    return (*rebuilt * act_bytes(c, RECOMPUTE_FULL) + (layers - *rebuilt) * act_bytes(c, layer_recompute(kept, prec))) /
+    int v = cfg_virtual_stages(c), chunk = layers / v > 0 ? layers / v : layers, g = group_of(c, chunk);
+    double inputs = g > 1 ? (double)v * ((chunk + g - 1) / g) : *rebuilt; /* uniform G rebuilds every layer */
+    return (inputs * act_bytes(c, RECOMPUTE_FULL) + (layers - *rebuilt) * act_bytes(c, layer_recompute(kept, prec))) /
            layers;
 }
 
@@ -121,8 +131,11 @@ static double stage_activations(const atoll_config *c, int dp, int stage, int la
     double inflight = plan_inflight_microbatches(pp, v, m, stage);
     *inflight_layers = inflight * layers;
     double rebuilt, act = *inflight_layers * layer_act(c, layers, prec, &rebuilt);
-    if (rebuilt > 0) /* the backward rebuilds one layer at a time and holds its full activations */
-        act += act_bytes(c, layer_recompute(RECOMPUTE_NONE, prec));
+    if (rebuilt > 0) { /* the backward rebuilds one layer at a time (a group of G under uniform G) and holds its
+                        * full activations, and the group's G - 1 inner boundaries */
+        int v = cfg_virtual_stages(c), g = group_of(c, layers / v > 0 ? layers / v : layers);
+        act += g * act_bytes(c, layer_recompute(RECOMPUTE_NONE, prec)) + (g - 1) * act_bytes(c, RECOMPUTE_FULL);
+    }
     if (stage == 0) act += inflight * s * b * h / (sp ? tp : 1); /* embedding dropout mask */
     if (stage == pp - 1)
         act += inflight * (4 * s * b * h / (sp ? tp : 1) /* final LayerNorm + output input */

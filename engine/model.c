@@ -491,12 +491,22 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
         set_views(m, &m->chunks[i], &m->chunks[i].g, m->grads, sizeof(float), 0);
     }
     if (m->recompute == RECOMPUTE_FULL) {
-        cv = (carver){ NULL, 0 };
-        if (!(m->ws_layer = calloc(1, sizeof *m->ws_layer))) goto oom;
-        layer_acts_carve(m, &cv, m->ws_layer, 1);
-        if (!(m->ws_layer_mem = k->alloc(cv.used))) goto oom;
-        cv = (carver){ m->ws_layer_mem, 0 };
-        layer_acts_carve(m, &cv, m->ws_layer, 1);
+        /* Megatron's uniform method: groups of G layers, each rebuilt from its first input */
+        /* a group never spans chunks: at most the largest chunk's layers */
+        int G = cfg_recompute_group(cfg), most = 1;
+        for (int i = 0; i < m->nchunks; i++)
+            if (m->chunks[i].layer_end - m->chunks[i].layer_begin > most) most = m->chunks[i].layer_end - m->chunks[i].layer_begin;
+        if (G > most) G = most;
+        m->recompute_group = G;
+        if (!(m->ws_layer = calloc((size_t)G, sizeof *m->ws_layer)) || !(m->ws_res = calloc((size_t)G, sizeof(void *))))
+            goto oom;
+        size_t RCb = (size_t)m->R * m->C * m->act_bytes;
+        for (int pass = 0; pass < 2; pass++) { /* size, then place */
+            cv = (carver){ m->ws_layer_mem, 0 };
+            for (int j = 0; j < G; j++) layer_acts_carve(m, &cv, &m->ws_layer[j], 1);
+            for (int j = 0; j + 1 < G; j++) m->ws_res[j] = carve(&cv, RCb);
+            if (!pass && !(m->ws_layer_mem = k->alloc(cv.used))) goto oom;
+        }
     }
     if ((m->doc_mask || m->doc_pos) && !(m->doc_host = malloc(2 * sizeof(int32_t) * (size_t)m->B * m->T))) goto oom;
     return m;
@@ -514,6 +524,7 @@ void eng_model_free(eng_model *m)
         if (bufs[i]) m->k->free(bufs[i]);
     if (m->norm1p_f32 && m->norm1p_f32 != m->norm1p) m->k->free(m->norm1p_f32);
     free(m->ws_layer);
+    free(m->ws_res);
     free(m->doc_host);
     for (int i = 0; i < m->nchunks; i++) {
         free(m->chunks[i].w.layers);
@@ -550,6 +561,13 @@ static int rebuilt(const eng_model *m, int l)
     return l < m->recompute_first;
 }
 
+/* Where rebuilt layer l of a chunk keeps its activations: its place in its
+ * recompute group's workspace. */
+static eng_layer_acts *rebuilt_acts(const eng_model *m, int l)
+{
+    return &m->ws_layer[l % m->recompute_group];
+}
+
 /* Lays the acts out twice: once to size the allocation, once to set pointers. */
 static size_t acts_layout(eng_model *m, eng_acts *a, void *base)
 {
@@ -561,7 +579,10 @@ static size_t acts_layout(eng_model *m, eng_acts *a, void *base)
     a->targets = carve(&cv, N * sizeof(int32_t));
     a->doc = m->doc_mask ? carve(&cv, N * sizeof(int32_t)) : NULL;
     a->pos = m->doc_pos && ch->first ? carve(&cv, N * sizeof(int32_t)) : NULL;
-    for (int l = 0; l <= nl; l++) a->res[l] = carve(&cv, R * C * E);
+    /* the layer boundaries: each layer's input, and the chunk's output; with recompute groups (uniform,
+     * G > 1) only each group's input is kept, the others are rebuilt in the shared ws_res */
+    int G = m->recompute == RECOMPUTE_FULL ? m->recompute_group : 1;
+    for (int l = 0; l <= nl; l++) a->res[l] = G == 1 || l % G == 0 || l == nl ? carve(&cv, R * C * E) : m->ws_res[l % G - 1];
     for (int l = 0; l < nl; l++)
         if (!rebuilt(m, l)) layer_acts_carve(m, &cv, &a->layers[l], m->recompute != RECOMPUTE_SELECTIVE);
     if (ch->last) {
@@ -1109,12 +1130,12 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *in
     }
     int nl = ch->layer_end - ch->layer_begin, fuse = fuse_residual_norm(m), ln_done = 0;
     for (int l = 0; l < nl; l++) {
-        eng_layer_acts *la = rebuilt(m, l) ? m->ws_layer : &a->layers[l];
+        eng_layer_acts *la = rebuilt(m, l) ? rebuilt_acts(m, l) : &a->layers[l];
         /* each layer's last residual add leaves the norm after it: the next
          * layer's ln_1, or on the last stage ln_f */
         norm_site next = {0}, *to = NULL;
         if (fuse && l + 1 < nl) {
-            eng_layer_acts *nla = rebuilt(m, l + 1) ? m->ws_layer : &a->layers[l + 1];
+            eng_layer_acts *nla = rebuilt(m, l + 1) ? rebuilt_acts(m, l + 1) : &a->layers[l + 1];
             const eng_layer_w *nw = &ch->w.layers[l + 1];
             next = (norm_site){nla->ln1, nla->ln1_mean, nla->ln1_rstd, nw->ln1_w, nw->ln1_b};
             to = &next;
@@ -1282,11 +1303,16 @@ int eng_backward(eng_model *m, eng_acts *a, const void *dout, float dloss)
         const eng_layer_acts *la = &a->layers[l];
         int layer = ch->layer_begin + l;
         if (rebuilt(m, l)) {
-            /* full recompute: rebuild the layer from its saved input (same TP
-             * collectives and dropout masks, in the same order on every TP rank) */
-            if (layer_forward(m, a, layer, &ch->w.layers[l], m->ws_layer, a->res[l], a->res[l + 1], 0, NULL))
-                return -1;
-            la = m->ws_layer;
+            /* full recompute: at the last layer of its group (one layer, or G under uniform), rebuild the
+             * group from its saved input (same TP collectives and dropout masks, in the same order on every
+             * TP rank), then take the layers' backward one by one */
+            int G = m->recompute_group, g0 = l / G * G;
+            if (l + 1 == (g0 + G < nl ? g0 + G : nl))
+                for (int j = g0; j <= l; j++)
+                    if (layer_forward(m, a, ch->layer_begin + j, &ch->w.layers[j], rebuilt_acts(m, j), a->res[j],
+                                      a->res[j + 1], 0, NULL))
+                        return -1;
+            la = rebuilt_acts(m, l);
         }
         if (layer_backward(m, a, layer, &ch->w.layers[l], &ch->g.layers[l], la, a->res[l])) return -1;
         if (m->layer_done) m->layer_done(m->layer_done_ctx, a->chunk, layer);

@@ -162,7 +162,10 @@ typedef struct eng_model {
     float *ws_datt;             /* fp32 attention backward scratch [B, NH, T, T] */
     float *ws_att;              /* selective recompute (fp32): the recomputed probabilities */
     float *ws_cvt;              /* bf16 with tp > 1: fp32 staging for the TP collectives */
-    void *ws_layer_mem;         /* full recompute: one layer's activations, rebuilt */
+    void *ws_layer_mem;         /* full recompute: a group's layers' activations, rebuilt, and the
+                                 * group's inner boundaries */
+    int recompute_group;        /* full recompute: layers rebuilt together from the input of the group's first
+                                 * (--recompute-method uniform --recompute-num-layers G, at most a chunk; else 1) */
     /* --apply-layernorm-1p: the LayerNorm weights as the kernels read them, 1 + w
      * (in the activation type), refreshed from params by eng_params_updated and
      * after each optimizer step; the layer views point here, the gradients stay
@@ -170,7 +173,8 @@ typedef struct eng_model {
     void *norm1p;
     float *norm1p_f32, *norm1p_ones; /* 1 + w in fp32 before the bf16 rounding; ones to add */
     size_t norm1p_n;                 /* elements */
-    struct eng_layer_acts *ws_layer;
+    struct eng_layer_acts *ws_layer; /* [recompute_group] */
+    void **ws_res;                   /* [recompute_group - 1]: the layer boundaries inside a group, [R, C] each */
     /* Called by eng_backward after each layer's backward when set (chunk and
      * global layer index): the data-parallel overlap hooks in here. */
     void (*layer_done)(void *ctx, int chunk, int layer);
@@ -184,7 +188,10 @@ typedef struct eng_model {
  * again in backward. fp32 attention keeps the probabilities `att` (none under
  * selective recompute); bf16 attention keeps lse [B, NH, T] instead. Full
  * recompute keeps only res[] (the layer inputs) of the layers it rebuilds
- * (with --recompute-method block, the first --recompute-num-layers of the chunk). */
+ * (with --recompute-method block, the first --recompute-num-layers of the chunk);
+ * with --recompute-method uniform and G = --recompute-num-layers > 1 only the
+ * input of each group of G layers (and the chunk's output): res[] of the other
+ * boundaries point into the model's shared ws_res, rebuilt in backward. */
 typedef struct eng_layer_acts {
     void *ln1, *qkv, *atty, *res2, *ln2, *fch, *fcg;
     void *fcu;                  /* SwiGLU: the up projection (fch is the gate, fcg silu(gate)*up) */

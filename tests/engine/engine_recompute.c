@@ -8,7 +8,10 @@
  * [B, heads, T, T] of each layer, full to little more than the layer inputs.
  * Full with --recompute-method block rebuilds only the first N layers and
  * keeps the others' activations: the same bits again, and each layer rebuilt
- * keeps exactly one layer's activations less.
+ * keeps exactly one layer's activations less. With --recompute-method uniform
+ * --recompute-num-layers G (Megatron's groups: G layers rebuilt together from
+ * the first one's input) the same bits once more, keeping the input of each
+ * group only: of 3 layers, G 2 keeps one boundary less than G 1, G 3 two.
  *
  * The bf16 forward fuses each residual add into the norm that follows it
  * (ln_2 inside a layer, the next layer's ln_1, ln_f after the last layer):
@@ -38,12 +41,13 @@ typedef struct result {
     size_t nfloats, act_bytes;
 } result;
 
+/* block > 0: --recompute-method block --recompute-num-layers block; < 0: uniform -block */
 static void set_recompute(atoll_config *c, cfg_recompute rc, int block)
 {
     c->recompute_granularity = rc;
     if (block) {
-        snprintf(c->recompute_method, sizeof c->recompute_method, "block");
-        c->recompute_num_layers = block;
+        snprintf(c->recompute_method, sizeof c->recompute_method, "%s", block > 0 ? "block" : "uniform");
+        c->recompute_num_layers = block > 0 ? block : -block;
     }
 }
 
@@ -134,9 +138,10 @@ int main(int argc, char **argv)
     }
     result none = run(RECOMPUTE_NONE, 0), sel = run(RECOMPUTE_SELECTIVE, 0), full = run(RECOMPUTE_FULL, 0);
     result block1 = run(RECOMPUTE_FULL, 1), block2 = run(RECOMPUTE_FULL, 2);
-    const result *rs[4] = { &sel, &full, &block1, &block2 };
-    const char *names[4] = { "selective", "full", "full, block 1", "full, block 2" };
-    for (int k = 0; k < 4; k++) {
+    result uni2 = run(RECOMPUTE_FULL, -2), uni3 = run(RECOMPUTE_FULL, -3);
+    const result *rs[6] = { &sel, &full, &block1, &block2, &uni2, &uni3 };
+    const char *names[6] = { "selective", "full", "full, block 1", "full, block 2", "full, uniform 2", "full, uniform 3" };
+    for (int k = 0; k < 6; k++) {
         CHECK(rs[k]->loss == none.loss, "%s: loss %.17g vs %.17g", names[k], rs[k]->loss, none.loss);
         CHECK(rs[k]->grads && none.grads && rs[k]->nfloats == none.nfloats &&
               !memcmp(rs[k]->grads, none.grads, none.nfloats * sizeof(float)),
@@ -152,23 +157,30 @@ int main(int argc, char **argv)
               block2.act_bytes == full.act_bytes + layer,
           "block 1 keeps %zu bytes, block 2 %zu; full %zu, none %zu", block1.act_bytes, block2.act_bytes,
           full.act_bytes, none.act_bytes);
+    /* uniform G keeps one [B*T, C] boundary per group of G layers (and the output) instead of one per layer */
+    size_t boundary = (size_t)B * T * 32 * sizeof(float);
+    CHECK(uni2.act_bytes == full.act_bytes - boundary && uni3.act_bytes == full.act_bytes - 2 * boundary,
+          "uniform 2 keeps %zu bytes, uniform 3 %zu; full (uniform 1) %zu, a boundary %zu", uni2.act_bytes,
+          uni3.act_bytes, full.act_bytes, boundary);
     CHECK(none.loss / (B * T) > 3.5 && none.loss / (B * T) < 4.8, "mean loss %.4f near ln(64)", none.loss / (B * T));
     free(none.grads);
     free(sel.grads);
     free(full.grads);
     free(block1.grads);
     free(block2.grads);
+    free(uni2.grads);
+    free(uni3.grads);
 
-    cfg_recompute modes[4] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_FULL};
-    int blocks[4] = {0, 0, 0, 1};
+    cfg_recompute modes[5] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL, RECOMPUTE_FULL, RECOMPUTE_FULL};
+    int blocks[5] = {0, 0, 0, 1, -2};
     k_ops apart = *k_cpu();
     apart.residual_layernorm_forward_bf16 = NULL;
     apart.residual_rmsnorm_forward_bf16 = NULL;
     const char *variants[3] = {"gpt", "gpt untied", "llama"};
     for (int v = 0; v < 3; v++) {
         fused_result base = {0};
-        for (int i = 0; i < 4; i++) {
-            const char *name = blocks[i] ? "full, block 1" : cfg_recompute_name(modes[i]);
+        for (int i = 0; i < 5; i++) {
+            const char *name = blocks[i] > 0 ? "full, block 1" : blocks[i] ? "full, uniform 2" : cfg_recompute_name(modes[i]);
             fused_result f = run_bf16(k_cpu(), modes[i], blocks[i], v), p = run_bf16(&apart, modes[i], blocks[i], v);
             if (!f.params || !p.params || (i && !base.params)) continue;
             for (int s = 0; s < STEPS; s++)

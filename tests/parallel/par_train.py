@@ -256,6 +256,12 @@ def main():
         ("pp4", 4, ["--pipeline-model-parallel-size", "4"]), ("pp2_v2", 2, pp2 + vpp), ("dp2", 2, []),
         ("dp2_zero1", 2, zero), ("tp2_pp2_dp2", 8, tp2 + pp2),
         ("tp2_pp2_dp2_sp_full_recompute", 8, tp2 + pp2 + sp + ["--recompute-granularity", "full"]),
+        # Megatron's uniform groups: layers 0-2 rebuilt together (TP collectives inside), then layer 3; and a
+        # group of a whole stage
+        ("tp2_sp_full_uniform3", 2, tp2 + sp + ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                                                "--recompute-num-layers", "3"]),
+        ("pp2_full_uniform2", 2, pp2 + ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                                        "--recompute-num-layers", "2"]),
         # uneven stages: layers 1, 2, 1 and 3, 1 (the last stage's share taken by its LM head)
         ("pp3_first1_last1", 3, ["--pipeline-model-parallel-size", "3"] + first1 + last1),
         ("tp2_pp2_last1", 4, tp2 + pp2 + last1),

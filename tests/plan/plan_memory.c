@@ -188,6 +188,18 @@ static void test_flash(void)
     blk.recompute_num_layers = 48;
     plan_memory_estimate(&blk, 1, &PLAN_PRECISION_BF16_FLASH, &bk);
     CHECK_CLOSE(bk.act_bytes, ff.act_bytes, 1e-12);
+    /* --recompute-method uniform 5: the input of each group of 5 layers only (10 groups of the 48, the last of 3),
+     * and 5 working layers (full recompute's one and 4 more) with the group's 4 inner boundaries; with one
+     * micro-batch in flight that costs more than the 38 inputs it saves */
+    atoll_config uni = full;
+    snprintf(uni.recompute_method, sizeof uni.recompute_method, "uniform");
+    uni.recompute_num_layers = 5;
+    plan_memory un;
+    plan_memory_estimate(&uni, 1, &PLAN_PRECISION_BF16_FLASH, &un);
+    CHECK_CLOSE(un.act_bytes, working + 10 * per_full + 4 * per_flash + 4 * per_full, 1e-9);
+    uni.recompute_num_layers = 1;
+    plan_memory_estimate(&uni, 1, &PLAN_PRECISION_BF16_FLASH, &un);
+    CHECK_CLOSE(un.act_bytes, ff.act_bytes, 1e-12);
 }
 
 int main(int argc, char **argv)
