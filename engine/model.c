@@ -491,11 +491,13 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
         set_views(m, &m->chunks[i], &m->chunks[i].g, m->grads, sizeof(float), 0);
     }
     if (m->recompute == RECOMPUTE_FULL) {
-        /* Megatron's uniform method: groups of G layers, each rebuilt from its first input */
-        /* a group never spans chunks: at most the largest chunk's layers */
+        /* Megatron's uniform method: groups of G layers, each rebuilt from its first input; a group never
+         * spans chunks, so it holds at most the largest chunk's layers */
         int G = cfg_recompute_group(cfg), most = 1;
-        for (int i = 0; i < m->nchunks; i++)
-            if (m->chunks[i].layer_end - m->chunks[i].layer_begin > most) most = m->chunks[i].layer_end - m->chunks[i].layer_begin;
+        for (int i = 0; i < m->nchunks; i++) {
+            int nl = m->chunks[i].layer_end - m->chunks[i].layer_begin;
+            if (nl > most) most = nl;
+        }
         if (G > most) G = most;
         m->recompute_group = G;
         if (!(m->ws_layer = calloc((size_t)G, sizeof *m->ws_layer)) || !(m->ws_res = calloc((size_t)G, sizeof(void *))))
@@ -582,7 +584,8 @@ static size_t acts_layout(eng_model *m, eng_acts *a, void *base)
     /* the layer boundaries: each layer's input, and the chunk's output; with recompute groups (uniform,
      * G > 1) only each group's input is kept, the others are rebuilt in the shared ws_res */
     int G = m->recompute == RECOMPUTE_FULL ? m->recompute_group : 1;
-    for (int l = 0; l <= nl; l++) a->res[l] = G == 1 || l % G == 0 || l == nl ? carve(&cv, R * C * E) : m->ws_res[l % G - 1];
+    for (int l = 0; l <= nl; l++)
+        a->res[l] = G == 1 || l % G == 0 || l == nl ? carve(&cv, R * C * E) : m->ws_res[l % G - 1];
     for (int l = 0; l < nl; l++)
         if (!rebuilt(m, l)) layer_acts_carve(m, &cv, &a->layers[l], m->recompute != RECOMPUTE_SELECTIVE);
     if (ch->last) {

@@ -191,7 +191,8 @@ void kc_residual_forward_bf16(uint16_t *out, const uint16_t *a, const uint16_t *
 void kc_add_inplace_bf16(uint16_t *acc, const uint16_t *x, size_t n) { kc_residual_forward_bf16(acc, acc, x, n); }
 
 void kc_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
-                                        const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C, float eps)
+                                        const uint16_t *b, const uint16_t *w, const uint16_t *bias,
+                                        int N, int C, float eps)
 {
     kc_residual_forward_bf16(res, a, b, (size_t)N * C);
     kc_layernorm_forward_bf16(out, mean, rstd, res, w, bias, N, C, eps);
@@ -322,7 +323,8 @@ void kc_adamw_bf16(float *master, uint16_t *param_bf16, const float *grad, float
 
 /* ---- the LLaMA family and hidden dropout (llama.c), widened ---- */
 
-void kc_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C, float eps)
+void kc_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w,
+                             int N, int C, float eps)
 {
     size_t NC = (size_t)N * C;
     float *x = wide(inp, NC), *wf = wide(w, (size_t)C), *y = wide(NULL, NC);

@@ -111,7 +111,8 @@ void kc_relu2_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n);
 void kc_relu2_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n);
 void kc_residual_forward_bf16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n);
 void kc_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
-                                        const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C, float eps);
+                                        const uint16_t *b, const uint16_t *w, const uint16_t *bias,
+                                        int N, int C, float eps);
 void kc_add_inplace_bf16(uint16_t *acc, const uint16_t *x, size_t n);
 void kc_xent_max_bf16(float *rowmax, const uint16_t *logits, int N, int V);
 void kc_xent_sumexp_target_bf16(float *sumexp, float *target_logit, const uint16_t *logits, const float *rowmax,
@@ -123,7 +124,8 @@ void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, c
 void kc_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const uint16_t *out,
                                 const float *lse, const int32_t *doc, int B, int T, int NH, int NG, int HD,
                                 const k_dropout *drop);
-void kc_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C, float eps);
+void kc_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w,
+                             int N, int C, float eps);
 void kc_residual_rmsnorm_forward_bf16(uint16_t *res, uint16_t *out, float *rstd, const uint16_t *a, const uint16_t *b,
                                       const uint16_t *w, int N, int C, float eps);
 void kc_rmsnorm_backward_bf16(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,

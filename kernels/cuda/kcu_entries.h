@@ -56,7 +56,8 @@ void kcu_embedding_backward_bf16(float *, const uint16_t *, const int32_t *, int
 void kcu_position_forward_bf16(uint16_t *, const uint16_t *, const int32_t *, int, int, int);
 void kcu_position_backward_bf16(float *, const uint16_t *, int, int, int);
 void kcu_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
-                                         const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C, float eps);
+                                         const uint16_t *b, const uint16_t *w, const uint16_t *bias,
+                                         int N, int C, float eps);
 void kcu_layernorm_forward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *,
                                 int, int, float);
 void kcu_residual_rmsnorm_forward_bf16(uint16_t *res, uint16_t *out, float *rstd, const uint16_t *a,

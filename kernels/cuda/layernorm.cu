@@ -337,7 +337,8 @@ __global__ void rms_bwd_dw_k(float *part, const T *dout, const T *inp, const flo
     part[(size_t)blockIdx.y * C + c] = s;
 }
 
-template <typename T> static void rmsnorm_forward(T *out, float *rstd, const T *inp, const T *w, int N, int C, float eps)
+template <typename T> static void rmsnorm_forward(T *out, float *rstd, const T *inp, const T *w,
+                                                  int N, int C, float eps)
 {
     if (N <= 0 || C <= 0) return;
     if (vec8_ok((size_t)C, out, inp) && vec8_ok(8, w)) /* 16-byte accesses */
@@ -387,7 +388,8 @@ void kcu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float
 {
     rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C);
 }
-void kcu_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w, int N, int C, float eps)
+void kcu_rmsnorm_forward_bf16(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *w,
+                              int N, int C, float eps)
 {
     rmsnorm_forward(as_bf(out), rstd, as_bf(inp), as_bf(w), N, C, eps);
 }
@@ -398,7 +400,8 @@ void kcu_rmsnorm_backward_bf16(uint16_t *dinp, float *dw, const uint16_t *dout, 
 }
 
 template <typename T>
-static void layernorm_forward(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b, int N, int C, float eps)
+static void layernorm_forward(T *out, float *mean, float *rstd, const T *inp, const T *w, const T *b,
+                              int N, int C, float eps)
 {
     if (N <= 0 || C <= 0) return;
     if (vec8_ok((size_t)C, out, inp) && vec8_ok(8, w, b))
@@ -467,7 +470,8 @@ void kcu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
 /* res = a + b, then out = LayerNorm(res): one kernel where the row kernels
  * apply, else the two ops. */
 void kcu_residual_layernorm_forward_bf16(uint16_t *res, uint16_t *out, float *mean, float *rstd, const uint16_t *a,
-                                         const uint16_t *b, const uint16_t *w, const uint16_t *bias, int N, int C, float eps)
+                                         const uint16_t *b, const uint16_t *w, const uint16_t *bias,
+                                         int N, int C, float eps)
 {
     if (N <= 0 || C <= 0) return;
     if (vec8_ok((size_t)C, out, res) && vec8_ok(8, a, b) && vec8_ok(8, w, bias)) {

@@ -676,9 +676,11 @@ static void test_megatron_flags(void)
     snprintf(line, sizeof line, "%s--squared-relu --apply-layernorm-1p --position-embedding-type rope", model);
     CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == 0 &&
               c.squared_relu && c.apply_layernorm_1p, "GPT with --squared-relu --apply-layernorm-1p: %s", err);
-    snprintf(line, sizeof line, "%s--normalization RMSNorm --swiglu --position-embedding-type rope --squared-relu", model);
+    snprintf(line, sizeof line, "%s--normalization RMSNorm --swiglu --position-embedding-type rope --squared-relu",
+             model);
     CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == -1 &&
-              strstr(err, "--squared-relu and --swiglu are two MLP activations: give one"), "SwiGLU + squared ReLU: %s", err);
+              strstr(err, "--squared-relu and --swiglu are two MLP activations: give one"),
+          "SwiGLU + squared ReLU: %s", err);
     snprintf(line, sizeof line, "%s--normalization RMSNorm --swiglu --position-embedding-type rope --apply-layernorm-1p",
              model);
     CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == -1 &&

@@ -473,7 +473,8 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
         rv_bf((size_t)N * C, 1, b2);
         std::vector<uint16_t> ra = ab, rb = ab, rc = ab;
         vec r3 = nanv(N), r4 = r3, r5 = r3;
-        kcu_residual_rmsnorm_forward_bf16(ra.data(), o3.data(), r3.data(), ra.data(), b2.data(), wb.data(), N, C, 1e-5f);
+        kcu_residual_rmsnorm_forward_bf16(ra.data(), o3.data(), r3.data(), ra.data(), b2.data(), wb.data(), N, C,
+                                          1e-5f);
         kcu_residual_forward_bf16(rb.data(), rb.data(), b2.data(), (size_t)N * C);
         kcu_rmsnorm_forward_bf16(o4.data(), r4.data(), rb.data(), wb.data(), N, C, 1e-5f);
         R->residual_rmsnorm_forward_bf16(rc.data(), o5.data(), r5.data(), rc.data(), b2.data(), wb.data(), N, C, 1e-5f);

@@ -140,7 +140,8 @@ int main(int argc, char **argv)
     result block1 = run(RECOMPUTE_FULL, 1), block2 = run(RECOMPUTE_FULL, 2);
     result uni2 = run(RECOMPUTE_FULL, -2), uni3 = run(RECOMPUTE_FULL, -3);
     const result *rs[6] = { &sel, &full, &block1, &block2, &uni2, &uni3 };
-    const char *names[6] = { "selective", "full", "full, block 1", "full, block 2", "full, uniform 2", "full, uniform 3" };
+    const char *names[6] = { "selective",     "full",          "full, block 1",
+                             "full, block 2", "full, uniform 2", "full, uniform 3" };
     for (int k = 0; k < 6; k++) {
         CHECK(rs[k]->loss == none.loss, "%s: loss %.17g vs %.17g", names[k], rs[k]->loss, none.loss);
         CHECK(rs[k]->grads && none.grads && rs[k]->nfloats == none.nfloats &&
@@ -180,7 +181,9 @@ int main(int argc, char **argv)
     for (int v = 0; v < 3; v++) {
         fused_result base = {0};
         for (int i = 0; i < 5; i++) {
-            const char *name = blocks[i] > 0 ? "full, block 1" : blocks[i] ? "full, uniform 2" : cfg_recompute_name(modes[i]);
+            const char *name = blocks[i] > 0 ? "full, block 1"
+                             : blocks[i]     ? "full, uniform 2"
+                                             : cfg_recompute_name(modes[i]);
             fused_result f = run_bf16(k_cpu(), modes[i], blocks[i], v), p = run_bf16(&apart, modes[i], blocks[i], v);
             if (!f.params || !p.params || (i && !base.params)) continue;
             for (int s = 0; s < STEPS; s++)

@@ -651,7 +651,8 @@ static void test_fewest_rebuilt(void)
     m.seq_length = 8192;
     n = plan(&m, &s, &fx, &v, why);
     CHECK(n > 0 && v[0].recompute == RECOMPUTE_NONE, "8k tokens: no recompute first (%s)", why);
-    for (int i = 0; i < n; i++) CHECK(!v[i].recompute_layers, "candidate %d rebuilds %d layers", i, v[i].recompute_layers);
+    for (int i = 0; i < n; i++)
+        CHECK(!v[i].recompute_layers, "candidate %d rebuilds %d layers", i, v[i].recompute_layers);
     free(v);
     free(s.nodes);
 }
