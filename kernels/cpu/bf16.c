@@ -147,40 +147,42 @@ void kc_matmul_backward_gelu_bf16(uint16_t *dpre, float *dw, float *dbias, const
     free(d), free(x), free(wf), free(dx), free(pre);
 }
 
-void kc_gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n)
+/* An MLP activation's fp32 forward (out = f(x)) and backward (dinp = f'(x) dout)
+ * on bf16 values, an element at a time: widened, computed, rounded once. */
+static void act_forward_bf16(void (*f)(float *, const float *, size_t), uint16_t *out, const uint16_t *inp, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         float x = kc_bf16_to_f32(inp[i]), y;
-        kc_gelu_forward(&y, &x, 1);
+        f(&y, &x, 1);
         out[i] = kc_f32_to_bf16(y);
     }
 }
 
-void kc_gelu_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n)
+static void act_backward_bf16(void (*df)(float *, const float *, const float *, size_t), uint16_t *dinp,
+                              const uint16_t *inp, const uint16_t *dout, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         float x = kc_bf16_to_f32(inp[i]), d = kc_bf16_to_f32(dout[i]), y;
-        kc_gelu_backward(&y, &x, &d, 1);
+        df(&y, &x, &d, 1);
         dinp[i] = kc_f32_to_bf16(y);
     }
+}
+
+void kc_gelu_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n) { act_forward_bf16(kc_gelu_forward, out, inp, n); }
+
+void kc_gelu_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n)
+{
+    act_backward_bf16(kc_gelu_backward, dinp, inp, dout, n);
 }
 
 void kc_relu2_forward_bf16(uint16_t *out, const uint16_t *inp, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        float x = kc_bf16_to_f32(inp[i]), y;
-        kc_relu2_forward(&y, &x, 1);
-        out[i] = kc_f32_to_bf16(y);
-    }
+    act_forward_bf16(kc_relu2_forward, out, inp, n);
 }
 
 void kc_relu2_backward_bf16(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        float x = kc_bf16_to_f32(inp[i]), d = kc_bf16_to_f32(dout[i]), y;
-        kc_relu2_backward(&y, &x, &d, 1);
-        dinp[i] = kc_f32_to_bf16(y);
-    }
+    act_backward_bf16(kc_relu2_backward, dinp, inp, dout, n);
 }
 
 void kc_residual_forward_bf16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n)
