@@ -20,7 +20,7 @@ typedef struct cli_ctx {
     int timeout_ms;
     const char *prog;
     int quiet_refusals; /* set: cli_call leaves a refusal's reason in `error` without printing it */
-    char error[600];    /* the reason of the last failed call */
+    char error[2048];   /* the reason of the last failed call (a refusal with its advice runs long) */
 } cli_ctx;
 
 typedef struct cli_command {

@@ -146,7 +146,7 @@ long long cli_mono_ms(void)
 int cli_call_retry(cli_ctx *c, uint16_t type, const ProtobufCMessage *req, uint16_t reply_type,
                    ProtobufCMessage **reply, int retry)
 {
-    char err[600];
+    char err[2048];
     auth_token tok;
     if (auth_token_load(&tok, c->token_file, 0, NULL, err, sizeof err)) {
         fprintf(stderr, "%s: %s\n", c->prog, err);

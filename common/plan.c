@@ -184,42 +184,19 @@ static int push_fitting(atoll_config *c, const plan_cluster *cl, const plan_fixe
     return pushed;
 }
 
-/* Whether layout `c` fits `usable` with some ZeRO-1 choice the user allows. */
-static int fits_some_way(atoll_config *c, const plan_fixed *fx, int dp, double usable)
-{
-    for (int z = 0; z <= (dp > 1); z++) {
-        if (!fixed_flag_ok(fx->zero1, z) && dp > 1) continue;
-        c->use_distributed_optimizer = z;
-        plan_memory m;
-        plan_memory_estimate(c, dp, &PLAN_PRECISION_BF16_FLASH, &m);
-        if (m.total_bytes <= usable) return 1;
-    }
-    return 0;
-}
-
 /* Full recompute of only the first N layers of each model chunk, N the
- * fewest that fit (fewer rebuilt layers, less work; memory only falls as N
- * grows), pushed when such an N below the largest chunk exists. `c` holds
- * full recompute of every layer, which fits. Returns as push_fitting. */
-static int push_fewest_rebuilt(atoll_config *c, const plan_cluster *cl, const plan_fixed *fx, int dp, int lv,
+ * fewest that fit with the leanest optimizer state allowed (plan_fewest_rebuilt:
+ * fewer rebuilt layers, less work), pushed when N is below the largest chunk
+ * (that one is every layer, already pushed). Returns as push_fitting. */
+static int push_fewest_rebuilt(const atoll_config *c, const plan_cluster *cl, const plan_fixed *fx, int dp, int lv,
                                const plan_fabric_cost *fc, double usable, cand_list *l)
 {
-    int pp = c->pipeline_model_parallel_size, v = cfg_virtual_stages(c), chunk = 0;
-    for (int st = 0; st < pp; st++) {
-        int n = cfg_stage_num_layers(c, st) / v;
-        if (n > chunk) chunk = n;
-    }
     atoll_config b = *c;
+    b.use_distributed_optimizer = dp > 1 && fixed_flag_ok(fx->zero1, 1);
+    int chunk, n = plan_fewest_rebuilt(&b, dp, &PLAN_PRECISION_BF16_FLASH, usable, &chunk);
+    if (n < 1 || n >= chunk) return 0;
     snprintf(b.recompute_method, sizeof b.recompute_method, "block");
-    int lo = 1, hi = chunk; /* the smallest fitting N in [1, chunk): chunk itself is every layer */
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        b.recompute_num_layers = mid;
-        if (fits_some_way(&b, fx, dp, usable)) hi = mid;
-        else lo = mid + 1;
-    }
-    if (lo >= chunk) return 0;
-    b.recompute_num_layers = lo;
+    b.recompute_num_layers = n;
     return push_fitting(&b, cl, fx, dp, lv, fc, usable, l);
 }
 

@@ -58,8 +58,16 @@ void plan_memory_parts(char *buf, size_t len, const atoll_config *c, double para
 /* What lowers the memory a layout needs, for refusals that say it does not fit:
  * when `c` leaves the pipeline split even and one with fewer layers on the
  * first stages fits `room` bytes (plan_fitting_split), that split and its need
- * first, then the general advice. */
+ * first; when full recompute of the fewest layers fits (plan_fewest_rebuilt)
+ * and `c` does not already rebuild every layer, those flags and their need;
+ * then the general advice. */
 void plan_memory_advice(const atoll_config *c, int dp, double room, char *buf, size_t len);
+/* With full recompute of only the first N layers of each model chunk
+ * (--recompute-method block), the fewest N for which layout `c` (its own
+ * ZeRO-1 choice) fits `room` bytes: the largest chunk's layers (*chunk, may
+ * be NULL) when only rebuilding every layer fits, 0 when not even that does.
+ * Memory only falls as N grows, so a binary search over N. */
+int plan_fewest_rebuilt(const atoll_config *c, int dp, const plan_precision *prec, double room, int *chunk);
 /* Mixed precision as MT-NLG counts it: 2 + 2 + 4 (fp32 grads) + 4 + 8 = 20 bytes. */
 extern const plan_precision PLAN_PRECISION_FP16_FP32GRAD;
 /* atoll-train's engine: fp32 weights (they are the master copy), fp32 grads, Adam

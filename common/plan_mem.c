@@ -2,6 +2,7 @@
 #include "plan.h"
 
 #include <stdio.h>
+#include <string.h>
 
 const plan_precision PLAN_PRECISION_BF16 = { 2, 4, 0, 4, 8, 2, 0 };
 const plan_precision PLAN_PRECISION_BF16_FLASH = { 2, 4, 0, 4, 8, 2, 1 };
@@ -173,24 +174,68 @@ double plan_stage_bytes(const atoll_config *c, int dp, const plan_precision *pre
            stage_activations(c, dp, stage, layers, prec, &inflight_layers);
 }
 
+int plan_fewest_rebuilt(const atoll_config *c, int dp, const plan_precision *prec, double room, int *most)
+{
+    int pp = c->pipeline_model_parallel_size > 0 ? c->pipeline_model_parallel_size : 1, v = cfg_virtual_stages(c);
+    int chunk = 0;
+    for (int st = 0; st < pp; st++) {
+        int n = cfg_stage_num_layers(c, st) / v;
+        if (n > chunk) chunk = n;
+    }
+    if (most) *most = chunk;
+    atoll_config b = *c;
+    b.recompute_granularity = RECOMPUTE_FULL;
+    snprintf(b.recompute_method, sizeof b.recompute_method, "block");
+    plan_memory m;
+    b.recompute_num_layers = chunk;
+    plan_memory_estimate(&b, dp, prec, &m);
+    if (chunk < 1 || m.total_bytes > room) return 0;
+    int lo = 1, hi = chunk; /* the smallest fitting N in [1, chunk] */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        b.recompute_num_layers = mid;
+        plan_memory_estimate(&b, dp, prec, &m);
+        if (m.total_bytes <= room) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+
 void plan_memory_advice(const atoll_config *c, int dp, double room, char *buf, size_t len)
 {
     const char *general = "use fewer or smaller layers, a shorter --seq-length or --micro-batch-size, more ranks "
                           "(tp/pp), --recompute-granularity, or --use-distributed-optimizer";
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    const plan_precision *prec = plan_engine_precision(c);
+    size_t at = 0;
+    buf[0] = 0;
     int f, l;
-    if (c->decoder_first_pipeline_num_layers || c->decoder_last_pipeline_num_layers ||
-        plan_fitting_split(c, dp, plan_engine_precision(c), room, &f, &l) || (!f && !l)) {
-        snprintf(buf, len, "%s", general);
-        return;
+    if (!c->decoder_first_pipeline_num_layers && !c->decoder_last_pipeline_num_layers &&
+        !plan_fitting_split(c, dp, prec, room, &f, &l) && (f || l)) {
+        atoll_config s = *c;
+        s.decoder_first_pipeline_num_layers = f;
+        s.decoder_last_pipeline_num_layers = l;
+        plan_memory m;
+        plan_memory_estimate(&s, dp, prec, &m);
+        char fl[48] = "", ll[48] = "";
+        if (f) snprintf(fl, sizeof fl, " --decoder-first-pipeline-num-layers %d", f);
+        if (l) snprintf(ll, sizeof ll, " --decoder-last-pipeline-num-layers %d", l);
+        at += (size_t)snprintf(buf, len, "split the pipeline unevenly (the first stages hold the most micro-batches in "
+                               "flight):%s%s needs about %.2f GiB; or ", fl, ll, m.total_bytes / gib);
     }
-    atoll_config s = *c;
-    s.decoder_first_pipeline_num_layers = f;
-    s.decoder_last_pipeline_num_layers = l;
-    plan_memory m;
-    plan_memory_estimate(&s, dp, plan_engine_precision(c), &m);
-    char fl[48] = "", ll[48] = "";
-    if (f) snprintf(fl, sizeof fl, " --decoder-first-pipeline-num-layers %d", f);
-    if (l) snprintf(ll, sizeof ll, " --decoder-last-pipeline-num-layers %d", l);
-    snprintf(buf, len, "split the pipeline unevenly (the first stages hold the most micro-batches in flight):%s%s "
-             "needs about %.2f GiB; or %s", fl, ll, m.total_bytes / (1024.0 * 1024.0 * 1024.0), general);
+    /* rebuilding layers in backward, as few as fit, where the layout does not already rebuild them all */
+    int all = c->recompute_granularity == RECOMPUTE_FULL && strcmp(c->recompute_method, "block");
+    int n = all ? 0 : plan_fewest_rebuilt(c, dp, prec, room, NULL);
+    if (n > 0 && at < len) {
+        atoll_config r = *c;
+        r.recompute_granularity = RECOMPUTE_FULL;
+        snprintf(r.recompute_method, sizeof r.recompute_method, "block");
+        r.recompute_num_layers = n;
+        plan_memory m;
+        plan_memory_estimate(&r, dp, prec, &m);
+        at += (size_t)snprintf(buf + at, len - at, "rebuild layers in backward: --recompute-granularity full "
+                               "--recompute-method block --recompute-num-layers %d (the first %d layers of each model "
+                               "chunk) needs about %.2f GiB; or ", n, n, m.total_bytes / gib);
+    }
+    if (at < len) snprintf(buf + at, len - at, "%s", general);
 }

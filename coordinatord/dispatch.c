@@ -25,7 +25,7 @@ void coord_reply(coord *c, coord_peer *p, uint16_t type, const ProtobufCMessage 
 
 void coord_error(coord *c, coord_peer *p, int code, const char *fmt, ...)
 {
-    char text[1024];
+    char text[2048]; /* a refusal with its advice can run past 1 KiB */
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
@@ -435,7 +435,7 @@ static void handle_submit(coord *c, coord_peer *p, Atoll__SubmitRequest *m)
     }
     uint64_t id;
     int existing;
-    char err[1024];
+    char err[2048];
     int code = jobs_submit(c, m->spec, m->request_id, &id, &existing, err, sizeof err);
     if (code) {
         coord_error(c, p, code, "%s", err);

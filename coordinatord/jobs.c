@@ -372,7 +372,7 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, const char *request_id, ui
     /* Refused here rather than by every rank once placed: the layout does not fit
      * even the largest GPU the cluster has (the ranks check their own GPU again). */
     if (!sched_fits_memory(c, &cfg, why, sizeof why)) {
-        char advice[512];
+        char advice[1024];
         plan_memory_advice(&cfg, cfg_data_parallel_size(&cfg, cfg.num_gpus),
                            (double)sched_max_gpu_memory(c, NULL, 0), advice, sizeof advice);
         snprintf(err, errlen, "invalid job spec: %s; %s", why, advice);

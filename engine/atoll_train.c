@@ -105,7 +105,7 @@ int main(int argc, char **argv)
     atoll_config c;
     cli cl = { .nproc = 0 };
     eng_run_opts *o = &cl.o;
-    char err[1024] = "";
+    char err[2048] = "";
     cfg_defaults(&c);
     eng_run_opts_defaults(o);
     if (cfg_parse_args(&c, argc, argv, 1, extra, &cl, err, sizeof err)) {

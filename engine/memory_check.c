@@ -82,7 +82,7 @@ int eng_memory_verdict(const atoll_config *c, int world, int local_ranks, const 
     if (m.attn_workspace_bytes > 0)
         snprintf(ws, sizeof ws, ", %.2f GiB of cuDNN attention workspace (none with --attention-backend flash)",
                  m.attn_workspace_bytes / GIB);
-    char parts[400], advice[512];
+    char parts[400], advice[1024];
     plan_memory_parts(parts, sizeof parts, c, m.params, m.state_bytes, m.act_bytes, ws);
     int dp = cfg_data_parallel_size(c, world);
     plan_memory_advice(c, dp < 1 ? 1 : dp, room / sharers - m.attn_workspace_bytes, advice, sizeof advice);

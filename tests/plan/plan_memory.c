@@ -202,9 +202,49 @@ static void test_flash(void)
     CHECK_CLOSE(un.act_bytes, ff.act_bytes, 1e-12);
 }
 
+/* The refusal's advice names the fewest layers full recompute must rebuild for the layout to fit (a 7B-like
+ * model at seq 24576, tp 2 with SP, ZeRO-1 over 4, bf16, in 72 GiB), and says nothing of it for a layout that
+ * already rebuilds every layer. */
+static void test_advice(void)
+{
+    atoll_config c;
+    cfg_defaults(&c);
+    c.num_layers = 32, c.hidden_size = 4096, c.num_attention_heads = 32, c.seq_length = 24576;
+    c.vocab_size = 32000, c.micro_batch_size = 1, c.global_batch_size = 64, c.bf16 = 1;
+    c.tensor_model_parallel_size = 2, c.sequence_parallel = 1, c.use_distributed_optimizer = 1;
+    double room = 72.0 * (1 << 30);
+    plan_memory m;
+    plan_memory_estimate(&c, 4, plan_engine_precision(&c), &m);
+    CHECK(m.total_bytes > room, "without recompute it does not fit: %.1f GiB", m.total_bytes / (1 << 30));
+    int chunk = 0, n = plan_fewest_rebuilt(&c, 4, plan_engine_precision(&c), room, &chunk);
+    CHECK(chunk == 32 && n > 0 && n < 32, "the fewest layers rebuilt: %d of %d", n, chunk);
+    atoll_config r = c;
+    r.recompute_granularity = RECOMPUTE_FULL;
+    snprintf(r.recompute_method, sizeof r.recompute_method, "block");
+    r.recompute_num_layers = n;
+    plan_memory_estimate(&r, 4, plan_engine_precision(&r), &m);
+    CHECK(m.total_bytes <= room, "block %d fits: %.2f GiB", n, m.total_bytes / (1 << 30));
+    double fits = m.total_bytes;
+    r.recompute_num_layers = n - 1;
+    plan_memory_estimate(&r, 4, plan_engine_precision(&r), &m);
+    CHECK(m.total_bytes > room, "block %d does not: %.2f GiB", n - 1, m.total_bytes / (1 << 30));
+    char advice[1024], want[256];
+    plan_memory_advice(&c, 4, room, advice, sizeof advice);
+    snprintf(want, sizeof want, "rebuild layers in backward: --recompute-granularity full --recompute-method block "
+             "--recompute-num-layers %d (the first %d layers of each model chunk) needs about %.2f GiB; or use fewer",
+             n, n, fits / (1 << 30));
+    CHECK(strstr(advice, want) == advice, "advice: '%s'\n want: '%s'", advice, want);
+    c.recompute_granularity = RECOMPUTE_FULL; /* every layer already: nothing to say of recompute */
+    plan_memory_advice(&c, 4, 1e9, advice, sizeof advice);
+    CHECK(!strstr(advice, "rebuild layers") && strstr(advice, "use fewer or smaller layers") == advice,
+          "advice with full recompute: '%s'", advice);
+    CHECK(plan_fewest_rebuilt(&c, 4, plan_engine_precision(&c), 1e9, NULL) == 0, "nothing fits 1 GB");
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
+    test_advice();
     test_flash();
     test_mtnlg();
     test_activation_formulas();
