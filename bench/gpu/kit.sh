@@ -12,7 +12,8 @@
 #                     packages (apt-get download + dpkg -x), unpacked by run.sh
 #   .gpukit/peers/    whatever PEERS_DIR holds (default /tmp/peers/out): peer
 #                     programs built from their own sources outside this repository,
-#                     e.g. llm.c's train_gpt2cu; run.sh measures those it finds.
+#                     e.g. llm.c's train_gpt2cu; run.sh measures those it finds. Without
+#                     PEERS_DIR the peers an earlier kit holds are kept.
 # NCCL, cuBLAS and cuDNN come from the GPU machine (its CUDA toolkit and
 # PyTorch's nvidia-* wheels); run.sh puts them on LD_LIBRARY_PATH.
 set -euo pipefail
@@ -44,8 +45,14 @@ if [ ! -f "$kit/libs.tar.xz" ]; then
   rm -rf "$tmp"
 fi
 
-rm -rf "$kit/peers" && mkdir -p "$kit/peers"
-if [ -d "$PEERS_DIR" ]; then cp -a "$PEERS_DIR"/. "$kit/peers/"; fi
+# the peers in PEERS_DIR replace those of an earlier kit; without PEERS_DIR (built in an
+# earlier session, its /tmp gone) the earlier kit's peers stay
+if [ -d "$PEERS_DIR" ]; then
+  rm -rf "$kit/peers" && mkdir -p "$kit/peers"
+  cp -a "$PEERS_DIR"/. "$kit/peers/"
+elif [ -n "$(ls -A "$kit/peers")" ]; then
+  echo "kit: no $PEERS_DIR; keeping the peers of the earlier kit: $(ls "$kit/peers" | tr '\n' ' ')"
+fi
 
 # the commit the kit was built from (the GPU machine's copy of the tree may carry another .git)
 echo "$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes')" \
