@@ -1038,11 +1038,11 @@ int cfg_rmsnorm(const atoll_config *c) { return !strcmp(c->normalization, "RMSNo
 int cfg_rope(const atoll_config *c) { return !strcmp(c->position_embedding_type, "rope"); }
 int cfg_rotary_base(const atoll_config *c) { return c->rotary_base > 0 ? c->rotary_base : 10000; }
 double cfg_norm_eps(const atoll_config *c) { return c->norm_epsilon > 0 ? c->norm_epsilon : 1e-5; }
+double cfg_rotary_percent(const atoll_config *c) { return c->rotary_percent > 0 ? c->rotary_percent : 1.0; }
 int cfg_rotary_dim(const atoll_config *c)
 {
     int hd = c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
-    double p = c->rotary_percent > 0 ? c->rotary_percent : 1.0;
-    return (int)(hd * p); /* Megatron's int(kv_channels * rotary_percent) */
+    return (int)(hd * cfg_rotary_percent(c)); /* Megatron's int(kv_channels * rotary_percent) */
 }
 int cfg_qkv_bias(const atoll_config *c) { return !c->disable_bias_linear || c->add_qkv_bias; }
 int cfg_tb_interval(const atoll_config *c) { return c->tensorboard_log_interval > 0 ? c->tensorboard_log_interval : 1; }
@@ -1663,10 +1663,15 @@ int cfg_recompute_group(const atoll_config *c)
     return c->recompute_num_layers > 1 ? c->recompute_num_layers : 1;
 }
 
+int cfg_chunk_layers(const atoll_config *c, int stage_layers)
+{
+    int v = cfg_virtual_stages(c);
+    return stage_layers / v > 0 ? stage_layers / v : stage_layers;
+}
+
 int cfg_recompute_stage_layers(const atoll_config *c, int stage_layers)
 {
-    int v = cfg_virtual_stages(c), chunk = stage_layers / v > 0 ? stage_layers / v : stage_layers;
-    int r = v * cfg_recompute_layers(c, chunk);
+    int v = cfg_virtual_stages(c), r = v * cfg_recompute_layers(c, cfg_chunk_layers(c, stage_layers));
     return r < stage_layers ? r : stage_layers;
 }
 

@@ -209,6 +209,7 @@ int cfg_kv_groups(const atoll_config *c);   /* --num-query-groups with GQA, else
 int cfg_rotary_base(const atoll_config *c); /* --rotary-base (0: 10000) */
 int cfg_rotary_dim(const atoll_config *c);  /* the dims of each head rope turns: int(head dim * --rotary-percent) */
 double cfg_norm_eps(const atoll_config *c); /* --norm-epsilon (0: 1e-5) */
+double cfg_rotary_percent(const atoll_config *c); /* --rotary-percent (0: 1) */
 int cfg_tb_interval(const atoll_config *c); /* --tensorboard-log-interval (0: 1) */
 int cfg_qkv_bias(const atoll_config *c);    /* q, k, v have biases: no --disable-bias-linear, or --add-qkv-bias */
 double cfg_init_std(const atoll_config *c); /* --init-method-std (0: 0.02) */
@@ -306,6 +307,9 @@ const char *cfg_recompute_name(cfg_recompute r);
 int cfg_recompute_layers(const atoll_config *c, int chunk_layers);
 /* The same for a pipeline stage of `stage_layers` layers: its v chunks' share. */
 int cfg_recompute_stage_layers(const atoll_config *c, int stage_layers);
+/* The layers of one model chunk of a stage of `stage_layers`: stage_layers / v,
+ * or the whole stage when it holds fewer than v. */
+int cfg_chunk_layers(const atoll_config *c, int stage_layers);
 /* Full recompute, --recompute-method uniform: the layers of a chunk rebuilt
  * together from the first one's input (--recompute-num-layers); 1 otherwise. */
 int cfg_recompute_group(const atoll_config *c);

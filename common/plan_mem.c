@@ -99,10 +99,10 @@ static cfg_recompute layer_recompute(cfg_recompute rc, const plan_precision *pre
     return prec->flash && rc == RECOMPUTE_NONE ? RECOMPUTE_SELECTIVE : rc;
 }
 
-/* The layers of a chunk of `chunk` layers a recompute group holds (uniform G, at most the chunk). */
-static int group_of(const atoll_config *c, int chunk)
+/* The layers a recompute group holds in a stage of `layers` layers (uniform G, at most a chunk). */
+static int group_of(const atoll_config *c, int layers)
 {
-    int g = cfg_recompute_group(c);
+    int g = cfg_recompute_group(c), chunk = cfg_chunk_layers(c, layers);
     return g < chunk ? g : chunk > 0 ? chunk : 1;
 }
 
@@ -115,7 +115,7 @@ static double layer_act(const atoll_config *c, int layers, const plan_precision 
     *rebuilt = layers > 0 ? cfg_recompute_stage_layers(c, layers) : 0;
     cfg_recompute kept = c->recompute_granularity == RECOMPUTE_FULL ? RECOMPUTE_NONE : c->recompute_granularity;
     if (layers <= 0) return act_bytes(c, layer_recompute(kept, prec));
-    int v = cfg_virtual_stages(c), chunk = layers / v > 0 ? layers / v : layers, g = group_of(c, chunk);
+    int v = cfg_virtual_stages(c), chunk = cfg_chunk_layers(c, layers), g = group_of(c, layers);
     double inputs = g > 1 ? (double)v * ((chunk + g - 1) / g) : *rebuilt; /* uniform G rebuilds every layer */
     return (inputs * act_bytes(c, RECOMPUTE_FULL) + (layers - *rebuilt) * act_bytes(c, layer_recompute(kept, prec))) /
            layers;
@@ -134,7 +134,7 @@ static double stage_activations(const atoll_config *c, int dp, int stage, int la
     double rebuilt, act = *inflight_layers * layer_act(c, layers, prec, &rebuilt);
     if (rebuilt > 0) { /* the backward rebuilds one layer at a time (a group of G under uniform G) and holds its
                         * full activations, and the group's G - 1 inner boundaries */
-        int v = cfg_virtual_stages(c), g = group_of(c, layers / v > 0 ? layers / v : layers);
+        int g = group_of(c, layers);
         act += g * act_bytes(c, layer_recompute(RECOMPUTE_NONE, prec)) + (g - 1) * act_bytes(c, RECOMPUTE_FULL);
     }
     if (stage == 0) act += inflight * s * b * h / (sp ? tp : 1); /* embedding dropout mask */
@@ -176,10 +176,9 @@ double plan_stage_bytes(const atoll_config *c, int dp, const plan_precision *pre
 
 int plan_fewest_rebuilt(const atoll_config *c, int dp, const plan_precision *prec, double room, int *most)
 {
-    int pp = c->pipeline_model_parallel_size > 0 ? c->pipeline_model_parallel_size : 1, v = cfg_virtual_stages(c);
-    int chunk = 0;
+    int pp = c->pipeline_model_parallel_size > 0 ? c->pipeline_model_parallel_size : 1, chunk = 0;
     for (int st = 0; st < pp; st++) {
-        int n = cfg_stage_num_layers(c, st) / v;
+        int n = cfg_chunk_layers(c, cfg_stage_num_layers(c, st));
         if (n > chunk) chunk = n;
     }
     if (most) *most = chunk;

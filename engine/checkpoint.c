@@ -233,7 +233,7 @@ static void model_info(jsonw *w, const atoll_config *c)
     jsonw_kbool(w, "apply_layernorm_1p", c->apply_layernorm_1p);
     jsonw_kstr(w, "position_embedding_type", c->position_embedding_type);
     jsonw_kint(w, "rotary_base", cfg_rotary_base(c));
-    jsonw_knum(w, "rotary_percent", c->rotary_percent > 0 ? c->rotary_percent : 1.0);
+    jsonw_knum(w, "rotary_percent", cfg_rotary_percent(c));
     jsonw_knum(w, "norm_epsilon", cfg_norm_eps(c));
     jsonw_kbool(w, "disable_bias_linear", c->disable_bias_linear);
     jsonw_kbool(w, "add_qkv_bias", c->add_qkv_bias);
