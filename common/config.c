@@ -319,6 +319,30 @@ static const struct {
       "(pre-LN, Megatron's default)" },
     { "rotary-interleaved", 0, MG_REFUSED, NULL, "rope rotates the two halves of each head (Megatron's default, "
       "Hugging Face's layout), not interleaved pairs" },
+    { "optimizer", 1, MG_VALUE, "adam", "atoll's optimizer is Megatron's adam (AdamW: decoupled weight decay, fp32 "
+      "moments)" },
+    { "dataloader-type", 1, MG_VALUE, "single", "samples are read in order, from each epoch's keyed shuffle of the "
+      "dataset, as Megatron's single loader reads its dataset's" },
+    { "loss-scale", 1, MG_IGNORED, NULL, "loss scaling is for --fp16, which atoll does not implement; bf16 and fp32 "
+      "train without a loss scale" },
+    { "initial-loss-scale", 1, MG_IGNORED, NULL, "loss scaling is for --fp16, which atoll does not implement; bf16 "
+      "and fp32 train without a loss scale" },
+    { "min-loss-scale", 1, MG_IGNORED, NULL, "loss scaling is for --fp16, which atoll does not implement; bf16 and "
+      "fp32 train without a loss scale" },
+    { "loss-scale-window", 1, MG_IGNORED, NULL, "loss scaling is for --fp16, which atoll does not implement; bf16 and "
+      "fp32 train without a loss scale" },
+    { "hysteresis", 1, MG_IGNORED, NULL, "loss scaling is for --fp16, which atoll does not implement; bf16 and fp32 "
+      "train without a loss scale" },
+    { "vocab-extra-ids", 1, MG_VALUE, "0", "extra sentinel ids are T5's; GPT and LLaMA models take none" },
+    { "apply-query-key-layer-scaling", 0, MG_SAME, NULL, "the attention scores and softmax are computed in fp32, "
+      "where this scaling changes nothing" },
+    { "use-precision-aware-optimizer", 0, MG_SAME, NULL, "the optimizer keeps fp32 master weights, gradients and "
+      "moments" },
+    { "main-grads-dtype", 1, MG_VALUE, "fp32", "gradients are accumulated and reduced in fp32" },
+    { "main-params-dtype", 1, MG_VALUE, "fp32", "the master weights are fp32" },
+    { "exp-avg-dtype", 1, MG_VALUE, "fp32", "Adam's moments are fp32" },
+    { "exp-avg-sq-dtype", 1, MG_VALUE, "fp32", "Adam's moments are fp32" },
+    { "no-overlap-p2p-communication", 0, MG_SAME, NULL, "pipeline sends and receives run between compute steps" },
     { "moe-*", 0, MG_REFUSED, NULL, "mixture-of-experts models are not implemented (dense GPT and LLaMA are)" },
 };
 #define NMEGATRON (sizeof(MEGATRON) / sizeof(MEGATRON[0]))

@@ -523,7 +523,9 @@ static void test_megatron_flags(void)
              "--no-log-loss-scale-to-tensorboard --override-opt_param-scheduler --use-cpu-initialization --data-impl mmap "
              "--DDP-impl local --no-async-tensor-model-parallel-allreduce --no-persist-layer-norm --openai-gelu "
              "--te-rng-tracker --log-straggler --check-for-nan-in-loss-and-grad --timing-log-option minmax "
-             "--barrier-with-L1-time --moe-router-topk=false", model);
+             "--barrier-with-L1-time --moe-router-topk=false --optimizer adam --dataloader-type single "
+             "--vocab-extra-ids 0 --apply-query-key-layer-scaling --use-precision-aware-optimizer --main-grads-dtype fp32 "
+             "--main-params-dtype fp32 --exp-avg-dtype fp32 --exp-avg-sq-dtype fp32 --no-overlap-p2p-communication", model);
     CHECK(parse(&c, line, err, sizeof err) == 0, "Megatron's implementation flags: %s", err);
     CHECK(!memcmp(&c, &plain, sizeof c), "flags atoll does anyway changed a setting");
     megatron_notes(&c, notes, sizeof notes);
@@ -545,6 +547,16 @@ static void test_megatron_flags(void)
     CHECK(!strstr(notes, "--log-params-norm") && /* it has an effect now */
               strstr(notes, "--distributed-timeout-minutes has no effect here: a hung collective is found") &&
               strstr(notes, "--dist-ckpt-strictness has no effect here"), "notes: '%s'", notes);
+    /* fp16's loss scaling, in launch lines that train in bf16: accepted, noted */
+    snprintf(line, sizeof line, "%s--bf16 --loss-scale 1 --initial-loss-scale 65536 --min-loss-scale 1 "
+             "--loss-scale-window 1000 --hysteresis 2", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && c.bf16, "loss-scale flags: %s", err);
+    megatron_notes(&c, notes, sizeof notes);
+    CHECK(strstr(notes, "t: note: --loss-scale has no effect here: loss scaling is for --fp16, which atoll does not "
+                        "implement; bf16 and fp32 train without a loss scale\n") &&
+              strstr(notes, "--initial-loss-scale has no effect") && strstr(notes, "--min-loss-scale has no effect") &&
+              strstr(notes, "--loss-scale-window has no effect") && strstr(notes, "--hysteresis has no effect"),
+          "notes: '%s'", notes);
     /* the LLaMA-3 example's flags: every note is whole, however many */
     snprintf(line, sizeof line, "%s--grad-reduce-in-bf16 --profile --profile-step-start 4 --profile-step-end 6 "
              "--overlap-param-gather --distributed-timeout-minutes 60 --empty-unused-memory-level 1 --kv-channels 16",
@@ -627,6 +639,13 @@ static void test_megatron_flags(void)
         { "--moe-router-topk 2", "--moe-router-topk: mixture-of-experts models are not implemented" },
         { "--moe-grouped-gemm", "--moe-grouped-gemm: mixture-of-experts models are not implemented" },
         { "--rotary-interleaved", "--rotary-interleaved: rope rotates the two halves of each head" },
+        { "--optimizer sgd", "--optimizer sgd: atoll's optimizer is Megatron's adam (AdamW: decoupled weight decay, "
+                             "fp32 moments); accepted: adam" },
+        { "--dataloader-type cyclic", "--dataloader-type cyclic: samples are read in order, from each epoch's keyed "
+                                      "shuffle of the dataset, as Megatron's single loader reads its dataset's; "
+                                      "accepted: single" },
+        { "--exp-avg-dtype bf16", "--exp-avg-dtype bf16: Adam's moments are fp32; accepted: fp32" },
+        { "--vocab-extra-ids 100", "--vocab-extra-ids 100: extra sentinel ids are T5's" },
         { "--ckpt-step 5", "--ckpt-step says how to take the checkpoint in --load: give --load DIR" },
         { "--account-for-loss-in-pipeline-split --pipeline-model-parallel-size 3", "--account-for-loss-in-pipeline-"
           "split: --num-layers 4 with the loss is 5 layers, which must split evenly over --pipeline-model-parallel-size "
