@@ -80,6 +80,7 @@ int main(int argc, char **argv)
     if (!m) { fprintf(stderr, "engine_cpu: %s\n", err); return 1; }
     eng_init_params(m, 1);
     eng_optim *o = eng_optim_create(m);
+    eng_rates rates = { 1e-4, 1e-4, c.weight_decay };
     eng_acts *a = eng_acts_create(m, 0);
     int N = mbs * c.seq_length;
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)N), *tgt = malloc(sizeof(int32_t) * (size_t)N);
@@ -93,7 +94,7 @@ int main(int argc, char **argv)
         double t1 = now_s();
         eng_backward(m, a, NULL, 1.0f / (float)N);
         double t2 = now_s();
-        eng_optim_step(o, m, 1e-4, 1.0f, it + 1);
+        eng_optim_step(o, m, &rates, 1.0f, it + 1);
         double t3 = now_s();
         if (it) { t_fwd += t1 - t0; t_bwd += t2 - t1; t_opt += t3 - t2; }
         if (it && t3 - t0 < best) best = t3 - t0;

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <yaml.h>
 
-typedef enum { K_INT, K_DOUBLE, K_U64, K_BOOL, K_STR, K_RECOMPUTE, K_DECAY, K_WSD, K_RAMP } key_type;
+typedef enum { K_INT, K_DOUBLE, K_U64, K_BOOL, K_STR, K_RECOMPUTE, K_DECAY, K_WSD, K_WDINCR, K_RAMP } key_type;
 
 typedef struct {
     const char *name; /* canonical, dashes */
@@ -61,6 +61,8 @@ static const key_def KEYS[] = {
     R("lr-decay-iters", K_INT, lr_decay_iters, 0, 2147483647.0, 0),
     R("lr", K_DOUBLE, lr, 0, HUGE_VAL, 0),
     R("min-lr", K_DOUBLE, min_lr, 0, HUGE_VAL, 0),
+    R("decoupled-lr", K_DOUBLE, decoupled_lr, 0, HUGE_VAL, 0),
+    R("decoupled-min-lr", K_DOUBLE, decoupled_min_lr, 0, HUGE_VAL, 0),
     R("weight-decay", K_DOUBLE, weight_decay, 0, HUGE_VAL, 0),
     R("adam-beta1", K_DOUBLE, adam_beta1, 0, 1, 1),
     R("adam-beta2", K_DOUBLE, adam_beta2, 0, 1, 1),
@@ -69,6 +71,9 @@ static const key_def KEYS[] = {
     F("lr-decay-style", K_DECAY, lr_decay_style),
     F("lr-wsd-decay-style", K_WSD, lr_wsd_decay_style),
     R("lr-wsd-decay-iters", K_INT, lr_wsd_decay_iters, 0, 2147483647.0, 0),
+    F("weight-decay-incr-style", K_WDINCR, weight_decay_incr_style),
+    R("start-weight-decay", K_DOUBLE, start_weight_decay, 0, HUGE_VAL, 0),
+    R("end-weight-decay", K_DOUBLE, end_weight_decay, 0, HUGE_VAL, 0),
     F("seed", K_U64, seed),
     F("data-path", K_STR, data_path),
     F("train-data-path", K_STR, train_data_path),
@@ -88,6 +93,7 @@ static const key_def KEYS[] = {
     F("deterministic-dp", K_BOOL, deterministic_dp),
     R("lr-warmup-init", K_DOUBLE, lr_warmup_init, 0, HUGE_VAL, 0),
     R("init-method-std", K_DOUBLE, init_method_std, 0, HUGE_VAL, 0),
+    R("embedding-init-method-std", K_DOUBLE, embedding_init_method_std, 0, HUGE_VAL, 0),
     F("eod-mask-loss", K_BOOL, eod_mask_loss),
     F("reset-position-ids", K_BOOL, reset_position_ids),
     F("reset-attention-mask", K_BOOL, reset_attention_mask),
@@ -166,6 +172,8 @@ void cfg_defaults(atoll_config *c)
     c->lr = 1e-4;
     c->min_lr = 0.0;
     c->weight_decay = 0.01;
+    c->start_weight_decay = c->end_weight_decay = NAN; /* not given */
+    c->decoupled_min_lr = NAN;
     c->adam_beta1 = 0.9;
     c->adam_beta2 = 0.999;
     c->adam_eps = 1e-8;
@@ -285,8 +293,6 @@ static const struct {
     { "use-torch-fsdp2", 0, MG_REFUSED, NULL, "FSDP is not implemented; --use-distributed-optimizer shards the "
       "optimizer state over data-parallel ranks (ZeRO-1)" },
     { "fp8-format", 1, MG_REFUSED, NULL, "fp8 is not implemented; --bf16 is" },
-    { "decoupled-lr", 1, MG_REFUSED, NULL, "one learning rate schedule (--lr, --min-lr) covers every parameter" },
-    { "decoupled-min-lr", 1, MG_REFUSED, NULL, "one learning rate schedule (--lr, --min-lr) covers every parameter" },
     { "grad-reduce-in-bf16", 0, MG_IGNORED, NULL, "gradients are reduced in fp32" },
     { "profile", 0, MG_IGNORED, NULL, "no profiler is started; run atoll-train under nsys or perf instead" },
     { "use-pytorch-profiler", 0, MG_IGNORED, NULL, "no profiler is started; run atoll-train under nsys or perf instead" },
@@ -618,6 +624,8 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
         c->lr_warmup_iters = (int)(c->lr_warmup_fraction * (c->lr_decay_iters ? c->lr_decay_iters : c->train_iters) + 0.5);
         c->lr_warmup_fraction = 0;
     }
+    if (c->decoupled_lr > 0 && isnan(c->decoupled_min_lr)) /* Megatron's default floor */
+        c->decoupled_min_lr = c->min_lr;
     c->use_rotary_position_embeddings = c->no_position_embedding = c->recompute_activations = c->mock_data = c->kv_channels = 0;
     c->checkpoint_activations = c->use_tp_pp_dp_mapping = 0;
     c->calculate_per_token_loss = 0;
@@ -797,17 +805,21 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
         }
         return CFG_OK;
     case K_DECAY:
-    case K_WSD: {
-        int n = k->type == K_DECAY ? 5 : 4;
+    case K_WSD:
+    case K_WDINCR: {
+        int n = k->type == K_DECAY ? 5 : k->type == K_WSD ? 4 : 3;
         for (int i = 0; i < n; i++)
             if (!strcmp(value, k->type == K_DECAY ? cfg_lr_decay_name((cfg_lr_decay)i)
-                                                  : cfg_wsd_decay_name((cfg_wsd_decay)i))) {
+                               : k->type == K_WSD ? cfg_wsd_decay_name((cfg_wsd_decay)i)
+                                                  : cfg_wd_incr_name((cfg_wd_incr)i))) {
                 if (k->type == K_DECAY) *(cfg_lr_decay *)field = (cfg_lr_decay)i;
-                else *(cfg_wsd_decay *)field = (cfg_wsd_decay)i;
+                else if (k->type == K_WSD) *(cfg_wsd_decay *)field = (cfg_wsd_decay)i;
+                else *(cfg_wd_incr *)field = (cfg_wd_incr)i;
                 return CFG_OK;
             }
         atoll_errf(err, errlen, "--%s: '%s' is not one of %s", k->name, value, k->type == K_DECAY
-                   ? "cosine, linear, constant, WSD, inverse-square-root" : "exponential, linear, cosine, minus_sqrt");
+                   ? "cosine, linear, constant, WSD, inverse-square-root"
+                   : k->type == K_WSD ? "exponential, linear, cosine, minus_sqrt" : "constant, linear, cosine");
         return CFG_BAD_VALUE;
     }
     }
@@ -1071,6 +1083,10 @@ int cfg_rotary_dim(const atoll_config *c)
 int cfg_qkv_bias(const atoll_config *c) { return !c->disable_bias_linear || c->add_qkv_bias; }
 int cfg_tb_interval(const atoll_config *c) { return c->tensorboard_log_interval > 0 ? c->tensorboard_log_interval : 1; }
 double cfg_init_std(const atoll_config *c) { return c->init_method_std > 0 ? c->init_method_std : 0.02; }
+double cfg_embedding_init_std(const atoll_config *c)
+{
+    return c->embedding_init_method_std > 0 ? c->embedding_init_method_std : cfg_init_std(c);
+}
 int cfg_vocab_multiple(const atoll_config *c)
 {
     return c->make_vocab_size_divisible_by > 0 ? c->make_vocab_size_divisible_by : 128;
@@ -1272,6 +1288,26 @@ int cfg_validate_training(const atoll_config *c, char *err, size_t errlen)
     if (c->deterministic_dp && c->use_distributed_optimizer) {
         atoll_errf(err, errlen, "--deterministic-dp does not work with --use-distributed-optimizer yet "
                    "(its reduce-scatter sums in fp32); leave one of them out");
+        return -1;
+    }
+    /* Megatron's rule: constant is --weight-decay throughout, the other styles go from start to end */
+    int wd_given = !isnan(c->start_weight_decay) + !isnan(c->end_weight_decay);
+    if (c->weight_decay_incr_style == WD_INCR_CONSTANT && wd_given) {
+        atoll_errf(err, errlen, "--%s-weight-decay goes with --weight-decay-incr-style linear or cosine (from "
+                   "--start-weight-decay to --end-weight-decay over the run); with constant, the default, "
+                   "--weight-decay is the decay throughout", isnan(c->start_weight_decay) ? "end" : "start");
+        return -1;
+    }
+    if (c->weight_decay_incr_style != WD_INCR_CONSTANT && wd_given < 2) {
+        atoll_errf(err, errlen, "--weight-decay-incr-style %s needs --start-weight-decay and --end-weight-decay (the "
+                   "decay at the first step and once the run's samples are consumed)",
+                   cfg_wd_incr_name(c->weight_decay_incr_style));
+        return -1;
+    }
+    if (!isnan(c->decoupled_min_lr) && c->decoupled_lr <= 0) {
+        atoll_errf(err, errlen, "--decoupled-min-lr %g is where --decoupled-lr's schedule ends: give --decoupled-lr "
+                   "(the token embedding's and output layer's peak rate) with it, or leave it out",
+                   c->decoupled_min_lr);
         return -1;
     }
     if (c->save_keep > 0 && !c->save[0]) {
@@ -1723,6 +1759,12 @@ const char *cfg_wsd_decay_name(cfg_wsd_decay d)
 {
     static const char *const n[] = { "exponential", "linear", "cosine", "minus_sqrt" };
     return d >= WSD_EXPONENTIAL && d <= WSD_MINUS_SQRT ? n[d] : "exponential";
+}
+
+const char *cfg_wd_incr_name(cfg_wd_incr s)
+{
+    static const char *const n[] = { "constant", "linear", "cosine" };
+    return s >= WD_INCR_CONSTANT && s <= WD_INCR_COSINE ? n[s] : "constant";
 }
 
 double cfg_bubble_theory(const atoll_config *c, int world, int batch)

@@ -38,6 +38,8 @@ typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } cfg_rec
 typedef enum { LR_DECAY_COSINE = 0, LR_DECAY_LINEAR, LR_DECAY_CONSTANT, LR_DECAY_WSD, LR_DECAY_INVSQRT } cfg_lr_decay;
 /* --lr-wsd-decay-style: the WSD schedule's final decay */
 typedef enum { WSD_EXPONENTIAL = 0, WSD_LINEAR, WSD_COSINE, WSD_MINUS_SQRT } cfg_wsd_decay;
+/* --weight-decay-incr-style: how weight decay goes from --start-weight-decay to --end-weight-decay */
+typedef enum { WD_INCR_CONSTANT = 0, WD_INCR_LINEAR, WD_INCR_COSINE } cfg_wd_incr;
 
 typedef struct atoll_config {
     /* model */
@@ -72,9 +74,18 @@ typedef struct atoll_config {
     /* training */
     int train_iters, lr_warmup_iters, lr_decay_iters; /* decay 0 -> train_iters */
     double lr, min_lr, weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad;
+    /* Megatron's --decoupled-lr: the token embedding's and output layer's peak rate
+     * (0: not given, --lr's), on the same schedule down to --decoupled-min-lr
+     * (NAN: not given; --min-lr once resolved) */
+    double decoupled_lr, decoupled_min_lr;
     cfg_lr_decay lr_decay_style;
     cfg_wsd_decay lr_wsd_decay_style;          /* WSD: how the last lr_wsd_decay_iters decay (exponential) */
     int lr_wsd_decay_iters;                    /* WSD: iterations of the final decay, ending at lr_decay_iters */
+    /* Megatron's weight-decay schedule: constant (--weight-decay throughout), or
+     * linear / cosine from start to end over the run's samples (eng_wd_at);
+     * start and end are NAN when not given */
+    cfg_wd_incr weight_decay_incr_style;
+    double start_weight_decay, end_weight_decay;
     uint64_t seed;
     char data_path[CFG_DATA_PATH];             /* PREFIX, or a blend: "W1 PREFIX1 W2 PREFIX2 ..." */
     /* or one path (or blend) per split, each used whole (--split then has no say): */
@@ -88,6 +99,7 @@ typedef struct atoll_config {
     int deterministic_dp;                      /* gradients summed in fp64: the same bits whatever the DP size */
     double lr_warmup_init;                     /* the learning rate warm-up starts from (Megatron's; 0) */
     double init_method_std;                    /* weights start N(0, this); output layers / sqrt(2 x layers) */
+    double embedding_init_method_std;          /* the token and position embeddings' (0: init_method_std) */
     int eod_mask_loss;                         /* positions whose input ends a document do not count */
     /* documents packed in a sample, each ending at the end-of-document token: */
     int reset_position_ids;                    /* learned positions start again at 0 after each one */
@@ -213,6 +225,9 @@ double cfg_rotary_percent(const atoll_config *c); /* --rotary-percent (0: 1) */
 int cfg_tb_interval(const atoll_config *c); /* --tensorboard-log-interval (0: 1) */
 int cfg_qkv_bias(const atoll_config *c);    /* q, k, v have biases: no --disable-bias-linear, or --add-qkv-bias */
 double cfg_init_std(const atoll_config *c); /* --init-method-std (0: 0.02) */
+/* --embedding-init-method-std: the token and learned position embeddings' spread
+ * (0: cfg_init_std); an untied output layer keeps cfg_init_std, as in Megatron */
+double cfg_embedding_init_std(const atoll_config *c);
 int cfg_vocab_multiple(const atoll_config *c); /* --make-vocab-size-divisible-by (0: 128) */
 int cfg_max_pos(const atoll_config *c);
 int cfg_virtual_stages(const atoll_config *c); /* v: 1 when not interleaved */
@@ -318,5 +333,6 @@ int cfg_recompute_group(const atoll_config *c);
 double cfg_recompute_fraction(const atoll_config *c);
 const char *cfg_lr_decay_name(cfg_lr_decay d);
 const char *cfg_wsd_decay_name(cfg_wsd_decay d);
+const char *cfg_wd_incr_name(cfg_wd_incr s);
 
 #endif

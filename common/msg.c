@@ -1,5 +1,6 @@
 #include "msg.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,8 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->lr = c->lr;
     o->min_lr = c->min_lr;
     o->weight_decay = c->weight_decay;
+    o->decoupled_lr = c->decoupled_lr;
+    o->decoupled_min_lr = isnan(c->decoupled_min_lr) ? 0.0 : c->decoupled_min_lr;
     o->adam_beta1 = c->adam_beta1;
     o->adam_beta2 = c->adam_beta2;
     o->adam_eps = c->adam_eps;
@@ -221,6 +224,9 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->lr_decay_style = (char *)cfg_lr_decay_name(c->lr_decay_style);
     o->lr_wsd_decay_style = (char *)cfg_wsd_decay_name(c->lr_wsd_decay_style);
     o->lr_wsd_decay_iters = c->lr_wsd_decay_iters;
+    o->weight_decay_incr_style = (char *)cfg_wd_incr_name(c->weight_decay_incr_style);
+    o->start_weight_decay = isnan(c->start_weight_decay) ? 0.0 : c->start_weight_decay;
+    o->end_weight_decay = isnan(c->end_weight_decay) ? 0.0 : c->end_weight_decay;
     o->ckpt_step = c->ckpt_step;
     o->seed = c->seed;
     o->data_path = (char *)c->data_path;
@@ -238,6 +244,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->deterministic_dp = c->deterministic_dp;
     o->lr_warmup_init = c->lr_warmup_init;
     o->init_method_std = c->init_method_std;
+    o->embedding_init_method_std = c->embedding_init_method_std;
     o->exit_interval = c->exit_interval;
     o->eod_mask_loss = c->eod_mask_loss;
     o->reset_position_ids = c->reset_position_ids;
@@ -294,6 +301,13 @@ static const char *spec_field(const Atoll__JobSpec *in, const ProtobufCFieldDesc
 {
     const char *p = (const char *)in + f->offset;
     if (f->label == PROTOBUF_C_LABEL_REPEATED) return NULL; /* env: the job's, never a config key */
+    /* the decay schedule's ends are read with linear and cosine only: with constant (or a spec from before the
+     * schedule) they were not given, and the config refuses them there, as Megatron does */
+    if ((!strcmp(f->name, "start_weight_decay") || !strcmp(f->name, "end_weight_decay")) &&
+        (!in->weight_decay_incr_style || !*in->weight_decay_incr_style ||
+         !strcmp(in->weight_decay_incr_style, "constant")))
+        return NULL;
+    if (!strcmp(f->name, "decoupled_min_lr") && in->decoupled_lr <= 0) return NULL; /* a floor of no schedule */
     switch (f->type) {
     case PROTOBUF_C_TYPE_INT32: snprintf(val, len, "%d", *(const int32_t *)p); return val;
     case PROTOBUF_C_TYPE_UINT64: snprintf(val, len, "%llu", (unsigned long long)*(const uint64_t *)p); return val;

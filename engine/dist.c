@@ -572,26 +572,24 @@ void dist_optim_take_params(dist_optim *o, dist *d, eng_model *m)
     if (o->zero) take_shard(d, m, o, o->master, m->params);
 }
 
-int dist_optim_step(dist *d, eng_model *m, dist_optim *o, double lr, float grad_scale, int t)
+int dist_optim_step(dist *d, eng_model *m, dist_optim *o, const eng_rates *r, float grad_scale, int t)
 {
     if (!o->zero) {
-        eng_optim_step(o->full, m, lr, grad_scale, t);
+        eng_optim_step(o->full, m, r, grad_scale, t);
         return 0;
     }
     const atoll_config *c = &m->cfg;
     size_t s0 = o->shard * (size_t)d->dp_rank;
-    if (m->k->adamw_segments && o->segs.n <= K_ADAMW_MAX_SEGS) { /* the shard in one launch */
-        m->k->adamw_segments(o->master, NULL, o->g, o->m, o->v, o->segs.n ? o->segs.end[o->segs.n - 1] : 0,
-                             o->segs.n, o->segs.end, o->segs.wd, (float)lr, (float)c->adam_beta1,
-                             (float)c->adam_beta2, (float)c->adam_eps, grad_scale, t);
+    if (m->k->adamw_segments && o->segs.n <= K_ADAMW_MAX_SEGS) { /* the shard in one launch (a rate) */
+        eng_adamw_segs_step(&o->segs, m->k, c, o->master, NULL, o->g, o->m, o->v, r, grad_scale, t);
     } else
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
         size_t lo, hi;
         if (!shard_range(d, o, p, &lo, &hi)) continue;
         size_t at = lo - s0;
-        m->k->adamw(o->master + at, o->g + at, o->m + at, o->v + at, hi - lo, (float)lr, (float)c->adam_beta1,
-                    (float)c->adam_beta2, (float)c->adam_eps, p->decay ? (float)c->weight_decay : 0.0f,
+        m->k->adamw(o->master + at, o->g + at, o->m + at, o->v + at, hi - lo, (float)eng_param_lr(p, r),
+                    (float)c->adam_beta1, (float)c->adam_beta2, (float)c->adam_eps, p->decay ? (float)r->wd : 0.0f,
                     grad_scale, t);
     }
     /* Every DP rank gets every updated parameter back. */

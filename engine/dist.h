@@ -151,7 +151,7 @@ int dist_sync_grads(dist *d, eng_model *m, dist_optim *o);
 double dist_grad_sumsq(dist *d, eng_model *m, dist_optim *o);
 /* The same share of the sum of squared parameters (fp32), after an optimizer step. */
 double dist_param_sumsq(dist *d, eng_model *m);
-int dist_optim_step(dist *d, eng_model *m, dist_optim *o, double lr, float grad_scale, int t);
+int dist_optim_step(dist *d, eng_model *m, dist_optim *o, const eng_rates *r, float grad_scale, int t);
 
 /* Full-layout moments for a checkpoint (ZeRO-1: gathered over DP into a
  * temporary owned by o); NULL on failure. */

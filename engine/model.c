@@ -194,8 +194,8 @@ static void build_table(table_builder *tb, const atoll_config *c, const eng_layo
     for (int ch = 0; ch < lay->nchunks; ch++) {
         int first = lay->layer_begin[ch] == 0, last = lay->layer_end[ch] == c->num_layers;
         if (first) {
-            tb_add(tb, emb, 2, V, h, 0, (float)cfg_init_std(c), 0, 1, ch);
-            if (!cfg_rope(c)) tb_add(tb, "wpe.weight", 2, P, h, -1, (float)cfg_init_std(c), 0, 1, ch);
+            tb_add(tb, emb, 2, V, h, 0, (float)cfg_embedding_init_std(c), 0, 1, ch)->decoupled = 1;
+            if (!cfg_rope(c)) tb_add(tb, "wpe.weight", 2, P, h, -1, (float)cfg_embedding_init_std(c), 0, 1, ch);
         }
         for (int l = lay->layer_begin[ch]; l < lay->layer_end[ch]; l++) {
             tb->layer = l;
@@ -207,9 +207,11 @@ static void build_table(table_builder *tb, const atoll_config *c, const eng_layo
             else tb_norm_weight(tb, c, "ln_f.weight", h, ch);
             if (!llama) tb_norm(tb, "ln_f.bias", h, 0, ch);
             if (!tied)
-                tb_add(tb, "lm_head.weight", 2, V, h, 0, (float)cfg_init_std(c), 0, 1, ch);
-            else if (!has_first_chunk(lay))
-                tb_add(tb, emb, 2, V, h, 0, (float)cfg_init_std(c), 0, 1, ch)->tied_copy = 1;
+                tb_add(tb, "lm_head.weight", 2, V, h, 0, (float)cfg_init_std(c), 0, 1, ch)->decoupled = 1;
+            else if (!has_first_chunk(lay)) {
+                eng_param *copy = tb_add(tb, emb, 2, V, h, 0, (float)cfg_embedding_init_std(c), 0, 1, ch);
+                copy->tied_copy = copy->decoupled = 1;
+            }
         }
     }
     size_t off = 0;

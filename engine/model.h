@@ -68,6 +68,8 @@ typedef struct eng_param {
     int tied_copy;             /* the last stage's copy of wte: not saved, grad shared */
     int norm;                  /* a LayerNorm/RMSNorm weight or bias (sequence-parallel partial grads) */
     int head_norm;             /* a norm over each head (--qk-layernorm): a TP rank's grad covers its heads */
+    int decoupled;             /* the token embedding or output layer: --decoupled-lr's rate (Megatron's
+                                  is_embedding_or_output_parameter) */
     int plus_one;              /* a LayerNorm weight under --apply-layernorm-1p: stored w, applied as 1 + w */
     size_t plus_one_at;        /* then its place in the model's norm1p buffer, in elements */
     int layer;                 /* the transformer layer it belongs to; -1: embeddings, final norm, head */

@@ -8,8 +8,11 @@ int eng_adamw_segs_build(eng_adamw_segs *s, const eng_model *m, size_t lo, size_
 {
     memset(s, 0, sizeof *s);
     s->end = malloc(sizeof(size_t) * (size_t)(m->nparams + 1));
+    s->decay = malloc(sizeof(float) * (size_t)(m->nparams + 1));
+    s->decoupled = malloc((size_t)(m->nparams + 1));
     s->wd = malloc(sizeof(float) * (size_t)(m->nparams + 1));
-    if (!s->end || !s->wd) {
+    s->end_from = malloc(sizeof(size_t) * (size_t)(m->nparams + 1));
+    if (!s->end || !s->decay || !s->decoupled || !s->wd || !s->end_from) {
         eng_adamw_segs_free(s);
         return -1;
     }
@@ -20,9 +23,10 @@ int eng_adamw_segs_build(eng_adamw_segs *s, const eng_model *m, size_t lo, size_
         a = a > lo ? a : lo;
         b = b < hi ? b : hi;
         if (a >= b) continue;
-        float wd = p->decay ? (float)m->cfg.weight_decay : 0.0f;
-        if (s->n && s->wd[s->n - 1] == wd) s->end[s->n - 1] = b - lo;
-        else s->end[s->n] = b - lo, s->wd[s->n++] = wd;
+        float decay = p->decay ? 1.0f : 0.0f;
+        char decoupled = p->decoupled && m->cfg.decoupled_lr > 0;
+        if (s->n && s->decay[s->n - 1] == decay && s->decoupled[s->n - 1] == decoupled) s->end[s->n - 1] = b - lo;
+        else s->end[s->n] = b - lo, s->decay[s->n] = decay, s->decoupled[s->n++] = decoupled;
     }
     return 0;
 }
@@ -30,8 +34,27 @@ int eng_adamw_segs_build(eng_adamw_segs *s, const eng_model *m, size_t lo, size_
 void eng_adamw_segs_free(eng_adamw_segs *s)
 {
     free(s->end);
+    free(s->decay);
+    free(s->decoupled);
     free(s->wd);
+    free(s->end_from);
     memset(s, 0, sizeof *s);
+}
+
+void eng_adamw_segs_step(eng_adamw_segs *s, const k_ops *k, const atoll_config *c, float *master,
+                         uint16_t *param_bf16, const float *grad, float *m, float *v, const eng_rates *r,
+                         float grad_scale, int t)
+{
+    for (int i = 0; i < s->n; i++) s->wd[i] = s->decay[i] * (float)r->wd;
+    size_t at = 0;
+    for (int i = 0, j; i < s->n; i = j) {
+        for (j = i; j < s->n && s->decoupled[j] == s->decoupled[i]; j++) s->end_from[j - i] = s->end[j] - at;
+        k->adamw_segments(master + at, param_bf16 ? param_bf16 + at : NULL, grad + at, m + at, v + at,
+                          s->end[j - 1] - at, j - i, s->end_from, s->wd + i,
+                          (float)(s->decoupled[i] ? r->lr_decoupled : r->lr), (float)c->adam_beta1,
+                          (float)c->adam_beta2, (float)c->adam_eps, grad_scale, t);
+        at = s->end[j - 1];
+    }
 }
 
 eng_optim *eng_optim_create(const eng_model *m)
@@ -104,15 +127,16 @@ float eng_clip_scale(double grad_norm, double clip)
     return c < 1.0 ? (float)c : 1.0f;
 }
 
-double eng_lr_at(const atoll_config *c, double it)
+/* The schedule's shape from --lr-warmup-init up to max_lr, then down to min_lr. */
+static double lr_sched(const atoll_config *c, double it, double max_lr, double min_lr)
 {
     long long warm = c->lr_warmup_iters;
     long long decay = c->lr_decay_iters ? c->lr_decay_iters : c->train_iters;
-    if (warm > 0 && it <= warm) return c->lr_warmup_init + (c->lr - c->lr_warmup_init) * (double)it / (double)warm;
-    if (c->lr_decay_style == LR_DECAY_CONSTANT) return c->lr;
-    if (it > decay) return c->min_lr;
+    if (warm > 0 && it <= warm) return c->lr_warmup_init + (max_lr - c->lr_warmup_init) * (double)it / (double)warm;
+    if (c->lr_decay_style == LR_DECAY_CONSTANT) return max_lr;
+    if (it > decay) return min_lr;
     if (c->lr_decay_style == LR_DECAY_INVSQRT) /* lr sqrt(warm-up / it), not below --min-lr */
-        return fmax(c->min_lr, c->lr * sqrt((double)(warm > 1 ? warm : 1) / (it > 1 ? it : 1)));
+        return fmax(min_lr, max_lr * sqrt((double)(warm > 1 ? warm : 1) / (it > 1 ? it : 1)));
     double span = (double)(decay - warm);
     double ratio = span > 0 ? (it - warm) / span : 1.0, coeff;
     switch (c->lr_decay_style) {
@@ -128,30 +152,58 @@ double eng_lr_at(const atoll_config *c, double it)
     }
     default: coeff = 0.5 * (cos(M_PI * ratio) + 1.0); break;
     }
-    return c->min_lr + coeff * (c->lr - c->min_lr);
+    return min_lr + coeff * (max_lr - min_lr);
 }
 
-void eng_optim_step(eng_optim *o, eng_model *m, double lr, float grad_scale, int t)
+double eng_lr_at(const atoll_config *c, double it) { return lr_sched(c, it, c->lr, c->min_lr); }
+
+double eng_decoupled_lr_at(const atoll_config *c, double it)
+{
+    if (c->decoupled_lr <= 0) return eng_lr_at(c, it);
+    return lr_sched(c, it, c->decoupled_lr, isnan(c->decoupled_min_lr) ? c->min_lr : c->decoupled_min_lr);
+}
+
+eng_rates eng_rates_at(const atoll_config *c, double it)
+{
+    eng_rates r = { eng_lr_at(c, it), eng_decoupled_lr_at(c, it), eng_wd_at(c, it) };
+    return r;
+}
+
+double eng_param_lr(const eng_param *p, const eng_rates *r) { return p->decoupled ? r->lr_decoupled : r->lr; }
+
+double eng_wd_at(const atoll_config *c, double it)
+{
+    if (c->weight_decay_incr_style == WD_INCR_CONSTANT) return c->weight_decay;
+    int s0, inc;
+    uint64_t ramp_samples;
+    double span = cfg_rampup(c, &s0, &inc, &ramp_samples) && c->global_batch_size > 0
+                      ? (double)cfg_samples_after(c, 1, c->train_iters) / c->global_batch_size
+                      : (double)c->train_iters;
+    if (it > span) return c->end_weight_decay;
+    double r = span > 0 ? it / span : 1.0;
+    double coeff = c->weight_decay_incr_style == WD_INCR_LINEAR ? r : 0.5 * (cos(M_PI * (1.0 - r)) + 1.0);
+    return c->start_weight_decay + coeff * (c->end_weight_decay - c->start_weight_decay);
+}
+
+void eng_optim_step(eng_optim *o, eng_model *m, const eng_rates *r, float grad_scale, int t)
 {
     const atoll_config *c = &m->cfg;
-    if (m->k->adamw_segments && o->segs.n <= K_ADAMW_MAX_SEGS) { /* one launch for every tensor */
-        m->k->adamw_segments(m->params, m->params16, m->grads, o->m, o->v, m->num_floats, o->segs.n, o->segs.end,
-                             o->segs.wd, (float)lr, (float)c->adam_beta1, (float)c->adam_beta2, (float)c->adam_eps,
-                             grad_scale, t);
+    if (m->k->adamw_segments && o->segs.n <= K_ADAMW_MAX_SEGS) { /* one launch for every tensor at one rate */
+        eng_adamw_segs_step(&o->segs, m->k, c, m->params, m->params16, m->grads, o->m, o->v, r, grad_scale, t);
         eng_norms_updated(m);
         return;
     }
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
-        float wd = p->decay ? (float)c->weight_decay : 0.0f;
+        float pwd = p->decay ? (float)r->wd : 0.0f, lr = (float)eng_param_lr(p, r);
         if (m->params16) /* fused: the master weights and their bf16 copy in one pass */
             m->k->adamw_bf16(m->params + p->offset, m->params16 + p->offset, m->grads + p->offset,
                              o->m + p->offset, o->v + p->offset, p->numel, (float)lr, (float)c->adam_beta1,
-                             (float)c->adam_beta2, (float)c->adam_eps, wd, grad_scale, t);
+                             (float)c->adam_beta2, (float)c->adam_eps, pwd, grad_scale, t);
         else
             m->k->adamw(m->params + p->offset, m->grads + p->offset, o->m + p->offset, o->v + p->offset,
                         p->numel, (float)lr, (float)c->adam_beta1, (float)c->adam_beta2,
-                        (float)c->adam_eps, wd, grad_scale, t);
+                        (float)c->adam_eps, pwd, grad_scale, t);
     }
     eng_norms_updated(m);
 }

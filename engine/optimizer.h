@@ -10,16 +10,33 @@
 
 #include "model.h"
 
-/* The flat buffer [lo, hi) as runs of equal weight decay for one
- * adamw_segments call: each tensor with the padding after it, neighbours of
- * equal decay merged, ends relative to lo (host memory, owned). */
+/* What one optimizer step applies, from where the schedule stands (eng_rates_at). */
+typedef struct eng_rates {
+    double lr;           /* the learning rate */
+    double lr_decoupled; /* the embeddings' and output layer's (eng_param.decoupled): --decoupled-lr's, else lr */
+    double wd;           /* the weight decay of the tensors that take it */
+} eng_rates;
+
+/* The flat buffer [lo, hi) as runs of tensors alike (weight decay or not; with
+ * --decoupled-lr, decoupled or not) for adamw_segments calls: each tensor with
+ * the padding after it, neighbours alike merged, ends relative to lo (host
+ * memory, owned). Without --decoupled-lr one call does every run. */
 typedef struct eng_adamw_segs {
     int n;
     size_t *end;
-    float *wd;
+    float *decay;      /* 1 where the run's tensors take weight decay (eng_param.decay), else 0 */
+    char *decoupled;   /* 1 where they take --decoupled-lr's rate */
+    float *wd;         /* scratch: the step's decay of each run */
+    size_t *end_from;  /* scratch: ends relative to a call's first run */
 } eng_adamw_segs;
 int eng_adamw_segs_build(eng_adamw_segs *s, const eng_model *m, size_t lo, size_t hi);
 void eng_adamw_segs_free(eng_adamw_segs *s);
+/* One AdamW step over every run of s, the buffers starting where the runs do
+ * (param_bf16 may be NULL): an adamw_segments call per stretch of runs at one
+ * rate. Needs k->adamw_segments and s->n <= K_ADAMW_MAX_SEGS. */
+void eng_adamw_segs_step(eng_adamw_segs *s, const k_ops *k, const atoll_config *c, float *master,
+                         uint16_t *param_bf16, const float *grad, float *m, float *v, const eng_rates *r,
+                         float grad_scale, int t);
 
 typedef struct eng_optim {
     const k_ops *k;
@@ -53,19 +70,40 @@ void eng_sumsq_runs_break(eng_sumsq_runs *r);
 /* Megatron's clip coefficient: min(1, clip / (norm + 1e-6)); 1 when clip <= 0. */
 float eng_clip_scale(double grad_norm, double clip);
 
-/* Learning rate of iteration `it` (1-based), Megatron's schedule: linear warmup
- * over --lr-warmup-iters from --lr-warmup-init (0) to --lr, then the
- * --lr-decay-style (cosine, linear, constant, WSD: constant then the final
+/* The learning rate where the schedule stands at `it`, Megatron's schedule:
+ * linear warmup over --lr-warmup-iters from --lr-warmup-init (0) to --lr, then
+ * the --lr-decay-style (cosine, linear, constant, WSD: constant then the final
  * --lr-wsd-decay-iters by --lr-wsd-decay-style, inverse-square-root) down to
- * --min-lr at --lr-decay-iters (default --train-iters), --min-lr after. `it`
- * is where the schedule stands: the samples consumed by the end of the step, in
- * global batches (Megatron's schedule counts samples), the iteration itself
- * while every step takes the global batch; a fraction under
- * --rampup-batch-size or --decrease-batch-size-if-needed. */
+ * --min-lr at --lr-decay-iters (default --train-iters), --min-lr after. `it` is
+ * the samples consumed, in global batches (Megatron's schedule counts samples):
+ * a whole number while every step takes the global batch, a fraction under
+ * --rampup-batch-size or --decrease-batch-size-if-needed. As in Megatron,
+ * iteration i (1-based) updates with the rate at i - 1 and logs the one at i. */
 double eng_lr_at(const atoll_config *c, double it);
 
-/* One AdamW step t (1-based) on every tensor, gradients scaled by grad_scale;
- * under --bf16 the bf16 copy of the params is updated in the same pass. */
-void eng_optim_step(eng_optim *o, eng_model *m, double lr, float grad_scale, int t);
+/* --decoupled-lr's schedule at `it`: eng_lr_at's shape from --lr-warmup-init
+ * to --decoupled-lr, then down to --decoupled-min-lr (--min-lr when not
+ * given), Megatron's for the embeddings and output layer; eng_lr_at without
+ * the flag. */
+double eng_decoupled_lr_at(const atoll_config *c, double it);
+
+/* Every rate of a step at `it`. */
+eng_rates eng_rates_at(const atoll_config *c, double it);
+
+/* The weight decay where the schedule stands at `it` (as for eng_lr_at),
+ * Megatron's: --weight-decay with --weight-decay-incr-style constant; else from
+ * --start-weight-decay at 0 to --end-weight-decay at the samples the run
+ * consumes (--train-iters global batches, or the ramp's and then the batches'
+ * samples), linearly or along a half cosine, --end-weight-decay after. Applied
+ * to the tensors that take decay (eng_param.decay: not biases, not norms). */
+double eng_wd_at(const atoll_config *c, double it);
+
+/* The rate of tensor p in a step at rates r. */
+double eng_param_lr(const eng_param *p, const eng_rates *r);
+
+/* One AdamW step t (1-based) on every tensor at rates r, gradients scaled by
+ * grad_scale; under --bf16 the bf16 copy of the params is updated in the same
+ * pass. */
+void eng_optim_step(eng_optim *o, eng_model *m, const eng_rates *r, float grad_scale, int t);
 
 #endif

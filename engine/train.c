@@ -381,11 +381,13 @@ static int step_batch(run *r)
     return batch;
 }
 
-/* Where the learning-rate schedule stands after this step: the samples consumed
- * by then, in global batches, as Megatron's schedule counts samples; the
- * iteration itself while every step takes the global batch, fewer under a
- * ramp or --decrease-batch-size-if-needed. */
-static double lr_position(const run *r, int batch)
+/* Where the schedule stands once `batch` more samples are consumed, in global
+ * batches, as Megatron's schedule counts samples: the iteration itself while
+ * every step takes the global batch, fewer under a ramp or
+ * --decrease-batch-size-if-needed. A step updates with the rate of batch 0 (where
+ * the schedule stood before it: Megatron moves its scheduler after
+ * optimizer.step()), and its log shows the rate after it, as Megatron's does. */
+static double sched_position(const run *r, int batch)
 {
     return (double)(r->st.consumed_samples + batch) / (double)cfg_global_batch(r->c, r->d.dp);
 }
@@ -541,9 +543,10 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
         s->stage_transfer[i] = vec[2 + pp + i];
     }
     s->bubble_theory = cfg_bubble_theory(c, d->size, s->batch);
-    s->lr = eng_lr_at(c, lr_position(r, s->batch));
+    s->lr = eng_lr_at(c, sched_position(r, s->batch));
     int adam_t = (int)(s->it - r->st.adam_from);
-    if (dist_optim_step(d, m, &r->dopt, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), adam_t)) {
+    eng_rates rates = eng_rates_at(c, sched_position(r, 0));
+    if (dist_optim_step(d, m, &r->dopt, &rates, eng_clip_scale(s->grad_norm, c->clip_grad), adam_t)) {
         atoll_errf(err, errlen, "optimizer: %s", dist_error(d));
         return -1;
     }
@@ -602,8 +605,9 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     /* --deterministic-dp: the norm as the ranks of a DP run take it (dist_grad_sumsq,
      * through a float), so clipping does not depend on the world size either */
     s->grad_norm = r->d.acc ? sqrt((double)(float)dist_grad_sumsq(&r->d, m, &r->dopt)) : sqrt(eng_grad_sumsq(m));
-    s->lr = eng_lr_at(c, lr_position(r, s->batch));
-    eng_optim_step(r->opt, m, s->lr, eng_clip_scale(s->grad_norm, c->clip_grad), (int)(s->it - r->st.adam_from));
+    s->lr = eng_lr_at(c, sched_position(r, s->batch));
+    eng_rates rates = eng_rates_at(c, sched_position(r, 0));
+    eng_optim_step(r->opt, m, &rates, eng_clip_scale(s->grad_norm, c->clip_grad), (int)(s->it - r->st.adam_from));
     return finish_step(r, s, t0, err, errlen);
 }
 

@@ -547,6 +547,14 @@ static void test_megatron_flags(void)
     CHECK(!strstr(notes, "--log-params-norm") && /* it has an effect now */
               strstr(notes, "--distributed-timeout-minutes has no effect here: a hung collective is found") &&
               strstr(notes, "--dist-ckpt-strictness has no effect here"), "notes: '%s'", notes);
+    /* --decoupled-lr: its floor is --min-lr's unless --decoupled-min-lr is given, as in Megatron */
+    snprintf(line, sizeof line, "%s--lr 1e-4 --min-lr 1e-5 --decoupled-lr 1e-3", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && c.decoupled_lr == 1e-3 && c.decoupled_min_lr == 1e-5,
+          "--decoupled-lr: %s (floor %g)", err, c.decoupled_min_lr);
+    snprintf(line, sizeof line, "%s--decoupled-min-lr 0 --min-lr 1e-5 --decoupled-lr 1e-3", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && c.decoupled_min_lr == 0 &&
+              cfg_validate_training(&c, err, sizeof err) == 0, "--decoupled-min-lr 0: %s (floor %g)", err,
+          c.decoupled_min_lr);
     /* fp16's loss scaling, in launch lines that train in bf16: accepted, noted */
     snprintf(line, sizeof line, "%s--bf16 --loss-scale 1 --initial-loss-scale 65536 --min-loss-scale 1 "
              "--loss-scale-window 1000 --hysteresis 2", model);
@@ -639,6 +647,13 @@ static void test_megatron_flags(void)
         { "--moe-router-topk 2", "--moe-router-topk: mixture-of-experts models are not implemented" },
         { "--moe-grouped-gemm", "--moe-grouped-gemm: mixture-of-experts models are not implemented" },
         { "--rotary-interleaved", "--rotary-interleaved: rope rotates the two halves of each head" },
+        { "--start-weight-decay 0", "--start-weight-decay goes with --weight-decay-incr-style linear or cosine" },
+        { "--end-weight-decay 0.1 --weight-decay-incr-style constant", "--end-weight-decay goes with "
+                                                                         "--weight-decay-incr-style linear or cosine" },
+        { "--weight-decay-incr-style cosine --start-weight-decay 0", "--weight-decay-incr-style cosine needs "
+                                                                     "--start-weight-decay and --end-weight-decay" },
+        { "--weight-decay-incr-style exponential", "--weight-decay-incr-style: 'exponential' is not one of constant, "
+                                                   "linear, cosine" },
         { "--optimizer sgd", "--optimizer sgd: atoll's optimizer is Megatron's adam (AdamW: decoupled weight decay, "
                              "fp32 moments); accepted: adam" },
         { "--dataloader-type cyclic", "--dataloader-type cyclic: samples are read in order, from each epoch's keyed "
@@ -660,7 +675,8 @@ static void test_megatron_flags(void)
                                                           "--rank-order tp-dp-pp is given too" },
         { "--kv-channels 1048576 --num-attention-heads 65536", "--kv-channels 1048576: atoll's head dimension" },
         { "--kv-channels 32", "--kv-channels 32: atoll's head dimension is --hidden-size / --num-attention-heads = 64 / 4" },
-        { "--decoupled-lr 5e-4", "--decoupled-lr: one learning rate schedule" },
+        { "--decoupled-min-lr 5e-5", "--decoupled-min-lr 5e-05 is where --decoupled-lr's schedule ends: give "
+                                     "--decoupled-lr" },
         { "--exit-duration-in-mins -1", "--exit-duration-in-mins: -1 is below the smallest accepted value, 0" },
         /* the checkpoint and schedule flags say what they need (cfg_validate_training) */
         { "--exit-duration-in-mins 230", "--exit-duration-in-mins 230 stops the run with a checkpoint: give --save" },

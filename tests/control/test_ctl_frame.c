@@ -169,8 +169,29 @@ static void message_cases(void)
     c.squared_relu = c.apply_layernorm_1p = 1;
     c.rotary_percent = 0.5;
     c.norm_epsilon = 1e-6;
+    c.embedding_init_method_std = 0.05;
+    c.decoupled_lr = 3e-4;
+    c.decoupled_min_lr = 0.0; /* given, and 0 */
+    c.weight_decay_incr_style = WD_INCR_LINEAR;
+    c.start_weight_decay = 0.0; /* given, and 0: travels as given, not as absent */
+    c.end_weight_decay = 0.1;
     Atoll__JobSpec s;
     msg_spec_from_cfg(&s, &c, "gpt-1b");
+    /* the decay schedule's ends reach atoll-train's argv when given, and only then */
+    for (int given = 1; given >= 0; given--) {
+        atoll_config d;
+        cfg_defaults(&d);
+        if (given) d.weight_decay_incr_style = WD_INCR_COSINE, d.start_weight_decay = 0.0, d.end_weight_decay = 0.2;
+        Atoll__JobSpec ds;
+        msg_spec_from_cfg(&ds, &d, "wd");
+        int argc2 = 0, named = 0;
+        char **av = msg_spec_to_argv(&ds, "atoll-train", &argc2);
+        for (int i = 0; av && i + 1 < argc2; i++)
+            named += (!strcmp(av[i], "--start-weight-decay") && !strcmp(av[i + 1], "0")) +
+                     (!strcmp(av[i], "--end-weight-decay") && !strcmp(av[i + 1], "0.20000000000000001"));
+        CHECK(av && named == 2 * given, "weight-decay ends in argv: %d (given %d)", named, given);
+        msg_argv_free(av);
+    }
     plen = protobuf_c_message_get_packed_size(&s.base);
     pb = malloc(plen);
     protobuf_c_message_pack(&s.base, pb);

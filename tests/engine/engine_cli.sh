@@ -79,9 +79,13 @@ EOF
 }
 state() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1/train_state.json" "$2"; }
 first_lr() { head -1 "$1" | grep -o '"lr":[^,]*' | cut -d: -f2; }
-"$TRAIN" "${RUN[@]}" --load ck --finetune --save ft --save-interval 1 --train-iters 6 --exit-interval 4 --metrics-file ft.jsonl \
+lr_logged() { sed -n "$2p" "$1" | grep -o '"lr":[^,]*' | cut -d: -f2; } # FILE N: the rate logged at its line N
+# Step i updates with the rate logged at step i - 1 (as in Megatron): without warm-up the fine-tune's first
+# step takes --lr (1e-3), where a warm-up's first step would take 0 and not move the weights.
+FT=("${RUN[@]}" --lr-warmup-iters 0)
+"$TRAIN" "${FT[@]}" --load ck --finetune --save ft --save-interval 1 --train-iters 6 --exit-interval 4 --metrics-file ft.jsonl \
     >ft.log 2>&1 || bad "--finetune failed: $(tail -1 ft.log)"
-med=$(adam_first_step ck/iter_0000010/model.safetensors ft/iter_0000001/model.safetensors "$(first_lr ft.jsonl)")
+med=$(adam_first_step ck/iter_0000010/model.safetensors ft/iter_0000001/model.safetensors 1e-3)
 if grep -q "loaded the weights of checkpoint ck/iter_0000010 to fine-tune from iteration 0" ft.log &&
    [ "$(head -1 ft.jsonl | grep -o '"iteration":[0-9]*')" = '"iteration":1' ] &&
    [ "$(state ft/iter_0000004 consumed_samples)" = 32 ] &&
@@ -93,9 +97,9 @@ else
     bad "--finetune: median |step|/lr $med, $(head -3 ft.log)"
 fi
 # the same command again, after ft committed steps: it resumes its own step 4 exactly, not the fine-tune's start
-"$TRAIN" "${RUN[@]}" --load ck --finetune --save ft --save-interval 1 --train-iters 6 --metrics-file ft6.jsonl \
+"$TRAIN" "${FT[@]}" --load ck --finetune --save ft --save-interval 1 --train-iters 6 --metrics-file ft6.jsonl \
     >ft6.log 2>&1 || bad "--finetune again failed: $(tail -1 ft6.log)"
-"$TRAIN" "${RUN[@]}" --load ck --finetune --save ftstraight --train-iters 6 --metrics-file ftstraight.jsonl \
+"$TRAIN" "${FT[@]}" --load ck --finetune --save ftstraight --train-iters 6 --metrics-file ftstraight.jsonl \
     >/dev/null 2>&1 || bad "--finetune of 6 steps failed"
 if grep -q "save ft holds this run's step 4: resuming it (--finetune took --load ck on the first start)" ft6.log &&
    [ "$(losses ft6.jsonl | wc -l)" = 2 ] && diff <(losses ftstraight.jsonl | tail -2) <(losses ft6.jsonl) >/dev/null; then
@@ -105,7 +109,7 @@ else
 fi
 "$TRAIN" "${RUN[@]}" --load ck --no-load-optim --no-load-rng --seed 99 --save nlo --exit-interval 11 \
     --metrics-file nlo.jsonl >nlo.log 2>&1 || bad "--no-load-optim failed: $(tail -1 nlo.log)"
-med=$(adam_first_step ck/iter_0000010/model.safetensors nlo/iter_0000011/model.safetensors "$(first_lr nlo.jsonl)")
+med=$(adam_first_step ck/iter_0000010/model.safetensors nlo/iter_0000011/model.safetensors "$(lr_logged straight.jsonl 10)")
 if grep -q "consumed samples 80; Adam moments start at zero: --no-load-optim; data ordered by --seed: --no-load-rng" \
        nlo.log && [ "$(state nlo/iter_0000011 adam_from)" = 10 ] && [ "$(state nlo/iter_0000011 seed)" = 99 ] &&
    [ "$(state nlo/iter_0000011 iteration)" = 11 ] && awk -v m="$med" 'BEGIN { exit !(m > 0.95 && m <= 1.0001) }'; then
@@ -188,6 +192,22 @@ EOF
 read -r s_in s_out s_emb <<<"$spread"
 awk -v a="$s_in" -v b="$s_out" -v e="$s_emb" 'BEGIN { exit !(a > 0.0057 && a < 0.0063 && b > 0.0028 && b < 0.0032 && e > 0.0057 && e < 0.0063) }' &&
     ok "--init-method-std 0.006: c_attn $s_in, c_proj $s_out (/2), wte $s_emb" || bad "--init-method-std: spreads $spread"
+# --embedding-init-method-std: the token and position embeddings' spread; an untied output layer keeps init's
+"$TRAIN" "${RUN[@]}" --init-method-std 0.006 --embedding-init-method-std 0.05 --untie-embeddings-and-output-weights \
+    --train-iters 1 --dump-dir embstd >/dev/null 2>&1 || bad "--embedding-init-method-std run failed"
+spread=$(python3 - embstd/init.safetensors <<'EOF'
+import json, struct, sys, array, statistics
+b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+def std(name):
+    lo, hi = h[name]["data_offsets"]; a = array.array("f"); a.frombytes(b[8 + n + lo:8 + n + hi]); return statistics.pstdev(a)
+print(" ".join(f"{std(k):.5f}" for k in ("wte.weight", "wpe.weight", "h.0.attn.c_attn.weight", "lm_head.weight")))
+EOF
+)
+read -r s_wte s_wpe s_in s_head <<<"$spread"
+awk -v w="$s_wte" -v p="$s_wpe" -v a="$s_in" -v o="$s_head" 'BEGIN { exit !(w > 0.0475 && w < 0.0525 &&
+    p > 0.0475 && p < 0.0525 && a > 0.0057 && a < 0.0063 && o > 0.0057 && o < 0.0063) }' &&
+    ok "--embedding-init-method-std 0.05: wte $s_wte, wpe $s_wpe; c_attn $s_in and the untied lm_head $s_head keep 0.006" ||
+    bad "--embedding-init-method-std: spreads $spread"
 
 # --eod-mask-loss (the loss itself is checked against PyTorch by engine_torch_ref_eod): every layout
 # computes the same losses as one rank, and they differ from the unmasked run's

@@ -4,6 +4,7 @@
 #include "optimizer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static void test_schedule(void)
@@ -50,6 +51,55 @@ static void test_schedule(void)
     c.min_lr = 0.4;
     CHECK_CLOSE(eng_lr_at(&c, 109), 0.4, 1e-12);
     CHECK_CLOSE(eng_lr_at(&c, 500), 0.4, 1e-12);
+}
+
+/* Megatron's weight-decay schedule (OptimizerParamScheduler.get_wd): from start
+ * to end over the run's samples, in global batches; end after; constant is
+ * --weight-decay whatever start and end hold. */
+static void test_wd_schedule(void)
+{
+    atoll_config c;
+    cfg_defaults(&c);
+    c.train_iters = 100;
+    c.weight_decay = 0.1;
+    CHECK_CLOSE(eng_wd_at(&c, 0), 0.1, 1e-15);
+    CHECK_CLOSE(eng_wd_at(&c, 1000), 0.1, 1e-15);
+    c.start_weight_decay = 0.02, c.end_weight_decay = 0.3;
+    c.weight_decay_incr_style = WD_INCR_LINEAR;
+    CHECK_CLOSE(eng_wd_at(&c, 0), 0.02, 1e-15);
+    CHECK_CLOSE(eng_wd_at(&c, 25), 0.02 + 0.28 * 0.25, 1e-15);
+    CHECK_CLOSE(eng_wd_at(&c, 100), 0.3, 1e-15);
+    CHECK_CLOSE(eng_wd_at(&c, 150), 0.3, 1e-15);
+    c.weight_decay_incr_style = WD_INCR_COSINE;
+    CHECK_CLOSE(eng_wd_at(&c, 25), 0.02 + 0.28 * 0.5 * (cos(M_PI * 0.75) + 1), 1e-15); /* slow start */
+    CHECK_CLOSE(eng_wd_at(&c, 50), 0.16, 1e-15);
+    CHECK_CLOSE(eng_wd_at(&c, 100), 0.3, 1e-15);
+    /* with a ramp the span is the samples the run consumes, in global batches: 4 steps of 4 while fewer than 16
+     * are consumed, then 96 of 8, 784 samples = 98 global batches */
+    c.global_batch_size = 8;
+    snprintf(c.rampup_batch_size, sizeof c.rampup_batch_size, "4 4 16");
+    double span = (double)cfg_samples_after(&c, 1, c.train_iters) / 8;
+    CHECK(span == 98, "ramp: the run consumes %g global batches", span);
+    CHECK_CLOSE(eng_wd_at(&c, span / 2), 0.16, 1e-12);
+}
+
+/* --decoupled-lr: the schedule's shape from the same warm-up start to its own
+ * peak and floor; without it the embeddings take --lr's. */
+static void test_decoupled(void)
+{
+    atoll_config c;
+    cfg_defaults(&c);
+    c.lr = 1.0; c.min_lr = 0.1; c.lr_warmup_iters = 10; c.train_iters = 110; c.lr_warmup_init = 0.2;
+    CHECK_CLOSE(eng_decoupled_lr_at(&c, 60), eng_lr_at(&c, 60), 1e-15);
+    c.decoupled_lr = 3.0;
+    CHECK_CLOSE(eng_decoupled_lr_at(&c, 5), 0.2 + 2.8 * 0.5, 1e-12);  /* from --lr-warmup-init */
+    CHECK_CLOSE(eng_decoupled_lr_at(&c, 60), 0.1 + 2.9 * 0.5, 1e-12); /* to --min-lr when no floor is given */
+    c.decoupled_min_lr = 0.5;
+    CHECK_CLOSE(eng_decoupled_lr_at(&c, 60), 0.5 + 2.5 * 0.5, 1e-12);
+    CHECK_CLOSE(eng_decoupled_lr_at(&c, 200), 0.5, 1e-12);
+    eng_rates r = eng_rates_at(&c, 60);
+    CHECK(r.lr == eng_lr_at(&c, 60) && r.lr_decoupled == eng_decoupled_lr_at(&c, 60) && r.wd == c.weight_decay,
+          "eng_rates_at: %g %g %g", r.lr, r.lr_decoupled, r.wd);
 }
 
 static void test_clip(void)
@@ -107,6 +157,8 @@ int main(int argc, char **argv)
 {
     (void)argc;
     test_schedule();
+    test_wd_schedule();
+    test_decoupled();
     test_clip();
     test_norm_ownership();
     return check_summary(argv[0]);

@@ -111,12 +111,13 @@ static fused_result run_bf16(const k_ops *k, cfg_recompute rc, int block, int va
     eng_init_params(m, 11);
     eng_acts *a = eng_acts_create(m, 0);
     eng_optim *o = eng_optim_create(m);
+    eng_rates rates = { 1e-2, 1e-2, m->cfg.weight_decay };
     for (int s = 0; s < STEPS; s++) {
         eng_zero_grads(m);
         CHECK(eng_forward(m, a, TOK, NULL, TGT, 0.0f, &r.loss[s]) == 0 &&
                   eng_backward(m, a, NULL, 1.0f / (B * T)) == 0,
               "forward/backward, step %d", s);
-        if (s + 1 < STEPS) eng_optim_step(o, m, 1e-2, 1.0f, s + 1);
+        if (s + 1 < STEPS) eng_optim_step(o, m, &rates, 1.0f, s + 1);
     }
     r.nfloats = m->num_floats;
     r.params = malloc(r.nfloats * sizeof(float));

@@ -48,6 +48,10 @@ KV, FFN, ROPE_BASE, RMS_EPS = 2, 96, 10000.0, 1e-5  # --llama (Qwen's --norm-eps
 LN_EPS = 1e-5  # --norm-epsilon 1e-6 with --nemotron
 MBS, GBS, ITERS = 2, 4, 5
 LR, MIN_LR, WARMUP, WD, B1, B2, EPS, CLIP = 3e-3, 3e-4, 2, 0.1, 0.9, 0.95, 1e-8, 1.0
+WD_START, WD_END = 0.5, 2.0  # --wd-cosine: Megatron's --start-weight-decay, --end-weight-decay
+WD_SCHED = False
+DEC_LR, DEC_MIN_LR = 3e-2, 1e-3  # --decoupled: Megatron's --decoupled-lr, --decoupled-min-lr
+DECOUPLED = False
 TOL = 1e-5
 EOD_MASK = False  # --eod-mask
 DOCUMENTS = False  # --documents
@@ -211,16 +215,36 @@ def rel_err(a, b):
     return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
 
 
-def lr_at(it):
+def wd_at(it):
+    """Megatron's get_wd (OptimizerParamScheduler): with --wd-cosine, from WD_START to WD_END over the run's
+    ITERS global batches along a half cosine; else --weight-decay throughout."""
+    if not WD_SCHED:
+        return WD
+    if it > ITERS:
+        return WD_END
+    return WD_START + 0.5 * (math.cos(math.pi * (1 - it / ITERS)) + 1) * (WD_END - WD_START)
+
+
+def lr_at(it, lr=LR, min_lr=MIN_LR):
     if it <= WARMUP:
-        return LR * it / WARMUP
+        return lr * it / WARMUP
     ratio = (it - WARMUP) / (ITERS - WARMUP)
-    return MIN_LR + 0.5 * (math.cos(math.pi * ratio) + 1) * (LR - MIN_LR)
+    return min_lr + 0.5 * (math.cos(math.pi * ratio) + 1) * (lr - min_lr)
+
+
+def param_lr(name, it):
+    """Megatron's --decoupled-lr: the token embedding and the output layer (is_embedding_or_output_parameter) on
+    the same schedule from their own peak to their own floor."""
+    if DECOUPLED and name in ("wte.weight", "lm_head.weight", "model.embed_tokens.weight"):
+        return lr_at(it, DEC_LR, DEC_MIN_LR)
+    return lr_at(it)
 
 
 def main():
     train, work = sys.argv[1], sys.argv[2]
-    global EOD_MASK, DOCUMENTS, QKV_BIAS, QK_NORM, NEMOTRON, RMS_EPS, LN_EPS
+    global EOD_MASK, DOCUMENTS, QKV_BIAS, QK_NORM, NEMOTRON, RMS_EPS, LN_EPS, WD_SCHED, DECOUPLED
+    WD_SCHED = "--wd-cosine" in sys.argv[3:]
+    DECOUPLED = "--decoupled" in sys.argv[3:]
     llama = "--llama" in sys.argv[3:]
     NEMOTRON = "--nemotron" in sys.argv[3:] and not llama
     untie = "--untie" in sys.argv[3:] or llama or NEMOTRON
@@ -231,7 +255,8 @@ def main():
     if QKV_BIAS or QK_NORM:  # Qwen2's and Qwen3's RMSNorm epsilon, as their Megatron scripts pass it
         RMS_EPS = 1e-6
     extra = [a for a in sys.argv[3:]
-             if a not in ("--untie", "--llama", "--eod-mask", "--documents", "--qkv-bias", "--qk-norm", "--nemotron")]
+             if a not in ("--untie", "--llama", "--eod-mask", "--documents", "--qkv-bias", "--qk-norm", "--nemotron",
+                          "--wd-cosine", "--decoupled")]
     model_loss = llama_loss if llama else gpt_loss
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -257,6 +282,14 @@ def main():
         cmd += ["--norm-epsilon", str(LN_EPS)]
         cmd += ["--squared-relu", "--apply-layernorm-1p", "--position-embedding-type", "rope", "--rotary-percent", "0.5",
                 "--rotary-base", str(int(ROPE_BASE)), "--disable-bias-linear", "--save", os.path.join(work, "ckpt")]
+    if WD_SCHED:
+        # large enough that a decay off schedule moves the weights by percents in 5 steps
+        cmd += ["--weight-decay-incr-style", "cosine", "--start-weight-decay", str(WD_START), "--end-weight-decay",
+                str(WD_END)]
+    if DECOUPLED:
+        cmd += ["--decoupled-lr", str(DEC_LR), "--decoupled-min-lr", str(DEC_MIN_LR)]
+    if WD_SCHED or DECOUPLED:
+        cmd += ["--save", os.path.join(work, "ckpt")]
     if EOD_MASK or DOCUMENTS:
         # documents of 2 to 12 bytes: several end inside every 16-token sample
         docs = os.path.join(work, "docs.jsonl")
@@ -332,14 +365,14 @@ def main():
         with torch.no_grad():
             norm = math.sqrt(sum(float((v.grad ** 2).sum()) for v in params.values()))
             scale = min(1.0, CLIP / (norm + 1e-6))
-            lr = lr_at(it)
             for k, v in params.items():
+                lr = param_lr(k, it - 1)  # Megatron's scheduler moves after optimizer.step()
                 g = v.grad * scale
                 m[k].mul_(B1).add_((1 - B1) * g)
                 s[k].mul_(B2).add_((1 - B2) * g * g)
                 mhat = m[k] / (1 - B1 ** it)
                 shat = s[k] / (1 - B2 ** it)
-                wd = WD if v.dim() == 2 else 0.0
+                wd = wd_at(it - 1) if v.dim() == 2 else 0.0  # the schedule where it stood before the step
                 v.sub_(lr * (mhat / (shat.sqrt() + EPS) + wd * v))
     if llama:
         # the checkpoint after the last step: Hugging Face's names and shapes,
@@ -390,6 +423,17 @@ def main():
                 if e > lim:
                     failures.append(f"{k} in the checkpoint after {ITERS} steps differs from the reference's (rel {e:.2e}, "
                                     f"limit {lim:.0e})")
+    if WD_SCHED or DECOUPLED:
+        # every tensor where the reference's AdamW took it with Megatron's decay schedule or decoupled rates
+        step = os.path.join(work, "ckpt", f"iter_{ITERS:07d}")
+        ck = read_safetensors(os.path.join(step, "model.safetensors"))
+        if sorted(ck) != names:
+            failures.append(f"the checkpoint's tensors {sorted(ck)} are not the model's {names}")
+        else:
+            e = max(rel_err(ck[k], params[k].detach().numpy()) for k in ck)
+            worst["checkpoint"] = e
+            if e > 1e-3:
+                failures.append(f"checkpoint after {ITERS} steps differs from the reference's weights (rel {e:.2e})")
     print("losses engine:", ["%.6f" % x for x in engine_losses])
     print("worst relative error: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()) + f" (limit {TOL:.0e}"
           + ("; checkpoint weights 1e-3" + (" (LayerNorm; others 1e-2)" if NEMOTRON else "") + ": AdamW divides by"

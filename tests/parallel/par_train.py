@@ -319,6 +319,17 @@ def main():
                            ("tp2_pp2_dp2_sp_full_recompute", 8, tp2 + pp2 + sp + ["--recompute-granularity", "full"])):
         compare("nemotron " + name, nref, train("nemotron_" + name, n, *(NEMOTRON + flags)))
 
+    # Megatron's weight-decay schedule and --decoupled-lr reach every rank's optimizer, ZeRO-1 shards and the
+    # last stage's copy of the tied embedding too
+    wd = ["--weight-decay-incr-style", "linear", "--start-weight-decay", "0.5", "--end-weight-decay", "3",
+          "--decoupled-lr", "1e-2"]
+    wref = train("wd_single", 1, *wd)
+    check(len(wref) == 10 and wref.get(10, {}).get("loss") not in (None, ref.get(10, {}).get("loss")),
+          "weight-decay schedule and --decoupled-lr, single rank: 10 steps, other weights (loss %s vs %s)" %
+          (wref.get(10, {}).get("loss"), ref.get(10, {}).get("loss")))
+    for name, n, flags in (("dp2_zero1", 2, zero), ("tp2_pp2_dp2", 8, tp2 + pp2)):
+        compare("wd " + name, wref, train("wd_" + name, n, *(wd + flags)))
+
     ck = os.path.join(WORK, "ckpt")
     shutil.rmtree(ck, ignore_errors=True)
     train("save_tp2_pp2_dp2", 8, *(tp2 + pp2 + zero + ["--save", ck, "--exit-interval", "5"]))
