@@ -224,6 +224,9 @@ typedef enum {
     MG_IGNORED, /* only speed in Megatron, not here: accepted and noted (cfg_megatron_notes) */
 } mg_kind;
 
+/* fp16's dynamic loss-scale flags, which bf16 launch lines often keep */
+#define NO_LOSS_SCALE "loss scaling is for --fp16, which atoll does not implement; bf16 and fp32 train without a " \
+                      "loss scale"
 static const struct {
     const char *name;
     int takes_value;
@@ -329,16 +332,12 @@ static const struct {
       "moments)" },
     { "dataloader-type", 1, MG_VALUE, "single", "samples are read in order, from each epoch's keyed shuffle of the "
       "dataset, as Megatron's single loader reads its dataset's" },
-    { "loss-scale", 1, MG_IGNORED, NULL, "loss scaling is for --fp16, which atoll does not implement; bf16 and fp32 "
-      "train without a loss scale" },
-    { "initial-loss-scale", 1, MG_IGNORED, NULL, "loss scaling is for --fp16, which atoll does not implement; bf16 "
-      "and fp32 train without a loss scale" },
-    { "min-loss-scale", 1, MG_IGNORED, NULL, "loss scaling is for --fp16, which atoll does not implement; bf16 and "
-      "fp32 train without a loss scale" },
-    { "loss-scale-window", 1, MG_IGNORED, NULL, "loss scaling is for --fp16, which atoll does not implement; bf16 and "
-      "fp32 train without a loss scale" },
-    { "hysteresis", 1, MG_IGNORED, NULL, "loss scaling is for --fp16, which atoll does not implement; bf16 and fp32 "
-      "train without a loss scale" },
+    { "loss-scale", 1, MG_IGNORED, NULL, NO_LOSS_SCALE },
+    { "initial-loss-scale", 1, MG_IGNORED, NULL, NO_LOSS_SCALE },
+    { "min-loss-scale", 1, MG_IGNORED, NULL, NO_LOSS_SCALE },
+    { "loss-scale-window", 1, MG_IGNORED, NULL, NO_LOSS_SCALE },
+    { "hysteresis", 1, MG_IGNORED, NULL, NO_LOSS_SCALE },
+#undef NO_LOSS_SCALE
     { "vocab-extra-ids", 1, MG_VALUE, "0", "extra sentinel ids are T5's; GPT and LLaMA models take none" },
     { "apply-query-key-layer-scaling", 0, MG_SAME, NULL, "the attention scores and softmax are computed in fp32, "
       "where this scaling changes nothing" },
