@@ -623,6 +623,27 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
         c->lr_warmup_iters = (int)(c->lr_warmup_fraction * (c->lr_decay_iters ? c->lr_decay_iters : c->train_iters) + 0.5);
         c->lr_warmup_fraction = 0;
     }
+    /* Megatron's rules, checked where the flags are parsed (atoll submit too: a JobSpec carries the ends only
+     * where they are read): constant is --weight-decay throughout, the other styles go from start to end */
+    int wd_given = !isnan(c->start_weight_decay) + !isnan(c->end_weight_decay);
+    if (c->weight_decay_incr_style == WD_INCR_CONSTANT && wd_given) {
+        atoll_errf(err, errlen, "--%s-weight-decay goes with --weight-decay-incr-style linear or cosine (from "
+                   "--start-weight-decay to --end-weight-decay over the run); with constant, the default, "
+                   "--weight-decay is the decay throughout", isnan(c->start_weight_decay) ? "end" : "start");
+        return -1;
+    }
+    if (c->weight_decay_incr_style != WD_INCR_CONSTANT && wd_given < 2) {
+        atoll_errf(err, errlen, "--weight-decay-incr-style %s needs --start-weight-decay and --end-weight-decay (the "
+                   "decay at the first step and once the run's samples are consumed)",
+                   cfg_wd_incr_name(c->weight_decay_incr_style));
+        return -1;
+    }
+    if (!isnan(c->decoupled_min_lr) && c->decoupled_lr <= 0) {
+        atoll_errf(err, errlen, "--decoupled-min-lr %g is where --decoupled-lr's schedule ends: give --decoupled-lr "
+                   "(the token embedding's and output layer's peak rate) with it, or leave it out",
+                   c->decoupled_min_lr);
+        return -1;
+    }
     if (c->decoupled_lr > 0 && isnan(c->decoupled_min_lr)) /* Megatron's default floor */
         c->decoupled_min_lr = c->min_lr;
     c->use_rotary_position_embeddings = c->no_position_embedding = c->recompute_activations = c->mock_data = c->kv_channels = 0;
@@ -1287,26 +1308,6 @@ int cfg_validate_training(const atoll_config *c, char *err, size_t errlen)
     if (c->deterministic_dp && c->use_distributed_optimizer) {
         atoll_errf(err, errlen, "--deterministic-dp does not work with --use-distributed-optimizer yet "
                    "(its reduce-scatter sums in fp32); leave one of them out");
-        return -1;
-    }
-    /* Megatron's rule: constant is --weight-decay throughout, the other styles go from start to end */
-    int wd_given = !isnan(c->start_weight_decay) + !isnan(c->end_weight_decay);
-    if (c->weight_decay_incr_style == WD_INCR_CONSTANT && wd_given) {
-        atoll_errf(err, errlen, "--%s-weight-decay goes with --weight-decay-incr-style linear or cosine (from "
-                   "--start-weight-decay to --end-weight-decay over the run); with constant, the default, "
-                   "--weight-decay is the decay throughout", isnan(c->start_weight_decay) ? "end" : "start");
-        return -1;
-    }
-    if (c->weight_decay_incr_style != WD_INCR_CONSTANT && wd_given < 2) {
-        atoll_errf(err, errlen, "--weight-decay-incr-style %s needs --start-weight-decay and --end-weight-decay (the "
-                   "decay at the first step and once the run's samples are consumed)",
-                   cfg_wd_incr_name(c->weight_decay_incr_style));
-        return -1;
-    }
-    if (!isnan(c->decoupled_min_lr) && c->decoupled_lr <= 0) {
-        atoll_errf(err, errlen, "--decoupled-min-lr %g is where --decoupled-lr's schedule ends: give --decoupled-lr "
-                   "(the token embedding's and output layer's peak rate) with it, or leave it out",
-                   c->decoupled_min_lr);
         return -1;
     }
     if (c->save_keep > 0 && !c->save[0]) {

@@ -440,6 +440,10 @@ case_attack_input() {
   [ $? -eq 2 ] && grep -q "'inf' is not a finite number" "$TMP/err" || fail "lr inf: $(cat "$TMP/err")"
   atoll submit "${m[@]}" --lr -1 2>"$TMP/err"
   [ $? -eq 2 ] && grep -q -- "--lr: -1 is below" "$TMP/err" || fail "lr -1: $(cat "$TMP/err")"
+  # a decay schedule's end without its style would not reach the ranks: refused here, not dropped
+  atoll submit "${m[@]}" --end-weight-decay 0.1 2>"$TMP/err"
+  [ $? -eq 2 ] && grep -q -- "--end-weight-decay goes with --weight-decay-incr-style linear or cosine" "$TMP/err" \
+    || fail "end weight decay alone: $(cat "$TMP/err")"
   "$PY" -c "import sys; sys.stdout.write('{a: ' * 60000 + '1' + '}' * 60000)" > "$TMP/deep.yaml"
   atoll submit --yaml-cfg "$TMP/deep.yaml" --num-gpus 8 2>"$TMP/err"
   [ $? -eq 2 ] && grep -q "at most 16 levels" "$TMP/err" || fail "deep YAML: $(cat "$TMP/err")"
