@@ -348,6 +348,16 @@ static const struct {
     { "exp-avg-dtype", 1, MG_VALUE, "fp32", "Adam's moments are fp32" },
     { "exp-avg-sq-dtype", 1, MG_VALUE, "fp32", "Adam's moments are fp32" },
     { "no-overlap-p2p-communication", 0, MG_SAME, NULL, "pipeline sends and receives run between compute steps" },
+    { "no-mmap-bin-files", 0, MG_IGNORED, NULL, "the indexed dataset is read memory-mapped" },
+    { "disable-gloo-process-groups", 0, MG_SAME, NULL, "atoll creates no Gloo process groups" },
+    { "cross-entropy-fusion-impl", 1, MG_VALUE, "native te", "fusions change speed, not results" },
+    { "init-model-with-meta-device", 0, MG_SAME, NULL, "each rank allocates only its own part of the model" },
+    { "use-megatron-fsdp", 0, MG_REFUSED, NULL, "FSDP is not implemented; --use-distributed-optimizer shards the "
+      "optimizer state over data-parallel ranks (ZeRO-1)" },
+    { "softmax-type", 1, MG_VALUE, "vanilla", "attention takes the standard softmax" },
+    { "cuda-graph-impl", 1, MG_IGNORED, NULL, "no CUDA graph is captured: kernels are launched each step" },
+    { "enable-cuda-graph", 0, MG_IGNORED, NULL, "no CUDA graph is captured: kernels are launched each step" },
+    { "logging-level", 1, MG_IGNORED, NULL, "atoll's log lines do not change with a level" },
     { "moe-*", 0, MG_REFUSED, NULL, "mixture-of-experts models are not implemented (dense GPT and LLaMA are)" },
 };
 #define NMEGATRON (sizeof(MEGATRON) / sizeof(MEGATRON[0]))

@@ -525,7 +525,9 @@ static void test_megatron_flags(void)
              "--te-rng-tracker --log-straggler --check-for-nan-in-loss-and-grad --timing-log-option minmax "
              "--barrier-with-L1-time --moe-router-topk=false --optimizer adam --dataloader-type single "
              "--vocab-extra-ids 0 --apply-query-key-layer-scaling --use-precision-aware-optimizer --main-grads-dtype fp32 "
-             "--main-params-dtype fp32 --exp-avg-dtype fp32 --exp-avg-sq-dtype fp32 --no-overlap-p2p-communication", model);
+             "--main-params-dtype fp32 --exp-avg-dtype fp32 --exp-avg-sq-dtype fp32 --no-overlap-p2p-communication "
+             "--disable-gloo-process-groups --cross-entropy-fusion-impl te --init-model-with-meta-device "
+             "--softmax-type vanilla", model);
     CHECK(parse(&c, line, err, sizeof err) == 0, "Megatron's implementation flags: %s", err);
     CHECK(!memcmp(&c, &plain, sizeof c), "flags atoll does anyway changed a setting");
     megatron_notes(&c, notes, sizeof notes);
@@ -564,6 +566,13 @@ static void test_megatron_flags(void)
                         "implement; bf16 and fp32 train without a loss scale\n") &&
               strstr(notes, "--initial-loss-scale has no effect") && strstr(notes, "--min-loss-scale has no effect") &&
               strstr(notes, "--loss-scale-window has no effect") && strstr(notes, "--hysteresis has no effect"),
+          "notes: '%s'", notes);
+    /* speed-only flags of newer launch lines */
+    snprintf(line, sizeof line, "%s--no-mmap-bin-files --cuda-graph-impl local", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0, "speed flags: %s", err);
+    megatron_notes(&c, notes, sizeof notes);
+    CHECK(strstr(notes, "--no-mmap-bin-files has no effect here") && strstr(notes, "--cuda-graph-impl has no effect "
+                                                                                    "here: no CUDA graph is captured"),
           "notes: '%s'", notes);
     /* the LLaMA-3 example's flags: every note is whole, however many */
     snprintf(line, sizeof line, "%s--grad-reduce-in-bf16 --profile --profile-step-start 4 --profile-step-end 6 "
@@ -661,6 +670,9 @@ static void test_megatron_flags(void)
                                       "accepted: single" },
         { "--exp-avg-dtype bf16", "--exp-avg-dtype bf16: Adam's moments are fp32; accepted: fp32" },
         { "--vocab-extra-ids 100", "--vocab-extra-ids 100: extra sentinel ids are T5's" },
+        { "--softmax-type off-by-one", "--softmax-type off-by-one: attention takes the standard softmax; accepted: "
+                                       "vanilla" },
+        { "--use-megatron-fsdp", "--use-megatron-fsdp: FSDP is not implemented" },
         { "--ckpt-step 5", "--ckpt-step says how to take the checkpoint in --load: give --load DIR" },
         { "--account-for-loss-in-pipeline-split --pipeline-model-parallel-size 3", "--account-for-loss-in-pipeline-"
           "split: --num-layers 4 with the loss is 5 layers, which must split evenly over --pipeline-model-parallel-size "
