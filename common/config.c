@@ -121,6 +121,8 @@ static const key_def KEYS[] = {
     F("position-embedding-type", K_STR, position_embedding_type),
     R("rotary-base", K_INT, rotary_base, 0, 2147483647.0, 0),
     R("rotary-percent", K_DOUBLE, rotary_percent, 0, 1, 0),
+    F("use-rope-scaling", K_BOOL, use_rope_scaling),
+    R("rope-scaling-factor", K_DOUBLE, rope_scaling_factor, 0, HUGE_VAL, 0),
     R("norm-epsilon", K_DOUBLE, norm_epsilon, 0, 1, 0),
     F("disable-bias-linear", K_BOOL, disable_bias_linear),
     F("add-qkv-bias", K_BOOL, add_qkv_bias),
@@ -189,6 +191,7 @@ void cfg_defaults(atoll_config *c)
     snprintf(c->position_embedding_type, sizeof c->position_embedding_type, "learned_absolute");
     c->rotary_base = 10000;
     c->rotary_percent = 1.0;
+    c->rope_scaling_factor = 8.0; /* Megatron's default, LLaMA-3.1's (0 reads as 8: cfg_rope_factor) */
     c->norm_epsilon = 1e-5;
     c->init_method_std = 0.02;
     c->make_vocab_size_divisible_by = 128;
@@ -1105,6 +1108,8 @@ int cfg_rope(const atoll_config *c) { return !strcmp(c->position_embedding_type,
 int cfg_rotary_base(const atoll_config *c) { return c->rotary_base > 0 ? c->rotary_base : 10000; }
 double cfg_norm_eps(const atoll_config *c) { return c->norm_epsilon > 0 ? c->norm_epsilon : 1e-5; }
 double cfg_rotary_percent(const atoll_config *c) { return c->rotary_percent > 0 ? c->rotary_percent : 1.0; }
+double cfg_rope_factor(const atoll_config *c) { return c->rope_scaling_factor > 0 ? c->rope_scaling_factor : 8.0; }
+double cfg_rope_scale(const atoll_config *c) { return c->use_rope_scaling ? cfg_rope_factor(c) : 1.0; }
 int cfg_rotary_dim(const atoll_config *c)
 {
     int hd = c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
@@ -1174,6 +1179,11 @@ static int validate_family(const atoll_config *c, char *err, size_t errlen)
     if (cfg_rope(c) && (c->hidden_size / c->num_attention_heads) % 2) {
         atoll_errf(err, errlen, "--position-embedding-type rope needs an even head dim (hidden %d / %d heads)",
              c->hidden_size, c->num_attention_heads);
+        return -1;
+    }
+    if (c->use_rope_scaling && !cfg_rope(c)) {
+        atoll_errf(err, errlen, "--use-rope-scaling stretches rotary positions' long wavelengths (LLaMA-3.x's): add "
+                   "--position-embedding-type rope, or leave it out");
         return -1;
     }
     int hd = c->hidden_size / c->num_attention_heads, rd = cfg_rotary_dim(c);

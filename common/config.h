@@ -130,6 +130,8 @@ typedef struct atoll_config {
     int apply_layernorm_1p;            /* LayerNorm weights stored zero-centred (w, from 0), applied as 1 + w */
     char position_embedding_type[24];  /* "learned_absolute" (default) or "rope" */
     int rotary_base;                   /* 10000 (0 reads as 10000: cfg_rotary_base) */
+    int use_rope_scaling;              /* LLaMA-3.x's rope scaling, by rope_scaling_factor (8; cfg_rope_scale) */
+    double rope_scaling_factor;
     double rotary_percent;             /* rope turns the first head dim * this of each head (1; 0 reads as 1) */
     double norm_epsilon;               /* LayerNorm's and RMSNorm's epsilon (1e-5; 0 reads as 1e-5) */
     int disable_bias_linear;
@@ -222,6 +224,11 @@ int cfg_rotary_base(const atoll_config *c); /* --rotary-base (0: 10000) */
 int cfg_rotary_dim(const atoll_config *c);  /* the dims of each head rope turns: int(head dim * --rotary-percent) */
 double cfg_norm_eps(const atoll_config *c); /* --norm-epsilon (0: 1e-5) */
 double cfg_rotary_percent(const atoll_config *c); /* --rotary-percent (0: 1) */
+/* --rope-scaling-factor (0: 8, Megatron's default) */
+double cfg_rope_factor(const atoll_config *c);
+/* the LLaMA-3.x frequency scale rope turns by (k_rope.h): cfg_rope_factor with
+ * --use-rope-scaling, else 1 (none) */
+double cfg_rope_scale(const atoll_config *c);
 int cfg_tb_interval(const atoll_config *c); /* --tensorboard-log-interval (0: 1) */
 int cfg_qkv_bias(const atoll_config *c);    /* q, k, v have biases: no --disable-bias-linear, or --add-qkv-bias */
 double cfg_init_std(const atoll_config *c); /* --init-method-std (0: 0.02) */

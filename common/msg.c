@@ -280,6 +280,8 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->position_embedding_type = (char *)c->position_embedding_type;
     o->rotary_base = c->rotary_base;
     o->rotary_percent = c->rotary_percent;
+    o->use_rope_scaling = c->use_rope_scaling;
+    o->rope_scaling_factor = c->rope_scaling_factor;
     o->norm_epsilon = c->norm_epsilon;
     o->disable_bias_linear = c->disable_bias_linear;
     o->group_query_attention = c->group_query_attention;

@@ -1,6 +1,7 @@
 #include "checkpoint.h"
 #include "errf.h"
 #include "json_read.h"
+#include "k_rope.h"
 #include "jsonw.h"
 #include "safetensors.h"
 
@@ -234,6 +235,8 @@ static void model_info(jsonw *w, const atoll_config *c)
     jsonw_kstr(w, "position_embedding_type", c->position_embedding_type);
     jsonw_kint(w, "rotary_base", cfg_rotary_base(c));
     jsonw_knum(w, "rotary_percent", cfg_rotary_percent(c));
+    jsonw_kbool(w, "use_rope_scaling", c->use_rope_scaling);
+    jsonw_knum(w, "rope_scaling_factor", cfg_rope_factor(c));
     jsonw_knum(w, "norm_epsilon", cfg_norm_eps(c));
     jsonw_kbool(w, "disable_bias_linear", c->disable_bias_linear);
     jsonw_kbool(w, "add_qkv_bias", c->add_qkv_bias);
@@ -288,6 +291,16 @@ static char *hf_llama_config(const atoll_config *c)
     jsonw_kint(&w, "vocab_size", c->vocab_size);
     jsonw_knum(&w, "rms_norm_eps", cfg_norm_eps(c));
     jsonw_knum(&w, "rope_theta", cfg_rotary_base(c));
+    if (c->use_rope_scaling) { /* Hugging Face's "llama3" rope type, with k_rope.h's fixed bands */
+        jsonw_key(&w, "rope_scaling");
+        jsonw_obj(&w);
+        jsonw_kstr(&w, "rope_type", "llama3");
+        jsonw_knum(&w, "factor", cfg_rope_scale(c));
+        jsonw_knum(&w, "low_freq_factor", K_ROPE_LLAMA3_LOW_FREQ_FACTOR);
+        jsonw_knum(&w, "high_freq_factor", K_ROPE_LLAMA3_HIGH_FREQ_FACTOR);
+        jsonw_kint(&w, "original_max_position_embeddings", (int)K_ROPE_LLAMA3_ORIGINAL_MAX_POSITIONS);
+        jsonw_obj_end(&w);
+    }
     jsonw_kstr(&w, "hidden_act", "silu");
     jsonw_kbool(&w, "tie_word_embeddings", !c->untie_embeddings_and_output_weights);
     jsonw_kbool(&w, "attention_bias", !c->disable_bias_linear);

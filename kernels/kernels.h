@@ -296,14 +296,16 @@ typedef struct k_ops {
      * over the first RD dims of each head (RD even, <= HD; the rest pass
      * through: Megatron's --rotary-percent RD/HD). Position t of each sequence
      * (0..T-1) turns the pair (x_i, x_{i+RD/2}), i < RD/2, by the angle
-     * t * base^(-2i/RD): y_i = x_i cos - x_{i+RD/2} sin, y_{i+RD/2} =
-     * x_{i+RD/2} cos + x_i sin (the "rotate half" convention of Megatron's and
-     * Hugging Face's LLaMA). rope_backward turns the gradient back (the
-     * transpose: the angle negated), in place. */
-    void (*rope_forward)(float *qkv, int B, int T, int NH, int NG, int HD, int RD, float base);
-    void (*rope_backward)(float *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base);
-    void (*rope_forward_bf16)(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, float base);
-    void (*rope_backward_bf16)(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base);
+     * t * base^(-2i/RD) (k_rope_inv_freq: with a LLaMA-3.x `scale` other than
+     * 1 the long wavelengths are stretched by it): y_i = x_i cos - x_{i+RD/2} sin,
+     * y_{i+RD/2} = x_{i+RD/2} cos + x_i sin (the "rotate half" convention of
+     * Megatron's and Hugging Face's LLaMA). rope_backward turns the gradient
+     * back (the transpose: the angle negated), in place. */
+    void (*rope_forward)(float *qkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale);
+    void (*rope_backward)(float *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale);
+    void (*rope_forward_bf16)(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale);
+    void (*rope_backward_bf16)(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base,
+                               float scale);
     /* Separate projections into attention's layout and back: q[N, NH*HD],
      * k[N, NG*HD], v[N, NG*HD] <-> qkv[N, NG, Q+2, HD] (both OVERWRITE). */
     void (*qkv_pack)(float *qkv, const float *q, const float *k, const float *v, int N, int NH, int NG, int HD);

@@ -670,6 +670,7 @@ static void test_megatron_flags(void)
                                       "accepted: single" },
         { "--exp-avg-dtype bf16", "--exp-avg-dtype bf16: Adam's moments are fp32; accepted: fp32" },
         { "--vocab-extra-ids 100", "--vocab-extra-ids 100: extra sentinel ids are T5's" },
+        { "--rope-scaling-factor -2", "--rope-scaling-factor: -2 is below the smallest accepted value, 0" },
         { "--softmax-type off-by-one", "--softmax-type off-by-one: attention takes the standard softmax; accepted: "
                                        "vanilla" },
         { "--use-megatron-fsdp", "--use-megatron-fsdp: FSDP is not implemented" },
@@ -708,6 +709,18 @@ static void test_megatron_flags(void)
         CHECK((parse(&c, line, err, sizeof err) == -1 || cfg_validate_training(&c, err, sizeof err) == -1) &&
                   strstr(err, refused[i].says), "%s: '%s'", refused[i].flags, err);
     }
+    /* LLaMA-3.1's rope scaling needs rotary positions; the scale is the factor only with the switch */
+    snprintf(line, sizeof line, "%s--use-rope-scaling", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_model(&c, err, sizeof err) == -1 &&
+              strstr(err, "--use-rope-scaling stretches rotary positions' long wavelengths (LLaMA-3.x's): add "
+                          "--position-embedding-type rope"), "--use-rope-scaling without rope: %s", err);
+    snprintf(line, sizeof line, "%s--position-embedding-type rope --rope-scaling-factor 32", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_rope_scale(&c) == 1.0, "a factor without the switch scales");
+    snprintf(line, sizeof line, "%s--position-embedding-type rope --use-rope-scaling", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_model(&c, err, sizeof err) == 0 &&
+              cfg_rope_scale(&c) == 8.0, "--use-rope-scaling: Megatron's default factor 8 (%s)", err);
+    c.rope_scaling_factor = 0; /* a JobSpec that leaves the field out */
+    CHECK(cfg_rope_scale(&c) == 8.0, "a factor of 0 reads as 8");
     /* --qk-layernorm: the LLaMA family's, two weights of the head dimension more per layer */
     snprintf(line, sizeof line, "%s--qk-layernorm", model);
     CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == -1 &&

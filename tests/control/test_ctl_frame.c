@@ -172,6 +172,8 @@ static void message_cases(void)
     c.embedding_init_method_std = 0.05;
     c.decoupled_lr = 3e-4;
     c.decoupled_min_lr = 0.0; /* given, and 0 */
+    c.use_rope_scaling = 1;
+    c.rope_scaling_factor = 32.0;
     c.weight_decay_incr_style = WD_INCR_LINEAR;
     c.start_weight_decay = 0.0; /* given, and 0: travels as given, not as absent */
     c.end_weight_decay = 0.1;

@@ -508,19 +508,29 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     vec qkv = rv_bf(nq, 2, qkvb);
     for (int RD : { HD, HD / 2 / 2 * 2 }) { /* the whole head, and --rotary-percent 0.5 */
         vec a1 = qkv, a2 = qkv;
-        R->rope_forward(a1.data(), B, T, NH, NG, HD, RD, 10000.0f);
-        kcu_rope_forward(a2.data(), B, T, NH, NG, HD, RD, 10000.0f);
+        R->rope_forward(a1.data(), B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
+        kcu_rope_forward(a2.data(), B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
         cmp("rope_forward", a2, a1, 1e-5);
         check(RD == HD || a1 != qkv, "rope_forward (RD %d of %d) turned nothing", RD, HD);
-        R->rope_backward(a1.data(), B, T, NH, NG, HD, RD, 10000.0f);
-        kcu_rope_backward(a2.data(), B, T, NH, NG, HD, RD, 10000.0f);
+        R->rope_backward(a1.data(), B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
+        kcu_rope_backward(a2.data(), B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
         cmp("rope_backward", a2, a1, 1e-5);
         cmp("rope_backward undoes rope_forward", a2, qkv, 1e-5);
         vec a3 = qkv;
         std::vector<uint16_t> b3 = qkvb;
-        R->rope_forward(a3.data(), B, T, NH, NG, HD, RD, 10000.0f);
-        kcu_rope_forward_bf16(b3.data(), B, T, NH, NG, HD, RD, 10000.0f);
+        R->rope_forward(a3.data(), B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
+        kcu_rope_forward_bf16(b3.data(), B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
         cmp("rope_forward_bf16", widen(b3), a3, 1e-2);
+    }
+    { /* LLaMA-3.1's scaling (k_rope.h) with LLaMA-3's base: the CPU's angles, other than unscaled ones */
+        vec a0 = qkv, a1 = qkv, a2 = qkv;
+        R->rope_forward(a1.data(), B, T, NH, NG, HD, HD, 500000.0f, 8.0f);
+        kcu_rope_forward(a2.data(), B, T, NH, NG, HD, HD, 500000.0f, 8.0f);
+        cmp("rope_forward (scaled)", a2, a1, 1e-5);
+        R->rope_forward(a0.data(), B, T, NH, NG, HD, HD, 500000.0f, 1.0f);
+        check(a0 != a1, "rope_forward: the scale changed no angle");
+        kcu_rope_backward(a2.data(), B, T, NH, NG, HD, HD, 500000.0f, 8.0f);
+        cmp("rope_backward (scaled) undoes the forward", a2, qkv, 1e-5);
     }
 
     vec q = rv(nh), k = rv(nk), v = rv(nk), p1 = nanv(nq), p2 = p1;

@@ -172,13 +172,16 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     size_t nq = (size_t)M * (NH + 2 * NG) * HD, nh = (size_t)M * NH * HD, nk = (size_t)M * NG * HD;
     float *qkv = h_rand(nq, 2), *d_qkv = d_put(qkv, nq * 4);
     for (int RD = HD; RD >= 2; RD = RD == HD ? HD / 2 / 2 * 2 : 0) { /* the whole head, then --rotary-percent 0.5 */
-        R->rope_forward(qkv, B, T, NH, NG, HD, RD, 10000.0f);
-        G->rope_forward(d_qkv, B, T, NH, NG, HD, RD, 10000.0f);
+        R->rope_forward(qkv, B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
+        G->rope_forward(d_qkv, B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
         h_compare(RD == HD ? "rope_forward" : "rope_forward (partial)", d_get(d_qkv, nq), qkv, nq, TOL);
-        R->rope_backward(qkv, B, T, NH, NG, HD, RD, 10000.0f);
-        G->rope_backward(d_qkv, B, T, NH, NG, HD, RD, 10000.0f);
+        R->rope_backward(qkv, B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
+        G->rope_backward(d_qkv, B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
         h_compare(RD == HD ? "rope_backward" : "rope_backward (partial)", d_get(d_qkv, nq), qkv, nq, TOL);
     }
+    R->rope_forward(qkv, B, T, NH, NG, HD, HD, 500000.0f, 8.0f); /* LLaMA-3.1's scaling */
+    G->rope_forward(d_qkv, B, T, NH, NG, HD, HD, 500000.0f, 8.0f);
+    h_compare("rope_forward (LLaMA-3.1 scaling)", d_get(d_qkv, nq), qkv, nq, TOL);
     float *q = h_rand(nh, 1), *k = h_rand(nk, 1), *v = h_rand(nk, 1);
     float *d_q = d_put(q, nh * 4), *d_k = d_put(k, nk * 4), *d_v = d_put(v, nk * 4), *d_p = d_poison(nq * 4);
     R->qkv_pack(qkv, q, k, v, M, NH, NG, HD);

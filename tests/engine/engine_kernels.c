@@ -282,6 +282,55 @@ static void test_relu2(void)
     free(c.x); free(c.out); free(c.dout);
 }
 
+/* LLaMA-3.1's rope scaling, written out from Hugging Face's rope_type "llama3"
+ * (low_freq_factor 1, high_freq_factor 4, 8192 original positions): a
+ * frequency whose wavelength is over 8192 divided by the factor, under 2048
+ * kept, between blended by s = (8192 / wavelength - 1) / 3. */
+static double llama3_freq(double f, double factor)
+{
+    double wl = 2 * M_PI / f;
+    if (wl < 2048) return f;
+    if (wl > 8192) return f / factor;
+    double s = (8192 / wl - 1) / 3;
+    return (1 - s) * f / factor + s * f;
+}
+
+/* --use-rope-scaling: a unit vector at each pair turned to (cos, sin) of t x
+ * the scaled frequency, at positions up to 16383 and with LLaMA-3's base, so
+ * every band (kept, blended, divided) is met; factor 1 is no scaling at all. */
+static void test_rope_scaling(void)
+{
+    int T = 16384, HD = 32, half = HD / 2, W = 3 * HD; /* one query, one key, one value head */
+    size_t n = (size_t)T * W;
+    float *x = calloc(n, sizeof(float)), *y = malloc(n * sizeof(float));
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) x[(size_t)t * W + i] = 1.0f; /* the query's first half */
+    memcpy(y, x, n * sizeof(float));
+    K->rope_forward(y, 1, T, 1, 1, HD, HD, 500000.0f, 8.0f);
+    double worst = 0;
+    int bands[3] = { 0, 0, 0 };
+    for (int i = 0; i < half; i++) {
+        double f = pow(500000.0, -2.0 * i / HD), g = llama3_freq(f, 8.0), wl = 2 * M_PI / f;
+        bands[wl < 2048 ? 0 : wl > 8192 ? 2 : 1]++;
+        for (int t = 0; t < T; t += 127) {
+            const float *r = y + (size_t)t * W;
+            worst = fmax(worst, fmax(fabs(r[i] - cos(t * g)), fabs(r[i + half] - sin(t * g))));
+        }
+    }
+    CHECK(bands[0] && bands[1] && bands[2], "the pairs meet every band: %d kept, %d blended, %d divided", bands[0],
+          bands[1], bands[2]);
+    CHECK(worst < 2e-5, "rope with LLaMA-3.1's scaling turns by the scaled frequencies (worst %g)", worst);
+    float *z = malloc(n * sizeof(float));
+    memcpy(z, x, n * sizeof(float));
+    K->rope_forward(z, 1, T, 1, 1, HD, HD, 500000.0f, 1.0f);
+    worst = 0;
+    for (int i = 0; i < half; i++)
+        for (int t = 0; t < T; t += 127)
+            worst = fmax(worst, fabs(z[(size_t)t * W + i] - cos(t * pow(500000.0, -2.0 * i / HD))));
+    CHECK(worst < 2e-5, "factor 1 leaves the frequencies alone (worst %g)", worst);
+    free(x); free(y); free(z);
+}
+
 /* ---- rotary embedding, q/k/v packing, hidden dropout ---- */
 static void test_rope_pack_dropout(void)
 {
@@ -290,7 +339,7 @@ static void test_rope_pack_dropout(void)
     float *x = randv(n), *y = randv(n), *rx = malloc(n * sizeof(float)), *ry = malloc(n * sizeof(float));
     memcpy(rx, x, n * sizeof(float));
     memcpy(ry, y, n * sizeof(float));
-    K->rope_forward(rx, B, T, NH, NG, HD, HD, 500.0f);
+    K->rope_forward(rx, B, T, NH, NG, HD, HD, 500.0f, 1.0f);
     /* row b=1, t=3: group 1's second query, pair i=1 turned by 3 * 500^(-2/6) */
     double a = 3 * pow(500.0, -2.0 / 6);
     size_t at = ((size_t)1 * T + 3) * W + (1 * (Q + 2) + 1) * HD;
@@ -300,19 +349,19 @@ static void test_rope_pack_dropout(void)
     CHECK(rx[v] == x[v] && rx[v + 5] == x[v + 5], "rope leaves values alone");
     CHECK(fabs(dotp(rx, rx, n) - dotp(x, x, n)) < 1e-3, "rope is a rotation (norm kept)");
     /* backward is the transpose: <rope(x), y> == <x, rope_backward(y)> */
-    K->rope_backward(ry, B, T, NH, NG, HD, HD, 500.0f);
+    K->rope_backward(ry, B, T, NH, NG, HD, HD, 500.0f, 1.0f);
     CHECK(fabs(dotp(rx, y, n) - dotp(x, ry, n)) < 1e-4, "rope_backward is rope's transpose");
     /* --rotary-percent 2/3: the first RD = 4 dims of each head turn, pairs (i, i + 2) by t * 500^(-2i/4),
      * dims 4 and 5 pass through; backward undoes it */
     int RD = 4;
     float *px = malloc(n * sizeof(float));
     memcpy(px, x, n * sizeof(float));
-    K->rope_forward(px, B, T, NH, NG, HD, RD, 500.0f);
+    K->rope_forward(px, B, T, NH, NG, HD, RD, 500.0f, 1.0f);
     double ap = 3 * pow(500.0, -2.0 / RD);
     CHECK(fabs(px[at + 1] - (x[at + 1] * cos(ap) - x[at + 3] * sin(ap))) < 1e-5 &&
           fabs(px[at + 3] - (x[at + 3] * cos(ap) + x[at + 1] * sin(ap))) < 1e-5, "partial rope turns pair (1, 3)");
     CHECK(px[at + 4] == x[at + 4] && px[at + 5] == x[at + 5], "partial rope leaves dims RD.. alone");
-    K->rope_backward(px, B, T, NH, NG, HD, RD, 500.0f);
+    K->rope_backward(px, B, T, NH, NG, HD, RD, 500.0f, 1.0f);
     double worst = 0;
     for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(px[i] - x[i]));
     CHECK(worst < 1e-5, "partial rope_backward undoes the forward (%g)", worst);
@@ -453,6 +502,7 @@ int main(int argc, char **argv)
     test_swiglu();
     test_relu2();
     test_rope_pack_dropout();
+    test_rope_scaling();
     test_gelu();
     test_xent_split();
     test_embedding();
