@@ -79,6 +79,8 @@ static const key_def KEYS[] = {
     F("train-data-path", K_STR, train_data_path),
     F("valid-data-path", K_STR, valid_data_path),
     F("test-data-path", K_STR, test_data_path),
+    F("data-args-path", K_STR, data_args_path),
+    F("per-split-data-args-path", K_STR, per_split_data_args_path),
     F("split", K_STR, split),
     F("save", K_STR, save),
     F("load", K_STR, load),
@@ -564,16 +566,31 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
                    "--calculate-per-token-loss out");
         return -1;
     }
-    if (c->mock_data && (c->data_path[0] || c->train_data_path[0])) {
+    /* Megatron's two ways to name the data, each on the command line or in a file: one path split by --split,
+     * or one per split */
+    const char *whole = c->data_path[0] ? "data-path" : c->data_args_path[0] ? "data-args-path" : NULL;
+    const char *per = c->train_data_path[0] ? "train-data-path" : c->valid_data_path[0] ? "valid-data-path"
+                    : c->test_data_path[0] ? "test-data-path"
+                    : c->per_split_data_args_path[0] ? "per-split-data-args-path" : NULL;
+    if (c->mock_data && (whole || per)) {
         atoll_errf(err, errlen, "--mock-data trains on the built-in corpus, and --%s is given too; give one",
-                   c->data_path[0] ? "data-path" : "train-data-path");
+                   whole ? whole : per);
         return -1;
     }
-    /* Megatron's two ways to name the data: one path split by --split, or one per split */
-    if (c->data_path[0] && (c->train_data_path[0] || c->valid_data_path[0] || c->test_data_path[0])) {
-        atoll_errf(err, errlen, "--data-path (split by --split) and --%s-data-path are both given; give --data-path, "
-                   "or --train-data-path with --valid-data-path and --test-data-path",
-                   c->train_data_path[0] ? "train" : c->valid_data_path[0] ? "valid" : "test");
+    if (c->data_path[0] && c->data_args_path[0]) {
+        atoll_errf(err, errlen, "--data-path and --data-args-path (a file holding a --data-path) are both given; give "
+                   "one");
+        return -1;
+    }
+    if (c->per_split_data_args_path[0] && (c->train_data_path[0] || c->valid_data_path[0] || c->test_data_path[0])) {
+        atoll_errf(err, errlen, "--per-split-data-args-path (a file holding the three splits' paths) and --%s are both "
+                   "given; give one", per);
+        return -1;
+    }
+    if (whole && per) {
+        atoll_errf(err, errlen, "--%s (split by --split) and --%s are both given; give --data-path (or "
+                   "--data-args-path), or --train-data-path with --valid-data-path and --test-data-path (or "
+                   "--per-split-data-args-path)", whole, per);
         return -1;
     }
     if (!c->train_data_path[0] && (c->valid_data_path[0] || c->test_data_path[0])) {

@@ -90,6 +90,10 @@ typedef struct atoll_config {
     char data_path[CFG_DATA_PATH];             /* PREFIX, or a blend: "W1 PREFIX1 W2 PREFIX2 ..." */
     /* or one path (or blend) per split, each used whole (--split then has no say): */
     char train_data_path[CFG_DATA_PATH], valid_data_path[CFG_DATA_PATH], test_data_path[CFG_DATA_PATH];
+    /* or Megatron's files that hold them, for blends too long for a flag
+     * (eng_data_paths_load): --data-args-path (a --data-path's words),
+     * --per-split-data-args-path (JSON: "train", "valid", "test") */
+    char data_args_path[CFG_STR], per_split_data_args_path[CFG_STR];
     char split[64], save[CFG_STR], load[CFG_STR];
     int save_interval, log_interval, eval_interval, eval_iters;
     int bf16;

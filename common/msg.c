@@ -256,6 +256,8 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->train_data_path = (char *)c->train_data_path;
     o->valid_data_path = (char *)c->valid_data_path;
     o->test_data_path = (char *)c->test_data_path;
+    o->data_args_path = (char *)c->data_args_path;
+    o->per_split_data_args_path = (char *)c->per_split_data_args_path;
     o->add_qkv_bias = c->add_qkv_bias;
     o->rampup_batch_size = (char *)c->rampup_batch_size;
     o->log_batch_size_to_tensorboard = c->log_batch_size_to_tensorboard;

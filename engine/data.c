@@ -1,7 +1,9 @@
 #include "data.h"
 #include "errf.h"
+#include "json_read.h"
 #include "rng.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -238,6 +240,119 @@ out:
     free(buf);
     if (rc) eng_data_close(d);
     return rc;
+}
+
+#define DATA_ARGS_MAX (16u << 20) /* bytes of an args file: far more than 256 prefixes take */
+
+/* The words of `text` joined by single spaces, in a new string (NULL: out of memory). */
+static char *join_words(const char *text)
+{
+    char *out = malloc(strlen(text) + 1), *o = out;
+    if (!out) return NULL;
+    for (const char *t = text; *t;) {
+        size_t sp = strspn(t, " \t\r\n"), w;
+        t += sp;
+        if (!*t) break;
+        w = strcspn(t, " \t\r\n");
+        if (o != out) *o++ = ' ';
+        memcpy(o, t, w);
+        o += w;
+        t += w;
+    }
+    *o = 0;
+    return out;
+}
+
+/* A JSON string or list of words (strings, or numbers for weights) as one blend string. */
+static char *json_words(const jsonr *v, const char *path, const char *key, char *err, size_t errlen)
+{
+    if (!v || v->type == JSONR_NULL) return strdup("");
+    if (v->type == JSONR_STR) return join_words(v->str);
+    if (v->type != JSONR_ARR) {
+        atoll_errf(err, errlen, "--per-split-data-args-path %s: \"%s\" is neither a string nor a list of weights and "
+                   "prefixes (e.g. [\"0.3\", \"/data/a\", \"0.7\", \"/data/b\"])", path, key);
+        return NULL;
+    }
+    size_t len = 1;
+    for (const jsonr *e = v->child; e; e = e->next) len += (e->type == JSONR_STR ? e->len : 32) + 1;
+    char *out = malloc(len), *o = out;
+    if (!out) return NULL;
+    *o = 0;
+    for (const jsonr *e = v->child; e; e = e->next) {
+        if (e->type != JSONR_STR && e->type != JSONR_NUM) {
+            atoll_errf(err, errlen, "--per-split-data-args-path %s: \"%s\" holds an element that is neither a prefix "
+                       "nor a weight", path, key);
+            free(out);
+            return NULL;
+        }
+        o += e->type == JSONR_STR ? sprintf(o, "%s%s", o == out ? "" : " ", e->str)
+                                  : sprintf(o, "%s%.17g", o == out ? "" : " ", e->num);
+    }
+    return out;
+}
+
+int eng_data_paths_load(eng_data_paths *p, const char *data_path, const char *const per_split[3],
+                        const char *data_args_path, const char *per_split_args_path, char *err, size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    p->blend = data_path;
+    for (int i = 0; i < 3; i++) p->split[i] = per_split[i];
+    if (data_args_path && *data_args_path) {
+        size_t n;
+        char *text = atoll_read_file(data_args_path, DATA_ARGS_MAX, &n);
+        if (!text) {
+            atoll_errf(err, errlen, "--data-args-path %s: cannot read it: %s", data_args_path, strerror(errno));
+            return -1;
+        }
+        p->owned[3] = join_words(text);
+        free(text);
+        if (!p->owned[3]) goto oom;
+        if (!*p->owned[3]) {
+            atoll_errf(err, errlen, "--data-args-path %s: the file names no prefix; expected a --data-path's words "
+                       "(\"PREFIX\" or \"0.3 PREFIX1 0.7 PREFIX2\")", data_args_path);
+            eng_data_paths_free(p);
+            return -1;
+        }
+        p->blend = p->owned[3];
+    }
+    if (per_split_args_path && *per_split_args_path) {
+        char why[512];
+        jsonr *root = jsonr_read_file(per_split_args_path, DATA_ARGS_MAX, why, sizeof why);
+        if (!root || root->type != JSONR_OBJ || !jsonr_get(root, "train")) {
+            atoll_errf(err, errlen, "--per-split-data-args-path %s: %s", per_split_args_path,
+                       root ? "expected a JSON object with \"train\" (and \"valid\", \"test\"), each a list of "
+                              "weights and prefixes or a string" : why);
+            jsonr_free(root);
+            return -1;
+        }
+        static const char *const keys[3] = { "train", "valid", "test" };
+        for (int i = 0; i < 3; i++) {
+            if (!(p->owned[i] = json_words(jsonr_get(root, keys[i]), per_split_args_path, keys[i], err, errlen))) {
+                if (!err || !*err) atoll_errf(err, errlen, "out of memory");
+                jsonr_free(root);
+                eng_data_paths_free(p);
+                return -1;
+            }
+            p->split[i] = p->owned[i];
+        }
+        jsonr_free(root);
+        if (!*p->split[ENG_SPLIT_TRAIN]) {
+            atoll_errf(err, errlen, "--per-split-data-args-path %s: \"train\" names no prefix", per_split_args_path);
+            eng_data_paths_free(p);
+            return -1;
+        }
+    }
+    return 0;
+oom:
+    atoll_errf(err, errlen, "out of memory");
+    eng_data_paths_free(p);
+    return -1;
+}
+
+void eng_data_paths_free(eng_data_paths *p)
+{
+    for (int i = 0; i < 4; i++) free(p->owned[i]);
+    memset(p, 0, sizeof *p);
 }
 
 int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int which, int seq_len,

@@ -68,6 +68,21 @@ int eng_data_open_split(eng_data *d, const char *prefix, const char *split, int 
 int eng_data_open_whole(eng_data *d, const char *flag, const char *prefix, int which, int seq_len, int vocab,
                         uint64_t seed, char *err, size_t errlen);
 void eng_data_close(eng_data *d);
+
+/* The blends a run opens: --data-path and --train/valid/test-data-path as given,
+ * or read as Megatron reads them from --data-args-path (a text file whose words
+ * are a --data-path: one prefix, or weights and prefixes) and
+ * --per-split-data-args-path (a JSON object whose "train", "valid" and "test"
+ * are each a string or a list of words; "valid" and "test" may be absent or
+ * null). "" where none. Owns the text it read (eng_data_paths_free). */
+typedef struct eng_data_paths {
+    const char *blend;    /* --data-path's */
+    const char *split[3]; /* ENG_SPLIT_TRAIN, _VALID, _TEST: --train/valid/test-data-path's */
+    char *owned[4];
+} eng_data_paths;
+int eng_data_paths_load(eng_data_paths *p, const char *data_path, const char *const per_split[3],
+                        const char *data_args_path, const char *per_split_args_path, char *err, size_t errlen);
+void eng_data_paths_free(eng_data_paths *p);
 /* 1 when --split gives split `which` a positive weight (a valid split only). */
 int eng_split_weighs(const char *split, int which);
 

@@ -794,6 +794,45 @@ static int resume(run *r, char *err, size_t errlen)
     return 0;
 }
 
+/* The training data, and the validation and test data when evaluation asks for
+ * them: --data-path's splits by --split, or the per-split paths each whole. */
+static int open_datasets(run *r, const eng_data_paths *p, char *err, size_t errlen)
+{
+    const atoll_config *c = r->c;
+    int per_split = p->split[ENG_SPLIT_TRAIN][0] != 0;
+    if (per_split ? eng_data_open_whole(&r->data, "--train-data-path", p->split[ENG_SPLIT_TRAIN], ENG_SPLIT_TRAIN,
+                                        c->seq_length, c->vocab_size, c->seed, err, errlen)
+                  : eng_data_open(&r->data, p->blend, c->split, c->seq_length, c->vocab_size, c->seed, err, errlen))
+        return ENG_ERR_CONFIG;
+    r->have_data = 1;
+    if (c->eval_interval > 0 && c->eval_iters > 0 && (!per_split || p->split[ENG_SPLIT_VALID][0])) {
+        if (per_split ? eng_data_open_whole(&r->valid, "--valid-data-path", p->split[ENG_SPLIT_VALID], ENG_SPLIT_VALID,
+                                            c->seq_length, c->vocab_size, c->seed, err, errlen)
+                      : eng_data_open_split(&r->valid, p->blend, c->split, ENG_SPLIT_VALID, c->seq_length,
+                                            c->vocab_size, c->seed, err, errlen))
+            return ENG_ERR_CONFIG;
+        r->have_valid = 1;
+    }
+    if (p->split[ENG_SPLIT_TEST][0] && c->eval_iters > 0) {
+        if (eng_data_open_whole(&r->test, "--test-data-path", p->split[ENG_SPLIT_TEST], ENG_SPLIT_TEST, c->seq_length,
+                                c->vocab_size, c->seed, err, errlen))
+            return ENG_ERR_CONFIG;
+        r->have_test = 1;
+    } else if (!per_split && p->blend[0] && c->eval_iters > 0 && eng_split_weighs(c->split, ENG_SPLIT_TEST)) {
+        /* --split's test part, evaluated at the end as Megatron does; a part too small for
+         * one sample (the default 969,30,1 of a small corpus) is said and skipped */
+        char why[1024];
+        if (eng_data_open_split(&r->test, p->blend, c->split, ENG_SPLIT_TEST, c->seq_length, c->vocab_size,
+                                c->seed, why, sizeof why)) {
+            if (r->d.rank == 0) fprintf(stderr, "atoll-train: note: no test evaluation at the end: %s\n", why);
+        } else {
+            r->have_test = 1;
+        }
+    }
+    return 0;
+}
+
+
 /* 0; ENG_ERR_CONFIG when the configuration or its inputs are refused (the device,
  * the attention backend, --dump-dir, the data, --save, --load, --metrics-file); else -1. */
 static int setup(run *r, char *err, size_t errlen)
@@ -848,41 +887,20 @@ static int setup(run *r, char *err, size_t errlen)
         }
         if (r->have_pipe) r->pipe.mb_scale = r->mb_scale;
     }
-    /* the data: --data-path split by --split, or --train/valid/test-data-path each whole */
-    int per_split = c->train_data_path[0] != 0;
-    if (per_split ? eng_data_open_whole(&r->data, "--train-data-path", c->train_data_path, ENG_SPLIT_TRAIN,
-                                        c->seq_length, c->vocab_size, c->seed, err, errlen)
-                  : eng_data_open(&r->data, c->data_path, c->split, c->seq_length, c->vocab_size, c->seed, err, errlen))
+    /* the data: --data-path split by --split, or --train/valid/test-data-path each whole (or the files of
+     * --data-args-path, --per-split-data-args-path holding them) */
+    const char *const split_paths[3] = { c->train_data_path, c->valid_data_path, c->test_data_path };
+    eng_data_paths dp;
+    if (eng_data_paths_load(&dp, c->data_path, split_paths, c->data_args_path, c->per_split_data_args_path, err,
+                            errlen))
         return ENG_ERR_CONFIG;
-    r->have_data = 1;
+    int drc = open_datasets(r, &dp, err, errlen);
+    eng_data_paths_free(&dp);
+    if (drc) return drc;
     /* Fail now, not after the first --save-interval iterations of work. */
     if (c->save[0] && ((mkdir(c->save, 0755) && errno != EEXIST) || access(c->save, W_OK))) {
         atoll_errf(err, errlen, "--save %s: cannot create or write the directory: %s", c->save, strerror(errno));
         return ENG_ERR_CONFIG;
-    }
-    if (c->eval_interval > 0 && c->eval_iters > 0 && (!per_split || c->valid_data_path[0])) {
-        if (per_split ? eng_data_open_whole(&r->valid, "--valid-data-path", c->valid_data_path, ENG_SPLIT_VALID,
-                                            c->seq_length, c->vocab_size, c->seed, err, errlen)
-                      : eng_data_open_split(&r->valid, c->data_path, c->split, ENG_SPLIT_VALID, c->seq_length,
-                                            c->vocab_size, c->seed, err, errlen))
-            return ENG_ERR_CONFIG;
-        r->have_valid = 1;
-    }
-    if (c->test_data_path[0] && c->eval_iters > 0) {
-        if (eng_data_open_whole(&r->test, "--test-data-path", c->test_data_path, ENG_SPLIT_TEST, c->seq_length,
-                                c->vocab_size, c->seed, err, errlen))
-            return ENG_ERR_CONFIG;
-        r->have_test = 1;
-    } else if (!per_split && c->data_path[0] && c->eval_iters > 0 && eng_split_weighs(c->split, ENG_SPLIT_TEST)) {
-        /* --split's test part, evaluated at the end as Megatron does; a part too small for
-         * one sample (the default 969,30,1 of a small corpus) is said and skipped */
-        char why[1024];
-        if (eng_data_open_split(&r->test, c->data_path, c->split, ENG_SPLIT_TEST, c->seq_length, c->vocab_size,
-                                c->seed, why, sizeof why)) {
-            if (r->d.rank == 0) fprintf(stderr, "atoll-train: note: no test evaluation at the end: %s\n", why);
-        } else {
-            r->have_test = 1;
-        }
     }
     if (eng_init_params(r->m, c->seed)) { atoll_errf(err, errlen, "out of memory initialising the parameters"); return -1; }
     dist_optim_take_params(&r->dopt, &r->d, r->m);

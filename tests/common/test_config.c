@@ -671,6 +671,13 @@ static void test_megatron_flags(void)
         { "--exp-avg-dtype bf16", "--exp-avg-dtype bf16: Adam's moments are fp32; accepted: fp32" },
         { "--vocab-extra-ids 100", "--vocab-extra-ids 100: extra sentinel ids are T5's" },
         { "--rope-scaling-factor -2", "--rope-scaling-factor: -2 is below the smallest accepted value, 0" },
+        { "--data-path a --data-args-path f", "--data-path and --data-args-path (a file holding a --data-path) are "
+                                              "both given" },
+        { "--per-split-data-args-path f --valid-data-path v", "--per-split-data-args-path (a file holding the three "
+                                                              "splits' paths) and --valid-data-path are both given" },
+        { "--data-args-path f --per-split-data-args-path g", "--data-args-path (split by --split) and "
+                                                             "--per-split-data-args-path are both given" },
+        { "--mock-data --data-args-path f", "--mock-data trains on the built-in corpus, and --data-args-path is given" },
         { "--softmax-type off-by-one", "--softmax-type off-by-one: attention takes the standard softmax; accepted: "
                                        "vanilla" },
         { "--use-megatron-fsdp", "--use-megatron-fsdp: FSDP is not implemented" },

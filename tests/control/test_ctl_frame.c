@@ -173,6 +173,8 @@ static void message_cases(void)
     c.decoupled_lr = 3e-4;
     c.decoupled_min_lr = 0.0; /* given, and 0 */
     c.use_rope_scaling = 1;
+    snprintf(c.data_args_path, sizeof c.data_args_path, "/data/blend.txt");
+    snprintf(c.per_split_data_args_path, sizeof c.per_split_data_args_path, "/data/splits.json");
     c.rope_scaling_factor = 32.0;
     c.weight_decay_incr_style = WD_INCR_LINEAR;
     c.start_weight_decay = 0.0; /* given, and 0: travels as given, not as absent */

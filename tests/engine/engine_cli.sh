@@ -416,6 +416,42 @@ rc=$?
 rc=$?
 [ $rc = 78 ] && grep -qF -- "--valid-data-path nosuch: " spl5.log || bad "missing --valid-data-path: rc $rc $(cat spl5.log)"
 ok "per-split data refusals: with --data-path, valid without train, a missing prefix named by its flag"
+# Megatron's files that hold the paths, for blends too long for a command line: --data-args-path (a
+# --data-path's words, over lines here) trains as that --data-path does; --per-split-data-args-path (JSON,
+# lists or strings, weights as strings or numbers) as the three per-split flags
+printf '0.7 docs\n0.3\n  val\n' >dargs.txt
+printf '{"train": ["0.7", "docs", 0.3, "val"], "valid": "tst", "test": null}\n' >psplit.json
+"$TRAIN" "${SPL[@]}" --eval-iters 0 --split 1,0,0 --data-path "0.7 docs 0.3 val" --metrics-file dap0.jsonl \
+    >/dev/null 2>&1 || bad "blend run failed"
+"$TRAIN" "${SPL[@]}" --eval-iters 0 --split 1,0,0 --data-args-path dargs.txt --metrics-file dap1.jsonl >dap1.log 2>&1 \
+    || bad "--data-args-path run failed: $(tail -1 dap1.log)"
+"$TRAIN" "${SPL[@]}" --train-data-path "0.7 docs 0.3 val" --valid-data-path tst --metrics-file dap2.jsonl \
+    >/dev/null 2>&1 || bad "per-split blend run failed"
+"$TRAIN" "${SPL[@]}" --per-split-data-args-path psplit.json --metrics-file dap3.jsonl >dap3.log 2>&1 \
+    || bad "--per-split-data-args-path run failed: $(tail -1 dap3.log)"
+if python3 - dap0.jsonl dap1.jsonl dap2.jsonl dap3.jsonl spl0.jsonl <<'EOF'
+import json, sys
+runs = [[json.loads(l) for l in open(p)] for p in sys.argv[1:]]
+loss = [[r["loss"] for r in run if "loss" in r] for run in runs]
+valid = [[r["valid_loss"] for r in run if "valid_loss" in r] for run in runs]
+assert len(loss[0]) == 6 and loss[0] == loss[1] and loss[0] != loss[4], loss
+assert loss[2] == loss[3] and len(valid[3]) == 2 and valid[2] == valid[3], (loss, valid)
+EOF
+then ok "--data-args-path and --per-split-data-args-path: the same losses as the paths given as flags"
+else bad "data args files: $(head -c 300 dap1.jsonl; head -c 300 dap3.jsonl)"; fi
+"$TRAIN" "${SPL[@]}" --data-path docs --data-args-path dargs.txt >dap4.log 2>&1
+rc=$?
+[ $rc = 2 ] && grep -qF -- "--data-path and --data-args-path (a file holding a --data-path) are both given" dap4.log \
+  || bad "--data-path with --data-args-path: rc $rc $(cat dap4.log)"
+"$TRAIN" "${SPL[@]}" --data-args-path nosuch.txt >dap5.log 2>&1
+rc=$?
+[ $rc = 78 ] && grep -qF -- "--data-args-path nosuch.txt: cannot read it: No such file" dap5.log \
+  || bad "missing --data-args-path: rc $rc $(cat dap5.log)"
+printf '{"valid": "tst"}' >nosplit.json
+"$TRAIN" "${SPL[@]}" --per-split-data-args-path nosplit.json >dap6.log 2>&1
+rc=$?
+[ $rc = 78 ] && grep -qF -- 'expected a JSON object with "train"' dap6.log || bad "JSON without train: rc $rc $(cat dap6.log)"
+ok "data args files refused: with --data-path, a missing file, JSON without \"train\""
 # --split's test part is evaluated once training ends, as Megatron does; one too small for a sample is
 # said and skipped; a split without one has no test
 "$TRAIN" "${SPL[@]}" --data-path docs --split 6,2,2 --metrics-file spt1.jsonl >spt1.log 2>&1 || bad "split test run failed"
