@@ -295,6 +295,7 @@ int eng_data_paths_load(eng_data_paths *p, const char *data_path, const char *co
                         const char *data_args_path, const char *per_split_args_path, char *err, size_t errlen)
 {
     memset(p, 0, sizeof *p);
+    if (err && errlen) err[0] = 0; /* so an empty message below can only mean out of memory */
     p->blend = data_path;
     for (int i = 0; i < 3; i++) p->split[i] = per_split[i];
     if (data_args_path && *data_args_path) {
