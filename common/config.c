@@ -1020,6 +1020,14 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
                     rc = -1;
                     break;
                 }
+                /* YAML's null (a plain null, Null, NULL, ~ or nothing), which Megatron's YAML files give every
+                 * setting they leave alone: not given, so the default stays (not a directory named "null") */
+                if (k && ev.type == YAML_SCALAR_EVENT && ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
+                    (!*s || !strcmp(s, "null") || !strcmp(s, "Null") || !strcmp(s, "NULL") || !strcmp(s, "~"))) {
+                    seen_line[k - KEYS] = key_line;
+                    have_key = 0;
+                    break;
+                }
                 char inner[256] = "";
                 cfg_status st = cfg_set(c, key, s, inner, sizeof inner);
                 if (st == CFG_UNKNOWN) {

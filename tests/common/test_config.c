@@ -833,6 +833,20 @@ static void test_megatron_flags(void)
     cfg_defaults(&c);
     CHECK(cfg_parse_yaml(&c, y, strlen(y), "m.yaml", err, sizeof err) == 0 && cfg_resolve_megatron(&c, err, sizeof err) == 0 &&
               c.train_iters == 20 && !c.megatron_ignored[0] && !c.megatron_ignored[1], "Megatron YAML: %s (iters %d)", err, c.train_iters);
+    /* YAML's nulls leave a setting alone, whatever its type (Megatron's gpt_config.yaml gives dozens); a quoted
+     * "null" is a string */
+    y = "tensorboard_dir: null\nload: ~\nsave:\nlr_decay_iters: null\nstart_weight_decay: Null\n"
+        "decoupled_min_lr: NULL\nrecompute_granularity: null\nnum_layers: 4\nhidden_size: 64\n"
+        "num_attention_heads: 4\nseq_length: 32\n";
+    cfg_defaults(&c);
+    CHECK(cfg_parse_yaml(&c, y, strlen(y), "m.yaml", err, sizeof err) == 0 && cfg_resolve_megatron(&c, err, sizeof err) == 0 &&
+              !c.tensorboard_dir[0] && !c.load[0] && !c.save[0] && c.lr_decay_iters == 0 &&
+              isnan(c.start_weight_decay) && isnan(c.decoupled_min_lr) && c.num_layers == 4,
+          "YAML nulls: %s (tensorboard_dir '%s')", err, c.tensorboard_dir);
+    y = "tensorboard_dir: \"null\"\nlr: nul\n";
+    cfg_defaults(&c);
+    CHECK(cfg_parse_yaml(&c, y, strlen(y), "m.yaml", err, sizeof err) == -1 && !strcmp(c.tensorboard_dir, "null") &&
+              strstr(err, "line 2: --lr: 'nul' is not a finite number"), "quoted null, a typo: %s", err);
     y = "fp16: true\n";
     cfg_defaults(&c);
     CHECK(cfg_parse_yaml(&c, y, strlen(y), "m.yaml", err, sizeof err) == -1 && strstr(err, "m.yaml: line 1: --fp16: fp16"),
