@@ -674,8 +674,6 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
                    c->decoupled_min_lr);
         return -1;
     }
-    if (c->decoupled_lr > 0 && isnan(c->decoupled_min_lr)) /* Megatron's default floor */
-        c->decoupled_min_lr = c->min_lr;
     c->use_rotary_position_embeddings = c->no_position_embedding = c->recompute_activations = c->mock_data = c->kv_channels = 0;
     c->checkpoint_activations = c->use_tp_pp_dp_mapping = 0;
     c->calculate_per_token_loss = 0;
@@ -1143,6 +1141,10 @@ int cfg_rotary_dim(const atoll_config *c)
 int cfg_qkv_bias(const atoll_config *c) { return !c->disable_bias_linear || c->add_qkv_bias; }
 int cfg_tb_interval(const atoll_config *c) { return c->tensorboard_log_interval > 0 ? c->tensorboard_log_interval : 1; }
 double cfg_init_std(const atoll_config *c) { return c->init_method_std > 0 ? c->init_method_std : 0.02; }
+double cfg_decoupled_min_lr(const atoll_config *c)
+{
+    return isnan(c->decoupled_min_lr) ? c->min_lr : c->decoupled_min_lr; /* Megatron's default floor */
+}
 double cfg_embedding_init_std(const atoll_config *c)
 {
     return c->embedding_init_method_std > 0 ? c->embedding_init_method_std : cfg_init_std(c);

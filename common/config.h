@@ -76,7 +76,7 @@ typedef struct atoll_config {
     double lr, min_lr, weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad;
     /* Megatron's --decoupled-lr: the token embedding's and output layer's peak rate
      * (0: not given, --lr's), on the same schedule down to --decoupled-min-lr
-     * (NAN: not given; --min-lr once resolved) */
+     * (NAN: not given; cfg_decoupled_min_lr) */
     double decoupled_lr, decoupled_min_lr;
     cfg_lr_decay lr_decay_style;
     cfg_wsd_decay lr_wsd_decay_style;          /* WSD: how the last lr_wsd_decay_iters decay (exponential) */
@@ -236,6 +236,8 @@ double cfg_rope_scale(const atoll_config *c);
 int cfg_tb_interval(const atoll_config *c); /* --tensorboard-log-interval (0: 1) */
 int cfg_qkv_bias(const atoll_config *c);    /* q, k, v have biases: no --disable-bias-linear, or --add-qkv-bias */
 double cfg_init_std(const atoll_config *c); /* --init-method-std (0: 0.02) */
+/* where --decoupled-lr's schedule ends: --decoupled-min-lr, or --min-lr when not given */
+double cfg_decoupled_min_lr(const atoll_config *c);
 /* --embedding-init-method-std: the token and learned position embeddings' spread
  * (0: cfg_init_std); an untied output layer keeps cfg_init_std, as in Megatron */
 double cfg_embedding_init_std(const atoll_config *c);

@@ -216,7 +216,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->min_lr = c->min_lr;
     o->weight_decay = c->weight_decay;
     o->decoupled_lr = c->decoupled_lr;
-    o->decoupled_min_lr = isnan(c->decoupled_min_lr) ? 0.0 : c->decoupled_min_lr;
+    o->decoupled_min_lr = cfg_decoupled_min_lr(c); /* the floor the job trains to, given or not */
     o->adam_beta1 = c->adam_beta1;
     o->adam_beta2 = c->adam_beta2;
     o->adam_eps = c->adam_eps;

@@ -160,7 +160,7 @@ double eng_lr_at(const atoll_config *c, double it) { return lr_sched(c, it, c->l
 double eng_decoupled_lr_at(const atoll_config *c, double it)
 {
     if (c->decoupled_lr <= 0) return eng_lr_at(c, it);
-    return lr_sched(c, it, c->decoupled_lr, isnan(c->decoupled_min_lr) ? c->min_lr : c->decoupled_min_lr);
+    return lr_sched(c, it, c->decoupled_lr, cfg_decoupled_min_lr(c));
 }
 
 eng_rates eng_rates_at(const atoll_config *c, double it)

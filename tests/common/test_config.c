@@ -551,7 +551,7 @@ static void test_megatron_flags(void)
               strstr(notes, "--dist-ckpt-strictness has no effect here"), "notes: '%s'", notes);
     /* --decoupled-lr: its floor is --min-lr's unless --decoupled-min-lr is given, as in Megatron */
     snprintf(line, sizeof line, "%s--lr 1e-4 --min-lr 1e-5 --decoupled-lr 1e-3", model);
-    CHECK(parse(&c, line, err, sizeof err) == 0 && c.decoupled_lr == 1e-3 && c.decoupled_min_lr == 1e-5,
+    CHECK(parse(&c, line, err, sizeof err) == 0 && c.decoupled_lr == 1e-3 && cfg_decoupled_min_lr(&c) == 1e-5,
           "--decoupled-lr: %s (floor %g)", err, c.decoupled_min_lr);
     snprintf(line, sizeof line, "%s--decoupled-min-lr 0 --min-lr 1e-5 --decoupled-lr 1e-3", model);
     CHECK(parse(&c, line, err, sizeof err) == 0 && c.decoupled_min_lr == 0 &&

@@ -196,6 +196,16 @@ static void message_cases(void)
         CHECK(av && named == 2 * given, "weight-decay ends in argv: %d (given %d)", named, given);
         msg_argv_free(av);
     }
+    { /* --decoupled-lr without its floor: the ranks train down to --min-lr, as the submitter's config does */
+        atoll_config d, d2;
+        cfg_defaults(&d);
+        d.decoupled_lr = 1e-3, d.min_lr = 1e-5;
+        Atoll__JobSpec ds;
+        msg_spec_from_cfg(&ds, &d, "dec");
+        err[0] = 0;
+        CHECK(msg_spec_to_cfg(&ds, &d2, err, sizeof err) == 0 && cfg_decoupled_min_lr(&d2) == 1e-5,
+              "decoupled floor after the JobSpec: %g (%s)", cfg_decoupled_min_lr(&d2), err);
+    }
     plen = protobuf_c_message_get_packed_size(&s.base);
     pb = malloc(plen);
     protobuf_c_message_pack(&s.base, pb);
