@@ -114,6 +114,7 @@ static const key_def KEYS[] = {
     F("log-world-size-to-tensorboard", K_BOOL, log_world_size_to_tensorboard),
     F("log-memory-to-tensorboard", K_BOOL, log_memory_to_tensorboard),
     F("log-params-norm", K_BOOL, log_params_norm),
+    F("log-num-zeros-in-grad", K_BOOL, log_num_zeros_in_grad),
     F("no-log-learning-rate-to-tensorboard", K_BOOL, no_log_learning_rate_to_tensorboard),
     F("attention-backend", K_STR, attention_backend),
     F("normalization", K_STR, normalization),
@@ -125,6 +126,7 @@ static const key_def KEYS[] = {
     R("rotary-percent", K_DOUBLE, rotary_percent, 0, 1, 0),
     F("use-rope-scaling", K_BOOL, use_rope_scaling),
     R("rope-scaling-factor", K_DOUBLE, rope_scaling_factor, 0, HUGE_VAL, 0),
+    R("rotary-seq-len-interpolation-factor", K_INT, rotary_seq_len_interpolation_factor, 0, CFG_MAX_SEQ, 0),
     R("norm-epsilon", K_DOUBLE, norm_epsilon, 0, 1, 0),
     F("disable-bias-linear", K_BOOL, disable_bias_linear),
     F("add-qkv-bias", K_BOOL, add_qkv_bias),
@@ -268,7 +270,6 @@ static const struct {
     { "wandb-exp-name", 1, MG_REFUSED, NULL, "atoll does not log to Weights & Biases (see --wandb-project)" },
     { "no-log-loss-scale-to-tensorboard", 0, MG_SAME, NULL, "bf16 trains without a loss scale, so none is written" },
     { "tensorboard-queue-size", 1, MG_SAME, NULL, "TensorBoard events are written as each step ends" },
-    { "log-num-zeros-in-grad", 0, MG_IGNORED, NULL, "zeros in the gradient are not counted; its norm is logged" },
     { "accumulate-allreduce-grads-in-fp32", 0, MG_SAME, NULL, "gradients are accumulated and reduced in fp32" },
     { "cross-entropy-loss-fusion", 0, MG_SAME, NULL, "fusions change speed, not results" },
     { "no-create-attention-mask-in-dataloader", 0, MG_SAME, NULL, "causal attention needs no mask tensor" },
@@ -1133,6 +1134,10 @@ double cfg_norm_eps(const atoll_config *c) { return c->norm_epsilon > 0 ? c->nor
 double cfg_rotary_percent(const atoll_config *c) { return c->rotary_percent > 0 ? c->rotary_percent : 1.0; }
 double cfg_rope_factor(const atoll_config *c) { return c->rope_scaling_factor > 0 ? c->rope_scaling_factor : 8.0; }
 double cfg_rope_scale(const atoll_config *c) { return c->use_rope_scaling ? cfg_rope_factor(c) : 1.0; }
+double cfg_rope_interp(const atoll_config *c)
+{
+    return c->rotary_seq_len_interpolation_factor > 0 ? c->rotary_seq_len_interpolation_factor : 1.0;
+}
 int cfg_rotary_dim(const atoll_config *c)
 {
     int hd = c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
@@ -1211,6 +1216,17 @@ static int validate_family(const atoll_config *c, char *err, size_t errlen)
     if (c->use_rope_scaling && !cfg_rope(c)) {
         atoll_errf(err, errlen, "--use-rope-scaling stretches rotary positions' long wavelengths (LLaMA-3.x's): add "
                    "--position-embedding-type rope, or leave it out");
+        return -1;
+    }
+    if (c->rotary_seq_len_interpolation_factor > 1 && !cfg_rope(c)) {
+        atoll_errf(err, errlen, "--rotary-seq-len-interpolation-factor %d divides rotary positions: add "
+                   "--position-embedding-type rope, or leave it out", c->rotary_seq_len_interpolation_factor);
+        return -1;
+    }
+    if (c->rotary_seq_len_interpolation_factor > 1 && c->use_rope_scaling) {
+        atoll_errf(err, errlen, "--rotary-seq-len-interpolation-factor %d with --use-rope-scaling: atoll takes one "
+                   "of the two (a Hugging Face config names one rope type: \"linear\" or \"llama3\"); leave one out",
+                   c->rotary_seq_len_interpolation_factor);
         return -1;
     }
     int hd = c->hidden_size / c->num_attention_heads, rd = cfg_rotary_dim(c);

@@ -125,6 +125,7 @@ typedef struct atoll_config {
     int log_world_size_to_tensorboard;         /* world-size */
     int log_memory_to_tensorboard;             /* mem-max-allocated-bytes: rank 0's peak (GPU, or resident on CPU) */
     int log_params_norm;                       /* the parameters' L2 norm each logged step (Megatron's params norm) */
+    int log_num_zeros_in_grad;                 /* the gradient's exact zeros each logged step (Megatron's num zeros) */
     int no_log_learning_rate_to_tensorboard;   /* leave learning-rate out of TensorBoard */
     /* the LLaMA family and regularisation (Megatron's flags) */
     char attention_backend[8];         /* "auto" (default), "flash", "fused": bf16 attention on cuda */
@@ -136,6 +137,7 @@ typedef struct atoll_config {
     int rotary_base;                   /* 10000 (0 reads as 10000: cfg_rotary_base) */
     int use_rope_scaling;              /* LLaMA-3.x's rope scaling, by rope_scaling_factor (8; cfg_rope_scale) */
     double rope_scaling_factor;
+    int rotary_seq_len_interpolation_factor; /* rope's positions divided by it (position interpolation; 0 reads as 1) */
     double rotary_percent;             /* rope turns the first head dim * this of each head (1; 0 reads as 1) */
     double norm_epsilon;               /* LayerNorm's and RMSNorm's epsilon (1e-5; 0 reads as 1e-5) */
     int disable_bias_linear;
@@ -233,6 +235,8 @@ double cfg_rope_factor(const atoll_config *c);
 /* the LLaMA-3.x frequency scale rope turns by (k_rope.h): cfg_rope_factor with
  * --use-rope-scaling, else 1 (none) */
 double cfg_rope_scale(const atoll_config *c);
+/* what rope divides positions by: --rotary-seq-len-interpolation-factor (0: 1, none) */
+double cfg_rope_interp(const atoll_config *c);
 int cfg_tb_interval(const atoll_config *c); /* --tensorboard-log-interval (0: 1) */
 int cfg_qkv_bias(const atoll_config *c);    /* q, k, v have biases: no --disable-bias-linear, or --add-qkv-bias */
 double cfg_init_std(const atoll_config *c); /* --init-method-std (0: 0.02) */

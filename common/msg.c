@@ -267,6 +267,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->decrease_batch_size_if_needed = c->decrease_batch_size_if_needed;
     o->num_virtual_stages_per_pipeline_rank = c->num_virtual_stages_per_pipeline_rank;
     o->log_params_norm = c->log_params_norm;
+    o->log_num_zeros_in_grad = c->log_num_zeros_in_grad;
     o->no_log_learning_rate_to_tensorboard = c->no_log_learning_rate_to_tensorboard;
     o->finetune = c->finetune;
     o->no_load_optim = c->no_load_optim;
@@ -284,6 +285,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->rotary_percent = c->rotary_percent;
     o->use_rope_scaling = c->use_rope_scaling;
     o->rope_scaling_factor = c->rope_scaling_factor;
+    o->rotary_seq_len_interpolation_factor = c->rotary_seq_len_interpolation_factor;
     o->norm_epsilon = c->norm_epsilon;
     o->disable_bias_linear = c->disable_bias_linear;
     o->group_query_attention = c->group_query_attention;

@@ -39,7 +39,7 @@ static void usage(FILE *f)
             "logging:  --log-interval N --metrics-file FILE (one JSON object per logged step) --log-params-norm\n"
             "          --tensorboard-dir DIR --tensorboard-log-interval N --log-validation-ppl-to-tensorboard\n"
             "          --log-timers-to-tensorboard --log-batch-size-to-tensorboard --log-world-size-to-tensorboard\n"
-            "          --log-memory-to-tensorboard\n"
+            "          --log-memory-to-tensorboard --log-num-zeros-in-grad\n"
             "          (Megatron's TensorBoard scalars, written by rank 0)\n"
             "parallel: --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
             "          --num-layers-per-virtual-pipeline-stage L --sequence-parallel --use-distributed-optimizer\n"

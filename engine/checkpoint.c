@@ -237,6 +237,7 @@ static void model_info(jsonw *w, const atoll_config *c)
     jsonw_knum(w, "rotary_percent", cfg_rotary_percent(c));
     jsonw_kbool(w, "use_rope_scaling", c->use_rope_scaling);
     jsonw_knum(w, "rope_scaling_factor", cfg_rope_factor(c));
+    jsonw_kint(w, "rotary_seq_len_interpolation_factor", (int)cfg_rope_interp(c));
     jsonw_knum(w, "norm_epsilon", cfg_norm_eps(c));
     jsonw_kbool(w, "disable_bias_linear", c->disable_bias_linear);
     jsonw_kbool(w, "add_qkv_bias", c->add_qkv_bias);
@@ -299,6 +300,12 @@ static char *hf_llama_config(const atoll_config *c)
         jsonw_knum(&w, "low_freq_factor", K_ROPE_LLAMA3_LOW_FREQ_FACTOR);
         jsonw_knum(&w, "high_freq_factor", K_ROPE_LLAMA3_HIGH_FREQ_FACTOR);
         jsonw_kint(&w, "original_max_position_embeddings", (int)K_ROPE_LLAMA3_ORIGINAL_MAX_POSITIONS);
+        jsonw_obj_end(&w);
+    } else if (cfg_rope_interp(c) != 1.0) { /* position interpolation: Hugging Face's "linear" rope type */
+        jsonw_key(&w, "rope_scaling");
+        jsonw_obj(&w);
+        jsonw_kstr(&w, "rope_type", "linear");
+        jsonw_knum(&w, "factor", cfg_rope_interp(c));
         jsonw_obj_end(&w);
     }
     jsonw_kstr(&w, "hidden_act", "silu");

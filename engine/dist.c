@@ -489,12 +489,14 @@ static int shard_range(const dist *d, const dist_optim *o, const eng_param *p, s
 
 /* This rank's part of the sum of squares of a flat buffer laid out as the
  * parameters: `full` as it is, or with `o` (ZeRO) `shard`, this rank's slice. */
-static double part_sumsq(dist *d, eng_model *m, const dist_optim *o, const float *full, const float *shard)
+static double part_sumsq(dist *d, eng_model *m, const dist_optim *o, const float *full, const float *shard,
+                         uint64_t *zeros)
 {
+    if (zeros) *zeros = 0;
     if (!o && d->dp_rank != 0) return 0.0; /* DP replicas hold the same sums */
     size_t s0 = o ? o->shard * (size_t)d->dp_rank : 0;
     eng_sumsq_runs r;
-    eng_sumsq_runs_begin(&r, m->k, o ? shard : full);
+    eng_sumsq_runs_begin(&r, m->k, o ? shard : full, zeros != NULL);
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
         size_t lo = p->offset, hi = p->offset + p->numel;
@@ -503,17 +505,18 @@ static double part_sumsq(dist *d, eng_model *m, const dist_optim *o, const float
         else if (shard_range(d, o, p, &lo, &hi)) eng_sumsq_runs_add(&r, lo - s0, hi - s0);
     }
     eng_sumsq_runs_break(&r);
+    if (zeros) *zeros = eng_sumsq_runs_zeros(&r);
     return r.sum;
 }
 
-double dist_grad_sumsq(dist *d, eng_model *m, dist_optim *o)
+double dist_grad_sumsq(dist *d, eng_model *m, dist_optim *o, uint64_t *zeros)
 {
-    return part_sumsq(d, m, o->zero ? o : NULL, m->grads, o->g);
+    return part_sumsq(d, m, o->zero ? o : NULL, m->grads, o->g, zeros);
 }
 
 double dist_param_sumsq(dist *d, eng_model *m)
 {
-    return part_sumsq(d, m, NULL, m->params, NULL); /* every rank holds its parameters whole, ZeRO or not */
+    return part_sumsq(d, m, NULL, m->params, NULL, NULL); /* every rank holds its parameters whole, ZeRO or not */
 }
 
 /* ---- optimizer ---- */

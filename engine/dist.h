@@ -147,8 +147,9 @@ void dist_optim_take_params(dist_optim *o, dist *d, eng_model *m);
 int dist_sync_grads(dist *d, eng_model *m, dist_optim *o);
 /* This rank's share of the global sum of squared gradients: every logical
  * element counted once over TP (replicated tensors on TP rank 0), PP (tied copy
- * skipped) and DP (rank 0, or each rank's shard under ZeRO-1). */
-double dist_grad_sumsq(dist *d, eng_model *m, dist_optim *o);
+ * skipped) and DP (rank 0, or each rank's shard under ZeRO-1). With zeros
+ * non-NULL, also the share's elements that are exactly 0 there. */
+double dist_grad_sumsq(dist *d, eng_model *m, dist_optim *o, uint64_t *zeros);
 /* The same share of the sum of squared parameters (fp32), after an optimizer step. */
 double dist_param_sumsq(dist *d, eng_model *m);
 int dist_optim_step(dist *d, eng_model *m, dist_optim *o, const eng_rates *r, float grad_scale, int t);

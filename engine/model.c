@@ -833,11 +833,10 @@ static void op_attention_bwd(const eng_model *m, const eng_acts *a, void *dqkv, 
 
 static void op_rope(const eng_model *m, void *qkv, int back)
 {
-    float base = (float)cfg_rotary_base(&m->cfg), scale = (float)cfg_rope_scale(&m->cfg);
+    k_rope_freq f = { (float)cfg_rotary_base(&m->cfg), (float)cfg_rope_scale(&m->cfg), (float)cfg_rope_interp(&m->cfg) };
     if (m->bf16)
-        (back ? m->k->rope_backward_bf16 : m->k->rope_forward_bf16)(qkv, m->B, m->T, m->NH, m->NG, m->HD, m->RD, base,
-                                                                    scale);
-    else (back ? m->k->rope_backward : m->k->rope_forward)(qkv, m->B, m->T, m->NH, m->NG, m->HD, m->RD, base, scale);
+        (back ? m->k->rope_backward_bf16 : m->k->rope_forward_bf16)(qkv, m->B, m->T, m->NH, m->NG, m->HD, m->RD, f);
+    else (back ? m->k->rope_backward : m->k->rope_forward)(qkv, m->B, m->T, m->NH, m->NG, m->HD, m->RD, f);
 }
 
 static void op_embedding(const eng_model *m, void *out, const int32_t *tokens, const void *wte)

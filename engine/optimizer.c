@@ -81,17 +81,20 @@ void eng_optim_free(eng_optim *o)
     free(o);
 }
 
-void eng_sumsq_runs_begin(eng_sumsq_runs *r, const k_ops *k, const float *base)
+void eng_sumsq_runs_begin(eng_sumsq_runs *r, const k_ops *k, const float *base, int count)
 {
     r->k = k;
     r->base = base;
     r->lo = r->hi = 0;
     r->sum = 0.0;
+    r->count = count;
+    r->elems = r->nonzero = 0;
 }
 
 void eng_sumsq_runs_add(eng_sumsq_runs *r, size_t lo, size_t hi)
 {
     if (lo >= hi) return;
+    r->elems += hi - lo;
     if (r->hi > r->lo && lo >= r->hi) { /* extends the run over the zero padding */
         r->hi = hi;
         return;
@@ -103,20 +106,26 @@ void eng_sumsq_runs_add(eng_sumsq_runs *r, size_t lo, size_t hi)
 
 void eng_sumsq_runs_break(eng_sumsq_runs *r)
 {
-    if (r->hi > r->lo) r->sum += r->k->sumsq(r->base + r->lo, r->hi - r->lo);
+    if (r->hi > r->lo) {
+        r->sum += r->k->sumsq(r->base + r->lo, r->hi - r->lo);
+        if (r->count) r->nonzero += r->k->nonzeros(r->base + r->lo, r->hi - r->lo);
+    }
     r->lo = r->hi = 0;
 }
 
-double eng_grad_sumsq(const eng_model *m)
+uint64_t eng_sumsq_runs_zeros(const eng_sumsq_runs *r) { return r->elems - r->nonzero; }
+
+double eng_grad_sumsq(const eng_model *m, uint64_t *zeros)
 {
     eng_sumsq_runs r;
-    eng_sumsq_runs_begin(&r, m->k, m->grads);
+    eng_sumsq_runs_begin(&r, m->k, m->grads, zeros != NULL);
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
         if (p->tied_copy || (p->shard_dim < 0 && m->tp_rank != 0)) eng_sumsq_runs_break(&r);
         else eng_sumsq_runs_add(&r, p->offset, p->offset + p->numel);
     }
     eng_sumsq_runs_break(&r);
+    if (zeros) *zeros = eng_sumsq_runs_zeros(&r);
     return r.sum;
 }
 

@@ -50,22 +50,30 @@ void eng_optim_free(eng_optim *o);
 
 /* Sum of squared gradients of the tensors this rank is responsible for in the
  * global norm: tied copies are skipped, and TP-replicated tensors count on TP
- * rank 0 only, so a sum over all ranks counts every logical element once. */
-double eng_grad_sumsq(const eng_model *m);
+ * rank 0 only, so a sum over all ranks counts every logical element once.
+ * With zeros non-NULL, also how many of those elements are exactly 0 there
+ * (Megatron's --log-num-zeros-in-grad). */
+double eng_grad_sumsq(const eng_model *m, uint64_t *zeros);
 
 /* Sums of squares over ranges of one flat buffer with as few backend calls
  * (each a host sync) as possible: consecutive ranges merge into one run, the
  * zero padding between tensors included; break ends a run (a tensor that must
- * not count lies between). For one rank with tp = 1 that is one call. */
+ * not count lies between). For one rank with tp = 1 that is one call. With
+ * count, each run's nonzeros are counted too (a second call), and the zeros
+ * are the elements added less those: the padding, all zero, is in no tensor. */
 typedef struct eng_sumsq_runs {
     const k_ops *k;
     const float *base;
     size_t lo, hi;
     double sum;
+    int count;
+    uint64_t elems, nonzero; /* with count: elements of the ranges added, nonzeros of the runs */
 } eng_sumsq_runs;
-void eng_sumsq_runs_begin(eng_sumsq_runs *r, const k_ops *k, const float *base);
+void eng_sumsq_runs_begin(eng_sumsq_runs *r, const k_ops *k, const float *base, int count);
 void eng_sumsq_runs_add(eng_sumsq_runs *r, size_t lo, size_t hi);
 void eng_sumsq_runs_break(eng_sumsq_runs *r);
+/* After the last break: the added ranges' elements that are exactly 0 (count only). */
+uint64_t eng_sumsq_runs_zeros(const eng_sumsq_runs *r);
 
 /* Megatron's clip coefficient: min(1, clip / (norm + 1e-6)); 1 when clip <= 0. */
 float eng_clip_scale(double grad_norm, double clip);

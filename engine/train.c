@@ -135,6 +135,7 @@ typedef struct step_stats {
     long long consumed;
     int batch;                    /* this step's global batch (--rampup-batch-size grows it) */
     double params_norm;           /* --log-params-norm, after the step; < 0: not taken this step */
+    double num_zeros;             /* --log-num-zeros-in-grad: the gradient's zeros; < 0: not taken this step */
     double bubble, bubble_theory; /* mean measured over stages; (p-1)/(v*m + p-1) */
     int pp;
     /* per pipeline stage (first 64): idle and transfer time, then (finish_step)
@@ -230,6 +231,7 @@ static void tb_step(const atoll_config *c, const step_stats *s, tb_writer *tb, i
         { "world-size", world, c->log_world_size_to_tensorboard },
         { "mem-max-allocated-bytes", (double)s->memory_bytes, c->log_memory_to_tensorboard },
         { "params-norm", s->params_norm, s->params_norm >= 0 },
+        { "num-zeros", s->num_zeros, s->num_zeros >= 0 },
     };
     for (size_t i = 0; i < sizeof both / sizeof both[0]; i++) {
         if (!both[i].on) continue;
@@ -261,10 +263,15 @@ static void log_step(const atoll_config *c, const step_stats *s, FILE *metrics, 
         snprintf(mfu, sizeof mfu, "%.1f%%", 100.0 * s->mfu);
         snprintf(mfu_json, sizeof mfu_json, "%.6g", s->mfu);
     }
-    char pnorm[48] = "", pnorm_json[48] = "";
+    char pnorm[96] = "", pnorm_json[96] = "";
+    size_t pl = 0, pj = 0;
+    if (s->num_zeros >= 0) { /* Megatron's order: grad norm, num zeros, params norm */
+        pl += (size_t)snprintf(pnorm + pl, sizeof pnorm - pl, " num zeros: %.1f |", s->num_zeros);
+        pj += (size_t)snprintf(pnorm_json + pj, sizeof pnorm_json - pj, "\"num_zeros\":%.0f,", s->num_zeros);
+    }
     if (s->params_norm >= 0) {
-        snprintf(pnorm, sizeof pnorm, " params norm: %.3f |", s->params_norm);
-        snprintf(pnorm_json, sizeof pnorm_json, "\"params_norm\":%.17g,", s->params_norm);
+        snprintf(pnorm + pl, sizeof pnorm - pl, " params norm: %.3f |", s->params_norm);
+        snprintf(pnorm_json + pj, sizeof pnorm_json - pj, "\"params_norm\":%.17g,", s->params_norm);
     }
     printf(" iteration %8lld/%8d | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
            "learning rate: %.6E | global batch size: %5d | lm loss: %.6E | grad norm: %.3f |%s "
@@ -482,6 +489,14 @@ static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errle
  * then one world all-reduce of (sum of squares, loss, each stage's idle and
  * transfer seconds), so every rank takes the same clipping decision and rank 0
  * can log. */
+/* --log-num-zeros-in-grad: the gradient's zeros are counted on the steps that are logged (a second read of the
+ * gradient there), after its reduction, as Megatron counts them */
+static int zeros_due(const run *r)
+{
+    long long it = r->st.iteration + 1;
+    return r->c->log_num_zeros_in_grad && (log_due(r->c, it) || tb_due(r->c, it));
+}
+
 static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
@@ -507,17 +522,20 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
         return -1;
     }
     int pp = d->pp < 64 ? d->pp : 64;
-    float vec[5 + 2 * 64] = { 0 };
+    float vec[8 + 2 * 64] = { 0 };
+    uint64_t zeros = 0, *zp = zeros_due(r) ? &zeros : NULL;
     if (d->acc) { /* --deterministic-dp: the norm's partials summed in world-rank order */
         double sq;
-        if (dist_world_sum_ordered(d, dist_grad_sumsq(d, m, &r->dopt), &sq)) {
+        if (dist_world_sum_ordered(d, dist_grad_sumsq(d, m, &r->dopt, zp), &sq)) {
             atoll_errf(err, errlen, "gradient norm: %s", dist_error(d));
             return -1;
         }
         vec[0] = d->rank == 0 ? (float)sq : 0.0f; /* the float sum below adds zeros to it */
     } else {
-        vec[0] = (float)dist_grad_sumsq(d, m, &r->dopt);
+        vec[0] = (float)dist_grad_sumsq(d, m, &r->dopt, zp);
     }
+    for (int i = 0; i < 3; i++) /* the count in 12-bit digits: each digit's sum is exact in float up to 4096 ranks */
+        vec[5 + 2 * pp + i] = (float)((zeros >> (12 * i)) & 0xfff);
     if (d->pp_rank == d->pp - 1 && d->tp_rank == 0) vec[1] = (float)(res.loss_sum / tokens);
     if (d->tp_rank == 0 && d->dp_rank == 0 && d->pp_rank < 64 && d->pp > 1) {
         vec[2 + d->pp_rank] = (float)res.idle_s;
@@ -527,7 +545,7 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     /* this rank's part of the save in flight is on disk (or it has none) */
     vec[3 + 2 * pp] = !r->pending || ckpt_async_durable(r->pending) == 1 ? 1.0f : 0.0f;
     vec[4 + 2 * pp] = d->rank == 0 && mtbf_due(r) ? 1.0f : 0.0f; /* every rank saves after the same step */
-    if (dist_world_sum(d, vec, 5 + 2 * pp)) {
+    if (dist_world_sum(d, vec, 8 + 2 * pp)) {
         atoll_errf(err, errlen, "step reduction: %s", dist_error(d));
         return -1;
     }
@@ -537,6 +555,7 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     s->save_due = vec[4 + 2 * pp] > 0;
     s->loss = vec[1];
     s->grad_norm = sqrt(vec[0]);
+    s->num_zeros = !zp ? -1.0 : vec[5 + 2 * pp] + 4096.0 * vec[6 + 2 * pp] + 4096.0 * 4096.0 * vec[7 + 2 * pp];
     s->pp = d->pp;
     for (int i = 0; i < pp; i++) { /* seconds here; finish_step makes them shares of the step */
         s->stage_bubble[i] = vec[2 + i];
@@ -604,7 +623,10 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     s->save_due = mtbf_due(r);
     /* --deterministic-dp: the norm as the ranks of a DP run take it (dist_grad_sumsq,
      * through a float), so clipping does not depend on the world size either */
-    s->grad_norm = r->d.acc ? sqrt((double)(float)dist_grad_sumsq(&r->d, m, &r->dopt)) : sqrt(eng_grad_sumsq(m));
+    uint64_t zeros = 0, *zp = zeros_due(r) ? &zeros : NULL;
+    s->grad_norm = r->d.acc ? sqrt((double)(float)dist_grad_sumsq(&r->d, m, &r->dopt, zp))
+                            : sqrt(eng_grad_sumsq(m, zp));
+    s->num_zeros = zp ? (double)zeros : -1.0;
     s->lr = eng_lr_at(c, sched_position(r, s->batch));
     eng_rates rates = eng_rates_at(c, sched_position(r, 0));
     eng_optim_step(r->opt, m, &rates, eng_clip_scale(s->grad_norm, c->clip_grad), (int)(s->it - r->st.adam_from));

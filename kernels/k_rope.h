@@ -8,7 +8,9 @@
  * original_max_position_embeddings 8192), frequencies whose wavelength is
  * longer than 8192 positions are divided by F, those shorter than 8192/4 kept,
  * and those between blended smoothly; a scale of 1 leaves every frequency as
- * it is. See kernels.h, rope_forward. */
+ * it is. With Megatron's --rotary-seq-len-interpolation-factor F (position
+ * interpolation; Hugging Face's rope_type "linear") position t turns as t / F
+ * would. See kernels.h, rope_forward. */
 #ifndef ATOLL_K_ROPE_H
 #define ATOLL_K_ROPE_H
 
@@ -35,6 +37,18 @@ K_ROPE_FN double k_rope_inv_freq(int i, int RD, double base, double scale)
     if (wavelen > old / lo) return f / scale;
     double smooth = (old / wavelen - lo) / (hi - lo);
     return (1.0 - smooth) * f / scale + smooth * f;
+}
+
+/* What the rope kernels turn by: --rotary-base, the LLaMA-3.x scale (1: none)
+ * and the position interpolation factor (1: none). */
+typedef struct k_rope_freq {
+    float base, scale, interp;
+} k_rope_freq;
+
+/* The angle of pair i of RD rotated dims at position t. */
+K_ROPE_FN double k_rope_angle(int t, int i, int RD, k_rope_freq f)
+{
+    return (double)t / (double)f.interp * k_rope_inv_freq(i, RD, (double)f.base, (double)f.scale);
 }
 
 #endif

@@ -36,6 +36,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "k_rope.h"
+
 /* Dropout by counter-based masks (k_dropout.h): whether element `id` of a
  * site is kept is a pure function of (key, id), so every rank and backend
  * draws the same mask for the same logical element whatever the layout, and a
@@ -163,6 +165,9 @@ typedef struct k_ops {
      * Sum of squares of x[n], accumulated in double, returned to the host
      * (global-norm clipping sums these over tensors and ranks). */
     double (*sumsq)(const float *x, size_t n);
+    /* How many of x[n] are not exactly 0 (NaN counts), returned to the host
+     * (Megatron's --log-num-zeros-in-grad counts the gradient's zeros). */
+    uint64_t (*nonzeros)(const float *x, size_t n);
     /* Fused AdamW with decoupled weight decay (Loshchilov & Hutter), step t >= 1:
      *   g = grad * grad_scale            (grad_scale carries clipping / loss scaling)
      *   m = beta1 m + (1-beta1) g;  v = beta2 v + (1-beta2) g^2
@@ -296,16 +301,16 @@ typedef struct k_ops {
      * over the first RD dims of each head (RD even, <= HD; the rest pass
      * through: Megatron's --rotary-percent RD/HD). Position t of each sequence
      * (0..T-1) turns the pair (x_i, x_{i+RD/2}), i < RD/2, by the angle
-     * t * base^(-2i/RD) (k_rope_inv_freq: with a LLaMA-3.x `scale` other than
-     * 1 the long wavelengths are stretched by it): y_i = x_i cos - x_{i+RD/2} sin,
+     * (t / f.interp) * f.base^(-2i/RD) (k_rope_angle: with a LLaMA-3.x
+     * f.scale other than 1 the long wavelengths are stretched by it):
+     * y_i = x_i cos - x_{i+RD/2} sin,
      * y_{i+RD/2} = x_{i+RD/2} cos + x_i sin (the "rotate half" convention of
      * Megatron's and Hugging Face's LLaMA). rope_backward turns the gradient
      * back (the transpose: the angle negated), in place. */
-    void (*rope_forward)(float *qkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale);
-    void (*rope_backward)(float *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale);
-    void (*rope_forward_bf16)(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale);
-    void (*rope_backward_bf16)(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base,
-                               float scale);
+    void (*rope_forward)(float *qkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f);
+    void (*rope_backward)(float *dqkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f);
+    void (*rope_forward_bf16)(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f);
+    void (*rope_backward_bf16)(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f);
     /* Separate projections into attention's layout and back: q[N, NH*HD],
      * k[N, NG*HD], v[N, NG*HD] <-> qkv[N, NG, Q+2, HD] (both OVERWRITE). */
     void (*qkv_pack)(float *qkv, const float *q, const float *k, const float *v, int N, int NH, int NG, int HD);

@@ -106,7 +106,7 @@ for s in $stages; do
     if bash "$root/tests/engine/engine_bf16.sh" "$train" "$work/bf16" > "$work/bf16.log" 2>&1; then r=pass; else r=FAIL; fails=$((fails + 1)); fi
     cat "$work/bf16.log"; note "- tests/engine/engine_bf16.sh (bf16 engine on the CPU twins; the cuda head-dim refusal): $r"
     for v in "" --untie "--eod-mask --documents" "--llama --qkv-bias" "--llama --qk-norm" --nemotron \
-             "--llama --rope-scaling"; do
+             "--llama --rope-scaling" "--llama --pos-interp"; do
       # shellcheck disable=SC2086 # $v is zero or more flags
       if python3 "$root/tests/engine/engine_torch_ref.py" "$train" "$work/ref${v// /}" $v --device cuda > "$work/ref.log" 2>&1
       then r=pass; else r=FAIL; fails=$((fails + 1)); fi

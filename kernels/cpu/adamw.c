@@ -9,6 +9,13 @@ double kc_sumsq(const float *x, size_t n)
     return s;
 }
 
+uint64_t kc_nonzeros(const float *x, size_t n)
+{
+    uint64_t c = 0;
+    for (size_t i = 0; i < n; i++) c += x[i] != 0.0f;
+    return c;
+}
+
 void kc_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
               float beta1, float beta2, float eps, float wd, float grad_scale, int t)
 {

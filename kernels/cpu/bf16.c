@@ -370,24 +370,24 @@ void kc_swiglu_backward_bf16(uint16_t *dgate, uint16_t *dup, const uint16_t *dou
     free(g), free(u), free(d);
 }
 
-static void rope_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale, int back)
+static void rope_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f, int back)
 {
     size_t n = (size_t)B * T * (NH + 2 * NG) * HD;
     float *x = wide(qkv, n);
-    if (back) kc_rope_backward(x, B, T, NH, NG, HD, RD, base, scale);
-    else kc_rope_forward(x, B, T, NH, NG, HD, RD, base, scale);
+    if (back) kc_rope_backward(x, B, T, NH, NG, HD, RD, f);
+    else kc_rope_forward(x, B, T, NH, NG, HD, RD, f);
     kc_to_bf16(qkv, x, n);
     free(x);
 }
 
-void kc_rope_forward_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale)
+void kc_rope_forward_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f)
 {
-    rope_bf16(qkv, B, T, NH, NG, HD, RD, base, scale, 0);
+    rope_bf16(qkv, B, T, NH, NG, HD, RD, f, 0);
 }
 
-void kc_rope_backward_bf16(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale)
+void kc_rope_backward_bf16(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f)
 {
-    rope_bf16(dqkv, B, T, NH, NG, HD, RD, base, scale, 1);
+    rope_bf16(dqkv, B, T, NH, NG, HD, RD, f, 1);
 }
 
 void kc_qkv_pack_bf16(uint16_t *qkv, const uint16_t *q, const uint16_t *k, const uint16_t *v, int N, int NH, int NG,

@@ -47,9 +47,9 @@ void kc_rmsnorm_backward(float *dinp, float *dw, const float *dout, const float 
                          const float *rstd, int N, int C);
 void kc_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
 void kc_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n);
-void kc_rope_angle(int t, int i, int RD, float base, float scale, float *c, float *s);
-void kc_rope_forward(float *qkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale);
-void kc_rope_backward(float *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale);
+void kc_rope_angle(int t, int i, int RD, k_rope_freq f, float *c, float *s);
+void kc_rope_forward(float *qkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f);
+void kc_rope_backward(float *dqkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f);
 void kc_qkv_move(void *qkv, void *q, void *k, void *v, int N, int NH, int NG, int HD, size_t esz, int pack);
 void kc_qkv_pack(float *qkv, const float *q, const float *k, const float *v, int N, int NH, int NG, int HD);
 void kc_qkv_unpack(float *q, float *k, float *v, const float *qkv, int N, int NH, int NG, int HD);
@@ -77,6 +77,7 @@ void kc_xent_fused(float *loss, float *logits, const int32_t *targets, float dlo
 void kc_xent_fused_bf16(float *loss, uint16_t *logits, const int32_t *targets, float dloss, int N, int V);
 
 double kc_sumsq(const float *x, size_t n);
+uint64_t kc_nonzeros(const float *x, size_t n);
 void kc_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
               float beta1, float beta2, float eps, float wd, float grad_scale, int t);
 
@@ -133,8 +134,8 @@ void kc_rmsnorm_backward_bf16(uint16_t *dinp, float *dw, const uint16_t *dout, c
 void kc_swiglu_forward_bf16(uint16_t *out, const uint16_t *gate, const uint16_t *up, size_t n);
 void kc_swiglu_backward_bf16(uint16_t *dgate, uint16_t *dup, const uint16_t *dout, const uint16_t *gate,
                              const uint16_t *up, size_t n);
-void kc_rope_forward_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale);
-void kc_rope_backward_bf16(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale);
+void kc_rope_forward_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f);
+void kc_rope_backward_bf16(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f);
 void kc_qkv_pack_bf16(uint16_t *qkv, const uint16_t *q, const uint16_t *k, const uint16_t *v, int N, int NH, int NG,
                       int HD);
 void kc_qkv_unpack_bf16(uint16_t *q, uint16_t *k, uint16_t *v, const uint16_t *qkv, int N, int NH, int NG, int HD);

@@ -57,14 +57,14 @@ void kc_swiglu_backward(float *dgate, float *dup, const float *dout, const float
 
 /* The angle's cosine and sine for position t, pair i of RD rotated dims, in
  * double so every backend rounds the same value (k_rope.h). */
-void kc_rope_angle(int t, int i, int RD, float base, float scale, float *c, float *s)
+void kc_rope_angle(int t, int i, int RD, k_rope_freq f, float *c, float *s)
 {
-    double a = (double)t * k_rope_inv_freq(i, RD, (double)base, (double)scale);
+    double a = k_rope_angle(t, i, RD, f);
     *c = (float)cos(a);
     *s = (float)sin(a);
 }
 
-static void rope(float *qkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale, float sign)
+static void rope(float *qkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f, float sign)
 {
     int Q = NH / NG, half = RD / 2;
     size_t ld = (size_t)(NH + 2 * NG) * HD;
@@ -73,7 +73,7 @@ static void rope(float *qkv, int B, int T, int NH, int NG, int HD, int RD, float
             float *row = qkv + ((size_t)b * T + t) * ld;
             for (int i = 0; i < half; i++) {
                 float c, s;
-                kc_rope_angle(t, i, RD, base, scale, &c, &s);
+                kc_rope_angle(t, i, RD, f, &c, &s);
                 s *= sign;
                 for (int g = 0; g < NG; g++)
                     for (int j = 0; j <= Q; j++) { /* Q queries, then the key */
@@ -86,14 +86,14 @@ static void rope(float *qkv, int B, int T, int NH, int NG, int HD, int RD, float
         }
 }
 
-void kc_rope_forward(float *qkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale)
+void kc_rope_forward(float *qkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f)
 {
-    rope(qkv, B, T, NH, NG, HD, RD, base, scale, 1.0f);
+    rope(qkv, B, T, NH, NG, HD, RD, f, 1.0f);
 }
 
-void kc_rope_backward(float *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale)
+void kc_rope_backward(float *dqkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f)
 {
-    rope(dqkv, B, T, NH, NG, HD, RD, base, scale, -1.0f);
+    rope(dqkv, B, T, NH, NG, HD, RD, f, -1.0f);
 }
 
 /* q/k/v <-> attention's [N, NG, Q+2, HD] rows, for elements of `esz` bytes:

@@ -35,6 +35,7 @@ static const k_ops CPU_OPS = {
     .xent_loss = kc_xent_loss,
     .xent_backward = kc_xent_backward,
     .sumsq = kc_sumsq,
+    .nonzeros = kc_nonzeros,
     .adamw = kc_adamw,
     .to_bf16 = kc_to_bf16,
     .from_bf16 = kc_from_bf16,

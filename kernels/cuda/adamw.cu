@@ -1,4 +1,5 @@
-/* adamw: the global-norm reduction (sum of squares in double, fixed order)
+/* adamw: the reductions of a gradient buffer to the host (sum of squares in
+ * double, fixed order; the count of nonzeros for --log-num-zeros-in-grad)
  * and the fused AdamW update: one read of grad, m, v and the master weight,
  * one write of m, v and the master weight (plus the bf16 copy). The segmented
  * form updates a whole flat buffer of tensors in one launch; each thread finds
@@ -9,12 +10,23 @@
 #define SUMSQ_BLOCK 256
 #define SUMSQ_PARTS 1024 /* fixed, so the summation order depends only on n */
 
-__global__ void sumsq_part_k(double *part, const float *x, size_t n)
+/* The two reductions of a gradient buffer to the host: what each element adds. */
+struct sumsq_of {                /* the global norm: x^2, in double */
+    typedef double T;
+    static __device__ double of(float x) { return (double)x * x; }
+};
+struct nonzero_of {              /* --log-num-zeros-in-grad: 1 where x is not exactly 0 */
+    typedef unsigned long long T;
+    static __device__ unsigned long long of(float x) { return x != 0.0f; }
+};
+
+template <typename Op> __global__ void reduce_part_k(typename Op::T *part, const float *x, size_t n)
 {
-    __shared__ double sh[SUMSQ_BLOCK];
-    double s = 0.0;
+    typedef typename Op::T T;
+    __shared__ T sh[SUMSQ_BLOCK];
+    T s = 0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        s += (double)x[i] * x[i];
+        s += Op::of(x[i]);
     sh[threadIdx.x] = s;
     __syncthreads();
     for (int w = blockDim.x / 2; w > 0; w >>= 1) {
@@ -24,28 +36,34 @@ __global__ void sumsq_part_k(double *part, const float *x, size_t n)
     if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
 }
 
-__global__ void sumsq_finish_k(double *part, int parts)
+template <typename T> __global__ void reduce_finish_k(T *part, int parts)
 {
-    double s = 0.0;
+    T s = 0;
     for (int p = 0; p < parts; p++) s += part[p];
     part[0] = s;
 }
 
-double kcu_sumsq(const float *x, size_t n)
+/* One read of x[n] (4 bytes an element, the floor), SUMSQ_PARTS partials added
+ * in order on the device, one value to the host (a sync). */
+template <typename Op> static typename Op::T reduce_to_host(const float *x, size_t n)
 {
-    if (n == 0) return 0.0;
+    typedef typename Op::T T;
+    if (n == 0) return 0;
     size_t blocks = (n + SUMSQ_BLOCK - 1) / SUMSQ_BLOCK;
     int parts = blocks < SUMSQ_PARTS ? (int)blocks : SUMSQ_PARTS;
-    double *part = (double *)kcu_scratch(sizeof(double) * SUMSQ_PARTS);
-    sumsq_part_k<<<parts, SUMSQ_BLOCK, 0, kcu_stream()>>>(part, x, n);
+    T *part = (T *)kcu_scratch(sizeof(T) * SUMSQ_PARTS);
+    reduce_part_k<Op><<<parts, SUMSQ_BLOCK, 0, kcu_stream()>>>(part, x, n);
     kcu_launched();
-    sumsq_finish_k<<<1, 1, 0, kcu_stream()>>>(part, parts);
+    reduce_finish_k<T><<<1, 1, 0, kcu_stream()>>>(part, parts);
     kcu_launched();
-    double s = 0.0;
+    T s = 0;
     cudaCheck(cudaMemcpyAsync(&s, part, sizeof s, cudaMemcpyDeviceToHost, kcu_stream()));
     cudaCheck(cudaStreamSynchronize(kcu_stream()));
     return s;
 }
+
+double kcu_sumsq(const float *x, size_t n) { return reduce_to_host<sumsq_of>(x, n); }
+uint64_t kcu_nonzeros(const float *x, size_t n) { return (uint64_t)reduce_to_host<nonzero_of>(x, n); }
 
 /* Same operation order as the CPU reference; bc1, bc2 computed on the host. */
 __global__ void adamw_k(float *param, bf16 *param_bf16, const float *grad, float *m, float *v, size_t n, float lr,

@@ -47,6 +47,7 @@ void kcu_xent_sumexp_target(float *, float *, const float *, const float *, cons
 void kcu_xent_loss(float *, const float *, const float *, const float *, const int32_t *, int);
 void kcu_xent_backward(float *, const float *, const float *, const float *, const int32_t *, float, int, int, int);
 double kcu_sumsq(const float *, size_t);
+uint64_t kcu_nonzeros(const float *, size_t);
 void kcu_adamw(float *, const float *, float *, float *, size_t, float, float, float, float, float, float, int);
 
 void kcu_to_bf16(uint16_t *, const float *, size_t);
@@ -91,10 +92,10 @@ void kcu_swiglu_forward(float *, const float *, const float *, size_t);
 void kcu_swiglu_backward(float *, float *, const float *, const float *, const float *, size_t);
 void kcu_swiglu_forward_bf16(uint16_t *, const uint16_t *, const uint16_t *, size_t);
 void kcu_swiglu_backward_bf16(uint16_t *, uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, size_t);
-void kcu_rope_forward(float *, int, int, int, int, int, int, float, float);
-void kcu_rope_backward(float *, int, int, int, int, int, int, float, float);
-void kcu_rope_forward_bf16(uint16_t *, int, int, int, int, int, int, float, float);
-void kcu_rope_backward_bf16(uint16_t *, int, int, int, int, int, int, float, float);
+void kcu_rope_forward(float *, int, int, int, int, int, int, k_rope_freq);
+void kcu_rope_backward(float *, int, int, int, int, int, int, k_rope_freq);
+void kcu_rope_forward_bf16(uint16_t *, int, int, int, int, int, int, k_rope_freq);
+void kcu_rope_backward_bf16(uint16_t *, int, int, int, int, int, int, k_rope_freq);
 void kcu_qkv_pack(float *, const float *, const float *, const float *, int, int, int, int);
 void kcu_qkv_unpack(float *, float *, float *, const float *, int, int, int, int);
 void kcu_qkv_pack_bf16(uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, int, int, int, int);

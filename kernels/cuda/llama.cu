@@ -38,7 +38,7 @@ template <typename T> __global__ void swiglu_bwd_k(T *dgate, T *dup, const T *do
  * then every query of the row's groups and every key turned by it; sign -1
  * turns back. Dims RD.. of each head are not touched. */
 template <typename T>
-__global__ void rope_k(T *qkv, int B, int T_, int NH, int NG, int HD, int RD, float base, float scale, float sign)
+__global__ void rope_k(T *qkv, int B, int T_, int NH, int NG, int HD, int RD, k_rope_freq f, float sign)
 {
     int Q = NH / NG, half = RD / 2;
     size_t n = (size_t)B * T_ * half, ld = (size_t)(NH + 2 * NG) * HD;
@@ -47,7 +47,7 @@ __global__ void rope_k(T *qkv, int B, int T_, int NH, int NG, int HD, int RD, fl
         int i = (int)(idx % half);
         size_t row = idx / half;
         int t = (int)(row % T_);
-        double a = (double)t * k_rope_inv_freq(i, RD, (double)base, (double)scale);
+        double a = k_rope_angle(t, i, RD, f);
         float c = (float)cos(a), s = sign * (float)sin(a);
         T *r = qkv + row * ld;
         for (int g = 0; g < NG; g++)
@@ -113,28 +113,28 @@ void kcu_swiglu_backward_bf16(uint16_t *dgate, uint16_t *dup, const uint16_t *do
 }
 
 template <typename T>
-static void rope(T *qkv, int B, int T_, int NH, int NG, int HD, int RD, float base, float scale, float sign)
+static void rope(T *qkv, int B, int T_, int NH, int NG, int HD, int RD, k_rope_freq f, float sign)
 {
     size_t n = (size_t)B * T_ * (RD / 2);
     if (!n || NG <= 0 || NH % NG || RD > HD) return;
-    rope_k<T><<<kcu_grid(n, LL_BLOCK), LL_BLOCK, 0, kcu_stream()>>>(qkv, B, T_, NH, NG, HD, RD, base, scale, sign);
+    rope_k<T><<<kcu_grid(n, LL_BLOCK), LL_BLOCK, 0, kcu_stream()>>>(qkv, B, T_, NH, NG, HD, RD, f, sign);
     kcu_launched();
 }
-void kcu_rope_forward(float *qkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale)
+void kcu_rope_forward(float *qkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f)
 {
-    rope(qkv, B, T, NH, NG, HD, RD, base, scale, 1.0f);
+    rope(qkv, B, T, NH, NG, HD, RD, f, 1.0f);
 }
-void kcu_rope_backward(float *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale)
+void kcu_rope_backward(float *dqkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f)
 {
-    rope(dqkv, B, T, NH, NG, HD, RD, base, scale, -1.0f);
+    rope(dqkv, B, T, NH, NG, HD, RD, f, -1.0f);
 }
-void kcu_rope_forward_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale)
+void kcu_rope_forward_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f)
 {
-    rope(as_bf(qkv), B, T, NH, NG, HD, RD, base, scale, 1.0f);
+    rope(as_bf(qkv), B, T, NH, NG, HD, RD, f, 1.0f);
 }
-void kcu_rope_backward_bf16(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, int RD, float base, float scale)
+void kcu_rope_backward_bf16(uint16_t *dqkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f)
 {
-    rope(as_bf(dqkv), B, T, NH, NG, HD, RD, base, scale, -1.0f);
+    rope(as_bf(dqkv), B, T, NH, NG, HD, RD, f, -1.0f);
 }
 
 template <typename T> static void qkv_move(T *qkv, T *q, T *k, T *v, int N, int NH, int NG, int HD, bool pack)

@@ -138,6 +138,7 @@ static void fill(k_ops *k)
     k->xent_loss = kcu_xent_loss;
     k->xent_backward = kcu_xent_backward;
     k->sumsq = kcu_sumsq;
+    k->nonzeros = kcu_nonzeros;
     k->adamw = kcu_adamw;
 
     k->to_bf16 = kcu_to_bf16;

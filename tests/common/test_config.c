@@ -728,6 +728,24 @@ static void test_megatron_flags(void)
               cfg_rope_scale(&c) == 8.0, "--use-rope-scaling: Megatron's default factor 8 (%s)", err);
     c.rope_scaling_factor = 0; /* a JobSpec that leaves the field out */
     CHECK(cfg_rope_scale(&c) == 8.0, "a factor of 0 reads as 8");
+    /* --rotary-seq-len-interpolation-factor: rope's positions divided by it; rope only, and not with LLaMA-3.1's
+     * scaling (a Hugging Face config names one rope type) */
+    snprintf(line, sizeof line, "%s--position-embedding-type rope --rotary-seq-len-interpolation-factor 4", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_model(&c, err, sizeof err) == 0 &&
+              cfg_rope_interp(&c) == 4.0 && cfg_rope_scale(&c) == 1.0, "position interpolation 4: %s", err);
+    c.rotary_seq_len_interpolation_factor = 0; /* not given */
+    CHECK(cfg_rope_interp(&c) == 1.0, "no interpolation factor reads as 1");
+    snprintf(line, sizeof line, "%s--rotary-seq-len-interpolation-factor 4", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_model(&c, err, sizeof err) == -1 &&
+              strstr(err, "--rotary-seq-len-interpolation-factor 4 divides rotary positions: add "
+                          "--position-embedding-type rope"), "interpolation without rope: %s", err);
+    snprintf(line, sizeof line, "%s--position-embedding-type rope --use-rope-scaling "
+             "--rotary-seq-len-interpolation-factor 2", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_model(&c, err, sizeof err) == -1 &&
+              strstr(err, "with --use-rope-scaling: atoll takes one of the two"), "interpolation and scaling: %s", err);
+    snprintf(line, sizeof line, "%s--position-embedding-type rope --rotary-seq-len-interpolation-factor 2.5", model);
+    CHECK(parse(&c, line, err, sizeof err) == -1 && strstr(err, "--rotary-seq-len-interpolation-factor"),
+          "a fractional factor (Megatron's is an integer): %s", err);
     /* --qk-layernorm: the LLaMA family's, two weights of the head dimension more per layer */
     snprintf(line, sizeof line, "%s--qk-layernorm", model);
     CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == -1 &&

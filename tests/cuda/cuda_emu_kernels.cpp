@@ -282,6 +282,19 @@ static void test_elementwise_optimizer(size_t n)
     double s1 = R->sumsq(g.data(), n), s2 = kcu_sumsq(g.data(), n);
     if (std::fabs(s1 - s2) <= 1e-12 * s1) passed++;
     else failed++, fprintf(stderr, "sumsq %.17g vs %.17g\n", s2, s1);
+    { /* nonzeros over more elements than the partials' grid covers at once, a third of them 0 or -0 */
+        size_t nz_n = (size_t)1024 * 256 * 2 + 77;
+        vec z = rv(nz_n);
+        size_t want = 0;
+        for (size_t i = 0; i < nz_n; i++) {
+            if (i % 3 == 0) z[i] = i % 2 ? -0.0f : 0.0f;
+            want += z[i] != 0.0f;
+        }
+        uint64_t got = kcu_nonzeros(z.data(), nz_n), ref = R->nonzeros(z.data(), nz_n);
+        if (got == want && ref == want) passed++;
+        else failed++, fprintf(stderr, "nonzeros %llu (cpu %llu) vs %zu\n", (unsigned long long)got,
+                               (unsigned long long)ref, want);
+    }
     vec p2 = p, m2 = m, v2 = v;
     std::vector<uint16_t> pb(n, 0xffff), pr(n);
     R->adamw(p.data(), g.data(), m.data(), v.data(), n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 3);
@@ -508,29 +521,34 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     vec qkv = rv_bf(nq, 2, qkvb);
     for (int RD : { HD, HD / 2 / 2 * 2 }) { /* the whole head, and --rotary-percent 0.5 */
         vec a1 = qkv, a2 = qkv;
-        R->rope_forward(a1.data(), B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
-        kcu_rope_forward(a2.data(), B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
+        R->rope_forward(a1.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f});
+        kcu_rope_forward(a2.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f});
         cmp("rope_forward", a2, a1, 1e-5);
         check(RD == HD || a1 != qkv, "rope_forward (RD %d of %d) turned nothing", RD, HD);
-        R->rope_backward(a1.data(), B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
-        kcu_rope_backward(a2.data(), B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
+        R->rope_backward(a1.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f});
+        kcu_rope_backward(a2.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f});
         cmp("rope_backward", a2, a1, 1e-5);
         cmp("rope_backward undoes rope_forward", a2, qkv, 1e-5);
         vec a3 = qkv;
         std::vector<uint16_t> b3 = qkvb;
-        R->rope_forward(a3.data(), B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
-        kcu_rope_forward_bf16(b3.data(), B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
+        R->rope_forward(a3.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f});
+        kcu_rope_forward_bf16(b3.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f});
         cmp("rope_forward_bf16", widen(b3), a3, 1e-2);
     }
     { /* LLaMA-3.1's scaling (k_rope.h) with LLaMA-3's base: the CPU's angles, other than unscaled ones */
         vec a0 = qkv, a1 = qkv, a2 = qkv;
-        R->rope_forward(a1.data(), B, T, NH, NG, HD, HD, 500000.0f, 8.0f);
-        kcu_rope_forward(a2.data(), B, T, NH, NG, HD, HD, 500000.0f, 8.0f);
+        R->rope_forward(a1.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 8.0f, 1.0f});
+        kcu_rope_forward(a2.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 8.0f, 1.0f});
         cmp("rope_forward (scaled)", a2, a1, 1e-5);
-        R->rope_forward(a0.data(), B, T, NH, NG, HD, HD, 500000.0f, 1.0f);
+        R->rope_forward(a0.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 1.0f, 1.0f});
         check(a0 != a1, "rope_forward: the scale changed no angle");
-        kcu_rope_backward(a2.data(), B, T, NH, NG, HD, HD, 500000.0f, 8.0f);
+        kcu_rope_backward(a2.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 8.0f, 1.0f});
         cmp("rope_backward (scaled) undoes the forward", a2, qkv, 1e-5);
+        vec a3 = qkv, a4 = qkv; /* --rotary-seq-len-interpolation-factor 4 */
+        R->rope_forward(a3.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 1.0f, 4.0f});
+        kcu_rope_forward(a4.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 1.0f, 4.0f});
+        cmp("rope_forward (interpolated positions)", a4, a3, 1e-5);
+        check(a3 != a0, "rope_forward: the interpolation factor changed no angle");
     }
 
     vec q = rv(nh), k = rv(nk), v = rv(nk), p1 = nanv(nq), p2 = p1;

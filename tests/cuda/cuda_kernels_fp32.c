@@ -172,16 +172,19 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     size_t nq = (size_t)M * (NH + 2 * NG) * HD, nh = (size_t)M * NH * HD, nk = (size_t)M * NG * HD;
     float *qkv = h_rand(nq, 2), *d_qkv = d_put(qkv, nq * 4);
     for (int RD = HD; RD >= 2; RD = RD == HD ? HD / 2 / 2 * 2 : 0) { /* the whole head, then --rotary-percent 0.5 */
-        R->rope_forward(qkv, B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
-        G->rope_forward(d_qkv, B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
+        R->rope_forward(qkv, B, T, NH, NG, HD, RD, (k_rope_freq){10000.0f, 1.0f, 1.0f});
+        G->rope_forward(d_qkv, B, T, NH, NG, HD, RD, (k_rope_freq){10000.0f, 1.0f, 1.0f});
         h_compare(RD == HD ? "rope_forward" : "rope_forward (partial)", d_get(d_qkv, nq), qkv, nq, TOL);
-        R->rope_backward(qkv, B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
-        G->rope_backward(d_qkv, B, T, NH, NG, HD, RD, 10000.0f, 1.0f);
+        R->rope_backward(qkv, B, T, NH, NG, HD, RD, (k_rope_freq){10000.0f, 1.0f, 1.0f});
+        G->rope_backward(d_qkv, B, T, NH, NG, HD, RD, (k_rope_freq){10000.0f, 1.0f, 1.0f});
         h_compare(RD == HD ? "rope_backward" : "rope_backward (partial)", d_get(d_qkv, nq), qkv, nq, TOL);
     }
-    R->rope_forward(qkv, B, T, NH, NG, HD, HD, 500000.0f, 8.0f); /* LLaMA-3.1's scaling */
-    G->rope_forward(d_qkv, B, T, NH, NG, HD, HD, 500000.0f, 8.0f);
+    R->rope_forward(qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 8.0f, 1.0f}); /* LLaMA-3.1's scaling */
+    G->rope_forward(d_qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 8.0f, 1.0f});
     h_compare("rope_forward (LLaMA-3.1 scaling)", d_get(d_qkv, nq), qkv, nq, TOL);
+    R->rope_forward(qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 1.0f, 4.0f}); /* position interpolation */
+    G->rope_forward(d_qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 1.0f, 4.0f});
+    h_compare("rope_forward (position interpolation 4)", d_get(d_qkv, nq), qkv, nq, TOL);
     float *q = h_rand(nh, 1), *k = h_rand(nk, 1), *v = h_rand(nk, 1);
     float *d_q = d_put(q, nh * 4), *d_k = d_put(k, nk * 4), *d_v = d_put(v, nk * 4), *d_p = d_poison(nq * 4);
     R->qkv_pack(qkv, q, k, v, M, NH, NG, HD);
@@ -308,6 +311,11 @@ static void test_optimizer(size_t n)
     float *dp = d_put(p, n * 4), *dg = d_put(g, n * 4), *dm = d_put(m, n * 4), *dv = d_put(v, n * 4);
     double s_ref = R->sumsq(g, n), s_got = G->sumsq(dg, n);
     CHECK(fabs(s_got - s_ref) <= 1e-9 * s_ref, "sumsq %.17g vs %.17g", s_got, s_ref);
+    for (size_t i = 0; i < n; i += 3) g[i] = 0.0f; /* a third of the gradient zero: --log-num-zeros-in-grad */
+    G->to_device(dg, g, n * 4);
+    uint64_t z_ref = R->nonzeros(g, n), z_got = G->nonzeros(dg, n);
+    CHECK(z_got == z_ref && z_ref < n, "nonzeros %llu vs %llu of %zu", (unsigned long long)z_got,
+          (unsigned long long)z_ref, n);
     R->adamw(p, g, m, v, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 3);
     G->adamw(dp, dg, dm, dv, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 3);
     h_compare("adamw param", d_get(dp, n), p, n, TOL);

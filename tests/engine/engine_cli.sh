@@ -374,6 +374,46 @@ EOF
 then ok "--log-params-norm: $(grep -o '"params_norm":[0-9.]*' pn1.jsonl | tail -1), the checkpoint's norm; tp2 pp2 and ZeRO-1 dp2 the same"
 else bad "--log-params-norm: $(grep -o '"params_norm":[0-9.]*' pn1.jsonl pn4.jsonl pnz.jsonl | tr '\n' ' ')"; fi
 
+# --log-num-zeros-in-grad (Megatron's): the reduced gradient's exact zeros on each logged step. With an
+# untied output layer, the rows of the token embedding no input token of the step picks get no gradient,
+# so each count is at least (padded vocab - distinct input tokens) x hidden, read from the step's dumped
+# tokens; one rank's first count equals the zeros of its dumped gradient (each tensor once). tp2 pp2 (TP-split
+# and replicated tensors on two stages) and dp2 with ZeRO-1 (each rank's shard) count each element once:
+# at least the same floor, and within a few incidental zeros (rounding can make or unmake an exact 0) of one
+# rank's; without the flag nothing is counted
+NZ=("${TINY[@]}" --micro-batch-size 2 --train-iters 4 --lr 1e-3 --seed 9 --data-path rep --split 1,0,0
+    --untie-embeddings-and-output-weights --log-num-zeros-in-grad --log-interval 1)
+"$TRAIN" "${NZ[@]}" --dump-dir nzd --metrics-file nz1.jsonl >nz1.log 2>&1 || bad "--log-num-zeros-in-grad run failed: $(tail -1 nz1.log)"
+"$TRAIN" "${NZ[@]}" --nproc-per-node 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
+    --metrics-file nz4.jsonl >nz4.log 2>&1 || bad "--log-num-zeros-in-grad tp2 pp2 failed: $(tail -1 nz4.log)"
+"$TRAIN" "${NZ[@]}" --nproc-per-node 2 --use-distributed-optimizer --metrics-file nzz.jsonl >nzz.log 2>&1 \
+    || bad "--log-num-zeros-in-grad dp2 ZeRO-1 failed: $(tail -1 nzz.log)"
+if grep -q "| num zeros: [0-9]*\.0 |" nz1.log && python3 - <<'EOF'
+import array, json, struct
+def rd(p): return [json.loads(l) for l in open(p)]
+def st(path):
+    b = open(path, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    def t(k):
+        s, e = h[k]["data_offsets"]
+        return array.array("i" if h[k]["dtype"] == "I32" else "f", b[8 + n + s:8 + n + e])
+    return h, t
+one, four, zero = rd("nz1.jsonl"), rd("nz4.jsonl"), rd("nzz.jsonl")
+h, t = st("nzd/iter_0000001.safetensors")
+dumped = sum(sum(1 for x in t(k) if x == 0.0) for k in h if k.startswith("grad."))
+assert one[0]["num_zeros"] == dumped, (one[0]["num_zeros"], dumped)
+vocab, hidden = h["grad.wte.weight"]["shape"]
+for it in range(4):
+    hs, ts = st(f"nzd/iter_{it + 1:07d}.safetensors")
+    floor = (vocab - len(set(ts("tokens")))) * hidden
+    for run in (one, four, zero):
+        assert len(run) == 4 and floor <= run[it]["num_zeros"] <= floor + 8, (it, floor, run[it])
+    assert abs(four[it]["num_zeros"] - one[it]["num_zeros"]) <= 8 and abs(zero[it]["num_zeros"] - one[it]["num_zeros"]) <= 8
+assert floor > 0 and "num_zeros" not in rd("pn1.jsonl")[0]
+print(dumped, floor)
+EOF
+then ok "--log-num-zeros-in-grad: $(grep -o '"num_zeros":[0-9]*' nz1.jsonl | head -1), the dumped gradient's; tp2 pp2 and ZeRO-1 dp2 count each element once"
+else bad "--log-num-zeros-in-grad: $(grep -ho '"num_zeros":[0-9]*' nz1.jsonl nz4.jsonl nzz.jsonl | tr '\n' ' ')"; fi
+
 # --train-data-path / --valid-data-path / --test-data-path (Megatron's data per split, each used whole):
 # training equals --data-path with the whole of it as the train split; the validation data changes only
 # the validation loss; the test data is evaluated once training ends, and its loss is the one the same

@@ -129,7 +129,18 @@ static void test_norm_ownership(void)
     eng_model *m = eng_model_create(&c, &one, k_cpu(), err, sizeof err);
     fill_tensors(m);
     for (int t = 0; t < m->nparams; t++) full += (double)m->table[t].numel;
-    CHECK(eng_grad_sumsq(m) == full, "single rank counts every element once (%g vs %g)", eng_grad_sumsq(m), full);
+    CHECK(eng_grad_sumsq(m, NULL) == full, "single rank counts every element once (%g vs %g)",
+          eng_grad_sumsq(m, NULL), full);
+    /* --log-num-zeros-in-grad: every third element of each tensor 0; the zero padding between tensors is no
+     * element and does not count */
+    uint64_t zeros = 1, want = 0;
+    double nonzero_sq = 0;
+    for (int t = 0; t < m->nparams; t++)
+        for (size_t i = 0; i < m->table[t].numel; i += 3, want++) m->grads[m->table[t].offset + i] = 0.0f;
+    for (int t = 0; t < m->nparams; t++) nonzero_sq += (double)m->table[t].numel;
+    nonzero_sq -= (double)want;
+    CHECK(eng_grad_sumsq(m, &zeros) == nonzero_sq && zeros == want && want > 0, "zeros %llu, want %llu",
+          (unsigned long long)zeros, (unsigned long long)want);
     eng_model_free(m);
     for (int r = 0; r < 2; r++) {
         eng_layout lay = eng_layout_single(&c);
@@ -137,7 +148,7 @@ static void test_norm_ownership(void)
         lay.tp_size = 2;
         eng_model *s = eng_model_create(&c, &lay, k_cpu(), err, sizeof err);
         fill_tensors(s);
-        part[r] = eng_grad_sumsq(s);
+        part[r] = eng_grad_sumsq(s, NULL);
         eng_model_free(s);
     }
     CHECK(part[0] + part[1] == full, "tp=2: replicated tensors counted on rank 0 only (%g + %g vs %g)",
@@ -149,7 +160,11 @@ static void test_norm_ownership(void)
     const eng_param *copy = eng_find_param(l, "wte.weight");
     double expect = 0;
     for (int t = 0; t < l->nparams; t++) expect += l->table[t].tied_copy ? 0 : (double)l->table[t].numel;
-    CHECK(copy && copy->tied_copy && eng_grad_sumsq(l) == expect, "the tied wte copy is not counted twice");
+    CHECK(copy && copy->tied_copy && eng_grad_sumsq(l, NULL) == expect, "the tied wte copy is not counted twice");
+    if (copy) memset(l->grads + copy->offset, 0, copy->numel * sizeof(float));
+    uint64_t tied_zeros = 1;
+    eng_grad_sumsq(l, &tied_zeros);
+    CHECK(tied_zeros == 0, "the tied wte copy's zeros are not counted: %llu", (unsigned long long)tied_zeros);
     eng_model_free(l);
 }
 

@@ -80,7 +80,7 @@ def main():
     tb = os.path.join(work, "runs", "tb")  # created with its parent
     subprocess.run(base + ["--tensorboard-dir", tb, "--log-validation-ppl-to-tensorboard", "--log-timers-to-tensorboard",
                            "--log-batch-size-to-tensorboard", "--log-world-size-to-tensorboard",
-                           "--log-memory-to-tensorboard", "--log-params-norm",
+                           "--log-memory-to-tensorboard", "--log-params-norm", "--log-num-zeros-in-grad",
                            "--rampup-batch-size", "2", "2", "4", "--metrics-file", os.path.join(work, "m.jsonl")],
                    check=True, stdout=subprocess.DEVNULL)
     files = glob.glob(os.path.join(tb, "events.out.tfevents.*"))
@@ -98,7 +98,8 @@ def main():
     valid_rec = [r for r in steps if "valid_loss" in r]
     close = lambda a, b: abs(a - b) <= 1e-6 * max(1.0, abs(b))  # simple_value is a float32
     for tag, key in (("lm loss", "loss"), ("learning-rate", "lr"), ("grad-norm", "grad_norm"),
-                     ("batch-size", "global_batch_size"), ("params-norm", "params_norm")):
+                     ("batch-size", "global_batch_size"), ("params-norm", "params_norm"),
+                     ("num-zeros", "num_zeros")):
         got = scalars.get(tag, [])
         want = [(r["iteration"], r[key]) for r in train_rec]
         check(len(got) == 6 and all(g[0] == w[0] and close(g[1], w[1]) for g, w in zip(got, want)),
@@ -133,7 +134,7 @@ def main():
         s2.setdefault(ev.summary.value[0].tag, []).append(ev.step)
     check(s2.get("lm loss") == [2, 4, 6] and "iteration-time" not in s2 and "lm loss validation ppl" not in s2
           and "batch-size" not in s2 and "world-size" not in s2 and "mem-max-allocated-bytes" not in s2
-          and "params-norm" not in s2 and "learning-rate" not in s2 and "learning-rate vs samples" not in s2
+          and "params-norm" not in s2 and "num-zeros" not in s2 and "learning-rate" not in s2 and "learning-rate vs samples" not in s2
           and s2.get("lm loss validation") == [3, 6],
           f"--tensorboard-log-interval 2: 'lm loss' at {s2.get('lm loss')}, validation at {s2.get('lm loss validation')}")
 

@@ -47,6 +47,7 @@ L, H, NH, T, V = 2, 64, 4, 16, 256
 KV, FFN, ROPE_BASE, RMS_EPS = 2, 96, 10000.0, 1e-5  # --llama (Qwen's --norm-epsilon 1e-6 with --qkv-bias, --qk-norm)
 LN_EPS = 1e-5  # --norm-epsilon 1e-6 with --nemotron
 ROPE_SCALE = None  # --rope-scaling (with --llama): LLaMA-3.x's, --use-rope-scaling --rope-scaling-factor 32
+ROPE_INTERP = None  # --pos-interp (with --llama): --rotary-seq-len-interpolation-factor 4, positions divided by it
 MBS, GBS, ITERS = 2, 4, 5
 LR, MIN_LR, WARMUP, WD, B1, B2, EPS, CLIP = 3e-3, 3e-4, 2, 0.1, 0.9, 0.95, 1e-8, 1.0
 WD_START, WD_END = 0.5, 2.0  # --wd-cosine: Megatron's --start-weight-decay, --end-weight-decay
@@ -166,7 +167,8 @@ def rotate(x, d=None):
     inv = ROPE_BASE ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
     if ROPE_SCALE:
         inv = llama3_inv_freq(inv, ROPE_SCALE)
-    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    pos = torch.arange(T, dtype=torch.float64) / (ROPE_INTERP or 1)
+    ang = pos[:, None] * inv[None, :]
     cos, sin = torch.cat([ang.cos(), ang.cos()], -1), torch.cat([ang.sin(), ang.sin()], -1)
     half = torch.cat([-x[..., d // 2:], x[..., :d // 2]], -1)
     return torch.cat([x * cos + half * sin, rest], -1)
@@ -256,9 +258,11 @@ def param_lr(name, it):
 def main():
     train, work = sys.argv[1], sys.argv[2]
     global EOD_MASK, DOCUMENTS, QKV_BIAS, QK_NORM, NEMOTRON, RMS_EPS, LN_EPS, WD_SCHED, DECOUPLED, ROPE_SCALE
+    global ROPE_INTERP
     WD_SCHED = "--wd-cosine" in sys.argv[3:]
     DECOUPLED = "--decoupled" in sys.argv[3:]
     ROPE_SCALE = 32.0 if "--rope-scaling" in sys.argv[3:] and "--llama" in sys.argv[3:] else None
+    ROPE_INTERP = 4 if "--pos-interp" in sys.argv[3:] and "--llama" in sys.argv[3:] else None
     llama = "--llama" in sys.argv[3:]
     NEMOTRON = "--nemotron" in sys.argv[3:] and not llama
     untie = "--untie" in sys.argv[3:] or llama or NEMOTRON
@@ -270,7 +274,7 @@ def main():
         RMS_EPS = 1e-6
     extra = [a for a in sys.argv[3:]
              if a not in ("--untie", "--llama", "--eod-mask", "--documents", "--qkv-bias", "--qk-norm", "--nemotron",
-                          "--wd-cosine", "--decoupled", "--rope-scaling")]
+                          "--wd-cosine", "--decoupled", "--rope-scaling", "--pos-interp")]
     model_loss = llama_loss if llama else gpt_loss
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -291,6 +295,7 @@ def main():
         cmd += ["--norm-epsilon", str(RMS_EPS)] if RMS_EPS != 1e-5 else []
         cmd += ["--qk-layernorm"] if QK_NORM else []
         cmd += ["--use-rope-scaling", "--rope-scaling-factor", str(ROPE_SCALE)] if ROPE_SCALE else []
+        cmd += ["--rotary-seq-len-interpolation-factor", str(ROPE_INTERP)] if ROPE_INTERP else []
     if NEMOTRON:
         # Nemotron's own epsilon is 1e-5; another value checks that --norm-epsilon reaches the LayerNorms
         LN_EPS = 1e-6
@@ -408,12 +413,18 @@ def main():
         if ROPE_SCALE:
             want["rope_scaling"] = {"rope_type": "llama3", "factor": ROPE_SCALE, "low_freq_factor": 1.0,
                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+        if ROPE_INTERP:
+            want["rope_scaling"] = {"rope_type": "linear", "factor": float(ROPE_INTERP)}
         with open(os.path.join(step, "manifest.json")) as f:  # what --use-checkpoint-args and generate rebuild
             mm = json.load(f)["model"]
             if mm.get("qk_layernorm") != QK_NORM:
                 failures.append("manifest.json's model does not record qk_layernorm")
             if (mm.get("use_rope_scaling"), mm.get("rope_scaling_factor")) != (bool(ROPE_SCALE), ROPE_SCALE or 8.0):
                 failures.append(f"manifest.json's model does not record the rope scaling: {mm}")
+            if mm.get("rotary_seq_len_interpolation_factor") != (ROPE_INTERP or 1):
+                failures.append(f"manifest.json's model does not record the position interpolation: {mm}")
+        if not ROPE_SCALE and not ROPE_INTERP and "rope_scaling" in hf:
+            failures.append(f"config.json names a rope scaling this model does not have: {hf['rope_scaling']}")
         if any(hf.get(k) != v for k, v in want.items()):
             failures.append(f"config.json is not the LlamaConfig of this model: {hf}")
         if {k: list(v.shape) for k, v in ck.items()} != llama_shapes():
