@@ -184,7 +184,7 @@ int ckpt_file_checksum(const char *path, uint64_t *sum, uint64_t *bytes)
 }
 
 /* Writes `text` to path via path.tmp + fsync + rename + directory fsync. */
-static int write_atomic(const char *dir, const char *path, const char *text, char *err, size_t errlen)
+int ckpt_write_text(const char *dir, const char *path, const char *text, char *err, size_t errlen)
 {
     char tmp[1200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -265,13 +265,10 @@ static void model_info(jsonw *w, const atoll_config *c)
     jsonw_obj_end(w);
 }
 
-/* Hugging Face's config.json for a LLaMA-family checkpoint, so its
- * model.safetensors (Hugging Face's tensor names) loads with
- * LlamaForCausalLM.from_pretrained on the step directory; biases on q, k and v
- * alone (--disable-bias-linear --add-qkv-bias) are Qwen2's architecture, and
- * the query and key heads' norms (--qk-layernorm) Qwen3's, with the same
- * tensor names (q_norm, k_norm besides). */
-static char *hf_llama_config(const atoll_config *c)
+/* See checkpoint.h. Biases on q, k and v alone (--disable-bias-linear
+ * --add-qkv-bias) are Qwen2's architecture, and the query and key heads' norms
+ * (--qk-layernorm) Qwen3's, with the same tensor names (q_norm, k_norm besides). */
+char *ckpt_hf_llama_config(const atoll_config *c)
 {
     int qwen3 = c->qk_layernorm, qwen2 = !qwen3 && c->disable_bias_linear && c->add_qkv_bias;
     jsonw w;
@@ -341,11 +338,11 @@ static int commit_step(const char *dir, const eng_train_state *st, const atoll_c
         at += (size_t)snprintf(text + at, sizeof text - at, "%s[%lld,%.17g,%.17g,%.17g]", i ? "," : "",
                                st->steps[i].iteration, st->steps[i].loss, st->steps[i].lr, st->steps[i].grad_norm);
     if (at < sizeof text) snprintf(text + at, sizeof text - at, "]}\n");
-    if (write_atomic(step, path, text, err, errlen)) return -1;
+    if (ckpt_write_text(step, path, text, err, errlen)) return -1;
     if (c && cfg_rmsnorm(c)) {
-        char *hf = hf_llama_config(c);
+        char *hf = ckpt_hf_llama_config(c);
         snprintf(path, sizeof path, "%s/config.json", step);
-        int rc = hf ? write_atomic(step, path, hf, err, errlen) : -1;
+        int rc = hf ? ckpt_write_text(step, path, hf, err, errlen) : -1;
         free(hf);
         if (rc) return -1;
     }
@@ -377,13 +374,13 @@ static int commit_step(const char *dir, const eng_train_state *st, const atoll_c
     jsonw_obj_end(&w);
     char *manifest = jsonw_take(&w);
     snprintf(path, sizeof path, "%s/manifest.json", step);
-    int rc = manifest ? write_atomic(step, path, manifest, err, errlen) : -1;
+    int rc = manifest ? ckpt_write_text(step, path, manifest, err, errlen) : -1;
     free(manifest);
     if (rc) return -1;
 
     snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir);
     snprintf(text, sizeof text, "%lld\n", st->iteration);
-    if (write_atomic(dir, path, text, err, errlen)) return -1;
+    if (ckpt_write_text(dir, path, text, err, errlen)) return -1;
     /* --save-keep: the step is durable; older ones beyond the newest N go. A failure
      * to delete leaves more on disk than asked, not less: reported, not fatal. */
     if (c && c->save_keep > 0 && ckpt_prune(dir, c->save_keep, st->iteration, text, sizeof text) < 0)

@@ -116,6 +116,17 @@ int ckpt_load(const char *dir, long long iteration, eng_model *m, eng_optim *o,
  * when the manifest has none. */
 int ckpt_read_model(const char *dir, long long iteration, atoll_config *c, char *err, size_t errlen);
 
+/* Writes `text` to `path` (in directory `dir`) through path.tmp, fsynced and
+ * renamed into place, the directory fsynced: a reader sees the old file or the
+ * whole new one. 0, or -1 with err naming the file. */
+int ckpt_write_text(const char *dir, const char *path, const char *text, char *err, size_t errlen);
+
+/* Hugging Face's config.json for a LLaMA-family model (the caller frees; NULL:
+ * out of memory), written beside each committed step, whose model.safetensors
+ * holds Hugging Face's tensor names: LlamaForCausalLM.from_pretrained loads the
+ * step directory (atoll export adds the tokenizer). */
+char *ckpt_hf_llama_config(const atoll_config *c);
+
 /* --use-checkpoint-args (Megatron's): the model settings and tokenizer of the
  * newest committed step in c->load, for every one the flags left at its default
  * (a flag given wins); `taken` says from which step and what, as flags. -1 with

@@ -282,8 +282,8 @@ static void test_elementwise_optimizer(size_t n)
     double s1 = R->sumsq(g.data(), n), s2 = kcu_sumsq(g.data(), n);
     if (std::fabs(s1 - s2) <= 1e-12 * s1) passed++;
     else failed++, fprintf(stderr, "sumsq %.17g vs %.17g\n", s2, s1);
-    { /* nonzeros over more elements than the partials' grid covers at once, a third of them 0 or -0 */
-        size_t nz_n = (size_t)1024 * 256 * 2 + 77;
+    { /* nonzeros over several blocks and a part, a third of them 0 or -0 */
+        size_t nz_n = (size_t)256 * 5 + 77;
         vec z = rv(nz_n);
         size_t want = 0;
         for (size_t i = 0; i < nz_n; i++) {

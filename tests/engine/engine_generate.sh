@@ -145,5 +145,27 @@ python3 -c 'import json,sys; j=json.loads(sys.argv[1]); t=sys.argv[2]
 assert j["tokenizer"] == "Llama2Tokenizer" and j["tokens"] and j["text"].startswith(" ago,"), j
 assert (j["prompt"] + j["text"]) == t[:len(j["prompt"] + j["text"])], j' "$j" "$TEXT" \
     && ok "LLaMA-2 --json: the text continues the prompt (\" ago, ...\")" || bad "LLaMA-2 --json output: $j"
+# atoll export: each tokenizer's files beside the LLaMA model, byte for byte (GPT-2 BPE's under Hugging Face's
+# names vocab.json and merges.txt; tokenizer.json with its tokenizer_config.json; tokenizer.model), the tensors
+# and config.json of the step; a tokenizer that moved is refused before anything is written
+export_ok() { # CK OUT FROM:NAME...
+    local ck=$1 out=$2 pair good=1
+    shift 2
+    "$ATOLL" export --load "$ck" --output "$out" >export.log 2>&1 || good=0
+    for pair in "$@"; do cmp -s "${pair%%:*}" "$out/${pair#*:}" || good=0; done
+    cmp -s "$ck/iter_0000070/config.json" "$out/config.json" || good=0
+    python3 -c 'import json,struct,sys
+def hdr(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: (v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
+assert hdr(sys.argv[1]) == hdr(sys.argv[2])' "$ck/iter_0000070/model.safetensors" "$out/model.safetensors" || good=0
+    [ $good = 1 ] && ok "export $ck: $(cat export.log)" || bad "export $ck: $(cat export.log)"
+}
+export_ok ck_saved hf_bpe "$PKG/encoder.json:vocab.json" "$PKG/vocab.bpe:merges.txt"
+export_ok ck_l3 hf_l3 "$W/l3/tokenizer.json:tokenizer.json" "$W/l3/tokenizer_config.json:tokenizer_config.json"
+export_ok ck_l2 hf_l2 "$L2:tokenizer.model"
+"$ATOLL" export --load ck --output hf_gone >export.log 2>&1
+[ $? = 1 ] && grep -q "gone/encoder.json" export.log && [ ! -e hf_gone ] \
+    && ok "export with a moved tokenizer: refused, nothing written: $(cat export.log)" || bad "export, moved tokenizer: $(cat export.log)"
 [ $failures = 0 ] && echo "engine_generate: all checks passed" || echo "engine_generate: $failures failure(s)"
 exit $((failures > 0))

@@ -2,7 +2,10 @@
 """Checks atoll-train against a float64 PyTorch GPT built from the engine's own
 initial weights: step-1 logits, loss and every parameter gradient to 1e-5
 relative, then the losses of 5 AdamW steps (clipping, weight decay groups and
-the LR schedule included) to 1e-5.
+the LR schedule included) to 1e-5. Then `atoll export` of the saved checkpoint:
+for the GPT family a GPT2LMHeadModel whose loss on the last batch, computed by
+transformers' conventions (hf_gpt2_loss), is the checkpoint's; for the LLaMA
+family its tensors and config.json as they are; Nemotron's form refused.
 
 usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [--llama [--qkv-bias] [--qk-norm]] [--nemotron] [--eod-mask]
                           [--documents] [ATOLL-TRAIN FLAGS...]
@@ -174,6 +177,28 @@ def rotate(x, d=None):
     return torch.cat([x * cos + half * sin, rest], -1)
 
 
+def hf_gpt2_loss(p, cfg, tokens, targets):
+    """transformers' GPT2LMHeadModel computed from what `atoll export` wrote, by its own conventions: tensors
+    under "transformer.", Conv1D layers (x @ W + b with W [in, out]), c_attn's output split [q | k | v] with the
+    heads contiguous in each, GELU's tanh form ("gelu_new"), the head tied to wte unless lm_head is given."""
+    C, nh, eps = cfg["n_embd"], cfg["n_head"], cfg["layer_norm_epsilon"]
+    hd, (B, T_) = C // nh, tokens.shape
+    x = p["transformer.wte.weight"][tokens] + p["transformer.wpe.weight"][torch.arange(T_)]
+    ln = lambda x, pre: torch.nn.functional.layer_norm(x, (C,), p[pre + "weight"], p[pre + "bias"], eps)
+    conv = lambda x, pre: x @ p[pre + "weight"] + p[pre + "bias"]
+    later = ~torch.ones(T_, T_, dtype=torch.bool).tril()
+    for l in range(cfg["n_layer"]):
+        pre = f"transformer.h.{l}."
+        q, k, v = (t.reshape(B, T_, nh, hd).transpose(1, 2) for t in conv(ln(x, pre + "ln_1."), pre + "attn.c_attn.").split(C, -1))
+        a = torch.softmax(((q @ k.transpose(-1, -2)) / math.sqrt(hd)).masked_fill(later, float("-inf")), dim=-1)
+        x = x + conv((a @ v).transpose(1, 2).reshape(B, T_, C), pre + "attn.c_proj.")
+        f = torch.nn.functional.gelu(conv(ln(x, pre + "ln_2."), pre + "mlp.c_fc."), approximate="tanh")
+        x = x + conv(f, pre + "mlp.c_proj.")
+    x = ln(x, "transformer.ln_f.")
+    logits = x @ p.get("lm_head.weight", p["transformer.wte.weight"]).T
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
 def llama_loss(p, tokens, targets, want_logits=False):
     """LlamaForCausalLM's computation on Hugging Face's tensor names: RMSNorm,
     q/k/v projections with KV key/value heads repeated to the query heads
@@ -308,7 +333,7 @@ def main():
                 str(WD_END)]
     if DECOUPLED:
         cmd += ["--decoupled-lr", str(DEC_LR), "--decoupled-min-lr", str(DEC_MIN_LR)]
-    if WD_SCHED or DECOUPLED:
+    if not llama and not NEMOTRON:  # what `atoll export` reads, and the decay schedule's and decoupled rates' checks
         cmd += ["--save", os.path.join(work, "ckpt")]
     if EOD_MASK or DOCUMENTS:
         # documents of 2 to 12 bytes: several end inside every 16-token sample
@@ -466,6 +491,57 @@ def main():
             worst["checkpoint"] = e
             if e > 1e-3:
                 failures.append(f"checkpoint after {ITERS} steps differs from the reference's weights (rel {e:.2e})")
+    atoll = os.path.join(os.path.dirname(os.path.abspath(train)), "atoll")
+    if not llama and not NEMOTRON and not (EOD_MASK or DOCUMENTS):
+        # `atoll export`: GPT2LMHeadModel's tensors and config; its loss on the last step's batch, computed the way
+        # transformers computes GPT-2, equals the engine architecture's on the checkpoint (float64 both: a
+        # transposed or misordered tensor would be off by O(1))
+        out = os.path.join(work, "hf")
+        r = subprocess.run([atoll, "export", "--load", os.path.join(work, "ckpt"), "--output", out],
+                           capture_output=True, text=True)
+        if r.returncode:
+            failures.append(f"atoll export failed: {r.stderr.strip()}")
+        else:
+            with open(os.path.join(out, "config.json")) as f:
+                cfg = json.load(f)
+            want = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": V, "n_embd": H,
+                    "n_layer": L, "n_head": NH, "n_positions": T, "activation_function": "gelu_new",
+                    "layer_norm_epsilon": LN_EPS, "tie_word_embeddings": not untie}
+            if any(cfg.get(k) != v for k, v in want.items()):
+                failures.append(f"exported config.json is not this model's GPT2Config: {cfg}")
+            hf = {k: torch.tensor(v.astype(np.float64)) for k, v in read_safetensors(os.path.join(out, "model.safetensors")).items()}
+            ck = {k: torch.tensor(v.astype(np.float64))
+                  for k, v in read_safetensors(os.path.join(work, "ckpt", f"iter_{ITERS:07d}", "model.safetensors")).items()}
+            with torch.no_grad():
+                a, b = hf_gpt2_loss(hf, cfg, tokens, targets).item(), gpt_loss(ck, tokens, targets).item()
+            worst["export"] = rel_err(a, b)
+            if worst["export"] > 1e-10:
+                failures.append(f"the exported GPT-2's loss {a!r} is not the checkpoint's {b!r}")
+            if ("lm_head.weight" in hf) != untie:
+                failures.append(f"the exported GPT-2 {'has' if untie else 'lacks'} a tied head; the model's is "
+                                f"{'untied' if untie else 'tied'}")
+            r = subprocess.run([atoll, "export", "--load", os.path.join(work, "ckpt"), "--output", out],
+                               capture_output=True, text=True)
+            if r.returncode != 1 or "already holds config.json" not in r.stderr:
+                failures.append(f"a second export into {out} was not refused: {r.returncode} {r.stderr.strip()}")
+    if NEMOTRON:
+        r = subprocess.run([atoll, "export", "--load", os.path.join(work, "ckpt"), "--output", os.path.join(work, "hf")],
+                           capture_output=True, text=True)
+        if r.returncode == 0 or "has no Hugging Face GPT-2 form" not in r.stderr or os.path.exists(os.path.join(work, "hf")):
+            failures.append(f"atoll export of a Nemotron-style GPT was not refused: {r.returncode} {r.stderr.strip()}")
+    if llama:
+        # the LLaMA family's checkpoint holds Hugging Face's tensors already: export writes them as they are
+        out = os.path.join(work, "hf")
+        r = subprocess.run([atoll, "export", "--load", os.path.join(work, "ckpt"), "--output", out],
+                           capture_output=True, text=True)
+        step = os.path.join(work, "ckpt", f"iter_{ITERS:07d}")
+        ok = r.returncode == 0
+        if ok:
+            a, b = read_safetensors(os.path.join(out, "model.safetensors")), read_safetensors(os.path.join(step, "model.safetensors"))
+            with open(os.path.join(out, "config.json")) as f1, open(os.path.join(step, "config.json")) as f2:
+                ok = sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a) and json.load(f1) == json.load(f2)
+        if not ok:
+            failures.append(f"atoll export of the LLaMA checkpoint is not its tensors and config.json: {r.stderr.strip()}")
     print("losses engine:", ["%.6f" % x for x in engine_losses])
     print("worst relative error: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()) + f" (limit {TOL:.0e}"
           + ("; checkpoint weights 1e-3" + (" (LayerNorm; others 1e-2)" if NEMOTRON else "") + ": AdamW divides by"
