@@ -12,8 +12,9 @@
 #                     packages (apt-get download + dpkg -x), unpacked by run.sh
 #   .gpukit/peers/    whatever PEERS_DIR holds (default /tmp/peers/out): peer
 #                     programs built from their own sources outside this repository,
-#                     e.g. llm.c's train_gpt2cu; run.sh measures those it finds. Without
-#                     PEERS_DIR the peers an earlier kit holds are kept.
+#                     e.g. llm.c's train_gpt2cu (bench/gpu/peers.sh builds it from fetched
+#                     llm.c and cudnn-frontend sources); run.sh measures those it finds.
+#                     Without PEERS_DIR the peers an earlier kit holds are kept.
 # NCCL, cuBLAS and cuDNN come from the GPU machine (its CUDA toolkit and
 # PyTorch's nvidia-* wheels); run.sh puts them on LD_LIBRARY_PATH.
 set -euo pipefail
