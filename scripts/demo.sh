@@ -6,7 +6,8 @@
 # submit a GPT job with `atoll submit` in a tensor-parallel 2 x pipeline-parallel 2 x
 # data-parallel 2 layout (8 ranks, 4 per node), show it training live (`atoll status`,
 # `atoll top`, the dashboard URL), and end when the job is `completed`, printing its final
-# loss, then sample text from its checkpoint with `atoll generate`. Exit status 0 only if
+# loss, then sample text from its checkpoint with `atoll generate` and export it as a Hugging Face
+# GPT-2 with `atoll export`. Exit status 0 only if
 # the job completed, its loss fell and the checkpoint generates text. A few minutes on
 # 2 cores; DEMO_ITERS sets the training iterations (default 400), DEMO_KEEP=1 leaves the
 # cluster running at the end so the dashboard can be browsed (Ctrl-C stops it).
@@ -102,6 +103,11 @@ echo "== atoll generate: text from the job's checkpoint (its manifest names the 
 atoll generate --load "$DIR/ckpt" --prompt "Call me Ishmael." --max-tokens 48 --temperature 0.8 --top-k 40 --seed 1 |
   tee "$DIR/sample.txt"
 [ "$(wc -c <"$DIR/sample.txt")" -gt 40 ] || { echo "the checkpoint generated no text" >&2; exit 1; }
+echo "== atoll export: the checkpoint as a Hugging Face GPT-2 (transformers' from_pretrained reads the folder)"
+atoll export --load "$DIR/ckpt" --output "$DIR/hf"
+for f in config.json model.safetensors vocab.json merges.txt; do
+  [ -s "$DIR/hf/$f" ] || { echo "atoll export wrote no $f" >&2; exit 1; }
+done
 ls "$DIR"/tensorboard/events.out.tfevents.* >/dev/null 2>&1 || { echo "no TensorBoard event file" >&2; exit 1; }
 echo "   TensorBoard: rank 0 wrote Megatron's scalars to $DIR/tensorboard (tensorboard --logdir there, with DEMO_KEEP=1)"
 echo "done: job $JOB completed, loss $first -> $last (dashboard was at $DASHBOARD)"
