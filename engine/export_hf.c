@@ -129,22 +129,34 @@ static char *gpt2_config(const atoll_config *c, int64_t V)
     return jsonw_take(&w);
 }
 
-/* The tensors to write, each with its host data (owned). */
+/* How an exported tensor comes from the model's: copied, transposed from
+ * [out, in] to [in, out], or c_attn's weight or bias reordered (below). Each is
+ * made into one buffer just before it is written, so the export holds the
+ * model and its largest tensor, not a second copy of the model. */
+typedef enum { EX_COPY, EX_T, EX_QKV_W, EX_QKV_B } ex_kind;
+
+typedef struct ex_src {
+    ex_kind kind;
+    const float *from;
+    int64_t out, in; /* EX_T: the source's [out, in]; EX_QKV_*: in = hidden, out = head dim */
+} ex_src;
+
 typedef struct ex_list {
     st_tensor *t;
-    float **data;
+    ex_src *s;
     int n, cap;
 } ex_list;
 
-static float *ex_add(ex_list *l, const char *name, int64_t rows, int64_t cols)
+static int ex_add(ex_list *l, const char *name, int64_t rows, int64_t cols, ex_src src)
 {
+    if (!src.from) return -1; /* a tensor the model lacks */
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 64;
         st_tensor *t = realloc(l->t, (size_t)cap * sizeof *t);
         if (t) l->t = t;
-        float **d = t ? realloc(l->data, (size_t)cap * sizeof *d) : NULL;
-        if (!d) return NULL;
-        l->data = d;
+        ex_src *sv = t ? realloc(l->s, (size_t)cap * sizeof *sv) : NULL;
+        if (!sv) return -1;
+        l->s = sv;
         l->cap = cap;
     }
     st_tensor *t = &l->t[l->n];
@@ -154,16 +166,40 @@ static float *ex_add(ex_list *l, const char *name, int64_t rows, int64_t cols)
     t->ndim = cols ? 2 : 1;
     t->shape[0] = rows;
     t->shape[1] = cols;
-    float *d = malloc((size_t)rows * (size_t)(cols ? cols : 1) * sizeof(float));
-    if (d) l->data[l->n++] = d;
-    return d;
+    l->s[l->n++] = src;
+    return 0;
 }
 
 static void ex_free(ex_list *l)
 {
-    for (int i = 0; i < l->n; i++) free(l->data[i]);
     free(l->t);
-    free(l->data);
+    free(l->s);
+}
+
+static size_t ex_numel(const st_tensor *t) { return (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1); }
+
+/* The tensor's data into out (ex_numel floats). c_attn: GPT-2's output
+ * o = part * C + head * hd + j (part q, k, v) is the engine's row
+ * (head * 3 + part) * hd + j, Megatron's [head][q, k, v][head dim]. */
+static void ex_fill(const ex_src *s, const st_tensor *t, float *out)
+{
+    int64_t C = s->in, hd = s->out;
+    switch (s->kind) {
+    case EX_COPY: memcpy(out, s->from, ex_numel(t) * sizeof(float)); break;
+    case EX_T: /* out[i][o] = from[o][i] */
+        for (int64_t o = 0; o < s->out; o++)
+            for (int64_t i = 0; i < s->in; i++) out[i * s->out + o] = s->from[o * s->in + i];
+        break;
+    case EX_QKV_W:
+    case EX_QKV_B:
+        for (int64_t o = 0; o < 3 * C; o++) {
+            int64_t part = o / C, head = o % C / hd, j = o % hd, r = (head * 3 + part) * hd + j;
+            if (s->kind == EX_QKV_B) out[o] = s->from[r];
+            else
+                for (int64_t i = 0; i < C; i++) out[i * 3 * C + o] = s->from[r * C + i];
+        }
+        break;
+    }
 }
 
 static const float *param(const eng_model *m, const char *fmt, int layer)
@@ -174,64 +210,43 @@ static const float *param(const eng_model *m, const char *fmt, int layer)
     return p ? m->params + p->offset : NULL;
 }
 
-/* out[i][o] = in[o][i]: a linear layer's [out, in] weight as Conv1D's [in, out]. */
-static void transpose(float *out, const float *in, int64_t rows, int64_t cols)
-{
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < cols; c++) out[c * rows + r] = in[r * cols + c];
-}
-
-/* A copy of the whole tensor `from` as `name` (NULL from: a tensor the model lacks, an error). */
+/* The whole tensor `from` under `name` (NULL from: a tensor the model lacks, an error). */
 static int copy_as(ex_list *l, const char *name, const eng_param *from, const eng_model *m)
 {
     if (!from) return -1;
-    float *d = ex_add(l, name, from->full[0], from->ndim == 2 ? from->full[1] : 0);
-    if (!d) return -1;
-    memcpy(d, m->params + from->offset, from->numel * sizeof(float));
-    return 0;
+    return ex_add(l, name, from->full[0], from->ndim == 2 ? from->full[1] : 0,
+                  (ex_src){ EX_COPY, m->params + from->offset, 0, 0 });
 }
 
 /* GPT2LMHeadModel's tensors from the engine's GPT-2 family ones. */
 static int gpt2_tensors(ex_list *l, const eng_model *m, const atoll_config *c)
 {
     int64_t C = c->hidden_size, F = cfg_ffn(c), NH = c->num_attention_heads, hd = C / NH;
-    const eng_param *wte = eng_find_param(m, "wte.weight");
-    if (copy_as(l, "transformer.wte.weight", wte, m) ||
+    if (copy_as(l, "transformer.wte.weight", eng_find_param(m, "wte.weight"), m) ||
         copy_as(l, "transformer.wpe.weight", eng_find_param(m, "wpe.weight"), m))
         return -1;
-    char name[96];
+    char name[96], from[ENG_NAME];
     for (int layer = 0; layer < c->num_layers; layer++) {
         static const char *const norms[4] = { "ln_1.weight", "ln_1.bias", "ln_2.weight", "ln_2.bias" };
         for (int i = 0; i < 4; i++) {
-            char from[ENG_NAME];
             snprintf(from, sizeof from, "h.%d.%s", layer, norms[i]);
             snprintf(name, sizeof name, "transformer.h.%d.%s", layer, norms[i]);
             if (copy_as(l, name, eng_find_param(m, from), m)) return -1;
         }
-        const float *qkv_w = param(m, "h.%d.attn.c_attn.weight", layer), *qkv_b = param(m, "h.%d.attn.c_attn.bias", layer);
         snprintf(name, sizeof name, "transformer.h.%d.attn.c_attn.weight", layer);
-        float *w = qkv_w ? ex_add(l, name, C, 3 * C) : NULL;
+        if (ex_add(l, name, C, 3 * C, (ex_src){ EX_QKV_W, param(m, "h.%d.attn.c_attn.weight", layer), hd, C }))
+            return -1;
         snprintf(name, sizeof name, "transformer.h.%d.attn.c_attn.bias", layer);
-        float *b = w && qkv_b ? ex_add(l, name, 3 * C, 0) : NULL;
-        if (!b) return -1;
-        /* output o = part * C + head * hd + j comes from the engine's row (head * 3 + part) * hd + j */
-        for (int64_t o = 0; o < 3 * C; o++) {
-            int64_t part = o / C, head = o % C / hd, j = o % hd, r = (head * 3 + part) * hd + j;
-            for (int64_t i = 0; i < C; i++) w[i * 3 * C + o] = qkv_w[r * C + i];
-            b[o] = qkv_b[r];
-        }
-        static const struct { const char *name; int64_t out, in; } lin[3] = {
+        if (ex_add(l, name, 3 * C, 0, (ex_src){ EX_QKV_B, param(m, "h.%d.attn.c_attn.bias", layer), hd, C }))
+            return -1;
+        static const struct { const char *name; int wide_out, wide_in; } lin[3] = {
             { "attn.c_proj", 0, 0 }, { "mlp.c_fc", 1, 0 }, { "mlp.c_proj", 0, 1 },
         };
-        for (int i = 0; i < 3; i++) {
-            int64_t out = lin[i].out ? F : C, in = lin[i].in ? F : C;
-            char from[ENG_NAME];
+        for (int i = 0; i < 3; i++) { /* Conv1D keeps [in, out] */
+            int64_t out = lin[i].wide_out ? F : C, in = lin[i].wide_in ? F : C;
             snprintf(from, sizeof from, "h.%%d.%s.weight", lin[i].name);
-            const float *src = param(m, from, layer);
             snprintf(name, sizeof name, "transformer.h.%d.%s.weight", layer, lin[i].name);
-            float *d = src ? ex_add(l, name, in, out) : NULL;
-            if (!d) return -1;
-            transpose(d, src, out, in);
+            if (ex_add(l, name, in, out, (ex_src){ EX_T, param(m, from, layer), out, in })) return -1;
             snprintf(from, sizeof from, "h.%d.%s.bias", layer, lin[i].name);
             snprintf(name, sizeof name, "transformer.h.%d.%s.bias", layer, lin[i].name);
             if (copy_as(l, name, eng_find_param(m, from), m)) return -1;
@@ -332,6 +347,7 @@ int export_main(int argc, char **argv)
     st_file f = { 0 };
     f.fd = -1;
     char *config = NULL;
+    float *buf = NULL;
     int rc = 1;
     long long it = o.step;
     if (it < 0) {
@@ -385,8 +401,16 @@ int export_main(int argc, char **argv)
         goto out;
     }
     if (st_create(&f, tmp, 1, err, sizeof err)) goto out;
-    for (int i = 0; i < l.n; i++)
-        if (st_write_all(&f, &f.t[i], l.data[i], err, sizeof err)) goto out;
+    size_t most = 0;
+    for (int i = 0; i < l.n; i++) most = ex_numel(&l.t[i]) > most ? ex_numel(&l.t[i]) : most;
+    if (!(buf = malloc(most * sizeof(float)))) {
+        atoll_errf(err, sizeof err, "out of memory for a tensor of %zu floats", most);
+        goto out;
+    }
+    for (int i = 0; i < l.n; i++) {
+        ex_fill(&l.s[i], &l.t[i], buf);
+        if (st_write_all(&f, &f.t[i], buf, err, sizeof err)) goto out;
+    }
     if (st_close(&f) || rename(tmp, path)) {
         atoll_errf(err, sizeof err, "%s: cannot write: %s", path, strerror(errno));
         goto out;
@@ -405,6 +429,7 @@ out:
         unlink(tmp); /* a model.safetensors written in part */
     }
     free(config);
+    free(buf);
     ex_free(&l);
     eng_model_free(m);
     return rc;
