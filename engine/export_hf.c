@@ -20,7 +20,6 @@
 #include "jsonw.h"
 #include "model.h"
 #include "safetensors.h"
-#include "train.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -129,15 +128,16 @@ static char *gpt2_config(const atoll_config *c, int64_t V)
     return jsonw_take(&w);
 }
 
-/* How an exported tensor comes from the model's: copied, transposed from
- * [out, in] to [in, out], or c_attn's weight or bias reordered (below). Each is
- * made into one buffer just before it is written, so the export holds the
- * model and its largest tensor, not a second copy of the model. */
+/* How an exported tensor comes from a checkpoint tensor: copied, transposed
+ * from [out, in] to [in, out], or c_attn's weight or bias reordered (below).
+ * Each is read from the step's model.safetensors and made just before it is
+ * written, so the export holds two buffers of the largest tensor, never the
+ * model. */
 typedef enum { EX_COPY, EX_T, EX_QKV_W, EX_QKV_B } ex_kind;
 
 typedef struct ex_src {
     ex_kind kind;
-    const float *from;
+    const eng_param *from; /* in the full model's table (eng_full_table): the checkpoint's tensor */
     int64_t out, in; /* EX_T: the source's [out, in]; EX_QKV_*: in = hidden, out = head dim */
 } ex_src;
 
@@ -178,52 +178,66 @@ static void ex_free(ex_list *l)
 
 static size_t ex_numel(const st_tensor *t) { return (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1); }
 
-/* The tensor's data into out (ex_numel floats). c_attn: GPT-2's output
- * o = part * C + head * hd + j (part q, k, v) is the engine's row
- * (head * 3 + part) * hd + j, Megatron's [head][q, k, v][head dim]. */
-static void ex_fill(const ex_src *s, const st_tensor *t, float *out)
+/* The checkpoint's tensors: the full model's table and the step's model.safetensors. */
+typedef struct ex_model {
+    eng_param *tab;
+    int n;
+    st_file f;
+} ex_model;
+
+static const eng_param *ex_find(const ex_model *m, const char *fmt, int layer)
 {
+    char name[ENG_NAME];
+    snprintf(name, sizeof name, fmt, layer);
+    for (int i = 0; i < m->n; i++)
+        if (!strcmp(m->tab[i].name, name)) return &m->tab[i];
+    return NULL;
+}
+
+/* The tensor's data into out (ex_numel floats), `in` scratch of as many. c_attn:
+ * GPT-2's output o = part * C + head * hd + j (part q, k, v) is the engine's
+ * row (head * 3 + part) * hd + j, Megatron's [head][q, k, v][head dim]. */
+static int ex_fill(ex_model *m, const ex_src *s, float *out, float *in, char *err, size_t errlen)
+{
+    const st_tensor *t = st_find(&m->f, s->from->name);
+    if (!t || t->shape[0] != s->from->full[0] || (s->from->ndim == 2 && t->shape[1] != s->from->full[1])) {
+        atoll_errf(err, errlen, "the checkpoint's %s is missing or not of the model's shape", s->from->name);
+        return -1;
+    }
+    if (st_read_slice(&m->f, t, s->from, s->kind == EX_COPY ? out : in, err, errlen)) return -1;
     int64_t C = s->in, hd = s->out;
     switch (s->kind) {
-    case EX_COPY: memcpy(out, s->from, ex_numel(t) * sizeof(float)); break;
-    case EX_T: /* out[i][o] = from[o][i] */
+    case EX_COPY: break;
+    case EX_T: /* out[i][o] = in[o][i] */
         for (int64_t o = 0; o < s->out; o++)
-            for (int64_t i = 0; i < s->in; i++) out[i * s->out + o] = s->from[o * s->in + i];
+            for (int64_t i = 0; i < s->in; i++) out[i * s->out + o] = in[o * s->in + i];
         break;
     case EX_QKV_W:
     case EX_QKV_B:
         for (int64_t o = 0; o < 3 * C; o++) {
             int64_t part = o / C, head = o % C / hd, j = o % hd, r = (head * 3 + part) * hd + j;
-            if (s->kind == EX_QKV_B) out[o] = s->from[r];
+            if (s->kind == EX_QKV_B) out[o] = in[r];
             else
-                for (int64_t i = 0; i < C; i++) out[i * 3 * C + o] = s->from[r * C + i];
+                for (int64_t i = 0; i < C; i++) out[i * 3 * C + o] = in[r * C + i];
         }
         break;
     }
-}
-
-static const float *param(const eng_model *m, const char *fmt, int layer)
-{
-    char name[ENG_NAME];
-    snprintf(name, sizeof name, fmt, layer);
-    const eng_param *p = eng_find_param(m, name);
-    return p ? m->params + p->offset : NULL;
+    return 0;
 }
 
 /* The whole tensor `from` under `name` (NULL from: a tensor the model lacks, an error). */
-static int copy_as(ex_list *l, const char *name, const eng_param *from, const eng_model *m)
+static int copy_as(ex_list *l, const char *name, const eng_param *from)
 {
     if (!from) return -1;
-    return ex_add(l, name, from->full[0], from->ndim == 2 ? from->full[1] : 0,
-                  (ex_src){ EX_COPY, m->params + from->offset, 0, 0 });
+    return ex_add(l, name, from->full[0], from->ndim == 2 ? from->full[1] : 0, (ex_src){ EX_COPY, from, 0, 0 });
 }
 
 /* GPT2LMHeadModel's tensors from the engine's GPT-2 family ones. */
-static int gpt2_tensors(ex_list *l, const eng_model *m, const atoll_config *c)
+static int gpt2_tensors(ex_list *l, const ex_model *m, const atoll_config *c)
 {
     int64_t C = c->hidden_size, F = cfg_ffn(c), NH = c->num_attention_heads, hd = C / NH;
-    if (copy_as(l, "transformer.wte.weight", eng_find_param(m, "wte.weight"), m) ||
-        copy_as(l, "transformer.wpe.weight", eng_find_param(m, "wpe.weight"), m))
+    if (copy_as(l, "transformer.wte.weight", ex_find(m, "wte.weight", 0)) ||
+        copy_as(l, "transformer.wpe.weight", ex_find(m, "wpe.weight", 0)))
         return -1;
     char name[96], from[ENG_NAME];
     for (int layer = 0; layer < c->num_layers; layer++) {
@@ -231,13 +245,13 @@ static int gpt2_tensors(ex_list *l, const eng_model *m, const atoll_config *c)
         for (int i = 0; i < 4; i++) {
             snprintf(from, sizeof from, "h.%d.%s", layer, norms[i]);
             snprintf(name, sizeof name, "transformer.h.%d.%s", layer, norms[i]);
-            if (copy_as(l, name, eng_find_param(m, from), m)) return -1;
+            if (copy_as(l, name, ex_find(m, from, 0))) return -1;
         }
         snprintf(name, sizeof name, "transformer.h.%d.attn.c_attn.weight", layer);
-        if (ex_add(l, name, C, 3 * C, (ex_src){ EX_QKV_W, param(m, "h.%d.attn.c_attn.weight", layer), hd, C }))
+        if (ex_add(l, name, C, 3 * C, (ex_src){ EX_QKV_W, ex_find(m, "h.%d.attn.c_attn.weight", layer), hd, C }))
             return -1;
         snprintf(name, sizeof name, "transformer.h.%d.attn.c_attn.bias", layer);
-        if (ex_add(l, name, 3 * C, 0, (ex_src){ EX_QKV_B, param(m, "h.%d.attn.c_attn.bias", layer), hd, C }))
+        if (ex_add(l, name, 3 * C, 0, (ex_src){ EX_QKV_B, ex_find(m, "h.%d.attn.c_attn.bias", layer), hd, C }))
             return -1;
         static const struct { const char *name; int wide_out, wide_in; } lin[3] = {
             { "attn.c_proj", 0, 0 }, { "mlp.c_fc", 1, 0 }, { "mlp.c_proj", 0, 1 },
@@ -246,25 +260,25 @@ static int gpt2_tensors(ex_list *l, const eng_model *m, const atoll_config *c)
             int64_t out = lin[i].wide_out ? F : C, in = lin[i].wide_in ? F : C;
             snprintf(from, sizeof from, "h.%%d.%s.weight", lin[i].name);
             snprintf(name, sizeof name, "transformer.h.%d.%s.weight", layer, lin[i].name);
-            if (ex_add(l, name, in, out, (ex_src){ EX_T, param(m, from, layer), out, in })) return -1;
+            if (ex_add(l, name, in, out, (ex_src){ EX_T, ex_find(m, from, layer), out, in })) return -1;
             snprintf(from, sizeof from, "h.%d.%s.bias", layer, lin[i].name);
             snprintf(name, sizeof name, "transformer.h.%d.%s.bias", layer, lin[i].name);
-            if (copy_as(l, name, eng_find_param(m, from), m)) return -1;
+            if (copy_as(l, name, ex_find(m, from, 0))) return -1;
         }
     }
-    if (copy_as(l, "transformer.ln_f.weight", eng_find_param(m, "ln_f.weight"), m) ||
-        copy_as(l, "transformer.ln_f.bias", eng_find_param(m, "ln_f.bias"), m))
+    if (copy_as(l, "transformer.ln_f.weight", ex_find(m, "ln_f.weight", 0)) ||
+        copy_as(l, "transformer.ln_f.bias", ex_find(m, "ln_f.bias", 0)))
         return -1;
-    if (c->untie_embeddings_and_output_weights && copy_as(l, "lm_head.weight", eng_find_param(m, "lm_head.weight"), m))
+    if (c->untie_embeddings_and_output_weights && copy_as(l, "lm_head.weight", ex_find(m, "lm_head.weight", 0)))
         return -1;
     return 0;
 }
 
 /* The LLaMA family's tensors under the names they already have. */
-static int llama_tensors(ex_list *l, const eng_model *m)
+static int llama_tensors(ex_list *l, const ex_model *m)
 {
-    for (int i = 0; i < m->nparams; i++)
-        if (!m->table[i].tied_copy && copy_as(l, m->table[i].name, &m->table[i], m)) return -1;
+    for (int i = 0; i < m->n; i++)
+        if (copy_as(l, m->tab[i].name, &m->tab[i])) return -1;
     return 0;
 }
 
@@ -342,12 +356,13 @@ int export_main(int argc, char **argv)
     char err[1400] = "", note[1024] = "", path[1200], tmp[1300] = "";
     atoll_config c;
     cfg_defaults(&c);
-    eng_model *m = NULL;
+    ex_model m = { 0 };
+    m.f.fd = -1;
     ex_list l = { 0 };
     st_file f = { 0 };
     f.fd = -1;
     char *config = NULL;
-    float *buf = NULL;
+    float *buf = NULL, *scratch = NULL;
     int rc = 1;
     long long it = o.step;
     if (it < 0) {
@@ -384,15 +399,15 @@ int export_main(int argc, char **argv)
     }
     c.micro_batch_size = c.global_batch_size = 1;
     c.tensor_model_parallel_size = c.pipeline_model_parallel_size = 1;
-    eng_layout lay = eng_layout_single(&c);
-    const k_ops *k = eng_backend("cpu", err, sizeof err);
-    if (!k || !(m = eng_model_create(&c, &lay, k, err, sizeof err)) || ckpt_load(o.load, it, m, NULL, NULL, err, sizeof err))
-        goto out;
-    if (llama ? llama_tensors(&l, m) : gpt2_tensors(&l, m, &c)) {
+    char step[1024];
+    ckpt_step_dir(step, sizeof step, o.load, it);
+    snprintf(path, sizeof path, "%s/model.safetensors", step);
+    if (!(m.tab = eng_full_table(&c, &m.n, err, sizeof err)) || st_open(&m.f, path, err, sizeof err)) goto out;
+    if (llama ? llama_tensors(&l, &m) : gpt2_tensors(&l, &m, &c)) {
         atoll_errf(err, sizeof err, "out of memory, or a tensor missing from the model");
         goto out;
     }
-    const eng_param *wte = eng_find_param(m, llama ? "model.embed_tokens.weight" : "wte.weight");
+    const eng_param *wte = ex_find(&m, llama ? "model.embed_tokens.weight" : "wte.weight", 0);
     config = llama ? ckpt_hf_llama_config(&c) : gpt2_config(&c, wte ? wte->full[0] : c.vocab_size);
     snprintf(path, sizeof path, "%s/model.safetensors", o.output);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -403,14 +418,13 @@ int export_main(int argc, char **argv)
     if (st_create(&f, tmp, 1, err, sizeof err)) goto out;
     size_t most = 0;
     for (int i = 0; i < l.n; i++) most = ex_numel(&l.t[i]) > most ? ex_numel(&l.t[i]) : most;
-    if (!(buf = malloc(most * sizeof(float)))) {
-        atoll_errf(err, sizeof err, "out of memory for a tensor of %zu floats", most);
+    if (!(buf = malloc(most * sizeof(float))) || !(scratch = malloc(most * sizeof(float)))) {
+        atoll_errf(err, sizeof err, "out of memory for two tensors of %zu floats", most);
         goto out;
     }
-    for (int i = 0; i < l.n; i++) {
-        ex_fill(&l.s[i], &l.t[i], buf);
-        if (st_write_all(&f, &f.t[i], buf, err, sizeof err)) goto out;
-    }
+    for (int i = 0; i < l.n; i++)
+        if (ex_fill(&m, &l.s[i], buf, scratch, err, sizeof err) || st_write_all(&f, &f.t[i], buf, err, sizeof err))
+            goto out;
     if (st_close(&f) || rename(tmp, path)) {
         atoll_errf(err, sizeof err, "%s: cannot write: %s", path, strerror(errno));
         goto out;
@@ -430,7 +444,9 @@ out:
     }
     free(config);
     free(buf);
+    free(scratch);
     ex_free(&l);
-    eng_model_free(m);
+    st_close(&m.f);
+    free(m.tab);
     return rc;
 }
