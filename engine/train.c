@@ -485,10 +485,6 @@ static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errle
     return 0;
 }
 
-/* Several ranks: the pipeline schedule (also for pp = 1), gradient reduction,
- * then one world all-reduce of (sum of squares, loss, each stage's idle and
- * transfer seconds), so every rank takes the same clipping decision and rank 0
- * can log. */
 /* --log-num-zeros-in-grad: the gradient's zeros are counted on the steps that are logged (a second read of the
  * gradient there), after its reduction, as Megatron counts them */
 static int zeros_due(const run *r)
@@ -497,6 +493,10 @@ static int zeros_due(const run *r)
     return r->c->log_num_zeros_in_grad && (log_due(r->c, it) || tb_due(r->c, it));
 }
 
+/* Several ranks: the pipeline schedule (also for pp = 1), gradient reduction,
+ * then one world all-reduce of (sum of squares, loss, each stage's idle and
+ * transfer seconds), so every rank takes the same clipping decision and rank 0
+ * can log. */
 static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
