@@ -458,6 +458,23 @@ static void print_resilience(const Atoll__Job *j)
     printf("\n");
 }
 
+/* A schedule's entries as its flag takes them: " by schedule: 16 from 0 tokens,
+ * 320 from 2.4B, ..." (tokens in K, M, B or T from a thousand on). */
+static void print_schedule(const char *normalised)
+{
+    static const struct { double unit; char suffix; } units[] = { { 1e12, 'T' }, { 1e9, 'B' }, { 1e6, 'M' }, { 1e3, 'K' } };
+    unsigned long long t;
+    int b, used, n = 0;
+    for (const char *p = normalised; sscanf(p, " %llu:%d%n", &t, &b, &used) == 2; p += used, n++) {
+        printf(n ? ", %d from " : " by schedule: %d from ", b);
+        size_t u = 0;
+        while (u < 4 && (double)t < units[u].unit) u++;
+        if (u < 4) printf("%.6g%c", (double)t / units[u].unit, units[u].suffix);
+        else printf("%llu", t);
+        if (!n) printf(" tokens");
+    }
+}
+
 static void print_job(const Atoll__Job *j)
 {
     const Atoll__JobMetrics *m = j->metrics;
@@ -485,6 +502,8 @@ static void print_job(const Atoll__Job *j)
         if (j->spec->rampup_batch_size && cfg_set(&ramp, "rampup-batch-size", j->spec->rampup_batch_size, why,
                                                   sizeof why) == CFG_OK && cfg_rampup(&ramp, &start, &inc, &over))
             printf(" from %d, +%d over %llu samples", start, inc, (unsigned long long)over);
+        if (j->spec->step_batch_size_schedule && j->spec->step_batch_size_schedule[0])
+            print_schedule(j->spec->step_batch_size_schedule);
         printf(")");
     }
     if (j->spec && j->spec->n_env) {

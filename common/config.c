@@ -14,7 +14,7 @@
 #include <string.h>
 #include <yaml.h>
 
-typedef enum { K_INT, K_DOUBLE, K_U64, K_BOOL, K_STR, K_RECOMPUTE, K_DECAY, K_WSD, K_WDINCR, K_RAMP } key_type;
+typedef enum { K_INT, K_DOUBLE, K_U64, K_BOOL, K_STR, K_RECOMPUTE, K_DECAY, K_WSD, K_WDINCR, K_RAMP, K_SCHED } key_type;
 
 typedef struct {
     const char *name; /* canonical, dashes */
@@ -142,6 +142,7 @@ static const key_def KEYS[] = {
     R("make-vocab-size-divisible-by", K_INT, make_vocab_size_divisible_by, 0, CFG_MAX_VOCAB, 0),
     /* Megatron spellings of the settings above (cfg_resolve_megatron) */
     F("rampup-batch-size", K_RAMP, rampup_batch_size),
+    F("step-batch-size-schedule", K_SCHED, step_batch_size_schedule),
     F("decrease-batch-size-if-needed", K_BOOL, decrease_batch_size_if_needed),
     F("train-samples", K_U64, train_samples),
     F("lr-decay-samples", K_U64, lr_decay_samples),
@@ -209,11 +210,14 @@ static int same_key(const char *name, const char *key)
 }
 
 /* The keys that take several words, as Megatron's nargs='*' (a blend) or
- * nargs=3 (the ramp): the words up to the next flag, or a YAML list. */
+ * nargs=3 (the ramp): the words up to the next flag, or a YAML list. A
+ * schedule is one word in Megatron's launch lines; its entries unquoted are
+ * taken too. */
 static int list_key(const char *key)
 {
     return same_key("data-path", key) || same_key("train-data-path", key) || same_key("valid-data-path", key) ||
-           same_key("test-data-path", key) || same_key("rampup-batch-size", key);
+           same_key("test-data-path", key) || same_key("rampup-batch-size", key) ||
+           same_key("step-batch-size-schedule", key);
 }
 
 static const key_def *find_key(const char *key)
@@ -606,8 +610,9 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
     }
     int ramp_start, ramp_inc;
     uint64_t ramp_samples, train_samples = c->train_samples;
-    int ramp = cfg_rampup(c, &ramp_start, &ramp_inc, &ramp_samples);
-    if (ramp && cfg_validate_rampup(c, err, errlen)) return -1;
+    int ramp = cfg_rampup(c, &ramp_start, &ramp_inc, &ramp_samples), sched = cfg_batch_schedule(c, NULL, NULL);
+    if (sched && !c->global_batch_size) c->global_batch_size = cfg_global_batch(c, 1); /* its last batch */
+    if ((ramp || sched) && cfg_validate_batch_schedule(c, err, errlen)) return -1;
     uint64_t *samples[4] = { &c->train_samples, &c->lr_decay_samples, &c->lr_warmup_samples, &c->lr_wsd_decay_samples };
     int *iters[4] = { &c->train_iters, &c->lr_decay_iters, &c->lr_warmup_iters, &c->lr_wsd_decay_iters };
     const char *names[4] = { "train", "lr-decay", "lr-warmup", "lr-wsd-decay" };
@@ -630,6 +635,10 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
             long long it;
             uint64_t done = ramp_walk(c, 1, ramp_samples < *samples[k] ? ramp_samples : *samples[k], LLONG_MAX, &it);
             n = (uint64_t)it + (*samples[k] > done ? (*samples[k] - done) / gbs : 0);
+        } else if (!k && sched) { /* Megatron's count: steps while fewer than the samples are consumed */
+            long long it;
+            ramp_walk(c, 1, *samples[k] - 1, LLONG_MAX, &it);
+            n = (uint64_t)it;
         }
         if (n > 2147483647u) {
             atoll_errf(err, errlen, "--%s-samples %llu is %llu iterations of %llu samples; at most 2147483647",
@@ -639,9 +648,10 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
         *iters[k] = (int)n;
         *samples[k] = 0;
     }
-    /* With a ramp the schedule counts samples, in global batches (eng_lr_at): by
-     * default it decays over the samples training takes, as Megatron's does. */
-    if (ramp && !c->lr_decay_iters) {
+    /* With a ramp or a batch schedule the lr schedule counts samples, in global
+     * batches (eng_lr_at): by default it decays over the samples training takes,
+     * as Megatron's does. */
+    if ((ramp || sched) && !c->lr_decay_iters) {
         uint64_t gbs = (uint64_t)c->global_batch_size,
                  total = train_samples ? train_samples : cfg_samples_after(c, 1, c->train_iters);
         c->lr_decay_iters = (int)((total + gbs / 2) / gbs); /* at most train_iters */
@@ -707,7 +717,7 @@ int cfg_is_default(const atoll_config *c, const char *key)
     atoll_config d;
     cfg_defaults(&d);
     const char *a = (const char *)c + k->offset, *b = (const char *)&d + k->offset;
-    return k->type == K_STR || k->type == K_RAMP ? !strcmp(a, b) : !memcmp(a, b, k->size);
+    return k->type == K_STR || k->type == K_RAMP || k->type == K_SCHED ? !strcmp(a, b) : !memcmp(a, b, k->size);
 }
 
 /* "--KEY: VALUE is ..." for a number outside the key's range. */
@@ -723,6 +733,12 @@ static int out_of_range(const key_def *k, double x, const char *value, char *err
     return -1;
 }
 
+/* An empty value, YAML's null or Python's None: the setting is not given. */
+static int no_value(const char *value)
+{
+    return !*value || !strcmp(value, "null") || !strcmp(value, "None");
+}
+
 /* --rampup-batch-size START INCREMENT SAMPLES (Megatron's nargs=3; commas or
  * spaces between them): START and INCREMENT at least 1, SAMPLES at least 1 and
  * at most CFG_MAX_RAMP_SAMPLES. Whether they fit the global batch and the layout
@@ -730,10 +746,6 @@ static int out_of_range(const key_def *k, double x, const char *value, char *err
 #define CFG_MAX_RAMP_SAMPLES (1ull << 40)
 static cfg_status set_rampup(atoll_config *c, const char *value, char *err, size_t errlen)
 {
-    if (!*value || !strcmp(value, "null") || !strcmp(value, "None")) {
-        c->rampup_batch_size[0] = 0;
-        return CFG_OK;
-    }
     const char *what = "--rampup-batch-size takes three numbers, START INCREMENT SAMPLES: the global batch starts at "
                        "START and grows by INCREMENT over SAMPLES samples to --global-batch-size (e.g. 16 16 5859375)";
     unsigned long long v[3];
@@ -765,6 +777,79 @@ static cfg_status set_rampup(atoll_config *c, const char *value, char *err, size
         return CFG_BAD_VALUE;
     }
     snprintf(c->rampup_batch_size, sizeof c->rampup_batch_size, "%llu %llu %llu", v[0], v[1], v[2]);
+    return CFG_OK;
+}
+
+/* One number of a schedule entry as Megatron reads it: a decimal with an
+ * optional K, M, B or T (1e3 .. 1e12, either case), int(float(x) * multiplier),
+ * truncated. -1 when it is not one, or negative, or at least 2^62. */
+static long long schedule_number(const char *s, size_t n)
+{
+    char buf[64];
+    if (!n || n >= sizeof buf) return -1;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    double mult = 1;
+    switch (buf[n - 1]) {
+    case 'K': case 'k': mult = 1e3; break;
+    case 'M': case 'm': mult = 1e6; break;
+    case 'B': case 'b': mult = 1e9; break;
+    case 'T': case 't': mult = 1e12; break;
+    }
+    if (mult > 1) buf[--n] = 0;
+    if (strspn(buf, "0123456789.eE+-") != n) return -1; /* decimals only, as Python's float reads them */
+    char *end;
+    double x = strtod(buf, &end);
+    if (!n || end != buf + n || !isfinite(x) || buf[0] == '-') return -1;
+    x *= mult;
+    return x < 0x1p62 ? (long long)x : -1;
+}
+
+/* --step-batch-size-schedule "THRESHOLD:BATCH ..." (Megatron's; entries between
+ * spaces or commas): THRESHOLD tokens and BATCH samples, each with an optional
+ * K/M/B/T. Stored normalised, whole tokens in ascending order. Where the
+ * entries stand in samples (from 0, rising) is cfg_validate_batch_schedule's:
+ * it needs --seq-length. */
+static cfg_status set_schedule(atoll_config *c, const char *value, char *err, size_t errlen)
+{
+    const char *what = "--step-batch-size-schedule takes entries THRESHOLD:BATCH, the global batch from THRESHOLD "
+                       "tokens on, numbers with an optional K, M, B or T (e.g. \"0:768 250B:1536 500B:3072\")";
+    long long thr[CFG_MAX_SCHEDULE], bs[CFG_MAX_SCHEDULE];
+    int n = 0;
+    for (const char *p = value;;) {
+        while (*p == ' ' || *p == ',' || *p == '\t') p++;
+        if (!*p) break;
+        size_t len = strcspn(p, " ,\t");
+        const char *colon = memchr(p, ':', len);
+        if (n == CFG_MAX_SCHEDULE) {
+            atoll_errf(err, errlen, "--step-batch-size-schedule: more than %d entries", CFG_MAX_SCHEDULE);
+            return CFG_BAD_VALUE;
+        }
+        long long t = colon ? schedule_number(p, (size_t)(colon - p)) : -1;
+        long long b = colon ? schedule_number(colon + 1, len - (size_t)(colon + 1 - p)) : -1;
+        if (t < 0 || b < 0) {
+            atoll_errf(err, errlen, "%s; '%.*s' is not one", what, (int)(len < 64 ? len : 64), p);
+            return CFG_BAD_VALUE;
+        }
+        if (b < 1 || b > CFG_MAX_GLOBAL_BATCH) {
+            atoll_errf(err, errlen, "--step-batch-size-schedule: entry '%.*s': its batch must be 1 to %d samples",
+                       (int)(len < 64 ? len : 64), p, CFG_MAX_GLOBAL_BATCH);
+            return CFG_BAD_VALUE;
+        }
+        int i = n++; /* sorted by threshold, equal ones in the order given (Megatron's stable sort) */
+        for (; i > 0 && thr[i - 1] > t; i--) thr[i] = thr[i - 1], bs[i] = bs[i - 1];
+        thr[i] = t;
+        bs[i] = b;
+        p += len;
+    }
+    if (!n) {
+        atoll_errf(err, errlen, "%s; it has none", what);
+        return CFG_BAD_VALUE;
+    }
+    size_t at = 0;
+    for (int i = 0; i < n; i++) /* at most 32 x 31 bytes: fits */
+        at += (size_t)snprintf(c->step_batch_size_schedule + at, sizeof c->step_batch_size_schedule - at, "%s%lld:%lld",
+                               i ? " " : "", thr[i], bs[i]);
     return CFG_OK;
 }
 
@@ -843,7 +928,12 @@ cfg_status cfg_set(atoll_config *c, const char *key, const char *value, char *er
         memcpy(field, value, strlen(value) + 1);
         return CFG_OK;
     case K_RAMP:
-        return set_rampup(c, value, err, errlen);
+    case K_SCHED:
+        if (no_value(value)) { /* not given */
+            field[0] = 0;
+            return CFG_OK;
+        }
+        return k->type == K_RAMP ? set_rampup(c, value, err, errlen) : set_schedule(c, value, err, errlen);
     case K_RECOMPUTE:
         if (!strcmp(value, "selective")) *(cfg_recompute *)field = RECOMPUTE_SELECTIVE;
         else if (!strcmp(value, "full")) *(cfg_recompute *)field = RECOMPUTE_FULL;
@@ -922,7 +1012,7 @@ int cfg_parse_args(atoll_config *c, int argc, char **argv, int start,
                 for (consumed = 1; i + consumed < argc && strncmp(argv[i + consumed], "--", 2); consumed++) {
                     int n = snprintf(blend + at, sizeof blend - at, "%s%s", at ? " " : "", argv[i + consumed]);
                     if (n < 0 || (size_t)n >= sizeof blend - at) {
-                        atoll_errf(err, errlen, "--%s: the blend is longer than %d bytes", key, CFG_DATA_PATH - 1);
+                        atoll_errf(err, errlen, "--%s: its words are longer than %d bytes", key, CFG_DATA_PATH - 1);
                         return -1;
                     }
                     at += (size_t)n;
@@ -1054,7 +1144,8 @@ static int yaml_walk(atoll_config *c, yaml_parser_t *p, const char *path, char *
                 atoll_errf(err, errlen, "%s: line %zu: the file is a list; expected a mapping of atoll-train's keys", path, line);
             else
                 atoll_errf(err, errlen, "%s: line %zu: key '%s' has a list; atoll keys take one value (data_path "
-                           "and train/valid/test_data_path take a list, a blend; rampup_batch_size three numbers)", path, line, key);
+                           "and train/valid/test_data_path take a list, a blend; rampup_batch_size three numbers; "
+                           "step_batch_size_schedule its entries)", path, line, key);
             rc = -1;
             break;
         case YAML_ALIAS_EVENT:
@@ -1325,8 +1416,43 @@ int cfg_validate_model(const atoll_config *c, char *err, size_t errlen)
     return validate_family(c, err, errlen);
 }
 
-int cfg_validate_rampup(const atoll_config *c, char *err, size_t errlen)
+int cfg_validate_batch_schedule(const atoll_config *c, char *err, size_t errlen)
 {
+    uint64_t from[CFG_MAX_SCHEDULE];
+    int bs[CFG_MAX_SCHEDULE], n = cfg_batch_schedule(c, from, bs);
+    const char *sched = c->step_batch_size_schedule;
+    if (n && c->rampup_batch_size[0]) {
+        atoll_errf(err, errlen, "--step-batch-size-schedule and --rampup-batch-size both say how the batch grows; give "
+                   "one (Megatron now reads only the schedule: a ramp START INCREMENT SAMPLES to G is the schedule "
+                   "\"0:START\" then each next batch from the tokens where the ramp reaches it)");
+        return -1;
+    }
+    if (n && c->decrease_batch_size_if_needed) {
+        atoll_errf(err, errlen, "--step-batch-size-schedule with --decrease-batch-size-if-needed: a schedule's batches "
+                   "are trained as given, each whole micro-batches on every DP rank (Megatron refuses the pair too); "
+                   "leave --decrease-batch-size-if-needed out");
+        return -1;
+    }
+    int seq = c->seq_length > 0 ? c->seq_length : 1;
+    if (n && from[0]) {
+        atoll_errf(err, errlen, "--step-batch-size-schedule %s: the first entry must start at 0 tokens (the batch of "
+                   "the first step); it starts at sample %llu (tokens / --seq-length %d)", sched,
+                   (unsigned long long)from[0], seq);
+        return -1;
+    }
+    for (int i = 1; i < n; i++)
+        if (from[i] == from[i - 1]) {
+            atoll_errf(err, errlen, "--step-batch-size-schedule %s: entries %d and %d both start at sample %llu "
+                       "(tokens / --seq-length %d, rounded down); each entry must start at least one sample (%d "
+                       "tokens) after the one before", sched, i, i + 1, (unsigned long long)from[i], seq, seq);
+            return -1;
+        }
+    if (n && c->global_batch_size && c->global_batch_size != bs[n - 1]) {
+        atoll_errf(err, errlen, "--global-batch-size %d and --step-batch-size-schedule %s, whose last batch is %d: the "
+                   "schedule gives the global batch; leave --global-batch-size out or make it %d",
+                   c->global_batch_size, sched, bs[n - 1], bs[n - 1]);
+        return -1;
+    }
     int start, inc;
     uint64_t samples;
     if (!cfg_rampup(c, &start, &inc, &samples)) return 0;
@@ -1351,7 +1477,7 @@ int cfg_validate_rampup(const atoll_config *c, char *err, size_t errlen)
 
 int cfg_validate_training(const atoll_config *c, char *err, size_t errlen)
 {
-    if (cfg_validate_rampup(c, err, errlen)) return -1;
+    if (cfg_validate_batch_schedule(c, err, errlen)) return -1;
     if (c->train_iters < 1) {
         atoll_errf(err, errlen, "--train-iters must be at least 1");
         return -1;
@@ -1415,6 +1541,8 @@ int cfg_data_parallel_size(const atoll_config *c, int world)
 int cfg_global_batch(const atoll_config *c, int dp)
 {
     if (c->global_batch_size) return c->global_batch_size;
+    int bs[CFG_MAX_SCHEDULE], n = cfg_batch_schedule(c, NULL, bs);
+    if (n) return bs[n - 1];
     int64_t g = (int64_t)c->micro_batch_size * dp; /* Megatron's default: one micro-batch per DP rank */
     return g > 0 && g <= CFG_MAX_GLOBAL_BATCH ? (int)g : 0;
 }
@@ -1444,6 +1572,33 @@ int cfg_rampup(const atoll_config *c, int *start, int *increment, uint64_t *samp
     return ok;
 }
 
+int cfg_batch_schedule(const atoll_config *c, uint64_t *from_samples, int *batch)
+{
+    uint64_t seq = c->seq_length > 0 ? (uint64_t)c->seq_length : 1;
+    int n = 0, used;
+    unsigned long long t;
+    int b;
+    for (const char *p = c->step_batch_size_schedule;
+         n < CFG_MAX_SCHEDULE && sscanf(p, " %llu:%d%n", &t, &b, &used) == 2; p += used, n++) {
+        if (from_samples) from_samples[n] = (uint64_t)t / seq; /* Megatron's threshold // seq_length */
+        if (batch) batch[n] = b;
+    }
+    return n;
+}
+
+int cfg_batch_varies(const atoll_config *c)
+{
+    return c->rampup_batch_size[0] || c->step_batch_size_schedule[0];
+}
+
+int cfg_batch_max(const atoll_config *c, int dp)
+{
+    int bs[CFG_MAX_SCHEDULE], n = cfg_batch_schedule(c, NULL, bs), m = cfg_global_batch(c, dp); /* a ramp's top */
+    for (int i = 0; i < n; i++)
+        if (bs[i] > m) m = bs[i];
+    return m;
+}
+
 /* The ramp's level after `consumed` samples: floor(consumed / (SAMPLES / n)) for
  * n increments, at most n; Megatron divides in floating point, this exactly. */
 static uint64_t ramp_level(uint64_t consumed, uint64_t n, uint64_t samples)
@@ -1460,29 +1615,46 @@ static uint64_t ramp_increments(const atoll_config *c, int gbs, int *start, int 
     return (uint64_t)((gbs - *start) / *inc);
 }
 
-int cfg_batch_at(const atoll_config *c, int dp, uint64_t consumed)
+/* The batch of the step that starts after `consumed` samples, before any
+ * rounding, and in *next the first sample at which it may change (UINT64_MAX:
+ * it does not): a schedule's entry, a ramp's level, or the global batch. */
+static uint64_t batch_level(const atoll_config *c, int dp, uint64_t consumed, uint64_t *next)
 {
+    uint64_t from[CFG_MAX_SCHEDULE];
+    int bs[CFG_MAX_SCHEDULE], m = cfg_batch_schedule(c, from, bs);
+    *next = UINT64_MAX;
+    if (m) {
+        int i = 0;
+        while (i + 1 < m && from[i + 1] <= consumed) i++;
+        if (i + 1 < m) *next = from[i + 1];
+        return (uint64_t)bs[i];
+    }
     int gbs = cfg_global_batch(c, dp), start, inc;
     uint64_t samples, n = ramp_increments(c, gbs, &start, &inc, &samples);
-    return (int)running_batch(c, dp, n ? start + inc * (int)ramp_level(consumed, n, samples) : gbs);
+    if (!n) return (uint64_t)gbs;
+    uint64_t j = ramp_level(consumed, n, samples);
+    if (j < n) *next = (uint64_t)(((unsigned __int128)(j + 1) * samples + n - 1) / n); /* ceil((j+1) SAMPLES / n) */
+    return (uint64_t)start + (uint64_t)inc * j;
+}
+
+int cfg_batch_at(const atoll_config *c, int dp, uint64_t consumed)
+{
+    uint64_t next;
+    return (int)running_batch(c, dp, (int64_t)batch_level(c, dp, consumed, &next));
 }
 
 /* Steps from the start while at most `limit` samples are consumed and fewer
- * than `max_iters` taken, a level of the ramp at a time: *iters, and the samples
- * they consume. */
+ * than `max_iters` taken, a level of the ramp or schedule at a time: *iters,
+ * and the samples they consume. */
 static uint64_t ramp_walk(const atoll_config *c, int dp, uint64_t limit, long long max_iters, long long *iters)
 {
-    int gbs = cfg_global_batch(c, dp), start, inc;
-    uint64_t samples, n = ramp_increments(c, gbs, &start, &inc, &samples), done = 0;
+    uint64_t done = 0;
     long long it = 0;
-    while (it < max_iters && done <= limit && gbs > 0) {
-        uint64_t j = n ? ramp_level(done, n, samples) : 0, b = n ? (uint64_t)(start + inc * (int)j) : (uint64_t)gbs;
+    while (it < max_iters && done <= limit && cfg_global_batch(c, dp) > 0) {
         /* this level lasts while done < its end (the next level's first sample) and done <= limit */
+        uint64_t next, b = batch_level(c, dp, done, &next);
         uint64_t end = limit == UINT64_MAX ? UINT64_MAX : limit + 1;
-        if (n && j < n) {
-            uint64_t next = (uint64_t)(((unsigned __int128)(j + 1) * samples + n - 1) / n);
-            if (next < end) end = next;
-        }
+        if (next < end) end = next;
         uint64_t k = end == UINT64_MAX ? UINT64_MAX : (end - done + b - 1) / b;
         if (k > (uint64_t)(max_iters - it)) k = (uint64_t)(max_iters - it);
         done += k * b;
@@ -1681,6 +1853,15 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
             return -1;
         }
     }
+    int sched_bs[CFG_MAX_SCHEDULE], nsched = cfg_batch_schedule(c, NULL, sched_bs);
+    for (int i = 0; i < nsched; i++) /* every batch of the schedule, checked before the run reaches it */
+        if (sched_bs[i] % unit) {
+            atoll_errf(err, errlen, "--step-batch-size-schedule %s: every batch must be divisible by micro-batch * dp = "
+                 "%d*%d%s = %lld; entry %d's, %d, is not (a run resumed past an entry may change its batch to "
+                 "a multiple: the steps it covers are done)", c->step_batch_size_schedule, c->micro_batch_size, dp,
+                 cfg_interleaved(c) ? " times pp (interleaved)" : "", (long long)unit, i + 1, sched_bs[i]);
+            return -1;
+        }
     if (island_gpus > 0 && tp > island_gpus) {
         atoll_errf(err, errlen, "--tensor-model-parallel-size %d is larger than the biggest NVLink island (%d GPUs); "
              "use at most %d", tp, island_gpus, island_gpus);

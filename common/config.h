@@ -30,6 +30,8 @@
 #define CFG_MAX_VOCAB (1 << 24)
 #define CFG_MAX_MICRO_BATCH (1 << 20)
 #define CFG_MAX_GLOBAL_BATCH (1 << 30)
+#define CFG_MAX_SCHEDULE 32   /* entries of --step-batch-size-schedule */
+#define CFG_SCHEDULE_LEN 1024 /* its normalised text, with room for them all */
 #define CFG_YAML_MAX_BYTES (1 << 20)     /* a --yaml-cfg file */
 #define CFG_YAML_MAX_DEPTH 16            /* nested sections in it */
 #define CFG_DEFAULT_RANK_ORDER "tp-cp-ep-dp-pp"
@@ -65,6 +67,11 @@ typedef struct atoll_config {
      * grows from START by INCREMENT over SAMPLES samples to --global-batch-size
      * (cfg_batch_at); "" = none. Stored as given, normalised. */
     char rampup_batch_size[64];
+    /* Megatron's --step-batch-size-schedule "THRESHOLD:BATCH ...": from each
+     * THRESHOLD tokens consumed (over --seq-length: samples) the global batch is
+     * BATCH; the last BATCH is the global batch (cfg_batch_schedule). "" = none.
+     * Stored normalised: whole tokens, ascending, "0:16 2400000000:320". */
+    char step_batch_size_schedule[CFG_SCHEDULE_LEN];
     /* Megatron's --decrease-batch-size-if-needed: a batch that is not whole
      * micro-batches on every DP rank (a restart on fewer GPUs) trains on the
      * largest one that is, instead of being refused */
@@ -266,9 +273,12 @@ int cfg_validate_model(const atoll_config *c, char *err, size_t errlen);
  * --min-lr <= --lr, --save-interval only with --save. (cfg_set already refused
  * non-finite and negative values.) */
 int cfg_validate_training(const atoll_config *c, char *err, size_t errlen);
-/* --rampup-batch-size against --global-batch-size (cfg_validate_training's):
- * given, START at most it, whole INCREMENTs up to it. */
-int cfg_validate_rampup(const atoll_config *c, char *err, size_t errlen);
+/* --rampup-batch-size or --step-batch-size-schedule against --global-batch-size
+ * (cfg_validate_training's): a ramp needs it, START at most it and whole
+ * INCREMENTs up to it; a schedule starts at 0 samples, rises in whole samples,
+ * ends at it (when given), and goes with neither a ramp nor
+ * --decrease-batch-size-if-needed. */
+int cfg_validate_batch_schedule(const atoll_config *c, char *err, size_t errlen);
 
 /* The one validator of a job: the model, the training settings and every layout
  * rule for `world` ranks, the rank order included; `island_gpus` is the largest
@@ -280,8 +290,9 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus,
 
 /* Data-parallel size for `world` ranks (world / (tp*pp)); 0 when it does not divide. */
 int cfg_data_parallel_size(const atoll_config *c, int world);
-/* The global batch: --global-batch-size, or Megatron's default of one micro-batch
- * per DP rank (0 when that is over CFG_MAX_GLOBAL_BATCH). */
+/* The global batch: --global-batch-size, or the last batch of a
+ * --step-batch-size-schedule, or Megatron's default of one micro-batch per DP
+ * rank (0 when that is over CFG_MAX_GLOBAL_BATCH). */
 int cfg_global_batch(const atoll_config *c, int dp);
 /* The samples a step of dp ranks takes once any ramp is over: the global batch,
  * or with --decrease-batch-size-if-needed the largest part of it that is whole
@@ -293,9 +304,20 @@ int cfg_step_batch(const atoll_config *c, int dp);
 int cfg_micro_batches(const atoll_config *c, int dp);
 /* --rampup-batch-size's three numbers; 0 when there is no ramp (all zero then). */
 int cfg_rampup(const atoll_config *c, int *start, int *increment, uint64_t *samples);
+/* --step-batch-size-schedule in samples, as Megatron reads it: each entry's
+ * threshold, its tokens over --seq-length rounded down, and its batch, in
+ * ascending order; returns how many (0 when there is none, at most
+ * CFG_MAX_SCHEDULE). Either array may be NULL. */
+int cfg_batch_schedule(const atoll_config *c, uint64_t *from_samples, int *batch);
+/* Whether the global batch changes during the run (a ramp or a schedule): the
+ * lr and weight-decay schedules then count samples, in global batches. */
+int cfg_batch_varies(const atoll_config *c);
+/* The largest global batch any step of the run takes (buffers are sized by it). */
+int cfg_batch_max(const atoll_config *c, int dp);
 /* The global batch of the step that starts after `consumed` samples: with a ramp,
  * Megatron's: START + INCREMENT x floor(consumed / (SAMPLES / increments)) until
- * more than SAMPLES are consumed, then the global batch; else cfg_global_batch.
+ * more than SAMPLES are consumed, then the global batch; with a schedule, the
+ * batch of its last entry at or below `consumed`; else cfg_global_batch.
  * With --decrease-batch-size-if-needed, rounded down to whole micro-batches on
  * every DP rank (whole rounds of pp when interleaved). */
 int cfg_batch_at(const atoll_config *c, int dp, uint64_t consumed);

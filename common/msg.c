@@ -260,6 +260,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->per_split_data_args_path = (char *)c->per_split_data_args_path;
     o->add_qkv_bias = c->add_qkv_bias;
     o->rampup_batch_size = (char *)c->rampup_batch_size;
+    o->step_batch_size_schedule = (char *)c->step_batch_size_schedule;
     o->log_batch_size_to_tensorboard = c->log_batch_size_to_tensorboard;
     o->log_world_size_to_tensorboard = c->log_world_size_to_tensorboard;
     o->log_memory_to_tensorboard = c->log_memory_to_tensorboard;

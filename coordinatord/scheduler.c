@@ -507,7 +507,7 @@ int sched_dp_fits(const atoll_config *cfg, int dp)
     int64_t world = (int64_t)cfg->tensor_model_parallel_size * cfg->pipeline_model_parallel_size * dp;
     if (dp < 1 || world > CFG_MAX_RANKS) return 0;
     /* the one validator's rules for that size: whole micro-batches per DP rank, a multiple of pp of them
-     * when interleaved, and every batch of a --rampup-batch-size ramp whole too */
+     * when interleaved, and every batch of a --rampup-batch-size ramp or a step schedule whole too */
     atoll_config small = *cfg;
     small.num_gpus = (int)world;
     char why[512];

@@ -21,6 +21,7 @@ static void usage(FILE *f)
             "          [--untie-embeddings-and-output-weights]\n"
             "training: --micro-batch-size B --global-batch-size G --train-iters I --lr LR --min-lr LR\n"
             "          --rampup-batch-size START INCREMENT SAMPLES (the global batch grows to G, Megatron's)\n"
+            "          --step-batch-size-schedule \"0:16 2.4B:320 ..\" (BATCH from THRESHOLD tokens; the last is G)\n"
             "          --lr-decay-style {cosine,linear,constant,WSD,inverse-square-root} --lr-warmup-iters N\n"
             "          --lr-decay-iters N --lr-wsd-decay-iters N --lr-wsd-decay-style {exponential,linear,cosine,\n"
             "          minus_sqrt}\n"

@@ -183,9 +183,7 @@ double eng_param_lr(const eng_param *p, const eng_rates *r) { return p->decouple
 double eng_wd_at(const atoll_config *c, double it)
 {
     if (c->weight_decay_incr_style == WD_INCR_CONSTANT) return c->weight_decay;
-    int s0, inc;
-    uint64_t ramp_samples;
-    double span = cfg_rampup(c, &s0, &inc, &ramp_samples) && c->global_batch_size > 0
+    double span = cfg_batch_varies(c) && c->global_batch_size > 0
                       ? (double)cfg_samples_after(c, 1, c->train_iters) / c->global_batch_size
                       : (double)c->train_iters;
     if (it > span) return c->end_weight_decay;

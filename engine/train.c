@@ -133,7 +133,7 @@ typedef struct step_stats {
     double loss, lr, grad_norm, step_s, tokens_per_s, flops_per_s;
     double mfu; /* < 0: no known peak (CPU, or an unknown GPU) */
     long long consumed;
-    int batch;                    /* this step's global batch (--rampup-batch-size grows it) */
+    int batch;                    /* this step's global batch (a ramp or schedule changes it) */
     double params_norm;           /* --log-params-norm, after the step; < 0: not taken this step */
     double num_zeros;             /* --log-num-zeros-in-grad: the gradient's zeros; < 0: not taken this step */
     double bubble, bubble_theory; /* mean measured over stages; (p-1)/(v*m + p-1) */
@@ -378,9 +378,10 @@ static void mask_eod(run *r)
     }
 }
 
-/* This step's global batch, Megatron's with --rampup-batch-size (the same for
- * every layout: it depends on the samples consumed alone), and so the micro-
- * batches each DP rank runs; cfg_validate_layout checked they divide. */
+/* This step's global batch, Megatron's with --rampup-batch-size or
+ * --step-batch-size-schedule (the same for every layout: it depends on the
+ * samples consumed alone), and so the micro-batches each DP rank runs;
+ * cfg_validate_layout checked they divide. */
 static int step_batch(run *r)
 {
     int batch = cfg_batch_at(r->c, r->d.dp, (uint64_t)r->st.consumed_samples);
@@ -894,7 +895,7 @@ static int setup(run *r, char *err, size_t errlen)
         atoll_errf(err, errlen, "out of memory for the activations");
         return -1;
     }
-    size_t n = (size_t)c->global_batch_size * c->seq_length;
+    size_t n = (size_t)cfg_batch_max(c, r->d.dp) * c->seq_length; /* a schedule's batch may pass the last one */
     r->tokens = malloc(n * sizeof(int32_t));
     r->targets = malloc(n * sizeof(int32_t));
     if (!r->tokens || !r->targets) { atoll_errf(err, errlen, "out of memory"); return -1; }
@@ -903,7 +904,8 @@ static int setup(run *r, char *err, size_t errlen)
         r->m->doc_eod = r->eod;
     }
     if (c->eod_mask_loss) {
-        if (!(r->mb_scale = calloc((size_t)r->d.nmicro + 1, sizeof(float)))) {
+        if (!(r->mb_scale = calloc((size_t)(cfg_batch_max(c, r->d.dp) / (c->micro_batch_size * r->d.dp)) + 1,
+                                   sizeof(float)))) {
             atoll_errf(err, errlen, "out of memory");
             return -1;
         }

@@ -7,9 +7,10 @@
  * the packed JobSpec. Invariants: nothing crashes or overflows (UBSan); every
  * refusal has a message; a JobSpec's --dependency that parses reads the same
  * after dep_format; an accepted layout is whole (dp >= 1, global batch =
- * micro-batches * micro-batch * dp, layers divisible by pp * virtual stages, its
- * rank order parses), the memory model gives a finite positive figure, and the
- * spec survives the trip through protobuf unchanged. */
+ * micro-batches * micro-batch * dp, every batch of a step schedule whole
+ * micro-batches too, layers divisible by pp * virtual stages, its rank order
+ * parses), the memory model gives a finite positive figure, and the spec
+ * survives the trip through protobuf unchanged. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,6 +26,9 @@ static void check_accepted(const atoll_config *c, int world)
     int dp = cfg_data_parallel_size(c, world), m = cfg_micro_batches(c, dp);
     if (dp < 1 || m < 1) abort();
     if ((int64_t)m * c->micro_batch_size * dp != cfg_global_batch(c, dp)) abort();
+    int bs[CFG_MAX_SCHEDULE], n = cfg_batch_schedule(c, NULL, bs);
+    for (int i = 0; i < n; i++)
+        if (bs[i] % ((int64_t)c->micro_batch_size * dp) || bs[i] > cfg_batch_max(c, dp)) abort();
     if (c->num_layers % (c->pipeline_model_parallel_size * cfg_virtual_stages(c))) abort();
     cfg_rank_order o;
     char err[256];

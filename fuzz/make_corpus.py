@@ -109,6 +109,8 @@ jobs = {
     "yaml": job(1, 8, 8, yaml),
     "protobuf": job(2, 8, 8, spec),
     "dependency": job(2, 8, 8, spec + f_bytes(102, "afternotok:3:4,afterok:5")),
+    "schedule": job(0, 8, 8, b"\0".join(f.encode() for f in flags + ["--step-batch-size-schedule",
+                                                                      "0:8,1.5K:24 0.5m:16"])),
     "overflow": job(0, 4, 0, b"\0".join(f.encode() for f in flags[:8] + ["--micro-batch-size", "1048576",
                                                                           "--tensor-model-parallel-size", "65536"])),
 }

@@ -985,6 +985,147 @@ static void test_rampup(void)
     }
 }
 
+/* Megatron's step schedule as its calculator reads it, for `n` entries of
+ * thresholds in tokens (ascending) and batches: the batch after `done` samples,
+ * and the iterations --train-samples takes (steps while fewer are consumed). */
+static int naive_sched_batch(const unsigned long long *tokens, const int *bs, int n, int seq, uint64_t done)
+{
+    int b = bs[0];
+    for (int i = 0; i < n; i++) {
+        if (done >= tokens[i] / (unsigned long long)seq) b = bs[i];
+        else break;
+    }
+    return b;
+}
+
+static long long naive_sched_iters(const unsigned long long *tokens, const int *bs, int n, int seq, uint64_t train)
+{
+    long long it = 0;
+    for (uint64_t done = 0; done < train; it++) done += (uint64_t)naive_sched_batch(tokens, bs, n, seq, done);
+    return it;
+}
+
+/* --step-batch-size-schedule (Megatron's, GPT-3's in its example script): the
+ * text read as Megatron reads it, the batch of each step, the iterations
+ * samples make, the rules against the other batch flags and the layout. */
+static void test_step_schedule(void)
+{
+    atoll_config c;
+    char err[768] = "", line[2048];
+    /* Megatron's GPT-3 175B launch line (examples/gpt3), one quoted word; it gives --global-batch-size too,
+     * equal to the schedule's last batch */
+    char *gpt3[] = { "--num-layers", "96", "--hidden-size", "12288", "--num-attention-heads", "96", "--seq-length",
+                     "2048", "--max-position-embeddings", "2048", "--micro-batch-size", "1", "--global-batch-size",
+                     "1536", "--step-batch-size-schedule", "0:16 2.4B:320 4.8B:624 7.2B:928 9.6B:1232 12B:1536",
+                     "--train-iters", "500000", "--lr-decay-iters", "430000", "--lr-warmup-fraction", ".001",
+                     "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "16", "--bf16" };
+    cfg_defaults(&c);
+    CHECK(cfg_parse_args(&c, (int)(sizeof gpt3 / sizeof *gpt3), gpt3, 0, NULL, NULL, err, sizeof err) == 0 &&
+              !strcmp(c.step_batch_size_schedule, "0:16 2400000000:320 4800000000:624 7200000000:928 9600000000:1232 "
+                      "12000000000:1536") && c.global_batch_size == 1536,
+          "GPT-3's schedule: %s '%s'", err, c.step_batch_size_schedule);
+    uint64_t from[CFG_MAX_SCHEDULE];
+    int bs[CFG_MAX_SCHEDULE];
+    CHECK(cfg_batch_schedule(&c, from, bs) == 6 && from[1] == 1171875 && bs[1] == 320 && from[5] == 5859375 &&
+              bs[5] == 1536, "in samples: %llu:%d .. %llu:%d", (unsigned long long)from[1], bs[1],
+          (unsigned long long)from[5], bs[5]);
+    CHECK(cfg_batch_at(&c, 8, 0) == 16 && cfg_batch_at(&c, 8, 1171874) == 16 && cfg_batch_at(&c, 8, 1171875) == 320 &&
+              cfg_batch_at(&c, 8, 5859375) == 1536 && cfg_batch_at(&c, 8, UINT64_MAX / 2) == 1536 &&
+              cfg_batch_max(&c, 8) == 1536 && cfg_batch_varies(&c),
+          "batches: %d %d %d", cfg_batch_at(&c, 8, 0), cfg_batch_at(&c, 8, 1171875), cfg_batch_at(&c, 8, 5859375));
+    CHECK(cfg_validate_layout(&c, 1024, 0, err, sizeof err) == 0, "1024 GPUs, dp 8: %s", err);
+    CHECK(cfg_validate_layout(&c, 4096, 0, err, sizeof err) == -1 && strstr(err, "every batch must be divisible by "
+          "micro-batch * dp = 1*32 = 32; entry 1's, 16, is not"), "4096 GPUs, dp 32: %s", err);
+    /* the same schedule as Megatron's launch lines give it otherwise: entries unquoted, commas, lower-case
+     * suffixes, fractions of a suffix, out of order; no --global-batch-size: the last batch is it */
+    const char *model = "--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --micro-batch-size 2 ";
+    snprintf(line, sizeof line, "%s--step-batch-size-schedule 1.5k:16,0:4 64:8 --train-iters 9", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && !strcmp(c.step_batch_size_schedule, "0:4 64:8 1500:16") &&
+              c.global_batch_size == 16 && cfg_global_batch(&c, 1) == 16,
+          "words: %s '%s' %d", err, c.step_batch_size_schedule, c.global_batch_size);
+    /* 64 tokens are sample 2, 1500 sample 46: 4 at sample 0, 8 from 4 to 44, 16 from 52 */
+    const int want[] = { 4, 8, 8, 8, 8, 8, 8, 16, 16 };
+    uint64_t done = 0;
+    for (int i = 0; i < 9; i++) {
+        CHECK(cfg_batch_at(&c, 1, done) == want[i], "step %d after %llu samples: %d, want %d", i + 1,
+              (unsigned long long)done, cfg_batch_at(&c, 1, done), want[i]);
+        done += (uint64_t)want[i];
+    }
+    CHECK(cfg_samples_after(&c, 1, 9) == done && c.lr_decay_iters == (int)((done + 8) / 16),
+          "9 steps take %llu samples; the decay spans them in batches of 16: %d", (unsigned long long)done,
+          c.lr_decay_iters);
+    /* a batch above the last one: buffers are sized by the largest */
+    CHECK(cfg_set(&c, "step-batch-size-schedule", "0:32 1K:16", err, sizeof err) == CFG_OK && cfg_batch_max(&c, 1) == 32 &&
+              cfg_global_batch(&c, 1) == 16, "largest batch %d: %s", cfg_batch_max(&c, 1), err);
+    /* YAML: a string, as Megatron's, or a list */
+    const char *y = "step_batch_size_schedule: \"0:8 1K:16\"\nseq_length: 32\n";
+    cfg_defaults(&c);
+    CHECK(cfg_parse_yaml(&c, y, strlen(y), "s.yaml", err, sizeof err) == 0 &&
+              !strcmp(c.step_batch_size_schedule, "0:8 1000:16"), "YAML: %s '%s'", err, c.step_batch_size_schedule);
+    y = "step_batch_size_schedule: [\"0:8\", \"2K:16\"]\n";
+    CHECK(cfg_parse_yaml(&c, y, strlen(y), "s.yaml", err, sizeof err) == 0 &&
+              !strcmp(c.step_batch_size_schedule, "0:8 2000:16"), "YAML list: %s '%s'", err, c.step_batch_size_schedule);
+    CHECK(cfg_set(&c, "step-batch-size-schedule", "", err, sizeof err) == CFG_OK && !c.step_batch_size_schedule[0] &&
+              !cfg_batch_varies(&c), "cleared");
+    /* every bad value named, with what is accepted */
+    const struct { const char *flags, *says; } bad[] = {
+        { "--step-batch-size-schedule 0:16 abc", "takes entries THRESHOLD:BATCH" },
+        { "--step-batch-size-schedule 16", "'16' is not one" },
+        { "--step-batch-size-schedule 0:16 -5:32", "'-5:32' is not one" },
+        { "--step-batch-size-schedule 0:0x10", "'0:0x10' is not one" },
+        { "--step-batch-size-schedule 0:16 1K:0", "entry '1K:0': its batch must be 1 to" },
+        { "--step-batch-size-schedule 0:2G", "'0:2G' is not one" },
+        { "--step-batch-size-schedule 64:16 1K:32", "the first entry must start at 0 tokens" },
+        { "--step-batch-size-schedule 0:8 16:16", "entries 1 and 2 both start at sample 0 (tokens / --seq-length 32" },
+        { "--step-batch-size-schedule 0:8 1K:16 --global-batch-size 8", "--global-batch-size 8 and "
+          "--step-batch-size-schedule 0:8 1000:16, whose last batch is 16" },
+        { "--step-batch-size-schedule 0:8 1K:16 --rampup-batch-size 4 4 100", "both say how the batch grows; give one" },
+        { "--step-batch-size-schedule 0:8 1K:16 --decrease-batch-size-if-needed", "leave --decrease-batch-size-if-"
+          "needed out" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(line, sizeof line, "%s%s", model, bad[i].flags);
+        err[0] = 0;
+        CHECK(parse(&c, line, err, sizeof err) == -1 && strstr(err, bad[i].says), "%s: '%s'", bad[i].flags, err);
+    }
+    /* 32 entries are taken, 33 are not */
+    size_t at = (size_t)snprintf(line, sizeof line, "%s--step-batch-size-schedule", model);
+    for (int i = 0; i < 33; i++) at += (size_t)snprintf(line + at, sizeof line - at, " %dK:%d", i, 2 * (i + 1));
+    CHECK(parse(&c, line, err, sizeof err) == -1 && strstr(err, "more than 32 entries"), "33 entries: %s", err);
+    *strrchr(line, ' ') = 0;
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_batch_schedule(&c, NULL, NULL) == 32 &&
+              c.global_batch_size == 64, "32 entries: %s", err);
+    /* against Megatron's step-by-step reading, on random schedules */
+    unsigned seed = 11;
+    for (int t = 0; t < 300; t++) {
+        unsigned long long tokens[8];
+        int b[8], n = 1 + (int)((seed >> 7) % 8), seq = 1 + (int)((seed >> 3) % 64);
+        at = (size_t)snprintf(line, sizeof line, "--num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                              "--seq-length %d --step-batch-size-schedule", seq);
+        for (int i = 0; i < n; i++) {
+            seed = seed * 1103515245u + 12345u;
+            tokens[i] = i ? tokens[i - 1] + (unsigned long long)seq * (1 + (seed >> 9) % 500) : (seed >> 5) % seq;
+            b[i] = 1 + (int)((seed >> 16) % 40);
+            at += (size_t)snprintf(line + at, sizeof line - at, " %llu:%d", tokens[i], b[i]);
+        }
+        uint64_t train = 1 + (seed >> 4) % 20000;
+        snprintf(line + at, sizeof line - at, " --train-samples %llu", (unsigned long long)train);
+        long long want_it = naive_sched_iters(tokens, b, n, seq, train);
+        CHECK(parse(&c, line, err, sizeof err) == 0 && c.train_iters == want_it, "%s: %d iterations, want %lld (%s)",
+              line, c.train_iters, want_it, err);
+        uint64_t d = 0;
+        for (long long i = 0; i < want_it && i < 2000; i++) {
+            int nb = naive_sched_batch(tokens, b, n, seq, d);
+            if (cfg_batch_at(&c, 1, d) != nb) {
+                CHECK(0, "%s: step %lld after %llu samples: %d, want %d", line, i + 1, (unsigned long long)d,
+                      cfg_batch_at(&c, 1, d), nb);
+                break;
+            }
+            d += (uint64_t)nb;
+        }
+    }
+}
+
 /* --dependency text: Slurm's syntax in, one canonical form out, and every bad
  * form named with what is accepted. */
 static void test_dependency_text(void)
@@ -1032,6 +1173,7 @@ int main(int argc, char **argv)
     test_specs_and_topo();
     test_megatron_flags();
     test_rampup();
+    test_step_schedule();
     test_dependency_text();
     return check_summary(argv[0]);
 }

@@ -162,6 +162,18 @@ print(len(f), open(f[0], 'rb').read().count(b'\n\x07lm loss\x15') if f else 0)" 
   rt=$(atoll metrics "$rid" --json | json "' '.join('%.3f' % s['bubble_theory'] for s in d['steps'])")
   [ "$rt" = "0.500 0.500 0.333 0.250 0.200 0.200 0.200" ] || fail "the ramp's bubble theory by step: '$rt'"
   ok "--rampup-batch-size through the coordinator: batches $rb, ideal bubble by step $rt"
+  # --step-batch-size-schedule travels in the job spec too: "0:2 64:4 0.5K:8" at --seq-length 16 starts batches
+  # of 4 at sample 4 and of 8 at sample 31 (500 / 16, rounded down): 2, 2, 4 up to 32 samples, then 8
+  # (--train-samples 56: 12 steps while fewer are consumed, as Megatron counts them); atoll status shows it
+  atoll submit "${model[@]}" --step-batch-size-schedule "0:2 64:4 0.5K:8" --train-samples 56 \
+      --pipeline-model-parallel-size 2 --num-gpus 4 --name sched --wait >"$TMP/sched.out" 2>"$TMP/sched.err" \
+      || fail "schedule job: $(cat "$TMP/sched.out" "$TMP/sched.err")"
+  local sid sb; sid=$(head -1 "$TMP/sched.out")
+  sb=$(atoll logs "$sid" --rank 0 | grep -o "global batch size: *[0-9]*" | awk '{printf "%s ", $4}')
+  [ "$sb" = "2 2 4 4 4 4 4 4 4 8 8 8 " ] || fail "the schedule's batches: '$sb'"
+  atoll status "$sid" | grep -q "global batch 8 by schedule: 2 from 0 tokens, 4 from 64, 8 from 500)" \
+    || fail "status of the schedule: $(atoll status "$sid")"
+  ok "--step-batch-size-schedule through the coordinator: batches $sb, shown by atoll status"
   # A 4096-token vocabulary makes the LM head about 9.5 of these layers: submit says the even split
   # leaves stage 0 waiting and names the split that helps; a 256-token one (above) gets no such note.
   atoll submit "${model[@]}" --vocab-size 4096 --pipeline-model-parallel-size 2 --num-gpus 2 --train-iters 2 \

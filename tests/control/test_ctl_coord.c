@@ -472,7 +472,8 @@ static void test_series_settled(void)
 
 /* The data-parallel sizes a restart may shrink to (or grow back to) are those
  * the ranks accept: whole micro-batches per DP rank, a multiple of pp of them
- * when interleaved, and every batch of a --rampup-batch-size ramp whole. */
+ * when interleaved, and every batch of a --rampup-batch-size ramp or a
+ * --step-batch-size-schedule whole. */
 static void test_dp_fits(void)
 {
     atoll_config cfg;
@@ -484,6 +485,11 @@ static void test_dp_fits(void)
     CHECK(sched_dp_fits(&cfg, 4) && sched_dp_fits(&cfg, 2) && !sched_dp_fits(&cfg, 3),
           "a ramp from 4 by 4 to 24: dp 3 divides 24 but not 4");
     cfg.rampup_batch_size[0] = 0;
+    cfg.global_batch_size = 0; /* a step schedule's last batch is the global one: 24 */
+    snprintf(cfg.step_batch_size_schedule, sizeof cfg.step_batch_size_schedule, "0:6 1000:12 2000:24");
+    CHECK(sched_dp_fits(&cfg, 6) && sched_dp_fits(&cfg, 3) && !sched_dp_fits(&cfg, 4) && sched_dp_fits(&cfg, 2),
+          "a schedule 6, 12, 24: dp 4 divides 12 and 24 but not 6");
+    cfg.step_batch_size_schedule[0] = 0;
     cfg.global_batch_size = 36;
     cfg.num_layers_per_virtual_pipeline_stage = 1; /* 2 chunks per stage */
     CHECK(sched_dp_fits(&cfg, 6) && !sched_dp_fits(&cfg, 4) && sched_dp_fits(&cfg, 2),

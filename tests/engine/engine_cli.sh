@@ -259,54 +259,86 @@ EOF
 then ok "documents: tp2 pp2 sequence-parallel and full recomputation equal one rank to 1e-5, unlike one document"
 else bad "documents layouts: $(cat doc1.jsonl doc4.jsonl docf.jsonl | grep -o '"loss":[^,]*' | tr '\n' ' ')"; fi
 
+# The runs of a job whose global batch changes (NAME, the step to stop at, its flags): one rank, pp2 dp2,
+# 4 layers on one rank and interleaved on pp2, and one rank stopped at STOP and resumed: NAME1, NAME4,
+# NAME1l4, NAMEv and NAMEr.jsonl.
+batch_runs() {
+  local n=$1 stop=$2; shift 2
+  "$TRAIN" "$@" --metrics-file "${n}1.jsonl" >/dev/null 2>&1 || bad "$n run failed"
+  "$TRAIN" "$@" --nproc-per-node 4 --pipeline-model-parallel-size 2 --metrics-file "${n}4.jsonl" >"${n}4.log" 2>&1 \
+      || bad "$n pp2 dp2 failed: $(tail -1 "${n}4.log")"
+  "$TRAIN" "$@" --num-layers 4 --metrics-file "${n}1l4.jsonl" >/dev/null 2>&1 || bad "$n 4 layers failed"
+  "$TRAIN" "$@" --num-layers 4 --nproc-per-node 2 --pipeline-model-parallel-size 2 \
+      --num-layers-per-virtual-pipeline-stage 1 --metrics-file "${n}v.jsonl" >"${n}v.log" 2>&1 \
+      || bad "$n interleaved failed: $(tail -1 "${n}v.log")"
+  "$TRAIN" "$@" --save "${n}ck" --save-interval "$stop" --exit-interval "$stop" --metrics-file "${n}r.jsonl" \
+      >/dev/null 2>&1 || bad "$n first part failed"
+  "$TRAIN" "$@" --load "${n}ck" --metrics-file "${n}r.jsonl" >"${n}r.log" 2>&1 || bad "$n resume failed: $(tail -1 "${n}r.log")"
+}
+# What those runs must show (NAME, FLAT, GBS, WARM, DECAY, BATCHES): each step's batch as BATCHES
+# (comma-separated) and the consumed samples adding up; pp2 dp2 and the resumed run equal to one rank to
+# 1e-5 (the resume bit for bit), interleaved equal to 4 layers; the constant-lr run NAMEc.jsonl's first
+# steps bit for bit those of FLAT.jsonl (a run at their batch: samples are read in order); the learning
+# rate by samples, in global batches of GBS: warm-up over WARM of them, cosine decay to DECAY.
+batch_check() {
+  python3 - "$@" <<'EOF'
+import json, math, sys
+name, flatname, gbs, warm, decay, want = sys.argv[1:]
+gbs, warm, decay, want = int(gbs), int(warm), int(decay), [int(x) for x in want.split(",")]
+def rd(p): return [json.loads(l) for l in open(p)]
+one, c, four, l4, v, res = (rd(name + s + ".jsonl") for s in ("1", "c", "4", "1l4", "v", "r"))
+flat = rd(flatname + ".jsonl")
+batches = [s["global_batch_size"] for s in one]
+assert batches == want, batches
+done = 0
+for s in one:
+    done += s["global_batch_size"]
+    assert s["consumed_samples"] == done, (s, done)
+assert [s["loss"] for s in c[:len(flat)]] == [s["loss"] for s in flat], (c[:len(flat)], flat)
+for other in (four, res):
+    assert [s["global_batch_size"] for s in other] == batches
+    assert all(abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]) for a, b in zip(one, other)), (one, other)
+assert [s["loss"] for s in res] == [s["loss"] for s in one], "resume is not bit-identical"
+assert len(v) == len(l4) == len(want) and \
+    all(abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]) for a, b in zip(l4, v)), (l4, v)
+for s in one:
+    pos = s["consumed_samples"] / gbs
+    lr = 1e-3 * pos / warm if pos <= warm else 0.0 if pos > decay else \
+        1e-3 * 0.5 * (1 + math.cos(math.pi * (pos - warm) / (decay - warm)))
+    assert abs(s["lr"] - lr) <= 1e-12 + 1e-9 * lr, (s["iteration"], s["lr"], lr)
+EOF
+}
+
 # --rampup-batch-size 4 4 24 (Megatron's) to a global batch of 12: the steps take 4, 4, 4, 8, 8, then 12
-# samples, 11 steps for --train-samples 100 as Megatron counts them. Samples are read in order, so under a
-# constant learning rate the ramp's first steps are bit for bit those of a run with a batch of 4; pp2 dp2
-# and the interleaved schedule (micro-batches per step changing under them) equal one rank to 1e-5; a run
-# stopped mid-ramp resumes into the same batches and losses; the learning rate counts samples (warm-up
-# over 24, cosine decay over 100, both in global batches of 12).
+# samples, 11 steps for --train-samples 100 as Megatron counts them. Under a constant learning rate the
+# ramp's first steps are bit for bit those of a run with a batch of 4; the micro-batches per step change
+# under pp2 dp2 and the interleaved schedule; the run stops mid-ramp (step 4); the learning rate counts
+# samples (warm-up over 24, cosine decay over 100: 2 and 8 global batches of 12).
 RAMP=("${TINY[@]}" --micro-batch-size 2 --global-batch-size 12 --rampup-batch-size 4 4 24 --train-samples 100 --lr 1e-3
       --seed 3)
 "$TRAIN" "${RAMP[@]}" --lr-decay-style constant --metrics-file rampc.jsonl >/dev/null 2>&1 || bad "ramp, constant lr failed"
 "$TRAIN" "${TINY[@]}" --micro-batch-size 2 --global-batch-size 4 --train-iters 3 --lr 1e-3 --seed 3 \
     --lr-decay-style constant --metrics-file flat4.jsonl >/dev/null 2>&1 || bad "batch-4 run failed"
-RAMPW=("${RAMP[@]}" --lr-warmup-samples 24)
-"$TRAIN" "${RAMPW[@]}" --metrics-file ramp1.jsonl >/dev/null 2>&1 || bad "ramp run failed"
-"$TRAIN" "${RAMPW[@]}" --nproc-per-node 4 --pipeline-model-parallel-size 2 --metrics-file ramp4.jsonl >ramp4.log 2>&1 \
-    || bad "ramp pp2 dp2 failed: $(tail -1 ramp4.log)"
-"$TRAIN" "${RAMPW[@]}" --num-layers 4 --metrics-file ramp1l4.jsonl >/dev/null 2>&1 || bad "ramp 4 layers failed"
-"$TRAIN" "${RAMPW[@]}" --num-layers 4 --nproc-per-node 2 --pipeline-model-parallel-size 2 \
-    --num-layers-per-virtual-pipeline-stage 1 --metrics-file rampv.jsonl >rampv.log 2>&1 \
-    || bad "ramp interleaved failed: $(tail -1 rampv.log)"
-"$TRAIN" "${RAMPW[@]}" --save rck --save-interval 4 --exit-interval 4 --metrics-file rampr.jsonl >/dev/null 2>&1 \
-    || bad "ramp first part failed"
-"$TRAIN" "${RAMPW[@]}" --load rck --metrics-file rampr.jsonl >rampr.log 2>&1 || bad "ramp resume failed: $(tail -1 rampr.log)"
-if python3 - <<'EOF'
-import json, math
-def rd(p): return [json.loads(l) for l in open(p)]
-one, c, flat, four, l4, v, res = map(rd, ["ramp1.jsonl", "rampc.jsonl", "flat4.jsonl", "ramp4.jsonl", "ramp1l4.jsonl",
-                                         "rampv.jsonl", "rampr.jsonl"])
-batches = [s["global_batch_size"] for s in one]
-assert batches == [4, 4, 4, 8, 8] + [12] * 6, batches
-done = 0
-for s in one:
-    done += s["global_batch_size"]
-    assert s["consumed_samples"] == done, (s, done)
-assert [s["loss"] for s in c[:3]] == [s["loss"] for s in flat], (c[:3], flat)
-for other in (four, res):
-    assert [s["global_batch_size"] for s in other] == batches
-    assert all(abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]) for a, b in zip(one, other)), (one, other)
-assert [s["loss"] for s in res] == [s["loss"] for s in one], "resume is not bit-identical"
-assert len(v) == len(l4) == 11 and all(abs(a["loss"] - b["loss"]) <= 1e-5 * abs(a["loss"]) for a, b in zip(l4, v)), (l4, v)
-warm, decay = round(24 / 12), round(100 / 12)
-for s in one:
-    pos = s["consumed_samples"] / 12
-    want = 1e-3 * pos / warm if pos <= warm else 0.0 if pos > decay else \
-        1e-3 * 0.5 * (1 + math.cos(math.pi * (pos - warm) / (decay - warm)))
-    assert abs(s["lr"] - want) <= 1e-12 + 1e-9 * want, (s["iteration"], s["lr"], want)
-EOF
+batch_runs ramp 4 "${RAMP[@]}" --lr-warmup-samples 24
+if batch_check ramp flat4 12 2 8 4,4,4,8,8,12,12,12,12,12,12
 then ok "--rampup-batch-size: batches 4 4 4 8 8 12.., the batch-4 run's first steps, pp2 dp2 and interleaved equal one rank, bit-identical resume mid-ramp, lr by samples"
 else bad "--rampup-batch-size: $(grep -o '"global_batch_size":[0-9]*' ramp1.jsonl | tr '\n' ' ')"; fi
+
+# --step-batch-size-schedule "0:16 512:4 1K:8" (Megatron's, thresholds in tokens: samples 0, 16 and 32 at
+# --seq-length 32): the steps take 16, 4 four times, then 8 samples, the first batch larger than the last
+# (the global batch, 8), so buffers are sized by the largest; --train-samples 60 is 9 steps as Megatron
+# counts them (while fewer are consumed). The first step is bit for bit a batch-16 run's; the run stops
+# mid-schedule (step 2); the learning rate counts samples (warm-up over 16, decay over the 60 trained: 2
+# and 8 global batches of 8).
+SCHED=("${TINY[@]}" --micro-batch-size 2 --step-batch-size-schedule "0:16 512:4 1K:8" --train-samples 60 --lr 1e-3
+       --seed 3)
+"$TRAIN" "${SCHED[@]}" --lr-decay-style constant --metrics-file schedc.jsonl >/dev/null 2>&1 || bad "schedule, constant lr failed"
+"$TRAIN" "${TINY[@]}" --micro-batch-size 2 --global-batch-size 16 --train-iters 1 --lr 1e-3 --seed 3 \
+    --lr-decay-style constant --metrics-file flat16.jsonl >/dev/null 2>&1 || bad "batch-16 run failed"
+batch_runs sched 2 "${SCHED[@]}" --lr-warmup-samples 16
+if batch_check sched flat16 8 2 8 16,4,4,4,4,8,8,8,8
+then ok "--step-batch-size-schedule: batches 16 4 4 4 4 8.., the batch-16 run's first step, pp2 dp2 and interleaved equal one rank, bit-identical resume mid-schedule, lr by samples"
+else bad "--step-batch-size-schedule: $(grep -o '"global_batch_size":[0-9]*' sched1.jsonl | tr '\n' ' ')"; fi
 
 # --decrease-batch-size-if-needed (Megatron's, for restarts on fewer GPUs): a global batch of 16 on 3
 # data-parallel ranks trains 15 samples a step, the steps and evaluations of a run with a global batch of
