@@ -299,6 +299,8 @@ static const struct {
     { "distributed-timeout-minutes", 1, MG_IGNORED, NULL, "a hung collective is found by the step watchdog and by "
       "the coordinator's hang detection (coordinatord --hang-floor, --hang-factor)" },
     { "data-cache-path", 1, MG_IGNORED, NULL, "the sample order is computed at start-up, not cached" },
+    { "tiktoken-pattern", 1, MG_IGNORED, NULL, "it is TikTokenizer's split pattern, a tokenizer atoll does not read "
+      "(HuggingFaceTokenizer reads LLaMA-3's tokenizer.json, which holds the same split)" },
     { "num-dataset-builder-threads", 1, MG_IGNORED, NULL, "the sample order is computed at start-up, not cached" },
     { "empty-unused-memory-level", 1, MG_IGNORED, NULL, "there is no caching allocator to empty" },
     { "tp-comm-overlap", 0, MG_IGNORED, NULL, "tensor-parallel communication is not overlapped with its GEMMs" },
@@ -1287,11 +1289,6 @@ static int validate_family(const atoll_config *c, char *err, size_t errlen)
     if (c->squared_relu && c->swiglu) {
         atoll_errf(err, errlen, "--squared-relu and --swiglu are two MLP activations: give one (relu(x)^2 for "
              "--squared-relu, silu(gate) * up for --swiglu)");
-        return -1;
-    }
-    if (c->apply_layernorm_1p && cfg_rmsnorm(c)) {
-        atoll_errf(err, errlen, "--apply-layernorm-1p centres LayerNorm weights on zero; it takes --normalization "
-             "LayerNorm, not RMSNorm");
         return -1;
     }
     if (c->swiglu && !cfg_rmsnorm(c)) {

@@ -139,7 +139,7 @@ typedef struct atoll_config {
     char normalization[16];            /* "LayerNorm" (default) or "RMSNorm" */
     int swiglu;
     int squared_relu;                  /* the MLP's activation is relu(x)^2 instead of GELU (Nemotron's) */
-    int apply_layernorm_1p;            /* LayerNorm weights stored zero-centred (w, from 0), applied as 1 + w */
+    int apply_layernorm_1p;            /* norm weights stored zero-centred (w, from 0), applied as 1 + w */
     char position_embedding_type[24];  /* "learned_absolute" (default) or "rope" */
     int rotary_base;                   /* 10000 (0 reads as 10000: cfg_rotary_base) */
     int use_rope_scaling;              /* LLaMA-3.x's rope scaling, by rope_scaling_factor (8; cfg_rope_scale) */

@@ -339,7 +339,7 @@ static int commit_step(const char *dir, const eng_train_state *st, const atoll_c
                                st->steps[i].iteration, st->steps[i].loss, st->steps[i].lr, st->steps[i].grad_norm);
     if (at < sizeof text) snprintf(text + at, sizeof text - at, "]}\n");
     if (ckpt_write_text(step, path, text, err, errlen)) return -1;
-    if (c && cfg_rmsnorm(c)) {
+    if (c && cfg_rmsnorm(c) && !c->apply_layernorm_1p) { /* 1p's norms hold w, not Hugging Face's 1 + w */
         char *hf = ckpt_hf_llama_config(c);
         snprintf(path, sizeof path, "%s/config.json", step);
         int rc = hf ? ckpt_write_text(step, path, hf, err, errlen) : -1;

@@ -70,7 +70,9 @@ int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, co
                     int write_headers, char *err, size_t errlen);
 
 /* Writes train_state.json (and, for the LLaMA family, Hugging Face's
- * config.json beside model.safetensors), then the manifest (committing the
+ * config.json beside model.safetensors, unless --apply-layernorm-1p stores
+ * its norms as w where Hugging Face reads 1 + w: atoll export converts), then
+ * the manifest (committing the
  * step), then the latest-iteration file. Call once, after every rank's
  * ckpt_write_shards. With `c` the manifest also records the model's settings
  * ("model": Megatron's flag names) and the tokenizer the data was prepared

@@ -88,7 +88,6 @@ static const char *gpt2_refusal(const atoll_config *c)
 {
     if (cfg_rope(c)) return "rotary positions (GPT-2 learns its positions)";
     if (c->squared_relu) return "--squared-relu (GPT-2's MLP is GELU)";
-    if (c->apply_layernorm_1p) return "--apply-layernorm-1p";
     if (cfg_kv_groups(c) != c->num_attention_heads) return "grouped keys and values (GPT-2 has one per head)";
     if (c->disable_bias_linear) return "--disable-bias-linear (GPT-2's linear layers have biases)";
     return NULL;
@@ -129,7 +128,8 @@ static char *gpt2_config(const atoll_config *c, int64_t V)
 }
 
 /* How an exported tensor comes from a checkpoint tensor: copied, transposed
- * from [out, in] to [in, out], or c_attn's weight or bias reordered (below).
+ * from [out, in] to [in, out], or c_attn's weight or bias reordered (below);
+ * a norm's weight stored zero-centred (--apply-layernorm-1p) written as 1 + w.
  * Each is read from the step's model.safetensors and made just before it is
  * written, so the export holds two buffers of the largest tensor, never the
  * model. */
@@ -222,6 +222,8 @@ static int ex_fill(ex_model *m, const ex_src *s, float *out, float *in, char *er
         }
         break;
     }
+    if (s->from->plus_one) /* --apply-layernorm-1p stores w; Hugging Face's norms apply their weight as is */
+        for (size_t i = 0; i < s->from->numel; i++) out[i] += 1.0f;
     return 0;
 }
 
@@ -335,6 +337,9 @@ static int tokenizer_files(const atoll_config *c, ex_tok *t, char *note, size_t 
             snprintf(t->from[1], sizeof t->from[1], "%s/tokenizer_config.json", c->tokenizer_model);
             if (!access(t->from[1], R_OK)) t->name[t->n++] = "tokenizer_config.json";
         }
+    } else if (!strcmp(c->tokenizer_type, "NullTokenizer")) {
+        snprintf(note, notelen, "; no tokenizer written: the run's NullTokenizer took the data's ids as they were; "
+                 "add the files of the tokenizer that made them");
     } else {
         snprintf(note, notelen, "; no tokenizer written: the model reads bytes (token = byte value), which no "
                  "Hugging Face tokenizer file describes");

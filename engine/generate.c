@@ -28,16 +28,17 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: atoll generate --load DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K]\n"
                "           [--seed S] [--device cpu|cuda] [--vocab-file F --merge-file F | --tokenizer-model F]\n"
-               "           [--json]\n"
+               "           [--tokenizer-type T] [--json]\n"
                "  Continues TEXT with the model of DIR's newest committed checkpoint, encoded and decoded\n"
                "  with the tokenizer its manifest records (--vocab-file/--merge-file/--tokenizer-model point\n"
-               "  elsewhere when those files moved). --temperature 0 is greedy; --top-k 0 samples from the\n"
+               "  elsewhere when those files moved; --tokenizer-type with its files names the tokenizer that\n"
+               "  made a NullTokenizer run's ids). --temperature 0 is greedy; --top-k 0 samples from the\n"
                "  whole vocab.\n"
                "  Defaults: --max-tokens 64 --temperature 1 --top-k 0 --seed 1234 --device cpu.\n");
 }
 
 typedef struct gen_opts {
-    const char *load, *prompt, *device, *vocab, *merges, *model;
+    const char *load, *prompt, *device, *vocab, *merges, *model, *type;
     long max_tokens, top_k;
     double temperature;
     unsigned long long seed;
@@ -87,6 +88,8 @@ static int parse_opts(gen_opts *o, int argc, char **argv)
             o->merges = v;
         } else if (!strcmp(a, "--tokenizer-model")) {
             o->model = v;
+        } else if (!strcmp(a, "--tokenizer-type")) {
+            o->type = v;
         } else if (!strcmp(a, "--max-tokens")) {
             if (parse_num(a, v, 1, 1e6, &x)) return -1;
             o->max_tokens = (long)x;
@@ -178,11 +181,13 @@ int generate_main(int argc, char **argv)
     if (o.vocab) snprintf(c.vocab_file, sizeof c.vocab_file, "%s", o.vocab);
     if (o.merges) snprintf(c.merge_file, sizeof c.merge_file, "%s", o.merges);
     if (o.model) snprintf(c.tokenizer_model, sizeof c.tokenizer_model, "%s", o.model);
+    if (o.type) snprintf(c.tokenizer_type, sizeof c.tokenizer_type, "%s", o.type);
     tok_type type;
     if (tok_type_parse(c.tokenizer_type[0] ? c.tokenizer_type : "ByteLevel", &type, err, sizeof err)) goto out;
     if (!(tok = tok_open(type, c.vocab_file, c.merge_file, c.tokenizer_model, err, sizeof err))) {
         size_t l = strlen(err);
-        snprintf(err + l, sizeof err - l, " (the checkpoint's tokenizer; --vocab-file and --merge-file, or "
+        snprintf(err + l, sizeof err - l, type == TOK_NULL ? " (the checkpoint's tokenizer; atoll generate takes "
+                 "--tokenizer-type with its files)" : " (the checkpoint's tokenizer; --vocab-file and --merge-file, or "
                  "--tokenizer-model, point elsewhere)");
         goto out;
     }

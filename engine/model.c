@@ -79,10 +79,13 @@ static eng_param *tb_norm(table_builder *tb, const char *name, int64_t h, float 
     return p;
 }
 
-/* A LayerNorm weight: ones, or under --apply-layernorm-1p zeros applied as 1 + w */
-static void tb_norm_weight(table_builder *tb, const atoll_config *c, const char *name, int64_t h, int chunk)
+/* A LayerNorm or RMSNorm weight: ones, or under --apply-layernorm-1p zeros
+ * applied as 1 + w (Megatron's zero-centred gamma, for either norm) */
+static eng_param *tb_norm_weight(table_builder *tb, const atoll_config *c, const char *name, int64_t h, int chunk)
 {
-    tb_norm(tb, name, h, c->apply_layernorm_1p ? 0.0f : 1.0f, chunk)->plus_one = c->apply_layernorm_1p;
+    eng_param *p = tb_norm(tb, name, h, c->apply_layernorm_1p ? 0.0f : 1.0f, chunk);
+    p->plus_one = c->apply_layernorm_1p;
+    return p;
 }
 
 /* A linear layer's weight [out, in] and, unless --disable-bias-linear, its
@@ -131,19 +134,19 @@ static void tb_layer_llama(table_builder *tb, const atoll_config *c, int l, int 
     float std = (float)cfg_init_std(c), out_std = std / sqrtf(2.0f * (float)c->num_layers);
     char nm[ENG_NAME];
     snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
-    tb_norm(tb, nm, h, 1, chunk);
+    tb_norm_weight(tb, c, nm, h, chunk);
     tb_linear(tb, "model.layers.%d.self_attn.q_proj", l, h, h, 0, std, cfg_qkv_bias(c), chunk);
     tb_linear(tb, "model.layers.%d.self_attn.k_proj", l, kv, h, 0, std, cfg_qkv_bias(c), chunk);
     tb_linear(tb, "model.layers.%d.self_attn.v_proj", l, kv, h, 0, std, cfg_qkv_bias(c), chunk);
     tb_linear(tb, "model.layers.%d.self_attn.o_proj", l, h, h, 1, out_std, bias, chunk);
     if (c->qk_layernorm) { /* Qwen3's: one weight per head dim, shared by every head */
         snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", l);
-        tb_norm(tb, nm, h / c->num_attention_heads, 1, chunk)->head_norm = 1;
+        tb_norm_weight(tb, c, nm, h / c->num_attention_heads, chunk)->head_norm = 1;
         snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", l);
-        tb_norm(tb, nm, h / c->num_attention_heads, 1, chunk)->head_norm = 1;
+        tb_norm_weight(tb, c, nm, h / c->num_attention_heads, chunk)->head_norm = 1;
     }
     snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
-    tb_norm(tb, nm, h, 1, chunk);
+    tb_norm_weight(tb, c, nm, h, chunk);
     tb_linear(tb, "model.layers.%d.mlp.gate_proj", l, f, h, 0, std, bias, chunk);
     tb_linear(tb, "model.layers.%d.mlp.up_proj", l, f, h, 0, std, bias, chunk);
     tb_linear(tb, "model.layers.%d.mlp.down_proj", l, h, f, 1, out_std, bias, chunk);
@@ -203,8 +206,7 @@ static void build_table(table_builder *tb, const atoll_config *c, const eng_layo
             tb->layer = -1;
         }
         if (last) {
-            if (llama) tb_norm(tb, "model.norm.weight", h, 1, ch);
-            else tb_norm_weight(tb, c, "ln_f.weight", h, ch);
+            tb_norm_weight(tb, c, llama ? "model.norm.weight" : "ln_f.weight", h, ch);
             if (!llama) tb_norm(tb, "ln_f.bias", h, 0, ch);
             if (!tied)
                 tb_add(tb, "lm_head.weight", 2, V, h, 0, (float)cfg_init_std(c), 0, 1, ch)->decoupled = 1;
@@ -247,8 +249,8 @@ static void *view(const eng_model *m, void *base, size_t esz, const char *name)
     return p ? (char *)base + p->offset * esz : NULL;
 }
 
-/* Where the kernels read a LayerNorm weight: its place in the weights, or
- * under --apply-layernorm-1p its 1 + w in m->norm1p. */
+/* Where the kernels read a norm's weight: its place in the weights, or under
+ * --apply-layernorm-1p its 1 + w in m->norm1p. */
 static void *norm_view(const eng_model *m, void *base, size_t esz, const char *name)
 {
     const eng_param *p = eng_find_param(m, name);
@@ -271,32 +273,29 @@ static void set_views(eng_model *m, eng_chunk *ch, eng_views *v, void *base, siz
         eng_layer_w *w = &v->layers[i];
 #define V_(field, suffix) (snprintf(nm, sizeof nm, "%s%d." suffix, m->llama ? "model.layers." : "h.", l), \
                            w->field = view(m, base, esz, nm))
+#define N_(field, suffix) (snprintf(nm, sizeof nm, "%s%d." suffix, m->llama ? "model.layers." : "h.", l), \
+                           w->field = (weights ? norm_view : view)(m, base, esz, nm)) /* a norm's weight */
         if (m->llama) {
-            V_(ln1_w, "input_layernorm.weight");
+            N_(ln1_w, "input_layernorm.weight");
             V_(q_w, "self_attn.q_proj.weight"); V_(q_b, "self_attn.q_proj.bias");
             V_(k_w, "self_attn.k_proj.weight"); V_(k_b, "self_attn.k_proj.bias");
             V_(v_w, "self_attn.v_proj.weight"); V_(v_b, "self_attn.v_proj.bias");
             V_(proj_w, "self_attn.o_proj.weight"); V_(proj_b, "self_attn.o_proj.bias");
-            V_(qn_w, "self_attn.q_norm.weight"); V_(kn_w, "self_attn.k_norm.weight");
-            V_(ln2_w, "post_attention_layernorm.weight");
+            N_(qn_w, "self_attn.q_norm.weight"); N_(kn_w, "self_attn.k_norm.weight");
+            N_(ln2_w, "post_attention_layernorm.weight");
             V_(gate_w, "mlp.gate_proj.weight"); V_(gate_b, "mlp.gate_proj.bias");
             V_(fc_w, "mlp.up_proj.weight"); V_(fc_b, "mlp.up_proj.bias");
             V_(fcproj_w, "mlp.down_proj.weight"); V_(fcproj_b, "mlp.down_proj.bias");
         } else {
-            V_(ln1_w, "ln_1.weight"); V_(ln1_b, "ln_1.bias");
+            N_(ln1_w, "ln_1.weight"); V_(ln1_b, "ln_1.bias");
             V_(qkv_w, "attn.c_attn.weight"); V_(qkv_b, "attn.c_attn.bias");
             V_(proj_w, "attn.c_proj.weight"); V_(proj_b, "attn.c_proj.bias");
-            V_(ln2_w, "ln_2.weight"); V_(ln2_b, "ln_2.bias");
+            N_(ln2_w, "ln_2.weight"); V_(ln2_b, "ln_2.bias");
             V_(fc_w, "mlp.c_fc.weight"); V_(fc_b, "mlp.c_fc.bias");
             V_(fcproj_w, "mlp.c_proj.weight"); V_(fcproj_b, "mlp.c_proj.bias");
-            if (weights && m->norm1p) {
-                snprintf(nm, sizeof nm, "h.%d.ln_1.weight", l);
-                w->ln1_w = norm_view(m, base, esz, nm);
-                snprintf(nm, sizeof nm, "h.%d.ln_2.weight", l);
-                w->ln2_w = norm_view(m, base, esz, nm);
-            }
         }
 #undef V_
+#undef N_
     }
     if (ch->last) {
         v->lnf_w = (weights ? norm_view : view)(m, base, esz, m->llama ? "model.norm.weight" : "ln_f.weight");

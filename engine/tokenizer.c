@@ -122,10 +122,12 @@ int tok_type_parse(const char *name, tok_type *t, char *err, size_t errlen)
     else if (!strcmp(name, "Llama2Tokenizer")) *t = TOK_LLAMA2;
     else if (!strcmp(name, "GPTSentencePieceTokenizer")) *t = TOK_GPTSPM;
     else if (!strcmp(name, "ByteLevel")) *t = TOK_BYTE;
+    else if (!strcmp(name, "NullTokenizer")) *t = TOK_NULL;
     else {
         atoll_errf(err, errlen, "--tokenizer-type '%s': expected GPT2BPETokenizer, HuggingFaceTokenizer (a "
                    "tokenizer.json of LLaMA-3's, Qwen2's or LLaMA-2's kind, --tokenizer-model), Llama2Tokenizer or "
-                   "GPTSentencePieceTokenizer (a SentencePiece tokenizer.model, --tokenizer-model) or ByteLevel", name);
+                   "GPTSentencePieceTokenizer (a SentencePiece tokenizer.model, --tokenizer-model), NullTokenizer "
+                   "(the data's ids as they are, --vocab-size) or ByteLevel", name);
         return -1;
     }
     return 0;
@@ -134,8 +136,8 @@ int tok_type_parse(const char *name, tok_type *t, char *err, size_t errlen)
 const char *tok_type_name(tok_type t)
 {
     static const char *const names[] = { "ByteLevel", "GPT2BPETokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer",
-                                         "GPTSentencePieceTokenizer" };
-    return t >= TOK_BYTE && t <= TOK_GPTSPM ? names[t] : "ByteLevel";
+                                         "GPTSentencePieceTokenizer", "NullTokenizer" };
+    return t >= TOK_BYTE && t <= TOK_NULL ? names[t] : "ByteLevel";
 }
 tok_type tok_kind(const tokenizer *t) { return t->type; }
 
@@ -1067,6 +1069,12 @@ tokenizer *tok_open(tok_type type, const char *vocab_file, const char *merge_fil
     tokenizer *t = calloc(1, sizeof *t);
     if (!t) { atoll_errf(err, errlen, "out of memory"); return NULL; }
     t->type = type;
+    if (type == TOK_NULL) {
+        free(t);
+        atoll_errf(err, errlen, "--tokenizer-type NullTokenizer has no text form: its ids are the data's, made by "
+                   "another tokenizer; that one reads and writes text");
+        return NULL;
+    }
     if (type == TOK_BYTE) {
         t->nvocab = 256;
         t->eod = 0;
@@ -1750,23 +1758,26 @@ int tok_check_files(tok_type type, const char *vocab_file, const char *merge_fil
     return 0;
 }
 
-/* The config's tokenizer, opened: 0 with *t NULL for byte-level (or none given),
- * -1 with err when the type or its files are refused. */
-static int open_config_tok(const atoll_config *c, tokenizer **t, char *err, size_t errlen)
+/* The config's tokenizer, opened, and its type: 0 with *t NULL for byte-level
+ * (or none given) and NullTokenizer, -1 with err when the type or its files
+ * are refused. */
+static int open_config_tok(const atoll_config *c, tokenizer **t, tok_type *type, char *err, size_t errlen)
 {
-    tok_type type = TOK_BYTE;
+    *type = TOK_BYTE;
     *t = NULL;
-    if ((c->tokenizer_type[0] && tok_type_parse(c->tokenizer_type, &type, err, errlen)) ||
-        tok_check_files(type, c->vocab_file, c->merge_file, c->tokenizer_model, err, errlen))
+    if ((c->tokenizer_type[0] && tok_type_parse(c->tokenizer_type, type, err, errlen)) ||
+        tok_check_files(*type, c->vocab_file, c->merge_file, c->tokenizer_model, err, errlen))
         return -1;
-    if (type == TOK_BYTE) return 0;
-    return (*t = tok_open(type, c->vocab_file, c->merge_file, c->tokenizer_model, err, errlen)) ? 0 : -1;
+    if (*type == TOK_BYTE || *type == TOK_NULL) return 0;
+    return (*t = tok_open(*type, c->vocab_file, c->merge_file, c->tokenizer_model, err, errlen)) ? 0 : -1;
 }
 
 int32_t tok_config_eod(const atoll_config *c, char *err, size_t errlen)
 {
     tokenizer *t;
-    if (open_config_tok(c, &t, err, errlen)) return -1;
+    tok_type type;
+    if (open_config_tok(c, &t, &type, err, errlen)) return -1;
+    if (type == TOK_NULL) return c->vocab_size - 1; /* Megatron's NullTokenizer's (tok_config_vocab kept it) */
     if (!t) return 0; /* byte-level: 0 ends a document */
     int32_t eod = tok_eod(t);
     tok_free(t);
@@ -1776,11 +1787,24 @@ int32_t tok_config_eod(const atoll_config *c, char *err, size_t errlen)
 int tok_config_vocab(atoll_config *c, char *err, size_t errlen)
 {
     tokenizer *t;
-    if (open_config_tok(c, &t, err, errlen)) return -1;
-    if (!t) return 0;
-    int n = tok_vocab_size(t), mult = cfg_vocab_multiple(c) * (c->tensor_model_parallel_size > 0 ? c->tensor_model_parallel_size : 1);
+    tok_type type;
+    if (open_config_tok(c, &t, &type, err, errlen)) return -1;
+    if (!t && type != TOK_NULL) return 0;
+    int n = t ? tok_vocab_size(t) : c->vocab_size,
+        mult = cfg_vocab_multiple(c) * (c->tensor_model_parallel_size > 0 ? c->tensor_model_parallel_size : 1);
     tok_free(t);
     int padded = (n + mult - 1) / mult * mult;
+    if (type == TOK_NULL) {
+        if (padded != n && (c->eod_mask_loss || c->reset_attention_mask || c->reset_position_ids)) {
+            atoll_errf(err, errlen, "--tokenizer-type NullTokenizer ends a document at --vocab-size - 1 = %d, and "
+                       "--vocab-size %d pads to %d (a multiple of %d): the ranks would see %d; give --vocab-size %d, "
+                       "or --make-vocab-size-divisible-by so that %d needs no padding", n - 1, n, padded, mult,
+                       padded - 1, padded, n);
+            return -1;
+        }
+        c->vocab_size = padded;
+        return 0;
+    }
     if (c->vocab_size != 256 && c->vocab_size != padded) {
         atoll_errf(err, errlen, "--vocab-size %d disagrees with --tokenizer-type %s: its %d entries padded to a "
                    "multiple of %d make %d (leave --vocab-size out)", c->vocab_size, c->tokenizer_type, n, mult, padded);

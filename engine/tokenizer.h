@@ -91,12 +91,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { TOK_BYTE = 0, TOK_GPT2BPE = 1, TOK_HF = 2, TOK_LLAMA2 = 3, TOK_GPTSPM = 4 } tok_type;
+/* TOK_NULL is Megatron's NullTokenizer: the data's ids are the tokens (made
+ * elsewhere), the vocab is --vocab-size and --vocab-size - 1 ends a document;
+ * it has no text form, so tok_open refuses it. */
+typedef enum { TOK_BYTE = 0, TOK_GPT2BPE = 1, TOK_HF = 2, TOK_LLAMA2 = 3, TOK_GPTSPM = 4, TOK_NULL = 5 } tok_type;
 
 typedef struct tokenizer tokenizer;
 
-/* "ByteLevel", "GPT2BPETokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer" or
- * "GPTSentencePieceTokenizer" -> type; -1 with err naming them otherwise. */
+/* "ByteLevel", "GPT2BPETokenizer", "HuggingFaceTokenizer", "Llama2Tokenizer",
+ * "GPTSentencePieceTokenizer" or "NullTokenizer" -> type; -1 with err naming
+ * them otherwise. */
 int tok_type_parse(const char *name, tok_type *t, char *err, size_t errlen);
 const char *tok_type_name(tok_type t);
 
@@ -152,13 +156,16 @@ size_t tok_split(const tokenizer *t, const char *s, size_t n, size_t i);
  * --merge-file, --tokenizer-model), as Megatron sizes it: the BPE's entries
  * padded up to a multiple of --make-vocab-size-divisible-by * tp (50257 ->
  * 50304; LLaMA-3's 128256 stays), set
- * in c->vocab_size. ByteLevel (or none) leaves --vocab-size as given. An
- * explicit --vocab-size other than 256 that disagrees is an error. Opens the
+ * in c->vocab_size. ByteLevel (or none) leaves --vocab-size as given;
+ * NullTokenizer pads --vocab-size as Megatron does (and refuses a padding that
+ * would move its end-of-document id, --vocab-size - 1, when documents matter).
+ * An explicit --vocab-size other than 256 that disagrees is an error. Opens the
  * files, so a wrong path fails here, before any rank starts work. */
 int tok_config_vocab(atoll_config *c, char *err, size_t errlen);
 
 /* The end-of-document token of the config's tokenizer (ByteLevel or none: 0,
- * as `atoll data prepare` writes it); -1 with err when its files cannot be read. */
+ * as `atoll data prepare` writes it; NullTokenizer: --vocab-size - 1); -1 with
+ * err when its files cannot be read. */
 int32_t tok_config_eod(const atoll_config *c, char *err, size_t errlen);
 
 /* WHATWG UTF-8 decoding's replacement: when s[0, n) is valid UTF-8 returns 0

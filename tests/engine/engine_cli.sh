@@ -340,6 +340,56 @@ if batch_check sched flat16 8 2 8 16,4,4,4,4,8,8,8,8
 then ok "--step-batch-size-schedule: batches 16 4 4 4 4 8.., the batch-16 run's first step, pp2 dp2 and interleaved equal one rank, bit-identical resume mid-schedule, lr by samples"
 else bad "--step-batch-size-schedule: $(grep -o '"global_batch_size":[0-9]*' sched1.jsonl | tr '\n' ' ')"; fi
 
+# Megatron's LLaMA-3 8B example (examples/llama/train_llama3_8b_h100_fp8.sh) with its MOCK data arguments and
+# DTYPE bf16, shrunk to run here (2 layers, hidden 64, 4 heads in 2 groups, FFN 128, seq 64, vocab 1024, 32
+# samples on 2 ranks) and --attention-backend auto on the CPU (fused is cuDNN's): the rest of the line runs as
+# written (NullTokenizer, --tiktoken-pattern, --apply-layernorm-1p on RMSNorm, decoupled rates, sample counts),
+# trains its 4 steps, and keeps each norm weight zero-centred (w near 0, where 1 + w is applied) in a checkpoint
+# with no config.json; atoll export writes 1 + w.
+L3=(--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 128 --num-attention-heads 4
+    --group-query-attention --num-query-groups 2 --kv-channels 16 --seq-length 64 --max-position-embeddings 64
+    --position-embedding-type rope --rotary-base 1000000 --rotary-percent 1.0 --attention-dropout 0.0
+    --hidden-dropout 0.0 --swiglu --normalization RMSNorm --init-method-std 0.0134 --attention-backend auto
+    --apply-layernorm-1p --untie-embeddings-and-output-weights --disable-bias-linear
+    --micro-batch-size 1 --global-batch-size 8 --train-samples 32 --lr-decay-samples 30 --lr-warmup-samples 4
+    --lr 0.00015 --min-lr 0.00001 --decoupled-lr 5.0e-4 --decoupled-min-lr 4.5e-5 --lr-decay-style cosine
+    --clip-grad 1.0 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --bf16 --grad-reduce-in-bf16
+    --cross-entropy-loss-fusion --calculate-per-token-loss --manual-gc --empty-unused-memory-level 1
+    --exit-duration-in-mins 235 --tensor-model-parallel-size 1 --context-parallel-size 1 --sequence-parallel
+    --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+    --mock-data --tokenizer-type NullTokenizer --vocab-size 1024 --data-cache-path l3cache --tiktoken-pattern v2
+    --split '99,1,0' --no-create-attention-mask-in-dataloader --no-mmap-bin-files --num-workers 1
+    --save l3ck --load l3ck --save-interval 4 --metrics-file l3.jsonl)
+"$TRAIN" "${L3[@]}" --nproc-per-node 2 >l3.log 2>&1 || bad "the LLaMA-3 example's line failed: $(grep -v note: l3.log | tail -1)"
+"$(dirname "$TRAIN")/atoll" export --load l3ck --output l3hf >l3export.log 2>&1 || bad "export of the LLaMA-3 example's checkpoint: $(cat l3export.log)"
+if python3 - <<'EOF'
+import array, json, math, os, struct
+def st(path):
+    blob = open(path, "rb").read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    head = json.loads(blob[8:8 + n])
+    out = {}
+    for k, t in head.items():
+        if k != "__metadata__":
+            a = array.array("f")
+            a.frombytes(blob[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]])
+            out[k] = a
+    return out
+steps = [json.loads(l) for l in open("l3.jsonl")]
+assert len(steps) == 4 and all(math.isfinite(s["loss"]) for s in steps), steps
+ck, hf = st("l3ck/iter_0000004/model.safetensors"), st("l3hf/model.safetensors")
+norms = [k for k in ck if k.endswith("norm.weight")]
+assert len(norms) == 5, norms
+for k in norms:
+    assert max(abs(x) for x in ck[k]) < 0.05, (k, max(abs(x) for x in ck[k]))  # w, 5 steps from 0
+    f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+    assert all(b == f32(a + 1) for a, b in zip(ck[k], hf[k])), k  # 1 + w, rounded to float32
+assert not os.path.exists("l3ck/iter_0000004/config.json")
+assert json.load(open("l3hf/config.json"))["architectures"] == ["LlamaForCausalLM"]
+EOF
+then ok "Megatron's LLaMA-3 8B example line (shrunk, bf16, mock data, NullTokenizer, 1p RMSNorm): 4 steps, norms stored as w, exported as 1 + w"
+else bad "the LLaMA-3 example's run: $(grep -v note: l3.log | tail -2)"; fi
+
 # --decrease-batch-size-if-needed (Megatron's, for restarts on fewer GPUs): a global batch of 16 on 3
 # data-parallel ranks trains 15 samples a step, the steps and evaluations of a run with a global batch of
 # 15 bit for bit (constant learning rate); without the flag the launcher refuses dp 3 (exit 2); a dp-4 run stopped at step 2

@@ -26,6 +26,7 @@ rm -rf "$W" && mkdir -p "$W" && cd "$W" || exit 1
 failures=0
 ok() { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; failures=$((failures + 1)); }
+losses() { grep -o '"loss":[^,]*' "$1"; }
 export OPENBLAS_NUM_THREADS=1
 
 TEXT="Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my purse, and nothing particular to interest me on shore, I thought I would sail about."
@@ -136,6 +137,39 @@ for args in "--tokenizer-type GPT2BPETokenizer --vocab-file $PKG/encoder.json --
     [ $rc -ne 0 ] && grep -qF -- "${args#*|}" bad.log && ok "refused (exit $rc): $(grep -F -- "${args#*|}" bad.log | head -1)" \
         || bad "atoll-train ${args%%|*}: exit $rc, $(tail -2 bad.log)"
 done
+
+# NullTokenizer (Megatron's, for ids another tool made): the LLaMA-3 dataset trained with --tokenizer-type
+# NullTokenizer --vocab-size 128256 takes the steps it takes with its tokenizer.json, bit for bit (the same ids,
+# the same vocab); its documents end at 128255 (--vocab-size - 1), so --eod-mask-loss drops none of this
+# dataset's <|end_of_text|> (128001) where the tokenizer.json run drops them; a --vocab-size that padding would
+# move is refused with it; atoll generate says it needs the tokenizer that made the ids, and reads text with it.
+for i in 1 2 3; do cat text.jsonl; done >text3.jsonl # three documents: samples hold an end of document
+"$ATOLL" data prepare --input text3.jsonl --output-prefix l3multi "${HF[@]}" --append-eod >/dev/null 2>prep.err \
+    || bad "data prepare of three documents failed: $(cat prep.err)"
+NT=("${common[@]}" --data-path l3multi --train-iters 3 --normalization RMSNorm --swiglu --position-embedding-type rope
+    --untie-embeddings-and-output-weights --disable-bias-linear --seed 5)
+NULLT=(--tokenizer-type NullTokenizer --vocab-size 128256)
+"$TRAIN" "${NT[@]}" "${HF[@]}" --metrics-file nt_hf.jsonl >nt.log 2>&1 || bad "the tokenizer.json run failed: $(tail -1 nt.log)"
+"$TRAIN" "${NT[@]}" "${HF[@]}" --eod-mask-loss --metrics-file nt_hfm.jsonl >nt.log 2>&1 || bad "masked: $(tail -1 nt.log)"
+"$TRAIN" "${NT[@]}" "${NULLT[@]}" --save ck_null --metrics-file nt_null.jsonl >nt.log 2>&1 \
+    || bad "the NullTokenizer run failed: $(tail -1 nt.log)"
+"$TRAIN" "${NT[@]}" "${NULLT[@]}" --eod-mask-loss --metrics-file nt_nullm.jsonl >nt.log 2>&1 \
+    || bad "the masked NullTokenizer run failed: $(tail -1 nt.log)"
+if [ -s nt_null.jsonl ] && [ "$(losses nt_null.jsonl)" = "$(losses nt_hf.jsonl)" ] \
+    && [ "$(losses nt_nullm.jsonl)" = "$(losses nt_null.jsonl)" ] && [ "$(losses nt_hfm.jsonl)" != "$(losses nt_hf.jsonl)" ]
+then ok "NullTokenizer --vocab-size 128256: the tokenizer.json run's losses bit for bit; its --eod-mask-loss drops 128255, not 128001"
+else bad "NullTokenizer losses: $(losses nt_null.jsonl | tr '\n' ' ') / $(losses nt_hf.jsonl | tr '\n' ' ') / $(losses nt_nullm.jsonl | tr '\n' ' ')"; fi
+"$TRAIN" "${NT[@]}" --tokenizer-type NullTokenizer --vocab-size 128200 --eod-mask-loss >bad.log 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -qF -- "NullTokenizer ends a document at --vocab-size - 1 = 128199, and --vocab-size 128200 pads to 128256" bad.log \
+    && ok "refused (exit $rc): $(grep -F NullTokenizer bad.log | head -1)" || bad "NullTokenizer padding: exit $rc, $(tail -2 bad.log)"
+"$ATOLL" generate --load ck_null --prompt "$PROMPT" --max-tokens 4 >gen.out 2>bad.log
+rc=$?
+[ $rc -ne 0 ] && grep -qF "NullTokenizer has no text form" bad.log && grep -qF "takes --tokenizer-type with its files" bad.log \
+    && ok "generate of a NullTokenizer checkpoint refused (exit $rc): $(head -1 bad.log)" || bad "generate, NullTokenizer: exit $rc, $(cat bad.log)"
+"$ATOLL" generate --load ck_null --prompt "$PROMPT" --max-tokens 4 "${HF[@]}" >gen.out 2>bad.log \
+    && [ "$(head -c ${#PROMPT} gen.out)" = "$PROMPT" ] && ok "generate with --tokenizer-type HuggingFaceTokenizer: \"$(cat gen.out)\"" \
+    || bad "generate with the tokenizer named: $(cat bad.log)"
 
 # LLaMA-2's tokenizer.model: <s> starts each document, </s> (--append-eod) ends it
 L2T=(--tokenizer-type Llama2Tokenizer --tokenizer-model "$L2")

@@ -7,8 +7,8 @@ for the GPT family a GPT2LMHeadModel whose loss on the last batch, computed by
 transformers' conventions (hf_gpt2_loss), is the checkpoint's; for the LLaMA
 family its tensors and config.json as they are; Nemotron's form refused.
 
-usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [--llama [--qkv-bias] [--qk-norm]] [--nemotron] [--eod-mask]
-                          [--documents] [ATOLL-TRAIN FLAGS...]
+usage: engine_torch_ref.py ATOLL_TRAIN WORKDIR [--untie] [--llama [--qkv-bias] [--qk-norm]] [--nemotron] [--ln1p]
+                          [--eod-mask] [--documents] [ATOLL-TRAIN FLAGS...]
 (--untie: a separate lm_head.weight instead of the output layer tied to wte;
 --llama: the LLaMA family (RMSNorm, SwiGLU, rotary positions, grouped-query
 attention with 2 key/value groups for 4 heads, no linear biases, untied, FFN
@@ -32,7 +32,11 @@ Qwen3ForCausalLM's q_norm and k_norm, config.json naming Qwen3 (both with Qwen's
 1e-6, which config.json's rms_norm_eps must carry); --nemotron: the GPT family as Nemotron-4 builds
 it (--squared-relu: the MLP's activation relu(x)^2; --apply-layernorm-1p: LayerNorm weights stored as w and
 applied as 1 + w, starting at 0; rotary positions on half of each head, --rotary-percent 0.5; no linear biases;
-untied; LayerNorm epsilon 1e-6), the reference applying 1 + w to the stored weights it reads. Any other argument goes to atoll-train,
+untied; LayerNorm epsilon 1e-6), the reference applying 1 + w to the stored weights it reads; --ln1p:
+--apply-layernorm-1p alone, on the GPT family (exported as GPT2LMHeadModel with 1 + w) or with --llama on every
+RMSNorm, the query and key heads' too (Megatron's LLaMA-3 example; Transformer Engine's zero-centred gamma): the
+checkpoint keeps w and no config.json, atoll export writes 1 + w under Hugging Face's names and the config. Any
+other argument goes to atoll-train,
 e.g. --device cuda for the GPU run.)
 """
 import json
@@ -63,6 +67,7 @@ DOCUMENTS = False  # --documents
 QKV_BIAS = False  # --qkv-bias
 QK_NORM = False  # --qk-norm
 NEMOTRON = False  # --nemotron
+LN1P = False  # --ln1p, or --nemotron: every norm's weight stored as w, applied as 1 + w
 
 
 def ltor_masks_and_position_ids(tokens):
@@ -123,7 +128,7 @@ def gpt_loss(p, tokens, targets, want_logits=False):
     x = p["wte.weight"][tokens] + (0 if NEMOTRON else p["wpe.weight"][pos])
     mask = ~allowed[:, None]
     bias = lambda name: p.get(name, 0)
-    norm = lambda x, pre: torch.nn.functional.layer_norm(x, (H,), p[pre + "weight"] + (1 if NEMOTRON else 0),
+    norm = lambda x, pre: torch.nn.functional.layer_norm(x, (H,), p[pre + "weight"] + (1 if LN1P else 0),
                                                          p[pre + "bias"], LN_EPS)
     act = (lambda u: torch.relu(u) ** 2) if NEMOTRON else (lambda u: torch.nn.functional.gelu(u, approximate="tanh"))
     for l in range(L):
@@ -146,8 +151,9 @@ def gpt_loss(p, tokens, targets, want_logits=False):
     return (loss, logits) if want_logits else loss
 
 
-def rms_norm(x, w):
-    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + RMS_EPS) * w
+def rms_norm(x, w, one=0):
+    """RMSNorm applying w + one: 1 for a weight stored zero-centred (--apply-layernorm-1p)."""
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + RMS_EPS) * (w + one)
 
 
 def llama3_inv_freq(inv, factor, low=1.0, high=4.0, old=8192.0):
@@ -199,21 +205,24 @@ def hf_gpt2_loss(p, cfg, tokens, targets):
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def llama_loss(p, tokens, targets, want_logits=False):
+def llama_loss(p, tokens, targets, want_logits=False, stored_1p=None):
     """LlamaForCausalLM's computation on Hugging Face's tensor names: RMSNorm,
     q/k/v projections with KV key/value heads repeated to the query heads
-    (head h reads kv head h // (NH/KV)), rotary positions, SwiGLU MLP."""
+    (head h reads kv head h // (NH/KV)), rotary positions, SwiGLU MLP. With
+    stored_1p (LN1P unless said) the norms' weights are w and apply as 1 + w."""
     B = tokens.shape[0]
+    one = 1 if (LN1P if stored_1p is None else stored_1p) else 0
+    rms = lambda x, w: rms_norm(x, w, one)
     hd = H // NH
     x = p["model.embed_tokens.weight"][tokens]
     mask = ~ltor_masks_and_position_ids(tokens)[0][:, None]
     for l in range(L):
         w = lambda s: p[f"model.layers.{l}.{s}"]
-        h = rms_norm(x, w("input_layernorm.weight"))
+        h = rms(x, w("input_layernorm.weight"))
         proj = lambda n: h @ w(f"self_attn.{n}_proj.weight").T + (w(f"self_attn.{n}_proj.bias") if QKV_BIAS else 0)
         q, k = proj("q").view(B, T, NH, hd), proj("k").view(B, T, KV, hd)
         if QK_NORM:  # Qwen3: over each head's hd values, one weight for every head
-            q, k = rms_norm(q, w("self_attn.q_norm.weight")), rms_norm(k, w("self_attn.k_norm.weight"))
+            q, k = rms(q, w("self_attn.q_norm.weight")), rms(k, w("self_attn.k_norm.weight"))
         q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = proj("v").view(B, T, KV, hd).transpose(1, 2)
         q, k = rotate(q), rotate(k)
@@ -222,10 +231,10 @@ def llama_loss(p, tokens, targets, want_logits=False):
         a = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
         y = (a @ v).transpose(1, 2).reshape(B, T, H)
         x = x + y @ w("self_attn.o_proj.weight").T
-        h = rms_norm(x, w("post_attention_layernorm.weight"))
+        h = rms(x, w("post_attention_layernorm.weight"))
         f = torch.nn.functional.silu(h @ w("mlp.gate_proj.weight").T) * (h @ w("mlp.up_proj.weight").T)
         x = x + f @ w("mlp.down_proj.weight").T
-    logits = rms_norm(x, p["model.norm.weight"]) @ p["lm_head.weight"].T
+    logits = rms(x, p["model.norm.weight"]) @ p["lm_head.weight"].T
     loss = lm_loss(logits, tokens, targets)
     return (loss, logits) if want_logits else loss
 
@@ -283,13 +292,14 @@ def param_lr(name, it):
 def main():
     train, work = sys.argv[1], sys.argv[2]
     global EOD_MASK, DOCUMENTS, QKV_BIAS, QK_NORM, NEMOTRON, RMS_EPS, LN_EPS, WD_SCHED, DECOUPLED, ROPE_SCALE
-    global ROPE_INTERP
+    global ROPE_INTERP, LN1P
     WD_SCHED = "--wd-cosine" in sys.argv[3:]
     DECOUPLED = "--decoupled" in sys.argv[3:]
     ROPE_SCALE = 32.0 if "--rope-scaling" in sys.argv[3:] and "--llama" in sys.argv[3:] else None
     ROPE_INTERP = 4 if "--pos-interp" in sys.argv[3:] and "--llama" in sys.argv[3:] else None
     llama = "--llama" in sys.argv[3:]
     NEMOTRON = "--nemotron" in sys.argv[3:] and not llama
+    LN1P = NEMOTRON or "--ln1p" in sys.argv[3:]
     untie = "--untie" in sys.argv[3:] or llama or NEMOTRON
     EOD_MASK = "--eod-mask" in sys.argv[3:]
     DOCUMENTS = "--documents" in sys.argv[3:]
@@ -299,7 +309,7 @@ def main():
         RMS_EPS = 1e-6
     extra = [a for a in sys.argv[3:]
              if a not in ("--untie", "--llama", "--eod-mask", "--documents", "--qkv-bias", "--qk-norm", "--nemotron",
-                          "--wd-cosine", "--decoupled", "--rope-scaling", "--pos-interp")]
+                          "--wd-cosine", "--decoupled", "--rope-scaling", "--pos-interp", "--ln1p")]
     model_loss = llama_loss if llama else gpt_loss
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -327,6 +337,8 @@ def main():
         cmd += ["--norm-epsilon", str(LN_EPS)]
         cmd += ["--squared-relu", "--apply-layernorm-1p", "--position-embedding-type", "rope", "--rotary-percent", "0.5",
                 "--rotary-base", str(int(ROPE_BASE)), "--disable-bias-linear", "--save", os.path.join(work, "ckpt")]
+    if LN1P and not NEMOTRON:
+        cmd += ["--apply-layernorm-1p"]
     if WD_SCHED:
         # large enough that a decay off schedule moves the weights by percents in 5 steps
         cmd += ["--weight-decay-incr-style", "cosine", "--start-weight-decay", str(WD_START), "--end-weight-decay",
@@ -363,10 +375,12 @@ def main():
     if llama and {k: list(v.shape) for k, v in init.items()} != llama_shapes():
         print("FAIL: the tensors are not Hugging Face LLaMA's:", sorted(init))
         return 1
+    if LN1P:
+        lnw = [k for k in init if k.endswith(("ln_1.weight", "ln_2.weight", "layernorm.weight", "norm.weight"))
+               or k == "ln_f.weight"]
+        if len(lnw) != (2 * L + 1) + (2 * L if QK_NORM else 0) or any(np.any(init[k] != 0) for k in lnw):
+            failures.append("--apply-layernorm-1p: the %d norm weights do not all start at 0" % len(lnw))
     if NEMOTRON:
-        lnw = [k for k in init if k.endswith(("ln_1.weight", "ln_2.weight")) or k == "ln_f.weight"]
-        if len(lnw) != 2 * L + 1 or any(np.any(init[k] != 0) for k in lnw):
-            failures.append("--apply-layernorm-1p: the %d LayerNorm weights do not all start at 0" % len(lnw))
         extra_t = [k for k in init if k == "wpe.weight" or (k.endswith(".bias") and ".ln_" not in k and k != "ln_f.bias")]
         if extra_t:
             failures.append(f"rotary positions and --disable-bias-linear, yet the model holds {extra_t}")
@@ -425,8 +439,14 @@ def main():
         # engine's float32 over 5 steps: a misplaced slice would be off by O(1))
         step = os.path.join(work, "ckpt", f"iter_{ITERS:07d}")
         ck = read_safetensors(os.path.join(step, "model.safetensors"))
-        with open(os.path.join(step, "config.json")) as f:
-            hf = json.load(f)
+        # with 1p the norms hold w where Hugging Face reads 1 + w: no config.json invites a wrong load (export's is
+        # checked below)
+        hf = None
+        if os.path.exists(os.path.join(step, "config.json")) == LN1P:
+            failures.append("the 1p checkpoint holds a config.json" if LN1P else "the checkpoint lacks config.json")
+        elif not LN1P:
+            with open(os.path.join(step, "config.json")) as f:
+                hf = json.load(f)
         arch = "qwen3" if QK_NORM else "qwen2" if QKV_BIAS else "llama"
         want = {"architectures": [{"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM"}.get(arch, "LlamaForCausalLM")],
                 "model_type": arch, "hidden_size": H, "intermediate_size": FFN,
@@ -448,9 +468,11 @@ def main():
                 failures.append(f"manifest.json's model does not record the rope scaling: {mm}")
             if mm.get("rotary_seq_len_interpolation_factor") != (ROPE_INTERP or 1):
                 failures.append(f"manifest.json's model does not record the position interpolation: {mm}")
-        if not ROPE_SCALE and not ROPE_INTERP and "rope_scaling" in hf:
+            if mm.get("apply_layernorm_1p") != LN1P:
+                failures.append(f"manifest.json's model does not record apply_layernorm_1p: {mm}")
+        if hf is not None and not ROPE_SCALE and not ROPE_INTERP and "rope_scaling" in hf:
             failures.append(f"config.json names a rope scaling this model does not have: {hf['rope_scaling']}")
-        if any(hf.get(k) != v for k, v in want.items()):
+        if hf is not None and any(hf.get(k) != v for k, v in want.items()):
             failures.append(f"config.json is not the LlamaConfig of this model: {hf}")
         if {k: list(v.shape) for k, v in ck.items()} != llama_shapes():
             failures.append("the checkpoint's tensors are not Hugging Face LLaMA's: %s" % sorted(ck))
@@ -515,7 +537,7 @@ def main():
             with torch.no_grad():
                 a, b = hf_gpt2_loss(hf, cfg, tokens, targets).item(), gpt_loss(ck, tokens, targets).item()
             worst["export"] = rel_err(a, b)
-            if worst["export"] > 1e-10:
+            if worst["export"] > (1e-7 if LN1P else 1e-10):  # 1 + w is rounded to float32 (2^-24) in the file
                 failures.append(f"the exported GPT-2's loss {a!r} is not the checkpoint's {b!r}")
             if ("lm_head.weight" in hf) != untie:
                 failures.append(f"the exported GPT-2 {'has' if untie else 'lacks'} a tied head; the model's is "
@@ -530,7 +552,8 @@ def main():
         if r.returncode == 0 or "has no Hugging Face GPT-2 form" not in r.stderr or os.path.exists(os.path.join(work, "hf")):
             failures.append(f"atoll export of a Nemotron-style GPT was not refused: {r.returncode} {r.stderr.strip()}")
     if llama:
-        # the LLaMA family's checkpoint holds Hugging Face's tensors already: export writes them as they are
+        # the LLaMA family's checkpoint holds Hugging Face's tensors already: export writes them as they are (a 1p
+        # model's norms as 1 + w) with the LlamaConfig (the step's own config.json; with 1p, the model's)
         out = os.path.join(work, "hf")
         r = subprocess.run([atoll, "export", "--load", os.path.join(work, "ckpt"), "--output", out],
                            capture_output=True, text=True)
@@ -538,10 +561,22 @@ def main():
         ok = r.returncode == 0
         if ok:
             a, b = read_safetensors(os.path.join(out, "model.safetensors")), read_safetensors(os.path.join(step, "model.safetensors"))
-            with open(os.path.join(out, "config.json")) as f1, open(os.path.join(step, "config.json")) as f2:
-                ok = sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a) and json.load(f1) == json.load(f2)
+            with open(os.path.join(out, "config.json")) as f1:
+                cfg = json.load(f1)
+            stored_w = lambda k: LN1P and k.endswith("norm.weight")
+            ok = sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k] + 1 if stored_w(k) else b[k]) for k in a) \
+                and (cfg == hf if hf is not None else all(cfg.get(k) == v for k, v in want.items()))
+            if ok and LN1P:
+                # computed as transformers does, from the export's weights as they are: the checkpoint's model
+                with torch.no_grad():
+                    x = llama_loss({k: torch.tensor(v.astype(np.float64)) for k, v in a.items()}, tokens, targets,
+                                   stored_1p=False).item()
+                    y = llama_loss({k: torch.tensor(v.astype(np.float64)) for k, v in b.items()}, tokens, targets).item()
+                worst["export"] = rel_err(x, y)
+                ok = worst["export"] <= 1e-7  # 1 + w rounded to float32 (2^-24); a norm without its 1 is off by O(1)
         if not ok:
-            failures.append(f"atoll export of the LLaMA checkpoint is not its tensors and config.json: {r.stderr.strip()}")
+            failures.append(f"atoll export of the LLaMA checkpoint is not its tensors (1p norms as 1 + w) and its "
+                            f"config.json: {r.stderr.strip()}")
     print("losses engine:", ["%.6f" % x for x in engine_losses])
     print("worst relative error: " + ", ".join(f"{k} {v:.1e}" for k, v in worst.items()) + f" (limit {TOL:.0e}"
           + ("; checkpoint weights 1e-3" + (" (LayerNorm; others 1e-2)" if NEMOTRON else "") + ": AdamW divides by"
