@@ -281,6 +281,7 @@ int cmd_plan(cli_ctx *c, int argc, char **argv)
     cfg_megatron_notes(&cfg, c->prog, stderr);
     if (cli_checkpoint_args(c, "plan", &cfg)) return CLI_USAGE;
     if (tok_config_vocab(&cfg, err, sizeof err)) return cli_usage(c, "plan", "%s", err); /* a tokenizer sets the vocab */
+    if (cfg_validate_training(&cfg, err, sizeof err)) return cli_usage(c, "plan", "%s", err); /* not a layout's rule */
     fixed_from(&a, &cfg);
     topo_node *nodes = NULL;
     plan_cluster cl;

@@ -140,6 +140,7 @@ static const key_def KEYS[] = {
     F("merge-file", K_STR, merge_file),
     F("tokenizer-model", K_STR, tokenizer_model),
     R("make-vocab-size-divisible-by", K_INT, make_vocab_size_divisible_by, 0, CFG_MAX_VOCAB, 0),
+    R("padded-vocab-size", K_INT, padded_vocab_size, 0, CFG_MAX_VOCAB, 0),
     /* Megatron spellings of the settings above (cfg_resolve_megatron) */
     F("rampup-batch-size", K_RAMP, rampup_batch_size),
     F("step-batch-size-schedule", K_SCHED, step_batch_size_schedule),

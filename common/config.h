@@ -156,6 +156,7 @@ typedef struct atoll_config {
     char tokenizer_type[32], vocab_file[CFG_STR], merge_file[CFG_STR];
     char tokenizer_model[CFG_STR]; /* HuggingFaceTokenizer: tokenizer.json, or its directory */
     int make_vocab_size_divisible_by;  /* 128 (0 reads as 128: cfg_vocab_multiple) */
+    int padded_vocab_size;             /* Megatron's: the model's vocab as given, no padding (0: not given) */
     /* Megatron spellings resolved into the settings above when parsing ends
      * (cfg_parse_args), then cleared: never sent in a JobSpec. */
     uint64_t train_samples, lr_decay_samples, lr_warmup_samples, lr_wsd_decay_samples; /* 0: not given */

@@ -300,6 +300,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->recompute_method = (char *)c->recompute_method;
     o->recompute_num_layers = c->recompute_num_layers;
     o->make_vocab_size_divisible_by = c->make_vocab_size_divisible_by;
+    o->padded_vocab_size = c->padded_vocab_size;
 }
 
 /* A JobSpec field's value as config text: numbers printed, booleans "true"/"false",

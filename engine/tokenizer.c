@@ -1789,11 +1789,20 @@ int tok_config_vocab(atoll_config *c, char *err, size_t errlen)
     tokenizer *t;
     tok_type type;
     if (open_config_tok(c, &t, &type, err, errlen)) return -1;
-    if (!t && type != TOK_NULL) return 0;
-    int n = t ? tok_vocab_size(t) : c->vocab_size,
+    int n = t ? tok_vocab_size(t) : type == TOK_NULL ? c->vocab_size : 256,
         mult = cfg_vocab_multiple(c) * (c->tensor_model_parallel_size > 0 ? c->tensor_model_parallel_size : 1);
     tok_free(t);
-    int padded = (n + mult - 1) / mult * mult;
+    if (c->padded_vocab_size && c->padded_vocab_size < n) {
+        atoll_errf(err, errlen, "--padded-vocab-size %d is smaller than the %d ids of --tokenizer-type %s; give at "
+                   "least %d, or leave it out (the ids padded to a multiple of %d)", c->padded_vocab_size, n,
+                   c->tokenizer_type[0] ? c->tokenizer_type : "ByteLevel", n, mult);
+        return -1;
+    }
+    if (!t && type != TOK_NULL) { /* byte-level: --vocab-size as given, or --padded-vocab-size */
+        if (c->padded_vocab_size) c->vocab_size = c->padded_vocab_size;
+        return 0;
+    }
+    int padded = c->padded_vocab_size ? c->padded_vocab_size : (n + mult - 1) / mult * mult;
     if (type == TOK_NULL) {
         if (padded != n && (c->eod_mask_loss || c->reset_attention_mask || c->reset_position_ids)) {
             atoll_errf(err, errlen, "--tokenizer-type NullTokenizer ends a document at --vocab-size - 1 = %d, and "

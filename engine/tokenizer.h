@@ -159,7 +159,9 @@ size_t tok_split(const tokenizer *t, const char *s, size_t n, size_t i);
  * in c->vocab_size. ByteLevel (or none) leaves --vocab-size as given;
  * NullTokenizer pads --vocab-size as Megatron does (and refuses a padding that
  * would move its end-of-document id, --vocab-size - 1, when documents matter).
- * An explicit --vocab-size other than 256 that disagrees is an error. Opens the
+ * --padded-vocab-size N (Megatron's) makes the vocab N, unpadded, for any of
+ * them (N below the tokenizer's ids is an error). An explicit --vocab-size
+ * other than 256 that disagrees is an error. Opens the
  * files, so a wrong path fails here, before any rank starts work. */
 int tok_config_vocab(atoll_config *c, char *err, size_t errlen);
 

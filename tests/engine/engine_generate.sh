@@ -130,7 +130,8 @@ for args in "--tokenizer-type GPT2BPETokenizer --vocab-file $PKG/encoder.json --
             "--tokenizer-type HuggingFaceTokenizer|needs --tokenizer-model" \
             "--tokenizer-type HuggingFaceTokenizer --tokenizer-model $W/l3 --vocab-file $PKG/encoder.json|are read by --tokenizer-type GPT2BPETokenizer, not HuggingFaceTokenizer" \
             "--tokenizer-type HuggingFaceTokenizer --tokenizer-model $W/nowhere|nowhere: No such file or directory" \
-            "--tokenizer-type HuggingFaceTokenizer --tokenizer-model $W/l3 --vocab-size 1000|--vocab-size 1000 disagrees with --tokenizer-type HuggingFaceTokenizer: its 128256 entries"; do
+            "--tokenizer-type HuggingFaceTokenizer --tokenizer-model $W/l3 --vocab-size 1000|--vocab-size 1000 disagrees with --tokenizer-type HuggingFaceTokenizer: its 128256 entries" \
+            "--tokenizer-type HuggingFaceTokenizer --tokenizer-model $W/l3 --padded-vocab-size 1000|--padded-vocab-size 1000 is smaller than the 128256 ids of --tokenizer-type HuggingFaceTokenizer"; do
     # shellcheck disable=SC2086
     "$TRAIN" "${common[@]}" ${args%%|*} >bad.log 2>&1
     rc=$?
@@ -149,6 +150,11 @@ for i in 1 2 3; do cat text.jsonl; done >text3.jsonl # three documents: samples 
 NT=("${common[@]}" --data-path l3multi --train-iters 3 --normalization RMSNorm --swiglu --position-embedding-type rope
     --untie-embeddings-and-output-weights --disable-bias-linear --seed 5)
 NULLT=(--tokenizer-type NullTokenizer --vocab-size 128256)
+# --padded-vocab-size (Megatron's; Qwen2.5's scripts give 152064): the model's vocab as given, unpadded
+"$TRAIN" "${NT[@]}" "${HF[@]}" --padded-vocab-size 128300 --make-vocab-size-divisible-by 1 --save ck_pad >nt.log 2>&1 \
+    || bad "--padded-vocab-size run failed: $(tail -1 nt.log)"
+python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["model"]; assert m["vocab_size"] == 128300, m' \
+    ck_pad/iter_0000003/manifest.json 2>&1 && ok "--padded-vocab-size 128300: the model's vocab" || bad "ck_pad's vocab"
 "$TRAIN" "${NT[@]}" "${HF[@]}" --metrics-file nt_hf.jsonl >nt.log 2>&1 || bad "the tokenizer.json run failed: $(tail -1 nt.log)"
 "$TRAIN" "${NT[@]}" "${HF[@]}" --eod-mask-loss --metrics-file nt_hfm.jsonl >nt.log 2>&1 || bad "masked: $(tail -1 nt.log)"
 "$TRAIN" "${NT[@]}" "${NULLT[@]}" --save ck_null --metrics-file nt_null.jsonl >nt.log 2>&1 \
