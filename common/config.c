@@ -561,11 +561,8 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
         return -1;
     }
     if (c->kv_channels && c->num_attention_heads > 0 &&
-        (long long)c->kv_channels * c->num_attention_heads != c->hidden_size) { /* both up to 2^20: 64-bit */
-        atoll_errf(err, errlen, "--kv-channels %d: atoll's head dimension is --hidden-size / --num-attention-heads = "
-                   "%d / %d; leave it out or give that", c->kv_channels, c->hidden_size, c->num_attention_heads);
-        return -1;
-    }
+        (long long)c->kv_channels * c->num_attention_heads == c->hidden_size) /* both up to 2^20: 64-bit */
+        c->kv_channels = 0; /* the default head dim: one form of the config */
     /* Every micro-batch counts the same number of tokens unless --eod-mask-loss
      * drops some: then the two means differ, and atoll takes Megatron's default. */
     if (c->calculate_per_token_loss && c->eod_mask_loss) {
@@ -688,7 +685,7 @@ int cfg_resolve_megatron(atoll_config *c, char *err, size_t errlen)
                    c->decoupled_min_lr);
         return -1;
     }
-    c->use_rotary_position_embeddings = c->no_position_embedding = c->recompute_activations = c->mock_data = c->kv_channels = 0;
+    c->use_rotary_position_embeddings = c->no_position_embedding = c->recompute_activations = c->mock_data = 0;
     c->checkpoint_activations = c->use_tp_pp_dp_mapping = 0;
     c->calculate_per_token_loss = 0;
     return resolve_split_accounting(c, err, errlen);
@@ -1232,10 +1229,14 @@ double cfg_rope_interp(const atoll_config *c)
 {
     return c->rotary_seq_len_interpolation_factor > 0 ? c->rotary_seq_len_interpolation_factor : 1.0;
 }
+int cfg_head_dim(const atoll_config *c)
+{
+    if (c->kv_channels > 0) return c->kv_channels;
+    return c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
+}
 int cfg_rotary_dim(const atoll_config *c)
 {
-    int hd = c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
-    return (int)(hd * cfg_rotary_percent(c)); /* Megatron's int(kv_channels * rotary_percent) */
+    return (int)(cfg_head_dim(c) * cfg_rotary_percent(c)); /* Megatron's int(kv_channels * rotary_percent) */
 }
 int cfg_qkv_bias(const atoll_config *c) { return !c->disable_bias_linear || c->add_qkv_bias; }
 int cfg_tb_interval(const atoll_config *c) { return c->tensorboard_log_interval > 0 ? c->tensorboard_log_interval : 1; }
@@ -1297,9 +1298,9 @@ static int validate_family(const atoll_config *c, char *err, size_t errlen)
              "--position-embedding-type rope");
         return -1;
     }
-    if (cfg_rope(c) && (c->hidden_size / c->num_attention_heads) % 2) {
-        atoll_errf(err, errlen, "--position-embedding-type rope needs an even head dim (hidden %d / %d heads)",
-             c->hidden_size, c->num_attention_heads);
+    if (cfg_rope(c) && cfg_head_dim(c) % 2) {
+        atoll_errf(err, errlen, "--position-embedding-type rope needs an even head dim, not %d (%s)", cfg_head_dim(c),
+                   c->kv_channels ? "--kv-channels" : "--hidden-size / --num-attention-heads");
         return -1;
     }
     if (c->use_rope_scaling && !cfg_rope(c)) {
@@ -1318,7 +1319,7 @@ static int validate_family(const atoll_config *c, char *err, size_t errlen)
                    c->rotary_seq_len_interpolation_factor);
         return -1;
     }
-    int hd = c->hidden_size / c->num_attention_heads, rd = cfg_rotary_dim(c);
+    int hd = cfg_head_dim(c), rd = cfg_rotary_dim(c);
     if (rd != hd && !cfg_rope(c)) {
         atoll_errf(err, errlen, "--rotary-percent %g says how much of each head rotary positions turn: add "
              "--position-embedding-type rope, or leave it at 1", c->rotary_percent);
@@ -1401,9 +1402,14 @@ int cfg_validate_model(const atoll_config *c, char *err, size_t errlen)
             atoll_errf(err, errlen, "%s is required and must be positive", need[i].flag);
             return -1;
         }
-    if (c->hidden_size % c->num_attention_heads) {
-        atoll_errf(err, errlen, "--hidden-size %d is not divisible by --num-attention-heads %d",
-             c->hidden_size, c->num_attention_heads);
+    if (c->kv_channels && (long long)c->kv_channels * c->num_attention_heads > CFG_MAX_HIDDEN) {
+        atoll_errf(err, errlen, "--kv-channels %d x --num-attention-heads %d = %lld, the attention's width, is over %d",
+             c->kv_channels, c->num_attention_heads, (long long)c->kv_channels * c->num_attention_heads, CFG_MAX_HIDDEN);
+        return -1;
+    }
+    if (!c->kv_channels && c->hidden_size % c->num_attention_heads) {
+        atoll_errf(err, errlen, "--hidden-size %d is not divisible by --num-attention-heads %d (or give the head "
+             "dim with --kv-channels)", c->hidden_size, c->num_attention_heads);
         return -1;
     }
     if (cfg_max_pos(c) < c->seq_length) {
@@ -1928,14 +1934,14 @@ int cfg_rank_order_parse(const char *order, int tp, int dp, int pp, cfg_rank_ord
 
 double cfg_layer_params(const atoll_config *c)
 {
-    double h = c->hidden_size, f = cfg_ffn(c);
-    double d = c->num_attention_heads ? h / c->num_attention_heads : 0, qkv = h + 2.0 * cfg_kv_groups(c) * d;
+    double h = c->hidden_size, f = cfg_ffn(c), d = cfg_head_dim(c), q = (double)c->num_attention_heads * d;
+    double qkv = q + 2.0 * cfg_kv_groups(c) * d;
     double bias = c->disable_bias_linear ? 0 : 1, norm = cfg_rmsnorm(c) ? h : 2 * h, up = c->swiglu ? 2 : 1;
     double qkv_bias = cfg_qkv_bias(c) ? 1 : 0;
     return 2 * norm                             /* ln_1, ln_2 / the RMSNorms */
            + (c->qk_layernorm ? 2 * d : 0)      /* the query and key heads' RMSNorms */
            + (h * qkv + qkv_bias * qkv)         /* c_attn, or q, k, v (GQA: smaller k, v) */
-           + (h * h + bias * h)                 /* attention output */
+           + (q * h + bias * h)                 /* attention output (heads x head dim in, hidden out) */
            + up * (h * f + bias * f)            /* c_fc, or SwiGLU's gate and up */
            + (f * h + bias * h);                /* down projection */
 }
@@ -1949,7 +1955,9 @@ double cfg_num_params(const atoll_config *c)
 
 double cfg_flops_per_token(const atoll_config *c)
 {
-    return 6.0 * cfg_num_params(c) + 12.0 * c->num_layers * c->hidden_size * (double)c->seq_length;
+    /* PaLM's attention term, with the attention's width (heads x head dim) */
+    return 6.0 * cfg_num_params(c) +
+           12.0 * c->num_layers * (double)c->num_attention_heads * cfg_head_dim(c) * (double)c->seq_length;
 }
 
 int cfg_recompute_layers(const atoll_config *c, int chunk_layers)

@@ -166,7 +166,7 @@ typedef struct atoll_config {
     int checkpoint_activations;                /* (older Megatron) --recompute-granularity full */
     int use_tp_pp_dp_mapping;                  /* --rank-order tp-cp-ep-pp-dp */
     int mock_data;                             /* the built-in corpus: no --data-path */
-    int kv_channels;                           /* the head dimension, which must be hidden / heads */
+    int kv_channels;                           /* the head dimension (0: hidden / heads); Qwen3-0.6B's 128 */
     int use_checkpoint_args;                   /* the model from --load's manifest (ckpt_use_args clears it) */
     int calculate_per_token_loss;              /* the mean over micro-batches' tokens: the same unless masking */
     int account_for_embedding_in_pipeline_split; /* the embedding, the loss: a layer each of the first, last */
@@ -236,6 +236,10 @@ int cfg_rope(const atoll_config *c);        /* --position-embedding-type rope */
 int cfg_kv_groups(const atoll_config *c);   /* --num-query-groups with GQA, else the heads */
 int cfg_rotary_base(const atoll_config *c); /* --rotary-base (0: 10000) */
 int cfg_rotary_dim(const atoll_config *c);  /* the dims of each head rope turns: int(head dim * --rotary-percent) */
+/* The attention heads' dimension: --kv-channels (Megatron's; Qwen3's 128 for
+ * any hidden size), else --hidden-size / --num-attention-heads. The queries
+ * and the attention output are heads x this wide, which need not be hidden. */
+int cfg_head_dim(const atoll_config *c);
 double cfg_norm_eps(const atoll_config *c); /* --norm-epsilon (0: 1e-5) */
 double cfg_rotary_percent(const atoll_config *c); /* --rotary-percent (0: 1) */
 /* --rope-scaling-factor (0: 8, Megatron's default) */

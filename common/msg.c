@@ -301,6 +301,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->recompute_num_layers = c->recompute_num_layers;
     o->make_vocab_size_divisible_by = c->make_vocab_size_divisible_by;
     o->padded_vocab_size = c->padded_vocab_size;
+    o->kv_channels = c->kv_channels;
 }
 
 /* A JobSpec field's value as config text: numbers printed, booleans "true"/"false",

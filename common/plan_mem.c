@@ -35,13 +35,14 @@ static double act_bytes(const atoll_config *c, cfg_recompute rc)
     int sp = c->sequence_parallel && t > 1;
     double sbh = s * b * h, attn = 5.0 * a * s / h; /* the softmax/dropout s^2 terms */
     /* Korthikanti et al.'s 34 sbh, by part: 10 sbh not split by TP (norm
-     * inputs and outputs, dropout masks) and, split by TP, queries 2 sbh, keys
-     * and values 4 sb kv (kv = h, or the groups' width under GQA), the output
-     * projection's input 2 sbh, the MLP's up projections 2 sbf each (GELU keeps
+     * inputs and outputs, dropout masks) and, split by TP, queries 2 sbq, keys
+     * and values 4 sb kv (kv = q, or the groups' width under GQA), the output
+     * projection's input 2 sbq (q = heads x head dim, h unless --kv-channels
+     * says otherwise), the MLP's up projections 2 sbf each (GELU keeps
      * its input and output: 4 sbf; SwiGLU gate, up and their product: 6 sbf) */
-    double kv = (double)cfg_kv_groups(c) * (h / a), f = cfg_ffn(c);
-    double split = s * b * (4 * h + 4 * kv + (c->swiglu ? 6 : 4) * f) / sbh; /* 24 for GPT-2 */
-    if (c->qk_layernorm) split += s * b * (2 * h + 2 * kv) / sbh; /* the queries and keys before their norms */
+    double kv = (double)cfg_kv_groups(c) * cfg_head_dim(c), q = a * cfg_head_dim(c), f = cfg_ffn(c);
+    double split = s * b * (4 * q + 4 * kv + (c->swiglu ? 6 : 4) * f) / sbh; /* 24 for GPT-2 (q = h) */
+    if (c->qk_layernorm) split += s * b * (2 * q + 2 * kv) / sbh; /* the queries and keys before their norms */
     switch (rc) {
     case RECOMPUTE_FULL:      return sp ? 2 * sbh / t : 2 * sbh;
     case RECOMPUTE_SELECTIVE: return sp ? (10 + split) * sbh / t : sbh * (10 + split / t);

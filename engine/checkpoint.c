@@ -223,6 +223,7 @@ static void model_info(jsonw *w, const atoll_config *c)
     jsonw_kint(w, "num_layers", c->num_layers);
     jsonw_kint(w, "hidden_size", c->hidden_size);
     jsonw_kint(w, "num_attention_heads", c->num_attention_heads);
+    if (c->kv_channels) jsonw_kint(w, "kv_channels", c->kv_channels); /* a head dim other than hidden / heads */
     jsonw_kint(w, "ffn_hidden_size", cfg_ffn(c));
     jsonw_kint(w, "seq_length", c->seq_length);
     jsonw_kint(w, "max_position_embeddings", cfg_max_pos(c));
@@ -279,7 +280,7 @@ char *ckpt_hf_llama_config(const atoll_config *c)
     jsonw_str(&w, qwen3 ? "Qwen3ForCausalLM" : qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM");
     jsonw_arr_end(&w);
     jsonw_kstr(&w, "model_type", qwen3 ? "qwen3" : qwen2 ? "qwen2" : "llama");
-    if (qwen3) jsonw_kint(&w, "head_dim", c->hidden_size / c->num_attention_heads);
+    if (qwen3 || c->kv_channels) jsonw_kint(&w, "head_dim", cfg_head_dim(c));
     jsonw_kint(&w, "hidden_size", c->hidden_size);
     jsonw_kint(&w, "intermediate_size", cfg_ffn(c));
     jsonw_kint(&w, "num_hidden_layers", c->num_layers);

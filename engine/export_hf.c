@@ -89,6 +89,7 @@ static const char *gpt2_refusal(const atoll_config *c)
     if (cfg_rope(c)) return "rotary positions (GPT-2 learns its positions)";
     if (c->squared_relu) return "--squared-relu (GPT-2's MLP is GELU)";
     if (cfg_kv_groups(c) != c->num_attention_heads) return "grouped keys and values (GPT-2 has one per head)";
+    if (c->kv_channels) return "--kv-channels (GPT-2's heads are hidden / heads wide)";
     if (c->disable_bias_linear) return "--disable-bias-linear (GPT-2's linear layers have biases)";
     return NULL;
 }

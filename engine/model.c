@@ -107,15 +107,15 @@ static void tb_linear(table_builder *tb, const char *fmt, int l, int64_t out, in
  * (one query per group unless --group-query-attention). */
 static void tb_layer_gpt2(table_builder *tb, const atoll_config *c, int l, int chunk)
 {
-    int64_t h = c->hidden_size, f = cfg_ffn(c), d = h / c->num_attention_heads;
+    int64_t h = c->hidden_size, f = cfg_ffn(c), d = cfg_head_dim(c), q = c->num_attention_heads * d;
     int bias = !c->disable_bias_linear;
     float std = (float)cfg_init_std(c), out_std = std / sqrtf(2.0f * (float)c->num_layers);
     char nm[ENG_NAME];
 #define NAME(suffix) (snprintf(nm, sizeof nm, "h.%d." suffix, l), nm)
     tb_norm_weight(tb, c, NAME("ln_1.weight"), h, chunk);
     tb_norm(tb, NAME("ln_1.bias"), h, 0, chunk);
-    tb_linear(tb, "h.%d.attn.c_attn", l, h + 2 * cfg_kv_groups(c) * d, h, 0, std, cfg_qkv_bias(c), chunk);
-    tb_linear(tb, "h.%d.attn.c_proj", l, h, h, 1, out_std, bias, chunk);
+    tb_linear(tb, "h.%d.attn.c_attn", l, q + 2 * cfg_kv_groups(c) * d, h, 0, std, cfg_qkv_bias(c), chunk);
+    tb_linear(tb, "h.%d.attn.c_proj", l, h, q, 1, out_std, bias, chunk);
     tb_norm_weight(tb, c, NAME("ln_2.weight"), h, chunk);
     tb_norm(tb, NAME("ln_2.bias"), h, 0, chunk);
     tb_linear(tb, "h.%d.mlp.c_fc", l, f, h, 0, std, bias, chunk);
@@ -129,21 +129,22 @@ static void tb_layer_gpt2(table_builder *tb, const atoll_config *c, int l, int c
  * TP rank's slice of each is one block of rows. */
 static void tb_layer_llama(table_builder *tb, const atoll_config *c, int l, int chunk)
 {
-    int64_t h = c->hidden_size, f = cfg_ffn(c), kv = cfg_kv_groups(c) * (h / c->num_attention_heads);
+    int64_t h = c->hidden_size, f = cfg_ffn(c), d = cfg_head_dim(c), q = c->num_attention_heads * d,
+            kv = cfg_kv_groups(c) * d;
     int bias = !c->disable_bias_linear;
     float std = (float)cfg_init_std(c), out_std = std / sqrtf(2.0f * (float)c->num_layers);
     char nm[ENG_NAME];
     snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
     tb_norm_weight(tb, c, nm, h, chunk);
-    tb_linear(tb, "model.layers.%d.self_attn.q_proj", l, h, h, 0, std, cfg_qkv_bias(c), chunk);
+    tb_linear(tb, "model.layers.%d.self_attn.q_proj", l, q, h, 0, std, cfg_qkv_bias(c), chunk);
     tb_linear(tb, "model.layers.%d.self_attn.k_proj", l, kv, h, 0, std, cfg_qkv_bias(c), chunk);
     tb_linear(tb, "model.layers.%d.self_attn.v_proj", l, kv, h, 0, std, cfg_qkv_bias(c), chunk);
-    tb_linear(tb, "model.layers.%d.self_attn.o_proj", l, h, h, 1, out_std, bias, chunk);
+    tb_linear(tb, "model.layers.%d.self_attn.o_proj", l, h, q, 1, out_std, bias, chunk);
     if (c->qk_layernorm) { /* Qwen3's: one weight per head dim, shared by every head */
         snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", l);
-        tb_norm_weight(tb, c, nm, h / c->num_attention_heads, chunk)->head_norm = 1;
+        tb_norm_weight(tb, c, nm, d, chunk)->head_norm = 1;
         snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", l);
-        tb_norm_weight(tb, c, nm, h / c->num_attention_heads, chunk)->head_norm = 1;
+        tb_norm_weight(tb, c, nm, d, chunk)->head_norm = 1;
     }
     snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
     tb_norm_weight(tb, c, nm, h, chunk);
@@ -369,7 +370,7 @@ static void ws_carve(eng_model *m, carver *cv)
     m->ws_q = m->llama ? carve(cv, N * Cl * E) : NULL;
     m->ws_k = m->llama ? carve(cv, N * KV * E) : NULL;
     m->ws_v = m->llama ? carve(cv, N * KV * E) : NULL;
-    m->ws_dtmp = m->llama ? carve(cv, N * C * E) : NULL;
+    m->ws_dtmp = m->llama ? carve(cv, N * (C > Cl ? C : Cl) * E) : NULL; /* dq under --qk-layernorm: N x Cl */
     m->ws_dgate = m->llama ? carve(cv, N * F * E) : NULL;
     m->ws_dup = m->llama ? carve(cv, N * F * E) : NULL;
 }
@@ -401,7 +402,7 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     m->C = cfg->hidden_size;
     m->NH = cfg->num_attention_heads / lay->tp_size;
     m->NG = cfg_kv_groups(cfg) / lay->tp_size;
-    m->HD = cfg->hidden_size / cfg->num_attention_heads;
+    m->HD = cfg_head_dim(cfg);
     m->llama = cfg_rmsnorm(cfg);
     m->rope = cfg_rope(cfg);
     m->RD = cfg_rotary_dim(cfg);

@@ -12,7 +12,8 @@
 #             (tests/engine/engine_torch_ref.py, tied, untied, packed documents with
 #             --eod-mask-loss --reset-position-ids --reset-attention-mask, Qwen2's q/k/v biases,
 #             Qwen3's head norms, Nemotron's squared ReLU and 1 + w LayerNorm weights, LLaMA-3.1's rope
-#             scaling, and 1 + w RMSNorm weights as Megatron's LLaMA-3 example has them)
+#             scaling, 1 + w RMSNorm weights as Megatron's LLaMA-3 example has them, and heads wider
+#             than hidden / heads, --kv-channels, as Qwen3-0.6B's)
 #   traj      a 50-step bf16 cuda trajectory against the CPU fp32 run of the same job
 #   layouts   tp/pp/sp/vpp/dp/ZeRO layouts with their ranks sharing the GPU, against one rank
 #   memcheck  compute-sanitizer memcheck: the kernel tests and a few training steps
@@ -106,7 +107,8 @@ for s in $stages; do
     if bash "$root/tests/engine/engine_bf16.sh" "$train" "$work/bf16" > "$work/bf16.log" 2>&1; then r=pass; else r=FAIL; fails=$((fails + 1)); fi
     cat "$work/bf16.log"; note "- tests/engine/engine_bf16.sh (bf16 engine on the CPU twins; the cuda head-dim refusal): $r"
     for v in "" --untie "--eod-mask --documents" "--llama --qkv-bias" "--llama --qk-norm" --nemotron \
-             "--llama --rope-scaling" "--llama --pos-interp" "--llama --qk-norm --ln1p"; do
+             "--llama --rope-scaling" "--llama --pos-interp" "--llama --qk-norm --ln1p" \
+             "--llama --qk-norm --head-dim"; do
       # shellcheck disable=SC2086 # $v is zero or more flags
       if python3 "$root/tests/engine/engine_torch_ref.py" "$train" "$work/ref${v// /}" $v --device cuda > "$work/ref.log" 2>&1
       then r=pass; else r=FAIL; fails=$((fails + 1)); fi

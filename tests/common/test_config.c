@@ -694,8 +694,6 @@ static void test_megatron_flags(void)
                                                                           "--recompute-granularity full" },
         { "--use-tp-pp-dp-mapping --rank-order tp-dp-pp", "--use-tp-pp-dp-mapping is --rank-order tp-cp-ep-pp-dp, and "
                                                           "--rank-order tp-dp-pp is given too" },
-        { "--kv-channels 1048576 --num-attention-heads 65536", "--kv-channels 1048576: atoll's head dimension" },
-        { "--kv-channels 32", "--kv-channels 32: atoll's head dimension is --hidden-size / --num-attention-heads = 64 / 4" },
         { "--decoupled-min-lr 5e-5", "--decoupled-min-lr 5e-05 is where --decoupled-lr's schedule ends: give "
                                      "--decoupled-lr" },
         { "--exit-duration-in-mins -1", "--exit-duration-in-mins: -1 is below the smallest accepted value, 0" },
@@ -757,6 +755,27 @@ static void test_megatron_flags(void)
     CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == 0 &&
               cfg_layer_params(&c) == cfg_layer_params(&plain) + 2 * 16, "LLaMA with --qk-layernorm: %s (%g vs %g)", err,
           cfg_layer_params(&c), cfg_layer_params(&plain));
+    /* --kv-channels: heads of another width than hidden / heads (Qwen3-0.6B: 16 heads of 128 over hidden 1024):
+     * q, k, v (and their biases) and the output projection 4 x 32 wide instead of 64; the default width reads as
+     * not given; an attention wider than the limit, or an odd head dim with rope, is refused */
+    snprintf(line, sizeof line, "%s--normalization RMSNorm --swiglu --position-embedding-type rope --kv-channels 32",
+             model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == 0 &&
+              cfg_head_dim(&c) == 32 &&
+              cfg_layer_params(&c) == cfg_layer_params(&plain) + 4 * 64.0 * (128 - 64) + 3 * (128 - 64) &&
+              cfg_flops_per_token(&c) > cfg_flops_per_token(&plain), "--kv-channels 32: %s (%g vs %g)", err,
+          cfg_layer_params(&c), cfg_layer_params(&plain));
+    snprintf(line, sizeof line, "%s--normalization RMSNorm --swiglu --position-embedding-type rope --kv-channels 16",
+             model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && !c.kv_channels && !memcmp(&c, &plain, sizeof c),
+          "--kv-channels 16 = 64 / 4: %s", err);
+    snprintf(line, sizeof line, "%s--kv-channels 1048576 --num-attention-heads 65536", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_model(&c, err, sizeof err) == -1 &&
+              strstr(err, "--kv-channels 1048576 x --num-attention-heads 65536 = 68719476736, the attention's width, is "
+                          "over 1048576"), "too wide: %s", err);
+    snprintf(line, sizeof line, "%s--kv-channels 15 --position-embedding-type rope", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == -1 &&
+              strstr(err, "rope needs an even head dim, not 15 (--kv-channels)"), "odd head dim: %s", err);
     /* Nemotron-4's --squared-relu and --apply-layernorm-1p: the GPT family's, the same parameter count;
      * --squared-relu not with the LLaMA family (SwiGLU is its activation); 1p is, for RMSNorm (Megatron's
      * LLaMA-3 example gives it: Transformer Engine's zero-centred gamma) */

@@ -161,6 +161,7 @@ static void message_cases(void)
     snprintf(c.rampup_batch_size, sizeof c.rampup_batch_size, "16 16 5859375");
     snprintf(c.step_batch_size_schedule, sizeof c.step_batch_size_schedule, "0:16 2400000000:320 12000000000:1536");
     c.padded_vocab_size = 152064;
+    c.kv_channels = 128;
     c.log_batch_size_to_tensorboard = c.log_world_size_to_tensorboard = c.log_memory_to_tensorboard = 1;
     c.qk_layernorm = c.decrease_batch_size_if_needed = 1;
     c.num_virtual_stages_per_pipeline_rank = 2;

@@ -390,6 +390,24 @@ EOF
 then ok "Megatron's LLaMA-3 8B example line (shrunk, bf16, mock data, NullTokenizer, 1p RMSNorm): 4 steps, norms stored as w, exported as 1 + w"
 else bad "the LLaMA-3 example's run: $(grep -v note: l3.log | tail -2)"; fi
 
+# --kv-channels 32 over --hidden-size 64 and 4 heads (Qwen3-0.6B's kind: the heads 2x wider than hidden / heads),
+# with its head norms and grouped keys: tp2 with sequence parallelism and pp2 (q_proj's rows and o_proj's columns
+# split by heads) equal one rank to 1e-6.
+HD=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --kv-channels 32 --seq-length 32 --micro-batch-size 2
+    --global-batch-size 8 --train-iters 4 --lr 1e-3 --seed 3 --normalization RMSNorm --swiglu --position-embedding-type rope
+    --untie-embeddings-and-output-weights --disable-bias-linear --qk-layernorm --group-query-attention
+    --num-query-groups 2)
+"$TRAIN" "${HD[@]}" --metrics-file hd1.jsonl >/dev/null 2>&1 || bad "--kv-channels one rank failed"
+"$TRAIN" "${HD[@]}" --nproc-per-node 4 --tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2 \
+    --metrics-file hd4.jsonl >hd4.log 2>&1 || bad "--kv-channels tp2 pp2 failed: $(tail -1 hd4.log)"
+if python3 - <<'EOF'
+import json
+a, b = ([json.loads(l)["loss"] for l in open(f)] for f in ("hd1.jsonl", "hd4.jsonl"))
+assert len(a) == len(b) == 4 and all(abs(x - y) <= 1e-6 * abs(x) for x, y in zip(a, b)), (a, b)
+EOF
+then ok "--kv-channels 32 (heads wider than hidden / heads): tp2 sp pp2 equals one rank"
+else bad "--kv-channels layouts: $(losses hd1.jsonl | tr '\n' ' ') / $(losses hd4.jsonl | tr '\n' ' ')"; fi
+
 # --decrease-batch-size-if-needed (Megatron's, for restarts on fewer GPUs): a global batch of 16 on 3
 # data-parallel ranks trains 15 samples a step, the steps and evaluations of a run with a global batch of
 # 15 bit for bit (constant learning rate); without the flag the launcher refuses dp 3 (exit 2); a dp-4 run stopped at step 2

@@ -68,6 +68,7 @@ QKV_BIAS = False  # --qkv-bias
 QK_NORM = False  # --qk-norm
 NEMOTRON = False  # --nemotron
 LN1P = False  # --ln1p, or --nemotron: every norm's weight stored as w, applied as 1 + w
+HEAD_DIM = None  # --head-dim: --kv-channels 32, heads 32 wide where hidden / heads is 16 (Qwen3-0.6B's kind)
 
 
 def ltor_masks_and_position_ids(tokens):
@@ -123,7 +124,7 @@ def gpt_loss(p, tokens, targets, want_logits=False):
     Nemotron-4's: LayerNorm applying 1 + w, rotary positions on half of each head, relu(x)^2 in the MLP,
     no linear biases."""
     B = tokens.shape[0]
-    hd = H // NH
+    hd = HEAD_DIM or H // NH
     allowed, pos = ltor_masks_and_position_ids(tokens)
     x = p["wte.weight"][tokens] + (0 if NEMOTRON else p["wpe.weight"][pos])
     mask = ~allowed[:, None]
@@ -140,7 +141,7 @@ def gpt_loss(p, tokens, targets, want_logits=False):
             q, k = rotate(q, hd // 2), rotate(k, hd // 2)
         s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
         a = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
-        y = (a @ v).transpose(1, 2).reshape(B, T, H)
+        y = (a @ v).transpose(1, 2).reshape(B, T, NH * hd)
         x = x + y @ w("attn.c_proj.weight").T + bias(f"h.{l}.attn.c_proj.bias")
         h = norm(x, f"h.{l}.ln_2.")
         f = act(h @ w("mlp.c_fc.weight").T + bias(f"h.{l}.mlp.c_fc.bias"))
@@ -213,7 +214,7 @@ def llama_loss(p, tokens, targets, want_logits=False, stored_1p=None):
     B = tokens.shape[0]
     one = 1 if (LN1P if stored_1p is None else stored_1p) else 0
     rms = lambda x, w: rms_norm(x, w, one)
-    hd = H // NH
+    hd = HEAD_DIM or H // NH
     x = p["model.embed_tokens.weight"][tokens]
     mask = ~ltor_masks_and_position_ids(tokens)[0][:, None]
     for l in range(L):
@@ -229,7 +230,7 @@ def llama_loss(p, tokens, targets, want_logits=False, stored_1p=None):
         k, v = k.repeat_interleave(NH // KV, dim=1), v.repeat_interleave(NH // KV, dim=1)
         s = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
         a = torch.softmax(s.masked_fill(mask, float("-inf")), dim=-1)
-        y = (a @ v).transpose(1, 2).reshape(B, T, H)
+        y = (a @ v).transpose(1, 2).reshape(B, T, NH * hd)
         x = x + y @ w("self_attn.o_proj.weight").T
         h = rms(x, w("post_attention_layernorm.weight"))
         f = torch.nn.functional.silu(h @ w("mlp.gate_proj.weight").T) * (h @ w("mlp.up_proj.weight").T)
@@ -241,7 +242,7 @@ def llama_loss(p, tokens, targets, want_logits=False, stored_1p=None):
 
 def llama_shapes():
     """Hugging Face LLaMA's tensors for this configuration, names and shapes."""
-    hd = H // NH
+    hd = HEAD_DIM or H // NH
     out = {"model.embed_tokens.weight": [V, H], "model.norm.weight": [H], "lm_head.weight": [V, H]}
     for l in range(L):
         pre = f"model.layers.{l}."
@@ -292,7 +293,7 @@ def param_lr(name, it):
 def main():
     train, work = sys.argv[1], sys.argv[2]
     global EOD_MASK, DOCUMENTS, QKV_BIAS, QK_NORM, NEMOTRON, RMS_EPS, LN_EPS, WD_SCHED, DECOUPLED, ROPE_SCALE
-    global ROPE_INTERP, LN1P
+    global ROPE_INTERP, LN1P, HEAD_DIM
     WD_SCHED = "--wd-cosine" in sys.argv[3:]
     DECOUPLED = "--decoupled" in sys.argv[3:]
     ROPE_SCALE = 32.0 if "--rope-scaling" in sys.argv[3:] and "--llama" in sys.argv[3:] else None
@@ -300,6 +301,7 @@ def main():
     llama = "--llama" in sys.argv[3:]
     NEMOTRON = "--nemotron" in sys.argv[3:] and not llama
     LN1P = NEMOTRON or "--ln1p" in sys.argv[3:]
+    HEAD_DIM = 32 if "--head-dim" in sys.argv[3:] else None
     untie = "--untie" in sys.argv[3:] or llama or NEMOTRON
     EOD_MASK = "--eod-mask" in sys.argv[3:]
     DOCUMENTS = "--documents" in sys.argv[3:]
@@ -309,7 +311,8 @@ def main():
         RMS_EPS = 1e-6
     extra = [a for a in sys.argv[3:]
              if a not in ("--untie", "--llama", "--eod-mask", "--documents", "--qkv-bias", "--qk-norm", "--nemotron",
-                          "--wd-cosine", "--decoupled", "--rope-scaling", "--pos-interp", "--ln1p")]
+                          "--wd-cosine", "--decoupled", "--rope-scaling", "--pos-interp", "--ln1p",
+                          "--head-dim")]
     model_loss = llama_loss if llama else gpt_loss
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
@@ -339,6 +342,8 @@ def main():
                 "--rotary-base", str(int(ROPE_BASE)), "--disable-bias-linear", "--save", os.path.join(work, "ckpt")]
     if LN1P and not NEMOTRON:
         cmd += ["--apply-layernorm-1p"]
+    if HEAD_DIM:
+        cmd += ["--kv-channels", str(HEAD_DIM)]
     if WD_SCHED:
         # large enough that a decay off schedule moves the weights by percents in 5 steps
         cmd += ["--weight-decay-incr-style", "cosine", "--start-weight-decay", str(WD_START), "--end-weight-decay",
@@ -453,8 +458,8 @@ def main():
                 "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": KV, "vocab_size": V,
                 "rope_theta": ROPE_BASE, "rms_norm_eps": RMS_EPS, "tie_word_embeddings": False,
                 "attention_bias": False, "hidden_act": "silu"}
-        if QK_NORM:
-            want["head_dim"] = H // NH
+        if QK_NORM or HEAD_DIM:
+            want["head_dim"] = HEAD_DIM or H // NH
         if ROPE_SCALE:
             want["rope_scaling"] = {"rope_type": "llama3", "factor": ROPE_SCALE, "low_freq_factor": 1.0,
                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
@@ -514,7 +519,7 @@ def main():
             if e > 1e-3:
                 failures.append(f"checkpoint after {ITERS} steps differs from the reference's weights (rel {e:.2e})")
     atoll = os.path.join(os.path.dirname(os.path.abspath(train)), "atoll")
-    if not llama and not NEMOTRON and not (EOD_MASK or DOCUMENTS):
+    if not llama and not NEMOTRON and not HEAD_DIM and not (EOD_MASK or DOCUMENTS):
         # `atoll export`: GPT2LMHeadModel's tensors and config; its loss on the last step's batch, computed the way
         # transformers computes GPT-2, equals the engine architecture's on the checkpoint (float64 both: a
         # transposed or misordered tensor would be off by O(1))
@@ -546,7 +551,7 @@ def main():
                                capture_output=True, text=True)
             if r.returncode != 1 or "already holds config.json" not in r.stderr:
                 failures.append(f"a second export into {out} was not refused: {r.returncode} {r.stderr.strip()}")
-    if NEMOTRON:
+    if NEMOTRON or (HEAD_DIM and not llama):
         r = subprocess.run([atoll, "export", "--load", os.path.join(work, "ckpt"), "--output", os.path.join(work, "hf")],
                            capture_output=True, text=True)
         if r.returncode == 0 or "has no Hugging Face GPT-2 form" not in r.stderr or os.path.exists(os.path.join(work, "hf")):
