@@ -200,6 +200,7 @@ int generate_main(int argc, char **argv)
     c.tensor_model_parallel_size = c.pipeline_model_parallel_size = 1;
     const k_ops *k = eng_backend(o.device, err, sizeof err);
     eng_layout lay = eng_layout_single(&c);
+    lay.forward_only = 1; /* sampling runs the forward pass alone: no gradients, half the memory of fp32 weights */
     if (!k || !(m = eng_model_create(&c, &lay, k, err, sizeof err)) ||
         ckpt_load(o.load, it, m, NULL, NULL, err, sizeof err))
         goto out;

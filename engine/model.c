@@ -463,9 +463,9 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     carver cv = { NULL, 0 };
     ws_carve(m, &cv);
     m->params = k->alloc(m->num_floats * sizeof(float));
-    m->grads = k->alloc(m->num_floats * sizeof(float));
+    m->grads = lay->forward_only ? NULL : k->alloc(m->num_floats * sizeof(float));
     m->ws = k->alloc(cv.used);
-    if (!m->params || !m->grads || !m->ws) goto oom;
+    if (!m->params || (!m->grads && !lay->forward_only) || !m->ws) goto oom;
     if (m->bf16 && !(m->params16 = k->alloc(m->num_floats * sizeof(uint16_t)))) goto oom;
     cv = (carver){ m->ws, 0 };
     ws_carve(m, &cv);
@@ -490,7 +490,7 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     for (int i = 0; i < m->nchunks; i++) {
         if (m->bf16) set_views(m, &m->chunks[i], &m->chunks[i].w, m->params16, sizeof(uint16_t), 1);
         else set_views(m, &m->chunks[i], &m->chunks[i].w, m->params, sizeof(float), 1);
-        set_views(m, &m->chunks[i], &m->chunks[i].g, m->grads, sizeof(float), 0);
+        if (m->grads) set_views(m, &m->chunks[i], &m->chunks[i].g, m->grads, sizeof(float), 0); /* else NULL views */
     }
     if (m->recompute == RECOMPUTE_FULL) {
         /* Megatron's uniform method: groups of G layers, each rebuilt from its first input; a group never
@@ -538,7 +538,10 @@ void eng_model_free(eng_model *m)
     free(m);
 }
 
-void eng_zero_grads(eng_model *m) { m->k->zero(m->grads, m->num_floats * sizeof(float)); }
+void eng_zero_grads(eng_model *m)
+{
+    if (m->grads) m->k->zero(m->grads, m->num_floats * sizeof(float)); /* none when forward_only */
+}
 
 void eng_params_updated(eng_model *m)
 {

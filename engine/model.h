@@ -223,6 +223,7 @@ typedef struct eng_layout {
     int tp_rank, tp_size;
     int nchunks;
     int layer_begin[ENG_MAX_CHUNKS], layer_end[ENG_MAX_CHUNKS];
+    int forward_only; /* no gradients are allocated (atoll generate): backward and eng_zero_grads must not run */
 } eng_layout;
 
 /* The single-rank layout: tp = 1, one chunk with every layer. */
