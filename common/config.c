@@ -218,7 +218,7 @@ static int list_key(const char *key)
 {
     return same_key("data-path", key) || same_key("train-data-path", key) || same_key("valid-data-path", key) ||
            same_key("test-data-path", key) || same_key("rampup-batch-size", key) ||
-           same_key("step-batch-size-schedule", key);
+           same_key("step-batch-size-schedule", key) || same_key("recompute-modules", key);
 }
 
 static const key_def *find_key(const char *key)
@@ -368,6 +368,8 @@ static const struct {
     { "use-megatron-fsdp", 0, MG_REFUSED, NULL, "FSDP is not implemented; --use-distributed-optimizer shards the "
       "optimizer state over data-parallel ranks (ZeRO-1)" },
     { "softmax-type", 1, MG_VALUE, "vanilla", "attention takes the standard softmax" },
+    { "recompute-modules", 1, MG_VALUE, "core_attn", "--recompute-granularity selective rebuilds the core attention "
+      "(its softmax and dropout); recomputing other modules is not implemented" },
     { "cuda-graph-impl", 1, MG_IGNORED, NULL, "no CUDA graph is captured: kernels are launched each step" },
     { "enable-cuda-graph", 0, MG_IGNORED, NULL, "no CUDA graph is captured: kernels are launched each step" },
     { "logging-level", 1, MG_IGNORED, NULL, "atoll's log lines do not change with a level" },

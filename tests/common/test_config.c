@@ -567,6 +567,9 @@ static void test_megatron_flags(void)
               strstr(notes, "--initial-loss-scale has no effect") && strstr(notes, "--min-loss-scale has no effect") &&
               strstr(notes, "--loss-scale-window has no effect") && strstr(notes, "--hysteresis has no effect"),
           "notes: '%s'", notes);
+    /* newer Megatron's name for what selective recomputation rebuilds, its default: the same config */
+    snprintf(line, sizeof line, "%s--recompute-granularity selective --recompute-modules core_attn", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && c.recompute_granularity == RECOMPUTE_SELECTIVE, "core_attn: %s", err);
     /* speed-only flags of newer launch lines */
     snprintf(line, sizeof line, "%s--no-mmap-bin-files --cuda-graph-impl local", model);
     CHECK(parse(&c, line, err, sizeof err) == 0, "speed flags: %s", err);
@@ -679,6 +682,9 @@ static void test_megatron_flags(void)
         { "--data-args-path f --per-split-data-args-path g", "--data-args-path (split by --split) and "
                                                              "--per-split-data-args-path are both given" },
         { "--mock-data --data-args-path f", "--mock-data trains on the built-in corpus, and --data-args-path is given" },
+        { "--recompute-granularity selective --recompute-modules core_attn mlp", "--recompute-modules core_attn mlp: "
+          "--recompute-granularity selective rebuilds the core attention (its softmax and dropout); recomputing other "
+          "modules is not implemented; accepted: core_attn" },
         { "--softmax-type off-by-one", "--softmax-type off-by-one: attention takes the standard softmax; accepted: "
                                        "vanilla" },
         { "--use-megatron-fsdp", "--use-megatron-fsdp: FSDP is not implemented" },
