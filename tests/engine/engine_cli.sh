@@ -9,6 +9,7 @@
 # usage: engine_cli.sh ATOLL_TRAIN PREPARE_TOOL WORKDIR
 set -uo pipefail
 TRAIN=$(realpath "$1") PREP=$(realpath "$2") W=$3
+export PYTHONPATH="$(cd "$(dirname "$0")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}" # tests/st_read.py
 rm -rf "$W" && mkdir -p "$W" && cd "$W" || exit 1
 failures=0
 ok() { echo "ok: $*"; }
@@ -65,14 +66,8 @@ fi
 # |step|/lr over the weights that moved (moments carried over, or t counted from the old iteration: ~0.5)
 adam_first_step() {
     python3 - "$@" <<'EOF'
-import json, struct, sys, array
-def load(path):
-    b = open(path, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); out = {}
-    for name, t in h.items():
-        if name == "__metadata__": continue
-        lo, hi = t["data_offsets"]; a = array.array("f"); a.frombytes(b[8 + n + lo:8 + n + hi]); out[name] = a
-    return out
-a, b, lr, wd = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3]), 0.01
+import sys, st_read
+a, b, lr, wd = st_read.arrays(sys.argv[1]), st_read.arrays(sys.argv[2]), float(sys.argv[3]), 0.01
 r = sorted(abs(y - x + lr * wd * x) / lr for k in a for x, y in zip(a[k], b[k]) if abs(y - x + lr * wd * x) > 0.05 * lr)
 print(f"{r[len(r) // 2]:.4f}" if len(r) > 1000 else "none")
 EOF
@@ -182,10 +177,9 @@ awk -v l="$(first_lr init.jsonl)" 'BEGIN { exit !(l > 3.99e-4 && l < 4.01e-4) }'
 # --init-method-std: the initial weights' spread, the output layers' divided by sqrt(2 x layers) = 2
 "$TRAIN" "${RUN[@]}" --init-method-std 0.006 --train-iters 1 --dump-dir initstd >/dev/null 2>&1 || bad "--init-method-std run failed"
 spread=$(python3 - initstd/init.safetensors <<'EOF'
-import json, struct, sys, array, statistics
-b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
-def std(name):
-    lo, hi = h[name]["data_offsets"]; a = array.array("f"); a.frombytes(b[8 + n + lo:8 + n + hi]); return statistics.pstdev(a)
+import statistics, sys, st_read
+t = st_read.arrays(sys.argv[1])
+def std(name): return statistics.pstdev(t[name])
 print(f"{std('h.0.attn.c_attn.weight'):.5f} {std('h.1.mlp.c_proj.weight'):.5f} {std('wte.weight'):.5f}")
 EOF
 )
@@ -196,10 +190,9 @@ awk -v a="$s_in" -v b="$s_out" -v e="$s_emb" 'BEGIN { exit !(a > 0.0057 && a < 0
 "$TRAIN" "${RUN[@]}" --init-method-std 0.006 --embedding-init-method-std 0.05 --untie-embeddings-and-output-weights \
     --train-iters 1 --dump-dir embstd >/dev/null 2>&1 || bad "--embedding-init-method-std run failed"
 spread=$(python3 - embstd/init.safetensors <<'EOF'
-import json, struct, sys, array, statistics
-b = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
-def std(name):
-    lo, hi = h[name]["data_offsets"]; a = array.array("f"); a.frombytes(b[8 + n + lo:8 + n + hi]); return statistics.pstdev(a)
+import statistics, sys, st_read
+t = st_read.arrays(sys.argv[1])
+def std(name): return statistics.pstdev(t[name])
 print(" ".join(f"{std(k):.5f}" for k in ("wte.weight", "wpe.weight", "h.0.attn.c_attn.weight", "lm_head.weight")))
 EOF
 )
@@ -363,18 +356,8 @@ L3=(--use-mcore-models --num-layers 2 --hidden-size 64 --ffn-hidden-size 128 --n
 "$TRAIN" "${L3[@]}" --nproc-per-node 2 >l3.log 2>&1 || bad "the LLaMA-3 example's line failed: $(grep -v note: l3.log | tail -1)"
 "$(dirname "$TRAIN")/atoll" export --load l3ck --output l3hf >l3export.log 2>&1 || bad "export of the LLaMA-3 example's checkpoint: $(cat l3export.log)"
 if python3 - <<'EOF'
-import array, json, math, os, struct
-def st(path):
-    blob = open(path, "rb").read()
-    n = struct.unpack("<Q", blob[:8])[0]
-    head = json.loads(blob[8:8 + n])
-    out = {}
-    for k, t in head.items():
-        if k != "__metadata__":
-            a = array.array("f")
-            a.frombytes(blob[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]])
-            out[k] = a
-    return out
+import json, math, os, struct
+from st_read import arrays as st
 steps = [json.loads(l) for l in open("l3.jsonl")]
 assert len(steps) == 4 and all(math.isfinite(s["loss"]) for s in steps), steps
 ck, hf = st("l3ck/iter_0000004/model.safetensors"), st("l3hf/model.safetensors")
@@ -452,17 +435,14 @@ PN=("${TINY[@]}" --micro-batch-size 2 --train-iters 4 --lr 1e-3 --seed 9 --log-p
 "$TRAIN" "${PN[@]}" --nproc-per-node 2 --use-distributed-optimizer --metrics-file pnz.jsonl >pnz.log 2>&1 \
     || bad "--log-params-norm dp2 ZeRO-1 failed: $(tail -1 pnz.log)"
 if python3 - <<'EOF'
-import array, json, math, struct
+import json, math, st_read
 def rd(p): return [json.loads(l) for l in open(p)]
 one, four, zero = rd("pn1.jsonl"), rd("pn4.jsonl"), rd("pnz.jsonl")
-b = open("pnck/iter_0000004/model.safetensors", "rb").read()
-n = struct.unpack("<Q", b[:8])[0]
 sq = 0.0
-for k, v in json.loads(b[8:8 + n]).items():
-    if k == "__metadata__": continue
-    assert v["dtype"] == "F32", (k, v["dtype"])
-    s, e = v["data_offsets"]
-    sq += sum(x * x for x in array.array("f", b[8 + n + s:8 + n + e]))
+for k, (dtype, _, _) in st_read.tensors("pnck/iter_0000004/model.safetensors").items():
+    assert dtype == "F32", (k, dtype)
+for k, v in st_read.arrays("pnck/iter_0000004/model.safetensors").items():
+    sq += sum(x * x for x in v)
 want = math.sqrt(sq)
 assert abs(one[-1]["params_norm"] - want) <= 1e-6 * want, (one[-1]["params_norm"], want)
 for other in (four, zero):
@@ -489,22 +469,16 @@ NZ=("${TINY[@]}" --micro-batch-size 2 --train-iters 4 --lr 1e-3 --seed 9 --data-
 "$TRAIN" "${NZ[@]}" --nproc-per-node 2 --use-distributed-optimizer --metrics-file nzz.jsonl >nzz.log 2>&1 \
     || bad "--log-num-zeros-in-grad dp2 ZeRO-1 failed: $(tail -1 nzz.log)"
 if grep -q "| num zeros: [0-9]*\.0 |" nz1.log && python3 - <<'EOF'
-import array, json, struct
+import json, st_read
 def rd(p): return [json.loads(l) for l in open(p)]
-def st(path):
-    b = open(path, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
-    def t(k):
-        s, e = h[k]["data_offsets"]
-        return array.array("i" if h[k]["dtype"] == "I32" else "f", b[8 + n + s:8 + n + e])
-    return h, t
 one, four, zero = rd("nz1.jsonl"), rd("nz4.jsonl"), rd("nzz.jsonl")
-h, t = st("nzd/iter_0000001.safetensors")
-dumped = sum(sum(1 for x in t(k) if x == 0.0) for k in h if k.startswith("grad."))
+t = st_read.arrays("nzd/iter_0000001.safetensors")
+dumped = sum(sum(1 for x in t[k] if x == 0.0) for k in t if k.startswith("grad."))
 assert one[0]["num_zeros"] == dumped, (one[0]["num_zeros"], dumped)
-vocab, hidden = h["grad.wte.weight"]["shape"]
+vocab, hidden = st_read.tensors("nzd/iter_0000001.safetensors")["grad.wte.weight"][1]
 for it in range(4):
-    hs, ts = st(f"nzd/iter_{it + 1:07d}.safetensors")
-    floor = (vocab - len(set(ts("tokens")))) * hidden
+    ts = st_read.arrays(f"nzd/iter_{it + 1:07d}.safetensors")
+    floor = (vocab - len(set(ts["tokens"]))) * hidden
     for run in (one, four, zero):
         assert len(run) == 4 and floor <= run[it]["num_zeros"] <= floor + 8, (it, floor, run[it])
     assert abs(four[it]["num_zeros"] - one[it]["num_zeros"]) <= 8 and abs(zero[it]["num_zeros"] - one[it]["num_zeros"]) <= 8

@@ -18,6 +18,7 @@
 # usage: engine_generate.sh ATOLL_TRAIN ATOLL PKG_DIR WORKDIR LLAMA3_DIR LLAMA2_MODEL
 set -uo pipefail
 TRAIN=$(realpath "$1") ATOLL=$(realpath "$2") PKG=$3 W=$4 L3=$5 L2=$6
+export PYTHONPATH="$(cd "$(dirname "$0")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}" # tests/st_read.py
 [ -f "$PKG/encoder.json" ] || { echo "FAIL: $PKG/encoder.json is missing: run scripts/install-deps.sh"; exit 1; }
 [ -f "$L3/tokenizer.json" ] || { echo "FAIL: $L3/tokenizer.json is missing: run scripts/install-deps.sh"; exit 1; }
 [ -f "$L2" ] || { echo "FAIL: $L2 is missing: run scripts/install-deps.sh"; exit 1; }
@@ -194,11 +195,8 @@ export_ok() { # CK OUT FROM:NAME...
     "$ATOLL" export --load "$ck" --output "$out" >export.log 2>&1 || good=0
     for pair in "$@"; do cmp -s "${pair%%:*}" "$out/${pair#*:}" || good=0; done
     cmp -s "$ck/iter_0000070/config.json" "$out/config.json" || good=0
-    python3 -c 'import json,struct,sys
-def hdr(p):
-    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
-    return {k: (v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
-assert hdr(sys.argv[1]) == hdr(sys.argv[2])' "$ck/iter_0000070/model.safetensors" "$out/model.safetensors" || good=0
+    python3 -c 'import sys, st_read
+assert st_read.tensors(sys.argv[1]) == st_read.tensors(sys.argv[2])' "$ck/iter_0000070/model.safetensors" "$out/model.safetensors" || good=0
     [ $good = 1 ] && ok "export $ck: $(cat export.log)" || bad "export $ck: $(cat export.log)"
 }
 export_ok ck_saved hf_bpe "$PKG/encoder.json:vocab.json" "$PKG/vocab.bpe:merges.txt"

@@ -43,12 +43,14 @@ import json
 import math
 import os
 import shutil
-import struct
 import subprocess
 import sys
 
 import numpy as np
 import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import st_read  # noqa: E402
 
 L, H, NH, T, V = 2, 64, 4, 16, 256
 KV, FFN, ROPE_BASE, RMS_EPS = 2, 96, 10000.0, 1e-5  # --llama (Qwen's --norm-epsilon 1e-6 with --qkv-bias, --qk-norm)
@@ -103,20 +105,10 @@ def lm_loss(logits, tokens, targets):
 
 
 def read_safetensors(path):
-    """name -> numpy array, parsed by hand: u64 header length, JSON, raw bytes."""
-    with open(path, "rb") as f:
-        blob = f.read()
-    (n,) = struct.unpack("<Q", blob[:8])
-    header = json.loads(blob[8:8 + n])
-    base = 8 + n
+    """name -> numpy array of every tensor of a safetensors file"""
     dtypes = {"F32": np.float32, "I32": np.int32}
-    out = {}
-    for name, t in header.items():
-        if name == "__metadata__":
-            continue
-        b, e = t["data_offsets"]
-        out[name] = np.frombuffer(blob[base + b:base + e], dtype=dtypes[t["dtype"]]).reshape(t["shape"])
-    return out
+    return {name: np.frombuffer(raw, dtype=dtypes[dtype]).reshape(shape)
+            for name, (dtype, shape, raw) in st_read.tensors(path).items()}
 
 
 def gpt_loss(p, tokens, targets, want_logits=False):

@@ -18,7 +18,6 @@ seconds, naming the rank), and bad layouts (exit 2, one line naming the rule).
 
 usage: par_train.py ATOLL_TRAIN WORKDIR
 """
-import array
 import json
 import os
 import shutil
@@ -27,6 +26,9 @@ import struct
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import st_read  # noqa: E402
 
 TRAIN, WORK = sys.argv[1], sys.argv[2]
 MODEL = ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 256 --seq-length 32 "
@@ -117,16 +119,9 @@ def bubble_ok(name, steps, p, m, v):
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for name, t in header.items():
-        if name != "__metadata__":
-            b, e = t["data_offsets"]
-            out[name] = (t["shape"], array.array("f", data[8 + n + b:8 + n + e]))
-    return out
+    """name -> (shape, values) of every tensor of a checkpoint"""
+    shapes, values = st_read.tensors(path), st_read.arrays(path)
+    return {name: (shapes[name][1], values[name]) for name in shapes}
 
 
 def same_tensors(name, ref_path, got_path):
