@@ -459,19 +459,24 @@ static void print_resilience(const Atoll__Job *j)
 }
 
 /* A schedule's entries as its flag takes them: " by schedule: 16 from 0 tokens,
- * 320 from 2.4B, ..." (tokens in K, M, B or T from a thousand on). */
+ * 320 from 2.4B, ..." (tokens in K, M, B or T from a thousand on), read by the
+ * config's parser at one token a sample. */
 static void print_schedule(const char *normalised)
 {
     static const struct { double unit; char suffix; } units[] = { { 1e12, 'T' }, { 1e9, 'B' }, { 1e6, 'M' }, { 1e3, 'K' } };
-    unsigned long long t;
-    int b, used, n = 0;
-    for (const char *p = normalised; sscanf(p, " %llu:%d%n", &t, &b, &used) == 2; p += used, n++) {
-        printf(n ? ", %d from " : " by schedule: %d from ", b);
+    atoll_config sc;
+    cfg_defaults(&sc);
+    sc.seq_length = 1;
+    snprintf(sc.step_batch_size_schedule, sizeof sc.step_batch_size_schedule, "%s", normalised);
+    uint64_t from[CFG_MAX_SCHEDULE];
+    int bs[CFG_MAX_SCHEDULE], n = cfg_batch_schedule(&sc, from, bs);
+    for (int i = 0; i < n; i++) {
+        printf(i ? ", %d from " : " by schedule: %d from ", bs[i]);
         size_t u = 0;
-        while (u < 4 && (double)t < units[u].unit) u++;
-        if (u < 4) printf("%.6g%c", (double)t / units[u].unit, units[u].suffix);
-        else printf("%llu", t);
-        if (!n) printf(" tokens");
+        while (u < 4 && (double)from[i] < units[u].unit) u++;
+        if (u < 4) printf("%.6g%c", (double)from[i] / units[u].unit, units[u].suffix);
+        else printf("%llu", (unsigned long long)from[i]);
+        if (!i) printf(" tokens");
     }
 }
 

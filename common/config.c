@@ -1656,7 +1656,8 @@ static uint64_t ramp_walk(const atoll_config *c, int dp, uint64_t limit, long lo
 {
     uint64_t done = 0;
     long long it = 0;
-    while (it < max_iters && done <= limit && cfg_global_batch(c, dp) > 0) {
+    int walks = cfg_global_batch(c, dp) > 0;
+    while (walks && it < max_iters && done <= limit) {
         /* this level lasts while done < its end (the next level's first sample) and done <= limit */
         uint64_t next, b = batch_level(c, dp, done, &next);
         uint64_t end = limit == UINT64_MAX ? UINT64_MAX : limit + 1;

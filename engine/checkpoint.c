@@ -183,25 +183,42 @@ int ckpt_file_checksum(const char *path, uint64_t *sum, uint64_t *bytes)
     return 0;
 }
 
-/* Writes `text` to path via path.tmp + fsync + rename + directory fsync. */
-int ckpt_write_text(const char *dir, const char *path, const char *text, char *err, size_t errlen)
+/* Writes len bytes to path via path.tmp + fsync + rename + directory fsync. */
+int ckpt_write_file(const char *dir, const char *path, const void *data, size_t len, char *err, size_t errlen)
 {
     char tmp[1200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    size_t len = strlen(text);
-    if (fd < 0 || write(fd, text, len) != (ssize_t)len || fsync(fd)) {
+    const char *p = data;
+    size_t left = len;
+    while (fd >= 0 && left) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fd < 0 || left || fsync(fd)) {
         atoll_errf(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
-        if (fd >= 0) close(fd);
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
         return -1;
     }
     close(fd);
     if (rename(tmp, path)) {
         atoll_errf(err, errlen, "%s: cannot rename into place: %s", path, strerror(errno));
+        unlink(tmp);
         return -1;
     }
     fsync_dir(dir);
     return 0;
+}
+
+int ckpt_write_text(const char *dir, const char *path, const char *text, char *err, size_t errlen)
+{
+    return ckpt_write_file(dir, path, text, strlen(text), err, errlen);
 }
 
 void ckpt_note_step(eng_train_state *st, long long iteration, double loss, double lr, double grad_norm)

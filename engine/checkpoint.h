@@ -118,9 +118,11 @@ int ckpt_load(const char *dir, long long iteration, eng_model *m, eng_optim *o,
  * when the manifest has none. */
 int ckpt_read_model(const char *dir, long long iteration, atoll_config *c, char *err, size_t errlen);
 
-/* Writes `text` to `path` (in directory `dir`) through path.tmp, fsynced and
- * renamed into place, the directory fsynced: a reader sees the old file or the
- * whole new one. 0, or -1 with err naming the file. */
+/* Writes len bytes of data to `path` (in directory `dir`) through path.tmp,
+ * fsynced and renamed into place, the directory fsynced: a reader sees the old
+ * file or the whole new one. 0, or -1 with err naming the file (path.tmp
+ * removed). ckpt_write_text writes a NUL-terminated text so. */
+int ckpt_write_file(const char *dir, const char *path, const void *data, size_t len, char *err, size_t errlen);
 int ckpt_write_text(const char *dir, const char *path, const char *text, char *err, size_t errlen);
 
 /* Hugging Face's config.json for a LLaMA-family model (the caller frees; NULL:

@@ -472,12 +472,6 @@ int dist_sync_grads(dist *d, eng_model *m, dist_optim *o)
     return 0;
 }
 
-static int counts_in_norm(const dist *d, const eng_model *m, const eng_param *p)
-{
-    (void)d;
-    return !p->tied_copy && (p->shard_dim >= 0 || m->tp_rank == 0);
-}
-
 /* The part of tensor p inside this rank's ZeRO shard, as [lo, hi) of the flat buffer. */
 static int shard_range(const dist *d, const dist_optim *o, const eng_param *p, size_t *lo, size_t *hi)
 {
@@ -494,19 +488,9 @@ static double part_sumsq(dist *d, eng_model *m, const dist_optim *o, const float
 {
     if (zeros) *zeros = 0;
     if (!o && d->dp_rank != 0) return 0.0; /* DP replicas hold the same sums */
-    size_t s0 = o ? o->shard * (size_t)d->dp_rank : 0;
-    eng_sumsq_runs r;
-    eng_sumsq_runs_begin(&r, m->k, o ? shard : full, zeros != NULL);
-    for (int i = 0; i < m->nparams; i++) {
-        const eng_param *p = &m->table[i];
-        size_t lo = p->offset, hi = p->offset + p->numel;
-        if (!counts_in_norm(d, m, p)) eng_sumsq_runs_break(&r);
-        else if (!o) eng_sumsq_runs_add(&r, lo, hi);
-        else if (shard_range(d, o, p, &lo, &hi)) eng_sumsq_runs_add(&r, lo - s0, hi - s0);
-    }
-    eng_sumsq_runs_break(&r);
-    if (zeros) *zeros = eng_sumsq_runs_zeros(&r);
-    return r.sum;
+    if (!o) return eng_sumsq_range(m, full, 0, SIZE_MAX, zeros);
+    size_t s0 = o->shard * (size_t)d->dp_rank;
+    return eng_sumsq_range(m, shard, s0, s0 + o->shard, zeros);
 }
 
 double dist_grad_sumsq(dist *d, eng_model *m, dist_optim *o, uint64_t *zeros)

@@ -285,27 +285,19 @@ static int llama_tensors(ex_list *l, const ex_model *m)
     return 0;
 }
 
-/* Copies file `from` to dir/name through a temporary name. */
+/* Copies file `from` (a tokenizer's: at most 64 MiB) to dir/name, as the checkpoint writes its files. */
 static int copy_file(const char *from, const char *dir, const char *name, char *err, size_t errlen)
 {
-    char path[1200], tmp[1300];
+    char path[1200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *in = fopen(from, "rb"), *out = in ? fopen(tmp, "wb") : NULL;
-    int rc = in && out ? 0 : -1;
-    char buf[1 << 16];
-    size_t n;
-    while (!rc && (n = fread(buf, 1, sizeof buf, in)) > 0)
-        if (fwrite(buf, 1, n, out) != n) rc = -1;
-    if (in && ferror(in)) rc = -1;
-    if (out && (fflush(out) || fsync(fileno(out)))) rc = -1;
-    if (out && fclose(out)) rc = -1;
-    if (in) fclose(in);
-    if (!rc && rename(tmp, path)) rc = -1;
-    if (rc) {
+    size_t len;
+    char *data = atoll_read_file(from, (size_t)64 << 20, &len);
+    if (!data) {
         atoll_errf(err, errlen, "cannot copy %s to %s: %s", from, path, strerror(errno));
-        unlink(tmp);
+        return -1;
     }
+    int rc = ckpt_write_file(dir, path, data, len, err, errlen);
+    free(data);
     return rc;
 }
 

@@ -115,19 +115,27 @@ void eng_sumsq_runs_break(eng_sumsq_runs *r)
 
 uint64_t eng_sumsq_runs_zeros(const eng_sumsq_runs *r) { return r->elems - r->nonzero; }
 
-double eng_grad_sumsq(const eng_model *m, uint64_t *zeros)
+int eng_counts_in_norm(const eng_model *m, const eng_param *p)
+{
+    return !p->tied_copy && (p->shard_dim >= 0 || m->tp_rank == 0);
+}
+
+double eng_sumsq_range(const eng_model *m, const float *base, size_t from, size_t to, uint64_t *zeros)
 {
     eng_sumsq_runs r;
-    eng_sumsq_runs_begin(&r, m->k, m->grads, zeros != NULL);
+    eng_sumsq_runs_begin(&r, m->k, base, zeros != NULL);
     for (int i = 0; i < m->nparams; i++) {
         const eng_param *p = &m->table[i];
-        if (p->tied_copy || (p->shard_dim < 0 && m->tp_rank != 0)) eng_sumsq_runs_break(&r);
-        else eng_sumsq_runs_add(&r, p->offset, p->offset + p->numel);
+        size_t lo = p->offset > from ? p->offset : from, hi = p->offset + p->numel < to ? p->offset + p->numel : to;
+        if (!eng_counts_in_norm(m, p)) eng_sumsq_runs_break(&r);
+        else if (lo < hi) eng_sumsq_runs_add(&r, lo - from, hi - from);
     }
     eng_sumsq_runs_break(&r);
     if (zeros) *zeros = eng_sumsq_runs_zeros(&r);
     return r.sum;
 }
+
+double eng_grad_sumsq(const eng_model *m, uint64_t *zeros) { return eng_sumsq_range(m, m->grads, 0, SIZE_MAX, zeros); }
 
 float eng_clip_scale(double grad_norm, double clip)
 {

@@ -54,6 +54,13 @@ void eng_optim_free(eng_optim *o);
  * With zeros non-NULL, also how many of those elements are exactly 0 there
  * (Megatron's --log-num-zeros-in-grad). */
 double eng_grad_sumsq(const eng_model *m, uint64_t *zeros);
+/* The same over any buffer laid out as the parameters, restricted to its flat
+ * elements [from, to): base points at element `from` (a ZeRO shard), and only
+ * the tensors eng_counts_in_norm says count are summed. */
+double eng_sumsq_range(const eng_model *m, const float *base, size_t from, size_t to, uint64_t *zeros);
+/* Whether tensor p counts on this rank in a norm over all ranks: not a tied
+ * copy, and a TP-replicated tensor on TP rank 0 only. */
+int eng_counts_in_norm(const eng_model *m, const eng_param *p);
 
 /* Sums of squares over ranges of one flat buffer with as few backend calls
  * (each a host sync) as possible: consecutive ranges merge into one run, the
