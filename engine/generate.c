@@ -8,8 +8,11 @@
  * likely tokens (all with 0), with draws from the counter-based RNG keyed by
  * --seed, so a seed gives the same text on every run. Generation stops after
  * --max-tokens or at the end-of-document token. Each step runs the forward
- * pass over the last --seq-length tokens (no key/value cache: the models this
- * serves are small). */
+ * pass over the context, the last --seq-length tokens at most, rounded up to
+ * a multiple of GEN_ROUND positions (eng_set_seq_length; fewer distinct
+ * lengths for backends that plan per shape): a short prompt costs its own
+ * length, not the model's sequence. There is no key/value cache: a step
+ * recomputes the whole context. */
 #include "checkpoint.h"
 #include "errf.h"
 #include "model.h"
@@ -23,6 +26,8 @@
 #include <string.h>
 
 int generate_main(int argc, char **argv);
+
+enum { GEN_ROUND = 16 };
 
 static void usage(FILE *f)
 {
@@ -231,8 +236,13 @@ int generate_main(int argc, char **argv)
     uint64_t key = rng_key(o.seed, 0x6e6e0000ULL);
     for (long step = 0; step < o.max_tokens; step++) {
         size_t from = len > (size_t)T ? len - (size_t)T : 0, nctx = len - from;
-        for (size_t i = 0; i < (size_t)T; i++) ctx[i] = i < nctx ? ids[from + i] : tok_eod(tok);
-        if (eng_forward(m, a, ctx, NULL, targets, 0.0f, NULL)) { atoll_errf(err, sizeof err, "forward pass failed"); goto out; }
+        size_t run = (nctx + GEN_ROUND - 1) / GEN_ROUND * GEN_ROUND; /* positions past nctx: eod, read by none */
+        if (run > (size_t)T) run = (size_t)T;
+        for (size_t i = 0; i < run; i++) ctx[i] = i < nctx ? ids[from + i] : tok_eod(tok);
+        if (eng_set_seq_length(m, (int)run) || eng_forward(m, a, ctx, NULL, targets, 0.0f, NULL)) {
+            atoll_errf(err, sizeof err, "forward pass over %zu positions failed", run);
+            goto out;
+        }
         eng_logits_to_host(m, a, logits);
         int32_t next = pick(logits + (nctx - 1) * (size_t)V, n, &o, key, step, scratch);
         if (next == tok_eod(tok)) break;

@@ -612,6 +612,7 @@ eng_acts *eng_acts_create(eng_model *m, int chunk)
     if (chunk < 0 || chunk >= m->nchunks) return NULL;
     const eng_chunk *ch = &m->chunks[chunk];
     int nl = ch->layer_end - ch->layer_begin;
+    if (m->T != m->cfg.seq_length) return NULL; /* sized for the whole sequence only (eng_set_seq_length) */
     eng_acts *a = calloc(1, sizeof *a);
     if (!a) return NULL;
     a->chunk = chunk;
@@ -643,6 +644,15 @@ void *eng_output(eng_model *m, eng_acts *a)
 {
     const eng_chunk *ch = &m->chunks[a->chunk];
     return a->res[ch->layer_end - ch->layer_begin];
+}
+
+int eng_set_seq_length(eng_model *m, int T)
+{
+    /* the buffers are sized for cfg.seq_length; without gradients no backward reads them */
+    if (m->grads || m->sp || T < 1 || T > m->cfg.seq_length) return -1;
+    m->T = T;
+    m->R = m->B * T;
+    return 0;
 }
 
 size_t eng_boundary_bytes(const eng_model *m) { return (size_t)m->R * m->C * m->act_bytes; }

@@ -303,6 +303,15 @@ void eng_zero_grads(eng_model *m);
  * (eng_acts.sample0), the layer and the site, never on the layout. */
 void eng_set_step(eng_model *m, uint64_t seed, long long iteration, int training);
 
+/* The forward passes of a model built forward_only (atoll generate) cover the
+ * first T positions of each sample from now on, 1 <= T <= --seq-length: with
+ * causal attention no position's output depends on a later one, so a context
+ * of n tokens costs n positions, not --seq-length (the logits are [B*T, V]
+ * then). Activations are sized for --seq-length: eng_acts_create returns NULL
+ * while T is shorter. Not under sequence parallelism. 0, or -1 with nothing
+ * changed when T is out of range or the model trains. */
+int eng_set_seq_length(eng_model *m, int T);
+
 /* The name of the token embedding ("wte.weight", or "model.embed_tokens.weight"
  * in the LLaMA family). */
 const char *eng_embed_name(const atoll_config *c);
