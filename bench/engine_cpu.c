@@ -7,6 +7,7 @@
  * model FLOP/s : SGEMM FLOP/s is the figure to track.
  *
  * usage: engine_cpu [--iters N] [--micro-batch-size B] [--out FILE.md] */
+#include "errf.h"
 #include "model.h"
 #include "optimizer.h"
 
@@ -18,13 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* GFLOP/s of C[M,N] = A[M,K] B[K,N]^T, best of `reps` after a warm-up. */
 static double sgemm_gflops(int M, int N, int K, int reps)
 {
@@ -35,9 +29,9 @@ static double sgemm_gflops(int M, int N, int K, int reps)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = atoll_mono_s();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
-        double dt = now_s() - t0;
+        double dt = atoll_mono_s() - t0;
         if (dt < best) best = dt;
     }
     free(a);
@@ -88,14 +82,14 @@ int main(int argc, char **argv)
 
     double t_fwd = 0, t_bwd = 0, t_opt = 0, loss = 0, best = 1e30;
     for (int it = 0; it <= iters; it++) { /* iteration 0 warms up */
-        double t0 = now_s();
+        double t0 = atoll_mono_s();
         eng_zero_grads(m);
         eng_forward(m, a, tok, NULL, tgt, 0.0f, &loss);
-        double t1 = now_s();
+        double t1 = atoll_mono_s();
         eng_backward(m, a, NULL, 1.0f / (float)N);
-        double t2 = now_s();
+        double t2 = atoll_mono_s();
         eng_optim_step(o, m, &rates, 1.0f, it + 1);
-        double t3 = now_s();
+        double t3 = atoll_mono_s();
         if (it) { t_fwd += t1 - t0; t_bwd += t2 - t1; t_opt += t3 - t2; }
         if (it && t3 - t0 < best) best = t3 - t0;
     }

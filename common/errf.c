@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 void atoll_errf(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -62,4 +63,11 @@ int atoll_mkdir_p(const char *path, unsigned mode)
             *p = '/';
         }
     return mkdir(tmp, (mode_t)mode) && errno != EEXIST ? -1 : 0;
+}
+
+double atoll_mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

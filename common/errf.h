@@ -1,5 +1,6 @@
 /* errf: the one way a function fills a caller's error buffer, reads a small
- * file whole, and makes a directory with its parents.
+ * file whole, makes a directory with its parents, and reads the monotonic
+ * clock.
  *
  * Functions that fail return a code and write one line, naming what was wrong
  * and what would be accepted, into a caller-owned `char *err, size_t errlen`;
@@ -18,5 +19,8 @@ char *atoll_read_file(const char *path, size_t max, size_t *len);
 /* mkdir -p, the directories it makes with `mode`: 0, or -1 with errno
  * (ENAMETOOLONG past 1023 bytes). */
 int atoll_mkdir_p(const char *path, unsigned mode);
+
+/* Seconds on CLOCK_MONOTONIC (intervals only: its zero is arbitrary). */
+double atoll_mono_s(void);
 
 #endif

@@ -1,3 +1,4 @@
+#include "errf.h"
 #include "ckpt_async.h"
 
 #include <pthread.h>
@@ -26,20 +27,13 @@ struct ckpt_async {
     char err[512];
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void commit(ckpt_async *a)
 {
     if (ckpt_commit(a->dir, &a->st, &a->m->cfg, a->err, sizeof a->err)) {
         atomic_store(&a->state, FAILED);
         return;
     }
-    a->seconds = now_s() - a->t0;
+    a->seconds = atoll_mono_s() - a->t0;
     atomic_store(&a->state, COMMITTED);
 }
 
@@ -87,7 +81,7 @@ ckpt_async *ckpt_async_start(const char *dir, const eng_model *m, const ckpt_par
         free(a);
         return NULL;
     }
-    a->t0 = now_s();
+    a->t0 = atoll_mono_s();
     snprintf(a->dir, sizeof a->dir, "%s", dir);
     a->m = m;
     a->write_headers = write_headers;

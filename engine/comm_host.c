@@ -20,6 +20,7 @@
  * summed in one fixed order by one rank and then copied, so all ranks end with
  * bit-identical results. Broadcast is a chunked chain from the root.
  */
+#include "errf.h"
 #include "comm.h"
 
 #include "auth.h"
@@ -106,13 +107,6 @@ typedef struct {
     size_t cap;
 } host_group;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* ---------------- progress thread ---------------- */
 
 static void peer_closed(host_world *h, int rank, const char *why)
@@ -154,7 +148,7 @@ static int route_payload(host_world *h, peer *p)
         r->state = REQ_RECEIVING;
     }
     if (r && r->bytes == p->hdr.bytes) {
-        r->t_first = now_s();
+        r->t_first = atoll_mono_s();
         p->cur_req = r;
         p->dst = r->buf;
     } else {
@@ -176,7 +170,7 @@ static int route_payload(host_world *h, peer *p)
         m->ctx = p->hdr.ctx;
         m->tag = p->hdr.tag;
         m->bytes = p->hdr.bytes;
-        m->t_first = now_s();
+        m->t_first = atoll_mono_s();
         m->data = data;
         if (r) {
             r->m = m;
@@ -198,7 +192,7 @@ static int route_payload(host_world *h, peer *p)
 static void payload_done(host_world *h, peer *p)
 {
     pthread_mutex_lock(&h->mu);
-    double t = now_s();
+    double t = atoll_mono_s();
     if (p->cur_req) {
         p->cur_req->t_done = t;
         p->cur_req->state = REQ_DONE;
@@ -334,7 +328,7 @@ static int wait_recv_timed(comm *c, req *r, double when[2])
 {
     comm_world *w = c->world;
     host_world *h = w->impl;
-    double deadline = now_s() + w->timeout_ms / 1e3;
+    double deadline = atoll_mono_s() + w->timeout_ms / 1e3;
     int rc = 0;
     pthread_mutex_lock(&h->mu);
     for (;;) {
@@ -342,7 +336,7 @@ static int wait_recv_timed(comm *c, req *r, double when[2])
         if (r->state == REQ_DONE || r->state == REQ_FAILED) break;
         if (r->m && !r->m->complete && h->peers[r->peer].closed) break;
         /* wake at the deadline or within a second, whichever is first */
-        double left = deadline - now_s();
+        double left = deadline - atoll_mono_s();
         if (left > 1) left = 1;
         if (left < 0.001) left = 0.001;
         struct timespec ts;
@@ -351,7 +345,7 @@ static int wait_recv_timed(comm *c, req *r, double when[2])
         ts.tv_sec += ns / 1000000000;
         ts.tv_nsec = ns % 1000000000;
         pthread_cond_timedwait(&h->cv, &h->mu, &ts);
-        if (now_s() > deadline && r->state == REQ_POSTED) {
+        if (atoll_mono_s() > deadline && r->state == REQ_POSTED) {
             peer *p = &h->peers[r->peer];
             req **pp = &p->posted_head, *prev = NULL;
             while (*pp && *pp != r) {
@@ -469,7 +463,7 @@ static int full_read(int fd, void *buf, size_t n, double deadline)
     char *p = buf;
     while (n) {
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
-        int left = (int)((deadline - now_s()) * 1e3);
+        int left = (int)((deadline - atoll_mono_s()) * 1e3);
         if (left <= 0 || poll(&pfd, 1, left) <= 0) return -1;
         ssize_t r = recv(fd, p, n, 0);
         if (r <= 0) return -1;
@@ -500,14 +494,14 @@ static int connect_mesh(comm_world *w, int lfd, char *err, size_t errlen)
 {
     host_world *h = w->impl;
     const auth_token *secret = &store_client_auth(w->store)->secret;
-    double deadline = now_s() + w->timeout_ms / 1e3;
+    double deadline = atoll_mono_s() + w->timeout_ms / 1e3;
     char label[64];
     for (int j = 0; j < w->rank; j++) {
         char key[128];
         snprintf(key, sizeof key, "%s/host/addr/%d", w->prefix, j);
         void *val = NULL;
         size_t len = 0;
-        int left = (int)((deadline - now_s()) * 1e3);
+        int left = (int)((deadline - atoll_mono_s()) * 1e3);
         if (store_wait(w->store, key, left > 0 ? left : 1, &val, &len) != STORE_OK) {
             snprintf(err, errlen, "comm: rank %d: %s", w->rank, store_error(w->store));
             return -1;
@@ -533,7 +527,7 @@ static int connect_mesh(comm_world *w, int lfd, char *err, size_t errlen)
             return -1;
         }
         uint8_t reply[AUTH_NONCE_LEN + AUTH_MAC_LEN], want[AUTH_MAC_LEN], mine[AUTH_MAC_LEN];
-        double hs = now_s() + PEER_HANDSHAKE_S;
+        double hs = atoll_mono_s() + PEER_HANDSHAKE_S;
         int got = full_read(fd, reply, sizeof reply, hs < deadline ? hs : deadline) == 0;
         peer_label(label, sizeof label, "accept", j, w->rank);
         if (got) auth_mac(secret, label, hello.nonce, reply, want);
@@ -557,7 +551,7 @@ static int connect_mesh(comm_world *w, int lfd, char *err, size_t errlen)
     int need = w->size - w->rank - 1, refused = 0;
     while (need > 0) {
         struct pollfd pfd = {.fd = lfd, .events = POLLIN};
-        int left = (int)((deadline - now_s()) * 1e3);
+        int left = (int)((deadline - atoll_mono_s()) * 1e3);
         int fd = -1;
         if (left > 0 && poll(&pfd, 1, left) == 1) fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
         if (fd < 0) {
@@ -565,7 +559,7 @@ static int connect_mesh(comm_world *w, int lfd, char *err, size_t errlen)
                      w->timeout_ms, refused ? " (connections without the job secret were refused)" : "");
             return -1;
         }
-        double hs = now_s() + PEER_HANDSHAKE_S;
+        double hs = atoll_mono_s() + PEER_HANDSHAKE_S;
         if (hs > deadline) hs = deadline;
         hello_msg hello;
         uint8_t reply[AUTH_NONCE_LEN + AUTH_MAC_LEN], proof[AUTH_MAC_LEN], want[AUTH_MAC_LEN];
@@ -911,16 +905,16 @@ static int host_barrier(comm *c)
  * receive's first byte is the peer not having sent yet: waiting, not transfer. */
 static int host_p2p_batch(comm *c, comm_p2p *ops, int n)
 {
-    double t0 = now_s(), xfer = 0;
+    double t0 = atoll_mono_s(), xfer = 0;
     req **rq = calloc((size_t)n, sizeof(req *));
     for (int i = 0; i < n; i++)
         if (!ops[i].is_send) rq[i] = post_recv(c, c->ranks[ops[i].peer], ops[i].buf, ops[i].bytes, ops[i].tag);
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++)
         if (ops[i].is_send) {
-            double ts = now_s();
+            double ts = atoll_mono_s();
             rc = send_msg(c, c->ranks[ops[i].peer], ops[i].buf, ops[i].bytes, ops[i].tag);
-            xfer += now_s() - ts;
+            xfer += atoll_mono_s() - ts;
         }
     for (int i = 0; i < n; i++)
         if (rq[i]) {
@@ -931,7 +925,7 @@ static int host_p2p_batch(comm *c, comm_p2p *ops, int n)
             if (when[1] > from) xfer += when[1] - from;
         }
     free(rq);
-    double total = now_s() - t0;
+    double total = atoll_mono_s() - t0;
     c->xfer_s += xfer < total ? xfer : total;
     return rc;
 }

@@ -140,13 +140,6 @@ static int add_text_file(prep *p, const char *path, char *err, size_t errlen)
     return rc;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int data_prepare_main(int argc, char **argv)
 {
     const char *prefix = NULL, *tok_name = "ByteLevel", *vocab = NULL, *merges = NULL, *model = NULL, *key = NULL;
@@ -226,7 +219,7 @@ int data_prepare_main(int argc, char **argv)
     p.append_eod = append_eod;
     p.json_key = key ? key : "text";
     int rc = 1, opened = 0;
-    double t0 = now_s();
+    double t0 = atoll_mono_s();
     if (!(p.tok = tok_open(type, vocab, merges, model, err, sizeof err))) goto out;
     if (idx_writer_open(&p.w, prefix, idx_dtype_for_vocab(tok_vocab_size(p.tok)), err, sizeof err)) goto out;
     opened = 1;
@@ -237,7 +230,7 @@ int data_prepare_main(int argc, char **argv)
     unsigned long long total = p.w.tokens;
     opened = 0;
     if (idx_writer_finish(&p.w, err, sizeof err)) goto out;
-    double dt = now_s() - t0;
+    double dt = atoll_mono_s() - t0;
     if (p.replaced)
         fprintf(stderr, "atoll data prepare: note: %ld invalid UTF-8 sequences were replaced by U+FFFD (the first in %s)\n",
                 p.replaced, p.first_replaced);

@@ -22,13 +22,6 @@ struct dist_slot {
     int mb, chunk, busy;
 };
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int dist_pipe_init(dist_pipe *p, dist *d, eng_model *m)
 {
     memset(p, 0, sizeof *p);
@@ -108,12 +101,12 @@ static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double
     }
     p->m->k->sync(); /* the activations sent are complete */
     comm *pp = p->d->g[GROUP_PP];
-    double t0 = now_s(), x0 = pp->xfer_s;
+    double t0 = atoll_mono_s(), x0 = pp->xfer_s;
     if (comm_p2p_batch(pp, ops, n)) {
         atoll_errf(err, errlen, "pipeline: %s", dist_error(p->d));
         return -1;
     }
-    double dt = now_s() - t0, dx = pp->xfer_s - x0;
+    double dt = atoll_mono_s() - t0, dx = pp->xfer_s - x0;
     if (dx > dt) dx = dt;
     *idle += dt - dx;
     *xfer += dx;
@@ -194,7 +187,7 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
     sched_list l;
     memset(r, 0, sizeof *r);
     if (sched_build(d->pp, d->pp_rank, d->nmicro, d->v, &l, err, errlen)) return -1;
-    double t0 = now_s(), idle = 0.0, xfer = 0.0;
+    double t0 = atoll_mono_s(), idle = 0.0, xfer = 0.0;
     int rc = 0;
     for (int i = 0; i < l.n && !rc;) {
         if (!is_transfer(l.a[i].op)) {
@@ -211,16 +204,16 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
     /* The closing synchronisation: a stage that finished early is idle until
      * the last one is done, and that idleness is bubble too. */
     if (!rc && d->pp > 1) {
-        double tb = now_s();
+        double tb = atoll_mono_s();
         if (comm_barrier(d->g[GROUP_PP])) {
             atoll_errf(err, errlen, "pipeline: %s", dist_error(d));
             rc = -1;
         }
-        idle += now_s() - tb;
+        idle += atoll_mono_s() - tb;
     }
     r->idle_s = idle;
     r->transfer_s = xfer;
-    r->busy_s = now_s() - t0 - idle - xfer;
+    r->busy_s = atoll_mono_s() - t0 - idle - xfer;
     return rc;
 }
 

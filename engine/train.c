@@ -45,13 +45,6 @@ static int64_t wall_ms(void)
     return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void eng_cuda_select_device(void)
 {
 #ifdef ATOLL_HAVE_CUDA_KERNELS
@@ -342,7 +335,7 @@ typedef struct run {
 static int stop_wanted(const run *r)
 {
     return stop_requested || (r->c->exit_duration_in_mins > 0 &&
-                              now_s() - r->t_start >= r->c->exit_duration_in_mins * 60.0);
+                              atoll_mono_s() - r->t_start >= r->c->exit_duration_in_mins * 60.0);
 }
 
 /* --save-mtbf (rank 0): is a save due after the step being computed? Young's
@@ -355,7 +348,7 @@ static int mtbf_due(const run *r)
     if (!c->save[0] || c->save_mtbf <= 0) return 0;
     if (r->stall_avg <= 0)
         return r->st.iteration + 1 - r->last_save_it >= (c->save_interval > 0 ? c->save_interval : 10);
-    return now_s() - r->last_save_t >= sqrt(2.0 * c->save_mtbf * r->stall_avg);
+    return atoll_mono_s() - r->last_save_t >= sqrt(2.0 * c->save_mtbf * r->stall_avg);
 }
 
 /* --eod-mask-loss (Megatron's): a position whose input is the end-of-document
@@ -448,7 +441,7 @@ static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errle
     r->st.iteration = s->it;
     r->st.consumed_samples += s->batch;
     s->consumed = r->st.consumed_samples;
-    s->step_s = now_s() - t0;
+    s->step_s = atoll_mono_s() - t0;
     /* --log-params-norm, Megatron's: the updated parameters' L2 norm, on logged steps (outside the step's
      * time; every rank takes part in the sum) */
     s->params_norm = -1.0;
@@ -503,7 +496,7 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     const atoll_config *c = r->c;
     dist *d = &r->d;
     eng_model *m = r->m;
-    double t0 = now_s();
+    double t0 = atoll_mono_s();
     s->batch = step_batch(r);
     double tokens = (double)s->batch * c->seq_length;
     if (load_batch(r, err, errlen)) return -1;
@@ -578,7 +571,7 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     if (r->d.size > 1) return train_step_dist(r, s, err, errlen);
     const atoll_config *c = r->c;
     eng_model *m = r->m;
-    double t0 = now_s();
+    double t0 = atoll_mono_s();
     s->batch = step_batch(r);
     int T = c->seq_length, mbs = c->micro_batch_size, nmicro = r->d.nmicro;
     size_t mb_tokens = (size_t)mbs * T;
@@ -1087,7 +1080,7 @@ static int save_async(run *r, char *err, size_t errlen)
 static int save_timed(run *r, int final, char *err, size_t errlen)
 {
     watchdog_phase(r->wd, "save", r->st.iteration);
-    double t0 = now_s();
+    double t0 = atoll_mono_s();
     int rc;
     if (r->c->async_save && !final) {
         rc = save_async(r, err, errlen);
@@ -1096,13 +1089,13 @@ static int save_timed(run *r, int final, char *err, size_t errlen)
         if (!rc) rc = save(r, err, errlen);
         if (!rc) {
             r->ckpt_committed = r->st.iteration;
-            r->save_s = now_s() - t0;
+            r->save_s = atoll_mono_s() - t0;
         }
     }
-    double stall = now_s() - t0;
+    double stall = atoll_mono_s() - t0;
     r->stall_unreported += stall;
     r->stall_avg = r->stall_avg > 0 ? 0.7 * r->stall_avg + 0.3 * stall : stall;
-    r->last_save_t = now_s();
+    r->last_save_t = atoll_mono_s();
     r->last_save_it = r->st.iteration;
     if (r->c->save_mtbf > 0 && r->d.rank == 0 && !final) {
         printf("atoll-train: saved iteration %lld (stall %.1f ms); --save-mtbf %.0f s: next save in Tc = "
@@ -1116,7 +1109,7 @@ static int save_timed(run *r, int final, char *err, size_t errlen)
 
 int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t errlen)
 {
-    double t_start = now_s();
+    double t_start = atoll_mono_s();
     atoll_config c = *cfg;
     const char *ws = getenv("WORLD_SIZE");
     int world = ws ? atoi(ws) : 1;
@@ -1176,7 +1169,7 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     }
     long long last_saved = r.st.iteration;
     r.last_save_it = r.st.iteration;
-    r.last_save_t = now_s();
+    r.last_save_t = atoll_mono_s();
     int stopped = 0;
     long long stop = c.train_iters;
     if (c.exit_interval > 0 && c.exit_interval < stop) stop = c.exit_interval;
@@ -1186,7 +1179,7 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         memset(&s, 0, sizeof s);
         s.pp = 1;
         watchdog_phase(r.wd, "step", r.st.iteration);
-        double comm0 = comm_thread_comm_s(), t0 = now_s();
+        double comm0 = comm_thread_comm_s(), t0 = atoll_mono_s();
         if ((rc = train_step(&r, &s, err, errlen))) break;
         s.compute_s = s.step_s - (comm_thread_comm_s() - comm0);
         if (s.compute_s < 0) s.compute_s = 0;

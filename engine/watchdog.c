@@ -1,3 +1,4 @@
+#include "errf.h"
 #include "watchdog.h"
 
 #include <pthread.h>
@@ -24,13 +25,6 @@ struct eng_watchdog {
     double *urgent_start; /* per comm: start of the wait last reported urgent */
 };
 
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* One report; returns 1 when it was urgent. `force` writes it even when nothing is urgent. */
 static int report(eng_watchdog *wd, int force)
 {
@@ -39,7 +33,7 @@ static int report(eng_watchdog *wd, int force)
     Atoll__WatchOp ops[64], *opp[64];
     int32_t members[64][MAX_MEMBERS];
     int nops = 0, urgent = 0;
-    double now = mono_s(), step_s = (double)atomic_load(&wd->step_us) * 1e-6;
+    double now = atoll_mono_s(), step_s = (double)atomic_load(&wd->step_us) * 1e-6;
     double urgent_after = step_s > WATCHDOG_URGENT_MS / 1e3 ? step_s : WATCHDOG_URGENT_MS / 1e3;
     for (int i = 0; i < n; i++) {
         comm *c = comm_world_nth(wd->w, i);
@@ -86,7 +80,7 @@ static void *watch_main(void *arg)
     pthread_mutex_lock(&wd->mu);
     while (!wd->stop) {
         pthread_mutex_unlock(&wd->mu);
-        double now = mono_s();
+        double now = atoll_mono_s();
         int due = now >= next;
         report(wd, due);
         if (due) next = now + WATCHDOG_PERIOD_MS / 1e3;
