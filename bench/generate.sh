@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# bench/generate: `atoll generate` on the CPU, the cost of one new token with a
-# short context against a full one, on a GPT-2 124M-shaped model (12 layers,
-# hidden 768, 12 heads, seq 1024, GPT-2 BPE, vocab 50304 padded) trained one
-# step on the demo's Moby-Dick chapters.
+# bench/generate: `atoll generate` on the CPU, the cost of one new token by
+# context, on a GPT-2 124M-shaped model (12 layers, hidden 768, 12 heads, seq
+# 1024, GPT-2 BPE, vocab 50304 padded) trained one step on the demo's
+# Moby-Dick chapters.
 #
-# Each step of generate runs the forward pass over the context rounded up to 16
-# positions (eng_set_seq_length), no longer over the whole --seq-length; there
-# is no key/value cache. A full context (a prompt of more than 1024 tokens) is
-# what every token cost before, whatever the context. Per-token time is the
-# difference of two runs over the difference of their token counts (--json),
-# so loading the checkpoint and the tokenizer cancels out; best of 3.
+# The prompt runs as one forward pass over its tokens (rounded up to 16
+# positions), then each new token is a decode step of one position against the
+# layers' kept keys and values (eng_decode). Once the text is longer than
+# --seq-length every step reruns the forward pass over the last 1024 tokens,
+# which is what every token cost before either change. Per-token time is the
+# mean over the steps after the prompt's that --json reports, best of 3 runs. The floor of a decode step is reading the weights once; the
+# report gives the rate the step reads them at, beside one core's read rate
+# (numpy's sum over 512 MB). The peer: the same checkpoint exported and
+# decoded greedily by PyTorch eager with a key/value cache, as Hugging Face's
+# generate runs GPT-2 (bench/generate_torch.py; transformers itself is not
+# installed here), timed over its decode steps alone, best of 3.
 #
 # usage: bench/generate.sh [BUILD_DIR] [OUT.md]
 set -euo pipefail
@@ -35,33 +40,50 @@ t0=$(date +%s.%N)
 t1=$(date +%s.%N)
 
 SHORT="Call me Ishmael."
+MID=$(head -c 3000 "$TEXT")  # about 700 GPT-2 tokens: decode steps with ~700 keys each
 LONG=$(head -c 6000 "$TEXT") # about 1,400 GPT-2 tokens: the context is the last 1024 throughout
-# gen PROMPT MAX: "seconds tokens" of one run (tokens generated; the run may end early at end-of-document)
-gen() {
-    local s e n
-    s=$(date +%s.%N)
-    "$ATOLL" generate --load "$TMP/ck" --prompt "$1" --max-tokens "$2" --temperature 0 --json >"$TMP/g.json"
-    e=$(date +%s.%N)
-    n=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["tokens"]))' "$TMP/g.json")
-    echo "$(echo "$e - $s" | bc -l) $n"
-}
-# per_token PROMPT FEW MANY: best of 3 of (time(MANY) - time(FEW)) / (tokens(MANY) - tokens(FEW)), in ms
+# per_token PROMPT MAX KIND: best of 3 runs of the mean time of a step after the prompt's (KIND decode or
+# pass), in ms, as atoll generate --json reports it
 per_token() {
-    local best="" i a b
+    local best="" i a
     for i in 1 2 3; do
-        read -r ta na <<<"$(gen "$1" "$2")"
-        read -r tb nb <<<"$(gen "$1" "$3")"
-        [ "$nb" -gt "$na" ] || { echo "generation stopped after $nb tokens" >&2; exit 1; }
-        a=$(echo "($tb - $ta) * 1000 / ($nb - $na)" | bc -l)
+        "$ATOLL" generate --load "$TMP/ck" --prompt "$1" --max-tokens "$2" --temperature 0 --json >"$TMP/g.json"
+        a=$(python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["timing"]; k=sys.argv[2]
+assert t[k + "_steps"] > 0, t
+print(t[k + "_ms_per_token"])' "$TMP/g.json" "$3") || { echo "no $3 steps: $(cat "$TMP/g.json")" >&2; exit 1; }
         if [ -z "$best" ] || [ "$(echo "$a < $best" | bc -l)" = 1 ]; then best=$a; fi
     done
     printf "%.1f" "$best"
 }
-short=$(per_token "$SHORT" 1 33)
-prompt_tokens=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["prompt_tokens"])' "$TMP/g.json")
-long=$(per_token "$LONG" 1 5)
-long_tokens=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["prompt_tokens"])' "$TMP/g.json")
-ratio=$(echo "$long / $short" | bc -l)
+prompt_tokens() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["prompt_tokens"])' "$TMP/g.json"; }
+short=$(per_token "$SHORT" 33 decode)
+short_tokens=$(prompt_tokens)
+cp "$TMP/g.json" "$TMP/short.json" # the last run's 33 tokens
+# the peer: PyTorch eager with a key/value cache on the exported checkpoint, the same prompt ids
+torch_ms="" torch_agree=""
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+    "$ATOLL" export --load "$TMP/ck" --output "$TMP/hf" >/dev/null
+    printf "%s" "$SHORT" >"$TMP/prompt.txt"
+    "$ATOLL" data prepare --input "$TMP/prompt.txt" --output-prefix "$TMP/prompt" "${BPE[@]}" >/dev/null
+    /usr/bin/python3 "$ROOT/bench/generate_torch.py" "$TMP/hf" "$TMP/prompt.bin" 33 >"$TMP/torch.json"
+    read -r torch_ms torch_ver torch_agree <<<"$(python3 -c '
+import json, sys
+t, a = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+same = sum(1 for x, y in zip(t["tokens"], a["tokens"]) if x == y)
+print(t["ms_per_token"], t["torch"] + "," + str(t["threads"]), "%d/%d" % (same, len(a["tokens"])))' "$TMP/torch.json" "$TMP/short.json")"
+fi
+mid=$(per_token "$MID" 33 decode)
+mid_tokens=$(prompt_tokens)
+long=$(per_token "$LONG" 5 pass)
+long_tokens=$(prompt_tokens)
+# the weights' bytes over the memory read rate: the floor of a decode step
+params=$(grep -o "[0-9]* parameters" "$TMP/train.log" | head -1 | cut -d" " -f1 || true)
+read_gbs=$(/usr/bin/python3 -c '
+import time, numpy as np
+a = np.ones(1 << 27, np.float32); best = 1e9
+for _ in range(5):
+    t = time.perf_counter(); a.sum(); best = min(best, time.perf_counter() - t)
+print("%.1f" % (a.nbytes / best / 1e9))' 2>/dev/null || echo "")
 
 {
     echo "# generate: the cost of a token by context, GPT-2 124M shape on the CPU"
@@ -72,19 +94,34 @@ ratio=$(echo "$long / $short" | bc -l)
     echo "- model: 12 layers, hidden 768, 12 heads, seq 1024, vocab 50304 (GPT-2 BPE), fp32, trained 1 step ($(printf '%.0f' "$(echo "$t1 - $t0" | bc -l)") s)"
     echo "- load average after the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo
-    echo "| context | ms per new token (best of 3) |"
-    echo "| --- | ---: |"
-    echo "| short: a $prompt_tokens-token prompt, 32 tokens generated (forward over 16 to 48 positions) | $short |"
-    echo "| full: a $long_tokens-token prompt, the last 1024 (forward over 1024 positions; every token's cost before) | $long |"
+    echo "| context | each new token | ms per new token (best of 3) |"
+    echo "| --- | --- | ---: |"
+    echo "| a $short_tokens-token prompt, 32 tokens generated | a decode step at positions $short_tokens to $((short_tokens + 31)) | $short |"
+    if [ -n "$torch_ms" ]; then
+        echo "| the same, PyTorch ${torch_ver%,*} eager (${torch_ver#*,} threads, bench/generate_torch.py) | a decode step with its key/value cache (greedy tokens equal to atoll's: $torch_agree) | $torch_ms |"
+    fi
+    echo "| a $mid_tokens-token prompt, 32 tokens generated | a decode step at positions $mid_tokens to $((mid_tokens + 31)) | $mid |"
+    echo "| a $long_tokens-token prompt, the last 1024 | a forward pass over 1024 positions (what every token cost before) | $long |"
     echo
-    printf "A short context is %.0fx cheaper per token than a full one.\n" "$ratio"
+    printf "A decode step after a short prompt is %.0fx cheaper than a pass over the full context; after\n" "$(echo "$long / $short" | bc -l)"
+    printf "a %s-token prompt %.0fx.\n" "$mid_tokens" "$(echo "$long / $mid" | bc -l)"
     echo
-    echo "Floors, per new token (2 FLOPs a multiply-add; the 6 GB/s and 70 GFLOP/s are this machine's"
-    echo "order of magnitude, see engine_cpu.md): a pass over n positions is n x (2 x 85M non-embedding"
-    echo "weights + 2 x 50304 x 768 for the output layer) = n x 247 MFLOP, plus attention's 2 x 2 x 12 x"
-    echo "768 x n^2 / 2; at n = 1024 about 272 GFLOP (3.9 s at 70 GFLOP/s), at n = 32 about 8 GFLOP"
-    echo "(0.11 s). A key/value cache would make it one position, 247 MFLOP, bound instead by reading"
-    echo "the 124M fp32 weights once (500 MB: ~80 ms at 6 GB/s); the output layer over every position of"
-    echo "the pass, where only the last is sampled, is ~30% of the short figure."
+    echo "The model, trained one step, repeats a token: equal greedy tokens show the two compute the same"
+    echo "argmax, not more. engine_decode checks the decode step's logits against the whole pass's."
+    echo
+    echo "Floors, per new token (2 FLOPs a multiply-add):"
+    mb=$(( ${params:-124000000} * 4 / 1000000 ))
+    echo "- a decode step reads every weight once: ${params:-about 124M} fp32 parameters, $mb MB. The short-context"
+    printf "  step's %s ms reads them at %.1f GB/s" "$short" "$(echo "$mb / $short" | bc -l)"
+    if [ -n "$read_gbs" ]; then
+        printf " (one core reads %s GB/s here, numpy's sum; OpenBLAS's GEMV\\n  reads with both)." "$read_gbs"
+    else
+        printf " (no one-core read rate: no numpy for /usr/bin/python3)."
+    fi
+    echo " Its 247 MFLOP (2 x 85M non-embedding"
+    echo "  weights + 2 x 50304 x 768 for the output layer) are ~2.5 ms at this machine's ~100 GFLOP/s SGEMM rate;"
+    echo "  attention over n keys adds 4 x 768 x n per layer, 38 MFLOP at n = 1024."
+    echo "- a pass over n positions is n x 247 MFLOP plus attention's 2 x 2 x 12 x 768 x n^2 / 2: at"
+    echo "  n = 1024 about 272 GFLOP."
 } >"$OUT"
 cat "$OUT"

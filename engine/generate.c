@@ -7,12 +7,16 @@
  * otherwise sampling from softmax(logits / temperature) over the --top-k most
  * likely tokens (all with 0), with draws from the counter-based RNG keyed by
  * --seed, so a seed gives the same text on every run. Generation stops after
- * --max-tokens or at the end-of-document token. Each step runs the forward
- * pass over the context, the last --seq-length tokens at most, rounded up to
- * a multiple of GEN_ROUND positions (eng_set_seq_length; fewer distinct
- * lengths for backends that plan per shape): a short prompt costs its own
- * length, not the model's sequence. There is no key/value cache: a step
- * recomputes the whole context. */
+ * --max-tokens or at the end-of-document token.
+ *
+ * The prompt runs as one forward pass over its tokens, rounded up to a
+ * multiple of GEN_ROUND positions (eng_set_seq_length; fewer distinct lengths
+ * for backends that plan per shape), which leaves every layer's keys and
+ * values in its activations; each new token then costs one position
+ * (eng_decode) against that key/value cache. Once the text outgrows
+ * --seq-length the context is its last --seq-length tokens, their positions
+ * shift every step, and each step reruns the forward pass over them (so does
+ * every step where eng_can_decode says no: a backend without attention_decode). */
 #include "checkpoint.h"
 #include "errf.h"
 #include "model.h"
@@ -38,7 +42,9 @@ static void usage(FILE *f)
                "  with the tokenizer its manifest records (--vocab-file/--merge-file/--tokenizer-model point\n"
                "  elsewhere when those files moved; --tokenizer-type with its files names the tokenizer that\n"
                "  made a NullTokenizer run's ids). --temperature 0 is greedy; --top-k 0 samples from the\n"
-               "  whole vocab.\n"
+               "  whole vocab. --json also gives the time of the prompt's step and the mean of the later ones\n"
+               "  (decode steps against the key/value cache, and whole passes once the text outgrows\n"
+               "  --seq-length).\n"
                "  Defaults: --max-tokens 64 --temperature 1 --top-k 0 --seed 1234 --device cpu.\n");
 }
 
@@ -177,7 +183,7 @@ int generate_main(int argc, char **argv)
     tokenizer *tok = NULL;
     eng_model *m = NULL;
     eng_acts *a = NULL;
-    int32_t *ids = NULL, *ctx = NULL, *targets = NULL;
+    int32_t *ids = NULL, *ctx = NULL;
     float *logits = NULL, *scratch = NULL;
     int rc = 1;
     int latest = ckpt_latest(o.load, &it, err, sizeof err);
@@ -203,6 +209,7 @@ int generate_main(int argc, char **argv)
     }
     c.micro_batch_size = c.global_batch_size = 1;
     c.tensor_model_parallel_size = c.pipeline_model_parallel_size = 1;
+    c.recompute_granularity = RECOMPUTE_NONE; /* the cache is every layer's kept activations */
     const k_ops *k = eng_backend(o.device, err, sizeof err);
     eng_layout lay = eng_layout_single(&c);
     lay.forward_only = 1; /* sampling runs the forward pass alone: no gradients, half the memory of fp32 weights */
@@ -211,6 +218,7 @@ int generate_main(int argc, char **argv)
         goto out;
     eng_params_updated(m);
     eng_set_step(m, c.seed, it, 0);
+    m->doc_eod = tok_eod(tok); /* documents split where training split them (--reset-attention-mask) */
     int T = c.seq_length, V = c.vocab_size, n = tok_vocab_size(tok);
     tok_buf b = { 0 };
     size_t plen = strlen(o.prompt);
@@ -223,28 +231,51 @@ int generate_main(int argc, char **argv)
     size_t nprompt = b.n, cap = b.n + (size_t)o.max_tokens;
     ids = realloc(b.ids, cap * sizeof(int32_t));
     ctx = calloc((size_t)T, sizeof(int32_t));
-    targets = calloc((size_t)T, sizeof(int32_t));
     logits = malloc((size_t)T * V * sizeof(float));
     scratch = malloc((size_t)V * sizeof(float));
     a = eng_acts_create(m, 0);
-    if (!ids || !ctx || !targets || !logits || !scratch || !a) { atoll_errf(err, sizeof err, "out of memory"); goto out; }
+    if (!ids || !ctx || !logits || !scratch || !a) { atoll_errf(err, sizeof err, "out of memory"); goto out; }
     if (!o.json) {
         fwrite(o.prompt, 1, plen, stdout);
         fflush(stdout);
     }
     size_t len = nprompt;
     uint64_t key = rng_key(o.seed, 0x6e6e0000ULL);
+    size_t cached = 0; /* positions whose keys and values the layers hold (from position 0) */
+    int decode = eng_can_decode(m);
+    /* --json's timing: the prompt's step, then decode steps and whole passes apart */
+    double prompt_s = 0.0, dec_s = 0.0, pass_s = 0.0;
+    long ndec = 0, npass = 0;
     for (long step = 0; step < o.max_tokens; step++) {
-        size_t from = len > (size_t)T ? len - (size_t)T : 0, nctx = len - from;
-        size_t run = (nctx + GEN_ROUND - 1) / GEN_ROUND * GEN_ROUND; /* positions past nctx: eod, read by none */
-        if (run > (size_t)T) run = (size_t)T;
-        for (size_t i = 0; i < run; i++) ctx[i] = i < nctx ? ids[from + i] : tok_eod(tok);
-        if (eng_set_seq_length(m, (int)run) || eng_forward(m, a, ctx, NULL, targets, 0.0f, NULL)) {
-            atoll_errf(err, sizeof err, "forward pass over %zu positions failed", run);
-            goto out;
+        size_t from = len > (size_t)T ? len - (size_t)T : 0, nctx = len - from, last;
+        double t0 = atoll_mono_s();
+        int decoding = decode && !from && cached && cached + 1 == len;
+        if (decoding) { /* one position against the cache */
+            size_t doc0 = 0; /* the first position of the token's document: after the last eod before it */
+            for (size_t i = 0; i + 1 < len; i++)
+                if (ids[i] == m->doc_eod) doc0 = i + 1;
+            if (eng_decode(m, a, ids[len - 1], (int)(len - 1), (int)doc0)) {
+                atoll_errf(err, sizeof err, "decode step at position %zu failed", len - 1);
+                goto out;
+            }
+            last = 0;
+        } else {
+            size_t run = (nctx + GEN_ROUND - 1) / GEN_ROUND * GEN_ROUND; /* positions past nctx: eod, read by none */
+            if (run > (size_t)T) run = (size_t)T;
+            for (size_t i = 0; i < run; i++) ctx[i] = i < nctx ? ids[from + i] : tok_eod(tok);
+            if (eng_set_seq_length(m, (int)run) || eng_forward(m, a, ctx, NULL, NULL, 0.0f, NULL)) {
+                atoll_errf(err, sizeof err, "forward pass over %zu positions failed", run);
+                goto out;
+            }
+            last = nctx - 1;
         }
+        cached = from ? 0 : len;
         eng_logits_to_host(m, a, logits);
-        int32_t next = pick(logits + (nctx - 1) * (size_t)V, n, &o, key, step, scratch);
+        int32_t next = pick(logits + last * (size_t)V, n, &o, key, step, scratch);
+        double dt = atoll_mono_s() - t0;
+        if (!step) prompt_s = dt;
+        else if (decoding) dec_s += dt, ndec++;
+        else pass_s += dt, npass++;
         if (next == tok_eod(tok)) break;
         ids[len++] = next;
         if (!o.json) {
@@ -273,7 +304,13 @@ int generate_main(int argc, char **argv)
         json_string(stdout, text + pl, tl - pl);
         printf(",\"prompt_tokens\":%zu,\"tokens\":[", nprompt);
         for (size_t i = nprompt; i < len; i++) printf(i > nprompt ? ",%d" : "%d", ids[i]);
-        printf("]}\n");
+        printf("],\"timing\":{\"prompt_ms\":%.3f,\"decode_steps\":%ld,\"decode_ms_per_token\":", prompt_s * 1e3, ndec);
+        if (ndec) printf("%.3f", dec_s * 1e3 / (double)ndec);
+        else printf("null");
+        printf(",\"pass_steps\":%ld,\"pass_ms_per_token\":", npass);
+        if (npass) printf("%.3f", pass_s * 1e3 / (double)npass);
+        else printf("null");
+        printf("}}\n");
         free(text);
     } else {
         printf("\n");
@@ -286,7 +323,6 @@ out:
     tok_free(tok);
     free(ids);
     free(ctx);
-    free(targets);
     free(logits);
     free(scratch);
     return rc;

@@ -423,6 +423,7 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     m->doc_mask = cfg->reset_attention_mask != 0;
     m->doc_pos = cfg->reset_position_ids && !m->rope; /* rotary positions count from the sample's start */
     m->doc_eod = -1;
+    m->dec_pos = -1;
     const char *why = m->bf16 ? bf16_refusal(m) : NULL;
     if (why) {
         atoll_errf(err, errlen, "--bf16 on --device %s: %s (hidden %d / %d heads = head dim %d); run without --bf16 "
@@ -655,6 +656,25 @@ int eng_set_seq_length(eng_model *m, int T)
     return 0;
 }
 
+int eng_can_decode(const eng_model *m)
+{
+    const k_ops *k = m->k;
+    return !m->grads && m->B == 1 && m->tp_size == 1 && m->nchunks == 1 && m->chunks[0].first && m->chunks[0].last &&
+           m->recompute_first == 0 && (m->bf16 ? k->attention_decode_bf16 != NULL : k->attention_decode != NULL);
+}
+
+int eng_decode(eng_model *m, eng_acts *a, int32_t token, int pos, int doc0)
+{
+    if (!eng_can_decode(m) || pos < 0 || pos >= m->cfg.seq_length || doc0 < 0 || doc0 > pos) return -1;
+    eng_set_seq_length(m, 1);
+    m->dec_pos = pos;
+    m->dec_k0 = m->doc_mask ? doc0 : 0;
+    m->dec_wpe = m->doc_pos ? pos - doc0 : pos;
+    int rc = eng_forward(m, a, &token, NULL, NULL, 0.0f, NULL);
+    m->dec_pos = -1;
+    return rc;
+}
+
 size_t eng_boundary_bytes(const eng_model *m) { return (size_t)m->R * m->C * m->act_bytes; }
 
 void eng_logits_to_host(eng_model *m, const eng_acts *a, float *host)
@@ -830,6 +850,11 @@ static const void *drop_grad(eng_model *m, const void *dres, const k_dropout *d)
 static void op_attention(const eng_model *m, const eng_acts *a, void *out, eng_layer_acts *la, float *att,
                          const k_dropout *d)
 {
+    if (m->dec_pos >= 0) { /* la->qkv: the cache, the decoded row at dec_pos */
+        if (m->bf16) m->k->attention_decode_bf16(out, la->qkv, m->dec_pos + 1, m->dec_k0, m->NH, m->NG, m->HD);
+        else m->k->attention_decode(out, la->qkv, m->dec_pos + 1, m->dec_k0, m->NH, m->NG, m->HD);
+        return;
+    }
     if (m->bf16) m->k->attention_forward_bf16(out, la->lse, la->qkv, a->doc, m->B, m->T, m->NH, m->NG, m->HD, d);
     else m->k->attention_forward(out, att, la->qkv, a->doc, m->B, m->T, m->NH, m->NG, m->HD, d);
 }
@@ -846,7 +871,8 @@ static void op_attention_bwd(const eng_model *m, const eng_acts *a, void *dqkv, 
 
 static void op_rope(const eng_model *m, void *qkv, int back)
 {
-    k_rope_freq f = { (float)cfg_rotary_base(&m->cfg), (float)cfg_rope_scale(&m->cfg), (float)cfg_rope_interp(&m->cfg) };
+    k_rope_freq f = { (float)cfg_rotary_base(&m->cfg), (float)cfg_rope_scale(&m->cfg), (float)cfg_rope_interp(&m->cfg),
+                      m->dec_pos > 0 ? m->dec_pos : 0 };
     if (m->bf16)
         (back ? m->k->rope_backward_bf16 : m->k->rope_forward_bf16)(qkv, m->B, m->T, m->NH, m->NG, m->HD, m->RD, f);
     else (back ? m->k->rope_backward : m->k->rope_forward)(qkv, m->B, m->T, m->NH, m->NG, m->HD, m->RD, f);
@@ -862,6 +888,12 @@ static void op_embedding(const eng_model *m, void *out, const int32_t *tokens, c
 static void op_position(const eng_model *m, const eng_acts *a, void *out, const void *wpe)
 {
     if (m->rope) return; /* rotary positions live in the attention */
+    if (m->dec_pos >= 0) { /* one row: wpe's row at its position */
+        const char *row = (const char *)wpe + (size_t)m->dec_wpe * m->C * m->act_bytes;
+        if (m->bf16) m->k->position_forward_bf16(out, (const uint16_t *)row, NULL, 1, 1, m->C);
+        else m->k->position_forward(out, (const float *)row, NULL, 1, 1, m->C);
+        return;
+    }
     if (m->bf16) m->k->position_forward_bf16(out, wpe, a->pos, m->B, m->T, m->C);
     else m->k->position_forward(out, wpe, a->pos, m->B, m->T, m->C);
 }
@@ -1064,8 +1096,11 @@ static int layer_forward(eng_model *m, const eng_acts *a, int layer, const eng_l
     const void *ln = ln1_done ? ln_full(m, la->ln1)
                               : ln_gathered(m, la->ln1, la->ln1_mean, la->ln1_rstd, x, w->ln1_w, w->ln1_b);
     if (!ln) return -1;
-    /* column-parallel q, k, v: their input is replicated, nothing to reduce forward */
-    qkv_forward(m, w, la, ln);
+    /* column-parallel q, k, v: their input is replicated, nothing to reduce forward;
+     * a decode step writes its row of the cache */
+    eng_layer_acts row = *la;
+    if (m->dec_pos >= 0) row.qkv = (char *)la->qkv + (size_t)m->dec_pos * (Cl + 2 * m->NG * m->HD) * m->act_bytes;
+    qkv_forward(m, w, &row, ln);
     op_attention(m, a, la->atty, la, att, attn_drop(m, a, layer, &dd));
     /* row-parallel output projection: partial sums over this rank's heads -> all-reduce */
     op_matmul(m, part1, NULL, la->atty, w->proj_w, bias_here ? w->proj_b : NULL, N, Cl, C);
@@ -1125,8 +1160,8 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *in
     k_dropout dd;
     /* both uploads before the first kernel: a copy from pageable host memory
      * waits for the device, which is idle only here */
-    if (ch->last) k->to_device(a->targets, targets, sizeof(int32_t) * (size_t)N);
-    if (a->doc || a->pos) {
+    if (ch->last && targets) k->to_device(a->targets, targets, sizeof(int32_t) * (size_t)N);
+    if ((a->doc || a->pos) && m->dec_pos < 0) {
         if (!tokens) return -1;
         upload_documents(m, a, tokens);
     }
@@ -1171,6 +1206,7 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *in
                              : ln_gathered(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->res[nl], ch->w.lnf_w, ch->w.lnf_b);
     if (!ln) return -1;
     op_matmul(m, a->logits, NULL, ln, ch->w.head, NULL, N, C, m->V);
+    if (!targets) return 0; /* the logits alone */
     if (loss_forward(m, a, dloss)) return -1;
     return loss_sum ? eng_loss_sum(m, a, loss_sum) : 0;
 }

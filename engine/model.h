@@ -141,6 +141,9 @@ typedef struct eng_model {
     int doc_mask, doc_pos;
     int32_t doc_eod;
     int32_t *doc_host;          /* [2 * B*T] host staging for doc and pos */
+    /* A decode step (eng_decode) runs while dec_pos >= 0: the one row at
+     * position dec_pos, its keys from dec_k0 on; -1 otherwise. */
+    int dec_pos, dec_k0, dec_wpe;
     cfg_recompute recompute;    /* selective: attention probabilities; full: whole layers */
     int recompute_first;        /* the first so many layers of each chunk are rebuilt (full recompute: INT_MAX
                                  * for all, --recompute-num-layers with block; 0 otherwise) */
@@ -255,6 +258,7 @@ void eng_acts_free(eng_model *m, eng_acts *a);
  * [B*T, C] (backend memory) is copied into the acts. With documents
  * (doc_mask) every chunk reads `tokens` for the attention mask. Last chunk: `targets` [B*T]
  * (host) give the loss; *loss_sum receives the sum of the B*T token losses.
+ * targets NULL (loss_sum NULL, dloss 0) leaves the logits alone, no loss.
  * dloss != 0 on a training step's last chunk with tp = 1 fuses the classifier's
  * backward into the forward (xent_fused: the logits are read once and their
  * gradient, weighted by dloss, written over them); eng_backward must then get
@@ -311,6 +315,22 @@ void eng_set_step(eng_model *m, uint64_t seed, long long iteration, int training
  * while T is shorter. Not under sequence parallelism. 0, or -1 with nothing
  * changed when T is out of range or the model trains. */
 int eng_set_seq_length(eng_model *m, int T);
+
+/* A decode step with a key/value cache (atoll generate): the logits of
+ * `token` at position `pos` of the one sample, the earlier positions' keys and
+ * values kept from before, in each layer's qkv activations: a forward pass
+ * over at least `pos` positions (eng_set_seq_length) filled them, and each
+ * decode step adds its own row. Costs one position, not pos + 1. `doc0` is
+ * the first position of the token's document (0 without documents): with
+ * --reset-attention-mask it attends keys from there, with learned positions
+ * and --reset-position-ids its position counts from there. Leaves the model
+ * at length 1 (the logits [1, V]). Needs eng_can_decode. 0, or -1 with
+ * nothing run when pos or doc0 is out of range. */
+int eng_decode(eng_model *m, eng_acts *a, int32_t token, int pos, int doc0);
+/* Whether eng_decode runs on this model: forward_only, one sample, the whole
+ * model on this rank (no tp, one chunk), no layer recomputed, and a backend
+ * with attention_decode (attention_decode_bf16 under --bf16). */
+int eng_can_decode(const eng_model *m);
 
 /* The name of the token embedding ("wte.weight", or "model.embed_tokens.weight"
  * in the LLaMA family). */

@@ -40,15 +40,17 @@ K_ROPE_FN double k_rope_inv_freq(int i, int RD, double base, double scale)
 }
 
 /* What the rope kernels turn by: --rotary-base, the LLaMA-3.x scale (1: none)
- * and the position interpolation factor (1: none). */
+ * and the position interpolation factor (1: none); t0 is the position of each
+ * sample's first row (0, but for a decode step's single row). */
 typedef struct k_rope_freq {
     float base, scale, interp;
+    int t0;
 } k_rope_freq;
 
-/* The angle of pair i of RD rotated dims at position t. */
+/* The angle of pair i of RD rotated dims at row t (position t0 + t). */
 K_ROPE_FN double k_rope_angle(int t, int i, int RD, k_rope_freq f)
 {
-    return (double)t / (double)f.interp * k_rope_inv_freq(i, RD, (double)f.base, (double)f.scale);
+    return (double)(f.t0 + t) / (double)f.interp * k_rope_inv_freq(i, RD, (double)f.base, (double)f.scale);
 }
 
 #endif

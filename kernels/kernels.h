@@ -126,6 +126,14 @@ typedef struct k_ops {
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout,
                                const float *qkv, const float *att, int B, int T, int NH, int NG, int HD,
                                const k_dropout *drop);
+    /* One query row against the rows before it: a decode step of `atoll
+     * generate`, the earlier rows' keys and values kept (a key/value cache).
+     * qkv holds n rows of one sample laid out as above; row n-1's queries
+     * attend its keys k0 .. n-1 (k0: the first position of its document, 0
+     * without documents) and out[NH*HD] = softmax(q k^T / sqrt(HD)) v: row n-1
+     * of attention_forward's out, without dropout. NULL where a backend has
+     * none (generate then reruns the context's forward pass each step). */
+    void (*attention_decode)(float *out, const float *qkv, int n, int k0, int NH, int NG, int HD);
 
     /* ---- elementwise ----
      * GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
@@ -232,6 +240,8 @@ typedef struct k_ops {
     void (*attention_backward_bf16)(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv,
                                     const uint16_t *out, const float *lse, const int32_t *doc,
                                     int B, int T, int NH, int NG, int HD, const k_dropout *drop);
+    /* attention_decode on bf16 rows, the scores, softmax and sum in fp32 */
+    void (*attention_decode_bf16)(uint16_t *out, const uint16_t *qkv, int n, int k0, int NH, int NG, int HD);
     /* AdamW on the fp32 master weights (same update as adamw), then
      * param_bf16 = round(master): the copy the bf16 model runs on. */
     void (*adamw_bf16)(float *master, uint16_t *param_bf16, const float *grad, float *m,

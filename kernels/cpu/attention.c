@@ -76,6 +76,33 @@ void kc_attention_forward(float *out, float *att, const float *qkv, const int32_
     free(Pd);
 }
 
+/* Per head: s = scale K q over keys k0..n-1 (a GEMV over strided rows of qkv,
+ * as the forward's GEMM), p = softmax(s) as the forward takes it (minus the
+ * max, then times 1 / sum), out = V^T p (a second GEMV). */
+void kc_attention_decode(float *out, const float *qkv, int n, int k0, int NH, int NG, int HD)
+{
+    int ld = (NH + 2 * NG) * HD, nk = n - k0;
+    float scale = 1.0f / sqrtf((float)HD);
+    float *p = malloc((size_t)nk * sizeof(float));
+    if (!p) abort();
+    for (int h = 0; h < NH; h++) {
+        size_t oq, ok, ov;
+        kc_qkv_offsets(h, NH, NG, HD, &oq, &ok, &ov);
+        const float *q = qkv + (size_t)(n - 1) * ld + oq, *rows = qkv + (size_t)k0 * ld;
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, nk, HD, scale, rows + ok, ld, q, 1, 0.0f, p, 1);
+        float mx = p[0], sum = 0.0f;
+        for (int j = 1; j < nk; j++) mx = p[j] > mx ? p[j] : mx;
+        for (int j = 0; j < nk; j++) {
+            p[j] = expf(p[j] - mx);
+            sum += p[j];
+        }
+        float inv = 1.0f / sum;
+        for (int j = 0; j < nk; j++) p[j] *= inv;
+        cblas_sgemv(CblasRowMajor, CblasTrans, nk, HD, 1.0f, rows + ov, ld, p, 1, 0.0f, out + (size_t)h * HD, 1);
+    }
+    free(p);
+}
+
 /* With M the dropout mask (times 1/(1-p), all ones without dropout):
  * dP' = dO v^T; dv += (P M)^T dO; dS = P * (M dP' - rowsum(P M dP'));
  * dq = scale dS k; dk += scale dS^T q. The masked entries of P are zero, so

@@ -268,6 +268,16 @@ void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, c
     free(x), free(P), free(o);
 }
 
+/* The fp32 decode step over the n rows widened; the output rounded once. */
+void kc_attention_decode_bf16(uint16_t *out, const uint16_t *qkv, int n, int k0, int NH, int NG, int HD)
+{
+    size_t ld = (size_t)(NH + 2 * NG) * HD;
+    float *x = wide(qkv, (size_t)n * ld), *o = wide(NULL, (size_t)NH * HD);
+    kc_attention_decode(o, x, n, k0, NH, NG, HD);
+    kc_to_bf16(out, o, (size_t)NH * HD);
+    free(x), free(o);
+}
+
 /* P = exp(S - lse) rebuilt; D_t = sum_d dout_td out_td; dv += (P M)^T dO;
  * dS = P (M dO v^T - D); dq = scale dS k; dk += scale dS^T q. */
 void kc_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const uint16_t *out,

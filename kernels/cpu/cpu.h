@@ -34,6 +34,7 @@ void kc_attention_forward(float *out, float *att, const float *qkv, const int32_
                           int HD, const k_dropout *drop);
 /* The first key query t of sample b attends: doc[b*T+t], 0 without documents. */
 static inline int kc_doc_first(const int32_t *doc, int b, int T, int t) { return doc ? doc[(size_t)b * T + t] : 0; }
+void kc_attention_decode(float *out, const float *qkv, int n, int k0, int NH, int NG, int HD);
 void kc_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                            const float *att, int B, int T, int NH, int NG, int HD, const k_dropout *drop);
 /* Where head h's query, its group's key and value start in a qkv row. */
@@ -122,6 +123,7 @@ void kc_xent_backward_bf16(uint16_t *dlogits, const uint16_t *logits, const floa
                            const int32_t *targets, float dloss, int N, int V, int vocab_offset);
 void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, const int32_t *doc, int B, int T,
                                int NH, int NG, int HD, const k_dropout *drop);
+void kc_attention_decode_bf16(uint16_t *out, const uint16_t *qkv, int n, int k0, int NH, int NG, int HD);
 void kc_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uint16_t *qkv, const uint16_t *out,
                                 const float *lse, const int32_t *doc, int B, int T, int NH, int NG, int HD,
                                 const k_dropout *drop);

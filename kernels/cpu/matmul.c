@@ -12,8 +12,9 @@ void kc_matmul_forward(float *out, const float *inp, const float *w, const float
             for (int o = 0; o < OC; o++) out[(size_t)n * OC + o] = bias[o];
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta,
-                out, OC);
+    /* one row (a decode step): a GEMV reads w once, where the GEMM would pack it first */
+    if (N == 1) cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, w, C, inp, 1, beta, out, 1);
+    else cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out, OC);
 }
 
 void kc_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,

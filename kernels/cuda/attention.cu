@@ -191,3 +191,78 @@ void kcu_attention_backward(float *dqkv, float *scratch, const float *dout, cons
                         hj.sqkv, NG);
         }
 }
+
+/* ---- a decode step: one query row against the rows before it (kernels.h, attention_decode) ----
+ * One block per query head. The keys k0..n-1 go by in chunks of DEC_BLOCK, a
+ * thread a key: its score, then the chunk's max and sum of exponentials over
+ * the block, folded into a running max m and sum l (online softmax); each
+ * thread keeps output dims tid, tid + DEC_BLOCK, ... of the head and adds the
+ * chunk's values weighted by their exponentials, rescaled when m grows.
+ * out = acc / l. Memory-bound and small: each key and value is read once. */
+#define DEC_BLOCK 128
+#define DEC_DIMS 4 /* output dims per thread: head dims up to 4 x DEC_BLOCK */
+
+template <typename T>
+__global__ void attention_decode_k(T *out, const T *qkv, int n, int k0, int NH, int NG, int HD)
+{
+    extern __shared__ float dec_smem[]; /* the query [HD], then the chunk's exponentials [DEC_BLOCK] */
+    __shared__ float red[32];
+    float *qs = dec_smem, *ps = dec_smem + HD;
+    int h = blockIdx.x, Q = NH / NG, g = h / Q, tid = threadIdx.x;
+    size_t ld = (size_t)(NH + 2 * NG) * HD, ok = (size_t)g * (Q + 2) * HD + (size_t)Q * HD, ov = ok + HD;
+    size_t oq = (size_t)g * (Q + 2) * HD + (size_t)(h % Q) * HD;
+    float scale = 1.0f / sqrtf((float)HD);
+    for (int d = tid; d < HD; d += DEC_BLOCK) qs[d] = ldf(qkv + (size_t)(n - 1) * ld + oq + d);
+    __syncthreads();
+    float m = -INFINITY, l = 0.0f, acc[DEC_DIMS] = { 0.0f, 0.0f, 0.0f, 0.0f };
+    for (int c = k0; c < n; c += DEC_BLOCK) {
+        int j = c + tid, cnt = n - c < DEC_BLOCK ? n - c : DEC_BLOCK;
+        float s = -INFINITY;
+        if (j < n) {
+            const T *k = qkv + (size_t)j * ld + ok;
+            float dot = 0.0f;
+            for (int d = 0; d < HD; d++) dot += qs[d] * ldf(k + d);
+            s = dot * scale;
+        }
+        float mnew = fmaxf(m, block_max(s, red)); /* finite: the chunk holds a key */
+        float e = j < n ? expf(s - mnew) : 0.0f;
+        ps[tid] = e;
+        float corr = expf(m - mnew); /* 0 on the first chunk */
+        l = l * corr + block_sum(e, red); /* its barriers also publish ps */
+        for (int i = 0; i < DEC_DIMS; i++) {
+            int d = tid + i * DEC_BLOCK;
+            if (d >= HD) break;
+            float a = acc[i] * corr;
+            for (int jj = 0; jj < cnt; jj++) a += ps[jj] * ldf(qkv + (size_t)(c + jj) * ld + ov + d);
+            acc[i] = a;
+        }
+        m = mnew;
+        __syncthreads(); /* ps is read before the next chunk writes it */
+    }
+    for (int i = 0; i < DEC_DIMS; i++) {
+        int d = tid + i * DEC_BLOCK;
+        if (d < HD) stf(out + (size_t)h * HD + d, acc[i] / l);
+    }
+}
+
+template <typename T> static void attention_decode(T *out, const T *qkv, int n, int k0, int NH, int NG, int HD)
+{
+    if (n <= 0 || k0 < 0 || k0 >= n || NH <= 0 || NG <= 0 || NH % NG || HD <= 0) return;
+    if (HD > DEC_DIMS * DEC_BLOCK) {
+        fprintf(stderr, "kernels/cuda: attention_decode takes head dims up to %d, not %d\n", DEC_DIMS * DEC_BLOCK, HD);
+        abort();
+    }
+    attention_decode_k<T><<<(unsigned)NH, DEC_BLOCK, (size_t)(HD + DEC_BLOCK) * sizeof(float), kcu_stream()>>>(
+        out, qkv, n, k0, NH, NG, HD);
+    kcu_launched();
+}
+
+void kcu_attention_decode(float *out, const float *qkv, int n, int k0, int NH, int NG, int HD)
+{
+    attention_decode(out, qkv, n, k0, NH, NG, HD);
+}
+
+void kcu_attention_decode_bf16(uint16_t *out, const uint16_t *qkv, int n, int k0, int NH, int NG, int HD)
+{
+    attention_decode(as_bf(out), as_bf(qkv), n, k0, NH, NG, HD);
+}

@@ -35,6 +35,7 @@ void kcu_attention_forward(float *, float *, const float *, const int32_t *, int
                            const k_dropout *);
 void kcu_attention_backward(float *, float *, const float *, const float *, const float *, int, int, int, int, int,
                             const k_dropout *);
+void kcu_attention_decode(float *, const float *, int, int, int, int, int);
 void kcu_gelu_forward(float *, const float *, size_t);
 void kcu_gelu_backward(float *, const float *, const float *, size_t);
 void kcu_relu2_forward(float *, const float *, size_t);
@@ -83,6 +84,7 @@ void kcu_attention_forward_bf16(uint16_t *, float *, const uint16_t *, const int
                                 const k_dropout *);
 void kcu_attention_backward_bf16(uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, const float *,
                                  const int32_t *, int, int, int, int, int, const k_dropout *);
+void kcu_attention_decode_bf16(uint16_t *, const uint16_t *, int, int, int, int, int);
 void kcu_rmsnorm_forward(float *, float *, const float *, const float *, int, int, float);
 void kcu_rmsnorm_backward(float *, float *, const float *, const float *, const float *, const float *, int, int);
 void kcu_rmsnorm_forward_bf16(uint16_t *, float *, const uint16_t *, const uint16_t *, int, int, float);

@@ -128,6 +128,7 @@ static void fill(k_ops *k)
     k->matmul_backward = kcu_matmul_backward;
     k->attention_forward = kcu_attention_forward;
     k->attention_backward = kcu_attention_backward;
+    k->attention_decode = kcu_attention_decode;
     k->gelu_forward = kcu_gelu_forward;
     k->gelu_backward = kcu_gelu_backward;
     k->residual_forward = kcu_residual_forward;
@@ -160,6 +161,7 @@ static void fill(k_ops *k)
     k->xent_backward_bf16 = kcu_xent_backward_bf16;
     k->attention_forward_bf16 = attention_forward_sel;
     k->attention_backward_bf16 = attention_backward_sel;
+    k->attention_decode_bf16 = kcu_attention_decode_bf16;
     k->adamw_bf16 = kcu_adamw_bf16;
     k->xent_fused = kcu_xent_fused;
     k->xent_fused_bf16 = kcu_xent_fused_bf16;

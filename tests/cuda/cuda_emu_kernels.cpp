@@ -440,6 +440,33 @@ static void test_flash(int B, int T, int NH, int NG, int HD, float p, bool docs 
     }
 }
 
+/* A decode step (attention_decode: row n-1's queries against keys k0..n-1),
+ * the CPU's and the kernel's, fp32 and bf16, against the last row of the
+ * CPU's whole forward with row n-1's document starting at k0. */
+static void test_decode(int n, int NH, int NG, int HD, int k0)
+{
+    size_t nq = (size_t)n * (NH + 2 * NG) * HD, no = (size_t)NH * HD;
+    std::vector<uint16_t> qb, ob(no, 0xffff), oc(no, 0xffff);
+    vec qkv = rv_bf(nq, 2, qb), full((size_t)n * no), att((size_t)NH * n * n), o1 = nanv(no), o2 = o1;
+    std::vector<int32_t> doc(n);
+    for (int t = 0; t < n; t++) doc[t] = t < k0 ? 0 : k0;
+    R->attention_forward(full.data(), att.data(), qkv.data(), doc.data(), 1, n, NH, NG, HD, nullptr);
+    vec want(full.end() - (long)no, full.end());
+    char what[128];
+    R->attention_decode(o1.data(), qkv.data(), n, k0, NH, NG, HD);
+    snprintf(what, sizeof what, "attention_decode (cpu, %d keys from %d, %d heads in %d groups, dim %d)", n, k0, NH, NG, HD);
+    cmp(what, o1, want, 1e-5);
+    kcu_attention_decode(o2.data(), qkv.data(), n, k0, NH, NG, HD);
+    snprintf(what, sizeof what, "attention_decode (kernel, %d keys from %d, %d heads in %d groups, dim %d)", n, k0, NH, NG, HD);
+    cmp(what, o2, want, 1e-5);
+    R->attention_decode_bf16(oc.data(), qb.data(), n, k0, NH, NG, HD);
+    kcu_attention_decode_bf16(ob.data(), qb.data(), n, k0, NH, NG, HD);
+    snprintf(what, sizeof what, "attention_decode_bf16 (cpu, %d keys from %d)", n, k0);
+    cmp(what, widen(oc), want, 1e-2);
+    snprintf(what, sizeof what, "attention_decode_bf16 (kernel, %d keys from %d)", n, k0);
+    cmp(what, widen(ob), want, 1e-2);
+}
+
 static std::vector<uint16_t> narrow(const vec &v)
 {
     std::vector<uint16_t> b(v.size());
@@ -521,32 +548,32 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     vec qkv = rv_bf(nq, 2, qkvb);
     for (int RD : { HD, HD / 2 / 2 * 2 }) { /* the whole head, and --rotary-percent 0.5 */
         vec a1 = qkv, a2 = qkv;
-        R->rope_forward(a1.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f});
-        kcu_rope_forward(a2.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f});
+        R->rope_forward(a1.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f, 0});
+        kcu_rope_forward(a2.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f, 0});
         cmp("rope_forward", a2, a1, 1e-5);
         check(RD == HD || a1 != qkv, "rope_forward (RD %d of %d) turned nothing", RD, HD);
-        R->rope_backward(a1.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f});
-        kcu_rope_backward(a2.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f});
+        R->rope_backward(a1.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f, 0});
+        kcu_rope_backward(a2.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f, 0});
         cmp("rope_backward", a2, a1, 1e-5);
         cmp("rope_backward undoes rope_forward", a2, qkv, 1e-5);
         vec a3 = qkv;
         std::vector<uint16_t> b3 = qkvb;
-        R->rope_forward(a3.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f});
-        kcu_rope_forward_bf16(b3.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f});
+        R->rope_forward(a3.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f, 0});
+        kcu_rope_forward_bf16(b3.data(), B, T, NH, NG, HD, RD, k_rope_freq{10000.0f, 1.0f, 1.0f, 0});
         cmp("rope_forward_bf16", widen(b3), a3, 1e-2);
     }
     { /* LLaMA-3.1's scaling (k_rope.h) with LLaMA-3's base: the CPU's angles, other than unscaled ones */
         vec a0 = qkv, a1 = qkv, a2 = qkv;
-        R->rope_forward(a1.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 8.0f, 1.0f});
-        kcu_rope_forward(a2.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 8.0f, 1.0f});
+        R->rope_forward(a1.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 8.0f, 1.0f, 0});
+        kcu_rope_forward(a2.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 8.0f, 1.0f, 0});
         cmp("rope_forward (scaled)", a2, a1, 1e-5);
-        R->rope_forward(a0.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 1.0f, 1.0f});
+        R->rope_forward(a0.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 1.0f, 1.0f, 0});
         check(a0 != a1, "rope_forward: the scale changed no angle");
-        kcu_rope_backward(a2.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 8.0f, 1.0f});
+        kcu_rope_backward(a2.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 8.0f, 1.0f, 0});
         cmp("rope_backward (scaled) undoes the forward", a2, qkv, 1e-5);
         vec a3 = qkv, a4 = qkv; /* --rotary-seq-len-interpolation-factor 4 */
-        R->rope_forward(a3.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 1.0f, 4.0f});
-        kcu_rope_forward(a4.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 1.0f, 4.0f});
+        R->rope_forward(a3.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 1.0f, 4.0f, 0});
+        kcu_rope_forward(a4.data(), B, T, NH, NG, HD, HD, k_rope_freq{500000.0f, 1.0f, 4.0f, 0});
         cmp("rope_forward (interpolated positions)", a4, a3, 1e-5);
         check(a3 != a0, "rope_forward: the interpolation factor changed no angle");
     }
@@ -619,6 +646,10 @@ int main(int, char **argv)
     test_flash(1, 40, 2, 2, 128, 0.2f); /* dropout, head dim 128 */
     test_flash(2, 150, 2, 1, 64, 0.0f, true);  /* documents: tiles skipped, rows with none of a tile's keys */
     test_flash(2, 150, 2, 2, 128, 0.2f, true); /* documents, dropout, head dim 128 (64-row query blocks) */
+    test_decode(1, 2, 2, 64, 0);      /* the first position: one key */
+    test_decode(300, 4, 2, 64, 0);    /* three chunks of keys, the last partial; grouped-query */
+    test_decode(200, 6, 3, 40, 150);  /* a document from 150: one partial chunk; an odd head dim */
+    test_decode(140, 2, 1, 320, 0);   /* a head dim over the block: three dims a thread */
     test_llama(10, 37, 4, 2, 8);  /* C % 8 != 0 */
     test_llama(64, 256, 6, 3, 16);
     test_llama(130, 264, 4, 2, 8); /* RMSNorm's fused backward: a partial block of rows, a partial column strip */

@@ -352,11 +352,11 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     size_t nq = (size_t)M * (NH + 2 * NG) * HD;
     float *qkv = bf_rand(nq, 2);
     uint16_t *d_qkv = d_put_bf(qkv, nq);
-    R->rope_forward(qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 1.0f, 1.0f});
-    G->rope_forward_bf16(d_qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 1.0f, 1.0f});
+    R->rope_forward(qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 1.0f, 1.0f, 0});
+    G->rope_forward_bf16(d_qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 1.0f, 1.0f, 0});
     h_compare("rope_forward_bf16", d_get_bf(d_qkv, nq), qkv, nq, TOL);
-    R->rope_forward(qkv, B, T, NH, NG, HD, HD / 2 / 2 * 2, (k_rope_freq){500000.0f, 1.0f, 1.0f}); /* --rotary-percent 0.5, on top */
-    G->rope_forward_bf16(d_qkv, B, T, NH, NG, HD, HD / 2 / 2 * 2, (k_rope_freq){500000.0f, 1.0f, 1.0f});
+    R->rope_forward(qkv, B, T, NH, NG, HD, HD / 2 / 2 * 2, (k_rope_freq){500000.0f, 1.0f, 1.0f, 0}); /* --rotary-percent 0.5, on top */
+    G->rope_forward_bf16(d_qkv, B, T, NH, NG, HD, HD / 2 / 2 * 2, (k_rope_freq){500000.0f, 1.0f, 1.0f, 0});
     h_compare("rope_forward_bf16 (partial)", d_get_bf(d_qkv, nq), qkv, nq, TOL);
     k_dropout drop = { 0.2f, 5, 123, 0 };
     R->dropout(x, N, C, &drop);

@@ -142,6 +142,21 @@ static void test_attention(int B, int T, int NH, int NG, int HD, float p)
     test_attention_docs(B, T, NH, NG, HD, p, 0);
 }
 
+/* a decode step (n keys, row n-1's document from k0) against the CPU's, fp32 and bf16 */
+static void test_attention_decode(int n, int NH, int NG, int HD, int k0)
+{
+    size_t nq = (size_t)n * (NH + 2 * NG) * HD, no = (size_t)NH * HD;
+    float *qkv = h_rand(nq, 2), *out = malloc(no * 4), *dq = d_put(qkv, nq * 4), *dout = d_poison(no * 4);
+    R->attention_decode(out, qkv, n, k0, NH, NG, HD);
+    G->attention_decode(dout, dq, n, k0, NH, NG, HD);
+    h_compare("attention_decode", d_get(dout, no), out, no, TOL);
+    uint16_t *bq = d_put_bf(qkv, nq), *bout = d_poison(no * 2);
+    G->attention_decode_bf16(bout, bq, n, k0, NH, NG, HD);
+    h_compare("attention_decode_bf16", d_get_bf(bout, no), out, no, 2e-2);
+    free(qkv); free(out);
+    G->free(dq); G->free(dout); G->free(bq); G->free(bout);
+}
+
 /* RMSNorm, SwiGLU, rotary embedding, q/k/v packing and hidden dropout */
 static void test_llama(int N, int C, int NH, int NG, int HD)
 {
@@ -172,18 +187,18 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     size_t nq = (size_t)M * (NH + 2 * NG) * HD, nh = (size_t)M * NH * HD, nk = (size_t)M * NG * HD;
     float *qkv = h_rand(nq, 2), *d_qkv = d_put(qkv, nq * 4);
     for (int RD = HD; RD >= 2; RD = RD == HD ? HD / 2 / 2 * 2 : 0) { /* the whole head, then --rotary-percent 0.5 */
-        R->rope_forward(qkv, B, T, NH, NG, HD, RD, (k_rope_freq){10000.0f, 1.0f, 1.0f});
-        G->rope_forward(d_qkv, B, T, NH, NG, HD, RD, (k_rope_freq){10000.0f, 1.0f, 1.0f});
+        R->rope_forward(qkv, B, T, NH, NG, HD, RD, (k_rope_freq){10000.0f, 1.0f, 1.0f, 0});
+        G->rope_forward(d_qkv, B, T, NH, NG, HD, RD, (k_rope_freq){10000.0f, 1.0f, 1.0f, 0});
         h_compare(RD == HD ? "rope_forward" : "rope_forward (partial)", d_get(d_qkv, nq), qkv, nq, TOL);
-        R->rope_backward(qkv, B, T, NH, NG, HD, RD, (k_rope_freq){10000.0f, 1.0f, 1.0f});
-        G->rope_backward(d_qkv, B, T, NH, NG, HD, RD, (k_rope_freq){10000.0f, 1.0f, 1.0f});
+        R->rope_backward(qkv, B, T, NH, NG, HD, RD, (k_rope_freq){10000.0f, 1.0f, 1.0f, 0});
+        G->rope_backward(d_qkv, B, T, NH, NG, HD, RD, (k_rope_freq){10000.0f, 1.0f, 1.0f, 0});
         h_compare(RD == HD ? "rope_backward" : "rope_backward (partial)", d_get(d_qkv, nq), qkv, nq, TOL);
     }
-    R->rope_forward(qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 8.0f, 1.0f}); /* LLaMA-3.1's scaling */
-    G->rope_forward(d_qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 8.0f, 1.0f});
+    R->rope_forward(qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 8.0f, 1.0f, 0}); /* LLaMA-3.1's scaling */
+    G->rope_forward(d_qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 8.0f, 1.0f, 0});
     h_compare("rope_forward (LLaMA-3.1 scaling)", d_get(d_qkv, nq), qkv, nq, TOL);
-    R->rope_forward(qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 1.0f, 4.0f}); /* position interpolation */
-    G->rope_forward(d_qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 1.0f, 4.0f});
+    R->rope_forward(qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 1.0f, 4.0f, 0}); /* position interpolation */
+    G->rope_forward(d_qkv, B, T, NH, NG, HD, HD, (k_rope_freq){500000.0f, 1.0f, 4.0f, 0});
     h_compare("rope_forward (position interpolation 4)", d_get(d_qkv, nq), qkv, nq, TOL);
     float *q = h_rand(nh, 1), *k = h_rand(nk, 1), *v = h_rand(nk, 1);
     float *d_q = d_put(q, nh * 4), *d_k = d_put(k, nk * 4), *d_v = d_put(v, nk * 4), *d_p = d_poison(nq * 4);
@@ -347,6 +362,10 @@ int main(int argc, char **argv)
     test_attention(2, 96, 8, 2, 64, 0.0f);  /* grouped-query: 4 heads per key/value group */
     test_attention(2, 70, 4, 2, 32, 0.1f);  /* and dropout */
     test_attention_docs(2, 150, 4, 2, 32, 0.1f, 1); /* documents */
+    test_attention_decode(1, 2, 2, 64, 0);
+    test_attention_decode(300, 4, 2, 64, 0);   /* three chunks of keys; grouped-query */
+    test_attention_decode(200, 6, 3, 40, 150); /* a document from 150, an odd head dim */
+    test_attention_decode(1024, 12, 12, 64, 0); /* GPT-2 124M's heads at its full context */
     test_llama(64, 768, 12, 4, 64);
     test_llama(10, 37, 4, 2, 8);
     test_elementwise(1);

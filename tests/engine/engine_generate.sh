@@ -50,8 +50,11 @@ out=$("$ATOLL" generate --load ck --prompt "$PROMPT" --temperature 0 --max-token
 j=$("$ATOLL" generate --load ck --prompt "$PROMPT" --temperature 0 --max-tokens 26 --json 2>&1)
 python3 -c 'import json,sys; j=json.loads(sys.argv[1]); t=sys.argv[2]
 assert j["tokenizer"] == "GPT2BPETokenizer" and j["prompt_tokens"] == 8 and len(j["tokens"]) == 26, j
-assert (j["prompt"] + j["text"]) == t[:len(j["prompt"] + j["text"])], j' "$j" "$TEXT" \
-    && ok "--json: tokenizer, prompt tokens, 26 new tokens" || bad "--json output: $j"
+assert (j["prompt"] + j["text"]) == t[:len(j["prompt"] + j["text"])], j
+# seq 32: after the prompt (8) the steps to length 32 decode against the cache, the last one is a whole pass
+assert j["timing"]["decode_steps"] == 24 and j["timing"]["pass_steps"] == 1 and j["timing"]["prompt_ms"] > 0, j' "$j" "$TEXT" \
+    && ok "--json: tokenizer, prompt tokens, 26 new tokens (24 decode steps, then one pass past --seq-length)" \
+    || bad "--json output: $j"
 
 s1=$("$ATOLL" generate --load ck --prompt "The" --temperature 1.5 --seed 7 --max-tokens 20 2>&1)
 s2=$("$ATOLL" generate --load ck --prompt "The" --temperature 1.5 --seed 7 --max-tokens 20 2>&1)

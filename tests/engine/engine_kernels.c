@@ -307,7 +307,7 @@ static void test_rope_scaling(void)
     for (int t = 0; t < T; t++)
         for (int i = 0; i < half; i++) x[(size_t)t * W + i] = 1.0f; /* the query's first half */
     memcpy(y, x, n * sizeof(float));
-    K->rope_forward(y, 1, T, 1, 1, HD, HD, (k_rope_freq){500000.0f, 8.0f, 1.0f});
+    K->rope_forward(y, 1, T, 1, 1, HD, HD, (k_rope_freq){500000.0f, 8.0f, 1.0f, 0});
     double worst = 0;
     int bands[3] = { 0, 0, 0 };
     for (int i = 0; i < half; i++) {
@@ -323,7 +323,7 @@ static void test_rope_scaling(void)
     CHECK(worst < 2e-5, "rope with LLaMA-3.1's scaling turns by the scaled frequencies (worst %g)", worst);
     float *z = malloc(n * sizeof(float));
     memcpy(z, x, n * sizeof(float));
-    K->rope_forward(z, 1, T, 1, 1, HD, HD, (k_rope_freq){500000.0f, 1.0f, 1.0f});
+    K->rope_forward(z, 1, T, 1, 1, HD, HD, (k_rope_freq){500000.0f, 1.0f, 1.0f, 0});
     worst = 0;
     for (int i = 0; i < half; i++)
         for (int t = 0; t < T; t += 127)
@@ -331,7 +331,7 @@ static void test_rope_scaling(void)
     CHECK(worst < 2e-5, "factor 1 leaves the frequencies alone (worst %g)", worst);
     /* --rotary-seq-len-interpolation-factor 4: position t turns as t / 4 would, in every band */
     memcpy(z, x, n * sizeof(float));
-    K->rope_forward(z, 1, T, 1, 1, HD, HD, (k_rope_freq){500000.0f, 1.0f, 4.0f});
+    K->rope_forward(z, 1, T, 1, 1, HD, HD, (k_rope_freq){500000.0f, 1.0f, 4.0f, 0});
     worst = 0;
     for (int i = 0; i < half; i++)
         for (int t = 0; t < T; t += 127) {
@@ -351,7 +351,7 @@ static void test_rope_pack_dropout(void)
     float *x = randv(n), *y = randv(n), *rx = malloc(n * sizeof(float)), *ry = malloc(n * sizeof(float));
     memcpy(rx, x, n * sizeof(float));
     memcpy(ry, y, n * sizeof(float));
-    K->rope_forward(rx, B, T, NH, NG, HD, HD, (k_rope_freq){500.0f, 1.0f, 1.0f});
+    K->rope_forward(rx, B, T, NH, NG, HD, HD, (k_rope_freq){500.0f, 1.0f, 1.0f, 0});
     /* row b=1, t=3: group 1's second query, pair i=1 turned by 3 * 500^(-2/6) */
     double a = 3 * pow(500.0, -2.0 / 6);
     size_t at = ((size_t)1 * T + 3) * W + (1 * (Q + 2) + 1) * HD;
@@ -361,19 +361,19 @@ static void test_rope_pack_dropout(void)
     CHECK(rx[v] == x[v] && rx[v + 5] == x[v + 5], "rope leaves values alone");
     CHECK(fabs(dotp(rx, rx, n) - dotp(x, x, n)) < 1e-3, "rope is a rotation (norm kept)");
     /* backward is the transpose: <rope(x), y> == <x, rope_backward(y)> */
-    K->rope_backward(ry, B, T, NH, NG, HD, HD, (k_rope_freq){500.0f, 1.0f, 1.0f});
+    K->rope_backward(ry, B, T, NH, NG, HD, HD, (k_rope_freq){500.0f, 1.0f, 1.0f, 0});
     CHECK(fabs(dotp(rx, y, n) - dotp(x, ry, n)) < 1e-4, "rope_backward is rope's transpose");
     /* --rotary-percent 2/3: the first RD = 4 dims of each head turn, pairs (i, i + 2) by t * 500^(-2i/4),
      * dims 4 and 5 pass through; backward undoes it */
     int RD = 4;
     float *px = malloc(n * sizeof(float));
     memcpy(px, x, n * sizeof(float));
-    K->rope_forward(px, B, T, NH, NG, HD, RD, (k_rope_freq){500.0f, 1.0f, 1.0f});
+    K->rope_forward(px, B, T, NH, NG, HD, RD, (k_rope_freq){500.0f, 1.0f, 1.0f, 0});
     double ap = 3 * pow(500.0, -2.0 / RD);
     CHECK(fabs(px[at + 1] - (x[at + 1] * cos(ap) - x[at + 3] * sin(ap))) < 1e-5 &&
           fabs(px[at + 3] - (x[at + 3] * cos(ap) + x[at + 1] * sin(ap))) < 1e-5, "partial rope turns pair (1, 3)");
     CHECK(px[at + 4] == x[at + 4] && px[at + 5] == x[at + 5], "partial rope leaves dims RD.. alone");
-    K->rope_backward(px, B, T, NH, NG, HD, RD, (k_rope_freq){500.0f, 1.0f, 1.0f});
+    K->rope_backward(px, B, T, NH, NG, HD, RD, (k_rope_freq){500.0f, 1.0f, 1.0f, 0});
     double worst = 0;
     for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs(px[i] - x[i]));
     CHECK(worst < 1e-5, "partial rope_backward undoes the forward (%g)", worst);
