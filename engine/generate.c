@@ -241,6 +241,10 @@ int generate_main(int argc, char **argv)
     }
     size_t len = nprompt;
     uint64_t key = rng_key(o.seed, 0x6e6e0000ULL);
+    /* the document of every token generated: it starts after the prompt's last eod (generation stops at an eod) */
+    size_t doc0 = 0;
+    for (size_t i = 0; i < nprompt; i++)
+        if (ids[i] == m->doc_eod) doc0 = i + 1;
     size_t cached = 0; /* positions whose keys and values the layers hold (from position 0) */
     int decode = eng_can_decode(m);
     /* --json's timing: the prompt's step, then decode steps and whole passes apart */
@@ -251,9 +255,6 @@ int generate_main(int argc, char **argv)
         double t0 = atoll_mono_s();
         int decoding = decode && !from && cached && cached + 1 == len;
         if (decoding) { /* one position against the cache */
-            size_t doc0 = 0; /* the first position of the token's document: after the last eod before it */
-            for (size_t i = 0; i + 1 < len; i++)
-                if (ids[i] == m->doc_eod) doc0 = i + 1;
             if (eng_decode(m, a, ids[len - 1], (int)(len - 1), (int)doc0)) {
                 atoll_errf(err, sizeof err, "decode step at position %zu failed", len - 1);
                 goto out;

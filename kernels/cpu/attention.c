@@ -39,6 +39,19 @@ static float *scratch_tt(int T)
     return p;
 }
 
+/* x[0..n) -> softmax(x) in place: minus the max, exp, then times 1 / sum. */
+static void softmax_span(float *x, int n)
+{
+    float mx = x[0], sum = 0.0f;
+    for (int j = 1; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    for (int j = 0; j < n; j++) {
+        x[j] = expf(x[j] - mx);
+        sum += x[j];
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j < n; j++) x[j] *= inv;
+}
+
 void kc_attention_forward(float *out, float *att, const float *qkv, const int32_t *doc, int B, int T, int NH, int NG,
                           int HD, const k_dropout *drop)
 {
@@ -57,16 +70,8 @@ void kc_attention_forward(float *out, float *att, const float *qkv, const int32_
             for (int t = 0; t < T; t++) {
                 float *row = P + (size_t)t * T;
                 int lo = kc_doc_first(doc, b, T, t);
-                float mx = row[lo];
-                for (int j = lo + 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-                float sum = 0.0f;
-                for (int j = lo; j <= t; j++) {
-                    row[j] = expf(row[j] - mx);
-                    sum += row[j];
-                }
-                float inv = 1.0f / sum;
+                softmax_span(row + lo, t - lo + 1);
                 for (int j = 0; j < lo; j++) row[j] = 0.0f;
-                for (int j = lo; j <= t; j++) row[j] *= inv;
                 for (int j = t + 1; j < T; j++) row[j] = 0.0f;
             }
             if (dropping) kc_attention_drop(Pd, P, T, drop, drop->row0 + b, drop->head0 + h);
@@ -77,8 +82,8 @@ void kc_attention_forward(float *out, float *att, const float *qkv, const int32_
 }
 
 /* Per head: s = scale K q over keys k0..n-1 (a GEMV over strided rows of qkv,
- * as the forward's GEMM), p = softmax(s) as the forward takes it (minus the
- * max, then times 1 / sum), out = V^T p (a second GEMV). */
+ * as the forward's GEMM), p = softmax(s) as the forward takes it
+ * (softmax_span), out = V^T p (a second GEMV). */
 void kc_attention_decode(float *out, const float *qkv, int n, int k0, int NH, int NG, int HD)
 {
     int ld = (NH + 2 * NG) * HD, nk = n - k0;
@@ -90,14 +95,7 @@ void kc_attention_decode(float *out, const float *qkv, int n, int k0, int NH, in
         kc_qkv_offsets(h, NH, NG, HD, &oq, &ok, &ov);
         const float *q = qkv + (size_t)(n - 1) * ld + oq, *rows = qkv + (size_t)k0 * ld;
         cblas_sgemv(CblasRowMajor, CblasNoTrans, nk, HD, scale, rows + ok, ld, q, 1, 0.0f, p, 1);
-        float mx = p[0], sum = 0.0f;
-        for (int j = 1; j < nk; j++) mx = p[j] > mx ? p[j] : mx;
-        for (int j = 0; j < nk; j++) {
-            p[j] = expf(p[j] - mx);
-            sum += p[j];
-        }
-        float inv = 1.0f / sum;
-        for (int j = 0; j < nk; j++) p[j] *= inv;
+        softmax_span(p, nk);
         cblas_sgemv(CblasRowMajor, CblasTrans, nk, HD, 1.0f, rows + ov, ld, p, 1, 0.0f, out + (size_t)h * HD, 1);
     }
     free(p);
