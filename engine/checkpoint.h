@@ -90,17 +90,21 @@ int ckpt_prune(const char *dir, int keep, long long newest, char *err, size_t er
 int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,
               const eng_train_state *st, char *err, size_t errlen);
 
-/* Finds the newest committed, intact step under `dir` (manifest present, sizes
- * and checksums match). Newer steps that are uncommitted, torn or corrupt are
+/* What a reader of a step needs intact: every file (a run resuming from it), or
+ * only model.safetensors (generate, export: the weights alone). */
+typedef enum { CKPT_RESUME, CKPT_WEIGHTS } ckpt_need;
+
+/* Finds the newest committed step under `dir` whose files `need` asks for are
+ * intact (manifest present, sizes and checksums match). Newer steps that are uncommitted, torn or corrupt are
  * reported on stderr and skipped. Returns 0 with *iteration set, 1 when `dir` is
  * absent or holds no committed step (a fresh run: uncommitted steps are saves a
  * fault interrupted, nothing durable), -1 on an error (err set) -- including a
  * committed step that is damaged with no intact one before it. */
-int ckpt_latest(const char *dir, long long *iteration, char *err, size_t errlen);
+int ckpt_latest(const char *dir, ckpt_need need, long long *iteration, char *err, size_t errlen);
 
-/* 0 when step `iteration` of dir is committed and intact; else -1 with err
- * saying what it is (missing, not committed, torn, corrupt). */
-int ckpt_step_check(const char *dir, long long iteration, char *err, size_t errlen);
+/* 0 when step `iteration` of dir is committed and the files `need` asks for are
+ * intact; else -1 with err saying what it is (missing, not committed, torn, corrupt). */
+int ckpt_step_check(const char *dir, ckpt_need need, long long iteration, char *err, size_t errlen);
 
 /* Loads step `iteration` into the model and optimizer (this rank's slices) and
  * the train state. A tensor missing from the files, a shape that differs from the
@@ -137,7 +141,8 @@ char *ckpt_hf_llama_config(const atoll_config *c);
  * err when --load is missing or holds no committed step. Clears the switch. */
 int ckpt_use_args(atoll_config *c, char *taken, size_t takenlen, char *err, size_t errlen);
 
-/* FNV-1a-64 of a whole file; -1 when it cannot be read. */
+/* atoll64 (the manifests' checksum, defined in checkpoint.c) of a whole file;
+ * -1 when it cannot be read. */
 int ckpt_file_checksum(const char *path, uint64_t *sum, uint64_t *bytes);
 
 #endif

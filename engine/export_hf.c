@@ -364,10 +364,10 @@ int export_main(int argc, char **argv)
     int rc = 1;
     long long it = o.step;
     if (it < 0) {
-        int latest = ckpt_latest(o.load, &it, err, sizeof err);
+        int latest = ckpt_latest(o.load, CKPT_WEIGHTS, &it, err, sizeof err);
         if (latest == 1) atoll_errf(err, sizeof err, "--load %s: no committed checkpoint there", o.load);
         if (latest) goto out;
-    } else if (ckpt_step_check(o.load, it, note, sizeof note)) {
+    } else if (ckpt_step_check(o.load, CKPT_WEIGHTS, it, note, sizeof note)) {
         atoll_errf(err, sizeof err, "--ckpt-step %lld: %s", it, note);
         goto out;
     }

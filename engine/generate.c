@@ -186,7 +186,7 @@ int generate_main(int argc, char **argv)
     int32_t *ids = NULL, *ctx = NULL;
     float *logits = NULL, *scratch = NULL;
     int rc = 1;
-    int latest = ckpt_latest(o.load, &it, err, sizeof err);
+    int latest = ckpt_latest(o.load, CKPT_WEIGHTS, &it, err, sizeof err);
     if (latest == 1) atoll_errf(err, sizeof err, "--load %s: no committed checkpoint there", o.load);
     if (latest || ckpt_read_model(o.load, it, &c, err, sizeof err)) goto out;
     if (o.vocab) snprintf(c.vocab_file, sizeof c.vocab_file, "%s", o.vocab);

@@ -747,7 +747,7 @@ static int resume(run *r, char *err, size_t errlen)
     long long it;
     char names[64];
     if (!lp.own && foreign_flags(c)) {
-        int rc = ckpt_latest(c->save, &it, err, errlen);
+        int rc = ckpt_latest(c->save, CKPT_RESUME, &it, err, errlen);
         if (rc < 0) return ENG_ERR_CONFIG;
         if (rc == 0) {
             if (r->d.rank == 0)
@@ -761,11 +761,11 @@ static int resume(run *r, char *err, size_t errlen)
     }
     int rc;
     if (!lp.own && c->ckpt_step) { /* that step, or nothing */
-        if (ckpt_step_check(lp.dir, c->ckpt_step, err, errlen)) return ENG_ERR_CONFIG;
+        if (ckpt_step_check(lp.dir, CKPT_RESUME, c->ckpt_step, err, errlen)) return ENG_ERR_CONFIG;
         it = c->ckpt_step;
         rc = 0;
     } else {
-        rc = ckpt_latest(lp.dir, &it, err, errlen);
+        rc = ckpt_latest(lp.dir, CKPT_RESUME, &it, err, errlen);
     }
     if (rc < 0) return ENG_ERR_CONFIG;
     if (rc == 1) {

@@ -9,9 +9,11 @@
 #include "check.h"
 #include "checkpoint.h"
 #include "ckpt_async.h"
+#include "errf.h"
 #include "json_read.h"
 #include "safetensors.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,10 +105,10 @@ static void test_layout_independent_writes(void)
         CHECK(same_file(a, p), "pp=2 %s differs from pp=1", files[i]);
     }
     long long it = -1;
-    CHECK(ckpt_latest("ck_tp", &it, err, sizeof err) == 0 && it == 3, "tp checkpoint committed (%lld)", it);
-    CHECK(ckpt_latest("ck_pp", &it, err, sizeof err) == 1,
+    CHECK(ckpt_latest("ck_tp", CKPT_RESUME, &it, err, sizeof err) == 0 && it == 3, "tp checkpoint committed (%lld)", it);
+    CHECK(ckpt_latest("ck_pp", CKPT_RESUME, &it, err, sizeof err) == 1,
           "a step never committed (a save a fault interrupted) holds nothing: a fresh start");
-    CHECK(ckpt_latest("no_such_dir", &it, err, sizeof err) == 1, "missing dir: nothing to resume");
+    CHECK(ckpt_latest("no_such_dir", CKPT_RESUME, &it, err, sizeof err) == 1, "missing dir: nothing to resume");
 
     /* a TP rank reads its slices back from the single-rank checkpoint */
     eng_layout lay = eng_layout_single(&c);
@@ -175,7 +177,7 @@ static void test_bad_files(void)
           strstr(err, "tensor 'h.1.ln_2.bias.exp_avg' is missing") && strstr(err, "optim.safetensors") &&
           !strchr(err, '\n'), "missing tensor: %s", err);
     long long it;
-    CHECK(ckpt_latest("ck_bad", &it, err, sizeof err) == -1 && strstr(err, "iter_0000003 is corrupt"),
+    CHECK(ckpt_latest("ck_bad", CKPT_RESUME, &it, err, sizeof err) == -1 && strstr(err, "iter_0000003 is corrupt"),
           "a corrupt only step is refused: %s", err);
 
     CHECK(truncate("ck_bad/iter_0000003/model.safetensors", 3000) == 0, "truncate");
@@ -218,11 +220,11 @@ static void test_async(void)
         while (a[r] && !ckpt_async_durable(a[r])) usleep(1000);
     CHECK(!exists("ck_async/iter_0000003/manifest.json"), "a manifest before every part was declared durable");
     long long it = -1;
-    CHECK(ckpt_latest("ck_async", &it, err, sizeof err) == 1, "an uncommitted background save was taken");
+    CHECK(ckpt_latest("ck_async", CKPT_RESUME, &it, err, sizeof err) == 1, "an uncommitted background save was taken");
     ckpt_async_commit(a[0]);
     CHECK(ckpt_async_wait(a[0], err, sizeof err) == 0 && ckpt_async_committed(a[0]), "commit: %s", err);
     CHECK(ckpt_async_iteration(a[0]) == 3 && ckpt_async_seconds(a[0]) > 0, "commit time");
-    CHECK(ckpt_latest("ck_async", &it, err, sizeof err) == 0 && it == 3, "committed step: %lld", it);
+    CHECK(ckpt_latest("ck_async", CKPT_RESUME, &it, err, sizeof err) == 0 && it == 3, "committed step: %lld", it);
     for (int r = 0; r < 2; r++) {
         ckpt_async_free(a[r]);
         drop(t[r]);
@@ -295,7 +297,7 @@ static void test_keep(void)
     CHECK(has_step("ck_keep", 40) && has_step("ck_keep", 35) && has_step("ck_keep", 30) && !has_step("ck_keep", 20) &&
           has_step("ck_keep", 50), "keep 2 after committing 40: 30, 35, 40 and 50 stay, 20 goes");
     long long it = -1;
-    CHECK(ckpt_latest("ck_keep", &it, err, sizeof err) == 0 && it == 40, "newest committed step after pruning: %lld", it);
+    CHECK(ckpt_latest("ck_keep", CKPT_RESUME, &it, err, sizeof err) == 0 && it == 40, "newest committed step after pruning: %lld", it);
     CHECK(ckpt_prune("ck_keep", 1, 40, err, sizeof err) == 2 && !has_step("ck_keep", 35) && !has_step("ck_keep", 30) &&
           has_step("ck_keep", 40) && has_step("ck_keep", 50), "keep 1: removed 30 and 35: %s", err);
     CHECK(ckpt_prune("no_such_dir", 1, 40, err, sizeof err) == -1 && strstr(err, "no_such_dir"), "missing dir: %s", err);
@@ -313,6 +315,95 @@ static void test_keep(void)
     rmrf("ck_keep");
 }
 
+
+/* Flips one byte of `path` at `off` (from the end when negative). */
+static void flip_byte(const char *path, long off)
+{
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL, "open %s", path);
+    if (!f) return;
+    fseek(f, off, off < 0 ? SEEK_END : SEEK_SET);
+    long at = ftell(f);
+    int b = fgetc(f);
+    fseek(f, at, SEEK_SET);
+    fputc(b ^ 0x10, f);
+    fclose(f);
+}
+
+/* FNV-1a-64 of a whole file, the sum manifests held before atoll64 */
+static uint64_t fnv_file(const char *path)
+{
+    size_t n;
+    char *data = atoll_read_file(path, 1u << 26, &n);
+    CHECK(data != NULL, "%s: %s", path, strerror(errno));
+    uint64_t h = data ? eng_fnv1a(data, n, ENG_FNV_INIT) : 0;
+    free(data);
+    return h;
+}
+
+/* atoll64 catches one flipped byte wherever it sits (first word, a lane's last
+ * word, the next block, the middle, the zero-padded tail); CKPT_WEIGHTS checks
+ * model.safetensors alone; a manifest written with FNV-1a-64 sums still verifies,
+ * and still catches a flipped byte. */
+static void test_checksums(void)
+{
+    char err[512] = "";
+    long long it;
+    const char *model = "ck_sum/iter_0000003/model.safetensors", *optim = "ck_sum/iter_0000003/optim.safetensors";
+    rmrf("ck_sum");
+    CHECK(system("cp -r ck_one ck_sum") == 0, "copy");
+    struct stat sb, ts;
+    CHECK(stat(model, &sb) == 0 && stat("ck_sum/iter_0000003/train_state.json", &ts) == 0 && ts.st_size % 32 != 0,
+          "train_state.json ends in a partial block (%lld bytes)", (long long)ts.st_size);
+    CHECK(ckpt_latest("ck_sum", CKPT_RESUME, &it, err, sizeof err) == 0 && it == 3, "intact: %s", err);
+    const long offs[] = { 0, 7, 24, 31, 32, 4096, (long)sb.st_size / 2, -1 };
+    for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
+        flip_byte(model, offs[i]);
+        CHECK(ckpt_step_check("ck_sum", CKPT_WEIGHTS, 3, err, sizeof err) == -1 &&
+              strstr(err, "model.safetensors fails its checksum"), "a byte flipped at %ld: %s", offs[i], err);
+        flip_byte(model, offs[i]);
+        CHECK(ckpt_step_check("ck_sum", CKPT_WEIGHTS, 3, err, sizeof err) == 0, "flipped back at %ld: %s", offs[i],
+              err);
+    }
+    flip_byte("ck_sum/iter_0000003/train_state.json", -1);
+    CHECK(ckpt_latest("ck_sum", CKPT_RESUME, &it, err, sizeof err) == -1 &&
+          strstr(err, "train_state.json fails its checksum"), "the last byte of a partial block: %s", err);
+    flip_byte("ck_sum/iter_0000003/train_state.json", -1);
+    flip_byte(optim, -3);
+    CHECK(ckpt_latest("ck_sum", CKPT_RESUME, &it, err, sizeof err) == -1 &&
+          strstr(err, "optim.safetensors fails its checksum"), "a resume needs the optimizer intact: %s", err);
+    CHECK(ckpt_latest("ck_sum", CKPT_WEIGHTS, &it, err, sizeof err) == 0 && it == 3,
+          "the weights alone are intact: %s", err);
+    flip_byte(optim, -3);
+
+    /* the manifest as atoll wrote it before atoll64: "fnv1a64" sums */
+    static const char *files[3] = { "model.safetensors", "optim.safetensors", "train_state.json" };
+    size_t tlen;
+    char *text = atoll_read_file("ck_sum/iter_0000003/manifest.json", 1u << 20, &tlen);
+    CHECK(text != NULL, "manifest.json: %s", strerror(errno));
+    if (!text) return;
+    for (int i = 0; i < 3; i++) {
+        char path[256], want[64], *at;
+        snprintf(path, sizeof path, "ck_sum/iter_0000003/%s", files[i]);
+        snprintf(want, sizeof want, "\"%s\":{", files[i]);
+        CHECK((at = strstr(text, want)) && (at = strstr(at, "\"atoll64\":\"")), "%s's entry", files[i]);
+        if (!at) break;
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)fnv_file(path));
+        memcpy(at, "\"fnv1a64\":\"", 11);
+        memcpy(at + 11, hex, 16);
+    }
+    FILE *f = fopen("ck_sum/iter_0000003/manifest.json", "w");
+    fputs(text, f);
+    fclose(f);
+    free(text);
+    CHECK(ckpt_latest("ck_sum", CKPT_RESUME, &it, err, sizeof err) == 0 && it == 3,
+          "a manifest of FNV-1a-64 sums verifies: %s", err);
+    flip_byte(optim, 100);
+    CHECK(ckpt_latest("ck_sum", CKPT_RESUME, &it, err, sizeof err) == -1 &&
+          strstr(err, "optim.safetensors fails its checksum"), "FNV-1a-64 still catches a flipped byte: %s", err);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -321,5 +412,6 @@ int main(int argc, char **argv)
     test_async();
     test_header();
     test_bad_files();
+    test_checksums();
     return check_summary(argv[0]);
 }

@@ -9,7 +9,7 @@
 # usage: engine_cli.sh ATOLL_TRAIN PREPARE_TOOL WORKDIR
 set -uo pipefail
 TRAIN=$(realpath "$1") PREP=$(realpath "$2") W=$3
-export PYTHONPATH="$(cd "$(dirname "$0")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}" # tests/st_read.py
+export PYTHONPATH="$(cd "$(dirname "$0")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}" # tests/st_read.py, tests/ckpt_sum.py
 rm -rf "$W" && mkdir -p "$W" && cd "$W" || exit 1
 failures=0
 ok() { echo "ok: $*"; }
@@ -37,6 +37,13 @@ RUN=("${TINY[@]}" --micro-batch-size 2 --train-iters 20 --lr 1e-3 --lr-warmup-it
     || bad "first half failed"
 [ -f ck/iter_0000010/manifest.json ] && [ "$(cat ck/latest_checkpointed_iteration.txt)" = 10 ] \
     || bad "checkpoint 10 not committed"
+# the manifest's sums against tests/ckpt_sum.py, atoll64 written again from its definition
+if sums=$(python3 -c 'import ckpt_sum, sys; bad = ckpt_sum.check_step(sys.argv[1]); print("; ".join(bad)); sys.exit(bool(bad))' \
+        ck/iter_0000010 2>&1); then
+    ok "checkpoint 10: every file's size and atoll64 sum equal its manifest's (Python twin)"
+else
+    bad "checkpoint 10's sums: $sums"
+fi
 cp -r ck ck_copy
 "$TRAIN" "${RUN[@]}" --load ck --metrics-file part.jsonl >resume.log 2>&1 || bad "resume failed: $(tail -1 resume.log)"
 if [ "$(losses straight.jsonl | wc -l)" = 20 ] && diff <(losses straight.jsonl) <(losses part.jsonl) >/dev/null; then
