@@ -737,6 +737,40 @@ static const char *foreign_names(const atoll_config *c, char *buf, size_t len)
     return buf + 1;
 }
 
+/* ckpt_latest (or, with want > 0, ckpt_step_check of that step) for resuming from
+ * dir, run by rank 0 alone and its answer shared: the step's files are read for their
+ * checksums once, not once per rank (on a shared file system, once per job instead of
+ * 8 times per node), and every rank resumes from the same step even while a save is
+ * being committed. 0 with *it, 1 when dir holds no committed step (as ckpt_latest),
+ * ENG_ERR_CONFIG when it holds none to resume from (a rank other than 0 says only
+ * that rank 0 refused: rank 0's log says why), -1 when sharing the answer failed. */
+static int agreed_step(run *r, const char *dir, long long want, long long *it, char *err, size_t errlen)
+{
+    int rc = 0;
+    double mine = 0.0, got;
+    if (r->d.rank == 0) {
+        if (want > 0) {
+            rc = ckpt_step_check(dir, CKPT_RESUME, want, err, errlen) ? -1 : 0;
+            *it = want;
+        } else {
+            rc = ckpt_latest(dir, CKPT_RESUME, it, err, errlen);
+        }
+        mine = rc == 0 ? (double)*it : rc == 1 ? -1.0 : -2.0; /* iterations are far below 2^53 */
+    }
+    if (dist_world_sum_ordered(&r->d, mine, &got)) {
+        atoll_errf(err, errlen, "--load %s: sharing rank 0's checkpoint step: %s", dir, dist_error(&r->d));
+        return -1;
+    }
+    if (r->d.rank == 0) return rc < 0 ? ENG_ERR_CONFIG : rc;
+    if (got >= 0.0) {
+        *it = (long long)got;
+        return 0;
+    }
+    if (got == -1.0) return 1;
+    atoll_errf(err, errlen, "--load %s: rank 0 found no checkpoint step to resume from there (its log says why)", dir);
+    return ENG_ERR_CONFIG;
+}
+
 /* 0; ENG_ERR_CONFIG when --load can never be resumed with this configuration (no
  * intact committed step, or one that holds another model, or none at all with
  * --exit-on-missing-checkpoint): a restart would fail the same way; else -1. */
@@ -747,8 +781,8 @@ static int resume(run *r, char *err, size_t errlen)
     long long it;
     char names[64];
     if (!lp.own && foreign_flags(c)) {
-        int rc = ckpt_latest(c->save, CKPT_RESUME, &it, err, errlen);
-        if (rc < 0) return ENG_ERR_CONFIG;
+        int rc = agreed_step(r, c->save, 0, &it, err, errlen);
+        if (rc != 0 && rc != 1) return rc;
         if (rc == 0) {
             if (r->d.rank == 0)
                 fprintf(stderr, "atoll-train: --save %s holds this run's step %lld: resuming it (%s took --load %s "
@@ -759,15 +793,9 @@ static int resume(run *r, char *err, size_t errlen)
         fprintf(stderr, "atoll-train: note: --load is this run's --save, so it resumes exactly (%s: for another "
                 "run's checkpoint only)\n", foreign_names(c, names, sizeof names));
     }
-    int rc;
-    if (!lp.own && c->ckpt_step) { /* that step, or nothing */
-        if (ckpt_step_check(lp.dir, CKPT_RESUME, c->ckpt_step, err, errlen)) return ENG_ERR_CONFIG;
-        it = c->ckpt_step;
-        rc = 0;
-    } else {
-        rc = ckpt_latest(lp.dir, CKPT_RESUME, &it, err, errlen);
-    }
-    if (rc < 0) return ENG_ERR_CONFIG;
+    /* --ckpt-step: that step, or nothing */
+    int rc = agreed_step(r, lp.dir, !lp.own && c->ckpt_step ? c->ckpt_step : 0, &it, err, errlen);
+    if (rc != 0 && rc != 1) return rc;
     if (rc == 1) {
         if (c->exit_on_missing_checkpoint) {
             atoll_errf(err, errlen, "--load %s holds no committed checkpoint, and --exit-on-missing-checkpoint "

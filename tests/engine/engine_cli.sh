@@ -626,6 +626,26 @@ if grep -q "iter_0000010 is corrupt" corrupt.err && grep -q "iter_0000005" corru
 else
     bad "corrupt-checkpoint fallback: $(cat corrupt.err)"
 fi
+# Two ranks: rank 0 alone reads the step's files for their checksums (one report of the
+# corrupt step, not one per rank) and both resume from the step it chose.
+mkdir -p ck_two && cp -r ck/iter_0000005 ck/iter_0000010 ck_two/
+printf 'X' | dd of=ck_two/iter_0000010/optim.safetensors bs=1 seek=300 conv=notrunc status=none
+"$TRAIN" "${RUN[@]}" --nproc-per-node 2 --load ck_two --train-iters 7 --metrics-file two.jsonl >two.log 2>two.err
+rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c 'iter_0000010 is corrupt' two.err)" = 1 ] && grep -q "iter_0000005" two.log &&
+   [ "$(losses two.jsonl | wc -l)" = 2 ]; then
+    ok "two ranks past a corrupt step: reported once (rank 0 verifies), both resumed from iteration 5"
+else
+    bad "two ranks past a corrupt step: rc=$rc, $(grep -c 'is corrupt' two.err) reports, $(cat two.err)"
+fi
+"$TRAIN" "${RUN[@]}" --nproc-per-node 2 --load ck_two --ckpt-step 10 --save ck_two_out >two_step.log 2>two_step.err
+rc=$?
+if [ $rc -eq 78 ] && grep -q "ck_two/iter_0000010 is corrupt (optim.safetensors fails its checksum)" two_step.err &&
+   grep -q "rank 0 found no checkpoint step to resume from" two_step.err; then
+    ok "two ranks, --ckpt-step naming a corrupt step: both refuse (exit 78), rank 0 says why"
+else
+    bad "two ranks, --ckpt-step 10 corrupt: rc=$rc, $(cat two_step.err)"
+fi
 rm ck_copy/iter_0000020/manifest.json
 "$TRAIN" "${RUN[@]}" --load ck_copy --train-iters 20 >torn.log 2>torn.err
 grep -q "iter_0000020 is not committed" torn.err && ok "uncommitted step reported" \
