@@ -231,7 +231,7 @@ int generate_main(int argc, char **argv)
     size_t nprompt = b.n, cap = b.n + (size_t)o.max_tokens;
     ids = realloc(b.ids, cap * sizeof(int32_t));
     ctx = calloc((size_t)T, sizeof(int32_t));
-    logits = malloc((size_t)T * V * sizeof(float));
+    logits = malloc((size_t)V * sizeof(float)); /* the one row sampled from */
     scratch = malloc((size_t)V * sizeof(float));
     a = eng_acts_create(m, 0);
     if (!ids || !ctx || !logits || !scratch || !a) { atoll_errf(err, sizeof err, "out of memory"); goto out; }
@@ -251,7 +251,7 @@ int generate_main(int argc, char **argv)
     double prompt_s = 0.0, dec_s = 0.0, pass_s = 0.0;
     long ndec = 0, npass = 0;
     for (long step = 0; step < o.max_tokens; step++) {
-        size_t from = len > (size_t)T ? len - (size_t)T : 0, nctx = len - from, last;
+        size_t from = len > (size_t)T ? len - (size_t)T : 0, nctx = len - from, last; /* the row sampled from */
         double t0 = atoll_mono_s();
         int decoding = decode && !from && cached && cached + 1 == len;
         if (decoding) { /* one position against the cache */
@@ -264,15 +264,16 @@ int generate_main(int argc, char **argv)
             size_t run = (nctx + GEN_ROUND - 1) / GEN_ROUND * GEN_ROUND; /* positions past nctx: eod, read by none */
             if (run > (size_t)T) run = (size_t)T;
             for (size_t i = 0; i < run; i++) ctx[i] = i < nctx ? ids[from + i] : tok_eod(tok);
-            if (eng_set_seq_length(m, (int)run) || eng_forward(m, a, ctx, NULL, NULL, 0.0f, NULL)) {
+            if (eng_set_seq_length(m, (int)run) || eng_set_logits_position(m, (int)nctx - 1) ||
+                eng_forward(m, a, ctx, NULL, NULL, 0.0f, NULL)) {
                 atoll_errf(err, sizeof err, "forward pass over %zu positions failed", run);
                 goto out;
             }
             last = nctx - 1;
         }
         cached = from ? 0 : len;
-        eng_logits_to_host(m, a, logits);
-        int32_t next = pick(logits + last * (size_t)V, n, &o, key, step, scratch);
+        eng_logits_to_host(m, a, (int)last, 1, logits);
+        int32_t next = pick(logits, n, &o, key, step, scratch);
         double dt = atoll_mono_s() - t0;
         if (!step) prompt_s = dt;
         else if (decoding) dec_s += dt, ndec++;

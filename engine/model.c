@@ -424,6 +424,7 @@ eng_model *eng_model_create(const atoll_config *cfg, const eng_layout *lay, cons
     m->doc_pos = cfg->reset_position_ids && !m->rope; /* rotary positions count from the sample's start */
     m->doc_eod = -1;
     m->dec_pos = -1;
+    m->logits_pos = -1;
     const char *why = m->bf16 ? bf16_refusal(m) : NULL;
     if (why) {
         atoll_errf(err, errlen, "--bf16 on --device %s: %s (hidden %d / %d heads = head dim %d); run without --bf16 "
@@ -656,6 +657,13 @@ int eng_set_seq_length(eng_model *m, int T)
     return 0;
 }
 
+int eng_set_logits_position(eng_model *m, int t)
+{
+    if (m->grads || t < -1 || t >= m->cfg.seq_length) return -1;
+    m->logits_pos = t;
+    return 0;
+}
+
 int eng_can_decode(const eng_model *m)
 {
     const k_ops *k = m->k;
@@ -677,16 +685,17 @@ int eng_decode(eng_model *m, eng_acts *a, int32_t token, int pos, int doc0)
 
 size_t eng_boundary_bytes(const eng_model *m) { return (size_t)m->R * m->C * m->act_bytes; }
 
-void eng_logits_to_host(eng_model *m, const eng_acts *a, float *host)
+void eng_logits_to_host(eng_model *m, const eng_acts *a, int row0, int nrows, float *host)
 {
-    size_t n = (size_t)m->B * m->T * m->V;
+    size_t n = (size_t)nrows * m->V;
+    const char *src = (const char *)a->logits + (size_t)row0 * m->V * m->act_bytes;
     if (!m->bf16) {
-        m->k->to_host(host, a->logits, n * sizeof(float));
+        m->k->to_host(host, src, n * sizeof(float));
         return;
     }
     uint16_t *h16 = malloc(n * sizeof(uint16_t));
     if (!h16) abort();
-    m->k->to_host(h16, a->logits, n * sizeof(uint16_t));
+    m->k->to_host(h16, src, n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++) {
         uint32_t u = (uint32_t)h16[i] << 16;
         memcpy(&host[i], &u, sizeof u);
@@ -1158,6 +1167,7 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *in
     const eng_chunk *ch = &m->chunks[a->chunk];
     int N = m->B * m->T, C = m->C;
     k_dropout dd;
+    if (ch->last && !targets && m->dec_pos < 0 && m->logits_pos >= m->T) return -1; /* eng_set_logits_position */
     /* both uploads before the first kernel: a copy from pageable host memory
      * waits for the device, which is idle only here */
     if (ch->last && targets) k->to_device(a->targets, targets, sizeof(int32_t) * (size_t)N);
@@ -1205,6 +1215,15 @@ int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *in
     const void *ln = ln_done ? ln_full(m, a->lnf)
                              : ln_gathered(m, a->lnf, a->lnf_mean, a->lnf_rstd, a->res[nl], ch->w.lnf_w, ch->w.lnf_b);
     if (!ln) return -1;
+    if (!targets && m->logits_pos >= 0 && m->dec_pos < 0) { /* one position of each sample (eng_set_logits_position) */
+        size_t ab = m->act_bytes;
+        for (int b = 0; b < m->B; b++) {
+            size_t row = (size_t)b * m->T + (size_t)m->logits_pos;
+            op_matmul(m, (char *)a->logits + row * m->V * ab, NULL, (const char *)ln + row * C * ab, ch->w.head, NULL, 1,
+                      C, m->V);
+        }
+        return 0;
+    }
     op_matmul(m, a->logits, NULL, ln, ch->w.head, NULL, N, C, m->V);
     if (!targets) return 0; /* the logits alone */
     if (loss_forward(m, a, dloss)) return -1;

@@ -144,6 +144,7 @@ typedef struct eng_model {
     /* A decode step (eng_decode) runs while dec_pos >= 0: the one row at
      * position dec_pos, its keys from dec_k0 on; -1 otherwise. */
     int dec_pos, dec_k0, dec_wpe;
+    int logits_pos;             /* eng_set_logits_position; -1: every position */
     cfg_recompute recompute;    /* selective: attention probabilities; full: whole layers */
     int recompute_first;        /* the first so many layers of each chunk are rebuilt (full recompute: INT_MAX
                                  * for all, --recompute-num-layers with block; 0 otherwise) */
@@ -275,8 +276,10 @@ int eng_loss_sum(eng_model *m, const eng_acts *a, double *loss_sum);
 void *eng_output(eng_model *m, eng_acts *a);
 /* Bytes a pipeline stage sends per micro-batch: R * hidden activations. */
 size_t eng_boundary_bytes(const eng_model *m);
-/* The last chunk's logits of the micro-batch as fp32 [B*T, V] in host memory. */
-void eng_logits_to_host(eng_model *m, const eng_acts *a, float *host);
+/* Rows [row0, row0 + nrows) of the last chunk's logits of the micro-batch
+ * ([B*T, V], row b*T + t for sample b, position t) as fp32 [nrows, V] in host
+ * memory. */
+void eng_logits_to_host(eng_model *m, const eng_acts *a, int row0, int nrows, float *host);
 /* 1 for tensors whose gradient is a partial sum per TP rank: the LayerNorms
  * under sequence parallel, the heads' norms (--qk-layernorm) whenever tp > 1.
  * The trainer all-reduces them over TP. */
@@ -315,6 +318,15 @@ void eng_set_step(eng_model *m, uint64_t seed, long long iteration, int training
  * while T is shorter. Not under sequence parallelism. 0, or -1 with nothing
  * changed when T is out of range or the model trains. */
 int eng_set_seq_length(eng_model *m, int T);
+
+/* From now on a forward pass with no targets computes the logits at position
+ * `t` of each sample only (row b*T + t; -1: every position, the default); the
+ * other rows keep what they held. Sampling reads no other: the output layer's
+ * [T, C] x [C, V] product, about a third of a GPT-2 124M pass, becomes one
+ * row's. A pass whose length is t or less fails; a decode step computes its
+ * one row as always. For a forward_only model (atoll generate); 0, or -1 with
+ * nothing changed when the model trains or t is past --seq-length. */
+int eng_set_logits_position(eng_model *m, int t);
 
 /* A decode step with a key/value cache (atoll generate): the logits of
  * `token` at position `pos` of the one sample, the earlier positions' keys and

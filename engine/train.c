@@ -592,7 +592,7 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
             atoll_errf(err, errlen, "forward pass failed");
             return -1;
         }
-        if (dump_grads && k == 0) eng_logits_to_host(m, r->acts, logits0);
+        if (dump_grads && k == 0) eng_logits_to_host(m, r->acts, 0, m->B * m->T, logits0);
         if (eng_backward(m, r->acts, NULL, dloss * w) || eng_loss_sum(m, r->acts, &ls)) {
             atoll_errf(err, errlen, "backward pass failed");
             free(logits0);

@@ -21,6 +21,7 @@
 #include "model.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,21 @@ static double max_diff(const float *part, int n, const float *whole)
     return d;
 }
 
+/* every logit NaN (fp32 or bf16), so a row a pass leaves alone reads NaN */
+static void poison_logits(eng_model *m, eng_acts *a)
+{
+    size_t n = (size_t)m->B * m->cfg.seq_length * m->V;
+    void *buf = malloc(n * m->act_bytes);
+    CHECK(buf != NULL, "poison buffer");
+    if (!buf) return;
+    for (size_t i = 0; i < n; i++) {
+        if (m->bf16) ((uint16_t *)buf)[i] = 0x7fc0;
+        else ((float *)buf)[i] = NAN;
+    }
+    m->k->to_device(a->logits, buf, n * m->act_bytes);
+    free(buf);
+}
+
 static void check_family(int llama, int bf16)
 {
     const char *name = llama ? (bf16 ? "LLaMA bf16" : "LLaMA fp32") : (bf16 ? "GPT bf16" : "GPT fp32");
@@ -79,7 +95,7 @@ static void check_family(int llama, int bf16)
     CHECK(a && whole && part, "%s: activations", name);
     if (!a || !whole || !part) goto out;
     CHECK(eng_forward(m, a, tok, NULL, tgt, 0.0f, NULL) == 0, "%s: whole forward", name);
-    eng_logits_to_host(m, a, whole);
+    eng_logits_to_host(m, a, 0, B * T, whole);
     /* bf16 rounds the activations, and a GEMM over fewer rows may sum in another order */
     double tol = bf16 ? 2e-2 : 1e-5;
     int lens[] = { 1, 7, T };
@@ -88,11 +104,36 @@ static void check_family(int llama, int bf16)
         for (int b = 0; b < B; b++) memcpy(part_tok + b * n, tok + b * T, sizeof(int32_t) * n);
         CHECK(eng_set_seq_length(m, n) == 0, "%s: set length %d", name, n);
         CHECK(eng_forward(m, a, part_tok, NULL, tgt, 0.0f, NULL) == 0, "%s: forward over %d", name, n);
-        eng_logits_to_host(m, a, part);
+        eng_logits_to_host(m, a, 0, B * n, part);
         double d = max_diff(part, n, whole);
         CHECK(d <= tol, "%s: the first %d positions' logits differ from the whole pass's by %g (tolerance %g)", name,
               n, d, tol);
         if (n == T) CHECK(d == 0.0, "%s: back at the whole length the logits differ by %g", name, d);
+    }
+    /* one position's logits: that row of each sample computed, the others left as they were */
+    {
+        int n = 7, t = 4;
+        for (int b = 0; b < B; b++) memcpy(part_tok + b * n, tok + b * T, sizeof(int32_t) * n);
+        CHECK(eng_set_seq_length(m, n) == 0 && eng_set_logits_position(m, t) == 0, "%s: position %d", name, t);
+        poison_logits(m, a);
+        CHECK(eng_forward(m, a, part_tok, NULL, NULL, 0.0f, NULL) == 0, "%s: forward for position %d", name, t);
+        eng_logits_to_host(m, a, 0, B * n, part);
+        double d = 0.0;
+        int untouched = 1;
+        for (int b = 0; b < B; b++)
+            for (int v = 0; v < V; v++) {
+                double x = fabs((double)part[((size_t)b * n + t) * V + v] - whole[((size_t)b * T + t) * V + v]);
+                if (!(x <= d)) d = x;
+                untouched &= isnan(part[((size_t)b * n + t - 1) * V + v]) && isnan(part[((size_t)b * n + n - 1) * V + v]);
+            }
+        CHECK(d <= tol, "%s: position %d's logits alone differ from the whole pass's by %g (tolerance %g)", name, t, d,
+              tol);
+        CHECK(untouched, "%s: logits of other positions were computed", name);
+        CHECK(eng_set_logits_position(m, n) == 0 && eng_forward(m, a, part_tok, NULL, NULL, 0.0f, NULL) == -1,
+              "%s: a pass of %d positions refuses logits at position %d", name, n, n);
+        CHECK(eng_set_logits_position(m, T) == -1 && eng_set_logits_position(m, -2) == -1 && m->logits_pos == n,
+              "%s: positions %d and -2 refused, the position kept", name, T);
+        CHECK(eng_set_logits_position(m, -1) == 0 && eng_set_seq_length(m, T) == 0, "%s: every position again", name);
     }
     CHECK(eng_set_seq_length(m, 0) == -1 && eng_set_seq_length(m, T + 1) == -1 && m->T == T,
           "%s: lengths 0 and T+1 refused, the length kept", name);
@@ -116,6 +157,7 @@ static void check_training_refused(void)
     CHECK(m != NULL, "training model: %s", err);
     if (!m) return;
     CHECK(eng_set_seq_length(m, 4) == -1 && m->T == T, "a model with gradients keeps its length");
+    CHECK(eng_set_logits_position(m, 2) == -1 && m->logits_pos == -1, "a model with gradients computes every row");
     eng_model_free(m);
 }
 
@@ -155,14 +197,16 @@ static void check_decode(int llama, int bf16, int docs)
     CHECK(a && whole && row, "%s: activations", name);
     if (!a || !whole || !row) goto out;
     CHECK(eng_forward(m, a, tok, NULL, NULL, 0.0f, NULL) == 0, "%s: whole forward", name);
-    eng_logits_to_host(m, a, whole);
-    CHECK(eng_set_seq_length(m, P) == 0 && eng_forward(m, a, tok, NULL, NULL, 0.0f, NULL) == 0, "%s: prompt", name);
+    eng_logits_to_host(m, a, 0, T, whole);
+    /* the prompt's pass as generate runs it: its last position's logits only */
+    CHECK(eng_set_seq_length(m, P) == 0 && eng_set_logits_position(m, P - 1) == 0 &&
+              eng_forward(m, a, tok, NULL, NULL, 0.0f, NULL) == 0, "%s: prompt", name);
     double worst = 0.0, tol = bf16 ? 8e-3 : 1e-5; /* bf16: two roundings of a logit near 1 */
     int doc0 = 0;
     for (int p = 0; p < T; p++) {
         if (p >= P) {
             CHECK(eng_decode(m, a, tok[p], p, doc0) == 0 && m->T == 1, "%s: decode at %d", name, p);
-            eng_logits_to_host(m, a, row);
+            eng_logits_to_host(m, a, 0, 1, row);
             for (int v = 0; v < V; v++) {
                 double x = fabs((double)row[v] - whole[(size_t)p * V + v]);
                 if (!(x <= worst)) worst = x;
@@ -176,7 +220,7 @@ static void check_decode(int llama, int bf16, int docs)
           "%s: a position past the sequence, a document after its token, a negative position: refused", name);
     if (docs) { /* attending across the document boundary would change the logits */
         CHECK(eng_decode(m, a, tok[T - 1], T - 1, 0) == 0, "%s: decode ignoring the documents", name);
-        eng_logits_to_host(m, a, row);
+        eng_logits_to_host(m, a, 0, 1, row);
         double d = 0.0;
         for (int v = 0; v < V; v++) d = fmax(d, fabs((double)row[v] - whole[(size_t)(T - 1) * V + v]));
         CHECK(d > 2 * tol, "%s: the whole context instead of the document changed the logits by only %g", name, d);
