@@ -23,7 +23,7 @@ static double step_time(int p, int m, int v, double F, double B, double X, sched
     sched_list L[64];
     char err[256];
     for (int r = 0; r < p; r++)
-        if (sched_build(p, r, m, v, &L[r], err, sizeof err)) {
+        if (sched_build(p, r, m, v, 0, &L[r], err, sizeof err)) {
             fprintf(stderr, "%s\n", err);
             exit(1);
         }
@@ -37,7 +37,7 @@ static void row(FILE *o, int p, int m, int v, double F, double B, double X)
     sched_list L[64];
     char err[256];
     for (int r = 0; r < p; r++)
-        if (sched_build(p, r, m, v, &L[r], err, sizeof err)) {
+        if (sched_build(p, r, m, v, 0, &L[r], err, sizeof err)) {
             fprintf(stderr, "%s\n", err);
             exit(1);
         }

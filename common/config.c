@@ -45,6 +45,8 @@ static const key_def KEYS[] = {
     R("pipeline-model-parallel-size", K_INT, pipeline_model_parallel_size, 1, CFG_MAX_RANKS, 0),
     R("num-layers-per-virtual-pipeline-stage", K_INT, num_layers_per_virtual_pipeline_stage, 0, CFG_MAX_LAYERS, 0),
     R("num-virtual-stages-per-pipeline-rank", K_INT, num_virtual_stages_per_pipeline_rank, 0, CFG_MAX_LAYERS, 0),
+    R("microbatch-group-size-per-virtual-pipeline-stage", K_INT, microbatch_group_size_per_virtual_pipeline_stage, 0,
+      CFG_MAX_GLOBAL_BATCH, 0),
     R("decoder-first-pipeline-num-layers", K_INT, decoder_first_pipeline_num_layers, 0, CFG_MAX_LAYERS, 0),
     R("decoder-last-pipeline-num-layers", K_INT, decoder_last_pipeline_num_layers, 0, CFG_MAX_LAYERS, 0),
     F("sequence-parallel", K_BOOL, sequence_parallel),
@@ -1392,6 +1394,30 @@ int cfg_interleaved(const atoll_config *c)
     return c->num_layers_per_virtual_pipeline_stage > 0 || c->num_virtual_stages_per_pipeline_rank > 1;
 }
 
+/* The group size when one applies: interleaved, and given other than pp */
+static int micro_group(const atoll_config *c)
+{
+    int g = c->microbatch_group_size_per_virtual_pipeline_stage;
+    return cfg_interleaved(c) && g != c->pipeline_model_parallel_size ? g : 0;
+}
+
+int cfg_microbatch_group_check(int pp, int m, int v, int g, char *err, size_t errlen)
+{
+    if (v <= 1 || g <= 0) return 0;
+    if (g < pp || g > m) {
+        atoll_errf(err, errlen, "--microbatch-group-size-per-virtual-pipeline-stage %d must be between "
+                   "--pipeline-model-parallel-size (%d) and the step's number of micro-batches (%d)", g, pp, m);
+        return -1;
+    }
+    if (m % g && m % g < pp) {
+        atoll_errf(err, errlen, "%d micro-batches in groups of %d (--microbatch-group-size-per-virtual-pipeline-stage) "
+                   "leave a last group of %d, fewer than --pipeline-model-parallel-size %d: the pipeline would stall "
+                   "on it; use a group size that divides %d or leaves at least %d", m, g, m % g, pp, m, pp);
+        return -1;
+    }
+    return 0;
+}
+
 int cfg_validate_model(const atoll_config *c, char *err, size_t errlen)
 {
     const struct { const char *flag; int v; } need[] = {
@@ -1554,11 +1580,18 @@ int cfg_global_batch(const atoll_config *c, int dp)
 }
 
 /* The samples a step of dp ranks can take at a time: a micro-batch on each DP
- * rank, pp of them when interleaved (whole rounds of the schedule). */
+ * rank, pp of them when interleaved (whole rounds of the schedule; with a group
+ * size, any number its rules accept: cfg_microbatch_group_check). */
 static int64_t batch_unit(const atoll_config *c, int dp)
 {
     int64_t u = (int64_t)c->micro_batch_size * dp;
-    return cfg_interleaved(c) ? u * c->pipeline_model_parallel_size : u;
+    return cfg_interleaved(c) && !micro_group(c) ? u * c->pipeline_model_parallel_size : u;
+}
+
+/* What batch_unit multiplies beyond micro-batch * dp, for messages */
+static const char *batch_unit_note(const atoll_config *c)
+{
+    return cfg_interleaved(c) && !micro_group(c) ? " times pp (interleaved)" : "";
 }
 
 /* --decrease-batch-size-if-needed: the batch down to a whole number of units */
@@ -1835,7 +1868,7 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
             atoll_errf(err, errlen, "--decrease-batch-size-if-needed: the %s %d is less than micro-batch * dp = "
                  "%d*%d%s = %lld, the fewest samples a step of this layout takes; use a smaller layout or a larger "
                  "batch", gbs < unit ? "--global-batch-size" : "ramp's first batch", gbs < unit ? gbs : start,
-                 c->micro_batch_size, dp, cfg_interleaved(c) ? " times pp (interleaved)" : "", (long long)unit);
+                 c->micro_batch_size, dp, batch_unit_note(c), (long long)unit);
             return -1;
         }
         ramp = 0;
@@ -1845,30 +1878,37 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
              c->micro_batch_size, dp, (long long)per_step, (long long)per_step);
         return -1;
     }
-    int m = cfg_micro_batches(c, dp);
-    if (cfg_interleaved(c) && m % pp) {
+    int m = cfg_micro_batches(c, dp), group = micro_group(c), v = cfg_virtual_stages(c);
+    if (cfg_interleaved(c) && !group && m % pp) {
         atoll_errf(err, errlen, "the interleaved schedule needs the number of micro-batches (%d) divisible by "
              "--pipeline-model-parallel-size %d", m, pp);
         return -1;
     }
+    if (cfg_microbatch_group_check(pp, m, v, group, err, errlen)) return -1;
     if (ramp && start < gbs) { /* each batch of the ramp: START + k x INCREMENT */
         if (start % unit || inc % unit) {
             atoll_errf(err, errlen, "--rampup-batch-size %s: every batch of the ramp must be divisible by micro-batch "
                  "* dp = %d*%d%s = %lld; START and INCREMENT must be multiples of %lld", c->rampup_batch_size,
-                 c->micro_batch_size, dp, cfg_interleaved(c) ? " times pp (interleaved)" : "",
+                 c->micro_batch_size, dp, batch_unit_note(c),
                  (long long)unit, (long long)unit);
             return -1;
         }
     }
+    if (group && ramp && start < gbs) /* and each batch of the ramp in groups */
+        for (int64_t b = start; b < gbs; b += inc)
+            if (cfg_microbatch_group_check(pp, (int)(b / unit), v, group, err, errlen)) return -1;
     int sched_bs[CFG_MAX_SCHEDULE], nsched = cfg_batch_schedule(c, NULL, sched_bs);
-    for (int i = 0; i < nsched; i++) /* every batch of the schedule, checked before the run reaches it */
+    for (int i = 0; i < nsched; i++) { /* every batch of the schedule, checked before the run reaches it */
+        if (!(sched_bs[i] % unit) && cfg_microbatch_group_check(pp, (int)(sched_bs[i] / unit), v, group, err, errlen))
+            return -1;
         if (sched_bs[i] % unit) {
             atoll_errf(err, errlen, "--step-batch-size-schedule %s: every batch must be divisible by micro-batch * dp = "
                  "%d*%d%s = %lld; entry %d's, %d, is not (a run resumed past an entry may change its batch to "
                  "a multiple: the steps it covers are done)", c->step_batch_size_schedule, c->micro_batch_size, dp,
-                 cfg_interleaved(c) ? " times pp (interleaved)" : "", (long long)unit, i + 1, sched_bs[i]);
+                 batch_unit_note(c), (long long)unit, i + 1, sched_bs[i]);
             return -1;
         }
+    }
     if (island_gpus > 0 && tp > island_gpus) {
         atoll_errf(err, errlen, "--tensor-model-parallel-size %d is larger than the biggest NVLink island (%d GPUs); "
              "use at most %d", tp, island_gpus, island_gpus);

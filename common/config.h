@@ -52,6 +52,8 @@ typedef struct atoll_config {
     int tensor_model_parallel_size, pipeline_model_parallel_size;
     int num_layers_per_virtual_pipeline_stage; /* 0 -> no interleaving */
     int num_virtual_stages_per_pipeline_rank;  /* Megatron's other spelling of v (needed with an uneven split); 0: not given */
+    int microbatch_group_size_per_virtual_pipeline_stage; /* interleaved: micro-batches per group through a chunk;
+                                                           * 0 -> --pipeline-model-parallel-size */
     int decoder_first_pipeline_num_layers;     /* layers on the first pipeline stage; 0 -> an even split */
     int decoder_last_pipeline_num_layers;      /* layers on the last one (its LM head and loss); 0 -> even */
     int sequence_parallel, use_distributed_optimizer;
@@ -260,7 +262,13 @@ double cfg_embedding_init_std(const atoll_config *c);
 int cfg_vocab_multiple(const atoll_config *c); /* --make-vocab-size-divisible-by (0: 128) */
 int cfg_max_pos(const atoll_config *c);
 int cfg_virtual_stages(const atoll_config *c); /* v: 1 when not interleaved */
-int cfg_interleaved(const atoll_config *c);    /* the interleaved schedule's rules apply (micro-batches a multiple of pp) */
+int cfg_interleaved(const atoll_config *c);    /* the interleaved schedule's rules apply (micro-batches a multiple of pp,
+                                                * or cfg_microbatch_group_check's with a group size) */
+/* --microbatch-group-size-per-virtual-pipeline-stage g (Megatron's rules) for a
+ * step of m micro-batches on pp stages of v chunks each: nothing to check when
+ * v <= 1 or g is 0 (the default, pp); else pp <= g <= m, and a last group
+ * smaller than g (m % g) holds at least pp micro-batches. 0, or -1 with err. */
+int cfg_microbatch_group_check(int pp, int m, int v, int g, char *err, size_t errlen);
 /* The layers [*begin, *end) of virtual pipeline stage `vstage` (chunk * pp +
  * stage; the stage itself when not interleaved): --decoder-first/last-pipeline-
  * num-layers on the first and last stage, the others' layers split evenly among

@@ -267,6 +267,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->qk_layernorm = c->qk_layernorm;
     o->decrease_batch_size_if_needed = c->decrease_batch_size_if_needed;
     o->num_virtual_stages_per_pipeline_rank = c->num_virtual_stages_per_pipeline_rank;
+    o->microbatch_group_size_per_virtual_pipeline_stage = c->microbatch_group_size_per_virtual_pipeline_stage;
     o->log_params_norm = c->log_params_norm;
     o->log_num_zeros_in_grad = c->log_num_zeros_in_grad;
     o->no_log_learning_rate_to_tensorboard = c->no_log_learning_rate_to_tensorboard;

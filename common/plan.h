@@ -109,8 +109,9 @@ double plan_layer_params(const atoll_config *c);
 
 /* Micro-batches stage `stage` holds in flight, in units of whole-stage
  * micro-batches (1F1B: min(pp - stage, m); interleaved: Megatron's warm-up count
- * of model chunks plus one, divided by v). */
-double plan_inflight_microbatches(int pp, int v, int m, int stage);
+ * of model chunks plus one, divided by v, with g micro-batches per group through
+ * a chunk, --microbatch-group-size-per-virtual-pipeline-stage, 0: pp). */
+double plan_inflight_microbatches(int pp, int v, int m, int g, int stage);
 
 /* ---- links and performance model ----------------------------------------------- */
 

@@ -55,13 +55,14 @@ double plan_act_bytes_per_layer(const atoll_config *c)
     return act_bytes(c, c->recompute_granularity);
 }
 
-double plan_inflight_microbatches(int pp, int v, int m, int stage)
+double plan_inflight_microbatches(int pp, int v, int m, int g, int stage)
 {
     if (pp <= 1) return 1;
     if (v <= 1) return (pp - stage) < m ? pp - stage : m;
-    /* Megatron's interleaved warm-up: (pp - stage - 1) * 2 + (v - 1) * pp chunks,
-     * plus the one in its first steady-state forward; a chunk is 1/v of the stage. */
-    double chunks = (double)(pp - stage - 1) * 2 + (double)(v - 1) * pp + 1;
+    /* Megatron's interleaved warm-up: (pp - stage - 1) * 2 + (v - 1) * g chunks (g,
+     * the micro-batches per group, pp by default), plus the one in its first
+     * steady-state forward; a chunk is 1/v of the stage. */
+    double chunks = (double)(pp - stage - 1) * 2 + (double)(v - 1) * (g > 0 ? g : pp) + 1;
     if (chunks > (double)m * v) chunks = (double)m * v;
     return chunks / v;
 }
@@ -130,7 +131,7 @@ static double stage_activations(const atoll_config *c, int dp, int stage, int la
     int v = cfg_virtual_stages(c), sp = c->sequence_parallel && tp > 1;
     int m = cfg_micro_batches(c, dp);
     double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, V = c->vocab_size;
-    double inflight = plan_inflight_microbatches(pp, v, m, stage);
+    double inflight = plan_inflight_microbatches(pp, v, m, c->microbatch_group_size_per_virtual_pipeline_stage, stage);
     *inflight_layers = inflight * layers;
     double rebuilt, act = *inflight_layers * layer_act(c, layers, prec, &rebuilt);
     if (rebuilt > 0) { /* the backward rebuilds one layer at a time (a group of G under uniform G) and holds its

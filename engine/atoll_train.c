@@ -44,6 +44,8 @@ static void usage(FILE *f)
             "          (Megatron's TensorBoard scalars, written by rank 0)\n"
             "parallel: --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
             "          --num-layers-per-virtual-pipeline-stage L --sequence-parallel --use-distributed-optimizer\n"
+            "          --microbatch-group-size-per-virtual-pipeline-stage G (interleaved: G micro-batches through\n"
+            "          each chunk in turn; P by default)\n"
             "          --decoder-first-pipeline-num-layers N --decoder-last-pipeline-num-layers N (uneven stages)\n"
             "          --recompute-granularity {selective,full}\n"
             "engine:   --device {cpu,cuda} --attention-backend {auto,flash,fused} (fused: cuDNN, cuda bf16)\n"

@@ -48,6 +48,7 @@ int dist_init(dist *d, const atoll_config *c, const k_ops *k, char *err, size_t 
     d->tp = c->tensor_model_parallel_size;
     d->pp = c->pipeline_model_parallel_size;
     d->v = cfg_virtual_stages(c);
+    d->mgroup = c->microbatch_group_size_per_virtual_pipeline_stage;
     int world = env_world();
     if (c->num_gpus > 0 && c->num_gpus != world && world > 1) {
         atoll_errf(err, errlen, "--num-gpus %d differs from the launched world of %d ranks", c->num_gpus, world);

@@ -40,6 +40,7 @@ typedef struct dist {
     rank_groups groups;
     int rank, size;
     int tp, pp, dp, v;          /* sizes; v = model chunks per pipeline rank */
+    int mgroup;                 /* interleaved: micro-batches per group through a chunk (0: pp) */
     int tp_rank, pp_rank, dp_rank;
     int nmicro;                 /* micro-batches per step on this DP rank */
     const k_ops *k;

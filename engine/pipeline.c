@@ -186,7 +186,7 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
     dist *d = p->d;
     sched_list l;
     memset(r, 0, sizeof *r);
-    if (sched_build(d->pp, d->pp_rank, d->nmicro, d->v, &l, err, errlen)) return -1;
+    if (sched_build(d->pp, d->pp_rank, d->nmicro, d->v, d->mgroup, &l, err, errlen)) return -1;
     double t0 = atoll_mono_s(), idle = 0.0, xfer = 0.0;
     int rc = 0;
     for (int i = 0; i < l.n && !rc;) {

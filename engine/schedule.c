@@ -1,13 +1,14 @@
 #include "schedule.h"
+#include "config.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int sched_warmup(int p, int rank, int m, int v)
+int sched_warmup(int p, int rank, int m, int v, int g)
 {
     int total = m * v;
-    int w = v == 1 ? p - rank - 1 : (p - rank - 1) * 2 + (v - 1) * p;
+    int w = v == 1 ? p - rank - 1 : (p - rank - 1) * 2 + (v - 1) * (g > 0 ? g : p);
     return w < total ? w : total;
 }
 
@@ -19,14 +20,18 @@ const char *sched_op_name(sched_op op)
     return op <= SCHED_RECV_BWD ? names[op] : "?";
 }
 
-/* The k-th forward (backward) of the interleaved order; for v = 1 this is
- * micro-batch k on chunk 0. */
-static void nth(int p, int v, int k, int backward, int *mb, int *chunk)
+/* The k-th forward (backward) of the interleaved order: micro-batches go in
+ * groups of g through chunk 0, then the same group through chunk 1, and so on;
+ * the last group holds what is left (m - first, at most g). Backward takes the
+ * same order over the chunks reversed. For v = 1 this is micro-batch k on
+ * chunk 0. */
+static void nth(const sched_list *s, int k, int backward, int *mb, int *chunk)
 {
-    int in_group = k % (p * v);
-    *chunk = in_group / p;
+    int g = s->g, v = s->v, first = k / (g * v) * g;
+    int size = s->m - first < g ? s->m - first : g, at = k - first * v;
+    *chunk = at / size;
     if (backward) *chunk = v - 1 - *chunk;
-    *mb = (k / (p * v)) * p + k % p;
+    *mb = first + at % size;
 }
 
 static void push(sched_list *s, sched_op op, int mb, int chunk, int peer)
@@ -40,7 +45,7 @@ static void xfer(sched_list *s, int k, int backward, int send)
 {
     int p = s->p, r = s->rank, mb, c, last = s->v * p - 1;
     if (k < 0 || k >= s->m * s->v) return;
-    nth(p, s->v, k, backward, &mb, &c);
+    nth(s, k, backward, &mb, &c);
     int stage = sched_virtual_stage(p, r, c), prev = (r - 1 + p) % p, next = (r + 1) % p;
     if (!backward && !send && stage > 0) push(s, SCHED_RECV_FWD, mb, c, prev);
     if (!backward && send && stage < last) push(s, SCHED_SEND_FWD, mb, c, next);
@@ -51,7 +56,7 @@ static void xfer(sched_list *s, int k, int backward, int send)
 static void compute(sched_list *s, int k, int backward)
 {
     int mb, c;
-    nth(s->p, s->v, k, backward, &mb, &c);
+    nth(s, k, backward, &mb, &c);
     push(s, backward ? SCHED_BWD : SCHED_FWD, mb, c, -1);
 }
 
@@ -69,6 +74,27 @@ static void build_1f1b(sched_list *s)
     for (int i = total - s->warmup; i < total; i++) xfer(s, i, 1, 0), compute(s, i, 1), xfer(s, i, 1, 1);
 }
 
+/* The receive an interleaved slot posts for compute j (forward or backward).
+ * The leading rank of the direction (rank 0 forward, rank p-1 backward) takes
+ * what the other end of the pipeline made in the order it made it: in place of
+ * compute j's input it receives the output of the ending rank's compute j - p,
+ * Megatron's alignment. With groups of p that is compute j's own input; with
+ * larger groups it is a later compute's, received early and kept in its slot
+ * (a last group of at least p leaves nothing unreceived: the ending rank's last
+ * p computes are of its last chunk, which sends nothing round). */
+static void recv_for(sched_list *s, int j, int backward)
+{
+    int p = s->p, a = j - p, mb, c;
+    if (s->rank != (backward ? p - 1 : 0)) {
+        xfer(s, j, backward, 0);
+        return;
+    }
+    if (a < 0 || a >= s->m * s->v) return;
+    nth(s, a, backward, &mb, &c);
+    if (!backward && c < s->v - 1) push(s, SCHED_RECV_FWD, mb, c + 1, p - 1);
+    if (backward && c > 0) push(s, SCHED_RECV_BWD, mb, c - 1, 0);
+}
+
 /* Interleaved: Megatron's slot structure. Each slot computes (a forward; a
  * forward and a backward; a backward) and then exchanges in one batch the
  * outputs of this slot and the inputs of the next one, so every rank's
@@ -78,29 +104,29 @@ static void build_1f1b(sched_list *s)
 static void build_interleaved(sched_list *s)
 {
     int total = s->m * s->v, W = s->warmup, R = total - W;
-    xfer(s, 0, 0, 0);
+    recv_for(s, 0, 0);
     for (int k = 0; k < W; k++) {
         compute(s, k, 0);
         xfer(s, k, 0, 1);
-        xfer(s, k + 1, 0, 0); /* nothing past the last forward */
-        if (k == W - 1) xfer(s, 0, 1, 0);
+        recv_for(s, k + 1, 0); /* nothing past the last forward */
+        if (k == W - 1) recv_for(s, 0, 1);
     }
     for (int k = 0; k < R; k++) {
         compute(s, W + k, 0);
         compute(s, k, 1);
         xfer(s, W + k, 0, 1);
         xfer(s, k, 1, 1);
-        if (k + 1 < R) xfer(s, W + k + 1, 0, 0);
-        xfer(s, k + 1, 1, 0);
+        if (k + 1 < R) recv_for(s, W + k + 1, 0);
+        recv_for(s, k + 1, 1);
     }
     for (int k = R; k < total; k++) {
         compute(s, k, 1);
         xfer(s, k, 1, 1);
-        xfer(s, k + 1, 1, 0);
+        recv_for(s, k + 1, 1);
     }
 }
 
-int sched_build(int p, int rank, int m, int v, sched_list *out, char *err, size_t errlen)
+int sched_build(int p, int rank, int m, int v, int g, sched_list *out, char *err, size_t errlen)
 {
     memset(out, 0, sizeof *out);
     if (p < 1 || m < 1 || v < 1 || rank < 0 || rank >= p) {
@@ -113,17 +139,19 @@ int sched_build(int p, int rank, int m, int v, sched_list *out, char *err, size_
                  "--pipeline-model-parallel-size >= 2 (got %d)", v, p);
         return -1;
     }
-    if (v > 1 && m % p != 0) {
+    if (v > 1 && g <= 0 && m % p != 0) {
         snprintf(err, errlen, "schedule: the interleaved schedule needs the number of micro-batches "
                  "(%d) to be a multiple of --pipeline-model-parallel-size (%d)", m, p);
         return -1;
     }
+    if (cfg_microbatch_group_check(p, m, v, g, err, errlen)) return -1;
     int total = m * v;
     out->p = p;
     out->rank = rank;
     out->m = m;
     out->v = v;
-    out->warmup = sched_warmup(p, rank, m, v);
+    out->g = v > 1 && g > 0 ? g : p;
+    out->warmup = sched_warmup(p, rank, m, v, out->g);
     out->a = malloc(sizeof(sched_action) * (size_t)total * 6);
     if (v == 1) build_1f1b(out);
     else build_interleaved(out);
@@ -178,7 +206,7 @@ int sched_simulate_scaled(int p, int m, int v, double cost_fwd, double cost_bwd,
     memset(res, 0, sizeof *res);
     sched_list *L = calloc((size_t)p, sizeof *L);
     int rc = 0;
-    for (int r = 0; r < p && rc == 0; r++) rc = sched_build(p, r, m, v, &L[r], err, errlen);
+    for (int r = 0; r < p && rc == 0; r++) rc = sched_build(p, r, m, v, 0, &L[r], err, errlen);
     if (rc == 0) rc = simulate(L, cost_fwd, cost_bwd, 0, SCHED_SENDS_BUFFERED, scale, res);
     for (int r = 0; r < p; r++) sched_free(&L[r]);
     free(L);

@@ -1,16 +1,20 @@
 /* schedule: pipeline schedules as data, and a simulator that runs them.
  *
- * sched_build(p, rank, m, v) is a pure function giving the ordered list of
+ * sched_build(p, rank, m, v, g) is a pure function giving the ordered list of
  * actions one pipeline rank performs in one training step: forward/backward of
  * micro-batch mb on local model chunk c, and the sends/receives around them.
  *   v == 1: 1F1B (PipeDream-Flush): warm-up of min(p - rank - 1, m) forwards,
  *           then one-forward-one-backward, then the cool-down backwards.
  *   v > 1:  interleaved 1F1B (Megatron): chunk c on rank r holds virtual stage
- *           c*p + r of the v*p stages. Requires m % p == 0 (micro-batches go in
- *           groups of p through each chunk). Forward k (k = 0..m*v-1) runs
- *           chunk (k mod p*v) / p on micro-batch (k div p*v)*p + k mod p; backward
- *           k runs the chunks in reverse. Warm-up is Megatron's
- *           min((p - rank - 1)*2 + (v - 1)*p, m*v) forwards.
+ *           c*p + r of the v*p stages. Micro-batches go in groups of g through
+ *           each chunk (Megatron's --microbatch-group-size-per-virtual-pipeline-
+ *           stage; g = 0 takes p, its default, and then needs m % p == 0; else
+ *           cfg_microbatch_group_check: p <= g <= m, and a last, smaller group
+ *           of m % g needs at least p).
+ *           With whole groups, forward k (k = 0..m*v-1) runs chunk (k mod g*v) / g
+ *           on micro-batch (k div g*v)*g + k mod g; backward k runs the chunks
+ *           in reverse. Warm-up is Megatron's min((p - rank - 1)*2 + (v - 1)*g,
+ *           m*v) forwards: a larger g keeps more micro-batches in flight.
  *
  * Transfers: a forward of virtual stage s > 0 needs a RECV_FWD from rank
  * (r-1) mod p and, if s < v*p-1, is followed by a SEND_FWD to (r+1) mod p;
@@ -59,17 +63,18 @@ typedef struct {
 
 typedef struct {
     int p, rank, m, v;
+    int g;      /* micro-batches per group through a chunk (p for 1F1B and by default) */
     int warmup; /* forwards before the first backward */
     int n;
     sched_action *a; /* owned; sched_free */
 } sched_list;
 
-/* Returns 0, or -1 with err naming the rule (p, m, v >= 1; rank < p; m % p == 0
- * and p >= 2 when v > 1). */
-int sched_build(int p, int rank, int m, int v, sched_list *out, char *err, size_t errlen);
+/* Returns 0, or -1 with err naming the rule (p, m, v >= 1; rank < p; p >= 2
+ * when v > 1, with cfg_microbatch_group_check's rules for g). */
+int sched_build(int p, int rank, int m, int v, int g, sched_list *out, char *err, size_t errlen);
 void sched_free(sched_list *s);
 
-int sched_warmup(int p, int rank, int m, int v);
+int sched_warmup(int p, int rank, int m, int v, int g);
 static inline int sched_virtual_stage(int p, int rank, int chunk) { return chunk * p + rank; }
 /* Same value on both ends of a transfer; < 2^31 for any m*v*p < 2^29. */
 uint32_t sched_tag(const sched_list *s, const sched_action *a);

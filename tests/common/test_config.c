@@ -229,6 +229,36 @@ static void test_uneven_stages(void)
     c.decoder_first_pipeline_num_layers = c.decoder_last_pipeline_num_layers = 0;
     c.num_layers = 18;
     CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == 0, "even, v 2: %s", err);
+    /* --microbatch-group-size-per-virtual-pipeline-stage: groups of g micro-batches through each chunk, so the
+     * step's m need not be a multiple of pp; Megatron's rules for g */
+    {
+        int mbs = c.micro_batch_size, gbs = c.global_batch_size;
+        c.global_batch_size = 7 * mbs; /* m = 7 on pp 3 */
+        CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == -1 &&
+                  strstr(err, "divisible by --pipeline-model-parallel-size 3"), "m 7 in groups of pp: %s", err);
+        c.microbatch_group_size_per_virtual_pipeline_stage = 4; /* groups of 4 and 3 */
+        CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == 0, "m 7 in groups of 4: %s", err);
+        c.microbatch_group_size_per_virtual_pipeline_stage = 5;
+        CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == -1 &&
+                  strstr(err, "leave a last group of 2, fewer than --pipeline-model-parallel-size 3"), "g 5: %s", err);
+        c.microbatch_group_size_per_virtual_pipeline_stage = 2;
+        CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == -1 &&
+                  strstr(err, "must be between --pipeline-model-parallel-size (3) and the step's number of "
+                              "micro-batches (7)"), "g 2: %s", err);
+        c.microbatch_group_size_per_virtual_pipeline_stage = 8;
+        CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == -1 && strstr(err, "micro-batches (7)"), "g 8: %s", err);
+        c.microbatch_group_size_per_virtual_pipeline_stage = 4; /* a ramp's first batch of 3 micro-batches */
+        snprintf(c.rampup_batch_size, sizeof c.rampup_batch_size, "%d %d 100", 3 * mbs, 4 * mbs);
+        CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == -1 && strstr(err, "micro-batches (3)"),
+              "a ramp batch of 3 in groups of 4: %s", err);
+        c.rampup_batch_size[0] = 0;
+        c.num_virtual_stages_per_pipeline_rank = 0; /* not interleaved: the group size does nothing (Megatron's) */
+        c.global_batch_size = 5 * mbs;
+        CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == 0, "a group size without interleaving: %s", err);
+        c.num_virtual_stages_per_pipeline_rank = 2;
+        c.microbatch_group_size_per_virtual_pipeline_stage = 0;
+        c.global_batch_size = gbs;
+    }
     c.num_virtual_stages_per_pipeline_rank = 4;
     CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == -1 && strstr(err, "(6 = 18/3) is not divisible by "
           "--num-virtual-stages-per-pipeline-rank 4"), "even, v 4: %s", err);

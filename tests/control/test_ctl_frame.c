@@ -165,6 +165,7 @@ static void message_cases(void)
     c.log_batch_size_to_tensorboard = c.log_world_size_to_tensorboard = c.log_memory_to_tensorboard = 1;
     c.qk_layernorm = c.decrease_batch_size_if_needed = 1;
     c.num_virtual_stages_per_pipeline_rank = 2;
+    c.microbatch_group_size_per_virtual_pipeline_stage = 6;
     c.log_params_norm = c.no_log_learning_rate_to_tensorboard = c.log_num_zeros_in_grad = 1;
     c.rotary_seq_len_interpolation_factor = 4;
     snprintf(c.tokenizer_model, sizeof c.tokenizer_model, "/models/llama3");

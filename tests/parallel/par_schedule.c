@@ -13,7 +13,13 @@
  *    simulated step time is exactly the ideal m*v*2 plus (p-1)/(v*m) of it;
  *    cost model B, Megatron's backward = 2 x forward: the same holds for 1F1B,
  *    and for interleaving the bubble stays at or under the theory.
- *  - Megatron's warm-up counts, and the bad inputs. */
+ *  - Megatron's warm-up counts, and the bad inputs;
+ *  - micro-batches in groups of g through each chunk (--microbatch-group-size-
+ *    per-virtual-pipeline-stage): every accepted g for p 2-6, m up to 20, v 2-3
+ *    meets the same placement, matching and order checks, runs without deadlock
+ *    under both send models at the same bubble, (p-1)/(vm) with forward =
+ *    backward as for groups of p, and g = p is the default list; Megatron's PP2 M5
+ *    example in groups of 3 runs its forward order; the rules' refusals. */
 #include "check.h"
 #include "schedule.h"
 
@@ -36,12 +42,18 @@ static int count(const sched_list *s, sched_op op, int mb, int chunk)
 
 static int failures_before;
 
-static void check_one(int p, int m, int v)
+static double check_one_g(int p, int m, int v, int g);
+static void check_one(int p, int m, int v) { check_one_g(p, m, v, 0); }
+
+/* The checks above for (p, m, v) with micro-batches in groups of g through each
+ * chunk (0: p). Returns the simulated bubble with forward = backward, free
+ * transfers. */
+static double check_one_g(int p, int m, int v, int g)
 {
     sched_list *L = calloc((size_t)p, sizeof *L);
     char err[256];
     failures_before = check_failed_;
-    for (int r = 0; r < p; r++) CHECK(sched_build(p, r, m, v, &L[r], err, sizeof err) == 0, "%s", err);
+    for (int r = 0; r < p; r++) CHECK(sched_build(p, r, m, v, g, &L[r], err, sizeof err) == 0, "%s", err);
     int S = v * p;
     for (int r = 0; r < p; r++) {
         const sched_list *s = &L[r];
@@ -102,6 +114,17 @@ static void check_one(int p, int m, int v)
     /* NCCL-style batched rendezvous: no deadlock, same step time when free */
     sched_sim_result nres;
     sched_simulate_lists(L, 1, 1, 0, SCHED_SENDS_BATCHED, &nres);
+    if (g) { /* grouped: both send models run it through; its bubble is returned for the caller's checks */
+        sched_sim_result bres;
+        sched_simulate_lists(L, 1, 1, 0, SCHED_SENDS_BUFFERED, &bres);
+        CHECK(!nres.deadlock && !bres.deadlock, "p%d m%d v%d g%d deadlocks: %s%s", p, m, v, g, nres.why, bres.why);
+        CHECK(fabs(nres.bubble - bres.bubble) < 1e-12, "p%d m%d v%d g%d: bubble %.6f batched, %.6f buffered", p, m, v,
+              g, nres.bubble, bres.bubble);
+        for (int r = 0; r < p; r++) sched_free(&L[r]);
+        free(L);
+        if (check_failed_ > failures_before) fprintf(stderr, "  (in p=%d m=%d v=%d g=%d)\n", p, m, v, g);
+        return bres.bubble;
+    }
     CHECK(!nres.deadlock, "p%d m%d v%d deadlocks with batched rendezvous sends: %s", p, m, v, nres.why);
     CHECK(fabs(nres.bubble - sched_bubble_theory(p, m, v)) < 1e-12, "p%d m%d v%d batched bubble %.6f", p, m,
           v, nres.bubble);
@@ -123,6 +146,7 @@ static void check_one(int p, int m, int v)
     for (int r = 0; r < p; r++) sched_free(&L[r]);
     free(L);
     if (check_failed_ > failures_before) fprintf(stderr, "  (in p=%d m=%d v=%d)\n", p, m, v);
+    return res.bubble;
 }
 
 int main(int argc, char **argv)
@@ -142,15 +166,56 @@ int main(int argc, char **argv)
     check_one(16, 64, 1), check_one(16, 64, 2), check_one(4, 8, 2), cases += 3;
     printf("checked %d (p, m, v) schedules\n", cases);
 
+    /* --microbatch-group-size-per-virtual-pipeline-stage: every group size the
+     * rules accept, m not a multiple of p included (Megatron's PP2 N3 M5) */
+    int grouped = 0;
+    for (int p = 2; p <= 6; p++)
+        for (int m = p; m <= 20; m++)
+            for (int v = 2; v <= 3; v++)
+                for (int g = p; g <= m; g++) {
+                    if (m % g && m % g < p) continue;
+                    double bubble = check_one_g(p, m, v, g);
+                    CHECK(fabs(bubble - sched_bubble_theory(p, m, v)) < 1e-12,
+                          "p%d m%d v%d g%d: forward = backward, bubble %.6f, theory (p-1)/(vm) %.6f", p, m, v, g, bubble,
+                          sched_bubble_theory(p, m, v));
+                    grouped++;
+                }
+    printf("checked %d grouped (p, m, v, g) schedules\n", grouped);
+    {
+        sched_list a, b;
+        char e[256];
+        CHECK(sched_build(4, 1, 8, 2, 4, &a, e, sizeof e) == 0 && sched_build(4, 1, 8, 2, 0, &b, e, sizeof e) == 0 &&
+                  a.n == b.n && !memcmp(a.a, b.a, sizeof *a.a * (size_t)a.n),
+              "a group of p gives the default list");
+        sched_free(&a);
+        sched_free(&b);
+        /* PP2 N3 M5 VP2, Megatron's example: forwards run (mb, chunk) 0,0 1,0 2,0 0,1 1,1 2,1 3,0 4,0 3,1 4,1 */
+        CHECK(sched_build(2, 0, 5, 2, 3, &a, e, sizeof e) == 0, "%s", e);
+        static const int want[10][2] = { {0, 0}, {1, 0}, {2, 0}, {0, 1}, {1, 1}, {2, 1}, {3, 0}, {4, 0}, {3, 1}, {4, 1} };
+        int k = 0, same = 1;
+        for (int i = 0; i < a.n; i++)
+            if (a.a[i].op == SCHED_FWD) {
+                same &= k < 10 && a.a[i].mb == want[k][0] && a.a[i].chunk == want[k][1];
+                k++;
+            }
+        CHECK(same && k == 10, "PP2 M5 in groups of 3: Megatron's forward order");
+        CHECK(a.warmup == sched_warmup(2, 0, 5, 2, 3) && a.warmup == 2 + 3, "warm-up 2(p-r-1) + (v-1)g = %d", a.warmup);
+        sched_free(&a);
+        CHECK(sched_build(2, 0, 5, 2, 4, &a, e, sizeof e) == -1 && strstr(e, "last group of 1"), "%s", e);
+        CHECK(sched_build(4, 0, 8, 2, 3, &a, e, sizeof e) == -1 && strstr(e, "between"), "%s", e);
+        CHECK(sched_build(4, 0, 8, 2, 9, &a, e, sizeof e) == -1 && strstr(e, "between"), "%s", e);
+        CHECK(sched_build(2, 0, 5, 2, 0, &a, e, sizeof e) == -1 && strstr(e, "multiple of"), "%s", e);
+    }
+
     /* Megatron's warm-up counts (1F1B: p-r-1; interleaved: 2(p-r-1) + (v-1)p, capped) */
-    CHECK(sched_warmup(4, 0, 8, 1) == 3 && sched_warmup(4, 3, 8, 1) == 0, "1F1B warm-up");
-    CHECK(sched_warmup(4, 0, 2, 1) == 2, "1F1B warm-up capped at m");
-    CHECK(sched_warmup(4, 0, 8, 2) == 10 && sched_warmup(4, 3, 8, 2) == 4, "interleaved warm-up");
-    CHECK(sched_warmup(4, 0, 4, 2) == 8, "interleaved warm-up capped at m*v");
+    CHECK(sched_warmup(4, 0, 8, 1, 0) == 3 && sched_warmup(4, 3, 8, 1, 0) == 0, "1F1B warm-up");
+    CHECK(sched_warmup(4, 0, 2, 1, 0) == 2, "1F1B warm-up capped at m");
+    CHECK(sched_warmup(4, 0, 8, 2, 0) == 10 && sched_warmup(4, 3, 8, 2, 0) == 4, "interleaved warm-up");
+    CHECK(sched_warmup(4, 0, 4, 2, 0) == 8, "interleaved warm-up capped at m*v");
     /* the order of the interleaved forwards: p=2, v=2: mb 0,1 on chunk 0, then on chunk 1, ... */
     sched_list s;
     char err[256];
-    sched_build(2, 0, 4, 2, &s, err, sizeof err);
+    sched_build(2, 0, 4, 2, 0, &s, err, sizeof err);
     int seq[16], n = 0;
     for (int i = 0; i < s.n && n < 8; i++)
         if (s.a[i].op == SCHED_FWD) seq[n++] = s.a[i].mb * 10 + s.a[i].chunk;
@@ -162,7 +227,7 @@ int main(int argc, char **argv)
     /* the simulator does catch a deadlock: move rank 1's first RECV_BWD ahead of
      * everything, so it waits for a gradient that needs its own forward first */
     sched_list D[2];
-    for (int r = 0; r < 2; r++) sched_build(2, r, 4, 1, &D[r], err, sizeof err);
+    for (int r = 0; r < 2; r++) sched_build(2, r, 4, 1, 0, &D[r], err, sizeof err);
     int rb = find(&D[0], SCHED_RECV_BWD, 0, 0);
     sched_action moved = D[0].a[rb];
     memmove(D[0].a + 1, D[0].a, sizeof(sched_action) * (size_t)rb);
@@ -174,9 +239,9 @@ int main(int argc, char **argv)
           "reordered schedule must deadlock with batched sends too");
     for (int r = 0; r < 2; r++) sched_free(&D[r]);
 
-    CHECK(sched_build(4, 0, 6, 2, &s, err, sizeof err) == -1 && strstr(err, "multiple of"), "%s", err);
-    CHECK(sched_build(1, 0, 4, 2, &s, err, sizeof err) == -1 && strstr(err, ">= 2"), "%s", err);
-    CHECK(sched_build(4, 4, 8, 1, &s, err, sizeof err) == -1 && strstr(err, "rank"), "%s", err);
-    CHECK(sched_build(4, 0, 0, 1, &s, err, sizeof err) == -1, "m = 0 refused");
+    CHECK(sched_build(4, 0, 6, 2, 0, &s, err, sizeof err) == -1 && strstr(err, "multiple of"), "%s", err);
+    CHECK(sched_build(1, 0, 4, 2, 0, &s, err, sizeof err) == -1 && strstr(err, ">= 2"), "%s", err);
+    CHECK(sched_build(4, 4, 8, 1, 0, &s, err, sizeof err) == -1 && strstr(err, "rank"), "%s", err);
+    CHECK(sched_build(4, 0, 0, 1, 0, &s, err, sizeof err) == -1, "m = 0 refused");
     return check_summary(argv[0]);
 }

@@ -249,6 +249,8 @@ def main():
     matrix = [
         ("tp2", 2, tp2), ("tp2_sp", 2, tp2 + sp), ("pp2", 2, pp2),
         ("pp4", 4, ["--pipeline-model-parallel-size", "4"]), ("pp2_v2", 2, pp2 + vpp), ("dp2", 2, []),
+        # Megatron's --microbatch-group-size-per-virtual-pipeline-stage: the 8 micro-batches as 3, 3, 2
+        ("pp2_v2_group3", 2, pp2 + vpp + ["--microbatch-group-size-per-virtual-pipeline-stage", "3"]),
         ("dp2_zero1", 2, zero), ("tp2_pp2_dp2", 8, tp2 + pp2),
         ("tp2_pp2_dp2_sp_full_recompute", 8, tp2 + pp2 + sp + ["--recompute-granularity", "full"]),
         # Megatron's uniform groups: layers 0-2 rebuilt together (TP collectives inside), then layer 3; and a
@@ -267,6 +269,10 @@ def main():
     for name, split in (("pp3_first1_last1", "1, 2, 1"), ("tp2_pp2_last1", "3, 1")):
         check("layers per stage %s)" % split in STDOUT.get(name, ""),
               "%s: the ranks hold layers %s: %s" % (name, split, STDOUT.get(name, "").splitlines()[1:2]))
+    # 5 micro-batches on pp 2 run interleaved only in groups (of 3 and 2): Megatron's PP2 M5 example
+    compare("pp2_v2_m5_group3", train("single_gbs10", 1, "--global-batch-size", "10"),
+            train("pp2_v2_m5_group3", 2, *(pp2 + vpp + ["--global-batch-size", "10",
+                                                      "--microbatch-group-size-per-virtual-pipeline-stage", "3"])))
     # uneven stages, interleaved (Megatron-Core's --num-virtual-stages-per-pipeline-rank): 6 layers as 2 and 4,
     # each stage's split over its 2 chunks, the chunks in rounds (layers 0 | 1-2 | 3 | 4-5)
     six = ["--num-layers", "6"]

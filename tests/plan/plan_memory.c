@@ -104,14 +104,18 @@ static void test_activation_formulas(void)
 
 static void test_inflight(void)
 {
-    CHECK(plan_inflight_microbatches(8, 1, 64, 0) == 8, "1F1B first stage holds pp");
-    CHECK(plan_inflight_microbatches(8, 1, 64, 7) == 1, "last stage holds one");
-    CHECK(plan_inflight_microbatches(8, 1, 3, 0) == 3, "fewer micro-batches than stages");
-    CHECK(plan_inflight_microbatches(1, 1, 64, 0) == 1, "no pipeline");
+    CHECK(plan_inflight_microbatches(8, 1, 64, 0, 0) == 8, "1F1B first stage holds pp");
+    CHECK(plan_inflight_microbatches(8, 1, 64, 0, 7) == 1, "last stage holds one");
+    CHECK(plan_inflight_microbatches(8, 1, 3, 0, 0) == 3, "fewer micro-batches than stages");
+    CHECK(plan_inflight_microbatches(1, 1, 64, 0, 0) == 1, "no pipeline");
     /* interleaving costs 1 + (p-1)/(p v) times the 1F1B first stage */
     for (int p = 2; p <= 16; p *= 2)
         for (int v = 2; v <= 4; v++)
-            CHECK_CLOSE(plan_inflight_microbatches(p, v, 64, 0) / p, 1 + (p - 1.0) / (p * v), 1e-12);
+            CHECK_CLOSE(plan_inflight_microbatches(p, v, 64, 0, 0) / p, 1 + (p - 1.0) / (p * v), 1e-12);
+    /* groups of g micro-batches through each chunk: the warm-up runs (v - 1) * g chunks, not (v - 1) * p */
+    CHECK_CLOSE(plan_inflight_microbatches(4, 2, 64, 8, 0), (3 * 2 + 1 * 8 + 1) / 2.0, 1e-12);
+    CHECK(plan_inflight_microbatches(4, 2, 64, 4, 0) == plan_inflight_microbatches(4, 2, 64, 0, 0),
+          "a group of pp is the default");
 }
 
 static void test_state(void)
