@@ -542,7 +542,10 @@ static const char *step_problem(const char *step, ckpt_need need, char *why, siz
         if (fnv) s = f;
         uint64_t sum, bytes;
         snprintf(path, sizeof path, "%s/%s", step, STEP_FILES[i]);
-        if (!b || !s || s->type != JSONR_STR) {
+        if (b && !s) {
+            snprintf(why, n, "unreadable by this atoll (manifest.json sums %s with neither atoll64 nor fnv1a64: "
+                     "written by a newer atoll?)", STEP_FILES[i]);
+        } else if (!b || !s || s->type != JSONR_STR) {
             snprintf(why, n, "corrupt (manifest.json lacks an entry for %s)", STEP_FILES[i]);
         } else if (file_sum(path, fnv, &sum, &bytes)) {
             snprintf(why, n, "torn (%s is missing)", STEP_FILES[i]);

@@ -356,6 +356,12 @@ static void test_checksums(void)
     CHECK(stat(model, &sb) == 0 && stat("ck_sum/iter_0000003/train_state.json", &ts) == 0 && ts.st_size % 32 != 0,
           "train_state.json ends in a partial block (%lld bytes)", (long long)ts.st_size);
     CHECK(ckpt_latest("ck_sum", CKPT_RESUME, &it, err, sizeof err) == 0 && it == 3, "intact: %s", err);
+    /* a sum this version does not know (a newer atoll's): said so, not called corrupt */
+    CHECK(system("sed -i 's/\"atoll64\"/\"later64\"/' ck_sum/iter_0000003/manifest.json") == 0, "sed");
+    CHECK(ckpt_step_check("ck_sum", CKPT_RESUME, 3, err, sizeof err) == -1 &&
+              strstr(err, "is unreadable by this atoll (manifest.json sums model.safetensors with neither atoll64 nor "
+                          "fnv1a64: written by a newer atoll?)"), "an unknown sum: %s", err);
+    CHECK(system("sed -i 's/\"later64\"/\"atoll64\"/' ck_sum/iter_0000003/manifest.json") == 0, "sed back");
     const long offs[] = { 0, 7, 24, 31, 32, 4096, (long)sb.st_size / 2, -1 };
     for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
         flip_byte(model, offs[i]);
