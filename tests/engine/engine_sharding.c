@@ -5,12 +5,15 @@
  *  - PP = 2 (two stages, activations and gradients handed over by hand): same
  *    loss and gradients; the last stage's tied wte copy plus the first stage's
  *    wte gradient is the single-rank wte gradient;
- *  - two chunks on one rank (the interleaved layout): same gradients. */
+ *  - two chunks on one rank (the interleaved layout): same gradients;
+ *  - init drawn on several threads: the same bits as on one. */
 #include "check.h"
 #include "model.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -221,6 +224,29 @@ static void test_bad_layouts(void)
     CHECK(!eng_model_create(&c, &lay, k_cpu(), err, sizeof err) && strstr(err, "outside"), "layers: %s", err);
 }
 
+/* The draws split over threads (init.c: the cores shared by LOCAL_WORLD_SIZE
+ * ranks) give the bits one thread gives: a model whose wte (2048 x 64) is split
+ * over this machine's cores, against the same model drawn by one thread. */
+static void test_init_threads(void)
+{
+    atoll_config c = cfg();
+    c.hidden_size = 64;
+    c.vocab_size = 2048;
+    cpu_set_t set;
+    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    if (cpus < 2) printf("note: one CPU here, so both draws below run on one thread\n");
+    setenv("LOCAL_WORLD_SIZE", "1", 1); /* every core for this rank */
+    eng_model *many = make(&c, eng_layout_single(&c));
+    setenv("LOCAL_WORLD_SIZE", "1000000", 1); /* one thread */
+    eng_model *one = make(&c, eng_layout_single(&c));
+    unsetenv("LOCAL_WORLD_SIZE");
+    CHECK(many && one && many->num_floats == one->num_floats &&
+              !memcmp(many->params, one->params, many->num_floats * sizeof(float)),
+          "init on %d threads differs from one thread's", cpus);
+    eng_model_free(many);
+    eng_model_free(one);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -233,5 +259,6 @@ int main(int argc, char **argv)
     test_pp();
     test_two_chunks();
     test_bad_layouts();
+    test_init_threads();
     return check_summary(argv[0]);
 }
