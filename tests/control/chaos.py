@@ -10,8 +10,8 @@ with no restart). At the end the job must complete, and:
     --drift-horizon steps after (fp32 rounding of the resized sums then compounds:
     past 1e-5 15 to 40 steps after a resize, bench/results/dp_drift.md), or for
     every step with --deterministic-dp (gradients summed in fp64: no bit changes);
-  - every checkpoint it committed is on disk, intact (manifest sizes and FNV-1a-64
-    checksums), and so is every other step that has a manifest;
+  - every checkpoint it committed is on disk, intact (manifest sizes and atoll64
+    checksums, tests/ckpt_sum.py), and so is every other step that has a manifest;
   - no rank process of the job is left, nor one of an old epoch beside a new one;
   - the events name every fault's node, rank and cause.
 
