@@ -747,7 +747,9 @@ static const char *foreign_names(const atoll_config *c, char *buf, size_t len)
 static int agreed_step(run *r, const char *dir, long long want, long long *it, char *err, size_t errlen)
 {
     int rc = 0;
-    double mine = 0.0, got;
+    /* rank 0's answer, the others adding zeros: 1 a step, 2 none committed, 3 refused; the step in two
+     * 22-bit halves (exact in a float). dist_world_sum stages through the backend's memory, as NCCL needs. */
+    float v[3] = { 0.0f, 0.0f, 0.0f };
     if (r->d.rank == 0) {
         if (want > 0) {
             rc = ckpt_step_check(dir, CKPT_RESUME, want, err, errlen) ? -1 : 0;
@@ -755,18 +757,23 @@ static int agreed_step(run *r, const char *dir, long long want, long long *it, c
         } else {
             rc = ckpt_latest(dir, CKPT_RESUME, it, err, errlen);
         }
-        mine = rc == 0 ? (double)*it : rc == 1 ? -1.0 : -2.0; /* iterations are far below 2^53 */
+        if (rc == 0 && (*it < 0 || *it >= 1LL << 44)) {
+            atoll_errf(err, errlen, "--load %s: step %lld is out of range", dir, *it);
+            rc = -1;
+        }
+        v[0] = rc == 0 ? 1.0f : rc == 1 ? 2.0f : 3.0f;
+        if (rc == 0) v[1] = (float)(*it >> 22), v[2] = (float)(*it & ((1LL << 22) - 1));
     }
-    if (dist_world_sum_ordered(&r->d, mine, &got)) {
+    if (dist_world_sum(&r->d, v, 3)) {
         atoll_errf(err, errlen, "--load %s: sharing rank 0's checkpoint step: %s", dir, dist_error(&r->d));
         return -1;
     }
     if (r->d.rank == 0) return rc < 0 ? ENG_ERR_CONFIG : rc;
-    if (got >= 0.0) {
-        *it = (long long)got;
+    if (v[0] == 1.0f) {
+        *it = ((long long)v[1] << 22) | (long long)v[2];
         return 0;
     }
-    if (got == -1.0) return 1;
+    if (v[0] == 2.0f) return 1;
     atoll_errf(err, errlen, "--load %s: rank 0 found no checkpoint step to resume from there (its log says why)", dir);
     return ENG_ERR_CONFIG;
 }
