@@ -65,6 +65,7 @@ PYEOF
 done
 
 mkdir -p bench/results
+OUT=bench/results/ckpt_stall.md
 {
   echo "# Training stall per checkpoint save: synchronous vs --async-save"
   echo
@@ -74,10 +75,15 @@ mkdir -p bench/results
   echo "- load average before the runs: $LOAD (the machine is shared)"
   echo "- command: \`bench/ckpt_stall.sh $BUILD\` (ITERS=$ITERS, SAVE_EVERY=$SAVE_EVERY, HIDDEN=$HIDDEN, REPEAT=$REPEAT)"
   echo "- job: atoll-train --nproc-per-node 4, tp1 x pp2 x dp2, 4 layers, hidden $HIDDEN, seq 64, global batch 8;"
-  echo "  a save every $SAVE_EVERY steps into $TMP (the disk of /tmp here); stall = rank 0's save_stall_ms"
+  echo "  a save every $SAVE_EVERY steps into a directory under ${TMPDIR:-/tmp}; stall = rank 0's save_stall_ms"
   echo
   echo "| mode | optimizer | step MiB | saves | stall median ms | stall max ms | step ms (no save) | wall ms per save vs no saves |"
   echo "|---|---|---:|---:|---:|---:|---:|---:|"
   printf '%s\n' "${rows[@]}"
-} >bench/results/ckpt_stall.md
-echo "wrote bench/results/ckpt_stall.md"
+} >"$OUT.new"
+# keep the hand-written reading below the generated part
+if [ -f "$OUT" ] && grep -q '^## Reading' "$OUT"; then
+  { echo; sed -n '/^## Reading/,$p' "$OUT"; } >>"$OUT.new"
+fi
+mv "$OUT.new" "$OUT"
+echo "wrote $OUT"
