@@ -3,7 +3,8 @@
 # through the host transport (NCCL refuses two ranks on one device). Each
 # layout's 10 losses are held against the single-rank CPU fp32 run of the same
 # job (fp32 on cuda: 1e-4 relative, only summation order differs; pp3_uneven holds
-# layers 1, 2, 1), and bf16
+# layers 1, 2, 1; pp2_vpp2_group4 runs the interleaved schedule in groups of 4;
+# pp2_resumed saves at step 5 and resumes), and bf16
 # tp2 x pp2 against single-rank bf16 on cuda (1e-2: bf16 rounding of the TP
 # partial sums differs).
 #
@@ -29,6 +30,17 @@ run dp4_zero1 --device cuda --nproc-per-node 4 --use-distributed-optimizer
 run pp3_uneven --device cuda --nproc-per-node 3 --pipeline-model-parallel-size 3 --decoder-first-pipeline-num-layers 1 \
     --decoder-last-pipeline-num-layers 1
 run tp2_pp2_bf16 --device cuda --bf16 --nproc-per-node 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
+# interleaved in groups of 4 micro-batches (--microbatch-group-size-per-virtual-pipeline-stage; pp 2 by default)
+run pp2_vpp2_group4 --device cuda --nproc-per-node 2 --pipeline-model-parallel-size 2 \
+    --num-layers-per-virtual-pipeline-stage 1 --microbatch-group-size-per-virtual-pipeline-stage 4
+# 5 steps, a save, then a resume of the other 5: rank 0 checks the step and shares it through the staged buffers
+rm -rf "$work/ck_pp2" "$work/pp2_resumed.jsonl"
+for half in "--save $work/ck_pp2 --save-interval 5 --exit-interval 5" "--load $work/ck_pp2"; do
+  # shellcheck disable=SC2086 # the half's flags split on purpose
+  "$train" "${base[@]}" --device cuda --nproc-per-node 2 --pipeline-model-parallel-size 2 $half \
+      --metrics-file "$work/pp2_resumed.jsonl" >> "$work/pp2_resumed.log" 2>&1 ||
+    { echo "pp2_resumed failed:"; tail -5 "$work/pp2_resumed.log"; exit 1; }
+done
 python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
@@ -36,6 +48,7 @@ L = lambda n: [json.loads(l)["loss"] for l in open(f"{w}/{n}.jsonl") if "loss" i
 ok = True
 for name, ref, tol in (("tp2_pp2", "ref_cpu", 1e-4), ("tp2_sp_dp2", "ref_cpu", 1e-4), ("pp2_vpp2", "ref_cpu", 1e-4),
                        ("dp4_zero1", "ref_cpu", 1e-4), ("pp3_uneven", "ref_cpu", 1e-4),
+                       ("pp2_vpp2_group4", "ref_cpu", 1e-4), ("pp2_resumed", "ref_cpu", 1e-4),
                        ("tp2_pp2_bf16", "ref_bf16", 1e-2)):
     a, b = L(name), L(ref)
     err = max(abs(x - y) / abs(y) for x, y in zip(a, b)) if len(a) == len(b) == 10 else float("inf")
