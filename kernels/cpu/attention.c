@@ -1,5 +1,6 @@
 #include "cpu.h"
 #include "k_dropout.h"
+#include "k_qkv.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -10,16 +11,7 @@
  * row softmax over keys lo..t (lo = the first position of t's document, 0
  * without documents), then out = P v (a second GEMM). Rows of qkv are (NH + 2 NG) * HD
  * floats, a group g after another: its Q = NH/NG queries, its key, its value
- * (kc_qkv_offsets). With dropout, P v uses P * mask / (1 - p) while att keeps P. */
-
-void kc_qkv_offsets(int h, int NH, int NG, int HD, size_t *q, size_t *k, size_t *v)
-{
-    int Q = NH / NG, g = h / Q;
-    size_t gb = (size_t)g * (Q + 2) * HD;
-    *q = gb + (size_t)(h % Q) * HD;
-    *k = gb + (size_t)Q * HD;
-    *v = *k + HD;
-}
+ * (k_qkv_offsets, kernels/k_qkv.h). With dropout, P v uses P * mask / (1 - p) while att keeps P. */
 
 /* dst[T, T] = P * the dropout mask of (sample, head) */
 void kc_attention_drop(float *dst, const float *P, int T, const k_dropout *d, int64_t sample, int head)
@@ -62,7 +54,7 @@ void kc_attention_forward(float *out, float *att, const float *qkv, const int32_
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             size_t oq, ok, ov;
-            kc_qkv_offsets(h, NH, NG, HD, &oq, &ok, &ov);
+            k_qkv_offsets(h, NH, NG, HD, &oq, &ok, &ov);
             const float *base = qkv + (size_t)b * T * ld, *q = base + oq, *k = base + ok, *v = base + ov;
             float *P = att + ((size_t)b * NH + h) * T * T;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, scale, q, ld, k, ld,
@@ -92,7 +84,7 @@ void kc_attention_decode(float *out, const float *qkv, int n, int k0, int NH, in
     if (!p) abort();
     for (int h = 0; h < NH; h++) {
         size_t oq, ok, ov;
-        kc_qkv_offsets(h, NH, NG, HD, &oq, &ok, &ov);
+        k_qkv_offsets(h, NH, NG, HD, &oq, &ok, &ov);
         const float *q = qkv + (size_t)(n - 1) * ld + oq, *rows = qkv + (size_t)k0 * ld;
         cblas_sgemv(CblasRowMajor, CblasNoTrans, nk, HD, scale, rows + ok, ld, q, 1, 0.0f, p, 1);
         softmax_span(p, nk);
@@ -116,7 +108,7 @@ void kc_attention_backward(float *dqkv, float *scratch, const float *dout, const
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             size_t oq, ok, ov;
-            kc_qkv_offsets(h, NH, NG, HD, &oq, &ok, &ov);
+            k_qkv_offsets(h, NH, NG, HD, &oq, &ok, &ov);
             size_t off = (size_t)b * T * ld;
             const float *q = qkv + off + oq, *k = qkv + off + ok, *v = qkv + off + ov;
             float *dq = dqkv + off + oq, *dk = dqkv + off + ok, *dv = dqkv + off + ov;

@@ -8,6 +8,7 @@
  * This makes `--bf16` run on the CPU too, so the engine's bf16 path is tested
  * without a GPU, and the CUDA bf16 kernels have a twin to compare with. */
 #include "cpu.h"
+#include "k_qkv.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -248,7 +249,7 @@ void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, c
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             size_t oq, ok, ov;
-            kc_qkv_offsets(h, NH, NG, HD, &oq, &ok, &ov);
+            k_qkv_offsets(h, NH, NG, HD, &oq, &ok, &ov);
             const float *base = x + (size_t)b * T * ld, *q = base + oq, *k = base + ok, *v = base + ov;
             float *L = lse + ((size_t)b * NH + h) * T;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HD, scale, q, (int)ld, k, (int)ld, 0.0f, P, T);
@@ -294,7 +295,7 @@ void kc_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uint
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             size_t oq, ok, ov;
-            kc_qkv_offsets(h, NH, NG, HD, &oq, &ok, &ov);
+            k_qkv_offsets(h, NH, NG, HD, &oq, &ok, &ov);
             size_t off = (size_t)b * T * ld, offo = (size_t)b * T * ldo + (size_t)h * HD;
             const float *q = x + off + oq, *k = x + off + ok, *v = x + off + ov, *L = lse + ((size_t)b * NH + h) * T;
             float *dq = dx + off + oq, *dk = dx + off + ok, *dv = dx + off + ov;

@@ -37,8 +37,6 @@ static inline int kc_doc_first(const int32_t *doc, int b, int T, int t) { return
 void kc_attention_decode(float *out, const float *qkv, int n, int k0, int NH, int NG, int HD);
 void kc_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                            const float *att, int B, int T, int NH, int NG, int HD, const k_dropout *drop);
-/* Where head h's query, its group's key and value start in a qkv row. */
-void kc_qkv_offsets(int h, int NH, int NG, int HD, size_t *q, size_t *k, size_t *v);
 /* dst[T, T] = P times the dropout mask of one (sample, head) (dst may be P). */
 void kc_attention_drop(float *dst, const float *P, int T, const k_dropout *d, int64_t sample, int head);
 

@@ -15,6 +15,7 @@
  * dropout the masked probabilities go through the backend's scratch. */
 #include "kcuda.cuh"
 #include "k_dropout.h"
+#include "k_qkv.h"
 
 #define SM_BLOCK 128
 
@@ -208,9 +209,9 @@ __global__ void attention_decode_k(T *out, const T *qkv, int n, int k0, int NH, 
     extern __shared__ float dec_smem[]; /* the query [HD], then the chunk's exponentials [DEC_BLOCK] */
     __shared__ float red[32];
     float *qs = dec_smem, *ps = dec_smem + HD;
-    int h = blockIdx.x, Q = NH / NG, g = h / Q, tid = threadIdx.x;
-    size_t ld = (size_t)(NH + 2 * NG) * HD, ok = (size_t)g * (Q + 2) * HD + (size_t)Q * HD, ov = ok + HD;
-    size_t oq = (size_t)g * (Q + 2) * HD + (size_t)(h % Q) * HD;
+    int h = blockIdx.x, tid = threadIdx.x;
+    size_t ld = k_qkv_row(NH, NG, HD), oq, ok, ov;
+    k_qkv_offsets(h, NH, NG, HD, &oq, &ok, &ov);
     float scale = 1.0f / sqrtf((float)HD);
     for (int d = tid; d < HD; d += DEC_BLOCK) qs[d] = ldf(qkv + (size_t)(n - 1) * ld + oq + d);
     __syncthreads();

@@ -47,6 +47,7 @@
 #include "kcuda.cuh"
 #include "kcuda_mma.cuh"
 #include "k_dropout.h"
+#include "k_qkv.h"
 
 #define FA_BK 64   /* keys per K/V tile */
 #define FA_WARPS 4 /* 16 rows each: 64-row blocks */
@@ -145,9 +146,9 @@ struct fa_head {
 };
 __device__ __forceinline__ fa_head fa_locate(int b, int h, int T, int NH, int NG, int HD)
 {
-    int Q = NH / NG, g = h / Q;
-    size_t row = (size_t)b * T * (size_t)(NH + 2 * NG) * HD, gb = (size_t)g * (Q + 2) * HD;
-    return { row + gb + (size_t)(h % Q) * HD, row + gb + (size_t)Q * HD };
+    size_t row = (size_t)b * T * k_qkv_row(NH, NG, HD), q, k, v;
+    k_qkv_offsets(h, NH, NG, HD, &q, &k, &v);
+    return { row + q, row + k };
 }
 
 /* The dropout of one (sample, head) matrix: element (i, j) is kept with
