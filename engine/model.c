@@ -1,5 +1,6 @@
 #include "model.h"
 #include "errf.h"
+#include "k_qkv.h"
 #include "rng.h"
 
 #include <limits.h>
@@ -1108,7 +1109,7 @@ static int layer_forward(eng_model *m, const eng_acts *a, int layer, const eng_l
     /* column-parallel q, k, v: their input is replicated, nothing to reduce forward;
      * a decode step writes its row of the cache */
     eng_layer_acts row = *la;
-    if (m->dec_pos >= 0) row.qkv = (char *)la->qkv + (size_t)m->dec_pos * (Cl + 2 * m->NG * m->HD) * m->act_bytes;
+    if (m->dec_pos >= 0) row.qkv = (char *)la->qkv + (size_t)m->dec_pos * k_qkv_row(m->NH, m->NG, m->HD) * m->act_bytes;
     qkv_forward(m, w, &row, ln);
     op_attention(m, a, la->atty, la, att, attn_drop(m, a, layer, &dd));
     /* row-parallel output projection: partial sums over this rank's heads -> all-reduce */

@@ -78,7 +78,7 @@ void kc_attention_forward(float *out, float *att, const float *qkv, const int32_
  * (softmax_span), out = V^T p (a second GEMV). */
 void kc_attention_decode(float *out, const float *qkv, int n, int k0, int NH, int NG, int HD)
 {
-    int ld = (NH + 2 * NG) * HD, nk = n - k0;
+    int ld = (int)k_qkv_row(NH, NG, HD), nk = n - k0;
     float scale = 1.0f / sqrtf((float)HD);
     float *p = malloc((size_t)nk * sizeof(float));
     if (!p) abort();

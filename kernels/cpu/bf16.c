@@ -272,8 +272,7 @@ void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, c
 /* The fp32 decode step over the n rows widened; the output rounded once. */
 void kc_attention_decode_bf16(uint16_t *out, const uint16_t *qkv, int n, int k0, int NH, int NG, int HD)
 {
-    size_t ld = (size_t)(NH + 2 * NG) * HD;
-    float *x = wide(qkv, (size_t)n * ld), *o = wide(NULL, (size_t)NH * HD);
+    float *x = wide(qkv, (size_t)n * k_qkv_row(NH, NG, HD)), *o = wide(NULL, (size_t)NH * HD);
     kc_attention_decode(o, x, n, k0, NH, NG, HD);
     kc_to_bf16(out, o, (size_t)NH * HD);
     free(x), free(o);
