@@ -1401,9 +1401,27 @@ static int micro_group(const atoll_config *c)
     return cfg_interleaved(c) && g != c->pipeline_model_parallel_size ? g : 0;
 }
 
+int cfg_microbatch_group(int pp, int v, int g) { return v > 1 && g > 0 ? g : pp; }
+
+int cfg_pipeline_warmup(int pp, int rank, int m, int v, int g)
+{
+    int total = m * v;
+    int w = v <= 1 ? pp - rank - 1 : (pp - rank - 1) * 2 + (v - 1) * cfg_microbatch_group(pp, v, g);
+    return w < total ? w : total;
+}
+
 int cfg_microbatch_group_check(int pp, int m, int v, int g, char *err, size_t errlen)
 {
-    if (v <= 1 || g <= 0) return 0;
+    if (v <= 1) return 0;
+    if (g <= 0) {
+        if (m % pp) {
+            atoll_errf(err, errlen, "the interleaved schedule needs the number of micro-batches (%d) to be a multiple "
+                       "of --pipeline-model-parallel-size (%d), or a --microbatch-group-size-per-virtual-pipeline-stage "
+                       "between %d and %d", m, pp, pp, m);
+            return -1;
+        }
+        return 0;
+    }
     if (g < pp || g > m) {
         atoll_errf(err, errlen, "--microbatch-group-size-per-virtual-pipeline-stage %d must be between "
                    "--pipeline-model-parallel-size (%d) and the step's number of micro-batches (%d)", g, pp, m);
@@ -1879,11 +1897,6 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
         return -1;
     }
     int m = cfg_micro_batches(c, dp), group = micro_group(c), v = cfg_virtual_stages(c);
-    if (cfg_interleaved(c) && !group && m % pp) {
-        atoll_errf(err, errlen, "the interleaved schedule needs the number of micro-batches (%d) divisible by "
-             "--pipeline-model-parallel-size %d", m, pp);
-        return -1;
-    }
     if (cfg_microbatch_group_check(pp, m, v, group, err, errlen)) return -1;
     if (ramp && start < gbs) { /* each batch of the ramp: START + k x INCREMENT */
         if (start % unit || inc % unit) {
@@ -1899,7 +1912,7 @@ int cfg_validate_layout(const atoll_config *c, int world, int island_gpus, char 
             if (cfg_microbatch_group_check(pp, (int)(b / unit), v, group, err, errlen)) return -1;
     int sched_bs[CFG_MAX_SCHEDULE], nsched = cfg_batch_schedule(c, NULL, sched_bs);
     for (int i = 0; i < nsched; i++) { /* every batch of the schedule, checked before the run reaches it */
-        if (!(sched_bs[i] % unit) && cfg_microbatch_group_check(pp, (int)(sched_bs[i] / unit), v, group, err, errlen))
+        if (group && !(sched_bs[i] % unit) && cfg_microbatch_group_check(pp, (int)(sched_bs[i] / unit), v, group, err, errlen))
             return -1;
         if (sched_bs[i] % unit) {
             atoll_errf(err, errlen, "--step-batch-size-schedule %s: every batch must be divisible by micro-batch * dp = "

@@ -264,11 +264,21 @@ int cfg_max_pos(const atoll_config *c);
 int cfg_virtual_stages(const atoll_config *c); /* v: 1 when not interleaved */
 int cfg_interleaved(const atoll_config *c);    /* the interleaved schedule's rules apply (micro-batches a multiple of pp,
                                                 * or cfg_microbatch_group_check's with a group size) */
-/* --microbatch-group-size-per-virtual-pipeline-stage g (Megatron's rules) for a
- * step of m micro-batches on pp stages of v chunks each: nothing to check when
- * v <= 1 or g is 0 (the default, pp); else pp <= g <= m, and a last group
- * smaller than g (m % g) holds at least pp micro-batches. 0, or -1 with err. */
+/* The interleaved schedule's rules for a step of m micro-batches on pp stages of
+ * v chunks each, with g micro-batches per group through a chunk
+ * (--microbatch-group-size-per-virtual-pipeline-stage, Megatron's rules): nothing
+ * to check when v <= 1; g 0 (the default, pp) needs m a multiple of pp; else
+ * pp <= g <= m, and a last group smaller than g (m % g) holds at least pp
+ * micro-batches. 0, or -1 with err. */
 int cfg_microbatch_group_check(int pp, int m, int v, int g, char *err, size_t errlen);
+/* The group size the schedule runs: g when interleaved (v > 1) and given, else pp */
+int cfg_microbatch_group(int pp, int v, int g);
+/* Megatron's warm-up on pipeline rank `rank`: the forwards of model chunks before
+ * its first backward, pp - rank - 1 for 1F1B, 2 (pp - rank - 1) + (v - 1) g
+ * interleaved (g: cfg_microbatch_group), at most the step's m v. The schedule
+ * (sched_build) and the planner's memory model (plan_inflight_microbatches)
+ * both count from it. */
+int cfg_pipeline_warmup(int pp, int rank, int m, int v, int g);
 /* The layers [*begin, *end) of virtual pipeline stage `vstage` (chunk * pp +
  * stage; the stage itself when not interleaved): --decoder-first/last-pipeline-
  * num-layers on the first and last stage, the others' layers split evenly among

@@ -58,13 +58,12 @@ double plan_act_bytes_per_layer(const atoll_config *c)
 double plan_inflight_microbatches(int pp, int v, int m, int g, int stage)
 {
     if (pp <= 1) return 1;
-    if (v <= 1) return (pp - stage) < m ? pp - stage : m;
-    /* Megatron's interleaved warm-up: (pp - stage - 1) * 2 + (v - 1) * g chunks (g,
-     * the micro-batches per group, pp by default), plus the one in its first
-     * steady-state forward; a chunk is 1/v of the stage. */
-    double chunks = (double)(pp - stage - 1) * 2 + (double)(v - 1) * (g > 0 ? g : pp) + 1;
-    if (chunks > (double)m * v) chunks = (double)m * v;
-    return chunks / v;
+    /* the warm-up's chunks plus the one in its first steady-state forward (at
+     * most the step's m v); a chunk is 1/v of the stage */
+    if (v < 1) v = 1;
+    int chunks = cfg_pipeline_warmup(pp, stage, m, v, g) + 1;
+    if (chunks > m * v) chunks = m * v;
+    return (double)chunks / v;
 }
 
 /* Parameters one GPU of `stage` holds. Layer matrices and their column biases are

@@ -5,13 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int sched_warmup(int p, int rank, int m, int v, int g)
-{
-    int total = m * v;
-    int w = v == 1 ? p - rank - 1 : (p - rank - 1) * 2 + (v - 1) * (g > 0 ? g : p);
-    return w < total ? w : total;
-}
-
 double sched_bubble_theory(int p, int m, int v) { return (double)(p - 1) / ((double)v * m); }
 
 const char *sched_op_name(sched_op op)
@@ -139,19 +132,14 @@ int sched_build(int p, int rank, int m, int v, int g, sched_list *out, char *err
                  "--pipeline-model-parallel-size >= 2 (got %d)", v, p);
         return -1;
     }
-    if (v > 1 && g <= 0 && m % p != 0) {
-        snprintf(err, errlen, "schedule: the interleaved schedule needs the number of micro-batches "
-                 "(%d) to be a multiple of --pipeline-model-parallel-size (%d)", m, p);
-        return -1;
-    }
     if (cfg_microbatch_group_check(p, m, v, g, err, errlen)) return -1;
     int total = m * v;
     out->p = p;
     out->rank = rank;
     out->m = m;
     out->v = v;
-    out->g = v > 1 && g > 0 ? g : p;
-    out->warmup = sched_warmup(p, rank, m, v, out->g);
+    out->g = cfg_microbatch_group(p, v, g);
+    out->warmup = cfg_pipeline_warmup(p, rank, m, v, g);
     out->a = malloc(sizeof(sched_action) * (size_t)total * 6);
     if (v == 1) build_1f1b(out);
     else build_interleaved(out);

@@ -74,7 +74,6 @@ typedef struct {
 int sched_build(int p, int rank, int m, int v, int g, sched_list *out, char *err, size_t errlen);
 void sched_free(sched_list *s);
 
-int sched_warmup(int p, int rank, int m, int v, int g);
 static inline int sched_virtual_stage(int p, int rank, int chunk) { return chunk * p + rank; }
 /* Same value on both ends of a transfer; < 2^31 for any m*v*p < 2^29. */
 uint32_t sched_tag(const sched_list *s, const sched_action *a);

@@ -235,7 +235,7 @@ static void test_uneven_stages(void)
         int mbs = c.micro_batch_size, gbs = c.global_batch_size;
         c.global_batch_size = 7 * mbs; /* m = 7 on pp 3 */
         CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == -1 &&
-                  strstr(err, "divisible by --pipeline-model-parallel-size 3"), "m 7 in groups of pp: %s", err);
+                  strstr(err, "a multiple of --pipeline-model-parallel-size (3)"), "m 7 in groups of pp: %s", err);
         c.microbatch_group_size_per_virtual_pipeline_stage = 4; /* groups of 4 and 3 */
         CHECK(cfg_validate_layout(&c, 3, 8, err, sizeof err) == 0, "m 7 in groups of 4: %s", err);
         c.microbatch_group_size_per_virtual_pipeline_stage = 5;

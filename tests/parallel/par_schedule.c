@@ -21,6 +21,7 @@
  *    backward as for groups of p, and g = p is the default list; Megatron's PP2 M5
  *    example in groups of 3 runs its forward order; the rules' refusals. */
 #include "check.h"
+#include "config.h"
 #include "schedule.h"
 
 #include <stdlib.h>
@@ -199,7 +200,7 @@ int main(int argc, char **argv)
                 k++;
             }
         CHECK(same && k == 10, "PP2 M5 in groups of 3: Megatron's forward order");
-        CHECK(a.warmup == sched_warmup(2, 0, 5, 2, 3) && a.warmup == 2 + 3, "warm-up 2(p-r-1) + (v-1)g = %d", a.warmup);
+        CHECK(a.warmup == cfg_pipeline_warmup(2, 0, 5, 2, 3) && a.warmup == 2 + 3, "warm-up 2(p-r-1) + (v-1)g = %d", a.warmup);
         sched_free(&a);
         CHECK(sched_build(2, 0, 5, 2, 4, &a, e, sizeof e) == -1 && strstr(e, "last group of 1"), "%s", e);
         CHECK(sched_build(4, 0, 8, 2, 3, &a, e, sizeof e) == -1 && strstr(e, "between"), "%s", e);
@@ -208,10 +209,10 @@ int main(int argc, char **argv)
     }
 
     /* Megatron's warm-up counts (1F1B: p-r-1; interleaved: 2(p-r-1) + (v-1)p, capped) */
-    CHECK(sched_warmup(4, 0, 8, 1, 0) == 3 && sched_warmup(4, 3, 8, 1, 0) == 0, "1F1B warm-up");
-    CHECK(sched_warmup(4, 0, 2, 1, 0) == 2, "1F1B warm-up capped at m");
-    CHECK(sched_warmup(4, 0, 8, 2, 0) == 10 && sched_warmup(4, 3, 8, 2, 0) == 4, "interleaved warm-up");
-    CHECK(sched_warmup(4, 0, 4, 2, 0) == 8, "interleaved warm-up capped at m*v");
+    CHECK(cfg_pipeline_warmup(4, 0, 8, 1, 0) == 3 && cfg_pipeline_warmup(4, 3, 8, 1, 0) == 0, "1F1B warm-up");
+    CHECK(cfg_pipeline_warmup(4, 0, 2, 1, 0) == 2, "1F1B warm-up capped at m");
+    CHECK(cfg_pipeline_warmup(4, 0, 8, 2, 0) == 10 && cfg_pipeline_warmup(4, 3, 8, 2, 0) == 4, "interleaved warm-up");
+    CHECK(cfg_pipeline_warmup(4, 0, 4, 2, 0) == 8, "interleaved warm-up capped at m*v");
     /* the order of the interleaved forwards: p=2, v=2: mb 0,1 on chunk 0, then on chunk 1, ... */
     sched_list s;
     char err[256];
