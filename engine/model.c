@@ -326,7 +326,7 @@ static float *carve_f32(carver *cv, size_t n) { return carve(cv, n * sizeof(floa
 static void layer_acts_carve(const eng_model *m, carver *cv, eng_layer_acts *la, int keep_att)
 {
     size_t N = (size_t)m->B * m->T, R = (size_t)m->R, C = (size_t)m->C, E = m->act_bytes;
-    size_t Cl = (size_t)m->NH * m->HD, QKV = (size_t)(m->NH + 2 * m->NG) * m->HD, F = (size_t)m->F;
+    size_t Cl = (size_t)m->NH * m->HD, QKV = k_qkv_row(m->NH, m->NG, m->HD), F = (size_t)m->F;
     size_t LN = m->sp ? R * C : N * C; /* SP keeps this rank's rows; backward re-gathers */
     la->ln1 = carve(cv, LN * E);
     la->ln1_mean = m->llama ? NULL : carve_f32(cv, R);
@@ -353,7 +353,7 @@ static void layer_acts_carve(const eng_model *m, carver *cv, eng_layer_acts *la,
 static void ws_carve(eng_model *m, carver *cv)
 {
     size_t N = (size_t)m->B * m->T, C = (size_t)m->C, Cl = (size_t)m->NH * m->HD, E = m->act_bytes;
-    size_t QKV = (size_t)(m->NH + 2 * m->NG) * m->HD, KV = (size_t)m->NG * m->HD, F = (size_t)m->F;
+    size_t QKV = k_qkv_row(m->NH, m->NG, m->HD), KV = (size_t)m->NG * m->HD, F = (size_t)m->F;
     size_t att = (size_t)m->B * m->NH * m->T * m->T;
     int drop = m->cfg.hidden_dropout > 0;
     m->ws_dres = carve(cv, N * C * E);

@@ -20,13 +20,19 @@
 /* Values in one row of qkv. */
 K_QKV_FN size_t k_qkv_row(int NH, int NG, int HD) { return (size_t)(NH + 2 * NG) * HD; }
 
+/* Offset in a row of slot j of key/value group g: j < Q its j-th query, j = Q
+ * its key, j = Q + 1 its value. */
+K_QKV_FN size_t k_qkv_slot(int g, int j, int NH, int NG, int HD)
+{
+    return ((size_t)g * (NH / NG + 2) + (size_t)j) * HD;
+}
+
 /* Offsets in a row of head h's query, and of its group's key and value. */
 K_QKV_FN void k_qkv_offsets(int h, int NH, int NG, int HD, size_t *q, size_t *k, size_t *v)
 {
     int Q = NH / NG, g = h / Q;
-    size_t gb = (size_t)g * (Q + 2) * HD;
-    *q = gb + (size_t)(h % Q) * HD;
-    *k = gb + (size_t)Q * HD;
+    *q = k_qkv_slot(g, h % Q, NH, NG, HD);
+    *k = k_qkv_slot(g, Q, NH, NG, HD);
     *v = *k + HD;
 }
 

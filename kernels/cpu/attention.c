@@ -47,7 +47,7 @@ static void softmax_span(float *x, int n)
 void kc_attention_forward(float *out, float *att, const float *qkv, const int32_t *doc, int B, int T, int NH, int NG,
                           int HD, const k_dropout *drop)
 {
-    int ld = (NH + 2 * NG) * HD, ldo = NH * HD;
+    int ld = (int)k_qkv_row(NH, NG, HD), ldo = NH * HD;
     float scale = 1.0f / sqrtf((float)HD);
     int dropping = drop && drop->p > 0.0f;
     float *Pd = dropping ? scratch_tt(T) : NULL;
@@ -100,7 +100,7 @@ void kc_attention_decode(float *out, const float *qkv, int n, int k0, int NH, in
 void kc_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                            const float *att, int B, int T, int NH, int NG, int HD, const k_dropout *drop)
 {
-    int ld = (NH + 2 * NG) * HD, ldo = NH * HD;
+    int ld = (int)k_qkv_row(NH, NG, HD), ldo = NH * HD;
     float scale = 1.0f / sqrtf((float)HD);
     int dropping = drop && drop->p > 0.0f;
     float *Pd = dropping ? scratch_tt(T) : NULL;

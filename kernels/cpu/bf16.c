@@ -242,7 +242,7 @@ void kc_xent_fused_bf16(float *loss, uint16_t *logits, const int32_t *targets, f
 void kc_attention_forward_bf16(uint16_t *out, float *lse, const uint16_t *qkv, const int32_t *doc, int B, int T,
                                int NH, int NG, int HD, const k_dropout *drop)
 {
-    size_t ld = (size_t)(NH + 2 * NG) * HD, ldo = (size_t)NH * HD;
+    size_t ld = k_qkv_row(NH, NG, HD), ldo = (size_t)NH * HD;
     float scale = 1.0f / sqrtf((float)HD);
     int dropping = drop && drop->p > 0.0f;
     float *x = wide(qkv, (size_t)B * T * ld), *P = wide(NULL, (size_t)T * T), *o = wide(NULL, (size_t)T * HD);
@@ -284,7 +284,7 @@ void kc_attention_backward_bf16(uint16_t *dqkv, const uint16_t *dout, const uint
                                 const float *lse, const int32_t *doc, int B, int T, int NH, int NG, int HD,
                                 const k_dropout *drop)
 {
-    size_t ld = (size_t)(NH + 2 * NG) * HD, ldo = (size_t)NH * HD, NT = (size_t)B * T;
+    size_t ld = k_qkv_row(NH, NG, HD), ldo = (size_t)NH * HD, NT = (size_t)B * T;
     float scale = 1.0f / sqrtf((float)HD);
     int dropping = drop && drop->p > 0.0f;
     float *x = wide(qkv, NT * ld), *dO = wide(dout, NT * ldo), *O = wide(out, NT * ldo);
@@ -382,7 +382,7 @@ void kc_swiglu_backward_bf16(uint16_t *dgate, uint16_t *dup, const uint16_t *dou
 
 static void rope_bf16(uint16_t *qkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f, int back)
 {
-    size_t n = (size_t)B * T * (NH + 2 * NG) * HD;
+    size_t n = (size_t)B * T * k_qkv_row(NH, NG, HD);
     float *x = wide(qkv, n);
     if (back) kc_rope_backward(x, B, T, NH, NG, HD, RD, f);
     else kc_rope_forward(x, B, T, NH, NG, HD, RD, f);

@@ -3,6 +3,7 @@
  * fp32. See kernels.h for the contracts. */
 #include "cpu.h"
 #include "k_dropout.h"
+#include "k_qkv.h"
 #include "k_rope.h"
 
 #include <math.h>
@@ -67,7 +68,7 @@ void kc_rope_angle(int t, int i, int RD, k_rope_freq f, float *c, float *s)
 static void rope(float *qkv, int B, int T, int NH, int NG, int HD, int RD, k_rope_freq f, float sign)
 {
     int Q = NH / NG, half = RD / 2;
-    size_t ld = (size_t)(NH + 2 * NG) * HD;
+    size_t ld = k_qkv_row(NH, NG, HD);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float *row = qkv + ((size_t)b * T + t) * ld;
@@ -77,7 +78,7 @@ static void rope(float *qkv, int B, int T, int NH, int NG, int HD, int RD, k_rop
                 s *= sign;
                 for (int g = 0; g < NG; g++)
                     for (int j = 0; j <= Q; j++) { /* Q queries, then the key */
-                        float *x = row + ((size_t)g * (Q + 2) + j) * HD;
+                        float *x = row + k_qkv_slot(g, j, NH, NG, HD);
                         float x1 = x[i], x2 = x[i + half];
                         x[i] = x1 * c - x2 * s;
                         x[i + half] = x2 * c + x1 * s;
@@ -101,10 +102,10 @@ void kc_rope_backward(float *dqkv, int B, int T, int NH, int NG, int HD, int RD,
 void kc_qkv_move(void *qkv, void *q, void *k, void *v, int N, int NH, int NG, int HD, size_t esz, int pack)
 {
     int Q = NH / NG;
-    size_t ld = (size_t)(NH + 2 * NG) * HD * esz, row = (size_t)HD * esz;
+    size_t ld = k_qkv_row(NH, NG, HD) * esz, row = (size_t)HD * esz;
     for (int n = 0; n < N; n++)
         for (int g = 0; g < NG; g++) {
-            char *x = (char *)qkv + (size_t)n * ld + (size_t)g * (Q + 2) * row;
+            char *x = (char *)qkv + (size_t)n * ld + k_qkv_slot(g, 0, NH, NG, HD) * esz;
             char *parts[3] = { (char *)q + ((size_t)n * NH + (size_t)g * Q) * row, (char *)k + ((size_t)n * NG + g) * row,
                                (char *)v + ((size_t)n * NG + g) * row };
             size_t len[3] = { (size_t)Q * row, row, row };

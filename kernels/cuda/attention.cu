@@ -106,7 +106,7 @@ struct heads_j {
 static heads_j heads_of(const float *qkv, int b, int j, int T, int NH, int NG, int HD)
 {
     int Q = NH / NG;
-    size_t ld = (size_t)(NH + 2 * NG) * HD;
+    size_t ld = k_qkv_row(NH, NG, HD);
     const float *row = qkv + (size_t)b * T * ld;
     return { row + (size_t)j * HD, row + (size_t)Q * HD, row + (size_t)(Q + 1) * HD, (long long)(Q + 2) * HD,
              (size_t)j * T * T, (size_t)j * HD };
@@ -118,7 +118,7 @@ void kcu_attention_forward(float *out, float *att, const float *qkv, const int32
                            int HD, const k_dropout *drop)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0 || NG <= 0 || NH % NG) return;
-    int Q = NH / NG, ld = (NH + 2 * NG) * HD, ldo = NH * HD;
+    int Q = NH / NG, ld = (int)k_qkv_row(NH, NG, HD), ldo = NH * HD;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)HD);
     for (int b = 0; b < B; b++)
@@ -151,7 +151,7 @@ void kcu_attention_backward(float *dqkv, float *scratch, const float *dout, cons
                             int B, int T, int NH, int NG, int HD, const k_dropout *drop)
 {
     if (B <= 0 || T <= 0 || NH <= 0 || HD <= 0 || NG <= 0 || NH % NG) return;
-    int Q = NH / NG, ld = (NH + 2 * NG) * HD, ldo = NH * HD;
+    int Q = NH / NG, ld = (int)k_qkv_row(NH, NG, HD), ldo = NH * HD;
     long long TT = (long long)T * T;
     float scale = 1.0f / sqrtf((float)HD);
     const float *pm = att;

@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_fwd_k(bf16 *out, float *lse,
     /* the last query tiles have the most keys: start them first */
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = qt * QT;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    size_t ld = (size_t)(NH + 2 * NG) * HD;
+    size_t ld = k_qkv_row(NH, NG, HD);
     fa_head at = fa_locate(b, h, T, NH, NG, HD);
     const bf16 *base = qkv + at.q, *kvb = qkv + at.kv;
     const int32_t *docb = doc ? doc + (size_t)b * T : nullptr;
@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_kv_k(bf16 *dqkv, const b
     /* the first key tiles meet the most queries: start them first */
     int kt = blockIdx.x, bg = blockIdx.y, b = bg / NG, grp = bg % NG, Qn = NH / NG, k0 = kt * KT;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    size_t ld = (size_t)(NH + 2 * NG) * HD, ldo = (size_t)NH * HD;
+    size_t ld = k_qkv_row(NH, NG, HD), ldo = (size_t)NH * HD;
     const fa_head g0 = fa_locate(b, grp * Qn, T, NH, NG, HD);
     const int32_t *docb = doc ? doc + (size_t)b * T : nullptr;
     int qt0 = k0 / BQ, nqt = (T + BQ - 1) / BQ;
@@ -538,7 +538,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) fa_bwd_q_k(bf16 *dqkv, const bf
     bf16 *Qs = (bf16 *)smem, *Os = Qs + QT * LD, *Ks = Os + QT * LD, *Vs = Ks + 2 * FA_BK * LD;
     int qt = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = qt * QT;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    size_t ld = (size_t)(NH + 2 * NG) * HD, ldo = (size_t)NH * HD;
+    size_t ld = k_qkv_row(NH, NG, HD), ldo = (size_t)NH * HD;
     fa_head at = fa_locate(b, h, T, NH, NG, HD);
     const bf16 *base = qkv + at.q, *kvb = qkv + at.kv;
     tile_async<HD, QT>(Qs, base, ld, q0, T);

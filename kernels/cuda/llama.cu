@@ -5,6 +5,7 @@
  * read and one write per element; RMSNorm is in layernorm.cu. */
 #include "kcuda.cuh"
 #include "k_dropout.h"
+#include "k_qkv.h"
 #include "k_rope.h"
 
 #define LL_BLOCK 256
@@ -41,7 +42,7 @@ template <typename T>
 __global__ void rope_k(T *qkv, int B, int T_, int NH, int NG, int HD, int RD, k_rope_freq f, float sign)
 {
     int Q = NH / NG, half = RD / 2;
-    size_t n = (size_t)B * T_ * half, ld = (size_t)(NH + 2 * NG) * HD;
+    size_t n = (size_t)B * T_ * half, ld = k_qkv_row(NH, NG, HD);
     GRID_STRIDE(idx, n)
     {
         int i = (int)(idx % half);
@@ -52,7 +53,7 @@ __global__ void rope_k(T *qkv, int B, int T_, int NH, int NG, int HD, int RD, k_
         T *r = qkv + row * ld;
         for (int g = 0; g < NG; g++)
             for (int j = 0; j <= Q; j++) { /* Q queries, then the key */
-                T *x = r + ((size_t)g * (Q + 2) + j) * HD;
+                T *x = r + k_qkv_slot(g, j, NH, NG, HD);
                 float x1 = ldf(x + i), x2 = ldf(x + i + half);
                 stf(x + i, x1 * c - x2 * s);
                 stf(x + i + half, x2 * c + x1 * s);
@@ -66,7 +67,7 @@ template <typename T>
 __global__ void qkv_move_k(T *qkv, T *q, T *k, T *v, int N, int NH, int NG, int HD, bool pack)
 {
     int Q = NH / NG;
-    size_t W = (size_t)(NH + 2 * NG) * HD, n = (size_t)N * W;
+    size_t W = k_qkv_row(NH, NG, HD), n = (size_t)N * W;
     GRID_STRIDE(idx, n)
     {
         size_t row = idx / W;
@@ -139,7 +140,7 @@ void kcu_rope_backward_bf16(uint16_t *dqkv, int B, int T, int NH, int NG, int HD
 
 template <typename T> static void qkv_move(T *qkv, T *q, T *k, T *v, int N, int NH, int NG, int HD, bool pack)
 {
-    size_t n = (size_t)N * (NH + 2 * NG) * HD;
+    size_t n = (size_t)N * k_qkv_row(NH, NG, HD);
     if (!n || NG <= 0 || NH % NG) return;
     qkv_move_k<T><<<kcu_grid(n, LL_BLOCK), LL_BLOCK, 0, kcu_stream()>>>(qkv, q, k, v, N, NH, NG, HD, pack);
     kcu_launched();
