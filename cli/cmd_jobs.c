@@ -233,7 +233,7 @@ int cmd_resubmit(cli_ctx *c, int argc, char **argv)
     if (name) spec.name = (char *)name;
     long long it;
     char err[512];
-    if (spec.save && spec.save[0] && ckpt_latest(spec.save, CKPT_RESUME, &it, err, sizeof err) == 0) {
+    if (spec.save && spec.save[0] && ckpt_latest(spec.save, CKPT_MANIFEST, &it, err, sizeof err) == 0) {
         spec.load = spec.save;
         spec.ckpt_step = 0;
         fprintf(stderr, "%s: job %llu committed step %lld to %s: the new job goes on from it\n", c->prog,

@@ -90,9 +90,12 @@ int ckpt_prune(const char *dir, int keep, long long newest, char *err, size_t er
 int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,
               const eng_train_state *st, char *err, size_t errlen);
 
-/* What a reader of a step needs intact: every file (a run resuming from it), or
- * only model.safetensors (generate, export: the weights alone). */
-typedef enum { CKPT_RESUME, CKPT_WEIGHTS } ckpt_need;
+/* What a reader of a step needs intact: every file (a run resuming from it),
+ * only model.safetensors (generate, export: the weights alone), or the manifest
+ * alone (--use-checkpoint-args, whose model settings are in it; a resubmit
+ * choosing --load): committed, parsing, and every file there at the size it
+ * lists, no checksum read. The run that loads the step checks its sums then. */
+typedef enum { CKPT_RESUME, CKPT_WEIGHTS, CKPT_MANIFEST } ckpt_need;
 
 /* Finds the newest committed step under `dir` whose files `need` asks for are
  * intact (manifest present, sizes and checksums match). Newer steps that are uncommitted, torn or corrupt are

@@ -380,7 +380,21 @@ static void test_checksums(void)
           strstr(err, "optim.safetensors fails its checksum"), "a resume needs the optimizer intact: %s", err);
     CHECK(ckpt_latest("ck_sum", CKPT_WEIGHTS, &it, err, sizeof err) == 0 && it == 3,
           "the weights alone are intact: %s", err);
+    /* CKPT_MANIFEST reads no sums: a flipped byte passes, a file of the wrong size
+     * or a missing one does not */
+    CHECK(ckpt_latest("ck_sum", CKPT_MANIFEST, &it, err, sizeof err) == 0 && it == 3,
+          "the manifest and sizes alone: %s", err);
     flip_byte(optim, -3);
+    struct stat os;
+    CHECK(stat(optim, &os) == 0, "stat optim");
+    CHECK(truncate(optim, os.st_size + 1) == 0, "grow optim by a byte");
+    CHECK(ckpt_step_check("ck_sum", CKPT_MANIFEST, 3, err, sizeof err) == -1 &&
+          strstr(err, "torn (optim.safetensors has"), "a file longer than its manifest says: %s", err);
+    CHECK(truncate(optim, os.st_size) == 0, "back to its size");
+    CHECK(rename(optim, "ck_sum/optim.away") == 0, "move optim away");
+    CHECK(ckpt_step_check("ck_sum", CKPT_MANIFEST, 3, err, sizeof err) == -1 &&
+          strstr(err, "torn (optim.safetensors is missing)"), "a missing file: %s", err);
+    CHECK(rename("ck_sum/optim.away", optim) == 0, "move optim back");
 
     /* the manifest as atoll wrote it before atoll64: "fnv1a64" sums */
     static const char *files[3] = { "model.safetensors", "optim.safetensors", "train_state.json" };
