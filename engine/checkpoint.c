@@ -644,7 +644,7 @@ int ckpt_latest(const char *dir, ckpt_need need, long long *iteration, char *err
         }
         if (problem != UNCOMMITTED && !damaged++)
             snprintf(newest, sizeof newest, "iter_%07lld is %s", its[i], problem);
-        fprintf(stderr, "atoll-train: checkpoint %s is %s; trying an older step\n", step, problem);
+        fprintf(stderr, "%s: checkpoint %s is %s; trying an older step\n", program_invocation_short_name, step, problem);
     }
     /* A step that was committed and is now damaged, with nothing intact before it:
      * starting over from iteration 0 would throw the run's progress away without a
