@@ -65,6 +65,7 @@ int cmd_events(cli_ctx *c, int argc, char **argv);
 int cmd_data(cli_ctx *c, int argc, char **argv);
 int cmd_generate(cli_ctx *c, int argc, char **argv);
 int cmd_export(cli_ctx *c, int argc, char **argv);
+int cmd_import(cli_ctx *c, int argc, char **argv);
 int cmd_plan(cli_ctx *c, int argc, char **argv);
 int cmd_layout(cli_ctx *c, int argc, char **argv);
 int cmd_metrics(cli_ctx *c, int argc, char **argv);

@@ -36,8 +36,10 @@ static const cli_command COMMANDS[] = {
       "rank layouts by predicted step time, MFU and memory, without running anything" },
     { "generate", cmd_generate, "--load DIR --prompt TEXT [--max-tokens N] [--temperature T] [--top-k K] [--seed S]",
       "sample text from a checkpoint, with the tokenizer its data was prepared with" },
-    { "export", cmd_export, "--load DIR --output DIR [--ckpt-step N]",
+    { "export", cmd_export, "--load DIR --output DIR [--ckpt-step N] [--dtype fp32|bf16]",
       "a checkpoint as a Hugging Face model directory (config.json, model.safetensors, tokenizer files)" },
+    { "import", cmd_import, "--hf DIR --save DIR",
+      "a Hugging Face model directory (LLaMA, Mistral, Qwen2/3, GPT-2) as a checkpoint of its weights, to --finetune" },
     { "data", cmd_data, "prepare --input FILE... --output-prefix PREFIX [--tokenizer-type GPT2BPETokenizer "
       "--vocab-file F --merge-file F | --tokenizer-type HuggingFaceTokenizer|Llama2Tokenizer|GPTSentencePieceTokenizer "
       "--tokenizer-model F] [--append-eod] "

@@ -77,6 +77,24 @@ out:
     return rc;
 }
 
+int ckpt_weights_create(const char *dir, long long iteration, const atoll_config *c, st_file *f, char *err,
+                        size_t errlen)
+{
+    st_file optim;
+    char step[1024], path[1100];
+    if (layouts(c, f, &optim, err, errlen)) return -1;
+    st_close(&optim);
+    ckpt_step_dir(step, sizeof step, dir, iteration);
+    if (atoll_mkdir_p(step, 0755)) {
+        atoll_errf(err, errlen, "%s: cannot create: %s", step, strerror(errno));
+    } else {
+        snprintf(path, sizeof path, "%s/model.safetensors", step);
+        if (!st_create(f, path, 1, err, errlen)) return 0;
+    }
+    st_close(f);
+    return -1;
+}
+
 int ckpt_write_shards(const char *dir, long long iteration, const eng_model *m,
                       const eng_optim *o, int write_headers, char *err, size_t errlen)
 {
@@ -338,6 +356,8 @@ static void model_info(jsonw *w, const atoll_config *c)
     jsonw_kint(w, "seq_length", c->seq_length);
     jsonw_kint(w, "max_position_embeddings", cfg_max_pos(c));
     jsonw_kint(w, "vocab_size", c->vocab_size);
+    /* given (Megatron's flag): the vocabulary a run with this tokenizer takes, not the tokenizer's own padding */
+    if (c->padded_vocab_size) jsonw_kint(w, "padded_vocab_size", c->padded_vocab_size);
     jsonw_kbool(w, "untie_embeddings_and_output_weights", c->untie_embeddings_and_output_weights);
     jsonw_kstr(w, "normalization", c->normalization);
     jsonw_kbool(w, "swiglu", c->swiglu);
@@ -379,7 +399,7 @@ static void model_info(jsonw *w, const atoll_config *c)
 /* See checkpoint.h. Biases on q, k and v alone (--disable-bias-linear
  * --add-qkv-bias) are Qwen2's architecture, and the query and key heads' norms
  * (--qk-layernorm) Qwen3's, with the same tensor names (q_norm, k_norm besides). */
-char *ckpt_hf_llama_config(const atoll_config *c)
+char *ckpt_hf_llama_config(const atoll_config *c, const char *torch_dtype)
 {
     int qwen3 = c->qk_layernorm, qwen2 = !qwen3 && c->disable_bias_linear && c->add_qkv_bias;
     jsonw w;
@@ -421,21 +441,32 @@ char *ckpt_hf_llama_config(const atoll_config *c)
     jsonw_kbool(&w, "attention_bias", !c->disable_bias_linear);
     jsonw_kbool(&w, "mlp_bias", !c->disable_bias_linear);
     if (qwen2 || qwen3) jsonw_kbool(&w, "use_sliding_window", 0);
-    jsonw_kstr(&w, "torch_dtype", "float32");
+    jsonw_kstr(&w, "torch_dtype", torch_dtype);
     jsonw_obj_end(&w);
     return jsonw_take(&w);
 }
 
-static int commit_step(const char *dir, const eng_train_state *st, const atoll_config *c, char *err, size_t errlen);
+static int commit_step(const char *dir, const eng_train_state *st, const atoll_config *c, int weights_only,
+                       char *err, size_t errlen);
 
 int ckpt_commit(const char *dir, const eng_train_state *st, const atoll_config *c, char *err, size_t errlen)
 {
-    if (!commit_step(dir, st, c, err, errlen)) return 0;
+    if (!commit_step(dir, st, c, 0, err, errlen)) return 0;
     save_failed(dir, st->iteration, err, errlen);
     return -1;
 }
 
-static int commit_step(const char *dir, const eng_train_state *st, const atoll_config *c, char *err, size_t errlen)
+int ckpt_commit_weights(const char *dir, long long iteration, const atoll_config *c, char *err, size_t errlen)
+{
+    eng_train_state st = { .iteration = iteration };
+    return commit_step(dir, &st, c, 1, err, errlen);
+}
+
+/* Commits a step: its train_state.json (not for the weights alone), config.json for the
+ * LLaMA family, then manifest.json listing the files with their sums, and the newest step's
+ * number in latest_checkpointed_iteration.txt. */
+static int commit_step(const char *dir, const eng_train_state *st, const atoll_config *c, int weights_only,
+                       char *err, size_t errlen)
 {
     char step[1024], path[1100], text[2048 + CKPT_STEPS * 96];
     ckpt_step_dir(step, sizeof step, dir, st->iteration);
@@ -449,9 +480,9 @@ static int commit_step(const char *dir, const eng_train_state *st, const atoll_c
         at += (size_t)snprintf(text + at, sizeof text - at, "%s[%lld,%.17g,%.17g,%.17g]", i ? "," : "",
                                st->steps[i].iteration, st->steps[i].loss, st->steps[i].lr, st->steps[i].grad_norm);
     if (at < sizeof text) snprintf(text + at, sizeof text - at, "]}\n");
-    if (ckpt_write_text(step, path, text, err, errlen)) return -1;
+    if (!weights_only && ckpt_write_text(step, path, text, err, errlen)) return -1;
     if (c && cfg_rmsnorm(c) && !c->apply_layernorm_1p) { /* 1p's norms hold w, not Hugging Face's 1 + w */
-        char *hf = ckpt_hf_llama_config(c);
+        char *hf = ckpt_hf_llama_config(c, "float32");
         snprintf(path, sizeof path, "%s/config.json", step);
         int rc = hf ? ckpt_write_text(step, path, hf, err, errlen) : -1;
         free(hf);
@@ -462,9 +493,10 @@ static int commit_step(const char *dir, const eng_train_state *st, const atoll_c
     jsonw_init(&w);
     jsonw_obj(&w);
     jsonw_kint(&w, "iteration", st->iteration);
+    if (weights_only) jsonw_kbool(&w, "weights_only", 1);
     jsonw_key(&w, "files");
     jsonw_obj(&w);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < (weights_only ? 1 : 3); i++) {
         uint64_t sum, bytes;
         snprintf(path, sizeof path, "%s/%s", step, STEP_FILES[i]);
         if (ckpt_file_checksum(path, &sum, &bytes)) {
@@ -520,6 +552,7 @@ static jsonr *read_json(const char *path, char *jerr, size_t n)
 
 /* Why step `step` is not usable, or NULL when it is committed and intact. */
 static const char UNCOMMITTED[] = "not committed (no manifest.json: the save was interrupted)";
+static const char WEIGHTS_ONLY[] = "the weights alone (no optimizer or train state: an imported model)";
 
 static int file_size(const char *path, uint64_t *bytes)
 {
@@ -541,8 +574,10 @@ static const char *step_problem(const char *step, ckpt_need need, char *why, siz
         jsonr_free(root);
         return "corrupt (manifest.json does not parse)";
     }
+    const jsonr *wo = jsonr_get(root, "weights_only");
+    int weights_only = wo && wo->type == JSONR_BOOL && wo->num;
     for (int i = 0; i < 3; i++) {
-        if (need == CKPT_WEIGHTS && i > 0) break; /* STEP_FILES[0] is model.safetensors */
+        if ((need == CKPT_WEIGHTS || weights_only) && i > 0) break; /* STEP_FILES[0] is model.safetensors */
         const jsonr *e = jsonr_get(files, STEP_FILES[i]);
         /* atoll64, or FNV-1a-64 in a manifest written before it */
         const jsonr *b = jsonr_get(e, "bytes"), *s = jsonr_get(e, "atoll64"), *f = jsonr_get(e, "fnv1a64");
@@ -569,7 +604,7 @@ static const char *step_problem(const char *step, ckpt_need need, char *why, siz
         return why;
     }
     jsonr_free(root);
-    return NULL;
+    return weights_only && need == CKPT_RESUME ? WEIGHTS_ONLY : NULL;
 }
 
 static int cmp_desc(const void *a, const void *b)
@@ -617,7 +652,8 @@ int ckpt_step_check(const char *dir, ckpt_need need, long long iteration, char *
         return -1;
     }
     const char *problem = step_problem(step, need, why, sizeof why);
-    if (problem) atoll_errf(err, errlen, "%s is %s", step, problem);
+    if (problem) atoll_errf(err, errlen, "%s %s %s%s", step, problem == WEIGHTS_ONLY ? "holds" : "is", problem,
+                            problem == WEIGHTS_ONLY ? ": train from it with --finetune and a --save of its own" : "");
     return problem ? -1 : 0;
 }
 
@@ -640,6 +676,12 @@ int ckpt_latest(const char *dir, ckpt_need need, long long *iteration, char *err
         if (!problem) {
             *iteration = its[i];
             rc = 0;
+            break;
+        }
+        if (problem == WEIGHTS_ONLY) { /* not damaged, and an older step is not what was meant */
+            atoll_errf(err, errlen, "--load %s: iter_%07lld holds %s: train from it with --finetune and a --save of "
+                       "its own (its weights, a fresh optimizer, iteration 0)", dir, its[i], WEIGHTS_ONLY);
+            rc = -1;
             break;
         }
         if (problem != UNCOMMITTED && !damaged++)
@@ -723,24 +765,18 @@ int ckpt_prune(const char *dir, int keep, long long newest, char *err, size_t er
     return rc ? -1 : removed;
 }
 
-static void shape_str(char *out, size_t n, int ndim, const int64_t *s)
-{
-    if (ndim == 2) snprintf(out, n, "[%lld, %lld]", (long long)s[0], (long long)s[1]);
-    else snprintf(out, n, "[%lld]", (long long)s[0]);
-}
-
 /* Every tensor of the full model is in `f` with its shape, and nothing else is. */
 static int check_file(const st_file *f, const st_file *want, const char *path, char *err, size_t errlen)
 {
     for (int i = 0; i < want->n; i++) {
         const st_tensor *w = &want->t[i], *t = st_find(f, w->name);
         char ws[64], ts[64];
-        shape_str(ws, sizeof ws, w->ndim, w->shape);
+        st_shape_str(ws, sizeof ws, w->ndim, w->shape);
         if (!t) {
             atoll_errf(err, errlen, "%s: tensor '%s' is missing (the model needs shape %s)", path, w->name, ws);
             return -1;
         }
-        shape_str(ts, sizeof ts, t->ndim, t->shape);
+        st_shape_str(ts, sizeof ts, t->ndim, t->shape);
         if (t->ndim != w->ndim || t->shape[0] != w->shape[0] || (w->ndim == 2 && t->shape[1] != w->shape[1]) ||
             t->dtype != ST_F32) {
             atoll_errf(err, errlen, "%s: tensor '%s' has shape %s, the model needs %s (F32)", path, w->name, ts, ws);

@@ -23,6 +23,7 @@
 
 #include "model.h"
 #include "optimizer.h"
+#include "safetensors.h"
 
 #include <stdint.h>
 
@@ -86,6 +87,18 @@ int ckpt_commit(const char *dir, const eng_train_state *st, const atoll_config *
  * `newest` are left alone. Returns how many were removed, or -1 with err. */
 int ckpt_prune(const char *dir, int keep, long long newest, char *err, size_t errlen);
 
+/* A step of the weights alone (atoll import): ckpt_weights_create lays out
+ * dir/iter_N/model.safetensors for the model `c` describes (the tensors of
+ * eng_full_table, F32, in its order) and creates it, header written, for the
+ * caller to fill with st_write_all and st_close; ckpt_commit_weights then
+ * commits the step with a manifest listing that file alone ("weights_only"),
+ * the model's settings and, for the LLaMA family, config.json. Such a step is
+ * read by --finetune, generate and export; a resume refuses it by name. 0, or
+ * -1 with err. */
+int ckpt_weights_create(const char *dir, long long iteration, const atoll_config *c, st_file *f, char *err,
+                        size_t errlen);
+int ckpt_commit_weights(const char *dir, long long iteration, const atoll_config *c, char *err, size_t errlen);
+
 /* Single rank: shards + commit. */
 int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,
               const eng_train_state *st, char *err, size_t errlen);
@@ -136,7 +149,7 @@ int ckpt_write_text(const char *dir, const char *path, const char *text, char *e
  * out of memory), written beside each committed step, whose model.safetensors
  * holds Hugging Face's tensor names: LlamaForCausalLM.from_pretrained loads the
  * step directory (atoll export adds the tokenizer). */
-char *ckpt_hf_llama_config(const atoll_config *c);
+char *ckpt_hf_llama_config(const atoll_config *c, const char *torch_dtype);
 
 /* --use-checkpoint-args (Megatron's): the model settings and tokenizer of the
  * newest committed step in c->load, for every one the flags left at its default

@@ -13,7 +13,8 @@
 
 #define ST_MAX_HEADER (100u << 20) /* the format's own limit */
 
-static const char *DTYPES[] = { "F32", "I32" };
+static const char *DTYPES[] = { "F32", "I32", "BF16", "F16" };
+static const unsigned DTYPE_BYTES[] = { 4, 4, 2, 2 };
 
 /* A growable string for the header. */
 typedef struct sbuf {
@@ -53,7 +54,7 @@ int st_layout(st_file *f, const st_tensor *tensors, int n, const char *metadata)
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         st_tensor *t = &f->t[i];
-        uint64_t bytes = 4ULL * (uint64_t)t->shape[0] * (uint64_t)(t->ndim == 2 ? t->shape[1] : 1);
+        uint64_t bytes = DTYPE_BYTES[t->dtype] * (uint64_t)t->shape[0] * (uint64_t)(t->ndim == 2 ? t->shape[1] : 1);
         sb_printf(&b, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", (metadata || i) ? "," : "", t->name,
                   DTYPES[t->dtype]);
         if (t->ndim == 2) sb_printf(&b, "%lld,%lld", (long long)t->shape[0], (long long)t->shape[1]);
@@ -190,20 +191,21 @@ static int parse_tensor(st_tensor *t, const jsonr *v, uint64_t data_len, char *e
         atoll_errf(err, errlen, "%s: tensor %s lacks dtype, shape or data_offsets", path, t->name);
         return -1;
     }
-    if (!strcmp(dt->str, "F32")) t->dtype = ST_F32;
-    else if (!strcmp(dt->str, "I32")) t->dtype = ST_I32;
-    else {
-        atoll_errf(err, errlen, "%s: tensor %s has dtype %s; atoll reads F32 and I32", path, t->name, dt->str);
+    int known = 0;
+    for (int i = 0; i < (int)(sizeof DTYPES / sizeof DTYPES[0]) && !known; i++)
+        if (!strcmp(dt->str, DTYPES[i])) t->dtype = (st_dtype)i, known = 1;
+    if (!known) {
+        atoll_errf(err, errlen, "%s: tensor %s has dtype %s; atoll reads F32, BF16, F16 and I32", path, t->name,
+                   dt->str);
         return -1;
     }
-    if (sh->count < 1 || sh->count > 2) {
-        atoll_errf(err, errlen, "%s: tensor %s has %d dimensions; atoll tensors have 1 or 2", path, t->name,
-             sh->count);
+    if (sh->count < 1 || sh->count > 4) {
+        atoll_errf(err, errlen, "%s: tensor %s has %d dimensions; atoll reads 1 to 4", path, t->name, sh->count);
         return -1;
     }
     t->ndim = sh->count;
     uint64_t elems = 1;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
         const jsonr *d = jsonr_at(sh, i);
         t->shape[i] = d ? (int64_t)d->num : 1;
         if (d && (d->type != JSONR_NUM || d->num < 0 || d->num > 1e12)) {
@@ -213,7 +215,7 @@ static int parse_tensor(st_tensor *t, const jsonr *v, uint64_t data_len, char *e
         elems *= (uint64_t)t->shape[i];
     }
     double b = jsonr_at(off, 0)->num, e = jsonr_at(off, 1)->num;
-    if (b < 0 || e < b || e > (double)data_len || (uint64_t)e - (uint64_t)b != 4 * elems) {
+    if (b < 0 || e < b || e > (double)data_len || (uint64_t)e - (uint64_t)b != DTYPE_BYTES[t->dtype] * elems) {
         atoll_errf(err, errlen, "%s: tensor %s: data_offsets [%.0f, %.0f] do not fit its shape or the "
              "file's %llu data bytes (truncated file?)", path, t->name, b, e, (unsigned long long)data_len);
         return -1;
@@ -285,10 +287,80 @@ const st_tensor *st_find(const st_file *f, const char *name)
     return NULL;
 }
 
+void st_shape_str(char *out, size_t n, int ndim, const int64_t *shape)
+{
+    size_t at = 0;
+    for (int i = 0; i < ndim && i < 4 && at < n; i++)
+        at += (size_t)snprintf(out + at, n - at, "%s%lld", i ? ", " : "[", (long long)shape[i]);
+    if (at < n) snprintf(out + at, n - at, "]");
+}
+
+uint64_t st_numel(const st_tensor *t)
+{
+    uint64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= (uint64_t)t->shape[i];
+    return n;
+}
+
+/* bf16 is the top half of an fp32; f16 is 1 sign, 5 exponent (bias 15) and 10
+ * fraction bits, subnormal below exponent 1. */
+static float bf16_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+static float f16_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) << 31, e = h >> 10 & 31, frac = h & 1023, u;
+    if (e == 31) { /* inf, nan */
+        u = sign | 0x7f800000u | frac << 13;
+    } else if (e) {
+        u = sign | (e + 112) << 23 | frac << 13; /* rebias 15 -> 127 */
+    } else {
+        float x = (float)frac * 0x1p-24f; /* zero or subnormal: frac * 2^-24 */
+        return sign ? -x : x;
+    }
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+int st_read_f32(st_file *f, const st_tensor *t, float *out, char *err, size_t errlen)
+{
+    uint64_t n = st_numel(t);
+    if (t->dtype == ST_I32) {
+        atoll_errf(err, errlen, "tensor %s is I32, not a floating-point tensor", t->name);
+        return -1;
+    }
+    if (t->dtype == ST_F32) {
+        if (!pread_all(f->fd, out, 4 * n, t->begin)) return 0;
+        atoll_errf(err, errlen, "reading tensor %s: short read", t->name);
+        return -1;
+    }
+    /* 2-byte elements: read into the back half of out, widen front to back */
+    uint16_t *half = (uint16_t *)(out + n) - n;
+    if (pread_all(f->fd, half, 2 * n, t->begin)) {
+        atoll_errf(err, errlen, "reading tensor %s: short read", t->name);
+        return -1;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        uint16_t h = half[i]; /* read before out[i] (which overlaps half[2i .. 2i+1] at most) is written */
+        out[i] = t->dtype == ST_BF16 ? bf16_f32(h) : f16_f32(h);
+    }
+    return 0;
+}
+
 int st_read_slice(st_file *f, const st_tensor *t, const eng_param *p, float *local, char *err,
                   size_t errlen)
 {
     int rc = 0;
+    if (t->dtype != ST_F32) {
+        atoll_errf(err, errlen, "tensor %s is %s; a checkpoint's tensors are F32", t->name, DTYPES[t->dtype]);
+        return -1;
+    }
     if (p->shard_dim == 1) {
         for (int64_t i = 0; i < p->local[0] && !rc; i++)
             rc = pread_all(f->fd, local + i * p->local[1], sizeof(float) * (size_t)p->local[1],

@@ -18,13 +18,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { ST_F32 = 0, ST_I32 = 1 } st_dtype;
+/* Checkpoints hold F32 and I32; atoll export writes BF16 too, and Hugging Face
+ * models are read in BF16 and F16 as well (st_read_f32). */
+typedef enum { ST_F32 = 0, ST_I32 = 1, ST_BF16 = 2, ST_F16 = 3 } st_dtype;
 
 typedef struct st_tensor {
     char name[ENG_NAME + 16];
     st_dtype dtype;
-    int ndim;
-    int64_t shape[2];
+    int ndim;         /* 1 or 2 written; up to 4 read (a Hugging Face buffer, skipped) */
+    int64_t shape[4];
     uint64_t begin, end;   /* absolute file offsets of the data */
 } st_tensor;
 
@@ -53,14 +55,20 @@ int st_write_slice(st_file *f, const st_tensor *t, const eng_param *p, const flo
  * `t` from `src` (element a at src[0]): a ZeRO-1 shard's part of a tensor. */
 int st_write_range(st_file *f, const st_tensor *t, const eng_param *p, const float *src, size_t a,
                    size_t b, char *err, size_t errlen);
-/* Writes a whole tensor from host memory (any dtype of 4 bytes). */
+/* Writes a whole tensor from host memory, its bytes in t's dtype. */
 int st_write_all(st_file *f, const st_tensor *t, const void *data, char *err, size_t errlen);
 
 /* Opens and validates a file: header length, JSON, dtypes, shapes matching the
  * byte ranges, ranges inside the file and not overlapping the header. */
 int st_open(st_file *f, const char *path, char *err, size_t errlen);
 const st_tensor *st_find(const st_file *f, const char *name);
-/* Reads this rank's slice of `t` into `local`. */
+/* The whole of `t` (F32, BF16 or F16) into `out` as floats (its elements). */
+int st_read_f32(st_file *f, const st_tensor *t, float *out, char *err, size_t errlen);
+/* Elements of `t`. */
+uint64_t st_numel(const st_tensor *t);
+/* A shape as "[a, b]" for messages (ndim 1 to 4). */
+void st_shape_str(char *out, size_t n, int ndim, const int64_t *shape);
+/* Reads this rank's slice of F32 tensor `t` into `local`. */
 int st_read_slice(st_file *f, const st_tensor *t, const eng_param *p, float *local,
                   char *err, size_t errlen);
 

@@ -744,7 +744,8 @@ static const char *foreign_names(const atoll_config *c, char *buf, size_t len)
  * being committed. 0 with *it, 1 when dir holds no committed step (as ckpt_latest),
  * ENG_ERR_CONFIG when it holds none to resume from (a rank other than 0 says only
  * that rank 0 refused: rank 0's log says why), -1 when sharing the answer failed. */
-static int agreed_step(run *r, const char *dir, long long want, long long *it, char *err, size_t errlen)
+static int agreed_step(run *r, const char *dir, ckpt_need need, long long want, long long *it, char *err,
+                       size_t errlen)
 {
     int rc = 0;
     /* rank 0's answer, the others adding zeros: 1 a step, 2 none committed, 3 refused; the step in two
@@ -752,10 +753,10 @@ static int agreed_step(run *r, const char *dir, long long want, long long *it, c
     float v[3] = { 0.0f, 0.0f, 0.0f };
     if (r->d.rank == 0) {
         if (want > 0) {
-            rc = ckpt_step_check(dir, CKPT_RESUME, want, err, errlen) ? -1 : 0;
+            rc = ckpt_step_check(dir, need, want, err, errlen) ? -1 : 0;
             *it = want;
         } else {
-            rc = ckpt_latest(dir, CKPT_RESUME, it, err, errlen);
+            rc = ckpt_latest(dir, need, it, err, errlen);
         }
         if (rc == 0 && (*it < 0 || *it >= 1LL << 44)) {
             atoll_errf(err, errlen, "--load %s: step %lld is out of range", dir, *it);
@@ -790,7 +791,7 @@ static int resume(run *r, int *loaded, char *err, size_t errlen)
     long long it;
     char names[64];
     if (!lp.own && foreign_flags(c)) {
-        int rc = agreed_step(r, c->save, 0, &it, err, errlen);
+        int rc = agreed_step(r, c->save, CKPT_RESUME, 0, &it, err, errlen);
         if (rc != 0 && rc != 1) return rc;
         if (rc == 0) {
             if (r->d.rank == 0)
@@ -803,7 +804,10 @@ static int resume(run *r, int *loaded, char *err, size_t errlen)
                 "run's checkpoint only)\n", foreign_names(c, names, sizeof names));
     }
     /* --ckpt-step: that step, or nothing */
-    int rc = agreed_step(r, lp.dir, !lp.own && c->ckpt_step ? c->ckpt_step : 0, &it, err, errlen);
+    /* --finetune reads the weights alone (model.safetensors): the moments and train state start afresh */
+    int weights = !lp.own && c->finetune;
+    int rc = agreed_step(r, lp.dir, weights ? CKPT_WEIGHTS : CKPT_RESUME, !lp.own && c->ckpt_step ? c->ckpt_step : 0,
+                         &it, err, errlen);
     if (rc != 0 && rc != 1) return rc;
     if (rc == 1) {
         if (c->exit_on_missing_checkpoint) {
@@ -818,7 +822,7 @@ static int resume(run *r, int *loaded, char *err, size_t errlen)
     /* ZeRO-1 loads the full-shape moments, then keeps its shard */
     eng_optim *full = dist_optim_full(&r->d, r->m, &r->dopt);
     if (!full) { atoll_errf(err, errlen, "--load: %s", dist_error(&r->d)); return -1; }
-    rc = ckpt_load(lp.dir, it, r->m, full, &r->st, err, errlen);
+    rc = ckpt_load(lp.dir, it, r->m, weights ? NULL : full, &r->st, err, errlen);
     if (rc) return rc == CKPT_MISMATCH ? ENG_ERR_CONFIG : -1;
     *loaded = 1;
     int fresh_optim = !lp.own && (c->finetune || c->no_load_optim);

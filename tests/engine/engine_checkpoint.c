@@ -424,6 +424,52 @@ static void test_checksums(void)
           strstr(err, "optim.safetensors fails its checksum"), "FNV-1a-64 still catches a flipped byte: %s", err);
 }
 
+/* st_read_f32 widens a Hugging Face file's 2-byte floats: F16's zero, negative
+ * zero, smallest subnormal (2^-24), a subnormal with more bits, one, a third
+ * rounded, largest finite (65504) and infinity; BF16's top halves of fp32
+ * (1, -2.5, the fp32 minimum normal, a subnormal); and refuses I32. The
+ * expected values are built with ldexpf, not from the bit patterns. */
+static void test_half_reads(void)
+{
+    static const unsigned short f16[8] = { 0x0000, 0x8000, 0x0001, 0x03ff, 0x3c00, 0x3555, 0x7bff, 0x7c00 };
+    static const unsigned short bf16[4] = { 0x3f80, 0xc020, 0x0080, 0x0001 };
+    const float want16[8] = { 0.0f, -0.0f, ldexpf(1, -24), ldexpf(1023, -24), 1.0f, ldexpf(1365, -12),
+                              65504.0f, INFINITY };
+    const float wantb[4] = { 1.0f, -2.5f, ldexpf(1, -126), ldexpf(1, -133) };
+    const char *json = "{\"h\":{\"dtype\":\"F16\",\"shape\":[2,4],\"data_offsets\":[0,16]},"
+                       "\"b\":{\"dtype\":\"BF16\",\"shape\":[4],\"data_offsets\":[16,24]},"
+                       "\"i\":{\"dtype\":\"I32\",\"shape\":[1],\"data_offsets\":[24,28]}}";
+    unsigned long long hl = strlen(json);
+    FILE *f = fopen("half.safetensors", "wb");
+    CHECK(f != NULL, "create half.safetensors");
+    if (!f) return;
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)(hl >> (8 * i));
+    int one = 1;
+    fwrite(len8, 1, 8, f);
+    fwrite(json, 1, hl, f);
+    fwrite(f16, 2, 8, f); /* little-endian host */
+    fwrite(bf16, 2, 4, f);
+    fwrite(&one, 4, 1, f);
+    fclose(f);
+    st_file st;
+    char err[256];
+    CHECK(st_open(&st, "half.safetensors", err, sizeof err) == 0, "open: %s", err);
+    float out[8];
+    const st_tensor *h = st_find(&st, "h"), *b = st_find(&st, "b"), *i32 = st_find(&st, "i");
+    CHECK(h && b && i32 && h->dtype == ST_F16 && b->dtype == ST_BF16 && st_numel(h) == 8, "the three tensors");
+    if (h && st_read_f32(&st, h, out, err, sizeof err) == 0)
+        for (int i = 0; i < 8; i++)
+            CHECK(out[i] == want16[i] && signbit(out[i]) == signbit(want16[i]), "F16 %04x: %g, want %g", f16[i],
+                  out[i], want16[i]);
+    if (b && st_read_f32(&st, b, out, err, sizeof err) == 0)
+        for (int i = 0; i < 4; i++) CHECK(out[i] == wantb[i], "BF16 %04x: %g, want %g", bf16[i], out[i], wantb[i]);
+    CHECK(i32 && st_read_f32(&st, i32, out, err, sizeof err) == -1 && strstr(err, "I32"), "I32 refused: %s", err);
+    CHECK(h && st_read_slice(&st, h, &(eng_param){ .numel = 8, .ndim = 1, .full = { 8, 1 } }, out, err, sizeof err) == -1 &&
+              strstr(err, "a checkpoint's tensors are F32"), "a checkpoint read of F16 refused: %s", err);
+    st_close(&st);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -433,5 +479,6 @@ int main(int argc, char **argv)
     test_header();
     test_bad_files();
     test_checksums();
+    test_half_reads();
     return check_summary(argv[0]);
 }

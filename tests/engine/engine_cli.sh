@@ -10,11 +10,8 @@
 set -uo pipefail
 TRAIN=$(realpath "$1") PREP=$(realpath "$2") W=$3
 export PYTHONPATH="$(cd "$(dirname "$0")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}" # tests/st_read.py, tests/ckpt_sum.py
+. "$(cd "$(dirname "$0")" && pwd)/check_lib.sh"
 rm -rf "$W" && mkdir -p "$W" && cd "$W" || exit 1
-failures=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; failures=$((failures + 1)); }
-losses() { grep -o '"loss":[^,]*' "$1"; }
 
 TINY=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
       --micro-batch-size 4 --global-batch-size 8)
@@ -793,5 +790,4 @@ echo 42 > scalar.yaml
 expect_error "scalar YAML" "bare value ('42')" --yaml-cfg scalar.yaml
 expect_error "no cuda" "--device cuda" "${TINY[@]}" --device cuda
 
-echo "engine_cli: $failures failed"
-[ $failures -eq 0 ]
+finish engine_cli

@@ -23,14 +23,9 @@ export PYTHONPATH="$(cd "$(dirname "$0")/.." && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 [ -f "$L3/tokenizer.json" ] || { echo "FAIL: $L3/tokenizer.json is missing: run scripts/install-deps.sh"; exit 1; }
 [ -f "$L2" ] || { echo "FAIL: $L2 is missing: run scripts/install-deps.sh"; exit 1; }
 PKG=$(realpath "$PKG") L3=$(realpath "$L3") L2=$(realpath "$L2")
+. "$(cd "$(dirname "$0")" && pwd)/check_lib.sh"
 rm -rf "$W" && mkdir -p "$W" && cd "$W" || exit 1
-failures=0
-ok() { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; failures=$((failures + 1)); }
-losses() { grep -o '"loss":[^,]*' "$1"; }
 export OPENBLAS_NUM_THREADS=1
-
-TEXT="Call me Ishmael. Some years ago, never mind how long precisely, having little or no money in my purse, and nothing particular to interest me on shore, I thought I would sail about."
 printf '{"text": "%s"}\n' "$TEXT" > text.jsonl
 BPE=(--tokenizer-type GPT2BPETokenizer --vocab-file "$PKG/encoder.json" --merge-file "$PKG/vocab.bpe")
 "$ATOLL" data prepare --input text.jsonl --output-prefix text "${BPE[@]}" --append-eod >/dev/null \
@@ -208,5 +203,4 @@ export_ok ck_l2 hf_l2 "$L2:tokenizer.model"
 "$ATOLL" export --load ck --output hf_gone >export.log 2>&1
 [ $? = 1 ] && grep -q "gone/encoder.json" export.log && [ ! -e hf_gone ] \
     && ok "export with a moved tokenizer: refused, nothing written: $(cat export.log)" || bad "export, moved tokenizer: $(cat export.log)"
-[ $failures = 0 ] && echo "engine_generate: all checks passed" || echo "engine_generate: $failures failure(s)"
-exit $((failures > 0))
+finish engine_generate
