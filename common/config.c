@@ -376,6 +376,28 @@ static const struct {
     { "enable-cuda-graph", 0, MG_IGNORED, NULL, "no CUDA graph is captured: kernels are launched each step" },
     { "logging-level", 1, MG_IGNORED, NULL, "atoll's log lines do not change with a level" },
     { "moe-*", 0, MG_REFUSED, NULL, "mixture-of-experts models are not implemented (dense GPT and LLaMA are)" },
+    { "fp8-*", 0, MG_REFUSED, NULL, "fp8 is not implemented; --bf16 is" },
+    { "first-last-layers-bf16", 0, MG_SAME, NULL, "every layer runs in bf16 under --bf16" },
+    { "num-distributed-optimizer-instances", 1, MG_VALUE, "1", "one distributed optimizer spans the whole "
+      "data-parallel group" },
+    { "deterministic-mode", 0, MG_IGNORED, NULL, "atoll has no separate deterministic mode: it picks its kernels the "
+      "same way with or without the flag" },
+    { "log-energy", 0, MG_IGNORED, NULL, "GPU energy is not read; each step logs its time, tokens/s and MFU" },
+    { "timers-to-log", 1, MG_IGNORED, NULL, "each step logs its time and each pipeline stage's bubble, not "
+      "Megatron's timers" },
+    { "glu-linear-offset", 1, MG_VALUE, "0", "SwiGLU's linear branch takes no offset" },
+    { "use-persistent-ckpt-worker", 0, MG_IGNORED, NULL, "--async-save writes from a thread of each rank" },
+    { "load-main-params-from-ckpt", 0, MG_SAME, NULL, "a checkpoint holds the fp32 master weights, and they are "
+      "what a run loads" },
+    { "straggler-detector-enabled", 0, MG_SAME, NULL, "the coordinator finds stragglers every step (atoll status "
+      "JOB)" },
+    { "disable-straggler-on-startup", 0, MG_IGNORED, NULL, "the coordinator's straggler detection is always on" },
+    { "external-cuda-graph", 0, MG_IGNORED, NULL, "no CUDA graph is captured: kernels are launched each step" },
+    { "store-param-remainders", 0, MG_IGNORED, NULL, "the optimizer keeps whole fp32 master weights" },
+    { "multi-latent-attention", 0, MG_REFUSED, NULL, "multi-latent attention (DeepSeek's) is not implemented" },
+    { "kv-lora-rank", 1, MG_REFUSED, NULL, "multi-latent attention (DeepSeek's) is not implemented" },
+    { "mtp-num-layers", 1, MG_REFUSED, NULL, "multi-token prediction is not implemented" },
+    { "hybrid-override-pattern", 1, MG_REFUSED, NULL, "hybrid Mamba models are not implemented" },
 };
 #define NMEGATRON (sizeof(MEGATRON) / sizeof(MEGATRON[0]))
 _Static_assert(NMEGATRON <= 128, "atoll_config.megatron_ignored has a bit per entry");

@@ -557,12 +557,19 @@ static void test_megatron_flags(void)
              "--vocab-extra-ids 0 --apply-query-key-layer-scaling --use-precision-aware-optimizer --main-grads-dtype fp32 "
              "--main-params-dtype fp32 --exp-avg-dtype fp32 --exp-avg-sq-dtype fp32 --no-overlap-p2p-communication "
              "--disable-gloo-process-groups --cross-entropy-fusion-impl te --init-model-with-meta-device "
-             "--softmax-type vanilla", model);
+             "--softmax-type vanilla --first-last-layers-bf16 --num-distributed-optimizer-instances 1 "
+             "--glu-linear-offset 0 --load-main-params-from-ckpt --straggler-detector-enabled", model);
     CHECK(parse(&c, line, err, sizeof err) == 0, "Megatron's implementation flags: %s", err);
     CHECK(!memcmp(&c, &plain, sizeof c), "flags atoll does anyway changed a setting");
     megatron_notes(&c, notes, sizeof notes);
     CHECK(!notes[0], "notes for flags with the same effect: %s", notes);
     /* speed-only flags atoll does not have: accepted, each noted */
+    snprintf(line, sizeof line, "%s--deterministic-mode --log-energy --timers-to-log 1", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0, "flags without effect: %s", err);
+    megatron_notes(&c, notes, sizeof notes);
+    CHECK(strstr(notes, "t: note: --deterministic-mode has no effect here: atoll has no separate deterministic mode") &&
+              strstr(notes, "--log-energy has no effect here: GPU energy is not read") &&
+              strstr(notes, "--timers-to-log has no effect here"), "notes: '%s'", notes);
     snprintf(line, sizeof line, "%s--overlap-param-gather --num-workers 2", model);
     CHECK(parse(&c, line, err, sizeof err) == 0, "speed-only flags: %s", err);
     megatron_notes(&c, notes, sizeof notes);
@@ -690,6 +697,13 @@ static void test_megatron_flags(void)
         { "--moe-router-topk 2", "--moe-router-topk: mixture-of-experts models are not implemented" },
         { "--moe-grouped-gemm", "--moe-grouped-gemm: mixture-of-experts models are not implemented" },
         { "--rotary-interleaved", "--rotary-interleaved: rope rotates the two halves of each head" },
+        { "--fp8-recipe delayed", "--fp8-recipe: fp8 is not implemented; --bf16 is" },
+        { "--fp8-param-gather", "--fp8-param-gather: fp8 is not implemented; --bf16 is" },
+        { "--num-distributed-optimizer-instances 2", "--num-distributed-optimizer-instances 2: one distributed "
+                                                     "optimizer spans the whole data-parallel group; accepted: 1" },
+        { "--multi-latent-attention", "--multi-latent-attention: multi-latent attention (DeepSeek's) is not "
+                                      "implemented" },
+        { "--mtp-num-layers 1", "--mtp-num-layers: multi-token prediction is not implemented" },
         { "--start-weight-decay 0", "--start-weight-decay goes with --weight-decay-incr-style linear or cosine" },
         { "--end-weight-decay 0.1 --weight-decay-incr-style constant", "--end-weight-decay goes with "
                                                                          "--weight-decay-incr-style linear or cosine" },
