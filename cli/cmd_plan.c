@@ -198,7 +198,10 @@ static void print_explain(const plan_candidate *p, const atoll_config *model, co
 }
 
 /* The live nodes, as the coordinator reports them. */
-static int live_cluster(cli_ctx *c, topo_node **out, int *n)
+/* The live nodes into cl (cl->nodes, cl->nnodes; the caller frees cl->nodes) and
+ * their GPU type (`gpu`, --gpu, else the first node's device name) into cl->gpu;
+ * CLI_REFUSED, saying what to give instead (`instead`), when the type is not known. */
+static int live_cluster(cli_ctx *c, plan_cluster *cl, const char *gpu, const char *what, const char *instead)
 {
     Atoll__NodesRequest req = ATOLL__NODES_REQUEST__INIT;
     req.name = (char *)"";
@@ -206,13 +209,23 @@ static int live_cluster(cli_ctx *c, topo_node **out, int *n)
     int rc = cli_call(c, ATOLL__MSG_TYPE__MSG_NODES, &req.base, ATOLL__MSG_TYPE__MSG_NODES_REPLY,
                       (ProtobufCMessage **)&r);
     if (rc) return rc;
-    *out = calloc(r->n_nodes ? r->n_nodes : 1, sizeof **out);
-    *n = 0;
-    for (size_t i = 0; *out && i < r->n_nodes; i++) {
+    topo_node *nodes = calloc(r->n_nodes ? r->n_nodes : 1, sizeof *nodes);
+    int n = 0;
+    for (size_t i = 0; nodes && i < r->n_nodes; i++) {
         char err[256];
-        if (!msg_node_to_topo(r->nodes[i], &(*out)[*n], err, sizeof err)) (*n)++;
+        if (!msg_node_to_topo(r->nodes[i], &nodes[n], err, sizeof err)) n++;
     }
     protobuf_c_message_free_unpacked(&r->base, NULL);
+    const char *dev = n && nodes[0].ngpus ? nodes[0].gpus[0].name : NULL;
+    cl->gpu = gpu ? gpu_spec_by_type(gpu) : gpu_spec_by_device_name(dev);
+    if (!cl->gpu) {
+        free(nodes);
+        fprintf(stderr, "%s: %s: no known GPU type on the live nodes (%s); %s\n", c->prog, what, dev ? dev : "no GPUs",
+                instead);
+        return CLI_REFUSED;
+    }
+    cl->nodes = nodes;
+    cl->nnodes = n;
     return CLI_OK;
 }
 
@@ -237,18 +250,9 @@ int cli_auto_layout(cli_ctx *c, atoll_config *cfg, int argc, char **argv)
     fixed_from(&a, cfg);
     plan_cluster cl;
     memset(&cl, 0, sizeof cl);
-    topo_node *nodes = NULL;
-    int rc = live_cluster(c, &nodes, &cl.nnodes);
+    int rc = live_cluster(c, &cl, a.gpu, "--auto-layout", "give a layout instead");
     if (rc) return rc;
-    const char *dev = cl.nnodes && nodes[0].ngpus ? nodes[0].gpus[0].name : NULL;
-    cl.gpu = a.gpu ? gpu_spec_by_type(a.gpu) : gpu_spec_by_device_name(dev);
-    if (!cl.gpu) {
-        free(nodes);
-        fprintf(stderr, "%s: --auto-layout: no known GPU type on the live nodes (%s); give a layout instead\n", c->prog,
-                dev ? dev : "no GPUs");
-        return CLI_REFUSED;
-    }
-    cl.nodes = nodes;
+    topo_node *nodes = (topo_node *)cl.nodes;
     cl.num_gpus = cfg->num_gpus;
     plan_links_default(cl.gpu, &cl.links);
     plan_candidate *v = NULL;
@@ -287,16 +291,9 @@ int cmd_plan(cli_ctx *c, int argc, char **argv)
     plan_cluster cl;
     memset(&cl, 0, sizeof cl);
     if (a.cluster) {
-        int rc = live_cluster(c, &nodes, &cl.nnodes);
+        int rc = live_cluster(c, &cl, a.gpu, "plan --cluster", "give --gpu TYPE");
         if (rc) return rc;
-        const char *dev = cl.nnodes && nodes[0].ngpus ? nodes[0].gpus[0].name : NULL;
-        cl.gpu = a.gpu ? gpu_spec_by_type(a.gpu) : gpu_spec_by_device_name(dev);
-        if (!cl.gpu) {
-            free(nodes);
-            fprintf(stderr, "%s: plan --cluster: no known GPU type on the live nodes (%s); give --gpu TYPE\n", c->prog,
-                    dev ? dev : "no GPUs");
-            return CLI_REFUSED;
-        }
+        nodes = (topo_node *)cl.nodes;
         cl.num_gpus = cfg.num_gpus; /* 0 -> every usable GPU */
     } else {
         if (!cfg.num_gpus) return cli_usage(c, "plan", "--num-gpus N is required (or --cluster for the live cluster)");
