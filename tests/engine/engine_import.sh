@@ -10,9 +10,11 @@
 #   padded to 50304 with zero rows.
 #   Refused, with nothing written: a rope type atoll does not turn by, a tensor with no place in the
 #   model, a directory with no tokenizer, a --save that holds steps already.
-# usage: engine_import.sh ATOLL_TRAIN ATOLL PKG_DIR LLAMA3_DIR WORKDIR
+#   Qwen3 (head norms, heads 32 wide, tied) with the hub's 151936 rows where its tokenizer pads to 151680:
+#   the rows kept as --padded-vocab-size, which --use-checkpoint-args takes back, and fine-tuning runs.
+# usage: engine_import.sh ATOLL_TRAIN ATOLL PKG_DIR LLAMA3_DIR QWEN3_DIR WORKDIR
 set -uo pipefail
-TRAIN=$(realpath "$1") ATOLL=$(realpath "$2") PKG=$(realpath "$3") L3=$(realpath "$4") W=$5
+TRAIN=$(realpath "$1") ATOLL=$(realpath "$2") PKG=$(realpath "$3") L3=$(realpath "$4") Q3=$(realpath "$5") W=$6
 export PYTHONPATH="$(cd "$(dirname "$0")/.." && pwd):$(cd "$(dirname "$0")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
 FIX="python3 $(cd "$(dirname "$0")" && pwd)/hf_fixture.py"
 [ -f "$L3/tokenizer.json" ] && [ -f "$PKG/encoder.json" ] || { echo "FAIL: tokenizers missing: run scripts/install-deps.sh"; exit 1; }
@@ -108,6 +110,32 @@ print("GPT-2: %d tensors as trained, wte's 47 padded rows zero" % len(a))
 PY
 [ $r3 = 0 ] && grep -q "gpt2, 28 tensors" import.log \
     && ok "$(cat same.log): $(cat import.log)" || bad "GPT-2 import: $(cat import.log) $(cat same.log)"
+
+# Qwen3 as the hub keeps it: 151936 rows
+Q3T=(--tokenizer-type HuggingFaceTokenizer --tokenizer-model "$Q3")
+"$ATOLL" data prepare --input text.jsonl --output-prefix qtext "${Q3T[@]}" --append-eod >/dev/null || bad "prepare (Qwen3)"
+"$TRAIN" "${SMALL[@]}" --train-iters 5 "${Q3T[@]}" --data-path qtext --save ckq --normalization RMSNorm --swiglu \
+    --position-embedding-type rope --group-query-attention --num-query-groups 2 --disable-bias-linear --qk-layernorm \
+    --kv-channels 32 --norm-epsilon 1e-6 --rotary-base 1000000 >train.log 2>&1 || bad "Qwen3 training: $(tail -1 train.log)"
+"$ATOLL" export --load ckq --output hfq >export.log 2>&1 && cp -r hfq hubq && python3 - hubq <<'PY' || bad "Qwen3 export: $(cat export.log)"
+import json, sys, st_read, hf_fixture
+d = sys.argv[1]
+c = json.load(open(d + "/config.json"))
+assert c["architectures"] == ["Qwen3ForCausalLM"] and c["vocab_size"] == 151680 and c["tie_word_embeddings"], c
+c["vocab_size"] = 151936
+json.dump(c, open(d + "/config.json", "w"))
+out = []
+for n, (dt, s, r) in st_read.tensors(d + "/model.safetensors").items():
+    if n == "model.embed_tokens.weight":
+        r, s = r + bytes((151936 - s[0]) * s[1] * 4), [151936, s[1]]
+    out.append((n, dt, s, r))
+hf_fixture.write(d + "/model.safetensors", out)
+PY
+"$ATOLL" import --hf hubq --save impq >import.log 2>&1 && grep -q "qwen3, 24 tensors" import.log \
+    && grep -qF '"vocab_size":151936,"padded_vocab_size":151936' impq/iter_0000000/manifest.json \
+    && "$TRAIN" --load impq "${FT[@]/l3text/qtext}" --save ft_q >ft.log 2>&1 && grep -qF -- "--padded-vocab-size 151936" ft.log \
+    && ok "Qwen3 with the hub's 151936 rows: kept as --padded-vocab-size, fine-tuned from: $(cat import.log)" \
+    || bad "Qwen3 import: $(cat import.log) $(tail -2 ft.log)"
 
 # refused, nothing written
 refused() { # WHAT GREP DIR: import of DIR to a new --save exits 1 naming GREP and leaves no --save
