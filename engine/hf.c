@@ -694,8 +694,9 @@ static int im_gpt2(const jsonr *j, atoll_config *c, char *err, size_t errlen)
                   im_bool(j, "tie_word_embeddings", 1) ? "false" : "true") ? -1 : 0;
 }
 
-/* The tokenizer in dir: GPT-2's vocab.json and merges.txt (for GPT-2), tokenizer.json,
- * or a SentencePiece tokenizer.model (LLaMA-2). */
+/* The tokenizer in dir: GPT-2's vocab.json and merges.txt (GPT-2's first, any
+ * model's without a tokenizer.json), tokenizer.json, or a SentencePiece
+ * tokenizer.model (LLaMA-2's). */
 static int im_tokenizer(const char *dir, im_arch a, atoll_config *c, char *err, size_t errlen)
 {
     char abs[PATH_MAX], p1[PATH_MAX + 32], p2[PATH_MAX + 32];
@@ -703,19 +704,21 @@ static int im_tokenizer(const char *dir, im_arch a, atoll_config *c, char *err, 
         atoll_errf(err, errlen, "--hf %s: %s", dir, strerror(errno));
         return -1;
     }
+    char json[PATH_MAX + 32], spm[PATH_MAX + 32];
     snprintf(p1, sizeof p1, "%s/vocab.json", abs);
     snprintf(p2, sizeof p2, "%s/merges.txt", abs);
-    if (a == IM_GPT2 && !access(p1, R_OK) && !access(p2, R_OK))
+    snprintf(json, sizeof json, "%s/tokenizer.json", abs);
+    snprintf(spm, sizeof spm, "%s/tokenizer.model", abs);
+    int bpe = !access(p1, R_OK) && !access(p2, R_OK);
+    if (bpe && (a == IM_GPT2 || access(json, R_OK))) /* GPT-2's own files first for GPT-2 */
         return im_set(c, err, errlen, "tokenizer_type", "GPT2BPETokenizer") || im_set(c, err, errlen, "vocab_file", "%s", p1) ||
                im_set(c, err, errlen, "merge_file", "%s", p2) ? -1 : 0;
-    snprintf(p1, sizeof p1, "%s/tokenizer.json", abs);
-    if (!access(p1, R_OK))
+    if (!access(json, R_OK))
         return im_set(c, err, errlen, "tokenizer_type", "HuggingFaceTokenizer") ||
                im_set(c, err, errlen, "tokenizer_model", "%s", abs) ? -1 : 0;
-    snprintf(p1, sizeof p1, "%s/tokenizer.model", abs);
-    if (a != IM_GPT2 && !access(p1, R_OK))
+    if (a != IM_GPT2 && !access(spm, R_OK))
         return im_set(c, err, errlen, "tokenizer_type", "Llama2Tokenizer") ||
-               im_set(c, err, errlen, "tokenizer_model", "%s", p1) ? -1 : 0;
+               im_set(c, err, errlen, "tokenizer_model", "%s", spm) ? -1 : 0;
     atoll_errf(err, errlen, "--hf %s holds no tokenizer atoll reads (tokenizer.json, a SentencePiece tokenizer.model, "
                "or GPT-2's vocab.json and merges.txt); the checkpoint records the tokenizer its data needs", dir);
     return -1;

@@ -200,6 +200,14 @@ assert st_read.tensors(sys.argv[1]) == st_read.tensors(sys.argv[2])' "$ck/iter_0
 export_ok ck_saved hf_bpe "$PKG/encoder.json:vocab.json" "$PKG/vocab.bpe:merges.txt"
 export_ok ck_l3 hf_l3 "$W/l3/tokenizer.json:tokenizer.json" "$W/l3/tokenizer_config.json:tokenizer_config.json"
 export_ok ck_l2 hf_l2 "$L2:tokenizer.model"
+# and back (atoll import): the same weights, the tokenizer the export wrote beside them
+for pair in ck_saved:hf_bpe:GPT2BPETokenizer ck_l3:hf_l3:HuggingFaceTokenizer ck_l2:hf_l2:Llama2Tokenizer; do
+    IFS=: read -r ck hf tok <<<"$pair"
+    "$ATOLL" import --hf "$hf" --save "imp_$hf" >import.log 2>&1 \
+        && cmp -s "$ck/iter_0000070/model.safetensors" "imp_$hf/iter_0000000/model.safetensors" \
+        && grep -qF "\"type\":\"$tok\"" "imp_$hf/iter_0000000/manifest.json" \
+        && ok "import $hf: the same bytes as $ck, $tok" || bad "import $hf: $(cat import.log)"
+done
 "$ATOLL" export --load ck --output hf_gone >export.log 2>&1
 [ $? = 1 ] && grep -q "gone/encoder.json" export.log && [ ! -e hf_gone ] \
     && ok "export with a moved tokenizer: refused, nothing written: $(cat export.log)" || bad "export, moved tokenizer: $(cat export.log)"
