@@ -40,10 +40,14 @@ int cli_call_retry(cli_ctx *c, uint16_t type, const ProtobufCMessage *req, uint1
 int cli_usage(cli_ctx *c, const char *cmd, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* 1 when argv has --help/-h (after printing the command's usage). */
 int cli_wants_help(cli_ctx *c, int argc, char **argv);
-/* Runs a command that works locally (no coordinator), argv[0] its name, with
- * the global --json handed back to it; its exit code is the CLI's (0 ok, 1
- * failed, 2 bad usage). */
-int cli_run_local(cli_ctx *c, int argc, char **argv, int (*fn)(int argc, char **argv));
+/* Runs a command that works locally on a model or data (generate, export,
+ * import, data prepare), argv[0] its name: the engine's side of it is
+ * atoll-train, beside this atoll, which replaces this process (exec) with argv
+ * and the global --json handed back to it, so its exit code (0 ok, 1 failed, 2
+ * bad usage), output and signals are the command's. The CLI itself links no
+ * engine and so no CUDA, cuBLAS or NCCL. Returns only when atoll-train cannot be
+ * run, having said why (1). */
+int cli_run_local(cli_ctx *c, int argc, char **argv);
 /* Milliseconds of the monotonic clock. */
 long long cli_mono_ms(void);
 /* Parses a job id ("7" or "job-7"); -1 on error. */

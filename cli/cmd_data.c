@@ -1,10 +1,9 @@
 /* atoll data prepare: text or JSON lines into Megatron's indexed dataset (byte-level or GPT-2 BPE).
- * Runs locally (no coordinator); the work is the engine's data_prepare_main. */
+ * Runs locally (no coordinator); the engine does the work (atoll-train data prepare,
+ * engine/data_prepare.c). */
 #include <string.h>
 
 #include "cli.h"
-
-int data_prepare_main(int argc, char **argv);
 
 int cmd_data(cli_ctx *c, int argc, char **argv)
 {
@@ -12,5 +11,5 @@ int cmd_data(cli_ctx *c, int argc, char **argv)
         if (cli_wants_help(c, argc, argv)) return CLI_OK;
         return cli_usage(c, "data", "unknown data command '%s'", argc < 2 ? "" : argv[1]);
     }
-    return cli_run_local(c, argc - 1, argv + 1, data_prepare_main);
+    return cli_run_local(c, argc, argv);
 }

@@ -1,14 +1,18 @@
 /* atoll: the command-line client. Global flags may come before or after the command. */
+#include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "auth.h"
 #include "cli.h"
 #include "msg_json.h"
 #include "rpc.h"
+#include "supervise.h"
 
 static const cli_command COMMANDS[] = {
     { "nodes", cmd_nodes, "", "nodes with state, GPUs, NVLink islands, NICs/rails, leaf switch" },
@@ -96,14 +100,22 @@ int cli_wants_help(cli_ctx *c, int argc, char **argv)
     return 0;
 }
 
-int cli_run_local(cli_ctx *c, int argc, char **argv, int (*fn)(int argc, char **argv))
+int cli_run_local(cli_ctx *c, int argc, char **argv)
 {
-    char *args[argc + 2]; /* --json was taken out as a global flag: hand it back */
+    char *args[argc + 3];
     int n = 0;
+    args[n++] = program_invocation_name; /* what the user ran, for the engine's messages */
     for (int i = 0; i < argc; i++) args[n++] = argv[i];
-    if (c->json) args[n++] = "--json";
+    if (c->json) args[n++] = "--json"; /* taken out as a global flag: hand it back */
     args[n] = NULL;
-    return fn(n, args);
+    char train[PATH_MAX];
+    sup_exe_path("atoll-train", train, sizeof train);
+    fflush(NULL);
+    execv(train, args);
+    fprintf(stderr, "%s %s: cannot run the engine %s (%s); `atoll %s` needs atoll-train in the directory of this "
+                    "atoll, as the build puts them\n",
+            c->prog, argv[0], train, strerror(errno), argv[0]);
+    return CLI_REFUSED;
 }
 
 int cli_job_id(const char *s, uint64_t *id)

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,6 +366,21 @@ int sup_child_guard(void)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     /* The supervisor may have died before the line above: then we were re-parented. */
     return getppid() == (pid_t)atoi(p) ? 0 : -1;
+}
+
+int sup_exe_path(const char *name, char *buf, size_t len)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = 0;
+        char *slash = strrchr(self, '/');
+        if (name && slash) *slash = 0;
+        int w = name ? snprintf(buf, len, "%s/%s", slash ? self : ".", name) : snprintf(buf, len, "%s", self);
+        if (w >= 0 && (size_t)w < len) return 0;
+    }
+    snprintf(buf, len, "%s", name ? name : "");
+    return -1;
 }
 
 void sup_describe_exit(char *buf, size_t len, int rank, int pid, int exit_status, int term_signal)

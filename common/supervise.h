@@ -128,6 +128,12 @@ void sup_stop_signal(sup_set *s, int signum, int grace_ms);
  * supervisor named in ATOLL_SUPERVISOR_PID is already gone (exit then). */
 int sup_child_guard(void);
 
+/* The path of this program (name NULL) or of the program NAME in the same
+ * directory, as the build and an install put atoll, workerd and atoll-train
+ * together. 0, or -1 when /proc/self/exe cannot be read or the path does not fit
+ * (buf then holds NAME alone, or "", for a message). */
+int sup_exe_path(const char *name, char *buf, size_t len);
+
 /* "rank 3 (pid 1234) exited with status 1" / "... was killed by signal 9 (Killed)" /
  * "... exited with status 78 (its configuration was refused)". */
 void sup_describe_exit(char *buf, size_t len, int rank, int pid, int exit_status, int term_signal);

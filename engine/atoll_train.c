@@ -16,6 +16,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: atoll-train [Megatron-LM flags] [--yaml-cfg FILE] [engine flags]\n"
+            "       atoll-train {generate,export,import,data prepare} ... (the atoll commands of that name)\n"
             "model:    --num-layers N --hidden-size H --num-attention-heads A --seq-length T\n"
             "          [--max-position-embeddings P] [--vocab-size V (256)] [--ffn-hidden-size F]\n"
             "          [--untie-embeddings-and-output-weights]\n"
@@ -97,8 +98,25 @@ static int extra(void *ctx, int argc, char **argv, int i, char *err, size_t errl
     return 0;
 }
 
+/* `atoll generate|export|import|data prepare` run here: the CLI execs
+ * atoll-train with the command's words, so that it links no engine. */
+static int command(int argc, char **argv)
+{
+    static const struct {
+        const char *name;
+        int (*fn)(int, char **);
+    } cmds[] = { { "generate", generate_main }, { "export", export_main }, { "import", import_main } };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "data") && argc > 2 && !strcmp(argv[2], "prepare")) return data_prepare_main(argc - 2, argv + 2);
+    fprintf(stderr, "atoll-train: unknown command '%s'; the commands are generate, export, import and data prepare "
+                    "(or, with flags alone, a training run: --help)\n", argv[1]);
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && argv[1][0] != '-') return command(argc, argv);
     if (sup_child_guard()) {
         fprintf(stderr, "atoll-train: the process that started this rank is gone; exiting\n");
         return 1;

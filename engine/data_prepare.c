@@ -17,14 +17,13 @@
 #include "errf.h"
 #include "json_read.h"
 #include "tokenizer.h"
+#include "train.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-int data_prepare_main(int argc, char **argv);
 
 static void usage(FILE *f)
 {

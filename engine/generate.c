@@ -29,8 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int generate_main(int argc, char **argv);
-
 enum { GEN_ROUND = 16 };
 
 static void usage(FILE *f)

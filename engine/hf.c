@@ -40,8 +40,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int export_main(int argc, char **argv);
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: atoll export --load DIR --output DIR [--ckpt-step N] [--dtype fp32|bf16]\n"

@@ -122,10 +122,8 @@ int launcher_spawn(const launcher_opts *o, launcher_result *res)
     char exe[PATH_MAX];
     if (o->exe) {
         snprintf(exe, sizeof exe, "%s", o->exe);
-    } else {
-        ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        if (len <= 0) snprintf(exe, sizeof exe, "%s", o->argv[0]);
-        else exe[len] = 0;
+    } else if (sup_exe_path(NULL, exe, sizeof exe)) {
+        snprintf(exe, sizeof exe, "%s", o->argv[0]);
     }
     const char *addr = getenv("MASTER_ADDR");
     if (!addr || !*addr) addr = "127.0.0.1";

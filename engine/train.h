@@ -61,4 +61,12 @@ void eng_cuda_select_device(void);
 /* Bytes of host memory this process may still use (-1 when unknown). */
 double eng_host_memory_available(void);
 
+/* The atoll commands the engine runs, as `atoll-train generate|export|import|data
+ * prepare ...` (the CLI execs that: it links no engine). argv[0] is the command's
+ * name ("prepare" for data prepare); 0 done, 1 failed, 2 bad usage. */
+int generate_main(int argc, char **argv);  /* generate.c */
+int export_main(int argc, char **argv);    /* hf.c */
+int import_main(int argc, char **argv);    /* hf.c */
+int data_prepare_main(int argc, char **argv); /* data_prepare.c */
+
 #endif

@@ -11,6 +11,7 @@
 #include "discover.h"
 #include "log.h"
 #include "slurm.h"
+#include "supervise.h"
 
 static const char USAGE[] =
     "usage: workerd [flags]\n"
@@ -179,13 +180,8 @@ int main(int argc, char **argv)
     free(wd);
     if (train_bin) {
         snprintf(a.train_bin, sizeof a.train_bin, "%s", train_bin);
-    } else { /* beside this workerd, as the build and the install put them */
-        char self[400];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-        self[n > 0 ? n : 0] = 0;
-        char *slash = strrchr(self, '/');
-        if (slash) *slash = 0;
-        snprintf(a.train_bin, sizeof a.train_bin, "%s/atoll-train", n > 0 ? self : ".");
+    } else { /* beside this workerd */
+        sup_exe_path("atoll-train", a.train_bin, sizeof a.train_bin);
     }
     if (access(a.train_bin, X_OK)) {
         fprintf(stderr, "workerd: cannot run %s (%s); give the rank program with --train-bin FILE\n", a.train_bin,
