@@ -261,10 +261,10 @@ case_restart() {
   kill -9 "$COORD_PID"; wait "$COORD_PID" 2>/dev/null
   atoll --timeout 20 submit "${spec[@]}" --num-gpus 8 --request-id during-restart >"$TMP/late.out" 2>"$TMP/late.err" &
   local late=$!
-  sleep 1
+  # back only once the CLI has found it down and said so (a fixed sleep lost that race on a busy machine)
+  wait_until 15 grep -q "trying again until --timeout" "$TMP/late.err" || fail "no retry: $(cat "$TMP/late.err")"
   start_coord "$PORT"
   wait "$late" || fail "submit across the restart: $(cat "$TMP/late.err")"
-  grep -q "trying again until --timeout" "$TMP/late.err" || fail "no retry: $(cat "$TMP/late.err")"
   [ "$(atoll submit "${spec[@]}" --num-gpus 8 --request-id during-restart)" = "$(cat "$TMP/late.out")" ] \
     || fail "the retried submission is not idempotent"
   ok "a submit sent while the coordinator restarts is retried and lands once (job $(cat "$TMP/late.out"))"

@@ -372,6 +372,8 @@ case_grow() {
   atoll logs "$id" --follow >"$TMP/follow.out" 2>"$TMP/follow.err" &
   local follower=$!
   PIDS+=("$follower")
+  # the follower is on epoch 0 once it has shown some of its log; only then the fault
+  wait_until 15 test -s "$TMP/follow.out" || fail "atoll logs --follow showed nothing of epoch 0"
   kill -9 "${WPID[node-b]}"
   unset 'WPID[node-b]'
   shrunk() { [ "$(atoll status "$id" --json | json "(d['state'], d['layout']['dp'])")" = "('running', 1)" ]; }
