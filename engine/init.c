@@ -50,15 +50,20 @@ static void *fill_main(void *arg)
     return NULL;
 }
 
-/* Threads for the draws: the cores this process may run on, shared with the
- * node's other ranks (LOCAL_WORLD_SIZE, which the launchers set), at most 32. */
-static int init_threads(void)
+int eng_cpu_share(void)
 {
     cpu_set_t set;
     long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
     const char *lws = getenv("LOCAL_WORLD_SIZE");
     long ranks = lws && atoi(lws) > 0 ? atoi(lws) : 1, t = cpus / ranks;
-    return t < 1 ? 1 : t > INIT_MAX_THREADS ? INIT_MAX_THREADS : (int)t;
+    return t < 1 ? 1 : t > 1 << 16 ? 1 << 16 : (int)t;
+}
+
+/* Threads for the draws: the rank's share of the cores, at most 32. */
+static int init_threads(void)
+{
+    int t = eng_cpu_share();
+    return t > INIT_MAX_THREADS ? INIT_MAX_THREADS : t;
 }
 
 int eng_init_params(eng_model *m, uint64_t seed)

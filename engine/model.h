@@ -247,6 +247,11 @@ void eng_model_free(eng_model *m);
  * Caller frees the returned array with free(). */
 eng_param *eng_full_table(const atoll_config *cfg, int *n, char *err, size_t errlen);
 
+/* The cores this rank may use: those of its affinity mask shared with the
+ * node's other ranks (LOCAL_WORLD_SIZE, which every launcher sets), at least 1.
+ * The CPU backend's BLAS threads and the initialisation's draws take this many. */
+int eng_cpu_share(void);
+
 /* Fills parameters from the counter-based RNG: a shard gets exactly the values
  * of its slice of the full tensor. Needs host scratch of the largest tensor. */
 int eng_init_params(eng_model *m, uint64_t seed);

@@ -58,7 +58,13 @@ void eng_cuda_select_device(void)
 
 const k_ops *eng_backend(const char *device, char *err, size_t errlen)
 {
-    if (!strcmp(device, "cpu")) return k_cpu();
+    if (!strcmp(device, "cpu")) {
+        /* N ranks on a node, each with OpenBLAS's default of every core, would
+         * run N times as many threads as cores (torchrun sets OMP_NUM_THREADS=1
+         * for the same reason); each takes its share instead */
+        k_cpu_blas_threads(eng_cpu_share());
+        return k_cpu();
+    }
     if (!strcmp(device, "cuda")) {
 #ifdef ATOLL_HAVE_CUDA_KERNELS
         eng_cuda_select_device(); /* before the backend binds to the current device */

@@ -354,6 +354,10 @@ typedef struct k_ops {
 
 /* The CPU reference backend (always built). */
 const k_ops *k_cpu(void);
+/* The CPU backend's BLAS threads in this process: n (> 0) unless the user set
+ * OPENBLAS_NUM_THREADS or OMP_NUM_THREADS, whose word stands. Returns the count
+ * in effect (n = 0 only asks). */
+int k_cpu_blas_threads(int n);
 
 /* The CUDA backend, defined by kernels/cuda/ when it is built (ATOLL_HAVE_CUDA_KERNELS);
  * returns NULL when no device is usable. */

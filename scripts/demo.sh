@@ -19,7 +19,6 @@ ITERS=${DEMO_ITERS:-400}
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD" -j "$(nproc)" --target coordinatord workerd atoll atoll-train
 BIN=$ROOT/$BUILD/bin
-export OPENBLAS_NUM_THREADS=1 # 8 ranks share 2 cores: one BLAS thread each
 
 DIR=$(mktemp -d "${TMPDIR:-/tmp}/atoll-demo.XXXXXX")
 PIDS=()

@@ -1,6 +1,13 @@
 #include "cpu.h"
 
 #include <cblas.h>
+#include <stdlib.h>
+
+int k_cpu_blas_threads(int n)
+{
+    if (n > 0 && !getenv("OPENBLAS_NUM_THREADS") && !getenv("OMP_NUM_THREADS")) openblas_set_num_threads(n);
+    return openblas_get_num_threads();
+}
 
 void kc_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
                        int N, int C, int OC)

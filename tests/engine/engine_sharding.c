@@ -9,6 +9,7 @@
  *  - init drawn on several threads: the same bits as on one. */
 #include "check.h"
 #include "model.h"
+#include "train.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -247,6 +248,35 @@ static void test_init_threads(void)
     eng_model_free(one);
 }
 
+/* The CPU backend's BLAS threads: each rank takes its share of the cores
+ * (LOCAL_WORLD_SIZE ranks on the node), not OpenBLAS's default of all of them,
+ * unless OPENBLAS_NUM_THREADS or OMP_NUM_THREADS says otherwise. */
+static void test_blas_threads(void)
+{
+    char err[256];
+    cpu_set_t set;
+    int cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    unsetenv("OPENBLAS_NUM_THREADS");
+    unsetenv("OMP_NUM_THREADS");
+    char lws[32];
+    snprintf(lws, sizeof lws, "%d", 2 * cpus); /* more ranks than cores */
+    setenv("LOCAL_WORLD_SIZE", lws, 1);
+    CHECK(eng_backend("cpu", err, sizeof err) && k_cpu_blas_threads(0) == 1,
+          "%d ranks on %d cores: %d BLAS threads each, not 1", 2 * cpus, cpus, k_cpu_blas_threads(0));
+    setenv("LOCAL_WORLD_SIZE", "1", 1);
+    eng_backend("cpu", err, sizeof err);
+    int all = k_cpu_blas_threads(0);
+    CHECK(all == eng_cpu_share() || (cpus > 1 && all > 1 && all < eng_cpu_share()), /* OpenBLAS's build caps it */
+          "one rank on %d cores: %d BLAS threads", cpus, all);
+    setenv("OMP_NUM_THREADS", "3", 1); /* the user's word: left as it is */
+    setenv("LOCAL_WORLD_SIZE", lws, 1);
+    eng_backend("cpu", err, sizeof err);
+    CHECK(k_cpu_blas_threads(0) == all, "OMP_NUM_THREADS set, yet the share changed the threads to %d",
+          k_cpu_blas_threads(0));
+    unsetenv("OMP_NUM_THREADS");
+    unsetenv("LOCAL_WORLD_SIZE");
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -260,5 +290,6 @@ int main(int argc, char **argv)
     test_two_chunks();
     test_bad_layouts();
     test_init_threads();
+    test_blas_threads();
     return check_summary(argv[0]);
 }
