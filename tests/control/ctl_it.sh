@@ -18,7 +18,7 @@
 set -uo pipefail
 CASE=$1
 BIN=$2
-PY=$(command -v python3)
+PY=$(python3 -c "import sys; print(sys.executable)") # the interpreter, not a version manager's shim (~0.5 s a call on a busy machine; the polls call it often)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/ctl_it_${CASE}.XXXXXX")
 PIDS=()
 HB=0.2

@@ -37,7 +37,7 @@ set -uo pipefail
 CASE=$1
 BIN=$(cd "$2" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
-PY=$(command -v python3)
+PY=$(python3 -c "import sys; print(sys.executable)") # the interpreter, not a version manager's shim (~0.5 s a call on a busy machine; the polls call it often)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/jobs_it_${CASE}.XXXXXX")
 PIDS=()
 export OPENBLAS_NUM_THREADS=1

@@ -5,7 +5,7 @@
 # `atoll layout` shows it. Usage: plan_coord_it.sh BINDIR
 set -uo pipefail
 BIN=$1
-PY=$(command -v python3)
+PY=$(python3 -c "import sys; print(sys.executable)") # the interpreter, not a version manager's shim (~0.5 s a call on a busy machine; the polls call it often)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/plan_coord_it.XXXXXX")
 PIDS=()
 cleanup() {

@@ -35,7 +35,7 @@ if [ "${SLURM_IT_INNER:-}" != 1 ]; then
     bash "$0" "$CASE" "$BIN"
 fi
 
-PY=$(command -v python3)
+PY=$(python3 -c "import sys; print(sys.executable)") # the interpreter, not a version manager's shim (~0.5 s a call on a busy machine; the polls call it often)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/slurm_it_${CASE}.XXXXXX")
 PIDS=()
 export OPENBLAS_NUM_THREADS=1
