@@ -42,20 +42,22 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: atoll export --load DIR --output DIR [--ckpt-step N] [--dtype fp32|bf16]\n"
+    fprintf(f, "usage: atoll export --load DIR --output DIR [--ckpt-step N] [--dtype fp32|bf16] [--json]\n"
                "  Writes the newest committed checkpoint of DIR (or step N) as a Hugging Face model directory:\n"
                "  config.json, model.safetensors (fp32, or bf16 rounded to nearest) and the tokenizer's files when\n"
                "  the manifest names them\n"
                "  (GPT-2 BPE: vocab.json and merges.txt; tokenizer.json; tokenizer.model). GPT models become\n"
                "  GPT2LMHeadModel, the LLaMA family LlamaForCausalLM (Qwen2/Qwen3 with their biases or head\n"
-               "  norms). The output directory is created if needed and must not hold a model already.\n");
+               "  norms). The output directory is created if needed and must not hold a model already.\n"
+               "  --json: what was written as one JSON object.\n");
 }
 
 /* Both commands' flags: two directories (export: --load, --output; import:
- * --hf, --save) and --ckpt-step (-1 when not given). */
+ * --hf, --save), --ckpt-step (-1 when not given) and --json. */
 typedef struct hf_opts {
     const char *dir[2];
     long long step;
+    int json;
     st_dtype dtype; /* export's --dtype: ST_F32 or ST_BF16 */
 } hf_opts;
 
@@ -70,6 +72,9 @@ static int parse_opts(hf_opts *o, int argc, char **argv, const char *cmd, const 
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             use(stdout);
             return 1;
+        } else if (!strcmp(a, "--json")) { /* the one flag without a value */
+            o->json = 1;
+            i--;
         } else if (!v) {
             fprintf(stderr, "atoll %s: %s needs a value\n", cmd, a);
             return -1;
@@ -471,8 +476,29 @@ int export_main(int argc, char **argv)
     if (ckpt_write_text(output, path, config, err, sizeof err)) goto out;
     for (int i = 0; i < tok.n; i++)
         if (copy_file(tok.from[i], output, tok.name[i], err, sizeof err)) goto out;
-    printf("exported %s/iter_%07lld to %s: %s, %d tensors in %s%s\n", load, it, output,
-           llama ? "LLaMA family" : "GPT2LMHeadModel", l.n, opt.dtype == ST_BF16 ? "BF16" : "F32", note);
+    const char *arch = llama ? "LLaMA family" : "GPT2LMHeadModel", *dt = opt.dtype == ST_BF16 ? "BF16" : "F32";
+    if (opt.json) {
+        jsonw w;
+        jsonw_init(&w);
+        jsonw_obj(&w);
+        jsonw_kstr(&w, "load", load);
+        jsonw_kint(&w, "step", it);
+        jsonw_kstr(&w, "output", output);
+        jsonw_kstr(&w, "model", arch);
+        jsonw_kint(&w, "tensors", l.n);
+        jsonw_kstr(&w, "dtype", dt);
+        jsonw_key(&w, "tokenizer_files");
+        jsonw_arr(&w);
+        for (int i = 0; i < tok.n; i++) jsonw_str(&w, tok.name[i]);
+        jsonw_arr_end(&w);
+        if (note[0]) jsonw_kstr(&w, "note", note + 2); /* why none, without its "; " */
+        jsonw_obj_end(&w);
+        char *out = jsonw_take(&w);
+        if (out) printf("%s\n", out);
+        free(out);
+    } else {
+        printf("exported %s/iter_%07lld to %s: %s, %d tensors in %s%s\n", load, it, output, arch, l.n, dt, note);
+    }
     rc = 0;
 out:
     if (rc) fprintf(stderr, "atoll export: %s\n", err);
@@ -501,12 +527,13 @@ out:
 
 static void im_usage(FILE *f)
 {
-    fprintf(f, "usage: atoll import --hf DIR --save DIR [--ckpt-step N]\n"
+    fprintf(f, "usage: atoll import --hf DIR --save DIR [--ckpt-step N] [--json]\n"
                "  Reads a Hugging Face model directory (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,\n"
                "  Qwen3ForCausalLM or GPT2LMHeadModel: config.json, model.safetensors or its shards in F32, BF16\n"
                "  or F16, and the tokenizer: tokenizer.json, tokenizer.model, or GPT-2's vocab.json and merges.txt)\n"
                "  and writes it to --save as step N (default 0) of the weights alone, in fp32. Train from it with\n"
-               "  atoll-train --load DIR --finetune --use-checkpoint-args (and a --save of the run's own).\n");
+               "  atoll-train --load DIR --finetune --use-checkpoint-args (and a --save of the run's own).\n"
+               "  --json: what was written as one JSON object.\n");
 }
 
 /* One setting through the config's parser, its value printed from fmt. */
@@ -1009,9 +1036,27 @@ int import_main(int argc, char **argv)
     static const char *const dn[4] = { "F32", "I32", "BF16", "F16" };
     for (int d = 0; d < 4; d++)
         if (dtypes >> d & 1) snprintf(from + strlen(from), sizeof from - strlen(from), "%s%s", from[0] ? "+" : "", dn[d]);
-    printf("imported %s (%s, %d tensors from %d file%s, %s to F32) as %s: train from it with atoll-train --load %s "
-           "--finetune --use-checkpoint-args and a --save of its own\n", hf_dir, IM_ARCH_NAMES[arch], l.n, sh.nf,
-           sh.nf > 1 ? "s" : "", from, step, save);
+    if (opt.json) {
+        jsonw w;
+        jsonw_init(&w);
+        jsonw_obj(&w);
+        jsonw_kstr(&w, "hf", hf_dir);
+        jsonw_kstr(&w, "architecture", IM_ARCH_NAMES[arch]);
+        jsonw_kint(&w, "tensors", l.n);
+        jsonw_kint(&w, "files", sh.nf);
+        jsonw_kstr(&w, "from", from);
+        jsonw_kstr(&w, "save", save);
+        jsonw_kint(&w, "step", at);
+        jsonw_kstr(&w, "step_dir", step);
+        jsonw_obj_end(&w);
+        char *js = jsonw_take(&w);
+        if (js) printf("%s\n", js);
+        free(js);
+    } else {
+        printf("imported %s (%s, %d tensors from %d file%s, %s to F32) as %s: train from it with atoll-train --load "
+               "%s --finetune --use-checkpoint-args and a --save of its own\n", hf_dir, IM_ARCH_NAMES[arch], l.n,
+               sh.nf, sh.nf > 1 ? "s" : "", from, step, save);
+    }
     rc = 0;
 out:
     if (rc) fprintf(stderr, "atoll import: %s\n", err);

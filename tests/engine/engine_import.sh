@@ -44,6 +44,17 @@ assert json.load(open(sys.argv[2]))["weights_only"] is True and t["type"] == "Hu
 assert sorted(json.load(open(sys.argv[2]))["files"]) == ["model.safetensors"]' ck/iter_0000020/manifest.json \
     imp/iter_0000000/manifest.json && ok "the manifest: the trained model's settings, the weights alone" \
     || bad "imported manifest differs"
+# --json (the CLI's global flag, handed to the command): what was written, as one object each
+"$ATOLL" --json export --load ck --output hfj >export.json 2>export.err && "$ATOLL" import --json --hf hfj --save impj \
+    >import.json 2>import.err && python3 -c 'import json, sys
+e, i = (json.load(open(p)) for p in sys.argv[1:3])
+assert e == {"load": "ck", "step": 20, "output": "hfj", "model": "LLaMA family", "tensors": 21, "dtype": "F32",
+             "tokenizer_files": ["tokenizer.json", "tokenizer_config.json"]}, e
+assert i == {"hf": "hfj", "architecture": "llama", "tensors": 21, "files": 1, "from": "F32", "save": "impj", "step": 0,
+             "step_dir": "impj/iter_0000000"}, i' export.json import.json >json.log 2>&1 \
+    && cmp -s ck/iter_0000020/model.safetensors impj/iter_0000000/model.safetensors \
+    && ok "export and import --json: $(cat export.json import.json | tr '\n' ' ')" \
+    || bad "--json: $(cat export.json export.err import.json import.err json.log 2>/dev/null)"
 
 # fine-tuning from it: the original's losses; generate: the original's text
 FT=(--finetune --use-checkpoint-args --micro-batch-size 1 --global-batch-size 2 --train-iters 3 --lr 1e-3 --split 1,0,0
