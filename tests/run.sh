@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
-FUZZ_SECONDS=${FUZZ_SECONDS:-30}
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$jobs"
@@ -31,7 +31,7 @@ done
 cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=Debug -DATOLL_SANITIZE=ON -DATOLL_CUDA=OFF
 cmake --build build-san -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-san --output-on-failure -j "$jobs" -LE nosan
+  ctest --test-dir build-san --output-on-failure -j "$jobs" -LE "nosan|long" # tests/CMakeLists.txt says why
 
 if [ -d fuzz ] && command -v clang >/dev/null; then
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug \
