@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes seed inputs for fuzz_handlers, fuzz_frame, fuzz_jobspec and fuzz_tokenizer into fuzz/corpus/.
+"""Writes seed inputs for fuzz_handlers, fuzz_frame, fuzz_jobspec, fuzz_tokenizer and fuzz_safetensors into fuzz/corpus/.
 
 Each seed is one peer-selector byte followed by wire frames (8-byte header:
 "AT", u16 type, u32 length, big-endian; then the protobuf payload), so the
@@ -191,4 +191,34 @@ tok_out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fu
 os.makedirs(tok_out, exist_ok=True)
 for data in tok_seeds:
     with open(os.path.join(tok_out, hashlib.sha1(data).hexdigest()), "wb") as f:
+        f.write(data)
+
+
+# fuzz_safetensors: whole files as a Hugging Face directory holds them: an 8-byte little-endian header
+# length, the JSON header (dtype, shape, data_offsets; __metadata__), the tensors' bytes.
+def st_file(tensors, pad=True, meta=True):
+    header, data = {}, b""
+    if meta:
+        header["__metadata__"] = {"format": "pt"}
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    h = json.dumps(header).encode()
+    if pad:
+        h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+st_seeds = [
+    st_file([("model.embed_tokens.weight", "F32", [2, 3], struct.pack("<6f", 1, -2, 0.5, 3e38, -0.0, 1e-40)),
+             ("model.norm.weight", "BF16", [3], struct.pack("<3H", 0x3F80, 0x7F80, 0x0001)),
+             ("lm_head.weight", "F16", [1, 2, 2], struct.pack("<4H", 0x3C00, 0x7BFF, 0x0001, 0xFC00))]),
+    st_file([("h.0.attn.bias", "F32", [1, 1, 2, 2], struct.pack("<4f", 1, 0, 1, 1)),
+             ("step", "I32", [1], struct.pack("<i", 7))], pad=False, meta=False),
+    st_file([("empty", "F16", [0], b"")]),
+]
+st_out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "fuzz_safetensors")
+os.makedirs(st_out, exist_ok=True)
+for data in st_seeds:
+    with open(os.path.join(st_out, hashlib.sha1(data).hexdigest()), "wb") as f:
         f.write(data)
