@@ -54,7 +54,6 @@ long long cli_mono_ms(void);
 int cli_job_id(const char *s, uint64_t *id);
 /* "2026-11-20 23:59:01" (UTC) for an epoch in ms. */
 void cli_time(int64_t ms, char *buf, unsigned len);
-void cli_print_json_and_free(char *json);
 
 int cmd_nodes(cli_ctx *c, int argc, char **argv);
 int cmd_node(cli_ctx *c, int argc, char **argv);

@@ -34,7 +34,7 @@ int cmd_events(cli_ctx *c, int argc, char **argv)
         for (size_t i = 0; i < r->n_events; i++) msg_json_event(&w, r->events[i]);
         jsonw_arr_end(&w);
         jsonw_obj_end(&w);
-        cli_print_json_and_free(jsonw_take(&w));
+        jsonw_print_free(jsonw_take(&w));
     } else {
         printf("%-6s %-19s %-22s %-14s %s\n", "ID", "TIME (UTC)", "KIND", "SUBJECT", "MESSAGE");
         for (size_t i = 0; i < r->n_events; i++) {

@@ -372,7 +372,7 @@ int cmd_jobs(cli_ctx *c, int argc, char **argv)
         for (size_t i = 0; i < r->n_jobs; i++) msg_json_job(&w, r->jobs[i]);
         jsonw_arr_end(&w);
         jsonw_obj_end(&w);
-        cli_print_json_and_free(jsonw_take(&w));
+        jsonw_print_free(jsonw_take(&w));
     } else {
         printf("%-6s %-16s %-11s %-5s %-16s %-8s %-9s %-7s %s\n", "JOB", "NAME", "STATE", "GPUS", "TPxPPxDP", "STEP",
                "LOSS", "MFU", "MESSAGE");
@@ -575,7 +575,7 @@ static void json_one(const Atoll__Job *j)
     jsonw w;
     jsonw_init(&w);
     msg_json_job(&w, j);
-    cli_print_json_and_free(jsonw_take(&w));
+    jsonw_print_free(jsonw_take(&w));
 }
 
 int cmd_status(cli_ctx *c, int argc, char **argv)
@@ -695,7 +695,7 @@ int cmd_cancel(cli_ctx *c, int argc, char **argv)
     }
     if (c->json && n > 1) jsonw_arr_end(&w);
     char *json = jsonw_take(&w);
-    if (c->json && json && *json) cli_print_json_and_free(json);
+    if (c->json && json && *json) jsonw_print_free(json);
     else free(json);
     return worst;
 }

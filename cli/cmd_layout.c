@@ -46,7 +46,7 @@ int cmd_layout(cli_ctx *c, int argc, char **argv)
         jsonw w;
         jsonw_init(&w);
         msg_json_layout(&w, l);
-        cli_print_json_and_free(jsonw_take(&w));
+        jsonw_print_free(jsonw_take(&w));
     } else {
         printf("job %llu epoch %u: tp %d x pp %d x dp %d, vpp %d, %zu ranks%s%s\n", (unsigned long long)l->job,
                l->epoch, l->tp, l->pp, l->dp, l->vpp, l->n_ranks, l->checkpoint && *l->checkpoint ? ", resumes " : "",

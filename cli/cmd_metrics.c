@@ -57,7 +57,7 @@ int cmd_metrics(cli_ctx *c, int argc, char **argv)
         for (size_t i = 0; i < r->n_steps; i++) msg_json_metrics(&w, r->steps[i]);
         jsonw_arr_end(&w);
         jsonw_obj_end(&w);
-        cli_print_json_and_free(jsonw_take(&w));
+        jsonw_print_free(jsonw_take(&w));
     } else {
         printf("%-9s %-11s %-10s %-9s %-11s %-9s %-10s %-7s %s\n", "STEP", "LOSS", "LR", "GRADNORM", "TOKENS/S",
                "STEP_MS", "TFLOP/GPU", "MFU", "BUBBLE PER STAGE (measured/transfer)");
@@ -112,7 +112,7 @@ static void print_logs_json(uint64_t id, long long rank, const Atoll__LogsReply 
     jsonw_kstr(&w, "data", text ? text : "");
     free(text);
     jsonw_obj_end(&w);
-    cli_print_json_and_free(jsonw_take(&w));
+    jsonw_print_free(jsonw_take(&w));
 }
 
 int cmd_logs(cli_ctx *c, int argc, char **argv)

@@ -68,7 +68,7 @@ int cmd_nodes(cli_ctx *c, int argc, char **argv)
         for (size_t i = 0; i < r->n_nodes; i++) msg_json_node(&w, r->nodes[i]);
         jsonw_arr_end(&w);
         jsonw_obj_end(&w);
-        cli_print_json_and_free(jsonw_take(&w));
+        jsonw_print_free(jsonw_take(&w));
     } else {
         printf("%-20s %-8s %-32s %-16s %-32s %s\n", "NAME", "STATE", "GPUS", "ISLAND", "NICS", "LEAF");
         for (size_t i = 0; i < r->n_nodes; i++) {
@@ -129,7 +129,7 @@ int cmd_node(cli_ctx *c, int argc, char **argv)
         jsonw w;
         jsonw_init(&w);
         msg_json_node(&w, r->nodes[0]);
-        cli_print_json_and_free(jsonw_take(&w));
+        jsonw_print_free(jsonw_take(&w));
     } else {
         print_node(r->nodes[0]);
     }
@@ -156,7 +156,7 @@ int cmd_drain(cli_ctx *c, int argc, char **argv)
         jsonw_kstr(&w, "state", n ? msg_node_state_name(n->state) : "unknown");
         jsonw_kbool(&w, "drained", n ? n->drained : req.drain);
         jsonw_obj_end(&w);
-        cli_print_json_and_free(jsonw_take(&w));
+        jsonw_print_free(jsonw_take(&w));
     } else {
         printf("node %s %s (state %s)\n", argv[1], req.drain ? "drained: no new work will be placed on it"
                                                              : "undrained: open for new work",

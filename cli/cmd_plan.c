@@ -326,7 +326,7 @@ int cmd_plan(cli_ctx *c, int argc, char **argv)
         if (!n) jsonw_kstr(&w, "reason", why);
         if (n && a.explain) json_explain(&w, &v[0]);
         jsonw_obj_end(&w);
-        cli_print_json_and_free(jsonw_take(&w));
+        jsonw_print_free(jsonw_take(&w));
     } else if (n) {
         printf("%-4s %-4s %-4s %-5s %-4s %-4s %-3s %-10s %-6s %-10s %-8s %-6s %-7s %-8s %s\n", "#", "TP", "PP", "DP",
                "MB", "VPP", "SP", "RECOMPUTE", "ZERO1", "STEP_S", "TFLOP/S", "MFU", "BUBBLE", "MEM_GIB", "LAYERS");

@@ -86,7 +86,7 @@ static int frame(cli_ctx *c, uint64_t want, screen *s, int json)
         if (detail) msg_json_job(&w, detail);
         else jsonw_null(&w);
         jsonw_obj_end(&w);
-        cli_print_json_and_free(jsonw_take(&w));
+        jsonw_print_free(jsonw_take(&w));
     } else {
         char now[32];
         time_t t = time(NULL);

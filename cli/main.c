@@ -145,13 +145,6 @@ void cli_format_mfu(char *buf, size_t len, const Atoll__JobMetrics *m)
     else snprintf(buf, len, "n/a");
 }
 
-void cli_print_json_and_free(char *json)
-{
-    fputs(json, stdout);
-    fputc('\n', stdout);
-    free(json);
-}
-
 long long cli_mono_ms(void)
 {
     struct timespec ts;

@@ -20,6 +20,15 @@ char *jsonw_take(jsonw *w)
     return b ? b : calloc(1, 1);
 }
 
+void jsonw_print_free(char *json)
+{
+    if (json) {
+        fputs(json, stdout);
+        fputc('\n', stdout);
+    }
+    free(json);
+}
+
 static void put(jsonw *w, const char *s, size_t n)
 {
     if (w->len + n + 1 > w->cap) {

@@ -20,6 +20,9 @@ typedef struct jsonw {
 void jsonw_init(jsonw *w);
 void jsonw_free(jsonw *w);
 char *jsonw_take(jsonw *w); /* caller frees; writer is reset */
+/* Prints a taken document and a newline on stdout (a command's --json answer)
+ * and frees it; NULL prints nothing. */
+void jsonw_print_free(char *json);
 
 void jsonw_obj(jsonw *w);
 void jsonw_obj_end(jsonw *w);

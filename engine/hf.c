@@ -493,9 +493,7 @@ int export_main(int argc, char **argv)
         jsonw_arr_end(&w);
         if (note[0]) jsonw_kstr(&w, "note", note + 2); /* why none, without its "; " */
         jsonw_obj_end(&w);
-        char *out = jsonw_take(&w);
-        if (out) printf("%s\n", out);
-        free(out);
+        jsonw_print_free(jsonw_take(&w));
     } else {
         printf("exported %s/iter_%07lld to %s: %s, %d tensors in %s%s\n", load, it, output, arch, l.n, dt, note);
     }
@@ -1049,9 +1047,7 @@ int import_main(int argc, char **argv)
         jsonw_kint(&w, "step", at);
         jsonw_kstr(&w, "step_dir", step);
         jsonw_obj_end(&w);
-        char *js = jsonw_take(&w);
-        if (js) printf("%s\n", js);
-        free(js);
+        jsonw_print_free(jsonw_take(&w));
     } else {
         printf("imported %s (%s, %d tensors from %d file%s, %s to F32) as %s: train from it with atoll-train --load "
                "%s --finetune --use-checkpoint-args and a --save of its own\n", hf_dir, IM_ARCH_NAMES[arch], l.n,
