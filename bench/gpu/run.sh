@@ -22,7 +22,13 @@
 #   big       MFU of a ~1.5B GPT (48 layers, hidden 1600, 25 heads, seq 1024)
 # Output: OUTDIR/run.log (everything), OUTDIR/summary.md (the figures),
 # OUTDIR/gpu_bench.md, OUTDIR/profile_*.md (kernel times over 10 steps, ktrace.so). Environment: B124 (micro-batch for gpt2, default 16),
-# STEPS (timed steps per program, default 20).
+# STEPS (timed steps per program, default 20), BUDGET_S (seconds the whole run may take, default 540).
+#
+# A device call is cut off at 10 minutes and a lease holds little more, so the run keeps its
+# own clock: each stage runs as a child of this script under `timeout`, for at most its cap
+# (below) and never past the budget; a stage cut off, or not started for want of time, is
+# written to the summary as such and counts as a failed check, and the stages after it
+# still run. What a stage measured before it was cut off stays in run.log and summary.md.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:?usage: run.sh OUTDIR [STAGE...]}
@@ -31,20 +37,69 @@ stages=${*:-info kernels torchref traj layouts bench gpt2 big memcheck}
 kit=$root/.gpukit
 B124=${B124:-16}
 STEPS=${STEPS:-20}
+BUDGET_S=${BUDGET_S:-540}
 mkdir -p "$out"
 log=$out/run.log
 sum=$out/summary.md
-exec > >(tee -a "$log") 2>&1
-
-# ---- environment ----
-work=$(mktemp -d /tmp/atoll-gpu.XXXX)
-tar -C "$work" -xJf "$kit/libs.tar.xz"
-pylib() { python3 -c "import $1 as m; print(m.__path__[0] + '/lib')" 2>/dev/null; }
-export LD_LIBRARY_PATH="$work/lib:$(pylib nvidia.nccl):$(pylib nvidia.cudnn):$(pylib nvidia.cublas):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-8}
 train=$kit/bin/atoll-train
 fails=0
 note() { echo "$*" | tee -a "$sum" >/dev/null; echo "$*"; }
+
+# a stage's cap in seconds: about twice what it took on an H100 (the whole run took 255 s there)
+stage_cap() {
+  case $1 in
+  info) echo 60 ;; kernels) echo 150 ;; torchref) echo 180 ;; traj) echo 90 ;; layouts) echo 150 ;;
+  bench) echo 90 ;; gpt2) echo 300 ;; big) echo 200 ;; memcheck) echo 150 ;; *) echo 10 ;;
+  esac
+}
+
+if [ -z "${ATOLL_GPU_STAGE:-}" ]; then
+  # ---- the parent: environment, header, then each stage in a child on the clock ----
+  exec > >(tee -a "$log") 2>&1
+  work=$(mktemp -d /tmp/atoll-gpu.XXXX)
+  tar -C "$work" -xJf "$kit/libs.tar.xz"
+  pylib() { python3 -c "import $1 as m; print(m.__path__[0] + '/lib')" 2>/dev/null; }
+  LD_LIBRARY_PATH="$work/lib:$(pylib nvidia.nccl):$(pylib nvidia.cudnn):$(pylib nvidia.cublas):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+  export LD_LIBRARY_PATH
+  export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-8}
+  {
+    echo "# atoll on a GPU: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo
+    echo "- command: bench/gpu/run.sh $out $stages (budget ${BUDGET_S} s)"
+    echo "- kit built from commit: $(cat "$kit/bin/COMMIT" 2>/dev/null || echo unknown)"
+    echo "- device: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null)"
+    echo "- host: $(uname -r), $(nproc) CPUs; torch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+    echo
+  } > "$sum"
+  start=$SECONDS
+  for s in $stages; do
+    left=$((BUDGET_S - (SECONDS - start)))
+    cap=$(stage_cap "$s")
+    [ "$cap" -gt "$left" ] && cap=$left
+    if [ "$cap" -lt 20 ]; then
+      note "- stage $s: not run, ${left} s of the ${BUDGET_S} s budget left"
+      fails=$((fails + 1))
+      continue
+    fi
+    t0=$SECONDS
+    ATOLL_GPU_STAGE=$s ATOLL_GPU_WORK=$work timeout -k 5 "$cap" bash "$0" "$out" "$s"
+    rc=$?
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+      note "- stage $s: cut off after ${cap} s (its figures above, if any, are what it had)"
+      fails=$((fails + 1))
+    else
+      fails=$((fails + rc))
+    fi
+    echo "==== $s took $((SECONDS - t0)) s"
+  done
+  note ""
+  note "failed checks: $fails ($((SECONDS - start)) s)"
+  rm -rf "$work"
+  exit $((fails > 0))
+fi
+
+# ---- a child: one stage, its failed checks as the exit code ----
+work=$ATOLL_GPU_WORK
 stage() { echo; echo "==== $1 ($(date -u +%H:%M:%S))"; }
 # atoll-train's log -> "tokens/s step_ms MFU", medians over the logged steps after the first 3
 atoll_rate() {
@@ -64,16 +119,6 @@ make_data() { python3 "$root/bench/gpu/make_data.py" "$1" random 50257 2000 2048
 
 gpt2_flags="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --vocab-size 50304"
 big_flags="--num-layers 48 --hidden-size 1600 --num-attention-heads 25 --seq-length 1024 --vocab-size 50304"
-
-{
-  echo "# atoll on a GPU: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo
-  echo "- command: bench/gpu/run.sh $out $stages"
-  echo "- kit built from commit: $(cat "$kit/bin/COMMIT" 2>/dev/null || echo unknown)"
-  echo "- device: $(nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null)"
-  echo "- host: $(uname -r), $(nproc) CPUs; torch $(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)"
-  echo
-} > "$sum"
 
 for s in $stages; do
   case $s in
@@ -231,7 +276,4 @@ EOF
   *) echo "run.sh: unknown stage '$s'"; fails=$((fails + 1)) ;;
   esac
 done
-note ""
-note "failed checks: $fails"
-rm -rf "$work"
-exit $((fails > 0))
+exit $((fails > 100 ? 100 : fails))
