@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,6 +43,110 @@ static int uncommit_step(const char *step)
     if (unlink(path)) return errno == ENOENT ? 0 : -1;
     fsync_dir(step);
     return 0;
+}
+
+/* ---- the placement that writes a --save directory (checkpoint.h) ---- */
+
+static struct {
+    uint64_t job; /* 0: no job's: never claims, never refused */
+    uint32_t epoch;
+} owner;
+
+void ckpt_set_owner(uint64_t job, uint32_t epoch)
+{
+    owner.job = job;
+    owner.epoch = epoch;
+}
+
+/* DIR/placement.txt opened (created with `create`), flock'ed with `lockop` (0: not
+ * locked), and read: *job, *epoch (0, 0 while empty). The descriptor; -2 when it
+ * does not exist and !create; -1 with err. */
+static int placement_open(const char *dir, int create, int lockop, uint64_t *job, uint32_t *epoch, char *err,
+                          size_t errlen)
+{
+    char path[1100], text[96];
+    snprintf(path, sizeof path, "%s/placement.txt", dir);
+    int fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+    if (fd < 0) {
+        if (!create && errno == ENOENT) return -2;
+        atoll_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    while (lockop && (rc = flock(fd, lockop)) && errno == EINTR) {}
+    if (rc && errno != ENOSYS && errno != EOPNOTSUPP && errno != ENOLCK) { /* no flock here: unlocked */
+        atoll_errf(err, errlen, "%s: cannot lock: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    text[n > 0 ? n : 0] = '\0';
+    unsigned long long j = 0;
+    unsigned e = 0;
+    if (n < 0 || (n > 0 && sscanf(text, "job %llu epoch %u", &j, &e) != 2)) {
+        atoll_errf(err, errlen, "%s: %s", path, n < 0 ? strerror(errno) :
+                   "not \"job J epoch E\" (the placement of the job that writes this directory); remove it when "
+                   "no job writes here");
+        close(fd);
+        return -1;
+    }
+    *job = j;
+    *epoch = e;
+    return fd;
+}
+
+/* 0 when this process may write steps where placement.txt says (job, epoch):
+ * its own placement, or none; else CKPT_SUPERSEDED with err saying which holds it. */
+static int placement_check(uint64_t job, uint32_t epoch, char *err, size_t errlen)
+{
+    if (!job || (job == owner.job && epoch == owner.epoch)) return 0;
+    if (job == owner.job)
+        atoll_errf(err, errlen, "job %llu was placed again: its epoch %u holds this directory (placement.txt), and "
+                   "this process, of epoch %u, is superseded: it writes nothing more here",
+                   (unsigned long long)job, epoch, owner.epoch);
+    else
+        atoll_errf(err, errlen, "job %llu holds this directory now (placement.txt): this process, of job %llu "
+                   "epoch %u, is superseded: it writes nothing more here",
+                   (unsigned long long)job, (unsigned long long)owner.job, owner.epoch);
+    return CKPT_SUPERSEDED;
+}
+
+/* Whether this process may write a step of dir now (a read, unlocked: the commit
+ * checks again under the lock). */
+static int may_write(const char *dir, char *err, size_t errlen)
+{
+    if (!owner.job) return 0;
+    uint64_t job;
+    uint32_t epoch;
+    int fd = placement_open(dir, 0, 0, &job, &epoch, err, errlen);
+    if (fd == -2) return 0;
+    if (fd < 0) return -1;
+    close(fd);
+    return placement_check(job, epoch, err, errlen);
+}
+
+int ckpt_claim(const char *dir, char *err, size_t errlen)
+{
+    if (!owner.job) return 0;
+    uint64_t job;
+    uint32_t epoch;
+    int fd = placement_open(dir, 1, LOCK_EX, &job, &epoch, err, errlen);
+    if (fd < 0) return -1;
+    int rc = 0;
+    if (job == owner.job && epoch > owner.epoch) {
+        rc = placement_check(job, epoch, err, errlen);
+    } else if (job != owner.job || epoch != owner.epoch) {
+        char text[64];
+        int n = snprintf(text, sizeof text, "job %llu epoch %u\n", (unsigned long long)owner.job, owner.epoch);
+        if (ftruncate(fd, 0) || pwrite(fd, text, (size_t)n, 0) != n || fsync(fd)) {
+            atoll_errf(err, errlen, "%s/placement.txt: cannot write: %s", dir, strerror(errno));
+            rc = -1;
+        } else {
+            fsync_dir(dir);
+        }
+    }
+    close(fd); /* (and the lock with it) */
+    return rc;
 }
 
 /* The tensors of the two files, from the full table: model has each tensor,
@@ -123,15 +228,17 @@ static int remove_step(const char *step, char *err, size_t errlen);
 int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, const ckpt_part *part,
                     int write_headers, char *err, size_t errlen)
 {
-    if (!write_part(dir, iteration, m, part, write_headers, err, errlen)) return 0;
-    save_failed(dir, iteration, err, errlen);
-    return -1;
+    int rc = write_part(dir, iteration, m, part, write_headers, err, errlen);
+    if (rc) save_failed(dir, iteration, err, errlen);
+    return rc;
 }
 
 static int write_part(const char *dir, long long iteration, const eng_model *m, const ckpt_part *part,
                       int write_headers, char *err, size_t errlen)
 {
     char step[1024], path[1100];
+    int may = may_write(dir, err, errlen);
+    if (may) return may;
     ckpt_step_dir(step, sizeof step, dir, iteration);
     if (atoll_mkdir_p(step, 0755)) {
         atoll_errf(err, errlen, "--save %s: cannot create %s: %s", dir, step, strerror(errno));
@@ -451,9 +558,9 @@ static int commit_step(const char *dir, const eng_train_state *st, const atoll_c
 
 int ckpt_commit(const char *dir, const eng_train_state *st, const atoll_config *c, char *err, size_t errlen)
 {
-    if (!commit_step(dir, st, c, 0, err, errlen)) return 0;
-    save_failed(dir, st->iteration, err, errlen);
-    return -1;
+    int rc = commit_step(dir, st, c, 0, err, errlen);
+    if (rc) save_failed(dir, st->iteration, err, errlen);
+    return rc;
 }
 
 int ckpt_commit_weights(const char *dir, long long iteration, const atoll_config *c, char *err, size_t errlen)
@@ -462,11 +569,29 @@ int ckpt_commit_weights(const char *dir, long long iteration, const atoll_config
     return commit_step(dir, &st, c, 1, err, errlen);
 }
 
-/* Commits a step: its train_state.json (not for the weights alone), config.json for the
- * LLaMA family, then manifest.json listing the files with their sums, and the newest step's
- * number in latest_checkpointed_iteration.txt. */
+static int commit_owned(const char *dir, const eng_train_state *st, const atoll_config *c, int weights_only,
+                        char *err, size_t errlen);
+
+/* A job's commit holds placement.txt's lock from its check to the end (checkpoint.h). */
 static int commit_step(const char *dir, const eng_train_state *st, const atoll_config *c, int weights_only,
                        char *err, size_t errlen)
+{
+    int lock = -2, rc = 0;
+    uint64_t job;
+    uint32_t epoch;
+    if (owner.job && (lock = placement_open(dir, 0, LOCK_EX, &job, &epoch, err, errlen)) == -1) return -1;
+    if (lock >= 0) rc = placement_check(job, epoch, err, errlen);
+    if (!rc) rc = commit_owned(dir, st, c, weights_only, err, errlen);
+    if (lock >= 0) close(lock);
+    return rc;
+}
+
+/* Commits a step: its train_state.json (not for the weights alone), config.json for the
+ * LLaMA family, then manifest.json listing the files with their sums (and the job's
+ * placement that wrote them), and the newest step's number in
+ * latest_checkpointed_iteration.txt. */
+static int commit_owned(const char *dir, const eng_train_state *st, const atoll_config *c, int weights_only,
+                        char *err, size_t errlen)
 {
     char step[1024], path[1100], text[2048 + CKPT_STEPS * 96];
     ckpt_step_dir(step, sizeof step, dir, st->iteration);
@@ -494,6 +619,10 @@ static int commit_step(const char *dir, const eng_train_state *st, const atoll_c
     jsonw_obj(&w);
     jsonw_kint(&w, "iteration", st->iteration);
     if (weights_only) jsonw_kbool(&w, "weights_only", 1);
+    if (owner.job) {
+        jsonw_kint(&w, "job", (long long)owner.job);
+        jsonw_kint(&w, "epoch", owner.epoch);
+    }
     jsonw_key(&w, "files");
     jsonw_obj(&w);
     for (int i = 0; i < (weights_only ? 1 : 3); i++) {
@@ -534,8 +663,10 @@ static int commit_step(const char *dir, const eng_train_state *st, const atoll_c
 int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,
               const eng_train_state *st, char *err, size_t errlen)
 {
-    if (!ckpt_write_shards(dir, st->iteration, m, o, 1, err, errlen) && !ckpt_commit(dir, st, &m->cfg, err, errlen))
-        return 0;
+    int rc = ckpt_write_shards(dir, st->iteration, m, o, 1, err, errlen);
+    if (!rc) rc = ckpt_commit(dir, st, &m->cfg, err, errlen);
+    if (!rc) return 0;
+    if (rc == CKPT_SUPERSEDED) return rc; /* the step is the other placement's to write, or to remove */
     /* one rank wrote all of it: its partial files go, giving back the space they hold */
     char step[1024], rmerr[256];
     ckpt_step_dir(step, sizeof step, dir, st->iteration);

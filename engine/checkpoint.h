@@ -12,6 +12,10 @@
  * With --save-keep N, a commit then removes the steps older than the N newest
  * committed ones (ckpt_prune).
  *
+ *   DIR/placement.txt                    "job J epoch E": the placement of a job whose
+ *                                        ranks write here (ckpt_claim); none for a run
+ *                                        that is no job's (atoll-train by hand)
+ *
  * Both safetensors layouts come from the config alone (eng_full_table), so every
  * rank pwrites its slices into the same files (ckpt_write_shards), then one rank
  * commits the step (ckpt_commit) after all have finished. ckpt_save does both for
@@ -69,6 +73,8 @@ typedef struct ckpt_part {
 } ckpt_part;
 int ckpt_write_part(const char *dir, long long iteration, const eng_model *m, const ckpt_part *part,
                     int write_headers, char *err, size_t errlen);
+/* (These writers, ckpt_commit and ckpt_save return CKPT_SUPERSEDED, having written
+ * nothing, when another placement has claimed dir: see ckpt_claim.) */
 
 /* Writes train_state.json (and, for the LLaMA family, Hugging Face's
  * config.json beside model.safetensors, unless --apply-layernorm-1p stores
@@ -98,6 +104,31 @@ int ckpt_prune(const char *dir, int keep, long long newest, char *err, size_t er
 int ckpt_weights_create(const char *dir, long long iteration, const atoll_config *c, st_file *f, char *err,
                         size_t errlen);
 int ckpt_commit_weights(const char *dir, long long iteration, const atoll_config *c, char *err, size_t errlen);
+
+/* ---- the placement that writes a --save directory ----
+ *
+ * A job placed again (a restart after a failure, a scale-up) starts new ranks
+ * while the old ones may still run where the coordinator could not stop them: a
+ * node cut off from it, or its workerd stopped, keeps training and saving into
+ * the same --save. So each placement claims the directory before it loads from
+ * it, and a rank of any other placement refuses to write a step there: at the
+ * start of its shards' write (a read of placement.txt) and, for the rank that
+ * commits, under an exclusive flock(2) of placement.txt held from that check to
+ * the latest-iteration file, so a claim waits for a commit in flight and a commit
+ * after a claim never happens. The newer placement resumes from the newest step
+ * committed before its claim; the older one's ranks stop at their next save,
+ * writing nothing, and remove nothing.
+ *
+ * ckpt_set_owner: the placement this process writes for (workerd's ATOLL_JOB_ID,
+ * ATOLL_JOB_EPOCH); job 0, the default, is no job's: it claims nothing and is
+ * never refused. ckpt_claim (the job's rank 0, before it loads): creates or
+ * rewrites placement.txt for this placement; a newer epoch of the same job there
+ * is CKPT_SUPERSEDED. Another job's claim is taken over (a job submitted with
+ * --load of a directory an earlier job wrote). A file system without flock
+ * (Lustre mounted without it) is written and read unlocked. */
+#define CKPT_SUPERSEDED (-3)
+void ckpt_set_owner(uint64_t job, uint32_t epoch);
+int ckpt_claim(const char *dir, char *err, size_t errlen);
 
 /* Single rank: shards + commit. */
 int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,

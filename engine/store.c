@@ -15,21 +15,28 @@
 #include "msg.h"
 #include "rpc.h"
 
+int store_scope_from_env(uint64_t *job, uint32_t *epoch, char *err, size_t errlen)
+{
+    const char *j = getenv("ATOLL_JOB_ID"), *e = getenv("ATOLL_JOB_EPOCH");
+    char *end;
+    if (!j || !*j || (*job = strtoull(j, &end, 10), *end)) {
+        snprintf(err, errlen, "store: ATOLL_JOB_ID must be the job's id (got '%s'); start ranks with "
+                 "atoll-train --nproc-per-node or through workerd", j ? j : "(unset)");
+        return -1;
+    }
+    if (!e || !*e || (*epoch = (uint32_t)strtoul(e, &end, 10), *end)) {
+        snprintf(err, errlen, "store: ATOLL_JOB_EPOCH must be the restart epoch (got '%s')", e ? e : "(unset)");
+        return -1;
+    }
+    return 0;
+}
+
 int store_auth_from_env(store_auth *a, char *err, size_t errlen)
 {
     memset(a, 0, sizeof *a);
-    const char *job = getenv("ATOLL_JOB_ID"), *epoch = getenv("ATOLL_JOB_EPOCH");
+    if (store_scope_from_env(&a->job, &a->epoch, err, errlen)) return -1;
     const char *fd = getenv("ATOLL_JOB_SECRET_FD");
     char *end;
-    if (!job || !*job || (a->job = strtoull(job, &end, 10), *end)) {
-        snprintf(err, errlen, "store: ATOLL_JOB_ID must be the job's id (got '%s'); start ranks with "
-                 "atoll-train --nproc-per-node or through workerd", job ? job : "(unset)");
-        return -1;
-    }
-    if (!epoch || !*epoch || (a->epoch = (uint32_t)strtoul(epoch, &end, 10), *end)) {
-        snprintf(err, errlen, "store: ATOLL_JOB_EPOCH must be the restart epoch (got '%s')", epoch ? epoch : "(unset)");
-        return -1;
-    }
     long f = fd && *fd ? strtol(fd, &end, 10) : -1;
     if (f < 0 || *end) {
         snprintf(err, errlen, "store: ATOLL_JOB_SECRET_FD must name the descriptor holding the job secret "

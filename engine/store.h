@@ -50,6 +50,8 @@ typedef struct store_auth {
 /* From ATOLL_JOB_ID, ATOLL_JOB_EPOCH and the secret readable at ATOLL_JOB_SECRET_FD.
  * 0, or -1 with err saying which variable is missing or bad. */
 int store_auth_from_env(store_auth *a, char *err, size_t errlen);
+/* The scope alone (ATOLL_JOB_ID, ATOLL_JOB_EPOCH): 0, or -1 with err. */
+int store_scope_from_env(uint64_t *job, uint32_t *epoch, char *err, size_t errlen);
 
 /* ---- server (the standalone launcher's) ------------------------------------ */
 

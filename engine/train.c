@@ -10,6 +10,7 @@
 #include "model.h"
 #include "optimizer.h"
 #include "safetensors.h"
+#include "store.h"
 #include "tensorboard.h"
 #include "watchdog.h"
 #include "tokenizer.h"
@@ -966,6 +967,22 @@ static int setup(run *r, char *err, size_t errlen)
     if (c->save[0] && ((mkdir(c->save, 0755) && errno != EEXIST) || access(c->save, W_OK))) {
         atoll_errf(err, errlen, "--save %s: cannot create or write the directory: %s", c->save, strerror(errno));
         return ENG_ERR_CONFIG;
+    }
+    /* A job's ranks (workerd's ATOLL_JOB_ID > 0) write --save for their placement alone: rank 0 claims it
+     * before anything is loaded from it, so an older placement still running somewhere stops at its next save
+     * (checkpoint.h) and this one resumes from the newest step committed before the claim. */
+    uint64_t job = 0;
+    uint32_t epoch = 0;
+    char why[256];
+    if (getenv("ATOLL_JOB_ID") && !store_scope_from_env(&job, &epoch, why, sizeof why)) ckpt_set_owner(job, epoch);
+    if (c->save[0] && r->d.rank == 0) {
+        int crc = ckpt_claim(c->save, err, errlen);
+        if (crc) {
+            char why2[512];
+            snprintf(why2, sizeof why2, "%s", err);
+            atoll_errf(err, errlen, "--save %s: %s", c->save, why2);
+            return crc == CKPT_SUPERSEDED ? ENG_ERR_CONFIG : -1;
+        }
     }
     r->st.seed = c->seed;
     int loaded = 0;

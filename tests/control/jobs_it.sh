@@ -28,6 +28,10 @@
 #            pagination and errors; --http-token bearer
 #   dashboard  the page in a real headless Chromium (DevTools protocol): no request leaves
 #            loopback, nodes and a running job's plots with points, live updates; screenshot kept
+#   partition  SIGSTOP of the workerd that holds a whole job (its node cut off, its ranks training on): the
+#            job is placed again on the other node, whose rank 0 claims the --save directory first; the old
+#            ranks stop by themselves at their next save, writing nothing: every step committed by epoch 0
+#            is at most the one epoch 1 resumed from, the later ones are epoch 1's (their manifests say so)
 #   hang     SIGSTOP of a rank: a hang is declared within the bound, naming that rank, its node and
 #            that it is stopped; the stopped rank is gone and the job runs again in the next epoch
 #   straggler  a throttled rank (SIGSTOP/SIGCONT, stopped 3/4 of the time) is named a straggler in events,
@@ -656,6 +660,56 @@ case_dashboard() {
   stop_all
 }
 
+
+case_partition() {
+  start_cluster
+  # tp2 x pp2 on 4 ranks: one node holds the whole job
+  local id; id=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 4 --train-iters 100000 --name cutoff \
+                 --save "$TMP/ckpt" --save-interval 5 --json | json "d['job']") || fail "submit"
+  wait_until 60 test -s "$TMP/ckpt/latest_checkpointed_iteration.txt" || fail "no checkpoint: $(atoll status "$id")"
+  [ "$(cat "$TMP/ckpt/placement.txt")" = "job $id epoch 0" ] || fail "placement.txt: $(cat "$TMP/ckpt/placement.txt")"
+  local node="" n p
+  for n in node-a node-b; do
+    for p in $(rank_pids "$id"); do
+      tr '\0' '\n' </proc/"$p"/environ | grep -qx "ATOLL_SUPERVISOR_PID=${WPID[$n]}" && node=$n
+    done
+  done
+  [ -n "$node" ] || fail "no node holds job $id's ranks"
+  MINE=$(rank_pids "$id")
+  [ "$(echo "$MINE" | wc -w)" = 4 ] || fail "4 ranks of epoch 0: $MINE"
+  kill -STOP "${WPID[$node]}"
+  recovered() { [ "$(events_of job.recovered | json "len(d)")" -ge 1 ]; }
+  wait_until 30 recovered || fail "not placed again: $(atoll status "$id")"
+  atoll status "$id" --json | json "(d['state'], d['epoch'])" | grep -qx "('running', 1)" || fail "$(atoll status "$id")"
+  # The coordinator could not stop them: epoch 0's ranks train on until their next save finds the claim.
+  wait_until 30 ranks_gone || fail "epoch 0's ranks still running: $MINE"
+  local log0=$TMP/work/job-$id/epoch-0/rank-0.log log1=$TMP/work/job-$id/epoch-1/rank-0.log
+  grep -q "not saved: job $id was placed again: its epoch 1 holds this directory (placement.txt), and this process, of epoch 0, is superseded" \
+    "$log0" || fail "epoch 0's rank 0 did not say why it stopped: $(tail -3 "$log0")"
+  ok "workerd $node stopped: job $id placed again (epoch 1); epoch 0's 4 ranks stopped at their next save: $(grep -o 'step [0-9]* not saved' "$log0")"
+  local resumed; resumed=$(grep -o "^loaded checkpoint $TMP/ckpt/iter_[0-9]*" "$log1" | grep -o '[0-9]*$') \
+    || fail "epoch 1 did not resume: $(head -5 "$log1")"
+  resumed=$((10#$resumed))
+  [ "$(cat "$TMP/ckpt/placement.txt")" = "job $id epoch 1" ] || fail "placement.txt: $(cat "$TMP/ckpt/placement.txt")"
+  wait_until 60 step_at_least "$id" $((resumed + 12)) || fail "epoch 1 does not train on: $(atoll status "$id")"
+  "$PY" - "$TMP/ckpt" "$resumed" <<'PYEOF' || fail "the steps committed after the claim"
+import glob, json, sys
+ck, resumed = sys.argv[1], int(sys.argv[2])
+by = {0: [], 1: []}
+for m in glob.glob(ck + "/iter_*/manifest.json"):
+    j = json.load(open(m))
+    by[j["epoch"]].append(j["iteration"])
+print("epoch 0 committed", sorted(by[0]), "; epoch 1 committed", sorted(by[1]), "; epoch 1 resumed from", resumed)
+sys.exit(0 if by[0] and max(by[0]) <= resumed and by[1] and min(by[1]) > resumed else 1)
+PYEOF
+  kill -CONT "${WPID[$node]}"
+  wait_until 15 nodes_alive 2 || fail "$node did not come back: $(atoll nodes)"
+  atoll status "$id" --json | json "(d['state'], d['epoch'])" | grep -qx "('running', 1)" \
+    || fail "after $node came back: $(atoll status "$id")"
+  ok "every step epoch 0 committed is at most step $resumed, where epoch 1 resumed; the later ones are epoch 1's"
+  cancel_job "$id"
+  stop_all
+}
 
 case_hang() {
   start_cluster --hang-floor 2 --hang-factor 3

@@ -470,6 +470,99 @@ static void test_half_reads(void)
     st_close(&st);
 }
 
+static int file_has(const char *path, const char *text)
+{
+    char buf[4096] = "";
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return strstr(buf, text) != NULL;
+}
+
+/* placement.txt: a job's placement claims its --save; an older placement (or another
+ * job's, once a newer job took the directory over) writes nothing there any more, and
+ * removes nothing; a run that is no job's is never refused. */
+static void test_placement(void)
+{
+    atoll_config c = cfg();
+    char err[1024] = "";
+    long long it = -1;
+    rmrf("ck_place");
+    CHECK(mkdir("ck_place", 0755) == 0, "mkdir ck_place");
+    rank one = make(&c, eng_layout_single(&c));
+    eng_train_state st = { .seed = 5, .iteration = 10 };
+
+    ckpt_set_owner(7, 1);
+    CHECK(ckpt_claim("ck_place", err, sizeof err) == 0 && file_has("ck_place/placement.txt", "job 7 epoch 1\n"),
+          "epoch 1 claims: %s", err);
+    CHECK(ckpt_save("ck_place", one.m, one.o, &st, err, sizeof err) == 0, "epoch 1 saves 10: %s", err);
+    CHECK(file_has("ck_place/iter_0000010/manifest.json", "\"job\":7,\"epoch\":1"),
+          "the manifest names the placement that wrote the step");
+    st.iteration = 30; /* epoch 1's shards of 30, then the commit after a newer claim (below) */
+    CHECK(ckpt_write_shards("ck_place", 30, one.m, one.o, 1, err, sizeof err) == 0, "shards of 30: %s", err);
+
+    /* epoch 0, still running where it was not stopped */
+    ckpt_set_owner(7, 0);
+    err[0] = '\0';
+    CHECK(ckpt_claim("ck_place", err, sizeof err) == CKPT_SUPERSEDED &&
+          strstr(err, "job 7 was placed again: its epoch 1 holds this directory (placement.txt), and this process, "
+                      "of epoch 0, is superseded") && file_has("ck_place/placement.txt", "job 7 epoch 1\n"),
+          "an older epoch's claim: %s", err);
+    st.iteration = 20;
+    err[0] = '\0';
+    CHECK(ckpt_save("ck_place", one.m, one.o, &st, err, sizeof err) == CKPT_SUPERSEDED && !has_step("ck_place", 20) &&
+          strstr(err, "--save ck_place: step 20 not saved: job 7 was placed again"), "epoch 0 saves 20: %s", err);
+    st.iteration = 10; /* a step the newer placement committed: not overwritten, not removed */
+    CHECK(ckpt_save("ck_place", one.m, one.o, &st, err, sizeof err) == CKPT_SUPERSEDED &&
+          file_has("ck_place/iter_0000010/manifest.json", "\"epoch\":1") &&
+          ckpt_step_check("ck_place", CKPT_RESUME, 10, err, sizeof err) == 0, "epoch 0 re-saving 10: %s", err);
+
+    /* epoch 2 claims while epoch 1's step 30 waits for its commit: that commit is refused */
+    ckpt_set_owner(7, 2);
+    CHECK(ckpt_claim("ck_place", err, sizeof err) == 0 && file_has("ck_place/placement.txt", "job 7 epoch 2\n"),
+          "epoch 2 claims: %s", err);
+    ckpt_set_owner(7, 1);
+    st.iteration = 30;
+    err[0] = '\0';
+    CHECK(ckpt_commit("ck_place", &st, &c, err, sizeof err) == CKPT_SUPERSEDED &&
+          !exists("ck_place/iter_0000030/manifest.json") && strstr(err, "its epoch 2 holds"),
+          "epoch 1 commits 30 after epoch 2's claim: %s", err);
+    CHECK(ckpt_latest("ck_place", CKPT_RESUME, &it, err, sizeof err) == 0 && it == 10,
+          "the newest committed step is still 10: %lld %s", it, err);
+
+    /* a job submitted with --load of this directory takes it over */
+    ckpt_set_owner(9, 0);
+    CHECK(ckpt_claim("ck_place", err, sizeof err) == 0 && file_has("ck_place/placement.txt", "job 9 epoch 0\n"),
+          "job 9 claims: %s", err);
+    ckpt_set_owner(7, 2);
+    st.iteration = 40;
+    err[0] = '\0';
+    CHECK(ckpt_save("ck_place", one.m, one.o, &st, err, sizeof err) == CKPT_SUPERSEDED &&
+          strstr(err, "job 9 holds this directory now (placement.txt): this process, of job 7 epoch 2, is superseded"),
+          "job 7 after job 9's claim: %s", err);
+
+    /* a run that is no job's (atoll-train by hand) is never refused and claims nothing */
+    ckpt_set_owner(0, 0);
+    CHECK(ckpt_claim("ck_place", err, sizeof err) == 0 && file_has("ck_place/placement.txt", "job 9 epoch 0\n") &&
+          ckpt_save("ck_place", one.m, one.o, &st, err, sizeof err) == 0 &&
+          !file_has("ck_place/iter_0000040/manifest.json", "\"job\""), "no job's save of 40: %s", err);
+
+    /* a placement.txt that is not one: said, nothing written */
+    FILE *f = fopen("ck_place/placement.txt", "w");
+    CHECK(f && fputs("garbage\n", f) >= 0 && fclose(f) == 0, "write placement.txt");
+    ckpt_set_owner(9, 0);
+    st.iteration = 50;
+    err[0] = '\0';
+    CHECK(ckpt_save("ck_place", one.m, one.o, &st, err, sizeof err) == -1 && !has_step("ck_place", 50) &&
+          strstr(err, "ck_place/placement.txt: not \"job J epoch E\""), "a bad placement.txt: %s", err);
+    CHECK(ckpt_claim("ck_place", err, sizeof err) == -1 && strstr(err, "placement.txt: not"), "claim: %s", err);
+    ckpt_set_owner(0, 0);
+    drop(one);
+    rmrf("ck_place");
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -480,5 +573,6 @@ int main(int argc, char **argv)
     test_bad_files();
     test_checksums();
     test_half_reads();
+    test_placement();
     return check_summary(argv[0]);
 }
