@@ -981,7 +981,7 @@ static int setup(run *r, char *err, size_t errlen)
             char why2[512];
             snprintf(why2, sizeof why2, "%s", err);
             atoll_errf(err, errlen, "--save %s: %s", c->save, why2);
-            return crc == CKPT_SUPERSEDED ? ENG_ERR_CONFIG : -1;
+            return ENG_ERR_CONFIG; /* superseded, or placement.txt unwritable: a restart would fail the same way */
         }
     }
     r->st.seed = c->seed;

@@ -18,7 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static atoll_config cfg(void)
@@ -531,6 +534,23 @@ static void test_placement(void)
           "epoch 1 commits 30 after epoch 2's claim: %s", err);
     CHECK(ckpt_latest("ck_place", CKPT_RESUME, &it, err, sizeof err) == 0 && it == 10,
           "the newest committed step is still 10: %lld %s", it, err);
+
+    /* a claim waits for a commit in flight (which holds placement.txt's lock) */
+    int held = open("ck_place/placement.txt", O_RDWR);
+    CHECK(held >= 0 && flock(held, LOCK_EX) == 0, "lock placement.txt as a commit does");
+    pid_t child = fork();
+    if (child == 0) {
+        close(held); /* the lock belongs to the open file, which this copy would keep locked */
+        ckpt_set_owner(7, 3);
+        _exit(ckpt_claim("ck_place", err, sizeof err) == 0 ? 0 : 1);
+    }
+    usleep(300 * 1000);
+    int status = 0;
+    CHECK(child > 0 && waitpid(child, &status, WNOHANG) == 0 && file_has("ck_place/placement.txt", "job 7 epoch 2\n"),
+          "epoch 3's claim waits while a commit holds the lock");
+    close(held);
+    CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+          file_has("ck_place/placement.txt", "job 7 epoch 3\n"), "then it claims (status %d)", status);
 
     /* a job submitted with --load of this directory takes it over */
     ckpt_set_owner(9, 0);
