@@ -285,6 +285,19 @@ static void handle_heartbeat(coord *c, coord_peer *p, Atoll__Heartbeat *m)
         stop.epoch = m->running[i]->epoch;
         stop.reason = lj ? "the job was placed again" : "the job is not active";
         coord_reply(c, p, ATOLL__MSG_TYPE__MSG_STOP, &stop.base);
+        if (n->stale_job != stop.job || n->stale_epoch != stop.epoch) { /* a node back from a partition, say */
+            n->stale_job = stop.job;
+            n->stale_epoch = stop.epoch;
+            char subject[32];
+            snprintf(subject, sizeof subject, "job %llu", (unsigned long long)stop.job);
+            if (lj)
+                events_add(c, "job.stale_ranks", subject, "node %s still runs ranks of epoch %u, which epoch %u replaced: "
+                           "told to stop them (the job's --save, if any, is epoch %u's: they commit nothing there)",
+                           n->name, stop.epoch, lj->epoch, lj->epoch);
+            else
+                events_add(c, "job.stale_ranks", subject, "node %s still runs ranks of epoch %u of a job that is not "
+                           "active: told to stop them", n->name, stop.epoch);
+        }
     }
     Atoll__HeartbeatAck ack = ATOLL__HEARTBEAT_ACK__INIT;
     ack.seq = m->seq;

@@ -34,6 +34,8 @@ typedef struct reg_node {
     uint64_t relay_seen;    /* highest relay_seq received from this agent (metrics, exits) */
     uint64_t relay_durable; /* ... of which everything up to here is committed */
     uint64_t incarnation;   /* the agent process's (Register): its relay sequences are its own */
+    uint64_t stale_job;     /* the last job whose older placement's ranks it was found running ... */
+    uint32_t stale_epoch;   /* ... and this epoch of it (one event per such find, not per heartbeat) */
     char address[64];
 } reg_node;
 

@@ -31,7 +31,8 @@
 #   partition  SIGSTOP of the workerd that holds a whole job (its node cut off, its ranks training on): the
 #            job is placed again on the other node, whose rank 0 claims the --save directory first; the old
 #            ranks stop by themselves at their next save, writing nothing: every step committed by epoch 0
-#            is at most the one epoch 1 resumed from, the later ones are epoch 1's (their manifests say so)
+#            is at most the one epoch 1 resumed from, the later ones are epoch 1's (their manifests say so);
+#            a job without --save trains on there until the node is back, then is stopped (job.stale_ranks)
 #   hang     SIGSTOP of a rank: a hang is declared within the bound, naming that rank, its node and
 #            that it is stopped; the stopped rank is gone and the job runs again in the next epoch
 #   straggler  a throttled rank (SIGSTOP/SIGCONT, stopped 3/4 of the time) is named a straggler in events,
@@ -708,6 +709,31 @@ PYEOF
     || fail "after $node came back: $(atoll status "$id")"
   ok "every step epoch 0 committed is at most step $resumed, where epoch 1 resumed; the later ones are epoch 1's"
   cancel_job "$id"
+  # Without --save nothing stops the old ranks until their node is back: then the coordinator does, and says so.
+  local id2; id2=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 4 --train-iters 100000 --name cutoff2 \
+                  --json | json "d['job']") || fail "submit"
+  wait_until 60 step_at_least "$id2" 2 || fail "job $id2 not running: $(atoll status "$id2")"
+  node=""
+  for n in node-a node-b; do
+    for p in $(rank_pids "$id2"); do
+      tr '\0' '\n' </proc/"$p"/environ | grep -qx "ATOLL_SUPERVISOR_PID=${WPID[$n]}" && node=$n
+    done
+  done
+  MINE=$(rank_pids "$id2")
+  kill -STOP "${WPID[$node]}"
+  placed1() { atoll status "$id2" --json | json "(d['state'], d['epoch'])" | grep -qx "('running', 1)"; }
+  wait_until 30 placed1 || fail "job $id2 not placed again: $(atoll status "$id2")"
+  ! ranks_gone || fail "epoch 0's ranks of job $id2 stopped while their node was away: $MINE"
+  kill -CONT "${WPID[$node]}"
+  stale() { events_of job.stale_ranks | json "[e['message'] for e in d if e['subject']=='job $id2'][0]"; }
+  wait_until 15 stale || fail "no job.stale_ranks event: $(atoll events | tail -5)"
+  stale | grep -qx "node $node still runs ranks of epoch 0, which epoch 1 replaced: told to stop them (the job's --save, if any, is epoch 1's: they commit nothing there)" \
+    || fail "job.stale_ranks: $(stale)"
+  wait_until 15 ranks_gone || fail "epoch 0's ranks of job $id2 outlived their node's return: $MINE"
+  [ "$(events_of job.stale_ranks | json "sum(e['subject']=='job $id2' for e in d)")" = 1 ] \
+    || fail "one event per find: $(events_of job.stale_ranks)"
+  ok "a job without --save: epoch 0 trained on while $node was away; once back, its ranks were stopped: $(stale)"
+  cancel_job "$id2"
   stop_all
 }
 
