@@ -306,6 +306,55 @@ static int valid_request_id(const char *s)
     return 1;
 }
 
+/* An absolute path with repeated slashes, "." components and a trailing slash
+ * taken out ("/a//b/./c/" -> "/a/b/c"); ".." stays (no file system here). */
+static void path_norm(const char *in, char *out, size_t len)
+{
+    size_t o = 0;
+    while (*in && o + 2 < len) {
+        while (*in == '/') in++;
+        const char *end = in;
+        while (*end && *end != '/') end++;
+        size_t n = (size_t)(end - in);
+        if (n && !(n == 1 && in[0] == '.') && o + 1 + n < len) {
+            out[o++] = '/';
+            memcpy(out + o, in, n);
+            o += n;
+        }
+        in = end;
+    }
+    if (!o) out[o++] = '/';
+    out[o] = '\0';
+}
+
+/* The first job in a state that runs, or will, whose absolute --save is `save`,
+ * other than those a --dependency waits for. */
+typedef struct {
+    const char *save;
+    const dep_list *deps;
+    uint64_t other;
+    int state;
+} same_save;
+
+static int find_same_save(void *ctx, store_job *j)
+{
+    same_save *s = ctx;
+    if (s->other) return 0;
+    for (int i = 0; i < s->deps->n; i++)
+        if (s->deps->item[i].job == j->id) return 0;
+    Atoll__JobSpec *spec = atoll__job_spec__unpack(NULL, j->spec_len, j->spec);
+    char a[CFG_STR + 2];
+    if (spec && spec->save && spec->save[0] == '/') {
+        path_norm(spec->save, a, sizeof a);
+        if (!strcmp(a, s->save)) {
+            s->other = j->id;
+            s->state = j->state;
+        }
+    }
+    if (spec) atoll__job_spec__free_unpacked(spec, NULL);
+    return 0;
+}
+
 int jobs_submit(coord *c, const Atoll__JobSpec *spec, const char *request_id, uint64_t *id, int *existing,
                 char *err, size_t errlen)
 {
@@ -359,6 +408,26 @@ int jobs_submit(coord *c, const Atoll__JobSpec *spec, const char *request_id, ui
     if (jobs_dependency(c, spec, why, sizeof why) < 0) {
         snprintf(err, errlen, "invalid job spec: %s", why);
         return ATOLL__ERROR_CODE__ERR_INVALID;
+    }
+    /* Two jobs writing one --save would each take it from the other at every restart (the
+     * placement claim, engine/checkpoint.h): refused, unless this one waits for the other (a
+     * chain of jobs, each going on from the last one's checkpoint). A relative --save is the
+     * job's own (ranks run in their job's directory). */
+    if (spec->save && spec->save[0] == '/') {
+        char norm[CFG_STR + 2];
+        path_norm(spec->save, norm, sizeof norm);
+        dep_list deps;
+        if (dep_parse(spec->dependency, &deps, why, sizeof why)) deps.n = 0; /* (refused above) */
+        same_save ss = { norm, &deps, 0, 0 };
+        for (int st = PENDING; st <= RESTARTING && !ss.other; st++) store_jobs_each(c->st, st, find_same_save, &ss);
+        if (ss.other) {
+            snprintf(err, errlen, "--save %s is job %llu's (%s): two jobs cannot write one --save, each would take "
+                     "it from the other at every restart; choose another directory, cancel job %llu, or submit "
+                     "with --dependency afterany:%llu to go on from its checkpoint once it ends", spec->save,
+                     (unsigned long long)ss.other, msg_job_state_name(ss.state), (unsigned long long)ss.other,
+                     (unsigned long long)ss.other);
+            return ATOLL__ERROR_CODE__ERR_CONFLICT;
+        }
     }
     if (cfg.num_gpus < 1) {
         snprintf(err, errlen, "invalid job spec: --num-gpus (the job's world size) is required and must be at least 1");

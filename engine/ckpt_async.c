@@ -23,13 +23,14 @@ struct ckpt_async {
     pthread_t thread;
     int joinable;
     atomic_int state;
+    int rc;                  /* FAILED: the writer's or the commit's return (-1, CKPT_SUPERSEDED) */
     double t0, seconds;
     char err[512];
 };
 
 static void commit(ckpt_async *a)
 {
-    if (ckpt_commit(a->dir, &a->st, &a->m->cfg, a->err, sizeof a->err)) {
+    if ((a->rc = ckpt_commit(a->dir, &a->st, &a->m->cfg, a->err, sizeof a->err))) {
         atomic_store(&a->state, FAILED);
         return;
     }
@@ -52,7 +53,8 @@ static void *write_main(void *arg)
 {
     ckpt_async *a = arg;
     yield_to_training();
-    if (ckpt_write_part(a->dir, a->st.iteration, a->m, &a->part, a->write_headers, a->err, sizeof a->err)) {
+    if ((a->rc = ckpt_write_part(a->dir, a->st.iteration, a->m, &a->part, a->write_headers, a->err,
+                                 sizeof a->err))) {
         atomic_store(&a->state, FAILED);
         return NULL;
     }
@@ -134,7 +136,7 @@ int ckpt_async_wait(ckpt_async *a, char *err, size_t errlen)
     a->joinable = 0;
     if (atomic_load(&a->state) == FAILED) {
         snprintf(err, errlen, "%s", a->err);
-        return -1;
+        return a->rc ? a->rc : -1;
     }
     return 0;
 }

@@ -36,7 +36,8 @@ void ckpt_async_commit(ckpt_async *a);
 /* 1 once the step is committed (its manifest durable). */
 int ckpt_async_committed(ckpt_async *a);
 /* Waits for whatever was started (the write, and the commit if asked for). 0, or
- * -1 with err when the write or the commit failed. */
+ * with err when the write or the commit failed: CKPT_SUPERSEDED when another
+ * placement holds dir (checkpoint.h), else -1. */
 int ckpt_async_wait(ckpt_async *a, char *err, size_t errlen);
 long long ckpt_async_iteration(const ckpt_async *a);
 /* Seconds from the start to the commit (0 until committed). */

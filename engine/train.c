@@ -1062,18 +1062,24 @@ static int my_part(run *r, ckpt_part *part)
     return 1;
 }
 
+/* A save's failure as the run's: another placement holding --save (checkpoint.h)
+ * is final, whatever would restart this one. */
+static int save_rc(int rc) { return rc == CKPT_SUPERSEDED ? ENG_ERR_CONFIG : rc; }
+
 /* Every rank writes its part, then rank 0 commits the step. */
 static int save(run *r, char *err, size_t errlen)
 {
     dist *d = &r->d;
     if (d->size == 1) return ckpt_save(r->c->save, r->m, r->opt, &r->st, err, errlen);
     ckpt_part part;
-    if (my_part(r, &part) && ckpt_write_part(r->c->save, r->st.iteration, r->m, &part, d->rank == 0, err, errlen))
-        return -1;
+    int rc = my_part(r, &part) ? ckpt_write_part(r->c->save, r->st.iteration, r->m, &part, d->rank == 0, err, errlen)
+                               : 0;
+    if (rc) return rc;
     comm *w = comm_world_comm(d->world);
-    if (comm_barrier(w) || (d->rank == 0 && ckpt_commit(r->c->save, &r->st, r->c, err, errlen)) || comm_barrier(w)) {
+    if (comm_barrier(w) || (d->rank == 0 && (rc = ckpt_commit(r->c->save, &r->st, r->c, err, errlen))) ||
+        comm_barrier(w)) {
         if (!err[0]) atoll_errf(err, errlen, "--save: %s", dist_error(d));
-        return -1;
+        return rc ? rc : -1;
     }
     return 0;
 }
@@ -1093,8 +1099,7 @@ static int async_poll(run *r, const step_stats *s, char *err, size_t errlen)
 {
     if (!r->pending_it) return 0;
     if (r->pending && ckpt_async_durable(r->pending) < 0) {
-        ckpt_async_wait(r->pending, err, errlen);
-        return -1;
+        return save_rc(ckpt_async_wait(r->pending, err, errlen));
     }
     if (s->saves_durable || r->d.size == 1) r->pending_seen = 1;
     if (!r->pending_seen) return 0;
@@ -1117,14 +1122,15 @@ static int async_poll(run *r, const step_stats *s, char *err, size_t errlen)
 static int async_drain(run *r, char *err, size_t errlen)
 {
     if (!r->pending_it) return 0;
-    if (r->pending && ckpt_async_wait(r->pending, err, errlen)) return -1;
+    int rc = r->pending ? ckpt_async_wait(r->pending, err, errlen) : 0;
+    if (rc) return save_rc(rc);
     if (!r->pending_seen && r->d.size > 1 && comm_barrier(comm_world_comm(r->d.world))) {
         atoll_errf(err, errlen, "--async-save: %s", dist_error(&r->d));
         return -1;
     }
     if (r->d.rank == 0 && r->pending) {
         ckpt_async_commit(r->pending);
-        if (ckpt_async_wait(r->pending, err, errlen)) return -1;
+        if ((rc = ckpt_async_wait(r->pending, err, errlen))) return save_rc(rc);
         async_committed(r);
     }
     ckpt_async_free(r->pending);
@@ -1137,7 +1143,8 @@ static int async_drain(run *r, char *err, size_t errlen)
 /* Snapshots this rank's part (what save() writes) and writes it in the background. */
 static int save_async(run *r, char *err, size_t errlen)
 {
-    if (async_drain(r, err, errlen)) return -1;
+    int rc = async_drain(r, err, errlen);
+    if (rc) return rc;
     ckpt_part part;
     if (my_part(r, &part) && !(r->pending = ckpt_async_start(r->c->save, r->m, &part, r->d.rank == 0, &r->st,
                                                              r->d.size == 1, err, errlen)))
@@ -1177,7 +1184,7 @@ static int save_timed(run *r, int final, char *err, size_t errlen)
         fflush(stdout);
     }
     watchdog_phase(r->wd, "step", r->st.iteration);
-    return rc;
+    return save_rc(rc);
 }
 
 int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t errlen)
@@ -1311,5 +1318,5 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         fflush(stdout);
     }
     teardown(&r);
-    return rc ? (refused ? ENG_ERR_CONFIG : -1) : stopped;
+    return rc ? (refused || rc == ENG_ERR_CONFIG ? ENG_ERR_CONFIG : -1) : stopped;
 }

@@ -669,6 +669,14 @@ case_partition() {
                  --save "$TMP/ckpt" --save-interval 5 --json | json "d['job']") || fail "submit"
   wait_until 60 test -s "$TMP/ckpt/latest_checkpointed_iteration.txt" || fail "no checkpoint: $(atoll status "$id")"
   [ "$(cat "$TMP/ckpt/placement.txt")" = "job $id epoch 0" ] || fail "placement.txt: $(cat "$TMP/ckpt/placement.txt")"
+  # a second job on the same --save (spelled otherwise) is refused, unless it waits for the first
+  atoll submit "${model[@]}" --num-gpus 4 --save "$TMP//ckpt/." 2>"$TMP/err" >/dev/null; local rc=$?
+  [ $rc != 0 ] && grep -q "^atoll: --save $TMP//ckpt/. is job $id's (running): two jobs cannot write one --save" \
+    "$TMP/err" || fail "a second job on job $id's --save: exit $rc: $(cat "$TMP/err")"
+  local chained; chained=$(atoll submit "${model[@]}" --num-gpus 4 --save "$TMP/ckpt" --load "$TMP/ckpt" \
+                          --dependency "afterany:$id" --json | json "d['job']") || fail "a chained job refused"
+  atoll cancel "$chained" >/dev/null || fail "cancel $chained"
+  ok "a second job on job $id's --save: refused ($(cut -c1-90 "$TMP/err")...); one that waits for it (--dependency) is taken"
   local node="" n p
   for n in node-a node-b; do
     for p in $(rank_pids "$id"); do
