@@ -66,7 +66,8 @@ static int placement_open(const char *dir, int create, int lockop, uint64_t *job
 {
     char path[1100], text[96];
     snprintf(path, sizeof path, "%s/placement.txt", dir);
-    int fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
+    /* (read and write for a lock: NFS takes an exclusive flock only on a file open for writing) */
+    int fd = open(path, (lockop || create ? O_RDWR : O_RDONLY) | O_CLOEXEC | (create ? O_CREAT : 0), 0644);
     if (fd < 0) {
         if (!create && errno == ENOENT) return -2;
         atoll_errf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
