@@ -1062,10 +1062,6 @@ static int my_part(run *r, ckpt_part *part)
     return 1;
 }
 
-/* A save's failure as the run's: another placement holding --save (checkpoint.h)
- * is final, whatever would restart this one. */
-static int save_rc(int rc) { return rc == CKPT_SUPERSEDED ? ENG_ERR_CONFIG : rc; }
-
 /* Every rank writes its part, then rank 0 commits the step. */
 static int save(run *r, char *err, size_t errlen)
 {
@@ -1099,7 +1095,7 @@ static int async_poll(run *r, const step_stats *s, char *err, size_t errlen)
 {
     if (!r->pending_it) return 0;
     if (r->pending && ckpt_async_durable(r->pending) < 0) {
-        return save_rc(ckpt_async_wait(r->pending, err, errlen));
+        return ckpt_async_wait(r->pending, err, errlen);
     }
     if (s->saves_durable || r->d.size == 1) r->pending_seen = 1;
     if (!r->pending_seen) return 0;
@@ -1123,14 +1119,14 @@ static int async_drain(run *r, char *err, size_t errlen)
 {
     if (!r->pending_it) return 0;
     int rc = r->pending ? ckpt_async_wait(r->pending, err, errlen) : 0;
-    if (rc) return save_rc(rc);
+    if (rc) return rc;
     if (!r->pending_seen && r->d.size > 1 && comm_barrier(comm_world_comm(r->d.world))) {
         atoll_errf(err, errlen, "--async-save: %s", dist_error(&r->d));
         return -1;
     }
     if (r->d.rank == 0 && r->pending) {
         ckpt_async_commit(r->pending);
-        if ((rc = ckpt_async_wait(r->pending, err, errlen))) return save_rc(rc);
+        if ((rc = ckpt_async_wait(r->pending, err, errlen))) return rc;
         async_committed(r);
     }
     ckpt_async_free(r->pending);
@@ -1184,7 +1180,7 @@ static int save_timed(run *r, int final, char *err, size_t errlen)
         fflush(stdout);
     }
     watchdog_phase(r->wd, "step", r->st.iteration);
-    return save_rc(rc);
+    return rc;
 }
 
 int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t errlen)
@@ -1318,5 +1314,6 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         fflush(stdout);
     }
     teardown(&r);
-    return rc ? (refused || rc == ENG_ERR_CONFIG ? ENG_ERR_CONFIG : -1) : stopped;
+    /* a save refused because another placement holds --save (checkpoint.h) is final too */
+    return rc ? (refused || rc == CKPT_SUPERSEDED ? ENG_ERR_CONFIG : -1) : stopped;
 }
