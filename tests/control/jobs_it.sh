@@ -108,6 +108,16 @@ for p in os.listdir("/proc"):
 PYEOF
 }
 no_ranks_of() { [ -z "$(rank_pids "$1")" ]; }
+# The node whose workerd supervises job $1's ranks (the last found, for a job on several)
+job_node() {
+  local n p node=""
+  for n in "${!WPID[@]}"; do
+    for p in $(rank_pids "$1"); do
+      tr '\0' '\n' </proc/"$p"/environ | grep -qx "ATOLL_SUPERVISOR_PID=${WPID[$n]}" && node=$n
+    done
+  done
+  echo "$node"
+}
 
 # A small GPT: 8 ranks on 2 cores finish a step in tens of milliseconds.
 model=(--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --micro-batch-size 1
@@ -677,12 +687,7 @@ case_partition() {
                           --dependency "afterany:$id" --json | json "d['job']") || fail "a chained job refused"
   atoll cancel "$chained" >/dev/null || fail "cancel $chained"
   ok "a second job on job $id's --save: refused ($(cut -c1-90 "$TMP/err")...); one that waits for it (--dependency) is taken"
-  local node="" n p
-  for n in node-a node-b; do
-    for p in $(rank_pids "$id"); do
-      tr '\0' '\n' </proc/"$p"/environ | grep -qx "ATOLL_SUPERVISOR_PID=${WPID[$n]}" && node=$n
-    done
-  done
+  local node; node=$(job_node "$id")
   [ -n "$node" ] || fail "no node holds job $id's ranks"
   MINE=$(rank_pids "$id")
   [ "$(echo "$MINE" | wc -w)" = 4 ] || fail "4 ranks of epoch 0: $MINE"
@@ -721,12 +726,8 @@ PYEOF
   local id2; id2=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 4 --train-iters 100000 --name cutoff2 \
                   --json | json "d['job']") || fail "submit"
   wait_until 60 step_at_least "$id2" 2 || fail "job $id2 not running: $(atoll status "$id2")"
-  node=""
-  for n in node-a node-b; do
-    for p in $(rank_pids "$id2"); do
-      tr '\0' '\n' </proc/"$p"/environ | grep -qx "ATOLL_SUPERVISOR_PID=${WPID[$n]}" && node=$n
-    done
-  done
+  node=$(job_node "$id2")
+  [ -n "$node" ] || fail "no node holds job $id2's ranks"
   MINE=$(rank_pids "$id2")
   kill -STOP "${WPID[$node]}"
   placed1() { atoll status "$id2" --json | json "(d['state'], d['epoch'])" | grep -qx "('running', 1)"; }
