@@ -3,11 +3,13 @@
  * `kernel<<<grid, block, smem, stream>>>(args)` as `emu_launch(kernel, grid,
  * block, smem, stream, args)`), against these stand-ins for the CUDA headers.
  *
- * Model: one OS thread per CUDA thread of a block; the blocks of a launch run
- * one after another, so `__shared__` (a function-level static here) is the
- * block's shared memory. __syncthreads is a barrier over the block, __syncwarp
- * one over the warp; shuffles and ballots exchange through per-warp arrays
- * between two warp barriers. WMMA fragments hold the whole 16x16 tile in every
+ * Model: each CUDA thread of a block is a fiber (its own stack) on the
+ * launching thread, run in turn until it meets a barrier or ends; the blocks of
+ * a launch run one after another, so `__shared__` (a function-level static
+ * here) is the block's shared memory. __syncthreads is a barrier over the
+ * block, __syncwarp one over the warp: a fiber that arrives yields until the
+ * last one of its group arrives. Shuffles and ballots exchange through
+ * per-warp arrays between two warp barriers. WMMA fragments hold the whole 16x16 tile in every
  * thread, and each WMMA call is warp-collective (barriers around it), which is
  * faithful for code that only loads, stores, fills and multiplies fragments.
  * The mma.sync / ldmatrix / cp.async functions of kcuda_mma.cuh have a
@@ -17,21 +19,37 @@
  * What it checks: indexing, tiling, masks, reductions, the order of
  * operations (same results as the GPU up to expf/tanhf rounding), and that
  * every output element is written. What it cannot: the GPU memory model
- * beyond barriers, launch and shared-memory limits, timing, cuBLAS (matmul.cu
- * and attention.cu are not emulated). A barrier reached by only part of a
- * block deadlocks here where the GPU would be undefined: don't write one. */
+ * beyond barriers (threads here never run at once), launch and shared-memory
+ * limits, timing, cuBLAS itself (emu/cublas_mock.h computes what the calls
+ * ask for). A barrier reached by only part of a block, undefined on the GPU,
+ * stops the program here with a message. */
 #ifndef ATOLL_EMU_CUDA_H
 #define ATOLL_EMU_CUDA_H
 
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
+#include <sys/mman.h>
 #include <type_traits>
 #include <vector>
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
+/* Under AddressSanitizer the switches are announced, so that it checks each
+ * fiber against its own stack. */
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #define __global__
 #define __device__
@@ -46,23 +64,164 @@ struct dim3 {
     dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
 
+/* A barrier over `expected` fibers: the last to arrive opens it (gen moves on). */
+struct emu_bar {
+    unsigned expected, arrived, gen;
+};
+
 struct emu_warp {
-    std::barrier<> *bar;
+    emu_bar bar;
     float f[32];
     unsigned u[32];
     uint32_t a[32][4], b[32][2]; /* mma operands, by lane (include/kcuda_mma.cuh) */
     const void *p[32];           /* ldmatrix row addresses, by lane */
 };
 
-/* Launch state: one launch at a time. `inline` variables: one definition across files. */
-inline thread_local dim3 threadIdx, blockIdx;
-inline thread_local emu_warp *emu_my_warp;
+/* ---- fibers: the CUDA threads of one block, switched on the launching thread ---- */
+#if defined(__x86_64__)
+/* Saves the callee-saved registers on the current stack, stores its pointer in
+ * *from and resumes the stack `to` (SysV x86-64: rbx, rbp, r12-r15). Weak: one
+ * copy for every file that includes this header. */
+extern "C" void emu_ctx_switch(void **from, void *to);
+asm(".text\n"
+    ".weak emu_ctx_switch\n"
+    ".type emu_ctx_switch,@function\n"
+    "emu_ctx_switch:\n"
+    "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+    "  movq %rsp, (%rdi)\n  movq %rsi, %rsp\n"
+    "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+    "  ret\n"
+    ".size emu_ctx_switch, .-emu_ctx_switch\n");
+#endif
+
+enum { EMU_STACK = 256 << 10 };
+
+struct emu_fiber {
+    char *stack; /* EMU_STACK bytes, the lowest page a guard */
+    bool done;
+#if defined(__x86_64__)
+    void *sp;
+#else
+    ucontext_t uc;
+#endif
+};
+
+/* Launch state: one launch at a time, one block at a time. `inline` variables: one definition across files. */
+inline dim3 threadIdx, blockIdx;
+inline emu_warp *emu_my_warp;
 inline dim3 blockDim, gridDim;
 inline void *emu_dyn_smem;
-inline std::barrier<> *emu_block_bar;
+inline emu_bar *emu_block_bar;
 inline int emu_or_flags[1024];
+inline emu_fiber emu_fibers[1024];
+inline emu_fiber *emu_cur;
+inline unsigned long emu_events; /* arrivals and ends: a pass over the fibers without one is a deadlock */
+inline void (*emu_body)(void *);
+inline void *emu_body_arg;
+#if defined(__x86_64__)
+inline void *emu_sched_sp;
+#else
+inline ucontext_t emu_sched_uc;
+#endif
 
-inline void __syncthreads() { emu_block_bar->arrive_and_wait(); }
+#ifdef EMU_ASAN
+inline const void *emu_sched_bottom;
+inline size_t emu_sched_size;
+#endif
+
+/* From the running fiber back to the launch's loop. */
+inline void emu_to_scheduler()
+{
+#ifdef EMU_ASAN
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(emu_cur->done ? nullptr : &fake, emu_sched_bottom, emu_sched_size);
+#endif
+#if defined(__x86_64__)
+    emu_ctx_switch(&emu_cur->sp, emu_sched_sp);
+#else
+    swapcontext(&emu_cur->uc, &emu_sched_uc);
+#endif
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, &emu_sched_bottom, &emu_sched_size);
+#endif
+}
+
+/* From the launch's loop into fiber f, until it yields or ends. */
+inline void emu_to_fiber(emu_fiber *f)
+{
+    emu_cur = f;
+#ifdef EMU_ASAN
+    void *fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, f->stack + 4096, EMU_STACK - 4096);
+#endif
+#if defined(__x86_64__)
+    emu_ctx_switch(&emu_sched_sp, f->sp);
+#else
+    swapcontext(&emu_sched_uc, &f->uc);
+#endif
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+}
+
+inline void emu_bar_wait(emu_bar *b)
+{
+    emu_events++;
+    if (++b->arrived == b->expected) {
+        b->arrived = 0;
+        b->gen++;
+        return;
+    }
+    unsigned gen = b->gen;
+    do emu_to_scheduler();
+    while (b->gen == gen);
+}
+
+inline void emu_fiber_main()
+{
+#ifdef EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, &emu_sched_bottom, &emu_sched_size);
+#endif
+    emu_body(emu_body_arg);
+    emu_cur->done = true;
+    emu_events++;
+    emu_to_scheduler();
+    abort(); /* an ended fiber is never resumed */
+}
+
+inline void emu_fiber_start(emu_fiber *f)
+{
+    if (!f->stack) {
+        void *p = mmap(nullptr, EMU_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) {
+            perror("emu: fiber stack");
+            abort();
+        }
+        mprotect(p, 4096, PROT_NONE); /* an overflow faults instead of writing the next stack */
+        f->stack = (char *)p;
+    }
+    f->done = false;
+#ifdef EMU_ASAN
+    __asan_unpoison_memory_region(f->stack + 4096, EMU_STACK - 4096); /* what the last block's frames left */
+#endif
+#if defined(__x86_64__)
+    /* the switch pops six registers and returns into emu_fiber_main with the stack
+     * as after a call: 8 bytes past a 16-byte boundary */
+    void **top = (void **)(f->stack + EMU_STACK);
+    *--top = nullptr;                     /* emu_fiber_main's return address: never used */
+    *--top = (void *)&emu_fiber_main;     /* where the switch's ret goes */
+    for (int i = 0; i < 6; i++) *--top = nullptr;
+    f->sp = top;
+#else
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = f->stack + 4096;
+    f->uc.uc_stack.ss_size = EMU_STACK - 4096;
+    f->uc.uc_link = nullptr;
+    makecontext(&f->uc, emu_fiber_main, 0);
+#endif
+}
+
+inline void __syncthreads() { emu_bar_wait(emu_block_bar); }
 inline int __syncthreads_or(int p)
 {
     emu_or_flags[threadIdx.x] = p;
@@ -72,7 +231,7 @@ inline int __syncthreads_or(int p)
     __syncthreads();
     return r != 0;
 }
-inline void __syncwarp(unsigned = 0xffffffffu) { emu_my_warp->bar->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu_bar_wait(&emu_my_warp->bar); }
 inline float __shfl_xor_sync(unsigned, float v, int o)
 {
     int lane = threadIdx.x & 31;
@@ -248,7 +407,8 @@ void mma_sync(acc_frag &d, const fragment<matrix_a, 16, 16, 16, T, LA> &a, const
 } // namespace wmma
 } // namespace nvcuda
 
-/* kernel<<<g, b, smem, stream>>>(args...) */
+/* kernel<<<g, b, smem, stream>>>(args...): block after block, each block's
+ * threads as fibers run in turn from the launching thread. */
 template <typename... P, typename... A>
 void emu_launch(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t, A... args)
 {
@@ -261,24 +421,34 @@ void emu_launch(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t,
     gridDim = g;
     std::vector<unsigned char> dyn(smem + 16);
     emu_dyn_smem = dyn.data();
-    std::barrier<> block_bar(nt);
+    emu_bar block_bar = { nt, 0, 0 };
     emu_block_bar = &block_bar;
     std::vector<emu_warp> warps(nw);
-    for (unsigned w = 0; w < nw; w++) warps[w].bar = new std::barrier<>(nt - w * 32 < 32 ? nt - w * 32 : 32);
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < nt; t++)
-        threads.emplace_back([&, t] {
-            threadIdx = dim3(t);
-            emu_my_warp = &warps[t / 32];
-            for (unsigned by = 0; by < g.y; by++)
-                for (unsigned bx = 0; bx < g.x; bx++) {
-                    blockIdx = dim3(bx, by);
-                    kernel(args...);
-                    block_bar.arrive_and_wait(); /* the block is done before its shared memory is reused */
+    auto body = [&] { kernel(args...); };
+    emu_body = [](void *p) { (*(decltype(body) *)p)(); };
+    emu_body_arg = &body;
+    for (unsigned by = 0; by < g.y; by++)
+        for (unsigned bx = 0; bx < g.x; bx++) {
+            blockIdx = dim3(bx, by);
+            for (unsigned w = 0; w < nw; w++) warps[w].bar = { nt - w * 32 < 32 ? nt - w * 32 : 32, 0, 0 };
+            for (unsigned t = 0; t < nt; t++) emu_fiber_start(&emu_fibers[t]);
+            for (unsigned live = nt; live;) {
+                unsigned long before = emu_events;
+                for (unsigned t = 0; t < nt; t++) {
+                    emu_fiber *f = &emu_fibers[t];
+                    if (f->done) continue;
+                    threadIdx = dim3(t);
+                    emu_my_warp = &warps[t / 32];
+                    emu_to_fiber(f);
+                    live -= f->done;
                 }
-        });
-    for (auto &th : threads) th.join();
-    for (auto &w : warps) delete w.bar;
+                if (live && emu_events == before) {
+                    fprintf(stderr, "emu_launch: block (%u, %u) of %u threads: a barrier that not all of its "
+                                    "threads reach (%u still waiting)\n", bx, by, nt, live);
+                    abort();
+                }
+            }
+        }
 }
 
 #endif
