@@ -109,6 +109,7 @@ static fused_result run_bf16(const k_ops *k, cfg_recompute rc, int block, int va
     CHECK(m != NULL, "model: %s", err);
     if (!m) return r;
     eng_init_params(m, 11);
+    eng_params_updated(m); /* the bf16 copy of the weights drawn */
     eng_acts *a = eng_acts_create(m, 0);
     eng_optim *o = eng_optim_create(m);
     eng_rates rates = { 1e-2, 1e-2, m->cfg.weight_decay };
