@@ -14,16 +14,17 @@
  *
  * Bounds: fp32 differs from the CPU only in summation order (the mock's GEMMs
  * sum in double), so 1e-5 relative on each loss and on the first step's
- * gradients (norm of the difference over the norm). bf16 rounds where each backend's kernels
- * round (flash attention keeps P in bf16 for P V, the CPU's reference rounds
- * elsewhere): 1e-2 on the losses, as the GPU run's trajectory check, and 3e-2
- * on the first step's gradients (seen: up to 6.8e-3). The weights' change over
- * two AdamW steps is compared too, loosely (bf16 2e-1, seen up to 6.7e-2; fp32
- * 1e-4, seen 3.3e-5): AdamW moves every weight by about the rate whatever its gradient, so
- * a gradient near zero that differs in sign moves its weight the other way.
- * A kernel fed the wrong weights, a missed accumulation or a wrong entry moves
- * them by far more (an entry dropped from the sum of two micro-batches halves
- * a gradient).
+ * gradients (norm of the difference over the norm). bf16 rounds where each
+ * backend's kernels round (flash attention keeps P in bf16 for P V, the CPU's
+ * reference rounds elsewhere): 1e-2 on the losses, as the GPU run's
+ * trajectory check, and 3e-2 on the first step's gradients (seen: up to
+ * 6.8e-3). The weights' change over two AdamW steps is compared too, loosely
+ * (bf16 2e-1, seen up to 6.7e-2; fp32 1e-3, seen up to 6.4e-5): AdamW moves
+ * every weight by about the rate whatever its gradient, so a gradient near
+ * zero that differs in sign moves its weight the other way. A kernel fed the
+ * wrong weights, a missed accumulation or a wrong entry moves them by far
+ * more (an entry dropped from the sum of two micro-batches halves a
+ * gradient).
  *
  * What it cannot see is the emulation's: streams and events (every call here
  * completes at once), the GPU memory model, cuBLASLt's real epilogue support
@@ -150,7 +151,7 @@ static void compare(const variant *v)
     long want = v->bf16 ? 2L * STEPS * MICRO * v->L : 0;
     CHECK(flash1 - flash0 == want && fused1 == fused0, "%s: %ld flash attention calls, want %ld (fused %ld)",
           v->name, flash1 - flash0, want, fused1 - fused0);
-    double tl = v->bf16 ? 1e-2 : 1e-5, tg = v->bf16 ? 3e-2 : 1e-5, tu = v->bf16 ? 2e-1 : 1e-4;
+    double tl = v->bf16 ? 1e-2 : 1e-5, tg = v->bf16 ? 3e-2 : 1e-5, tu = v->bf16 ? 2e-1 : 1e-3;
     double worst = 0;
     for (int i = 0; i < STEPS * MICRO; i++) {
         double d = fabs(cu.loss[i] - ref.loss[i]) / fabs(ref.loss[i]);

@@ -1,6 +1,7 @@
 /* cublas_mock: the cuBLAS / cuBLASLt calls of matmul.cu and attention.cu on
  * the CPU, for the emulated build (see emu_cuda.h). Column-major BLAS
- * semantics in double; epilogues BIAS, GELU(_AUX)(_BIAS), DGELU and BGRADB as
+ * semantics in double (the operands widened, the product by OpenBLAS's
+ * dgemm); epilogues BIAS, GELU(_AUX)(_BIAS), DGELU and BGRADB as
  * cuBLASLt documents them (bias per row of D, the GELU input kept in D's type,
  * BGRADB: per column of D the sum of op(B) over k, written in D's type). The
  * heuristic offers no algorithm for a fused epilogue when D has an odd
@@ -9,7 +10,9 @@
 #ifndef ATOLL_CUBLAS_MOCK_H
 #define ATOLL_CUBLAS_MOCK_H
 #include "emu_cuda.h"
+#include <cblas.h>
 #include <cmath>
+extern "C" int k_cpu_blas_threads(int n); /* kernels.h */
 typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType_t;
 typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
@@ -69,12 +72,22 @@ inline void mock_gemm(int ta, int tb, int m, int n, int k, float alpha, const vo
                       const void *B, cudaDataType_t bt, long ldb, float beta, void *C, cudaDataType_t ct, long ldc,
                       int epi = 1, const void *bias = nullptr, void *aux = nullptr, long ldaux = 0)
 {
+    /* One BLAS thread: the emulation runs on the calling thread, and OpenBLAS's other threads
+     * would spin (sched_yield) between its small products, taking the cores from the fibers
+     * and from the other ranks (the user's OPENBLAS_NUM_THREADS stands). */
+    static const bool one_thread = (k_cpu_blas_threads(1), true);
+    (void)one_thread;
+    /* op(A) [m, k] and op(B) [k, n] widened to column-major doubles, their product S [m, n] */
+    std::vector<double> a((size_t)m * k), b((size_t)k * n), S((size_t)m * n);
+    for (int p = 0; p < k; p++)
+        for (int i = 0; i < m; i++) a[(size_t)p * m + i] = mock_ld(A, at, ta ? (size_t)i * lda + p : (size_t)p * lda + i);
+    for (int j = 0; j < n; j++)
+        for (int p = 0; p < k; p++) b[(size_t)j * k + p] = mock_ld(B, bt, tb ? (size_t)p * ldb + j : (size_t)j * ldb + p);
+    if (m && n && k)
+        cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0, a.data(), m, b.data(), k, 0.0, S.data(), m);
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
-            double s = 0;
-            for (int p = 0; p < k; p++)
-                s += (double)mock_ld(A, at, ta ? (size_t)i * lda + p : (size_t)p * lda + i) *
-                     mock_ld(B, bt, tb ? (size_t)p * ldb + j : (size_t)j * ldb + p);
+            double s = S[(size_t)j * m + i];
             float v = alpha * (float)s + (beta != 0 ? beta * mock_ld(C, ct, (size_t)j * ldc + i) : 0.0f);
             if (epi & 4) v += mock_ld(bias, ct, i);
             if (epi & 64) { /* DGELU: times gelu' of the kept pre-activation */

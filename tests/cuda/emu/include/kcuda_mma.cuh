@@ -30,24 +30,31 @@ inline void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
     memcpy(w->a[lane], a, sizeof w->a[lane]);
     memcpy(w->b[lane], b, sizeof w->b[lane]);
     __syncwarp();
-    float A[16][16], B[16][8];
-    for (int l = 0; l < 32; l++) {
-        int g = l >> 2, c = l & 3;
+    /* This lane's outputs need rows g and g + 8 of A, held by lanes 4g..4g+3 (registers 0, 2:
+     * row g; 1, 3: row g + 8), and columns 2c, 2c + 1 of B, held by lanes 4n..4n+3 for column n
+     * (register 0: k 0..7, 1: k 8..15); lane 4r + q holds k = 2q, 2q + 1 (+ 8). */
+    int g = lane >> 2, c = lane & 3;
+    float A[2][16], B[2][16];
+    for (int q = 0; q < 4; q++) {
+        const uint32_t *ra = w->a[4 * g + q];
         for (int h = 0; h < 2; h++) {
-            A[g][2 * c + h] = h ? bf16x2_hi(w->a[l][0]) : bf16x2_lo(w->a[l][0]);
-            A[g + 8][2 * c + h] = h ? bf16x2_hi(w->a[l][1]) : bf16x2_lo(w->a[l][1]);
-            A[g][2 * c + 8 + h] = h ? bf16x2_hi(w->a[l][2]) : bf16x2_lo(w->a[l][2]);
-            A[g + 8][2 * c + 8 + h] = h ? bf16x2_hi(w->a[l][3]) : bf16x2_lo(w->a[l][3]);
-            B[2 * c + h][g] = h ? bf16x2_hi(w->b[l][0]) : bf16x2_lo(w->b[l][0]);
-            B[2 * c + 8 + h][g] = h ? bf16x2_hi(w->b[l][1]) : bf16x2_lo(w->b[l][1]);
+            A[0][2 * q + h] = h ? bf16x2_hi(ra[0]) : bf16x2_lo(ra[0]);
+            A[1][2 * q + h] = h ? bf16x2_hi(ra[1]) : bf16x2_lo(ra[1]);
+            A[0][2 * q + 8 + h] = h ? bf16x2_hi(ra[2]) : bf16x2_lo(ra[2]);
+            A[1][2 * q + 8 + h] = h ? bf16x2_hi(ra[3]) : bf16x2_lo(ra[3]);
+        }
+        for (int n = 0; n < 2; n++) {
+            const uint32_t *rb = w->b[4 * (2 * c + n) + q];
+            for (int h = 0; h < 2; h++) {
+                B[n][2 * q + h] = h ? bf16x2_hi(rb[0]) : bf16x2_lo(rb[0]);
+                B[n][2 * q + 8 + h] = h ? bf16x2_hi(rb[1]) : bf16x2_lo(rb[1]);
+            }
         }
     }
     __syncwarp();
-    int g = lane >> 2, c = lane & 3;
-    for (int e = 0; e < 4; e++) {
-        int row = g + (e >> 1) * 8, col = 2 * c + (e & 1);
+    for (int e = 0; e < 4; e++) { /* row g + (e >> 1) * 8, column 2c + (e & 1) */
         float s = d[e];
-        for (int k = 0; k < 16; k++) s += A[row][k] * B[k][col];
+        for (int k = 0; k < 16; k++) s += A[e >> 1][k] * B[e & 1][k];
         d[e] = s;
     }
 }
