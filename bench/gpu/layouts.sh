@@ -6,14 +6,18 @@
 # layers 1, 2, 1; pp2_vpp2_group4 runs the interleaved schedule in groups of 4;
 # pp2_resumed saves at step 5 and resumes), and bf16
 # tp2 x pp2 against single-rank bf16 on cuda (1e-2: bf16 rounding of the TP
-# partial sums differs).
+# partial sums differs). The data is traj.sh's synthetic bigram language: on the
+# built-in corpus (5 samples of 128 tokens) the model memorises, and a loss spike
+# at step 5 (grad norm 77) magnified bf16's rounding differences to 0.28 between
+# runs that agree to 1e-3 elsewhere.
 #
 #   layouts.sh ATOLL_TRAIN WORKDIR
 set -euo pipefail
 train=${1:?usage: layouts.sh ATOLL_TRAIN WORKDIR}
 work=${2:?usage: layouts.sh ATOLL_TRAIN WORKDIR}
 mkdir -p "$work"
-base=(--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 256
+[ -f "$work/bigram.idx" ] || python3 "$(dirname "$0")/make_data.py" "$work/bigram" bigram 256 256 2048
+base=(--data-path "$work/bigram" --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 256
       --micro-batch-size 2 --global-batch-size 8 --train-iters 10 --lr 1e-3 --seed 5 --log-interval 1)
 run() { # name, then atoll-train flags
   local name=$1; shift
