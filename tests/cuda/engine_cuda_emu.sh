@@ -33,16 +33,13 @@ run cuda_bf16_save "$emu" --device cuda --bf16 --exit-interval 2 --save "$work/c
 run cuda_bf16_resume "$emu" --device cuda --bf16 --load "$work/ckpt"
 failures=0
 grep -q "atoll-train: cuda," "$work/cuda.log" || { echo "FAIL: the emulated run did not say it ran on cuda"; failures=1; }
-python3 - "$work" <<'PY' || failures=$((failures + 1))
-import json, sys
+python3 - "$work" "$(dirname "$0")/../engine" <<'PY' || failures=$((failures + 1))
+import sys
+sys.path.insert(0, sys.argv[2])
+from loss_series import Checks, losses, rel
 w = sys.argv[1]
-L = lambda n: [json.loads(l)["loss"] for l in open(f"{w}/{n}.jsonl") if '"loss"' in l]
-rel = lambda a, b: max(abs(x - y) / abs(y) for x, y in zip(a, b))
-ok = True
-def check(cond, msg):
-    global ok
-    print(("ok: " if cond else "FAIL: ") + msg)
-    ok &= cond
+L = lambda n: losses(w, n)
+check = Checks()
 cpu, cpu16 = L("cpu"), L("cpu_bf16")
 for name, ref, tol in (("cuda", cpu, 1e-5), ("cuda_tp2pp2", cpu, 1e-4), ("cuda_dp2_zero1", cpu, 1e-4),
                        ("cuda_bf16", cpu16, 1e-2)):
@@ -52,7 +49,7 @@ for name, ref, tol in (("cuda", cpu, 1e-5), ("cuda_tp2pp2", cpu, 1e-4), ("cuda_d
 b, r = L("cuda_bf16"), L("cuda_bf16_resume")
 check(len(r) == 2 and r == b[2:], f"the bf16 checkpoint resumes bit for bit at step 3 ({r} vs {b[2:]})")
 check(L("cuda") != cpu, "the emulated cuda run is not the CPU backend (the losses differ in the last bits)")
-sys.exit(0 if ok else 1)
+sys.exit(0 if check.ok else 1)
 PY
 refuse() { # name, expected message, then flags
   local name=$1 want=$2; shift 2

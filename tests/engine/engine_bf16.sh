@@ -44,17 +44,14 @@ docs=(--data-path "$work/docs" --split 1,0,0)
 run doc_fp32_one "${docs[@]}"
 run doc_fp32 "${docs[@]}" --reset-position-ids --reset-attention-mask
 run doc_bf16 "${docs[@]}" --reset-position-ids --reset-attention-mask --bf16
-python3 - "$work" <<'PY'
-import json, sys
+python3 - "$work" "$(dirname "$0")" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[2])
+from loss_series import Checks, losses, rel
 w = sys.argv[1]
-L = lambda n: [json.loads(l)["loss"] for l in open(f"{w}/{n}.jsonl") if '"loss"' in l]
+L = lambda n: losses(w, n)
 fp32, bf16, tp, resumed = L("fp32"), L("bf16"), L("bf16_tp2pp2"), L("bf16_resume")
-rel = lambda a, b: max(abs(x - y) / abs(y) for x, y in zip(a, b))
-ok = True
-def check(cond, msg):
-    global ok
-    print(("ok: " if cond else "FAIL: ") + msg)
-    ok &= cond
+check = Checks()
 check(len(fp32) == len(bf16) == len(tp) == 12, f"12 steps each ({len(fp32)}, {len(bf16)}, {len(tp)})")
 check(rel(bf16, fp32) <= 1e-2, f"bf16 follows fp32 within 1e-2 ({rel(bf16, fp32):.1e})")
 check(rel(bf16, fp32) > 0, "bf16 is not fp32 in disguise (the losses differ)")
@@ -73,7 +70,7 @@ d1, df, db = L("doc_fp32_one"), L("doc_fp32"), L("doc_bf16")
 check(len(d1) == len(df) == len(db) == 12 and rel(db, df) <= 1e-2 and rel(db, df) < rel(db, d1) / 2,
       f"documents: bf16 follows fp32 within 1e-2 ({rel(db, df):.1e}), nearer than fp32 without documents "
       f"({rel(db, d1):.1e})")
-sys.exit(0 if ok else 1)
+sys.exit(0 if check.ok else 1)
 PY
 if "$train" "${flags[@]}" --hidden-size 96 --num-attention-heads 3 --bf16 --device cuda > "$work/refuse.log" 2>&1; then
   echo "FAIL: --bf16 with head dim 32 on cuda was accepted"; exit 1
