@@ -8,8 +8,9 @@
 # What goes in:
 #   .gpukit/bin/      atoll-train, atoll (data prepare), cuda_kernels_fp32, cuda_kernels_bf16, gpu_bench, cudnn_plan_check (sm_90),
 #                     ktrace.so (bench/gpu/ktrace.c: per-kernel GPU time of any program)
-#   .gpukit/libs.tar.xz   libuv, libyaml, OpenBLAS (+ gfortran, quadmath) from Debian
-#                     packages (apt-get download + dpkg -x), unpacked by run.sh
+#   .gpukit/libs.tar.xz   the system libraries those programs load (libuv, libyaml, libsodium,
+#                     protobuf-c, OpenBLAS, gfortran, ...: found with ldd, their Debian packages
+#                     with dpkg -S), extracted with apt-get download + dpkg -x, unpacked by run.sh
 #   .gpukit/peers/    whatever PEERS_DIR holds (default /tmp/peers/out): peer
 #                     programs built from their own sources outside this repository,
 #                     e.g. llm.c's train_gpt2cu (bench/gpu/peers.sh builds it from fetched
@@ -33,9 +34,18 @@ done
 cc -std=c11 -O2 -Wall -Wextra -Werror -shared -fPIC -I/usr/local/cuda/include "$root/bench/gpu/ktrace.c" \
    -L/usr/local/cuda/lib64 -lcupti -lstdc++ -o "$kit/bin/ktrace.so"
 
-if [ ! -f "$kit/libs.tar.xz" ]; then
+# the Debian packages of every shared library the kit's programs load from the system, but
+# the C and C++ runtimes' packages (libc6, libgcc-s1, libstdc++6: the GPU machine has its own), so a
+# new dependency of atoll travels without this list being edited; rebuilt when the list changes
+pkgs=$(for b in "$kit"/bin/*; do [ -x "$b" ] && ldd "$b" 2>/dev/null; done |
+  awk '$2 == "=>" && $3 ~ /^\/(usr\/)?lib\// {print $3}' | sort -u |
+  while read -r lib; do dpkg -S "$(readlink -f "$lib")" 2>/dev/null || dpkg -S "$lib"; done |
+  cut -d: -f1 | sort -u | grep -vxE 'libc6|libgcc-s1|libstdc\+\+6' | tr '\n' ' ')
+[ -n "$pkgs" ] || { echo "kit: found no Debian packages behind the programs' libraries" >&2; exit 1; }
+if [ ! -f "$kit/libs.tar.xz" ] || [ "$(cat "$kit/libs.list" 2>/dev/null)" != "$pkgs" ]; then
   tmp=$(mktemp -d)
-  (cd "$tmp" && apt-get download libuv1 libyaml-0-2 libopenblas0-pthread libgfortran5 libquadmath0 >/dev/null)
+  # shellcheck disable=SC2086 # one word per package
+  (cd "$tmp" && apt-get download $pkgs >/dev/null)
   mkdir -p "$tmp/root"
   for d in "$tmp"/*.deb; do dpkg -x "$d" "$tmp/root"; done
   mkdir -p "$tmp/lib"
@@ -43,6 +53,7 @@ if [ ! -f "$kit/libs.tar.xz" ]; then
   # OpenBLAS's alternatives layout: libblas/liblapack are not needed, libopenblas is
   rm -f "$tmp/lib/"libblas* "$tmp/lib/"liblapack*
   tar -C "$tmp" -cJf "$kit/libs.tar.xz" lib
+  echo "$pkgs" > "$kit/libs.list"
   rm -rf "$tmp"
 fi
 
