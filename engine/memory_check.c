@@ -107,7 +107,7 @@ int eng_memory_check(const atoll_config *c, int world, int local_ranks, const ch
 #ifdef ATOLL_HAVE_CUDA_KERNELS
         /* cuDNN's fused attention: the workspace its plans for this rank's
          * shape report (the plans are built now and kept for the run) */
-        if (room >= 0 && c->bf16 && !strcmp(c->attention_backend, "fused")) {
+        if (room >= 0 && c->bf16 && strcmp(c->attention_backend, "flash")) { /* fused, or auto */
             int tp = c->tensor_model_parallel_size > 0 ? c->tensor_model_parallel_size : 1;
             attn_ws = (double)k_cuda_attention_workspace_need(
                 c->micro_batch_size, c->seq_length, c->num_attention_heads / tp, cfg_kv_groups(c) / tp,

@@ -911,7 +911,11 @@ static int setup(run *r, char *err, size_t errlen)
         return ENG_ERR_CONFIG;
     }
 #ifdef ATOLL_HAVE_CUDA_KERNELS
-    if (!strcmp(r->o->device, "cuda") && k_cuda_fused_attention(!strcmp(c->attention_backend, "fused"), err, errlen))
+    if (!strcmp(r->o->device, "cuda") &&
+        k_cuda_fused_attention(!strcmp(c->attention_backend, "fused")   ? K_CUDA_ATTN_FUSED
+                               : !strcmp(c->attention_backend, "flash") ? K_CUDA_ATTN_FLASH
+                                                                        : K_CUDA_ATTN_AUTO,
+                               err, errlen))
         return ENG_ERR_CONFIG;
 #endif
     if (dist_init(&r->d, c, k, err, errlen)) return -1;
@@ -1297,7 +1301,7 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         rc = evaluate(&r, &r.test, 1, &test_loss, err, errlen);
     }
 #ifdef ATOLL_HAVE_CUDA_KERNELS
-    if (!rc && r.d.rank == 0 && !strcmp(c.attention_backend, "fused")) {
+    if (!rc && r.d.rank == 0 && c.bf16 && !strcmp(r.o->device, "cuda") && strcmp(c.attention_backend, "flash")) {
         long fused = 0, flash = 0;
         k_cuda_attention_calls(&fused, &flash);
         printf("atoll-train: attention calls on cuDNN's fused attention: %ld, on the flash kernels: %ld; cuDNN "

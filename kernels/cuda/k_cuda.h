@@ -25,10 +25,14 @@ const char *k_cuda_status(void);
  * one ordered after it with events. NULL before a successful k_cuda(). */
 void *k_cuda_stream(void);
 
-/* Which kernels run the bf16 attention entries: fused = 0 atoll's own flash
- * kernels (flash_attention.cu), 1 cuDNN's fused attention (cudnn_sdpa.h) where
- * it applies (--attention-backend fused). 0, or -1 with err (no cuDNN). */
-int k_cuda_fused_attention(int fused, char *err, size_t errlen);
+/* Which kernels run the bf16 attention entries (--attention-backend):
+ * K_CUDA_ATTN_FLASH atoll's own flash kernels (flash_attention.cu);
+ * K_CUDA_ATTN_FUSED cuDNN's fused attention (cudnn_sdpa.h) where it applies,
+ * -1 with err when cuDNN cannot be loaded; K_CUDA_ATTN_AUTO cuDNN's where it
+ * loads and applies, else the flash kernels (measured faster on an H200 at
+ * GPT-2 124M and at 1.5B: bench/results/gpu.md). 0, or -1 with err. */
+enum { K_CUDA_ATTN_FLASH, K_CUDA_ATTN_FUSED, K_CUDA_ATTN_AUTO };
+int k_cuda_fused_attention(int mode, char *err, size_t errlen);
 /* How many bf16 attention calls (forward and backward) ran on cuDNN's fused
  * attention and how many on the flash kernels, since the process started. */
 void k_cuda_attention_calls(long *fused, long *flash);

@@ -10,8 +10,8 @@
 
 static k_ops OPS;
 
-/* --attention-backend fused: the bf16 attention entries try cuDNN's fused
- * attention (cudnn_sdpa.h) and run the own flash kernels for what it does not
+/* --attention-backend fused (and auto where cuDNN loads): the bf16 attention
+ * entries try cuDNN's fused attention (cudnn_sdpa.h) and run the own flash kernels for what it does not
  * take (grouped-query attention, dropout, documents), saying so once. */
 static bool fused_attention;
 static long calls_fused, calls_flash; /* bf16 attention entries run, by kernels */
@@ -89,13 +89,17 @@ extern "C" size_t k_cuda_attention_workspace_held(void)
 #endif
 }
 
-extern "C" int k_cuda_fused_attention(int fused, char *err, size_t errlen)
+extern "C" int k_cuda_fused_attention(int mode, char *err, size_t errlen)
 {
-    if (!fused) {
+    if (mode == K_CUDA_ATTN_FLASH) {
         fused_attention = false;
         return 0;
     }
 #ifdef ATOLL_HAVE_CUDNN
+    if (mode == K_CUDA_ATTN_AUTO) {
+        fused_attention = kcudnn_version() != 0;
+        return 0;
+    }
     if (!kcudnn_version()) {
         snprintf(err, errlen, "--attention-backend fused: %s", kcudnn_why());
         return -1;
@@ -103,6 +107,8 @@ extern "C" int k_cuda_fused_attention(int fused, char *err, size_t errlen)
     fused_attention = true;
     return 0;
 #else
+    fused_attention = false;
+    if (mode == K_CUDA_ATTN_AUTO) return 0;
     snprintf(err, errlen, "--attention-backend fused: this build has no cuDNN (cudnn.h was not found)");
     return -1;
 #endif

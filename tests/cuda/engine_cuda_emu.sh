@@ -9,7 +9,8 @@
 # - one rank, bf16 (flash attention, fused classifier, BGRADB): the CPU's bf16
 #   within 1e-2, and a bf16 checkpoint saved at step 2 resumes bit for bit;
 # - the refusals a cuda run gives: bf16 at a head dim flash attention lacks,
-#   --attention-backend fused without cuDNN.
+#   --attention-backend fused without cuDNN (auto, the default, runs the
+#   flash kernels there and says so).
 #   engine_cuda_emu.sh ATOLL_TRAIN ATOLL_TRAIN_EMU WORKDIR
 set -euo pipefail
 train=$1
@@ -33,6 +34,9 @@ run cuda_bf16_save "$emu" --device cuda --bf16 --exit-interval 2 --save "$work/c
 run cuda_bf16_resume "$emu" --device cuda --bf16 --load "$work/ckpt"
 failures=0
 grep -q "atoll-train: cuda," "$work/cuda.log" || { echo "FAIL: the emulated run did not say it ran on cuda"; failures=1; }
+# --attention-backend auto (the default) without cuDNN: the flash kernels, said at the end of the run
+grep -q "attention calls on cuDNN's fused attention: 0, on the flash kernels: [1-9]" "$work/cuda_bf16.log" ||
+  { tail -3 "$work/cuda_bf16.log"; echo "FAIL: auto without cuDNN did not run the flash kernels"; failures=$((failures + 1)); }
 python3 - "$work" "$(dirname "$0")/../engine" <<'PY' || failures=$((failures + 1))
 import sys
 sys.path.insert(0, sys.argv[2])
