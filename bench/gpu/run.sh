@@ -25,7 +25,8 @@
 # The order is what a cut-short run should keep: the checks and the figures the targets
 # are judged by first, the per-kernel floors and the other families last.
 # Output: OUTDIR/run.log (everything), OUTDIR/summary.md (the figures),
-# OUTDIR/gpu_bench.md, OUTDIR/profile_*.md (kernel times over 10 steps, ktrace.so). Environment: B124 (micro-batch for gpt2, default 16),
+# OUTDIR/gpu_bench.md, OUTDIR/profile_*.md (kernel times, ktrace.so: GPT-2 over 10 steps, the
+# 1.5B model over 2). Environment: B124 (micro-batch for gpt2, default 16),
 # STEPS (timed steps per program, default 20), BUDGET_S (seconds the whole run may take, default 540).
 #
 # A device call is cut off at 10 minutes and a lease holds little more, so the run keeps its
@@ -209,16 +210,16 @@ for s in $stages; do
     make_data "$work/rand"
     note "| program | tokens/s | step ms | MFU (PaLM, 989 TFLOP/s) |"
     note "|---|---:|---:|---:|"
-    for p in "--bf16" "--bf16 --attention-backend fused" ""; do
+    for p in "--bf16 --attention-backend flash" "--bf16 --attention-backend fused" "--bf16" ""; do
       timeout 300 "$train" --device cuda $p $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" \
         --train-iters $((STEPS + 3)) --lr 6e-4 --data-path "$work/rand" > "$work/a.log" 2>&1 || { tail -5 "$work/a.log"; fails=$((fails + 1)); }
       tail -2 "$work/a.log"
       read -r tps ms mfu <<< "$(atoll_rate "$work/a.log")"
-      note "| atoll ${p:-fp32} | ${tps:-failed} | ${ms:-} | ${mfu:-} |"
+      note "| atoll ${p:-fp32}$([ "$p" = --bf16 ] && echo ' (attention backend auto)') | ${tps:-failed} | ${ms:-} | ${mfu:-} |"
       grep -m1 'kernels/cuda' "$work/a.log" || true
       calls=$(grep -o 'attention calls on.*' "$work/a.log")
       [ -n "$calls" ] && note "|  ($calls) | | | |"
-      case "$p" in *fused*) ms_fused=$ms ;; --bf16) ms_flash=$ms ;; esac
+      case "$p" in *fused*) ms_fused=$ms ;; *flash*) ms_flash=$ms ;; esac
     done
     # which --attention-backend `auto` should mean, by this run's step times
     if [ -n "${ms_flash:-}" ] && [ -n "${ms_fused:-}" ]; then
@@ -280,7 +281,11 @@ EOF
         { tail -3 "$work/b.log"; fails=$((fails + 1)); }
       read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
       note "- the same, global batch $gbs (8 micro-batches of $mb per step): ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-}"
-    done ;;
+    done
+    # where the 1.5B model's GPU time goes (default attention backend), kernel by kernel: 2 steps of 8 micro-batches
+    CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_OUT=$out/profile_atoll_big.md timeout 120 "$train" --device cuda \
+      --bf16 $big_flags --micro-batch-size "$mb" --global-batch-size $((mb * 8)) --train-iters 2 --lr 1e-4 \
+      --data-path "$work/rand" > "$work/p.log" 2>&1 || tail -3 "$work/p.log" ;;
   *) echo "run.sh: unknown stage '$s'"; fails=$((fails + 1)) ;;
   esac
 done
