@@ -188,13 +188,7 @@ void kcu_adamw_segments(float *master, uint16_t *param_bf16, const float *grad, 
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     if (bytes > 48 * 1024)
         cudaCheck(cudaFuncSetAttribute(adamw_seg_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    static int blocks = 0;
-    if (!blocks) {
-        int dev_id = 0, sms = 0;
-        cudaCheck(cudaGetDevice(&dev_id));
-        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev_id));
-        blocks = 8 * (sms > 0 ? sms : 1);
-    }
+    int blocks = 8 * kcu_sms();
     size_t need = (n / 4 + 255) / 256;
     unsigned grid = need < (size_t)blocks ? (unsigned)(need ? need : 1) : (unsigned)blocks;
     adamw_seg_k<<<grid, 256, bytes, kcu_stream()>>>(master, as_bf(param_bf16), grad, m, v, n / 4, nseg, dev,

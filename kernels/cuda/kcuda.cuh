@@ -25,6 +25,8 @@ cudaStream_t kcu_stream(void);
 cublasHandle_t kcu_cublas(void);
 cublasLtHandle_t kcu_cublaslt(void);
 void *kcu_workspace(size_t *bytes);
+/* The device's multiprocessor count (grids sized to fill it). */
+int kcu_sms(void);
 /* Reduction scratch owned by the backend, grown on demand (the first step sets
  * its size; later steps reuse it). Valid until the next kcu_scratch call. */
 void *kcu_scratch(size_t bytes);

@@ -7,7 +7,8 @@
  *   forward: mean, then the variance about it (two passes, as the CPU
  *   reference), then the output; the row is re-read from L1/L2, not DRAM.
  *   backward: dinp per row the same way, and in the same pass each block's
- *   column partials of dw and db over its LN_FUSED_ROWS rows: every warp adds
+ *   column partials of dw and db over its rows (ln_fused_rows splits the rows
+ *   so that every SM gets as many blocks as it can hold at once): every warp adds
  *   its rows into its own slice of shared memory, the block adds the slices
  *   in warp order, a second kernel adds the blocks' partials in block order.
  *   dout and x are read once (the floor: dout, x, dinp read and written).
@@ -23,7 +24,6 @@
 #define LN_PARTS 256
 #define LN_WARPS 8        /* rows per block in the warp-per-row kernels */
 #define LN_ROW_CHUNK 32   /* rows per partial sum in the dw/db column kernel */
-#define LN_FUSED_ROWS 64  /* rows per block in the fused backward */
 #define LN_FUSED_SMEM (96 * 1024) /* the most shared memory it asks for */
 
 /* ---- warp per row (C % 8 == 0) ---- */
@@ -139,7 +139,8 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_bwd_dx_k(T *dinp, const T *d
  * dinp += rstd (g w - xhat mean(g w xhat)), xhat = x rstd. */
 template <typename T, bool RMS>
 __global__ void __launch_bounds__(128) ln_bwd_fused_k(T *dinp, float *part, const T *dout, const T *inp, const T *w,
-                                                      const float *mean, const float *rstd, int N, int C, int Cp)
+                                                      const float *mean, const float *rstd, int N, int C, int Cp,
+                                                      int rows)
 {
     extern __shared__ float acc[];
     const int S = RMS ? 1 : 2;
@@ -147,8 +148,8 @@ __global__ void __launch_bounds__(128) ln_bwd_fused_k(T *dinp, float *part, cons
     float *dwa = acc + (size_t)warp * S * Cp, *dba = dwa + Cp;
     for (int i = lane; i < S * Cp; i += 32) dwa[i] = 0.0f;
     __syncwarp();
-    int r1 = min(N, (int)blockIdx.x * LN_FUSED_ROWS + LN_FUSED_ROWS);
-    for (int n = blockIdx.x * LN_FUSED_ROWS + warp; n < r1; n += W) {
+    int r1 = min(N, (int)blockIdx.x * rows + rows);
+    for (int n = blockIdx.x * rows + warp; n < r1; n += W) {
         const T *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
         T *dx = dinp + (size_t)n * C;
         float m = RMS ? 0.0f : mean[n], rs = rstd[n], gs, gxs, xv[8], gv[8], wv[8], dv[8];
@@ -286,6 +287,25 @@ __global__ void ln_finish_k(float *dw, float *db, const float *part, int parts, 
     }
 }
 
+/* Rows per block of ln_bwd_fused_k (warps warps, fsmem bytes of shared memory):
+ * as many blocks as the SMs hold at once, each a whole number of rows per warp.
+ * A fixed 64 rows gave a 1.5B model's 8192 rows 128 blocks of 4 warps, under
+ * one per SM on an H200 (183 us a call against a 25 us floor, bench/results/gpu.md). */
+template <typename T, bool RMS>
+static int ln_fused_rows(int N, size_t fsmem, int warps)
+{
+    static size_t smem_seen = (size_t)-1;
+    static int per_sm = 1;
+    if (fsmem != smem_seen) { /* one model has one or two row widths */
+        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ln_bwd_fused_k<T, RMS>, warps * 32, fsmem));
+        if (per_sm < 1) per_sm = 1;
+        smem_seen = fsmem;
+    }
+    long blocks = (long)kcu_sms() * per_sm;
+    int rows = (int)((N + blocks - 1) / blocks);
+    return (rows + warps - 1) / warps * warps;
+}
+
 /* ---- RMSNorm (the LLaMA family): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----
  * A warp per row: ln_fwd_warp_k's RMS form where rows are whole 16-byte
  * chunks, else rms_fwd_k (scalar accesses, coalesced across the warp); the
@@ -357,13 +377,13 @@ static void rmsnorm_backward(T *dinp, float *dw, const T *dout, const T *inp, co
     int Cp = (C + 255) / 256 * 256;
     size_t fsmem = sizeof(float) * (size_t)Cp * 4; /* four warps' dw slices */
     if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w) && fsmem <= LN_FUSED_SMEM) {
-        int parts = (N + LN_FUSED_ROWS - 1) / LN_FUSED_ROWS;
-        float *part = (float *)kcu_scratch(sizeof(float) * (size_t)C * parts);
         if (fsmem > 48 * 1024)
             cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)fsmem));
+        int rows = ln_fused_rows<T, true>(N, fsmem, 4), parts = (N + rows - 1) / rows;
+        float *part = (float *)kcu_scratch(sizeof(float) * (size_t)C * parts);
         ln_bwd_fused_k<T, true><<<parts, 128, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, nullptr, rstd, N, C,
-                                                                      Cp);
+                                                                      Cp, rows);
         kcu_launched();
         ln_finish_k<<<(C + 31) / 32, 256, 0, kcu_stream()>>>(dw, (float *)nullptr, part, parts, C);
         kcu_launched();
@@ -420,13 +440,13 @@ static void layernorm_backward(T *dinp, float *dw, float *db, const T *dout, con
     int Cp = (C + 255) / 256 * 256, fw = 4; /* fewer warps per block would starve the SMs: wide rows go below */
     size_t fsmem = sizeof(float) * 2 * (size_t)Cp * fw;
     if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w) && fsmem <= LN_FUSED_SMEM) {
-        int parts = (N + LN_FUSED_ROWS - 1) / LN_FUSED_ROWS;
-        float *part = (float *)kcu_scratch(sizeof(float) * 2 * (size_t)C * parts);
         if (fsmem > 48 * 1024)
             cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)fsmem));
+        int rows = ln_fused_rows<T, false>(N, fsmem, fw), parts = (N + rows - 1) / rows;
+        float *part = (float *)kcu_scratch(sizeof(float) * 2 * (size_t)C * parts);
         ln_bwd_fused_k<T, false><<<parts, fw * 32, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N, C,
-                                                                           Cp);
+                                                                           Cp, rows);
         kcu_launched();
         ln_finish_k<<<(2 * C + 31) / 32, 256, 0, kcu_stream()>>>(dw, db, part, parts, C);
         kcu_launched();

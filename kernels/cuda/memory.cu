@@ -8,6 +8,7 @@
 
 static struct {
     int up;
+    int sms;
     char status[256];
     cudaStream_t stream;
     cublasHandle_t cublas;
@@ -21,6 +22,7 @@ static struct {
 cudaStream_t kcu_stream(void) { return S.stream; }
 cublasHandle_t kcu_cublas(void) { return S.cublas; }
 cublasLtHandle_t kcu_cublaslt(void) { return S.lt; }
+int kcu_sms(void) { return S.sms > 0 ? S.sms : 1; }
 
 void *kcu_workspace(size_t *bytes)
 {
@@ -62,6 +64,7 @@ int kcu_init(void)
         return 0;
     }
     snprintf(S.status, sizeof S.status, "%s", p.name);
+    cudaCheck(cudaDeviceGetAttribute(&S.sms, cudaDevAttrMultiProcessorCount, dev));
     cublasCheck(cublasCreate(&S.cublas));
     cublasCheck(cublasSetStream(S.cublas, S.stream));
     cublasCheck(cublasLtCreate(&S.lt));
