@@ -67,6 +67,16 @@ if [ -z "${ATOLL_GPU_STAGE:-}" ]; then
   LD_LIBRARY_PATH="$work/lib:$(pylib nvidia.nccl):$(pylib nvidia.cudnn):$(pylib nvidia.cublas):/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
   export LD_LIBRARY_PATH
   export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-8}
+  # a kit program that cannot load here would fail every stage: stop now, before spending the lease
+  missing=$(for b in "$kit"/bin/*; do
+    case $b in *.so) continue ;; esac
+    [ -x "$b" ] && ldd "$b" 2>&1 | grep 'not found' | sed "s|^[[:space:]]*|$(basename "$b"): |"
+  done | sort -u)
+  if [ -n "$missing" ]; then
+    echo "run.sh: the kit's programs need libraries this machine lacks (rebuild the kit with bench/gpu/kit.sh):"
+    echo "$missing"
+    exit 1
+  fi
   {
     echo "# atoll on a GPU: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo
