@@ -61,7 +61,8 @@ def row(name, v, unit="s", d=2):
                                                f % min(v))
 kinds = [("kill-workerd", "node lost (kill -9 of a workerd)"), ("kill-rank", "rank exit (kill -9 of a rank)"),
          ("stop-rank", "hang (SIGSTOP of a rank)"), ("node-back", "a killed node comes back (scale-up)"),
-         ("kill-coordinator", "kill -9 of the coordinator")]
+         ("kill-coordinator", "kill -9 of the coordinator"), ("stop-workerd", "node lost (SIGSTOP of a workerd: a frozen node)"),
+         ("cont-workerd", "the frozen node continues (its old ranks gone, scale-up)")]
 print("# Chaos: detection, recovery and goodput under injected faults\n")
 print("- date: %s" % t0)
 print("- machine: `%s`" % " ".join(os.uname()[i] for i in (0, 2, 3, 4)))

@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Chaos run: real daemons on loopback, a real training job with checkpoints, and
 faults injected in a seeded random order: kill -9 of a workerd, kill -9 of a rank,
-SIGSTOP of a rank, kill -9 of the coordinator, and a killed node coming back.
+SIGSTOP of a rank, kill -9 of the coordinator, a killed node coming back, and
+SIGSTOP of a workerd (a frozen node: its heartbeats stop, its ranks are out of
+reach) with its SIGCONT later (the node returns with the ranks of an epoch that
+was replaced: they must be gone, and the job scales up onto the node again).
 
 After each fault the job must run again (or, for the coordinator, keep running
 with no restart). At the end the job must complete, and:
@@ -18,7 +21,8 @@ with no restart). At the end the job must complete, and:
     chaos.py BINDIR [--seed N] [--rounds R] [--heartbeat S] [--fault-every S] [--results FILE.json]
 
 Each round injects every kind of fault once (in the seed's order; a node comes
-back only after it was killed). --results writes per-fault figures (detection
+back only after it was killed, a stopped workerd continues only after it was
+stopped, and one node is out at a time). --results writes per-fault figures (detection
 time, time to running again, steps recomputed) and the job's goodput for
 bench/chaos.sh. Exit status 0 when every check passed."""
 import argparse, json, os, random, shutil, signal, struct, subprocess, sys, tempfile, time
@@ -26,7 +30,9 @@ import argparse, json, os, random, shutil, signal, struct, subprocess, sys, temp
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import ckpt_sum  # noqa: E402  (tests/ckpt_sum.py: the manifest checksum, its own twin of the C code)
 
-KINDS = ["kill-rank", "stop-rank", "kill-workerd", "kill-coordinator"]
+KINDS = ["kill-rank", "stop-rank", "kill-workerd", "kill-coordinator", "stop-workerd"]
+# a node taken out, and the fault that brings it back
+PAIRS = (("kill-workerd", "node-back"), ("stop-workerd", "cont-workerd"))
 
 
 def log(*a):
@@ -87,9 +93,9 @@ class Cluster:
     def events(self, after=0):
         return self.atoll("events", "--after", str(after), "--limit", "10000")["events"]
 
-    def rank_pids(self, job, rank=None, epoch=None):
-        """pids of the job's ranks under this cluster's workerds: {pid: (rank, epoch)}"""
-        sups = {str(p.pid) for p in self.workers.values() if p.poll() is None}
+    def rank_pids(self, job, rank=None, epoch=None, skip_node=None):
+        """pids of the job's ranks under this cluster's workerds (but skip_node's): {pid: (rank, epoch)}"""
+        sups = {str(p.pid) for w, p in self.workers.items() if p.poll() is None and w != skip_node}
         out = {}
         for d in os.listdir("/proc"):
             if not d.isdigit():
@@ -202,13 +208,16 @@ def run(a, rng, cl, tmp):
         model.append("--deterministic-dp")
     keep = ["--save-keep", str(a.save_keep)] if a.save_keep else []
     every = ["--save-mtbf", str(a.save_mtbf)] if a.save_mtbf else ["--save-interval", "5"]
-    # faults: every kind once per round, shuffled; a killed node comes back later in the round
+    # faults: every kind once per round, shuffled; a node taken out comes back later in the round,
+    # before the other node is taken out (one node always runs the job)
     plan = []
     for _ in range(a.rounds):
         kinds = KINDS[:]
         rng.shuffle(kinds)
-        at = kinds.index("kill-workerd")
-        kinds.insert(rng.randint(at + 1, len(kinds)), "node-back")
+        for out, back in PAIRS:
+            at = kinds.index(out)
+            nxt = [i for i, k in enumerate(kinds) if i > at and k in [o for o, _ in PAIRS]]
+            kinds.insert(rng.randint(at + 1, nxt[0] if nxt else len(kinds)), back)
         plan += kinds
     # room for the steps made while each fault is handled and checked, beyond steps_between: on a
     # loaded machine the job runs ahead of this harness (40+ steps a fault were seen with 10 asked),
@@ -239,6 +248,7 @@ def run(a, rng, cl, tmp):
     losses = None  # checked only when the job runs to its end (not with --fault-every)
     last_fault = time.time()
     killed = None  # the node whose workerd was killed, until it comes back
+    stopped = None  # the node whose workerd is stopped, until it continues
     last_event = 0
     seen = {}  # iteration -> loss, gathered as the run goes (the series thins steps past its newest 1000)
     for n, kind in enumerate(plan):
@@ -276,6 +286,14 @@ def run(a, rng, cl, tmp):
             cl.start_worker(killed, 2)
             rec["node"] = killed
             killed = None
+        elif kind == "stop-workerd":
+            stopped = rng.choice([w for w, p in cl.workers.items() if p.poll() is None])
+            os.kill(cl.workers[stopped].pid, signal.SIGSTOP)
+            rec["node"] = stopped
+        elif kind == "cont-workerd":
+            os.kill(cl.workers[stopped].pid, signal.SIGCONT)
+            rec["node"] = stopped
+            stopped = None
         elif kind == "kill-coordinator":
             cl.coord.kill()
             cl.coord.wait()
@@ -338,13 +356,19 @@ def check_fault(cl, job, rec, restarts, epoch, after):
     ev = wait_for("the job to run again after %s" % kind, recovered, 90)
     st = cl.status(job)
     h = [x for x in st["restart_history"] if x["epoch"] > epoch][0]
+    if kind == "cont-workerd":  # the ranks the frozen node kept, of the epoch before the one now replaced, too
+        older = lambda: [v for v in cl.rank_pids(job).values() if v[1] < h["epoch"]]
+        wait_for("the continued node's old ranks to be gone", lambda: not older(), 15)
+        log("  ok: no rank of an older epoch left after %s continued" % rec["node"])
     rec.update(cause=h["cause"], detail=h["detail"], dp=h["dp"], steps_recomputed=h["steps_recomputed"],
                detected_s=h["detected_ms"] / 1000.0 - rec["t_fault"], running_s=h["running_ms"] / 1000.0 - rec["t_fault"],
                detect_reported_s=h["detection_s"], epoch_after=h["epoch"])
-    old = cl.rank_pids(job, epoch=epoch)
+    # a stopped workerd's ranks are out of reach until it continues (checked then)
+    old = cl.rank_pids(job, epoch=epoch, skip_node=rec["node"] if kind == "stop-workerd" else None)
     if old:
         raise Fail("ranks of epoch %d still alive after the restart: %s" % (epoch, old))
-    want = {"kill-rank": "rank-exit", "stop-rank": "hang", "kill-workerd": "node-lost", "node-back": "scale-up"}[kind]
+    want = {"kill-rank": "rank-exit", "stop-rank": "hang", "kill-workerd": "node-lost", "node-back": "scale-up",
+            "stop-workerd": "node-lost", "cont-workerd": "scale-up"}[kind]
     if h["cause"] != want:
         raise Fail("%s was taken for %s: %s" % (kind, h["cause"], h["detail"]))
     log("  ok: %s detected %.2f s after the fault, running again after %.2f s, %d steps recomputed, dp %d" %
@@ -452,10 +476,10 @@ def check_events_name_faults(cl, job, results):
         elif r["kind"] == "stop-rank":
             want = "culprit rank %d" % r["rank"]
             hit = [e for e in after if e["kind"] == "job.hang" and want in e["message"] and "stopped" in e["message"]]
-        elif r["kind"] == "kill-workerd":
+        elif r["kind"] in ("kill-workerd", "stop-workerd"):
             want = "node %s lost" % r["node"]
             hit = [e for e in after if e["kind"] == "job.node_lost" and want in e["message"]]
-        elif r["kind"] == "node-back":
+        elif r["kind"] in ("node-back", "cont-workerd"):
             want = r["node"]
             hit = [e for e in after if e["kind"] in ("node.reregistered", "node.alive") and e["subject"] == want]
             hit = hit and [e for e in after if e["kind"] == "job.restart" and e["message"].startswith("scale-up")]
