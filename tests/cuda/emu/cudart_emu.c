@@ -10,6 +10,7 @@
  * the place of the runtime library's. */
 #include <cuda_runtime_api.h>
 
+#include "emu_device.h"
 #include "kernels.h"
 
 const k_ops *k_cuda_emu(void);
@@ -26,9 +27,9 @@ cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaE
 
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 
-/* The emulated device's memory is the host's: 16 GiB free, to the memory check. */
+/* The emulated device's memory (emu_device.h), all free, to the memory check. */
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 {
-    *free_b = *total_b = (size_t)16 << 30;
+    *free_b = *total_b = EMU_DEVICE_BYTES;
     return cudaSuccess;
 }

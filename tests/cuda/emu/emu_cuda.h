@@ -28,6 +28,8 @@
 
 #include <cmath>
 #include <cstdint>
+
+#include "emu_device.h"
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -324,7 +326,7 @@ inline cudaError_t cudaMalloc(void **p, size_t n)
 inline cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
 inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 {
-    *free_b = (size_t)1 << 30, *total_b = (size_t)2 << 30;
+    *free_b = *total_b = EMU_DEVICE_BYTES;
     return cudaSuccess;
 }
 inline cudaError_t cudaMallocHost(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? cudaSuccess : 2; }
