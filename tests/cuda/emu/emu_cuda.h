@@ -94,6 +94,16 @@ asm(".text\n"
     "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
     "  ret\n"
     ".size emu_ctx_switch, .-emu_ctx_switch\n");
+struct emu_ctx {
+    void *sp;
+};
+/* Saves where this code runs into *from and resumes *to. */
+inline void emu_switch(emu_ctx *from, emu_ctx *to) { emu_ctx_switch(&from->sp, to->sp); }
+#else
+struct emu_ctx {
+    ucontext_t uc;
+};
+inline void emu_switch(emu_ctx *from, emu_ctx *to) { swapcontext(&from->uc, &to->uc); }
 #endif
 
 enum { EMU_STACK = 256 << 10 };
@@ -101,11 +111,7 @@ enum { EMU_STACK = 256 << 10 };
 struct emu_fiber {
     char *stack; /* EMU_STACK bytes, the lowest page a guard */
     bool done;
-#if defined(__x86_64__)
-    void *sp;
-#else
-    ucontext_t uc;
-#endif
+    emu_ctx ctx;
 };
 
 /* Launch state: one launch at a time, one block at a time. `inline` variables: one definition across files. */
@@ -120,11 +126,7 @@ inline emu_fiber *emu_cur;
 inline unsigned long emu_events; /* arrivals and ends: a pass over the fibers without one is a deadlock */
 inline void (*emu_body)(void *);
 inline void *emu_body_arg;
-#if defined(__x86_64__)
-inline void *emu_sched_sp;
-#else
-inline ucontext_t emu_sched_uc;
-#endif
+inline emu_ctx emu_sched; /* the launch's loop, while a fiber runs */
 
 #ifdef EMU_ASAN
 inline const void *emu_sched_bottom;
@@ -138,11 +140,7 @@ inline void emu_to_scheduler()
     void *fake = nullptr;
     __sanitizer_start_switch_fiber(emu_cur->done ? nullptr : &fake, emu_sched_bottom, emu_sched_size);
 #endif
-#if defined(__x86_64__)
-    emu_ctx_switch(&emu_cur->sp, emu_sched_sp);
-#else
-    swapcontext(&emu_cur->uc, &emu_sched_uc);
-#endif
+    emu_switch(&emu_cur->ctx, &emu_sched);
 #ifdef EMU_ASAN
     __sanitizer_finish_switch_fiber(fake, &emu_sched_bottom, &emu_sched_size);
 #endif
@@ -156,11 +154,7 @@ inline void emu_to_fiber(emu_fiber *f)
     void *fake = nullptr;
     __sanitizer_start_switch_fiber(&fake, f->stack + 4096, EMU_STACK - 4096);
 #endif
-#if defined(__x86_64__)
-    emu_ctx_switch(&emu_sched_sp, f->sp);
-#else
-    swapcontext(&emu_sched_uc, &f->uc);
-#endif
+    emu_switch(&emu_sched, &f->ctx);
 #ifdef EMU_ASAN
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
@@ -213,13 +207,13 @@ inline void emu_fiber_start(emu_fiber *f)
     *--top = nullptr;                     /* emu_fiber_main's return address: never used */
     *--top = (void *)&emu_fiber_main;     /* where the switch's ret goes */
     for (int i = 0; i < 6; i++) *--top = nullptr;
-    f->sp = top;
+    f->ctx.sp = top;
 #else
-    getcontext(&f->uc);
-    f->uc.uc_stack.ss_sp = f->stack + 4096;
-    f->uc.uc_stack.ss_size = EMU_STACK - 4096;
-    f->uc.uc_link = nullptr;
-    makecontext(&f->uc, emu_fiber_main, 0);
+    getcontext(&f->ctx.uc);
+    f->ctx.uc.uc_stack.ss_sp = f->stack + 4096;
+    f->ctx.uc.uc_stack.ss_size = EMU_STACK - 4096;
+    f->ctx.uc.uc_link = nullptr;
+    makecontext(&f->ctx.uc, emu_fiber_main, 0);
 #endif
 }
 
