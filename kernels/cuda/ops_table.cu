@@ -11,8 +11,9 @@
 static k_ops OPS;
 
 /* --attention-backend fused (and auto where cuDNN loads): the bf16 attention
- * entries try cuDNN's fused attention (cudnn_sdpa.h) and run the own flash kernels for what it does not
- * take (grouped-query attention, dropout, documents), saying so once. */
+ * entries try cuDNN's fused attention (cudnn_sdpa.h) and run the own flash
+ * kernels for what it does not take (grouped-query attention, dropout,
+ * documents), saying so once. */
 static bool fused_attention;
 static long calls_fused, calls_flash; /* bf16 attention entries run, by kernels */
 
