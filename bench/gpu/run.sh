@@ -27,7 +27,8 @@
 # Output: OUTDIR/run.log (everything), OUTDIR/summary.md (the figures),
 # OUTDIR/gpu_bench.md, OUTDIR/profile_*.md (kernel times, ktrace.so: GPT-2 over 10 steps, the
 # 1.5B model over 2). Environment: B124 (micro-batch for gpt2, default 16),
-# STEPS (timed steps per program, default 20), BUDGET_S (seconds the whole run may take, default 540).
+# STEPS (timed steps per program, default 20), BUDGET_S (seconds the whole run may take, default 540),
+# LLMC_RUNS (llm.c's timed runs, the fastest kept, default 3).
 #
 # A device call is cut off at 10 minutes and a lease holds little more, so the run keeps its
 # own clock: each stage runs as a child of this script under `timeout`, for at most its cap
@@ -252,17 +253,25 @@ for name, n in (("train", 4_000_000), ("val", 200_000)):
     with open(f"{sys.argv[1]}/llmc_{name}.bin", "wb") as f:
         f.write(hdr.tobytes()); f.write(tok.tobytes())
 EOF
-      (cd "$work" && timeout 300 "$kit/peers/train_gpt2cu" -i "$work/llmc_train.bin" -j "$work/llmc_val.bin" -e d12 \
-        -b "$B124" -t 1024 -d $((B124 * 1024)) -x $((STEPS + 5)) -v 100000 -s 0 -h 0 -l 6e-4 > "$work/l.log" 2>&1) ||
-        { tail -20 "$work/l.log"; fails=$((fails + 1)); }
-      grep -E '^step' "$work/l.log" | tail -3
+      # llm.c's step time moved by a third between fresh machines with the same GPU work (2026-11-27: host side),
+      # so it runs LLMC_RUNS times and its fastest run is the one atoll is set against
+      best_tps=0 best_ms="" runs=""
+      for _ in $(seq "${LLMC_RUNS:-3}"); do
+        (cd "$work" && timeout 300 "$kit/peers/train_gpt2cu" -i "$work/llmc_train.bin" -j "$work/llmc_val.bin" -e d12 \
+          -b "$B124" -t 1024 -d $((B124 * 1024)) -x $((STEPS + 5)) -v 100000 -s 0 -h 0 -l 6e-4 > "$work/l.log" 2>&1) ||
+          { tail -20 "$work/l.log"; fails=$((fails + 1)); }
+        grep -E '^step' "$work/l.log" | tail -3
+        read -r tps ms <<< "$(grep -E '^step' "$work/l.log" | tail -n +6 | sed 's/.*| *\([0-9.]*\) ms.*| *\([0-9]*\) tok\/s.*/\2 \1/' |
+          sort -n | awk '{t[NR]=$1; m[NR]=$2} END {if (NR) print t[int((NR+1)/2)], m[int((NR+1)/2)]}')"
+        runs="$runs ${tps:-failed}"
+        if [ -n "${tps:-}" ] && [ "$tps" -gt "$best_tps" ]; then best_tps=$tps best_ms=$ms; fi
+      done
       (cd "$work" && CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_OUT=$out/profile_llmc.md timeout 200 \
         "$kit/peers/train_gpt2cu" -i "$work/llmc_train.bin" -j "$work/llmc_val.bin" -e d12 -b "$B124" -t 1024 \
         -d $((B124 * 1024)) -x 10 -v 100000 -s 0 -h 0 -l 6e-4 > "$work/lp.log" 2>&1) || tail -3 "$work/lp.log"
-      read -r tps ms <<< "$(grep -E '^step' "$work/l.log" | tail -n +6 | sed 's/.*| *\([0-9.]*\) ms.*| *\([0-9]*\) tok\/s.*/\2 \1/' |
-        sort -n | awk '{t[NR]=$1; m[NR]=$2} END {if (NR) print t[int((NR+1)/2)], m[int((NR+1)/2)]}')"
+      tps=$([ "$best_tps" -gt 0 ] && echo "$best_tps") ms=$best_ms
       mfu=$(python3 -c "print(f'{$tps * (6 * 124475904 + 12 * 12 * 768 * 1024) / 989e12 * 100:.1f}%')" 2>/dev/null)
-      note "| llm.c train_gpt2cu (cuDNN attention, bf16) | ${tps:-failed} | ${ms:-} | ${mfu:-} |"
+      note "| llm.c train_gpt2cu (cuDNN attention, bf16; the fastest of its runs:${runs} tokens/s) | ${tps:-failed} | ${ms:-} | ${mfu:-} |"
     fi
     python3 "$root/bench/gpu/torch_gpt2.py" --batch "$B124" --steps "$STEPS" > "$work/t.log" 2>&1 || { tail -20 "$work/t.log"; fails=$((fails + 1)); }
     tail -1 "$work/t.log"
