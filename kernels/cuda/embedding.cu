@@ -9,6 +9,7 @@
 #include "kcuda.cuh"
 
 #define EMB_BLOCK 256
+#define EMB_VEC_MAX ((size_t)1 << 30) /* 8-wide kernels index with int: i + the grid's stride stays below 2^31 */
 
 template <typename T>
 __global__ void embed_fwd_k(T *out, const int32_t *tokens, const T *wte, int N, int C, int off, int V)
@@ -19,6 +20,21 @@ __global__ void embed_fwd_k(T *out, const int32_t *tokens, const T *wte, int N, 
         int n = (int)(i / C), c = (int)(i % C);
         int r = tokens[n] - off;
         out[i] = (r >= 0 && r < V) ? wte[(size_t)r * C + c] : T(0.0f);
+    }
+}
+
+/* The same, 8 elements a thread through 16-byte accesses (C % 8 == 0): one
+ * token read per 8 outputs and 32-bit index math, so the copy runs at the
+ * memory's rate rather than the divider's. */
+template <typename T>
+__global__ void embed_fwd8_k(T *out, const int32_t *tokens, const T *wte, int N, int C, int off, int V)
+{
+    int C8 = C / 8, total = N * C8;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int n = i / C8, c = (i - n * C8) * 8, r = tokens[n] - off;
+        float v[8] = { 0 };
+        if (r >= 0 && r < V) ld8(wte + (size_t)r * C + c, v);
+        st8(out + (size_t)n * C + c, v);
     }
 }
 
@@ -69,6 +85,21 @@ template <typename T> __global__ void pos_fwd_k(T *out, const T *wpe, const int3
     }
 }
 
+/* The same, 8 elements a thread (C % 8 == 0, N * C / 8 fits an int). */
+template <typename T> __global__ void pos_fwd8_k(T *out, const T *wpe, const int32_t *pos, int N, int T_, int C)
+{
+    int C8 = C / 8, total = N * C8;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        int n = i / C8, c = (i - n * C8) * 8, t = pos ? pos[n] : n % T_;
+        float v[8], w[8];
+        ld8(out + (size_t)n * C + c, v);
+        ld8(wpe + (size_t)t * C + c, w);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] += w[k];
+        st8(out + (size_t)n * C + c, v);
+    }
+}
+
 /* Thread per (t, c): the batch sum in batch order, then one +=. */
 template <typename T> __global__ void pos_bwd_k(float *dwpe, const T *dout, int B, int T_, int C)
 {
@@ -86,7 +117,10 @@ static void embedding_forward(T *out, const int32_t *tokens, const T *wte, int N
 {
     size_t n = (size_t)N * C;
     if (!n) return;
-    embed_fwd_k<T><<<kcu_grid(n, EMB_BLOCK), EMB_BLOCK, 0, kcu_stream()>>>(out, tokens, wte, N, C, off, V);
+    if (vec8_ok((size_t)C, out, wte) && n / 8 < EMB_VEC_MAX)
+        embed_fwd8_k<T><<<kcu_grid(n / 8, EMB_BLOCK), EMB_BLOCK, 0, kcu_stream()>>>(out, tokens, wte, N, C, off, V);
+    else
+        embed_fwd_k<T><<<kcu_grid(n, EMB_BLOCK), EMB_BLOCK, 0, kcu_stream()>>>(out, tokens, wte, N, C, off, V);
     kcu_launched();
 }
 
@@ -102,7 +136,10 @@ template <typename T> static void position_forward(T *out, const T *wpe, const i
 {
     size_t n = (size_t)B * T_ * C;
     if (!n) return;
-    pos_fwd_k<T><<<kcu_grid(n, EMB_BLOCK), EMB_BLOCK, 0, kcu_stream()>>>(out, wpe, pos, B, T_, C);
+    if (vec8_ok((size_t)C, out, wpe) && n / 8 < EMB_VEC_MAX)
+        pos_fwd8_k<T><<<kcu_grid(n / 8, EMB_BLOCK), EMB_BLOCK, 0, kcu_stream()>>>(out, wpe, pos, B * T_, T_, C);
+    else
+        pos_fwd_k<T><<<kcu_grid(n, EMB_BLOCK), EMB_BLOCK, 0, kcu_stream()>>>(out, wpe, pos, B, T_, C);
     kcu_launched();
 }
 

@@ -9,12 +9,10 @@
  * Epilogues: BIAS (forward bias), GELU_AUX_BIAS (bf16 MLP up-projection:
  * writes gelu(out) and keeps the pre-activation for the backward), DGELU (the
  * down-projection's dinp times gelu' of that pre-activation). The bias
- * gradient: bf16 takes it from the weight-gradient GEMM's BGRADB epilogue (the
- * column sums of dout are the reduction of B over the GEMM's k = N, written in
- * D's type, fp32, to a scratch vector that is then added to dbias, since the
- * table's dbias accumulates and the epilogue overwrites): dout is read once
- * instead of twice. fp32, and shapes the epilogue does not take, use a
- * deterministic column sum of dout (kcu_colsum_acc).
+ * gradient is a deterministic column sum of dout (kcu_colsum_acc), fp32 and
+ * bf16 alike. Not the BGRADB epilogue: on Hopper cuBLASLt runs it as its own
+ * reduction kernel after the GEMM anyway (globalKernelBgradAB_v2, measured at
+ * about half the memory's rate, then an add into the accumulated dbias).
  * When the library has no algorithm for a fused epilogue on some shape, the
  * plain GEMM plus the separate kernel is used instead. */
 #include "kcuda.cuh"
@@ -177,16 +175,6 @@ static void matmul_backward(T *dinp, float *dw, float *dbias, const T *dout, con
     c.ta = false; c.tb = true;
     c.m = C; c.n = OC; c.k = N; c.lda = C; c.ldb = OC; c.ldd = C;
     c.alpha = 1.0f; c.beta = 1.0f; c.epi = CUBLASLT_EPILOGUE_DEFAULT;
-    if (dbias && t == CUDA_R_16BF) {
-        float *sums = (float *)kcu_scratch(sizeof(float) * (size_t)OC);
-        lt_call g = c;
-        g.epi = CUBLASLT_EPILOGUE_BGRADB;
-        g.bias = sums;
-        if (lt_matmul(&g)) {
-            kcu_residual_forward(dbias, dbias, sums, (size_t)OC);
-            return;
-        }
-    }
     lt_matmul_or_die(&c);
     if (dbias) kcu_colsum_acc(dbias, dout, N, OC);
 }

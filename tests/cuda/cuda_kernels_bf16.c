@@ -57,6 +57,14 @@ static void test_embedding(int N, int C, int off, int V, int Vfull)
     R->position_forward(x, wpe, NULL, B, T, C);
     G->position_forward_bf16(dx, dwpe, NULL, B, T, C);
     h_compare("position_forward_bf16", d_get_bf(dx, (size_t)B * T * C), x, (size_t)B * T * C, TOL);
+    int32_t *pos = malloc(sizeof(int32_t) * B * T); /* position ids (packed documents restart them) */
+    for (int i = 0; i < B * T; i++) pos[i] = (i * 7 + 3) % T;
+    int32_t *dpos = d_put(pos, sizeof(int32_t) * B * T);
+    R->position_forward(x, wpe, pos, B, T, C);
+    G->position_forward_bf16(dx, dwpe, dpos, B, T, C);
+    h_compare("position_forward_bf16 (ids)", d_get_bf(dx, (size_t)B * T * C), x, (size_t)B * T * C, TOL);
+    free(pos);
+    G->free(dpos);
     float *pacc = h_rand((size_t)T * C, 1), *dpacc = d_put(pacc, (size_t)T * C * 4);
     R->position_backward(pacc, g, B, T, C);
     G->position_backward_bf16(dpacc, dg, B, T, C);
@@ -425,6 +433,7 @@ int main(int argc, char **argv)
         test_matmul(512, 768, 3072, mode);
     }
     test_matmul(256, 3072, 768, 1);
+    test_matmul(77, 64, 40, 1); /* bias gradient on 16-byte rows: a partial last chunk ending in 5 rows */
     test_elementwise(1);
     test_elementwise(100003);
     test_relu2(1);

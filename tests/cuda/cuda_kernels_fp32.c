@@ -54,6 +54,14 @@ static void test_position(int B, int T, int C)
     R->position_forward(x, wpe, NULL, B, T, C);
     G->position_forward(dx, dwpe, NULL, B, T, C);
     h_compare("position_forward", d_get(dx, n), x, n, TOL);
+    int32_t *pos = malloc(sizeof(int32_t) * B * T); /* position ids (packed documents restart them) */
+    for (int i = 0; i < B * T; i++) pos[i] = (i * 7 + 3) % T;
+    int32_t *dpos = d_put(pos, sizeof(int32_t) * B * T);
+    R->position_forward(x, wpe, pos, B, T, C);
+    G->position_forward(dx, dwpe, dpos, B, T, C);
+    h_compare("position_forward (ids)", d_get(dx, n), x, n, TOL);
+    free(pos);
+    G->free(dpos);
     float *acc = h_rand((size_t)T * C, 1);
     float *dacc = d_put(acc, sizeof(float) * T * C);
     R->position_backward(acc, x, B, T, C);
@@ -326,6 +334,8 @@ static void test_optimizer(size_t n)
     float *dp = d_put(p, n * 4), *dg = d_put(g, n * 4), *dm = d_put(m, n * 4), *dv = d_put(v, n * 4);
     double s_ref = R->sumsq(g, n), s_got = G->sumsq(dg, n);
     CHECK(fabs(s_got - s_ref) <= 1e-9 * s_ref, "sumsq %.17g vs %.17g", s_got, s_ref);
+    s_ref = R->sumsq(g + 1, n - 1), s_got = G->sumsq(dg + 1, n - 1); /* a shard not 16-byte aligned */
+    CHECK(fabs(s_got - s_ref) <= 1e-9 * s_ref, "sumsq (unaligned) %.17g vs %.17g", s_got, s_ref);
     for (size_t i = 0; i < n; i += 3) g[i] = 0.0f; /* a third of the gradient zero: --log-num-zeros-in-grad */
     G->to_device(dg, g, n * 4);
     uint64_t z_ref = R->nonzeros(g, n), z_got = G->nonzeros(dg, n);

@@ -6,7 +6,7 @@
 # - tp2 x pp2 and dp2 with ZeRO-1 on 4 and 2 ranks: they share the one
 #   emulated device, so they stage device buffers through the host transport
 #   (page-locked staging, as ranks sharing a GPU): the CPU's within 1e-4;
-# - one rank, bf16 (flash attention, fused classifier, BGRADB): the CPU's bf16
+# - one rank, bf16 (flash attention, fused classifier): the CPU's bf16
 #   within 1e-2, and a bf16 checkpoint saved at step 2 resumes bit for bit;
 # - the refusals a cuda run gives: bf16 at a head dim flash attention lacks,
 #   --attention-backend fused without cuDNN (auto, the default, runs the

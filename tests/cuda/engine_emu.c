@@ -6,7 +6,7 @@
  * emu/cublas_mock.h), beside the same model on k_cpu(): the entries as the
  * engine calls them, in its order, with its aliasing (gradients written over
  * the logits, in-place backward passes), its workspaces and its accumulation
- * over micro-batches (the bias gradients of the BGRADB epilogue, the
+ * over micro-batches (the bias gradients' column sums, the
  * embedding's), the table itself (an entry filled with the wrong kernel), and
  * the AdamW segments over the whole buffer. Each run: 3 steps of 2
  * micro-batches, forward, backward and AdamW; the losses of every micro-batch
