@@ -133,6 +133,12 @@ int main(int argc, char **argv)
 
     TIME_MS(ms, G->embedding_forward(x, tok, wte, N, C, 0, V));
     row("embedding_forward fp32", ms, 0, NC * 8.0 + N * 4.0);
+    uint16_t *wteb = dev_rand_bf((size_t)V * C, 1);
+    TIME_MS(ms, G->embedding_forward_bf16(yb, tok, wteb, N, C, 0, V));
+    row("embedding_forward_bf16", ms, 0, NC * 4.0 + N * 4.0);
+    G->free(wteb);
+    TIME_MS(ms, G->position_forward_bf16(yb, xb, NULL, B, T, C));
+    row("position_forward_bf16", ms, NC, NC * 4.0 + T * C * 2.0);
     TIME_MS(ms, G->embedding_backward(dwte, y, tok, N, C, 0, V));
     row("embedding_backward fp32", ms, NC, NC * 4.0 + NC * 8.0);
     TIME_MS(ms, G->embedding_backward_bf16(dwte, yb, tok, N, C, 0, V));
@@ -167,6 +173,10 @@ int main(int argc, char **argv)
         TIME_MS(ms, G->matmul_backward_bf16(din, gw, gb, out, in, wt, N, IC, OC));
         snprintf(name, sizeof name, "matmul_backward_bf16 %s", names[s]);
         row(name, ms, 2 * fl, 2 * by + 8.0 * OC * IC);
+        float ms_nb; /* the bias gradient's share: the same backward without it */
+        TIME_MS(ms_nb, G->matmul_backward_bf16(din, gw, NULL, out, in, wt, N, IC, OC));
+        snprintf(name, sizeof name, "bias gradient %s (backward minus backward without)", names[s]);
+        row(name, ms - ms_nb, (double)N * OC, 2.0 * N * OC);
         G->free(in); G->free(wt); G->free(bias); G->free(out); G->free(pre); G->free(din); G->free(gw); G->free(gb);
     }
 
