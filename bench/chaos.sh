@@ -6,7 +6,8 @@
 # interval for that MTBF), then the checkpoint stall bench.
 # Writes bench/results/chaos.md (and leaves the raw figures beside it as JSON).
 #   bench/chaos.sh [BUILD_DIR]     ROUNDS=20 (each: one fault of every kind)  GOODPUT_FAULTS=10
-# SKIP_FAULTS=1, SKIP_GOODPUT=1 (the every-5-steps run), SKIP_STALL=1 keep those parts' earlier results.
+# SKIP_FAULTS=1, SKIP_GOODPUT=1 (the every-5-steps run), SKIP_YOUNG=1 (the Young's-interval run), SKIP_STALL=1
+# keep those parts' earlier results.
 # DRIFT_HORIZON=10: losses are held to 1e-5 of the no-failure run for this many steps past the first
 # DP change; beyond, fp32 rounding compounds (bench/dp_drift.sh measures how fast) and is reported.
 # Every check of the chaos test applies to the long run too (losses against a
@@ -39,8 +40,10 @@ if [ "${SKIP_GOODPUT:-0}" != 1 ]; then # 1: keep results/chaos_goodput.json
   echo "== one fault every $FAULT_EVERY s, a save every 5 steps"
   goodput chaos_goodput
 fi
-echo "== one fault every $FAULT_EVERY s, saves at Young's interval (--save-mtbf $FAULT_EVERY)"
-goodput chaos_goodput_young --save-mtbf "$FAULT_EVERY"
+if [ "${SKIP_YOUNG:-0}" != 1 ]; then # 1: keep results/chaos_goodput_young.json
+  echo "== one fault every $FAULT_EVERY s, saves at Young's interval (--save-mtbf $FAULT_EVERY)"
+  goodput chaos_goodput_young --save-mtbf "$FAULT_EVERY"
+fi
 if [ "${SKIP_STALL:-0}" != 1 ]; then
   echo "== checkpoint stall"
   bench/ckpt_stall.sh "$BUILD"
