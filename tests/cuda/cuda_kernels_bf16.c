@@ -34,10 +34,12 @@ static void test_casts(size_t n)
     G->free(dx); G->free(db); G->free(df);
 }
 
-static void test_embedding(int N, int C, int off, int V, int Vfull)
+static void test_embedding(int N, int C, int off, int V, int Vfull, int hot)
 {
     int32_t *tok = malloc(sizeof(int32_t) * N);
     for (int i = 0; i < N; i++) tok[i] = (int32_t)((h_frand() + 1.0f) * 0.5f * (float)Vfull) % Vfull;
+    for (int i = 0; hot && i < N; i++) /* text-like skew: half the positions one id, a sixth another */
+        tok[i] = i % 2 ? off + 7 : i % 3 ? tok[i] : off + 130 % V;
     float *wte = bf_rand((size_t)V * C, 1), *out = malloc((size_t)N * C * 4);
     int32_t *dtok = d_put(tok, sizeof(int32_t) * N);
     uint16_t *dwte = d_put_bf(wte, (size_t)V * C), *dout = d_poison((size_t)N * C * 2);
@@ -424,8 +426,9 @@ int main(int argc, char **argv)
     if (!h_setup()) return 0;
     test_casts(1);
     test_casts(70001);
-    test_embedding(38, 19, 0, 50, 50);
-    test_embedding(1024, 768, 1000, 1000, 3000);
+    test_embedding(38, 19, 0, 50, 50, 0);
+    test_embedding(1024, 768, 1000, 1000, 3000, 0);
+    test_embedding(5000, 64, 1000, 1000, 3000, 1); /* several chunks of positions, the last partial; skewed */
     test_layernorm(5, 37);
     test_layernorm(512, 768);
     for (int mode = 0; mode < 3; mode++) {

@@ -16,9 +16,11 @@ static int32_t *h_tokens(int N, int V, int with_ignored)
     return t;
 }
 
-static void test_embedding(int N, int C, int Vfull, int off, int V)
+static void test_embedding(int N, int C, int Vfull, int off, int V, int hot)
 {
     int32_t *tok = h_tokens(N, Vfull, 0);
+    for (int i = 0; hot && i < N; i++) /* text-like skew: half the positions one id, a sixth another */
+        tok[i] = i % 2 ? off + 7 : i % 3 ? tok[i] : off + 130 % V;
     float *wte = h_rand((size_t)V * C, 1), *ref = h_rand((size_t)N * C, 1);
     int32_t *dtok = d_put(tok, sizeof(int32_t) * N);
     float *dwte = d_put(wte, sizeof(float) * V * C), *dout = d_poison(sizeof(float) * N * C);
@@ -354,8 +356,10 @@ int main(int argc, char **argv)
 {
     (void)argc;
     if (!h_setup()) return 0;
-    test_embedding(37, 19, 50, 0, 50);
-    test_embedding(1024, 768, 3000, 1000, 1000); /* a vocab slice: tokens outside it give zero rows */
+    test_embedding(37, 19, 50, 0, 50, 0);
+    test_embedding(1024, 768, 3000, 1000, 1000, 0); /* a vocab slice: tokens outside it give zero rows */
+    test_embedding(5000, 64, 3000, 1000, 1000, 1);  /* several chunks of positions, the last partial; skewed */
+    test_embedding(2100, 21, 300, 0, 300, 1);       /* the same on columns that are not 16-byte rows */
     test_position(3, 17, 29);
     test_position(4, 256, 768);
     test_layernorm(5, 37);
