@@ -130,8 +130,9 @@ if rows:
 EOF
 }
 
-# a Megatron indexed dataset of random GPT-2 token ids (2000 documents of 2048), for the throughput runs
-make_data() { python3 "$root/bench/gpu/make_data.py" "$1" random 50257 2000 2048; }
+# a Megatron indexed dataset of GPT-2 token ids as skewed as text's (2000 documents of 2048), for the
+# throughput runs; llm.c and PyTorch get the same distribution (make_data.py, "text")
+make_data() { python3 "$root/bench/gpu/make_data.py" "$1" text 50257 2000 2048; }
 
 gpt2_flags="--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --vocab-size 50304"
 big_flags="--num-layers 48 --hidden-size 1600 --num-attention-heads 25 --seq-length 1024 --vocab-size 50304"
@@ -218,12 +219,12 @@ for s in $stages; do
     note ""
     note "GPT-2 124M (12 layers, hidden 768, 12 heads, seq 1024, vocab 50304), micro-batch $B124, one GPU:"
     note ""
-    make_data "$work/rand"
+    make_data "$work/text"
     note "| program | tokens/s | step ms | MFU (PaLM, 989 TFLOP/s) |"
     note "|---|---:|---:|---:|"
     for p in "--bf16 --attention-backend flash" "--bf16 --attention-backend fused" "--bf16" ""; do
       timeout 300 "$train" --device cuda $p $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" \
-        --train-iters $((STEPS + 3)) --lr 6e-4 --data-path "$work/rand" > "$work/a.log" 2>&1 || { tail -5 "$work/a.log"; fails=$((fails + 1)); }
+        --train-iters $((STEPS + 3)) --lr 6e-4 --data-path "$work/text" > "$work/a.log" 2>&1 || { tail -5 "$work/a.log"; fails=$((fails + 1)); }
       tail -2 "$work/a.log"
       read -r tps ms mfu <<< "$(atoll_rate "$work/a.log")"
       note "| atoll ${p:-fp32}$([ "$p" = --bf16 ] && echo ' (attention backend auto)') | ${tps:-failed} | ${ms:-} | ${mfu:-} |"
@@ -242,14 +243,16 @@ for s in $stages; do
     for ab in flash fused; do
       CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_OUT=$out/profile_atoll_$ab.md timeout 200 "$train" --device cuda \
         --bf16 --attention-backend $ab $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" \
-        --train-iters 10 --lr 6e-4 --data-path "$work/rand" > "$work/p.log" 2>&1 || tail -3 "$work/p.log"
+        --train-iters 10 --lr 6e-4 --data-path "$work/text" > "$work/p.log" 2>&1 || tail -3 "$work/p.log"
     done
     if [ -x "$kit/peers/train_gpt2cu" ]; then
-      python3 - "$work" <<'EOF'
+      python3 - "$work" "$root/bench/gpu" <<'EOF'
 import numpy as np, sys
+sys.path.insert(0, sys.argv[2])
+from make_data import text_like
 for name, n in (("train", 4_000_000), ("val", 200_000)):
     hdr = np.zeros(256, dtype=np.int32); hdr[0], hdr[1], hdr[2] = 20240520, 1, n
-    tok = np.random.default_rng(1).integers(0, 50257, n, dtype=np.uint16)
+    tok = text_like(np.random.default_rng(1), 50257, n)
     with open(f"{sys.argv[1]}/llmc_{name}.bin", "wb") as f:
         f.write(hdr.tobytes()); f.write(tok.tobytes())
 EOF
@@ -285,9 +288,9 @@ EOF
     # (30 bytes a parameter, ~16 ms here) and the step's fixed costs are spread.
     for ab in flash fused; do
       for mb in 8 4; do
-        [ -f "$work/rand.idx" ] || make_data "$work/rand"
+        [ -f "$work/text.idx" ] || make_data "$work/text"
         timeout 300 "$train" --device cuda --bf16 --attention-backend $ab $big_flags --micro-batch-size $mb \
-          --global-batch-size $mb --train-iters 10 --lr 1e-4 --data-path "$work/rand" > "$work/b.log" 2>&1 && break
+          --global-batch-size $mb --train-iters 10 --lr 1e-4 --data-path "$work/text" > "$work/b.log" 2>&1 && break
         tail -3 "$work/b.log"
       done
       tail -2 "$work/b.log"
@@ -296,7 +299,7 @@ EOF
       [ -n "${tps:-}" ] || continue
       gbs=$((mb * 8))
       timeout 300 "$train" --device cuda --bf16 --attention-backend $ab $big_flags --micro-batch-size $mb \
-        --global-batch-size $gbs --train-iters 6 --lr 1e-4 --data-path "$work/rand" > "$work/b.log" 2>&1 ||
+        --global-batch-size $gbs --train-iters 6 --lr 1e-4 --data-path "$work/text" > "$work/b.log" 2>&1 ||
         { tail -3 "$work/b.log"; fails=$((fails + 1)); }
       read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
       note "- the same, global batch $gbs (8 micro-batches of $mb per step): ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-}"
@@ -304,7 +307,7 @@ EOF
     # where the 1.5B model's GPU time goes (default attention backend), kernel by kernel: 2 steps of 8 micro-batches
     CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_OUT=$out/profile_atoll_big.md timeout 120 "$train" --device cuda \
       --bf16 $big_flags --micro-batch-size "$mb" --global-batch-size $((mb * 8)) --train-iters 2 --lr 1e-4 \
-      --data-path "$work/rand" > "$work/p.log" 2>&1 || tail -3 "$work/p.log" ;;
+      --data-path "$work/text" > "$work/p.log" 2>&1 || tail -3 "$work/p.log" ;;
   *) echo "run.sh: unknown stage '$s'"; fails=$((fails + 1)) ;;
   esac
 done

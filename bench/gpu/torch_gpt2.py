@@ -19,6 +19,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from make_data import HOT  # the text-like ids' frequencies
+
 
 class Block(nn.Module):
     def __init__(self, h, nh):
@@ -81,11 +83,19 @@ def main():
                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
     step_fn = model if a.no_compile else torch.compile(model)
     g = torch.Generator(device=dev).manual_seed(1)
+    # ids as skewed as text's, as atoll and llm.c get them (make_data.py's "text" kind)
+    hot_ids = torch.tensor(list(HOT), device=dev)
+    edges = (torch.tensor(list(HOT.values()), dtype=torch.float64) / 16384).cumsum(0).to(dev)
+
+    def text_like():
+        tok = torch.randint(0, a.vocab, (a.batch, a.seq), device=dev, generator=g)
+        u = torch.rand((a.batch, a.seq), device=dev, generator=g, dtype=torch.float64)
+        pick = hot_ids[torch.searchsorted(edges, u, right=True).clamp(max=len(HOT) - 1)]
+        return torch.where(u < edges[-1], pick, tok)
     times = []
     loss = None
     for it in range(a.warmup + a.steps):
-        x = torch.randint(0, a.vocab, (a.batch, a.seq), device=dev, generator=g)
-        y = torch.randint(0, a.vocab, (a.batch, a.seq), device=dev, generator=g)
+        x, y = text_like(), text_like()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16):
