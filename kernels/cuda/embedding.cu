@@ -7,6 +7,8 @@
  * a time (embed_bwd_k). Every dout row is read once. */
 #include "kcuda.cuh"
 
+#include <limits.h>
+
 #define EMB_BLOCK 256
 #define EMB_VEC_MAX ((size_t)1 << 30) /* 8-wide kernels index with int: i + the grid's stride stays below 2^31 */
 
@@ -41,16 +43,17 @@ __global__ void embed_fwd8_k(T *out, const int32_t *tokens, const T *wte, int N,
 #define EMB_CHUNK (4 * EMB_BLOCK) /* positions a block takes at a time, 4 a thread */
 
 /* Block b owns dwte rows [b*EMB_ROWS, +EMB_ROWS) of the local slice and walks
- * the token list EMB_CHUNK positions at a time:
+ * the token list EMB_CHUNK positions at a time (the next chunk's ids loaded
+ * while this one is worked, so a block waits on the list once, not per chunk):
  *  1. the chunk's positions whose token is one of its rows are compacted in
- *     position order (4 rounds of ballots, per-warp counts);
+ *     position order (ballots, per-warp counts, two barriers);
  *  2. they are sorted by row, stably (each entry's place is the number of
  *     entries with a smaller row plus those before it with its row: no atomics,
  *     so the order is the inputs' alone);
- *  3. a unit of work is one row and one tile of 32 x VEC columns; warp w takes
- *     units w, w + 8, ...: its lanes sum that row's dout rows in position order
- *     in registers (independent loads, so they overlap), then add the sum to
- *     dwte once.
+ *  3. a unit of work is one row's run of entries and one tile of 32 x VEC
+ *     columns; warp w takes units w, w + 8, ...: its lanes sum the run's dout
+ *     rows in position order in registers (independent loads, so they
+ *     overlap), then add the sum to dwte once.
  * A frequent token (in English text "," or " the" is ~4% of all positions; a
  * block of 128 ids can hold a quarter of them) costs its warps one pass of
  * pipelined loads per chunk, not one dependent read-modify-write of dwte per
@@ -60,34 +63,51 @@ template <typename T, int VEC>
 __global__ void __launch_bounds__(EMB_BLOCK) embed_bwd_k(float *dwte, const T *dout, const int32_t *tokens, int N,
                                                          int C, int off, int V)
 {
+    constexpr int ROUNDS = EMB_CHUNK / EMB_BLOCK, NW = EMB_BLOCK / 32;
     __shared__ int s_pos[EMB_CHUNK], s_row[EMB_CHUNK], s_spos[EMB_CHUNK], s_srow[EMB_CHUNK];
-    __shared__ int s_start[EMB_ROWS + 1], s_wcount[EMB_BLOCK / 32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = EMB_BLOCK / 32;
+    __shared__ int s_start[EMB_ROWS + 1], s_wcount[ROUNDS * NW];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int r0 = blockIdx.x * EMB_ROWS, nrows = min(V - r0, EMB_ROWS);
     const int tile_w = 32 * VEC, ntiles = (C + tile_w - 1) / tile_w;
+    int next[ROUNDS]; /* position m0 + j*EMB_BLOCK + threadIdx.x's id, for the coming chunk */
+#pragma unroll
+    for (int j = 0; j < ROUNDS; j++) {
+        int p = j * EMB_BLOCK + threadIdx.x;
+        next[j] = p < N ? tokens[p] : INT_MIN;
+    }
     for (int m0 = 0; m0 < N; m0 += EMB_CHUNK) {
-        /* 1. this block's positions of the chunk, in position order */
-        int M = 0;
-        for (int j = 0; j < EMB_CHUNK / EMB_BLOCK; j++) {
-            int p = m0 + j * EMB_BLOCK + threadIdx.x, r = p < N ? tokens[p] - off - r0 : -1;
-            bool match = r >= 0 && r < nrows;
-            unsigned bal = __ballot_sync(0xffffffffu, match);
-            if (lane == 0) s_wcount[warp] = __popc(bal);
-            __syncthreads();
-            int base = M, total = 0;
-            for (int w = 0; w < nwarps; w++) {
-                base += w < warp ? s_wcount[w] : 0;
-                total += s_wcount[w];
-            }
-            if (match) {
-                int at = base + __popc(bal & ((1u << lane) - 1u));
-                s_pos[at] = p;
-                s_row[at] = r;
-            }
-            M += total;
-            __syncthreads(); /* s_wcount is rewritten by the next round */
+        int row[ROUNDS];
+        unsigned bal[ROUNDS];
+#pragma unroll
+        for (int j = 0; j < ROUNDS; j++) {
+            row[j] = next[j] == INT_MIN ? -1 : next[j] - off - r0;
+            int p = m0 + EMB_CHUNK + j * EMB_BLOCK + threadIdx.x;
+            next[j] = p < N ? tokens[p] : INT_MIN;
         }
-        if (M == 0) continue; /* M is the same in every thread */
+        /* 1. this block's positions of the chunk, in position order (round-major, then warp, lane) */
+#pragma unroll
+        for (int j = 0; j < ROUNDS; j++) {
+            if (row[j] >= nrows) row[j] = -1;
+            bal[j] = __ballot_sync(0xffffffffu, row[j] >= 0);
+            if (lane == 0) s_wcount[j * NW + warp] = __popc(bal[j]);
+        }
+        __syncthreads();
+        int M = 0, base[ROUNDS];
+        for (int q = 0; q < ROUNDS * NW; q++) {
+#pragma unroll
+            for (int j = 0; j < ROUNDS; j++)
+                if (q == j * NW + warp) base[j] = M;
+            M += s_wcount[q];
+        }
+#pragma unroll
+        for (int j = 0; j < ROUNDS; j++)
+            if (row[j] >= 0) {
+                int at = base[j] + __popc(bal[j] & ((1u << lane) - 1u));
+                s_pos[at] = m0 + j * EMB_BLOCK + threadIdx.x;
+                s_row[at] = row[j];
+            }
+        __syncthreads();
+        if (M == 0) continue; /* M is the same in every thread; s_wcount is next written after a barrier */
         /* 2. stable sort by row */
         for (int i = threadIdx.x; i < M; i += EMB_BLOCK) {
             int r = s_row[i], at = 0;
@@ -99,7 +119,7 @@ __global__ void __launch_bounds__(EMB_BLOCK) embed_bwd_k(float *dwte, const T *d
             s_srow[at] = r;
         }
         __syncthreads();
-        /* where each row's entries start (rows without entries: an empty range) */
+        /* where each row's run starts (rows without entries: an empty run) */
         for (int r = threadIdx.x; r <= EMB_ROWS; r += EMB_BLOCK) {
             int lo = 0, hi = M; /* first entry with row >= r */
             while (lo < hi) {
@@ -110,11 +130,11 @@ __global__ void __launch_bounds__(EMB_BLOCK) embed_bwd_k(float *dwte, const T *d
             s_start[r] = lo;
         }
         __syncthreads();
-        /* 3. (row, column tile) units over the warps */
-        for (int u = warp; u < nrows * ntiles; u += nwarps) {
-            int r = u / ntiles, e = s_start[r + 1], c = (u - r * ntiles) * tile_w + lane * VEC;
-            int k = s_start[r];
-            if (k == e || c >= C) continue;
+        /* 3. (run, column tile) units over the warps; a unit is named by its run's first entry */
+        for (int u = warp; u < M * ntiles; u += NW) {
+            int k = u / ntiles, r = s_srow[k], c = (u - k * ntiles) * tile_w + lane * VEC;
+            if (s_start[r] != k || c >= C) continue;
+            int e = s_start[r + 1];
             float acc[VEC] = {}, v[VEC];
 #pragma unroll 4
             for (; k < e; k++) {
