@@ -1,4 +1,5 @@
 /* atoll submit | jobs | status JOB | wait JOB | cancel JOB */
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -171,6 +172,34 @@ static int send_spec(cli_ctx *c, const char *cmd, Atoll__JobSpec *spec, const ch
     return 0;
 }
 
+/* An absolute --save or --load through its symlinks, as this host sees the
+ * shared file system: the longest ancestor that exists by realpath(3), the
+ * rest appended. Two spellings of one directory (a symlink, "//", ".") then
+ * reach the coordinator as one path, and its same --save check (it compares
+ * paths; it has no file system to ask) catches them; a --load that is the
+ * job's --save stays equal to it. A relative path is the job's own; an
+ * ancestor this host cannot read, or a result too long, leaves it as given. */
+static void path_canonical(char *path, size_t cap)
+{
+    char head[PATH_MAX], real[PATH_MAX];
+    size_t n = strlen(path);
+    if (path[0] != '/' || n >= sizeof head) return;
+    memcpy(head, path, n + 1);
+    while (!realpath(head, real)) {
+        char *slash = strrchr(head, '/');
+        if ((errno != ENOENT && errno != ENOTDIR) || !slash) return;
+        slash[slash == head] = '\0'; /* "/a" -> "/" */
+    }
+    const char *rest = path + strlen(head);
+    while (*rest == '/') rest++;
+    size_t r = strlen(real), t = strlen(rest);
+    int sep = *rest && real[r - 1] != '/';
+    if (r + (size_t)sep + t >= cap) return;
+    if (sep) real[r++] = '/';
+    memcpy(real + r, rest, t + 1);
+    memcpy(path, real, r + t + 1);
+}
+
 static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x)
 {
     atoll_config cfg;
@@ -181,6 +210,8 @@ static int submit(cli_ctx *c, int argc, char **argv, submit_extra *x)
     if (sup_env_check(x->env, x->n_env, err, sizeof err)) return cli_usage(c, "submit", "--env: %s", err);
     cfg_megatron_notes(&cfg, c->prog, stderr);
     if (cli_checkpoint_args(c, "submit", &cfg)) return CLI_USAGE;
+    path_canonical(cfg.save, sizeof cfg.save);
+    path_canonical(cfg.load, sizeof cfg.load);
     /* the tokenizer's padded vocab, as the ranks will size it, and its files by
      * absolute paths (ranks run in their own work directories) */
     if (tok_config_vocab(&cfg, err, sizeof err)) return cli_usage(c, "submit", "%s", err);

@@ -679,10 +679,15 @@ case_partition() {
                  --save "$TMP/ckpt" --save-interval 5 --json | json "d['job']") || fail "submit"
   wait_until 60 test -s "$TMP/ckpt/latest_checkpointed_iteration.txt" || fail "no checkpoint: $(atoll status "$id")"
   [ "$(cat "$TMP/ckpt/placement.txt")" = "job $id epoch 0" ] || fail "placement.txt: $(cat "$TMP/ckpt/placement.txt")"
-  # a second job on the same --save (spelled otherwise) is refused, unless it waits for the first
-  atoll submit "${model[@]}" --num-gpus 4 --save "$TMP//ckpt/." 2>"$TMP/err" >/dev/null; local rc=$?
-  [ $rc != 0 ] && grep -q "^atoll: --save $TMP//ckpt/. is job $id's (running): two jobs cannot write one --save" \
-    "$TMP/err" || fail "a second job on job $id's --save: exit $rc: $(cat "$TMP/err")"
+  # a second job on the same --save (spelled otherwise, or through a symlink: the CLI sends the path
+  # realpath gives) is refused, unless it waits for the first
+  ln -s "$TMP/ckpt" "$TMP/ckpt-alias"
+  local real rc spelled; real=$(realpath "$TMP/ckpt")
+  for spelled in "$TMP//ckpt/." "$TMP/ckpt-alias" "$TMP/ckpt-alias/../ckpt-alias/"; do
+    atoll submit "${model[@]}" --num-gpus 4 --save "$spelled" 2>"$TMP/err" >/dev/null; rc=$?
+    [ $rc != 0 ] && grep -q "^atoll: --save $real is job $id's (running): two jobs cannot write one --save" \
+      "$TMP/err" || fail "a second job on job $id's --save, as $spelled: exit $rc: $(cat "$TMP/err")"
+  done
   local chained; chained=$(atoll submit "${model[@]}" --num-gpus 4 --save "$TMP/ckpt" --load "$TMP/ckpt" \
                           --dependency "afterany:$id" --json | json "d['job']") || fail "a chained job refused"
   atoll cancel "$chained" >/dev/null || fail "cancel $chained"
