@@ -313,7 +313,14 @@ def run(a, rng, cl, tmp):
         log("ok: job ran through %d faults, one every %.0f s, and was cancelled; no rank process left" %
             (len(plan), a.fault_every))
     else:
-        wait_for("the job to complete", lambda: cl.status(job)["state"] in ("completed", "failed"), 600)
+        last_collect = [0.0]
+
+        def ended():  # and the steps gathered on the way: the store thins all but the newest 1000
+            if time.time() - last_collect[0] > 5:
+                collect_steps(cl, job, seen)
+                last_collect[0] = time.time()
+            return cl.status(job)["state"] in ("completed", "failed")
+        wait_for("the job to complete", ended, 600)
         st = cl.status(job)
         if st["state"] != "completed":
             raise Fail("job ended %s: %s" % (st["state"], st["message"]))
