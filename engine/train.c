@@ -71,7 +71,7 @@ const k_ops *eng_backend(const char *device, char *err, size_t errlen)
         eng_cuda_select_device(); /* before the backend binds to the current device */
         const k_ops *k = k_cuda();
         if (k) return k;
-        atoll_errf(err, errlen, "--device cuda: no usable CUDA device");
+        atoll_errf(err, errlen, "--device cuda: no usable CUDA device: %s", k_cuda_status());
 #else
         atoll_errf(err, errlen, "--device cuda: this atoll-train was not built with the CUDA kernels; use --device cpu");
 #endif

@@ -6,7 +6,8 @@
 #   bench/gpu/kit.sh            build atoll for sm_90 (Release) and pack its libraries
 #
 # What goes in:
-#   .gpukit/bin/      atoll-train, atoll (data prepare), cuda_kernels_fp32, cuda_kernels_bf16, gpu_bench, cudnn_plan_check (sm_90),
+#   .gpukit/bin/      atoll-train, atoll (data prepare), cuda_kernels_fp32, cuda_kernels_bf16, gpu_bench, cudnn_plan_check
+#                     and the CUDA backend they open, libatoll-cuda.so (sm_90),
 #                     ktrace.so (bench/gpu/ktrace.c: per-kernel GPU time of any program)
 #   .gpukit/libs.tar.xz   the system libraries those programs load (libuv, libyaml, libsodium,
 #                     protobuf-c, OpenBLAS, gfortran, ...: found with ldd, their Debian packages
@@ -26,7 +27,8 @@ mkdir -p "$kit/bin" "$kit/peers"
 
 cmake -S "$root" -B "$kit/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATOLL_CUDA_ARCHS=90 >/dev/null
 cmake --build "$kit/build" -j "$(nproc)" --target atoll-train atoll cuda_kernels_fp32 cuda_kernels_bf16 gpu_bench cudnn_plan_check
-for b in atoll-train atoll cuda_kernels_fp32 cuda_kernels_bf16 gpu_bench cudnn_plan_check; do
+# libatoll-cuda.so: the CUDA backend, which the programs open from their own directory
+for b in atoll-train atoll cuda_kernels_fp32 cuda_kernels_bf16 gpu_bench cudnn_plan_check libatoll-cuda.so; do
   cp "$kit/build/bin/$b" "$kit/bin/"
   strip --strip-debug "$kit/bin/$b" # only these: a kit built before also holds COMMIT and ktrace.so
 done

@@ -142,7 +142,7 @@ for s in $stages; do
   info)
     stage info
     nvidia-smi
-    ldd "$train" | grep -E 'not found|nccl|cublas|cudart|uv|yaml|openblas'
+    ldd "$train" "$kit/bin/libatoll-cuda.so" | grep -E '^/|not found|nccl|cublas|cudart|uv|yaml|openblas'
     ls "$kit/peers"
     # cuDNN as loaded here, this device's properties in cuDNN's serialisation (the
     # deviceless test's data/h100_deviceprop.json is assembled from published

@@ -1,0 +1,137 @@
+/* k_cuda_load: the k_cuda.h API for programs, forwarded to the CUDA backend
+ * (the .cu files here), which is built as its own library, libatoll-cuda.so,
+ * beside the programs, and opened the first time one of these is called.
+ *
+ * Why: the backend links cuBLAS and cuBLASLt, and libcublasLt's initialisation
+ * alone costs about 0.4 s of CPU in every process that loads it (an empty
+ * program linked to it: 0.39 s). A CPU run, every test rank and every rank an
+ * elastic restart starts on CPU nodes paid it without using it; now only a
+ * process that asks for the CUDA backend does.
+ *
+ * The library is looked for in the directory of the running program, then by
+ * the dynamic linker's own search (LD_LIBRARY_PATH). When it cannot be opened,
+ * k_cuda() returns NULL and k_cuda_status() says why, as for a missing device. */
+#include "k_cuda.h"
+#include "kernels.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#define K_CUDA_LIB "libatoll-cuda.so"
+
+static struct {
+    void *h;
+    char why[PATH_MAX + 512];
+    const k_ops *(*k_cuda)(void);
+    const char *(*status)(void);
+    void *(*stream)(void);
+    int (*fused_attention)(int, char *, size_t);
+    void (*attention_calls)(long *, long *);
+    size_t (*ws_need)(int, int, int, int, int, float);
+    size_t (*ws_held)(void);
+    void *(*host_alloc)(size_t);
+    void (*host_free)(void *);
+    void (*timer_begin)(void);
+    float (*timer_end_ms)(void);
+    size_t (*reserved)(void);
+    size_t (*device_used)(void);
+} M;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void open_backend(void)
+{
+    char path[PATH_MAX], first[PATH_MAX + 256] = "";
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    void *h = NULL;
+    if (n > 0) {
+        path[n] = '\0';
+        char *dir_end = strrchr(path, '/');
+        if (dir_end && (size_t)(dir_end + 1 - path) + sizeof K_CUDA_LIB <= sizeof path) {
+            memcpy(dir_end + 1, K_CUDA_LIB, sizeof K_CUDA_LIB);
+            h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+            if (!h) snprintf(first, sizeof first, "%s", dlerror());
+        }
+    }
+    if (!h) h = dlopen(K_CUDA_LIB, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(M.why, sizeof M.why, "the CUDA backend could not be loaded (%s); it is built beside atoll-train as "
+                 K_CUDA_LIB, first[0] ? first : dlerror());
+        return;
+    }
+    struct {
+        void **fn;
+        const char *name;
+    } syms[] = {
+        { (void **)&M.k_cuda, "k_cuda" },
+        { (void **)&M.status, "k_cuda_status" },
+        { (void **)&M.stream, "k_cuda_stream" },
+        { (void **)&M.fused_attention, "k_cuda_fused_attention" },
+        { (void **)&M.attention_calls, "k_cuda_attention_calls" },
+        { (void **)&M.ws_need, "k_cuda_attention_workspace_need" },
+        { (void **)&M.ws_held, "k_cuda_attention_workspace_held" },
+        { (void **)&M.host_alloc, "k_cuda_host_alloc" },
+        { (void **)&M.host_free, "k_cuda_host_free" },
+        { (void **)&M.timer_begin, "k_cuda_timer_begin" },
+        { (void **)&M.timer_end_ms, "k_cuda_timer_end_ms" },
+        { (void **)&M.reserved, "k_cuda_reserved_bytes" },
+        { (void **)&M.device_used, "k_cuda_device_used_bytes" },
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        *syms[i].fn = dlsym(h, syms[i].name);
+        if (!*syms[i].fn) {
+            snprintf(M.why, sizeof M.why, "the CUDA backend " K_CUDA_LIB " lacks %s: it is from another build",
+                     syms[i].name);
+            dlclose(h);
+            return;
+        }
+    }
+    M.h = h;
+}
+
+static int backend(void)
+{
+    pthread_once(&once, open_backend);
+    return M.h != NULL;
+}
+
+const k_ops *k_cuda(void) { return backend() ? M.k_cuda() : NULL; }
+const char *k_cuda_status(void) { return backend() ? M.status() : M.why; }
+void *k_cuda_stream(void) { return backend() ? M.stream() : NULL; }
+
+int k_cuda_fused_attention(int mode, char *err, size_t errlen)
+{
+    if (backend()) return M.fused_attention(mode, err, errlen);
+    snprintf(err, errlen, "%s", M.why);
+    return -1;
+}
+
+void k_cuda_attention_calls(long *fused, long *flash)
+{
+    if (backend()) {
+        M.attention_calls(fused, flash);
+        return;
+    }
+    *fused = *flash = 0;
+}
+
+size_t k_cuda_attention_workspace_need(int B, int T, int NH, int NG, int HD, float attention_dropout)
+{
+    return backend() ? M.ws_need(B, T, NH, NG, HD, attention_dropout) : 0;
+}
+size_t k_cuda_attention_workspace_held(void) { return backend() ? M.ws_held() : 0; }
+void *k_cuda_host_alloc(size_t bytes) { return backend() ? M.host_alloc(bytes) : NULL; }
+void k_cuda_host_free(void *p)
+{
+    if (p && backend()) M.host_free(p);
+}
+void k_cuda_timer_begin(void)
+{
+    if (backend()) M.timer_begin();
+}
+float k_cuda_timer_end_ms(void) { return backend() ? M.timer_end_ms() : 0.0f; }
+size_t k_cuda_reserved_bytes(void) { return backend() ? M.reserved() : 0; }
+size_t k_cuda_device_used_bytes(void) { return backend() ? M.device_used() : 0; }
