@@ -7,8 +7,12 @@
  * It records every kernel, memcpy and memset with CUPTI's activity API (device
  * timestamps, kernels may overlap) and at exit writes a table to KTRACE_OUT
  * (stderr when unset): per kernel name (demangled, templates cut), the calls,
- * total and mean time and the share of all recorded GPU time. KTRACE_SKIP=N
- * leaves out the first N seconds of records (start-up, autotuning). */
+ * total and mean time and the share of all recorded GPU time; then the time
+ * the GPU ran nothing at all between the first and the last record (the
+ * host's gaps: syncs, launches, host work between steps), with the places it
+ * happened most, named by the record before and the record after each gap.
+ * KTRACE_SKIP=N leaves out the first N seconds of records (start-up,
+ * autotuning). */
 #define _GNU_SOURCE
 #include <cupti.h>
 #include <stdint.h>
@@ -29,6 +33,18 @@ typedef struct {
 static kt_row rows[KT_MAX];
 static int nrows;
 static uint64_t t_first, skip_ns;
+
+typedef struct { /* every record, for the idle gaps */
+    uint64_t start, end;
+    int row;
+} kt_rec;
+static kt_rec *recs;
+static size_t nrecs, caprecs;
+
+typedef struct { /* a place the GPU went idle: between these two rows' records */
+    int before, after;
+    uint64_t n, ns;
+} kt_site;
 
 static void ktcheck(CUptiResult r, const char *what)
 {
@@ -69,6 +85,13 @@ static void add(const char *name, uint64_t start, uint64_t end)
     }
     rows[i].calls++;
     rows[i].ns += end - start;
+    if (nrecs == caprecs) {
+        size_t cap = caprecs ? 2 * caprecs : 65536;
+        kt_rec *r = realloc(recs, cap * sizeof *r);
+        if (!r) return;
+        recs = r, caprecs = cap;
+    }
+    recs[nrecs++] = (kt_rec){ start, end, i };
 }
 
 static void CUPTIAPI buffer_requested(uint8_t **buf, size_t *size, size_t *max_records)
@@ -100,10 +123,54 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     free(buf);
 }
 
-static int by_time(const void *a, const void *b)
+static int by_time(const void *a, const void *b) /* row indices, most time first */
 {
-    const kt_row *x = a, *y = b;
+    const kt_row *x = &rows[*(const int *)a], *y = &rows[*(const int *)b];
     return x->ns < y->ns ? 1 : x->ns > y->ns ? -1 : 0;
+}
+
+static int by_start(const void *a, const void *b)
+{
+    const kt_rec *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* GPU idle time: the record list in start order, a gap wherever a record
+ * starts after every earlier one has ended; sites are (the record that ended
+ * last, the one that starts), the biggest 10 by total printed. */
+static void idle_gaps(FILE *f)
+{
+    if (nrecs < 2) return;
+    qsort(recs, nrecs, sizeof recs[0], by_start);
+    enum { SITES = 512 };
+    static kt_site site[SITES];
+    int nsites = 0;
+    uint64_t busy = recs[0].end, idle = 0, gaps = 0;
+    int last = recs[0].row;
+    for (size_t k = 1; k < nrecs; k++) {
+        if (recs[k].start > busy) {
+            uint64_t g = recs[k].start - busy;
+            idle += g, gaps++;
+            int j = 0;
+            while (j < nsites && !(site[j].before == last && site[j].after == recs[k].row)) j++;
+            if (j == nsites && nsites < SITES) site[nsites++] = (kt_site){ last, recs[k].row, 0, 0 };
+            if (j < nsites) site[j].n++, site[j].ns += g;
+        }
+        if (recs[k].end > busy) busy = recs[k].end, last = recs[k].row;
+    }
+    uint64_t span = busy - recs[0].start;
+    fprintf(f, "\nGPU idle (nothing running) between the first and the last record: %.3f ms of %.3f ms (%.1f%%), "
+               "%llu gaps\n\n| idle after | and before | gaps | total ms | mean us |\n|---|---|---:|---:|---:|\n",
+            idle / 1e6, span / 1e6, 100.0 * idle / (span ? span : 1), (unsigned long long)gaps);
+    for (int shown = 0; shown < 10; shown++) {
+        int best = -1;
+        for (int j = 0; j < nsites; j++)
+            if (site[j].n && (best < 0 || site[j].ns > site[best].ns)) best = j;
+        if (best < 0) break;
+        fprintf(f, "| %s | %s | %llu | %.3f | %.1f |\n", rows[site[best].before].name, rows[site[best].after].name,
+                (unsigned long long)site[best].n, site[best].ns / 1e6, site[best].ns / 1e3 / (double)site[best].n);
+        site[best].n = 0;
+    }
 }
 
 static void report(void)
@@ -112,14 +179,19 @@ static void report(void)
     const char *path = getenv("KTRACE_OUT");
     FILE *f = path ? fopen(path, "w") : stderr;
     if (!f) f = stderr;
-    qsort(rows, (size_t)nrows, sizeof rows[0], by_time);
+    static int order[KT_MAX];
+    for (int i = 0; i < nrows; i++) order[i] = i;
+    qsort(order, (size_t)nrows, sizeof order[0], by_time);
     uint64_t total = 0, calls = 0;
     for (int i = 0; i < nrows; i++) total += rows[i].ns, calls += rows[i].calls;
     fprintf(f, "| kernel | calls | total ms | mean us | share |\n|---|---:|---:|---:|---:|\n");
-    for (int i = 0; i < nrows; i++)
-        fprintf(f, "| %s | %llu | %.3f | %.1f | %.1f%% |\n", rows[i].name, (unsigned long long)rows[i].calls,
-                rows[i].ns / 1e6, rows[i].ns / 1e3 / (double)rows[i].calls, 100.0 * rows[i].ns / (total ? total : 1));
+    for (int o = 0; o < nrows; o++) {
+        const kt_row *r = &rows[order[o]];
+        fprintf(f, "| %s | %llu | %.3f | %.1f | %.1f%% |\n", r->name, (unsigned long long)r->calls, r->ns / 1e6,
+                r->ns / 1e3 / (double)r->calls, 100.0 * r->ns / (total ? total : 1));
+    }
     fprintf(f, "| all | %llu | %.3f | | 100%% |\n", (unsigned long long)calls, total / 1e6);
+    idle_gaps(f);
     if (f != stderr) fclose(f);
 }
 
