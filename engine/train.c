@@ -444,7 +444,13 @@ static int dump_step(run *r, const float *logits0, double loss, char *err, size_
 static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errlen)
 {
     const atoll_config *c = r->c;
-    r->m->k->sync();
+    /* No sync here: the optimizer's kernels may still be running on a GPU while
+     * this rank logs the step and reads the next batch (~0.2 ms of host work a
+     * step, which would leave the GPU idle); the next batch's upload waits for
+     * them, and every read of device memory (to_host) syncs first. The loss and
+     * the gradient norm were read before the optimizer, so the step time below
+     * is the host's, which the GPU paces through those reads: over steps it is
+     * the GPU's. */
     r->st.iteration = s->it;
     r->st.consumed_samples += s->batch;
     s->consumed = r->st.consumed_samples;
