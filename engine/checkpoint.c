@@ -114,7 +114,7 @@ static int placement_check(uint64_t job, uint32_t epoch, char *err, size_t errle
 
 /* Whether this process may write a step of dir now (a read, unlocked: the commit
  * checks again under the lock). */
-static int may_write(const char *dir, char *err, size_t errlen)
+int ckpt_may_write(const char *dir, char *err, size_t errlen)
 {
     if (!owner.job) return 0;
     uint64_t job;
@@ -238,7 +238,7 @@ static int write_part(const char *dir, long long iteration, const eng_model *m, 
                       int write_headers, char *err, size_t errlen)
 {
     char step[1024], path[1100];
-    int may = may_write(dir, err, errlen);
+    int may = ckpt_may_write(dir, err, errlen);
     if (may) return may;
     ckpt_step_dir(step, sizeof step, dir, iteration);
     if (atoll_mkdir_p(step, 0755)) {

@@ -129,6 +129,11 @@ int ckpt_commit_weights(const char *dir, long long iteration, const atoll_config
 #define CKPT_SUPERSEDED (-3)
 void ckpt_set_owner(uint64_t job, uint32_t epoch);
 int ckpt_claim(const char *dir, char *err, size_t errlen);
+/* Whether this process may still write steps of dir (a read of placement.txt,
+ * unlocked): 0, CKPT_SUPERSEDED with err saying which placement holds it, or -1
+ * with err when it cannot be read. The training loop asks every few seconds, so a
+ * placement that was replaced stops soon, not only at its next save. */
+int ckpt_may_write(const char *dir, char *err, size_t errlen);
 
 /* Single rank: shards + commit. */
 int ckpt_save(const char *dir, const eng_model *m, const eng_optim *o,

@@ -339,9 +339,30 @@ typedef struct run {
 
 /* Whether this rank wants the run to stop after this step: SIGTERM, or
  * --exit-duration-in-mins since atoll-train started (Megatron's clock). */
+/* A placement replaced while it ran on (its node cut off from the coordinator,
+ * which could not stop it): rank 0 reads --save's placement.txt every
+ * SUPERSEDED_POLL_S, and the step's reduction stops every rank; their final
+ * save is then refused and writes nothing (ckpt_claim). Before, they stopped only
+ * at their next save, training and writing their steps' metrics into the
+ * job's shared files until then. */
+#define SUPERSEDED_POLL_S 2.0
+static int superseded(const run *r)
+{
+    static double last;
+    static int gone;
+    if (gone || !r->c->save[0] || r->d.rank != 0) return gone;
+    double now = atoll_mono_s();
+    if (now - last < SUPERSEDED_POLL_S) return 0;
+    last = now;
+    char why[512];
+    if (ckpt_may_write(r->c->save, why, sizeof why) != CKPT_SUPERSEDED) return 0;
+    fprintf(stderr, "atoll-train: --save %s: %s; stopping\n", r->c->save, why);
+    return gone = 1;
+}
+
 static int stop_wanted(const run *r)
 {
-    return stop_requested || (r->c->exit_duration_in_mins > 0 &&
+    return stop_requested || superseded(r) || (r->c->exit_duration_in_mins > 0 &&
                               atoll_mono_s() - r->t_start >= r->c->exit_duration_in_mins * 60.0);
 }
 

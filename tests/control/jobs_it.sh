@@ -672,6 +672,21 @@ case_dashboard() {
 }
 
 
+# A 4-rank job (one node holds it), running; then that node's workerd stopped and the job placed
+# again on the other node (epoch 1). Sets CUT_ID, CUT_NODE and MINE (epoch 0's rank pids).
+cut_off() { # NAME [submit flags]
+  local name=$1; shift
+  CUT_ID=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 4 --train-iters 100000 --name "$name" "$@" \
+           --json | json "d['job']") || fail "submit $name"
+  wait_until 60 step_at_least "$CUT_ID" 2 || fail "job $CUT_ID not running: $(atoll status "$CUT_ID")"
+  CUT_NODE=$(job_node "$CUT_ID")
+  [ -n "$CUT_NODE" ] || fail "no node holds job $CUT_ID's ranks"
+  MINE=$(rank_pids "$CUT_ID")
+  kill -STOP "${WPID[$CUT_NODE]}"
+  placed1() { atoll status "$CUT_ID" --json | json "(d['state'], d['epoch'])" | grep -qx "('running', 1)"; }
+  wait_until 30 placed1 || fail "job $CUT_ID not placed again: $(atoll status "$CUT_ID")"
+}
+
 case_partition() {
   start_cluster
   # tp2 x pp2 on 4 ranks: one node holds the whole job
@@ -685,7 +700,7 @@ case_partition() {
   local real rc spelled; real=$(realpath "$TMP/ckpt")
   for spelled in "$TMP//ckpt/." "$TMP/ckpt-alias" "$TMP/ckpt-alias/../ckpt-alias/"; do
     atoll submit "${model[@]}" --num-gpus 4 --save "$spelled" 2>"$TMP/err" >/dev/null; rc=$?
-    [ $rc != 0 ] && grep -q "^atoll: --save $real is job $id's (running): two jobs cannot write one --save" \
+    [ $rc != 0 ] && grep -q "^atoll: --save $real is job $id's ([a-z]*): two jobs cannot write one --save" \
       "$TMP/err" || fail "a second job on job $id's --save, as $spelled: exit $rc: $(cat "$TMP/err")"
   done
   local chained; chained=$(atoll submit "${model[@]}" --num-gpus 4 --save "$TMP/ckpt" --load "$TMP/ckpt" \
@@ -700,12 +715,12 @@ case_partition() {
   recovered() { [ "$(events_of job.recovered | json "len(d)")" -ge 1 ]; }
   wait_until 30 recovered || fail "not placed again: $(atoll status "$id")"
   atoll status "$id" --json | json "(d['state'], d['epoch'])" | grep -qx "('running', 1)" || fail "$(atoll status "$id")"
-  # The coordinator could not stop them: epoch 0's ranks train on until their next save finds the claim.
+  # The coordinator could not stop them: epoch 0's ranks train on until they find the claim (a poll or a save).
   wait_until 30 ranks_gone || fail "epoch 0's ranks still running: $MINE"
   local log0=$TMP/work/job-$id/epoch-0/rank-0.log log1=$TMP/work/job-$id/epoch-1/rank-0.log
   grep -q "not saved: job $id was placed again: its epoch 1 holds this directory (placement.txt), and this process, of epoch 0, is superseded" \
     "$log0" || fail "epoch 0's rank 0 did not say why it stopped: $(tail -3 "$log0")"
-  ok "workerd $node stopped: job $id placed again (epoch 1); epoch 0's 4 ranks stopped at their next save: $(grep -o 'step [0-9]* not saved' "$log0")"
+  ok "workerd $node stopped: job $id placed again (epoch 1); epoch 0's 4 ranks found the claim and stopped: $(grep -o 'step [0-9]* not saved' "$log0")"
   local resumed; resumed=$(grep -o "^loaded checkpoint $TMP/ckpt/iter_[0-9]*" "$log1" | grep -o '[0-9]*$') \
     || fail "epoch 1 did not resume: $(head -5 "$log1")"
   resumed=$((10#$resumed))
@@ -728,15 +743,9 @@ PYEOF
   ok "every step epoch 0 committed is at most step $resumed, where epoch 1 resumed; the later ones are epoch 1's"
   cancel_job "$id"
   # Without --save nothing stops the old ranks until their node is back: then the coordinator does, and says so.
-  local id2; id2=$(atoll submit "${model[@]}" "${layout[@]}" --num-gpus 4 --train-iters 100000 --name cutoff2 \
-                  --json | json "d['job']") || fail "submit"
-  wait_until 60 step_at_least "$id2" 2 || fail "job $id2 not running: $(atoll status "$id2")"
-  node=$(job_node "$id2")
-  [ -n "$node" ] || fail "no node holds job $id2's ranks"
-  MINE=$(rank_pids "$id2")
-  kill -STOP "${WPID[$node]}"
-  placed1() { atoll status "$id2" --json | json "(d['state'], d['epoch'])" | grep -qx "('running', 1)"; }
-  wait_until 30 placed1 || fail "job $id2 not placed again: $(atoll status "$id2")"
+  cut_off cutoff2
+  local id2=$CUT_ID
+  node=$CUT_NODE
   ! ranks_gone || fail "epoch 0's ranks of job $id2 stopped while their node was away: $MINE"
   kill -CONT "${WPID[$node]}"
   stale() { events_of job.stale_ranks | json "[e['message'] for e in d if e['subject']=='job $id2'][0]"; }
@@ -748,6 +757,20 @@ PYEOF
     || fail "one event per find: $(events_of job.stale_ranks)"
   ok "a job without --save: epoch 0 trained on while $node was away; once back, its ranks were stopped: $(stale)"
   cancel_job "$id2"
+  # With --save but no save due for a long while, the old ranks stop within seconds of the new placement's
+  # claim (their rank 0 reads placement.txt every 2 s), not at their next save
+  cut_off cutoff3 --save "$TMP/ckpt3" --save-interval 100000
+  local id3=$CUT_ID t3; t3=$(now)
+  node=$CUT_NODE
+  wait_until 15 ranks_gone || fail "epoch 0's ranks of job $id3 ran on past epoch 1's claim: $MINE"
+  local took3; took3=$(awk -v a="$(now)" -v b="$t3" 'BEGIN { printf "%.1f", a - b }')
+  local log3=$TMP/work/job-$id3/epoch-0/rank-0.log
+  grep -q "job $id3 was placed again: its epoch 1 holds this directory (placement.txt).*; stopping" "$log3" \
+    || fail "epoch 0's rank 0 of job $id3 did not say why it stopped: $(tail -3 "$log3")"
+  kill -CONT "${WPID[$node]}"
+  wait_until 15 nodes_alive 2 || fail "$node did not come back: $(atoll nodes)"
+  ok "--save-interval 100000: epoch 0's ranks stopped ${took3} s after epoch 1 was running, on the claim: $(grep -o 'job [0-9]* was placed again' "$log3" | head -1)"
+  cancel_job "$id3"
   stop_all
 }
 
