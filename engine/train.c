@@ -337,8 +337,6 @@ typedef struct run {
     long long last_save_it;
 } run;
 
-/* Whether this rank wants the run to stop after this step: SIGTERM, or
- * --exit-duration-in-mins since atoll-train started (Megatron's clock). */
 /* A placement replaced while it ran on (its node cut off from the coordinator,
  * which could not stop it): rank 0 reads --save's placement.txt every
  * SUPERSEDED_POLL_S, and the step's reduction stops every rank; their final
@@ -360,6 +358,9 @@ static int superseded(const run *r)
     return gone = 1;
 }
 
+/* Whether this rank wants the run to stop after this step: SIGTERM, a newer
+ * placement's claim on --save (superseded), or --exit-duration-in-mins since
+ * atoll-train started (Megatron's clock). */
 static int stop_wanted(const run *r)
 {
     return stop_requested || superseded(r) || (r->c->exit_duration_in_mins > 0 &&

@@ -80,14 +80,14 @@ __global__ void __launch_bounds__(EMB_BLOCK) embed_bwd_k(float *dwte, const T *d
         unsigned bal[ROUNDS];
 #pragma unroll
         for (int j = 0; j < ROUNDS; j++) {
-            row[j] = next[j] == INT_MIN ? -1 : next[j] - off - r0;
+            int r = next[j] == INT_MIN ? -1 : next[j] - off - r0;
+            row[j] = r < nrows ? r : -1; /* -1: not one of this block's rows */
             int p = m0 + EMB_CHUNK + j * EMB_BLOCK + threadIdx.x;
             next[j] = p < N ? tokens[p] : INT_MIN;
         }
         /* 1. this block's positions of the chunk, in position order (round-major, then warp, lane) */
 #pragma unroll
         for (int j = 0; j < ROUNDS; j++) {
-            if (row[j] >= nrows) row[j] = -1;
             bal[j] = __ballot_sync(0xffffffffu, row[j] >= 0);
             if (lane == 0) s_wcount[j * NW + warp] = __popc(bal[j]);
         }
@@ -139,13 +139,13 @@ __global__ void __launch_bounds__(EMB_BLOCK) embed_bwd_k(float *dwte, const T *d
 #pragma unroll 4
             for (; k < e; k++) {
                 const T *src = dout + (size_t)s_spos[k] * C + c;
-                if (VEC == 8) ld8(src, v);
+                if constexpr (VEC == 8) ld8(src, v);
                 else v[0] = ldf(src);
 #pragma unroll
                 for (int q = 0; q < VEC; q++) acc[q] += v[q];
             }
             float *dst = dwte + (size_t)(r0 + r) * C + c;
-            if (VEC == 8) {
+            if constexpr (VEC == 8) {
                 ld8(dst, v);
 #pragma unroll
                 for (int q = 0; q < VEC; q++) v[q] += acc[q];
