@@ -429,6 +429,7 @@ int main(int argc, char **argv)
     test_embedding(38, 19, 0, 50, 50, 0);
     test_embedding(1024, 768, 1000, 1000, 3000, 0);
     test_embedding(5000, 64, 1000, 1000, 3000, 1); /* several chunks of positions, the last partial; skewed */
+    test_embedding(3000, 328, 0, 1000, 1000, 1);   /* two column tiles of the backward, the second partial; skewed */
     test_layernorm(5, 37);
     test_layernorm(512, 768);
     for (int mode = 0; mode < 3; mode++) {

@@ -360,6 +360,8 @@ int main(int argc, char **argv)
     test_embedding(1024, 768, 3000, 1000, 1000, 0); /* a vocab slice: tokens outside it give zero rows */
     test_embedding(5000, 64, 3000, 1000, 1000, 1);  /* several chunks of positions, the last partial; skewed */
     test_embedding(2100, 21, 300, 0, 300, 1);       /* the same on columns that are not 16-byte rows */
+    test_embedding(2100, 70, 300, 0, 300, 1);       /* three column tiles of the backward, the last partial */
+    test_embedding(3000, 328, 300, 0, 300, 1);      /* two 256-column tiles, the second partial; skewed */
     test_position(3, 17, 29);
     test_position(4, 256, 768);
     test_layernorm(5, 37);
