@@ -12,7 +12,10 @@
  * host's gaps: syncs, launches, host work between steps), with the places it
  * happened most, named by the record before and the record after each gap.
  * KTRACE_SKIP=N leaves out the first N seconds of records (start-up,
- * autotuning). */
+ * autotuning); KTRACE_AFTER=NAME leaves out every record that starts before the
+ * first call of the kernel NAME ends (NAME as the table prints it, e.g. the
+ * optimizer's kernel: the tables then cover whole steps after the first, without
+ * the weights' upload, lazy module loading and plan building). */
 #define _GNU_SOURCE
 #include <cupti.h>
 #include <stdint.h>
@@ -173,12 +176,39 @@ static void idle_gaps(FILE *f)
     }
 }
 
+/* KTRACE_AFTER: keep the records that start after the first call of `name`
+ * ends, and count the rows from those alone; false when it never ran. */
+static int keep_after(const char *name)
+{
+    qsort(recs, nrecs, sizeof recs[0], by_start);
+    size_t k = 0;
+    while (k < nrecs && strcmp(rows[recs[k].row].name, name)) k++;
+    if (k == nrecs) return 0;
+    uint64_t cut = recs[k].end;
+    size_t n = 0;
+    for (int i = 0; i < nrows; i++) rows[i].calls = rows[i].ns = 0;
+    for (k = 0; k < nrecs; k++)
+        if (recs[k].start >= cut) {
+            recs[n++] = recs[k];
+            rows[recs[k].row].calls++;
+            rows[recs[k].row].ns += recs[k].end - recs[k].start;
+        }
+    nrecs = n;
+    return 1;
+}
+
 static void report(void)
 {
     cuptiActivityFlushAll(1);
-    const char *path = getenv("KTRACE_OUT");
+    const char *path = getenv("KTRACE_OUT"), *after = getenv("KTRACE_AFTER");
     FILE *f = path ? fopen(path, "w") : stderr;
     if (!f) f = stderr;
+    if (after && *after) {
+        if (keep_after(after))
+            fprintf(f, "Records after the first call of %s ended.\n\n", after);
+        else
+            fprintf(f, "ktrace: no kernel named %s ran; every record is counted.\n\n", after);
+    }
     static int order[KT_MAX];
     for (int i = 0; i < nrows; i++) order[i] = i;
     qsort(order, (size_t)nrows, sizeof order[0], by_time);

@@ -25,8 +25,9 @@
 # The order is what a cut-short run should keep: the checks and the figures the targets
 # are judged by first, the per-kernel floors and the other families last.
 # Output: OUTDIR/run.log (everything), OUTDIR/summary.md (the figures),
-# OUTDIR/gpu_bench.md, OUTDIR/profile_*.md (kernel times, ktrace.so: GPT-2 over 10 steps, the
-# 1.5B model over 2). Environment: B124 (micro-batch for gpt2, default 16),
+# OUTDIR/gpu_bench.md, OUTDIR/profile_*.md (kernel times, ktrace.so: GPT-2 over the 9 steps after the
+# first of 10, the 1.5B model over the second of 2; KTRACE_AFTER leaves the first step out).
+# Environment: B124 (micro-batch for gpt2, default 16),
 # STEPS (timed steps per program, default 20), BUDGET_S (seconds the whole run may take, default 540),
 # LLMC_RUNS (llm.c's timed runs, the fastest kept, default 3).
 #
@@ -241,7 +242,7 @@ for s in $stages; do
     fi
     # where atoll's GPU time goes (bf16), kernel by kernel
     for ab in flash fused; do
-      CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_OUT=$out/profile_atoll_$ab.md timeout 200 "$train" --device cuda \
+      CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_AFTER=adamw_seg_k KTRACE_OUT=$out/profile_atoll_$ab.md timeout 200 "$train" --device cuda \
         --bf16 --attention-backend $ab $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" \
         --train-iters 10 --lr 6e-4 --data-path "$work/text" > "$work/p.log" 2>&1 || tail -3 "$work/p.log"
     done
@@ -269,7 +270,8 @@ EOF
         runs="$runs ${tps:-failed}"
         if [ -n "${tps:-}" ] && [ "$tps" -gt "$best_tps" ]; then best_tps=$tps best_ms=$ms; fi
       done
-      (cd "$work" && CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_OUT=$out/profile_llmc.md timeout 200 \
+      (cd "$work" && CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_AFTER="adamw_kernel3<__nv_bfloat16, __nv_bfloat16>" \
+        KTRACE_OUT=$out/profile_llmc.md timeout 200 \
         "$kit/peers/train_gpt2cu" -i "$work/llmc_train.bin" -j "$work/llmc_val.bin" -e d12 -b "$B124" -t 1024 \
         -d $((B124 * 1024)) -x 10 -v 100000 -s 0 -h 0 -l 6e-4 > "$work/lp.log" 2>&1) || tail -3 "$work/lp.log"
       tps=$([ "$best_tps" -gt 0 ] && echo "$best_tps") ms=$best_ms
@@ -304,8 +306,8 @@ EOF
       read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
       note "- the same, global batch $gbs (8 micro-batches of $mb per step): ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-}"
     done
-    # where the 1.5B model's GPU time goes (default attention backend), kernel by kernel: 2 steps of 8 micro-batches
-    CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_OUT=$out/profile_atoll_big.md timeout 120 "$train" --device cuda \
+    # where the 1.5B model's GPU time goes (default attention backend), kernel by kernel: the second of 2 steps of 8 micro-batches
+    CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_AFTER=adamw_seg_k KTRACE_OUT=$out/profile_atoll_big.md timeout 120 "$train" --device cuda \
       --bf16 $big_flags --micro-batch-size "$mb" --global-batch-size $((mb * 8)) --train-iters 2 --lr 1e-4 \
       --data-path "$work/text" > "$work/p.log" 2>&1 || tail -3 "$work/p.log" ;;
   *) echo "run.sh: unknown stage '$s'"; fails=$((fails + 1)) ;;

@@ -1,0 +1,212 @@
+/* gemm_sweep: would timing cuBLASLt's candidates beat its heuristic's first
+ * choice on atoll's GEMMs? For every GEMM of a GPT-2 124M training step at
+ * N = 16384 tokens (16 x 1024, the throughput run's batch), set up exactly as
+ * kernels/cuda/matmul.cu sets it up (operand order, transposes, epilogue, fp32
+ * weight-gradient output with beta 1), this asks the heuristic for up to
+ * GS_CANDIDATES algorithms and times each on random bf16 data: the
+ * heuristic's first (what atoll runs today) against the fastest. Printed and
+ * written as a table, with the step's total over the 12 layers and the
+ * classifier: the most a time-based choice could save. Nothing here changes
+ * what atoll runs. Part of gpu_bench (bench/gpu/run.sh's bench stage). */
+#include "gemm_sweep.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define GS_CANDIDATES 16
+#define GS_REPS 10
+
+/* One error-checking macro per API: file, line and the library's message. */
+#define GS_CUDA(x)                                                                                   \
+    do {                                                                                             \
+        cudaError_t e_ = (x);                                                                        \
+        if (e_ != cudaSuccess) {                                                                     \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));      \
+            return -1;                                                                               \
+        }                                                                                            \
+    } while (0)
+#define GS_LT(x)                                                                                     \
+    do {                                                                                             \
+        cublasStatus_t s_ = (x);                                                                     \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                           \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cublasLtGetStatusString(s_));  \
+            return -1;                                                                               \
+        }                                                                                            \
+    } while (0)
+
+typedef struct {
+    const char *name;
+    int per_step; /* calls in one step: 12 per layer op, 1 for the classifier */
+    int ta, tb, m, n, k, lda, ldb, ldd;
+    int wgrad; /* fp32 output, beta 1 */
+    cublasLtEpilogue_t epi;
+    int ldaux; /* GELU_AUX_BIAS writes, DGELU reads [n, ldaux] bf16 */
+} gs_gemm;
+
+static int cmpf(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median ms of GS_REPS runs of algo (after two), or a negative value when it fails to run. */
+static float time_algo(cublasLtHandle_t lt, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
+                       cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *algo,
+                       const void *A, const void *B, void *D, float beta, void *ws, size_t ws_bytes, cudaEvent_t e0,
+                       cudaEvent_t e1)
+{
+    float alpha = 1.0f, t[GS_REPS];
+    for (int r = -2; r < GS_REPS; r++) {
+        cudaEventRecord(e0, 0);
+        if (cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, algo, ws, ws_bytes, 0) !=
+            CUBLAS_STATUS_SUCCESS)
+            return -1.0f;
+        cudaEventRecord(e1, 0);
+        if (cudaEventSynchronize(e1) != cudaSuccess) return -1.0f;
+        if (r >= 0) cudaEventElapsedTime(&t[r], e0, e1);
+    }
+    qsort(t, GS_REPS, sizeof t[0], cmpf);
+    return t[GS_REPS / 2];
+}
+
+/* n random bf16 in [-scale, scale) on the device: a block of distinct values
+ * built on the host, repeated (a GEMM's speed does not see the repetition) */
+static void *rand_bf16(size_t n, float scale, uint64_t *rng)
+{
+    size_t blk = n < ((size_t)1 << 24) ? n : ((size_t)1 << 24);
+    uint16_t *h = malloc(blk * 2);
+    void *d = NULL;
+    if (!h) return NULL;
+    for (size_t i = 0; i < blk; i++) {
+        *rng ^= *rng << 13; *rng ^= *rng >> 7; *rng ^= *rng << 17;
+        float f = ((float)((*rng >> 40) & 0xffffff) / 8388608.0f - 1.0f) * scale;
+        union { float f; uint32_t u; } v = { f };
+        h[i] = (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+    }
+    if (cudaMalloc(&d, n * 2) != cudaSuccess) d = NULL;
+    for (size_t at = 0; d && at < n; at += blk) {
+        size_t len = n - at < blk ? n - at : blk;
+        if (cudaMemcpy((uint16_t *)d + at, h, len * 2, cudaMemcpyHostToDevice) != cudaSuccess) {
+            cudaFree(d);
+            d = NULL;
+        }
+    }
+    free(h);
+    return d;
+}
+
+int gemm_sweep(FILE *md)
+{
+    const int N = 16384, C = 768, V = 50304;
+    /* matmul.cu's three set-ups: forward A = w (T), B = inp; dinp A = w, B = dout;
+     * dw A = inp, B = dout (T), fp32 D += */
+#define FWD(nm, IC, OC, epi, aux) { nm " forward", 12, 1, 0, OC, N, IC, IC, IC, OC, 0, epi, aux }
+#define DGRAD(nm, IC, OC, epi, aux) { nm " dinp", 12, 0, 0, IC, N, OC, IC, OC, IC, 0, epi, aux }
+#define WGRAD(nm, IC, OC) { nm " dw", 12, 0, 1, IC, OC, N, IC, OC, IC, 1, CUBLASLT_EPILOGUE_DEFAULT, 0 }
+    gs_gemm g[] = {
+        FWD("qkv", C, 3 * C, CUBLASLT_EPILOGUE_BIAS, 0),
+        FWD("attn proj", C, C, CUBLASLT_EPILOGUE_BIAS, 0),
+        FWD("fc (GELU_AUX_BIAS)", C, 4 * C, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, 4 * C),
+        FWD("mlp proj", 4 * C, C, CUBLASLT_EPILOGUE_BIAS, 0),
+        DGRAD("qkv", C, 3 * C, CUBLASLT_EPILOGUE_DEFAULT, 0),
+        DGRAD("attn proj", C, C, CUBLASLT_EPILOGUE_DEFAULT, 0),
+        DGRAD("fc", C, 4 * C, CUBLASLT_EPILOGUE_DEFAULT, 0),
+        DGRAD("mlp proj (DGELU)", 4 * C, C, CUBLASLT_EPILOGUE_DGELU, 4 * C),
+        WGRAD("qkv", C, 3 * C),
+        WGRAD("attn proj", C, C),
+        WGRAD("fc", C, 4 * C),
+        WGRAD("mlp proj", 4 * C, C),
+        { "classifier forward", 1, 1, 0, V, N, C, C, C, V, 0, CUBLASLT_EPILOGUE_DEFAULT, 0 },
+        { "classifier dinp", 1, 0, 0, C, N, V, C, V, C, 0, CUBLASLT_EPILOGUE_DEFAULT, 0 },
+        { "classifier dw", 1, 0, 1, C, V, N, C, V, C, 1, CUBLASLT_EPILOGUE_DEFAULT, 0 },
+    };
+#undef FWD
+#undef DGRAD
+#undef WGRAD
+    int ng = (int)(sizeof g / sizeof g[0]);
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    size_t big = (size_t)N * V; /* the largest operand or output, in elements */
+    void *A = rand_bf16(big, 1.0f, &rng), *B = rand_bf16(big, 0.05f, &rng), *bias = rand_bf16(V, 1.0f, &rng);
+    void *aux = rand_bf16((size_t)N * 4 * C, 1.0f, &rng), *D = NULL, *ws = NULL;
+    size_t ws_bytes = (size_t)32 << 20; /* matmul.cu's workspace (kcu_workspace) */
+    cublasLtHandle_t lt = NULL;
+    cudaEvent_t e0, e1;
+    if (!A || !B || !bias || !aux) {
+        fprintf(stderr, "gemm_sweep: out of device memory\n");
+        return -1;
+    }
+    GS_CUDA(cudaMalloc(&D, big * 4));
+    GS_CUDA(cudaMemset(D, 0, big * 4));
+    GS_CUDA(cudaMalloc(&ws, ws_bytes));
+    GS_CUDA(cudaEventCreate(&e0));
+    GS_CUDA(cudaEventCreate(&e1));
+    GS_LT(cublasLtCreate(&lt));
+
+    printf("\ncuBLASLt candidates at GPT-2 124M, N=%d tokens (heuristic's first vs the fastest of up to %d)\n", N,
+           GS_CANDIDATES);
+    fprintf(md, "\n### cuBLASLt's candidates for atoll's GEMMs (GPT-2 124M, N = %d tokens, bf16, random data)\n\n"
+                "Each GEMM as kernels/cuda/matmul.cu sets it up; the heuristic's first algorithm (what atoll runs) "
+                "against the fastest of up to %d it offers, median of %d runs each.\n\n"
+                "| GEMM | m x n x k | per step | candidates | first ms | fastest ms (#) | TFLOP/s first / fastest |\n"
+                "|---|---|---:|---:|---:|---:|---:|\n", N, GS_CANDIDATES, GS_REPS);
+    double step_first = 0, step_best = 0;
+    for (int i = 0; i < ng; i++) {
+        const gs_gemm *c = &g[i];
+        cublasOperation_t ta = c->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = c->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+        cudaDataType_t dt = c->wgrad ? CUDA_R_32F : CUDA_R_16BF;
+        cublasLtMatmulDesc_t op;
+        cublasLtMatrixLayout_t la, lb, ld;
+        cublasLtMatmulPreference_t pref;
+        GS_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        GS_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+        GS_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+        GS_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &c->epi, sizeof c->epi));
+        if (c->epi == CUBLASLT_EPILOGUE_BIAS || c->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+            GS_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+        if (c->ldaux) {
+            int64_t ldaux = c->ldaux;
+            GS_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+            GS_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux, sizeof ldaux));
+        }
+        GS_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, c->ta ? c->k : c->m, c->ta ? c->m : c->k, c->lda));
+        GS_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, c->tb ? c->n : c->k, c->tb ? c->k : c->n, c->ldb));
+        GS_LT(cublasLtMatrixLayoutCreate(&ld, dt, c->m, c->n, c->ldd));
+        GS_LT(cublasLtMatmulPreferenceCreate(&pref));
+        GS_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                   sizeof ws_bytes));
+        cublasLtMatmulHeuristicResult_t h[GS_CANDIDATES];
+        int found = 0;
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, GS_CANDIDATES, h, &found);
+        float first = -1, best = -1;
+        int best_i = -1;
+        for (int j = 0; st == CUBLAS_STATUS_SUCCESS && j < found; j++) {
+            float ms = time_algo(lt, op, la, lb, ld, &h[j].algo, A, B, D, c->wgrad ? 1.0f : 0.0f, ws, ws_bytes, e0, e1);
+            if (j == 0) first = ms;
+            if (ms > 0 && (best < 0 || ms < best)) best = ms, best_i = j;
+        }
+        GS_CUDA(cudaGetLastError());
+        double fl = 2.0 * c->m * (double)c->n * c->k;
+        printf("%-34s %6d x %6d x %6d  %2d candidates  first %8.3f ms  fastest %8.3f ms (#%d)  x%d a step\n", c->name,
+               c->m, c->n, c->k, found, first, best, best_i, c->per_step);
+        fprintf(md, "| %s | %d x %d x %d | %d | %d | %.3f | %.3f (#%d) | %.0f / %.0f |\n", c->name, c->m, c->n, c->k,
+                c->per_step, found, first, best, best_i, first > 0 ? fl / first / 1e9 : 0, best > 0 ? fl / best / 1e9 : 0);
+        if (first > 0 && best > 0) step_first += c->per_step * first, step_best += c->per_step * best;
+        cublasLtMatmulPreferenceDestroy(pref);
+        cublasLtMatrixLayoutDestroy(la);
+        cublasLtMatrixLayoutDestroy(lb);
+        cublasLtMatrixLayoutDestroy(ld);
+        cublasLtMatmulDescDestroy(op);
+    }
+    printf("a step's GEMMs: %.2f ms with the heuristic's first choices, %.2f ms with the fastest (%.1f%% less)\n",
+           step_first, step_best, step_first > 0 ? 100.0 * (1 - step_best / step_first) : 0);
+    fprintf(md, "\nA step's GEMMs (12 layers and the classifier): %.2f ms with the heuristic's first choices, %.2f ms "
+                "with the fastest candidates (%.1f%% less).\n", step_first, step_best,
+            step_first > 0 ? 100.0 * (1 - step_best / step_first) : 0);
+    cublasLtDestroy(lt);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(A); cudaFree(B); cudaFree(bias); cudaFree(aux); cudaFree(D); cudaFree(ws);
+    return 0;
+}
