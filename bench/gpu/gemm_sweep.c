@@ -1,11 +1,12 @@
 /* gemm_sweep: would timing cuBLASLt's candidates beat its heuristic's first
- * choice on atoll's GEMMs? For every GEMM of a GPT-2 124M training step at
- * N = 16384 tokens (16 x 1024, the throughput run's batch), set up exactly as
+ * choice on atoll's GEMMs? For every GEMM of a training micro-batch of GPT-2
+ * 124M at N = 16384 tokens (16 x 1024, the throughput run's batch) and of the
+ * ~1.5B model at 8 x 1024 (the big stage's micro-batch), set up exactly as
  * kernels/cuda/matmul.cu sets it up (operand order, transposes, epilogue, fp32
  * weight-gradient output with beta 1), this asks the heuristic for up to
  * GS_CANDIDATES algorithms and times each on random bf16 data: the
  * heuristic's first (what atoll runs today) against the fastest. Printed and
- * written as a table, with the step's total over the 12 layers and the
+ * written as a table, with the micro-batch's total over the layers and the
  * classifier: the most a time-based choice could save. Nothing here changes
  * what atoll runs. Part of gpu_bench (bench/gpu/run.sh's bench stage). */
 #include "gemm_sweep.h"
@@ -38,7 +39,7 @@
 
 typedef struct {
     const char *name;
-    int per_step; /* calls in one step: 12 per layer op, 1 for the classifier */
+    int per_step; /* calls in one micro-batch: one per layer, 1 for the classifier */
     int ta, tb, m, n, k, lda, ldb, ldd;
     int wgrad; /* fp32 output, beta 1 */
     cublasLtEpilogue_t epi;
@@ -97,27 +98,37 @@ static void *rand_bf16(size_t n, float scale, uint64_t *rng)
     return d;
 }
 
+/* One model's GEMMs: N tokens a micro-batch, hidden C, MLP width F, L layers. */
+static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L);
+
 int gemm_sweep(FILE *md)
 {
-    const int N = 16384, C = 768, V = 50304;
+    /* GPT-2 124M at the throughput run's 16 x 1024; the ~1.5B model (48 x 1600) at its micro-batch of 8 x 1024 */
+    if (sweep_model(md, "GPT-2 124M", 16384, 768, 4 * 768, 12)) return -1;
+    return sweep_model(md, "~1.5B GPT (48 x 1600), one micro-batch", 8192, 1600, 4 * 1600, 48);
+}
+
+static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
+{
+    const int V = 50304;
     /* matmul.cu's three set-ups: forward A = w (T), B = inp; dinp A = w, B = dout;
      * dw A = inp, B = dout (T), fp32 D += */
-#define FWD(nm, IC, OC, epi, aux) { nm " forward", 12, 1, 0, OC, N, IC, IC, IC, OC, 0, epi, aux }
-#define DGRAD(nm, IC, OC, epi, aux) { nm " dinp", 12, 0, 0, IC, N, OC, IC, OC, IC, 0, epi, aux }
-#define WGRAD(nm, IC, OC) { nm " dw", 12, 0, 1, IC, OC, N, IC, OC, IC, 1, CUBLASLT_EPILOGUE_DEFAULT, 0 }
+#define FWD(nm, IC, OC, epi, aux) { nm " forward", L, 1, 0, OC, N, IC, IC, IC, OC, 0, epi, aux }
+#define DGRAD(nm, IC, OC, epi, aux) { nm " dinp", L, 0, 0, IC, N, OC, IC, OC, IC, 0, epi, aux }
+#define WGRAD(nm, IC, OC) { nm " dw", L, 0, 1, IC, OC, N, IC, OC, IC, 1, CUBLASLT_EPILOGUE_DEFAULT, 0 }
     gs_gemm g[] = {
         FWD("qkv", C, 3 * C, CUBLASLT_EPILOGUE_BIAS, 0),
         FWD("attn proj", C, C, CUBLASLT_EPILOGUE_BIAS, 0),
-        FWD("fc (GELU_AUX_BIAS)", C, 4 * C, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, 4 * C),
-        FWD("mlp proj", 4 * C, C, CUBLASLT_EPILOGUE_BIAS, 0),
+        FWD("fc (GELU_AUX_BIAS)", C, F, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, F),
+        FWD("mlp proj", F, C, CUBLASLT_EPILOGUE_BIAS, 0),
         DGRAD("qkv", C, 3 * C, CUBLASLT_EPILOGUE_DEFAULT, 0),
         DGRAD("attn proj", C, C, CUBLASLT_EPILOGUE_DEFAULT, 0),
-        DGRAD("fc", C, 4 * C, CUBLASLT_EPILOGUE_DEFAULT, 0),
-        DGRAD("mlp proj (DGELU)", 4 * C, C, CUBLASLT_EPILOGUE_DGELU, 4 * C),
+        DGRAD("fc", C, F, CUBLASLT_EPILOGUE_DEFAULT, 0),
+        DGRAD("mlp proj (DGELU)", F, C, CUBLASLT_EPILOGUE_DGELU, F),
         WGRAD("qkv", C, 3 * C),
         WGRAD("attn proj", C, C),
-        WGRAD("fc", C, 4 * C),
-        WGRAD("mlp proj", 4 * C, C),
+        WGRAD("fc", C, F),
+        WGRAD("mlp proj", F, C),
         { "classifier forward", 1, 1, 0, V, N, C, C, C, V, 0, CUBLASLT_EPILOGUE_DEFAULT, 0 },
         { "classifier dinp", 1, 0, 0, C, N, V, C, V, C, 0, CUBLASLT_EPILOGUE_DEFAULT, 0 },
         { "classifier dw", 1, 0, 1, C, V, N, C, V, C, 1, CUBLASLT_EPILOGUE_DEFAULT, 0 },
@@ -129,7 +140,7 @@ int gemm_sweep(FILE *md)
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     size_t big = (size_t)N * V; /* the largest operand or output, in elements */
     void *A = rand_bf16(big, 1.0f, &rng), *B = rand_bf16(big, 0.05f, &rng), *bias = rand_bf16(V, 1.0f, &rng);
-    void *aux = rand_bf16((size_t)N * 4 * C, 1.0f, &rng), *D = NULL, *ws = NULL;
+    void *aux = rand_bf16((size_t)N * F, 1.0f, &rng), *D = NULL, *ws = NULL;
     size_t ws_bytes = (size_t)32 << 20; /* matmul.cu's workspace (kcu_workspace) */
     cublasLtHandle_t lt = NULL;
     cudaEvent_t e0, e1;
@@ -144,13 +155,13 @@ int gemm_sweep(FILE *md)
     GS_CUDA(cudaEventCreate(&e1));
     GS_LT(cublasLtCreate(&lt));
 
-    printf("\ncuBLASLt candidates at GPT-2 124M, N=%d tokens (heuristic's first vs the fastest of up to %d)\n", N,
+    printf("\ncuBLASLt candidates at %s, N=%d tokens (heuristic's first vs the fastest of up to %d)\n", model, N,
            GS_CANDIDATES);
-    fprintf(md, "\n### cuBLASLt's candidates for atoll's GEMMs (GPT-2 124M, N = %d tokens, bf16, random data)\n\n"
+    fprintf(md, "\n### cuBLASLt's candidates for atoll's GEMMs (%s, N = %d tokens, bf16, random data)\n\n"
                 "Each GEMM as kernels/cuda/matmul.cu sets it up; the heuristic's first algorithm (what atoll runs) "
                 "against the fastest of up to %d it offers, median of %d runs each.\n\n"
-                "| GEMM | m x n x k | per step | candidates | first ms | fastest ms (#) | TFLOP/s first / fastest |\n"
-                "|---|---|---:|---:|---:|---:|---:|\n", N, GS_CANDIDATES, GS_REPS);
+                "| GEMM | m x n x k | per micro-batch | candidates | first ms | fastest ms (#) | TFLOP/s first / fastest |\n"
+                "|---|---|---:|---:|---:|---:|---:|\n", model, N, GS_CANDIDATES, GS_REPS);
     double step_first = 0, step_best = 0;
     for (int i = 0; i < ng; i++) {
         const gs_gemm *c = &g[i];
@@ -188,7 +199,7 @@ int gemm_sweep(FILE *md)
         }
         GS_CUDA(cudaGetLastError());
         double fl = 2.0 * c->m * (double)c->n * c->k;
-        printf("%-34s %6d x %6d x %6d  %2d candidates  first %8.3f ms  fastest %8.3f ms (#%d)  x%d a step\n", c->name,
+        printf("%-34s %6d x %6d x %6d  %2d candidates  first %8.3f ms  fastest %8.3f ms (#%d)  x%d\n", c->name,
                c->m, c->n, c->k, found, first, best, best_i, c->per_step);
         fprintf(md, "| %s | %d x %d x %d | %d | %d | %.3f | %.3f (#%d) | %.0f / %.0f |\n", c->name, c->m, c->n, c->k,
                 c->per_step, found, first, best, best_i, first > 0 ? fl / first / 1e9 : 0, best > 0 ? fl / best / 1e9 : 0);
@@ -199,10 +210,10 @@ int gemm_sweep(FILE *md)
         cublasLtMatrixLayoutDestroy(ld);
         cublasLtMatmulDescDestroy(op);
     }
-    printf("a step's GEMMs: %.2f ms with the heuristic's first choices, %.2f ms with the fastest (%.1f%% less)\n",
-           step_first, step_best, step_first > 0 ? 100.0 * (1 - step_best / step_first) : 0);
-    fprintf(md, "\nA step's GEMMs (12 layers and the classifier): %.2f ms with the heuristic's first choices, %.2f ms "
-                "with the fastest candidates (%.1f%% less).\n", step_first, step_best,
+    printf("%s, a micro-batch's GEMMs: %.2f ms with the heuristic's first choices, %.2f ms with the fastest "
+           "(%.1f%% less)\n", model, step_first, step_best, step_first > 0 ? 100.0 * (1 - step_best / step_first) : 0);
+    fprintf(md, "\nA micro-batch's GEMMs (%d layers and the classifier): %.2f ms with the heuristic's first choices, "
+                "%.2f ms with the fastest candidates (%.1f%% less).\n", L, step_first, step_best,
             step_first > 0 ? 100.0 * (1 - step_best / step_first) : 0);
     cublasLtDestroy(lt);
     cudaEventDestroy(e0);
