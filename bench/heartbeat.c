@@ -95,6 +95,7 @@ static struct {
     int bulk, bulk_replies, bulk_errors;
     uint64_t bulk_jobs;
     int64_t bulk_start_us, bulk_done_us;
+    int measuring; /* the window has opened (announced once, for callers that wait for it) */
     rpc_conn *bulker;
 } B;
 
@@ -412,6 +413,10 @@ static void on_tick(uv_timer_t *t)
             return;
         }
     }
+    if (B.phase == 2 && !B.measuring && now >= B.measure_from_us) {
+        B.measuring = 1;
+        fprintf(stderr, "bench: measuring\n");
+    }
     if (B.phase == 2 && B.bulk && !B.bulk_start_us && now >= B.measure_from_us) {
         B.bulk_start_us = now;
         rpc_handlers bh = { bulk_ready, bulk_frame, bulk_close };
@@ -568,7 +573,8 @@ int main(int argc, char **argv)
 
     qsort(B.rtt, B.nrtt, sizeof *B.rtt, cmp64);
     double window = (B.measure_to_us - B.measure_from_us) / 1e6;
-    double hb_rate = B.nrtt / window;
+    /* stopped before the window opened: an empty window, no rates (and no NaN in the JSON) */
+    double per_s = window > 0 ? 1.0 / window : 0.0, hb_rate = B.nrtt * per_s;
     printf("nodes %d registered %d failed %d\n", B.n, B.registered, B.failed);
     printf("target %.0f heartbeats/s, acknowledged %.0f heartbeats/s in the %.1f s window (%zu samples, %llu errors)\n",
            B.n * rate, hb_rate, window, B.nrtt, (unsigned long long)B.errors);
@@ -576,7 +582,7 @@ int main(int argc, char **argv)
            (long long)pct(0.9), (long long)pct(0.99), (long long)pct(0.999), (long long)(B.nrtt ? B.rtt[B.nrtt - 1] : 0));
     printf("rank reports per heartbeat %d; jobs %d submitted, %d nodes hold ranks; HTTP readers %d: %llu replies "
            "(%.1f/s, %.1f MB), %llu failed\n", B.ranks_per_node, B.submitted, B.launched_nodes, B.http_readers,
-           (unsigned long long)B.http_done, B.http_done / window, B.http_bytes / 1e6, (unsigned long long)B.http_failed);
+           (unsigned long long)B.http_done, B.http_done * per_s, B.http_bytes / 1e6, (unsigned long long)B.http_failed);
     double bulk_s = B.bulk_done_us > B.bulk_start_us ? (B.bulk_done_us - B.bulk_start_us) / 1e6 : -1;
     if (B.bulk)
         printf("bulk: %d pipelined JobsRequests, %d replies (%llu jobs), %d errors, all answered in %.2f s\n", B.bulk,
@@ -594,7 +600,7 @@ int main(int argc, char **argv)
                     B.n, B.registered, B.failed, rate, B.n * rate, hb_rate, window, B.nrtt,
                     (unsigned long long)B.errors, (long long)pct(0.5), (long long)pct(0.9), (long long)pct(0.99),
                     (long long)pct(0.999), (long long)(B.nrtt ? B.rtt[B.nrtt - 1] : 0), B.ranks_per_node, B.submitted,
-                    B.launched_nodes, B.http_readers, B.http_done / window, (unsigned long long)B.http_done,
+                    B.launched_nodes, B.http_readers, B.http_done * per_s, (unsigned long long)B.http_done,
                     (unsigned long long)B.http_failed, B.pending_jobs, B.finished_jobs, B.bulk, B.bulk_replies,
                     (unsigned long long)B.bulk_jobs, B.bulk_errors, bulk_s);
             fclose(f);
