@@ -138,6 +138,7 @@ typedef struct atoll_config {
     int no_log_learning_rate_to_tensorboard;   /* leave learning-rate out of TensorBoard */
     /* the LLaMA family and regularisation (Megatron's flags) */
     char attention_backend[8];         /* "auto" (default), "flash", "fused": bf16 attention on cuda */
+    int tune_gemms;                    /* cuda: GEMM algorithms chosen by time, kept in --save for restarts */
     char normalization[16];            /* "LayerNorm" (default) or "RMSNorm" */
     int swiglu;
     int squared_relu;                  /* the MLP's activation is relu(x)^2 instead of GELU (Nemotron's) */

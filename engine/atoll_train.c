@@ -50,6 +50,7 @@ static void usage(FILE *f)
             "          --decoder-first-pipeline-num-layers N --decoder-last-pipeline-num-layers N (uneven stages)\n"
             "          --recompute-granularity {selective,full}\n"
             "engine:   --device {cpu,cuda} --attention-backend {auto,flash,fused} (fused: cuDNN, cuda bf16)\n"
+            "          --tune-gemms (cuda: each GEMM's cuBLASLt algorithm chosen by time; kept in --save)\n"
             "          --nproc-per-node N (local launcher)\n"
             "          --print-groups (the rank groups as JSON for --nproc-per-node, WORLD_SIZE or --num-gpus)\n");
 }

@@ -335,6 +335,7 @@ typedef struct run {
     /* --save-mtbf: the training stall per save (EWMA) and when the last save was */
     double stall_avg, last_save_t;
     long long last_save_it;
+    int gemm_kept;       /* --tune-gemms: the GEMM choices in --save's file (-1: none written yet) */
 } run;
 
 /* A placement replaced while it ran on (its node cut off from the coordinator,
@@ -814,6 +815,60 @@ static int agreed_step(run *r, const char *dir, ckpt_need need, long long want, 
     return ENG_ERR_CONFIG;
 }
 
+/* ---- --tune-gemms ----
+ * Each rank's cuBLASLt algorithm choices (k_cuda_gemm_tuning) live in
+ * DIR/gemm_choices_rank<R>.txt beside the checkpoints, rewritten after a save
+ * when there are new ones; a run that loads a step from DIR reads them back, so
+ * a restart computes with the algorithms the run had and repeats it bit for bit
+ * (another algorithm sums in another order). */
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+static int gemm_tuned(const run *r) { return r->c->tune_gemms && !strcmp(r->o->device, "cuda"); }
+
+static void gemm_choices_path(const run *r, const char *dir, char *out, size_t n)
+{
+    snprintf(out, n, "%s/gemm_choices_rank%d.txt", dir, r->d.rank);
+}
+
+/* A missing file is no error (a first start, or a save before this flag);
+ * one from another device or library is set aside; an unreadable one fails
+ * the start (a restart would fail the same way). */
+static int gemm_choices_read(run *r, const char *dir, char *err, size_t errlen)
+{
+    char path[4096], why[512];
+    gemm_choices_path(r, dir, path, sizeof path);
+    if (access(path, F_OK)) return 0;
+    int rc = k_cuda_gemm_choices_load(path, why, sizeof why);
+    if (rc < 0) {
+        atoll_errf(err, errlen, "--tune-gemms: %s (remove it to choose the algorithms anew)", why);
+        return ENG_ERR_CONFIG;
+    }
+    int timed, loaded;
+    k_cuda_gemm_choices(&timed, &loaded);
+    if (rc == 1)
+        fprintf(stderr, "atoll-train: rank %d: --tune-gemms: %s: choosing anew\n", r->d.rank, why);
+    else if (r->d.rank == 0)
+        fprintf(stderr, "atoll-train: --tune-gemms: %d GEMM algorithm choices read from %s\n", loaded, path);
+    r->gemm_kept = rc == 1 ? -1 : loaded;
+    return 0;
+}
+
+/* After a save: the choices, when there are more than the file holds. */
+static int gemm_choices_write(run *r, char *err, size_t errlen)
+{
+    int timed, loaded;
+    k_cuda_gemm_choices(&timed, &loaded);
+    if (timed + loaded == r->gemm_kept) return 0;
+    char path[4096], why[512];
+    gemm_choices_path(r, r->c->save, path, sizeof path);
+    if (k_cuda_gemm_choices_save(path, why, sizeof why)) {
+        atoll_errf(err, errlen, "--tune-gemms: %s", why);
+        return -1;
+    }
+    r->gemm_kept = timed + loaded;
+    return 0;
+}
+#endif
+
 /* 0, *loaded 1 when a step's weights (every one) were loaded, 0 when --load held
  * no committed step; ENG_ERR_CONFIG when --load can never be resumed with this
  * configuration (no intact committed step, or one that holds another model, or
@@ -857,6 +912,9 @@ static int resume(run *r, int *loaded, char *err, size_t errlen)
     /* ZeRO-1 loads the full-shape moments, then keeps its shard */
     eng_optim *full = dist_optim_full(&r->d, r->m, &r->dopt);
     if (!full) { atoll_errf(err, errlen, "--load: %s", dist_error(&r->d)); return -1; }
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+    if (gemm_tuned(r) && (rc = gemm_choices_read(r, lp.dir, err, errlen))) return rc;
+#endif
     rc = ckpt_load(lp.dir, it, r->m, weights ? NULL : full, &r->st, err, errlen);
     if (rc) return rc == CKPT_MISMATCH ? ENG_ERR_CONFIG : -1;
     *loaded = 1;
@@ -945,9 +1003,14 @@ static int setup(run *r, char *err, size_t errlen)
                                                                         : K_CUDA_ATTN_AUTO,
                                err, errlen))
         return ENG_ERR_CONFIG;
+    if (gemm_tuned(r)) k_cuda_gemm_tuning(1);
 #endif
+    r->gemm_kept = -1;
     if (dist_init(&r->d, c, k, err, errlen)) return -1;
     r->have_dist = 1;
+    if (c->tune_gemms && strcmp(r->o->device, "cuda") && r->d.rank == 0)
+        fprintf(stderr, "atoll-train: note: --tune-gemms chooses cuBLASLt's algorithms: nothing to choose on "
+                "--device %s\n", r->o->device);
     metrics_emit_open(&r->emit, r->d.rank);
     r->have_emit = 1;
     r->wd = watchdog_start(r->d.world, &r->emit); /* from here a hang names where this rank is */
@@ -1200,6 +1263,9 @@ static int save_timed(run *r, int final, char *err, size_t errlen)
             r->save_s = atoll_mono_s() - t0;
         }
     }
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+    if (!rc && gemm_tuned(r)) rc = gemm_choices_write(r, err, errlen);
+#endif
     double stall = atoll_mono_s() - t0;
     r->stall_unreported += stall;
     r->stall_avg = r->stall_avg > 0 ? 0.7 * r->stall_avg + 0.3 * stall : stall;
@@ -1334,6 +1400,12 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         k_cuda_attention_calls(&fused, &flash);
         printf("atoll-train: attention calls on cuDNN's fused attention: %ld, on the flash kernels: %ld; cuDNN "
                "workspace %.1f MiB\n", fused, flash, k_cuda_attention_workspace_held() / 1048576.0);
+    }
+    if (!rc && r.d.rank == 0 && gemm_tuned(&r)) {
+        int timed, loaded;
+        k_cuda_gemm_choices(&timed, &loaded);
+        printf("atoll-train: --tune-gemms: GEMM algorithms chosen by time: %d, read from --save: %d%s\n", timed,
+               loaded, c.save[0] ? "" : " (no --save: a restart chooses anew)");
     }
 #endif
     if (!rc && stopped && r.d.rank == 0) {

@@ -44,6 +44,25 @@ size_t k_cuda_attention_workspace_need(int B, int T, int NH, int NG, int HD, flo
 /* Bytes of device memory this process holds for cuDNN's attention now. */
 size_t k_cuda_attention_workspace_held(void);
 
+/* GEMM algorithms chosen by time (--tune-gemms). With tuning on, each new GEMM
+ * problem (shapes, layouts, epilogue, operand alignment) runs every algorithm
+ * cuBLASLt's heuristic offers (up to 8) a few times on its first call, on the
+ * call's own operands (what the call computes is unchanged), and keeps the
+ * fastest; off (the default), the heuristic's first. Different algorithms sum
+ * in different orders, so a run resumed with other choices would not repeat
+ * the uninterrupted run bit for bit: _save writes every choice made so far to
+ * path (a text file, replaced whole), _load reads one back, and its choices
+ * are then used as they stand (each checked with cublasLtMatmulAlgoCheck at its
+ * first use, chosen anew if the library refuses it). _load returns 0; 1 with
+ * err when the file was written on another device or cuBLASLt version (nothing
+ * is read: choose anew); -1 with err when it cannot be read or is malformed.
+ * _save returns 0 or -1 with err. k_cuda_gemm_choices counts the choices held:
+ * made by timing here, and read from a file. */
+void k_cuda_gemm_tuning(int on);
+int k_cuda_gemm_choices_save(const char *path, char *err, size_t errlen);
+int k_cuda_gemm_choices_load(const char *path, char *err, size_t errlen);
+void k_cuda_gemm_choices(int *timed, int *loaded);
+
 /* Page-locked host memory (cudaMallocHost), which device copies move at full
  * speed: the host transport's staging buffers. NULL when it cannot be had. */
 void *k_cuda_host_alloc(size_t bytes);

@@ -39,6 +39,10 @@ static struct {
     float (*timer_end_ms)(void);
     size_t (*reserved)(void);
     size_t (*device_used)(void);
+    void (*gemm_tuning)(int);
+    int (*gemm_save)(const char *, char *, size_t);
+    int (*gemm_load)(const char *, char *, size_t);
+    void (*gemm_choices)(int *, int *);
 } M;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -79,6 +83,10 @@ static void open_backend(void)
         { (void **)&M.timer_end_ms, "k_cuda_timer_end_ms" },
         { (void **)&M.reserved, "k_cuda_reserved_bytes" },
         { (void **)&M.device_used, "k_cuda_device_used_bytes" },
+        { (void **)&M.gemm_tuning, "k_cuda_gemm_tuning" },
+        { (void **)&M.gemm_save, "k_cuda_gemm_choices_save" },
+        { (void **)&M.gemm_load, "k_cuda_gemm_choices_load" },
+        { (void **)&M.gemm_choices, "k_cuda_gemm_choices" },
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         *syms[i].fn = dlsym(h, syms[i].name);
@@ -135,3 +143,27 @@ void k_cuda_timer_begin(void)
 float k_cuda_timer_end_ms(void) { return backend() ? M.timer_end_ms() : 0.0f; }
 size_t k_cuda_reserved_bytes(void) { return backend() ? M.reserved() : 0; }
 size_t k_cuda_device_used_bytes(void) { return backend() ? M.device_used() : 0; }
+void k_cuda_gemm_tuning(int on)
+{
+    if (backend()) M.gemm_tuning(on);
+}
+int k_cuda_gemm_choices_save(const char *path, char *err, size_t errlen)
+{
+    if (backend()) return M.gemm_save(path, err, errlen);
+    snprintf(err, errlen, "%s", M.why);
+    return -1;
+}
+int k_cuda_gemm_choices_load(const char *path, char *err, size_t errlen)
+{
+    if (backend()) return M.gemm_load(path, err, errlen);
+    snprintf(err, errlen, "%s", M.why);
+    return -1;
+}
+void k_cuda_gemm_choices(int *timed, int *loaded)
+{
+    if (backend()) {
+        M.gemm_choices(timed, loaded);
+        return;
+    }
+    *timed = *loaded = 0;
+}

@@ -21,6 +21,8 @@ void kcu_to_host(void *dst, const void *src, size_t bytes);
 void kcu_copy(void *dst, const void *src, size_t bytes);
 void kcu_zero(void *p, size_t bytes);
 void kcu_sync(void);
+/* forgets every GEMM algorithm chosen so far (matmul.cu), for the tests */
+void kcu_gemm_choices_clear(void);
 
 void kcu_embedding_forward(float *, const int32_t *, const float *, int, int, int, int);
 void kcu_embedding_backward(float *, const float *, const int32_t *, int, int, int, int);

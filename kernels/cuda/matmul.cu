@@ -18,7 +18,10 @@
 #include "kcuda.cuh"
 #include "kcu_entries.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     const void *A, *B;
@@ -51,13 +54,101 @@ typedef struct {
     uint32_t align[4];
 } lt_key;
 
-#define LT_CACHE 128
+#define LT_CACHE 256
+enum { LT_HEURISTIC, LT_TIMED, LT_LOADED, LT_CHECKED }; /* how an entry's algorithm was chosen */
 static struct {
     lt_key key;
     int found;
+    int how;
     cublasLtMatmulAlgo_t algo;
 } lt_cache[LT_CACHE];
 static int lt_cached;
+
+/* ---- the choice by time (k_cuda_gemm_tuning) ----
+ * On a new problem, each algorithm the heuristic offers (up to LT_CANDIDATES)
+ * runs LT_TUNE_REPS times after one warm-up, on the call's own operands, and
+ * the one with the least median time is kept. Running a candidate must not
+ * change what the call then computes: the output (and the GELU input an
+ * epilogue writes) goes to scratch when the call reads it (beta != 0: the
+ * weight gradients' +=) or when it overlaps an operand; elsewhere it is
+ * written in place and the call itself overwrites it after. Without scratch
+ * memory the heuristic's first algorithm is used. */
+#define LT_CANDIDATES 8
+#define LT_TUNE_REPS 5
+static bool lt_tune;
+
+static size_t dt_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
+
+/* bytes from the start of a column-major [rows, cols] matrix with leading dimension ld to its end */
+static size_t span(int rows, int cols, int ld, size_t esz)
+{
+    return rows > 0 && cols > 0 ? ((size_t)(cols - 1) * ld + (size_t)rows) * esz : 0;
+}
+
+static bool overlap(const void *p, size_t pn, const void *q, size_t qn)
+{
+    uintptr_t a = (uintptr_t)p, b = (uintptr_t)q;
+    return p && q && pn && qn && a < b + qn && b < a + pn;
+}
+
+static int cmp_ms(const void *x, const void *y)
+{
+    float a = *(const float *)x, b = *(const float *)y;
+    return (a > b) - (a < b);
+}
+
+/* The index of the fastest of h[0..n) for this call (0 when they cannot be timed). */
+static int lt_fastest(const lt_call *c, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                      cublasLtMatrixLayout_t ld, const cublasLtMatmulHeuristicResult_t *h, int n, void *ws,
+                      size_t ws_bytes)
+{
+    static cudaEvent_t e0, e1;
+    if (!e0) {
+        cudaCheck(cudaEventCreate(&e0));
+        cudaCheck(cudaEventCreate(&e1));
+    }
+    size_t ab = dt_bytes(c->ab), db = dt_bytes(c->d);
+    size_t A_n = span(c->ta ? c->k : c->m, c->ta ? c->m : c->k, c->lda, ab);
+    size_t B_n = span(c->tb ? c->n : c->k, c->tb ? c->k : c->n, c->ldb, ab);
+    size_t D_n = span(c->m, c->n, c->ldd, db), aux_n = c->aux ? span(c->m, c->n, c->ldaux, db) : 0;
+    size_t bias_n = c->bias ? (size_t)c->m * db : 0;
+    bool aux_out = c->epi == CUBLASLT_EPILOGUE_GELU_AUX || c->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    bool d_scratch = c->beta != 0.0f || overlap(c->D, D_n, c->A, A_n) || overlap(c->D, D_n, c->B, B_n) ||
+                     overlap(c->D, D_n, c->bias, bias_n) || overlap(c->D, D_n, c->aux, aux_n);
+    bool aux_scratch = aux_out && (overlap(c->aux, aux_n, c->A, A_n) || overlap(c->aux, aux_n, c->B, B_n) ||
+                                   overlap(c->aux, aux_n, c->bias, bias_n));
+    void *D = c->D, *aux = c->aux;
+    if ((d_scratch && cudaMalloc(&D, D_n) != cudaSuccess) || (aux_scratch && cudaMalloc(&aux, aux_n) != cudaSuccess)) {
+        (void)cudaGetLastError(); /* out of memory: not an error, the heuristic's choice stands */
+        if (D != c->D) cudaCheck(cudaFree(D));
+        return 0;
+    }
+    if (aux != c->aux)
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    int best = 0;
+    float best_ms = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float t[LT_TUNE_REPS];
+        bool ok = true;
+        for (int r = -1; r < LT_TUNE_REPS && ok; r++) {
+            cudaCheck(cudaEventRecord(e0, kcu_stream()));
+            ok = cublasLtMatmul(kcu_cublaslt(), op, &c->alpha, c->A, la, c->B, lb, &c->beta, D, ld, D, ld, &h[i].algo,
+                                ws, ws_bytes, kcu_stream()) == CUBLAS_STATUS_SUCCESS;
+            cudaCheck(cudaEventRecord(e1, kcu_stream()));
+            cudaCheck(cudaEventSynchronize(e1));
+            if (r >= 0) cudaCheck(cudaEventElapsedTime(&t[r], e0, e1));
+        }
+        if (!ok) continue; /* a candidate that does not run is not chosen */
+        qsort(t, LT_TUNE_REPS, sizeof t[0], cmp_ms);
+        if (i == 0 || t[LT_TUNE_REPS / 2] < best_ms) best = i, best_ms = t[LT_TUNE_REPS / 2];
+    }
+    if (aux != c->aux) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c->aux, sizeof c->aux));
+        cudaCheck(cudaFree(aux));
+    }
+    if (D != c->D) cudaCheck(cudaFree(D));
+    return best;
+}
 
 static lt_key key_of(const lt_call *c)
 {
@@ -100,6 +191,14 @@ static bool lt_matmul(const lt_call *c)
     int slot = -1;
     for (int i = 0; i < lt_cached; i++)
         if (!memcmp(&lt_cache[i].key, &key, sizeof key)) slot = i;
+    if (slot >= 0 && lt_cache[slot].how == LT_LOADED) { /* read from a file: still this library's, for this call? */
+        cublasLtMatmulHeuristicResult_t r;
+        if (cublasLtMatmulAlgoCheck(kcu_cublaslt(), op, la, lb, ld, ld, &lt_cache[slot].algo, &r) ==
+            CUBLAS_STATUS_SUCCESS)
+            lt_cache[slot].how = LT_CHECKED;
+        else
+            lt_cache[slot] = lt_cache[--lt_cached], slot = -1; /* chosen anew below */
+    }
     if (slot < 0) {
         cublasLtMatmulPreference_t pref;
         cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
@@ -111,15 +210,19 @@ static bool lt_matmul(const lt_call *c)
         uint32_t als[4] = { key.align[0], key.align[1], key.align[2], key.align[2] };
         for (int i = 0; i < 4; i++)
             cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &als[i], sizeof als[i]));
-        cublasLtMatmulHeuristicResult_t h;
+        cublasLtMatmulHeuristicResult_t h[LT_CANDIDATES];
         int found = 0;
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(kcu_cublaslt(), op, la, lb, ld, ld, pref, 1, &h, &found);
+        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(kcu_cublaslt(), op, la, lb, ld, ld, pref,
+                                                           lt_tune ? LT_CANDIDATES : 1, h, &found);
         if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+        bool have = st == CUBLAS_STATUS_SUCCESS && found > 0;
+        int pick = have && lt_tune && found > 1 ? lt_fastest(c, op, la, lb, ld, h, found, ws, ws_bytes) : 0;
         slot = lt_cached < LT_CACHE ? lt_cached++ : (int)(key.m + key.n + key.k) % LT_CACHE;
         lt_cache[slot].key = key;
-        lt_cache[slot].found = st == CUBLAS_STATUS_SUCCESS && found > 0;
-        if (lt_cache[slot].found) lt_cache[slot].algo = h.algo;
+        lt_cache[slot].found = have;
+        lt_cache[slot].how = have && lt_tune && found > 1 ? LT_TIMED : LT_HEURISTIC;
+        if (have) lt_cache[slot].algo = h[pick].algo;
     }
     bool ok = lt_cache[slot].found;
     if (ok)
@@ -294,4 +397,137 @@ void kcu_matmul_backward_gelu_bf16(uint16_t *dpre, float *dw, float *dbias, cons
         kcu_gelu_backward_bf16(dpre, pre_gelu, dpre, (size_t)N * C);
     }
     matmul_backward((bf16 *)NULL, dw, dbias, as_bf(dout), as_bf(inp), as_bf(w), N, C, OC, CUDA_R_16BF);
+}
+
+/* ---- the choices, for k_cuda.h ---- */
+
+extern "C" void k_cuda_gemm_tuning(int on) { lt_tune = on != 0; }
+
+extern "C" void k_cuda_gemm_choices(int *timed, int *loaded)
+{
+    *timed = *loaded = 0;
+    for (int i = 0; i < lt_cached; i++) {
+        *timed += lt_cache[i].how == LT_TIMED;
+        *loaded += lt_cache[i].how == LT_LOADED || lt_cache[i].how == LT_CHECKED;
+    }
+}
+
+void kcu_gemm_choices_clear(void) { lt_cached = 0; }
+
+#define LT_FILE_MAGIC "atoll-gemm-choices 1"
+#define LT_KEY_FIELDS 18
+
+static void key_fields(const lt_key *k, long long f[LT_KEY_FIELDS])
+{
+    long long v[LT_KEY_FIELDS] = { k->ab, k->d, k->ta, k->tb, k->m, k->n, k->k, k->lda, k->ldb, k->ldd, k->ldaux,
+                                   k->has_bias, k->has_aux, k->epi, k->align[0], k->align[1], k->align[2],
+                                   k->align[3] };
+    memcpy(f, v, sizeof v);
+}
+
+static lt_key key_from(const long long f[LT_KEY_FIELDS])
+{
+    lt_key k;
+    memset(&k, 0, sizeof k);
+    k.ab = (cudaDataType_t)f[0]; k.d = (cudaDataType_t)f[1]; k.ta = (int)f[2]; k.tb = (int)f[3];
+    k.m = (int)f[4]; k.n = (int)f[5]; k.k = (int)f[6]; k.lda = (int)f[7]; k.ldb = (int)f[8]; k.ldd = (int)f[9];
+    k.ldaux = (int)f[10]; k.has_bias = (int)f[11]; k.has_aux = (int)f[12]; k.epi = (cublasLtEpilogue_t)f[13];
+    for (int i = 0; i < 4; i++) k.align[i] = (uint32_t)f[14 + i];
+    return k;
+}
+
+extern "C" int k_cuda_gemm_choices_save(const char *path, char *err, size_t errlen)
+{
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    fprintf(f, "%s\ndevice %s\ncublaslt %zu\n", LT_FILE_MAGIC, k_cuda_status(), cublasLtGetVersion());
+    fprintf(f, "# ab d ta tb m n k lda ldb ldd ldaux bias aux epilogue align(A B D aux) -: the algorithm's 8 words\n");
+    for (int i = 0; i < lt_cached; i++) {
+        if (!lt_cache[i].found) continue;
+        long long v[LT_KEY_FIELDS];
+        key_fields(&lt_cache[i].key, v);
+        for (int j = 0; j < LT_KEY_FIELDS; j++) fprintf(f, "%lld ", v[j]);
+        fprintf(f, "-");
+        for (int j = 0; j < 8; j++) fprintf(f, " %llx", (unsigned long long)lt_cache[i].algo.data[j]);
+        fprintf(f, "\n");
+    }
+    bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+extern "C" int k_cuda_gemm_choices_load(const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[1024], dev[512] = "";
+    size_t ver = 0;
+    int lineno = 0, rc = 0;
+    /* the header: this format, and the device and library the algorithms were chosen on */
+    if (!fgets(line, sizeof line, f) || strncmp(line, LT_FILE_MAGIC, strlen(LT_FILE_MAGIC)) != 0) {
+        snprintf(err, errlen, "%s is not a GEMM choices file (its first line is not \"%s\")", path, LT_FILE_MAGIC);
+        fclose(f);
+        return -1;
+    }
+    lineno = 1;
+    if (fgets(line, sizeof line, f) && !strncmp(line, "device ", 7)) {
+        size_t n = strcspn(line + 7, "\n");
+        if (n >= sizeof dev) n = sizeof dev - 1;
+        memcpy(dev, line + 7, n);
+        dev[n] = '\0';
+        lineno++;
+    }
+    if (fgets(line, sizeof line, f) && sscanf(line, "cublaslt %zu", &ver) == 1) lineno++;
+    if (lineno != 3) {
+        snprintf(err, errlen, "%s line %d: expected \"device NAME\" then \"cublaslt VERSION\"", path, lineno + 1);
+        fclose(f);
+        return -1;
+    }
+    if (strcmp(dev, k_cuda_status()) != 0 || ver != cublasLtGetVersion()) {
+        snprintf(err, errlen, "%s holds the choices made on %s with cuBLASLt %zu; this is %s with cuBLASLt %zu", path,
+                 dev, ver, k_cuda_status(), cublasLtGetVersion());
+        fclose(f);
+        return 1;
+    }
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        if (line[0] == '#' || line[0] == '\n') continue;
+        long long v[LT_KEY_FIELDS] = { 0 };
+        unsigned long long a[8];
+        int used = 0, n = 0;
+        char *p = line;
+        for (; n < LT_KEY_FIELDS && sscanf(p, "%lld%n", &v[n], &used) == 1; n++) p += used;
+        if (n != LT_KEY_FIELDS || sscanf(p, " - %llx %llx %llx %llx %llx %llx %llx %llx", &a[0], &a[1], &a[2],
+                                             &a[3], &a[4], &a[5], &a[6], &a[7]) != 8) {
+            snprintf(err, errlen, "%s line %d: expected %d numbers, '-' and 8 hexadecimal words", path, lineno,
+                     LT_KEY_FIELDS);
+            rc = -1;
+            break;
+        }
+        lt_key key = key_from(v);
+        int slot = -1;
+        for (int i = 0; i < lt_cached; i++)
+            if (!memcmp(&lt_cache[i].key, &key, sizeof key)) slot = i;
+        if (slot < 0 && lt_cached == LT_CACHE) continue; /* more than fit: the rest are chosen anew */
+        if (slot < 0) slot = lt_cached++;
+        lt_cache[slot].key = key;
+        lt_cache[slot].found = 1;
+        lt_cache[slot].how = LT_LOADED;
+        for (int j = 0; j < 8; j++) lt_cache[slot].algo.data[j] = (uint64_t)a[j];
+    }
+    fclose(f);
+    return rc;
 }

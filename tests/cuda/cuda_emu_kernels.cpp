@@ -13,8 +13,11 @@ extern "C" {
 }
 
 #include <cstdarg>
+#include <string>
+#include <unistd.h>
 #include <tuple>
 
+#include "k_cuda.h"
 #include "kcu_entries.h"
 template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C);
 
@@ -365,6 +368,143 @@ static void test_matmul(int N, int C, int OC)
     cmp("matmul_backward_gelu_bf16 dbias", gb4, gb3, 1e-2);
 }
 
+/* One bf16 layer's GEMMs as the engine runs them (the MLP up-projection with
+ * GELU, a backward with dw += and dbias +=, the down-projection's backward
+ * through GELU) on 256-byte aligned buffers, so that every round asks the same
+ * problems (the alignment is part of a choice's key: four of them, the two dw alike), against
+ * the CPU. */
+template <typename T> struct aligned {
+    T *p;
+    explicit aligned(const std::vector<T> &v) : p((T *)aligned_alloc(256, (v.size() * sizeof(T) + 255) / 256 * 256))
+    {
+        memcpy(p, v.data(), v.size() * sizeof(T));
+    }
+    ~aligned() { free(p); }
+    std::vector<T> get(size_t n) const { return std::vector<T>(p, p + n); }
+};
+
+static void gemm_round(const char *what)
+{
+    const int N = 16, C = 24, OC = 32;
+    size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
+    uint64_t keep = rng;
+    rng = 0x243f6a8885a308d3ull; /* the same data every round */
+    std::vector<uint16_t> xb, wb, bb, gb;
+    vec xr = rv_bf(ni, 1, xb), wr = rv_bf(nw, 0.2f, wb), br = rv_bf(OC, 1, bb), gr = rv_bf(no, 1, gb);
+    vec gw = rv(nw), gbias = rv(OC), o1(no), ge(no), d1(ni), gw1 = gw, gb1 = gbias;
+    rng = keep;
+    aligned<uint16_t> x(xb), w(wb), b(bb), g(gb), out(std::vector<uint16_t>(no, 0xffff)),
+        pre(std::vector<uint16_t>(no, 0xffff)), din(std::vector<uint16_t>(ni, 0xffff));
+    aligned<float> dw(gw), db(gbias);
+    R->matmul_forward(o1.data(), xr.data(), wr.data(), br.data(), N, C, OC);
+    R->gelu_forward(ge.data(), o1.data(), no);
+    kcu_matmul_forward_bf16(out.p, pre.p, x.p, w.p, b.p, N, C, OC);
+    char name[160];
+    snprintf(name, sizeof name, "%s: forward pre_gelu", what);
+    cmp(name, widen(pre.get(no)), o1, 1e-2);
+    snprintf(name, sizeof name, "%s: forward gelu", what);
+    cmp(name, widen(out.get(no)), ge, 1e-2);
+    R->matmul_backward(d1.data(), gw1.data(), gb1.data(), gr.data(), xr.data(), wr.data(), N, C, OC);
+    kcu_matmul_backward_bf16(din.p, dw.p, db.p, g.p, x.p, w.p, N, C, OC);
+    snprintf(name, sizeof name, "%s: backward dinp", what);
+    cmp(name, widen(din.get(ni)), d1, 1e-2);
+    snprintf(name, sizeof name, "%s: backward dw +=", what);
+    cmp(name, dw.get(nw), gw1, 1e-2);
+    snprintf(name, sizeof name, "%s: backward dbias +=", what);
+    cmp(name, db.get(OC), gb1, 1e-2);
+    /* through GELU, x playing the kept pre-activation [N, C]; dw and dbias accumulate again */
+    std::vector<uint16_t> d3(ni, 0xffff);
+    R->matmul_backward_gelu_bf16(d3.data(), gw1.data(), gb1.data(), gb.data(), xb.data(), wb.data(), xb.data(), N, C, OC);
+    kcu_matmul_backward_gelu_bf16(din.p, dw.p, db.p, g.p, x.p, w.p, x.p, N, C, OC);
+    snprintf(name, sizeof name, "%s: backward through gelu dpre", what);
+    cmp(name, widen(din.get(ni)), widen(d3), 1e-2);
+    snprintf(name, sizeof name, "%s: backward through gelu dw +=", what);
+    cmp(name, dw.get(nw), gw1, 1e-2);
+}
+
+/* GEMM algorithms chosen by time (k_cuda_gemm_tuning): the mock offers three
+ * that compute alike and charge the emulated clock differently. Timing them
+ * must leave every result as it was (the weight gradients' += included: the
+ * candidates run on scratch there), the fastest must be kept, and a saved
+ * choice must come back from its file untimed. */
+static void write_text(const char *path, const std::string &text)
+{
+    FILE *f = fopen(path, "w");
+    if (f) fputs(text.c_str(), f), fclose(f);
+}
+static std::string read_text(const char *path)
+{
+    std::string t;
+    FILE *f = fopen(path, "r");
+    for (int ch; f && (ch = fgetc(f)) != EOF;) t += (char)ch;
+    if (f) fclose(f);
+    return t;
+}
+
+static void test_gemm_tuning()
+{
+    char path[] = "/tmp/atoll-gemm-choices-XXXXXX", err[512];
+    int fd = mkstemp(path), timed, loaded;
+    if (fd >= 0) close(fd);
+    auto costs = [](double a0, double a1, double a2) { mock_algo_ms[0] = a0, mock_algo_ms[1] = a1, mock_algo_ms[2] = a2; };
+
+    kcu_gemm_choices_clear();
+    k_cuda_gemm_tuning(1);
+    costs(3, 1, 2);
+    gemm_round("gemm tuning"); /* every result against the CPU, as without tuning */
+    check(mock_last_algo == 1, "gemm tuning: the last GEMM ran algorithm %d, not the fastest (1)", mock_last_algo);
+    k_cuda_gemm_choices(&timed, &loaded);
+    check(timed == 4 && loaded == 0, "gemm tuning: %d problems timed, %d loaded (want 4, 0)", timed, loaded);
+    check(k_cuda_gemm_choices_save(path, err, sizeof err) == 0, "gemm choices save: %s", err);
+
+    /* read back: the saved choices stand though algorithm 2 is now the fastest */
+    kcu_gemm_choices_clear();
+    costs(3, 2, 1);
+    check(k_cuda_gemm_choices_load(path, err, sizeof err) == 0, "gemm choices load: %s", err);
+    gemm_round("gemm choices loaded");
+    k_cuda_gemm_choices(&timed, &loaded);
+    check(mock_last_algo == 1 && timed == 0 && loaded == 4,
+          "gemm choices loaded: algorithm %d ran (want the saved 1), %d chosen anew (want 0), %d loaded (want 4)",
+          mock_last_algo, timed, loaded);
+
+    /* a choice the library refuses (cublasLtMatmulAlgoCheck) is chosen anew, by time */
+    std::string text = read_text(path), bad;
+    for (size_t at = 0, nl; at < text.size(); at = nl + 1) {
+        nl = text.find('\n', at);
+        std::string line = text.substr(at, nl - at);
+        size_t dash = line.find(" - ");
+        if (dash != std::string::npos) line = line.substr(0, dash) + " - 63" + line.substr(line.find(' ', dash + 3));
+        bad += line + "\n";
+    }
+    write_text(path, bad);
+    kcu_gemm_choices_clear();
+    check(k_cuda_gemm_choices_load(path, err, sizeof err) == 0, "gemm choices load (refused algorithms): %s", err);
+    gemm_round("gemm choices refused");
+    k_cuda_gemm_choices(&timed, &loaded);
+    check(mock_last_algo == 2 && timed == 4, "gemm choices refused: algorithm %d ran (want the fastest, 2), %d chosen "
+          "anew (want 4)", mock_last_algo, timed);
+
+    /* another device's file is not read; a malformed one is refused with its line */
+    write_text(path, "atoll-gemm-choices 1\ndevice NVIDIA H200\ncublaslt 130000\n");
+    int rc = k_cuda_gemm_choices_load(path, err, sizeof err);
+    check(rc == 1 && strstr(err, "NVIDIA H200") && strstr(err, "this is CPU emulation"),
+          "gemm choices of another device: rc %d, \"%s\"", rc, err);
+    write_text(path, "atoll-gemm-choices 1\ndevice CPU emulation\ncublaslt 130000\n1 2 3\n");
+    rc = k_cuda_gemm_choices_load(path, err, sizeof err);
+    check(rc == -1 && strstr(err, "line 4"), "malformed gemm choices: rc %d, \"%s\"", rc, err);
+    write_text(path, "something else\n");
+    rc = k_cuda_gemm_choices_load(path, err, sizeof err);
+    check(rc == -1 && strstr(err, "not a GEMM choices file"), "not a gemm choices file: rc %d, \"%s\"", rc, err);
+
+    /* tuning off: the heuristic's first */
+    k_cuda_gemm_tuning(0);
+    kcu_gemm_choices_clear();
+    gemm_round("gemm tuning off");
+    check(mock_last_algo == 0, "gemm tuning off: algorithm %d ran, not the heuristic's first", mock_last_algo);
+    costs(0, 0, 0);
+    remove(path);
+}
+
 /* grouped-query attention (NG groups) and dropout p on the probabilities */
 static k_dropout drop_of(float p)
 {
@@ -634,6 +774,7 @@ int main(int, char **argv)
     test_elementwise_optimizer(4096); /* 16-byte paths */
     test_matmul(7, 13, 11);  /* odd: the mock offers no fused epilogue, fallbacks run */
     test_matmul(16, 24, 32); /* even: fused epilogues */
+    test_gemm_tuning();
     test_attention(2, 9, 2, 2, 4, 0.0f);
     test_attention(2, 9, 4, 2, 4, 0.0f);  /* grouped-query: 2 heads per key/value group */
     test_attention(2, 9, 6, 2, 4, 0.25f); /* 3 heads per group, dropout */

@@ -10,7 +10,10 @@
 #   within 1e-2, and a bf16 checkpoint saved at step 2 resumes bit for bit;
 # - the refusals a cuda run gives: bf16 at a head dim flash attention lacks,
 #   --attention-backend fused without cuDNN (auto, the default, runs the
-#   flash kernels there and says so).
+#   flash kernels there and says so);
+# - --tune-gemms: its choices written beside the checkpoint and read back by a
+#   restart (which chooses none anew and repeats the losses), a malformed
+#   choices file refused with its line, a note on the CPU.
 #   engine_cuda_emu.sh ATOLL_TRAIN ATOLL_TRAIN_EMU WORKDIR
 set -euo pipefail
 train=$1
@@ -32,7 +35,23 @@ run cuda_dp2_zero1 "$emu" --device cuda --nproc-per-node 2 --use-distributed-opt
 run cuda_bf16 "$emu" --device cuda --bf16
 run cuda_bf16_save "$emu" --device cuda --bf16 --exit-interval 2 --save "$work/ckpt" --save-interval 2
 run cuda_bf16_resume "$emu" --device cuda --bf16 --load "$work/ckpt"
+# --tune-gemms: the choices are written beside the checkpoint and read back by the restart
+run cuda_tune_save "$emu" --device cuda --bf16 --tune-gemms --exit-interval 2 --save "$work/ckpt_tune" --save-interval 2
+run cuda_tune_resume "$emu" --device cuda --bf16 --tune-gemms --load "$work/ckpt_tune" --save "$work/ckpt_tune"
+run cpu_tune "$train" --device cpu --tune-gemms
 failures=0
+choices=$work/ckpt_tune/gemm_choices_rank0.txt
+n=$(grep -c ' - ' "$choices" 2>/dev/null || true)
+if [ "${n:-0}" -ge 4 ] && grep -q "chosen by time: $n, read from --save: 0" "$work/cuda_tune_save.log" &&
+   grep -q "$n GEMM algorithm choices read from $choices" "$work/cuda_tune_resume.log" &&
+   grep -q "chosen by time: 0, read from --save: $n" "$work/cuda_tune_resume.log"; then
+  echo "ok: --tune-gemms: $n choices written beside the checkpoint, read back by the restart, none chosen anew"
+else
+  tail -3 "$work/cuda_tune_save.log" "$work/cuda_tune_resume.log"; echo "FAIL: --tune-gemms choices (${n:-0} in $choices)"
+  failures=$((failures + 1))
+fi
+grep -q "note: --tune-gemms chooses cuBLASLt's algorithms: nothing to choose on --device cpu" "$work/cpu_tune.log" ||
+  { echo "FAIL: --tune-gemms on the CPU gave no note"; failures=$((failures + 1)); }
 grep -q "atoll-train: cuda," "$work/cuda.log" || { echo "FAIL: the emulated run did not say it ran on cuda"; failures=1; }
 # --attention-backend auto (the default) without cuDNN: the flash kernels, said at the end of the run
 grep -q "attention calls on cuDNN's fused attention: 0, on the flash kernels: [1-9]" "$work/cuda_bf16.log" ||
@@ -52,6 +71,8 @@ for name, ref, tol in (("cuda", cpu, 1e-5), ("cuda_tp2pp2", cpu, 1e-4), ("cuda_d
           f"{name}: {len(got)} steps, the CPU's losses within {tol:.0e} ({rel(got, ref) if got else float('nan'):.1e})")
 b, r = L("cuda_bf16"), L("cuda_bf16_resume")
 check(len(r) == 2 and r == b[2:], f"the bf16 checkpoint resumes bit for bit at step 3 ({r} vs {b[2:]})")
+t, tr = L("cuda_tune_save"), L("cuda_tune_resume")
+check(t + tr == b, f"--tune-gemms: saved and resumed, the bf16 run's losses bit for bit ({t + tr} vs {b})")
 check(L("cuda") != cpu, "the emulated cuda run is not the CPU backend (the losses differ in the last bits)")
 sys.exit(0 if check.ok else 1)
 PY
@@ -67,5 +88,7 @@ refuse() { # name, expected message, then flags
 }
 refuse bf16_head_dim_32 "head dim 64 or 128" --hidden-size 96 --num-attention-heads 3 --bf16
 refuse fused_without_cudnn "no cuDNN" --bf16 --attention-backend fused
+printf 'atoll-gemm-choices 1\ndevice CPU emulation\ncublaslt 130000\n1 2 3\n' > "$choices"
+refuse tune_bad_choices "line 4: expected 18 numbers" --bf16 --tune-gemms --load "$work/ckpt_tune" --save "$work/ckpt_tune"
 [ "$failures" = 0 ] && echo "engine_cuda_emu: all checks passed" || echo "engine_cuda_emu: $failures failure(s)"
 exit $((failures > 0))

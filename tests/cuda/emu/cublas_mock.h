@@ -34,6 +34,13 @@ typedef int *cublasLtMatmulPreference_t;
 typedef struct { uint64_t data[8]; } cublasLtMatmulAlgo_t;
 typedef struct { cublasLtMatmulAlgo_t algo; size_t workspaceSize; int state; float wavesCount; int reserved[4]; } cublasLtMatmulHeuristicResult_t;
 inline int mock_fused_calls, mock_rejected_calls; /* how often each path ran */
+/* Algorithms: asked for more than one, the heuristic offers mock_candidates, algorithm i
+ * with data[0] = i; each run of algorithm i charges mock_algo_ms[i] to the emulated clock
+ * (emu_clock_ms), and the last one run is mock_last_algo. Every one computes the same. */
+#define MOCK_ALGOS 8
+inline int mock_candidates = 3, mock_last_algo = -1;
+inline double mock_algo_ms[MOCK_ALGOS];
+inline size_t cublasLtGetVersion() { return 130000; }
 inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t, cudaDataType_t) { *d = new mock_desc; return 0; }
 inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return 0; }
 inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const void *v, size_t n)
@@ -59,11 +66,20 @@ inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t
 inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t, const void *, size_t) { return 0; }
 /* policy: fused epilogues only when m and n are even, so odd test shapes take the fallbacks */
 inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t, int, cublasLtMatmulHeuristicResult_t *h, int *found)
+    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t, int want, cublasLtMatmulHeuristicResult_t *h, int *found)
 {
     memset(h, 0, sizeof *h);
     if (d->epi != CUBLASLT_EPILOGUE_DEFAULT && ((D->rows | D->cols) & 1)) { *found = 0; mock_rejected_calls++; return CUBLAS_STATUS_NOT_SUPPORTED; }
-    *found = 1; return 0;
+    *found = want > 1 ? (mock_candidates < want ? mock_candidates : want) : 1;
+    for (int i = 0; i < *found; i++) { memset(&h[i], 0, sizeof h[i]); h[i].algo.data[0] = (uint64_t)i; }
+    return 0;
+}
+/* an algorithm this mock did not offer (data[0] past MOCK_ALGOS) is refused, as the library refuses another's */
+inline cublasStatus_t cublasLtMatmulAlgoCheck(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, const cublasLtMatmulAlgo_t *a, cublasLtMatmulHeuristicResult_t *r)
+{
+    memset(r, 0, sizeof *r);
+    return a->data[0] < MOCK_ALGOS ? 0 : CUBLAS_STATUS_NOT_SUPPORTED;
 }
 inline float mock_ld(const void *p, cudaDataType_t t, size_t i) { return t == CUDA_R_32F ? ((const float *)p)[i] : __bfloat162float(((const __nv_bfloat16 *)p)[i]); }
 inline void mock_st(void *p, cudaDataType_t t, size_t i, float v) { if (t == CUDA_R_32F) ((float *)p)[i] = v; else ((__nv_bfloat16 *)p)[i] = __nv_bfloat16(v); }
@@ -103,9 +119,12 @@ inline void mock_gemm(int ta, int tb, int m, int n, int k, float alpha, const vo
 }
 inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void *alpha, const void *A, cublasLtMatrixLayout_t la,
     const void *B, cublasLtMatrixLayout_t lb, const void *beta, const void *C, cublasLtMatrixLayout_t lc, void *D, cublasLtMatrixLayout_t ld,
-    const cublasLtMatmulAlgo_t *, void *, size_t, cudaStream_t)
+    const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t)
 {
     if (C != D || lc != ld) abort();
+    if (!algo || algo->data[0] >= MOCK_ALGOS) abort(); /* matmul.cu always passes one it was offered */
+    mock_last_algo = (int)algo->data[0];
+    emu_clock_ms += mock_algo_ms[mock_last_algo];
     int m = ld->rows, n = ld->cols, k = d->ta ? la->rows : la->cols;
     if ((d->ta ? la->cols : la->rows) != (uint64_t)m || (d->tb ? lb->rows : lb->cols) != (uint64_t)n || (d->tb ? lb->cols : lb->rows) != (uint64_t)k) {
         fprintf(stderr, "mock: inconsistent shapes\n"); abort();

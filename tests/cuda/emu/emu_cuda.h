@@ -326,17 +326,33 @@ inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 inline cudaError_t cudaMallocHost(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? cudaSuccess : 2; }
 inline cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
 enum { cudaEventDisableTiming = 2 };
-inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *, unsigned) { return cudaSuccess; }
+/* Emulated time: nothing here takes device time but what a test charges to
+ * emu_clock_ms (the cuBLASLt mock charges each algorithm its mock_algo_ms);
+ * an event records the clock, ElapsedTime is the difference. */
+inline double emu_clock_ms;
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned)
+{
+    *e = new double(0.0);
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return cudaSuccess; }
 inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t)
 {
     memmove(d, s, n);
     return cudaSuccess;
 }
-inline cudaError_t cudaEventCreate(cudaEvent_t *) { return cudaSuccess; }
-inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t)
+{
+    *(double *)e = emu_clock_ms;
+    return cudaSuccess;
+}
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+    *ms = (float)(*(double *)b - *(double *)a);
+    return cudaSuccess;
+}
 template <typename F> cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
 
 /* ---- cuBLAS: handles only (the GEMM files are not emulated) ---- */
