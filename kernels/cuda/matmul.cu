@@ -125,7 +125,7 @@ static int lt_fastest(const lt_call *c, cublasLtMatmulDesc_t op, cublasLtMatrixL
     }
     if (aux != c->aux)
         cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
-    int best = 0;
+    int best = -1; /* the first candidate that runs, then any faster */
     float best_ms = 0.0f;
     for (int i = 0; i < n; i++) {
         float t[LT_TUNE_REPS];
@@ -140,14 +140,14 @@ static int lt_fastest(const lt_call *c, cublasLtMatmulDesc_t op, cublasLtMatrixL
         }
         if (!ok) continue; /* a candidate that does not run is not chosen */
         qsort(t, LT_TUNE_REPS, sizeof t[0], cmp_ms);
-        if (i == 0 || t[LT_TUNE_REPS / 2] < best_ms) best = i, best_ms = t[LT_TUNE_REPS / 2];
+        if (best < 0 || t[LT_TUNE_REPS / 2] < best_ms) best = i, best_ms = t[LT_TUNE_REPS / 2];
     }
     if (aux != c->aux) {
         cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c->aux, sizeof c->aux));
         cudaCheck(cudaFree(aux));
     }
     if (D != c->D) cudaCheck(cudaFree(D));
-    return best;
+    return best < 0 ? 0 : best;
 }
 
 static lt_key key_of(const lt_call *c)
@@ -439,7 +439,10 @@ static lt_key key_from(const long long f[LT_KEY_FIELDS])
 extern "C" int k_cuda_gemm_choices_save(const char *path, char *err, size_t errlen)
 {
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        snprintf(err, errlen, "%s: the path is too long", path);
+        return -1;
+    }
     FILE *f = fopen(tmp, "w");
     if (!f) {
         snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
@@ -502,6 +505,12 @@ extern "C" int k_cuda_gemm_choices_load(const char *path, char *err, size_t errl
         fclose(f);
         return 1;
     }
+    /* every line read before any is used: a malformed file changes nothing */
+    static struct {
+        lt_key key;
+        cublasLtMatmulAlgo_t algo;
+    } got[LT_CACHE];
+    int ngot = 0;
     while (fgets(line, sizeof line, f)) {
         lineno++;
         if (line[0] == '#' || line[0] == '\n') continue;
@@ -517,17 +526,22 @@ extern "C" int k_cuda_gemm_choices_load(const char *path, char *err, size_t errl
             rc = -1;
             break;
         }
-        lt_key key = key_from(v);
-        int slot = -1;
-        for (int i = 0; i < lt_cached; i++)
-            if (!memcmp(&lt_cache[i].key, &key, sizeof key)) slot = i;
-        if (slot < 0 && lt_cached == LT_CACHE) continue; /* more than fit: the rest are chosen anew */
-        if (slot < 0) slot = lt_cached++;
-        lt_cache[slot].key = key;
-        lt_cache[slot].found = 1;
-        lt_cache[slot].how = LT_LOADED;
-        for (int j = 0; j < 8; j++) lt_cache[slot].algo.data[j] = (uint64_t)a[j];
+        if (ngot == LT_CACHE) continue; /* more than fit: the rest are chosen anew */
+        got[ngot].key = key_from(v);
+        for (int j = 0; j < 8; j++) got[ngot].algo.data[j] = (uint64_t)a[j];
+        ngot++;
     }
     fclose(f);
+    for (int g = 0; rc == 0 && g < ngot; g++) {
+        int slot = -1;
+        for (int i = 0; i < lt_cached; i++)
+            if (!memcmp(&lt_cache[i].key, &got[g].key, sizeof got[g].key)) slot = i;
+        if (slot < 0 && lt_cached == LT_CACHE) break;
+        if (slot < 0) slot = lt_cached++;
+        lt_cache[slot].key = got[g].key;
+        lt_cache[slot].found = 1;
+        lt_cache[slot].how = LT_LOADED;
+        lt_cache[slot].algo = got[g].algo;
+    }
     return rc;
 }

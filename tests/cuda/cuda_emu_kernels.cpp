@@ -489,9 +489,15 @@ static void test_gemm_tuning()
     int rc = k_cuda_gemm_choices_load(path, err, sizeof err);
     check(rc == 1 && strstr(err, "NVIDIA H200") && strstr(err, "this is CPU emulation"),
           "gemm choices of another device: rc %d, \"%s\"", rc, err);
-    write_text(path, "atoll-gemm-choices 1\ndevice CPU emulation\ncublaslt 130000\n1 2 3\n");
+    /* a good line, then a bad one: refused with the bad line's number, nothing read */
+    std::string good = text.substr(text.find('\n', text.find("\n#")) + 1);
+    good = good.substr(0, good.find('\n') + 1);
+    write_text(path, "atoll-gemm-choices 1\ndevice CPU emulation\ncublaslt 130000\n" + good + "1 2 3\n");
+    kcu_gemm_choices_clear();
     rc = k_cuda_gemm_choices_load(path, err, sizeof err);
-    check(rc == -1 && strstr(err, "line 4"), "malformed gemm choices: rc %d, \"%s\"", rc, err);
+    k_cuda_gemm_choices(&timed, &loaded);
+    check(rc == -1 && strstr(err, "line 5") && loaded == 0, "malformed gemm choices: rc %d, \"%s\", %d read", rc, err,
+          loaded);
     write_text(path, "something else\n");
     rc = k_cuda_gemm_choices_load(path, err, sizeof err);
     check(rc == -1 && strstr(err, "not a GEMM choices file"), "not a gemm choices file: rc %d, \"%s\"", rc, err);
