@@ -4,5 +4,5 @@
 if(TARGET atoll_cuda)
   add_executable(gpu_bench ${CMAKE_CURRENT_LIST_DIR}/gpu/gpu_bench.c ${CMAKE_CURRENT_LIST_DIR}/gpu/gemm_sweep.c)
   target_include_directories(gpu_bench PRIVATE ${CMAKE_SOURCE_DIR}/kernels/cuda)
-  target_link_libraries(gpu_bench PRIVATE atoll_cuda atoll_kernels_cpu CUDA::cudart CUDA::cublasLt)
+  target_link_libraries(gpu_bench PRIVATE atoll_cuda atoll_kernels_cpu CUDA::cudart CUDA::cublas CUDA::cublasLt)
 endif()

@@ -10,6 +10,7 @@
  * classifier: the most a time-based choice could save. Nothing here changes
  * what atoll runs. Part of gpu_bench (bench/gpu/run.sh's bench stage). */
 #include "gemm_sweep.h"
+#include "cuda_check.h" /* cudaCheck, cublasCheck: the project's one macro per API */
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
@@ -18,24 +19,6 @@
 
 #define GS_CANDIDATES 16
 #define GS_REPS 10
-
-/* One error-checking macro per API: file, line and the library's message. */
-#define GS_CUDA(x)                                                                                   \
-    do {                                                                                             \
-        cudaError_t e_ = (x);                                                                        \
-        if (e_ != cudaSuccess) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));      \
-            return -1;                                                                               \
-        }                                                                                            \
-    } while (0)
-#define GS_LT(x)                                                                                     \
-    do {                                                                                             \
-        cublasStatus_t s_ = (x);                                                                     \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                           \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cublasLtGetStatusString(s_));  \
-            return -1;                                                                               \
-        }                                                                                            \
-    } while (0)
 
 typedef struct {
     const char *name;
@@ -148,12 +131,12 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
         fprintf(stderr, "gemm_sweep: out of device memory\n");
         return -1;
     }
-    GS_CUDA(cudaMalloc(&D, big * 4));
-    GS_CUDA(cudaMemset(D, 0, big * 4));
-    GS_CUDA(cudaMalloc(&ws, ws_bytes));
-    GS_CUDA(cudaEventCreate(&e0));
-    GS_CUDA(cudaEventCreate(&e1));
-    GS_LT(cublasLtCreate(&lt));
+    cudaCheck(cudaMalloc(&D, big * 4));
+    cudaCheck(cudaMemset(D, 0, big * 4));
+    cudaCheck(cudaMalloc(&ws, ws_bytes));
+    cudaCheck(cudaEventCreate(&e0));
+    cudaCheck(cudaEventCreate(&e1));
+    cublasCheck(cublasLtCreate(&lt));
 
     printf("\ncuBLASLt candidates at %s, N=%d tokens (heuristic's first vs the fastest of up to %d)\n", model, N,
            GS_CANDIDATES);
@@ -170,22 +153,22 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
         cublasLtMatmulDesc_t op;
         cublasLtMatrixLayout_t la, lb, ld;
         cublasLtMatmulPreference_t pref;
-        GS_LT(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-        GS_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-        GS_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-        GS_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &c->epi, sizeof c->epi));
+        cublasCheck(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &c->epi, sizeof c->epi));
         if (c->epi == CUBLASLT_EPILOGUE_BIAS || c->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
-            GS_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+            cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
         if (c->ldaux) {
             int64_t ldaux = c->ldaux;
-            GS_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
-            GS_LT(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux, sizeof ldaux));
+            cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+            cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ldaux, sizeof ldaux));
         }
-        GS_LT(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, c->ta ? c->k : c->m, c->ta ? c->m : c->k, c->lda));
-        GS_LT(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, c->tb ? c->n : c->k, c->tb ? c->k : c->n, c->ldb));
-        GS_LT(cublasLtMatrixLayoutCreate(&ld, dt, c->m, c->n, c->ldd));
-        GS_LT(cublasLtMatmulPreferenceCreate(&pref));
-        GS_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+        cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, c->ta ? c->k : c->m, c->ta ? c->m : c->k, c->lda));
+        cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, c->tb ? c->n : c->k, c->tb ? c->k : c->n, c->ldb));
+        cublasCheck(cublasLtMatrixLayoutCreate(&ld, dt, c->m, c->n, c->ldd));
+        cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                    sizeof ws_bytes));
         cublasLtMatmulHeuristicResult_t h[GS_CANDIDATES];
         int found = 0;
@@ -197,7 +180,7 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
             if (j == 0) first = ms;
             if (ms > 0 && (best < 0 || ms < best)) best = ms, best_i = j;
         }
-        GS_CUDA(cudaGetLastError());
+        cudaCheck(cudaGetLastError());
         double fl = 2.0 * c->m * (double)c->n * c->k;
         printf("%-34s %6d x %6d x %6d  %2d candidates  first %8.3f ms  fastest %8.3f ms (#%d)  x%d\n", c->name,
                c->m, c->n, c->k, found, first, best, best_i, c->per_step);
