@@ -326,6 +326,55 @@ static void test_elementwise_optimizer(size_t n)
     }
 }
 
+/* The bf16 entries a layer runs, against the CPU: plain, bias, and bias +
+ * GELU with the pre-activation kept; the backward with dw += and dbias +=; the
+ * down-projection's backward through GELU (the fused DGELU epilogue for even
+ * shapes, the fallback for odd), x playing the kept pre-activation [N, C].
+ * The device buffers are 256-byte aligned, so calls of one shape always ask
+ * the same GEMM problems (alignment is part of a choice's key, matmul.cu). */
+template <typename T> struct aligned {
+    T *p;
+    explicit aligned(const std::vector<T> &v) : p((T *)aligned_alloc(256, (v.size() * sizeof(T) + 255) / 256 * 256))
+    {
+        memcpy(p, v.data(), v.size() * sizeof(T));
+    }
+    ~aligned() { free(p); }
+    std::vector<T> get(size_t n) const { return std::vector<T>(p, p + n); }
+};
+
+static void matmul_bf16(int N, int C, int OC, const char *what)
+{
+    size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
+    std::vector<uint16_t> xb, wb, bb, gb, poison_o(no, 0xffff), poison_i(ni, 0xffff);
+    vec xr = rv_bf(ni, 1, xb), wr = rv_bf(nw, 0.2f, wb), br = rv_bf(OC, 1, bb), gr = rv_bf(no, 1, gb);
+    vec o1(no), ge(no), d1(ni), gw1 = rv(nw), gb1 = rv(OC);
+    aligned<uint16_t> x(xb), w(wb), b(bb), g(gb), out(poison_o), pre(poison_o), din(poison_i), d3(poison_i);
+    aligned<float> dw(gw1), db(gb1);
+    char name[160];
+    auto named = [&](const char *part) { return snprintf(name, sizeof name, "%s %s", what, part), name; };
+    R->matmul_forward(o1.data(), xr.data(), wr.data(), nullptr, N, C, OC);
+    kcu_matmul_forward_bf16(out.p, nullptr, x.p, w.p, nullptr, N, C, OC);
+    cmp(named("forward_bf16"), widen(out.get(no)), o1, 1e-2);
+    R->matmul_forward(o1.data(), xr.data(), wr.data(), br.data(), N, C, OC);
+    kcu_matmul_forward_bf16(out.p, nullptr, x.p, w.p, b.p, N, C, OC);
+    cmp(named("forward_bf16 (bias)"), widen(out.get(no)), o1, 1e-2);
+    R->gelu_forward(ge.data(), o1.data(), no);
+    kcu_matmul_forward_bf16(out.p, pre.p, x.p, w.p, b.p, N, C, OC);
+    cmp(named("forward_bf16 pre_gelu"), widen(pre.get(no)), o1, 1e-2);
+    cmp(named("forward_bf16 gelu"), widen(out.get(no)), ge, 1e-2);
+    R->matmul_backward(d1.data(), gw1.data(), gb1.data(), gr.data(), xr.data(), wr.data(), N, C, OC);
+    kcu_matmul_backward_bf16(din.p, dw.p, db.p, g.p, x.p, w.p, N, C, OC);
+    cmp(named("backward_bf16 dinp"), widen(din.get(ni)), d1, 1e-2);
+    cmp(named("backward_bf16 dw"), dw.get(nw), gw1, 1e-2);
+    cmp(named("backward_bf16 dbias"), db.get(OC), gb1, 1e-2);
+    std::vector<uint16_t> r3(ni, 0xffff);
+    R->matmul_backward_gelu_bf16(r3.data(), gw1.data(), gb1.data(), gb.data(), xb.data(), wb.data(), xb.data(), N, C, OC);
+    kcu_matmul_backward_gelu_bf16(d3.p, dw.p, db.p, g.p, x.p, w.p, x.p, N, C, OC);
+    cmp(named("backward_gelu_bf16 dpre"), widen(d3.get(ni)), widen(r3), 1e-2);
+    cmp(named("backward_gelu_bf16 dw"), dw.get(nw), gw1, 1e-2);
+    cmp(named("backward_gelu_bf16 dbias"), db.get(OC), gb1, 1e-2);
+}
+
 static void test_matmul(int N, int C, int OC)
 {
     size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
@@ -339,87 +388,7 @@ static void test_matmul(int N, int C, int OC)
     cmp("matmul_backward dinp", d2, d1, 1e-5);
     cmp("matmul_backward dw", gw2, gw1, 1e-5);
     cmp("matmul_backward dbias", gb2, gb1, 1e-5);
-    /* bf16: plain, bias, and bias + GELU with the pre-activation kept */
-    std::vector<uint16_t> xb, wb, bb, gb, ob(no, 0xffff), pb(no, 0xffff), db(ni, 0xffff);
-    vec xr = rv_bf(ni, 1, xb), wr = rv_bf(nw, 0.2f, wb), br = rv_bf(OC, 1, bb), gr = rv_bf(no, 1, gb), ge(no);
-    R->matmul_forward(o1.data(), xr.data(), wr.data(), nullptr, N, C, OC);
-    kcu_matmul_forward_bf16(ob.data(), nullptr, xb.data(), wb.data(), nullptr, N, C, OC);
-    cmp("matmul_forward_bf16", widen(ob), o1, 1e-2);
-    R->matmul_forward(o1.data(), xr.data(), wr.data(), br.data(), N, C, OC);
-    kcu_matmul_forward_bf16(ob.data(), nullptr, xb.data(), wb.data(), bb.data(), N, C, OC);
-    cmp("matmul_forward_bf16 (bias)", widen(ob), o1, 1e-2);
-    R->gelu_forward(ge.data(), o1.data(), no);
-    kcu_matmul_forward_bf16(ob.data(), pb.data(), xb.data(), wb.data(), bb.data(), N, C, OC);
-    cmp("matmul_forward_bf16 pre_gelu", widen(pb), o1, 1e-2);
-    cmp("matmul_forward_bf16 gelu", widen(ob), ge, 1e-2);
-    R->matmul_backward(d1.data(), gw1.data(), gb1.data(), gr.data(), xr.data(), wr.data(), N, C, OC);
-    kcu_matmul_backward_bf16(db.data(), gw2.data(), gb2.data(), gb.data(), xb.data(), wb.data(), N, C, OC);
-    cmp("matmul_backward_bf16 dinp", widen(db), d1, 1e-2);
-    cmp("matmul_backward_bf16 dw", gw2, gw1, 1e-2);
-    cmp("matmul_backward_bf16 dbias", gb2, gb1, 1e-2);
-    /* through GELU: the fused DGELU epilogue (even shapes) or the fallback (odd),
-     * against the CPU twin; xb plays the kept pre-activation [N, C] */
-    std::vector<uint16_t> d3(ni, 0xffff), d4(ni, 0xffff);
-    vec gw3 = gw1, gw4 = gw1, gb3 = gb1, gb4 = gb1;
-    R->matmul_backward_gelu_bf16(d3.data(), gw3.data(), gb3.data(), gb.data(), xb.data(), wb.data(), xb.data(), N, C, OC);
-    kcu_matmul_backward_gelu_bf16(d4.data(), gw4.data(), gb4.data(), gb.data(), xb.data(), wb.data(), xb.data(), N, C, OC);
-    cmp("matmul_backward_gelu_bf16 dpre", widen(d4), widen(d3), 1e-2);
-    cmp("matmul_backward_gelu_bf16 dw", gw4, gw3, 1e-2);
-    cmp("matmul_backward_gelu_bf16 dbias", gb4, gb3, 1e-2);
-}
-
-/* One bf16 layer's GEMMs as the engine runs them (the MLP up-projection with
- * GELU, a backward with dw += and dbias +=, the down-projection's backward
- * through GELU) on 256-byte aligned buffers, so that every round asks the same
- * problems (the alignment is part of a choice's key: four of them, the two dw alike), against
- * the CPU. */
-template <typename T> struct aligned {
-    T *p;
-    explicit aligned(const std::vector<T> &v) : p((T *)aligned_alloc(256, (v.size() * sizeof(T) + 255) / 256 * 256))
-    {
-        memcpy(p, v.data(), v.size() * sizeof(T));
-    }
-    ~aligned() { free(p); }
-    std::vector<T> get(size_t n) const { return std::vector<T>(p, p + n); }
-};
-
-static void gemm_round(const char *what)
-{
-    const int N = 16, C = 24, OC = 32;
-    size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
-    uint64_t keep = rng;
-    rng = 0x243f6a8885a308d3ull; /* the same data every round */
-    std::vector<uint16_t> xb, wb, bb, gb;
-    vec xr = rv_bf(ni, 1, xb), wr = rv_bf(nw, 0.2f, wb), br = rv_bf(OC, 1, bb), gr = rv_bf(no, 1, gb);
-    vec gw = rv(nw), gbias = rv(OC), o1(no), ge(no), d1(ni), gw1 = gw, gb1 = gbias;
-    rng = keep;
-    aligned<uint16_t> x(xb), w(wb), b(bb), g(gb), out(std::vector<uint16_t>(no, 0xffff)),
-        pre(std::vector<uint16_t>(no, 0xffff)), din(std::vector<uint16_t>(ni, 0xffff));
-    aligned<float> dw(gw), db(gbias);
-    R->matmul_forward(o1.data(), xr.data(), wr.data(), br.data(), N, C, OC);
-    R->gelu_forward(ge.data(), o1.data(), no);
-    kcu_matmul_forward_bf16(out.p, pre.p, x.p, w.p, b.p, N, C, OC);
-    char name[160];
-    snprintf(name, sizeof name, "%s: forward pre_gelu", what);
-    cmp(name, widen(pre.get(no)), o1, 1e-2);
-    snprintf(name, sizeof name, "%s: forward gelu", what);
-    cmp(name, widen(out.get(no)), ge, 1e-2);
-    R->matmul_backward(d1.data(), gw1.data(), gb1.data(), gr.data(), xr.data(), wr.data(), N, C, OC);
-    kcu_matmul_backward_bf16(din.p, dw.p, db.p, g.p, x.p, w.p, N, C, OC);
-    snprintf(name, sizeof name, "%s: backward dinp", what);
-    cmp(name, widen(din.get(ni)), d1, 1e-2);
-    snprintf(name, sizeof name, "%s: backward dw +=", what);
-    cmp(name, dw.get(nw), gw1, 1e-2);
-    snprintf(name, sizeof name, "%s: backward dbias +=", what);
-    cmp(name, db.get(OC), gb1, 1e-2);
-    /* through GELU, x playing the kept pre-activation [N, C]; dw and dbias accumulate again */
-    std::vector<uint16_t> d3(ni, 0xffff);
-    R->matmul_backward_gelu_bf16(d3.data(), gw1.data(), gb1.data(), gb.data(), xb.data(), wb.data(), xb.data(), N, C, OC);
-    kcu_matmul_backward_gelu_bf16(din.p, dw.p, db.p, g.p, x.p, w.p, x.p, N, C, OC);
-    snprintf(name, sizeof name, "%s: backward through gelu dpre", what);
-    cmp(name, widen(din.get(ni)), widen(d3), 1e-2);
-    snprintf(name, sizeof name, "%s: backward through gelu dw +=", what);
-    cmp(name, dw.get(nw), gw1, 1e-2);
+    matmul_bf16(N, C, OC, "matmul");
 }
 
 /* GEMM algorithms chosen by time (k_cuda_gemm_tuning): the mock offers three
@@ -451,20 +420,20 @@ static void test_gemm_tuning()
     kcu_gemm_choices_clear();
     k_cuda_gemm_tuning(1);
     costs(3, 1, 2);
-    gemm_round("gemm tuning"); /* every result against the CPU, as without tuning */
+    matmul_bf16(16, 24, 32, "gemm tuning:"); /* every result against the CPU, as without tuning */
     check(mock_last_algo == 1, "gemm tuning: the last GEMM ran algorithm %d, not the fastest (1)", mock_last_algo);
     k_cuda_gemm_choices(&timed, &loaded);
-    check(timed == 4 && loaded == 0, "gemm tuning: %d problems timed, %d loaded (want 4, 0)", timed, loaded);
+    check(timed == 6 && loaded == 0, "gemm tuning: %d problems timed, %d loaded (want 6, 0)", timed, loaded);
     check(k_cuda_gemm_choices_save(path, err, sizeof err) == 0, "gemm choices save: %s", err);
 
     /* read back: the saved choices stand though algorithm 2 is now the fastest */
     kcu_gemm_choices_clear();
     costs(3, 2, 1);
     check(k_cuda_gemm_choices_load(path, err, sizeof err) == 0, "gemm choices load: %s", err);
-    gemm_round("gemm choices loaded");
+    matmul_bf16(16, 24, 32, "gemm choices loaded:");
     k_cuda_gemm_choices(&timed, &loaded);
-    check(mock_last_algo == 1 && timed == 0 && loaded == 4,
-          "gemm choices loaded: algorithm %d ran (want the saved 1), %d chosen anew (want 0), %d loaded (want 4)",
+    check(mock_last_algo == 1 && timed == 0 && loaded == 6,
+          "gemm choices loaded: algorithm %d ran (want the saved 1), %d chosen anew (want 0), %d loaded (want 6)",
           mock_last_algo, timed, loaded);
 
     /* a choice the library refuses (cublasLtMatmulAlgoCheck) is chosen anew, by time */
@@ -479,10 +448,10 @@ static void test_gemm_tuning()
     write_text(path, bad);
     kcu_gemm_choices_clear();
     check(k_cuda_gemm_choices_load(path, err, sizeof err) == 0, "gemm choices load (refused algorithms): %s", err);
-    gemm_round("gemm choices refused");
+    matmul_bf16(16, 24, 32, "gemm choices refused:");
     k_cuda_gemm_choices(&timed, &loaded);
-    check(mock_last_algo == 2 && timed == 4, "gemm choices refused: algorithm %d ran (want the fastest, 2), %d chosen "
-          "anew (want 4)", mock_last_algo, timed);
+    check(mock_last_algo == 2 && timed == 6, "gemm choices refused: algorithm %d ran (want the fastest, 2), %d chosen "
+          "anew (want 6)", mock_last_algo, timed);
 
     /* another device's file is not read; a malformed one is refused with its line */
     write_text(path, "atoll-gemm-choices 1\ndevice NVIDIA H200\ncublaslt 130000\n");
@@ -505,7 +474,7 @@ static void test_gemm_tuning()
     /* tuning off: the heuristic's first */
     k_cuda_gemm_tuning(0);
     kcu_gemm_choices_clear();
-    gemm_round("gemm tuning off");
+    matmul_bf16(16, 24, 32, "gemm tuning off:");
     check(mock_last_algo == 0, "gemm tuning off: algorithm %d ran, not the heuristic's first", mock_last_algo);
     costs(0, 0, 0);
     remove(path);
