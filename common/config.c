@@ -120,6 +120,7 @@ static const key_def KEYS[] = {
     F("no-log-learning-rate-to-tensorboard", K_BOOL, no_log_learning_rate_to_tensorboard),
     F("attention-backend", K_STR, attention_backend),
     F("tune-gemms", K_BOOL, tune_gemms),
+    F("enable-cuda-graph", K_BOOL, enable_cuda_graph),
     F("normalization", K_STR, normalization),
     F("swiglu", K_BOOL, swiglu),
     F("squared-relu", K_BOOL, squared_relu),

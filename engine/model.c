@@ -1164,20 +1164,34 @@ static int loss_forward(eng_model *m, eng_acts *a, float dloss)
 int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *input,
                 const int32_t *targets, float dloss, double *loss_sum)
 {
-    const k_ops *k = m->k;
+    if (eng_forward_inputs(m, a, tokens, targets)) return -1;
+    return eng_forward_run(m, a, input, targets != NULL, dloss, loss_sum);
+}
+
+int eng_forward_inputs(eng_model *m, eng_acts *a, const int32_t *tokens, const int32_t *targets)
+{
     const eng_chunk *ch = &m->chunks[a->chunk];
-    int N = m->B * m->T, C = m->C;
-    k_dropout dd;
+    size_t N = (size_t)m->B * m->T;
     if (ch->last && !targets && m->dec_pos < 0 && m->logits_pos >= m->T) return -1; /* eng_set_logits_position */
-    /* both uploads before the first kernel: a copy from pageable host memory
-     * waits for the device, which is idle only here */
-    if (ch->last && targets) k->to_device(a->targets, targets, sizeof(int32_t) * (size_t)N);
+    if (ch->last && targets) m->k->to_device(a->targets, targets, sizeof(int32_t) * N);
     if ((a->doc || a->pos) && m->dec_pos < 0) {
         if (!tokens) return -1;
         upload_documents(m, a, tokens);
     }
     if (ch->first) {
-        k->to_device(a->tokens, tokens, sizeof(int32_t) * (size_t)N);
+        if (!tokens) return -1;
+        m->k->to_device(a->tokens, tokens, sizeof(int32_t) * N);
+    }
+    return 0;
+}
+
+int eng_forward_run(eng_model *m, eng_acts *a, const void *input, int targets, float dloss, double *loss_sum)
+{
+    const k_ops *k = m->k;
+    const eng_chunk *ch = &m->chunks[a->chunk];
+    int N = m->B * m->T, C = m->C;
+    k_dropout dd;
+    if (ch->first) {
         if (m->sp) {
             /* wpe added once (TP rank 0) before the sum, like a row-parallel bias */
             op_embedding(m, m->ws_full, a->tokens, ch->w.wte);
@@ -1237,11 +1251,22 @@ int eng_loss_sum(eng_model *m, const eng_acts *a, double *loss_sum)
     float *host = malloc(sizeof(float) * (size_t)N);
     if (!host) return -1;
     m->k->to_host(host, a->losses, sizeof(float) * (size_t)N);
+    *loss_sum = eng_loss_add(m, host);
+    free(host);
+    return 0;
+}
+
+void eng_losses_to_host_later(eng_model *m, const eng_acts *a, float *host)
+{
+    m->k->to_host_later(host, a->losses, sizeof(float) * (size_t)m->B * m->T);
+}
+
+double eng_loss_add(const eng_model *m, const float *host)
+{
+    int N = m->B * m->T;
     double s = 0.0;
     for (int i = 0; i < N; i++) s += host[i];
-    free(host);
-    *loss_sum = s;
-    return 0;
+    return s;
 }
 
 /* ---- backward ---- */

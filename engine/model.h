@@ -272,10 +272,22 @@ void eng_acts_free(eng_model *m, eng_acts *a);
  * Other chunks: the output is a->res[nlayers] ([B*T, C], backend memory). */
 int eng_forward(eng_model *m, eng_acts *a, const int32_t *tokens, const void *input,
                 const int32_t *targets, float dloss, double *loss_sum);
+/* eng_forward in its two parts: the inputs' uploads (tokens, targets, the
+ * documents' bounds), then the kernels (`targets`: whether the inputs had
+ * them). The second part neither reads host memory nor waits for the device
+ * (unless loss_sum is asked for), so it can be recorded as a CUDA graph. */
+int eng_forward_inputs(eng_model *m, eng_acts *a, const int32_t *tokens, const int32_t *targets);
+int eng_forward_run(eng_model *m, eng_acts *a, const void *input, int targets, float dloss, double *loss_sum);
 /* The last chunk's loss sum of the micro-batch in `a`, read later: reading it
  * waits for the device, so a training step reads it after its backward is
  * queued (backward leaves the losses alone) and the device never idles for it. */
 int eng_loss_sum(eng_model *m, const eng_acts *a, double *loss_sum);
+/* The same without waiting: the micro-batch's per-token losses are copied into
+ * host[B*T] once the backend next waits for the device (k_ops to_host_later:
+ * a one-rank step's gradient norm), and eng_loss_add then gives the sum
+ * eng_loss_sum would have (the same order, the same bits). */
+void eng_losses_to_host_later(eng_model *m, const eng_acts *a, float *host);
+double eng_loss_add(const eng_model *m, const float *host);
 
 /* The chunk's output activations (not for the last chunk): eng_boundary_bytes. */
 void *eng_output(eng_model *m, eng_acts *a);

@@ -314,6 +314,7 @@ typedef struct run {
     int have_data, have_valid, have_test;
     eng_train_state st;
     int32_t *tokens, *targets; /* [gbs, T] host */
+    float *losses;       /* [gbs, T] host: one rank's per-token losses of a step, read with its gradient norm */
     int32_t eod;         /* --eod-mask-loss, --reset-*: the end-of-document token */
     float *mb_scale;     /* --eod-mask-loss: per local micro-batch, T x mbs over its unmasked tokens */
     FILE *metrics;
@@ -336,6 +337,11 @@ typedef struct run {
     double stall_avg, last_save_t;
     long long last_save_it;
     int gemm_kept;       /* --tune-gemms: the GEMM choices in --save's file (-1: none written yet) */
+    /* --enable-cuda-graph: 0 off, 1 on (the next micro-batch runs without: the first calls), 2 on */
+    int graph_state;
+    struct k_cuda_graph *graph; /* the micro-batch's kernels as recorded, for the loss weights graph_key */
+    float graph_key[2];
+    long graph_records, graph_launches;
 } run;
 
 /* A placement replaced while it ran on (its node cut off from the coordinator,
@@ -602,6 +608,121 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     return finish_step(r, s, t0, err, errlen);
 }
 
+/* ---- --enable-cuda-graph ----
+ * On one cuda rank a micro-batch's inputs are uploaded, then its forward and
+ * backward kernels (eng_forward_run, eng_backward: ~500 launches at GPT-2
+ * 124M, each leaving the GPU 1-2 us idle before the next) go as one CUDA graph,
+ * recorded once and launched again while what the recording holds stands: the
+ * loss weights (dloss: a new batch size records anew), the backend's buffers
+ * (a stale graph is recorded anew), no dropout (its masks change every step).
+ * The first micro-batch runs without a graph: first calls choose GEMM
+ * algorithms and build cuDNN plans, which waits for the device. A recording
+ * that fails (k_cuda_graph_end says why) is said once, and the run goes on
+ * without graphs: nothing recorded ran, so the micro-batch simply runs. */
+#define GRAPH_RECORDS_MAX 16 /* recorded more often than this: it is not being reused */
+
+static void graph_drop(run *r)
+{
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+    if (!r->graph) return;
+    r->m->k->sync(); /* its last launch has run */
+    k_cuda_graph_free(r->graph);
+    r->graph = NULL;
+#else
+    (void)r;
+#endif
+}
+
+static void graph_give_up(run *r, const char *why)
+{
+    graph_drop(r);
+    r->graph_state = 0;
+    if (r->d.rank == 0) fprintf(stderr, "atoll-train: note: --enable-cuda-graph: %s: running without CUDA graphs\n", why);
+}
+
+/* Which runs take graphs; a note for those that cannot. After dist_init. */
+static void graph_setup(run *r)
+{
+    const atoll_config *c = r->c;
+    r->graph_state = 0;
+    if (!c->enable_cuda_graph) return;
+    r->graph_state = 1;
+    if (strcmp(r->o->device, "cuda")) {
+        r->graph_state = 0;
+        if (r->d.rank == 0)
+            fprintf(stderr, "atoll-train: note: --enable-cuda-graph records CUDA kernels: nothing to record on "
+                    "--device %s\n", r->o->device);
+    } else if (r->d.size > 1) {
+        graph_give_up(r, "one rank only (a layout's collectives and transfers are not recorded)");
+    } else if (c->hidden_dropout > 0 || c->attention_dropout > 0) {
+        graph_give_up(r, "dropout draws new masks every step");
+    } else if (c->eod_mask_loss) {
+        graph_give_up(r, "--eod-mask-loss weighs every micro-batch differently");
+    }
+}
+
+/* One micro-batch's forward and backward on one rank (inputs k of the batch),
+ * with a graph where it can. */
+static int micro_batch(run *r, int k, float fdloss, float bdloss, char *err, size_t errlen)
+{
+    eng_model *m = r->m;
+    size_t mb_tokens = (size_t)r->c->micro_batch_size * r->c->seq_length;
+    if (eng_forward_inputs(m, r->acts, r->tokens + k * mb_tokens, r->targets + k * mb_tokens)) {
+        atoll_errf(err, errlen, "forward pass failed");
+        return -1;
+    }
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+    if (r->graph_state == 2) {
+        if (r->graph && (r->graph_key[0] != fdloss || r->graph_key[1] != bdloss)) graph_drop(r);
+        for (int tries = 0; tries < 2 && r->graph_state == 2; tries++) {
+            char why[256];
+            if (!r->graph) {
+                if (r->graph_records == GRAPH_RECORDS_MAX) {
+                    graph_give_up(r, "the graph was recorded 16 times: it is not being reused");
+                    break;
+                }
+                if (k_cuda_graph_begin(why, sizeof why)) {
+                    graph_give_up(r, why);
+                    break;
+                }
+                int frc = eng_forward_run(m, r->acts, NULL, 1, fdloss, NULL);
+                int brc = frc ? 0 : eng_backward(m, r->acts, NULL, bdloss);
+                k_cuda_graph *g = k_cuda_graph_end(why, sizeof why);
+                if (frc || brc) {
+                    k_cuda_graph_free(g);
+                    atoll_errf(err, errlen, frc ? "forward pass failed" : "backward pass failed");
+                    return -1;
+                }
+                if (!g) {
+                    graph_give_up(r, why);
+                    break;
+                }
+                r->graph = g;
+                r->graph_key[0] = fdloss;
+                r->graph_key[1] = bdloss;
+                r->graph_records++;
+            }
+            if (k_cuda_graph_launch(r->graph) == 0) {
+                r->graph_launches++;
+                return 0;
+            }
+            k_cuda_graph_free(r->graph); /* stale: a buffer it holds was replaced (which waited for the device) */
+            r->graph = NULL;
+        }
+    }
+    if (r->graph_state == 1) r->graph_state = 2; /* this one makes the first calls */
+#endif
+    if (eng_forward_run(m, r->acts, NULL, 1, fdloss, NULL)) {
+        atoll_errf(err, errlen, "forward pass failed");
+        return -1;
+    }
+    if (eng_backward(m, r->acts, NULL, bdloss)) {
+        atoll_errf(err, errlen, "backward pass failed");
+        return -1;
+    }
+    return 0;
+}
+
 static int train_step(run *r, step_stats *s, char *err, size_t errlen)
 {
     if (r->d.size > 1) return train_step_dist(r, s, err, errlen);
@@ -616,37 +737,35 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     float *logits0 = NULL;
     eng_zero_grads(m);
     eng_set_step(m, r->st.seed, r->st.iteration + 1, 1);
-    double loss_sum = 0.0;
     float dloss = 1.0f / (float)((double)s->batch * T);
     for (int k = 0; k < nmicro; k++) {
-        double ls = 0.0;
         /* the dump wants the logits themselves: no fused classifier then */
         float w = r->c->eod_mask_loss ? r->mb_scale[k] : 1.0f, fdloss = dump_grads && k == 0 ? 0.0f : dloss * w;
         r->acts->sample0 = r->st.consumed_samples + (long long)k * mbs;
-        if (eng_forward(m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, fdloss, NULL) ||
-            (dump_grads && k == 0 && !(logits0 = malloc(mb_tokens * (size_t)m->V * sizeof(float))))) {
-            atoll_errf(err, errlen, "forward pass failed");
-            return -1;
-        }
-        if (dump_grads && k == 0) eng_logits_to_host(m, r->acts, 0, m->B * m->T, logits0);
-        if (eng_backward(m, r->acts, NULL, dloss * w) || eng_loss_sum(m, r->acts, &ls)) {
-            atoll_errf(err, errlen, "backward pass failed");
+        if (dump_grads && k == 0) { /* the dump's logits are read between forward and backward */
+            if (eng_forward(m, r->acts, r->tokens + k * mb_tokens, NULL, r->targets + k * mb_tokens, fdloss, NULL) ||
+                !(logits0 = malloc(mb_tokens * (size_t)m->V * sizeof(float)))) {
+                atoll_errf(err, errlen, "forward pass failed");
+                return -1;
+            }
+            eng_logits_to_host(m, r->acts, 0, m->B * m->T, logits0);
+            if (eng_backward(m, r->acts, NULL, dloss * w)) {
+                atoll_errf(err, errlen, "backward pass failed");
+                free(logits0);
+                return -1;
+            }
+        } else if (micro_batch(r, k, fdloss, dloss * w, err, errlen)) {
             free(logits0);
             return -1;
         }
-        loss_sum += ls * w;
+        /* read with the gradient norm below: the host never waits for the device before it */
+        eng_losses_to_host_later(m, r->acts, r->losses + k * mb_tokens);
         dist_fold_grads(&r->d, m); /* --deterministic-dp */
     }
     if (r->d.acc && dist_sync_grads(&r->d, m, &r->dopt)) { /* one rank: the fp64 sum, rounded */
         atoll_errf(err, errlen, "gradient reduction: %s", dist_error(&r->d));
         free(logits0);
         return -1;
-    }
-    s->loss = loss_sum / ((double)s->batch * T);
-    if (r->o->dump_dir[0]) {
-        int rc = dump_step(r, logits0, s->loss, err, errlen);
-        free(logits0);
-        if (rc) return -1;
     }
     s->it = r->st.iteration + 1;
     s->stop = stop_wanted(r);
@@ -657,6 +776,16 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     s->grad_norm = r->d.acc ? sqrt((double)(float)dist_grad_sumsq(&r->d, m, &r->dopt, zp))
                             : sqrt(eng_grad_sumsq(m, zp));
     s->num_zeros = zp ? (double)zeros : -1.0;
+    /* the norm's read waited for the device, so the losses are here */
+    double loss_sum = 0.0;
+    for (int k = 0; k < nmicro; k++)
+        loss_sum += eng_loss_add(m, r->losses + k * mb_tokens) * (r->c->eod_mask_loss ? r->mb_scale[k] : 1.0f);
+    s->loss = loss_sum / ((double)s->batch * T);
+    if (r->o->dump_dir[0]) {
+        int rc = dump_step(r, logits0, s->loss, err, errlen);
+        free(logits0);
+        if (rc) return -1;
+    }
     s->lr = eng_lr_at(c, sched_position(r, s->batch));
     eng_rates rates = eng_rates_at(c, sched_position(r, 0));
     eng_optim_step(r->opt, m, &rates, eng_clip_scale(s->grad_norm, c->clip_grad), (int)(s->it - r->st.adam_from));
@@ -1008,6 +1137,7 @@ static int setup(run *r, char *err, size_t errlen)
     r->gemm_kept = -1;
     if (dist_init(&r->d, c, k, err, errlen)) return -1;
     r->have_dist = 1;
+    graph_setup(r);
     if (c->tune_gemms && strcmp(r->o->device, "cuda") && r->d.rank == 0)
         fprintf(stderr, "atoll-train: note: --tune-gemms chooses cuBLASLt's algorithms: nothing to choose on "
                 "--device %s\n", r->o->device);
@@ -1035,7 +1165,8 @@ static int setup(run *r, char *err, size_t errlen)
     size_t n = (size_t)cfg_batch_max(c, r->d.dp) * c->seq_length; /* a schedule's batch may pass the last one */
     r->tokens = malloc(n * sizeof(int32_t));
     r->targets = malloc(n * sizeof(int32_t));
-    if (!r->tokens || !r->targets) { atoll_errf(err, errlen, "out of memory"); return -1; }
+    r->losses = malloc(n * sizeof(float));
+    if (!r->tokens || !r->targets || !r->losses) { atoll_errf(err, errlen, "out of memory"); return -1; }
     if (c->eod_mask_loss || c->reset_attention_mask || c->reset_position_ids) {
         if ((r->eod = tok_config_eod(c, err, errlen)) < 0) return ENG_ERR_CONFIG;
         r->m->doc_eod = r->eod;
@@ -1114,6 +1245,7 @@ static void teardown(run *r)
 {
     ckpt_async_free(r->pending); /* after an error: let its writer finish with the model it reads */
     r->pending = NULL;
+    if (r->m) graph_drop(r);
     if (r->wd) {
         watchdog_phase(r->wd, "done", r->st.iteration);
         watchdog_stop(r->wd);
@@ -1126,6 +1258,7 @@ static void teardown(run *r)
     if (r->have_test) eng_data_close(&r->test);
     free(r->tokens);
     free(r->targets);
+    free(r->losses);
     free(r->mb_scale);
     if (r->m) {
         if (r->have_pipe) dist_pipe_free(&r->pipe);
@@ -1401,6 +1534,12 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         printf("atoll-train: attention calls on cuDNN's fused attention: %ld, on the flash kernels: %ld; cuDNN "
                "workspace %.1f MiB\n", fused, flash, k_cuda_attention_workspace_held() / 1048576.0);
     }
+    if (!rc && r.d.rank == 0 && !strcmp(r.o->device, "cuda"))
+        printf("atoll-train: the host waited for the GPU %ld times (start-up and %lld steps)\n", k_cuda_host_waits(),
+               r.st.iteration - r.start_iteration);
+    if (!rc && r.d.rank == 0 && r.graph_records)
+        printf("atoll-train: --enable-cuda-graph: %ld graph%s recorded, %ld micro-batches launched from them\n",
+               r.graph_records, r.graph_records == 1 ? "" : "s", r.graph_launches);
     if (!rc && r.d.rank == 0 && gemm_tuned(&r)) {
         int timed, loaded;
         k_cuda_gemm_choices(&timed, &loaded);

@@ -17,7 +17,8 @@
  *   micro-batches add up; each function states what it does to input gradients.
  * - Scalars (lr, scales) are host values. Only `sumsq` returns a value to the host.
  * - Calls on one table are ordered; a backend may run them asynchronously as long
- *   as to_host/sumsq/sync see all earlier work finished.
+ *   as to_host/sumsq/sync see all earlier work finished; to_device and
+ *   to_host_later need not wait for it.
  * - The bf16 variant (activations and weights in bf16, fp32 accumulation and fp32
  *   master weights for AdamW) is the extra `*_bf16` entries taking uint16_t
  *   pointers; the fp32 entries stay the reference every backend has.
@@ -64,6 +65,10 @@ typedef struct k_ops {
     void (*free)(void *p);
     void (*to_device)(void *dst, const void *host_src, size_t bytes);
     void (*to_host)(void *host_dst, const void *src, size_t bytes);
+    /* to_host without waiting: host_dst holds the bytes once the next call
+     * that waits for earlier work (to_host, sumsq, nonzeros, sync) returns,
+     * and must stay valid till then. A backend may copy at once. */
+    void (*to_host_later)(void *host_dst, const void *src, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes); /* within the backend */
     void (*zero)(void *p, size_t bytes);
     void (*sync)(void);

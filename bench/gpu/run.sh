@@ -223,7 +223,8 @@ for s in $stages; do
     make_data "$work/text"
     note "| program | tokens/s | step ms | MFU (PaLM, 989 TFLOP/s) |"
     note "|---|---:|---:|---:|"
-    for p in "--bf16 --attention-backend flash" "--bf16 --attention-backend fused" "--bf16" "--bf16 --tune-gemms" ""; do
+    for p in "--bf16 --attention-backend flash" "--bf16 --attention-backend fused" "--bf16" "--bf16 --tune-gemms" \
+             "--bf16 --enable-cuda-graph" "--bf16 --tune-gemms --enable-cuda-graph" ""; do
       timeout 300 "$train" --device cuda $p $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" \
         --train-iters $((STEPS + 3)) --lr 6e-4 --data-path "$work/text" > "$work/a.log" 2>&1 || { tail -5 "$work/a.log"; fails=$((fails + 1)); }
       tail -2 "$work/a.log"
@@ -231,6 +232,7 @@ for s in $stages; do
       note "| atoll ${p:-fp32}$([ "$p" = --bf16 ] && echo ' (attention backend auto)') | ${tps:-failed} | ${ms:-} | ${mfu:-} |"
       grep -m1 'kernels/cuda' "$work/a.log" || true
       grep -m1 'chosen by time' "$work/a.log" | sed 's/^/  /' || true
+      grep -m1 -e '--enable-cuda-graph' "$work/a.log" | sed 's/^/  /' || true
       calls=$(grep -o 'attention calls on.*' "$work/a.log")
       [ -n "$calls" ] && note "|  ($calls) | | | |"
       case "$p" in *fused*) ms_fused=$ms ;; *flash*) ms_flash=$ms ;; esac
@@ -247,6 +249,10 @@ for s in $stages; do
         --bf16 --attention-backend $ab $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" \
         --train-iters 10 --lr 6e-4 --data-path "$work/text" > "$work/p.log" 2>&1 || tail -3 "$work/p.log"
     done
+    # the same with the GEMMs chosen by time and the micro-batch launched as a CUDA graph: what is left between kernels
+    CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_AFTER=adamw_seg_k KTRACE_OUT=$out/profile_atoll_graph.md timeout 200 "$train" \
+      --device cuda --bf16 --tune-gemms --enable-cuda-graph $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" \
+      --train-iters 10 --lr 6e-4 --data-path "$work/text" > "$work/p.log" 2>&1 || tail -3 "$work/p.log"
     if [ -x "$kit/peers/train_gpt2cu" ]; then
       python3 - "$work" "$root/bench/gpu" <<'EOF'
 import numpy as np, sys
@@ -314,6 +320,11 @@ EOF
         { tail -3 "$work/b.log"; fails=$((fails + 1)); }
       read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
       note "- the same with --tune-gemms: ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-} ($(grep -o 'chosen by time.*' "$work/b.log"))"
+      timeout 300 "$train" --device cuda --bf16 --tune-gemms --enable-cuda-graph --attention-backend $ab $big_flags \
+        --micro-batch-size $mb --global-batch-size $gbs --train-iters 6 --lr 1e-4 --data-path "$work/text" > "$work/b.log" 2>&1 ||
+        { tail -3 "$work/b.log"; fails=$((fails + 1)); }
+      read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
+      note "- the same with --tune-gemms --enable-cuda-graph: ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-} ($(grep -o -e '--enable-cuda-graph.*' "$work/b.log" | head -1))"
     done
     # where the 1.5B model's GPU time goes (default attention backend), kernel by kernel: the second of 2 steps of 8 micro-batches
     CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_AFTER=adamw_seg_k KTRACE_OUT=$out/profile_atoll_big.md timeout 120 "$train" --device cuda \

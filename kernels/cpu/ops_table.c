@@ -12,6 +12,7 @@ static const k_ops CPU_OPS = {
     .free = kc_free,
     .to_device = kc_to_device,
     .to_host = kc_to_host,
+    .to_host_later = kc_to_host,
     .copy = kc_copy,
     .zero = kc_zero,
     .sync = kc_sync,

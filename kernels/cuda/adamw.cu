@@ -81,7 +81,7 @@ template <typename Op> static typename Op::T reduce_to_host(const float *x, size
     kcu_launched();
     T s = 0;
     cudaCheck(cudaMemcpyAsync(&s, part, sizeof s, cudaMemcpyDeviceToHost, kcu_stream()));
-    cudaCheck(cudaStreamSynchronize(kcu_stream()));
+    kcu_wait();
     return s;
 }
 

@@ -587,6 +587,9 @@ static struct {
 
 size_t kcudnn_workspace_bytes(void) { return R.ws_bytes + R.dsum_bytes; }
 
+static long moves; /* buffers replaced by grow() */
+long kcudnn_buffers_moved(void) { return moves; }
+
 /* The backward's D = rowsum(dO * O), [B, NH, T] in fp32, kept in R.dsum. */
 static size_t dsum_size(const shape *s) { return (size_t)s->B * s->NH * s->T * sizeof(float); }
 
@@ -595,6 +598,7 @@ static int grow(void **p, size_t *have, size_t want)
     if (want <= *have) return 0;
     if (*p) cudaFree(*p);
     *p = NULL, *have = 0;
+    moves++;
     if (cudaMalloc(p, want) != cudaSuccess) {
         cudaGetLastError();
         return not_taken("cannot allocate %zu bytes of cuDNN workspace", want);

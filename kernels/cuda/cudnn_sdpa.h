@@ -55,6 +55,9 @@ int kcudnn_attention_workspace(int B, int T, int NH, int NG, int HD, const struc
 /* Device memory this process holds for cuDNN's attention: the largest
  * workspace a plan has asked for, plus the backward's D = rowsum(dO * O). */
 size_t kcudnn_workspace_bytes(void);
+/* How many times those buffers were replaced (a CUDA graph recorded before
+ * holds the old ones). */
+long kcudnn_buffers_moved(void);
 
 /* The loaded library's version (e.g. 91900), 0 when cuDNN cannot be opened. */
 long kcudnn_version(void);

@@ -68,6 +68,31 @@ void k_cuda_gemm_choices(int *timed, int *loaded);
 void *k_cuda_host_alloc(size_t bytes);
 void k_cuda_host_free(void *p);
 
+/* How many times the host has waited for the backend's stream since the
+ * process started: reads of device memory (to_host, sumsq, nonzeros), syncs,
+ * uploads too large to stage or finding their staging slot still in use (the
+ * host 16 uploads ahead of the device). A one-rank training step waits once:
+ * its gradient norm, which brings the losses queued with to_host_later. */
+long k_cuda_host_waits(void);
+
+/* CUDA graphs (--enable-cuda-graph). Between k_cuda_graph_begin and
+ * k_cuda_graph_end the ops called on the table are recorded on the backend's
+ * stream, not run; _end returns them as a graph ready to launch, or NULL with
+ * err when the capture could not hold one of them (a read of device memory, a
+ * sync, an upload, a buffer the backend had to grow, a GEMM not yet timed
+ * under --tune-gemms, or what CUDA itself refused): then nothing recorded
+ * has run or will, and the caller calls the ops again without capture. A
+ * graph holds the buffers and arguments of its recording: _launch queues it
+ * on the stream, returns 0, or 1 without queuing anything when it is stale
+ * (the backend or cuDNN replaced a buffer of theirs since: record anew). The
+ * attention call counters count a graph's calls at each launch. _free
+ * releases one (the caller's; after its last launch is queued). */
+typedef struct k_cuda_graph k_cuda_graph;
+int k_cuda_graph_begin(char *err, size_t errlen);
+k_cuda_graph *k_cuda_graph_end(char *err, size_t errlen);
+int k_cuda_graph_launch(k_cuda_graph *g);
+void k_cuda_graph_free(k_cuda_graph *g);
+
 /* Step timing for MFU: events recorded on the backend stream. end() waits for
  * the work queued since begin() and returns its device time in milliseconds. */
 void k_cuda_timer_begin(void);

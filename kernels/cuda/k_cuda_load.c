@@ -43,6 +43,11 @@ static struct {
     int (*gemm_save)(const char *, char *, size_t);
     int (*gemm_load)(const char *, char *, size_t);
     void (*gemm_choices)(int *, int *);
+    long (*host_waits)(void);
+    int (*graph_begin)(char *, size_t);
+    k_cuda_graph *(*graph_end)(char *, size_t);
+    int (*graph_launch)(k_cuda_graph *);
+    void (*graph_free)(k_cuda_graph *);
 } M;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -87,6 +92,11 @@ static void open_backend(void)
         { (void **)&M.gemm_save, "k_cuda_gemm_choices_save" },
         { (void **)&M.gemm_load, "k_cuda_gemm_choices_load" },
         { (void **)&M.gemm_choices, "k_cuda_gemm_choices" },
+        { (void **)&M.host_waits, "k_cuda_host_waits" },
+        { (void **)&M.graph_begin, "k_cuda_graph_begin" },
+        { (void **)&M.graph_end, "k_cuda_graph_end" },
+        { (void **)&M.graph_launch, "k_cuda_graph_launch" },
+        { (void **)&M.graph_free, "k_cuda_graph_free" },
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         *syms[i].fn = dlsym(h, syms[i].name);
@@ -141,6 +151,24 @@ void k_cuda_timer_begin(void)
     if (backend()) M.timer_begin();
 }
 float k_cuda_timer_end_ms(void) { return backend() ? M.timer_end_ms() : 0.0f; }
+long k_cuda_host_waits(void) { return backend() ? M.host_waits() : 0; }
+int k_cuda_graph_begin(char *err, size_t errlen)
+{
+    if (backend()) return M.graph_begin(err, errlen);
+    snprintf(err, errlen, "%s", M.why);
+    return -1;
+}
+k_cuda_graph *k_cuda_graph_end(char *err, size_t errlen)
+{
+    if (backend()) return M.graph_end(err, errlen);
+    snprintf(err, errlen, "%s", M.why);
+    return NULL;
+}
+int k_cuda_graph_launch(k_cuda_graph *g) { return backend() ? M.graph_launch(g) : 1; }
+void k_cuda_graph_free(k_cuda_graph *g)
+{
+    if (g && backend()) M.graph_free(g);
+}
 size_t k_cuda_reserved_bytes(void) { return backend() ? M.reserved() : 0; }
 size_t k_cuda_device_used_bytes(void) { return backend() ? M.device_used() : 0; }
 void k_cuda_gemm_tuning(int on)

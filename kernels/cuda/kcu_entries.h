@@ -18,6 +18,7 @@ void *kcu_alloc(size_t bytes);
 void kcu_free(void *p);
 void kcu_to_device(void *dst, const void *src, size_t bytes);
 void kcu_to_host(void *dst, const void *src, size_t bytes);
+void kcu_to_host_later(void *dst, const void *src, size_t bytes);
 void kcu_copy(void *dst, const void *src, size_t bytes);
 void kcu_zero(void *p, size_t bytes);
 void kcu_sync(void);

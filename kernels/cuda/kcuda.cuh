@@ -31,6 +31,18 @@ int kcu_sms(void);
  * its size; later steps reuse it). Valid until the next kcu_scratch call. */
 void *kcu_scratch(size_t bytes);
 #define kcu_launched() cudaCheck(cudaGetLastError())
+/* The host waits for everything queued on the stream, and the reads queued
+ * by to_host_later land (memory.cu). Every wait of the backend goes here. */
+void kcu_wait(void);
+/* While a graph is being captured (k_cuda_graph_begin): records why the
+ * capture cannot hold what the caller is about to do, and returns 1: the
+ * caller skips it (nothing captured runs; the ops are called again without
+ * capture). Otherwise 0. */
+int kcu_capture_broken(const char *why);
+/* The backend replaced one of its buffers: graphs recorded before are stale. */
+void kcu_buffers_moved(void);
+/* ops_table.cu's attention counters moved by (fused, flash) */
+void kcu_attention_calls_add(long fused, long flash);
 
 /* ---- fp32 <-> storage type ---- */
 __device__ __forceinline__ float ldf(const float *p) { return *p; }

@@ -38,6 +38,7 @@ static void attention_forward_sel(uint16_t *out, float *lse, const uint16_t *qkv
             calls_fused++;
             return;
         }
+        if (!doc && kcu_capture_broken("cuDNN's fused attention declined a call being recorded")) return;
         fused_declined(doc ? DOC_DECLINED : kcudnn_why());
     }
 #endif
@@ -55,11 +56,18 @@ static void attention_backward_sel(uint16_t *dqkv, const uint16_t *dout, const u
             calls_fused++;
             return;
         }
+        if (!doc && kcu_capture_broken("cuDNN's fused attention declined a call being recorded")) return;
         fused_declined(doc ? DOC_DECLINED : kcudnn_why());
     }
 #endif
     calls_flash++;
     kcu_attention_backward_bf16(dqkv, dout, qkv, out, lse, doc, B, T, NH, NG, HD, drop);
+}
+
+void kcu_attention_calls_add(long fused, long flash)
+{
+    calls_fused += fused;
+    calls_flash += flash;
 }
 
 extern "C" void k_cuda_attention_calls(long *fused, long *flash)
@@ -122,6 +130,7 @@ static void fill(k_ops *k)
     k->free = kcu_free;
     k->to_device = kcu_to_device;
     k->to_host = kcu_to_host;
+    k->to_host_later = kcu_to_host_later;
     k->copy = kcu_copy;
     k->zero = kcu_zero;
     k->sync = kcu_sync;

@@ -20,6 +20,7 @@ extern "C" {
 #include "k_cuda.h"
 #include "kcu_entries.h"
 template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C);
+void *kcu_scratch(size_t bytes);
 
 typedef std::vector<float> vec;
 static const k_ops *R;
@@ -502,6 +503,124 @@ static std::vector<int32_t> docs_of(int B, int T)
     return doc;
 }
 
+/* The copies that do not wait (memory.cu): an upload's source may be reused on
+ * return and more uploads than staging slots keep their values; reads later
+ * leave their destinations alone until the next wait, then all land; after
+ * the first round the arena holds a round's reads without a wait of its own;
+ * the waits are counted. (Emulated copies complete at once, so this checks the
+ * bookkeeping, not the DMA's timing, which is the GPU run's.) */
+static void test_copies()
+{
+    enum { ROUNDS = 2, READS = 20, N = 20000 };
+    float *dev[READS];
+    std::vector<vec> want(READS);
+    for (int i = 0; i < READS; i++) {
+        dev[i] = (float *)kcu_alloc(N * sizeof(float));
+        vec src = rv(N);
+        want[i] = src;
+        kcu_to_device(dev[i], src.data(), N * sizeof(float)); /* 20 uploads through 16 slots */
+        for (auto &x : src) x = -7.0f;                       /* the source reused at once */
+    }
+    for (int round = 0; round < ROUNDS; round++) {
+        std::vector<vec> got(READS, vec(N, 42.0f));
+        long w0 = k_cuda_host_waits();
+        for (int i = 0; i < READS; i++) kcu_to_host_later(got[i].data(), dev[i], N * sizeof(float));
+        long w1 = k_cuda_host_waits();
+        int untouched = 0;
+        for (int i = 0; i < READS; i++) untouched += got[i][0] == 42.0f && got[i][N - 1] == 42.0f;
+        if (round > 0)
+            check(untouched == READS && w1 == w0, "copies: round %d: %d of %d reads waited for before the sync (%ld "
+                  "waits)", round, READS - untouched, READS, w1 - w0);
+        kcu_sync();
+        check(k_cuda_host_waits() == w1 + 1, "copies: round %d: the sync is one wait (%ld)", round,
+              k_cuda_host_waits() - w1);
+        for (int i = 0; i < READS; i++) cmp("copies: uploaded through staging, read later", got[i], want[i], 0);
+    }
+    /* larger than the staging: the upload and the read complete on return */
+    size_t big = ((size_t)8 << 20) / sizeof(float) + 1;
+    float *d = (float *)kcu_alloc(big * sizeof(float));
+    vec src = rv(big), got(big, 42.0f);
+    long w = k_cuda_host_waits();
+    kcu_to_device(d, src.data(), big * sizeof(float));
+    kcu_to_host_later(got.data(), d, big * sizeof(float));
+    check(k_cuda_host_waits() == w + 2, "copies: a large upload and read wait (%ld)", k_cuda_host_waits() - w);
+    cmp("copies: large, read later", got, src, 0);
+    kcu_free(d);
+    for (int i = 0; i < READS; i++) kcu_free(dev[i]);
+}
+
+/* CUDA graphs (k_cuda_graph_*): what is called between begin and end is
+ * recorded, and runs only when the graph is launched, on the buffers of the
+ * recording as they are then (a launch after an input changed computes from
+ * the new input); a graph launched twice accumulates (+=) twice; a recording
+ * that meets a sync, an upload, a read or a buffer that has to grow gives no
+ * graph, says which, and nothing it recorded runs; a graph recorded before the
+ * backend replaced its scratch is stale and is not launched. */
+static void test_graph()
+{
+    enum { N = 64, C = 24, OC = 40 };
+    char why[256] = "";
+    vec x = rv(N * C), w = rv(OC * C), bias = rv(OC), g = rv(N * OC);
+    vec o_ref = nanv(N * OC), d_ref = nanv(N * C), gw_ref(OC * C, 0.0f), gb_ref(OC, 0.0f);
+    kcu_matmul_forward(o_ref.data(), x.data(), w.data(), bias.data(), N, C, OC);
+    kcu_matmul_backward(d_ref.data(), gw_ref.data(), gb_ref.data(), g.data(), x.data(), w.data(), N, C, OC);
+    vec o = nanv(N * OC), d = nanv(N * C), gw(OC * C, 0.0f), gb(OC, 0.0f);
+    long waits = k_cuda_host_waits();
+    check(k_cuda_graph_begin(why, sizeof why) == 0, "graph: begin: %s", why);
+    kcu_matmul_forward(o.data(), x.data(), w.data(), bias.data(), N, C, OC);
+    kcu_matmul_backward(d.data(), gw.data(), gb.data(), g.data(), x.data(), w.data(), N, C, OC); /* colsum: scratch */
+    k_cuda_graph *gr = k_cuda_graph_end(why, sizeof why);
+    check(gr != NULL, "graph: a forward and backward recorded: %s", why);
+    if (!gr) return;
+    check(std::isnan(o[0]) && std::isnan(d[N * C - 1]) && gw[0] == 0.0f && gb[OC - 1] == 0.0f,
+          "graph: ops ran while being recorded");
+    check(k_cuda_graph_launch(gr) == 0, "graph: the launch was refused");
+    cmp("graph: launched, forward", o, o_ref, 0);
+    cmp("graph: launched, dinp", d, d_ref, 0);
+    cmp("graph: launched, dw", gw, gw_ref, 0);
+    cmp("graph: launched, dbias", gb, gb_ref, 0);
+    check(k_cuda_graph_launch(gr) == 0, "graph: the second launch was refused");
+    vec gw2 = gw_ref, gb2 = gb_ref;
+    for (auto &e : gw2) e += e;
+    for (auto &e : gb2) e += e;
+    cmp("graph: launched twice, dw accumulates twice", gw, gw2, 0);
+    cmp("graph: launched twice, dbias accumulates twice", gb, gb2, 0);
+    vec x2 = rv(N * C), o2_ref = nanv(N * OC);
+    kcu_matmul_forward(o2_ref.data(), x2.data(), w.data(), bias.data(), N, C, OC);
+    x = x2; /* same buffer, new values */
+    check(k_cuda_graph_launch(gr) == 0, "graph: the third launch was refused");
+    cmp("graph: a launch reads its inputs as they are now", o, o2_ref, 0);
+    check(k_cuda_host_waits() == waits, "graph: recording and launching waited for the device (%ld)",
+          k_cuda_host_waits() - waits);
+    /* recordings that cannot hold what they meet */
+    struct {
+        const char *name, *want;
+    } broken[] = { { "sync", "a read of device memory or a sync" }, { "upload", "an upload" },
+                   { "read", "a read of device memory" }, { "read later", "a read of device memory" },
+                   { "scratch", "scratch memory grows" } };
+    for (auto &b : broken) {
+        vec keep = o, host(16, 1.0f);
+        why[0] = '\0';
+        check(k_cuda_graph_begin(why, sizeof why) == 0, "graph: begin (%s): %s", b.name, why);
+        kcu_zero(o.data(), o.size() * sizeof(float));
+        if (!strcmp(b.name, "sync")) kcu_sync();
+        else if (!strcmp(b.name, "upload")) kcu_to_device(d.data(), host.data(), host.size() * sizeof(float));
+        else if (!strcmp(b.name, "read")) kcu_to_host(host.data(), d.data(), host.size() * sizeof(float));
+        else if (!strcmp(b.name, "read later")) kcu_to_host_later(host.data(), d.data(), host.size() * sizeof(float));
+        else kcu_scratch((size_t)1 << 30);
+        k_cuda_graph *bad = k_cuda_graph_end(why, sizeof why);
+        check(!bad && strstr(why, b.want), "graph: a recording with a %s: %s (%s)", b.name, bad ? "a graph" : "none",
+              why);
+        k_cuda_graph_free(bad);
+        cmp("graph: a failed recording runs nothing", o, keep, 0);
+        check(host[0] == 1.0f, "graph: a read in a failed recording landed");
+    }
+    check(k_cuda_graph_launch(gr) == 0, "graph: refused after failed recordings");
+    kcu_scratch((size_t)64 << 20); /* the backend replaces its scratch: the graph holds the old one */
+    check(k_cuda_graph_launch(gr) == 1, "graph: launched on a replaced scratch buffer");
+    k_cuda_graph_free(gr);
+}
+
 static void test_attention(int B, int T, int NH, int NG, int HD, float p, bool docs = false)
 {
     size_t nq = (size_t)B * T * (NH + 2 * NG) * HD, no = (size_t)B * T * NH * HD, na = (size_t)B * NH * T * T;
@@ -731,6 +850,8 @@ int main(int, char **argv)
 {
     R = k_cpu();
     kcu_init();
+    test_copies();
+    test_graph();
     test_layernorm(5, 37);
     test_layernorm(70, 300);  /* C % 8 != 0: the general kernels */
     test_layernorm(37, 264);  /* the warp-per-row kernels, a partial last block of rows */

@@ -11,6 +11,10 @@
 # - the refusals a cuda run gives: bf16 at a head dim flash attention lacks,
 #   --attention-backend fused without cuDNN (auto, the default, runs the
 #   flash kernels there and says so);
+# - --enable-cuda-graph: one graph recorded, the other micro-batches launched
+#   from it, the losses bit for bit those without (fp32, bf16, --tune-gemms),
+#   its attention calls counted, one host wait a step; a note on two ranks
+#   and on the CPU;
 # - --tune-gemms: its choices written beside the checkpoint and read back by a
 #   restart (which chooses none anew and repeats the losses), a malformed
 #   choices file refused with its line, a note on the CPU.
@@ -33,6 +37,14 @@ run cuda "$emu" --device cuda
 run cuda_tp2pp2 "$emu" --device cuda --nproc-per-node 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
 run cuda_dp2_zero1 "$emu" --device cuda --nproc-per-node 2 --use-distributed-optimizer
 run cuda_bf16 "$emu" --device cuda --bf16
+run cuda_bf16_6 "$emu" --device cuda --bf16 --train-iters 6
+# --enable-cuda-graph: each micro-batch's kernels recorded once and launched from the graph
+run cuda_graph "$emu" --device cuda --enable-cuda-graph
+run cuda_bf16_graph "$emu" --device cuda --bf16 --enable-cuda-graph
+run cuda_bf16_graph_6 "$emu" --device cuda --bf16 --enable-cuda-graph --train-iters 6
+run cuda_tune_graph "$emu" --device cuda --bf16 --tune-gemms --enable-cuda-graph
+run cuda_graph_tp2 "$emu" --device cuda --nproc-per-node 2 --tensor-model-parallel-size 2 --enable-cuda-graph
+run cpu_graph "$train" --device cpu --enable-cuda-graph
 run cuda_bf16_save "$emu" --device cuda --bf16 --exit-interval 2 --save "$work/ckpt" --save-interval 2
 run cuda_bf16_resume "$emu" --device cuda --bf16 --load "$work/ckpt"
 # --tune-gemms: the choices are written beside the checkpoint and read back by the restart
@@ -50,6 +62,34 @@ else
   tail -3 "$work/cuda_tune_save.log" "$work/cuda_tune_resume.log"; echo "FAIL: --tune-gemms choices (${n:-0} in $choices)"
   failures=$((failures + 1))
 fi
+# one rank: a step waits for the GPU once (its gradient norm, which brings the losses of both micro-batches);
+# the uploads and loss reads do not wait
+waits() { sed -n 's/^atoll-train: the host waited for the GPU \([0-9]*\) times.*/\1/p' "$work/$1.log"; }
+w4=$(waits cuda_bf16) w6=$(waits cuda_bf16_6)
+if [ -n "$w4" ] && [ -n "$w6" ] && [ $((w6 - w4)) = 2 ]; then
+  echo "ok: one rank, 2 micro-batches a step: the host waits for the GPU once a step ($w4 in 4 steps, $w6 in 6)"
+else
+  echo "FAIL: host waits a step: ${w4:-?} in 4 steps, ${w6:-?} in 6 (want one more a step)"; failures=$((failures + 1))
+fi
+# one recording, then every micro-batch but the first (which makes the first calls) launched from it
+for name in cuda_graph cuda_bf16_graph cuda_tune_graph; do
+  if grep -q "^atoll-train: --enable-cuda-graph: 1 graph recorded, 7 micro-batches launched from them" "$work/$name.log"; then
+    echo "ok: $name: 1 graph recorded, 7 of 8 micro-batches launched from it"
+  else
+    tail -3 "$work/$name.log"; echo "FAIL: $name: not 1 graph for 7 micro-batches"; failures=$((failures + 1))
+  fi
+done
+calls() { grep -o 'attention calls on.*flash kernels: [0-9]*' "$work/$1.log"; }
+[ -n "$(calls cuda_bf16)" ] && [ "$(calls cuda_bf16)" = "$(calls cuda_bf16_graph)" ] &&
+  echo "ok: the attention calls launched from graphs are counted ($(calls cuda_bf16_graph))" ||
+  { echo "FAIL: attention calls with graphs: '$(calls cuda_bf16_graph)', without: '$(calls cuda_bf16)'"; failures=$((failures + 1)); }
+w4=$(waits cuda_bf16_graph) w6=$(waits cuda_bf16_graph_6)
+[ -n "$w4" ] && [ -n "$w6" ] && [ $((w6 - w4)) = 2 ] && echo "ok: with graphs too, one wait a step" ||
+  { echo "FAIL: with graphs: ${w4:-?} waits in 4 steps, ${w6:-?} in 6"; failures=$((failures + 1)); }
+grep -q "note: --enable-cuda-graph: one rank only" "$work/cuda_graph_tp2.log" ||
+  { echo "FAIL: --enable-cuda-graph on two ranks gave no note"; failures=$((failures + 1)); }
+grep -q "note: --enable-cuda-graph records CUDA kernels: nothing to record on --device cpu" "$work/cpu_graph.log" ||
+  { echo "FAIL: --enable-cuda-graph on the CPU gave no note"; failures=$((failures + 1)); }
 grep -q "note: --tune-gemms chooses cuBLASLt's algorithms: nothing to choose on --device cpu" "$work/cpu_tune.log" ||
   { echo "FAIL: --tune-gemms on the CPU gave no note"; failures=$((failures + 1)); }
 grep -q "atoll-train: cuda," "$work/cuda.log" || { echo "FAIL: the emulated run did not say it ran on cuda"; failures=1; }
@@ -71,6 +111,13 @@ for name, ref, tol in (("cuda", cpu, 1e-5), ("cuda_tp2pp2", cpu, 1e-4), ("cuda_d
           f"{name}: {len(got)} steps, the CPU's losses within {tol:.0e} ({rel(got, ref) if got else float('nan'):.1e})")
 b, r = L("cuda_bf16"), L("cuda_bf16_resume")
 check(len(r) == 2 and r == b[2:], f"the bf16 checkpoint resumes bit for bit at step 3 ({r} vs {b[2:]})")
+for name, ref in (("cuda_graph", "cuda"), ("cuda_bf16_graph", "cuda_bf16"), ("cuda_tune_graph", "cuda_bf16"),
+                  ("cuda_graph_tp2", "cuda_tp2pp2")):
+    got, want = L(name), L(ref)
+    if name == "cuda_graph_tp2":  # no graphs there: the CPU's losses as the 4-rank layout's
+        check(len(got) == 4 and rel(got, cpu) <= 1e-4, f"{name}: without graphs, the CPU's losses ({got})")
+        continue
+    check(len(got) == 4 and got == want, f"{name}: the losses of the run without graphs, bit for bit ({got} vs {want})")
 t, tr = L("cuda_tune_save"), L("cuda_tune_resume")
 check(t + tr == b, f"--tune-gemms: saved and resumed, the bf16 run's losses bit for bit ({t + tr} vs {b})")
 check(L("cuda") != cpu, "the emulated cuda run is not the CPU backend (the losses differ in the last bits)")

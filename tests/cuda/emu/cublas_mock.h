@@ -123,31 +123,45 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
 {
     if (C != D || lc != ld) abort();
     if (!algo || algo->data[0] >= MOCK_ALGOS) abort(); /* matmul.cu always passes one it was offered */
-    mock_last_algo = (int)algo->data[0];
-    emu_clock_ms += mock_algo_ms[mock_last_algo];
     int m = ld->rows, n = ld->cols, k = d->ta ? la->rows : la->cols;
     if ((d->ta ? la->cols : la->rows) != (uint64_t)m || (d->tb ? lb->rows : lb->cols) != (uint64_t)n || (d->tb ? lb->cols : lb->rows) != (uint64_t)k) {
         fprintf(stderr, "mock: inconsistent shapes\n"); abort();
     }
     if (d->epi & 128 && d->ldaux < m) abort();
     if (d->epi != 1) mock_fused_calls++;
-    mock_gemm(d->ta, d->tb, m, n, k, *(const float *)alpha, A, la->t, la->ld, B, lb->t, lb->ld, *(const float *)beta, D, ld->t, ld->ld,
-              d->epi, d->bias, d->aux, d->ldaux);
+    /* what it runs, by value (the caller destroys the descriptors after the call; a graph runs it later) */
+    mock_desc dv = *d;
+    mock_layout av = *la, bv = *lb, dl = *ld;
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    int algo_i = (int)algo->data[0];
+    auto run = [=] {
+        mock_last_algo = algo_i;
+        emu_clock_ms += mock_algo_ms[algo_i];
+        mock_gemm(dv.ta, dv.tb, m, n, k, al, A, av.t, av.ld, B, bv.t, bv.ld, be, D, dl.t, dl.ld, dv.epi, dv.bias, dv.aux,
+                  dv.ldaux);
+    };
+    if (!emu_record(run)) run();
     return 0;
 }
 inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
     const float *alpha, const float *A, int lda, long long sa, const float *B, int ldb, long long sb, const float *beta,
     float *C, int ldc, long long sc, int count)
 {
-    for (int i = 0; i < count; i++)
-        mock_gemm(ta, tb, m, n, k, *alpha, A + i * sa, CUDA_R_32F, lda, B + i * sb, CUDA_R_32F, ldb, *beta, C + i * sc, CUDA_R_32F, ldc);
+    float al = *alpha, be = *beta;
+    auto run = [=] {
+        for (int i = 0; i < count; i++)
+            mock_gemm(ta, tb, m, n, k, al, A + i * sa, CUDA_R_32F, lda, B + i * sb, CUDA_R_32F, ldb, be, C + i * sc, CUDA_R_32F, ldc);
+    };
+    if (!emu_record(run)) run();
     return 0;
 }
 inline cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *alpha,
     const void *A, cudaDataType_t at, int lda, const void *B, cudaDataType_t bt, int ldb, const void *beta, void *C, cudaDataType_t ct,
     int ldc, cublasComputeType_t, cublasGemmAlgo_t)
 {
-    mock_gemm(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, B, bt, ldb, *(const float *)beta, C, ct, ldc);
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    auto run = [=] { mock_gemm(ta, tb, m, n, k, al, A, at, lda, B, bt, ldb, be, C, ct, ldc); };
+    if (!emu_record(run)) run();
     return 0;
 }
 

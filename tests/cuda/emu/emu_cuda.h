@@ -33,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <sys/mman.h>
 #include <type_traits>
 #include <vector>
@@ -275,9 +276,83 @@ inline float __bfloat162float(__nv_bfloat16 b)
 
 /* ---- runtime: device memory is host memory; every call completes at once ---- */
 typedef int cudaError_t;
-enum { cudaSuccess = 0 };
+enum { cudaSuccess = 0, cudaErrorIllegalState = 401, cudaErrorNotReady = 600, cudaErrorStreamCaptureUnsupported = 900,
+       cudaErrorStreamCaptureInvalidated = 901 };
 typedef void *cudaStream_t;
 typedef void *cudaEvent_t;
+
+/* Stream capture (CUDA graphs): between cudaStreamBeginCapture and
+ * cudaStreamEndCapture the stream's work (launches, memsets, copies, events,
+ * the cuBLAS mock's GEMMs) is recorded, not run, each call with its arguments
+ * as they were; launching the graph runs the records in order. A call that
+ * would wait for the device or allocate while capturing is refused, as CUDA
+ * refuses it in its global and thread-local modes, and the capture is invalid:
+ * EndCapture then returns cudaErrorStreamCaptureInvalidated and no graph. */
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed };
+enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone, cudaStreamCaptureStatusActive,
+                               cudaStreamCaptureStatusInvalidated };
+struct emu_graph {
+    std::vector<std::function<void()>> ops;
+};
+typedef emu_graph *cudaGraph_t;
+typedef emu_graph *cudaGraphExec_t;
+inline emu_graph *emu_capture; /* the capture under way, or null */
+inline bool emu_capture_invalid;
+inline long emu_graph_launches;
+/* While capturing: keeps f for the graph and returns true; else false (run it now). */
+template <typename F> bool emu_record(F f)
+{
+    if (!emu_capture) return false;
+    emu_capture->ops.push_back(std::function<void()>(f));
+    return true;
+}
+/* A call CUDA refuses while a capture is under way: the capture becomes invalid. */
+inline bool emu_refused_in_capture()
+{
+    if (!emu_capture) return false;
+    emu_capture_invalid = true;
+    return true;
+}
+inline cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode)
+{
+    if (emu_capture) return cudaErrorIllegalState;
+    emu_capture = new emu_graph;
+    emu_capture_invalid = false;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *g)
+{
+    *g = nullptr;
+    if (!emu_capture) return cudaErrorIllegalState;
+    emu_graph *c = emu_capture;
+    emu_capture = nullptr;
+    if (emu_capture_invalid) {
+        delete c;
+        return cudaErrorStreamCaptureInvalidated;
+    }
+    *g = c;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus *st)
+{
+    *st = !emu_capture ? cudaStreamCaptureStatusNone
+          : emu_capture_invalid ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned long long)
+{
+    *x = new emu_graph(*g);
+    return cudaSuccess;
+}
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t)
+{
+    if (emu_record([x] { for (auto &op : x->ops) op(); })) return cudaSuccess;
+    emu_graph_launches++;
+    for (auto &op : x->ops) op();
+    return cudaSuccess;
+}
+inline cudaError_t cudaGraphDestroy(cudaGraph_t g) { delete g; return cudaSuccess; }
+inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x) { delete x; return cudaSuccess; }
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrMultiProcessorCount };
@@ -310,21 +385,40 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = nullptr; return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t)
+{
+    return emu_refused_in_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
 inline cudaError_t cudaMalloc(void **p, size_t n)
 {
+    if (emu_refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
     *p = malloc(n ? n : 1);
     memset(*p, 0xff, n ? n : 1); /* NaN bytes: reads of unwritten memory show */
     return *p ? cudaSuccess : 2;
 }
-inline cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+inline cudaError_t cudaFree(void *p)
+{
+    if (emu_refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
+    free(p);
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 {
     *free_b = *total_b = EMU_DEVICE_BYTES;
     return cudaSuccess;
 }
-inline cudaError_t cudaMallocHost(void **p, size_t n) { *p = malloc(n ? n : 1); return *p ? cudaSuccess : 2; }
-inline cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
+inline cudaError_t cudaMallocHost(void **p, size_t n)
+{
+    if (emu_refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
+    *p = malloc(n ? n : 1);
+    return *p ? cudaSuccess : 2;
+}
+inline cudaError_t cudaFreeHost(void *p)
+{
+    if (emu_refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
+    free(p);
+    return cudaSuccess;
+}
 enum { cudaEventDisableTiming = 2 };
 /* Emulated time: nothing here takes device time but what a test charges to
  * emu_clock_ms (the cuBLASLt mock charges each algorithm its mock_algo_ms);
@@ -335,19 +429,30 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned)
     *e = new double(0.0);
     return cudaSuccess;
 }
-inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t) { memset(p, v, n); return cudaSuccess; }
+inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t)
+{
+    if (!emu_record([=] { memset(p, v, n); })) memset(p, v, n);
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t)
 {
-    memmove(d, s, n);
+    if (!emu_record([=] { memmove(d, s, n); })) memmove(d, s, n);
     return cudaSuccess;
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t)
 {
-    *(double *)e = emu_clock_ms;
+    if (!emu_record([=] { *(double *)e = emu_clock_ms; })) *(double *)e = emu_clock_ms;
     return cudaSuccess;
 }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t)
+{
+    return emu_refused_in_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
+inline cudaError_t cudaEventQuery(cudaEvent_t)
+{
+    return emu_refused_in_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
 inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
     *ms = (float)(*(double *)b - *(double *)a);
@@ -425,10 +530,10 @@ void mma_sync(acc_frag &d, const fragment<matrix_a, 16, 16, 16, T, LA> &a, const
 } // namespace wmma
 } // namespace nvcuda
 
-/* kernel<<<g, b, smem, stream>>>(args...): block after block, each block's
- * threads as fibers run in turn from the launching thread. */
+/* One launch, run: block after block, each block's threads as fibers run in
+ * turn from the launching thread. */
 template <typename... P, typename... A>
-void emu_launch(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t, A... args)
+void emu_launch_now(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, A... args)
 {
     unsigned nt = b.x * b.y * b.z, nw = (nt + 31) / 32;
     if (nt == 0 || nt > 1024) {
@@ -467,6 +572,15 @@ void emu_launch(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t,
                 }
             }
         }
+}
+
+/* kernel<<<g, b, smem, stream>>>(args...): run now, or kept for the graph
+ * being captured with the arguments' values of now. */
+template <typename... P, typename... A>
+void emu_launch(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t, A... args)
+{
+    if (emu_record([=] { emu_launch_now(kernel, g, b, smem, args...); })) return;
+    emu_launch_now(kernel, g, b, smem, args...);
 }
 
 #endif
