@@ -39,6 +39,7 @@ void dist_pipe_free(dist_pipe *p)
         if (s->dout) p->m->k->free(s->dout);
     }
     free(p->slots);
+    free(p->losses);
     memset(p, 0, sizeof *p);
 }
 
@@ -141,7 +142,7 @@ static void chunk_done(dist_pipe *p, int chunk)
 }
 
 static int run_compute(dist_pipe *p, const sched_action *a, const int32_t *tokens, const int32_t *targets,
-                       float dloss, double *loss_sum, char *err, size_t errlen)
+                       float dloss, char *err, size_t errlen)
 {
     eng_model *m = p->m;
     const eng_chunk *ch = &m->chunks[a->chunk];
@@ -154,13 +155,13 @@ static int run_compute(dist_pipe *p, const sched_action *a, const int32_t *token
     }
     float w = p->mb_scale ? p->mb_scale[a->mb] : 1.0f; /* --eod-mask-loss */
     if (a->op == SCHED_FWD) {
-        double ls = 0.0;
         s->a->sample0 = p->sample_base + dist_sample_offset(p->d, &m->cfg, a->mb);
-        if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, dloss * w, &ls)) {
+        if (eng_forward(m, s->a, tokens + off, s->xin, targets + off, dloss * w, NULL)) {
             atoll_errf(err, errlen, "forward pass failed: %s", dist_error(p->d));
             return -1;
         }
-        *loss_sum += ls * w;
+        /* read with the step's gradient norm: the backward is queued without waiting for the loss */
+        if (ch->last) eng_losses_to_host_later(m, s->a, p->losses + off);
         return 0;
     }
     int final = p->d->ovl && a->mb == p->d->nmicro - 1;
@@ -186,12 +187,22 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
     dist *d = p->d;
     sched_list l;
     memset(r, 0, sizeof *r);
+    size_t nl = (size_t)d->nmicro * p->m->B * p->m->T;
+    if (nl > p->losses_cap) {
+        float *n = realloc(p->losses, nl * sizeof *n);
+        if (!n) {
+            atoll_errf(err, errlen, "out of memory for the step's losses");
+            return -1;
+        }
+        p->losses = n;
+        p->losses_cap = nl;
+    }
     if (sched_build(d->pp, d->pp_rank, d->nmicro, d->v, d->mgroup, &l, err, errlen)) return -1;
     double t0 = atoll_mono_s(), idle = 0.0, xfer = 0.0;
     int rc = 0;
     for (int i = 0; i < l.n && !rc;) {
         if (!is_transfer(l.a[i].op)) {
-            rc = run_compute(p, &l.a[i], tokens, targets, dloss, &r->loss_sum, err, errlen);
+            rc = run_compute(p, &l.a[i], tokens, targets, dloss, err, errlen);
             i++;
             continue;
         }
@@ -215,6 +226,15 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
     r->transfer_s = xfer;
     r->busy_s = atoll_mono_s() - t0 - idle - xfer;
     return rc;
+}
+
+double dist_pipe_loss_sum(const dist_pipe *p)
+{
+    double sum = 0.0;
+    size_t n = (size_t)p->m->B * p->m->T;
+    for (int mb = 0; mb < p->d->nmicro; mb++)
+        sum += eng_loss_add(p->m, p->losses + mb * n) * (p->mb_scale ? p->mb_scale[mb] : 1.0f);
+    return sum;
 }
 
 /* Forward only, micro-batch by micro-batch through the virtual stages in

@@ -572,7 +572,11 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     }
     for (int i = 0; i < 3; i++) /* the count in 12-bit digits: each digit's sum is exact in float up to 4096 ranks */
         vec[5 + 2 * pp + i] = (float)((zeros >> (12 * i)) & 0xfff);
-    if (d->pp_rank == d->pp - 1 && d->tp_rank == 0) vec[1] = (float)(res.loss_sum / tokens);
+    if (d->pp_rank == d->pp - 1 && d->tp_rank == 0) {
+        m->k->sync(); /* the norm's read waited already (a shard may have had nothing to read): the losses are here */
+        res.loss_sum = dist_pipe_loss_sum(&r->pipe);
+        vec[1] = (float)(res.loss_sum / tokens);
+    }
     if (d->tp_rank == 0 && d->dp_rank == 0 && d->pp_rank < 64 && d->pp > 1) {
         vec[2 + d->pp_rank] = (float)res.idle_s;
         vec[2 + pp + d->pp_rank] = (float)res.transfer_s;
