@@ -259,6 +259,35 @@ int main(int argc, char **argv)
     row("adamw_bf16 (124M)", ms, 15.0 * P, 16.0 * P + 12.0 * P + 2.0 * P);
 
     G->free(p); G->free(g); G->free(m); G->free(v); G->free(pb);
+
+    /* launch gaps (--enable-cuda-graph): CHAIN dependent kernels (x += y over 8M bf16, ~12 us each, so the
+     * host stays ahead) queued one by one, then recorded once and launched as a CUDA graph; the difference
+     * a kernel is the idle GPU time a graph saves between dependent launches */
+    {
+        enum { CHAIN = 500 };
+        size_t cn = (size_t)8 << 20;
+        uint16_t *cx = dev_rand_bf(cn, 1), *cy = dev_rand_bf(cn, 1e-3f);
+        float ms_stream, ms_graph = 0.0f;
+        TIME_MS(ms_stream, for (int i = 0; i < CHAIN; i++) G->residual_forward_bf16(cx, cx, cy, cn));
+        k_cuda_graph *gr = NULL;
+        if (k_cuda_graph_begin(err, sizeof err) == 0) {
+            for (int i = 0; i < CHAIN; i++) G->residual_forward_bf16(cx, cx, cy, cn);
+            gr = k_cuda_graph_end(err, sizeof err);
+        }
+        if (gr) {
+            TIME_MS(ms_graph, (void)k_cuda_graph_launch(gr));
+            k_cuda_graph_free(gr);
+            printf("launch gaps: %d dependent kernels of %.1f us: %.2f us a kernel on the stream, %.2f in a graph "
+                   "(%.2f us saved a kernel)\n", CHAIN, 1e3 * ms_graph / CHAIN, 1e3 * ms_stream / CHAIN,
+                   1e3 * ms_graph / CHAIN, 1e3 * (ms_stream - ms_graph) / CHAIN);
+            fprintf(md, "\nLaunch gaps: %d dependent kernels (x += y, 8M bf16): %.2f us a kernel queued one by one, "
+                        "%.2f us launched as one CUDA graph: %.2f us of idle GPU saved a kernel.\n\n", CHAIN,
+                    1e3 * ms_stream / CHAIN, 1e3 * ms_graph / CHAIN, 1e3 * (ms_stream - ms_graph) / CHAIN);
+        } else {
+            printf("launch gaps: no graph recorded: %s\n", err);
+        }
+        G->free(cx); G->free(cy);
+    }
     G->free(tok); G->free(x); G->free(y); G->free(z); G->free(wte); G->free(mean); G->free(rstd); G->free(lw);
     G->free(lb); G->free(dwte); G->free(dw); G->free(db); G->free(xb); G->free(yb); G->free(zb); G->free(lwb);
     G->free(lbb);
