@@ -12,7 +12,8 @@
 #   --attention-backend fused without cuDNN (auto, the default, runs the
 #   flash kernels there and says so);
 # - --enable-cuda-graph: one graph recorded, the other micro-batches launched
-#   from it, the losses bit for bit those without (fp32, bf16, --tune-gemms),
+#   from it, the losses bit for bit those without (fp32, bf16, --tune-gemms,
+#   a batch-size ramp, which records it anew),
 #   its attention calls counted, one host wait a step; a note on two ranks
 #   and on the CPU;
 # - --tune-gemms: its choices written beside the checkpoint and read back by a
@@ -43,6 +44,10 @@ run cuda_graph "$emu" --device cuda --enable-cuda-graph
 run cuda_bf16_graph "$emu" --device cuda --bf16 --enable-cuda-graph
 run cuda_bf16_graph_6 "$emu" --device cuda --bf16 --enable-cuda-graph --train-iters 6
 run cuda_tune_graph "$emu" --device cuda --bf16 --tune-gemms --enable-cuda-graph
+# a batch-size ramp changes the loss weights: the graph is recorded anew
+ramp=(--global-batch-size 8 --train-iters 6 --rampup-batch-size 4 4 12)
+run cuda_ramp "$emu" --device cuda --bf16 "${ramp[@]}"
+run cuda_ramp_graph "$emu" --device cuda --bf16 "${ramp[@]}" --enable-cuda-graph
 run cuda_graph_tp2 "$emu" --device cuda --nproc-per-node 2 --tensor-model-parallel-size 2 --enable-cuda-graph
 run cpu_graph "$train" --device cpu --enable-cuda-graph
 run cuda_bf16_save "$emu" --device cuda --bf16 --exit-interval 2 --save "$work/ckpt" --save-interval 2
@@ -79,6 +84,9 @@ for name in cuda_graph cuda_bf16_graph cuda_tune_graph; do
     tail -3 "$work/$name.log"; echo "FAIL: $name: not 1 graph for 7 micro-batches"; failures=$((failures + 1))
   fi
 done
+grep -q "^atoll-train: --enable-cuda-graph: 2 graphs recorded" "$work/cuda_ramp_graph.log" &&
+  echo "ok: a batch-size ramp records the graph anew: $(grep -o 'enable-cuda-graph: .*' "$work/cuda_ramp_graph.log")" ||
+  { tail -3 "$work/cuda_ramp_graph.log"; echo "FAIL: the ramp did not record a second graph"; failures=$((failures + 1)); }
 calls() { grep -o 'attention calls on.*flash kernels: [0-9]*' "$work/$1.log"; }
 [ -n "$(calls cuda_bf16)" ] && [ "$(calls cuda_bf16)" = "$(calls cuda_bf16_graph)" ] &&
   echo "ok: the attention calls launched from graphs are counted ($(calls cuda_bf16_graph))" ||
@@ -118,6 +126,8 @@ for name, ref in (("cuda_graph", "cuda"), ("cuda_bf16_graph", "cuda_bf16"), ("cu
         check(len(got) == 4 and rel(got, cpu) <= 1e-4, f"{name}: without graphs, the CPU's losses ({got})")
         continue
     check(len(got) == 4 and got == want, f"{name}: the losses of the run without graphs, bit for bit ({got} vs {want})")
+g, ng = L("cuda_ramp_graph"), L("cuda_ramp")
+check(len(g) == 6 and g == ng, f"cuda_ramp_graph: the losses of the ramp without graphs, bit for bit ({g} vs {ng})")
 t, tr = L("cuda_tune_save"), L("cuda_tune_resume")
 check(t + tr == b, f"--tune-gemms: saved and resumed, the bf16 run's losses bit for bit ({t + tr} vs {b})")
 check(L("cuda") != cpu, "the emulated cuda run is not the CPU backend (the losses differ in the last bits)")
