@@ -682,7 +682,9 @@ static int micro_batch(run *r, int k, float fdloss, float bdloss, char *err, siz
             char why[256];
             if (!r->graph) {
                 if (r->graph_records == GRAPH_RECORDS_MAX) {
-                    graph_give_up(r, "the graph was recorded 16 times: it is not being reused");
+                    snprintf(why, sizeof why, "the graph was recorded %d times: it is not being reused",
+                             GRAPH_RECORDS_MAX);
+                    graph_give_up(r, why);
                     break;
                 }
                 if (k_cuda_graph_begin(why, sizeof why)) {
