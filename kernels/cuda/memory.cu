@@ -360,6 +360,8 @@ int kcu_capture_broken(const char *why)
 
 void kcu_buffers_moved(void) { G.moved++; }
 
+extern "C" int atoll_cuda_capture_refused(const char *what) { return kcu_capture_broken(what); }
+
 extern "C" int k_cuda_graph_begin(char *err, size_t errlen)
 {
     if (!S.up || G.on) {
@@ -387,6 +389,9 @@ extern "C" k_cuda_graph *k_cuda_graph_end(char *err, size_t errlen)
     cudaGraph_t g = NULL;
     cudaError_t e = cudaStreamEndCapture(S.stream, &g);
     G.on = 0;
+    long fused, flash; /* the attention calls recorded did not run: a launch counts them */
+    k_cuda_attention_calls(&fused, &flash);
+    kcu_attention_calls_add(G.fused0 - fused, G.flash0 - flash);
     cudaGraphExec_t x = NULL;
     if (e == cudaSuccess && !G.why[0]) e = cudaGraphInstantiate(&x, g, 0);
     if (g) cudaCheck(cudaGraphDestroy(g));
@@ -402,9 +407,6 @@ extern "C" k_cuda_graph *k_cuda_graph_end(char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    long fused, flash;
-    k_cuda_attention_calls(&fused, &flash);
-    kcu_attention_calls_add(G.fused0 - fused, G.flash0 - flash); /* recorded, not run: counted at each launch */
     *kg = k_cuda_graph{ x, moved_all(), fused - G.fused0, flash - G.flash0, 0 };
     return kg;
 }
