@@ -507,11 +507,13 @@ static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errle
     s->memory_bytes = memory_peak(r->m->k);
     s->mfu = peak > 0 ? s->flops_per_s / peak / r->d.size : -1.0;
     /* idle and transfer seconds of each stage over the step time (every rank
-     * steps in lockstep, so this rank's step time stands for all) */
+     * steps in lockstep, so this rank's step time stands for all; on a loaded
+     * host a stage's own step can run a little longer than this rank's, so the
+     * shares are clamped to add up to at most the step) */
     s->bubble = 0;
     for (int i = 0; i < s->pp && i < 64 && s->pp > 1; i++) {
         s->stage_bubble[i] = fmin(1.0, s->stage_bubble[i] / s->step_s);
-        s->stage_transfer[i] = fmin(1.0, s->stage_transfer[i] / s->step_s);
+        s->stage_transfer[i] = fmin(1.0 - s->stage_bubble[i], s->stage_transfer[i] / s->step_s);
         s->bubble += s->stage_bubble[i] / (s->pp < 64 ? s->pp : 64);
     }
     if (!isfinite(s->loss)) {
