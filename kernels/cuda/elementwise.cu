@@ -173,24 +173,44 @@ __global__ void colsum_part_k(float *part, const T *src, int N, int C, int rows_
     part[(size_t)blockIdx.y * C + c] = s;
 }
 
-/* dst[c] += sum over p of part[p][c]. A block of 32 columns x 8 lanes: lane j
- * sums parts j, j+8, ... in order, then the 8 lane sums are added in lane
- * order: the order depends only on `parts`. Also the LayerNorm dw/db finish
- * (part rows of 2C, dst2 = db). */
-__global__ void colsum_finish_k(float *dst, const float *part, int parts, int C)
+/* dst[c] += sum over p of part[p][c] for c < C, and with dst2 (part rows of
+ * 2C: the LayerNorm dw/db finish) dst2[c] += the same of part[p][C + c]. A
+ * block of FIN_COLS columns x FIN_GROUPS groups: group g sums parts g, g +
+ * FIN_GROUPS, ... in order, then the groups' sums are added pairwise in a fixed
+ * tree: the order depends only on `parts`. The partials are a few MB (GPT-2's
+ * LayerNorm: ~1000 blocks x 2C floats) read once: 16 columns a block give
+ * twice the blocks of 32 (96 for GPT-2's 2C = 1536) and 64 groups keep 16
+ * loads a thread where 8 groups of 32 columns kept 128 in one chain (5.8 us a
+ * call on an H200, bench/results/gpu.md). */
+#define FIN_COLS 16
+#define FIN_GROUPS 64
+__global__ void __launch_bounds__(FIN_COLS *FIN_GROUPS) colsum_finish_k(float *dst, float *dst2, const float *part,
+                                                                        int parts, int C)
 {
-    __shared__ float sh[8][33];
-    int c = blockIdx.x * 32 + (threadIdx.x & 31), j = threadIdx.x >> 5;
+    __shared__ float sh[FIN_GROUPS][FIN_COLS + 1];
+    int W = dst2 ? 2 * C : C, i = threadIdx.x % FIN_COLS, g = threadIdx.x / FIN_COLS;
+    int c = blockIdx.x * FIN_COLS + i; /* in [0, W) */
     float s = 0.0f;
-    if (c < C)
-        for (int p = j; p < parts; p += 8) s += part[(size_t)p * C + c];
-    sh[j][threadIdx.x & 31] = s;
+    if (c < W)
+        for (int p = g; p < parts; p += FIN_GROUPS) s += part[(size_t)p * W + c];
+    sh[g][i] = s;
     __syncthreads();
-    if (j == 0 && c < C) {
-        float t = 0.0f;
-        for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
-        dst[c] += t;
+    for (int half = FIN_GROUPS / 2; half > 0; half /= 2) {
+        if (g < half) sh[g][i] += sh[g + half][i];
+        __syncthreads();
     }
+    if (g == 0 && c < W) {
+        if (c < C) dst[c] += sh[0][i];
+        else dst2[c - C] += sh[0][i];
+    }
+}
+
+void kcu_colsum_finish(float *dst, float *dst2, const float *part, int parts, int C)
+{
+    int W = dst2 ? 2 * C : C;
+    colsum_finish_k<<<(W + FIN_COLS - 1) / FIN_COLS, FIN_COLS * FIN_GROUPS, 0, kcu_stream()>>>(dst, dst2, part, parts,
+                                                                                            C);
+    kcu_launched();
 }
 
 template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C)
@@ -202,8 +222,7 @@ template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C
         dim3 grid((C / 8 + threads - 1) / threads, parts);
         colsum8_part_k<T><<<grid, threads, 0, kcu_stream()>>>(part, src, N, C);
         kcu_launched();
-        colsum_finish_k<<<(C + 31) / 32, 256, 0, kcu_stream()>>>(dst, part, parts, C);
-        kcu_launched();
+        kcu_colsum_finish(dst, NULL, part, parts, C);
         return;
     }
     int rows_per = (N + COLSUM_PARTS - 1) / COLSUM_PARTS;
@@ -212,8 +231,7 @@ template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C
     dim3 grid((C + 255) / 256, parts);
     colsum_part_k<T><<<grid, 256, 0, kcu_stream()>>>(part, src, N, C, rows_per);
     kcu_launched();
-    colsum_finish_k<<<(C + 31) / 32, 256, 0, kcu_stream()>>>(dst, part, parts, C);
-    kcu_launched();
+    kcu_colsum_finish(dst, NULL, part, parts, C);
 }
 template void kcu_colsum_acc<float>(float *, const float *, int, int);
 template void kcu_colsum_acc<bf16>(float *, const bf16 *, int, int);

@@ -138,5 +138,9 @@ __device__ __forceinline__ float block_max(float v, float *sh)
  * same inputs always give the same bits). Two passes through kcu_scratch:
  * per-row-chunk partials, then a sum over chunks. (elementwise.cu) */
 template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C);
+/* dst[c] += sum over p < parts of part[p][c], c < C; with dst2, part rows
+ * are 2C wide and dst2[c] += those of column C + c (elementwise.cu). The
+ * order depends only on parts. */
+void kcu_colsum_finish(float *dst, float *dst2, const float *part, int parts, int C);
 
 #endif

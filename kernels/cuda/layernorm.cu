@@ -10,7 +10,7 @@
  *   column partials of dw and db over its rows (ln_fused_rows splits the rows
  *   so that every SM gets as many blocks as it can hold at once): every warp adds
  *   its rows into its own slice of shared memory, the block adds the slices
- *   in warp order, a second kernel adds the blocks' partials in block order.
+ *   in warp order, a second kernel (kcu_colsum_finish) adds the blocks' partials in a fixed order.
  *   dout and x are read once (the floor: dout, x, dinp read and written).
  *   Rows wider than 3072 (four slices in 96 KiB) take two passes: dinp by one kernel,
  *   dw/db by a second over row chunks (16-byte column strips per thread).
@@ -266,27 +266,6 @@ __global__ void ln_bwd_k(T *dinp, float *part, const T *dout, const T *inp, cons
     }
 }
 
-/* dw[c] += sum of part[p][c], db[c] += sum of part[p][C + c] (db NULL: parts
- * hold dw alone, rows of C): 32 columns per block, 8 lanes each taking every
- * 8th part, lanes added in order. */
-__global__ void ln_finish_k(float *dw, float *db, const float *part, int parts, int C)
-{
-    __shared__ float sh[8][33];
-    int W = db ? 2 * C : C;
-    int c2 = blockIdx.x * 32 + (threadIdx.x & 31), j = threadIdx.x >> 5; /* c2 in [0, W) */
-    float s = 0.0f;
-    if (c2 < W)
-        for (int p = j; p < parts; p += 8) s += part[(size_t)p * W + c2];
-    sh[j][threadIdx.x & 31] = s;
-    __syncthreads();
-    if (j == 0 && c2 < W) {
-        float t = 0.0f;
-        for (int k = 0; k < 8; k++) t += sh[k][threadIdx.x];
-        if (c2 < C) dw[c2] += t;
-        else db[c2 - C] += t;
-    }
-}
-
 /* Rows per block of ln_bwd_fused_k (warps warps, fsmem bytes of shared memory):
  * as many blocks as the SMs hold at once, each a whole number of rows per warp.
  * A fixed 64 rows gave a 1.5B model's 8192 rows 128 blocks of 4 warps, under
@@ -311,7 +290,7 @@ static int ln_fused_rows(int N, size_t fsmem, int warps)
  * chunks, else rms_fwd_k (scalar accesses, coalesced across the warp); the
  * backward for C % 8 == 0 up to 6144 is ln_bwd_fused_k's RMS form (one pass),
  * otherwise dinp by one kernel and dw as per-chunk column partials by another,
- * finished by ln_finish_k; no atomics. */
+ * finished by kcu_colsum_finish; no atomics. */
 template <typename T>
 __global__ void __launch_bounds__(LN_WARPS * 32) rms_fwd_k(T *out, float *rstd, const T *inp, const T *w, int N, int C,
                                                            float eps)
@@ -385,8 +364,7 @@ static void rmsnorm_backward(T *dinp, float *dw, const T *dout, const T *inp, co
         ln_bwd_fused_k<T, true><<<parts, 128, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, nullptr, rstd, N, C,
                                                                       Cp, rows);
         kcu_launched();
-        ln_finish_k<<<(C + 31) / 32, 256, 0, kcu_stream()>>>(dw, (float *)nullptr, part, parts, C);
-        kcu_launched();
+        kcu_colsum_finish(dw, nullptr, part, parts, C);
         return;
     }
     rms_bwd_dx_k<T><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(dinp, dout, inp, w, rstd, N, C);
@@ -395,8 +373,7 @@ static void rmsnorm_backward(T *dinp, float *dw, const T *dout, const T *inp, co
     float *part = (float *)kcu_scratch(sizeof(float) * (size_t)C * parts);
     rms_bwd_dw_k<T><<<dim3((C + threads - 1) / threads, parts), threads, 0, kcu_stream()>>>(part, dout, inp, rstd, N, C);
     kcu_launched();
-    ln_finish_k<<<(C + 31) / 32, 256, 0, kcu_stream()>>>(dw, (float *)nullptr, part, parts, C);
-    kcu_launched();
+    kcu_colsum_finish(dw, nullptr, part, parts, C);
 }
 
 void kcu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps)
@@ -448,8 +425,7 @@ static void layernorm_backward(T *dinp, float *dw, float *db, const T *dout, con
         ln_bwd_fused_k<T, false><<<parts, fw * 32, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N, C,
                                                                            Cp, rows);
         kcu_launched();
-        ln_finish_k<<<(2 * C + 31) / 32, 256, 0, kcu_stream()>>>(dw, db, part, parts, C);
-        kcu_launched();
+        kcu_colsum_finish(dw, db, part, parts, C);
         return;
     }
     if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w)) {
@@ -462,8 +438,7 @@ static void layernorm_backward(T *dinp, float *dw, float *db, const T *dout, con
         dim3 grid((C / 8 + threads - 1) / threads, parts);
         ln_bwd_dwdb_k<T><<<grid, threads, 0, kcu_stream()>>>(part, dout, inp, mean, rstd, N, C);
         kcu_launched();
-        ln_finish_k<<<(2 * C + 31) / 32, 256, 0, kcu_stream()>>>(dw, db, part, parts, C);
-        kcu_launched();
+        kcu_colsum_finish(dw, db, part, parts, C);
         return;
     }
     int parts = N < LN_PARTS ? N : LN_PARTS;
@@ -473,8 +448,7 @@ static void layernorm_backward(T *dinp, float *dw, float *db, const T *dout, con
     float *part = (float *)kcu_scratch(sizeof(float) * 2 * (size_t)C * parts);
     ln_bwd_k<T><<<parts, LN_BLOCK, smem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N, C);
     kcu_launched();
-    ln_finish_k<<<(2 * C + 31) / 32, 256, 0, kcu_stream()>>>(dw, db, part, parts, C);
-    kcu_launched();
+    kcu_colsum_finish(dw, db, part, parts, C);
 }
 
 void kcu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
