@@ -95,12 +95,13 @@ typedef struct dist_pipe {
     int nslots;
     long long sample_base;      /* global index of the step's first sample (dropout masks) */
     const float *mb_scale;      /* --eod-mask-loss: each micro-batch's loss weight (NULL: 1 each) */
-    float *losses;              /* [nmicro, B*T] host: the last stage's token losses, read later */
+    float *losses;              /* [nmicro, B*T] host: the last stage's token losses, read without waiting
+                                 * (to_host_later): eng_losses_sum them once the device was waited for */
     size_t losses_cap;          /* floats */
 } dist_pipe;
 
 typedef struct dist_step_result {
-    double loss_sum;    /* sum of token losses this rank's last stage computed: dist_pipe_loss_sum */
+    double loss_sum;    /* sum of token losses this rank's last stage computed (filled after the norm's wait) */
     double busy_s;      /* compute time */
     double idle_s;      /* waiting for a peer (in p2p batches and the closing PP barrier) */
     double transfer_s;  /* moving activations in p2p batches (not idle, not compute) */
@@ -111,11 +112,6 @@ void dist_pipe_free(dist_pipe *p);
 /* One step: tokens/targets are this DP rank's [nmicro * mbs, T] (host). */
 int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, float dloss,
                   dist_step_result *r, char *err, size_t errlen);
-/* The step's loss sum on the last stage (the micro-batches' token losses,
- * weighted, in micro-batch order). dist_pipeline queues their reads without
- * waiting (k_ops to_host_later): call this once the device was waited for
- * after it (the gradient norm's read does). */
-double dist_pipe_loss_sum(const dist_pipe *p);
 /* Forward only (evaluation): returns the summed token loss on the last stage. */
 int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *targets, double *loss_sum,
                       char *err, size_t errlen);

@@ -1251,7 +1251,7 @@ int eng_loss_sum(eng_model *m, const eng_acts *a, double *loss_sum)
     float *host = malloc(sizeof(float) * (size_t)N);
     if (!host) return -1;
     m->k->to_host(host, a->losses, sizeof(float) * (size_t)N);
-    *loss_sum = eng_loss_add(m, host);
+    *loss_sum = eng_losses_sum(m, host, 1, NULL);
     free(host);
     return 0;
 }
@@ -1261,12 +1261,16 @@ void eng_losses_to_host_later(eng_model *m, const eng_acts *a, float *host)
     m->k->to_host_later(host, a->losses, sizeof(float) * (size_t)m->B * m->T);
 }
 
-double eng_loss_add(const eng_model *m, const float *host)
+double eng_losses_sum(const eng_model *m, const float *host, int nmicro, const float *scale)
 {
-    int N = m->B * m->T;
-    double s = 0.0;
-    for (int i = 0; i < N; i++) s += host[i];
-    return s;
+    size_t N = (size_t)m->B * m->T;
+    double sum = 0.0;
+    for (int k = 0; k < nmicro; k++) {
+        double s = 0.0;
+        for (size_t i = 0; i < N; i++) s += host[k * N + i];
+        sum += s * (scale ? scale[k] : 1.0f);
+    }
+    return sum;
 }
 
 /* ---- backward ---- */

@@ -284,10 +284,11 @@ int eng_forward_run(eng_model *m, eng_acts *a, const void *input, int targets, f
 int eng_loss_sum(eng_model *m, const eng_acts *a, double *loss_sum);
 /* The same without waiting: the micro-batch's per-token losses are copied into
  * host[B*T] once the backend next waits for the device (k_ops to_host_later:
- * a one-rank step's gradient norm), and eng_loss_add then gives the sum
- * eng_loss_sum would have (the same order, the same bits). */
+ * a step's gradient norm), and eng_losses_sum then adds nmicro such rows of
+ * host, micro-batch by micro-batch, each weighted by scale[k] (NULL: 1): the
+ * order, and so the bits, eng_loss_sum's per micro-batch would give. */
 void eng_losses_to_host_later(eng_model *m, const eng_acts *a, float *host);
-double eng_loss_add(const eng_model *m, const float *host);
+double eng_losses_sum(const eng_model *m, const float *host, int nmicro, const float *scale);
 
 /* The chunk's output activations (not for the last chunk): eng_boundary_bytes. */
 void *eng_output(eng_model *m, eng_acts *a);

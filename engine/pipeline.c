@@ -228,15 +228,6 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
     return rc;
 }
 
-double dist_pipe_loss_sum(const dist_pipe *p)
-{
-    double sum = 0.0;
-    size_t n = (size_t)p->m->B * p->m->T;
-    for (int mb = 0; mb < p->d->nmicro; mb++)
-        sum += eng_loss_add(p->m, p->losses + mb * n) * (p->mb_scale ? p->mb_scale[mb] : 1.0f);
-    return sum;
-}
-
 /* Forward only, micro-batch by micro-batch through the virtual stages in
  * order. Sends complete without the receiver on the host transport, so this
  * order cannot deadlock there. */

@@ -576,7 +576,7 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
         vec[5 + 2 * pp + i] = (float)((zeros >> (12 * i)) & 0xfff);
     if (d->pp_rank == d->pp - 1 && d->tp_rank == 0) {
         m->k->sync(); /* the norm's read waited already (a shard may have had nothing to read): the losses are here */
-        res.loss_sum = dist_pipe_loss_sum(&r->pipe);
+        res.loss_sum = eng_losses_sum(m, r->pipe.losses, d->nmicro, r->pipe.mb_scale);
         vec[1] = (float)(res.loss_sum / tokens);
     }
     if (d->tp_rank == 0 && d->dp_rank == 0 && d->pp_rank < 64 && d->pp > 1) {
@@ -667,6 +667,20 @@ static void graph_setup(run *r)
     }
 }
 
+/* The kernels of a micro-batch whose inputs are uploaded: forward, then backward. */
+static int forward_backward(run *r, float fdloss, float bdloss, char *err, size_t errlen)
+{
+    if (eng_forward_run(r->m, r->acts, NULL, 1, fdloss, NULL)) {
+        atoll_errf(err, errlen, "forward pass failed");
+        return -1;
+    }
+    if (eng_backward(r->m, r->acts, NULL, bdloss)) {
+        atoll_errf(err, errlen, "backward pass failed");
+        return -1;
+    }
+    return 0;
+}
+
 /* One micro-batch's forward and backward on one rank (inputs k of the batch),
  * with a graph where it can. */
 static int micro_batch(run *r, int k, float fdloss, float bdloss, char *err, size_t errlen)
@@ -693,12 +707,10 @@ static int micro_batch(run *r, int k, float fdloss, float bdloss, char *err, siz
                     graph_give_up(r, why);
                     break;
                 }
-                int frc = eng_forward_run(m, r->acts, NULL, 1, fdloss, NULL);
-                int brc = frc ? 0 : eng_backward(m, r->acts, NULL, bdloss);
+                int rc = forward_backward(r, fdloss, bdloss, err, errlen);
                 k_cuda_graph *g = k_cuda_graph_end(why, sizeof why);
-                if (frc || brc) {
+                if (rc) {
                     k_cuda_graph_free(g);
-                    atoll_errf(err, errlen, frc ? "forward pass failed" : "backward pass failed");
                     return -1;
                 }
                 if (!g) {
@@ -720,15 +732,7 @@ static int micro_batch(run *r, int k, float fdloss, float bdloss, char *err, siz
     }
     if (r->graph_state == 1) r->graph_state = 2; /* this one makes the first calls */
 #endif
-    if (eng_forward_run(m, r->acts, NULL, 1, fdloss, NULL)) {
-        atoll_errf(err, errlen, "forward pass failed");
-        return -1;
-    }
-    if (eng_backward(m, r->acts, NULL, bdloss)) {
-        atoll_errf(err, errlen, "backward pass failed");
-        return -1;
-    }
-    return 0;
+    return forward_backward(r, fdloss, bdloss, err, errlen);
 }
 
 static int train_step(run *r, step_stats *s, char *err, size_t errlen)
@@ -785,10 +789,7 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
                             : sqrt(eng_grad_sumsq(m, zp));
     s->num_zeros = zp ? (double)zeros : -1.0;
     /* the norm's read waited for the device, so the losses are here */
-    double loss_sum = 0.0;
-    for (int k = 0; k < nmicro; k++)
-        loss_sum += eng_loss_add(m, r->losses + k * mb_tokens) * (r->c->eod_mask_loss ? r->mb_scale[k] : 1.0f);
-    s->loss = loss_sum / ((double)s->batch * T);
+    s->loss = eng_losses_sum(m, r->losses, nmicro, r->c->eod_mask_loss ? r->mb_scale : NULL) / ((double)s->batch * T);
     if (r->o->dump_dir[0]) {
         int rc = dump_step(r, logits0, s->loss, err, errlen);
         free(logits0);
