@@ -956,7 +956,8 @@ static int agreed_step(run *r, const char *dir, ckpt_need need, long long want, 
 /* ---- --tune-gemms ----
  * Each rank's cuBLASLt algorithm choices (k_cuda_gemm_tuning) live in
  * DIR/gemm_choices_rank<R>.txt beside the checkpoints, rewritten after a save
- * when there are new ones; a run that loads a step from DIR reads them back, so
+ * when there are new ones (as the checkpoint's own files are written: temp,
+ * fsync, rename, the directory's fsync); a run that loads a step from DIR reads them back, so
  * a restart computes with the algorithms the run had and repeats it bit for bit
  * (another algorithm sums in another order). */
 #ifdef ATOLL_HAVE_CUDA_KERNELS
@@ -996,9 +997,16 @@ static int gemm_choices_write(run *r, char *err, size_t errlen)
     int timed, loaded;
     k_cuda_gemm_choices(&timed, &loaded);
     if (timed + loaded == r->gemm_kept) return 0;
-    char path[4096], why[512];
+    char path[4096], why[1024];
     gemm_choices_path(r, r->c->save, path, sizeof path);
-    if (k_cuda_gemm_choices_save(path, why, sizeof why)) {
+    char *text = k_cuda_gemm_choices_text();
+    if (!text) {
+        atoll_errf(err, errlen, "--tune-gemms: out of memory for the GEMM choices");
+        return -1;
+    }
+    int rc = ckpt_write_text(r->c->save, path, text, why, sizeof why);
+    free(text);
+    if (rc) {
         atoll_errf(err, errlen, "--tune-gemms: %s", why);
         return -1;
     }

@@ -50,16 +50,18 @@ size_t k_cuda_attention_workspace_held(void);
  * call's own operands (what the call computes is unchanged), and keeps the
  * fastest; off (the default), the heuristic's first. Different algorithms sum
  * in different orders, so a run resumed with other choices would not repeat
- * the uninterrupted run bit for bit: _save writes every choice made so far to
- * path (a text file, replaced whole), _load reads one back, and its choices
+ * the uninterrupted run bit for bit: _text gives every choice made so far as
+ * the text of a choices file (malloc'd, the caller's: the engine writes it
+ * durably beside its checkpoints; NULL when out of memory), _load reads such
+ * a file back, and its choices
  * are then used as they stand (each checked with cublasLtMatmulAlgoCheck at its
  * first use, chosen anew if the library refuses it). _load returns 0; 1 with
  * err when the file was written on another device or cuBLASLt version (nothing
  * is read: choose anew); -1 with err when it cannot be read or is malformed.
- * _save returns 0 or -1 with err. k_cuda_gemm_choices counts the choices held:
+ * k_cuda_gemm_choices counts the choices held:
  * made by timing here, and read from a file. */
 void k_cuda_gemm_tuning(int on);
-int k_cuda_gemm_choices_save(const char *path, char *err, size_t errlen);
+char *k_cuda_gemm_choices_text(void);
 int k_cuda_gemm_choices_load(const char *path, char *err, size_t errlen);
 void k_cuda_gemm_choices(int *timed, int *loaded);
 

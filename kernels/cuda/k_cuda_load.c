@@ -40,7 +40,7 @@ static struct {
     size_t (*reserved)(void);
     size_t (*device_used)(void);
     void (*gemm_tuning)(int);
-    int (*gemm_save)(const char *, char *, size_t);
+    char *(*gemm_text)(void);
     int (*gemm_load)(const char *, char *, size_t);
     void (*gemm_choices)(int *, int *);
     long (*host_waits)(void);
@@ -89,7 +89,7 @@ static void open_backend(void)
         { (void **)&M.reserved, "k_cuda_reserved_bytes" },
         { (void **)&M.device_used, "k_cuda_device_used_bytes" },
         { (void **)&M.gemm_tuning, "k_cuda_gemm_tuning" },
-        { (void **)&M.gemm_save, "k_cuda_gemm_choices_save" },
+        { (void **)&M.gemm_text, "k_cuda_gemm_choices_text" },
         { (void **)&M.gemm_load, "k_cuda_gemm_choices_load" },
         { (void **)&M.gemm_choices, "k_cuda_gemm_choices" },
         { (void **)&M.host_waits, "k_cuda_host_waits" },
@@ -175,12 +175,7 @@ void k_cuda_gemm_tuning(int on)
 {
     if (backend()) M.gemm_tuning(on);
 }
-int k_cuda_gemm_choices_save(const char *path, char *err, size_t errlen)
-{
-    if (backend()) return M.gemm_save(path, err, errlen);
-    snprintf(err, errlen, "%s", M.why);
-    return -1;
-}
+char *k_cuda_gemm_choices_text(void) { return backend() ? M.gemm_text() : NULL; }
 int k_cuda_gemm_choices_load(const char *path, char *err, size_t errlen)
 {
     if (backend()) return M.gemm_load(path, err, errlen);

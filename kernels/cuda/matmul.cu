@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 typedef struct {
     const void *A, *B;
@@ -444,18 +443,12 @@ static lt_key key_from(const long long f[LT_KEY_FIELDS])
     return k;
 }
 
-extern "C" int k_cuda_gemm_choices_save(const char *path, char *err, size_t errlen)
+extern "C" char *k_cuda_gemm_choices_text(void)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        snprintf(err, errlen, "%s: the path is too long", path);
-        return -1;
-    }
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-        return -1;
-    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
     fprintf(f, "%s\ndevice %s\ncublaslt %zu\n", LT_FILE_MAGIC, k_cuda_status(), cublasLtGetVersion());
     fprintf(f, "# ab d ta tb m n k lda ldb ldd ldaux bias aux epilogue align(A B D aux) -: the algorithm's 8 words\n");
     for (int i = 0; i < lt_cached; i++) {
@@ -467,14 +460,11 @@ extern "C" int k_cuda_gemm_choices_save(const char *path, char *err, size_t errl
         for (int j = 0; j < 8; j++) fprintf(f, " %llx", (unsigned long long)lt_cache[i].algo.data[j]);
         fprintf(f, "\n");
     }
-    bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
-        remove(tmp);
-        return -1;
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
     }
-    return 0;
+    return text;
 }
 
 extern "C" int k_cuda_gemm_choices_load(const char *path, char *err, size_t errlen)
