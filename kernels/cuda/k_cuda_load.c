@@ -116,15 +116,20 @@ static int backend(void)
     return M.h != NULL;
 }
 
+/* Without the backend: why, into a caller's err; -1. */
+static int no_backend(char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s", M.why);
+    return -1;
+}
+
 const k_ops *k_cuda(void) { return backend() ? M.k_cuda() : NULL; }
 const char *k_cuda_status(void) { return backend() ? M.status() : M.why; }
 void *k_cuda_stream(void) { return backend() ? M.stream() : NULL; }
 
 int k_cuda_fused_attention(int mode, char *err, size_t errlen)
 {
-    if (backend()) return M.fused_attention(mode, err, errlen);
-    snprintf(err, errlen, "%s", M.why);
-    return -1;
+    return backend() ? M.fused_attention(mode, err, errlen) : no_backend(err, errlen);
 }
 
 void k_cuda_attention_calls(long *fused, long *flash)
@@ -154,14 +159,12 @@ float k_cuda_timer_end_ms(void) { return backend() ? M.timer_end_ms() : 0.0f; }
 long k_cuda_host_waits(void) { return backend() ? M.host_waits() : 0; }
 int k_cuda_graph_begin(char *err, size_t errlen)
 {
-    if (backend()) return M.graph_begin(err, errlen);
-    snprintf(err, errlen, "%s", M.why);
-    return -1;
+    return backend() ? M.graph_begin(err, errlen) : no_backend(err, errlen);
 }
 k_cuda_graph *k_cuda_graph_end(char *err, size_t errlen)
 {
     if (backend()) return M.graph_end(err, errlen);
-    snprintf(err, errlen, "%s", M.why);
+    no_backend(err, errlen);
     return NULL;
 }
 int k_cuda_graph_launch(k_cuda_graph *g) { return backend() ? M.graph_launch(g) : 1; }
@@ -178,9 +181,7 @@ void k_cuda_gemm_tuning(int on)
 char *k_cuda_gemm_choices_text(void) { return backend() ? M.gemm_text() : NULL; }
 int k_cuda_gemm_choices_load(const char *path, char *err, size_t errlen)
 {
-    if (backend()) return M.gemm_load(path, err, errlen);
-    snprintf(err, errlen, "%s", M.why);
-    return -1;
+    return backend() ? M.gemm_load(path, err, errlen) : no_backend(err, errlen);
 }
 void k_cuda_gemm_choices(int *timed, int *loaded)
 {
