@@ -198,6 +198,7 @@ static bool lt_matmul(const lt_call *c)
         else
             lt_cache[slot] = lt_cache[--lt_cached], slot = -1; /* chosen anew below */
     }
+    bool skip = false; /* a graph is being recorded and this problem would be timed: not recorded (below) */
     if (slot < 0) {
         cublasLtMatmulPreference_t pref;
         cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
@@ -215,24 +216,21 @@ static bool lt_matmul(const lt_call *c)
                                                            lt_tune ? LT_CANDIDATES : 1, h, &found);
         if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-        bool have = st == CUBLAS_STATUS_SUCCESS && found > 0;
-        if (have && lt_tune && found > 1 && kcu_capture_broken("a GEMM problem not yet timed (--tune-gemms)")) {
-            /* timing waits for the device: the call without capture times it */
-            cublasCheck(cublasLtMatrixLayoutDestroy(la));
-            cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-            cublasCheck(cublasLtMatrixLayoutDestroy(ld));
-            cublasCheck(cublasLtMatmulDescDestroy(op));
-            return true;
+        bool have = st == CUBLAS_STATUS_SUCCESS && found > 0, timed = have && lt_tune && found > 1;
+        /* timing waits for the device, which a graph's recording cannot: the recording gives no graph, and the
+         * call made again without capture times it */
+        skip = timed && kcu_capture_broken("a GEMM problem not yet timed (--tune-gemms)");
+        if (!skip) {
+            int pick = timed ? lt_fastest(c, op, la, lb, ld, h, found, ws, ws_bytes) : 0;
+            slot = lt_cached < LT_CACHE ? lt_cached++ : (int)(key.m + key.n + key.k) % LT_CACHE;
+            lt_cache[slot].key = key;
+            lt_cache[slot].found = have;
+            lt_cache[slot].how = timed ? LT_TIMED : LT_HEURISTIC;
+            if (have) lt_cache[slot].algo = h[pick].algo;
         }
-        int pick = have && lt_tune && found > 1 ? lt_fastest(c, op, la, lb, ld, h, found, ws, ws_bytes) : 0;
-        slot = lt_cached < LT_CACHE ? lt_cached++ : (int)(key.m + key.n + key.k) % LT_CACHE;
-        lt_cache[slot].key = key;
-        lt_cache[slot].found = have;
-        lt_cache[slot].how = have && lt_tune && found > 1 ? LT_TIMED : LT_HEURISTIC;
-        if (have) lt_cache[slot].algo = h[pick].algo;
     }
-    bool ok = lt_cache[slot].found;
-    if (ok)
+    bool ok = skip || lt_cache[slot].found;
+    if (ok && !skip)
         cublasCheck(cublasLtMatmul(kcu_cublaslt(), op, &c->alpha, c->A, la, c->B, lb, &c->beta, c->D, ld, c->D, ld,
                                    &lt_cache[slot].algo, ws, ws_bytes, kcu_stream()));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
