@@ -6,6 +6,7 @@
  * its element's weight decay by walking the segment ends (in shared memory)
  * forward, as its elements only increase. */
 #include "kcuda.cuh"
+#include "kcu_entries.h"
 
 #define SUMSQ_BLOCK 256
 #define SUMSQ_PARTS 1024 /* fixed, so the summation order depends only on n */
@@ -193,21 +194,14 @@ void kcu_adamw_segments(float *master, uint16_t *param_bf16, const float *grad, 
         fprintf(stderr, "kernels/cuda: adamw_segments: %d segments, at most %d\n", nseg, K_ADAMW_MAX_SEGS);
         exit(EXIT_FAILURE);
     }
-    /* the table goes through a pinned host buffer, reused once the copy is done */
-    static unsigned long long *host = NULL;
-    static cudaEvent_t copied = NULL;
+    /* the table (segment ends, then weight decays) goes up through the backend's
+     * staging: kcu_to_device copies it and does not wait for the device */
+    static unsigned long long host[K_ADAMW_MAX_SEGS + K_ADAMW_MAX_SEGS / 2]; /* 12 bytes a segment */
     size_t bytes = (size_t)nseg * (sizeof(unsigned long long) + sizeof(float));
-    if (!host) {
-        cudaCheck(cudaMallocHost((void **)&host, (size_t)K_ADAMW_MAX_SEGS * (sizeof(unsigned long long) + sizeof(float))));
-        cudaCheck(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming));
-    } else {
-        cudaCheck(cudaEventSynchronize(copied)); /* the last step's table has left the buffer */
-    }
     for (int s = 0; s < nseg; s++) host[s] = seg_end[s];
     memcpy(host + nseg, seg_wd, (size_t)nseg * sizeof(float));
     unsigned long long *dev = (unsigned long long *)kcu_scratch(bytes);
-    cudaCheck(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, kcu_stream()));
-    cudaCheck(cudaEventRecord(copied, kcu_stream()));
+    kcu_to_device(dev, host, bytes);
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     if (bytes > 48 * 1024)
         cudaCheck(cudaFuncSetAttribute(adamw_seg_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));

@@ -187,8 +187,6 @@ static struct {
     long waits;
 } X = { PTHREAD_MUTEX_INITIALIZER, {}, 0, NULL, 0, 0, 0, 0, NULL, 0, 0, 0 };
 
-static void wait_locked(int forced);
-
 /* Page-locked memory of at least `bytes` (rounded up to a power of two, 64 KiB
  * at least, so a few sizes recur); NULL when none can be had. */
 static char *pinned(size_t bytes, size_t *cap)
