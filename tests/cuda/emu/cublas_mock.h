@@ -140,7 +140,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
         mock_gemm(dv.ta, dv.tb, m, n, k, al, A, av.t, av.ld, B, bv.t, bv.ld, be, D, dl.t, dl.ld, dv.epi, dv.bias, dv.aux,
                   dv.ldaux);
     };
-    if (!emu_record(run)) run();
+    emu_stream_op(run);
     return 0;
 }
 inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
@@ -152,7 +152,7 @@ inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_
         for (int i = 0; i < count; i++)
             mock_gemm(ta, tb, m, n, k, al, A + i * sa, CUDA_R_32F, lda, B + i * sb, CUDA_R_32F, ldb, be, C + i * sc, CUDA_R_32F, ldc);
     };
-    if (!emu_record(run)) run();
+    emu_stream_op(run);
     return 0;
 }
 inline cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void *alpha,
@@ -161,7 +161,7 @@ inline cublasStatus_t cublasGemmEx(cublasHandle_t, cublasOperation_t ta, cublasO
 {
     float al = *(const float *)alpha, be = *(const float *)beta;
     auto run = [=] { mock_gemm(ta, tb, m, n, k, al, A, at, lda, B, bt, ldb, be, C, ct, ldc); };
-    if (!emu_record(run)) run();
+    emu_stream_op(run);
     return 0;
 }
 

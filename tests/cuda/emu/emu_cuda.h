@@ -298,13 +298,12 @@ typedef emu_graph *cudaGraph_t;
 typedef emu_graph *cudaGraphExec_t;
 inline emu_graph *emu_capture; /* the capture under way, or null */
 inline bool emu_capture_invalid;
-inline long emu_graph_launches;
-/* While capturing: keeps f for the graph and returns true; else false (run it now). */
-template <typename F> bool emu_record(F f)
+/* Work queued on the stream: run now, or while capturing kept for the graph
+ * (f holds the call's arguments by value). */
+template <typename F> void emu_stream_op(F f)
 {
-    if (!emu_capture) return false;
-    emu_capture->ops.push_back(std::function<void()>(f));
-    return true;
+    if (emu_capture) emu_capture->ops.push_back(std::function<void()>(f));
+    else f();
 }
 /* A call CUDA refuses while a capture is under way: the capture becomes invalid. */
 inline bool emu_refused_in_capture()
@@ -346,9 +345,9 @@ inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsig
 }
 inline cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t)
 {
-    if (emu_record([x] { for (auto &op : x->ops) op(); })) return cudaSuccess;
-    emu_graph_launches++;
-    for (auto &op : x->ops) op();
+    emu_stream_op([x] {
+        for (auto &op : x->ops) op();
+    });
     return cudaSuccess;
 }
 inline cudaError_t cudaGraphDestroy(cudaGraph_t g) { delete g; return cudaSuccess; }
@@ -431,18 +430,18 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned)
 }
 inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t)
 {
-    if (!emu_record([=] { memset(p, v, n); })) memset(p, v, n);
+    emu_stream_op([=] { memset(p, v, n); });
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t)
 {
-    if (!emu_record([=] { memmove(d, s, n); })) memmove(d, s, n);
+    emu_stream_op([=] { memmove(d, s, n); });
     return cudaSuccess;
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t)
 {
-    if (!emu_record([=] { *(double *)e = emu_clock_ms; })) *(double *)e = emu_clock_ms;
+    emu_stream_op([=] { *(double *)e = emu_clock_ms; });
     return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t)
@@ -579,8 +578,7 @@ void emu_launch_now(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, A... args
 template <typename... P, typename... A>
 void emu_launch(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t, A... args)
 {
-    if (emu_record([=] { emu_launch_now(kernel, g, b, smem, args...); })) return;
-    emu_launch_now(kernel, g, b, smem, args...);
+    emu_stream_op([=] { emu_launch_now(kernel, g, b, smem, args...); });
 }
 
 #endif
