@@ -1,13 +1,9 @@
 /* embedding: token and position embeddings, forward and backward.
  *
- * The token backward is deterministic without float atomics: each block owns
- * a range of EMB_ROWS vocab rows, finds the positions whose token falls in it
- * (a block-wide scan of the int32 token list), sorts them by row in shared
- * memory, and sums each row's dout rows in registers, a chunk of positions at
- * a time (embed_bwd_k). Every dout row is read once. */
+ * The token backward is deterministic without float atomics: the positions
+ * are sorted by (row, position) on the device, and fixed slices of the sorted
+ * list are summed a warp each (below, before emb_sort_chunk_k). */
 #include "kcuda.cuh"
-
-#include <limits.h>
 
 #define EMB_BLOCK 256
 #define EMB_VEC_MAX ((size_t)1 << 30) /* 8-wide kernels index with int: i + the grid's stride stays below 2^31 */
@@ -39,126 +35,190 @@ __global__ void embed_fwd8_k(T *out, const int32_t *tokens, const T *wte, int N,
     }
 }
 
-#define EMB_ROWS 128 /* vocab rows owned by one block of the backward */
-#define EMB_CHUNK (4 * EMB_BLOCK) /* positions a block takes at a time, 4 a thread */
+/* ---- token backward: sort the positions by row, then sum fixed slices of the sorted list ----
+ *
+ * 1. emb_sort_chunk_k: each block orders EMB_SORT positions by the key
+ *    (row, position) in shared memory (rows outside the local slice count as
+ *    V: they sort last and are skipped). Keys are unique, so the order is the
+ *    inputs' alone whatever the sort does. Merge levels: at width w an element
+ *    goes to its pair's start + its index in its own run + the number of the
+ *    partner run's keys below it (a binary search); 11 levels.
+ * 2. emb_sort_merge_k: an element's place in the whole list is its place in
+ *    its chunk plus, for every other chunk, the number of that chunk's keys
+ *    below it. Writes the sorted positions and rows.
+ * 3. emb_slice_k: warp s sums slice s of the sorted list (EMB_SLICE entries, one
+ *    a lane) over one column tile (32 lanes x VEC columns): its runs of one row
+ *    in position order, 8 dout rows' loads in flight. A run wholly inside the
+ *    slice is added to its dwte row there (that row has no other writer); a
+ *    run crossing the slice's start or end leaves its piece in `part` (at most
+ *    two a slice: the first sub-run, which began before, and the last, which
+ *    goes on after).
+ * 4. emb_cross_k: the slice where a crossing run begins sums its pieces in
+ *    slice order and adds the sum to the row.
+ * A frequent id (" the" or "," is ~4% of English text's positions) is summed
+ * 32 positions a warp across many warps, where a block walking one range of
+ * rows took 336 us of a 29.6 ms GPT-2 step on an H200. Every dout element is
+ * read once; the order of every sum depends only on the ids (EMB_SLICE is
+ * fixed), so the same inputs give the same bits. */
+#define EMB_SORT 2048 /* keys one block of the sort orders, 8 a thread */
+#define EMB_SLICE 32  /* sorted entries a warp sums, one a lane */
+#define EMB_WARPS (EMB_BLOCK / 32)
 
-/* Block (b, t) owns dwte rows [b*EMB_ROWS, +EMB_ROWS) of the local slice, columns
- * [t*32*VEC, +32*VEC) (one tile: VEC columns a lane), and walks
- * the token list EMB_CHUNK positions at a time (the next chunk's ids loaded
- * while this one is worked, so a block waits on the list once, not per chunk):
- *  1. the chunk's positions whose token is one of its rows are compacted in
- *     position order (ballots, per-warp counts, two barriers);
- *  2. they are sorted by row, stably (each entry's place is the number of
- *     entries with a smaller row plus those before it with its row: no atomics,
- *     so the order is the inputs' alone);
- *  3. a unit of work is one row's run of entries; warp w takes units w, w + 8,
- *     ...: its lanes sum the run's dout rows over the block's tile in position
- *     order in registers (8 independent loads in flight), then add the sum to
- *     dwte once.
- * A frequent token (in English text "," or " the" is ~4% of all positions; a
- * block of 128 ids can hold a quarter of them) costs its warps one pass of
- * pipelined loads per chunk, not one dependent read-modify-write of dwte per
- * position, and its columns are summed by C / (32 * VEC) blocks at once (one
- * block walking all its tiles took 467 us of a 29.7 ms GPT-2 step on an H200).
- * Every block reads the token list (from L2); every dout element is read once.
- * Summation: within a chunk in position order, chunks in order. */
-template <typename T, int VEC>
-__global__ void __launch_bounds__(EMB_BLOCK) embed_bwd_k(float *dwte, const T *dout, const int32_t *tokens, int N,
-                                                         int C, int off, int V)
+typedef unsigned long long emb_key_t;
+
+/* position n's key: its local row above (V when outside [off, off + V)), n below */
+__device__ __forceinline__ emb_key_t emb_key(const int32_t *tokens, int n, int off, int V)
 {
-    constexpr int ROUNDS = EMB_CHUNK / EMB_BLOCK, NW = EMB_BLOCK / 32;
-    __shared__ int s_pos[EMB_CHUNK], s_row[EMB_CHUNK], s_spos[EMB_CHUNK], s_srow[EMB_CHUNK];
-    __shared__ int s_start[EMB_ROWS + 1], s_wcount[ROUNDS * NW];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int r0 = blockIdx.x * EMB_ROWS, nrows = min(V - r0, EMB_ROWS);
-    const int c = blockIdx.y * 32 * VEC + lane * VEC; /* this block's column tile, this lane's columns */
-    int next[ROUNDS]; /* position m0 + j*EMB_BLOCK + threadIdx.x's id, for the coming chunk */
-#pragma unroll
-    for (int j = 0; j < ROUNDS; j++) {
-        int p = j * EMB_BLOCK + threadIdx.x;
-        next[j] = p < N ? tokens[p] : INT_MIN;
+    long long r = (long long)tokens[n] - off;
+    unsigned row = r >= 0 && r < V ? (unsigned)r : (unsigned)V;
+    return ((emb_key_t)row << 32) | (unsigned)n;
+}
+
+/* how many of a[0, n) (ascending) are below k */
+__device__ __forceinline__ int emb_below(const emb_key_t *a, int n, emb_key_t k)
+{
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) >> 1;
+        if (a[mid] < k) lo = mid + 1;
+        else hi = mid;
     }
-    for (int m0 = 0; m0 < N; m0 += EMB_CHUNK) {
-        int row[ROUNDS];
-        unsigned bal[ROUNDS];
+    return lo;
+}
+
+__global__ void __launch_bounds__(EMB_BLOCK) emb_sort_chunk_k(emb_key_t *keys, const int32_t *tokens, int N, int off,
+                                                              int V)
+{
+    constexpr int PER = EMB_SORT / EMB_BLOCK;
+    __shared__ emb_key_t s_a[EMB_SORT], s_b[EMB_SORT];
+    const int base = blockIdx.x * EMB_SORT, n = min(N - base, EMB_SORT);
+    /* a short last chunk is padded with keys above every real one, each its own */
+    for (int i = threadIdx.x; i < EMB_SORT; i += EMB_BLOCK)
+        s_a[i] = i < n ? emb_key(tokens, base + i, off, V) : ~(emb_key_t)0 - (emb_key_t)i;
+    __syncthreads();
+    emb_key_t *src = s_a, *dst = s_b;
+    for (int w = 1; w < EMB_SORT; w <<= 1) {
 #pragma unroll
-        for (int j = 0; j < ROUNDS; j++) {
-            int r = next[j] == INT_MIN ? -1 : next[j] - off - r0;
-            row[j] = r < nrows ? r : -1; /* -1: not one of this block's rows */
-            int p = m0 + EMB_CHUNK + j * EMB_BLOCK + threadIdx.x;
-            next[j] = p < N ? tokens[p] : INT_MIN;
-        }
-        /* 1. this block's positions of the chunk, in position order (round-major, then warp, lane) */
-#pragma unroll
-        for (int j = 0; j < ROUNDS; j++) {
-            bal[j] = __ballot_sync(0xffffffffu, row[j] >= 0);
-            if (lane == 0) s_wcount[j * NW + warp] = __popc(bal[j]);
+        for (int j = 0; j < PER; j++) {
+            int i = j * EMB_BLOCK + threadIdx.x, pair = i & ~(2 * w - 1);
+            int mine = i & w ? pair + w : pair, other = i & w ? pair : pair + w;
+            emb_key_t k = src[i];
+            dst[pair + (i - mine) + emb_below(src + other, w, k)] = k;
         }
         __syncthreads();
-        int M = 0, base[ROUNDS];
-        for (int q = 0; q < ROUNDS * NW; q++) {
+        emb_key_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    for (int i = threadIdx.x; i < n; i += EMB_BLOCK) keys[base + i] = src[i];
+}
+
+__global__ void emb_sort_merge_k(int32_t *spos, int32_t *srow, const emb_key_t *keys, int N)
+{
+    const int chunks = (N + EMB_SORT - 1) / EMB_SORT;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x) {
+        emb_key_t k = keys[i];
+        int c = i / EMB_SORT, at = i - c * EMB_SORT;
+        for (int d = 0; d < chunks; d++)
+            if (d != c) at += emb_below(keys + (size_t)d * EMB_SORT, min(N - d * EMB_SORT, EMB_SORT), k);
+        spos[at] = (int32_t)(unsigned)k;
+        srow[at] = (int32_t)(k >> 32);
+    }
+}
+
+/* VEC columns at p as fp32 (VEC 8: 16-byte aligned) */
+template <typename T, int VEC> __device__ __forceinline__ void emb_ld(const T *p, float v[VEC])
+{
+    if constexpr (VEC == 8) ld8(p, v);
+    else v[0] = ldf(p);
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(EMB_BLOCK) emb_slice_k(float *dwte, float *part, const T *dout, const int32_t *spos,
+                                                         const int32_t *srow, int N, int C, int V)
+{
+    const unsigned FULL = 0xffffffffu;
+    const int lane = threadIdx.x & 31, s = blockIdx.x * EMB_WARPS + (threadIdx.x >> 5), i0 = s * EMB_SLICE;
+    if (i0 >= N) return; /* the whole warp */
+    const int i = i0 + lane, c = blockIdx.y * 32 * VEC + lane * VEC;
+    const int row = i < N ? srow[i] : V, pos = i < N ? spos[i] : 0;
+    const int len = __popc(__ballot_sync(FULL, row < V)); /* sorted: the live entries are the first lanes */
+    if (len == 0) return;
+    const int nrow = __shfl_sync(FULL, row, (lane + 1) & 31);
+    const unsigned ends = __ballot_sync(FULL, lane < len && (lane == len - 1 || nrow != row));
+    /* the first sub-run began in an earlier slice; the last goes on into the next */
+    const bool before = i0 > 0 && srow[i0 - 1] == __shfl_sync(FULL, row, 0);
+    const bool after = i0 + EMB_SLICE < N && srow[i0 + EMB_SLICE] == __shfl_sync(FULL, row, (len - 1) & 31);
+    const bool col = c < C;
+    float acc[VEC] = {};
+    for (int k0 = 0; k0 < len; k0 += 8) {
+        float v[8][VEC] = {}, w[8][VEC] = {};
+        int r[8], to[8]; /* to: 0 the row, 1 this slice's first piece, 2 its last piece, -1 not a run's end */
 #pragma unroll
-            for (int j = 0; j < ROUNDS; j++)
-                if (q == j * NW + warp) base[j] = M;
-            M += s_wcount[q];
+        for (int j = 0; j < 8; j++) {
+            const int e = k0 + j, p = __shfl_sync(FULL, pos, e & 31);
+            r[j] = __shfl_sync(FULL, row, e & 31);
+            to[j] = e >= len || !(ends >> e & 1u)              ? -1
+                    : before && !(ends & ((1u << e) - 1u))      ? 1
+                    : after && e == len - 1                     ? 2
+                                                                : 0;
+            if (e < len && col) emb_ld<T, VEC>(dout + (size_t)p * C + c, v[j]);
+            if (to[j] == 0 && col) emb_ld<float, VEC>(dwte + (size_t)r[j] * C + c, w[j]);
         }
 #pragma unroll
-        for (int j = 0; j < ROUNDS; j++)
-            if (row[j] >= 0) {
-                int at = base[j] + __popc(bal[j] & ((1u << lane) - 1u));
-                s_pos[at] = m0 + j * EMB_BLOCK + threadIdx.x;
-                s_row[at] = row[j];
+        for (int j = 0; j < 8; j++) { /* no break or continue: the loop stays unrolled */
+            if (k0 + j < len) {
+#pragma unroll
+                for (int q = 0; q < VEC; q++) acc[q] += v[j][q];
             }
-        __syncthreads();
-        if (M == 0) continue; /* M is the same in every thread; s_wcount is next written after a barrier */
-        /* 2. stable sort by row */
-        for (int i = threadIdx.x; i < M; i += EMB_BLOCK) {
-            int r = s_row[i], at = 0;
-            for (int k = 0; k < M; k++) {
-                int rk = s_row[k];
-                at += rk < r || (rk == r && k < i);
+            if (to[j] >= 0) { /* a run's last entry (so k0 + j < len) */
+                if (col) {
+                    float *dst =
+                        to[j] == 0 ? dwte + (size_t)r[j] * C + c : part + ((size_t)s * 2 + to[j] - 1) * C + c;
+                    if (to[j] == 0)
+#pragma unroll
+                        for (int q = 0; q < VEC; q++) acc[q] += w[j][q];
+                    if constexpr (VEC == 8) st8(dst, acc);
+                    else dst[0] = acc[0];
+                }
+#pragma unroll
+                for (int q = 0; q < VEC; q++) acc[q] = 0.0f;
             }
-            s_spos[at] = s_pos[i];
-            s_srow[at] = r;
         }
-        __syncthreads();
-        /* where each row's run starts (rows without entries: an empty run) */
-        for (int r = threadIdx.x; r <= EMB_ROWS; r += EMB_BLOCK) {
-            int lo = 0, hi = M; /* first entry with row >= r */
-            while (lo < hi) {
-                int mid = (lo + hi) >> 1;
-                if (s_srow[mid] < r) lo = mid + 1;
-                else hi = mid;
-            }
-            s_start[r] = lo;
-        }
-        __syncthreads();
-        /* 3. runs over the warps, the block's column tile; a run is named by its first entry */
-        for (int u = warp; u < M; u += NW) {
-            int k = u, r = s_srow[k];
-            if (s_start[r] != k || c >= C) continue;
-            int e = s_start[r + 1];
-            float acc[VEC] = {}, v[VEC];
+    }
+}
+
+template <int VEC>
+__global__ void __launch_bounds__(EMB_BLOCK) emb_cross_k(float *dwte, const float *part, const int32_t *srow, int N,
+                                                         int C, int V)
+{
+    const int lane = threadIdx.x & 31, s = blockIdx.x * EMB_WARPS + (threadIdx.x >> 5);
+    const int e = s * EMB_SLICE + EMB_SLICE - 1, c = blockIdx.y * 32 * VEC + lane * VEC;
+    if (e + 1 >= N || c >= C) return;
+    const int r = srow[e];
+    /* slice s owns the run of its last entry when that run goes on and began here */
+    if (r >= V || srow[e + 1] != r || (s > 0 && srow[s * EMB_SLICE - 1] == r)) return;
+    int lo = e + 1, hi = N; /* the first entry past the run */
+    while (lo < hi) {
+        int mid = (lo + hi) >> 1;
+        if (srow[mid] <= r) lo = mid + 1;
+        else hi = mid;
+    }
+    const int t_end = (lo - 1) / EMB_SLICE; /* slices s+1 .. t_end hold its other pieces, each as their first */
+    float acc[VEC], v[VEC];
+    emb_ld<float, VEC>(part + (size_t)s * 2 * C + C + c, acc);
 #pragma unroll 8
-            for (; k < e; k++) {
-                const T *src = dout + (size_t)s_spos[k] * C + c;
-                if constexpr (VEC == 8) ld8(src, v);
-                else v[0] = ldf(src);
+    for (int t = s + 1; t <= t_end; t++) {
+        emb_ld<float, VEC>(part + (size_t)t * 2 * C + c, v);
 #pragma unroll
-                for (int q = 0; q < VEC; q++) acc[q] += v[q];
-            }
-            float *dst = dwte + (size_t)(r0 + r) * C + c;
-            if constexpr (VEC == 8) {
-                ld8(dst, v);
-#pragma unroll
-                for (int q = 0; q < VEC; q++) v[q] += acc[q];
-                st8(dst, v);
-            } else {
-                dst[0] += acc[0];
-            }
-        }
-        __syncthreads(); /* the shared lists are rewritten by the next chunk */
+        for (int q = 0; q < VEC; q++) acc[q] += v[q];
     }
+    float *dst = dwte + (size_t)r * C + c;
+    emb_ld<float, VEC>(dst, v);
+#pragma unroll
+    for (int q = 0; q < VEC; q++) v[q] += acc[q];
+    if constexpr (VEC == 8) st8(dst, v);
+    else dst[0] = v[0];
 }
 
 /* out[n] += wpe[pos[n]] (wpe[t] without pos), n = b*T + t */
@@ -214,15 +274,28 @@ static void embedding_forward(T *out, const int32_t *tokens, const T *wte, int N
 template <typename T>
 static void embedding_backward(float *dwte, const T *dout, const int32_t *tokens, int N, int C, int off, int V)
 {
-    if (N <= 0 || C <= 0) return;
-    /* one block per (EMB_ROWS rows, tile of 32 lanes x VEC columns): a frequent id's
-     * columns are summed on as many SMs as there are tiles */
-    int vec = vec8_ok((size_t)C, dwte, dout) ? 8 : 1;
-    dim3 grid((unsigned)((V + EMB_ROWS - 1) / EMB_ROWS), (unsigned)((C + 32 * vec - 1) / (32 * vec)));
-    if (vec == 8)
-        embed_bwd_k<T, 8><<<grid, EMB_BLOCK, 0, kcu_stream()>>>(dwte, dout, tokens, N, C, off, V);
-    else
-        embed_bwd_k<T, 1><<<grid, EMB_BLOCK, 0, kcu_stream()>>>(dwte, dout, tokens, N, C, off, V);
+    if (N <= 0 || C <= 0 || V <= 0) return;
+    const int vec = vec8_ok((size_t)C, dwte, dout) ? 8 : 1;
+    const int chunks = (N + EMB_SORT - 1) / EMB_SORT, slices = (N + EMB_SLICE - 1) / EMB_SLICE;
+    /* scratch: keys[N], then the sorted positions and rows, then two pieces a slice (16-byte aligned) */
+    char *sc = (char *)kcu_scratch((size_t)N * 16 + (size_t)slices * 2 * C * sizeof(float));
+    emb_key_t *keys = (emb_key_t *)sc;
+    int32_t *spos = (int32_t *)(sc + (size_t)N * 8), *srow = spos + N;
+    float *part = (float *)(sc + (size_t)N * 16);
+    emb_sort_chunk_k<<<chunks, EMB_BLOCK, 0, kcu_stream()>>>(keys, tokens, N, off, V);
+    kcu_launched();
+    emb_sort_merge_k<<<kcu_grid((size_t)N, EMB_BLOCK), EMB_BLOCK, 0, kcu_stream()>>>(spos, srow, keys, N);
+    kcu_launched();
+    dim3 grid((unsigned)((slices + EMB_WARPS - 1) / EMB_WARPS), (unsigned)((C + 32 * vec - 1) / (32 * vec)));
+    if (vec == 8) {
+        emb_slice_k<T, 8><<<grid, EMB_BLOCK, 0, kcu_stream()>>>(dwte, part, dout, spos, srow, N, C, V);
+        kcu_launched();
+        emb_cross_k<8><<<grid, EMB_BLOCK, 0, kcu_stream()>>>(dwte, part, srow, N, C, V);
+    } else {
+        emb_slice_k<T, 1><<<grid, EMB_BLOCK, 0, kcu_stream()>>>(dwte, part, dout, spos, srow, N, C, V);
+        kcu_launched();
+        emb_cross_k<1><<<grid, EMB_BLOCK, 0, kcu_stream()>>>(dwte, part, srow, N, C, V);
+    }
     kcu_launched();
 }
 

@@ -853,6 +853,36 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     cmp("dropout_bf16", widen(hb), h1, 1e-2);
 }
 
+/* The token backward's runs against its 32-entry slices of the sorted ids:
+ * runs that fill a slice exactly, end on a slice's edge, cross one edge, span
+ * many slices (a hot id), single entries, over three sort chunks, with ids
+ * outside the vocab slice mixed in and the positions shuffled. */
+static void test_embedding_runs(int C)
+{
+    const int off = 7, V = 400, runs[] = { 32, 64, 1, 31, 33, 95, 2000, 32, 1, 63, 65 };
+    std::vector<int32_t> tok;
+    int row = 0;
+    for (int len : runs) {
+        for (int k = 0; k < len; k++) tok.push_back(off + row);
+        row += 2;
+    }
+    while (tok.size() < 4700) { /* short runs, then ids outside [off, off + V) */
+        tok.push_back(tok.size() < 4300 ? off + row + (int)(tok.size() % 3) : (tok.size() % 2 ? off + V : off - 1));
+        row += tok.size() % 3 == 0;
+    }
+    int N = (int)tok.size();
+    for (int i = N - 1; i > 0; i--) { /* a fixed shuffle */
+        int j = (int)(((unsigned)i * 2654435761u) % (unsigned)(i + 1));
+        std::swap(tok[i], tok[j]);
+    }
+    vec g = rv((size_t)N * C), d1 = rv((size_t)V * C), d2 = d1;
+    R->embedding_backward(d1.data(), g.data(), tok.data(), N, C, off, V);
+    kcu_embedding_backward(d2.data(), g.data(), tok.data(), N, C, off, V);
+    char what[64];
+    snprintf(what, sizeof what, "embedding_backward, runs on slice edges (C=%d)", C);
+    cmp(what, d2, d1, 1e-5);
+}
+
 int main(int, char **argv)
 {
     R = k_cpu();
@@ -866,6 +896,8 @@ int main(int, char **argv)
     test_layernorm(9, 3080);  /* rows too wide for the fused backward's slices: the two-pass form */
     test_embedding(37, 19, 0, 50);
     test_embedding(300, 64, 100, 100); /* a vocab slice, many repeats */
+    test_embedding_runs(40);            /* 8 columns a lane */
+    test_embedding_runs(19);            /* one a lane */
     test_xent(9, 50, 0, 50);
     test_xent(20, 3000, 1500, 1500);
     test_xent_fused(5, 37);   /* scalar path */

@@ -238,6 +238,18 @@ inline float __shfl_xor_sync(unsigned, float v, int o)
     __syncwarp();
     return r;
 }
+/* lane src's v (int or float: through the warp's u or f array) */
+template <typename V> inline V __shfl_sync(unsigned, V v, int src)
+{
+    static_assert(sizeof(V) == 4, "__shfl_sync of a 4-byte value");
+    int lane = threadIdx.x & 31;
+    memcpy(&emu_my_warp->u[lane], &v, 4);
+    __syncwarp();
+    V r;
+    memcpy(&r, &emu_my_warp->u[src & 31], 4);
+    __syncwarp();
+    return r;
+}
 inline unsigned __ballot_sync(unsigned, int p)
 {
     int lane = threadIdx.x & 31;
