@@ -86,22 +86,33 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_fwd_warp_k(T *out, float *me
 }
 
 /* This lane's part of a row's sums for the backward: sum of g w and of
- * g w xhat over its columns (lane*8 + 256j + k), xhat = (x - m) rs. */
+ * g w xhat over its columns (lane*8 + 256j + k), xhat = (x - m) rs, in that
+ * order. The loads of LN_BATCH 256-column chunks are issued together: one wait
+ * for memory per LN_BATCH chunks (nvcc left the loop at two a wait). */
+#define LN_BATCH 4
 template <typename T>
 __device__ __forceinline__ void ln_bwd_row_sums(const T *x, const T *g, const T *w, float m, float rs, int C,
                                                 int lane, float *gs, float *gxs)
 {
-    float xv[8], gv[8], wv[8], a = 0.0f, b = 0.0f;
-    for (int c = lane * 8; c < C; c += 256) {
-        ld8(x + c, xv);
-        ld8(g + c, gv);
-        ld8(w + c, wv);
+    float a = 0.0f, b = 0.0f;
+    for (int c0 = lane * 8; c0 < C; c0 += LN_BATCH * 256) {
+        float xv[LN_BATCH][8], gv[LN_BATCH][8], wv[LN_BATCH][8];
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            float gw = gv[k] * wv[k];
-            a += gw;
-            b += gw * (xv[k] - m) * rs;
-        }
+        for (int j = 0; j < LN_BATCH; j++)
+            if (c0 + 256 * j < C) {
+                ld8(x + c0 + 256 * j, xv[j]);
+                ld8(g + c0 + 256 * j, gv[j]);
+                ld8(w + c0 + 256 * j, wv[j]);
+            }
+#pragma unroll
+        for (int j = 0; j < LN_BATCH; j++)
+            if (c0 + 256 * j < C)
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    float gw = gv[j][k] * wv[j][k];
+                    a += gw;
+                    b += gw * (xv[j][k] - m) * rs;
+                }
     }
     *gs = a;
     *gxs = b;
@@ -136,8 +147,14 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_bwd_dx_k(T *dinp, const T *d
  * for each (j, k) the 32 lanes touch 32 consecutive words (no bank conflicts).
  * A slice is S * Cp floats, Cp = C rounded up to 256; W warps per block.
  * RMS: RMSNorm, the same with no mean, no db (S = 1; part rows of C):
- * dinp += rstd (g w - xhat mean(g w xhat)), xhat = x rstd. */
-template <typename T, bool RMS>
+ * dinp += rstd (g w - xhat mean(g w xhat)), xhat = x rstd.
+ * REG (rows of at most LN_BATCH * 256 columns): a row's x, dout and dinp
+ * are loaded at once into registers, so a row waits for memory once. Wider
+ * rows wait once per LN_BATCH chunks for the sums and again for dinp. (Before,
+ * nvcc's loops waited per chunk or two: 5 waits a row at GPT-2's 768 columns,
+ * 38 us a call against a ~24 us floor on an H200; 11 at 1600, 62.6 us against
+ * ~25.) The same arithmetic in the same order either way. */
+template <typename T, bool RMS, bool REG>
 __global__ void __launch_bounds__(128) ln_bwd_fused_k(T *dinp, float *part, const T *dout, const T *inp, const T *w,
                                                       const float *mean, const float *rstd, int N, int C, int Cp,
                                                       int rows)
@@ -152,22 +169,66 @@ __global__ void __launch_bounds__(128) ln_bwd_fused_k(T *dinp, float *part, cons
     for (int n = blockIdx.x * rows + warp; n < r1; n += W) {
         const T *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
         T *dx = dinp + (size_t)n * C;
-        float m = RMS ? 0.0f : mean[n], rs = rstd[n], gs, gxs, xv[8], gv[8], wv[8], dv[8];
-        ln_bwd_row_sums(x, g, w, m, rs, C, lane, &gs, &gxs);
-        float gmean = RMS ? 0.0f : warp_sum(gs) / (float)C, gxmean = warp_sum(gxs) / (float)C;
-        for (int c = lane * 8, j = 0; c < C; c += 256, j++) {
-            ld8(x + c, xv);
-            ld8(g + c, gv);
-            ld8(w + c, wv);
-            ld8(dx + c, dv);
+        float m = RMS ? 0.0f : mean[n], rs = rstd[n], gs, gxs, wv[8];
+        if constexpr (REG) {
+            float xv[LN_BATCH][8], gv[LN_BATCH][8], dv[LN_BATCH][8];
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                float xh = (xv[k] - m) * rs;
-                dv[k] += rs * (gv[k] * wv[k] - gmean - xh * gxmean);
-                dwa[(j * 8 + k) * 32 + lane] += gv[k] * xh;
-                if (!RMS) dba[(j * 8 + k) * 32 + lane] += gv[k];
+            for (int j = 0; j < LN_BATCH; j++)
+                if (lane * 8 + 256 * j < C) {
+                    ld8(x + lane * 8 + 256 * j, xv[j]);
+                    ld8(g + lane * 8 + 256 * j, gv[j]);
+                    ld8(dx + lane * 8 + 256 * j, dv[j]);
+                }
+            gs = gxs = 0.0f; /* as ln_bwd_row_sums, in its order */
+#pragma unroll
+            for (int j = 0; j < LN_BATCH; j++)
+                if (lane * 8 + 256 * j < C) {
+                    ld8(w + lane * 8 + 256 * j, wv);
+#pragma unroll
+                    for (int k = 0; k < 8; k++) {
+                        float gw = gv[j][k] * wv[k];
+                        gs += gw;
+                        gxs += gw * (xv[j][k] - m) * rs;
+                    }
+                }
+            float gmean = RMS ? 0.0f : warp_sum(gs) / (float)C, gxmean = warp_sum(gxs) / (float)C;
+#pragma unroll
+            for (int j = 0; j < LN_BATCH; j++)
+                if (lane * 8 + 256 * j < C) {
+                    ld8(w + lane * 8 + 256 * j, wv);
+#pragma unroll
+                    for (int k = 0; k < 8; k++) {
+                        float xh = (xv[j][k] - m) * rs;
+                        dv[j][k] += rs * (gv[j][k] * wv[k] - gmean - xh * gxmean);
+                        dwa[(j * 8 + k) * 32 + lane] += gv[j][k] * xh;
+                        if (!RMS) dba[(j * 8 + k) * 32 + lane] += gv[j][k];
+                    }
+                    st8(dx + lane * 8 + 256 * j, dv[j]);
+                }
+        } else { /* LN_BATCH chunks a wait, for the sums and again for dinp */
+            ln_bwd_row_sums(x, g, w, m, rs, C, lane, &gs, &gxs);
+            float gmean = RMS ? 0.0f : warp_sum(gs) / (float)C, gxmean = warp_sum(gxs) / (float)C;
+            for (int c0 = lane * 8, j0 = 0; c0 < C; c0 += LN_BATCH * 256, j0 += LN_BATCH) {
+                float dv[LN_BATCH][8], xv[8], gv[8]; /* dinp from memory; x, dout again, from L1 */
+#pragma unroll
+                for (int j = 0; j < LN_BATCH; j++)
+                    if (c0 + 256 * j < C) ld8(dx + c0 + 256 * j, dv[j]);
+#pragma unroll
+                for (int j = 0; j < LN_BATCH; j++)
+                    if (c0 + 256 * j < C) {
+                        ld8(x + c0 + 256 * j, xv);
+                        ld8(g + c0 + 256 * j, gv);
+                        ld8(w + c0 + 256 * j, wv);
+#pragma unroll
+                        for (int k = 0; k < 8; k++) {
+                            float xh = (xv[k] - m) * rs;
+                            dv[j][k] += rs * (gv[k] * wv[k] - gmean - xh * gxmean);
+                            dwa[((j0 + j) * 8 + k) * 32 + lane] += gv[k] * xh;
+                            if (!RMS) dba[((j0 + j) * 8 + k) * 32 + lane] += gv[k];
+                        }
+                        st8(dx + c0 + 256 * j, dv[j]);
+                    }
             }
-            st8(dx + c, dv);
         }
     }
     __syncthreads();
@@ -270,19 +331,46 @@ __global__ void ln_bwd_k(T *dinp, float *part, const T *dout, const T *inp, cons
  * as many blocks as the SMs hold at once, each a whole number of rows per warp.
  * A fixed 64 rows gave a 1.5B model's 8192 rows 128 blocks of 4 warps, under
  * one per SM on an H200 (183 us a call against a 25 us floor, bench/results/gpu.md). */
-template <typename T, bool RMS>
+template <typename T, bool RMS, bool REG>
 static int ln_fused_rows(int N, size_t fsmem, int warps)
 {
     static size_t smem_seen = (size_t)-1;
     static int per_sm = 1;
     if (fsmem != smem_seen) { /* one model has one or two row widths */
-        cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ln_bwd_fused_k<T, RMS>, warps * 32, fsmem));
+        cudaCheck(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ln_bwd_fused_k<T, RMS, REG>, warps * 32, fsmem));
         if (per_sm < 1) per_sm = 1;
         smem_seen = fsmem;
     }
     long blocks = (long)kcu_sms() * per_sm;
     int rows = (int)((N + blocks - 1) / blocks);
     return (rows + warps - 1) / warps * warps;
+}
+
+/* Queues ln_bwd_fused_k over the rows (warps a block, a dw (and db) slice of
+ * Cp floats each in fsmem bytes) and the finish into dw (and db). */
+template <typename T, bool RMS, bool REG>
+static void ln_bwd_fused(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w, const float *mean,
+                         const float *rstd, int N, int C, int Cp, int warps, size_t fsmem)
+{
+    if (fsmem > 48 * 1024)
+        cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, RMS, REG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)fsmem));
+    int rows = ln_fused_rows<T, RMS, REG>(N, fsmem, warps), parts = (N + rows - 1) / rows;
+    float *part = (float *)kcu_scratch(sizeof(float) * (RMS ? 1 : 2) * (size_t)C * parts);
+    ln_bwd_fused_k<T, RMS, REG><<<parts, warps * 32, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N,
+                                                                            C, Cp, rows);
+    kcu_launched();
+    kcu_colsum_finish(dw, db, part, parts, C);
+}
+template <typename T, bool RMS>
+static void ln_bwd_fused(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w, const float *mean,
+                         const float *rstd, int N, int C, int Cp, int warps, size_t fsmem)
+{
+    if (Cp <= LN_BATCH * 256)
+        ln_bwd_fused<T, RMS, true>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, Cp, warps, fsmem);
+    else
+        ln_bwd_fused<T, RMS, false>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, Cp, warps, fsmem);
 }
 
 /* ---- RMSNorm (the LLaMA family): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----
@@ -356,15 +444,7 @@ static void rmsnorm_backward(T *dinp, float *dw, const T *dout, const T *inp, co
     int Cp = (C + 255) / 256 * 256;
     size_t fsmem = sizeof(float) * (size_t)Cp * 4; /* four warps' dw slices */
     if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w) && fsmem <= LN_FUSED_SMEM) {
-        if (fsmem > 48 * 1024)
-            cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)fsmem));
-        int rows = ln_fused_rows<T, true>(N, fsmem, 4), parts = (N + rows - 1) / rows;
-        float *part = (float *)kcu_scratch(sizeof(float) * (size_t)C * parts);
-        ln_bwd_fused_k<T, true><<<parts, 128, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, nullptr, rstd, N, C,
-                                                                      Cp, rows);
-        kcu_launched();
-        kcu_colsum_finish(dw, nullptr, part, parts, C);
+        ln_bwd_fused<T, true>(dinp, dw, nullptr, dout, inp, w, nullptr, rstd, N, C, Cp, 4, fsmem);
         return;
     }
     rms_bwd_dx_k<T><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(dinp, dout, inp, w, rstd, N, C);
@@ -417,15 +497,7 @@ static void layernorm_backward(T *dinp, float *dw, float *db, const T *dout, con
     int Cp = (C + 255) / 256 * 256, fw = 4; /* fewer warps per block would starve the SMs: wide rows go below */
     size_t fsmem = sizeof(float) * 2 * (size_t)Cp * fw;
     if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w) && fsmem <= LN_FUSED_SMEM) {
-        if (fsmem > 48 * 1024)
-            cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)fsmem));
-        int rows = ln_fused_rows<T, false>(N, fsmem, fw), parts = (N + rows - 1) / rows;
-        float *part = (float *)kcu_scratch(sizeof(float) * 2 * (size_t)C * parts);
-        ln_bwd_fused_k<T, false><<<parts, fw * 32, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N, C,
-                                                                           Cp, rows);
-        kcu_launched();
-        kcu_colsum_finish(dw, db, part, parts, C);
+        ln_bwd_fused<T, false>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, Cp, fw, fsmem);
         return;
     }
     if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w)) {

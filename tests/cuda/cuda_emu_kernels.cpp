@@ -893,6 +893,7 @@ int main(int, char **argv)
     test_layernorm(70, 300);  /* C % 8 != 0: the general kernels */
     test_layernorm(37, 264);  /* the warp-per-row kernels, a partial last block of rows */
     test_layernorm(130, 776); /* fused backward: three 64-row blocks, the last partial; a partial 256-column strip */
+    test_layernorm(24, 1600); /* fused backward, rows past its registers' 1024 columns: the loop form */
     test_layernorm(9, 3080);  /* rows too wide for the fused backward's slices: the two-pass form */
     test_embedding(37, 19, 0, 50);
     test_embedding(300, 64, 100, 100); /* a vocab slice, many repeats */
@@ -929,6 +930,7 @@ int main(int, char **argv)
     test_llama(10, 37, 4, 2, 8);  /* C % 8 != 0 */
     test_llama(64, 256, 6, 3, 16);
     test_llama(130, 264, 4, 2, 8); /* RMSNorm's fused backward: a partial block of rows, a partial column strip */
+    test_llama(20, 1280, 10, 5, 128); /* and its loop form (rows past 1024 columns) */
     if (mock_fused_calls == 0 || mock_rejected_calls == 0) {
         failed++;
         fprintf(stderr, "the fused (%d) and the fallback (%d) GEMM paths must both run\n", mock_fused_calls,

@@ -432,6 +432,7 @@ int main(int argc, char **argv)
     test_embedding(3000, 328, 0, 1000, 1000, 1);   /* two column tiles of the backward, the second partial; skewed */
     test_layernorm(5, 37);
     test_layernorm(512, 768);
+    test_layernorm(256, 1600); /* the fused backward's loop form (768: its registers form) */
     for (int mode = 0; mode < 3; mode++) {
         test_matmul(7, 13, 11, mode); /* odd sizes: the unfused fallbacks */
         test_matmul(512, 768, 3072, mode);

@@ -366,6 +366,7 @@ int main(int argc, char **argv)
     test_position(4, 256, 768);
     test_layernorm(5, 37);
     test_layernorm(512, 768);
+    test_layernorm(256, 1600); /* the fused backward's loop form (768: its registers form) */
     test_layernorm(64, 13000); /* warp-per-row kernels at a large C */
     test_layernorm(64, 13001); /* general kernels: dw/db partials above 48 KiB of shared memory */
     test_matmul(7, 13, 11, 1);
