@@ -175,6 +175,16 @@ int main(int argc, char **argv)
     row("layernorm_backward fp32", ms, 14.0 * NC, NC * 16.0);
     TIME_MS(ms, G->layernorm_backward_bf16(zb, dw, db, yb, xb, lwb, mean, rstd, N, C));
     row("layernorm_backward_bf16", ms, 14.0 * NC, NC * 8.0);
+    { /* the ~1.5B model's rows: the fused backward's loop form (768 takes its registers form) */
+        int C2 = 1600;
+        size_t NC2 = (size_t)N * C2;
+        uint16_t *x2 = dev_rand_bf(NC2, 1), *g2 = dev_rand_bf(NC2, 1), *d2 = dev_rand_bf(NC2, 1);
+        uint16_t *w2 = dev_rand_bf(C2, 1);
+        float *dw2 = dev_rand(C2, 1), *db2 = dev_rand(C2, 1);
+        TIME_MS(ms, G->layernorm_backward_bf16(d2, dw2, db2, g2, x2, w2, mean, rstd, N, C2));
+        row("layernorm_backward_bf16 (C=1600)", ms, 14.0 * NC2, NC2 * 8.0);
+        G->free(x2); G->free(g2); G->free(d2); G->free(w2); G->free(dw2); G->free(db2);
+    }
     TIME_MS(ms, G->gelu_forward_bf16(yb, xb, NC));
     row("gelu_forward_bf16 (N x C)", ms, 10.0 * NC, NC * 4.0);
     TIME_MS(ms, G->residual_forward_bf16(yb, xb, yb, NC));
