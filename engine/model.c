@@ -749,17 +749,17 @@ static void op_head_norm_bwd(const eng_model *m, void *dx, void *dw, const void 
     else m->k->rmsnorm_backward(dx, dw, dout, x, w, rstd, rows, m->HD);
 }
 
-/* dx += d/dx; dw, db accumulate (fp32) */
-static void op_norm_bwd(const eng_model *m, void *dx, void *dw, void *db, const void *dout, const void *x,
-                        const void *w, const float *mean, const float *rstd)
+/* dx += d/dx; dw, db accumulate (fp32); dsum (LayerNorm only, see bias_by_norm) += dx's column sums */
+static void op_norm_bwd(const eng_model *m, void *dx, void *dw, void *db, float *dsum, const void *dout,
+                        const void *x, const void *w, const float *mean, const float *rstd)
 {
     if (m->llama) {
         if (m->bf16) m->k->rmsnorm_backward_bf16(dx, dw, dout, x, w, rstd, m->R, m->C);
         else m->k->rmsnorm_backward(dx, dw, dout, x, w, rstd, m->R, m->C);
     } else if (m->bf16) {
-        m->k->layernorm_backward_bf16(dx, dw, db, dout, x, w, mean, rstd, m->R, m->C);
+        m->k->layernorm_backward_bf16(dx, dw, db, dsum, dout, x, w, mean, rstd, m->R, m->C);
     } else {
-        m->k->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, m->R, m->C);
+        m->k->layernorm_backward(dx, dw, db, dsum, dout, x, w, mean, rstd, m->R, m->C);
     }
 }
 
@@ -819,9 +819,11 @@ enum { DROP_ATTN_OUT = 1, DROP_MLP_OUT = 2, DROP_ATTN_PROBS = 3 };
 
 /* the hidden dropout of a site on this rank's [R, C] rows of micro-batch a;
  * NULL when off */
+static int hidden_dropout_on(const eng_model *m) { return m->drop_on && m->cfg.hidden_dropout > 0; }
+
 static const k_dropout *hidden_drop(const eng_model *m, const eng_acts *a, int layer, int site, k_dropout *d)
 {
-    if (!m->drop_on || m->cfg.hidden_dropout <= 0) return NULL;
+    if (!hidden_dropout_on(m)) return NULL;
     d->p = (float)m->cfg.hidden_dropout;
     d->key = rng_mix64(m->drop_key ^ rng_mix64((uint64_t)(layer + 1) << 8 | (uint64_t)site));
     d->row0 = a->sample0 * m->T + (m->sp ? (int64_t)m->tp_rank * m->R : 0);
@@ -1308,23 +1310,37 @@ static void qkv_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w *
 }
 
 /* d(norm output) [N, C] into ws_dln from d(MLP output) `dfull` [N, C] */
+/* The row-parallel projections' bias gradients (attention output, MLP down)
+ * are the column sums of d(residual) where neither hidden dropout nor sequence
+ * parallelism stands between (their GEMMs then read a masked copy, or rows
+ * gathered from the other ranks): the LayerNorm backward that writes that
+ * gradient sums it in the same pass (k_ops layernorm_backward's dsum) and the
+ * GEMM's backward leaves it. db: that bias's gradient (NULL: the layer has
+ * none); returns where the norm sums it, or NULL. */
+static float *bias_by_norm(const eng_model *m, void *db)
+{
+    return db && !m->llama && !m->sp && !hidden_dropout_on(m) ? (float *)db : NULL;
+}
+
+/* bias_done: the down projection's bias gradient was taken by the norm above (bias_by_norm) */
 static void mlp_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w *g, const eng_layer_acts *la,
-                         const void *dfull, const void *ln)
+                         const void *dfull, const void *ln, int bias_done)
 {
     int N = m->B * m->T, C = m->C, F = m->F;
+    void *dproj_b = bias_done ? NULL : g->fcproj_b;
     if (m->cfg.squared_relu) {
-        op_matmul_bwd(m, m->ws_dfc, g->fcproj_w, g->fcproj_b, dfull, la->fcg, w->fcproj_w, N, F, C);
+        op_matmul_bwd(m, m->ws_dfc, g->fcproj_w, dproj_b, dfull, la->fcg, w->fcproj_w, N, F, C);
         if (m->bf16) m->k->relu2_backward_bf16(m->ws_dfc, la->fch, m->ws_dfc, (size_t)N * F);
         else m->k->relu2_backward(m->ws_dfc, la->fch, m->ws_dfc, (size_t)N * F);
         op_matmul_bwd(m, m->ws_dln, g->fc_w, g->fc_b, m->ws_dfc, ln, w->fc_w, N, C, F);
         return;
     }
     if (!m->cfg.swiglu) {
-        op_matmul_bwd_gelu(m, m->ws_dfc, g->fcproj_w, g->fcproj_b, dfull, la->fcg, w->fcproj_w, la->fch, N, F, C);
+        op_matmul_bwd_gelu(m, m->ws_dfc, g->fcproj_w, dproj_b, dfull, la->fcg, w->fcproj_w, la->fch, N, F, C);
         op_matmul_bwd(m, m->ws_dln, g->fc_w, g->fc_b, m->ws_dfc, ln, w->fc_w, N, C, F);
         return;
     }
-    op_matmul_bwd(m, m->ws_dfc, g->fcproj_w, g->fcproj_b, dfull, la->fcg, w->fcproj_w, N, F, C);
+    op_matmul_bwd(m, m->ws_dfc, g->fcproj_w, dproj_b, dfull, la->fcg, w->fcproj_w, N, F, C);
     if (m->bf16) m->k->swiglu_backward_bf16(m->ws_dgate, m->ws_dup, m->ws_dfc, la->fch, la->fcu, (size_t)N * F);
     else m->k->swiglu_backward(m->ws_dgate, m->ws_dup, m->ws_dfc, la->fch, la->fcu, (size_t)N * F);
     op_matmul_bwd(m, m->ws_dln, g->gate_w, g->gate_b, m->ws_dgate, ln, w->gate_w, N, C, F);
@@ -1332,9 +1348,12 @@ static void mlp_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w *
     op_add(m, m->ws_dln, m->ws_dtmp, (size_t)N * C);
 }
 
-/* On entry m->ws_dres holds d(layer output); on exit d(layer input). */
+/* On entry m->ws_dres holds d(layer output); on exit d(layer input).
+ * mlp_bias_done: the MLP down projection's bias gradient was summed by the
+ * norm above; below_bias: where the first norm's backward sums d(layer input)
+ * for the layer below (bias_by_norm), or NULL. */
 static int layer_backward(eng_model *m, const eng_acts *a, int layer, const eng_layer_w *w, const eng_layer_w *g,
-                          const eng_layer_acts *la, const void *x)
+                          const eng_layer_acts *la, const void *x, int mlp_bias_done, float *below_bias)
 {
     int N = m->B * m->T, C = m->C, Cl = m->NH * m->HD;
     void *dres = m->ws_dres;
@@ -1347,10 +1366,11 @@ static int layer_backward(eng_model *m, const eng_acts *a, int layer, const eng_
     if (!(dfull = gather_rows(m, drop_grad(m, dres, hidden_drop(m, a, layer, DROP_MLP_OUT, &dd))))) return -1;
     const void *ln = ln_full(m, la->ln2);
     if (!ln) return -1;
-    mlp_backward(m, w, g, la, dfull, ln);
+    mlp_backward(m, w, g, la, dfull, ln, mlp_bias_done);
     /* column-parallel input: each rank holds part of d(ln2) -> all-reduce */
     if (scatter_sum(m, m->ws_dln, dln)) return -1;
-    op_norm_bwd(m, dres, g->ln2_w, g->ln2_b, dln, la->res2, w->ln2_w, la->ln2_mean, la->ln2_rstd);
+    float *proj_db = bias_by_norm(m, g->proj_b);
+    op_norm_bwd(m, dres, g->ln2_w, g->ln2_b, proj_db, dln, la->res2, w->ln2_w, la->ln2_mean, la->ln2_rstd);
 
     /* attention: res2 = x + dropout(proj(attn(qkv(ln1(x))))) */
     k_dropout dda;
@@ -1363,12 +1383,12 @@ static int layer_backward(eng_model *m, const eng_acts *a, int layer, const eng_
         att = m->ws_att;
     }
     if (!(dfull = gather_rows(m, drop_grad(m, dres, hidden_drop(m, a, layer, DROP_ATTN_OUT, &dd))))) return -1;
-    op_matmul_bwd(m, m->ws_datty, g->proj_w, g->proj_b, dfull, la->atty, w->proj_w, N, Cl, C);
+    op_matmul_bwd(m, m->ws_datty, g->proj_w, proj_db ? NULL : g->proj_b, dfull, la->atty, w->proj_w, N, Cl, C);
     op_attention_bwd(m, a, m->ws_dqkv, m->ws_datty, la, att, ad);
     if (!(ln = ln_full(m, la->ln1))) return -1;
     qkv_backward(m, w, g, la, ln);
     if (scatter_sum(m, m->ws_dln, dln)) return -1;
-    op_norm_bwd(m, dres, g->ln1_w, g->ln1_b, dln, x, w->ln1_w, la->ln1_mean, la->ln1_rstd);
+    op_norm_bwd(m, dres, g->ln1_w, g->ln1_b, below_bias, dln, x, w->ln1_w, la->ln1_mean, la->ln1_rstd);
     return 0;
 }
 
@@ -1397,8 +1417,8 @@ int eng_backward(eng_model *m, eng_acts *a, const void *dout, float dloss)
         op_matmul_bwd(m, m->ws_dln, ch->g.head, NULL, a->logits, ln, ch->w.head, N, C, m->V);
         if (scatter_sum(m, m->ws_dln, dln)) return -1;
         k->zero(m->ws_dres, RCb);
-        op_norm_bwd(m, m->ws_dres, ch->g.lnf_w, ch->g.lnf_b, dln, a->res[nl], ch->w.lnf_w, a->lnf_mean,
-                    a->lnf_rstd);
+        op_norm_bwd(m, m->ws_dres, ch->g.lnf_w, ch->g.lnf_b, nl ? bias_by_norm(m, ch->g.layers[nl - 1].fcproj_b) : NULL,
+                    dln, a->res[nl], ch->w.lnf_w, a->lnf_mean, a->lnf_rstd);
     } else {
         k->copy(m->ws_dres, dout, RCb);
     }
@@ -1417,7 +1437,12 @@ int eng_backward(eng_model *m, eng_acts *a, const void *dout, float dloss)
                         return -1;
             la = rebuilt_acts(m, l);
         }
-        if (layer_backward(m, a, layer, &ch->w.layers[l], &ch->g.layers[l], la, a->res[l])) return -1;
+        /* the down projection's bias: summed by the norm above where there is one in this chunk */
+        int mlp_bias_done = (l + 1 < nl || ch->last) && bias_by_norm(m, ch->g.layers[l].fcproj_b);
+        float *below_bias = l ? bias_by_norm(m, ch->g.layers[l - 1].fcproj_b) : NULL;
+        if (layer_backward(m, a, layer, &ch->w.layers[l], &ch->g.layers[l], la, a->res[l], mlp_bias_done,
+                           below_bias))
+            return -1;
         if (m->layer_done) m->layer_done(m->layer_done_ctx, a->chunk, layer);
     }
     if (ch->first) {

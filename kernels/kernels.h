@@ -96,8 +96,11 @@ typedef struct k_ops {
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
                               const float *w, const float *b, int N, int C, float eps);
     /* dinp[N,C] += d/dinp (accumulates: the input is the residual stream, which also
-     * receives the skip connection's gradient); dw[C], db[C] accumulate. */
-    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+     * receives the skip connection's gradient); dw[C], db[C] accumulate. dsum (NULL:
+     * none) [C] += the column sums of dinp after the update, as stored: the bias
+     * gradient of the linear layer whose output gradient dinp then is, taken in
+     * the pass that writes it (fp32 on the CPU: the bits of matmul_backward's). */
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, float *dsum, const float *dout,
                                const float *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C);
 
@@ -212,7 +215,7 @@ typedef struct k_ops {
     void (*position_backward_bf16)(float *dwpe, const uint16_t *dout, int B, int T, int C);
     void (*layernorm_forward_bf16)(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
                                    const uint16_t *w, const uint16_t *b, int N, int C, float eps);
-    void (*layernorm_backward_bf16)(uint16_t *dinp, float *dw, float *db, const uint16_t *dout,
+    void (*layernorm_backward_bf16)(uint16_t *dinp, float *dw, float *db, float *dsum, const uint16_t *dout,
                                     const uint16_t *inp, const uint16_t *w, const float *mean,
                                     const float *rstd, int N, int C);
     /* out = inp w^T + bias. With pre_gelu non-NULL (the MLP up-projection):

@@ -171,17 +171,20 @@ int main(int argc, char **argv)
     row("layernorm_forward fp32", ms, 8.0 * NC, NC * 8.0);
     TIME_MS(ms, G->layernorm_forward_bf16(yb, mean, rstd, xb, lwb, lbb, N, C, 1e-5f));
     row("layernorm_forward_bf16", ms, 8.0 * NC, NC * 4.0);
-    TIME_MS(ms, G->layernorm_backward(z, dw, db, y, x, lw, mean, rstd, N, C));
+    TIME_MS(ms, G->layernorm_backward(z, dw, db, NULL, y, x, lw, mean, rstd, N, C));
     row("layernorm_backward fp32", ms, 14.0 * NC, NC * 16.0);
-    TIME_MS(ms, G->layernorm_backward_bf16(zb, dw, db, yb, xb, lwb, mean, rstd, N, C));
+    TIME_MS(ms, G->layernorm_backward_bf16(zb, dw, db, NULL, yb, xb, lwb, mean, rstd, N, C));
     row("layernorm_backward_bf16", ms, 14.0 * NC, NC * 8.0);
+    float *dsum = dev_rand(C, 1); /* with the following projection's bias gradient summed in its pass */
+    TIME_MS(ms, G->layernorm_backward_bf16(zb, dw, db, dsum, yb, xb, lwb, mean, rstd, N, C));
+    row("layernorm_backward_bf16 + bias sum", ms, 15.0 * NC, NC * 8.0);
     { /* the ~1.5B model's rows: the fused backward's loop form (768 takes its registers form) */
         int C2 = 1600;
         size_t NC2 = (size_t)N * C2;
         uint16_t *x2 = dev_rand_bf(NC2, 1), *g2 = dev_rand_bf(NC2, 1), *d2 = dev_rand_bf(NC2, 1);
         uint16_t *w2 = dev_rand_bf(C2, 1);
         float *dw2 = dev_rand(C2, 1), *db2 = dev_rand(C2, 1);
-        TIME_MS(ms, G->layernorm_backward_bf16(d2, dw2, db2, g2, x2, w2, mean, rstd, N, C2));
+        TIME_MS(ms, G->layernorm_backward_bf16(d2, dw2, db2, NULL, g2, x2, w2, mean, rstd, N, C2));
         row("layernorm_backward_bf16 (C=1600)", ms, 14.0 * NC2, NC2 * 8.0);
         G->free(x2); G->free(g2); G->free(d2); G->free(w2); G->free(dw2); G->free(db2);
     }
@@ -300,6 +303,7 @@ int main(int argc, char **argv)
     }
     G->free(tok); G->free(x); G->free(y); G->free(z); G->free(wte); G->free(mean); G->free(rstd); G->free(lw);
     G->free(lb); G->free(dwte); G->free(dw); G->free(db); G->free(xb); G->free(yb); G->free(zb); G->free(lwb);
+    G->free(dsum);
     G->free(lbb);
     G->sync();
     int rc = gemm_sweep(md); /* would timing cuBLASLt's candidates pay? */

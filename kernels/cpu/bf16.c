@@ -101,13 +101,19 @@ void kc_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const ui
     free(x), free(wf), free(bf), free(y);
 }
 
-void kc_layernorm_backward_bf16(uint16_t *dinp, float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
-                                const uint16_t *w, const float *mean, const float *rstd, int N, int C)
+void kc_layernorm_backward_bf16(uint16_t *dinp, float *dw, float *db, float *dsum, const uint16_t *dout,
+                                const uint16_t *inp, const uint16_t *w, const float *mean, const float *rstd, int N,
+                                int C)
 {
     size_t NC = (size_t)N * C;
     float *d = wide(dout, NC), *x = wide(inp, NC), *wf = wide(w, (size_t)C), *dx = wide(dinp, NC);
-    kc_layernorm_backward(dx, dw, db, d, x, wf, mean, rstd, N, C); /* accumulates into dx */
+    kc_layernorm_backward(dx, dw, db, NULL, d, x, wf, mean, rstd, N, C); /* accumulates into dx */
     kc_to_bf16(dinp, dx, NC);
+    if (dsum) { /* of dinp as stored: matmul_backward_bf16's bias sum would read these */
+        kc_from_bf16(dx, dinp, NC);
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < C; c++) dsum[c] += dx[(size_t)n * C + c];
+    }
     free(d), free(x), free(wf), free(dx);
 }
 

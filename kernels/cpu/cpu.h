@@ -21,7 +21,7 @@ void kc_position_backward(float *dwpe, const float *dout, int B, int T, int C);
 
 void kc_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                           const float *w, const float *b, int N, int C, float eps);
-void kc_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+void kc_layernorm_backward(float *dinp, float *dw, float *db, float *dsum, const float *dout,
                            const float *inp, const float *w, const float *mean,
                            const float *rstd, int N, int C);
 
@@ -97,7 +97,7 @@ void kc_position_forward_bf16(uint16_t *out, const uint16_t *wpe, const int32_t 
 void kc_position_backward_bf16(float *dwpe, const uint16_t *dout, int B, int T, int C);
 void kc_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const uint16_t *inp, const uint16_t *w,
                                const uint16_t *b, int N, int C, float eps);
-void kc_layernorm_backward_bf16(uint16_t *dinp, float *dw, float *db, const uint16_t *dout, const uint16_t *inp,
+void kc_layernorm_backward_bf16(uint16_t *dinp, float *dw, float *db, float *dsum, const uint16_t *dout, const uint16_t *inp,
                                 const uint16_t *w, const float *mean, const float *rstd, int N, int C);
 void kc_matmul_forward_bf16(uint16_t *out, uint16_t *pre_gelu, const uint16_t *inp, const uint16_t *w,
                             const uint16_t *bias, int N, int C, int OC);

@@ -23,7 +23,7 @@ void kc_layernorm_forward(float *out, float *mean, float *rstd, const float *inp
 
 /* With xhat = (x - mean) * rstd and g = dout * w:
  * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). */
-void kc_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+void kc_layernorm_backward(float *dinp, float *dw, float *db, float *dsum, const float *dout,
                            const float *inp, const float *w, const float *mean,
                            const float *rstd, int N, int C)
 {
@@ -46,5 +46,7 @@ void kc_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
             dw[c] += g[c] * xhat;
             dx[c] += s * (g[c] * w[c] - gmean - xhat * gxmean);
         }
+        if (dsum)
+            for (int c = 0; c < C; c++) dsum[c] += dx[c];
     }
 }

@@ -174,7 +174,8 @@ __global__ void colsum_part_k(float *part, const T *src, int N, int C, int rows_
 }
 
 /* dst[c] += sum over p of part[p][c] for c < C, and with dst2 (part rows of
- * 2C: the LayerNorm dw/db finish) dst2[c] += the same of part[p][C + c]. A
+ * 2C: the LayerNorm dw/db finish) dst2[c] += the same of part[p][C + c], with
+ * dst3 too (rows of 3C: and a bias sum) dst3[c] += that of part[p][2C + c]. A
  * block of FIN_COLS columns x FIN_GROUPS groups: group g sums parts g, g +
  * FIN_GROUPS, ... in order, then the groups' sums are added pairwise in a fixed
  * tree: the order depends only on `parts`. The partials are a few MB (GPT-2's
@@ -184,11 +185,11 @@ __global__ void colsum_part_k(float *part, const T *src, int N, int C, int rows_
  * call on an H200, bench/results/gpu.md). */
 #define FIN_COLS 16
 #define FIN_GROUPS 64
-__global__ void __launch_bounds__(FIN_COLS *FIN_GROUPS) colsum_finish_k(float *dst, float *dst2, const float *part,
-                                                                        int parts, int C)
+__global__ void __launch_bounds__(FIN_COLS *FIN_GROUPS) colsum_finish_k(float *dst, float *dst2, float *dst3,
+                                                                        const float *part, int parts, int C, int W)
 {
     __shared__ float sh[FIN_GROUPS][FIN_COLS + 1];
-    int W = dst2 ? 2 * C : C, i = threadIdx.x % FIN_COLS, g = threadIdx.x / FIN_COLS;
+    int i = threadIdx.x % FIN_COLS, g = threadIdx.x / FIN_COLS;
     int c = blockIdx.x * FIN_COLS + i; /* in [0, W) */
     float s = 0.0f;
     if (c < W)
@@ -201,15 +202,16 @@ __global__ void __launch_bounds__(FIN_COLS *FIN_GROUPS) colsum_finish_k(float *d
     }
     if (g == 0 && c < W) {
         if (c < C) dst[c] += sh[0][i];
-        else dst2[c - C] += sh[0][i];
+        else if (c < 2 * C) dst2[c - C] += sh[0][i];
+        else dst3[c - 2 * C] += sh[0][i];
     }
 }
 
-void kcu_colsum_finish(float *dst, float *dst2, const float *part, int parts, int C)
+void kcu_colsum_finish(float *dst, float *dst2, float *dst3, const float *part, int parts, int C)
 {
-    int W = dst2 ? 2 * C : C;
-    colsum_finish_k<<<(W + FIN_COLS - 1) / FIN_COLS, FIN_COLS * FIN_GROUPS, 0, kcu_stream()>>>(dst, dst2, part, parts,
-                                                                                            C);
+    int W = (1 + (dst2 != nullptr) + (dst3 != nullptr)) * C;
+    colsum_finish_k<<<(W + FIN_COLS - 1) / FIN_COLS, FIN_COLS * FIN_GROUPS, 0, kcu_stream()>>>(dst, dst2, dst3, part,
+                                                                                            parts, C, W);
     kcu_launched();
 }
 
@@ -222,7 +224,7 @@ template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C
         dim3 grid((C / 8 + threads - 1) / threads, parts);
         colsum8_part_k<T><<<grid, threads, 0, kcu_stream()>>>(part, src, N, C);
         kcu_launched();
-        kcu_colsum_finish(dst, NULL, part, parts, C);
+        kcu_colsum_finish(dst, NULL, NULL, part, parts, C);
         return;
     }
     int rows_per = (N + COLSUM_PARTS - 1) / COLSUM_PARTS;
@@ -231,7 +233,7 @@ template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C
     dim3 grid((C + 255) / 256, parts);
     colsum_part_k<T><<<grid, 256, 0, kcu_stream()>>>(part, src, N, C, rows_per);
     kcu_launched();
-    kcu_colsum_finish(dst, NULL, part, parts, C);
+    kcu_colsum_finish(dst, NULL, NULL, part, parts, C);
 }
 template void kcu_colsum_acc<float>(float *, const float *, int, int);
 template void kcu_colsum_acc<bf16>(float *, const bf16 *, int, int);

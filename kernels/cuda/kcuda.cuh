@@ -139,8 +139,9 @@ __device__ __forceinline__ float block_max(float v, float *sh)
  * per-row-chunk partials, then a sum over chunks. (elementwise.cu) */
 template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C);
 /* dst[c] += sum over p < parts of part[p][c], c < C; with dst2, part rows
- * are 2C wide and dst2[c] += those of column C + c (elementwise.cu). The
- * order depends only on parts. */
-void kcu_colsum_finish(float *dst, float *dst2, const float *part, int parts, int C);
+ * are 2C wide and dst2[c] += those of column C + c; with dst3 (and dst2) 3C
+ * wide and dst3[c] += those of column 2C + c (elementwise.cu). The order
+ * depends only on parts. */
+void kcu_colsum_finish(float *dst, float *dst2, float *dst3, const float *part, int parts, int C);
 
 #endif

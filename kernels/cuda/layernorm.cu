@@ -153,16 +153,20 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_bwd_dx_k(T *dinp, const T *d
  * rows wait once per LN_BATCH chunks for the sums and again for dinp. (Before,
  * nvcc's loops waited per chunk or two: 5 waits a row at GPT-2's 768 columns,
  * 38 us a call against a ~24 us floor on an H200; 11 at 1600, 62.6 us against
- * ~25.) The same arithmetic in the same order either way. */
+ * ~25.) The same arithmetic in the same order either way.
+ * S = 3 (LayerNorm with a bias sum): a third slice sums dinp after the update,
+ * as stored, into part rows of 3C (dw | db | dsum). Registers are held to 4
+ * blocks an SM (REG, 128) and 3 (the loop form, 168; left alone nvcc took 242,
+ * 2 blocks): shared memory allows about that many at GPT-2's and the 1.5B
+ * model's widths. */
 template <typename T, bool RMS, bool REG>
-__global__ void __launch_bounds__(128) ln_bwd_fused_k(T *dinp, float *part, const T *dout, const T *inp, const T *w,
+__global__ void __launch_bounds__(128, REG ? 4 : 3) ln_bwd_fused_k(T *dinp, float *part, const T *dout, const T *inp, const T *w,
                                                       const float *mean, const float *rstd, int N, int C, int Cp,
-                                                      int rows)
+                                                      int rows, int S)
 {
     extern __shared__ float acc[];
-    const int S = RMS ? 1 : 2;
     int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    float *dwa = acc + (size_t)warp * S * Cp, *dba = dwa + Cp;
+    float *dwa = acc + (size_t)warp * S * Cp, *dba = dwa + Cp, *dsa = dwa + 2 * Cp;
     for (int i = lane; i < S * Cp; i += 32) dwa[i] = 0.0f;
     __syncwarp();
     int r1 = min(N, (int)blockIdx.x * rows + rows);
@@ -202,6 +206,7 @@ __global__ void __launch_bounds__(128) ln_bwd_fused_k(T *dinp, float *part, cons
                         dv[j][k] += rs * (gv[j][k] * wv[k] - gmean - xh * gxmean);
                         dwa[(j * 8 + k) * 32 + lane] += gv[j][k] * xh;
                         if (!RMS) dba[(j * 8 + k) * 32 + lane] += gv[j][k];
+                        if (!RMS && S == 3) dsa[(j * 8 + k) * 32 + lane] += as_stored(dx, dv[j][k]);
                     }
                     st8(dx + lane * 8 + 256 * j, dv[j]);
                 }
@@ -225,6 +230,7 @@ __global__ void __launch_bounds__(128) ln_bwd_fused_k(T *dinp, float *part, cons
                             dv[j][k] += rs * (gv[k] * wv[k] - gmean - xh * gxmean);
                             dwa[((j0 + j) * 8 + k) * 32 + lane] += gv[k] * xh;
                             if (!RMS) dba[((j0 + j) * 8 + k) * 32 + lane] += gv[k];
+                            if (!RMS && S == 3) dsa[((j0 + j) * 8 + k) * 32 + lane] += as_stored(dx, dv[j][k]);
                         }
                         st8(dx + c0 + 256 * j, dv[j]);
                     }
@@ -234,7 +240,7 @@ __global__ void __launch_bounds__(128) ln_bwd_fused_k(T *dinp, float *part, cons
     __syncthreads();
     float *p = part + (size_t)blockIdx.x * S * C;
     for (int i = threadIdx.x; i < S * C; i += blockDim.x) {
-        int c = i < C ? i : i - C, at = ((c / 256) * 8 + c % 8) * 32 + (c % 256) / 8 + (i < C ? 0 : Cp);
+        int sl = i / C, c = i - sl * C, at = ((c / 256) * 8 + c % 8) * 32 + (c % 256) / 8 + sl * Cp;
         float s = 0.0f;
         for (int j = 0; j < W; j++) s += acc[(size_t)j * S * Cp + at];
         p[i] = s;
@@ -332,45 +338,57 @@ __global__ void ln_bwd_k(T *dinp, float *part, const T *dout, const T *inp, cons
  * A fixed 64 rows gave a 1.5B model's 8192 rows 128 blocks of 4 warps, under
  * one per SM on an H200 (183 us a call against a 25 us floor, bench/results/gpu.md). */
 template <typename T, bool RMS, bool REG>
+static int ln_fused_per_sm(size_t fsmem, int warps)
+{
+    static size_t seen[4] = { 0, 0, 0, 0 }; /* a model has one or two row widths, each with and without a bias sum */
+    static int per_sm[4], next;
+    for (int i = 0; i < 4; i++)
+        if (seen[i] == fsmem) return per_sm[i];
+    int i = next++ % 4, n = 1;
+    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ln_bwd_fused_k<T, RMS, REG>, warps * 32, fsmem));
+    seen[i] = fsmem;
+    per_sm[i] = n < 1 ? 1 : n;
+    return per_sm[i];
+}
+template <typename T, bool RMS, bool REG>
 static int ln_fused_rows(int N, size_t fsmem, int warps)
 {
-    static size_t smem_seen = (size_t)-1;
-    static int per_sm = 1;
-    if (fsmem != smem_seen) { /* one model has one or two row widths */
-        cudaCheck(
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ln_bwd_fused_k<T, RMS, REG>, warps * 32, fsmem));
-        if (per_sm < 1) per_sm = 1;
-        smem_seen = fsmem;
-    }
-    long blocks = (long)kcu_sms() * per_sm;
+    long blocks = (long)kcu_sms() * ln_fused_per_sm<T, RMS, REG>(fsmem, warps);
     int rows = (int)((N + blocks - 1) / blocks);
     return (rows + warps - 1) / warps * warps;
 }
 
-/* Queues ln_bwd_fused_k over the rows (warps a block, a dw (and db) slice of
- * Cp floats each in fsmem bytes) and the finish into dw (and db). */
+/* Queues ln_bwd_fused_k over the rows (warps a block, each a slice of Cp
+ * floats for dw, and for LayerNorm db and, where it costs no block an SM,
+ * dsum) and the finish into them; a dsum the kernel leaves is summed after. */
 template <typename T, bool RMS, bool REG>
-static void ln_bwd_fused(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w, const float *mean,
-                         const float *rstd, int N, int C, int Cp, int warps, size_t fsmem)
+static void ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *dout, const T *inp, const T *w,
+                         const float *mean, const float *rstd, int N, int C, int Cp, int warps)
 {
+    int S = RMS ? 1 : 2;
+    size_t fsmem = sizeof(float) * (size_t)S * Cp * warps;
+    if (dsum && !RMS && fsmem / 2 * 3 <= LN_FUSED_SMEM &&
+        ln_fused_per_sm<T, RMS, REG>(fsmem / 2 * 3, warps) >= ln_fused_per_sm<T, RMS, REG>(fsmem, warps))
+        S = 3, fsmem = fsmem / 2 * 3;
     if (fsmem > 48 * 1024)
         cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, RMS, REG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)fsmem));
     int rows = ln_fused_rows<T, RMS, REG>(N, fsmem, warps), parts = (N + rows - 1) / rows;
-    float *part = (float *)kcu_scratch(sizeof(float) * (RMS ? 1 : 2) * (size_t)C * parts);
+    float *part = (float *)kcu_scratch(sizeof(float) * S * (size_t)C * parts);
     ln_bwd_fused_k<T, RMS, REG><<<parts, warps * 32, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N,
-                                                                            C, Cp, rows);
+                                                                            C, Cp, rows, S);
     kcu_launched();
-    kcu_colsum_finish(dw, db, part, parts, C);
+    kcu_colsum_finish(dw, db, S == 3 ? dsum : nullptr, part, parts, C);
+    if (dsum && S < 3) kcu_colsum_acc(dsum, dinp, N, C);
 }
 template <typename T, bool RMS>
-static void ln_bwd_fused(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w, const float *mean,
-                         const float *rstd, int N, int C, int Cp, int warps, size_t fsmem)
+static void ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *dout, const T *inp, const T *w,
+                         const float *mean, const float *rstd, int N, int C, int Cp, int warps)
 {
     if (Cp <= LN_BATCH * 256)
-        ln_bwd_fused<T, RMS, true>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, Cp, warps, fsmem);
+        ln_bwd_fused<T, RMS, true>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
     else
-        ln_bwd_fused<T, RMS, false>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, Cp, warps, fsmem);
+        ln_bwd_fused<T, RMS, false>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
 }
 
 /* ---- RMSNorm (the LLaMA family): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----
@@ -444,7 +462,7 @@ static void rmsnorm_backward(T *dinp, float *dw, const T *dout, const T *inp, co
     int Cp = (C + 255) / 256 * 256;
     size_t fsmem = sizeof(float) * (size_t)Cp * 4; /* four warps' dw slices */
     if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w) && fsmem <= LN_FUSED_SMEM) {
-        ln_bwd_fused<T, true>(dinp, dw, nullptr, dout, inp, w, nullptr, rstd, N, C, Cp, 4, fsmem);
+        ln_bwd_fused<T, true>(dinp, dw, nullptr, nullptr, dout, inp, w, nullptr, rstd, N, C, Cp, 4);
         return;
     }
     rms_bwd_dx_k<T><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(dinp, dout, inp, w, rstd, N, C);
@@ -453,7 +471,7 @@ static void rmsnorm_backward(T *dinp, float *dw, const T *dout, const T *inp, co
     float *part = (float *)kcu_scratch(sizeof(float) * (size_t)C * parts);
     rms_bwd_dw_k<T><<<dim3((C + threads - 1) / threads, parts), threads, 0, kcu_stream()>>>(part, dout, inp, rstd, N, C);
     kcu_launched();
-    kcu_colsum_finish(dw, nullptr, part, parts, C);
+    kcu_colsum_finish(dw, nullptr, nullptr, part, parts, C);
 }
 
 void kcu_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps)
@@ -490,14 +508,14 @@ static void layernorm_forward(T *out, float *mean, float *rstd, const T *inp, co
 }
 
 template <typename T>
-static void layernorm_backward(T *dinp, float *dw, float *db, const T *dout, const T *inp, const T *w,
+static void layernorm_backward(T *dinp, float *dw, float *db, float *dsum, const T *dout, const T *inp, const T *w,
                                const float *mean, const float *rstd, int N, int C)
 {
     if (N <= 0 || C <= 0) return;
     int Cp = (C + 255) / 256 * 256, fw = 4; /* fewer warps per block would starve the SMs: wide rows go below */
     size_t fsmem = sizeof(float) * 2 * (size_t)Cp * fw;
     if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w) && fsmem <= LN_FUSED_SMEM) {
-        ln_bwd_fused<T, false>(dinp, dw, db, dout, inp, w, mean, rstd, N, C, Cp, fw, fsmem);
+        ln_bwd_fused<T, false>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, fw);
         return;
     }
     if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w)) {
@@ -510,7 +528,8 @@ static void layernorm_backward(T *dinp, float *dw, float *db, const T *dout, con
         dim3 grid((C / 8 + threads - 1) / threads, parts);
         ln_bwd_dwdb_k<T><<<grid, threads, 0, kcu_stream()>>>(part, dout, inp, mean, rstd, N, C);
         kcu_launched();
-        kcu_colsum_finish(dw, db, part, parts, C);
+        kcu_colsum_finish(dw, db, nullptr, part, parts, C);
+        if (dsum) kcu_colsum_acc(dsum, dinp, N, C);
         return;
     }
     int parts = N < LN_PARTS ? N : LN_PARTS;
@@ -520,7 +539,8 @@ static void layernorm_backward(T *dinp, float *dw, float *db, const T *dout, con
     float *part = (float *)kcu_scratch(sizeof(float) * 2 * (size_t)C * parts);
     ln_bwd_k<T><<<parts, LN_BLOCK, smem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N, C);
     kcu_launched();
-    kcu_colsum_finish(dw, db, part, parts, C);
+    kcu_colsum_finish(dw, db, nullptr, part, parts, C);
+    if (dsum) kcu_colsum_acc(dsum, dinp, N, C);
 }
 
 void kcu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
@@ -528,10 +548,10 @@ void kcu_layernorm_forward(float *out, float *mean, float *rstd, const float *in
 {
     layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps);
 }
-void kcu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+void kcu_layernorm_backward(float *dinp, float *dw, float *db, float *dsum, const float *dout, const float *inp,
                             const float *w, const float *mean, const float *rstd, int N, int C)
 {
-    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    layernorm_backward(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C);
 }
 /* res = a + b, then out = LayerNorm(res): one kernel where the row kernels
  * apply, else the two ops. */
@@ -570,9 +590,9 @@ void kcu_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const u
 {
     layernorm_forward(as_bf(out), mean, rstd, as_bf(inp), as_bf(w), as_bf(b), N, C, eps);
 }
-void kcu_layernorm_backward_bf16(uint16_t *dinp, float *dw, float *db, const uint16_t *dout,
+void kcu_layernorm_backward_bf16(uint16_t *dinp, float *dw, float *db, float *dsum, const uint16_t *dout,
                                  const uint16_t *inp, const uint16_t *w, const float *mean,
                                  const float *rstd, int N, int C)
 {
-    layernorm_backward(as_bf(dinp), dw, db, as_bf(dout), as_bf(inp), as_bf(w), mean, rstd, N, C);
+    layernorm_backward(as_bf(dinp), dw, db, dsum, as_bf(dout), as_bf(inp), as_bf(w), mean, rstd, N, C);
 }

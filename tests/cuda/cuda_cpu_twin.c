@@ -65,9 +65,9 @@ static void test_layernorm(int N, int C)
 {
     size_t n = (size_t)N * C;
     float *x = rnd(n, 2), *w = rnd(C, 1), *b = rnd(C, 1), *out = poison(n), *mean = poison(N), *rstd = poison(N);
-    float *g = rnd(n, 1), *dx = rnd(n, 1), *dw = rnd(C, 1), *db = rnd(C, 1);
+    float *g = rnd(n, 1), *dx = rnd(n, 1), *dw = rnd(C, 1), *db = rnd(C, 1), *ds = rnd(C, 1);
     double *rout = dbl(out, n), *rmean = dbl(mean, N), *rrstd = dbl(rstd, N);
-    double *rdx = dbl(dx, n), *rdw = dbl(dw, C), *rdb = dbl(db, C);
+    double *rdx = dbl(dx, n), *rdw = dbl(dw, C), *rdb = dbl(db, C), *rds = dbl(ds, C);
     for (int r = 0; r < N; r++) {
         const float *xr = x + (size_t)r * C, *gr = g + (size_t)r * C;
         double m = 0, v = 0, gm = 0, gx = 0;
@@ -90,17 +90,19 @@ static void test_layernorm(int N, int C)
             rdb[c] += gr[c];
             rdw[c] += gr[c] * xh;
             rdx[(size_t)r * C + c] += s * (gr[c] * (double)w[c] - gm - xh * gx);
+            rds[c] += rdx[(size_t)r * C + c]; /* the bias sum: dinp after the update */
         }
     }
     K->layernorm_forward(out, mean, rstd, x, w, b, N, C, 1e-5f);
     compare("layernorm_forward out", out, rout, n);
     compare("layernorm_forward mean", mean, rmean, N);
     compare("layernorm_forward rstd", rstd, rrstd, N);
-    K->layernorm_backward(dx, dw, db, g, x, w, mean, rstd, N, C);
+    K->layernorm_backward(dx, dw, db, ds, g, x, w, mean, rstd, N, C);
     compare("layernorm_backward dinp", dx, rdx, n);
     compare("layernorm_backward dw", dw, rdw, C);
     compare("layernorm_backward db", db, rdb, C);
-    free(x); free(w); free(b); free(out); free(mean); free(rstd); free(g); free(dx); free(dw); free(db);
+    compare("layernorm_backward dsum", ds, rds, C);
+    free(x); free(w); free(b); free(out); free(mean); free(rstd); free(g); free(dx); free(dw); free(db); free(ds);
 }
 
 static void test_matmul(int N, int C, int OC)

@@ -120,12 +120,21 @@ static void test_layernorm(int N, int C)
         cmp("layernorm_forward (eps 0.25) rstd", r4, r3, 1e-5);
         check(r3[0] < 0.99f * r1[0], "layernorm_forward: eps 0.25 did not lower rstd (%g vs %g)", r3[0], r1[0]);
     }
-    vec dx2 = dx, dw2 = dw, db2 = db;
-    R->layernorm_backward(dx.data(), dw.data(), db.data(), g.data(), x.data(), w.data(), m1.data(), r1.data(), N, C);
-    kcu_layernorm_backward(dx2.data(), dw2.data(), db2.data(), g.data(), x.data(), w.data(), m2.data(), r2.data(), N, C);
+    vec dx2 = dx, dw2 = dw, db2 = db, ds = rv(C), ds2 = ds, dx3 = dx, dx4 = dx, db3 = db, db4 = db;
+    R->layernorm_backward(dx.data(), dw.data(), db.data(), ds.data(), g.data(), x.data(), w.data(), m1.data(),
+                          r1.data(), N, C);
+    kcu_layernorm_backward(dx2.data(), dw2.data(), db2.data(), ds2.data(), g.data(), x.data(), w.data(), m2.data(),
+                           r2.data(), N, C);
     cmp("layernorm_backward dinp", dx2, dx, 1e-5);
     cmp("layernorm_backward dw", dw2, dw, 1e-5);
     cmp("layernorm_backward db", db2, db, 1e-5);
+    cmp("layernorm_backward dsum (the bias sum of dinp)", ds2, ds, 1e-5);
+    R->layernorm_backward(dx3.data(), dw.data(), db3.data(), nullptr, g.data(), x.data(), w.data(), m1.data(),
+                          r1.data(), N, C);
+    kcu_layernorm_backward(dx4.data(), dw2.data(), db4.data(), nullptr, g.data(), x.data(), w.data(), m2.data(),
+                           r2.data(), N, C);
+    cmp("layernorm_backward dinp (no bias sum)", dx4, dx3, 1e-5);
+    cmp("layernorm_backward db (no bias sum)", db4, db3, 1e-5);
     /* bf16 forward on bf16-exact inputs */
     std::vector<uint16_t> xb, wb, bb, ob((size_t)N * C, 0xffff);
     vec xr = rv_bf((size_t)N * C, 2, xb), wr = rv_bf(C, 1, wb), br = rv_bf(C, 1, bb);
@@ -893,7 +902,8 @@ int main(int, char **argv)
     test_layernorm(70, 300);  /* C % 8 != 0: the general kernels */
     test_layernorm(37, 264);  /* the warp-per-row kernels, a partial last block of rows */
     test_layernorm(130, 776); /* fused backward: three 64-row blocks, the last partial; a partial 256-column strip */
-    test_layernorm(24, 1600); /* fused backward, rows past its registers' 1024 columns: the loop form */
+    test_layernorm(24, 1280); /* fused backward, rows past its registers' 1024 columns: the loop form, bias sum in it */
+    test_layernorm(24, 1600); /* the loop form; a third slice would cost a block an SM: the bias sum after */
     test_layernorm(9, 3080);  /* rows too wide for the fused backward's slices: the two-pass form */
     test_embedding(37, 19, 0, 50);
     test_embedding(300, 64, 100, 100); /* a vocab slice, many repeats */

@@ -123,18 +123,19 @@ static void test_layernorm(int N, int C)
     h_compare("layernorm_forward_bf16 out", d_get_bf(dout, n), out, n, TOL);
     h_compare("layernorm_forward_bf16 mean", d_get(dmean, N), mean, N, TOL);
     h_compare("layernorm_forward_bf16 rstd", d_get(drstd, N), rstd, N, TOL);
-    float *g = bf_rand(n, 1), *dinp = bf_rand(n, 1), *gw = h_rand(C, 1), *gb = h_rand(C, 1);
+    float *g = bf_rand(n, 1), *dinp = bf_rand(n, 1), *gw = h_rand(C, 1), *gb = h_rand(C, 1), *gs = h_rand(C, 1);
     uint16_t *dg = d_put_bf(g, n), *ddinp = d_put_bf(dinp, n);
-    float *dgw = d_put(gw, C * 4), *dgb = d_put(gb, C * 4);
-    R->layernorm_backward(dinp, gw, gb, g, x, w, mean, rstd, N, C);
-    G->layernorm_backward_bf16(ddinp, dgw, dgb, dg, dx, dw, dmean, drstd, N, C);
+    float *dgw = d_put(gw, C * 4), *dgb = d_put(gb, C * 4), *dgs = d_put(gs, C * 4);
+    R->layernorm_backward(dinp, gw, gb, gs, g, x, w, mean, rstd, N, C);
+    G->layernorm_backward_bf16(ddinp, dgw, dgb, dgs, dg, dx, dw, dmean, drstd, N, C);
     h_compare("layernorm_backward_bf16 dinp", d_get_bf(ddinp, n), dinp, n, TOL);
     h_compare("layernorm_backward_bf16 dw", d_get(dgw, C), gw, C, TOL);
     h_compare("layernorm_backward_bf16 db", d_get(dgb, C), gb, C, TOL);
+    h_compare("layernorm_backward_bf16 dsum", d_get(dgs, C), gs, C, TOL);
     check_residual_norm(x, w, b, N, C);
-    free(x); free(w); free(b); free(out); free(mean); free(rstd); free(g); free(dinp); free(gw); free(gb);
+    free(x); free(w); free(b); free(out); free(mean); free(rstd); free(g); free(dinp); free(gw); free(gb); free(gs);
     G->free(dx); G->free(dw); G->free(db); G->free(dout); G->free(dmean); G->free(drstd);
-    G->free(dg); G->free(ddinp); G->free(dgw); G->free(dgb);
+    G->free(dg); G->free(ddinp); G->free(dgw); G->free(dgb); G->free(dgs);
 }
 
 /* mode 0: no bias, 1: bias, 2: bias + fused GELU (pre_gelu kept) */

@@ -87,16 +87,22 @@ static void test_layernorm(int N, int C)
     h_compare("layernorm_forward mean", d_get(dmean, N), mean, N, TOL);
     h_compare("layernorm_forward rstd", d_get(drstd, N), rstd, N, TOL);
 
-    float *g = h_rand(n, 1), *dinp = h_rand(n, 1), *gw = h_rand(C, 1), *gb = h_rand(C, 1);
+    float *g = h_rand(n, 1), *dinp = h_rand(n, 1), *gw = h_rand(C, 1), *gb = h_rand(C, 1), *gs = h_rand(C, 1);
     float *dg = d_put(g, n * 4), *ddinp = d_put(dinp, n * 4), *dgw = d_put(gw, C * 4), *dgb = d_put(gb, C * 4);
-    R->layernorm_backward(dinp, gw, gb, g, x, w, mean, rstd, N, C);
-    G->layernorm_backward(ddinp, dgw, dgb, dg, dx, dw, dmean, drstd, N, C);
+    float *dgs = d_put(gs, C * 4);
+    R->layernorm_backward(dinp, gw, gb, gs, g, x, w, mean, rstd, N, C); /* with the bias sum */
+    G->layernorm_backward(ddinp, dgw, dgb, dgs, dg, dx, dw, dmean, drstd, N, C);
     h_compare("layernorm_backward dinp", d_get(ddinp, n), dinp, n, TOL);
     h_compare("layernorm_backward dw", d_get(dgw, C), gw, C, TOL);
     h_compare("layernorm_backward db", d_get(dgb, C), gb, C, TOL);
-    free(x); free(w); free(b); free(out); free(mean); free(rstd); free(g); free(dinp); free(gw); free(gb);
+    h_compare("layernorm_backward dsum", d_get(dgs, C), gs, C, TOL);
+    R->layernorm_backward(dinp, gw, gb, NULL, g, x, w, mean, rstd, N, C); /* and without */
+    G->layernorm_backward(ddinp, dgw, dgb, NULL, dg, dx, dw, dmean, drstd, N, C);
+    h_compare("layernorm_backward dinp (no bias sum)", d_get(ddinp, n), dinp, n, TOL);
+    h_compare("layernorm_backward db (no bias sum)", d_get(dgb, C), gb, C, TOL);
+    free(x); free(w); free(b); free(out); free(mean); free(rstd); free(g); free(dinp); free(gw); free(gb); free(gs);
     G->free(dx); G->free(dw); G->free(db); G->free(dout); G->free(dmean); G->free(drstd);
-    G->free(dg); G->free(ddinp); G->free(dgw); G->free(dgb);
+    G->free(dg); G->free(ddinp); G->free(dgw); G->free(dgb); G->free(dgs);
 }
 
 static void test_matmul(int N, int C, int OC, int with_bias)

@@ -384,10 +384,13 @@ inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int)
     *v = a == cudaDevAttrMultiProcessorCount ? 2 : 227 * 1024;
     return cudaSuccess;
 }
-/* two blocks per SM whatever the kernel (the emulated device has 2 SMs) */
-template <class K> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, K, int, size_t)
+/* as many blocks an SM as 227 KiB of shared memory hold, at most three (as
+ * registers would cap a heavy kernel), whatever else the kernel uses (the
+ * emulated device has 2 SMs) */
+template <class K> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, K, int, size_t smem)
 {
-    *n = 2;
+    size_t fit = smem ? (227u << 10) / smem : 3;
+    *n = fit < 1 ? 1 : fit > 3 ? 3 : (int)fit;
     return cudaSuccess;
 }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
