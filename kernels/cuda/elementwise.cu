@@ -126,22 +126,25 @@ template <typename D, typename S> __global__ void cast_k(D *dst, const S *src, s
  * Rows are cut into at most COLSUM_PARTS chunks; block (x, y) sums columns
  * [x*256, x*256+256) over chunk y into part[y][c]; a second kernel adds the
  * parts in chunk order. The chunk count depends only on N. With C % 8 == 0
- * each thread takes 8 columns through 16-byte loads and chunks are
- * COLSUM_ROWS8 rows, so many more blocks share the work; its loads are issued
- * COLSUM_INFLIGHT rows at a time before they are added (in row order), so a
- * thread has that many 16-byte loads in flight: with the grid of GPT-2's
- * narrowest bias (96 threads x 256 chunks), 8 rows keep ~3 MB in flight, about
- * what HBM3's bandwidth times its latency needs. */
+ * each thread takes 8 columns through 16-byte loads over a chunk of `rows`
+ * rows, its loads issued COLSUM_INFLIGHT rows at a time before they are added
+ * (in row order). Chunks are COLSUM_ROWS8 rows, halved (down to
+ * COLSUM_INFLIGHT) while the grid would have fewer than COLSUM_THREADS
+ * threads: a narrow sum (the 1.5B model's 1600 columns over 8192 rows: 25,600
+ * threads at 64 rows, under 200 an SM) then waits for memory 2 times a thread,
+ * not 8, with ~100 thousand threads' loads in flight. The chunk size depends
+ * only on N and C. */
 #define COLSUM_PARTS 64
 #define COLSUM_ROWS8 64
 #define COLSUM_INFLIGHT 8
+#define COLSUM_THREADS 65536
 
 template <typename T>
-__global__ void colsum8_part_k(float *part, const T *src, int N, int C)
+__global__ void colsum8_part_k(float *part, const T *src, int N, int C, int rows)
 {
     int c = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (c >= C) return;
-    int r = blockIdx.y * COLSUM_ROWS8, r1 = min(N, r + COLSUM_ROWS8);
+    int r = blockIdx.y * rows, r1 = min(N, r + rows);
     const T *p = src + (size_t)r * C + c;
     float s[8] = { 0 };
     for (; r + COLSUM_INFLIGHT <= r1; r += COLSUM_INFLIGHT, p += (size_t)COLSUM_INFLIGHT * C) {
@@ -192,8 +195,18 @@ __global__ void __launch_bounds__(FIN_COLS *FIN_GROUPS) colsum_finish_k(float *d
     int i = threadIdx.x % FIN_COLS, g = threadIdx.x / FIN_COLS;
     int c = blockIdx.x * FIN_COLS + i; /* in [0, W) */
     float s = 0.0f;
-    if (c < W)
-        for (int p = g; p < parts; p += FIN_GROUPS) s += part[(size_t)p * W + c];
+    if (c < W) { /* four loads issued before they are added, in order */
+        int p = g;
+        for (; p + 3 * FIN_GROUPS < parts; p += 4 * FIN_GROUPS) {
+            float a0 = part[(size_t)p * W + c], a1 = part[(size_t)(p + FIN_GROUPS) * W + c];
+            float a2 = part[(size_t)(p + 2 * FIN_GROUPS) * W + c], a3 = part[(size_t)(p + 3 * FIN_GROUPS) * W + c];
+            s += a0;
+            s += a1;
+            s += a2;
+            s += a3;
+        }
+        for (; p < parts; p += FIN_GROUPS) s += part[(size_t)p * W + c];
+    }
     sh[g][i] = s;
     __syncthreads();
     for (int half = FIN_GROUPS / 2; half > 0; half /= 2) {
@@ -219,10 +232,12 @@ template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C
 {
     if (N <= 0 || C <= 0) return;
     if (vec8_ok((size_t)C, src)) {
-        int parts = (N + COLSUM_ROWS8 - 1) / COLSUM_ROWS8, threads = C / 8 < 128 ? C / 8 : 128;
+        int rows = COLSUM_ROWS8;
+        while (rows > COLSUM_INFLIGHT && (size_t)(C / 8) * (size_t)((N + rows - 1) / rows) < COLSUM_THREADS) rows /= 2;
+        int parts = (N + rows - 1) / rows, threads = C / 8 < 128 ? C / 8 : 128;
         float *part = (float *)kcu_scratch(sizeof(float) * (size_t)parts * C);
         dim3 grid((C / 8 + threads - 1) / threads, parts);
-        colsum8_part_k<T><<<grid, threads, 0, kcu_stream()>>>(part, src, N, C);
+        colsum8_part_k<T><<<grid, threads, 0, kcu_stream()>>>(part, src, N, C, rows);
         kcu_launched();
         kcu_colsum_finish(dst, NULL, NULL, part, parts, C);
         return;

@@ -862,6 +862,20 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     cmp("dropout_bf16", widen(hb), h1, 1e-2);
 }
 
+/* Column sums (bias gradients) over many row chunks: the chunks shrink to 8
+ * rows for a narrow sum, and the finish adds 4 parts' loads at a time plus a
+ * remainder. */
+static void test_colsum(int N, int C)
+{
+    vec g = rv((size_t)N * C), cs = rv(C), cs2 = cs;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) cs[c] += g[(size_t)n * C + c];
+    kcu_colsum_acc<float>(cs2.data(), g.data(), N, C);
+    char what[64];
+    snprintf(what, sizeof what, "colsum (N=%d C=%d)", N, C);
+    cmp(what, cs2, cs, 1e-5);
+}
+
 /* The token backward's runs against its 32-entry slices of the sorted ids:
  * runs that fill a slice exactly, end on a slice's edge, cross one edge, span
  * many slices (a hot id), single entries, over three sort chunks, with ids
@@ -907,6 +921,8 @@ int main(int, char **argv)
     test_layernorm(9, 3080);  /* rows too wide for the fused backward's slices: the two-pass form */
     test_embedding(37, 19, 0, 50);
     test_embedding(300, 64, 100, 100); /* a vocab slice, many repeats */
+    test_colsum(2100, 24); /* 263 chunks of 8 rows: the finish's 4-load batches and a remainder */
+    test_colsum(700, 776); /* 22 chunks of 32 rows */
     test_embedding_runs(40);            /* 8 columns a lane */
     test_embedding_runs(19);            /* one a lane */
     test_xent(9, 50, 0, 50);
