@@ -90,6 +90,36 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_fwd_warp_k(T *out, float *me
  * order. The loads of LN_BATCH 256-column chunks are issued together: one wait
  * for memory per LN_BATCH chunks (nvcc left the loop at two a wait). */
 #define LN_BATCH 4
+/* one 8-column piece of those sums */
+__device__ __forceinline__ void ln_bwd_piece_sums(const float xv[8], const float gv[8], const float wv[8], float m,
+                                                  float rs, float *a, float *b)
+{
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float gw = gv[k] * wv[k];
+        *a += gw;
+        *b += gw * (xv[k] - m) * rs;
+    }
+}
+
+/* One 8-column piece of a row's backward: dv += rs (g w - gmean - xhat gxmean),
+ * and the warp's slices (dw at `at`, db and the bias sum of dinp as stored a
+ * slice of Cp further each; see ln_bwd_fused_k) gain this row's terms. */
+template <typename T, bool RMS>
+__device__ __forceinline__ void ln_bwd_piece(const T *dx, float dv[8], const float xv[8], const float gv[8],
+                                             const float wv[8], float m, float rs, float gmean, float gxmean,
+                                             float *slice, int Cp, int S, int at)
+{
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float xh = (xv[k] - m) * rs;
+        dv[k] += rs * (gv[k] * wv[k] - gmean - xh * gxmean);
+        slice[at + k * 32] += gv[k] * xh;
+        if (!RMS) slice[Cp + at + k * 32] += gv[k];
+        if (!RMS && S == 3) slice[2 * Cp + at + k * 32] += as_stored(dx, dv[k]);
+    }
+}
+
 template <typename T>
 __device__ __forceinline__ void ln_bwd_row_sums(const T *x, const T *g, const T *w, float m, float rs, int C,
                                                 int lane, float *gs, float *gxs)
@@ -106,13 +136,7 @@ __device__ __forceinline__ void ln_bwd_row_sums(const T *x, const T *g, const T 
             }
 #pragma unroll
         for (int j = 0; j < LN_BATCH; j++)
-            if (c0 + 256 * j < C)
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    float gw = gv[j][k] * wv[j][k];
-                    a += gw;
-                    b += gw * (xv[j][k] - m) * rs;
-                }
+            if (c0 + 256 * j < C) ln_bwd_piece_sums(xv[j], gv[j], wv[j], m, rs, &a, &b);
     }
     *gs = a;
     *gxs = b;
@@ -166,7 +190,7 @@ __global__ void __launch_bounds__(128, REG ? 4 : 3) ln_bwd_fused_k(T *dinp, floa
 {
     extern __shared__ float acc[];
     int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    float *dwa = acc + (size_t)warp * S * Cp, *dba = dwa + Cp, *dsa = dwa + 2 * Cp;
+    float *dwa = acc + (size_t)warp * S * Cp; /* this warp's slices: dw, then db, then the bias sum */
     for (int i = lane; i < S * Cp; i += 32) dwa[i] = 0.0f;
     __syncwarp();
     int r1 = min(N, (int)blockIdx.x * rows + rows);
@@ -188,26 +212,14 @@ __global__ void __launch_bounds__(128, REG ? 4 : 3) ln_bwd_fused_k(T *dinp, floa
             for (int j = 0; j < LN_BATCH; j++)
                 if (lane * 8 + 256 * j < C) {
                     ld8(w + lane * 8 + 256 * j, wv);
-#pragma unroll
-                    for (int k = 0; k < 8; k++) {
-                        float gw = gv[j][k] * wv[k];
-                        gs += gw;
-                        gxs += gw * (xv[j][k] - m) * rs;
-                    }
+                    ln_bwd_piece_sums(xv[j], gv[j], wv, m, rs, &gs, &gxs);
                 }
             float gmean = RMS ? 0.0f : warp_sum(gs) / (float)C, gxmean = warp_sum(gxs) / (float)C;
 #pragma unroll
             for (int j = 0; j < LN_BATCH; j++)
                 if (lane * 8 + 256 * j < C) {
                     ld8(w + lane * 8 + 256 * j, wv);
-#pragma unroll
-                    for (int k = 0; k < 8; k++) {
-                        float xh = (xv[j][k] - m) * rs;
-                        dv[j][k] += rs * (gv[j][k] * wv[k] - gmean - xh * gxmean);
-                        dwa[(j * 8 + k) * 32 + lane] += gv[j][k] * xh;
-                        if (!RMS) dba[(j * 8 + k) * 32 + lane] += gv[j][k];
-                        if (!RMS && S == 3) dsa[(j * 8 + k) * 32 + lane] += as_stored(dx, dv[j][k]);
-                    }
+                    ln_bwd_piece<T, RMS>(dx, dv[j], xv[j], gv[j], wv, m, rs, gmean, gxmean, dwa, Cp, S, j * 256 + lane);
                     st8(dx + lane * 8 + 256 * j, dv[j]);
                 }
         } else { /* LN_BATCH chunks a wait, for the sums and again for dinp */
@@ -224,14 +236,8 @@ __global__ void __launch_bounds__(128, REG ? 4 : 3) ln_bwd_fused_k(T *dinp, floa
                         ld8(x + c0 + 256 * j, xv);
                         ld8(g + c0 + 256 * j, gv);
                         ld8(w + c0 + 256 * j, wv);
-#pragma unroll
-                        for (int k = 0; k < 8; k++) {
-                            float xh = (xv[k] - m) * rs;
-                            dv[j][k] += rs * (gv[k] * wv[k] - gmean - xh * gxmean);
-                            dwa[((j0 + j) * 8 + k) * 32 + lane] += gv[k] * xh;
-                            if (!RMS) dba[((j0 + j) * 8 + k) * 32 + lane] += gv[k];
-                            if (!RMS && S == 3) dsa[((j0 + j) * 8 + k) * 32 + lane] += as_stored(dx, dv[j][k]);
-                        }
+                        ln_bwd_piece<T, RMS>(dx, dv[j], xv, gv, wv, m, rs, gmean, gxmean, dwa, Cp, S,
+                                             (j0 + j) * 256 + lane);
                         st8(dx + c0 + 256 * j, dv[j]);
                     }
             }
