@@ -817,10 +817,10 @@ static void op_add(const eng_model *m, void *acc, const void *x, size_t n)
  * and (query, key) (attention), so every layout draws the same masks. */
 enum { DROP_ATTN_OUT = 1, DROP_MLP_OUT = 2, DROP_ATTN_PROBS = 3 };
 
-/* the hidden dropout of a site on this rank's [R, C] rows of micro-batch a;
- * NULL when off */
 static int hidden_dropout_on(const eng_model *m) { return m->drop_on && m->cfg.hidden_dropout > 0; }
 
+/* the hidden dropout of a site on this rank's [R, C] rows of micro-batch a;
+ * NULL when off */
 static const k_dropout *hidden_drop(const eng_model *m, const eng_acts *a, int layer, int site, k_dropout *d)
 {
     if (!hidden_dropout_on(m)) return NULL;
@@ -1309,7 +1309,6 @@ static void qkv_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w *
     op_add(m, m->ws_dln, m->ws_dtmp, NC);
 }
 
-/* d(norm output) [N, C] into ws_dln from d(MLP output) `dfull` [N, C] */
 /* The row-parallel projections' bias gradients (attention output, MLP down)
  * are the column sums of d(residual) where neither hidden dropout nor sequence
  * parallelism stands between (their GEMMs then read a masked copy, or rows
@@ -1322,7 +1321,8 @@ static float *bias_by_norm(const eng_model *m, void *db)
     return db && !m->llama && !m->sp && !hidden_dropout_on(m) ? (float *)db : NULL;
 }
 
-/* bias_done: the down projection's bias gradient was taken by the norm above (bias_by_norm) */
+/* d(norm output) [N, C] into ws_dln from d(MLP output) `dfull` [N, C];
+ * bias_done: the down projection's bias gradient was taken by the norm above (bias_by_norm) */
 static void mlp_backward(eng_model *m, const eng_layer_w *w, const eng_layer_w *g, const eng_layer_acts *la,
                          const void *dfull, const void *ln, int bias_done)
 {
@@ -1417,8 +1417,9 @@ int eng_backward(eng_model *m, eng_acts *a, const void *dout, float dloss)
         op_matmul_bwd(m, m->ws_dln, ch->g.head, NULL, a->logits, ln, ch->w.head, N, C, m->V);
         if (scatter_sum(m, m->ws_dln, dln)) return -1;
         k->zero(m->ws_dres, RCb);
-        op_norm_bwd(m, m->ws_dres, ch->g.lnf_w, ch->g.lnf_b, nl ? bias_by_norm(m, ch->g.layers[nl - 1].fcproj_b) : NULL,
-                    dln, a->res[nl], ch->w.lnf_w, a->lnf_mean, a->lnf_rstd);
+        float *top_bias = nl ? bias_by_norm(m, ch->g.layers[nl - 1].fcproj_b) : NULL; /* the top MLP's */
+        op_norm_bwd(m, m->ws_dres, ch->g.lnf_w, ch->g.lnf_b, top_bias, dln, a->res[nl], ch->w.lnf_w, a->lnf_mean,
+                    a->lnf_rstd);
     } else {
         k->copy(m->ws_dres, dout, RCb);
     }

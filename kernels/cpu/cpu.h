@@ -97,8 +97,9 @@ void kc_position_forward_bf16(uint16_t *out, const uint16_t *wpe, const int32_t 
 void kc_position_backward_bf16(float *dwpe, const uint16_t *dout, int B, int T, int C);
 void kc_layernorm_forward_bf16(uint16_t *out, float *mean, float *rstd, const uint16_t *inp, const uint16_t *w,
                                const uint16_t *b, int N, int C, float eps);
-void kc_layernorm_backward_bf16(uint16_t *dinp, float *dw, float *db, float *dsum, const uint16_t *dout, const uint16_t *inp,
-                                const uint16_t *w, const float *mean, const float *rstd, int N, int C);
+void kc_layernorm_backward_bf16(uint16_t *dinp, float *dw, float *db, float *dsum, const uint16_t *dout,
+                                const uint16_t *inp, const uint16_t *w, const float *mean, const float *rstd, int N,
+                                int C);
 void kc_matmul_forward_bf16(uint16_t *out, uint16_t *pre_gelu, const uint16_t *inp, const uint16_t *w,
                             const uint16_t *bias, int N, int C, int OC);
 void kc_matmul_backward_bf16(uint16_t *dinp, float *dw, float *dbias, const uint16_t *dout, const uint16_t *inp,

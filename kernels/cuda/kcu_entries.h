@@ -30,8 +30,8 @@ void kcu_embedding_backward(float *, const float *, const int32_t *, int, int, i
 void kcu_position_forward(float *, const float *, const int32_t *, int, int, int);
 void kcu_position_backward(float *, const float *, int, int, int);
 void kcu_layernorm_forward(float *, float *, float *, const float *, const float *, const float *, int, int, float);
-void kcu_layernorm_backward(float *, float *, float *, float *, const float *, const float *, const float *, const float *,
-                            const float *, int, int);
+void kcu_layernorm_backward(float *, float *, float *, float *, const float *, const float *, const float *,
+                            const float *, const float *, int, int);
 void kcu_matmul_forward(float *, const float *, const float *, const float *, int, int, int);
 void kcu_matmul_backward(float *, float *, float *, const float *, const float *, const float *, int, int, int);
 void kcu_attention_forward(float *, float *, const float *, const int32_t *, int, int, int, int, int,
@@ -67,8 +67,8 @@ void kcu_layernorm_forward_bf16(uint16_t *, float *, float *, const uint16_t *, 
                                 int, int, float);
 void kcu_residual_rmsnorm_forward_bf16(uint16_t *res, uint16_t *out, float *rstd, const uint16_t *a,
                                        const uint16_t *b, const uint16_t *w, int N, int C, float eps);
-void kcu_layernorm_backward_bf16(uint16_t *, float *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *,
-                                 const float *, const float *, int, int);
+void kcu_layernorm_backward_bf16(uint16_t *, float *, float *, float *, const uint16_t *, const uint16_t *,
+                                 const uint16_t *, const float *, const float *, int, int);
 void kcu_matmul_forward_bf16(uint16_t *, uint16_t *, const uint16_t *, const uint16_t *, const uint16_t *, int, int,
                              int);
 void kcu_matmul_backward_bf16(uint16_t *, float *, float *, const uint16_t *, const uint16_t *, const uint16_t *, int,

@@ -184,9 +184,9 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_bwd_dx_k(T *dinp, const T *d
  * 2 blocks): shared memory allows about that many at GPT-2's and the 1.5B
  * model's widths. */
 template <typename T, bool RMS, bool REG>
-__global__ void __launch_bounds__(128, REG ? 4 : 3) ln_bwd_fused_k(T *dinp, float *part, const T *dout, const T *inp, const T *w,
-                                                      const float *mean, const float *rstd, int N, int C, int Cp,
-                                                      int rows, int S)
+__global__ void __launch_bounds__(128, REG ? 4 : 3)
+    ln_bwd_fused_k(T *dinp, float *part, const T *dout, const T *inp, const T *w, const float *mean, const float *rstd,
+                   int N, int C, int Cp, int rows, int S)
 {
     extern __shared__ float acc[];
     int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
@@ -219,7 +219,8 @@ __global__ void __launch_bounds__(128, REG ? 4 : 3) ln_bwd_fused_k(T *dinp, floa
             for (int j = 0; j < LN_BATCH; j++)
                 if (lane * 8 + 256 * j < C) {
                     ld8(w + lane * 8 + 256 * j, wv);
-                    ln_bwd_piece<T, RMS>(dx, dv[j], xv[j], gv[j], wv, m, rs, gmean, gxmean, dwa, Cp, S, j * 256 + lane);
+                    ln_bwd_piece<T, RMS>(dx, dv[j], xv[j], gv[j], wv, m, rs, gmean, gxmean, dwa, Cp, S,
+                                         j * 256 + lane);
                     st8(dx + lane * 8 + 256 * j, dv[j]);
                 }
         } else { /* LN_BATCH chunks a wait, for the sums and again for dinp */

@@ -916,7 +916,7 @@ int main(int, char **argv)
     test_layernorm(70, 300);  /* C % 8 != 0: the general kernels */
     test_layernorm(37, 264);  /* the warp-per-row kernels, a partial last block of rows */
     test_layernorm(130, 776); /* fused backward: three 64-row blocks, the last partial; a partial 256-column strip */
-    test_layernorm(24, 1280); /* fused backward, rows past its registers' 1024 columns: the loop form, bias sum in it */
+    test_layernorm(24, 1280); /* rows past the fused backward's registers (1024 columns): its loop form, bias sum in */
     test_layernorm(24, 1600); /* the loop form; a third slice would cost a block an SM: the bias sum after */
     test_layernorm(9, 3080);  /* rows too wide for the fused backward's slices: the two-pass form */
     test_embedding(37, 19, 0, 50);
