@@ -249,6 +249,38 @@ template <typename T> __global__ void pos_fwd8_k(T *out, const T *wpe, const int
     }
 }
 
+/* The same, 8 columns a thread through 16-byte accesses (C % 8 == 0, T * C / 8
+ * fits an int), the batch's loads issued before they are added: the same sums
+ * in the same order. (One bf16 column a thread: 10.1 us a GPT-2 step on an
+ * H200 against ~6 us of bytes.) */
+template <typename T> __global__ void pos_bwd8_k(float *dwpe, const T *dout, int B, int T_, int C)
+{
+    size_t tc_total = (size_t)T_ * C;
+    int total = (int)(tc_total / 8);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        float s[8] = { 0 }, v[8];
+        int b = 0;
+        for (; b + 4 <= B; b += 4) {
+            float u[4][8];
+#pragma unroll
+            for (int j = 0; j < 4; j++) ld8(dout + (size_t)(b + j) * tc_total + (size_t)i * 8, u[j]);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+#pragma unroll
+                for (int k = 0; k < 8; k++) s[k] += u[j][k];
+        }
+        for (; b < B; b++) {
+            ld8(dout + (size_t)b * tc_total + (size_t)i * 8, v);
+#pragma unroll
+            for (int k = 0; k < 8; k++) s[k] += v[k];
+        }
+        ld8(dwpe + (size_t)i * 8, v);
+#pragma unroll
+        for (int k = 0; k < 8; k++) v[k] += s[k];
+        st8(dwpe + (size_t)i * 8, v);
+    }
+}
+
 /* Thread per (t, c): the batch sum in batch order, then one +=. */
 template <typename T> __global__ void pos_bwd_k(float *dwpe, const T *dout, int B, int T_, int C)
 {
@@ -316,7 +348,10 @@ template <typename T> static void position_backward(float *dwpe, const T *dout, 
 {
     size_t n = (size_t)T_ * C;
     if (!n || B <= 0) return;
-    pos_bwd_k<T><<<kcu_grid(n, EMB_BLOCK), EMB_BLOCK, 0, kcu_stream()>>>(dwpe, dout, B, T_, C);
+    if (vec8_ok((size_t)C, dwpe, dout) && n / 8 < EMB_VEC_MAX)
+        pos_bwd8_k<T><<<kcu_grid(n / 8, EMB_BLOCK), EMB_BLOCK, 0, kcu_stream()>>>(dwpe, dout, B, T_, C);
+    else
+        pos_bwd_k<T><<<kcu_grid(n, EMB_BLOCK), EMB_BLOCK, 0, kcu_stream()>>>(dwpe, dout, B, T_, C);
     kcu_launched();
 }
 

@@ -370,6 +370,7 @@ int main(int argc, char **argv)
     test_embedding(3000, 328, 300, 0, 300, 1);      /* two 256-column tiles, the second partial; skewed */
     test_position(3, 17, 29);
     test_position(4, 256, 768);
+    test_position(6, 40, 64); /* the backward's 8-column form: a batch of 4 loads and 2 more */
     test_layernorm(5, 37);
     test_layernorm(512, 768);
     test_layernorm(256, 1600); /* the fused backward's loop form (768: its registers form) */
