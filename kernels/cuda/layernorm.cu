@@ -367,10 +367,11 @@ static int ln_fused_rows(int N, size_t fsmem, int warps)
 
 /* Queues ln_bwd_fused_k over the rows (warps a block, each a slice of Cp
  * floats for dw, and for LayerNorm db and, where it costs no block an SM,
- * dsum) and the finish into them; a dsum the kernel leaves is summed after. */
+ * dsum) and the finish into them. Returns 1 when the kernel summed dsum, 0
+ * when the caller still has to. */
 template <typename T, bool RMS, bool REG>
-static void ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *dout, const T *inp, const T *w,
-                         const float *mean, const float *rstd, int N, int C, int Cp, int warps)
+static int ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *dout, const T *inp, const T *w,
+                        const float *mean, const float *rstd, int N, int C, int Cp, int warps)
 {
     int S = RMS ? 1 : 2;
     size_t fsmem = sizeof(float) * (size_t)S * Cp * warps;
@@ -386,16 +387,15 @@ static void ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *do
                                                                             C, Cp, rows, S);
     kcu_launched();
     kcu_colsum_finish(dw, db, S == 3 ? dsum : nullptr, part, parts, C);
-    if (dsum && S < 3) kcu_colsum_acc(dsum, dinp, N, C);
+    return S == 3;
 }
 template <typename T, bool RMS>
-static void ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *dout, const T *inp, const T *w,
-                         const float *mean, const float *rstd, int N, int C, int Cp, int warps)
+static int ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *dout, const T *inp, const T *w,
+                        const float *mean, const float *rstd, int N, int C, int Cp, int warps)
 {
     if (Cp <= LN_BATCH * 256)
-        ln_bwd_fused<T, RMS, true>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
-    else
-        ln_bwd_fused<T, RMS, false>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+        return ln_bwd_fused<T, RMS, true>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+    return ln_bwd_fused<T, RMS, false>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
 }
 
 /* ---- RMSNorm (the LLaMA family): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----
@@ -521,11 +521,10 @@ static void layernorm_backward(T *dinp, float *dw, float *db, float *dsum, const
     if (N <= 0 || C <= 0) return;
     int Cp = (C + 255) / 256 * 256, fw = 4; /* fewer warps per block would starve the SMs: wide rows go below */
     size_t fsmem = sizeof(float) * 2 * (size_t)Cp * fw;
+    int summed = 0; /* dsum taken in the pass that writes dinp; otherwise summed after it, below */
     if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w) && fsmem <= LN_FUSED_SMEM) {
-        ln_bwd_fused<T, false>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, fw);
-        return;
-    }
-    if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w)) {
+        summed = ln_bwd_fused<T, false>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, fw);
+    } else if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w)) {
         int parts = (N + LN_ROW_CHUNK - 1) / LN_ROW_CHUNK;
         float *part = (float *)kcu_scratch(sizeof(float) * 2 * (size_t)C * parts);
         ln_bwd_dx_k<T><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(dinp, dout, inp, w, mean,
@@ -536,18 +535,17 @@ static void layernorm_backward(T *dinp, float *dw, float *db, float *dsum, const
         ln_bwd_dwdb_k<T><<<grid, threads, 0, kcu_stream()>>>(part, dout, inp, mean, rstd, N, C);
         kcu_launched();
         kcu_colsum_finish(dw, db, nullptr, part, parts, C);
-        if (dsum) kcu_colsum_acc(dsum, dinp, N, C);
-        return;
+    } else {
+        int parts = N < LN_PARTS ? N : LN_PARTS;
+        size_t smem = sizeof(float) * 2 * (size_t)C;
+        if (smem > 48 * 1024) /* above the default limit: ask for it (up to the device's opt-in cap) */
+            cudaCheck(cudaFuncSetAttribute(ln_bwd_k<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        float *part = (float *)kcu_scratch(sizeof(float) * 2 * (size_t)C * parts);
+        ln_bwd_k<T><<<parts, LN_BLOCK, smem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N, C);
+        kcu_launched();
+        kcu_colsum_finish(dw, db, nullptr, part, parts, C);
     }
-    int parts = N < LN_PARTS ? N : LN_PARTS;
-    size_t smem = sizeof(float) * 2 * (size_t)C;
-    if (smem > 48 * 1024) /* above the default limit: ask for it (up to the device's opt-in cap) */
-        cudaCheck(cudaFuncSetAttribute(ln_bwd_k<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    float *part = (float *)kcu_scratch(sizeof(float) * 2 * (size_t)C * parts);
-    ln_bwd_k<T><<<parts, LN_BLOCK, smem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N, C);
-    kcu_launched();
-    kcu_colsum_finish(dw, db, nullptr, part, parts, C);
-    if (dsum) kcu_colsum_acc(dsum, dinp, N, C);
+    if (dsum && !summed) kcu_colsum_acc(dsum, dinp, N, C);
 }
 
 void kcu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
