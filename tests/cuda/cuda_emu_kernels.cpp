@@ -102,6 +102,20 @@ static void cmp(const char *what, const vec &got, const vec &ref, double tol)
             got.size());
 }
 
+/* Column sums (bias gradients): over many row chunks the chunks shrink to 8
+ * rows for a narrow sum, and the finish adds 4 parts' loads at a time plus a
+ * remainder. */
+static void test_colsum(int N, int C)
+{
+    vec g = rv((size_t)N * C), cs = rv(C), cs2 = cs;
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) cs[c] += g[(size_t)n * C + c];
+    kcu_colsum_acc<float>(cs2.data(), g.data(), N, C);
+    char what[64];
+    snprintf(what, sizeof what, "colsum (N=%d C=%d)", N, C);
+    cmp(what, cs2, cs, 1e-5);
+}
+
 static void test_layernorm(int N, int C)
 {
     vec x = rv((size_t)N * C, 2), w = rv(C), b = rv(C), g = rv((size_t)N * C), dx = rv((size_t)N * C), dw = rv(C),
@@ -162,12 +176,7 @@ static void test_layernorm(int N, int C)
         cmp("residual_layernorm_forward_bf16 out", widen(o3), widen(o5), 1e-2);
         cmp("residual_layernorm_forward_bf16 rstd", r3, r5, 1e-5);
     }
-    /* bias-gradient column sums */
-    vec cs = rv(C), cs2 = cs;
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) cs[c] += g[(size_t)n * C + c];
-    kcu_colsum_acc<float>(cs2.data(), g.data(), N, C);
-    cmp("colsum (dbias)", cs2, cs, 1e-5);
+    test_colsum(N, C); /* bias-gradient column sums at these shapes */
 }
 
 static void test_embedding(int N, int C, int off, int V)
@@ -860,20 +869,6 @@ static void test_llama(int N, int C, int NH, int NG, int HD)
     std::vector<uint16_t> hb = xb;
     kcu_dropout_bf16(hb.data(), N, C, &d);
     cmp("dropout_bf16", widen(hb), h1, 1e-2);
-}
-
-/* Column sums (bias gradients) over many row chunks: the chunks shrink to 8
- * rows for a narrow sum, and the finish adds 4 parts' loads at a time plus a
- * remainder. */
-static void test_colsum(int N, int C)
-{
-    vec g = rv((size_t)N * C), cs = rv(C), cs2 = cs;
-    for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) cs[c] += g[(size_t)n * C + c];
-    kcu_colsum_acc<float>(cs2.data(), g.data(), N, C);
-    char what[64];
-    snprintf(what, sizeof what, "colsum (N=%d C=%d)", N, C);
-    cmp(what, cs2, cs, 1e-5);
 }
 
 /* The token backward's runs against its 32-entry slices of the sorted ids:
