@@ -374,8 +374,8 @@ static const struct {
     { "softmax-type", 1, MG_VALUE, "vanilla", "attention takes the standard softmax" },
     { "recompute-modules", 1, MG_VALUE, "core_attn", "--recompute-granularity selective rebuilds the core attention "
       "(its softmax and dropout); recomputing other modules is not implemented" },
-    { "cuda-graph-impl", 1, MG_IGNORED, NULL, "no CUDA graph is captured: kernels are launched each step" },
-    { "enable-cuda-graph", 0, MG_IGNORED, NULL, "no CUDA graph is captured: kernels are launched each step" },
+    { "cuda-graph-impl", 1, MG_IGNORED, NULL, "atoll records its own CUDA graphs, with --enable-cuda-graph (one-rank "
+      "cuda runs); this flag chooses nothing" },
     { "logging-level", 1, MG_IGNORED, NULL, "atoll's log lines do not change with a level" },
     { "moe-*", 0, MG_REFUSED, NULL, "mixture-of-experts models are not implemented (dense GPT and LLaMA are)" },
     { "fp8-*", 0, MG_REFUSED, NULL, "fp8 is not implemented; --bf16 is" },
@@ -394,7 +394,7 @@ static const struct {
     { "straggler-detector-enabled", 0, MG_SAME, NULL, "the coordinator finds stragglers every step (atoll status "
       "JOB)" },
     { "disable-straggler-on-startup", 0, MG_IGNORED, NULL, "the coordinator's straggler detection is always on" },
-    { "external-cuda-graph", 0, MG_IGNORED, NULL, "no CUDA graph is captured: kernels are launched each step" },
+    { "external-cuda-graph", 0, MG_IGNORED, NULL, "atoll records its own CUDA graphs, with --enable-cuda-graph" },
     { "store-param-remainders", 0, MG_IGNORED, NULL, "the optimizer keeps whole fp32 master weights" },
     { "multi-latent-attention", 0, MG_REFUSED, NULL, "multi-latent attention (DeepSeek's) is not implemented" },
     { "kv-lora-rank", 1, MG_REFUSED, NULL, "multi-latent attention (DeepSeek's) is not implemented" },
