@@ -121,6 +121,7 @@ static const key_def KEYS[] = {
     F("attention-backend", K_STR, attention_backend),
     F("tune-gemms", K_BOOL, tune_gemms),
     F("enable-cuda-graph", K_BOOL, enable_cuda_graph),
+    F("nondeterministic-attention", K_BOOL, nondeterministic_attention),
     F("normalization", K_STR, normalization),
     F("swiglu", K_BOOL, swiglu),
     F("squared-relu", K_BOOL, squared_relu),
@@ -382,8 +383,8 @@ static const struct {
     { "first-last-layers-bf16", 0, MG_SAME, NULL, "every layer runs in bf16 under --bf16" },
     { "num-distributed-optimizer-instances", 1, MG_VALUE, "1", "one distributed optimizer spans the whole "
       "data-parallel group" },
-    { "deterministic-mode", 0, MG_IGNORED, NULL, "atoll has no separate deterministic mode: it picks its kernels the "
-      "same way with or without the flag" },
+    { "deterministic-mode", 0, MG_IGNORED, NULL, "atoll's kernels are deterministic unless "
+      "--nondeterministic-attention is given" },
     { "log-energy", 0, MG_IGNORED, NULL, "GPU energy is not read; each step logs its time, tokens/s and MFU" },
     { "timers-to-log", 1, MG_IGNORED, NULL, "each step logs its time and each pipeline stage's bubble, not "
       "Megatron's timers" },
@@ -1296,6 +1297,12 @@ static int validate_family(const atoll_config *c, char *err, size_t errlen)
         strcmp(c->attention_backend, "fused")) {
         atoll_errf(err, errlen, "--attention-backend '%s': expected auto, flash (atoll's own kernels) or fused "
                    "(cuDNN's fused attention)", c->attention_backend);
+        return -1;
+    }
+    int dm = find_megatron("deterministic-mode");
+    if (c->nondeterministic_attention && dm >= 0 && (c->megatron_ignored[dm / 64] >> dm % 64 & 1)) {
+        atoll_errf(err, errlen, "--nondeterministic-attention and --deterministic-mode ask for opposite things; "
+                   "give one (without either, atoll's kernels are deterministic)");
         return -1;
     }
     if (strcmp(c->normalization, "LayerNorm") && strcmp(c->normalization, "RMSNorm")) {

@@ -52,6 +52,8 @@ static void usage(FILE *f)
             "engine:   --device {cpu,cuda} --attention-backend {auto,flash,fused} (fused: cuDNN, cuda bf16)\n"
             "          --tune-gemms (cuda: each GEMM's cuBLASLt algorithm chosen by time; kept in --save)\n"
             "          --enable-cuda-graph (cuda, one rank: a micro-batch's kernels launched as one CUDA graph)\n"
+            "          --nondeterministic-attention (cuda, cuDNN attention: dQ summed by atomic adds; faster, but\n"
+            "          not bit-reproducible)\n"
             "          --nproc-per-node N (local launcher)\n"
             "          --print-groups (the rank groups as JSON for --nproc-per-node, WORLD_SIZE or --num-gpus)\n");
 }

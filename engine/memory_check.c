@@ -111,7 +111,7 @@ int eng_memory_check(const atoll_config *c, int world, int local_ranks, const ch
             int tp = c->tensor_model_parallel_size > 0 ? c->tensor_model_parallel_size : 1;
             attn_ws = (double)k_cuda_attention_workspace_need(
                 c->micro_batch_size, c->seq_length, c->num_attention_heads / tp, cfg_kv_groups(c) / tp,
-                cfg_head_dim(c), (float)c->attention_dropout);
+                cfg_head_dim(c), (float)c->attention_dropout, c->nondeterministic_attention);
         }
 #endif
     } else {

@@ -1150,6 +1150,7 @@ static int setup(run *r, char *err, size_t errlen)
                                err, errlen))
         return ENG_ERR_CONFIG;
     if (gemm_tuned(r)) k_cuda_gemm_tuning(1);
+    if (!strcmp(r->o->device, "cuda")) k_cuda_attention_atomic_dq(c->nondeterministic_attention);
 #endif
     r->gemm_kept = -1;
     if (dist_init(&r->d, c, k, err, errlen)) return -1;
@@ -1158,6 +1159,12 @@ static int setup(run *r, char *err, size_t errlen)
     if (c->tune_gemms && strcmp(r->o->device, "cuda") && r->d.rank == 0)
         fprintf(stderr, "atoll-train: note: --tune-gemms chooses cuBLASLt's algorithms: nothing to choose on "
                 "--device %s\n", r->o->device);
+    if (c->nondeterministic_attention && r->d.rank == 0 &&
+        (strcmp(r->o->device, "cuda") || !c->bf16 || !strcmp(c->attention_backend, "flash")))
+        fprintf(stderr, "atoll-train: note: --nondeterministic-attention sums cuDNN's attention gradients by atomic "
+                "adds (cuda --bf16, --attention-backend auto or fused): nothing changes on %s\n",
+                strcmp(r->o->device, "cuda") ? "the CPU" : !c->bf16 ? "cuda without --bf16"
+                                                                   : "--attention-backend flash (deterministic)");
     metrics_emit_open(&r->emit, r->d.rank);
     r->have_emit = 1;
     r->wd = watchdog_start(r->d.world, &r->emit); /* from here a hang names where this rank is */
@@ -1549,7 +1556,9 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         long fused = 0, flash = 0;
         k_cuda_attention_calls(&fused, &flash);
         printf("atoll-train: attention calls on cuDNN's fused attention: %ld, on the flash kernels: %ld; cuDNN "
-               "workspace %.1f MiB\n", fused, flash, k_cuda_attention_workspace_held() / 1048576.0);
+               "workspace %.1f MiB%s\n", fused, flash, k_cuda_attention_workspace_held() / 1048576.0,
+               k_cuda_attention_atomic_plans() ? "; the backward's dQ summed by atomic adds (not bit-reproducible)"
+                                               : "");
     }
     if (!rc && r.d.rank == 0 && !strcmp(r.o->device, "cuda"))
         printf("atoll-train: the host waited for the GPU %ld times (start-up and %lld steps)\n", k_cuda_host_waits(),

@@ -244,6 +244,12 @@ int main(int argc, char **argv)
         row("attention_forward_bf16 (cuDNN fused)", ms, fl_f, 3.0 * NC * 2 + NC * 2);
         TIME_MS(ms, G->attention_backward_bf16(dqkvb, doutb, qkvb, aob, lse, NULL, B, T, NH, NH, HD, NULL));
         row("attention_backward_bf16 (cuDNN fused)", ms, 2.5 * fl_f, 3.0 * NC * 2 * 2 + NC * 2 * 2);
+        k_cuda_attention_atomic_dq(1); /* --nondeterministic-attention */
+        TIME_MS(ms, G->attention_backward_bf16(dqkvb, doutb, qkvb, aob, lse, NULL, B, T, NH, NH, HD, NULL));
+        row(k_cuda_attention_atomic_plans() ? "attention_backward_bf16 (cuDNN fused, dQ by atomic adds)"
+                                            : "attention_backward_bf16 (cuDNN fused; refused dQ by atomic adds)",
+            ms, 2.5 * fl_f, 3.0 * NC * 2 * 2 + NC * 2 * 2);
+        k_cuda_attention_atomic_dq(0);
         k_cuda_fused_attention(0, err, sizeof err);
     } else {
         printf("attention (cuDNN fused): not measured: %s\n", err);

@@ -225,7 +225,8 @@ for s in $stages; do
     note "|---|---:|---:|---:|"
     atoll_best=0 atoll_best_p=""
     for p in "--bf16 --attention-backend flash" "--bf16 --attention-backend fused" "--bf16" "--bf16 --tune-gemms" \
-             "--bf16 --enable-cuda-graph" "--bf16 --tune-gemms --enable-cuda-graph" ""; do
+             "--bf16 --enable-cuda-graph" "--bf16 --tune-gemms --enable-cuda-graph" "--bf16 --nondeterministic-attention" \
+             "--bf16 --tune-gemms --enable-cuda-graph --nondeterministic-attention" ""; do
       timeout 300 "$train" --device cuda $p $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" \
         --train-iters $((STEPS + 3)) --lr 6e-4 --data-path "$work/text" > "$work/a.log" 2>&1 || { tail -5 "$work/a.log"; fails=$((fails + 1)); }
       tail -2 "$work/a.log"
@@ -330,6 +331,11 @@ EOF
         { tail -3 "$work/b.log"; fails=$((fails + 1)); }
       read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
       note "- the same with --tune-gemms --enable-cuda-graph: ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-} ($(grep -o -e '--enable-cuda-graph.*' "$work/b.log" | head -1))"
+      timeout 300 "$train" --device cuda --bf16 --tune-gemms --enable-cuda-graph --nondeterministic-attention \
+        --attention-backend $ab $big_flags --micro-batch-size $mb --global-batch-size $gbs --train-iters 6 --lr 1e-4 \
+        --data-path "$work/text" > "$work/b.log" 2>&1 || { tail -3 "$work/b.log"; fails=$((fails + 1)); }
+      read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
+      note "- the same with --nondeterministic-attention too: ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-} ($(grep -o 'dQ summed by atomic adds' "$work/b.log" | head -1 || echo 'dQ NOT by atomic adds'))"
     done
     # where the 1.5B model's GPU time goes (default attention backend), kernel by kernel: the second of 2 steps of 8 micro-batches
     CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_AFTER=adamw_seg_k KTRACE_OUT=$out/profile_atoll_big.md timeout 120 "$train" --device cuda \

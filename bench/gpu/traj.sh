@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# 50 training steps of one small GPT four ways: fp32 on the CPU (the reference),
+# 50 training steps of one small GPT five ways: fp32 on the CPU (the reference),
 # fp32 on cuda, bf16 on cuda (atoll's flash attention), bf16 on cuda with cuDNN's
-# fused attention (--attention-backend fused); same seed, data and schedule. Prints each run's
+# fused attention (--attention-backend fused), and the same with its backward's dQ
+# summed by atomic adds (--nondeterministic-attention); same seed, data and schedule. Prints each run's
 # loss every 10 steps and the largest relative difference from the reference.
 #
 #   traj.sh ATOLL_TRAIN WORKDIR [OUTDIR]
@@ -27,33 +28,42 @@ python3 "$(dirname "$0")/make_data.py" "$work/bigram" bigram 256 256 2048
 flags=(--data-path "$work/bigram" --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 256
        --micro-batch-size 4 --global-batch-size 8 --train-iters 50 --lr 1e-3 --lr-warmup-iters 5
        --min-lr 1e-4 --clip-grad 1.0 --seed 11 --log-interval 1)
-for run in cpu_fp32 cuda_fp32 cuda_bf16 cuda_fused; do
-  dev=${run%_*}; prec=${run#*_}
+for run in cpu_fp32 cuda_fp32 cuda_bf16 cuda_fused cuda_atomic; do
+  dev=${run%_*}
+  case ${run#*_} in
+    fp32) prec=() ;; bf16) prec=(--bf16) ;; fused) prec=(--bf16 --attention-backend fused) ;;
+    atomic) prec=(--bf16 --attention-backend fused --nondeterministic-attention) ;;
+  esac
   rm -f "$work/$run.jsonl"
-  "$train" "${flags[@]}" --device "$dev" $([ "$prec" = bf16 ] && echo --bf16) \
-    $([ "$prec" = fused ] && echo --bf16 --attention-backend fused) \
+  "$train" "${flags[@]}" --device "$dev" "${prec[@]}" \
     --metrics-file "$work/$run.jsonl" > "$work/$run.log" 2>&1 || { tail -5 "$work/$run.log"; exit 1; }
 done
-# the fused run must have run on cuDNN: every attention call, none declined to the flash kernels
-grep 'attention calls' "$work/cuda_fused.log" || true
-grep -q 'on the flash kernels: 0;' "$work/cuda_fused.log" ||
-  { echo "FAIL: the cuDNN run did not run its attention on cuDNN"; grep 'kernels/cuda' "$work/cuda_fused.log"; exit 1; }
+# the fused runs must have run on cuDNN: every attention call, none declined to the flash kernels
+for run in cuda_fused cuda_atomic; do
+  grep 'attention calls' "$work/$run.log" || true
+  grep -q 'on the flash kernels: 0;' "$work/$run.log" ||
+    { echo "FAIL: $run did not run its attention on cuDNN"; grep 'kernels/cuda' "$work/$run.log"; exit 1; }
+done
+grep -q 'dQ summed by atomic adds' "$work/cuda_atomic.log" ||
+  { echo "FAIL: cuda_atomic's backward did not sum dQ by atomic adds"; grep 'kernels/cuda' "$work/cuda_atomic.log"; exit 1; }
 python3 - "$work" "$out" <<'PY'
 import json, sys
 work, out = sys.argv[1], sys.argv[2]
-names = ("cpu_fp32", "cuda_fp32", "cuda_bf16", "cuda_fused")
+names = ("cpu_fp32", "cuda_fp32", "cuda_bf16", "cuda_fused", "cuda_atomic")
 runs = {r: [json.loads(l)["loss"] for l in open(f"{work}/{r}.jsonl")] for r in names}
 ref = runs["cpu_fp32"]
 assert len(ref) == 50 and all(len(v) == 50 for v in runs.values()), {k: len(v) for k, v in runs.items()}
-lines = ["| step | cpu fp32 | cuda fp32 | cuda bf16 | cuda bf16, cuDNN attention |", "|---:|---:|---:|---:|---:|"]
+lines = ["| step | cpu fp32 | cuda fp32 | cuda bf16 | cuda bf16, cuDNN attention | the same, dQ by atomic adds |",
+         "|---:|---:|---:|---:|---:|---:|"]
 for i in list(range(0, 50, 10)) + [49]:
     lines.append(f"| {i + 1} | " + " | ".join(f"{runs[r][i]:.5f}" for r in names) + " |")
 err = {r: max(abs(a - b) / abs(b) for a, b in zip(runs[r], ref)) for r in names[1:]}
 open(f"{out}/traj.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
-ok = err["cuda_fp32"] <= 1e-4 and err["cuda_bf16"] <= 1e-2 and err["cuda_fused"] <= 1e-2
+ok = err["cuda_fp32"] <= 1e-4 and err["cuda_bf16"] <= 1e-2 and err["cuda_fused"] <= 1e-2 and err["cuda_atomic"] <= 1e-2
 print(f"{'pass' if ok else 'FAIL'}: max relative loss difference from cpu fp32 over 50 steps: "
       f"cuda fp32 {err['cuda_fp32']:.1e} (limit 1e-4), cuda bf16 {err['cuda_bf16']:.1e} (limit 1e-2), "
-      f"cuda bf16 with cuDNN attention {err['cuda_fused']:.1e} (limit 1e-2)")
+      f"cuda bf16 with cuDNN attention {err['cuda_fused']:.1e}, with its dQ by atomic adds {err['cuda_atomic']:.1e} "
+      f"(limit 1e-2)")
 sys.exit(0 if ok else 1)
 PY

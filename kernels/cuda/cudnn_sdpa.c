@@ -259,10 +259,17 @@ static void reshape(graph *g, cudnnBackendDescriptor_t x, cudnnBackendDescriptor
     add_op(g, op);
 }
 
-/* ---- the two graphs ---- */
+/* ---- the graphs ---- */
 
 /* tensor uids the variant pack names */
-enum { U_Q = 1, U_K, U_V, U_O, U_LSE, U_DO, U_DQ, U_DK, U_DV, U_DSUM, U_SCALE, U_NEGINF, U_ONE, U_FIRST_VIRTUAL = 100 };
+enum {
+    U_Q = 1, U_K, U_V, U_O, U_LSE, U_DO, U_DQ, U_DK, U_DV, U_DSUM, U_SCALE, U_NEGINF, U_ONE, U_DQACC,
+    U_FIRST_VIRTUAL = 100
+};
+
+/* The plans: the forward, the backward with dQ = dS K a plain product, and the
+ * backward with dQ summed into an fp32 buffer by atomic adds (atomic_dq). */
+enum { FORWARD, BACKWARD, BACKWARD_ATOMIC };
 
 typedef struct {
     int64_t B, T, NH, HD;
@@ -357,7 +364,7 @@ static void build_forward(graph *g, const shape *s)
     matmul(g, p, v, o);
 }
 
-static void build_backward(graph *g, const shape *s)
+static void build_backward(graph *g, const shape *s, int atomic)
 {
     int64_t d[4], st[4], rd[4], rs[4], sd[4], ss[4], td[4], ts[4];
     row_view(s, rd, rs);
@@ -407,9 +414,16 @@ static void build_backward(graph *g, const shape *s)
     cudnnBackendDescriptor_t dst = tensor(g, 0, CUDNN_DATA_BFLOAT16, td, ts, 0);
     reshape(g, ds, dst);
     matmul(g, dst, q, dk);
-    /* dQ = dS K: a plain product (no atomics into an fp32 accumulator) */
     reshape(g, kt, k);
-    matmul(g, ds, k, dq);
+    if (!atomic) { /* dQ = dS K: a plain product (cuDNN keeps dS in its workspace for it) */
+        matmul(g, ds, k, dq);
+        return;
+    }
+    /* dQ = dS K summed into an fp32 [B, NH, T, HD] buffer of ours by atomic adds
+     * as each key tile's dS is made, then rounded into dq */
+    cudnnBackendDescriptor_t acc = tensor(g, U_DQACC, CUDNN_DATA_FLOAT, hd, hs, 0);
+    matmul(g, ds, k, acc);
+    pointwise(g, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, acc, NULL, NULL, dq, -1);
 }
 
 /* ---- plans ---- */
@@ -520,11 +534,12 @@ int kcudnn_plan_check(const char *deviceprop_json, int B, int T, int NH, int HD,
         return 1;
     }
     shape s = {B, T, NH, HD};
-    for (int pass = 0; pass < 2; pass++) {
+    static const char *const names[] = {"forward", "backward", "backward (dQ by atomic adds)"};
+    for (int kind = FORWARD; kind <= BACKWARD_ATOMIC; kind++) {
         graph g = {.next_virtual_uid = U_FIRST_VIRTUAL, .err = err, .cap = cap};
         cudnnBackendDescriptor_t dp = deviceprop_from(&g, deviceprop_json);
-        if (pass == 0) build_forward(&g, &s);
-        else build_backward(&g, &s);
+        if (kind == FORWARD) build_forward(&g, &s);
+        else build_backward(&g, &s, kind == BACKWARD_ATOMIC);
         plan p = {0};
         int rc = make_plan(&g, NULL, dp, &p);
         if (rc == 0) {
@@ -532,7 +547,7 @@ int kcudnn_plan_check(const char *deviceprop_json, int B, int T, int NH, int HD,
         } else {
             char tmp[600];
             snprintf(tmp, sizeof tmp, "%s", err);
-            snprintf(err, cap, "%s graph: %s", pass == 0 ? "forward" : "backward", tmp);
+            snprintf(err, cap, "%s graph: %s", names[kind], tmp);
         }
         gfree(&g);
         if (rc) return 1;
@@ -574,7 +589,7 @@ static struct {
     cudnnHandle_t handle;
     struct {
         shape s;
-        int backward;
+        int kind; /* FORWARD, BACKWARD, BACKWARD_ATOMIC */
         plan p;
         int bad; /* cuDNN refused this shape: the own kernels run it */
     } plans[MAX_PLANS];
@@ -583,15 +598,24 @@ static struct {
     size_t ws_bytes;
     void *dsum;
     size_t dsum_bytes;
+    void *dqacc; /* BACKWARD_ATOMIC's dQ sums */
+    size_t dqacc_bytes;
+    int atomic_dq;     /* kcudnn_attention_atomic_dq */
+    long atomic_plans; /* BACKWARD_ATOMIC plans built */
 } R;
 
-size_t kcudnn_workspace_bytes(void) { return R.ws_bytes + R.dsum_bytes; }
+size_t kcudnn_workspace_bytes(void) { return R.ws_bytes + R.dsum_bytes + R.dqacc_bytes; }
+
+void kcudnn_attention_atomic_dq(int on) { R.atomic_dq = on != 0; }
+long kcudnn_attention_atomic_plans(void) { return R.atomic_plans; }
 
 static long moves; /* buffers replaced by grow() */
 long kcudnn_buffers_moved(void) { return moves; }
 
 /* The backward's D = rowsum(dO * O), [B, NH, T] in fp32, kept in R.dsum. */
 static size_t dsum_size(const shape *s) { return (size_t)s->B * s->NH * s->T * sizeof(float); }
+/* BACKWARD_ATOMIC's dQ sums, [B, NH, T, HD] in fp32, kept in R.dqacc. */
+static size_t dqacc_size(const shape *s) { return (size_t)s->B * s->NH * s->T * s->HD * sizeof(float); }
 
 static int grow(void **p, size_t *have, size_t want)
 {
@@ -607,10 +631,10 @@ static int grow(void **p, size_t *have, size_t want)
     return 0;
 }
 
-static plan *plan_for(const shape *s, int backward)
+static plan *plan_for(const shape *s, int kind)
 {
     for (int i = 0; i < R.nplans; i++)
-        if (!memcmp(&R.plans[i].s, s, sizeof *s) && R.plans[i].backward == backward)
+        if (!memcmp(&R.plans[i].s, s, sizeof *s) && R.plans[i].kind == kind)
             return R.plans[i].bad ? NULL : &R.plans[i].p;
     if (R.nplans == MAX_PLANS) {
         not_taken("more than %d attention shapes", MAX_PLANS);
@@ -623,24 +647,39 @@ static plan *plan_for(const shape *s, int backward)
     }
     char err[600];
     graph g = {.next_virtual_uid = U_FIRST_VIRTUAL, .err = err, .cap = sizeof err};
-    if (backward) build_backward(&g, s);
-    else build_forward(&g, s);
+    if (kind == FORWARD) build_forward(&g, s);
+    else build_backward(&g, s, kind == BACKWARD_ATOMIC);
     int i = R.nplans++;
-    R.plans[i].s = *s, R.plans[i].backward = backward;
+    R.plans[i].s = *s, R.plans[i].kind = kind;
     int rc = make_plan(&g, R.handle, NULL, &R.plans[i].p);
     if (rc) {
         gfree(&g);
         R.plans[i].bad = 1;
-        fprintf(stderr,
-                "%s\nkernels/cuda: attention %s B=%lld T=%lld heads=%lld dim=%lld runs on atoll's flash kernels\n",
-                err, backward ? "backward" : "forward", (long long)s->B, (long long)s->T, (long long)s->NH,
-                (long long)s->HD);
+        fprintf(stderr, "%s\nkernels/cuda: attention %s B=%lld T=%lld heads=%lld dim=%lld %s\n", err,
+                kind == FORWARD ? "forward" : "backward", (long long)s->B, (long long)s->T, (long long)s->NH,
+                (long long)s->HD,
+                kind == BACKWARD_ATOMIC ? "sums dQ by a plain product instead of atomic adds (deterministic)"
+                                        : "runs on atoll's flash kernels");
         not_taken("%s", err);
         return NULL;
     }
+    R.atomic_plans += kind == BACKWARD_ATOMIC;
     /* The graph's descriptors stay for the process, like the plan that was
      * built from them (cuDNN's frontend keeps them alive beside its plans too). */
     return &R.plans[i].p;
+}
+
+/* The backward's plan for this shape: dQ by atomic adds when asked for and
+ * cuDNN takes that graph, else by a plain product. */
+static plan *backward_plan(const shape *s, int atomic, int *kind)
+{
+    plan *p = NULL;
+    if (atomic && (p = plan_for(s, BACKWARD_ATOMIC))) {
+        *kind = BACKWARD_ATOMIC;
+        return p;
+    }
+    *kind = BACKWARD;
+    return plan_for(s, BACKWARD);
 }
 
 static int applicable(int B, int T, int NH, int NG, int HD, const struct k_dropout *drop)
@@ -688,7 +727,7 @@ int kcudnn_attention_forward_bf16(void *stream, uint16_t *out, float *lse, const
     const void *bufs[] = {qkv, out, lse};
     if (misaligned(3, bufs)) return 1;
     shape s = {B, T, NH, HD};
-    plan *p = plan_for(&s, 0);
+    plan *p = plan_for(&s, FORWARD);
     if (!p) return 1;
     float scale = 1.0f / sqrtf((float)HD), neginf = -INFINITY;
     int64_t uids[] = {U_Q, U_K, U_V, U_O, U_LSE, U_SCALE, U_NEGINF};
@@ -704,24 +743,35 @@ int kcudnn_attention_backward_bf16(void *stream, uint16_t *dqkv, const uint16_t 
     const void *bufs[] = {dqkv, dout, qkv, out, lse};
     if (misaligned(5, bufs)) return 1;
     shape s = {B, T, NH, HD};
-    plan *p = plan_for(&s, 1);
+    int kind;
+    plan *p = backward_plan(&s, R.atomic_dq, &kind);
     if (!p) return 1;
     if (grow(&R.dsum, &R.dsum_bytes, dsum_size(&s))) return 1;
+    if (kind == BACKWARD_ATOMIC) {
+        if (grow(&R.dqacc, &R.dqacc_bytes, dqacc_size(&s))) return 1;
+        /* cuDNN from 9.6 clears the sums itself; before, the caller did */
+        if (L.version < 90600 && cudaMemsetAsync(R.dqacc, 0, dqacc_size(&s), (cudaStream_t)stream) != cudaSuccess) {
+            (void)cudaGetLastError();
+            return not_taken("cudaMemsetAsync of the dQ sums failed");
+        }
+    }
     float scale = 1.0f / sqrtf((float)HD), neginf = -INFINITY, one = 1.0f;
-    int64_t uids[] = {U_Q, U_K, U_V, U_O, U_DO, U_LSE, U_DQ, U_DK, U_DV, U_DSUM, U_SCALE, U_NEGINF, U_ONE};
+    int64_t uids[] = {U_Q, U_K, U_V, U_O, U_DO, U_LSE, U_DQ, U_DK, U_DV, U_DSUM, U_SCALE, U_NEGINF, U_ONE, U_DQACC};
     void *ptrs[] = {(void *)qkv, (void *)(qkv + HD), (void *)(qkv + 2 * HD), (void *)out, (void *)dout,
-                    (void *)lse, dqkv, dqkv + HD, dqkv + 2 * HD, R.dsum, &scale, &neginf, &one};
-    return run(stream, p, 13, uids, ptrs);
+                    (void *)lse, dqkv, dqkv + HD, dqkv + 2 * HD, R.dsum, &scale, &neginf, &one, R.dqacc};
+    return run(stream, p, kind == BACKWARD_ATOMIC ? 14 : 13, uids, ptrs);
 }
 
-int kcudnn_attention_workspace(int B, int T, int NH, int NG, int HD, const struct k_dropout *drop, size_t *bytes)
+int kcudnn_attention_workspace(int B, int T, int NH, int NG, int HD, const struct k_dropout *drop, int atomic,
+                               size_t *bytes)
 {
     *bytes = 0;
     if (applicable(B, T, NH, NG, HD, drop)) return 1;
     shape s = {B, T, NH, HD};
-    plan *f = plan_for(&s, 0), *b = f ? plan_for(&s, 1) : NULL;
+    int kind;
+    plan *f = plan_for(&s, FORWARD), *b = f ? backward_plan(&s, atomic, &kind) : NULL;
     if (!b) return 1;
     int64_t ws = f->workspace > b->workspace ? f->workspace : b->workspace;
-    *bytes = (size_t)ws + dsum_size(&s);
+    *bytes = (size_t)ws + dsum_size(&s) + (kind == BACKWARD_ATOMIC ? dqacc_size(&s) : 0);
     return 0;
 }

@@ -14,7 +14,13 @@
  *             dQ = dS K,  dK = dS^T Q
  *
  * dQ is a plain product of dS and K (no fp32 accumulator updated by atomics),
- * which cuDNN runs deterministically on Hopper. Only multi-head attention
+ * which cuDNN runs deterministically on Hopper: it writes dS, [B, NH, T, T] in
+ * bf16, to its workspace, and a second kernel multiplies it by K. With
+ * kcudnn_attention_atomic_dq(1) the backward instead adds each key tile's
+ * dS K into an fp32 [B, NH, T, HD] buffer by atomic adds as it goes (what
+ * cuDNN's frontend and Transformer Engine do unless asked for determinism):
+ * no dS in memory and no second kernel, but the order of the adds, and so the
+ * low bits of dQ, change from run to run. Only multi-head attention
  * (NG == NH) without dropout goes this way; anything else returns 1 and the
  * caller uses the project's own flash kernels.
  *
@@ -46,14 +52,26 @@ int kcudnn_attention_backward_bf16(void *stream, uint16_t *dqkv, const uint16_t 
 /* Why the last call returned 1 ("" after a 0). Static storage. */
 const char *kcudnn_why(void);
 
-/* The device memory a call of this shape will need beside its operands: the
- * larger of the two plans' workspaces (cuDNN's figure, from plans built now
- * and kept), plus the backward's D = rowsum(dO * O). 0 with *bytes set; 1 when
- * the shape goes to the flash kernels (*bytes = 0; kcudnn_why() says why). */
-int kcudnn_attention_workspace(int B, int T, int NH, int NG, int HD, const struct k_dropout *drop, size_t *bytes);
+/* dQ by atomic adds (on) or by a plain product (off, the default) in the
+ * backward calls from now on. A shape whose atomic graph cuDNN refuses takes
+ * the plain product, saying so on stderr when its plan is first built. */
+void kcudnn_attention_atomic_dq(int on);
+/* How many backward plans summing dQ by atomic adds were built (0: every
+ * backward so far was deterministic). */
+long kcudnn_attention_atomic_plans(void);
+
+/* The device memory a call of this shape will need beside its operands, with
+ * dQ by atomic adds (atomic) or not: the larger of the forward's and the
+ * backward's plan workspaces (cuDNN's figure, from plans built now and kept),
+ * plus the backward's D = rowsum(dO * O) and any dQ sums. 0 with *bytes set;
+ * 1 when the shape goes to the flash kernels (*bytes = 0; kcudnn_why() says
+ * why). */
+int kcudnn_attention_workspace(int B, int T, int NH, int NG, int HD, const struct k_dropout *drop, int atomic,
+                               size_t *bytes);
 
 /* Device memory this process holds for cuDNN's attention: the largest
- * workspace a plan has asked for, plus the backward's D = rowsum(dO * O). */
+ * workspace a plan has asked for, plus the backward's D = rowsum(dO * O) and
+ * dQ sums. */
 size_t kcudnn_workspace_bytes(void);
 /* How many times those buffers were replaced (a CUDA graph recorded before
  * holds the old ones). */
@@ -62,7 +80,8 @@ long kcudnn_buffers_moved(void);
 /* The loaded library's version (e.g. 91900), 0 when cuDNN cannot be opened. */
 long kcudnn_version(void);
 
-/* Deviceless check, no GPU needed (cuDNN >= 9.8): build both graphs for the
+/* Deviceless check, no GPU needed (cuDNN >= 9.8): build the three graphs (the
+ * forward, the backward with dQ by a plain product and by atomic adds) for the
  * shape and finalize an execution plan for each against the device described
  * by `deviceprop_json` (cuDNN's own serialisation of a device's properties).
  * 0: both plans finalized, or, on a machine whose libcuda is the toolkit's

@@ -36,11 +36,19 @@ int k_cuda_fused_attention(int mode, char *err, size_t errlen);
 /* How many bf16 attention calls (forward and backward) ran on cuDNN's fused
  * attention and how many on the flash kernels, since the process started. */
 void k_cuda_attention_calls(long *fused, long *flash);
+/* --nondeterministic-attention: cuDNN's attention backward sums dQ by atomic
+ * adds into an fp32 buffer (faster, no [B, NH, T, T] dS in memory; the low
+ * bits of dQ change from run to run) instead of the deterministic product of
+ * dS and K, from the next call on. Off by default; the flash kernels are
+ * deterministic either way. _atomic_plans: how many backward plans summing dQ
+ * by atomic adds cuDNN has built (0: every backward so far deterministic). */
+void k_cuda_attention_atomic_dq(int on);
+long k_cuda_attention_atomic_plans(void);
 /* Device memory cuDNN's fused attention needs for calls of this shape (its
- * plans' workspace, kcudnn_attention_workspace), on the current device: 0
- * where the shape would run on the flash kernels (grouped-query attention,
- * dropout, no cuDNN), or when cuDNN refuses it. */
-size_t k_cuda_attention_workspace_need(int B, int T, int NH, int NG, int HD, float attention_dropout);
+ * plans' workspace, kcudnn_attention_workspace), dQ by atomic adds or not, on
+ * the current device: 0 where the shape would run on the flash kernels
+ * (grouped-query attention, dropout, no cuDNN), or when cuDNN refuses it. */
+size_t k_cuda_attention_workspace_need(int B, int T, int NH, int NG, int HD, float attention_dropout, int atomic_dq);
 /* Bytes of device memory this process holds for cuDNN's attention now. */
 size_t k_cuda_attention_workspace_held(void);
 

@@ -31,7 +31,9 @@ static struct {
     void *(*stream)(void);
     int (*fused_attention)(int, char *, size_t);
     void (*attention_calls)(long *, long *);
-    size_t (*ws_need)(int, int, int, int, int, float);
+    size_t (*ws_need)(int, int, int, int, int, float, int);
+    void (*atomic_dq)(int);
+    long (*atomic_plans)(void);
     size_t (*ws_held)(void);
     void *(*host_alloc)(size_t);
     void (*host_free)(void *);
@@ -81,6 +83,8 @@ static void open_backend(void)
         { (void **)&M.fused_attention, "k_cuda_fused_attention" },
         { (void **)&M.attention_calls, "k_cuda_attention_calls" },
         { (void **)&M.ws_need, "k_cuda_attention_workspace_need" },
+        { (void **)&M.atomic_dq, "k_cuda_attention_atomic_dq" },
+        { (void **)&M.atomic_plans, "k_cuda_attention_atomic_plans" },
         { (void **)&M.ws_held, "k_cuda_attention_workspace_held" },
         { (void **)&M.host_alloc, "k_cuda_host_alloc" },
         { (void **)&M.host_free, "k_cuda_host_free" },
@@ -141,10 +145,15 @@ void k_cuda_attention_calls(long *fused, long *flash)
     *fused = *flash = 0;
 }
 
-size_t k_cuda_attention_workspace_need(int B, int T, int NH, int NG, int HD, float attention_dropout)
+size_t k_cuda_attention_workspace_need(int B, int T, int NH, int NG, int HD, float attention_dropout, int atomic_dq)
 {
-    return backend() ? M.ws_need(B, T, NH, NG, HD, attention_dropout) : 0;
+    return backend() ? M.ws_need(B, T, NH, NG, HD, attention_dropout, atomic_dq) : 0;
 }
+void k_cuda_attention_atomic_dq(int on)
+{
+    if (backend()) M.atomic_dq(on);
+}
+long k_cuda_attention_atomic_plans(void) { return backend() ? M.atomic_plans() : 0; }
 size_t k_cuda_attention_workspace_held(void) { return backend() ? M.ws_held() : 0; }
 void *k_cuda_host_alloc(size_t bytes) { return backend() ? M.host_alloc(bytes) : NULL; }
 void k_cuda_host_free(void *p)

@@ -76,15 +76,34 @@ extern "C" void k_cuda_attention_calls(long *fused, long *flash)
     *flash = calls_flash;
 }
 
-extern "C" size_t k_cuda_attention_workspace_need(int B, int T, int NH, int NG, int HD, float attention_dropout)
+extern "C" size_t k_cuda_attention_workspace_need(int B, int T, int NH, int NG, int HD, float attention_dropout,
+                                                   int atomic_dq)
 {
 #ifdef ATOLL_HAVE_CUDNN
     k_dropout d = {};
     d.p = attention_dropout;
     size_t bytes = 0;
-    return kcudnn_attention_workspace(B, T, NH, NG, HD, &d, &bytes) ? 0 : bytes;
+    return kcudnn_attention_workspace(B, T, NH, NG, HD, &d, atomic_dq, &bytes) ? 0 : bytes;
 #else
-    (void)B, (void)T, (void)NH, (void)NG, (void)HD, (void)attention_dropout;
+    (void)B, (void)T, (void)NH, (void)NG, (void)HD, (void)attention_dropout, (void)atomic_dq;
+    return 0;
+#endif
+}
+
+extern "C" void k_cuda_attention_atomic_dq(int on)
+{
+#ifdef ATOLL_HAVE_CUDNN
+    kcudnn_attention_atomic_dq(on);
+#else
+    (void)on;
+#endif
+}
+
+extern "C" long k_cuda_attention_atomic_plans(void)
+{
+#ifdef ATOLL_HAVE_CUDNN
+    return kcudnn_attention_atomic_plans();
+#else
     return 0;
 #endif
 }

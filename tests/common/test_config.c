@@ -567,9 +567,19 @@ static void test_megatron_flags(void)
     snprintf(line, sizeof line, "%s--deterministic-mode --log-energy --timers-to-log 1", model);
     CHECK(parse(&c, line, err, sizeof err) == 0, "flags without effect: %s", err);
     megatron_notes(&c, notes, sizeof notes);
-    CHECK(strstr(notes, "t: note: --deterministic-mode has no effect here: atoll has no separate deterministic mode") &&
+    CHECK(strstr(notes, "t: note: --deterministic-mode has no effect here: atoll's kernels are deterministic unless "
+                        "--nondeterministic-attention is given") &&
               strstr(notes, "--log-energy has no effect here: GPU energy is not read") &&
               strstr(notes, "--timers-to-log has no effect here"), "notes: '%s'", notes);
+    /* the one kernel choice that gives up determinism: asked for by name, and not beside Megatron's flag for the
+     * opposite */
+    snprintf(line, sizeof line, "%s--nondeterministic-attention", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && c.nondeterministic_attention &&
+              cfg_validate_layout(&c, 1, 0, err, sizeof err) == 0, "--nondeterministic-attention: %s", err);
+    snprintf(line, sizeof line, "%s--nondeterministic-attention --deterministic-mode", model);
+    CHECK(parse(&c, line, err, sizeof err) == 0 && cfg_validate_layout(&c, 1, 0, err, sizeof err) == -1 &&
+              strstr(err, "--nondeterministic-attention and --deterministic-mode ask for opposite things; give one"),
+          "both: '%s'", err);
     snprintf(line, sizeof line, "%s--overlap-param-gather --num-workers 2", model);
     CHECK(parse(&c, line, err, sizeof err) == 0, "speed-only flags: %s", err);
     megatron_notes(&c, notes, sizeof notes);

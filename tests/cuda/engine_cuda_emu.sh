@@ -56,6 +56,9 @@ run cuda_bf16_resume "$emu" --device cuda --bf16 --load "$work/ckpt"
 run cuda_tune_save "$emu" --device cuda --bf16 --tune-gemms --exit-interval 2 --save "$work/ckpt_tune" --save-interval 2
 run cuda_tune_resume "$emu" --device cuda --bf16 --tune-gemms --load "$work/ckpt_tune" --save "$work/ckpt_tune"
 run cpu_tune "$train" --device cpu --tune-gemms
+# --nondeterministic-attention changes cuDNN's attention backward only: elsewhere a note, the same losses
+run cpu_nondet "$train" --device cpu --nondeterministic-attention
+run cuda_bf16_nondet "$emu" --device cuda --bf16 --nondeterministic-attention
 failures=0
 choices=$work/ckpt_tune/gemm_choices_rank0.txt
 n=$(grep -c ' - ' "$choices" 2>/dev/null || true)
@@ -100,6 +103,11 @@ grep -q "note: --enable-cuda-graph records CUDA kernels: nothing to record on --
   { echo "FAIL: --enable-cuda-graph on the CPU gave no note"; failures=$((failures + 1)); }
 grep -q "note: --tune-gemms chooses cuBLASLt's algorithms: nothing to choose on --device cpu" "$work/cpu_tune.log" ||
   { echo "FAIL: --tune-gemms on the CPU gave no note"; failures=$((failures + 1)); }
+grep -q "note: --nondeterministic-attention sums cuDNN's attention gradients by atomic adds (cuda --bf16, --attention-backend auto or fused): nothing changes on the CPU" "$work/cpu_nondet.log" ||
+  { echo "FAIL: --nondeterministic-attention on the CPU gave no note"; failures=$((failures + 1)); }
+grep -q "attention calls on cuDNN's fused attention: 0, on the flash kernels: [1-9][0-9]*; cuDNN workspace 0.0 MiB$" \
+  "$work/cuda_bf16_nondet.log" ||
+  { tail -3 "$work/cuda_bf16_nondet.log"; echo "FAIL: without cuDNN, --nondeterministic-attention claimed atomic adds"; failures=$((failures + 1)); }
 grep -q "atoll-train: cuda," "$work/cuda.log" || { echo "FAIL: the emulated run did not say it ran on cuda"; failures=1; }
 # --attention-backend auto (the default) without cuDNN: the flash kernels, said at the end of the run
 grep -q "attention calls on cuDNN's fused attention: 0, on the flash kernels: [1-9]" "$work/cuda_bf16.log" ||
@@ -130,6 +138,10 @@ g, ng = L("cuda_ramp_graph"), L("cuda_ramp")
 check(len(g) == 6 and g == ng, f"cuda_ramp_graph: the losses of the ramp without graphs, bit for bit ({g} vs {ng})")
 t, tr = L("cuda_tune_save"), L("cuda_tune_resume")
 check(t + tr == b, f"--tune-gemms: saved and resumed, the bf16 run's losses bit for bit ({t + tr} vs {b})")
+for name, ref in (("cpu_nondet", "cpu"), ("cuda_bf16_nondet", "cuda_bf16")):
+    got, want = L(name), L(ref)
+    check(len(got) == 4 and got == want, f"{name}: the flash kernels and the CPU are deterministic: {ref}'s losses "
+          f"bit for bit ({got} vs {want})")
 check(L("cuda") != cpu, "the emulated cuda run is not the CPU backend (the losses differ in the last bits)")
 sys.exit(0 if check.ok else 1)
 PY
