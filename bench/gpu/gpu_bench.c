@@ -8,6 +8,9 @@
 #include "gemm_sweep.h"
 #include "k_cuda.h"
 #include "kernels.h"
+#ifdef ATOLL_HAVE_CUDNN
+#include "cudnn_sdpa.h"
+#endif
 
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -107,6 +110,50 @@ static void row(const char *op, float ms, double flops, double bytes)
            100.0 * floor_ms / ms);
     fprintf(md, "| %s | %.3f | %.3f | %s | %.1f%% |\n", op, ms, floor_ms, bound, 100.0 * floor_ms / ms);
 }
+
+#ifdef ATOLL_HAVE_CUDNN
+/* Each engine config cuDNN's heuristics offer for the attention graphs,
+ * timed one by one (kcudnn_attention_pick) at B x T tokens and NH heads of
+ * HD: what taking the first config that finalizes (training's rule) leaves.
+ * cudnn_sdpa.c is this program's own copy, on the backend's stream. */
+static void attention_configs(int B, int T, int NH, int HD)
+{
+    size_t NC = (size_t)B * T * NH * HD;
+    uint16_t *qkv = dev_rand_bf(3 * NC, 1), *out = G->alloc(NC * 2), *dqkv = G->alloc(3 * NC * 2);
+    uint16_t *dout = dev_rand_bf(NC, 1);
+    float *lse = G->alloc((size_t)B * NH * T * 4);
+    void *st = k_cuda_stream();
+    double fl_f = 2.0 * B * NH * (double)T * T * HD;
+    static const char *const kinds[] = {"forward", "backward", "backward, dQ by atomic adds"};
+    kcudnn_attention_forward_bf16(st, out, lse, qkv, B, T, NH, NH, HD, NULL); /* out and lse for the backward */
+    for (int kind = 0; kind < 3; kind++) {
+        kcudnn_attention_atomic_dq(kind == 2);
+        for (int i = 0, n = 1; i < n; i++) {
+            kcudnn_attention_pick(kind, i);
+#define CALL (kind == 0 ? kcudnn_attention_forward_bf16(st, dqkv, lse, qkv, B, T, NH, NH, HD, NULL)               \
+                        : kcudnn_attention_backward_bf16(st, dqkv, dout, qkv, out, lse, B, T, NH, NH, HD, NULL))
+            int rc = CALL;
+            char desc[96];
+            snprintf(desc, sizeof desc, "%s", kcudnn_attention_plan_desc(kind));
+            if (sscanf(desc, "config %*d of %d", &n) != 1) break;
+            char name[160];
+            snprintf(name, sizeof name, "cuDNN attention %s, %d heads: %s", kinds[kind], NH, desc);
+            if (rc || strstr(desc, "refused")) {
+                printf("%s\n", name);
+                fprintf(md, "| %s | | | | |\n", name);
+                continue;
+            }
+            float ms;
+            TIME_MS(ms, (void)CALL);
+#undef CALL
+            row(name, ms, kind ? 2.5 * fl_f : fl_f, kind ? 3.0 * NC * 2 * 2 + NC * 2 * 2 : 3.0 * NC * 2 + NC * 2);
+        }
+        kcudnn_attention_pick(kind, -1);
+    }
+    kcudnn_attention_atomic_dq(0);
+    G->free(qkv); G->free(out); G->free(dqkv); G->free(dout); G->free(lse);
+}
+#endif
 
 int main(int argc, char **argv)
 {
@@ -251,6 +298,10 @@ int main(int argc, char **argv)
             ms, 2.5 * fl_f, 3.0 * NC * 2 * 2 + NC * 2 * 2);
         k_cuda_attention_atomic_dq(0);
         k_cuda_fused_attention(0, err, sizeof err);
+#ifdef ATOLL_HAVE_CUDNN
+        attention_configs(B, T, NH, HD);  /* GPT-2 124M's heads */
+        attention_configs(B, T, 25, HD);  /* the ~1.5B model's */
+#endif
     } else {
         printf("attention (cuDNN fused): not measured: %s\n", err);
     }

@@ -154,6 +154,7 @@ for s in $stages; do
         > "$work/pc.log" 2>&1; then r=pass; else r=FAIL; fails=$((fails + 1)); fi
       cat "$work/pc.log"
       note "- cudnn_plan_check with this device's properties: $r ($(head -1 "$work/pc.log"); $(tail -1 "$work/pc.log"))"
+      grep '^  .*config 0 of' "$work/pc.log" | sed 's/^  /  - engine configs offered, /' | while read -r l; do note "$l"; done
     else
       cat "$work/dp.log"; rm -f "$out/cudnn_deviceprop.json"
       note "- cuDNN device properties not available here: $(head -1 "$work/dp.log")"

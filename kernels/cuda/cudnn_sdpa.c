@@ -96,7 +96,7 @@ long kcudnn_version(void) { return load() ? L.version : 0; }
 
 /* ---- a graph under construction ---- */
 
-enum { MAX_DESC = 96, MAX_OPS = 40 };
+enum { MAX_DESC = 96, MAX_OPS = 40, MAX_CONFIGS = 8 };
 
 typedef struct {
     cudnnBackendDescriptor_t all[MAX_DESC]; /* every descriptor made, destroyed together */
@@ -431,11 +431,26 @@ static void build_backward(graph *g, const shape *s, int atomic)
 typedef struct {
     cudnnBackendDescriptor_t plan;
     int64_t workspace;
+    char desc[64]; /* "config I of N (engine E)": which of the heuristics' engine configs it runs */
 } plan;
 
-/* Operation graph, heuristics, and the first engine config whose plan
- * finalizes. handle or deviceprop (deviceless) names the device. */
-static int make_plan(graph *g, cudnnHandle_t handle, cudnnBackendDescriptor_t deviceprop, plan *out)
+/* The engine an engine config runs (its global index), -1 when cuDNN does not say. */
+static int64_t engine_of(cudnnBackendDescriptor_t cfg)
+{
+    cudnnBackendDescriptor_t eng = NULL;
+    int64_t n = 0, id = -1;
+    if (L.createDesc(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &eng) != CUDNN_STATUS_SUCCESS) return -1;
+    if (L.getAttr(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &eng) != CUDNN_STATUS_SUCCESS ||
+        L.getAttr(eng, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &id) != CUDNN_STATUS_SUCCESS)
+        id = -1;
+    L.destroyDesc(eng);
+    return id;
+}
+
+/* Operation graph, heuristics, and an engine config's plan: with pick < 0 the
+ * first config whose plan finalizes, else the pick-th of the heuristics' list
+ * only. handle or deviceprop (deviceless) names the device. */
+static int make_plan(graph *g, cudnnHandle_t handle, cudnnBackendDescriptor_t deviceprop, int pick, plan *out)
 {
     if (g->failed) return 1;
     cudnnBackendDescriptor_t og = gnew(g, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "create operation graph");
@@ -461,16 +476,24 @@ static int make_plan(graph *g, cudnnHandle_t handle, cudnnBackendDescriptor_t de
                  L.version);
         return 1;
     }
-    if (n > 8) n = 8;
-    cudnnBackendDescriptor_t cfg[8];
+    if (n > MAX_CONFIGS) n = MAX_CONFIGS;
+    cudnnBackendDescriptor_t cfg[MAX_CONFIGS];
     for (int64_t i = 0; i < n; i++) cfg[i] = gnew(g, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "create engine config");
     int64_t got = 0;
     if (!g->failed)
         CK(g, L.getAttr(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n, &got, cfg),
            "get engine configs");
     if (g->failed) return 1;
+    if (pick >= got) {
+        g->failed = 1;
+        snprintf(g->err, g->cap, "kernels/cuda/cudnn_sdpa.c: cuDNN %ld: config %d asked for, the heuristics offer %lld",
+                 L.version, pick, (long long)got);
+        return 1;
+    }
     char first[512] = "";
-    for (int64_t i = 0; i < got; i++) {
+    for (int64_t i = pick < 0 ? 0 : pick; i < (pick < 0 ? got : pick + 1); i++) {
+        snprintf(out->desc, sizeof out->desc, "config %lld of %lld (engine %lld)", (long long)i, (long long)got,
+                 (long long)engine_of(cfg[i]));
         cudnnBackendDescriptor_t p = NULL;
         cudnnStatus_t st = L.createDesc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &p);
         if (st == CUDNN_STATUS_SUCCESS)
@@ -505,6 +528,9 @@ static int make_plan(graph *g, cudnnHandle_t handle, cudnnBackendDescriptor_t de
                  "kernels/cuda/cudnn_sdpa.c: cuDNN %ld: its %lld attention engines are unusable here; they compile "
                  "their kernels at run time and need libcuda.so.1 (a GPU driver, or for a check without a GPU the "
                  "CUDA toolkit's stubs/libcuda.so)", L.version, (long long)n);
+    else if (pick >= 0)
+        snprintf(g->err, g->cap, "kernels/cuda/cudnn_sdpa.c: cuDNN %ld: %s does not finalize: %s", L.version,
+                 out->desc, first);
     else
         snprintf(g->err, g->cap,
                  "kernels/cuda/cudnn_sdpa.c: cuDNN %ld: none of %lld engine configs finalizes (first: %s)", L.version,
@@ -541,7 +567,7 @@ int kcudnn_plan_check(const char *deviceprop_json, int B, int T, int NH, int HD,
         if (kind == FORWARD) build_forward(&g, &s);
         else build_backward(&g, &s, kind == BACKWARD_ATOMIC);
         plan p = {0};
-        int rc = make_plan(&g, NULL, dp, &p);
+        int rc = make_plan(&g, NULL, dp, -1, &p);
         if (rc == 0) {
             L.destroyDesc(p.plan);
         } else {
@@ -554,6 +580,31 @@ int kcudnn_plan_check(const char *deviceprop_json, int B, int T, int NH, int HD,
     }
     err[0] = '\0';
     return 0;
+}
+
+int kcudnn_plan_configs(const char *deviceprop_json, int B, int T, int NH, int HD, int kind, char *list, size_t cap)
+{
+    list[0] = '\0';
+    if (!load() || L.version < 90800 || kind < FORWARD || kind > BACKWARD_ATOMIC) return -1;
+    shape s = {B, T, NH, HD};
+    int ok = 0;
+    size_t at = 0;
+    for (int pick = 0; pick < MAX_CONFIGS; pick++) {
+        char err[600];
+        graph g = {.next_virtual_uid = U_FIRST_VIRTUAL, .err = err, .cap = sizeof err};
+        cudnnBackendDescriptor_t dp = deviceprop_from(&g, deviceprop_json);
+        if (kind == FORWARD) build_forward(&g, &s);
+        else build_backward(&g, &s, kind == BACKWARD_ATOMIC);
+        plan p = {0};
+        int rc = make_plan(&g, NULL, dp, pick, &p);
+        gfree(&g);
+        if (rc && !p.desc[0]) break; /* past the heuristics' list (or the graph failed before it) */
+        if (!rc) L.destroyDesc(p.plan);
+        ok += rc == 0;
+        if (at < cap)
+            at += (size_t)snprintf(list + at, cap - at, "%s%s%s", at ? "; " : "", p.desc, rc ? " refused" : "");
+    }
+    return ok;
 }
 
 char *kcudnn_deviceprop_json(int device, char *err, size_t cap)
@@ -583,13 +634,14 @@ char *kcudnn_deviceprop_json(int device, char *err, size_t cap)
 
 /* ---- the live path: plans per shape, kept for the process ---- */
 
-enum { MAX_PLANS = 16 };
+enum { MAX_PLANS = 48 };
 
 static struct {
     cudnnHandle_t handle;
     struct {
         shape s;
         int kind; /* FORWARD, BACKWARD, BACKWARD_ATOMIC */
+        int pick; /* the engine config asked for (kcudnn_attention_pick; -1: the first that finalizes) */
         plan p;
         int bad; /* cuDNN refused this shape: the own kernels run it */
     } plans[MAX_PLANS];
@@ -602,12 +654,24 @@ static struct {
     size_t dqacc_bytes;
     int atomic_dq;     /* kcudnn_attention_atomic_dq */
     long atomic_plans; /* BACKWARD_ATOMIC plans built */
+    int pick1[3];      /* kcudnn_attention_pick's index + 1, by kind (0: the first that finalizes) */
+    char last[3][80];  /* the config the last plan built for each kind runs */
 } R;
 
 size_t kcudnn_workspace_bytes(void) { return R.ws_bytes + R.dsum_bytes + R.dqacc_bytes; }
 
 void kcudnn_attention_atomic_dq(int on) { R.atomic_dq = on != 0; }
 long kcudnn_attention_atomic_plans(void) { return R.atomic_plans; }
+
+void kcudnn_attention_pick(int kind, int index)
+{
+    if (kind >= FORWARD && kind <= BACKWARD_ATOMIC) R.pick1[kind] = index < 0 ? 0 : index + 1;
+}
+
+const char *kcudnn_attention_plan_desc(int kind)
+{
+    return kind >= FORWARD && kind <= BACKWARD_ATOMIC ? R.last[kind] : "";
+}
 
 static long moves; /* buffers replaced by grow() */
 long kcudnn_buffers_moved(void) { return moves; }
@@ -633,8 +697,9 @@ static int grow(void **p, size_t *have, size_t want)
 
 static plan *plan_for(const shape *s, int kind)
 {
+    int pick = R.pick1[kind] - 1;
     for (int i = 0; i < R.nplans; i++)
-        if (!memcmp(&R.plans[i].s, s, sizeof *s) && R.plans[i].kind == kind)
+        if (!memcmp(&R.plans[i].s, s, sizeof *s) && R.plans[i].kind == kind && R.plans[i].pick == pick)
             return R.plans[i].bad ? NULL : &R.plans[i].p;
     if (R.nplans == MAX_PLANS) {
         not_taken("more than %d attention shapes", MAX_PLANS);
@@ -650,8 +715,11 @@ static plan *plan_for(const shape *s, int kind)
     if (kind == FORWARD) build_forward(&g, s);
     else build_backward(&g, s, kind == BACKWARD_ATOMIC);
     int i = R.nplans++;
-    R.plans[i].s = *s, R.plans[i].kind = kind;
-    int rc = make_plan(&g, R.handle, NULL, &R.plans[i].p);
+    R.plans[i].s = *s, R.plans[i].kind = kind, R.plans[i].pick = pick;
+    int rc = make_plan(&g, R.handle, NULL, pick, &R.plans[i].p);
+    char desc[sizeof R.plans[i].p.desc];
+    memcpy(desc, R.plans[i].p.desc, sizeof desc);
+    snprintf(R.last[kind], sizeof R.last[kind], "%s%s", desc, rc ? " refused" : "");
     if (rc) {
         gfree(&g);
         R.plans[i].bad = 1;

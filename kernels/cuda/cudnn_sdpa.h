@@ -89,6 +89,23 @@ long kcudnn_version(void);
  * reason in err. */
 int kcudnn_plan_check(const char *deviceprop_json, int B, int T, int NH, int HD, char *err, size_t cap);
 
+/* Deviceless, as above, for one graph (kind 0 the forward, 1 the backward, 2
+ * the backward with dQ by atomic adds): each engine config cuDNN's heuristics
+ * offer for it, in their order, is made into a plan. Returns how many
+ * finalize (-1: no cuDNN 9.8+, or no such kind); `list` gets "config I of N
+ * (engine E)" for each, "refused" after those that do not. */
+int kcudnn_plan_configs(const char *deviceprop_json, int B, int T, int NH, int HD, int kind, char *list, size_t cap);
+
+/* Which engine config plans built from now on take, for the graph of `kind`
+ * (as above): the index-th of the heuristics' list (a plan of its own for
+ * each index), or with index -1, the default, the first that finalizes. A
+ * config that does not finalize declines the calls it would run (return 1).
+ * For measuring each config (bench/gpu/gpu_bench); training takes the
+ * default. _plan_desc: the config the last plan built for `kind` runs, "config
+ * I of N (engine E)", with " refused" when it did not finalize. */
+void kcudnn_attention_pick(int kind, int index);
+const char *kcudnn_attention_plan_desc(int kind);
+
 /* The serialised properties of CUDA device `device` (a malloc'd string the
  * caller frees), for kcudnn_plan_check on a machine without it; NULL with err. */
 char *kcudnn_deviceprop_json(int device, char *err, size_t cap);

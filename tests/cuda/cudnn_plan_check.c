@@ -69,6 +69,16 @@ int main(int argc, char **argv)
         if (rc) fprintf(stderr, "  %s\n", err);
         CHECK(rc == 0, "H100: B=%d T=%d heads=%d dim=%d: forward and backward graphs taken", s[0], s[1], s[2], s[3]);
     }
+    /* every engine config the heuristics offer for GPT-2's shape: at least the first of each graph finalizes
+     * (what training takes); the list is what bench/gpu/gpu_bench times one by one on a GPU */
+    static const char *const kinds[] = {"forward", "backward", "backward, dQ by atomic adds"};
+    for (int kind = 0; kind < 3; kind++) {
+        char list[1024];
+        int ok = kcudnn_plan_configs(h100, 8, 1024, 12, 64, kind, list, sizeof list);
+        printf("  %s: %s\n", kinds[kind], list);
+        CHECK(ok >= 1 && strstr(list, "config 0 of ") && !strstr(list, "config 0 of 1 (engine -1)"),
+              "H100, GPT-2's shape, %s: %d engine configs finalize: %s", kinds[kind], ok, list);
+    }
     int rc = kcudnn_plan_check(t4, 8, 1024, 12, 64, err, sizeof err);
     CHECK(rc == 1 && strstr(err, "no engine"), "Tesla T4 (sm_75): refused, no engine (%s)", err);
 
