@@ -168,7 +168,7 @@ int main(int argc, char **argv)
             return 2;
         }
         /* host memory is shared by the N ranks; a GPU rank checks its own device */
-        if (strcmp(o->device, "cuda") && eng_memory_check(&c, cl.nproc, cl.nproc, o->device, err, sizeof err)) {
+        if (strcmp(o->device, "cuda") && eng_memory_check(&c, cl.nproc, cl.nproc, o->device, NULL, NULL, err, sizeof err)) {
             fprintf(stderr, "atoll-train: --nproc-per-node %d: %s\n", cl.nproc, err);
             return SUP_EXIT_CONFIG;
         }

@@ -93,16 +93,21 @@ int eng_memory_verdict(const atoll_config *c, int world, int local_ranks, const 
     return -1;
 }
 
-int eng_memory_check(const atoll_config *c, int world, int local_ranks, const char *device, char *err,
-                     size_t errlen)
+int eng_memory_check(const atoll_config *c, int world, int local_ranks, const char *device, eng_memory *need,
+                     double *in_use, char *err, size_t errlen)
 {
     double room = -1, attn_ws = 0;
+    if (in_use) *in_use = -1;
     if (!strcmp(device, "cuda")) {
 #ifdef ATOLL_HAVE_CUDA
         eng_cuda_select_device();
         size_t free_b = 0, total_b = 0;
-        if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) room = (double)free_b;
-        else (void)cudaGetLastError();
+        if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+            room = (double)free_b;
+            if (in_use) *in_use = (double)(total_b - free_b);
+        } else {
+            (void)cudaGetLastError();
+        }
 #endif
 #ifdef ATOLL_HAVE_CUDA_KERNELS
         /* cuDNN's fused attention: the workspace its plans for this rank's
@@ -117,5 +122,6 @@ int eng_memory_check(const atoll_config *c, int world, int local_ranks, const ch
     } else {
         room = eng_host_memory_available();
     }
+    if (need) eng_memory_need(c, world, attn_ws, need);
     return eng_memory_verdict(c, world, local_ranks, device, room, attn_ws, err, errlen);
 }

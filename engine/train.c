@@ -1449,7 +1449,10 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     if (tok_config_vocab(&c, err, errlen) || cfg_validate_layout(&c, world, 0, err, errlen)) return ENG_ERR_CONFIG;
     if (!c.global_batch_size) c.global_batch_size = cfg_global_batch(&c, cfg_data_parallel_size(&c, world));
     const char *lws = getenv("LOCAL_WORLD_SIZE");
-    if (eng_memory_check(&c, world, lws ? atoi(lws) : 1, o->device, err, errlen)) return ENG_ERR_CONFIG;
+    eng_memory need;
+    double in_use0; /* the GPU's memory in use before this run allocated anything */
+    if (eng_memory_check(&c, world, lws ? atoi(lws) : 1, o->device, &need, &in_use0, err, errlen))
+        return ENG_ERR_CONFIG;
     run r;
     memset(&r, 0, sizeof r);
     r.c = &c;
@@ -1563,6 +1566,16 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     if (!rc && r.d.rank == 0 && !strcmp(r.o->device, "cuda"))
         printf("atoll-train: the host waited for the GPU %ld times (start-up and %lld steps)\n", k_cuda_host_waits(),
                r.st.iteration - r.start_iteration);
+    if (!rc && r.d.rank == 0 && !strcmp(r.o->device, "cuda") && in_use0 >= 0) {
+        /* the memory check's estimate against what the run took: the peak of the GPU's memory in use (the
+         * CUDA libraries' own, NCCL's and the backend's scratch included) less what was in use before */
+        const double gib = 1024.0 * 1024.0 * 1024.0;
+        double took = (double)memory_peak(r.m->k) - in_use0;
+        printf("atoll-train: device memory: the run took %.3f GiB at its peak; the check before the start estimated "
+               "%.3f GiB (%.3f of weights, gradients and optimizer state, %.3f of activations, %.3f of cuDNN "
+               "workspace)\n", took / gib, need.total_bytes / gib, need.state_bytes / gib, need.act_bytes / gib,
+               need.attn_workspace_bytes / gib);
+    }
     if (!rc && r.d.rank == 0 && r.graph_records)
         printf("atoll-train: --enable-cuda-graph: %ld graph%s recorded, %ld micro-batches launched from them\n",
                r.graph_records, r.graph_records == 1 ? "" : "s", r.graph_launches);

@@ -35,14 +35,6 @@ const struct k_ops *eng_backend(const char *device, char *err, size_t errlen);
 #define ENG_ERR_CONFIG (-2)
 int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t errlen);
 
-/* memory_check.c: refuses a layout whose memory per rank (the planner's model at
- * the engine's precision, fp32 or --bf16, plus the fused attention's workspace)
- * times the `local_ranks` sharing this host (cpu) is more than the device has
- * free; 0, or -1 with err saying what it needs, what there is and what would
- * lower it. Called before anything is allocated. */
-int eng_memory_check(const atoll_config *c, int world, int local_ranks, const char *device, char *err,
-                     size_t errlen);
-
 /* What eng_memory_check counts, per rank, in bytes. */
 typedef struct eng_memory {
     double params;               /* parameters this rank holds (the worst stage) */
@@ -51,6 +43,17 @@ typedef struct eng_memory {
     double attn_workspace_bytes; /* cuDNN's fused attention (its plans' figure), else 0 */
     double total_bytes;
 } eng_memory;
+
+/* memory_check.c: refuses a layout whose memory per rank (the planner's model at
+ * the engine's precision, fp32 or --bf16, plus the fused attention's workspace)
+ * times the `local_ranks` sharing this host (cpu) is more than the device has
+ * free; 0, or -1 with err saying what it needs, what there is and what would
+ * lower it. Called before anything is allocated. need (if not NULL) gets what
+ * it counted; in_use (if not NULL) the GPU's memory already in use when it
+ * looked (cuda; -1 elsewhere or unknown), so a run can set its peak against
+ * the estimate. */
+int eng_memory_check(const atoll_config *c, int world, int local_ranks, const char *device, eng_memory *need,
+                     double *in_use, char *err, size_t errlen);
 void eng_memory_need(const atoll_config *c, int world, double attn_workspace_bytes, eng_memory *out);
 /* The check against `room` bytes (-1: unknown, always fits). */
 int eng_memory_verdict(const atoll_config *c, int world, int local_ranks, const char *device, double room,

@@ -237,6 +237,7 @@ for s in $stages; do
       grep -m1 'kernels/cuda' "$work/a.log" || true
       grep -m1 'chosen by time' "$work/a.log" | sed 's/^/  /' || true
       grep -m1 -e '--enable-cuda-graph' "$work/a.log" | sed 's/^/  /' || true
+      [ "$p" = --bf16 ] && note "|  ($(grep -o 'device memory: .*' "$work/a.log" || echo 'device memory: not reported')) | | | |"
       calls=$(grep -o 'attention calls on.*' "$work/a.log")
       [ -n "$calls" ] && note "|  ($calls) | | | |"
       case "$p" in *fused*) ms_fused=$ms ;; *flash*) ms_flash=$ms ;; esac
@@ -319,6 +320,7 @@ EOF
         { tail -3 "$work/b.log"; fails=$((fails + 1)); }
       read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
       note "- the same, global batch $gbs (8 micro-batches of $mb per step): ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-}"
+      note "  - $(grep -o 'device memory: .*' "$work/b.log" || echo 'device memory: not reported')"
       [ "$ab" = fused ] || continue
       # the same with each GEMM's algorithm chosen by time (the first step times the candidates: 6 steps, the
       # median is over the last 3)

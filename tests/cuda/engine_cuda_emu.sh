@@ -138,6 +138,13 @@ g, ng = L("cuda_ramp_graph"), L("cuda_ramp")
 check(len(g) == 6 and g == ng, f"cuda_ramp_graph: the losses of the ramp without graphs, bit for bit ({g} vs {ng})")
 t, tr = L("cuda_tune_save"), L("cuda_tune_resume")
 check(t + tr == b, f"--tune-gemms: saved and resumed, the bf16 run's losses bit for bit ({t + tr} vs {b})")
+import re
+mem = re.search(r"device memory: the run took ([0-9.]+) GiB at its peak; the check before the start estimated ([0-9.]+) "
+                r"GiB \(([0-9.]+) of weights", open(f"{w}/cuda_bf16.log").read())
+took, est, state = (float(x) for x in mem.groups()) if mem else (0.0, 0.0, 0.0)
+check(mem and took >= state > 0 and est >= state,
+      f"device memory: the run took {took} GiB at its peak (the backend's workspace and scratch included), at least "
+      f"the {state} GiB of weights and optimizer state the check estimated (of {est} GiB)")
 for name, ref in (("cpu_nondet", "cpu"), ("cuda_bf16_nondet", "cuda_bf16")):
     got, want = L(name), L(ref)
     check(len(got) == 4 and got == want, f"{name}: the flash kernels and the CPU are deterministic: {ref}'s losses "

@@ -27,9 +27,11 @@ cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaE
 
 cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 
-/* The emulated device's memory (emu_device.h), all free, to the memory check. */
+/* The emulated device's memory (emu_device.h), less what cudaMalloc holds, to
+ * the memory check. */
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 {
-    *free_b = *total_b = EMU_DEVICE_BYTES;
+    *total_b = EMU_DEVICE_BYTES;
+    *free_b = EMU_DEVICE_BYTES - emu_device_used();
     return cudaSuccess;
 }

@@ -288,8 +288,8 @@ inline float __bfloat162float(__nv_bfloat16 b)
 
 /* ---- runtime: device memory is host memory; every call completes at once ---- */
 typedef int cudaError_t;
-enum { cudaSuccess = 0, cudaErrorIllegalState = 401, cudaErrorNotReady = 600, cudaErrorStreamCaptureUnsupported = 900,
-       cudaErrorStreamCaptureInvalidated = 901 };
+enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorIllegalState = 401, cudaErrorNotReady = 600,
+       cudaErrorStreamCaptureUnsupported = 900, cudaErrorStreamCaptureInvalidated = 901 };
 typedef void *cudaStream_t;
 typedef void *cudaEvent_t;
 
@@ -407,18 +407,22 @@ inline cudaError_t cudaMalloc(void **p, size_t n)
 {
     if (emu_refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
     *p = malloc(n ? n : 1);
+    if (!*p) return cudaErrorMemoryAllocation;
     memset(*p, 0xff, n ? n : 1); /* NaN bytes: reads of unwritten memory show */
-    return *p ? cudaSuccess : 2;
+    emu_device_track(*p, n ? n : 1);
+    return cudaSuccess;
 }
 inline cudaError_t cudaFree(void *p)
 {
     if (emu_refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
+    emu_device_track(p, 0);
     free(p);
     return cudaSuccess;
 }
 inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 {
-    *free_b = *total_b = EMU_DEVICE_BYTES;
+    *total_b = EMU_DEVICE_BYTES;
+    *free_b = EMU_DEVICE_BYTES - emu_device_used();
     return cudaSuccess;
 }
 inline cudaError_t cudaMallocHost(void **p, size_t n)

@@ -1,9 +1,26 @@
-/* emu_device: the emulated device's size, one figure for the emulated kernels'
- * runtime (emu_cuda.h, C++) and atoll-train-emu's (cudart_emu.c, C). Its
- * memory is the host's; cudaMemGetInfo reports all of it free. */
+/* emu_device: the emulated device's size and the memory allocated on it, for
+ * the emulated kernels' runtime (emu_cuda.h, C++) and atoll-train-emu's
+ * (cudart_emu.c, C). Its memory is the host's; cudaMemGetInfo reports the
+ * size less what cudaMalloc holds, so the engine's memory check and its
+ * peak-memory figures see an allocating run as on a GPU. */
 #ifndef ATOLL_EMU_DEVICE_H
 #define ATOLL_EMU_DEVICE_H
 
+#include <stddef.h>
+
 #define EMU_DEVICE_BYTES ((size_t)16 << 30)
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cudaMalloc's p of `bytes` (bytes > 0), or cudaFree's p (bytes 0). */
+void emu_device_track(void *p, size_t bytes);
+/* Bytes cudaMalloc holds now. */
+size_t emu_device_used(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
