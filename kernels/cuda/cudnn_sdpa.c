@@ -426,6 +426,13 @@ static void build_backward(graph *g, const shape *s, int atomic)
     pointwise(g, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, acc, NULL, NULL, dq, -1);
 }
 
+/* The graph of `kind`: the forward, or the backward with dQ by a plain product or by atomic adds. */
+static void build(graph *g, const shape *s, int kind)
+{
+    if (kind == FORWARD) build_forward(g, s);
+    else build_backward(g, s, kind == BACKWARD_ATOMIC);
+}
+
 /* ---- plans ---- */
 
 typedef struct {
@@ -549,6 +556,24 @@ static cudnnBackendDescriptor_t deviceprop_from(graph *g, const char *json)
     return dp;
 }
 
+/* Deviceless: the graph of `kind` and its plan for engine config `pick` (as
+ * make_plan takes it) against the device described, made and let go. 0, or 1
+ * with err; desc gets the config's "config I of N (engine E)" ("" when the
+ * heuristics' list was not reached or has no such config). */
+static int deviceless_plan(const char *deviceprop_json, const shape *s, int kind, int pick, char *desc, size_t dcap,
+                           char *err, size_t cap)
+{
+    graph g = {.next_virtual_uid = U_FIRST_VIRTUAL, .err = err, .cap = cap};
+    cudnnBackendDescriptor_t dp = deviceprop_from(&g, deviceprop_json);
+    build(&g, s, kind);
+    plan p = {0};
+    int rc = make_plan(&g, NULL, dp, pick, &p);
+    if (!rc) L.destroyDesc(p.plan);
+    gfree(&g);
+    snprintf(desc, dcap, "%s", p.desc);
+    return rc;
+}
+
 int kcudnn_plan_check(const char *deviceprop_json, int B, int T, int NH, int HD, char *err, size_t cap)
 {
     if (!load()) {
@@ -562,21 +587,13 @@ int kcudnn_plan_check(const char *deviceprop_json, int B, int T, int NH, int HD,
     shape s = {B, T, NH, HD};
     static const char *const names[] = {"forward", "backward", "backward (dQ by atomic adds)"};
     for (int kind = FORWARD; kind <= BACKWARD_ATOMIC; kind++) {
-        graph g = {.next_virtual_uid = U_FIRST_VIRTUAL, .err = err, .cap = cap};
-        cudnnBackendDescriptor_t dp = deviceprop_from(&g, deviceprop_json);
-        if (kind == FORWARD) build_forward(&g, &s);
-        else build_backward(&g, &s, kind == BACKWARD_ATOMIC);
-        plan p = {0};
-        int rc = make_plan(&g, NULL, dp, -1, &p);
-        if (rc == 0) {
-            L.destroyDesc(p.plan);
-        } else {
+        char desc[64];
+        if (deviceless_plan(deviceprop_json, &s, kind, -1, desc, sizeof desc, err, cap)) {
             char tmp[600];
             snprintf(tmp, sizeof tmp, "%s", err);
             snprintf(err, cap, "%s graph: %s", names[kind], tmp);
+            return 1;
         }
-        gfree(&g);
-        if (rc) return 1;
     }
     err[0] = '\0';
     return 0;
@@ -590,19 +607,11 @@ int kcudnn_plan_configs(const char *deviceprop_json, int B, int T, int NH, int H
     int ok = 0;
     size_t at = 0;
     for (int pick = 0; pick < MAX_CONFIGS; pick++) {
-        char err[600];
-        graph g = {.next_virtual_uid = U_FIRST_VIRTUAL, .err = err, .cap = sizeof err};
-        cudnnBackendDescriptor_t dp = deviceprop_from(&g, deviceprop_json);
-        if (kind == FORWARD) build_forward(&g, &s);
-        else build_backward(&g, &s, kind == BACKWARD_ATOMIC);
-        plan p = {0};
-        int rc = make_plan(&g, NULL, dp, pick, &p);
-        gfree(&g);
-        if (rc && !p.desc[0]) break; /* past the heuristics' list (or the graph failed before it) */
-        if (!rc) L.destroyDesc(p.plan);
+        char err[600], desc[64];
+        int rc = deviceless_plan(deviceprop_json, &s, kind, pick, desc, sizeof desc, err, sizeof err);
+        if (rc && !desc[0]) break; /* past the heuristics' list (or the graph failed before it) */
         ok += rc == 0;
-        if (at < cap)
-            at += (size_t)snprintf(list + at, cap - at, "%s%s%s", at ? "; " : "", p.desc, rc ? " refused" : "");
+        if (at < cap) at += (size_t)snprintf(list + at, cap - at, "%s%s%s", at ? "; " : "", desc, rc ? " refused" : "");
     }
     return ok;
 }
@@ -712,8 +721,7 @@ static plan *plan_for(const shape *s, int kind)
     }
     char err[600];
     graph g = {.next_virtual_uid = U_FIRST_VIRTUAL, .err = err, .cap = sizeof err};
-    if (kind == FORWARD) build_forward(&g, s);
-    else build_backward(&g, s, kind == BACKWARD_ATOMIC);
+    build(&g, s, kind);
     int i = R.nplans++;
     R.plans[i].s = *s, R.plans[i].kind = kind, R.plans[i].pick = pick;
     int rc = make_plan(&g, R.handle, NULL, pick, &R.plans[i].p);
