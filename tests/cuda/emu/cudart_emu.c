@@ -31,7 +31,6 @@ cudaError_t cudaGetLastError(void) { return cudaSuccess; }
  * the memory check. */
 cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 {
-    *total_b = EMU_DEVICE_BYTES;
-    *free_b = EMU_DEVICE_BYTES - emu_device_used();
+    emu_device_mem_info(free_b, total_b);
     return cudaSuccess;
 }

@@ -421,8 +421,7 @@ inline cudaError_t cudaFree(void *p)
 }
 inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)
 {
-    *total_b = EMU_DEVICE_BYTES;
-    *free_b = EMU_DEVICE_BYTES - emu_device_used();
+    emu_device_mem_info(free_b, total_b);
     return cudaSuccess;
 }
 inline cudaError_t cudaMallocHost(void **p, size_t n)

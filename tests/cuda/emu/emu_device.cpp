@@ -23,8 +23,9 @@ extern "C" void emu_device_track(void *p, size_t bytes)
     sizes.erase(it);
 }
 
-extern "C" size_t emu_device_used(void)
+extern "C" void emu_device_mem_info(size_t *free_b, size_t *total_b)
 {
     std::lock_guard<std::mutex> g(lock);
-    return used;
+    *total_b = EMU_DEVICE_BYTES;
+    *free_b = EMU_DEVICE_BYTES - used;
 }

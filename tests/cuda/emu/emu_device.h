@@ -16,8 +16,9 @@ extern "C" {
 
 /* cudaMalloc's p of `bytes` (bytes > 0), or cudaFree's p (bytes 0). */
 void emu_device_track(void *p, size_t bytes);
-/* Bytes cudaMalloc holds now. */
-size_t emu_device_used(void);
+/* cudaMemGetInfo's answer, for both runtimes: the device's size, less what
+ * cudaMalloc holds now. */
+void emu_device_mem_info(size_t *free_b, size_t *total_b);
 
 #ifdef __cplusplus
 }
