@@ -291,14 +291,10 @@ int main(int argc, char **argv)
         row("attention_forward_bf16 (cuDNN fused)", ms, fl_f, 3.0 * NC * 2 + NC * 2);
         TIME_MS(ms, G->attention_backward_bf16(dqkvb, doutb, qkvb, aob, lse, NULL, B, T, NH, NH, HD, NULL));
         row("attention_backward_bf16 (cuDNN fused)", ms, 2.5 * fl_f, 3.0 * NC * 2 * 2 + NC * 2 * 2);
-        k_cuda_attention_atomic_dq(1); /* --nondeterministic-attention */
-        TIME_MS(ms, G->attention_backward_bf16(dqkvb, doutb, qkvb, aob, lse, NULL, B, T, NH, NH, HD, NULL));
-        row(k_cuda_attention_atomic_plans() ? "attention_backward_bf16 (cuDNN fused, dQ by atomic adds)"
-                                            : "attention_backward_bf16 (cuDNN fused; refused dQ by atomic adds)",
-            ms, 2.5 * fl_f, 3.0 * NC * 2 * 2 + NC * 2 * 2);
-        k_cuda_attention_atomic_dq(0);
         k_cuda_fused_attention(0, err, sizeof err);
 #ifdef ATOLL_HAVE_CUDNN
+        /* every engine config of each graph; the backward with dQ by atomic adds (--nondeterministic-attention)
+         * as training runs it is its config 0 */
         attention_configs(B, T, NH, HD);  /* GPT-2 124M's heads */
         attention_configs(B, T, 25, HD);  /* the ~1.5B model's */
 #endif
