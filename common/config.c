@@ -489,10 +489,16 @@ static cfg_status set_megatron(atoll_config *c, int i, const char *key, const ch
     return CFG_UNKNOWN;
 }
 
+/* Whether MEGATRON[i], a flag accepted without effect, was given (set_megatron's bit). */
+static int megatron_given(const atoll_config *c, int i)
+{
+    return i >= 0 && (c->megatron_ignored[i / 64] >> i % 64 & 1);
+}
+
 void cfg_megatron_notes(const atoll_config *c, const char *prog, FILE *out)
 {
     for (size_t k = 0; k < NMEGATRON; k++)
-        if (c->megatron_ignored[k / 64] >> k % 64 & 1)
+        if (megatron_given(c, (int)k))
             fprintf(out, "%s: note: --%s has no effect here: %s\n", prog, MEGATRON[k].name, MEGATRON[k].why);
     if (c->reset_position_ids && cfg_rope(c))
         fprintf(out, "%s: note: --reset-position-ids has no effect with --position-embedding-type rope: as in "
@@ -1299,8 +1305,7 @@ static int validate_family(const atoll_config *c, char *err, size_t errlen)
                    "(cuDNN's fused attention)", c->attention_backend);
         return -1;
     }
-    int dm = find_megatron("deterministic-mode");
-    if (c->nondeterministic_attention && dm >= 0 && (c->megatron_ignored[dm / 64] >> dm % 64 & 1)) {
+    if (c->nondeterministic_attention && megatron_given(c, find_megatron("deterministic-mode"))) {
         atoll_errf(err, errlen, "--nondeterministic-attention and --deterministic-mode ask for opposite things; "
                    "give one (without either, atoll's kernels are deterministic)");
         return -1;
