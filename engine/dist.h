@@ -98,6 +98,7 @@ typedef struct dist_pipe {
     float *losses;              /* [nmicro, B*T] host: the last stage's token losses, read without waiting
                                  * (to_host_later): eng_losses_sum them once the device was waited for */
     size_t losses_cap;          /* floats */
+    int overlap;                /* this step's DP reduction starts during backward (dist_overlap_begin's answer) */
 } dist_pipe;
 
 typedef struct dist_step_result {

@@ -164,7 +164,7 @@ static int run_compute(dist_pipe *p, const sched_action *a, const int32_t *token
         if (ch->last) eng_losses_to_host_later(m, s->a, p->losses + off);
         return 0;
     }
-    int final = p->d->ovl && a->mb == p->d->nmicro - 1;
+    int final = p->overlap && a->mb == p->d->nmicro - 1;
     if (final) {
         m->layer_done = layer_done;
         m->layer_done_ctx = p;

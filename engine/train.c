@@ -548,7 +548,7 @@ static int train_step_dist(run *r, step_stats *s, char *err, size_t errlen)
     eng_set_step(m, r->st.seed, r->st.iteration + 1, 1);
     r->pipe.sample_base = r->st.consumed_samples;
     dist_step_result res;
-    dist_overlap_begin(d, m, r->dopt.zero ? r->dopt.shard : 0);
+    r->pipe.overlap = dist_overlap_begin(d, m, r->dopt.zero ? r->dopt.shard : 0);
     int prc = dist_pipeline(&r->pipe, r->tokens, r->targets, (float)(1.0 / tokens), &res, err, errlen);
     if (dist_overlap_end(d) && !prc) {
         atoll_errf(err, errlen, "data-parallel all-reduce: %s", dist_error(d));
