@@ -1472,10 +1472,13 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         }
         if (r.d.size > 1)
             printf("atoll-train: %d ranks: tp %d, pp %d (%d model chunks per rank%s), dp %d, %d micro-batches per "
-                   "rank%s%s%s\n", r.d.size, r.d.tp, r.d.pp, r.d.v, split, r.d.dp, r.d.nmicro,
+                   "rank%s%s%s; collectives on %s\n", r.d.size, r.d.tp, r.d.pp, r.d.v, split, r.d.dp, r.d.nmicro,
                    r.m->sp ? ", sequence parallel" : "", r.dopt.zero ? ", distributed optimizer" : "",
                    c.recompute_granularity ? (c.recompute_granularity == RECOMPUTE_FULL ? ", full recompute"
-                                                                                         : ", selective recompute") : "");
+                                                                                         : ", selective recompute") : "",
+                   comm_world_backend(r.d.world) == COMM_BACKEND_NCCL ? "NCCL"
+                   : strcmp(r.m->k->name, "cuda") ? "the host transport"
+                   : "the host transport (the ranks share a GPU: device buffers staged through page-locked memory)");
         int whole = cfg_step_batch(&c, r.d.dp);
         if (whole < c.global_batch_size)
             printf("atoll-train: note: --decrease-batch-size-if-needed: %d samples a step, not the global batch %d: "

@@ -5,7 +5,8 @@
 # - one rank, fp32: the CPU's losses within 1e-5 (summation order only);
 # - tp2 x pp2 and dp2 with ZeRO-1 on 4 and 2 ranks: they share the one
 #   emulated device, so they stage device buffers through the host transport
-#   (page-locked staging, as ranks sharing a GPU): the CPU's within 1e-4;
+#   (page-locked staging, as ranks sharing a GPU; the run says so): the CPU's
+#   within 1e-4 (engine_nccl_emu.sh runs layouts on NCCL);
 # - one rank, bf16 (flash attention, fused classifier): the CPU's bf16
 #   within 1e-2, and a bf16 checkpoint saved at step 2 resumes bit for bit;
 # - the refusals a cuda run gives: bf16 at a head dim flash attention lacks,
@@ -109,6 +110,9 @@ grep -q "attention calls on cuDNN's fused attention: 0, on the flash kernels: [1
   "$work/cuda_bf16_nondet.log" ||
   { tail -3 "$work/cuda_bf16_nondet.log"; echo "FAIL: without cuDNN, --nondeterministic-attention claimed atomic adds"; failures=$((failures + 1)); }
 grep -q "atoll-train: cuda," "$work/cuda.log" || { echo "FAIL: the emulated run did not say it ran on cuda"; failures=1; }
+# four ranks on the one emulated device: the host transport, staging device buffers (engine_nccl_emu has NCCL)
+grep -q "; collectives on the host transport (the ranks share a GPU" "$work/cuda_tp2pp2.log" ||
+  { grep "ranks:" "$work/cuda_tp2pp2.log"; echo "FAIL: ranks sharing a GPU did not say they stage through the host"; failures=$((failures + 1)); }
 # --attention-backend auto (the default) without cuDNN: the flash kernels, said at the end of the run
 grep -q "attention calls on cuDNN's fused attention: 0, on the flash kernels: [1-9]" "$work/cuda_bf16.log" ||
   { tail -3 "$work/cuda_bf16.log"; echo "FAIL: auto without cuDNN did not run the flash kernels"; failures=$((failures + 1)); }

@@ -1,8 +1,8 @@
 /* par_nccl: the NCCL backend, built only with CUDA and NCCL.
  * Without a visible GPU (CI), comm_world_init must fail cleanly with a message
  * that says so. With one, a one-rank world runs every call on device buffers
- * (NCCL will not put two ranks on one GPU; multi-GPU runs are covered by the
- * engine's tests on GPU machines). */
+ * (NCCL will not put two ranks on one GPU; several ranks run on the emulated
+ * NCCL: tests/cuda/nccl_emu_order.c, tests/cuda/engine_nccl_emu.sh). */
 #include "check.h"
 #include "comm.h"
 #include "store.h"

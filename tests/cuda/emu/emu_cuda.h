@@ -398,7 +398,10 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
     snprintf(p->name, sizeof p->name, "CPU emulation");
     return cudaSuccess;
 }
-inline cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = nullptr; return cudaSuccess; }
+/* The kernels' stream: its work runs as it is queued. Not null, so code that
+ * orders other streams after it (the NCCL backend's events) does so. */
+inline char emu_kernel_stream;
+inline cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = &emu_kernel_stream; return cudaSuccess; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t)
 {
     return emu_refused_in_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
@@ -406,17 +409,13 @@ inline cudaError_t cudaStreamSynchronize(cudaStream_t)
 inline cudaError_t cudaMalloc(void **p, size_t n)
 {
     if (emu_refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
-    *p = malloc(n ? n : 1);
-    if (!*p) return cudaErrorMemoryAllocation;
-    memset(*p, 0xff, n ? n : 1); /* NaN bytes: reads of unwritten memory show */
-    emu_device_track(*p, n ? n : 1);
-    return cudaSuccess;
+    *p = emu_device_alloc(n);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 inline cudaError_t cudaFree(void *p)
 {
     if (emu_refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
-    emu_device_track(p, 0);
-    free(p);
+    emu_device_free(p);
     return cudaSuccess;
 }
 inline cudaError_t cudaMemGetInfo(size_t *free_b, size_t *total_b)

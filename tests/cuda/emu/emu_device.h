@@ -14,8 +14,10 @@
 extern "C" {
 #endif
 
-/* cudaMalloc's p of `bytes` (bytes > 0), or cudaFree's p (bytes 0). */
-void emu_device_track(void *p, size_t bytes);
+/* cudaMalloc: `bytes` (at least 1) of NaN bytes, so reads of unwritten memory
+ * show; NULL when out of host memory. cudaFree: p (NULL or from here). */
+void *emu_device_alloc(size_t bytes);
+void emu_device_free(void *p);
 /* cudaMemGetInfo's answer, for both runtimes: the device's size, less what
  * cudaMalloc holds now. */
 void emu_device_mem_info(size_t *free_b, size_t *total_b);
