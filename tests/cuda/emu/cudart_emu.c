@@ -17,6 +17,7 @@
 
 #include "emu_device.h"
 #include "emu_stream.h"
+#include "errf.h"
 #include "kernels.h"
 
 #include <pthread.h>
@@ -92,13 +93,6 @@ typedef struct {
 static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
 static emu_astream *streams;
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* One of ours, or NULL (the kernels' stream, or any other). */
 static emu_astream *astream(cudaStream_t h)
 {
@@ -119,7 +113,7 @@ static void *stream_main(void *arg)
         emu_work *w = s->head;
         uint64_t seq = s->done + 1;
         struct timespec due = { (time_t)w->due, (long)((w->due - (double)(time_t)w->due) * 1e9) };
-        while (!s->stop && s->wanted < seq && now_s() < w->due) pthread_cond_timedwait(&s->cv, &s->mu, &due);
+        while (!s->stop && s->wanted < seq && atoll_mono_s() < w->due) pthread_cond_timedwait(&s->cv, &s->mu, &due);
         pthread_mutex_unlock(&s->mu);
         w->fn(w->arg);
         pthread_mutex_lock(&s->mu);
@@ -152,7 +146,7 @@ void emu_stream_enqueue(cudaStream_t h, void (*fn)(void *), void *arg)
         fn(arg);
         return;
     }
-    *w = (emu_work){ fn, arg, now_s() + EMU_STREAM_LAG_MS * 1e-3, NULL };
+    *w = (emu_work){ fn, arg, atoll_mono_s() + EMU_STREAM_LAG_MS * 1e-3, NULL };
     pthread_mutex_lock(&s->mu);
     if (s->tail) s->tail->next = w;
     else s->head = w;
@@ -177,7 +171,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *h, unsigned flags)
     (void)flags;
     emu_astream *s = calloc(1, sizeof *s);
     if (!s) return cudaErrorMemoryAllocation;
-    pthread_condattr_t ca; /* timed waits on now_s()'s clock */
+    pthread_condattr_t ca; /* timed waits on atoll_mono_s()'s clock */
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&s->mu, NULL);

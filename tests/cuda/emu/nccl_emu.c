@@ -19,6 +19,7 @@
 #include <nccl.h>
 
 #include "emu_stream.h"
+#include "errf.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -53,14 +54,12 @@ static uint8_t *slot(ncclComm_t c, int r) { return c->base + (size_t)c->nranks *
 static uint8_t *ring(ncclComm_t c, int from, int to)
 {
     size_t at = (size_t)c->nranks * (LINE + EMU_NCCL_SLOT) + (size_t)(from * c->nranks + to) * (2 * LINE + EMU_NCCL_RING);
-    return c->base + at; /* written bytes, read bytes, then the bytes */
+    return c->base + at; /* the count of bytes written, of bytes read, then the bytes */
 }
-
-static double now_s(void)
+enum { WRITTEN = 0, READ = 1 };
+static uint64_t *ring_count(ncclComm_t c, int from, int to, int which)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    return (uint64_t *)(ring(c, from, to) + (size_t)which * LINE);
 }
 
 /* Between looks at shared memory: yield a while, then sleep (ranks outnumber cores). */
@@ -86,11 +85,11 @@ static void barrier(ncclComm_t c, const char *what)
     uint64_t ph = ++c->phase;
     __atomic_store_n(arrive(c, c->rank), ph, __ATOMIC_RELEASE);
     for (int r = 0; r < c->nranks; r++) {
-        double t0 = now_s();
+        double t0 = atoll_mono_s();
         unsigned spins = 0;
         while (__atomic_load_n(arrive(c, r), __ATOMIC_ACQUIRE) < ph) {
             pause_a_little(&spins);
-            if (now_s() - t0 > EMU_NCCL_HANG_S) hang(c, what, r);
+            if (atoll_mono_s() - t0 > EMU_NCCL_HANG_S) hang(c, what, r);
         }
     }
 }
@@ -133,7 +132,7 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 {
     uint64_t r = 0;
     int fd = open("/dev/urandom", O_RDONLY);
-    if (fd < 0 || read(fd, &r, sizeof r) != (ssize_t)sizeof r) r = (uint64_t)getpid() * 2654435761u ^ (uint64_t)now_s();
+    if (fd < 0 || read(fd, &r, sizeof r) != (ssize_t)sizeof r) r = (uint64_t)getpid() * 2654435761u ^ (uint64_t)atoll_mono_s();
     if (fd >= 0) close(fd);
     memset(id, 0, sizeof *id);
     snprintf(id->internal, sizeof id->internal, "%s-%d-%016llx", EMU_NCCL_MAGIC, (int)getpid(), (unsigned long long)r);
@@ -153,7 +152,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 {
     (void)config;
     if (!comm) return ncclInvalidArgument;
-    if (comm->stream) emu_stream_drain(comm->stream); /* the slots are the host's now */
+    emu_stream_drain(comm->stream); /* the slots are the host's now */
     int mine[2] = { color, key };
     memcpy(slot(comm, comm->rank), mine, sizeof mine);
     barrier(comm, "ncclCommSplit");
@@ -177,7 +176,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newc
 ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
     if (!comm) return ncclSuccess;
-    if (comm->stream) emu_stream_drain(comm->stream);
+    emu_stream_drain(comm->stream);
     munmap(comm->base, comm->bytes);
     free(comm);
     return ncclSuccess;
@@ -203,7 +202,7 @@ typedef struct {
     uint8_t *buf;
     size_t bytes, moved;
     int header;   /* the size has gone (send) or come (receive) */
-    uint64_t end; /* send: the ring's read count once the receiver has taken it all */
+    uint64_t end; /* send: the ring's read count once the receiver has taken it all (set with the size) */
     int done;
 } p2p;
 
@@ -274,17 +273,22 @@ static void run_gather(op *o)
     }
 }
 
+/* Bytes that can move through a pair's ring now: room to write (send) or bytes to read. */
+static size_t ring_room(ncclComm_t c, int from, int to, int send)
+{
+    uint64_t w = __atomic_load_n(ring_count(c, from, to, WRITTEN), __ATOMIC_ACQUIRE);
+    uint64_t rd = __atomic_load_n(ring_count(c, from, to, READ), __ATOMIC_ACQUIRE);
+    return send ? EMU_NCCL_RING - (size_t)(w - rd) : (size_t)(w - rd);
+}
+
 /* Copies up to n bytes into (send) or out of a pair's ring; how many moved. */
 static size_t ring_move(ncclComm_t c, int from, int to, uint8_t *buf, size_t n, int send)
 {
-    uint8_t *r = ring(c, from, to);
-    uint64_t *written = (uint64_t *)r, *read = (uint64_t *)(r + LINE);
-    uint8_t *data = r + 2 * LINE;
-    uint64_t w = __atomic_load_n(written, send ? __ATOMIC_RELAXED : __ATOMIC_ACQUIRE);
-    uint64_t rd = __atomic_load_n(read, send ? __ATOMIC_ACQUIRE : __ATOMIC_RELAXED);
-    size_t room = send ? EMU_NCCL_RING - (size_t)(w - rd) : (size_t)(w - rd);
+    size_t room = ring_room(c, from, to, send);
     if (n > room) n = room;
-    uint64_t at = send ? w : rd;
+    uint64_t *mine = ring_count(c, from, to, send ? WRITTEN : READ); /* this side alone moves it */
+    uint64_t at = __atomic_load_n(mine, __ATOMIC_RELAXED);
+    uint8_t *data = ring(c, from, to) + 2 * LINE;
     for (size_t done = 0; done < n;) {
         size_t i = (size_t)((at + done) % EMU_NCCL_RING), k = EMU_NCCL_RING - i;
         if (k > n - done) k = n - done;
@@ -292,27 +296,23 @@ static size_t ring_move(ncclComm_t c, int from, int to, uint8_t *buf, size_t n, 
         else memcpy(buf + done, data + i, k);
         done += k;
     }
-    if (send) __atomic_store_n(written, w + n, __ATOMIC_RELEASE);
-    else __atomic_store_n(read, rd + n, __ATOMIC_RELEASE);
+    __atomic_store_n(mine, at + n, __ATOMIC_RELEASE);
     return n;
 }
 
 /* One step of a send or receive: the size first (8 bytes, all at once), then
- * the bytes. 1 if anything moved. A send is done once the receiver has taken
- * every byte (NCCL's send is blocking: it may wait for the receive), so an
- * order of sends and receives that needs buffering to finish hangs here too. */
+ * the bytes. 1 if anything moved or it is done. A send is done once the
+ * receiver has taken every byte (NCCL's send is blocking: it may wait for the
+ * receive), so an order of sends and receives that needs buffering to finish
+ * hangs here too. */
 static int p2p_step(ncclComm_t c, p2p *p)
 {
     int from = p->send ? c->rank : p->peer, to = p->send ? p->peer : c->rank;
-    if (p->header && p->moved == p->bytes) { /* a send, waiting to be taken */
-        p->done = __atomic_load_n((uint64_t *)(ring(c, from, to) + LINE), __ATOMIC_ACQUIRE) >= p->end;
-        return p->done;
-    }
+    int moved = 0;
     if (!p->header) {
-        uint8_t *r = ring(c, from, to);
-        uint64_t w = __atomic_load_n((uint64_t *)r, __ATOMIC_ACQUIRE), rd = __atomic_load_n((uint64_t *)(r + LINE), __ATOMIC_ACQUIRE);
         uint64_t size = p->bytes;
-        if (p->send ? EMU_NCCL_RING - (size_t)(w - rd) < sizeof size : (size_t)(w - rd) < sizeof size) return 0;
+        if (ring_room(c, from, to, p->send) < sizeof size) return 0;
+        if (p->send) p->end = __atomic_load_n(ring_count(c, from, to, WRITTEN), __ATOMIC_RELAXED) + sizeof size + p->bytes;
         ring_move(c, from, to, (uint8_t *)&size, sizeof size, p->send);
         if (!p->send && size != p->bytes) {
             fprintf(stderr, "nccl emulation: rank %d of %s posted a receive of %zu bytes from rank %d, which sent %llu: "
@@ -320,20 +320,12 @@ static int p2p_step(ncclComm_t c, p2p *p)
                     p->peer, (unsigned long long)size);
             abort();
         }
-        p->header = 1;
-        if (p->bytes == 0) {
-            if (p->send) p->end = __atomic_load_n((uint64_t *)ring(c, from, to), __ATOMIC_RELAXED);
-            else p->done = 1;
-        }
-        return 1;
+        p->header = moved = 1;
     }
     size_t n = ring_move(c, from, to, p->buf + p->moved, p->bytes - p->moved, p->send);
     p->moved += n;
-    if (p->moved == p->bytes) {
-        if (p->send) p->end = __atomic_load_n((uint64_t *)ring(c, from, to), __ATOMIC_RELAXED);
-        else p->done = 1;
-    }
-    return n > 0;
+    p->done = p->moved == p->bytes && (!p->send || __atomic_load_n(ring_count(c, from, to, READ), __ATOMIC_ACQUIRE) >= p->end);
+    return moved || n > 0 || p->done;
 }
 
 /* A group's sends and receives, all progressing together (as in ncclGroupEnd);
@@ -341,7 +333,7 @@ static int p2p_step(ncclComm_t c, p2p *p)
 static void run_p2p(op *o)
 {
     ncclComm_t c = o->c;
-    double t0 = now_s();
+    double t0 = atoll_mono_s();
     unsigned spins = 0;
     for (;;) {
         int left = 0, moved = 0, stuck = -1;
@@ -360,12 +352,12 @@ static void run_p2p(op *o)
         }
         if (!left) return;
         if (moved) {
-            t0 = now_s();
+            t0 = atoll_mono_s();
             spins = 0;
             continue;
         }
         pause_a_little(&spins);
-        if (now_s() - t0 > EMU_NCCL_HANG_S) hang(c, "a send/receive group", stuck);
+        if (atoll_mono_s() - t0 > EMU_NCCL_HANG_S) hang(c, "a send/receive group", stuck);
     }
 }
 
@@ -386,7 +378,7 @@ static void run_op(void *arg)
 
 static size_t type_size(ncclDataType_t t)
 {
-    return t == ncclFloat32 ? 4 : t == ncclUint8 || t == ncclInt8 ? 1 : 0;
+    return t == ncclFloat32 ? 4 : t == ncclUint8 ? 1 : 0;
 }
 
 static ncclResult_t queue(op o, cudaStream_t s)
@@ -491,13 +483,11 @@ ncclResult_t ncclGroupEnd(void)
     if (G.depth == 0) return ncclInvalidUsage;
     if (--G.depth) return ncclSuccess;
     ncclResult_t r = G.failed;
-    if (r == ncclSuccess && G.n) {
-        p2p *ops = malloc(sizeof *ops * (size_t)G.n);
-        if (!ops) r = ncclSystemError;
-        else {
-            memcpy(ops, G.ops, sizeof *ops * (size_t)G.n);
-            r = queue((op){ .kind = OP_P2P, .c = G.c, .ops = ops, .nops = G.n }, G.s);
-            if (r != ncclSuccess) free(ops);
+    if (r == ncclSuccess && G.n) { /* the group's ops go with it */
+        r = queue((op){ .kind = OP_P2P, .c = G.c, .ops = G.ops, .nops = G.n }, G.s);
+        if (r == ncclSuccess) {
+            G.ops = NULL;
+            G.cap = 0;
         }
     }
     G.n = 0;
