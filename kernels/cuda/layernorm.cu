@@ -340,6 +340,20 @@ __global__ void ln_bwd_k(T *dinp, float *part, const T *dout, const T *inp, cons
     }
 }
 
+/* Raises ln_bwd_fused_k's limit on dynamic shared memory (48 KiB until raised)
+ * to fsmem, where that is above it: before a launch, and before asking how many
+ * blocks an SM holds, which counts none above the limit. (Asked before the
+ * limit was raised, the 1.5B model's 57 and 86 KiB blocks both counted as
+ * none, taken as one an SM: 128 blocks of 64 rows for 8192 rows, 192 us a call
+ * on an H200 against 63 with three an SM; bench/results/gpu.md.) */
+template <typename T, bool RMS, bool REG>
+static void ln_fused_smem(size_t fsmem)
+{
+    if (fsmem > 48 * 1024)
+        cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, RMS, REG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)fsmem));
+}
+
 /* Rows per block of ln_bwd_fused_k (warps warps, fsmem bytes of shared memory):
  * as many blocks as the SMs hold at once, each a whole number of rows per warp.
  * A fixed 64 rows gave a 1.5B model's 8192 rows 128 blocks of 4 warps, under
@@ -351,10 +365,16 @@ static int ln_fused_per_sm(size_t fsmem, int warps)
     static int per_sm[4], next;
     for (int i = 0; i < 4; i++)
         if (seen[i] == fsmem) return per_sm[i];
-    int i = next++ % 4, n = 1;
+    int i = next++ % 4, n = 0;
+    ln_fused_smem<T, RMS, REG>(fsmem);
     cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ln_bwd_fused_k<T, RMS, REG>, warps * 32, fsmem));
+    if (n < 1) { /* the launch would fail too; its callers keep fsmem within LN_FUSED_SMEM */
+        fprintf(stderr, "%s:%d: ln_bwd_fused_k: no block of %d threads with %zu bytes of shared memory fits an SM\n",
+                __FILE__, __LINE__, warps * 32, fsmem);
+        exit(EXIT_FAILURE);
+    }
     seen[i] = fsmem;
-    per_sm[i] = n < 1 ? 1 : n;
+    per_sm[i] = n;
     return per_sm[i];
 }
 template <typename T, bool RMS, bool REG>
@@ -378,9 +398,7 @@ static int ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *dou
     if (dsum && !RMS && fsmem / 2 * 3 <= LN_FUSED_SMEM &&
         ln_fused_per_sm<T, RMS, REG>(fsmem / 2 * 3, warps) >= ln_fused_per_sm<T, RMS, REG>(fsmem, warps))
         S = 3, fsmem = fsmem / 2 * 3;
-    if (fsmem > 48 * 1024)
-        cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, RMS, REG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)fsmem));
+    ln_fused_smem<T, RMS, REG>(fsmem);
     int rows = ln_fused_rows<T, RMS, REG>(N, fsmem, warps), parts = (N + rows - 1) / rows;
     float *part = (float *)kcu_scratch(sizeof(float) * S * (size_t)C * parts);
     ln_bwd_fused_k<T, RMS, REG><<<parts, warps * 32, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N,

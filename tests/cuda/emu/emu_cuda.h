@@ -36,6 +36,7 @@
 #include <functional>
 #include <sys/mman.h>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 #if !defined(__x86_64__)
 #include <ucontext.h>
@@ -288,7 +289,7 @@ inline float __bfloat162float(__nv_bfloat16 b)
 
 /* ---- runtime: device memory is host memory; every call completes at once ---- */
 typedef int cudaError_t;
-enum { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorIllegalState = 401, cudaErrorNotReady = 600,
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorIllegalState = 401, cudaErrorNotReady = 600,
        cudaErrorStreamCaptureUnsupported = 900, cudaErrorStreamCaptureInvalidated = 901 };
 typedef void *cudaStream_t;
 typedef void *cudaEvent_t;
@@ -384,13 +385,29 @@ inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int)
     *v = a == cudaDevAttrMultiProcessorCount ? 2 : 227 * 1024;
     return cudaSuccess;
 }
+/* A kernel's limit on dynamic shared memory, as a GPU keeps it: 48 KiB until
+ * cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, n)
+ * raises it (to at most 227 KiB). A launch above it fails, and the occupancy
+ * query counts no block for it. */
+inline std::unordered_map<const void *, int> emu_func_smem;
+inline size_t emu_smem_limit(const void *k)
+{
+    auto it = emu_func_smem.find(k);
+    return it == emu_func_smem.end() ? 48u << 10 : (size_t)it->second;
+}
+template <typename F> cudaError_t cudaFuncSetAttribute(F k, cudaFuncAttribute, int v)
+{
+    if (v < 0 || v > (227 << 10)) return cudaErrorInvalidValue;
+    emu_func_smem[reinterpret_cast<const void *>(k)] = v;
+    return cudaSuccess;
+}
 /* as many blocks an SM as 227 KiB of shared memory hold, at most three (as
  * registers would cap a heavy kernel), whatever else the kernel uses (the
- * emulated device has 2 SMs) */
-template <class K> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, K, int, size_t smem)
+ * emulated device has 2 SMs); none above the kernel's limit */
+template <class K> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, K k, int, size_t smem)
 {
     size_t fit = smem ? (227u << 10) / smem : 3;
-    *n = fit < 1 ? 1 : fit > 3 ? 3 : (int)fit;
+    *n = smem > emu_smem_limit(reinterpret_cast<const void *>(k)) ? 0 : fit < 1 ? 1 : fit > 3 ? 3 : (int)fit;
     return cudaSuccess;
 }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
@@ -474,7 +491,6 @@ inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
     *ms = (float)(*(double *)b - *(double *)a);
     return cudaSuccess;
 }
-template <typename F> cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
 
 /* ---- cuBLAS: handles only (the GEMM files are not emulated) ---- */
 typedef int cublasStatus_t;
@@ -554,6 +570,12 @@ void emu_launch_now(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, A... args
     unsigned nt = b.x * b.y * b.z, nw = (nt + 31) / 32;
     if (nt == 0 || nt > 1024) {
         fprintf(stderr, "emu_launch: %u threads per block\n", nt);
+        abort();
+    }
+    if (smem > emu_smem_limit(reinterpret_cast<const void *>(kernel))) {
+        fprintf(stderr, "emu_launch: %zu bytes of dynamic shared memory, above the kernel's limit of %zu "
+                        "(raise it with cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+                        "bytes)): a GPU refuses this launch\n", smem, emu_smem_limit(reinterpret_cast<const void *>(kernel)));
         abort();
     }
     blockDim = b;
