@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_fwd_warp_k(T *out, float *me
 
 /* This lane's part of a row's sums for the backward: sum of g w and of
  * g w xhat over its columns (lane*8 + 256j + k), xhat = (x - m) rs, in that
- * order. The loads of LN_BATCH 256-column chunks are issued together: one wait
- * for memory per LN_BATCH chunks (nvcc left the loop at two a wait). */
+ * order. The registers form of ln_bwd_fused_k holds LN_BATCH 256-column chunks
+ * of a row at once. */
 #define LN_BATCH 4
 /* one 8-column piece of those sums */
 __device__ __forceinline__ void ln_bwd_piece_sums(const float xv[8], const float gv[8], const float wv[8], float m,
@@ -124,19 +124,12 @@ template <typename T>
 __device__ __forceinline__ void ln_bwd_row_sums(const T *x, const T *g, const T *w, float m, float rs, int C,
                                                 int lane, float *gs, float *gxs)
 {
-    float a = 0.0f, b = 0.0f;
-    for (int c0 = lane * 8; c0 < C; c0 += LN_BATCH * 256) {
-        float xv[LN_BATCH][8], gv[LN_BATCH][8], wv[LN_BATCH][8];
-#pragma unroll
-        for (int j = 0; j < LN_BATCH; j++)
-            if (c0 + 256 * j < C) {
-                ld8(x + c0 + 256 * j, xv[j]);
-                ld8(g + c0 + 256 * j, gv[j]);
-                ld8(w + c0 + 256 * j, wv[j]);
-            }
-#pragma unroll
-        for (int j = 0; j < LN_BATCH; j++)
-            if (c0 + 256 * j < C) ln_bwd_piece_sums(xv[j], gv[j], wv[j], m, rs, &a, &b);
+    float a = 0.0f, b = 0.0f, xv[8], gv[8], wv[8];
+    for (int c = lane * 8; c < C; c += 256) {
+        ld8(x + c, xv);
+        ld8(g + c, gv);
+        ld8(w + c, wv);
+        ln_bwd_piece_sums(xv, gv, wv, m, rs, &a, &b);
     }
     *gs = a;
     *gxs = b;
@@ -173,16 +166,17 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_bwd_dx_k(T *dinp, const T *d
  * RMS: RMSNorm, the same with no mean, no db (S = 1; part rows of C):
  * dinp += rstd (g w - xhat mean(g w xhat)), xhat = x rstd.
  * REG (rows of at most LN_BATCH * 256 columns): a row's x, dout and dinp
- * are loaded at once into registers, so a row waits for memory once. Wider
- * rows wait once per LN_BATCH chunks for the sums and again for dinp. (Before,
- * nvcc's loops waited per chunk or two: 5 waits a row at GPT-2's 768 columns,
- * 38 us a call against a ~24 us floor on an H200; 11 at 1600, 62.6 us against
- * ~25.) The same arithmetic in the same order either way.
+ * are loaded at once into registers, so a row waits for memory once (at GPT-2's
+ * 768 columns, gpu_bench's 8192 rows on an H200: 32 -> 29 us a call). Wider
+ * rows take the sums a chunk at a time, then dinp a chunk at a time with x and
+ * dout again (from L1). Holding LN_BATCH chunks of each there instead took all
+ * 168 registers and spilled: 83 us a call at the 1.5B model's 1600 columns on
+ * an H200, against 62.6 us for these loops (bench/results/gpu.md); the floor is
+ * ~25. The same arithmetic in the same order either way.
  * S = 3 (LayerNorm with a bias sum): a third slice sums dinp after the update,
- * as stored, into part rows of 3C (dw | db | dsum). Registers are held to 4
- * blocks an SM (REG, 128) and 3 (the loop form, 168; left alone nvcc took 242,
- * 2 blocks): shared memory allows about that many at GPT-2's and the 1.5B
- * model's widths. */
+ * as stored, into part rows of 3C (dw | db | dsum). The bounds hold registers
+ * to 4 blocks an SM for REG (128) and 3 for the loop form (it takes ~56):
+ * shared memory allows about that many at GPT-2's and the 1.5B model's widths. */
 template <typename T, bool RMS, bool REG>
 __global__ void __launch_bounds__(128, REG ? 4 : 3)
     ln_bwd_fused_k(T *dinp, float *part, const T *dout, const T *inp, const T *w, const float *mean, const float *rstd,
@@ -223,24 +217,17 @@ __global__ void __launch_bounds__(128, REG ? 4 : 3)
                                          j * 256 + lane);
                     st8(dx + lane * 8 + 256 * j, dv[j]);
                 }
-        } else { /* LN_BATCH chunks a wait, for the sums and again for dinp */
+        } else { /* LN_BATCH chunks a wait for the sums, then a chunk a wait for dinp (x, dout again from L1) */
             ln_bwd_row_sums(x, g, w, m, rs, C, lane, &gs, &gxs);
             float gmean = RMS ? 0.0f : warp_sum(gs) / (float)C, gxmean = warp_sum(gxs) / (float)C;
-            for (int c0 = lane * 8, j0 = 0; c0 < C; c0 += LN_BATCH * 256, j0 += LN_BATCH) {
-                float dv[LN_BATCH][8], xv[8], gv[8]; /* dinp from memory; x, dout again, from L1 */
-#pragma unroll
-                for (int j = 0; j < LN_BATCH; j++)
-                    if (c0 + 256 * j < C) ld8(dx + c0 + 256 * j, dv[j]);
-#pragma unroll
-                for (int j = 0; j < LN_BATCH; j++)
-                    if (c0 + 256 * j < C) {
-                        ld8(x + c0 + 256 * j, xv);
-                        ld8(g + c0 + 256 * j, gv);
-                        ld8(w + c0 + 256 * j, wv);
-                        ln_bwd_piece<T, RMS>(dx, dv[j], xv, gv, wv, m, rs, gmean, gxmean, dwa, Cp, S,
-                                             (j0 + j) * 256 + lane);
-                        st8(dx + c0 + 256 * j, dv[j]);
-                    }
+            for (int c = lane * 8, j = 0; c < C; c += 256, j++) {
+                float xv[8], gv[8], dv[8];
+                ld8(x + c, xv);
+                ld8(g + c, gv);
+                ld8(w + c, wv);
+                ld8(dx + c, dv);
+                ln_bwd_piece<T, RMS>(dx, dv, xv, gv, wv, m, rs, gmean, gxmean, dwa, Cp, S, j * 256 + lane);
+                st8(dx + c, dv);
             }
         }
     }
