@@ -19,17 +19,29 @@
 #                     Without PEERS_DIR the peers an earlier kit holds are kept.
 # NCCL, cuBLAS and cuDNN come from the GPU machine (its CUDA toolkit and
 # PyTorch's nvidia-* wheels); run.sh puts them on LD_LIBRARY_PATH.
+#
+# Environment: KIT (the folder to fill, default .gpukit), KIT_BUILD (a build folder with sm_90
+# among its ATOLL_CUDA_ARCHS and the programs built, taken as they are instead of the kit's own
+# sm_90-only build: the tests pack the main build).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-kit=$root/.gpukit
+kit=${KIT:-$root/.gpukit}
 PEERS_DIR=${PEERS_DIR:-/tmp/peers/out}
 mkdir -p "$kit/bin" "$kit/peers"
 
-cmake -S "$root" -B "$kit/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATOLL_CUDA_ARCHS=90 >/dev/null
-cmake --build "$kit/build" -j "$(nproc)" --target atoll-train atoll cuda_kernels_fp32 cuda_kernels_bf16 gpu_bench cudnn_plan_check
+build=${KIT_BUILD:-$kit/build}
+if [ -z "${KIT_BUILD:-}" ]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATOLL_CUDA_ARCHS=90 >/dev/null
+  cmake --build "$build" -j "$(nproc)" --target atoll-train atoll cuda_kernels_fp32 cuda_kernels_bf16 gpu_bench \
+    cudnn_plan_check
+elif ! grep -qE '^ATOLL_CUDA_ARCHS:[A-Z]+=(.*;)?90(;|$)' "$build/CMakeCache.txt" 2>/dev/null; then
+  echo "kit: KIT_BUILD=$build is not a build with sm_90 among ATOLL_CUDA_ARCHS (its CMakeCache.txt says:" \
+       "$(grep '^ATOLL_CUDA_ARCHS' "$build/CMakeCache.txt" 2>/dev/null || echo 'no such build'))" >&2
+  exit 1
+fi
 # libatoll-cuda.so: the CUDA backend, which the programs open from their own directory
 for b in atoll-train atoll cuda_kernels_fp32 cuda_kernels_bf16 gpu_bench cudnn_plan_check libatoll-cuda.so; do
-  cp "$kit/build/bin/$b" "$kit/bin/"
+  cp "$build/bin/$b" "$kit/bin/"
   strip --strip-debug "$kit/bin/$b" # only these: a kit built before also holds COMMIT and ktrace.so
 done
 # the kernel-time profiler (CUPTI injection library) for atoll and the peers alike
