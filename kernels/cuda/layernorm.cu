@@ -217,7 +217,7 @@ __global__ void __launch_bounds__(128, REG ? 4 : 3)
                                          j * 256 + lane);
                     st8(dx + lane * 8 + 256 * j, dv[j]);
                 }
-        } else { /* LN_BATCH chunks a wait for the sums, then a chunk a wait for dinp (x, dout again from L1) */
+        } else { /* the sums a chunk at a time, then dinp a chunk at a time (x, dout again from L1) */
             ln_bwd_row_sums(x, g, w, m, rs, C, lane, &gs, &gxs);
             float gmean = RMS ? 0.0f : warp_sum(gs) / (float)C, gxmean = warp_sum(gxs) / (float)C;
             for (int c = lane * 8, j = 0; c < C; c += 256, j++) {

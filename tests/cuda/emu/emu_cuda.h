@@ -289,8 +289,8 @@ inline float __bfloat162float(__nv_bfloat16 b)
 
 /* ---- runtime: device memory is host memory; every call completes at once ---- */
 typedef int cudaError_t;
-enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorIllegalState = 401, cudaErrorNotReady = 600,
-       cudaErrorStreamCaptureUnsupported = 900, cudaErrorStreamCaptureInvalidated = 901 };
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2, cudaErrorIllegalState = 401,
+       cudaErrorNotReady = 600, cudaErrorStreamCaptureUnsupported = 900, cudaErrorStreamCaptureInvalidated = 901 };
 typedef void *cudaStream_t;
 typedef void *cudaEvent_t;
 
@@ -572,10 +572,11 @@ void emu_launch_now(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, A... args
         fprintf(stderr, "emu_launch: %u threads per block\n", nt);
         abort();
     }
-    if (smem > emu_smem_limit(reinterpret_cast<const void *>(kernel))) {
-        fprintf(stderr, "emu_launch: %zu bytes of dynamic shared memory, above the kernel's limit of %zu "
-                        "(raise it with cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
-                        "bytes)): a GPU refuses this launch\n", smem, emu_smem_limit(reinterpret_cast<const void *>(kernel)));
+    size_t limit = emu_smem_limit(reinterpret_cast<const void *>(kernel));
+    if (smem > limit) {
+        fprintf(stderr, "emu_launch: %zu bytes of dynamic shared memory, above the kernel's limit of %zu (raise it "
+                        "with cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)): "
+                        "a GPU refuses this launch\n", smem, limit);
         abort();
     }
     blockDim = b;
