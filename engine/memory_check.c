@@ -70,27 +70,34 @@ void eng_memory_need(const atoll_config *c, int world, double attn_workspace_byt
     out->total_bytes = mem.total_bytes + out->attn_workspace_bytes;
 }
 
-int eng_memory_verdict(const atoll_config *c, int world, int local_ranks, const char *device, double room,
-                       double attn_workspace_bytes, char *err, size_t errlen)
+/* eng_memory_verdict on the need m, counted already */
+static int verdict_of(const atoll_config *c, int world, int local_ranks, const char *device, double room,
+                      const eng_memory *m, char *err, size_t errlen)
 {
-    eng_memory m;
-    eng_memory_need(c, world, attn_workspace_bytes, &m);
     int cuda = !strcmp(device, "cuda"), sharers = !cuda && local_ranks > 1 ? local_ranks : 1;
-    double need = m.total_bytes;
+    double need = m->total_bytes;
     if (room < 0 || need * sharers <= room) return 0; /* unknown room: the allocations will tell */
     char ws[160] = "";
-    if (m.attn_workspace_bytes > 0)
+    if (m->attn_workspace_bytes > 0)
         snprintf(ws, sizeof ws, ", %.2f GiB of cuDNN attention workspace (none with --attention-backend flash)",
-                 m.attn_workspace_bytes / GIB);
+                 m->attn_workspace_bytes / GIB);
     char parts[400], advice[1024];
-    plan_memory_parts(parts, sizeof parts, c, m.params, m.state_bytes, m.act_bytes, ws);
+    plan_memory_parts(parts, sizeof parts, c, m->params, m->state_bytes, m->act_bytes, ws);
     int dp = cfg_data_parallel_size(c, world);
-    plan_memory_advice(c, dp < 1 ? 1 : dp, room / sharers - m.attn_workspace_bytes, advice, sizeof advice);
+    plan_memory_advice(c, dp < 1 ? 1 : dp, room / sharers - m->attn_workspace_bytes, advice, sizeof advice);
     snprintf(err, errlen,
              "the layout needs about %.2f GiB per rank (%s) x %d rank%s here = %.2f GiB, more than the %.2f GiB of %s; %s",
              need / GIB, parts, sharers, sharers > 1 ? "s" : "", need * sharers / GIB, room / GIB,
              cuda ? "free memory of this rank's GPU" : "host memory available", advice);
     return -1;
+}
+
+int eng_memory_verdict(const atoll_config *c, int world, int local_ranks, const char *device, double room,
+                       double attn_workspace_bytes, char *err, size_t errlen)
+{
+    eng_memory m;
+    eng_memory_need(c, world, attn_workspace_bytes, &m);
+    return verdict_of(c, world, local_ranks, device, room, &m, err, errlen);
 }
 
 int eng_memory_check(const atoll_config *c, int world, int local_ranks, const char *device, eng_memory *need,
@@ -122,6 +129,8 @@ int eng_memory_check(const atoll_config *c, int world, int local_ranks, const ch
     } else {
         room = eng_host_memory_available();
     }
-    if (need) eng_memory_need(c, world, attn_ws, need);
-    return eng_memory_verdict(c, world, local_ranks, device, room, attn_ws, err, errlen);
+    eng_memory m;
+    eng_memory_need(c, world, attn_ws, &m);
+    if (need) *need = m;
+    return verdict_of(c, world, local_ranks, device, room, &m, err, errlen);
 }

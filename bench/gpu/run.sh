@@ -131,7 +131,7 @@ if rows:
 EOF
 }
 
-# big_best MFU LABEL: keeps the highest MFU of the 1.5B runs at 8 micro-batches (for the target line)
+# big_best MFU LABEL: keeps the highest MFU of the 1.5B runs at a global batch of 64 (for the target line)
 big_best_mfu=0 big_best_label=""
 big_best() {
   case "$1" in *%) ;; *) return 0 ;; esac
