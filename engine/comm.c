@@ -484,6 +484,16 @@ static int comm_p2p_batch_impl(comm *c, comm_p2p *ops, int n)
     return rc;
 }
 
+int comm_device_stalls(comm *c, double *s)
+{
+    if (s) *s = 0.0;
+    if (staged(c) || !c->world->be->stalls || c->size <= 1) return 0;
+    double got = 0.0;
+    int rc = c->world->be->stalls(c, &got);
+    if (s) *s = got;
+    return rc;
+}
+
 int comm_send(comm *c, const void *buf, size_t bytes, int peer, uint32_t tag)
 {
     comm_p2p op = {1, (void *)buf, bytes, peer, tag};

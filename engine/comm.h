@@ -146,8 +146,22 @@ typedef struct {
     uint32_t tag;
 } comm_p2p;
 /* Issues all ops so none waits on another: host posts every receive, then sends,
- * then waits; NCCL wraps them in one group. */
+ * then waits; NCCL wraps them in one group, ordered like comm_allreduce (the
+ * kernels' stream waits for the batch, the host does not). */
 int comm_p2p_batch(comm *c, comm_p2p *ops, int n);
+
+/* How long calls held the device up, for the pipeline's idle time. Where the
+ * host waits for each call (the host backend, device buffers staged through
+ * it, NCCL without the CUDA kernels), the caller times them on the host: this
+ * returns 0 and sets *s (if s) to 0. Where calls are ordered on the device
+ * (NCCL with the kernels' stream), the host goes on queueing and a host clock
+ * would time the queueing, so each send/receive batch and barrier on c is
+ * timed by two events: from where the kernels' stream had run what was queued
+ * before the call to where it could go on (a barrier: where it ended). This
+ * waits for the batches on c since the last call, sets *s to the seconds of
+ * every such span since then, summed, forgets them and returns 1. -1 on a CUDA
+ * error (comm_error). */
+int comm_device_stalls(comm *c, double *s);
 
 /* ---- the watchdog's view ----------------------------------------------------
  * Every call above marks its comm, from entry to return, as inside an op: which
@@ -170,7 +184,9 @@ int comm_watch_get(comm *c, comm_watch_view *v);
 /* Seconds the calling thread has spent inside comm calls since it started. */
 double comm_thread_comm_s(void);
 /* Adds to that: the thread waited `s` seconds for comm calls made by another
- * thread (the data-parallel overlap helper), which is waiting, not computing. */
+ * thread (the data-parallel overlap helper), which is waiting, not computing;
+ * or, s < 0, calls it was inside also waited for its own kernels (the
+ * pipeline's on NCCL: its idle time is measured on the device). */
 void comm_thread_waited(double s);
 /* The world's groups: index 0 is the world group, then every group made. */
 int comm_world_ncomms(const comm_world *w);
@@ -194,6 +210,7 @@ typedef struct comm_backend {
     int (*reduce)(comm *c, float *buf, size_t n, comm_op op, int root);
     int (*reduce_async)(comm *c, float *buf, size_t n, comm_op op, int root); /* NULL: synchronous */
     int (*wait)(comm *c);                                              /* NULL: nothing pending */
+    int (*stalls)(comm *c, double *s); /* comm_device_stalls; NULL: calls wait on the host */
 } comm_backend;
 
 #define COMM_MAX_GROUPS 256

@@ -12,9 +12,12 @@
  * queued on the kernels' stream, and then the kernels' stream wait for the
  * call, so kernels queued afterwards see its result and the host goes on
  * queueing. comm_allreduce_async leaves out the second wait (the data-parallel
- * all-reduce runs beside the rest of backward) until comm_wait. Barriers wait
- * on the host: they order host-side work (checkpoint commits). Without the
- * CUDA kernels (no k_cuda_stream) every call waits on the host.
+ * all-reduce runs beside the rest of backward) until comm_wait. Send/receive
+ * batches are ordered so too (the pipeline's host queues its whole schedule),
+ * and each, like each barrier, records a pair of timing events for
+ * comm_device_stalls: the pipeline's idle time is measured on the device.
+ * Barriers wait on the host: they order host-side work (checkpoint commits).
+ * Without the CUDA kernels (no k_cuda_stream) every call waits on the host.
  *
  * Built only with the CUDA toolkit; without NCCL found the file is empty.
  */
@@ -38,10 +41,20 @@ typedef struct {
     cudaEvent_t queued, done; /* kernels' work before a call; the call's completion */
 } nccl_world;
 
+/* The kernels' stream stood still from `from` to `to` (comm_device_stalls). */
+typedef struct {
+    cudaEvent_t from, to;
+} nccl_stall;
+
 typedef struct {
     ncclComm_t comm;
     int owned;
-    float *one; /* device scratch for the barrier */
+    float *one;          /* device scratch for the barrier */
+    nccl_stall *stalls;  /* send/receive batches' since the last comm_device_stalls; events kept */
+    int nstalls, cap;
+    nccl_stall bar;      /* barriers': timed as the host waits, summed in bar_s */
+    int have_bar;
+    double bar_s;
 } nccl_group;
 
 static int cuda_fail(comm_world *w, const char *what, cudaError_t e)
@@ -162,6 +175,15 @@ static int nccl_group_init(comm *c)
 static void nccl_group_free(comm *c)
 {
     nccl_group *g = c->impl;
+    for (int i = 0; i < g->cap; i++) {
+        cudaEventDestroy(g->stalls[i].from);
+        cudaEventDestroy(g->stalls[i].to);
+    }
+    free(g->stalls);
+    if (g->have_bar) {
+        cudaEventDestroy(g->bar.from);
+        cudaEventDestroy(g->bar.to);
+    }
     if (g->owned) ncclCommDestroy(g->comm);
     cudaFree(g->one);
     free(g);
@@ -182,15 +204,71 @@ static cudaStream_t kernels_stream(void)
 #endif
 }
 
-/* Before a call: the NCCL stream waits for the kernels queued so far. */
-static int order_after_kernels(comm *c)
+/* Before a call: the NCCL stream waits for the kernels queued so far, marked
+ * by `at` (recorded on the kernels' stream here). */
+static int order_after_kernels_at(comm *c, cudaEvent_t at)
 {
     cudaStream_t ks = kernels_stream();
     if (!ks) return 0;
-    nccl_world *nw = gworld(c);
-    cudaError_t ce = cudaEventRecord(nw->queued, ks);
-    if (ce == cudaSuccess) ce = cudaStreamWaitEvent(nw->stream, nw->queued, 0);
+    cudaError_t ce = cudaEventRecord(at, ks);
+    if (ce == cudaSuccess) ce = cudaStreamWaitEvent(gstream(c), at, 0);
     return ce == cudaSuccess ? 0 : cuda_fail(c->world, "ordering after the kernels' stream", ce);
+}
+
+static int order_after_kernels(comm *c) { return order_after_kernels_at(c, gworld(c)->queued); }
+
+static int stall_make(comm *c, nccl_stall *st)
+{
+    cudaError_t ce = cudaEventCreateWithFlags(&st->from, cudaEventDefault);
+    if (ce == cudaSuccess) {
+        ce = cudaEventCreateWithFlags(&st->to, cudaEventDefault);
+        if (ce != cudaSuccess) cudaEventDestroy(st->from);
+    }
+    return ce == cudaSuccess ? 0 : cuda_fail(c->world, "creating timing events", ce);
+}
+
+/* A send/receive batch's pair of events (made on first use, then reused), or
+ * NULL: no kernels' stream (the host waits for the call), or an error. */
+static nccl_stall *stall_next(comm *c)
+{
+    nccl_group *g = c->impl;
+    if (!kernels_stream()) return NULL;
+    if (g->nstalls == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 16;
+        nccl_stall *n = realloc(g->stalls, sizeof *n * (size_t)cap);
+        if (!n) {
+            comm_fail(c->world, "comm(nccl): out of memory for the timing events of group '%s'", c->name);
+            return NULL;
+        }
+        g->stalls = n;
+        for (; g->cap < cap; g->cap++)
+            if (stall_make(c, &n[g->cap])) return NULL;
+    }
+    return &g->stalls[g->nstalls++];
+}
+
+/* Seconds between a complete pair's events. */
+static int stall_s(comm *c, const nccl_stall *st, double *s)
+{
+    float ms = 0.0f;
+    cudaError_t ce = cudaEventSynchronize(st->to);
+    if (ce == cudaSuccess) ce = cudaEventElapsedTime(&ms, st->from, st->to);
+    if (ce != cudaSuccess) return cuda_fail(c->world, "timing a send/receive batch or barrier", ce);
+    *s += ms > 0.0f ? ms * 1e-3 : 0.0;
+    return 0;
+}
+
+static int nccl_stalls(comm *c, double *s)
+{
+    nccl_group *g = c->impl;
+    if (!kernels_stream()) return 0;
+    double sum = g->bar_s;
+    int rc = 0;
+    for (int i = 0; i < g->nstalls && !rc; i++) rc = stall_s(c, &g->stalls[i], &sum);
+    g->nstalls = 0;
+    g->bar_s = 0.0;
+    *s = sum;
+    return rc ? -1 : 1;
 }
 
 /* After a call: kernels queued from now on wait for it (sync = 0), or the host
@@ -266,17 +344,34 @@ static int nccl_broadcast(comm *c, void *buf, size_t bytes, int root)
                   ncclBroadcast(buf, buf, bytes, ncclUint8, root, gcomm(c), gstream(c)));
 }
 
+/* The stall: from the kernels' work queued before it to its end on the NCCL
+ * stream; the host waits for that, so it is timed at once (any comm may have
+ * barriers, and none keeps events for them). */
 static int nccl_barrier(comm *c)
 {
     nccl_group *g = c->impl;
-    if (order_after_kernels(c)) return -1;
-    return finish_ordered(c, "barrier",
-                          ncclAllReduce(g->one, g->one, 1, ncclFloat32, ncclSum, g->comm, gstream(c)), 1);
+    int timed = kernels_stream() != NULL;
+    if (timed && !g->have_bar) {
+        if (stall_make(c, &g->bar)) return -1;
+        g->have_bar = 1;
+    }
+    if (timed ? order_after_kernels_at(c, g->bar.from) : order_after_kernels(c)) return -1;
+    ncclResult_t r = ncclAllReduce(g->one, g->one, 1, ncclFloat32, ncclSum, g->comm, gstream(c));
+    if (r == ncclSuccess && timed) {
+        cudaError_t ce = cudaEventRecord(g->bar.to, gstream(c));
+        if (ce != cudaSuccess) return cuda_fail(c->world, "barrier", ce);
+    }
+    if (finish_ordered(c, "barrier", r, 1)) return -1;
+    return timed ? stall_s(c, &g->bar, &g->bar_s) : 0;
 }
 
+/* The stall: from the kernels' work queued before the batch to where the
+ * kernels' stream has waited for it. */
 static int nccl_p2p_batch(comm *c, comm_p2p *ops, int n)
 {
-    if (order_after_kernels(c)) return -1;
+    nccl_stall *st = stall_next(c);
+    if (kernels_stream() && !st) return -1;
+    if (st ? order_after_kernels_at(c, st->from) : order_after_kernels(c)) return -1;
     /* Tags are not an NCCL concept: order between a pair is the match. */
     ncclResult_t r = ncclGroupStart();
     for (int i = 0; i < n && r == ncclSuccess; i++) {
@@ -286,8 +381,9 @@ static int nccl_p2p_batch(comm *c, comm_p2p *ops, int n)
             r = ncclRecv(ops[i].buf, ops[i].bytes, ncclUint8, ops[i].peer, gcomm(c), gstream(c));
     }
     ncclResult_t e = ncclGroupEnd();
-    /* the host waits: the pipeline executor times its transfers (idle time) */
-    return finish_ordered(c, "send/recv", r != ncclSuccess ? r : e, 1);
+    if (finish(c, "send/recv", r != ncclSuccess ? r : e)) return -1;
+    cudaError_t ce = st ? cudaEventRecord(st->to, kernels_stream()) : cudaSuccess;
+    return ce == cudaSuccess ? 0 : cuda_fail(c->world, "send/recv", ce);
 }
 
 const comm_backend comm_nccl_backend = {
@@ -306,6 +402,7 @@ const comm_backend comm_nccl_backend = {
     .reduce = nccl_reduce,
     .reduce_async = nccl_reduce_async,
     .wait = nccl_wait,
+    .stalls = nccl_stalls,
 };
 #else
 /* ISO C forbids an empty translation unit. */

@@ -5,7 +5,13 @@
  * is received into. A slot is taken by the forward (or the receive before it)
  * and given back after the backward has sent its input gradient. Each run of
  * adjacent transfer actions goes out as one comm_p2p_batch on the PP group
- * (position = pipeline rank, tag = sched_tag), as the schedule requires. */
+ * (position = pipeline rank, tag = sched_tag), as the schedule requires.
+ *
+ * Idle time: where the PP group's calls wait on the host (comm_device_stalls
+ * says 0), the host times each batch after the kernels queued before it have
+ * run, and the closing barrier. On NCCL the batches are ordered on the device
+ * and the host queues the whole schedule without waiting; the device's own
+ * stalls in them are the idle time, read once the closing barrier has waited. */
 #include "dist.h"
 #include "errf.h"
 #include "schedule.h"
@@ -80,8 +86,8 @@ static int is_transfer(sched_op op) { return op != SCHED_FWD && op != SCHED_BWD;
 
 /* Runs actions [i, j) (all transfers) as one batch; slots whose input gradient
  * went out are freed. */
-static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double *idle, double *xfer, char *err,
-                         size_t errlen)
+static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, int on_device, double *idle, double *xfer,
+                         char *err, size_t errlen)
 {
     comm_p2p ops[16];
     size_t bytes = eng_boundary_bytes(p->m);
@@ -100,8 +106,8 @@ static int run_transfers(dist_pipe *p, const sched_list *l, int i, int j, double
         int send = a->op == SCHED_SEND_FWD || a->op == SCHED_SEND_BWD;
         ops[n++] = (comm_p2p){ send, buf, bytes, a->peer, sched_tag(l, a) };
     }
-    p->m->k->sync(); /* the activations sent are complete */
     comm *pp = p->d->g[GROUP_PP];
+    if (!on_device) p->m->k->sync(); /* the host times the batch, not the kernels before it */
     double t0 = atoll_mono_s(), x0 = pp->xfer_s;
     if (comm_p2p_batch(pp, ops, n)) {
         atoll_errf(err, errlen, "pipeline: %s", dist_error(p->d));
@@ -198,6 +204,13 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
         p->losses_cap = nl;
     }
     if (sched_build(d->pp, d->pp_rank, d->nmicro, d->v, d->mgroup, &l, err, errlen)) return -1;
+    comm *pp = d->g[GROUP_PP];
+    int on_device = d->pp > 1 ? comm_device_stalls(pp, NULL) : 0; /* forgets stalls from before the step */
+    if (on_device < 0) {
+        atoll_errf(err, errlen, "pipeline: %s", dist_error(d));
+        sched_free(&l);
+        return -1;
+    }
     double t0 = atoll_mono_s(), idle = 0.0, xfer = 0.0;
     int rc = 0;
     for (int i = 0; i < l.n && !rc;) {
@@ -208,7 +221,7 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
         }
         int j = i;
         while (j < l.n && is_transfer(l.a[j].op)) j++;
-        rc = run_transfers(p, &l, i, j, &idle, &xfer, err, errlen);
+        rc = run_transfers(p, &l, i, j, on_device, &idle, &xfer, err, errlen);
         i = j;
     }
     sched_free(&l);
@@ -216,11 +229,24 @@ int dist_pipeline(dist_pipe *p, const int32_t *tokens, const int32_t *targets, f
      * the last one is done, and that idleness is bubble too. */
     if (!rc && d->pp > 1) {
         double tb = atoll_mono_s();
-        if (comm_barrier(d->g[GROUP_PP])) {
+        if (comm_barrier(pp)) {
             atoll_errf(err, errlen, "pipeline: %s", dist_error(d));
             rc = -1;
         }
         idle += atoll_mono_s() - tb;
+    }
+    if (!rc && on_device) {
+        /* The host clock timed queueing and, in the barrier, this stage's own
+         * kernels still queued: the device's stalls are the idle time, and the
+         * time the thread counts inside comm calls (compute_s, the straggler
+         * scores) is corrected to them. */
+        double host_idle = idle;
+        if (comm_device_stalls(pp, &idle) < 0) {
+            atoll_errf(err, errlen, "pipeline: %s", dist_error(d));
+            rc = -1;
+        } else {
+            comm_thread_waited(idle - host_idle);
+        }
     }
     r->idle_s = idle;
     r->transfer_s = xfer;
@@ -247,7 +273,6 @@ int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *target
             dist_slot *s = take_slot(p, mb, c);
             if (!s) { atoll_errf(err, errlen, "out of memory for activations"); return -1; }
             uint32_t tag = (uint32_t)(mb * S + stage);
-            p->m->k->sync();
             if (!ch->first && comm_recv(pp, s->xin, bytes, (d->pp_rank + d->pp - 1) % d->pp, tag)) goto fail;
             size_t off = (size_t)mb * m->B * m->T;
             double ls = 0.0;
@@ -256,6 +281,7 @@ int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *target
             if (!ch->last && comm_send(pp, eng_output(m, s->a), bytes, (d->pp_rank + 1) % d->pp, tag + 1)) goto fail;
             s->busy = 0;
         }
+    if (d->pp > 1 && comm_device_stalls(pp, NULL) < 0) goto fail; /* nobody reads an evaluation's */
     return 0;
 fail:
     atoll_errf(err, errlen, "evaluation: %s", dist_error(d));

@@ -18,7 +18,12 @@
 # - evaluation through interleaved stages (sends one at a time, each taken by
 #   its receiver before it completes) on a dataset's validation split: the
 #   CPU's validation losses within 1e-4;
-# - each run says its collectives went on NCCL.
+# - each run says its collectives went on NCCL;
+# - the pipeline's sends and receives wait on the device, not the host: pp2 x
+#   vpp2 with twice the micro-batches a step (8, not 4: twice the send/receive
+#   batches) has the host wait for the GPU no more often, and its measured
+#   bubble (the device's stalls in the batches and the closing barrier, by
+#   events) is above 0 and below 1 at each stage and step.
 #   engine_nccl_emu.sh ATOLL_TRAIN ATOLL_TRAIN_EMU WORKDIR
 set -euo pipefail
 train=$1
@@ -41,6 +46,7 @@ run dp2 2
 run dp2_zero1 2 --use-distributed-optimizer
 run tp2_sp 2 --tensor-model-parallel-size 2 --sequence-parallel
 run pp2_vpp2 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+run pp2_vpp2_mb8 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 16
 run dp2pp2_zero1 4 --pipeline-model-parallel-size 2 --use-distributed-optimizer
 run tp2pp2 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
 run dp2pp2_save 4 --pipeline-model-parallel-size 2 --use-distributed-optimizer --exit-interval 2 \
@@ -87,6 +93,17 @@ ok = len(ve) == len(vc) == 2 and len(te) == len(tc) == 4
 check(ok and rel(ve, vc) <= 1e-4 and rel(te, tc) <= 1e-4,
       f"pp2 x vpp2 on NCCL with evaluation: the CPU's training and validation losses within 1e-4 "
       f"({rel(te, tc) if ok else float('nan'):.1e}, {rel(ve, vc) if ok else float('nan'):.1e}; validation {ve})")
+waits = lambda n: [int(l.split("waited for the GPU ")[1].split()[0]) for l in open(f"{w}/{n}.log")
+                   if "the host waited for the GPU" in l]
+w4, w8 = waits("pp2_vpp2"), waits("pp2_vpp2_mb8")
+check(len(w4) == len(w8) == 1 and w8[0] <= w4[0],
+      f"pp2 x vpp2 on NCCL: 8 micro-batches a step have the host wait for the GPU no more often than 4 "
+      f"({w8} against {w4} times in 4 steps): sends and receives wait on the device")
+for n in ("pp2_vpp2", "pp2_vpp2_mb8", "tp2pp2"):
+    rows = [json.loads(l) for l in open(f"{w}/{n}.jsonl") if '"bubble_stages"' in l]
+    st = [b for r in rows for b in r["bubble_stages"]]
+    check(len(rows) == 4 and len(st) == 8 and all(0 < b < 1 for b in st),
+          f"{n} on NCCL: the bubble measured on the device, above 0 and below 1 at each stage and step ({st})")
 sys.exit(0 if check.ok else 1)
 PY
 [ "$failures" = 0 ] && echo "engine_nccl_emu: all checks passed" || { echo "engine_nccl_emu: $failures failed"; exit 1; }

@@ -10,7 +10,11 @@
  *   send/receive batch, on the world and on a split) leaves its result for what
  *   the kernels' stream runs next, read here by the backend's own to_host;
  * - sizes past one round of the emulation's slots (1 MiB a rank) and its
- *   send rings (256 KiB), and two messages to one peer in a batch, in order. */
+ *   send rings (256 KiB), and two messages to one peer in a batch, in order;
+ * - comm_device_stalls (the pipeline's idle time): send/receive batches and
+ *   barriers are timed on the device, by events; a rank whose peer comes 300 ms
+ *   late to a batch stood still about that long, the late one did not, and a
+ *   reading forgets what it summed. */
 #include "check.h"
 #include "comm.h"
 #include "cuda/k_cuda.h"
@@ -19,6 +23,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define N 300007 /* floats: more than one 1 MiB slot */
 
@@ -157,6 +162,22 @@ static int rank_main(void)
     CHECK(mismatches(h, 1000) == 0, "send/receive batch: the second message, after it");
     free(h);
     CHECK(comm_barrier(world) == 0, "%s", comm_error(w));
+
+    /* the device's stalls: rank 1 comes to a batch 300 ms after rank 0 */
+    double s = -1.0;
+    CHECK(comm_device_stalls(world, &s) == 1 && s >= 0.0,
+          "send/receive batches and barriers on NCCL are timed on the device (%.3f s so far)", s);
+    CHECK(comm_barrier(world) == 0 && comm_device_stalls(world, NULL) == 1, "%s", comm_error(w));
+    if (R == 1) nanosleep(&(struct timespec){ 0, 300000000L }, NULL);
+    comm_p2p late[2] = { { 0, r2, 1000 * sizeof(float), other, 3 }, { 1, s2, 1000 * sizeof(float), other, 3 } };
+    CHECK(comm_p2p_batch(world, late, 2) == 0, "%s", comm_error(w));
+    CHECK(comm_device_stalls(world, &s) == 1, "%s", comm_error(w));
+    if (R == 0)
+        CHECK(s >= 0.25 && s < 5.0, "rank 0's kernels' stream stood still ~0.3 s waiting for rank 1's batch: %.3f s",
+              s);
+    else
+        CHECK(s < 0.25, "rank 1, 300 ms late, found its peer waiting: it stood still %.3f s, under 0.25", s);
+    CHECK(comm_device_stalls(world, &s) == 1 && s == 0.0, "a reading forgets what it summed (%.3f s)", s);
     K->free(d);
     K->free(r);
     K->free(s1);

@@ -88,6 +88,10 @@ typedef struct emu_astream {
 typedef struct {
     emu_astream *s; /* NULL: complete (recorded on the kernels' stream, or never) */
     uint64_t seq;   /* complete once s has run this many items */
+    unsigned flags;
+    int recorded;   /* ever */
+    uint64_t gen;   /* records so far: a stamp queued for an earlier one is not this one's */
+    double t;       /* when its stream got there (atoll_mono_s); < 0 until then */
 } emu_event;
 
 static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -217,9 +221,9 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h)
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
 {
-    (void)flags;
     emu_event *ev = calloc(1, sizeof *ev);
     if (!ev) return cudaErrorMemoryAllocation;
+    ev->flags = flags;
     *e = (cudaEvent_t)(void *)ev;
     return cudaSuccess;
 }
@@ -230,16 +234,67 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
     return cudaSuccess;
 }
 
+/* A timing event is stamped when its stream runs the item queued with it:
+ * at once on the kernels' stream. The host reads the stamp only once the event
+ * is complete, which orders it after the stream thread's write. */
+typedef struct {
+    emu_event *ev;
+    uint64_t gen;
+} emu_stamp;
+
+static void stamp_item(void *arg)
+{
+    emu_stamp *st = arg;
+    if (st->ev->gen == st->gen) st->ev->t = atoll_mono_s();
+    free(st);
+}
+
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h)
 {
     emu_event *ev = (emu_event *)(void *)e;
     emu_astream *s = astream(h);
     ev->s = s;
-    if (s) {
-        pthread_mutex_lock(&s->mu);
-        ev->seq = s->queued;
-        pthread_mutex_unlock(&s->mu);
+    ev->recorded = 1;
+    ev->gen++;
+    ev->t = -1.0;
+    if (!s) {
+        ev->t = atoll_mono_s();
+        return cudaSuccess;
     }
+    if (!(ev->flags & cudaEventDisableTiming)) {
+        emu_stamp *st = malloc(sizeof *st);
+        if (!st) return cudaErrorMemoryAllocation;
+        *st = (emu_stamp){ ev, ev->gen };
+        emu_stream_enqueue(h, stamp_item, st);
+    }
+    pthread_mutex_lock(&s->mu);
+    ev->seq = s->queued;
+    pthread_mutex_unlock(&s->mu);
+    return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    emu_event *ev = (emu_event *)(void *)e;
+    if (ev->s) wait_for(ev->s, ev->seq);
+    return cudaSuccess;
+}
+
+/* As CUDA: both events recorded, both with timing, both complete. */
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+    emu_event *ea = (emu_event *)(void *)a, *eb = (emu_event *)(void *)b;
+    if (!ea->recorded || !eb->recorded || (ea->flags | eb->flags) & cudaEventDisableTiming)
+        return cudaErrorInvalidResourceHandle;
+    for (int i = 0; i < 2; i++) {
+        emu_event *ev = i ? eb : ea;
+        if (!ev->s) continue;
+        pthread_mutex_lock(&ev->s->mu);
+        int done = ev->s->done >= ev->seq;
+        pthread_mutex_unlock(&ev->s->mu);
+        if (!done) return cudaErrorNotReady;
+    }
+    *ms = (float)((eb->t - ea->t) * 1e3);
     return cudaSuccess;
 }
 
