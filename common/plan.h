@@ -36,15 +36,26 @@ typedef struct plan_precision {
     double master;     /* fp32 master weights */
     double moments;    /* Adam m and v */
     double activation; /* bytes per activation element (2: bf16/fp16, 4: fp32) */
-    int flash;         /* 1: attention keeps a row statistic, not the [s, s] probabilities
-                        * (flash attention), so a layer keeps what selective recompute keeps */
+    double probs;      /* bytes a layer keeps per attention score (b a s^2 / t of them) without
+                        * recompute: 5 as Megatron counts them (16-bit scores and softmax, a
+                        * dropout mask byte), 4 in atoll-train's fp32 (the probabilities); 0 with
+                        * flash attention (a row statistic), so a layer keeps what selective
+                        * recompute keeps */
+    double logit;      /* bytes per logit kept for the cross entropy: 4 (Megatron's fp32 logits),
+                        * or atoll-train's fused classifier's, at the activation size */
+    int workspace;     /* 1: also count atoll-train's backward workspace, held once a rank: one
+                        * layer's activation gradients (the model's engine/model.c ws_carve) and,
+                        * without flash attention, an fp32 [s, s] score buffer per head (two
+                        * under selective recompute, which rebuilds the probabilities) */
 } plan_precision;
 
-/* Megatron bf16: 2 + 4 (fp32 main grads) + 4 + 8 = 18 bytes; 6 + 12/dp with ZeRO-1. */
+/* Megatron bf16: 2 + 4 (fp32 main grads) + 4 + 8 = 18 bytes; 6 + 12/dp with ZeRO-1;
+ * activations as Korthikanti et al. count them. */
 extern const plan_precision PLAN_PRECISION_BF16;
 /* atoll-train --bf16: the same state, and flash attention on every backend (the
- * engine keeps lse per row, never the probabilities). The planner (plan_enumerate,
- * plan_place) and the engine's up-front check both count bf16 with this one. */
+ * engine keeps lse per row, never the probabilities), bf16 logits and the
+ * engine's workspace. The planner (plan_enumerate, plan_place) and the engine's
+ * up-front check both count bf16 with this one. */
 extern const plan_precision PLAN_PRECISION_BF16_FLASH;
 /* The precision atoll-train trains `c` at: --bf16 PLAN_PRECISION_BF16_FLASH, else
  * PLAN_PRECISION_FP32. The engine's up-front check and coordinatord's check at
@@ -71,15 +82,16 @@ int plan_fewest_rebuilt(const atoll_config *c, int dp, const plan_precision *pre
 /* Mixed precision as MT-NLG counts it: 2 + 2 + 4 (fp32 grads) + 4 + 8 = 20 bytes. */
 extern const plan_precision PLAN_PRECISION_FP16_FP32GRAD;
 /* atoll-train's engine: fp32 weights (they are the master copy), fp32 grads, Adam
- * m and v: 16 bytes per parameter, and fp32 activations. */
+ * m and v: 16 bytes per parameter, fp32 activations, the attention's fp32
+ * probabilities (4 bytes a score) and logits, and the engine's workspace. */
 extern const plan_precision PLAN_PRECISION_FP32;
 
 /* Model-state bytes per parameter; ZeRO-1 shards master, moments and grad copy over dp. */
 double plan_state_bytes_per_param(const plan_precision *p, int zero1, int dp);
 
 /* Activation bytes one transformer layer keeps for one micro-batch, with the
- * layout's tp, sequence parallel and recompute (16-bit activations; the
- * estimate below scales them by the precision's activation bytes):
+ * layout's tp, sequence parallel and recompute, as Megatron counts them
+ * (PLAN_PRECISION_BF16; the estimate below counts at its precision's sizes):
  *   none       sbh(10 + 24/t + 5as/(ht))   sp: sbh/t (34 + 5as/h)
  *   selective  sbh(10 + 24/t)              sp: 34 sbh/t
  *   full       2sbh                        sp: 2sbh/t

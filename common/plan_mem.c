@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-const plan_precision PLAN_PRECISION_BF16 = { 2, 4, 0, 4, 8, 2, 0 };
-const plan_precision PLAN_PRECISION_BF16_FLASH = { 2, 4, 0, 4, 8, 2, 1 };
+const plan_precision PLAN_PRECISION_BF16 = { 2, 4, 0, 4, 8, 2, 5, 4, 0 };
+const plan_precision PLAN_PRECISION_BF16_FLASH = { 2, 4, 0, 4, 8, 2, 0, 2, 1 };
 
 const plan_precision *plan_engine_precision(const atoll_config *c)
 {
@@ -18,8 +18,8 @@ void plan_memory_parts(char *buf, size_t len, const atoll_config *c, double para
     snprintf(buf, len, "%.0f parameters: %.2f GiB of weights, grads and Adam state, %.2f GiB of activations%s, %s",
              params, state_bytes / gib, act_bytes / gib, extra, c->bf16 ? "bf16 with fp32 master weights" : "fp32");
 }
-const plan_precision PLAN_PRECISION_FP16_FP32GRAD = { 2, 2, 4, 4, 8, 2, 0 };
-const plan_precision PLAN_PRECISION_FP32 = { 4, 4, 0, 0, 8, 4, 0 };
+const plan_precision PLAN_PRECISION_FP16_FP32GRAD = { 2, 2, 4, 4, 8, 2, 5, 4, 0 };
+const plan_precision PLAN_PRECISION_FP32 = { 4, 4, 0, 0, 8, 4, 4, 4, 1 };
 
 double plan_state_bytes_per_param(const plan_precision *p, int zero1, int dp)
 {
@@ -27,13 +27,16 @@ double plan_state_bytes_per_param(const plan_precision *p, int zero1, int dp)
     return p->weight + p->grad + (zero1 && dp > 1 ? sharded / dp : sharded);
 }
 
-/* With recompute `rc` (the config's own, or what the precision makes of it). */
-static double act_bytes(const atoll_config *c, cfg_recompute rc)
+/* With recompute `rc` (the config's own, or what the precision makes of it), in
+ * 16-bit units (the caller scales by the precision's activation / 2); `probs`
+ * the bytes a score (the precision's). */
+static double act_bytes(const atoll_config *c, cfg_recompute rc, const plan_precision *prec)
 {
     double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, a = c->num_attention_heads;
     double t = c->tensor_model_parallel_size > 0 ? c->tensor_model_parallel_size : 1;
     int sp = c->sequence_parallel && t > 1;
-    double sbh = s * b * h, attn = 5.0 * a * s / h; /* the softmax/dropout s^2 terms */
+    /* the s^2 terms: Megatron's 5 a s / h (softmax, its input, the dropout mask) */
+    double sbh = s * b * h, attn = prec->probs * 2.0 / prec->activation * a * s / h;
     /* Korthikanti et al.'s 34 sbh, by part: 10 sbh not split by TP (norm
      * inputs and outputs, dropout masks) and, split by TP, queries 2 sbq, keys
      * and values 4 sb kv (kv = q, or the groups' width under GQA), the output
@@ -52,7 +55,7 @@ static double act_bytes(const atoll_config *c, cfg_recompute rc)
 
 double plan_act_bytes_per_layer(const atoll_config *c)
 {
-    return act_bytes(c, c->recompute_granularity);
+    return act_bytes(c, c->recompute_granularity, &PLAN_PRECISION_BF16);
 }
 
 double plan_inflight_microbatches(int pp, int v, int m, int g, int stage)
@@ -97,7 +100,7 @@ static double stage_params(const atoll_config *c, int stage, int layers)
  * attention keeps no probabilities, which is what selective recompute saves. */
 static cfg_recompute layer_recompute(cfg_recompute rc, const plan_precision *prec)
 {
-    return prec->flash && rc == RECOMPUTE_NONE ? RECOMPUTE_SELECTIVE : rc;
+    return prec->probs == 0 && rc == RECOMPUTE_NONE ? RECOMPUTE_SELECTIVE : rc;
 }
 
 /* The layers a recompute group holds in a stage of `layers` layers (uniform G, at most a chunk). */
@@ -115,14 +118,36 @@ static double layer_act(const atoll_config *c, int layers, const plan_precision 
 {
     *rebuilt = layers > 0 ? cfg_recompute_stage_layers(c, layers) : 0;
     cfg_recompute kept = c->recompute_granularity == RECOMPUTE_FULL ? RECOMPUTE_NONE : c->recompute_granularity;
-    if (layers <= 0) return act_bytes(c, layer_recompute(kept, prec));
+    if (layers <= 0) return act_bytes(c, layer_recompute(kept, prec), prec);
     int v = cfg_virtual_stages(c), chunk = cfg_chunk_layers(c, layers), g = group_of(c, layers);
     double inputs = g > 1 ? (double)v * ((chunk + g - 1) / g) : *rebuilt; /* uniform G rebuilds every layer */
-    return (inputs * act_bytes(c, RECOMPUTE_FULL) + (layers - *rebuilt) * act_bytes(c, layer_recompute(kept, prec))) /
+    return (inputs * act_bytes(c, RECOMPUTE_FULL, prec) + (layers - *rebuilt) * act_bytes(c, layer_recompute(kept, prec), prec)) /
            layers;
 }
 
-/* Activation bytes of a stage of `layers` layers, at the precision's activation size. */
+/* atoll-train's backward workspace, bytes, held once a rank (engine/model.c
+ * ws_carve): a token's gradients of the residual and the norm (2h), the qkv
+ * projection (q + 2kv), the attention output (q) and the MLP (f); the LLaMA
+ * family's rotary q, k, v, a scratch row of max(h, q) and SwiGLU's gate and up
+ * (2f); sequence parallel's gathered rows (3h); the hidden dropout's (h); at
+ * the activation size. Without flash attention the fp32 [s, s] scores of each
+ * head, twice under selective recompute (the rebuilt probabilities). */
+static double workspace_bytes(const atoll_config *c, const plan_precision *prec)
+{
+    double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, hd = cfg_head_dim(c);
+    double t = c->tensor_model_parallel_size > 0 ? c->tensor_model_parallel_size : 1;
+    double q = c->num_attention_heads * hd / t, kv = cfg_kv_groups(c) * hd / t, f = cfg_ffn(c) / t;
+    double row = 2 * h + (q + 2 * kv) + q + f;
+    if (cfg_rmsnorm(c)) row += q + 2 * kv + (h > q ? h : q) + 2 * f;
+    if (c->sequence_parallel && t > 1) row += 3 * h;
+    if (c->hidden_dropout > 0) row += h;
+    double bytes = s * b * row * prec->activation;
+    if (prec->probs > 0)
+        bytes += (c->recompute_granularity == RECOMPUTE_SELECTIVE ? 2 : 1) * 4.0 * b * c->num_attention_heads / t * s * s;
+    return bytes;
+}
+
+/* Activation bytes of a stage of `layers` layers, at the precision's sizes. */
 static double stage_activations(const atoll_config *c, int dp, int stage, int layers, const plan_precision *prec,
                                 double *inflight_layers)
 {
@@ -136,13 +161,13 @@ static double stage_activations(const atoll_config *c, int dp, int stage, int la
     if (rebuilt > 0) { /* the backward rebuilds one layer at a time (a group of G under uniform G) and holds its
                         * full activations, and the group's G - 1 inner boundaries */
         int g = group_of(c, layers);
-        act += g * act_bytes(c, layer_recompute(RECOMPUTE_NONE, prec)) + (g - 1) * act_bytes(c, RECOMPUTE_FULL);
+        act += g * act_bytes(c, layer_recompute(RECOMPUTE_NONE, prec), prec) + (g - 1) * act_bytes(c, RECOMPUTE_FULL, prec);
     }
     if (stage == 0) act += inflight * s * b * h / (sp ? tp : 1); /* embedding dropout mask */
     if (stage == pp - 1)
         act += inflight * (4 * s * b * h / (sp ? tp : 1) /* final LayerNorm + output input */
-                           + 4 * s * b * V / tp);        /* fp32 logits for the cross entropy */
-    return act * prec->activation / 2;
+                           + prec->logit * 2 / prec->activation * s * b * V / tp); /* the cross entropy's logits */
+    return act * prec->activation / 2 + (prec->workspace ? workspace_bytes(c, prec) : 0);
 }
 
 void plan_memory_estimate(const atoll_config *c, int dp, const plan_precision *prec, plan_memory *out)

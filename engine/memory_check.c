@@ -1,10 +1,11 @@
 /* memory_check: whether a layout fits before atoll-train allocates anything.
  *
  * The need per rank is the planner's memory model (common/plan_mem.c) with the
- * engine's precision: PLAN_PRECISION_FP32 (fp32 weights, grads, Adam moments and
- * activations, the attention probabilities kept), or with --bf16
- * PLAN_PRECISION_BF16_FLASH (bf16 weights and activations beside fp32 master
- * weights, grads and moments; flash attention keeps no probabilities), plus the
+ * engine's precision: PLAN_PRECISION_FP32 (fp32 weights, grads, Adam moments,
+ * activations and logits, the attention probabilities kept), or with --bf16
+ * PLAN_PRECISION_BF16_FLASH (bf16 weights, activations and logits beside fp32
+ * master weights, grads and moments; flash attention keeps no probabilities),
+ * each with the engine's backward workspace, plus the
  * workspace cuDNN's fused attention reports for this rank's shape where it
  * runs. The room is the device's: for cuda the GPU's free memory, for cpu the
  * host's available memory (MemAvailable, lowered by a cgroup v2 limit and by

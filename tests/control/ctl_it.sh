@@ -375,12 +375,12 @@ case_refuse() {
   [ $? -eq 1 ] && grep -q "invalid job spec: the layout needs about [0-9.]* GiB per GPU (.* bf16 with fp32 master weights), more than the 79.65 GiB of the largest GPU on the cluster (NVIDIA H100 80GB HBM3); use fewer or smaller layers" "$TMP/err" \
     || fail "a layout no GPU holds: $(cat "$TMP/err")"
   # a 7B-like model at seq 8192 over 4 stages: split evenly the first stage (4 micro-batches in flight)
-  # needs 96 GiB; the refusal names the uneven split that fits (6 / 8 x 2 / 10 layers, about 78 GiB), then
+  # needs 97 GiB; the refusal names the uneven split that fits (6 / 8 x 2 / 10 layers, about 79 GiB), then
   # the fewest layers full recompute must rebuild (3 of each stage's 8)
   atoll submit --num-layers 32 --hidden-size 4096 --num-attention-heads 32 --seq-length 8192 --bf16 \
       --pipeline-model-parallel-size 4 --micro-batch-size 2 --global-batch-size 8 --num-gpus 4 \
       --recompute-granularity selective 2>"$TMP/err"
-  [ $? -eq 1 ] && grep -q "split the pipeline unevenly (the first stages hold the most micro-batches in flight): --decoder-first-pipeline-num-layers 6 --decoder-last-pipeline-num-layers 10 needs about 78.01 GiB; or rebuild layers in backward: --recompute-granularity full --recompute-method block --recompute-num-layers 3 (the first 3 layers of each model chunk) needs about [0-9.]* GiB; or use fewer" "$TMP/err" \
+  [ $? -eq 1 ] && grep -q "split the pipeline unevenly (the first stages hold the most micro-batches in flight): --decoder-first-pipeline-num-layers 6 --decoder-last-pipeline-num-layers 10 needs about 79.26 GiB; or rebuild layers in backward: --recompute-granularity full --recompute-method block --recompute-num-layers 3 (the first 3 layers of each model chunk) needs about [0-9.]* GiB; or use fewer" "$TMP/err" \
     || fail "a layout an uneven split fits: $(cat "$TMP/err")"
   [ "$(atoll jobs --json | json "len(d['jobs'])")" = 0 ] || fail "a refused job was stored"
   serving "invalid spec"; ok "invalid job specs refused: $(head -1 "$TMP/err")"

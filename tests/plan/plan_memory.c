@@ -152,32 +152,38 @@ static void test_state(void)
 /* Flash attention keeps a row statistic instead of the [s, s] probabilities:
  * PLAN_PRECISION_BF16_FLASH (atoll-train --bf16) counts a layer as selective
  * recompute does, the same state as PLAN_PRECISION_BF16, and under full
- * recompute a working layer without the probabilities either. */
+ * recompute a working layer without the probabilities either. Set against
+ * the same precision keeping Megatron's 5 bytes a score (`kept`), both without
+ * the engine's workspace (test_engine_precisions). */
 static void test_flash(void)
 {
     atoll_config c;
     cfg_defaults(&c);
     c.num_layers = 48, c.hidden_size = 1600, c.num_attention_heads = 25, c.seq_length = 1024;
     c.vocab_size = 50304, c.micro_batch_size = 8, c.global_batch_size = 8;
-    plan_memory f, b, s;
-    plan_memory_estimate(&c, 1, &PLAN_PRECISION_BF16_FLASH, &f);
-    plan_memory_estimate(&c, 1, &PLAN_PRECISION_BF16, &b);
+    plan_precision flash = PLAN_PRECISION_BF16_FLASH, kept = flash;
+    flash.workspace = kept.workspace = 0;
+    kept.probs = 5;
+    plan_memory f, b, s, fw;
+    plan_memory_estimate(&c, 1, &flash, &f);
+    plan_memory_estimate(&c, 1, &kept, &b);
+    plan_memory_estimate(&c, 1, &PLAN_PRECISION_BF16_FLASH, &fw);
     atoll_config sel = c;
     sel.recompute_granularity = RECOMPUTE_SELECTIVE;
-    plan_memory_estimate(&sel, 1, &PLAN_PRECISION_BF16, &s);
+    plan_memory_estimate(&sel, 1, &kept, &s);
     CHECK(f.state_bytes == b.state_bytes, "flash: the same state");
     CHECK_CLOSE(f.act_bytes, s.act_bytes, 1e-12);
     CHECK_CLOSE(f.act_per_layer, s.act_per_layer, 1e-12);
     /* the probabilities, 5 a s^2 b bytes a layer (16-bit), are what is left out */
     CHECK_CLOSE(b.act_bytes - f.act_bytes, 48 * 5.0 * 25 * 1024 * 1024 * 8, 1e-9);
     /* the ~1.5B model at micro-batch 8 fits an 80 GB GPU with flash attention (it ran there), not as counted without */
-    CHECK(f.total_bytes < 70e9 && b.total_bytes > 80e9, "1.5B, mb 8: %.1f GB flash, %.1f GB without", f.total_bytes / 1e9,
-          b.total_bytes / 1e9);
+    CHECK(fw.total_bytes < 70e9 && b.total_bytes > 80e9, "1.5B, mb 8: %.1f GB flash, %.1f GB without",
+          fw.total_bytes / 1e9, b.total_bytes / 1e9);
     atoll_config full = c;
     full.recompute_granularity = RECOMPUTE_FULL;
     plan_memory ff, fb;
-    plan_memory_estimate(&full, 1, &PLAN_PRECISION_BF16_FLASH, &ff);
-    plan_memory_estimate(&full, 1, &PLAN_PRECISION_BF16, &fb);
+    plan_memory_estimate(&full, 1, &flash, &ff);
+    plan_memory_estimate(&full, 1, &kept, &fb);
     CHECK_CLOSE(fb.act_bytes - ff.act_bytes, 5.0 * 25 * 1024 * 1024 * 8, 1e-9); /* one working layer */
     /* --recompute-method block 12: 12 of the 48 layers keep only their inputs, the other 36 what flash keeps,
      * and the working layer of full recompute; block 48 is full recompute */
@@ -185,12 +191,12 @@ static void test_flash(void)
     snprintf(blk.recompute_method, sizeof blk.recompute_method, "block");
     blk.recompute_num_layers = 12;
     plan_memory bk;
-    plan_memory_estimate(&blk, 1, &PLAN_PRECISION_BF16_FLASH, &bk);
+    plan_memory_estimate(&blk, 1, &flash, &bk);
     double working = ff.act_bytes - 48 * ff.act_per_layer, per_full = ff.act_per_layer, per_flash = f.act_per_layer;
     CHECK_CLOSE(bk.act_bytes, working + 12 * per_full + 36 * per_flash, 1e-9);
     CHECK_CLOSE(bk.act_per_layer, (12 * per_full + 36 * per_flash) / 48, 1e-12);
     blk.recompute_num_layers = 48;
-    plan_memory_estimate(&blk, 1, &PLAN_PRECISION_BF16_FLASH, &bk);
+    plan_memory_estimate(&blk, 1, &flash, &bk);
     CHECK_CLOSE(bk.act_bytes, ff.act_bytes, 1e-12);
     /* --recompute-method uniform 5: the input of each group of 5 layers only (10 groups of the 48, the last of 3),
      * and 5 working layers (full recompute's one and 4 more) with the group's 4 inner boundaries; with one
@@ -199,11 +205,47 @@ static void test_flash(void)
     snprintf(uni.recompute_method, sizeof uni.recompute_method, "uniform");
     uni.recompute_num_layers = 5;
     plan_memory un;
-    plan_memory_estimate(&uni, 1, &PLAN_PRECISION_BF16_FLASH, &un);
+    plan_memory_estimate(&uni, 1, &flash, &un);
     CHECK_CLOSE(un.act_bytes, working + 10 * per_full + 4 * per_flash + 4 * per_full, 1e-9);
     uni.recompute_num_layers = 1;
-    plan_memory_estimate(&uni, 1, &PLAN_PRECISION_BF16_FLASH, &un);
+    plan_memory_estimate(&uni, 1, &flash, &un);
     CHECK_CLOSE(un.act_bytes, ff.act_bytes, 1e-12);
+}
+
+/* What atoll-train keeps beyond Megatron's count (GPT-2 124M, micro-batch 16):
+ * logits at the activation size (its fused classifier), and once a rank the
+ * backward's workspace: a token's gradients of 10 h (the residual, the norm,
+ * qkv, the attention output, the MLP's 4h) and, in fp32, the [s, s] scores of
+ * each head (twice under selective recompute). An fp32 layer keeps twice the
+ * 34 sbh bytes of 16 bits, and its probabilities at 4 bytes a score. The engine's own
+ * allocations are set against the whole estimate in tests/engine/engine_memory.c. */
+static void test_engine_precisions(void)
+{
+    atoll_config c;
+    cfg_defaults(&c);
+    c.num_layers = 12, c.hidden_size = 768, c.num_attention_heads = 12, c.seq_length = 1024;
+    c.vocab_size = 50304, c.micro_batch_size = 16, c.global_batch_size = 16;
+    double s = 1024, b = 16, h = 768, a = 12, V = 50304, scores = b * a * s * s;
+    for (int fp32 = 0; fp32 < 2; fp32++) {
+        const plan_precision *p = fp32 ? &PLAN_PRECISION_FP32 : &PLAN_PRECISION_BF16_FLASH;
+        plan_precision bare = *p, logits4 = *p;
+        bare.workspace = 0;
+        logits4.logit = 4;
+        plan_memory m, nb, l4;
+        plan_memory_estimate(&c, 1, p, &m);
+        plan_memory_estimate(&c, 1, &bare, &nb);
+        plan_memory_estimate(&c, 1, &logits4, &l4);
+        double E = fp32 ? 4 : 2;
+        CHECK_CLOSE(m.act_bytes - nb.act_bytes, s * b * 10 * h * E + (fp32 ? 4 * scores : 0), 1e-9);
+        CHECK_CLOSE(l4.act_bytes - m.act_bytes, (4 - E) * s * b * V, 1e-9);
+        if (fp32) CHECK_CLOSE(m.act_per_layer, 34 * s * b * h * 2 + 4 * scores, 1e-12); /* 34 sbh bytes at 16 bits */
+        atoll_config sel = c;
+        sel.recompute_granularity = RECOMPUTE_SELECTIVE;
+        plan_memory ms, nbs;
+        plan_memory_estimate(&sel, 1, p, &ms);
+        plan_memory_estimate(&sel, 1, &bare, &nbs);
+        CHECK_CLOSE(ms.act_bytes - nbs.act_bytes, s * b * 10 * h * E + (fp32 ? 8 * scores : 0), 1e-9);
+    }
 }
 
 /* The refusal's advice names the fewest layers full recompute must rebuild for the layout to fit (a 7B-like
@@ -250,6 +292,7 @@ int main(int argc, char **argv)
     (void)argc;
     test_advice();
     test_flash();
+    test_engine_precisions();
     test_mtnlg();
     test_activation_formulas();
     test_inflight();
