@@ -56,17 +56,37 @@ union kcu_bf16x8 { /* 16 bytes seen as 8 bf16 (a union: no aliasing through cast
     uint4 u;
     bf16 h[8];
 };
-__device__ __forceinline__ void ld8(const bf16 *p, float v[8])
+/* ld8 in two steps, the 8 elements kept as stored until they are used (a row
+ * held in registers takes half the registers in bf16): ld8raw, then unpack8. */
+template <typename T> struct kcu_raw8;
+template <> struct kcu_raw8<bf16> {
+    uint4 u;
+};
+template <> struct kcu_raw8<float> {
+    float4 a, b;
+};
+__device__ __forceinline__ void ld8raw(const bf16 *p, kcu_raw8<bf16> &r) { r.u = *reinterpret_cast<const uint4 *>(p); }
+__device__ __forceinline__ void ld8raw(const float *p, kcu_raw8<float> &r)
+{
+    r.a = reinterpret_cast<const float4 *>(p)[0];
+    r.b = reinterpret_cast<const float4 *>(p)[1];
+}
+__device__ __forceinline__ void unpack8(const kcu_raw8<bf16> &r, float v[8])
 {
     kcu_bf16x8 x;
-    x.u = *reinterpret_cast<const uint4 *>(p);
+    x.u = r.u;
 #pragma unroll
     for (int k = 0; k < 8; k++) v[k] = __bfloat162float(x.h[k]);
 }
-__device__ __forceinline__ void ld8(const float *p, float v[8])
+__device__ __forceinline__ void unpack8(const kcu_raw8<float> &r, float v[8])
 {
-    float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    v[0] = r.a.x, v[1] = r.a.y, v[2] = r.a.z, v[3] = r.a.w, v[4] = r.b.x, v[5] = r.b.y, v[6] = r.b.z, v[7] = r.b.w;
+}
+template <typename T> __device__ __forceinline__ void ld8(const T *p, float v[8])
+{
+    kcu_raw8<T> r;
+    ld8raw(p, r);
+    unpack8(r, v);
 }
 __device__ __forceinline__ void st8(bf16 *p, const float v[8])
 {

@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_fwd_warp_k(T *out, float *me
 
 /* This lane's part of a row's sums for the backward: sum of g w and of
  * g w xhat over its columns (lane*8 + 256j + k), xhat = (x - m) rs, in that
- * order. The registers form of ln_bwd_fused_k holds LN_BATCH 256-column chunks
- * of a row at once. */
+ * order. The registers form of ln_bwd_fused_k holds up to LN_BATCH 256-column
+ * chunks of a row at once. */
 #define LN_BATCH 4
 /* one 8-column piece of those sums */
 __device__ __forceinline__ void ln_bwd_piece_sums(const float xv[8], const float gv[8], const float wv[8], float m,
@@ -165,20 +165,33 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_bwd_dx_k(T *dinp, const T *d
  * A slice is S * Cp floats, Cp = C rounded up to 256; W warps per block.
  * RMS: RMSNorm, the same with no mean, no db (S = 1; part rows of C):
  * dinp += rstd (g w - xhat mean(g w xhat)), xhat = x rstd.
- * REG (rows of at most LN_BATCH * 256 columns): a row's x, dout and dinp
- * are loaded at once into registers, so a row waits for memory once (at GPT-2's
- * 768 columns, gpu_bench's 8192 rows on an H200: 32 -> 29 us a call). Wider
+ * NCH > 0, the registers form (rows of NCH 256-column chunks, NCH <= LN_BATCH):
+ * a row's x, dout and dinp are loaded at once into registers, as stored (bf16:
+ * 4 registers a chunk of each), so a row waits for memory once (at GPT-2's 768
+ * columns, gpu_bench's 8192 rows on an H200: 32 -> 29 us a call). NCH = 0, wider
  * rows take the sums a chunk at a time, then dinp a chunk at a time with x and
  * dout again (from L1). Holding LN_BATCH chunks of each there instead took all
  * 168 registers and spilled: 83 us a call at the 1.5B model's 1600 columns on
  * an H200, against 62.6 us for these loops (bench/results/gpu.md); the floor is
  * ~25. The same arithmetic in the same order either way.
  * S = 3 (LayerNorm with a bias sum): a third slice sums dinp after the update,
- * as stored, into part rows of 3C (dw | db | dsum). The bounds hold registers
- * to 4 blocks an SM for REG (128) and 3 for the loop form (it takes ~56):
- * shared memory allows about that many at GPT-2's and the 1.5B model's widths. */
-template <typename T, bool RMS, bool REG>
-__global__ void __launch_bounds__(128, REG ? 4 : 3)
+ * as stored, into part rows of 3C (dw | db | dsum). The bounds (ln_fused_bound)
+ * hold registers to what the shared memory allows an SM at GPT-2's and the
+ * 1.5B model's widths: the loop form 3 blocks (it takes ~56 registers); the
+ * registers form in bf16 6 blocks (80 registers; sm_80 5) up to 768 columns,
+ * where a row as stored takes 36, 5 (96) at 1024, and in fp32 4 (128). A kernel whose
+ * registers a bound cannot hold spills, which fails the build. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define LN_FUSED_BF16_SMALL 5 /* sm_80's code for the form needs more than 80 registers */
+#else
+#define LN_FUSED_BF16_SMALL 6
+#endif
+template <typename T, int NCH> constexpr int ln_fused_bound()
+{
+    return NCH == 0 ? 3 : sizeof(T) == 4 ? 4 : NCH <= 3 ? LN_FUSED_BF16_SMALL : 5;
+}
+template <typename T, bool RMS, int NCH>
+__global__ void __launch_bounds__(128, ln_fused_bound<T, NCH>())
     ln_bwd_fused_k(T *dinp, float *part, const T *dout, const T *inp, const T *w, const float *mean, const float *rstd,
                    int N, int C, int Cp, int rows, int S)
 {
@@ -192,30 +205,36 @@ __global__ void __launch_bounds__(128, REG ? 4 : 3)
         const T *x = inp + (size_t)n * C, *g = dout + (size_t)n * C;
         T *dx = dinp + (size_t)n * C;
         float m = RMS ? 0.0f : mean[n], rs = rstd[n], gs, gxs, wv[8];
-        if constexpr (REG) {
-            float xv[LN_BATCH][8], gv[LN_BATCH][8], dv[LN_BATCH][8];
+        if constexpr (NCH > 0) { /* the row as stored: fp32 only where it is used */
+            kcu_raw8<T> xr[NCH] = {}, gr[NCH] = {}, dr[NCH] = {}; /* zeros: lanes past C load none */
 #pragma unroll
-            for (int j = 0; j < LN_BATCH; j++)
+            for (int j = 0; j < NCH; j++)
                 if (lane * 8 + 256 * j < C) {
-                    ld8(x + lane * 8 + 256 * j, xv[j]);
-                    ld8(g + lane * 8 + 256 * j, gv[j]);
-                    ld8(dx + lane * 8 + 256 * j, dv[j]);
+                    ld8raw(x + lane * 8 + 256 * j, xr[j]);
+                    ld8raw(g + lane * 8 + 256 * j, gr[j]);
+                    ld8raw(dx + lane * 8 + 256 * j, dr[j]);
                 }
             gs = gxs = 0.0f; /* as ln_bwd_row_sums, in its order */
 #pragma unroll
-            for (int j = 0; j < LN_BATCH; j++)
+            for (int j = 0; j < NCH; j++)
                 if (lane * 8 + 256 * j < C) {
+                    float xv[8], gv[8];
+                    unpack8(xr[j], xv);
+                    unpack8(gr[j], gv);
                     ld8(w + lane * 8 + 256 * j, wv);
-                    ln_bwd_piece_sums(xv[j], gv[j], wv, m, rs, &gs, &gxs);
+                    ln_bwd_piece_sums(xv, gv, wv, m, rs, &gs, &gxs);
                 }
             float gmean = RMS ? 0.0f : warp_sum(gs) / (float)C, gxmean = warp_sum(gxs) / (float)C;
 #pragma unroll
-            for (int j = 0; j < LN_BATCH; j++)
+            for (int j = 0; j < NCH; j++)
                 if (lane * 8 + 256 * j < C) {
+                    float xv[8], gv[8], dv[8];
+                    unpack8(xr[j], xv);
+                    unpack8(gr[j], gv);
+                    unpack8(dr[j], dv);
                     ld8(w + lane * 8 + 256 * j, wv);
-                    ln_bwd_piece<T, RMS>(dx, dv[j], xv[j], gv[j], wv, m, rs, gmean, gxmean, dwa, Cp, S,
-                                         j * 256 + lane);
-                    st8(dx + lane * 8 + 256 * j, dv[j]);
+                    ln_bwd_piece<T, RMS>(dx, dv, xv, gv, wv, m, rs, gmean, gxmean, dwa, Cp, S, j * 256 + lane);
+                    st8(dx + lane * 8 + 256 * j, dv);
                 }
         } else { /* the sums a chunk at a time, then dinp a chunk at a time (x, dout again from L1) */
             ln_bwd_row_sums(x, g, w, m, rs, C, lane, &gs, &gxs);
@@ -333,11 +352,11 @@ __global__ void ln_bwd_k(T *dinp, float *part, const T *dout, const T *inp, cons
  * limit was raised, the 1.5B model's 57 and 86 KiB blocks both counted as
  * none, taken as one an SM: 128 blocks of 64 rows for 8192 rows, 192 us a call
  * on an H200 against 63 with three an SM; bench/results/gpu.md.) */
-template <typename T, bool RMS, bool REG>
+template <typename T, bool RMS, int NCH>
 static void ln_fused_smem(size_t fsmem)
 {
     if (fsmem > 48 * 1024)
-        cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, RMS, REG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, RMS, NCH>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)fsmem));
 }
 
@@ -345,7 +364,7 @@ static void ln_fused_smem(size_t fsmem)
  * as many blocks as the SMs hold at once, each a whole number of rows per warp.
  * A fixed 64 rows gave a 1.5B model's 8192 rows 128 blocks of 4 warps, under
  * one per SM on an H200 (183 us a call against a 25 us floor, bench/results/gpu.md). */
-template <typename T, bool RMS, bool REG>
+template <typename T, bool RMS, int NCH>
 static int ln_fused_per_sm(size_t fsmem, int warps)
 {
     static size_t seen[4] = { 0, 0, 0, 0 }; /* a model has one or two row widths, each with and without a bias sum */
@@ -353,8 +372,8 @@ static int ln_fused_per_sm(size_t fsmem, int warps)
     for (int i = 0; i < 4; i++)
         if (seen[i] == fsmem) return per_sm[i];
     int i = next++ % 4, n = 0;
-    ln_fused_smem<T, RMS, REG>(fsmem);
-    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ln_bwd_fused_k<T, RMS, REG>, warps * 32, fsmem));
+    ln_fused_smem<T, RMS, NCH>(fsmem);
+    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ln_bwd_fused_k<T, RMS, NCH>, warps * 32, fsmem));
     if (n < 1) { /* the launch would fail too; its callers keep fsmem within LN_FUSED_SMEM */
         fprintf(stderr, "%s:%d: ln_bwd_fused_k: no block of %d threads with %zu bytes of shared memory fits an SM\n",
                 __FILE__, __LINE__, warps * 32, fsmem);
@@ -364,10 +383,10 @@ static int ln_fused_per_sm(size_t fsmem, int warps)
     per_sm[i] = n;
     return per_sm[i];
 }
-template <typename T, bool RMS, bool REG>
+template <typename T, bool RMS, int NCH>
 static int ln_fused_rows(int N, size_t fsmem, int warps)
 {
-    long blocks = (long)kcu_sms() * ln_fused_per_sm<T, RMS, REG>(fsmem, warps);
+    long blocks = (long)kcu_sms() * ln_fused_per_sm<T, RMS, NCH>(fsmem, warps);
     int rows = (int)((N + blocks - 1) / blocks);
     return (rows + warps - 1) / warps * warps;
 }
@@ -376,19 +395,19 @@ static int ln_fused_rows(int N, size_t fsmem, int warps)
  * floats for dw, and for LayerNorm db and, where it costs no block an SM,
  * dsum) and the finish into them. Returns 1 when the kernel summed dsum, 0
  * when the caller still has to. */
-template <typename T, bool RMS, bool REG>
+template <typename T, bool RMS, int NCH>
 static int ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *dout, const T *inp, const T *w,
                         const float *mean, const float *rstd, int N, int C, int Cp, int warps)
 {
     int S = RMS ? 1 : 2;
     size_t fsmem = sizeof(float) * (size_t)S * Cp * warps;
     if (dsum && !RMS && fsmem / 2 * 3 <= LN_FUSED_SMEM &&
-        ln_fused_per_sm<T, RMS, REG>(fsmem / 2 * 3, warps) >= ln_fused_per_sm<T, RMS, REG>(fsmem, warps))
+        ln_fused_per_sm<T, RMS, NCH>(fsmem / 2 * 3, warps) >= ln_fused_per_sm<T, RMS, NCH>(fsmem, warps))
         S = 3, fsmem = fsmem / 2 * 3;
-    ln_fused_smem<T, RMS, REG>(fsmem);
-    int rows = ln_fused_rows<T, RMS, REG>(N, fsmem, warps), parts = (N + rows - 1) / rows;
+    ln_fused_smem<T, RMS, NCH>(fsmem);
+    int rows = ln_fused_rows<T, RMS, NCH>(N, fsmem, warps), parts = (N + rows - 1) / rows;
     float *part = (float *)kcu_scratch(sizeof(float) * S * (size_t)C * parts);
-    ln_bwd_fused_k<T, RMS, REG><<<parts, warps * 32, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N,
+    ln_bwd_fused_k<T, RMS, NCH><<<parts, warps * 32, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N,
                                                                             C, Cp, rows, S);
     kcu_launched();
     kcu_colsum_finish(dw, db, S == 3 ? dsum : nullptr, part, parts, C);
@@ -398,9 +417,13 @@ template <typename T, bool RMS>
 static int ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *dout, const T *inp, const T *w,
                         const float *mean, const float *rstd, int N, int C, int Cp, int warps)
 {
-    if (Cp <= LN_BATCH * 256)
-        return ln_bwd_fused<T, RMS, true>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
-    return ln_bwd_fused<T, RMS, false>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+    switch (Cp / 256) { /* Cp: C rounded up to 256 */
+    case 1: return ln_bwd_fused<T, RMS, 1>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+    case 2: return ln_bwd_fused<T, RMS, 2>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+    case 3: return ln_bwd_fused<T, RMS, 3>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+    case 4: return ln_bwd_fused<T, RMS, 4>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+    default: return ln_bwd_fused<T, RMS, 0>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+    }
 }
 
 /* ---- RMSNorm (the LLaMA family): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----

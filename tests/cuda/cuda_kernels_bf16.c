@@ -444,6 +444,11 @@ int main(int argc, char **argv)
     test_layernorm(5, 37);
     test_layernorm(512, 768);
     test_layernorm(256, 1600); /* the fused backward's loop form (768: its registers form) */
+    /* its registers form at each number of 256-column chunks, and rows that end inside a chunk */
+    test_layernorm(96, 200);
+    test_layernorm(64, 512);
+    test_layernorm(64, 520);
+    test_layernorm(64, 1024);
     for (int mode = 0; mode < 3; mode++) {
         test_matmul(7, 13, 11, mode); /* odd sizes: the unfused fallbacks */
         test_matmul(512, 768, 3072, mode);

@@ -374,6 +374,11 @@ int main(int argc, char **argv)
     test_layernorm(5, 37);
     test_layernorm(512, 768);
     test_layernorm(256, 1600); /* the fused backward's loop form (768: its registers form) */
+    /* its registers form at each number of 256-column chunks, and rows that end inside a chunk */
+    test_layernorm(96, 200);
+    test_layernorm(64, 512);
+    test_layernorm(64, 520);
+    test_layernorm(64, 1024);
     test_layernorm(64, 13000); /* warp-per-row kernels at a large C */
     test_layernorm(64, 13001); /* general kernels: dw/db partials above 48 KiB of shared memory */
     test_matmul(7, 13, 11, 1);
