@@ -87,10 +87,7 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_fwd_warp_k(T *out, float *me
 
 /* This lane's part of a row's sums for the backward: sum of g w and of
  * g w xhat over its columns (lane*8 + 256j + k), xhat = (x - m) rs, in that
- * order. The registers form of ln_bwd_fused_k holds up to LN_BATCH 256-column
- * chunks of a row at once. */
-#define LN_BATCH 4
-/* one 8-column piece of those sums */
+ * order; one 8-column piece of them. */
 __device__ __forceinline__ void ln_bwd_piece_sums(const float xv[8], const float gv[8], const float wv[8], float m,
                                                   float rs, float *a, float *b)
 {
@@ -165,22 +162,24 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_bwd_dx_k(T *dinp, const T *d
  * A slice is S * Cp floats, Cp = C rounded up to 256; W warps per block.
  * RMS: RMSNorm, the same with no mean, no db (S = 1; part rows of C):
  * dinp += rstd (g w - xhat mean(g w xhat)), xhat = x rstd.
- * NCH > 0, the registers form (rows of NCH 256-column chunks, NCH <= LN_BATCH):
- * a row's x, dout and dinp are loaded at once into registers, as stored (bf16:
- * 4 registers a chunk of each), so a row waits for memory once (at GPT-2's 768
- * columns, gpu_bench's 8192 rows on an H200: 32 -> 29 us a call). NCH = 0, wider
- * rows take the sums a chunk at a time, then dinp a chunk at a time with x and
- * dout again (from L1). Holding LN_BATCH chunks of each there instead took all
- * 168 registers and spilled: 83 us a call at the 1.5B model's 1600 columns on
- * an H200, against 62.6 us for these loops (bench/results/gpu.md); the floor is
- * ~25. The same arithmetic in the same order either way.
+ * NCH > 0, the registers form (rows of at most NCH 256-column chunks; NCH up to
+ * ln_reg_chunks): a row's x, dout and dinp are loaded at once into registers,
+ * as stored (bf16: 4 registers a chunk of each), so a row waits for memory
+ * once (at GPT-2's 768 columns, gpu_bench's 8192 rows on an H200: 32 -> 29 us
+ * a call, holding them in fp32). NCH = 0, wider rows: the sums a chunk at a
+ * time, then dinp a chunk at a time with x and dout again, so a row waits for
+ * memory twice a chunk (the 1.5B model's 1600 columns took 83 us a call on an
+ * H200 holding 4 chunks of each in fp32, which spilled; the floor is ~25). The
+ * same arithmetic in the same order either way.
  * S = 3 (LayerNorm with a bias sum): a third slice sums dinp after the update,
  * as stored, into part rows of 3C (dw | db | dsum). The bounds (ln_fused_bound)
  * hold registers to what the shared memory allows an SM at GPT-2's and the
  * 1.5B model's widths: the loop form 3 blocks (it takes ~56 registers); the
  * registers form in bf16 6 blocks (80 registers; sm_80 5) up to 768 columns,
- * where a row as stored takes 36, 5 (96) at 1024, and in fp32 4 (128). A kernel whose
- * registers a bound cannot hold spills, which fails the build. */
+ * where a row as stored takes 36, 5 (96) at 1024, 3 up to 2048 (the 1.5B
+ * model's 1600: 57 KiB of slices a block, 3 an SM), and in fp32 4 (128). A
+ * kernel whose registers a bound cannot hold spills, which fails the build. */
+template <typename T> constexpr int ln_reg_chunks() { return sizeof(T) == 2 ? 8 : 4; }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #define LN_FUSED_BF16_SMALL 5 /* sm_80's code for the form needs more than 80 registers */
 #else
@@ -188,7 +187,7 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_bwd_dx_k(T *dinp, const T *d
 #endif
 template <typename T, int NCH> constexpr int ln_fused_bound()
 {
-    return NCH == 0 ? 3 : sizeof(T) == 4 ? 4 : NCH <= 3 ? LN_FUSED_BF16_SMALL : 5;
+    return NCH == 0 ? 3 : sizeof(T) == 4 ? 4 : NCH <= 3 ? LN_FUSED_BF16_SMALL : NCH == 4 ? 5 : 3;
 }
 template <typename T, bool RMS, int NCH>
 __global__ void __launch_bounds__(128, ln_fused_bound<T, NCH>())
@@ -417,13 +416,17 @@ template <typename T, bool RMS>
 static int ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *dout, const T *inp, const T *w,
                         const float *mean, const float *rstd, int N, int C, int Cp, int warps)
 {
-    switch (Cp / 256) { /* Cp: C rounded up to 256 */
-    case 1: return ln_bwd_fused<T, RMS, 1>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
-    case 2: return ln_bwd_fused<T, RMS, 2>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
-    case 3: return ln_bwd_fused<T, RMS, 3>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
-    case 4: return ln_bwd_fused<T, RMS, 4>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
-    default: return ln_bwd_fused<T, RMS, 0>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+    /* the registers form with the fewest chunks that hold the row (Cp: C rounded up to 256) */
+    int n = Cp / 256;
+    if (n == 1) return ln_bwd_fused<T, RMS, 1>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+    if (n == 2) return ln_bwd_fused<T, RMS, 2>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+    if (n == 3) return ln_bwd_fused<T, RMS, 3>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+    if (n == 4) return ln_bwd_fused<T, RMS, 4>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+    if constexpr (ln_reg_chunks<T>() == 8) {
+        if (n <= 6) return ln_bwd_fused<T, RMS, 6>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+        if (n <= 8) return ln_bwd_fused<T, RMS, 8>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
     }
+    return ln_bwd_fused<T, RMS, 0>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
 }
 
 /* ---- RMSNorm (the LLaMA family): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----

@@ -443,12 +443,15 @@ int main(int argc, char **argv)
     test_embedding(3000, 328, 0, 1000, 1000, 1);   /* two column tiles of the backward, the second partial; skewed */
     test_layernorm(5, 37);
     test_layernorm(512, 768);
-    test_layernorm(256, 1600); /* the fused backward's loop form (768: its registers form) */
+    test_layernorm(256, 1600); /* the fused backward holding 8 chunks in registers (fp32: its loop form) */
     /* its registers form at each number of 256-column chunks, and rows that end inside a chunk */
     test_layernorm(96, 200);
     test_layernorm(64, 512);
     test_layernorm(64, 520);
     test_layernorm(64, 1024);
+    test_layernorm(64, 1280); /* 5 chunks, in the form for 6 */
+    test_layernorm(64, 2048); /* the widest registers form */
+    test_layernorm(64, 2056); /* the loop form again */
     for (int mode = 0; mode < 3; mode++) {
         test_matmul(7, 13, 11, mode); /* odd sizes: the unfused fallbacks */
         test_matmul(512, 768, 3072, mode);
@@ -507,6 +510,7 @@ int main(int argc, char **argv)
     }
 #endif
     test_llama(64, 768, 12, 4, 64);
+    test_llama(32, 2048, 16, 4, 128); /* RMSNorm's backward holding 8 chunks in registers */
     test_llama(10, 37, 4, 2, 8);
     test_xent(9, 50, 0, 50);
     test_xent(256, 50304, 0, 50304);
