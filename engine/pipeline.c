@@ -281,7 +281,7 @@ int dist_forward_only(dist_pipe *p, const int32_t *tokens, const int32_t *target
             if (!ch->last && comm_send(pp, eng_output(m, s->a), bytes, (d->pp_rank + 1) % d->pp, tag + 1)) goto fail;
             s->busy = 0;
         }
-    if (d->pp > 1 && comm_device_stalls(pp, NULL) < 0) goto fail; /* nobody reads an evaluation's */
+    if (d->pp > 1 && comm_device_stalls(pp, NULL) < 0) goto fail; /* an evaluation's stalls: not read, forgotten */
     return 0;
 fail:
     atoll_errf(err, errlen, "evaluation: %s", dist_error(d));
