@@ -28,8 +28,9 @@ double plan_state_bytes_per_param(const plan_precision *p, int zero1, int dp)
 }
 
 /* With recompute `rc` (the config's own, or what the precision makes of it), in
- * 16-bit units (the caller scales by the precision's activation / 2); `probs`
- * the bytes a score (the precision's). */
+ * 16-bit units (the caller scales by the precision's activation / 2, so the
+ * scores are counted here at prec->probs * 2 / activation to come out at
+ * prec->probs bytes each). */
 static double act_bytes(const atoll_config *c, cfg_recompute rc, const plan_precision *prec)
 {
     double s = c->seq_length, b = c->micro_batch_size, h = c->hidden_size, a = c->num_attention_heads;

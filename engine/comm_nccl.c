@@ -355,7 +355,7 @@ static int nccl_barrier(comm *c)
         if (stall_make(c, &g->bar)) return -1;
         g->have_bar = 1;
     }
-    if (timed ? order_after_kernels_at(c, g->bar.from) : order_after_kernels(c)) return -1;
+    if (timed && order_after_kernels_at(c, g->bar.from)) return -1; /* untimed: no kernels to wait for */
     ncclResult_t r = ncclAllReduce(g->one, g->one, 1, ncclFloat32, ncclSum, g->comm, gstream(c));
     if (r == ncclSuccess && timed) {
         cudaError_t ce = cudaEventRecord(g->bar.to, gstream(c));
@@ -371,7 +371,7 @@ static int nccl_p2p_batch(comm *c, comm_p2p *ops, int n)
 {
     nccl_stall *st = stall_next(c);
     if (kernels_stream() && !st) return -1;
-    if (st ? order_after_kernels_at(c, st->from) : order_after_kernels(c)) return -1;
+    if (st && order_after_kernels_at(c, st->from)) return -1; /* no st: no kernels to wait for */
     /* Tags are not an NCCL concept: order between a pair is the match. */
     ncclResult_t r = ncclGroupStart();
     for (int i = 0; i < n && r == ncclSuccess; i++) {

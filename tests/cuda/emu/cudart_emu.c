@@ -245,7 +245,8 @@ typedef struct {
 static void stamp_item(void *arg)
 {
     emu_stamp *st = arg;
-    if (st->ev->gen == st->gen) st->ev->t = atoll_mono_s();
+    double now = atoll_mono_s();
+    if (__atomic_load_n(&st->ev->gen, __ATOMIC_ACQUIRE) == st->gen) __atomic_store(&st->ev->t, &now, __ATOMIC_RELEASE);
     free(st);
 }
 
@@ -255,12 +256,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t h)
     emu_astream *s = astream(h);
     ev->s = s;
     ev->recorded = 1;
-    ev->gen++;
-    ev->t = -1.0;
-    if (!s) {
-        ev->t = atoll_mono_s();
-        return cudaSuccess;
-    }
+    __atomic_add_fetch(&ev->gen, 1, __ATOMIC_ACQ_REL); /* a stamp still queued for an earlier record: not this one's */
+    double t = s ? -1.0 : atoll_mono_s();
+    __atomic_store(&ev->t, &t, __ATOMIC_RELEASE);
+    if (!s) return cudaSuccess;
     if (!(ev->flags & cudaEventDisableTiming)) {
         emu_stamp *st = malloc(sizeof *st);
         if (!st) return cudaErrorMemoryAllocation;
