@@ -44,6 +44,17 @@ void kcu_buffers_moved(void);
 /* ops_table.cu's attention counters moved by (fused, flash) */
 void kcu_attention_calls_add(long fused, long flash);
 
+/* v, as far as the compiler can tell a new value each time this runs: keeps
+ * arithmetic on it (addresses) from being hoisted out of a loop into
+ * registers held across the loop. */
+__device__ __forceinline__ int kcu_opaque(int v)
+{
+#ifdef __CUDA_ARCH__
+    asm volatile("mov.u32 %0, %0;" : "+r"(v));
+#endif
+    return v;
+}
+
 /* ---- fp32 <-> storage type ---- */
 __device__ __forceinline__ float ldf(const float *p) { return *p; }
 __device__ __forceinline__ float ldf(const bf16 *p) { return __bfloat162float(*p); }

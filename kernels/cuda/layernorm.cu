@@ -12,7 +12,7 @@
  *   its rows into its own slice of shared memory, the block adds the slices
  *   in warp order, a second kernel (kcu_colsum_finish) adds the blocks' partials in a fixed order.
  *   dout and x are read once (the floor: dout, x, dinp read and written).
- *   Rows wider than 3072 (four slices in 96 KiB) take two passes: dinp by one kernel,
+ *   Rows wider than 3072 (four warps' dw and db slices in 96 KiB) take two passes: dinp by one kernel,
  *   dw/db by a second over row chunks (16-byte column strips per thread).
  * Other C take the general kernels (a block per row; the backward a fixed
  * grid of LN_PARTS blocks with dw/db in shared memory). No atomics anywhere:
@@ -99,22 +99,40 @@ __device__ __forceinline__ void ln_bwd_piece_sums(const float xv[8], const float
     }
 }
 
+/* Where a warp's slices (ln_bwd_fused_k) keep column c = 256 j + 8 l + k
+ * (chunk j, lane l, k < 8): at 256 j + k L + l, L the lanes chunk j spans (32
+ * but in a last, partial chunk), so a slice is C floats and for each k the
+ * lanes touch consecutive words (no bank conflicts). ln_slice_lanes is L. */
+__device__ __forceinline__ int ln_slice_lanes(int C, int j) { return min(32, (C - 256 * j) / 8); }
+
 /* One 8-column piece of a row's backward: dv += rs (g w - gmean - xhat gxmean),
- * and the warp's slices (dw at `at`, db and the bias sum of dinp as stored a
- * slice of Cp further each; see ln_bwd_fused_k) gain this row's terms. */
+ * and the warp's slices (dw at `at` = 256 j + l, k at stride L; db and the
+ * bias sum of dinp as stored a slice of C further each) gain this row's terms. */
 template <typename T, bool RMS>
 __device__ __forceinline__ void ln_bwd_piece(const T *dx, float dv[8], const float xv[8], const float gv[8],
                                              const float wv[8], float m, float rs, float gmean, float gxmean,
-                                             float *slice, int Cp, int S, int at)
+                                             float *slice, int C, int S, int at, int L)
 {
 #pragma unroll
     for (int k = 0; k < 8; k++) {
         float xh = (xv[k] - m) * rs;
         dv[k] += rs * (gv[k] * wv[k] - gmean - xh * gxmean);
-        slice[at + k * 32] += gv[k] * xh;
-        if (!RMS) slice[Cp + at + k * 32] += gv[k];
-        if (!RMS && S == 3) slice[2 * Cp + at + k * 32] += as_stored(dx, dv[k]);
+        slice[at + k * L] += gv[k] * xh;
+        if (!RMS) slice[C + at + k * L] += gv[k];
+        if (!RMS && S == 3) slice[2 * C + at + k * L] += as_stored(dx, dv[k]);
     }
+}
+
+/* ln_bwd_piece for this lane's piece of chunk j, its stride made opaque: known
+ * to the compiler, every (chunk, k) address of the slices was hoisted out of
+ * the row loop and held in registers (500 bytes of spills at 1600 columns) */
+template <typename T, bool RMS>
+__device__ __forceinline__ void ln_bwd_piece_at(const T *dx, float dv[8], const float xv[8], const float gv[8],
+                                                const float wv[8], float m, float rs, float gmean, float gxmean,
+                                                float *slice, int C, int S, int j)
+{
+    ln_bwd_piece<T, RMS>(dx, dv, xv, gv, wv, m, rs, gmean, gxmean, slice, C, S, 256 * j + (threadIdx.x & 31),
+                         kcu_opaque(ln_slice_lanes(C, j)));
 }
 
 template <typename T>
@@ -156,10 +174,10 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_bwd_dx_k(T *dinp, const T *d
 }
 
 /* The fused backward: dinp as ln_bwd_dx_k, plus part[blockIdx.x] = (dw, db)
- * summed over the block's rows. Lane l owns columns l*8 + 256*j + k (k < 8), so
- * a warp's slice in shared memory holds column c at ((c/256)*8 + c%8)*32 + l:
- * for each (j, k) the 32 lanes touch 32 consecutive words (no bank conflicts).
- * A slice is S * Cp floats, Cp = C rounded up to 256; W warps per block.
+ * summed over the block's rows. Lane l owns columns l*8 + 256*j + k (k < 8);
+ * a warp's slices in shared memory hold them as ln_slice_lanes says, C floats
+ * a slice (a partial last chunk packed: the 1.5B model's 1600 columns take
+ * 1600, not 1792), S slices a warp, W warps per block.
  * RMS: RMSNorm, the same with no mean, no db (S = 1; part rows of C):
  * dinp += rstd (g w - xhat mean(g w xhat)), xhat = x rstd.
  * NCH > 0, the registers form (rows of at most NCH 256-column chunks; NCH up to
@@ -177,8 +195,10 @@ __global__ void __launch_bounds__(LN_WARPS * 32) ln_bwd_dx_k(T *dinp, const T *d
  * 1.5B model's widths: the loop form 3 blocks (it takes ~56 registers); the
  * registers form in bf16 6 blocks (80 registers; sm_80 5) up to 768 columns,
  * where a row as stored takes 36, 5 (96) at 1024, 3 up to 2048 (the 1.5B
- * model's 1600: 57 KiB of slices a block, 3 an SM), and in fp32 4 (128). A
- * kernel whose registers a bound cannot hold spills, which fails the build. */
+ * model's 1600: 75 KiB of three slices a block, 3 an SM in 228 KiB with the
+ * 1 KiB the GPU reserves a block; slices of 1792 took 86 KiB, 2 an SM, so its
+ * bias sums ran as two column sums a layer), and in fp32 4 (128). A kernel
+ * whose registers a bound cannot hold spills, which fails the build. */
 template <typename T> constexpr int ln_reg_chunks() { return sizeof(T) == 2 ? 8 : 4; }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 #define LN_FUSED_BF16_SMALL 5 /* sm_80's code for the form needs more than 80 registers */
@@ -192,12 +212,12 @@ template <typename T, int NCH> constexpr int ln_fused_bound()
 template <typename T, bool RMS, int NCH>
 __global__ void __launch_bounds__(128, ln_fused_bound<T, NCH>())
     ln_bwd_fused_k(T *dinp, float *part, const T *dout, const T *inp, const T *w, const float *mean, const float *rstd,
-                   int N, int C, int Cp, int rows, int S)
+                   int N, int C, int rows, int S)
 {
     extern __shared__ float acc[];
     int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-    float *dwa = acc + (size_t)warp * S * Cp; /* this warp's slices: dw, then db, then the bias sum */
-    for (int i = lane; i < S * Cp; i += 32) dwa[i] = 0.0f;
+    float *dwa = acc + (size_t)warp * S * C; /* this warp's slices: dw, then db, then the bias sum */
+    for (int i = lane; i < S * C; i += 32) dwa[i] = 0.0f;
     __syncwarp();
     int r1 = min(N, (int)blockIdx.x * rows + rows);
     for (int n = blockIdx.x * rows + warp; n < r1; n += W) {
@@ -232,7 +252,7 @@ __global__ void __launch_bounds__(128, ln_fused_bound<T, NCH>())
                     unpack8(gr[j], gv);
                     unpack8(dr[j], dv);
                     ld8(w + lane * 8 + 256 * j, wv);
-                    ln_bwd_piece<T, RMS>(dx, dv, xv, gv, wv, m, rs, gmean, gxmean, dwa, Cp, S, j * 256 + lane);
+                    ln_bwd_piece_at<T, RMS>(dx, dv, xv, gv, wv, m, rs, gmean, gxmean, dwa, C, S, j);
                     st8(dx + lane * 8 + 256 * j, dv);
                 }
         } else { /* the sums a chunk at a time, then dinp a chunk at a time (x, dout again from L1) */
@@ -244,18 +264,27 @@ __global__ void __launch_bounds__(128, ln_fused_bound<T, NCH>())
                 ld8(g + c, gv);
                 ld8(w + c, wv);
                 ld8(dx + c, dv);
-                ln_bwd_piece<T, RMS>(dx, dv, xv, gv, wv, m, rs, gmean, gxmean, dwa, Cp, S, j * 256 + lane);
+                ln_bwd_piece_at<T, RMS>(dx, dv, xv, gv, wv, m, rs, gmean, gxmean, dwa, C, S, j);
                 st8(dx + c, dv);
             }
         }
     }
     __syncthreads();
+    /* the block's sums: 8 columns a thread, the warps' slices added in warp
+     * order; consecutive threads read consecutive lanes' words (a thread a
+     * column read 4 banks a warp: 8-way conflicts) */
     float *p = part + (size_t)blockIdx.x * S * C;
-    for (int i = threadIdx.x; i < S * C; i += blockDim.x) {
-        int sl = i / C, c = i - sl * C, at = ((c / 256) * 8 + c % 8) * 32 + (c % 256) / 8 + sl * Cp;
-        float s = 0.0f;
-        for (int j = 0; j < W; j++) s += acc[(size_t)j * S * Cp + at];
-        p[i] = s;
+    int C8 = C / 8;
+    for (int q = threadIdx.x; q < S * C8; q += blockDim.x) {
+        int sl = q / C8, c = (q - sl * C8) * 8, j = c / 256, L = ln_slice_lanes(C, j);
+        const float *a = acc + (size_t)sl * C + 256 * j + (c % 256) / 8;
+        float s[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            s[k] = 0.0f;
+            for (int wi = 0; wi < W; wi++) s[k] += a[(size_t)wi * S * C + k * L];
+        }
+        st8(p + (size_t)sl * C + c, s);
     }
 }
 
@@ -357,6 +386,15 @@ static void ln_fused_smem(size_t fsmem)
     if (fsmem > 48 * 1024)
         cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, RMS, NCH>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)fsmem));
+    /* the blocks an SM holds fill its shared memory (GPT-2's 6 of 36 KiB, the
+     * 1.5B model's 3 of 75 KiB: 227 and 228 of an H100's 228 KiB with the KiB
+     * reserved a block); the kernel reads nothing twice but w, so L1 can be
+     * the least the carveout leaves (a hint the driver may overrule) */
+    static bool carved; /* once: ranks sharing a process would only set it again */
+    if (!carved)
+        cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, RMS, NCH>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                       (int)cudaSharedmemCarveoutMaxShared));
+    carved = true;
 }
 
 /* Rows per block of ln_bwd_fused_k (warps warps, fsmem bytes of shared memory):
@@ -390,16 +428,16 @@ static int ln_fused_rows(int N, size_t fsmem, int warps)
     return (rows + warps - 1) / warps * warps;
 }
 
-/* Queues ln_bwd_fused_k over the rows (warps a block, each a slice of Cp
+/* Queues ln_bwd_fused_k over the rows (warps a block, each a slice of C
  * floats for dw, and for LayerNorm db and, where it costs no block an SM,
  * dsum) and the finish into them. Returns 1 when the kernel summed dsum, 0
  * when the caller still has to. */
 template <typename T, bool RMS, int NCH>
 static int ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *dout, const T *inp, const T *w,
-                        const float *mean, const float *rstd, int N, int C, int Cp, int warps)
+                        const float *mean, const float *rstd, int N, int C, int warps)
 {
     int S = RMS ? 1 : 2;
-    size_t fsmem = sizeof(float) * (size_t)S * Cp * warps;
+    size_t fsmem = sizeof(float) * (size_t)S * C * warps;
     if (dsum && !RMS && fsmem / 2 * 3 <= LN_FUSED_SMEM &&
         ln_fused_per_sm<T, RMS, NCH>(fsmem / 2 * 3, warps) >= ln_fused_per_sm<T, RMS, NCH>(fsmem, warps))
         S = 3, fsmem = fsmem / 2 * 3;
@@ -407,26 +445,26 @@ static int ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *dou
     int rows = ln_fused_rows<T, RMS, NCH>(N, fsmem, warps), parts = (N + rows - 1) / rows;
     float *part = (float *)kcu_scratch(sizeof(float) * S * (size_t)C * parts);
     ln_bwd_fused_k<T, RMS, NCH><<<parts, warps * 32, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N,
-                                                                            C, Cp, rows, S);
+                                                                            C, rows, S);
     kcu_launched();
     kcu_colsum_finish(dw, db, S == 3 ? dsum : nullptr, part, parts, C);
     return S == 3;
 }
 template <typename T, bool RMS>
 static int ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *dout, const T *inp, const T *w,
-                        const float *mean, const float *rstd, int N, int C, int Cp, int warps)
+                        const float *mean, const float *rstd, int N, int C, int warps)
 {
-    /* the registers form with the fewest chunks that hold the row (Cp: C rounded up to 256) */
-    int n = Cp / 256;
-    if (n == 1) return ln_bwd_fused<T, RMS, 1>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
-    if (n == 2) return ln_bwd_fused<T, RMS, 2>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
-    if (n == 3) return ln_bwd_fused<T, RMS, 3>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
-    if (n == 4) return ln_bwd_fused<T, RMS, 4>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+    /* the registers form with the fewest 256-column chunks that hold the row */
+    int n = (C + 255) / 256;
+    if (n == 1) return ln_bwd_fused<T, RMS, 1>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
+    if (n == 2) return ln_bwd_fused<T, RMS, 2>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
+    if (n == 3) return ln_bwd_fused<T, RMS, 3>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
+    if (n == 4) return ln_bwd_fused<T, RMS, 4>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
     if constexpr (ln_reg_chunks<T>() == 8) {
-        if (n <= 6) return ln_bwd_fused<T, RMS, 6>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
-        if (n <= 8) return ln_bwd_fused<T, RMS, 8>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+        if (n <= 6) return ln_bwd_fused<T, RMS, 6>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
+        if (n <= 8) return ln_bwd_fused<T, RMS, 8>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
     }
-    return ln_bwd_fused<T, RMS, 0>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, warps);
+    return ln_bwd_fused<T, RMS, 0>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
 }
 
 /* ---- RMSNorm (the LLaMA family): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----
@@ -497,10 +535,9 @@ static void rmsnorm_backward(T *dinp, float *dw, const T *dout, const T *inp, co
                              int C)
 {
     if (N <= 0 || C <= 0) return;
-    int Cp = (C + 255) / 256 * 256;
-    size_t fsmem = sizeof(float) * (size_t)Cp * 4; /* four warps' dw slices */
+    size_t fsmem = sizeof(float) * (size_t)C * 4; /* four warps' dw slices */
     if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w) && fsmem <= LN_FUSED_SMEM) {
-        ln_bwd_fused<T, true>(dinp, dw, nullptr, nullptr, dout, inp, w, nullptr, rstd, N, C, Cp, 4);
+        ln_bwd_fused<T, true>(dinp, dw, nullptr, nullptr, dout, inp, w, nullptr, rstd, N, C, 4);
         return;
     }
     rms_bwd_dx_k<T><<<(N + LN_WARPS - 1) / LN_WARPS, LN_WARPS * 32, 0, kcu_stream()>>>(dinp, dout, inp, w, rstd, N, C);
@@ -550,11 +587,11 @@ static void layernorm_backward(T *dinp, float *dw, float *db, float *dsum, const
                                const float *mean, const float *rstd, int N, int C)
 {
     if (N <= 0 || C <= 0) return;
-    int Cp = (C + 255) / 256 * 256, fw = 4; /* fewer warps per block would starve the SMs: wide rows go below */
-    size_t fsmem = sizeof(float) * 2 * (size_t)Cp * fw;
+    int fw = 4; /* fewer warps per block would starve the SMs: wide rows go below */
+    size_t fsmem = sizeof(float) * 2 * (size_t)C * fw;
     int summed = 0; /* dsum taken in the pass that writes dinp; otherwise summed after it, below */
     if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w) && fsmem <= LN_FUSED_SMEM) {
-        summed = ln_bwd_fused<T, false>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, Cp, fw);
+        summed = ln_bwd_fused<T, false>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, fw);
     } else if (vec8_ok((size_t)C, dinp, dout, inp) && vec8_ok(8, w)) {
         int parts = (N + LN_ROW_CHUNK - 1) / LN_ROW_CHUNK;
         float *part = (float *)kcu_scratch(sizeof(float) * 2 * (size_t)C * parts);

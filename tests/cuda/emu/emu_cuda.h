@@ -366,7 +366,9 @@ inline cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t)
 inline cudaError_t cudaGraphDestroy(cudaGraph_t g) { delete g; return cudaSuccess; }
 inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x) { delete x; return cudaSuccess; }
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
-enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize, cudaFuncAttributePreferredSharedMemoryCarveout };
+enum cudaSharedCarveout { cudaSharedmemCarveoutDefault = -1, cudaSharedmemCarveoutMaxL1 = 0,
+                          cudaSharedmemCarveoutMaxShared = 100 };
 enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrMultiProcessorCount };
 struct uint4 {
     unsigned x, y, z, w;
@@ -395,18 +397,21 @@ inline size_t emu_smem_limit(const void *k)
     auto it = emu_func_smem.find(k);
     return it == emu_func_smem.end() ? 48u << 10 : (size_t)it->second;
 }
-template <typename F> cudaError_t cudaFuncSetAttribute(F k, cudaFuncAttribute, int v)
+template <typename F> cudaError_t cudaFuncSetAttribute(F k, cudaFuncAttribute a, int v)
 {
+    if (a == cudaFuncAttributePreferredSharedMemoryCarveout) /* a hint: the emulation has no L1 to trade */
+        return v < -1 || v > 100 ? cudaErrorInvalidValue : cudaSuccess;
     if (v < 0 || v > (227 << 10)) return cudaErrorInvalidValue;
     emu_func_smem[reinterpret_cast<const void *>(k)] = v;
     return cudaSuccess;
 }
-/* as many blocks an SM as 227 KiB of shared memory hold, at most three (as
- * registers would cap a heavy kernel), whatever else the kernel uses (the
- * emulated device has 2 SMs); none above the kernel's limit */
+/* as many blocks an SM as an H100's 228 KiB of shared memory hold, with the
+ * 1 KiB it reserves a block, at most three (as registers would cap a heavy
+ * kernel), whatever else the kernel uses (the emulated device has 2 SMs); none
+ * above the kernel's limit */
 template <class K> cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, K k, int, size_t smem)
 {
-    size_t fit = smem ? (227u << 10) / smem : 3;
+    size_t fit = smem ? (228u << 10) / (smem + 1024) : 3;
     *n = smem > emu_smem_limit(reinterpret_cast<const void *>(k)) ? 0 : fit < 1 ? 1 : fit > 3 ? 3 : (int)fit;
     return cudaSuccess;
 }
