@@ -116,7 +116,10 @@ static void test_colsum(int N, int C)
     cmp(what, cs2, cs, 1e-5);
 }
 
-static void test_layernorm(int N, int C)
+/* sum_in_pass: 1 when the backward must take dsum in the pass that writes dinp
+ * (no more kernels launched with it than without), 0 when it must sum it after,
+ * -1 either */
+static void test_layernorm(int N, int C, int sum_in_pass = -1)
 {
     vec x = rv((size_t)N * C, 2), w = rv(C), b = rv(C), g = rv((size_t)N * C), dx = rv((size_t)N * C), dw = rv(C),
         db = rv(C);
@@ -137,16 +140,24 @@ static void test_layernorm(int N, int C)
     vec dx2 = dx, dw2 = dw, db2 = db, ds = rv(C), ds2 = ds, dx3 = dx, dx4 = dx, db3 = db, db4 = db;
     R->layernorm_backward(dx.data(), dw.data(), db.data(), ds.data(), g.data(), x.data(), w.data(), m1.data(),
                           r1.data(), N, C);
+    unsigned long l0 = emu_launches;
     kcu_layernorm_backward(dx2.data(), dw2.data(), db2.data(), ds2.data(), g.data(), x.data(), w.data(), m2.data(),
                            r2.data(), N, C);
+    unsigned long with_sum = emu_launches - l0;
     cmp("layernorm_backward dinp", dx2, dx, 1e-5);
     cmp("layernorm_backward dw", dw2, dw, 1e-5);
     cmp("layernorm_backward db", db2, db, 1e-5);
     cmp("layernorm_backward dsum (the bias sum of dinp)", ds2, ds, 1e-5);
     R->layernorm_backward(dx3.data(), dw.data(), db3.data(), nullptr, g.data(), x.data(), w.data(), m1.data(),
                           r1.data(), N, C);
+    l0 = emu_launches;
     kcu_layernorm_backward(dx4.data(), dw2.data(), db4.data(), nullptr, g.data(), x.data(), w.data(), m2.data(),
                            r2.data(), N, C);
+    unsigned long without = emu_launches - l0;
+    if (sum_in_pass >= 0)
+        check(sum_in_pass ? with_sum == without : with_sum > without,
+              "layernorm_backward (C=%d): %lu kernels with the bias sum, %lu without: the sum should be %s", C,
+              with_sum, without, sum_in_pass ? "in the norm's pass" : "after it");
     cmp("layernorm_backward dinp (no bias sum)", dx4, dx3, 1e-5);
     cmp("layernorm_backward db (no bias sum)", db4, db3, 1e-5);
     /* bf16 forward on bf16-exact inputs */
@@ -910,9 +921,10 @@ int main(int, char **argv)
     test_layernorm(5, 37);
     test_layernorm(70, 300);  /* C % 8 != 0: the general kernels */
     test_layernorm(37, 264);  /* the warp-per-row kernels, a partial last block of rows */
-    test_layernorm(130, 776); /* fused backward: three 64-row blocks, the last partial; a partial 256-column strip */
-    test_layernorm(24, 1280); /* rows past the fused backward's registers (1024 columns): its loop form, bias sum in */
-    test_layernorm(24, 1600); /* the loop form; a third slice would cost a block an SM: the bias sum after */
+    test_layernorm(130, 776, 1); /* fused backward: three 64-row blocks, the last partial; a partial 256-column strip */
+    test_layernorm(24, 1280, 1); /* rows past the fused backward's registers (1024 columns): its loop form, bias sum in */
+    test_layernorm(24, 1600, 1); /* the loop form; three slices packed to C fit 3 blocks an SM: the bias sum in */
+    test_layernorm(24, 2048, 0); /* three slices of 2048 (96 KiB) would cost a block an SM: the bias sum after */
     test_layernorm(9, 3080);  /* rows too wide for the fused backward's slices: the two-pass form */
     test_embedding(37, 19, 0, 50);
     test_embedding(300, 64, 100, 100); /* a vocab slice, many repeats */

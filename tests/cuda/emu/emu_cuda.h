@@ -26,6 +26,7 @@
 #ifndef ATOLL_EMU_CUDA_H
 #define ATOLL_EMU_CUDA_H
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -618,11 +619,15 @@ void emu_launch_now(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, A... args
         }
 }
 
+/* Kernel launches queued so far (tests count what an op launches). */
+inline std::atomic<unsigned long> emu_launches;
+
 /* kernel<<<g, b, smem, stream>>>(args...): run now, or kept for the graph
  * being captured with the arguments' values of now. */
 template <typename... P, typename... A>
 void emu_launch(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t, A... args)
 {
+    emu_launches++;
     emu_stream_op([=] { emu_launch_now(kernel, g, b, smem, args...); });
 }
 
