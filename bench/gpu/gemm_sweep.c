@@ -7,8 +7,12 @@
  * GS_CANDIDATES algorithms and times each on random bf16 data: the
  * heuristic's first (what atoll runs today) against the fastest. Printed and
  * written as a table, with the micro-batch's total over the layers and the
- * classifier: the most a time-based choice could save. Nothing here changes
- * what atoll runs. Part of gpu_bench (bench/gpu/run.sh's bench stage). */
+ * classifier: the most a time-based choice could save. And the heuristic's
+ * first when told there is no workspace: cuBLASLt queues a memset of its own
+ * before many of the kernels it picks with one (~125 a GPT-2 step in the
+ * H200 profiles, 1.7 us each plus a launch gap); does a kernel that needs none
+ * cost less? Nothing here changes what atoll runs. Part of gpu_bench
+ * (bench/gpu/run.sh's bench stage). */
 #include "gemm_sweep.h"
 #include "cuda_check.h" /* cudaCheck, cublasCheck: the project's one macro per API */
 
@@ -143,9 +147,11 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
     fprintf(md, "\n### cuBLASLt's candidates for atoll's GEMMs (%s, N = %d tokens, bf16, random data)\n\n"
                 "Each GEMM as kernels/cuda/matmul.cu sets it up; the heuristic's first algorithm (what atoll runs) "
                 "against the fastest of up to %d it offers, median of %d runs each.\n\n"
-                "| GEMM | m x n x k | per micro-batch | candidates | first ms | fastest ms (#) | TFLOP/s first / fastest |\n"
-                "|---|---|---:|---:|---:|---:|---:|\n", model, N, GS_CANDIDATES, GS_REPS);
-    double step_first = 0, step_best = 0;
+                "The last column: the heuristic's first when it is told there is no workspace.\n\n"
+                "| GEMM | m x n x k | per micro-batch | candidates | first ms | fastest ms (#) | TFLOP/s first / fastest "
+                "| first, no workspace ms |\n"
+                "|---|---|---:|---:|---:|---:|---:|---:|\n", model, N, GS_CANDIDATES, GS_REPS);
+    double step_first = 0, step_best = 0, step_nows = 0;
     for (int i = 0; i < ng; i++) {
         const gs_gemm *c = &g[i];
         cublasOperation_t ta = c->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = c->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -180,13 +186,23 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
             if (j == 0) first = ms;
             if (ms > 0 && (best < 0 || ms < best)) best = ms, best_i = j;
         }
+        size_t none = 0;
+        int found0 = 0;
+        float nows = -1;
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &none,
+                                                         sizeof none));
+        if (cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, h, &found0) == CUBLAS_STATUS_SUCCESS &&
+            found0 > 0)
+            nows = time_algo(lt, op, la, lb, ld, &h[0].algo, A, B, D, c->wgrad ? 1.0f : 0.0f, NULL, 0, e0, e1);
         cudaCheck(cudaGetLastError());
         double fl = 2.0 * c->m * (double)c->n * c->k;
-        printf("%-34s %6d x %6d x %6d  %2d candidates  first %8.3f ms  fastest %8.3f ms (#%d)  x%d\n", c->name,
-               c->m, c->n, c->k, found, first, best, best_i, c->per_step);
-        fprintf(md, "| %s | %d x %d x %d | %d | %d | %.3f | %.3f (#%d) | %.0f / %.0f |\n", c->name, c->m, c->n, c->k,
-                c->per_step, found, first, best, best_i, first > 0 ? fl / first / 1e9 : 0, best > 0 ? fl / best / 1e9 : 0);
+        printf("%-34s %6d x %6d x %6d  %2d candidates  first %8.3f ms  fastest %8.3f ms (#%d)  no workspace %8.3f ms"
+               "  x%d\n", c->name, c->m, c->n, c->k, found, first, best, best_i, nows, c->per_step);
+        fprintf(md, "| %s | %d x %d x %d | %d | %d | %.3f | %.3f (#%d) | %.0f / %.0f | %.3f |\n", c->name, c->m, c->n,
+                c->k, c->per_step, found, first, best, best_i, first > 0 ? fl / first / 1e9 : 0,
+                best > 0 ? fl / best / 1e9 : 0, nows);
         if (first > 0 && best > 0) step_first += c->per_step * first, step_best += c->per_step * best;
+        step_nows += c->per_step * (nows > 0 ? nows : first); /* none found: the GEMM keeps its workspace */
         cublasLtMatmulPreferenceDestroy(pref);
         cublasLtMatrixLayoutDestroy(la);
         cublasLtMatrixLayoutDestroy(lb);
@@ -195,9 +211,11 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
     }
     printf("%s, a micro-batch's GEMMs: %.2f ms with the heuristic's first choices, %.2f ms with the fastest "
            "(%.1f%% less)\n", model, step_first, step_best, step_first > 0 ? 100.0 * (1 - step_best / step_first) : 0);
+    printf("%s, a micro-batch's GEMMs with the first choices for no workspace: %.2f ms\n", model, step_nows);
     fprintf(md, "\nA micro-batch's GEMMs (%d layers and the classifier): %.2f ms with the heuristic's first choices, "
-                "%.2f ms with the fastest candidates (%.1f%% less).\n", L, step_first, step_best,
-            step_first > 0 ? 100.0 * (1 - step_best / step_first) : 0);
+                "%.2f ms with the fastest candidates (%.1f%% less), %.2f ms with its first choices for no "
+                "workspace.\n", L, step_first, step_best, step_first > 0 ? 100.0 * (1 - step_best / step_first) : 0,
+            step_nows);
     cublasLtDestroy(lt);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
