@@ -123,16 +123,18 @@ __device__ __forceinline__ void ln_bwd_piece(const T *dx, float dv[8], const flo
     }
 }
 
-/* ln_bwd_piece for this lane's piece of chunk j, its stride made opaque: known
- * to the compiler, every (chunk, k) address of the slices was hoisted out of
- * the row loop and held in registers (500 bytes of spills at 1600 columns) */
-template <typename T, bool RMS>
+/* ln_bwd_piece for this lane's piece of chunk j. PK (C not a whole number of
+ * chunks): the stride is ln_slice_lanes, made opaque: known to the compiler,
+ * every (chunk, k) address of the slices was hoisted out of the row loop into
+ * registers (560 bytes of spills at 1600 columns). Otherwise it is 32, so the
+ * offsets sit in the instructions. */
+template <typename T, bool RMS, bool PK>
 __device__ __forceinline__ void ln_bwd_piece_at(const T *dx, float dv[8], const float xv[8], const float gv[8],
                                                 const float wv[8], float m, float rs, float gmean, float gxmean,
                                                 float *slice, int C, int S, int j)
 {
     ln_bwd_piece<T, RMS>(dx, dv, xv, gv, wv, m, rs, gmean, gxmean, slice, C, S, 256 * j + (threadIdx.x & 31),
-                         kcu_opaque(ln_slice_lanes(C, j)));
+                         PK ? kcu_opaque(ln_slice_lanes(C, j)) : 32);
 }
 
 template <typename T>
@@ -209,7 +211,7 @@ template <typename T, int NCH> constexpr int ln_fused_bound()
 {
     return NCH == 0 ? 3 : sizeof(T) == 4 ? 4 : NCH <= 3 ? LN_FUSED_BF16_SMALL : NCH == 4 ? 5 : 3;
 }
-template <typename T, bool RMS, int NCH>
+template <typename T, bool RMS, int NCH, bool PK>
 __global__ void __launch_bounds__(128, ln_fused_bound<T, NCH>())
     ln_bwd_fused_k(T *dinp, float *part, const T *dout, const T *inp, const T *w, const float *mean, const float *rstd,
                    int N, int C, int rows, int S)
@@ -252,7 +254,7 @@ __global__ void __launch_bounds__(128, ln_fused_bound<T, NCH>())
                     unpack8(gr[j], gv);
                     unpack8(dr[j], dv);
                     ld8(w + lane * 8 + 256 * j, wv);
-                    ln_bwd_piece_at<T, RMS>(dx, dv, xv, gv, wv, m, rs, gmean, gxmean, dwa, C, S, j);
+                    ln_bwd_piece_at<T, RMS, PK>(dx, dv, xv, gv, wv, m, rs, gmean, gxmean, dwa, C, S, j);
                     st8(dx + lane * 8 + 256 * j, dv);
                 }
         } else { /* the sums a chunk at a time, then dinp a chunk at a time (x, dout again from L1) */
@@ -264,7 +266,7 @@ __global__ void __launch_bounds__(128, ln_fused_bound<T, NCH>())
                 ld8(g + c, gv);
                 ld8(w + c, wv);
                 ld8(dx + c, dv);
-                ln_bwd_piece_at<T, RMS>(dx, dv, xv, gv, wv, m, rs, gmean, gxmean, dwa, C, S, j);
+                ln_bwd_piece_at<T, RMS, PK>(dx, dv, xv, gv, wv, m, rs, gmean, gxmean, dwa, C, S, j);
                 st8(dx + c, dv);
             }
         }
@@ -380,11 +382,11 @@ __global__ void ln_bwd_k(T *dinp, float *part, const T *dout, const T *inp, cons
  * limit was raised, the 1.5B model's 57 and 86 KiB blocks both counted as
  * none, taken as one an SM: 128 blocks of 64 rows for 8192 rows, 192 us a call
  * on an H200 against 63 with three an SM; bench/results/gpu.md.) */
-template <typename T, bool RMS, int NCH>
+template <typename T, bool RMS, int NCH, bool PK>
 static void ln_fused_smem(size_t fsmem)
 {
     if (fsmem > 48 * 1024)
-        cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, RMS, NCH>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, RMS, NCH, PK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)fsmem));
     /* the blocks an SM holds fill its shared memory (GPT-2's 6 of 36 KiB, the
      * 1.5B model's 3 of 75 KiB: 227 and 228 of an H100's 228 KiB with the KiB
@@ -392,7 +394,7 @@ static void ln_fused_smem(size_t fsmem)
      * the least the carveout leaves (a hint the driver may overrule) */
     static bool carved; /* once: ranks sharing a process would only set it again */
     if (!carved)
-        cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, RMS, NCH>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, RMS, NCH, PK>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        (int)cudaSharedmemCarveoutMaxShared));
     carved = true;
 }
@@ -401,7 +403,7 @@ static void ln_fused_smem(size_t fsmem)
  * as many blocks as the SMs hold at once, each a whole number of rows per warp.
  * A fixed 64 rows gave a 1.5B model's 8192 rows 128 blocks of 4 warps, under
  * one per SM on an H200 (183 us a call against a 25 us floor, bench/results/gpu.md). */
-template <typename T, bool RMS, int NCH>
+template <typename T, bool RMS, int NCH, bool PK>
 static int ln_fused_per_sm(size_t fsmem, int warps)
 {
     static size_t seen[4] = { 0, 0, 0, 0 }; /* a model has one or two row widths, each with and without a bias sum */
@@ -409,8 +411,8 @@ static int ln_fused_per_sm(size_t fsmem, int warps)
     for (int i = 0; i < 4; i++)
         if (seen[i] == fsmem) return per_sm[i];
     int i = next++ % 4, n = 0;
-    ln_fused_smem<T, RMS, NCH>(fsmem);
-    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ln_bwd_fused_k<T, RMS, NCH>, warps * 32, fsmem));
+    ln_fused_smem<T, RMS, NCH, PK>(fsmem);
+    cudaCheck(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, ln_bwd_fused_k<T, RMS, NCH, PK>, warps * 32, fsmem));
     if (n < 1) { /* the launch would fail too; its callers keep fsmem within LN_FUSED_SMEM */
         fprintf(stderr, "%s:%d: ln_bwd_fused_k: no block of %d threads with %zu bytes of shared memory fits an SM\n",
                 __FILE__, __LINE__, warps * 32, fsmem);
@@ -420,10 +422,10 @@ static int ln_fused_per_sm(size_t fsmem, int warps)
     per_sm[i] = n;
     return per_sm[i];
 }
-template <typename T, bool RMS, int NCH>
+template <typename T, bool RMS, int NCH, bool PK>
 static int ln_fused_rows(int N, size_t fsmem, int warps)
 {
-    long blocks = (long)kcu_sms() * ln_fused_per_sm<T, RMS, NCH>(fsmem, warps);
+    long blocks = (long)kcu_sms() * ln_fused_per_sm<T, RMS, NCH, PK>(fsmem, warps);
     int rows = (int)((N + blocks - 1) / blocks);
     return (rows + warps - 1) / warps * warps;
 }
@@ -432,39 +434,48 @@ static int ln_fused_rows(int N, size_t fsmem, int warps)
  * floats for dw, and for LayerNorm db and, where it costs no block an SM,
  * dsum) and the finish into them. Returns 1 when the kernel summed dsum, 0
  * when the caller still has to. */
-template <typename T, bool RMS, int NCH>
+template <typename T, bool RMS, int NCH, bool PK>
 static int ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *dout, const T *inp, const T *w,
                         const float *mean, const float *rstd, int N, int C, int warps)
 {
     int S = RMS ? 1 : 2;
     size_t fsmem = sizeof(float) * (size_t)S * C * warps;
     if (dsum && !RMS && fsmem / 2 * 3 <= LN_FUSED_SMEM &&
-        ln_fused_per_sm<T, RMS, NCH>(fsmem / 2 * 3, warps) >= ln_fused_per_sm<T, RMS, NCH>(fsmem, warps))
+        ln_fused_per_sm<T, RMS, NCH, PK>(fsmem / 2 * 3, warps) >= ln_fused_per_sm<T, RMS, NCH, PK>(fsmem, warps))
         S = 3, fsmem = fsmem / 2 * 3;
-    ln_fused_smem<T, RMS, NCH>(fsmem);
-    int rows = ln_fused_rows<T, RMS, NCH>(N, fsmem, warps), parts = (N + rows - 1) / rows;
+    ln_fused_smem<T, RMS, NCH, PK>(fsmem);
+    int rows = ln_fused_rows<T, RMS, NCH, PK>(N, fsmem, warps), parts = (N + rows - 1) / rows;
     float *part = (float *)kcu_scratch(sizeof(float) * S * (size_t)C * parts);
-    ln_bwd_fused_k<T, RMS, NCH><<<parts, warps * 32, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N,
+    ln_bwd_fused_k<T, RMS, NCH, PK><<<parts, warps * 32, fsmem, kcu_stream()>>>(dinp, part, dout, inp, w, mean, rstd, N,
                                                                             C, rows, S);
     kcu_launched();
     kcu_colsum_finish(dw, db, S == 3 ? dsum : nullptr, part, parts, C);
     return S == 3;
 }
+template <typename T, bool RMS, bool PK>
+static int ln_bwd_fused_pk(T *dinp, float *dw, float *db, float *dsum, const T *dout, const T *inp, const T *w,
+                           const float *mean, const float *rstd, int N, int C, int warps)
+{
+    /* the registers form with the fewest 256-column chunks that hold the row */
+    int n = (C + 255) / 256;
+    if (n == 1) return ln_bwd_fused<T, RMS, 1, PK>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
+    if (n == 2) return ln_bwd_fused<T, RMS, 2, PK>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
+    if (n == 3) return ln_bwd_fused<T, RMS, 3, PK>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
+    if (n == 4) return ln_bwd_fused<T, RMS, 4, PK>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
+    if constexpr (ln_reg_chunks<T>() == 8) {
+        if (n <= 6) return ln_bwd_fused<T, RMS, 6, PK>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
+        if (n <= 8) return ln_bwd_fused<T, RMS, 8, PK>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
+    }
+    return ln_bwd_fused<T, RMS, 0, PK>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
+}
+/* rows of whole 256-column chunks take the kernel whose slice strides are
+ * constants; others (the 1.5B model's 1600) the one with a packed last chunk */
 template <typename T, bool RMS>
 static int ln_bwd_fused(T *dinp, float *dw, float *db, float *dsum, const T *dout, const T *inp, const T *w,
                         const float *mean, const float *rstd, int N, int C, int warps)
 {
-    /* the registers form with the fewest 256-column chunks that hold the row */
-    int n = (C + 255) / 256;
-    if (n == 1) return ln_bwd_fused<T, RMS, 1>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
-    if (n == 2) return ln_bwd_fused<T, RMS, 2>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
-    if (n == 3) return ln_bwd_fused<T, RMS, 3>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
-    if (n == 4) return ln_bwd_fused<T, RMS, 4>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
-    if constexpr (ln_reg_chunks<T>() == 8) {
-        if (n <= 6) return ln_bwd_fused<T, RMS, 6>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
-        if (n <= 8) return ln_bwd_fused<T, RMS, 8>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
-    }
-    return ln_bwd_fused<T, RMS, 0>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
+    if (C % 256) return ln_bwd_fused_pk<T, RMS, true>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
+    return ln_bwd_fused_pk<T, RMS, false>(dinp, dw, db, dsum, dout, inp, w, mean, rstd, N, C, warps);
 }
 
 /* ---- RMSNorm (the LLaMA family): out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) ----
