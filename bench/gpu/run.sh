@@ -108,9 +108,10 @@ if [ -z "${ATOLL_GPU_STAGE:-}" ]; then
       fails=$((fails + rc))
     fi
     echo "==== $s took $((SECONDS - t0)) s"
+    took="${took:+$took, }$s $((SECONDS - t0))"
   done
   note ""
-  note "failed checks: $fails ($((SECONDS - start)) s)"
+  note "failed checks: $fails ($((SECONDS - start)) s; seconds a stage: ${took:-none run})"
   rm -rf "$work"
   exit $((fails > 0))
 fi
