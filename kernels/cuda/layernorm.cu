@@ -377,22 +377,26 @@ __global__ void ln_bwd_k(T *dinp, float *part, const T *dout, const T *inp, cons
 }
 
 /* Raises ln_bwd_fused_k's limit on dynamic shared memory (48 KiB until raised)
- * to fsmem, where that is above it: before a launch, and before asking how many
- * blocks an SM holds, which counts none above the limit. (Asked before the
+ * to fsmem, where that is above it (once a size: the limit stays at the largest
+ * asked, which every smaller launch is within): before a launch, and before
+ * asking how many blocks an SM holds, which counts none above the limit. (Asked before the
  * limit was raised, the 1.5B model's 57 and 86 KiB blocks both counted as
  * none, taken as one an SM: 128 blocks of 64 rows for 8192 rows, 192 us a call
  * on an H200 against 63 with three an SM; bench/results/gpu.md.) */
 template <typename T, bool RMS, int NCH, bool PK>
 static void ln_fused_smem(size_t fsmem)
 {
-    if (fsmem > 48 * 1024)
+    static size_t limit = 48 * 1024; /* ranks sharing a process would only raise it again */
+    if (fsmem > limit) {
         cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, RMS, NCH, PK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)fsmem));
+        limit = fsmem;
+    }
     /* the blocks an SM holds fill its shared memory (GPT-2's 6 of 36 KiB, the
      * 1.5B model's 3 of 75 KiB: 227 and 228 of an H100's 228 KiB with the KiB
      * reserved a block); the kernel reads nothing twice but w, so L1 can be
      * the least the carveout leaves (a hint the driver may overrule) */
-    static bool carved; /* once: ranks sharing a process would only set it again */
+    static bool carved;
     if (!carved)
         cudaCheck(cudaFuncSetAttribute(ln_bwd_fused_k<T, RMS, NCH, PK>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                        (int)cudaSharedmemCarveoutMaxShared));
