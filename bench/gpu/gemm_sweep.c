@@ -5,14 +5,15 @@
  * kernels/cuda/matmul.cu sets it up (operand order, transposes, epilogue, fp32
  * weight-gradient output with beta 1), this asks the heuristic for up to
  * GS_CANDIDATES algorithms and times each on random bf16 data: the
- * heuristic's first (what atoll runs today) against the fastest. Printed and
- * written as a table, with the micro-batch's total over the layers and the
- * classifier: the most a time-based choice could save. And the heuristic's
- * first when told there is no workspace: cuBLASLt queues a memset of its own
- * before many of the kernels it picks with one (~125 a GPT-2 step in the
- * H200 profiles, 1.7 us each plus a launch gap); does a kernel that needs none
- * cost less? Nothing here changes what atoll runs. Part of gpu_bench
- * (bench/gpu/run.sh's bench stage). */
+ * heuristic's first (what atoll runs by default) against the fastest. Printed
+ * and written as a table, with the micro-batch's total over the layers and
+ * the classifier: the most a time-based choice could save. The candidates
+ * include those the heuristic offers when told there is no workspace, as
+ * --tune-gemms times them: cuBLASLt queues a memset of its own before many of
+ * the kernels it picks with one (~125 a GPT-2 step in the H200 profiles, 1.7
+ * us each plus a launch gap); a kernel that needs none has no memset. The
+ * last column is that list's first. Nothing here changes what atoll runs.
+ * Part of gpu_bench (bench/gpu/run.sh's bench stage). */
 #include "gemm_sweep.h"
 #include "cuda_check.h" /* cudaCheck, cublasCheck: the project's one macro per API */
 
@@ -20,6 +21,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define GS_CANDIDATES 16
 #define GS_REPS 10
@@ -142,11 +144,12 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
     cudaCheck(cudaEventCreate(&e1));
     cublasCheck(cublasLtCreate(&lt));
 
-    printf("\ncuBLASLt candidates at %s, N=%d tokens (heuristic's first vs the fastest of up to %d)\n", model, N,
-           GS_CANDIDATES);
+    printf("\ncuBLASLt candidates at %s, N=%d tokens (heuristic's first vs the fastest of up to %d with the "
+           "workspace and %d for none)\n", model, N, GS_CANDIDATES, GS_CANDIDATES);
     fprintf(md, "\n### cuBLASLt's candidates for atoll's GEMMs (%s, N = %d tokens, bf16, random data)\n\n"
-                "Each GEMM as kernels/cuda/matmul.cu sets it up; the heuristic's first algorithm (what atoll runs) "
-                "against the fastest of up to %d it offers, median of %d runs each.\n\n"
+                "Each GEMM as kernels/cuda/matmul.cu sets it up; the heuristic's first algorithm (what atoll runs "
+                "by default) against the fastest of up to %d it offers with the 32 MiB workspace and as many "
+                "for none (as `--tune-gemms` times them; #nK is the latter's K-th), median of %d runs each.\n\n"
                 "The last column: the heuristic's first when it is told there is no workspace.\n\n"
                 "| GEMM | m x n x k | per micro-batch | candidates | first ms | fastest ms (#) | TFLOP/s first / fastest "
                 "| first, no workspace ms |\n"
@@ -179,27 +182,43 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
         cublasLtMatmulHeuristicResult_t h[GS_CANDIDATES];
         int found = 0;
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, GS_CANDIDATES, h, &found);
-        float first = -1, best = -1;
+        float first = -1, best = -1, t[GS_CANDIDATES];
         int best_i = -1;
-        for (int j = 0; st == CUBLAS_STATUS_SUCCESS && j < found; j++) {
-            float ms = time_algo(lt, op, la, lb, ld, &h[j].algo, A, B, D, c->wgrad ? 1.0f : 0.0f, ws, ws_bytes, e0, e1);
-            if (j == 0) first = ms;
-            if (ms > 0 && (best < 0 || ms < best)) best = ms, best_i = j;
+        if (st != CUBLAS_STATUS_SUCCESS) found = 0;
+        for (int j = 0; j < found; j++) {
+            t[j] = time_algo(lt, op, la, lb, ld, &h[j].algo, A, B, D, c->wgrad ? 1.0f : 0.0f, ws, ws_bytes, e0, e1);
+            if (j == 0) first = t[j];
+            if (t[j] > 0 && (best < 0 || t[j] < best)) best = t[j], best_i = j;
         }
+        /* and those it offers for no workspace, as --tune-gemms times them (matmul.cu): the workspace still
+         * passed, each algorithm once (one both lists offer keeps its first timing) */
         size_t none = 0;
-        int found0 = 0;
+        int found0 = 0, ncand = found;
         float nows = -1;
+        cublasLtMatmulHeuristicResult_t h0[GS_CANDIDATES];
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &none,
                                                          sizeof none));
-        if (cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, 1, h, &found0) == CUBLAS_STATUS_SUCCESS &&
-            found0 > 0)
-            nows = time_algo(lt, op, la, lb, ld, &h[0].algo, A, B, D, c->wgrad ? 1.0f : 0.0f, NULL, 0, e0, e1);
+        if (cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, GS_CANDIDATES, h0, &found0) !=
+            CUBLAS_STATUS_SUCCESS)
+            found0 = 0;
+        for (int j = 0; j < found0; j++) {
+            int seen = -1;
+            for (int q = 0; q < found && seen < 0; q++)
+                if (!memcmp(&h[q].algo, &h0[j].algo, sizeof h0[j].algo)) seen = q;
+            float ms = seen >= 0 ? t[seen] : time_algo(lt, op, la, lb, ld, &h0[j].algo, A, B, D,
+                                                       c->wgrad ? 1.0f : 0.0f, ws, ws_bytes, e0, e1);
+            if (j == 0) nows = ms;
+            if (seen < 0) ncand++;
+            if (seen < 0 && ms > 0 && (best < 0 || ms < best)) best = ms, best_i = found + j;
+        }
         cudaCheck(cudaGetLastError());
         double fl = 2.0 * c->m * (double)c->n * c->k;
-        printf("%-34s %6d x %6d x %6d  %2d candidates  first %8.3f ms  fastest %8.3f ms (#%d)  no workspace %8.3f ms"
-               "  x%d\n", c->name, c->m, c->n, c->k, found, first, best, best_i, nows, c->per_step);
-        fprintf(md, "| %s | %d x %d x %d | %d | %d | %.3f | %.3f (#%d) | %.0f / %.0f | %.3f |\n", c->name, c->m, c->n,
-                c->k, c->per_step, found, first, best, best_i, first > 0 ? fl / first / 1e9 : 0,
+        char which[16]; /* the fastest: #K among those offered with the workspace, #nK among those for none */
+        snprintf(which, sizeof which, "%s%d", best_i >= found ? "n" : "", best_i >= found ? best_i - found : best_i);
+        printf("%-34s %6d x %6d x %6d  %2d candidates  first %8.3f ms  fastest %8.3f ms (#%s)  no workspace %8.3f ms"
+               "  x%d\n", c->name, c->m, c->n, c->k, ncand, first, best, which, nows, c->per_step);
+        fprintf(md, "| %s | %d x %d x %d | %d | %d | %.3f | %.3f (#%s) | %.0f / %.0f | %.3f |\n", c->name, c->m, c->n,
+                c->k, c->per_step, ncand, first, best, which, first > 0 ? fl / first / 1e9 : 0,
                 best > 0 ? fl / best / 1e9 : 0, nows);
         if (first > 0 && best > 0) step_first += c->per_step * first, step_best += c->per_step * best;
         step_nows += c->per_step * (nows > 0 ? nows : first); /* none found: the GEMM keeps its workspace */

@@ -66,7 +66,14 @@ static int lt_cached;
 /* ---- the choice by time (k_cuda_gemm_tuning) ----
  * On a new problem, each algorithm the heuristic offers (up to LT_CANDIDATES)
  * runs LT_TUNE_REPS times after one warm-up, on the call's own operands, and
- * the one with the least median time is kept. Running a candidate must not
+ * the one with the least median time is kept. The candidates are those it
+ * offers with the workspace and those it offers when told there is none
+ * (each once): before many kernels it picks with a workspace, cuBLASLt queues
+ * a memset of that workspace (~125 a GPT-2 step, 4257 a 1.5B step on an
+ * H200, 1.3-1.7 us each plus a launch gap), which a kernel that needs none
+ * does not have. The timing counts the memset, so the choice weighs it. The
+ * workspace is still passed with every call: an algorithm's use of it is
+ * fixed by the algorithm, and one chosen without needs none. Running a candidate must not
  * change what the call then computes: the output (and the GELU input an
  * epilogue writes) goes to scratch when the call reads it (beta != 0: the
  * weight gradients' +=) or when it overlaps an operand; elsewhere it is
@@ -149,6 +156,31 @@ static int lt_fastest(const lt_call *c, cublasLtMatmulDesc_t op, cublasLtMatrixL
     return best < 0 ? 0 : best;
 }
 
+/* Appends to h[0..n) the heuristic's answers for the same call without a workspace that
+ * are not among them; returns how many (pref is left as it was). */
+static int lt_no_workspace_candidates(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                                      cublasLtMatrixLayout_t ld, cublasLtMatmulPreference_t pref,
+                                      cublasLtMatmulHeuristicResult_t *h, int n)
+{
+    size_t none = 0, ws_bytes;
+    (void)kcu_workspace(&ws_bytes);
+    cublasLtMatmulHeuristicResult_t h0[LT_CANDIDATES];
+    int found = 0, added = 0;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &none,
+                                                     sizeof none));
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(kcu_cublaslt(), op, la, lb, ld, ld, pref, LT_CANDIDATES, h0,
+                                                       &found);
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
+    for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found; i++) {
+        bool seen = false;
+        for (int j = 0; j < n + added && !seen; j++) seen = !memcmp(&h[j].algo, &h0[i].algo, sizeof h0[i].algo);
+        if (!seen) h[n + added++] = h0[i];
+    }
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                     sizeof ws_bytes));
+    return added;
+}
+
 static lt_key key_of(const lt_call *c)
 {
     lt_key k;
@@ -210,13 +242,15 @@ static bool lt_matmul(const lt_call *c)
         uint32_t als[4] = { key.align[0], key.align[1], key.align[2], key.align[2] };
         for (int i = 0; i < 4; i++)
             cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &als[i], sizeof als[i]));
-        cublasLtMatmulHeuristicResult_t h[LT_CANDIDATES];
+        cublasLtMatmulHeuristicResult_t h[2 * LT_CANDIDATES];
         int found = 0;
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(kcu_cublaslt(), op, la, lb, ld, ld, pref,
                                                            lt_tune ? LT_CANDIDATES : 1, h, &found);
         if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
+        bool have = st == CUBLAS_STATUS_SUCCESS && found > 0;
+        if (have && lt_tune) found += lt_no_workspace_candidates(op, la, lb, ld, pref, h, found);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-        bool have = st == CUBLAS_STATUS_SUCCESS && found > 0, timed = have && lt_tune && found > 1;
+        bool timed = have && lt_tune && found > 1;
         /* timing waits for the device, which a graph's recording cannot: the recording gives no graph, and the
          * call made again without capture times it */
         skip = timed && kcu_capture_broken("a GEMM problem not yet timed (--tune-gemms)");

@@ -505,6 +505,28 @@ static void test_gemm_tuning()
     rc = k_cuda_gemm_choices_load(path, err, sizeof err);
     check(rc == -1 && strstr(err, "not a GEMM choices file"), "not a gemm choices file: rc %d, \"%s\"", rc, err);
 
+    /* the heuristic's answers for no workspace are candidates too (no memset of the workspace
+     * before them), each algorithm timed once though both lists offer it (2 here) */
+    kcu_gemm_choices_clear();
+    k_cuda_gemm_tuning(1);
+    mock_nows_candidates = 3, mock_nows[0] = 2, mock_nows[1] = 4, mock_nows[2] = 5;
+    costs(3, 2, 2.5), mock_algo_ms[4] = 1, mock_algo_ms[5] = 4;
+    memset(mock_algo_runs, 0, sizeof mock_algo_runs);
+    matmul_bf16(16, 24, 32, "gemm tuning, no-workspace candidates:");
+    k_cuda_gemm_choices(&timed, &loaded);
+    check(mock_last_algo == 4 && timed == 6, "gemm tuning with no-workspace candidates: algorithm %d ran (want the "
+          "fastest, 4), %d timed (want 6)", mock_last_algo, timed);
+    check(mock_algo_runs[0] > 0 && mock_algo_runs[2] == mock_algo_runs[0] && mock_algo_runs[5] == mock_algo_runs[0] &&
+          mock_algo_runs[4] > mock_algo_runs[0], "gemm tuning: algorithms 0, 2, 4, 5 ran %ld, %ld, %ld, %ld times (want "
+          "each timed once a problem, 2 too, and 4 also run by the calls)", mock_algo_runs[0], mock_algo_runs[2],
+          mock_algo_runs[4], mock_algo_runs[5]);
+    /* slower without a workspace: the choice stays with one */
+    kcu_gemm_choices_clear();
+    mock_algo_ms[4] = 5;
+    matmul_bf16(16, 24, 32, "gemm tuning, slower no-workspace candidates:");
+    check(mock_last_algo == 1, "gemm tuning: algorithm %d ran, not the fastest (1)", mock_last_algo);
+    mock_nows_candidates = 0, mock_algo_ms[4] = mock_algo_ms[5] = 0;
+
     /* tuning off: the heuristic's first */
     k_cuda_gemm_tuning(0);
     kcu_gemm_choices_clear();

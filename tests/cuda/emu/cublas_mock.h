@@ -30,16 +30,21 @@ struct mock_desc { int ta = 0, tb = 0; int epi = 1; const void *bias = nullptr; 
 struct mock_layout { cudaDataType_t t; uint64_t rows, cols; int64_t ld; };
 typedef mock_desc *cublasLtMatmulDesc_t;
 typedef mock_layout *cublasLtMatrixLayout_t;
-typedef int *cublasLtMatmulPreference_t;
+struct mock_pref { size_t max_ws = 0; };
+typedef mock_pref *cublasLtMatmulPreference_t;
 typedef struct { uint64_t data[8]; } cublasLtMatmulAlgo_t;
 typedef struct { cublasLtMatmulAlgo_t algo; size_t workspaceSize; int state; float wavesCount; int reserved[4]; } cublasLtMatmulHeuristicResult_t;
 inline int mock_fused_calls, mock_rejected_calls; /* how often each path ran */
 /* Algorithms: asked for more than one, the heuristic offers mock_candidates, algorithm i
  * with data[0] = i; each run of algorithm i charges mock_algo_ms[i] to the emulated clock
- * (emu_clock_ms), and the last one run is mock_last_algo. Every one computes the same. */
+ * (emu_clock_ms), counts in mock_algo_runs[i], and the last one run is mock_last_algo. Every
+ * one computes the same. Told that there is no workspace (MAX_WORKSPACE_BYTES 0), it offers
+ * the mock_nows_candidates listed in mock_nows (none by default), each needing none; with a
+ * workspace, every algorithm but the first needs 1 MiB of it. */
 #define MOCK_ALGOS 8
-inline int mock_candidates = 3, mock_last_algo = -1;
+inline int mock_candidates = 3, mock_last_algo = -1, mock_nows_candidates, mock_nows[MOCK_ALGOS];
 inline double mock_algo_ms[MOCK_ALGOS];
+inline long mock_algo_runs[MOCK_ALGOS];
 inline size_t cublasLtGetVersion() { return 130000; }
 inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t, cudaDataType_t) { *d = new mock_desc; return 0; }
 inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return 0; }
@@ -61,17 +66,31 @@ inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cuda
     *l = new mock_layout{t, r, c, ld}; return 0;
 }
 inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return 0; }
-inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) { *p = new int; return 0; }
+inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) { *p = new mock_pref; return 0; }
 inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return 0; }
-inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, cublasLtMatmulPreferenceAttributes_t, const void *, size_t) { return 0; }
+inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t a, const void *v, size_t n)
+{
+    if (a == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) {
+        if (n != sizeof(size_t)) abort(); /* the library reads a uint64_t */
+        memcpy(&p->max_ws, v, n);
+    }
+    return 0;
+}
 /* policy: fused epilogues only when m and n are even, so odd test shapes take the fallbacks */
 inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t, int want, cublasLtMatmulHeuristicResult_t *h, int *found)
+    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t D, cublasLtMatmulPreference_t p, int want, cublasLtMatmulHeuristicResult_t *h, int *found)
 {
     memset(h, 0, sizeof *h);
     if (d->epi != CUBLASLT_EPILOGUE_DEFAULT && ((D->rows | D->cols) & 1)) { *found = 0; mock_rejected_calls++; return CUBLAS_STATUS_NOT_SUPPORTED; }
-    *found = want > 1 ? (mock_candidates < want ? mock_candidates : want) : 1;
-    for (int i = 0; i < *found; i++) { memset(&h[i], 0, sizeof h[i]); h[i].algo.data[0] = (uint64_t)i; }
+    bool none = p->max_ws == 0;
+    int have = none ? mock_nows_candidates : mock_candidates;
+    if (have == 0) { *found = 0; return CUBLAS_STATUS_NOT_SUPPORTED; }
+    *found = want > 1 ? (have < want ? have : want) : 1;
+    for (int i = 0; i < *found; i++) {
+        memset(&h[i], 0, sizeof h[i]);
+        h[i].algo.data[0] = (uint64_t)(none ? mock_nows[i] : i);
+        h[i].workspaceSize = none || i == 0 ? 0 : (size_t)1 << 20;
+    }
     return 0;
 }
 /* an algorithm this mock did not offer (data[0] past MOCK_ALGOS) is refused, as the library refuses another's */
@@ -136,6 +155,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
     int algo_i = (int)algo->data[0];
     auto run = [=] {
         mock_last_algo = algo_i;
+        mock_algo_runs[algo_i]++;
         emu_clock_ms += mock_algo_ms[algo_i];
         mock_gemm(dv.ta, dv.tb, m, n, k, al, A, av.t, av.ld, B, bv.t, bv.ld, be, D, dl.t, dl.ld, dv.epi, dv.bias, dv.aux,
                   dv.ldaux);
