@@ -41,14 +41,21 @@ static int cmpf(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Median ms of GS_REPS runs of algo (after two), or a negative value when it fails to run. */
+/* The L2 cache flush before each run timed cold (none when flush_bytes is 0): a memset of twice the L2,
+ * outside the timed span. */
+static void *flush;
+static size_t flush_bytes;
+
+/* Median ms of GS_REPS runs of algo (after two), or a negative value when it fails to run; each run
+ * from an L2 without its operands when cold (see flush), else right after the run before. */
 static float time_algo(cublasLtHandle_t lt, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
                        cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *algo,
                        const void *A, const void *B, void *D, float beta, void *ws, size_t ws_bytes, cudaEvent_t e0,
-                       cudaEvent_t e1)
+                       cudaEvent_t e1, int cold)
 {
     float alpha = 1.0f, t[GS_REPS];
     for (int r = -2; r < GS_REPS; r++) {
+        if (cold && flush_bytes) cudaMemsetAsync(flush, r & 0xff, flush_bytes, 0);
         cudaEventRecord(e0, 0);
         if (cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, algo, ws, ws_bytes, 0) !=
             CUBLAS_STATUS_SUCCESS)
@@ -140,6 +147,13 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
     cudaCheck(cudaMalloc(&D, big * 4));
     cudaCheck(cudaMemset(D, 0, big * 4));
     cudaCheck(cudaMalloc(&ws, ws_bytes));
+    int l2 = 0;
+    cudaCheck(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+    flush_bytes = 2 * (size_t)l2;
+    if (flush_bytes && cudaMalloc(&flush, flush_bytes) != cudaSuccess) {
+        fprintf(stderr, "gemm_sweep: out of device memory for the L2 flush\n");
+        return -1;
+    }
     cudaCheck(cudaEventCreate(&e0));
     cudaCheck(cudaEventCreate(&e1));
     cublasCheck(cublasLtCreate(&lt));
@@ -150,11 +164,14 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
                 "Each GEMM as kernels/cuda/matmul.cu sets it up; the heuristic's first algorithm (what atoll runs "
                 "by default) against the fastest of up to %d it offers with the 32 MiB workspace and as many "
                 "for none (as `--tune-gemms` times them; #nK is the latter's K-th), median of %d runs each.\n\n"
+                "Each is timed run after run, as `--tune-gemms` times them, with up to the whole L2 cache still "
+                "holding its operands; the column \"cold\" times the heuristic's first from an L2 (%d MiB) without "
+                "them (a memset of twice its size before each run), as a step's GEMMs meet their weights.\n\n"
                 "The last column: the heuristic's first when it is told there is no workspace.\n\n"
-                "| GEMM | m x n x k | per micro-batch | candidates | first ms | fastest ms (#) | TFLOP/s first / fastest "
-                "| first, no workspace ms |\n"
-                "|---|---|---:|---:|---:|---:|---:|---:|\n", model, N, GS_CANDIDATES, GS_REPS);
-    double step_first = 0, step_best = 0, step_nows = 0;
+                "| GEMM | m x n x k | per micro-batch | candidates | first ms | first ms, cold | fastest ms (#) "
+                "| TFLOP/s first / fastest | first, no workspace ms |\n"
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|\n", model, N, GS_CANDIDATES, GS_REPS, l2 >> 20);
+    double step_first = 0, step_best = 0, step_nows = 0, step_cold = 0;
     for (int i = 0; i < ng; i++) {
         const gs_gemm *c = &g[i];
         cublasOperation_t ta = c->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = c->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -186,10 +203,12 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
         int best_i = -1;
         if (st != CUBLAS_STATUS_SUCCESS) found = 0;
         for (int j = 0; j < found; j++) {
-            t[j] = time_algo(lt, op, la, lb, ld, &h[j].algo, A, B, D, c->wgrad ? 1.0f : 0.0f, ws, ws_bytes, e0, e1);
+            t[j] = time_algo(lt, op, la, lb, ld, &h[j].algo, A, B, D, c->wgrad ? 1.0f : 0.0f, ws, ws_bytes, e0, e1, 0);
             if (j == 0) first = t[j];
             if (t[j] > 0 && (best < 0 || t[j] < best)) best = t[j], best_i = j;
         }
+        float cold = found ? time_algo(lt, op, la, lb, ld, &h[0].algo, A, B, D, c->wgrad ? 1.0f : 0.0f, ws,
+                                       ws_bytes, e0, e1, 1) : -1;
         /* and those it offers for no workspace, as --tune-gemms times them (matmul.cu): the workspace still
          * passed, each algorithm once (one both lists offer keeps its first timing) */
         size_t none = 0;
@@ -206,7 +225,7 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
             for (int q = 0; q < found && seen < 0; q++)
                 if (!memcmp(&h[q].algo, &h0[j].algo, sizeof h0[j].algo)) seen = q;
             float ms = seen >= 0 ? t[seen] : time_algo(lt, op, la, lb, ld, &h0[j].algo, A, B, D,
-                                                       c->wgrad ? 1.0f : 0.0f, ws, ws_bytes, e0, e1);
+                                                       c->wgrad ? 1.0f : 0.0f, ws, ws_bytes, e0, e1, 0);
             if (j == 0) nows = ms;
             if (seen < 0) ncand++;
             if (seen < 0 && ms > 0 && (best < 0 || ms < best)) best = ms, best_i = found + j;
@@ -215,13 +234,15 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
         double fl = 2.0 * c->m * (double)c->n * c->k;
         char which[16]; /* the fastest: #K among those offered with the workspace, #nK among those for none */
         snprintf(which, sizeof which, "%s%d", best_i >= found ? "n" : "", best_i >= found ? best_i - found : best_i);
-        printf("%-34s %6d x %6d x %6d  %2d candidates  first %8.3f ms  fastest %8.3f ms (#%s)  no workspace %8.3f ms"
-               "  x%d\n", c->name, c->m, c->n, c->k, ncand, first, best, which, nows, c->per_step);
-        fprintf(md, "| %s | %d x %d x %d | %d | %d | %.3f | %.3f (#%s) | %.0f / %.0f | %.3f |\n", c->name, c->m, c->n,
-                c->k, c->per_step, ncand, first, best, which, first > 0 ? fl / first / 1e9 : 0,
+        printf("%-34s %6d x %6d x %6d  %2d candidates  first %8.3f ms (cold %8.3f)  fastest %8.3f ms (#%s)  "
+               "no workspace %8.3f ms  x%d\n", c->name, c->m, c->n, c->k, ncand, first, cold, best, which, nows,
+               c->per_step);
+        fprintf(md, "| %s | %d x %d x %d | %d | %d | %.3f | %.3f | %.3f (#%s) | %.0f / %.0f | %.3f |\n", c->name, c->m,
+                c->n, c->k, c->per_step, ncand, first, cold, best, which, first > 0 ? fl / first / 1e9 : 0,
                 best > 0 ? fl / best / 1e9 : 0, nows);
         if (first > 0 && best > 0) step_first += c->per_step * first, step_best += c->per_step * best;
         step_nows += c->per_step * (nows > 0 ? nows : first); /* none found: the GEMM keeps its workspace */
+        step_cold += c->per_step * (cold > 0 ? cold : 0);
         cublasLtMatmulPreferenceDestroy(pref);
         cublasLtMatrixLayoutDestroy(la);
         cublasLtMatrixLayoutDestroy(lb);
@@ -230,14 +251,17 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
     }
     printf("%s, a micro-batch's GEMMs: %.2f ms with the heuristic's first choices, %.2f ms with the fastest "
            "(%.1f%% less)\n", model, step_first, step_best, step_first > 0 ? 100.0 * (1 - step_best / step_first) : 0);
-    printf("%s, a micro-batch's GEMMs with the first choices for no workspace: %.2f ms\n", model, step_nows);
+    printf("%s, a micro-batch's GEMMs with the first choices for no workspace: %.2f ms; the first choices from a "
+           "cold L2: %.2f ms\n", model, step_nows, step_cold);
     fprintf(md, "\nA micro-batch's GEMMs (%d layers and the classifier): %.2f ms with the heuristic's first choices, "
                 "%.2f ms with the fastest candidates (%.1f%% less), %.2f ms with its first choices for no "
-                "workspace.\n", L, step_first, step_best, step_first > 0 ? 100.0 * (1 - step_best / step_first) : 0,
-            step_nows);
+                "workspace, %.2f ms with the first choices from a cold L2.\n", L, step_first, step_best,
+            step_first > 0 ? 100.0 * (1 - step_best / step_first) : 0, step_nows, step_cold);
     cublasLtDestroy(lt);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     cudaFree(A); cudaFree(B); cudaFree(bias); cudaFree(aux); cudaFree(D); cudaFree(ws);
+    if (flush) cudaFree(flush);
+    flush = NULL;
     return 0;
 }
