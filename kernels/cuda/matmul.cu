@@ -73,11 +73,12 @@ static int lt_cached;
  * H200, 1.3-1.7 us each plus a launch gap), which a kernel that needs none
  * does not have. The timing counts the memset, so the choice weighs it. The
  * workspace is still passed with every call: an algorithm's use of it is
- * fixed by the algorithm, and one chosen without needs none. Running a candidate must not
- * change what the call then computes: the output (and the GELU input an
- * epilogue writes) goes to scratch when the call reads it (beta != 0: the
- * weight gradients' +=) or when it overlaps an operand; elsewhere it is
- * written in place and the call itself overwrites it after. Without scratch
+ * fixed by the algorithm, and one chosen without needs none.
+ * Running a candidate must not change what the call then computes: the
+ * output (and the GELU input an epilogue writes) goes to scratch when the
+ * call reads it (beta != 0: the weight gradients' +=) or when it overlaps an
+ * operand; elsewhere it is written in place and the call itself overwrites it
+ * after. Without scratch
  * memory the heuristic's first algorithm is used. */
 #define LT_CANDIDATES 8
 #define LT_TUNE_REPS 5
