@@ -981,22 +981,22 @@ static int gemm_choices_read(run *r, const char *dir, char *err, size_t errlen)
         atoll_errf(err, errlen, "--tune-gemms: %s (remove it to choose the algorithms anew)", why);
         return ENG_ERR_CONFIG;
     }
-    int timed, loaded;
-    k_cuda_gemm_choices(&timed, &loaded);
+    k_cuda_gemm_stats g;
+    k_cuda_gemm_choices(&g);
     if (rc == 1)
         fprintf(stderr, "atoll-train: rank %d: --tune-gemms: %s: choosing anew\n", r->d.rank, why);
     else if (r->d.rank == 0)
-        fprintf(stderr, "atoll-train: --tune-gemms: %d GEMM algorithm choices read from %s\n", loaded, path);
-    r->gemm_kept = rc == 1 ? -1 : loaded;
+        fprintf(stderr, "atoll-train: --tune-gemms: %d GEMM algorithm choices read from %s\n", g.loaded, path);
+    r->gemm_kept = rc == 1 ? -1 : g.loaded;
     return 0;
 }
 
 /* After a save: the choices, when there are more than the file holds. */
 static int gemm_choices_write(run *r, char *err, size_t errlen)
 {
-    int timed, loaded;
-    k_cuda_gemm_choices(&timed, &loaded);
-    if (timed + loaded == r->gemm_kept) return 0;
+    k_cuda_gemm_stats g;
+    k_cuda_gemm_choices(&g);
+    if (g.timed + g.loaded == r->gemm_kept) return 0;
     char path[4096], why[1024];
     gemm_choices_path(r, r->c->save, path, sizeof path);
     char *text = k_cuda_gemm_choices_text();
@@ -1010,7 +1010,7 @@ static int gemm_choices_write(run *r, char *err, size_t errlen)
         atoll_errf(err, errlen, "--tune-gemms: %s", why);
         return -1;
     }
-    r->gemm_kept = timed + loaded;
+    r->gemm_kept = g.timed + g.loaded;
     return 0;
 }
 #endif
@@ -1583,10 +1583,14 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
         printf("atoll-train: --enable-cuda-graph: %ld graph%s recorded, %ld micro-batches launched from them\n",
                r.graph_records, r.graph_records == 1 ? "" : "s", r.graph_launches);
     if (!rc && r.d.rank == 0 && gemm_tuned(&r)) {
-        int timed, loaded;
-        k_cuda_gemm_choices(&timed, &loaded);
-        printf("atoll-train: --tune-gemms: GEMM algorithms chosen by time: %d, read from --save: %d%s\n", timed,
-               loaded, c.save[0] ? "" : " (no --save: a restart chooses anew)");
+        k_cuda_gemm_stats g;
+        k_cuda_gemm_choices(&g);
+        char found[160] = "";
+        if (g.timed && g.first_ms > 0)
+            snprintf(found, sizeof found, " (timed on their first calls: %.1f%% less than cuBLASLt's first choices, "
+                     "%d needing no workspace)", 100.0 * (1.0 - g.chosen_ms / g.first_ms), g.no_workspace);
+        printf("atoll-train: --tune-gemms: GEMM algorithms chosen by time: %d%s, read from --save: %d%s\n", g.timed,
+               found, g.loaded, c.save[0] ? "" : " (no --save: a restart chooses anew)");
     }
 #endif
     if (!rc && stopped && r.d.rank == 0) {

@@ -66,12 +66,18 @@ size_t k_cuda_attention_workspace_held(void);
  * first use, chosen anew if the library refuses it). _load returns 0; 1 with
  * err when the file was written on another device or cuBLASLt version (nothing
  * is read: choose anew); -1 with err when it cannot be read or is malformed.
- * k_cuda_gemm_choices counts the choices held:
- * made by timing here, and read from a file. */
+ * k_cuda_gemm_choices says what the choices held are (below). */
+typedef struct {
+    int timed;        /* choices made by timing here */
+    int loaded;       /* choices read from a file */
+    int no_workspace; /* of the timed, algorithms from the heuristic's answers for no workspace */
+    double first_ms;  /* over the timed problems, a call each: the median time of the heuristic's first */
+    double chosen_ms; /* and of the one kept (the saving is what timing found, not a step's) */
+} k_cuda_gemm_stats;
 void k_cuda_gemm_tuning(int on);
 char *k_cuda_gemm_choices_text(void);
 int k_cuda_gemm_choices_load(const char *path, char *err, size_t errlen);
-void k_cuda_gemm_choices(int *timed, int *loaded);
+void k_cuda_gemm_choices(k_cuda_gemm_stats *s);
 
 /* Page-locked host memory (cudaMallocHost), which device copies move at full
  * speed: the host transport's staging buffers. NULL when it cannot be had. */

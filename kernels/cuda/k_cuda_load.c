@@ -44,7 +44,7 @@ static struct {
     void (*gemm_tuning)(int);
     char *(*gemm_text)(void);
     int (*gemm_load)(const char *, char *, size_t);
-    void (*gemm_choices)(int *, int *);
+    void (*gemm_choices)(k_cuda_gemm_stats *);
     long (*host_waits)(void);
     int (*graph_begin)(char *, size_t);
     k_cuda_graph *(*graph_end)(char *, size_t);
@@ -192,11 +192,11 @@ int k_cuda_gemm_choices_load(const char *path, char *err, size_t errlen)
 {
     return backend() ? M.gemm_load(path, err, errlen) : no_backend(err, errlen);
 }
-void k_cuda_gemm_choices(int *timed, int *loaded)
+void k_cuda_gemm_choices(k_cuda_gemm_stats *s)
 {
     if (backend()) {
-        M.gemm_choices(timed, loaded);
+        M.gemm_choices(s);
         return;
     }
-    *timed = *loaded = 0;
+    memset(s, 0, sizeof *s);
 }

@@ -60,6 +60,10 @@ static struct {
     int found;
     int how;
     cublasLtMatmulAlgo_t algo;
+    /* LT_TIMED: the median ms of the heuristic's first and of the one kept (negative when the first did not
+     * run), and whether the one kept came from the heuristic's answers for no workspace */
+    float first_ms, chosen_ms;
+    bool no_ws;
 } lt_cache[LT_CACHE];
 static int lt_cached;
 
@@ -104,11 +108,13 @@ static int cmp_ms(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-/* The index of the fastest of h[0..n) for this call (0 when they cannot be timed). */
+/* The index of the fastest of h[0..n) for this call (0 when they cannot be timed), with the median ms of
+ * h[0] and of the fastest in ms[0] and ms[1] (negative when not timed). */
 static int lt_fastest(const lt_call *c, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                       cublasLtMatrixLayout_t ld, const cublasLtMatmulHeuristicResult_t *h, int n, void *ws,
-                      size_t ws_bytes)
+                      size_t ws_bytes, float ms[2])
 {
+    ms[0] = ms[1] = -1.0f;
     static cudaEvent_t e0, e1;
     if (!e0) {
         cudaCheck(cudaEventCreate(&e0));
@@ -147,6 +153,7 @@ static int lt_fastest(const lt_call *c, cublasLtMatmulDesc_t op, cublasLtMatrixL
         }
         if (!ok) continue; /* a candidate that does not run is not chosen */
         qsort(t, LT_TUNE_REPS, sizeof t[0], cmp_ms);
+        if (i == 0) ms[0] = t[LT_TUNE_REPS / 2];
         if (best < 0 || t[LT_TUNE_REPS / 2] < best_ms) best = i, best_ms = t[LT_TUNE_REPS / 2];
     }
     if (aux != c->aux) {
@@ -154,6 +161,7 @@ static int lt_fastest(const lt_call *c, cublasLtMatmulDesc_t op, cublasLtMatrixL
         cudaCheck(cudaFree(aux));
     }
     if (D != c->D) cudaCheck(cudaFree(D));
+    if (best >= 0) ms[1] = best_ms;
     return best < 0 ? 0 : best;
 }
 
@@ -249,6 +257,7 @@ static bool lt_matmul(const lt_call *c)
                                                            lt_tune ? LT_CANDIDATES : 1, h, &found);
         if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
         bool have = st == CUBLAS_STATUS_SUCCESS && found > 0;
+        int with_ws = found; /* h[with_ws..found) are the answers for no workspace */
         if (have && lt_tune) found += lt_no_workspace_candidates(op, la, lb, ld, pref, h, found);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
         bool timed = have && lt_tune && found > 1;
@@ -256,12 +265,16 @@ static bool lt_matmul(const lt_call *c)
          * call made again without capture times it */
         skip = timed && kcu_capture_broken("a GEMM problem not yet timed (--tune-gemms)");
         if (!skip) {
-            int pick = timed ? lt_fastest(c, op, la, lb, ld, h, found, ws, ws_bytes) : 0;
+            float ms[2] = { -1.0f, -1.0f };
+            int pick = timed ? lt_fastest(c, op, la, lb, ld, h, found, ws, ws_bytes, ms) : 0;
             slot = lt_cached < LT_CACHE ? lt_cached++ : (int)(key.m + key.n + key.k) % LT_CACHE;
             lt_cache[slot].key = key;
             lt_cache[slot].found = have;
             lt_cache[slot].how = timed ? LT_TIMED : LT_HEURISTIC;
             if (have) lt_cache[slot].algo = h[pick].algo;
+            lt_cache[slot].first_ms = ms[0];
+            lt_cache[slot].chosen_ms = ms[1];
+            lt_cache[slot].no_ws = pick >= with_ws;
         }
     }
     bool ok = skip || lt_cache[slot].found;
@@ -443,12 +456,16 @@ void kcu_matmul_backward_gelu_bf16(uint16_t *dpre, float *dw, float *dbias, cons
 
 extern "C" void k_cuda_gemm_tuning(int on) { lt_tune = on != 0; }
 
-extern "C" void k_cuda_gemm_choices(int *timed, int *loaded)
+extern "C" void k_cuda_gemm_choices(k_cuda_gemm_stats *s)
 {
-    *timed = *loaded = 0;
+    memset(s, 0, sizeof *s);
     for (int i = 0; i < lt_cached; i++) {
-        *timed += lt_cache[i].how == LT_TIMED;
-        *loaded += lt_cache[i].how == LT_LOADED || lt_cache[i].how == LT_CHECKED;
+        s->loaded += lt_cache[i].how == LT_LOADED || lt_cache[i].how == LT_CHECKED;
+        if (lt_cache[i].how != LT_TIMED) continue;
+        s->timed++;
+        s->no_workspace += lt_cache[i].no_ws;
+        if (lt_cache[i].first_ms >= 0 && lt_cache[i].chosen_ms >= 0)
+            s->first_ms += lt_cache[i].first_ms, s->chosen_ms += lt_cache[i].chosen_ms;
     }
 }
 

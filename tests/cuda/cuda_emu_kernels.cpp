@@ -445,6 +445,8 @@ static void test_gemm_tuning()
 {
     char path[] = "/tmp/atoll-gemm-choices-XXXXXX", err[512];
     int fd = mkstemp(path), timed, loaded;
+    k_cuda_gemm_stats g;
+    auto counts = [&] { k_cuda_gemm_choices(&g); timed = g.timed, loaded = g.loaded; };
     if (fd >= 0) close(fd);
     auto costs = [](double a0, double a1, double a2) { mock_algo_ms[0] = a0, mock_algo_ms[1] = a1, mock_algo_ms[2] = a2; };
 
@@ -453,8 +455,11 @@ static void test_gemm_tuning()
     costs(3, 1, 2);
     matmul_bf16(16, 24, 32, "gemm tuning:"); /* every result against the CPU, as without tuning */
     check(mock_last_algo == 1, "gemm tuning: the last GEMM ran algorithm %d, not the fastest (1)", mock_last_algo);
-    k_cuda_gemm_choices(&timed, &loaded);
+    counts();
     check(timed == 6 && loaded == 0, "gemm tuning: %d problems timed, %d loaded (want 6, 0)", timed, loaded);
+    /* what the timing found: the heuristic's first (3 ms a call) against the one kept (1 ms), a call a problem */
+    check(g.first_ms == 18 && g.chosen_ms == 6 && g.no_workspace == 0, "gemm tuning: timed %g ms with the first "
+          "choices, %g with the kept, %d without workspace (want 18, 6, 0)", g.first_ms, g.chosen_ms, g.no_workspace);
     char *saved = k_cuda_gemm_choices_text();
     check(saved != NULL, "gemm choices: no text");
     write_text(path, saved ? saved : "");
@@ -465,7 +470,7 @@ static void test_gemm_tuning()
     costs(3, 2, 1);
     check(k_cuda_gemm_choices_load(path, err, sizeof err) == 0, "gemm choices load: %s", err);
     matmul_bf16(16, 24, 32, "gemm choices loaded:");
-    k_cuda_gemm_choices(&timed, &loaded);
+    counts();
     check(mock_last_algo == 1 && timed == 0 && loaded == 6,
           "gemm choices loaded: algorithm %d ran (want the saved 1), %d chosen anew (want 0), %d loaded (want 6)",
           mock_last_algo, timed, loaded);
@@ -483,7 +488,7 @@ static void test_gemm_tuning()
     kcu_gemm_choices_clear();
     check(k_cuda_gemm_choices_load(path, err, sizeof err) == 0, "gemm choices load (refused algorithms): %s", err);
     matmul_bf16(16, 24, 32, "gemm choices refused:");
-    k_cuda_gemm_choices(&timed, &loaded);
+    counts();
     check(mock_last_algo == 2 && timed == 6, "gemm choices refused: algorithm %d ran (want the fastest, 2), %d chosen "
           "anew (want 6)", mock_last_algo, timed);
 
@@ -498,7 +503,7 @@ static void test_gemm_tuning()
     write_text(path, "atoll-gemm-choices 1\ndevice CPU emulation\ncublaslt 130000\n" + good + "1 2 3\n");
     kcu_gemm_choices_clear();
     rc = k_cuda_gemm_choices_load(path, err, sizeof err);
-    k_cuda_gemm_choices(&timed, &loaded);
+    counts();
     check(rc == -1 && strstr(err, "line 5") && loaded == 0, "malformed gemm choices: rc %d, \"%s\", %d read", rc, err,
           loaded);
     write_text(path, "something else\n");
@@ -513,9 +518,10 @@ static void test_gemm_tuning()
     costs(3, 2, 2.5), mock_algo_ms[4] = 1, mock_algo_ms[5] = 4;
     memset(mock_algo_runs, 0, sizeof mock_algo_runs);
     matmul_bf16(16, 24, 32, "gemm tuning, no-workspace candidates:");
-    k_cuda_gemm_choices(&timed, &loaded);
-    check(mock_last_algo == 4 && timed == 6, "gemm tuning with no-workspace candidates: algorithm %d ran (want the "
-          "fastest, 4), %d timed (want 6)", mock_last_algo, timed);
+    counts();
+    check(mock_last_algo == 4 && timed == 6 && g.no_workspace == 6, "gemm tuning with no-workspace candidates: "
+          "algorithm %d ran (want the fastest, 4), %d timed, %d of them without workspace (want 6, 6)",
+          mock_last_algo, timed, g.no_workspace);
     check(mock_algo_runs[0] > 0 && mock_algo_runs[2] == mock_algo_runs[0] && mock_algo_runs[5] == mock_algo_runs[0] &&
           mock_algo_runs[4] > mock_algo_runs[0], "gemm tuning: algorithms 0, 2, 4, 5 ran %ld, %ld, %ld, %ld times (want "
           "each timed once a problem, 2 too, and 4 also run by the calls)", mock_algo_runs[0], mock_algo_runs[2],
@@ -524,7 +530,9 @@ static void test_gemm_tuning()
     kcu_gemm_choices_clear();
     mock_algo_ms[4] = 5;
     matmul_bf16(16, 24, 32, "gemm tuning, slower no-workspace candidates:");
-    check(mock_last_algo == 1, "gemm tuning: algorithm %d ran, not the fastest (1)", mock_last_algo);
+    counts();
+    check(mock_last_algo == 1 && g.no_workspace == 0, "gemm tuning: algorithm %d ran, %d without workspace kept "
+          "(want the fastest, 1, and none)", mock_last_algo, g.no_workspace);
     mock_nows_candidates = 0, mock_algo_ms[4] = mock_algo_ms[5] = 0;
 
     /* tuning off: the heuristic's first */
