@@ -69,8 +69,8 @@ static int lt_cached;
 
 /* ---- the choice by time (k_cuda_gemm_tuning) ----
  * On a new problem, each algorithm the heuristic offers (up to LT_CANDIDATES)
- * runs LT_TUNE_REPS times after one warm-up, on the call's own operands, and
- * the one with the least median time is kept. The candidates are those it
+ * runs LT_TUNE_REPS times after one warm-up, on the call's own operands (in
+ * rounds over the candidates), and the one with the least median time is kept. The candidates are those it
  * offers with the workspace and those it offers when told there is none
  * (each once): before many kernels it picks with a workspace, cuBLASLt queues
  * a memset of that workspace (~125 a GPT-2 step, 4257 a 1.5B step on an
@@ -85,6 +85,7 @@ static int lt_cached;
  * after. Without scratch
  * memory the heuristic's first algorithm is used. */
 #define LT_CANDIDATES 8
+#define LT_MAX_CANDIDATES (2 * LT_CANDIDATES) /* with the workspace, and for none */
 #define LT_TUNE_REPS 5
 static bool lt_tune;
 
@@ -138,23 +139,29 @@ static int lt_fastest(const lt_call *c, cublasLtMatmulDesc_t op, cublasLtMatrixL
     }
     if (aux != c->aux)
         cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+    /* rounds over the candidates in turn, a warm-up round first: a drift of the GPU's clocks while they
+     * are timed (the first step's GEMMs are timed as the GPU comes up from idle) falls on all alike */
+    float t[LT_MAX_CANDIDATES][LT_TUNE_REPS];
+    bool ok[LT_MAX_CANDIDATES];
+    for (int i = 0; i < n; i++) ok[i] = true;
+    for (int r = -1; r < LT_TUNE_REPS; r++)
+        for (int i = 0; i < n; i++) {
+            if (!ok[i]) continue; /* a candidate that does not run is not chosen */
+            cudaCheck(cudaEventRecord(e0, kcu_stream()));
+            ok[i] = cublasLtMatmul(kcu_cublaslt(), op, &c->alpha, c->A, la, c->B, lb, &c->beta, D, ld, D, ld,
+                                   &h[i].algo, ws, ws_bytes, kcu_stream()) == CUBLAS_STATUS_SUCCESS;
+            cudaCheck(cudaEventRecord(e1, kcu_stream()));
+            cudaCheck(cudaEventSynchronize(e1));
+            if (r >= 0 && ok[i]) cudaCheck(cudaEventElapsedTime(&t[i][r], e0, e1));
+        }
     int best = -1; /* the first candidate that runs, then any faster */
     float best_ms = 0.0f;
     for (int i = 0; i < n; i++) {
-        float t[LT_TUNE_REPS];
-        bool ok = true;
-        for (int r = -1; r < LT_TUNE_REPS && ok; r++) {
-            cudaCheck(cudaEventRecord(e0, kcu_stream()));
-            ok = cublasLtMatmul(kcu_cublaslt(), op, &c->alpha, c->A, la, c->B, lb, &c->beta, D, ld, D, ld, &h[i].algo,
-                                ws, ws_bytes, kcu_stream()) == CUBLAS_STATUS_SUCCESS;
-            cudaCheck(cudaEventRecord(e1, kcu_stream()));
-            cudaCheck(cudaEventSynchronize(e1));
-            if (r >= 0) cudaCheck(cudaEventElapsedTime(&t[r], e0, e1));
-        }
-        if (!ok) continue; /* a candidate that does not run is not chosen */
-        qsort(t, LT_TUNE_REPS, sizeof t[0], cmp_ms);
-        if (i == 0) ms[0] = t[LT_TUNE_REPS / 2];
-        if (best < 0 || t[LT_TUNE_REPS / 2] < best_ms) best = i, best_ms = t[LT_TUNE_REPS / 2];
+        if (!ok[i]) continue;
+        qsort(t[i], LT_TUNE_REPS, sizeof t[i][0], cmp_ms);
+        float med = t[i][LT_TUNE_REPS / 2];
+        if (i == 0) ms[0] = med;
+        if (best < 0 || med < best_ms) best = i, best_ms = med;
     }
     if (aux != c->aux) {
         cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c->aux, sizeof c->aux));
@@ -251,7 +258,7 @@ static bool lt_matmul(const lt_call *c)
         uint32_t als[4] = { key.align[0], key.align[1], key.align[2], key.align[2] };
         for (int i = 0; i < 4; i++)
             cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, attrs[i], &als[i], sizeof als[i]));
-        cublasLtMatmulHeuristicResult_t h[2 * LT_CANDIDATES];
+        cublasLtMatmulHeuristicResult_t h[LT_MAX_CANDIDATES];
         int found = 0;
         cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(kcu_cublaslt(), op, la, lb, ld, ld, pref,
                                                            lt_tune ? LT_CANDIDATES : 1, h, &found);

@@ -45,6 +45,9 @@ inline int mock_fused_calls, mock_rejected_calls; /* how often each path ran */
 inline int mock_candidates = 3, mock_last_algo = -1, mock_nows_candidates, mock_nows[MOCK_ALGOS];
 inline double mock_algo_ms[MOCK_ALGOS];
 inline long mock_algo_runs[MOCK_ALGOS];
+/* A GPU's clocks coming up from idle: from each heuristic query on, a run costs mock_ramp_ms more, less
+ * mock_ramp_step for each run before it, down to nothing (none by default). */
+inline double mock_ramp_ms, mock_ramp_step, mock_ramp_left;
 inline size_t cublasLtGetVersion() { return 130000; }
 inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t, cudaDataType_t) { *d = new mock_desc; return 0; }
 inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return 0; }
@@ -82,6 +85,7 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
 {
     memset(h, 0, sizeof *h);
     if (d->epi != CUBLASLT_EPILOGUE_DEFAULT && ((D->rows | D->cols) & 1)) { *found = 0; mock_rejected_calls++; return CUBLAS_STATUS_NOT_SUPPORTED; }
+    mock_ramp_left = mock_ramp_ms;
     bool none = p->max_ws == 0;
     int have = none ? mock_nows_candidates : mock_candidates;
     if (have == 0) { *found = 0; return CUBLAS_STATUS_NOT_SUPPORTED; }
@@ -156,7 +160,8 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
     auto run = [=] {
         mock_last_algo = algo_i;
         mock_algo_runs[algo_i]++;
-        emu_clock_ms += mock_algo_ms[algo_i];
+        emu_clock_ms += mock_algo_ms[algo_i] + mock_ramp_left;
+        mock_ramp_left = mock_ramp_left > mock_ramp_step ? mock_ramp_left - mock_ramp_step : 0.0;
         mock_gemm(dv.ta, dv.tb, m, n, k, al, A, av.t, av.ld, B, bv.t, bv.ld, be, D, dl.t, dl.ld, dv.epi, dv.bias, dv.aux,
                   dv.ldaux);
     };
