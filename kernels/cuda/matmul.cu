@@ -70,20 +70,20 @@ static int lt_cached;
 /* ---- the choice by time (k_cuda_gemm_tuning) ----
  * On a new problem, each algorithm the heuristic offers (up to LT_CANDIDATES)
  * runs LT_TUNE_REPS times after one warm-up, on the call's own operands (in
- * rounds over the candidates), and the one with the least median time is kept. The candidates are those it
- * offers with the workspace and those it offers when told there is none
- * (each once): before many kernels it picks with a workspace, cuBLASLt queues
- * a memset of that workspace (~125 a GPT-2 step, 4257 a 1.5B step on an
- * H200, 1.3-1.7 us each plus a launch gap), which a kernel that needs none
- * does not have. The timing counts the memset, so the choice weighs it. The
- * workspace is still passed with every call: an algorithm's use of it is
- * fixed by the algorithm, and one chosen without needs none.
+ * rounds over the candidates), and the one with the least median time is
+ * kept. The candidates are those it offers with the workspace and those it
+ * offers when told there is none (each once): before many kernels it picks
+ * with a workspace, cuBLASLt queues a memset of that workspace (~125 a GPT-2
+ * step, 4257 a 1.5B step on an H200, 1.3-1.7 us each plus a launch gap),
+ * which a kernel that needs none does not have. The timing counts the memset,
+ * so the choice weighs it. The workspace is still passed with every call: an
+ * algorithm's use of it is fixed by the algorithm, and one chosen without
+ * needs none.
  * Running a candidate must not change what the call then computes: the
  * output (and the GELU input an epilogue writes) goes to scratch when the
  * call reads it (beta != 0: the weight gradients' +=) or when it overlaps an
  * operand; elsewhere it is written in place and the call itself overwrites it
- * after. Without scratch
- * memory the heuristic's first algorithm is used. */
+ * after. Without scratch memory the heuristic's first algorithm is used. */
 #define LT_CANDIDATES 8
 #define LT_MAX_CANDIDATES (2 * LT_CANDIDATES) /* with the workspace, and for none */
 #define LT_TUNE_REPS 5
@@ -173,13 +173,12 @@ static int lt_fastest(const lt_call *c, cublasLtMatmulDesc_t op, cublasLtMatrixL
 }
 
 /* Appends to h[0..n) the heuristic's answers for the same call without a workspace that
- * are not among them; returns how many (pref is left as it was). */
+ * are not among them; returns how many. pref is left asking for none (its caller is done with it). */
 static int lt_no_workspace_candidates(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                                       cublasLtMatrixLayout_t ld, cublasLtMatmulPreference_t pref,
                                       cublasLtMatmulHeuristicResult_t *h, int n)
 {
-    size_t none = 0, ws_bytes;
-    (void)kcu_workspace(&ws_bytes);
+    size_t none = 0;
     cublasLtMatmulHeuristicResult_t h0[LT_CANDIDATES];
     int found = 0, added = 0;
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &none,
@@ -192,8 +191,6 @@ static int lt_no_workspace_candidates(cublasLtMatmulDesc_t op, cublasLtMatrixLay
         for (int j = 0; j < n + added && !seen; j++) seen = !memcmp(&h[j].algo, &h0[i].algo, sizeof h0[i].algo);
         if (!seen) h[n + added++] = h0[i];
     }
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                     sizeof ws_bytes));
     return added;
 }
 

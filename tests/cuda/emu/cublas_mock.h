@@ -39,8 +39,7 @@ inline int mock_fused_calls, mock_rejected_calls; /* how often each path ran */
  * with data[0] = i; each run of algorithm i charges mock_algo_ms[i] to the emulated clock
  * (emu_clock_ms), counts in mock_algo_runs[i], and the last one run is mock_last_algo. Every
  * one computes the same. Told that there is no workspace (MAX_WORKSPACE_BYTES 0), it offers
- * the mock_nows_candidates listed in mock_nows (none by default), each needing none; with a
- * workspace, every algorithm but the first needs 1 MiB of it. */
+ * the mock_nows_candidates listed in mock_nows (none by default). */
 #define MOCK_ALGOS 8
 inline int mock_candidates = 3, mock_last_algo = -1, mock_nows_candidates, mock_nows[MOCK_ALGOS];
 inline double mock_algo_ms[MOCK_ALGOS];
@@ -93,7 +92,6 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
     for (int i = 0; i < *found; i++) {
         memset(&h[i], 0, sizeof h[i]);
         h[i].algo.data[0] = (uint64_t)(none ? mock_nows[i] : i);
-        h[i].workspaceSize = none || i == 0 ? 0 : (size_t)1 << 20;
     }
     return 0;
 }
