@@ -15,6 +15,9 @@ extern "C" {
 #include <cstdarg>
 #include <string>
 #include <unistd.h>
+#include <csignal>
+#include <cerrno>
+#include <sys/wait.h>
 #include <tuple>
 
 #include "cuda_check.h"
@@ -951,9 +954,131 @@ static void test_embedding_runs(int C)
     cmp(what, d2, d1, 1e-5);
 }
 
+/* ---- the emulator itself: what every kernel test above relies on ---- */
+
+/* Warp exchanges back to back, mixed, with warps that take different numbers
+ * of them between two __syncthreads: each lane's result against the lane
+ * arithmetic done here. A shuffle that read a slot its partner had already
+ * overwritten for the next exchange (xor 31: the last lane runs on first)
+ * would show. */
+enum { XW = 3, XR = 6 };
+static void emu_exchange_k(float *out, unsigned *ballots)
+{
+    int t = threadIdx.x, lane = t & 31, w = t / 32;
+    float v = (float)t;
+    for (int r = 0; r < XR; r++) {
+        float a = __shfl_xor_sync(0xffffffffu, v, 31 >> (r % 5));
+        int b = __shfl_sync(0xffffffffu, (int)v * 3 + r, (lane + r + 1) & 31);
+        unsigned m = __ballot_sync(0xffffffffu, ((int)v + r) % 3 == 0);
+        if (w == 1) a = __shfl_xor_sync(0xffffffffu, a, 1); /* one more, in warp 1 only */
+        if (lane == 0) ballots[w * XR + r] = m;
+        __syncthreads();
+        v = a + (float)(b % 1000) + (float)__popc(m);
+    }
+    out[t] = v;
+}
+static void test_emu_exchanges()
+{
+    vec out(XW * 32, -1.0f);
+    std::vector<unsigned> ballots(XW * XR), want_ballots(XW * XR);
+    emu_launch(emu_exchange_k, dim3(1), dim3(XW * 32), 0, nullptr, out.data(), ballots.data());
+    vec v(XW * 32);
+    for (int t = 0; t < XW * 32; t++) v[t] = (float)t;
+    for (int r = 0; r < XR; r++) {
+        vec next(XW * 32);
+        for (int w = 0; w < XW; w++) {
+            unsigned m = 0;
+            for (int l = 0; l < 32; l++) m |= (unsigned)(((int)v[w * 32 + l] + r) % 3 == 0) << l;
+            want_ballots[w * XR + r] = m;
+            for (int l = 0; l < 32; l++) {
+                int src = l ^ (31 >> (r % 5));
+                if (w == 1) src ^= 1;
+                int b = (int)v[w * 32 + ((l + r + 1) & 31)] * 3 + r;
+                next[w * 32 + l] = v[w * 32 + src] + (float)(b % 1000) + (float)__builtin_popcount(m);
+            }
+        }
+        v = next;
+    }
+    int bad = 0;
+    for (int t = 0; t < XW * 32; t++) bad += out[t] != v[t];
+    check(bad == 0, "emulated warp exchanges: %d of %d lanes wrong (lane 0: %g, want %g)", bad, XW * 32, out[0], v[0]);
+    size_t i = 0;
+    while (i < ballots.size() && ballots[i] == want_ballots[i]) i++;
+    check(i == ballots.size(), "emulated ballots: warp %zu's round %zu %#x, want %#x", i / XR, i % XR,
+          i < ballots.size() ? ballots[i] : 0u, i < ballots.size() ? want_ballots[i] : 0u);
+}
+
+/* A block of 1024 threads (the most; their stacks wrap the cache colouring
+ * 16 times over) summing through shared memory, over several blocks. */
+static void emu_block_sum_k(const float *x, float *out)
+{
+    __shared__ float sh[1024];
+    int t = threadIdx.x;
+    sh[t] = x[blockIdx.x * 1024 + t];
+    __syncthreads();
+    for (int h = 512; h > 0; h /= 2) {
+        if (t < h) sh[t] += sh[t + h];
+        __syncthreads();
+    }
+    if (t == 0) out[blockIdx.x] = sh[0];
+}
+static void test_emu_big_block()
+{
+    enum { B = 3 };
+    vec x(B * 1024), out(B, -1.0f);
+    for (size_t i = 0; i < x.size(); i++) x[i] = (float)(i % 97);
+    emu_launch(emu_block_sum_k, dim3(B), dim3(1024), 0, nullptr, (const float *)x.data(), out.data());
+    for (int b = 0; b < B; b++) {
+        float want = 0; /* integers below 2^24: every order gives the same sum */
+        for (int i = 0; i < 1024; i++) want += x[b * 1024 + i];
+        check(out[b] == want, "emulated 1024-thread block %d: sum %g, want %g", b, out[b], want);
+    }
+}
+
+/* A barrier that not all threads of a block reach (thread 5 returns first):
+ * undefined on a GPU, here a stop with a message that says so, not a hang. */
+static void emu_partial_barrier_k(int *out)
+{
+    if (threadIdx.x == 5) return;
+    __syncthreads();
+    out[threadIdx.x] = 1;
+}
+static void test_emu_partial_barrier()
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        check(false, "pipe: %s", strerror(errno));
+        return;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        alarm(60); /* a hang instead of the stop ends as SIGALRM */
+        std::vector<int> out(64);
+        emu_launch(emu_partial_barrier_k, dim3(2), dim3(64), 0, nullptr, out.data());
+        _exit(0); /* not reached when the emulator stops the launch */
+    }
+    close(fds[1]);
+    std::string err;
+    char buf[512];
+    for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, (size_t)n);
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    check(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, "a launch with a barrier 1 of 64 threads skips: status %#x, want SIGABRT", st);
+    check(err.find("block (0, 0) of 64 threads: a barrier that not all of its threads reach (63 still waiting)") !=
+              std::string::npos, "a launch with a barrier 1 of 64 threads skips said: %s", err.c_str());
+}
+
 int main(int, char **argv)
 {
     R = k_cpu();
+    test_emu_exchanges();
+    test_emu_big_block();
+    test_emu_partial_barrier();
     kcu_init();
     test_copies();
     test_graph();

@@ -8,8 +8,9 @@
  * a launch run one after another, so `__shared__` (a function-level static
  * here) is the block's shared memory. __syncthreads is a barrier over the
  * block, __syncwarp one over the warp: a fiber that arrives yields until the
- * last one of its group arrives. Shuffles and ballots exchange through
- * per-warp arrays between two warp barriers. WMMA fragments hold the whole 16x16 tile in every
+ * last one of its group arrives; each waiting fiber hands over to the next
+ * live one in thread order. Shuffles and ballots exchange through one of two
+ * per-warp areas, used in turn, at one warp barrier. WMMA fragments hold the whole 16x16 tile in every
  * thread, and each WMMA call is warp-collective (barriers around it), which is
  * faithful for code that only loads, stores, fills and multiplies fragments.
  * The mma.sync / ldmatrix / cp.async functions of kcuda_mma.cuh have a
@@ -74,12 +75,18 @@ struct emu_bar {
     unsigned expected, arrived, gen;
 };
 
-struct emu_warp {
-    emu_bar bar;
+/* What the lanes of a warp exchange, by lane: shuffled values, ballot bits, mma operands and
+ * ldmatrix row addresses (include/kcuda_mma.cuh). */
+struct emu_xchg {
     float f[32];
     unsigned u[32];
-    uint32_t a[32][4], b[32][2]; /* mma operands, by lane (include/kcuda_mma.cuh) */
-    const void *p[32];           /* ldmatrix row addresses, by lane */
+    uint32_t a[32][4], b[32][2];
+    const void *p[32];
+};
+/* Two exchange areas, used in turn (emu_xchg_begin). */
+struct emu_warp {
+    emu_bar bar;
+    emu_xchg x[2];
 };
 
 /* ---- fibers: the CUDA threads of one block, switched on the launching thread ---- */
@@ -126,41 +133,69 @@ inline emu_bar *emu_block_bar;
 inline int emu_or_flags[1024];
 inline emu_fiber emu_fibers[1024];
 inline emu_fiber *emu_cur;
-inline unsigned long emu_events; /* arrivals and ends: a pass over the fibers without one is a deadlock */
+inline emu_warp *emu_warps; /* the block's warps */
+inline unsigned char emu_xchg_turn[1024]; /* each thread's next exchange area (emu_xchg_begin) */
+inline unsigned emu_threads, emu_live; /* the block's threads, those not ended */
+inline unsigned long emu_events;      /* arrivals and ends: a pass over the fibers without one is a deadlock */
+inline unsigned long emu_pass_events; /* emu_events when the pass began */
 inline void (*emu_body)(void *);
 inline void *emu_body_arg;
-inline emu_ctx emu_sched; /* the launch's loop, while a fiber runs */
+inline emu_ctx emu_sched; /* the launch's loop, while the block's fibers run */
 
 #ifdef EMU_ASAN
 inline const void *emu_sched_bottom;
 inline size_t emu_sched_size;
 #endif
 
-/* From the running fiber back to the launch's loop. */
-inline void emu_to_scheduler()
+/* Fiber f's registers: its thread and warp. */
+inline void emu_enter(emu_fiber *f)
 {
-#ifdef EMU_ASAN
-    void *fake = nullptr;
-    __sanitizer_start_switch_fiber(emu_cur->done ? nullptr : &fake, emu_sched_bottom, emu_sched_size);
-#endif
-    emu_switch(&emu_cur->ctx, &emu_sched);
-#ifdef EMU_ASAN
-    __sanitizer_finish_switch_fiber(fake, &emu_sched_bottom, &emu_sched_size);
-#endif
+    unsigned t = (unsigned)(f - emu_fibers);
+    emu_cur = f;
+    threadIdx = dim3(t);
+    emu_my_warp = &emu_warps[t / 32];
 }
 
-/* From the launch's loop into fiber f, until it yields or ends. */
-inline void emu_to_fiber(emu_fiber *f)
+/* The live fiber after the running one, in thread order. Passing thread 0 ends a pass over the
+ * block: with no arrival and no end since the last, no barrier can open, and the launch stops. */
+inline emu_fiber *emu_next()
 {
-    emu_cur = f;
+    unsigned t = (unsigned)(emu_cur - emu_fibers);
+    for (;;) {
+        if (++t == emu_threads) {
+            t = 0;
+            if (emu_events == emu_pass_events) {
+                fprintf(stderr, "emu_launch: block (%u, %u) of %u threads: a barrier that not all of its "
+                                "threads reach (%u still waiting)\n", blockIdx.x, blockIdx.y, emu_threads, emu_live);
+                abort();
+            }
+            emu_pass_events = emu_events;
+        }
+        if (!emu_fibers[t].done) return &emu_fibers[t];
+    }
+}
+
+/* From the running fiber straight into fiber `to` (an ended one is never resumed, so under
+ * AddressSanitizer its fake stack goes with it). */
+inline void emu_switch_to(emu_fiber *to)
+{
+    emu_fiber *from = emu_cur;
+    emu_enter(to);
 #ifdef EMU_ASAN
     void *fake = nullptr;
-    __sanitizer_start_switch_fiber(&fake, f->stack + 4096, EMU_STACK - 4096);
+    __sanitizer_start_switch_fiber(from->done ? nullptr : &fake, to->stack + 4096, EMU_STACK - 4096);
 #endif
-    emu_switch(&emu_sched, &f->ctx);
+    emu_switch(&from->ctx, &to->ctx);
 #ifdef EMU_ASAN
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
+}
+
+/* A fiber waiting at a barrier lets the next live one run. */
+inline void emu_yield()
+{
+    emu_fiber *to = emu_next();
+    if (to != emu_cur) emu_switch_to(to);
 }
 
 inline void emu_bar_wait(emu_bar *b)
@@ -172,25 +207,33 @@ inline void emu_bar_wait(emu_bar *b)
         return;
     }
     unsigned gen = b->gen;
-    do emu_to_scheduler();
+    do emu_yield();
     while (b->gen == gen);
 }
 
+/* A fiber's life: the kernel, then the next live fiber, or the launch's loop after the last. */
 inline void emu_fiber_main()
 {
 #ifdef EMU_ASAN
-    __sanitizer_finish_switch_fiber(nullptr, &emu_sched_bottom, &emu_sched_size);
+    /* thread 0 starts from the launch's loop, whose stack the last fiber goes back to */
+    if (emu_cur == emu_fibers) __sanitizer_finish_switch_fiber(nullptr, &emu_sched_bottom, &emu_sched_size);
+    else __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
 #endif
     emu_body(emu_body_arg);
     emu_cur->done = true;
     emu_events++;
-    emu_to_scheduler();
+    if (--emu_live) emu_switch_to(emu_next());
+#ifdef EMU_ASAN
+    __sanitizer_start_switch_fiber(nullptr, emu_sched_bottom, emu_sched_size);
+#endif
+    emu_switch(&emu_cur->ctx, &emu_sched);
     abort(); /* an ended fiber is never resumed */
 }
 
 inline void emu_fiber_start(emu_fiber *f)
 {
-    if (!f->stack) {
+    bool fresh = !f->stack;
+    if (fresh) {
         void *p = mmap(nullptr, EMU_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (p == MAP_FAILED) {
             perror("emu: fiber stack");
@@ -200,21 +243,35 @@ inline void emu_fiber_start(emu_fiber *f)
         f->stack = (char *)p;
     }
     f->done = false;
+    emu_xchg_turn[f - emu_fibers] = 0;
+    /* The stacks lie EMU_STACK apart, so their tops would all fall in the same sets of the
+     * CPU's caches and evict each other at every switch: each starts 17 cache lines further
+     * down than the last, over 64 KB (of the 256). */
+    char *top = f->stack + EMU_STACK - ((f - emu_fibers) * 1088) % 65536;
+#if defined(__x86_64__)
+#ifdef EMU_ASAN
+    /* What the last block's frames left poisoned: those that had not returned when the fiber
+     * ended, above the stack pointer its last switch saved (frames below it returned, and
+     * returning unpoisons). Not the whole stack: that was a third of a sanitized run. */
+    if (!fresh) {
+        char *lo = (char *)f->ctx.sp - 256;
+        __asan_unpoison_memory_region(lo, (size_t)(top - lo));
+    }
+#endif
+    /* the switch pops six registers and returns into emu_fiber_main with the stack
+     * as after a call: 8 bytes past a 16-byte boundary */
+    void **sp = (void **)top;
+    *--sp = nullptr;                   /* emu_fiber_main's return address: never used */
+    *--sp = (void *)&emu_fiber_main;   /* where the switch's ret goes */
+    for (int i = 0; i < 6; i++) *--sp = nullptr;
+    f->ctx.sp = sp;
+#else
 #ifdef EMU_ASAN
     __asan_unpoison_memory_region(f->stack + 4096, EMU_STACK - 4096); /* what the last block's frames left */
 #endif
-#if defined(__x86_64__)
-    /* the switch pops six registers and returns into emu_fiber_main with the stack
-     * as after a call: 8 bytes past a 16-byte boundary */
-    void **top = (void **)(f->stack + EMU_STACK);
-    *--top = nullptr;                     /* emu_fiber_main's return address: never used */
-    *--top = (void *)&emu_fiber_main;     /* where the switch's ret goes */
-    for (int i = 0; i < 6; i++) *--top = nullptr;
-    f->ctx.sp = top;
-#else
     getcontext(&f->ctx.uc);
     f->ctx.uc.uc_stack.ss_sp = f->stack + 4096;
-    f->ctx.uc.uc_stack.ss_size = EMU_STACK - 4096;
+    f->ctx.uc.uc_stack.ss_size = (size_t)(top - (f->stack + 4096));
     f->ctx.uc.uc_link = nullptr;
     makecontext(&f->ctx.uc, emu_fiber_main, 0);
 #endif
@@ -231,35 +288,46 @@ inline int __syncthreads_or(int p)
     return r != 0;
 }
 inline void __syncwarp(unsigned = 0xffffffffu) { emu_bar_wait(&emu_my_warp->bar); }
+
+/* A warp-collective exchange: each lane writes its slots of the area emu_xchg_begin returns,
+ * calls __syncwarp once, then reads the others' slots. One barrier is enough because a warp's
+ * exchanges alternate between its two areas: a lane writes an area again only two exchanges
+ * later, after the barrier of the exchange in between, which no lane reaches before it has read
+ * the area. (All lanes of a warp take part in each exchange, as the full-mask intrinsics ask.) */
+inline emu_xchg *emu_xchg_begin()
+{
+    emu_xchg *x = &emu_my_warp->x[emu_xchg_turn[threadIdx.x]];
+    emu_xchg_turn[threadIdx.x] ^= 1;
+    return x;
+}
 inline float __shfl_xor_sync(unsigned, float v, int o)
 {
     int lane = threadIdx.x & 31;
-    emu_my_warp->f[lane] = v;
+    emu_xchg *x = emu_xchg_begin();
+    x->f[lane] = v;
     __syncwarp();
-    float r = emu_my_warp->f[lane ^ o];
-    __syncwarp();
-    return r;
+    return x->f[lane ^ o];
 }
-/* lane src's v (int or float: through the warp's u or f array) */
+/* lane src's v (int or float: through the exchange's u array) */
 template <typename V> inline V __shfl_sync(unsigned, V v, int src)
 {
     static_assert(sizeof(V) == 4, "__shfl_sync of a 4-byte value");
     int lane = threadIdx.x & 31;
-    memcpy(&emu_my_warp->u[lane], &v, 4);
+    emu_xchg *x = emu_xchg_begin();
+    memcpy(&x->u[lane], &v, 4);
     __syncwarp();
     V r;
-    memcpy(&r, &emu_my_warp->u[src & 31], 4);
-    __syncwarp();
+    memcpy(&r, &x->u[src & 31], 4);
     return r;
 }
 inline unsigned __ballot_sync(unsigned, int p)
 {
     int lane = threadIdx.x & 31;
-    emu_my_warp->u[lane] = p ? 1u : 0u;
+    emu_xchg *x = emu_xchg_begin();
+    x->u[lane] = p ? 1u : 0u;
     __syncwarp();
     unsigned m = 0;
-    for (int i = 0; i < 32; i++) m |= emu_my_warp->u[i] << i;
-    __syncwarp();
+    for (int i = 0; i < 32; i++) m |= x->u[i] << i;
     return m;
 }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
@@ -595,27 +663,26 @@ void emu_launch_now(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, A... args
     auto body = [&] { kernel(args...); };
     emu_body = [](void *p) { (*(decltype(body) *)p)(); };
     emu_body_arg = &body;
+    emu_warps = warps.data();
+    emu_threads = nt;
     for (unsigned by = 0; by < g.y; by++)
         for (unsigned bx = 0; bx < g.x; bx++) {
             blockIdx = dim3(bx, by);
             for (unsigned w = 0; w < nw; w++) warps[w].bar = { nt - w * 32 < 32 ? nt - w * 32 : 32, 0, 0 };
             for (unsigned t = 0; t < nt; t++) emu_fiber_start(&emu_fibers[t]);
-            for (unsigned live = nt; live;) {
-                unsigned long before = emu_events;
-                for (unsigned t = 0; t < nt; t++) {
-                    emu_fiber *f = &emu_fibers[t];
-                    if (f->done) continue;
-                    threadIdx = dim3(t);
-                    emu_my_warp = &warps[t / 32];
-                    emu_to_fiber(f);
-                    live -= f->done;
-                }
-                if (live && emu_events == before) {
-                    fprintf(stderr, "emu_launch: block (%u, %u) of %u threads: a barrier that not all of its "
-                                    "threads reach (%u still waiting)\n", bx, by, nt, live);
-                    abort();
-                }
-            }
+            /* Into thread 0; from there each fiber hands over to the next live one, at a barrier
+             * it waits at or at its end, and the last to end comes back here. */
+            emu_live = nt;
+            emu_pass_events = emu_events;
+            emu_enter(&emu_fibers[0]);
+#ifdef EMU_ASAN
+            void *fake = nullptr;
+            __sanitizer_start_switch_fiber(&fake, emu_fibers[0].stack + 4096, EMU_STACK - 4096);
+#endif
+            emu_switch(&emu_sched, &emu_fibers[0].ctx);
+#ifdef EMU_ASAN
+            __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
         }
 }
 

@@ -1,9 +1,9 @@
 /* CPU stand-in for kernels/cuda/kcuda_mma.cuh under emu_cuda.h: the same
  * functions, warp-collective like the instructions. Each lane publishes its
- * operand registers (or its ldmatrix row address) in the warp's exchange, the
- * warp meets at a barrier, and each lane assembles its own result from the
- * fragment layouts that kcuda_mma.cuh documents (PTX ISA, mma.m16n8k16 .bf16
- * and ldmatrix .m8n8 .x4). cp.async copies at once. */
+ * operand registers (or its ldmatrix row address) in the warp's exchange
+ * (emu_xchg_begin), the warp meets at a barrier, and each lane assembles its
+ * own result from the fragment layouts that kcuda_mma.cuh documents (PTX ISA,
+ * mma.m16n8k16 .bf16 and ldmatrix .m8n8 .x4). cp.async copies at once. */
 #ifndef ATOLL_EMU_KCUDA_MMA_CUH
 #define ATOLL_EMU_KCUDA_MMA_CUH
 
@@ -25,7 +25,7 @@ inline uint32_t pack_bf16x2(float x, float y)
 
 inline void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
 {
-    emu_warp *w = emu_my_warp;
+    emu_xchg *w = emu_xchg_begin();
     int lane = threadIdx.x & 31;
     memcpy(w->a[lane], a, sizeof w->a[lane]);
     memcpy(w->b[lane], b, sizeof w->b[lane]);
@@ -51,7 +51,6 @@ inline void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
             }
         }
     }
-    __syncwarp();
     for (int e = 0; e < 4; e++) { /* row g + (e >> 1) * 8, column 2c + (e & 1) */
         float s = d[e];
         for (int k = 0; k < 16; k++) s += A[e >> 1][k] * B[e & 1][k];
@@ -63,7 +62,7 @@ inline void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
  * trans = 1: matrix j's rows 2c, 2c+1 at column g */
 inline void emu_ldsm_x4(uint32_t r[4], const void *row, int trans)
 {
-    emu_warp *w = emu_my_warp;
+    emu_xchg *w = emu_xchg_begin();
     int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     w->p[lane] = row;
     __syncwarp();
@@ -78,7 +77,6 @@ inline void emu_ldsm_x4(uint32_t r[4], const void *row, int trans)
         }
         r[j] = (uint32_t)x | (uint32_t)y << 16;
     }
-    __syncwarp();
 }
 inline void ldsm_x4(uint32_t r[4], const void *row) { emu_ldsm_x4(r, row, 0); }
 inline void ldsm_x4_t(uint32_t r[4], const void *row) { emu_ldsm_x4(r, row, 1); }
