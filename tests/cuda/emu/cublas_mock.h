@@ -113,14 +113,21 @@ inline void mock_gemm(int ta, int tb, int m, int n, int k, float alpha, const vo
      * and from the other ranks (the user's OPENBLAS_NUM_THREADS stands). */
     static const bool one_thread = (k_cpu_blas_threads(1), true);
     (void)one_thread;
-    /* op(A) [m, k] and op(B) [k, n] widened to column-major doubles, their product S [m, n] */
-    std::vector<double> a((size_t)m * k), b((size_t)k * n), S((size_t)m * n);
+    /* op(A) [m, k] and op(B) [k, n] widened to column-major doubles, their product S [m, n]. The
+     * buffers stay from call to call, each rank's thread its own: new ones a call (mapped, faulted
+     * in and zeroed) were a fifth of an emulated training run. */
+    thread_local std::vector<double> a, b, S;
+    if (a.size() < (size_t)m * k) a.resize((size_t)m * k);
+    if (b.size() < (size_t)k * n) b.resize((size_t)k * n);
+    if (S.size() < (size_t)m * n) S.resize((size_t)m * n);
     for (int p = 0; p < k; p++)
         for (int i = 0; i < m; i++) a[(size_t)p * m + i] = mock_ld(A, at, ta ? (size_t)i * lda + p : (size_t)p * lda + i);
     for (int j = 0; j < n; j++)
         for (int p = 0; p < k; p++) b[(size_t)j * k + p] = mock_ld(B, bt, tb ? (size_t)p * ldb + j : (size_t)j * ldb + p);
     if (m && n && k)
         cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0, a.data(), m, b.data(), k, 0.0, S.data(), m);
+    else
+        std::fill(S.begin(), S.begin() + (ptrdiff_t)m * n, 0.0); /* an empty sum */
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
             double s = S[(size_t)j * m + i];
