@@ -82,6 +82,8 @@ struct emu_xchg {
     unsigned u[32];
     uint32_t a[32][4], b[32][2];
     const void *p[32];
+    bool unpacked;         /* the mma's operands below, from a and b */
+    float A[16][16], B[8][16]; /* by row of A, by column of B */
 };
 /* Two exchange areas, used in turn (emu_xchg_begin). */
 struct emu_warp {
@@ -133,7 +135,9 @@ inline emu_bar *emu_block_bar;
 inline int emu_or_flags[1024];
 inline emu_fiber emu_fibers[1024];
 inline emu_fiber *emu_cur;
-inline emu_warp *emu_warps; /* the block's warps */
+inline emu_warp emu_warps[32]; /* the block's warps: their exchanges are written before they are read,
+                                  * so nothing clears them (a launch's worth of zeroing cost more than its
+                                  * sanitized kernels), only each block's barriers are set */
 inline unsigned char emu_xchg_turn[1024]; /* each thread's next exchange area (emu_xchg_begin) */
 inline unsigned emu_threads, emu_live; /* the block's threads, those not ended */
 inline unsigned long emu_events;      /* arrivals and ends: a pass over the fibers without one is a deadlock */
@@ -659,16 +663,14 @@ void emu_launch_now(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, A... args
     emu_dyn_smem = dyn.data();
     emu_bar block_bar = { nt, 0, 0 };
     emu_block_bar = &block_bar;
-    std::vector<emu_warp> warps(nw);
     auto body = [&] { kernel(args...); };
     emu_body = [](void *p) { (*(decltype(body) *)p)(); };
     emu_body_arg = &body;
-    emu_warps = warps.data();
     emu_threads = nt;
     for (unsigned by = 0; by < g.y; by++)
         for (unsigned bx = 0; bx < g.x; bx++) {
             blockIdx = dim3(bx, by);
-            for (unsigned w = 0; w < nw; w++) warps[w].bar = { nt - w * 32 < 32 ? nt - w * 32 : 32, 0, 0 };
+            for (unsigned w = 0; w < nw; w++) emu_warps[w].bar = { nt - w * 32 < 32 ? nt - w * 32 : 32, 0, 0 };
             for (unsigned t = 0; t < nt; t++) emu_fiber_start(&emu_fibers[t]);
             /* Into thread 0; from there each fiber hands over to the next live one, at a barrier
              * it waits at or at its end, and the last to end comes back here. */

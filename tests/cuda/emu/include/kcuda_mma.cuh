@@ -29,31 +29,38 @@ inline void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2])
     int lane = threadIdx.x & 31;
     memcpy(w->a[lane], a, sizeof w->a[lane]);
     memcpy(w->b[lane], b, sizeof w->b[lane]);
+    w->unpacked = false;
     __syncwarp();
-    /* This lane's outputs need rows g and g + 8 of A, held by lanes 4g..4g+3 (registers 0, 2:
-     * row g; 1, 3: row g + 8), and columns 2c, 2c + 1 of B, held by lanes 4n..4n+3 for column n
-     * (register 0: k 0..7, 1: k 8..15); lane 4r + q holds k = 2q, 2q + 1 (+ 8). */
-    int g = lane >> 2, c = lane & 3;
-    float A[2][16], B[2][16];
-    for (int q = 0; q < 4; q++) {
-        const uint32_t *ra = w->a[4 * g + q];
-        for (int h = 0; h < 2; h++) {
-            A[0][2 * q + h] = h ? bf16x2_hi(ra[0]) : bf16x2_lo(ra[0]);
-            A[1][2 * q + h] = h ? bf16x2_hi(ra[1]) : bf16x2_lo(ra[1]);
-            A[0][2 * q + 8 + h] = h ? bf16x2_hi(ra[2]) : bf16x2_lo(ra[2]);
-            A[1][2 * q + 8 + h] = h ? bf16x2_hi(ra[3]) : bf16x2_lo(ra[3]);
-        }
-        for (int n = 0; n < 2; n++) {
-            const uint32_t *rb = w->b[4 * (2 * c + n) + q];
-            for (int h = 0; h < 2; h++) {
-                B[n][2 * q + h] = h ? bf16x2_hi(rb[0]) : bf16x2_lo(rb[0]);
-                B[n][2 * q + 8 + h] = h ? bf16x2_hi(rb[1]) : bf16x2_lo(rb[1]);
+    /* The first lane past the barrier unpacks the warp's A (16 x 16, by row) and B (16 x 8, by
+     * column) for all. Row g and g + 8 of A are held by lanes 4g..4g+3 (registers 0, 2: row g;
+     * 1, 3: row g + 8), column n of B by lanes 4n..4n+3 (register 0: k 0..7, 1: k 8..15); lane
+     * 4r + q holds k = 2q, 2q + 1 (+ 8). */
+    if (!w->unpacked) {
+        for (int g = 0; g < 8; g++)
+            for (int q = 0; q < 4; q++) {
+                const uint32_t *ra = w->a[4 * g + q];
+                for (int h = 0; h < 2; h++) {
+                    w->A[g][2 * q + h] = h ? bf16x2_hi(ra[0]) : bf16x2_lo(ra[0]);
+                    w->A[g + 8][2 * q + h] = h ? bf16x2_hi(ra[1]) : bf16x2_lo(ra[1]);
+                    w->A[g][2 * q + 8 + h] = h ? bf16x2_hi(ra[2]) : bf16x2_lo(ra[2]);
+                    w->A[g + 8][2 * q + 8 + h] = h ? bf16x2_hi(ra[3]) : bf16x2_lo(ra[3]);
+                }
             }
-        }
+        for (int n = 0; n < 8; n++)
+            for (int q = 0; q < 4; q++) {
+                const uint32_t *rb = w->b[4 * n + q];
+                for (int h = 0; h < 2; h++) {
+                    w->B[n][2 * q + h] = h ? bf16x2_hi(rb[0]) : bf16x2_lo(rb[0]);
+                    w->B[n][2 * q + 8 + h] = h ? bf16x2_hi(rb[1]) : bf16x2_lo(rb[1]);
+                }
+            }
+        w->unpacked = true;
     }
+    int g = lane >> 2, c = lane & 3;
     for (int e = 0; e < 4; e++) { /* row g + (e >> 1) * 8, column 2c + (e & 1) */
+        const float *A = w->A[g + (e >> 1) * 8], *B = w->B[2 * c + (e & 1)];
         float s = d[e];
-        for (int k = 0; k < 16; k++) s += A[e >> 1][k] * B[e & 1][k];
+        for (int k = 0; k < 16; k++) s += A[k] * B[k];
         d[e] = s;
     }
 }
