@@ -135,9 +135,9 @@ inline emu_bar *emu_block_bar;
 inline int emu_or_flags[1024];
 inline emu_fiber emu_fibers[1024];
 inline emu_fiber *emu_cur;
-inline emu_warp emu_warps[32]; /* the block's warps: their exchanges are written before they are read,
-                                  * so nothing clears them (a launch's worth of zeroing cost more than its
-                                  * sanitized kernels), only each block's barriers are set */
+inline emu_warp emu_warps[32]; /* the block's warps: each block sets their barriers; their exchanges
+                                  * are written before they are read, so nothing clears them (a zeroed
+                                  * vector a launch cost sanitized runs more than the mma unpacking saved) */
 inline unsigned char emu_xchg_turn[1024]; /* each thread's next exchange area (emu_xchg_begin) */
 inline unsigned emu_threads, emu_live; /* the block's threads, those not ended */
 inline unsigned long emu_events;      /* arrivals and ends: a pass over the fibers without one is a deadlock */
@@ -179,21 +179,25 @@ inline emu_fiber *emu_next()
     }
 }
 
-/* From the running fiber straight into fiber `to` (an ended one is never resumed, so under
- * AddressSanitizer its fake stack goes with it). */
-inline void emu_switch_to(emu_fiber *to)
+/* From `from` (a fiber's context or the launch loop's) into fiber `to`. `returns`: whether
+ * `from` is resumed later; under AddressSanitizer an ended fiber's fake stack goes with it. */
+inline void emu_switch_into(emu_ctx *from, bool returns, emu_fiber *to)
 {
-    emu_fiber *from = emu_cur;
     emu_enter(to);
 #ifdef EMU_ASAN
     void *fake = nullptr;
-    __sanitizer_start_switch_fiber(from->done ? nullptr : &fake, to->stack + 4096, EMU_STACK - 4096);
+    __sanitizer_start_switch_fiber(returns ? &fake : nullptr, to->stack + 4096, EMU_STACK - 4096);
+#else
+    (void)returns;
 #endif
-    emu_switch(&from->ctx, &to->ctx);
+    emu_switch(from, &to->ctx);
 #ifdef EMU_ASAN
     __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
 }
+
+/* From the running fiber straight into fiber `to`. */
+inline void emu_switch_to(emu_fiber *to) { emu_switch_into(&emu_cur->ctx, !emu_cur->done, to); }
 
 /* A fiber waiting at a barrier lets the next live one run. */
 inline void emu_yield()
@@ -676,15 +680,7 @@ void emu_launch_now(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, A... args
              * it waits at or at its end, and the last to end comes back here. */
             emu_live = nt;
             emu_pass_events = emu_events;
-            emu_enter(&emu_fibers[0]);
-#ifdef EMU_ASAN
-            void *fake = nullptr;
-            __sanitizer_start_switch_fiber(&fake, emu_fibers[0].stack + 4096, EMU_STACK - 4096);
-#endif
-            emu_switch(&emu_sched, &emu_fibers[0].ctx);
-#ifdef EMU_ASAN
-            __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
-#endif
+            emu_switch_into(&emu_sched, true, &emu_fibers[0]);
         }
 }
 
