@@ -139,6 +139,16 @@ inline emu_warp emu_warps[32]; /* the block's warps: each block sets their barri
                                   * are written before they are read, so nothing clears them (a zeroed
                                   * vector a launch cost sanitized runs more than the mma unpacking saved) */
 inline unsigned char emu_xchg_turn[1024]; /* each thread's next exchange area (emu_xchg_begin) */
+/* cp.async in flight (include/kcuda_mma.cuh): a thread's copies not yet landed, in issue order,
+ * and its commits in this block. A block's start drops the last block's: never waited for, they
+ * are gone with its shared memory. */
+struct emu_cp {
+    void *dst;
+    unsigned group; /* the thread's commits before the issue: the group it joins at the next commit */
+    unsigned char data[16];
+};
+inline std::vector<emu_cp> emu_cp_pending[1024];
+inline unsigned emu_cp_commits[1024];
 inline unsigned emu_threads, emu_live; /* the block's threads, those not ended */
 inline unsigned long emu_events;      /* arrivals and ends: a pass over the fibers without one is a deadlock */
 inline unsigned long emu_pass_events; /* emu_events when the pass began */
@@ -252,6 +262,8 @@ inline void emu_fiber_start(emu_fiber *f)
     }
     f->done = false;
     emu_xchg_turn[f - emu_fibers] = 0;
+    emu_cp_pending[f - emu_fibers].clear();
+    emu_cp_commits[f - emu_fibers] = 0;
     /* The stacks lie EMU_STACK apart, so their tops would all fall in the same sets of the
      * CPU's caches and evict each other at every switch: each starts 17 cache lines further
      * down than the last, over 64 KB (of the 256). */

@@ -3,7 +3,7 @@
  * operand registers (or its ldmatrix row address) in the warp's exchange
  * (emu_xchg_begin), the warp meets at a barrier, and each lane assembles its
  * own result from the fragment layouts that kcuda_mma.cuh documents (PTX ISA,
- * mma.m16n8k16 .bf16 and ldmatrix .m8n8 .x4). cp.async copies at once. */
+ * mma.m16n8k16 .bf16 and ldmatrix .m8n8 .x4). cp.async lands at its wait (below). */
 #ifndef ATOLL_EMU_KCUDA_MMA_CUH
 #define ATOLL_EMU_KCUDA_MMA_CUH
 
@@ -88,12 +88,34 @@ inline void emu_ldsm_x4(uint32_t r[4], const void *row, int trans)
 inline void ldsm_x4(uint32_t r[4], const void *row) { emu_ldsm_x4(r, row, 0); }
 inline void ldsm_x4_t(uint32_t r[4], const void *row) { emu_ldsm_x4(r, row, 1); }
 
+/* cp.async as the PTX ISA allows it to behave at its least convenient: the source is read at
+ * the issue, the destination holds nothing defined until the thread's cp_async_wait covers the
+ * copy's group (here: NaN bytes, 0xff), and only then does the data land. A kernel that reads
+ * shared memory before its wait and barrier, or that issues copies into a buffer other threads
+ * may still be reading, reads the NaNs. */
 inline void cp_async16(void *dst, const void *src, bool valid)
 {
-    if (valid) memcpy(dst, src, 16);
-    else memset(dst, 0, 16);
+    emu_cp c;
+    c.dst = dst;
+    c.group = emu_cp_commits[threadIdx.x];
+    if (valid) memcpy(c.data, src, 16);
+    else memset(c.data, 0, 16);
+    memset(dst, 0xff, 16);
+    emu_cp_pending[threadIdx.x].push_back(c);
 }
-inline void cp_async_commit(void) {}
-template <int N> inline void cp_async_wait(void) {}
+inline void cp_async_commit(void) { emu_cp_commits[threadIdx.x]++; }
+/* Lands every copy of a group older than the N most recent committed ones; copies not yet
+ * committed stay in flight, as wait_group leaves them. */
+template <int N> inline void cp_async_wait(void)
+{
+    std::vector<emu_cp> &q = emu_cp_pending[threadIdx.x];
+    unsigned commits = emu_cp_commits[threadIdx.x];
+    size_t kept = 0;
+    for (size_t i = 0; i < q.size(); i++) {
+        if (q[i].group + N < commits) memcpy(q[i].dst, q[i].data, 16);
+        else q[kept++] = q[i];
+    }
+    q.resize(kept);
+}
 
 #endif
