@@ -317,6 +317,12 @@ int main(int argc, char **argv)
     row("xent_sumexp_target_bf16", ms, 2.0 * N * V, LB);
     TIME_MS(ms, G->xent_backward_bf16(lg, lg, mx, se, tok, 1.0f / N, N, V, 0));
     row("xent_backward_bf16 (in place)", ms, 4.0 * N * V, 2 * LB);
+    /* the one-rank classifier: one read, one write (from the second call on it reads the gradient
+     * the last one wrote: the same bytes and the same exps) */
+    float *ls = G->alloc(N * 4);
+    TIME_MS(ms, G->xent_fused_bf16(ls, lg, tok, 1.0f / N, N, V));
+    row("xent_fused_bf16 (in place)", ms, 5.0 * N * V, 2 * LB);
+    G->free(ls);
     G->free(lg); G->free(mx); G->free(se); G->free(tl);
 
     /* optimizer over the 124M parameters */

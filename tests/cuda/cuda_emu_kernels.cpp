@@ -252,6 +252,15 @@ static void test_xent_fused(int N, int V)
     vec wide(lb.size());
     for (size_t i = 0; i < lb.size(); i++) wide[i] = b2f(lb[i]);
     cmp("xent_fused_bf16 dlogits", wide, d1, 1e-2);
+    /* dloss 0: the losses alone, the logits left as they were */
+    for (size_t i = 0; i < lb.size(); i++) lb[i] = f2b(lg[i]);
+    std::vector<uint16_t> kept = lb;
+    vec l3 = nanv(N);
+    kcu_xent_fused_bf16(l3.data(), lb.data(), tg.data(), 0.0f, N, V);
+    cmp("xent_fused_bf16 loss with dloss 0", l3, l1, 1e-5);
+    size_t changed = 0;
+    for (size_t i = 0; i < lb.size(); i++) changed += lb[i] != kept[i];
+    check(changed == 0, "xent_fused_bf16 with dloss 0 keeps the logits (%zu of %zu changed)", changed, lb.size());
 }
 
 static void test_xent(int N, int Vfull, int off, int V)
@@ -1100,7 +1109,9 @@ int main(int, char **argv)
     test_xent(20, 3000, 1500, 1500);
     test_xent_fused(5, 37);   /* scalar path */
     test_xent_fused(6, 1000); /* 16-byte path, fewer chunks than threads */
-    test_xent_fused(3, 50304); /* GPT-2's padded vocab: 12 or 13 chunks a thread, running max rescaled */
+    test_xent_fused(1, 1000); /* bf16: one row, fewer than the SMs: a block, no next row to request */
+    test_xent_fused(7, 2048); /* bf16: 4 rows and 3 over the emulation's 2 SMs, two in flight a block */
+    test_xent_fused(3, 50304); /* GPT-2's padded vocab: running max rescaled; bf16 rows two at a time in shared memory */
     test_xent_fused(2, 128256); /* LLaMA-3's vocab: more than shared memory holds, read from device memory */
     test_elementwise_optimizer(1);
     test_elementwise_optimizer(20001);
