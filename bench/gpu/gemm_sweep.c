@@ -128,6 +128,13 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
         { "classifier forward", 1, 1, 0, V, N, C, C, C, V, 0, CUBLASLT_EPILOGUE_DEFAULT, 0 },
         { "classifier dinp", 1, 0, 0, C, N, V, C, V, C, 0, CUBLASLT_EPILOGUE_DEFAULT, 0 },
         { "classifier dw", 1, 0, 1, C, V, N, C, V, C, 1, CUBLASLT_EPILOGUE_DEFAULT, 0 },
+        /* what the GELU epilogues cost, and what else could run there: not in a step (0 a micro-batch), not
+         * in the totals. The plain forms, against the two epilogue rows above, say what a GELU (or DGELU)
+         * kernel of our own would have to beat; DGELU_BGRAD also writes the fc bias gradient (fp32), which
+         * kcu_colsum_acc now sums in its own pass (~24 us at GPT-2, 12 a step) */
+        { "fc forward, BIAS alone (what-if)", 0, 1, 0, F, N, C, C, C, F, 0, CUBLASLT_EPILOGUE_BIAS, 0 },
+        { "mlp proj dinp, no DGELU (what-if)", 0, 0, 0, F, N, C, F, C, F, 0, CUBLASLT_EPILOGUE_DEFAULT, 0 },
+        { "mlp proj dinp, DGELU_BGRAD (what-if)", 0, 0, 0, F, N, C, F, C, F, 0, CUBLASLT_EPILOGUE_DGELU_BGRAD, F },
     };
 #undef FWD
 #undef DGRAD
@@ -136,7 +143,7 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
     uint64_t rng = 0x9e3779b97f4a7c15ull;
     size_t big = (size_t)N * V; /* the largest operand or output, in elements */
     void *A = rand_bf16(big, 1.0f, &rng), *B = rand_bf16(big, 0.05f, &rng), *bias = rand_bf16(V, 1.0f, &rng);
-    void *aux = rand_bf16((size_t)N * F, 1.0f, &rng), *D = NULL, *ws = NULL;
+    void *aux = rand_bf16((size_t)N * F, 1.0f, &rng), *D = NULL, *ws = NULL, *dbias = NULL;
     size_t ws_bytes = (size_t)32 << 20; /* matmul.cu's workspace (kcu_workspace) */
     cublasLtHandle_t lt = NULL;
     cudaEvent_t e0, e1;
@@ -147,6 +154,7 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
     cudaCheck(cudaMalloc(&D, big * 4));
     cudaCheck(cudaMemset(D, 0, big * 4));
     cudaCheck(cudaMalloc(&ws, ws_bytes));
+    cudaCheck(cudaMalloc(&dbias, (size_t)F * 4)); /* DGELU_BGRAD's bias gradient, fp32 */
     int l2 = 0;
     cudaCheck(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
     flush_bytes = 2 * (size_t)l2;
@@ -185,6 +193,11 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
         cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &c->epi, sizeof c->epi));
         if (c->epi == CUBLASLT_EPILOGUE_BIAS || c->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
             cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+        if (c->epi == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+            cudaDataType_t bt = CUDA_R_32F;
+            cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias));
+            cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+        }
         if (c->ldaux) {
             int64_t ldaux = c->ldaux;
             cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
@@ -260,7 +273,7 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
     cublasLtDestroy(lt);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
-    cudaFree(A); cudaFree(B); cudaFree(bias); cudaFree(aux); cudaFree(D); cudaFree(ws);
+    cudaFree(A); cudaFree(B); cudaFree(bias); cudaFree(aux); cudaFree(D); cudaFree(ws); cudaFree(dbias);
     if (flush) cudaFree(flush);
     flush = NULL;
     return 0;
