@@ -1044,6 +1044,30 @@ static void test_emu_big_block()
     }
 }
 
+/* Dynamic shared memory that only block 0 writes, read by every block: on a
+ * GPU block 1 finds whatever was there. The emulation gives each block NaN
+ * bytes, so the read is wrong every time, not only where the last block's
+ * leftovers happen to differ. */
+static void emu_unwritten_smem_k(float *out)
+{
+    float *s = (float *)emu_dyn_smem;
+    if (blockIdx.x == 0) s[threadIdx.x] = 1.0f + (float)threadIdx.x;
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s[threadIdx.x];
+}
+static void test_emu_unwritten_smem()
+{
+    vec out(2 * 32, 0.0f);
+    emu_launch(emu_unwritten_smem_k, dim3(2), dim3(32), 32 * sizeof(float), nullptr, out.data());
+    int block0 = 0, nan1 = 0;
+    for (int t = 0; t < 32; t++) {
+        block0 += out[t] == 1.0f + (float)t;
+        nan1 += std::isnan(out[32 + t]);
+    }
+    check(block0 == 32 && nan1 == 32, "emulated shared memory a block did not write: block 0 read back %d of 32 "
+          "values it wrote, block 1 found %d of 32 NaN (want 32 and 32)", block0, nan1);
+}
+
 /* A barrier that not all threads of a block reach (thread 5 returns first):
  * undefined on a GPU, here a stop with a message that says so, not a hang. */
 static void emu_partial_barrier_k(int *out)
@@ -1087,6 +1111,7 @@ int main(int, char **argv)
     R = k_cpu();
     test_emu_exchanges();
     test_emu_big_block();
+    test_emu_unwritten_smem();
     test_emu_partial_barrier();
     kcu_init();
     test_copies();

@@ -18,8 +18,10 @@
  * addresses through the warp and computes from the PTX fragment layouts.
  *
  * What it checks: indexing, tiling, masks, reductions, the order of
- * operations (same results as the GPU up to expf/tanhf rounding), and that
- * every output element is written. What it cannot: the GPU memory model
+ * operations (same results as the GPU up to expf/tanhf rounding), that
+ * every output element is written, and that no block reads dynamic shared
+ * memory it has not written (each block's starts as NaN bytes, and a cp.async
+ * lands only at the wait that covers it). What it cannot: the GPU memory model
  * beyond barriers (threads here never run at once), launch and shared-memory
  * limits, timing, cuBLAS itself (emu/cublas_mock.h computes what the calls
  * ask for). A barrier reached by only part of a block, undefined on the GPU,
@@ -686,6 +688,10 @@ void emu_launch_now(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, A... args
     for (unsigned by = 0; by < g.y; by++)
         for (unsigned bx = 0; bx < g.x; bx++) {
             blockIdx = dim3(bx, by);
+            /* A block's dynamic shared memory starts undefined on a GPU (the last block's, or
+             * anything): here all NaN bytes (0xff: NaN as float and bf16, -1 as an integer), so a
+             * kernel that reads what it did not write gets a wrong answer every time. */
+            memset(dyn.data(), 0xff, dyn.size());
             for (unsigned w = 0; w < nw; w++) emu_warps[w].bar = { nt - w * 32 < 32 ? nt - w * 32 : 32, 0, 0 };
             for (unsigned t = 0; t < nt; t++) emu_fiber_start(&emu_fibers[t]);
             /* Into thread 0; from there each fiber hands over to the next live one, at a barrier
