@@ -89,6 +89,8 @@ void eng_sumsq_runs_begin(eng_sumsq_runs *r, const k_ops *k, const float *base, 
     r->sum = 0.0;
     r->count = count;
     r->elems = r->nonzero = 0;
+    r->runs = 0;
+    r->run_lo = r->run_hi = 0;
 }
 
 void eng_sumsq_runs_add(eng_sumsq_runs *r, size_t lo, size_t hi)
@@ -107,8 +109,10 @@ void eng_sumsq_runs_add(eng_sumsq_runs *r, size_t lo, size_t hi)
 void eng_sumsq_runs_break(eng_sumsq_runs *r)
 {
     if (r->hi > r->lo) {
-        r->sum += r->k->sumsq(r->base + r->lo, r->hi - r->lo);
-        if (r->count) r->nonzero += r->k->nonzeros(r->base + r->lo, r->hi - r->lo);
+        r->runs++;
+        r->run_lo = r->lo, r->run_hi = r->hi;
+        if (r->k) r->sum += r->k->sumsq(r->base + r->lo, r->hi - r->lo);
+        if (r->k && r->count) r->nonzero += r->k->nonzeros(r->base + r->lo, r->hi - r->lo);
     }
     r->lo = r->hi = 0;
 }
@@ -120,17 +124,23 @@ int eng_counts_in_norm(const eng_model *m, const eng_param *p)
     return !p->tied_copy && (p->shard_dim >= 0 || m->tp_rank == 0);
 }
 
+/* The tensors of [from, to) that count in the norm, as runs of r (begun). */
+static void sumsq_walk(const eng_model *m, size_t from, size_t to, eng_sumsq_runs *r)
+{
+    for (int i = 0; i < m->nparams; i++) {
+        const eng_param *p = &m->table[i];
+        size_t lo = p->offset > from ? p->offset : from, hi = p->offset + p->numel < to ? p->offset + p->numel : to;
+        if (!eng_counts_in_norm(m, p)) eng_sumsq_runs_break(r);
+        else if (lo < hi) eng_sumsq_runs_add(r, lo - from, hi - from);
+    }
+    eng_sumsq_runs_break(r);
+}
+
 double eng_sumsq_range(const eng_model *m, const float *base, size_t from, size_t to, uint64_t *zeros)
 {
     eng_sumsq_runs r;
     eng_sumsq_runs_begin(&r, m->k, base, zeros != NULL);
-    for (int i = 0; i < m->nparams; i++) {
-        const eng_param *p = &m->table[i];
-        size_t lo = p->offset > from ? p->offset : from, hi = p->offset + p->numel < to ? p->offset + p->numel : to;
-        if (!eng_counts_in_norm(m, p)) eng_sumsq_runs_break(&r);
-        else if (lo < hi) eng_sumsq_runs_add(&r, lo - from, hi - from);
-    }
-    eng_sumsq_runs_break(&r);
+    sumsq_walk(m, from, to, &r);
     if (zeros) *zeros = eng_sumsq_runs_zeros(&r);
     return r.sum;
 }
@@ -198,6 +208,22 @@ double eng_wd_at(const atoll_config *c, double it)
     double r = span > 0 ? it / span : 1.0;
     double coeff = c->weight_decay_incr_style == WD_INCR_LINEAR ? r : 0.5 * (cos(M_PI * (1.0 - r)) + 1.0);
     return c->start_weight_decay + coeff * (c->end_weight_decay - c->start_weight_decay);
+}
+
+int eng_optim_step_norm_clipped(eng_optim *o, eng_model *m, const eng_rates *r, double clip, int t, double *sumsq)
+{
+    const k_ops *k = m->k;
+    if (!k->sumsq_begin || !k->sumsq_end || !k->adamw_segments || o->segs.n > K_ADAMW_MAX_SEGS) return 0;
+    eng_sumsq_runs runs; /* the run eng_grad_sumsq sums: one, or the host path */
+    eng_sumsq_runs_begin(&runs, NULL, m->grads, 0);
+    sumsq_walk(m, 0, SIZE_MAX, &runs);
+    if (runs.runs != 1) return 0;
+    k->sumsq_begin(m->grads + runs.run_lo, runs.run_hi - runs.run_lo, clip);
+    eng_adamw_segs_step(&o->segs, k, &m->cfg, m->params, m->params16, m->grads, o->m, o->v, r, K_GRAD_SCALE_FROM_NORM,
+                        t);
+    eng_norms_updated(m);
+    *sumsq = k->sumsq_end();
+    return 1;
 }
 
 void eng_optim_step(eng_optim *o, eng_model *m, const eng_rates *r, float grad_scale, int t)

@@ -75,6 +75,8 @@ typedef struct eng_sumsq_runs {
     double sum;
     int count;
     uint64_t elems, nonzero; /* with count: elements of the ranges added, nonzeros of the runs */
+    int runs;                /* runs ended so far, and the last: [run_lo, run_hi) (with k NULL, nothing is summed) */
+    size_t run_lo, run_hi;
 } eng_sumsq_runs;
 void eng_sumsq_runs_begin(eng_sumsq_runs *r, const k_ops *k, const float *base, int count);
 void eng_sumsq_runs_add(eng_sumsq_runs *r, size_t lo, size_t hi);
@@ -84,6 +86,16 @@ uint64_t eng_sumsq_runs_zeros(const eng_sumsq_runs *r);
 
 /* Megatron's clip coefficient: min(1, clip / (norm + 1e-6)); 1 when clip <= 0. */
 float eng_clip_scale(double grad_norm, double clip);
+
+/* One rank: the gradient's sum of squares, then the AdamW step with the
+ * gradient scaled by eng_clip_scale(sqrt(sum), clip), the scale computed on
+ * the device (k_ops sumsq_begin) so the host does not wait for the norm before
+ * it queues the optimizer. Returns 1 and *sumsq (the bits of eng_grad_sumsq)
+ * once the sum is read, with the optimizer possibly still running; 0 when it
+ * cannot (no such backend op, the parameters in more segments than one launch
+ * holds, or the norm's tensors not one run) and then nothing ran: the caller
+ * takes eng_grad_sumsq and eng_optim_step. */
+int eng_optim_step_norm_clipped(eng_optim *o, eng_model *m, const eng_rates *r, double clip, int t, double *sumsq);
 
 /* The learning rate where the schedule stands at `it`, Megatron's schedule:
  * linear warmup over --lr-warmup-iters from --lr-warmup-init (0) to --lr, then

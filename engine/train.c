@@ -477,9 +477,9 @@ static int finish_step(run *r, step_stats *s, double t0, char *err, size_t errle
      * this rank logs the step and reads the next batch (~0.2 ms of host work a
      * step, which would leave the GPU idle); the next batch's upload waits for
      * them, and every read of device memory (to_host) syncs first. The loss and
-     * the gradient norm were read before the optimizer, so the step time below
-     * is the host's, which the GPU paces through those reads: over steps it is
-     * the GPU's. */
+     * the gradient norm were read before the optimizer ran (or, one rank, while
+     * it runs), so the step time below is the host's, which the GPU paces
+     * through those reads: over steps it is the GPU's. */
     r->st.iteration = s->it;
     r->st.consumed_samples += s->batch;
     s->consumed = r->st.consumed_samples;
@@ -782,9 +782,24 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     s->it = r->st.iteration + 1;
     s->stop = stop_wanted(r);
     s->save_due = mtbf_due(r);
+    uint64_t zeros = 0, *zp = zeros_due(r) ? &zeros : NULL;
+    s->lr = eng_lr_at(c, sched_position(r, s->batch));
+    eng_rates rates = eng_rates_at(c, sched_position(r, 0));
+    int adam_t = (int)(s->it - r->st.adam_from);
+    double sq = 0.0;
+    /* The plain case: the clip scale computed on the device, so the optimizer is queued before the host
+     * reads the norm (on a GPU it would stand idle from that read to the optimizer's launch). */
+    if (!r->d.acc && !zp && !r->o->dump_dir[0] && eng_optim_step_norm_clipped(r->opt, m, &rates, c->clip_grad,
+                                                                               adam_t, &sq)) {
+        s->grad_norm = sqrt(sq);
+        s->num_zeros = -1.0;
+        /* the sum's read landed the reads queued before it: the losses are here */
+        s->loss = eng_losses_sum(m, r->losses, nmicro, r->c->eod_mask_loss ? r->mb_scale : NULL) /
+                  ((double)s->batch * T);
+        return finish_step(r, s, t0, err, errlen);
+    }
     /* --deterministic-dp: the norm as the ranks of a DP run take it (dist_grad_sumsq,
      * through a float), so clipping does not depend on the world size either */
-    uint64_t zeros = 0, *zp = zeros_due(r) ? &zeros : NULL;
     s->grad_norm = r->d.acc ? sqrt((double)(float)dist_grad_sumsq(&r->d, m, &r->dopt, zp))
                             : sqrt(eng_grad_sumsq(m, zp));
     s->num_zeros = zp ? (double)zeros : -1.0;
@@ -795,9 +810,7 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
         free(logits0);
         if (rc) return -1;
     }
-    s->lr = eng_lr_at(c, sched_position(r, s->batch));
-    eng_rates rates = eng_rates_at(c, sched_position(r, 0));
-    eng_optim_step(r->opt, m, &rates, eng_clip_scale(s->grad_norm, c->clip_grad), (int)(s->it - r->st.adam_from));
+    eng_optim_step(r->opt, m, &rates, eng_clip_scale(s->grad_norm, c->clip_grad), adam_t);
     return finish_step(r, s, t0, err, errlen);
 }
 

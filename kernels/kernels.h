@@ -15,7 +15,8 @@
  * - Linear weights are [OC, C] (torch.nn.Linear / Megatron layout): y = x W^T + b.
  * - Weight gradients (dw, dbias, dwte, dwpe, layernorm dw/db) ACCUMULATE (+=) so
  *   micro-batches add up; each function states what it does to input gradients.
- * - Scalars (lr, scales) are host values. Only `sumsq` returns a value to the host.
+ * - Scalars (lr, scales) are host values (but the clip scale sumsq_begin leaves on
+ *   the device). Only `sumsq`, `nonzeros` and `sumsq_end` return a value to the host.
  * - Calls on one table are ordered; a backend may run them asynchronously as long
  *   as to_host/sumsq/sync see all earlier work finished; to_device and
  *   to_host_later need not wait for it.
@@ -356,9 +357,23 @@ typedef struct k_ops {
     void (*relu2_backward)(float *dinp, const float *inp, const float *dout, size_t n);
     void (*relu2_forward_bf16)(uint16_t *out, const uint16_t *inp, size_t n);
     void (*relu2_backward_bf16)(uint16_t *dinp, const uint16_t *inp, const uint16_t *dout, size_t n);
+
+    /* ---- the gradient's norm and its clipping with no host wait between them ----
+     * Optional (NULL: the engine reads sumsq and passes the clip scale itself).
+     * sumsq_begin queues sumsq's sum of x[n] (the same order: the same bits) and
+     * Megatron's clip scale from it, min(1, clip / (sqrt(sum) + 1e-6)) computed
+     * in double as eng_clip_scale does (1 when clip <= 0), kept on the device,
+     * where each adamw_segments called with grad_scale K_GRAD_SCALE_FROM_NORM
+     * takes it. sumsq_end waits for that sum alone (and for the to_host_later
+     * reads queued before it), not for the work queued after it, and returns
+     * it. A sumsq_begin is followed by its sumsq_end before the next. */
+    void (*sumsq_begin)(const float *x, size_t n, double clip);
+    double (*sumsq_end)(void);
 } k_ops;
 
 #define K_ADAMW_MAX_SEGS 4096
+/* adamw_segments' grad_scale: the clip scale of the last sumsq_begin (a backend that has it) */
+#define K_GRAD_SCALE_FROM_NORM (-1.0f)
 
 /* The CPU reference backend (always built). */
 const k_ops *k_cpu(void);

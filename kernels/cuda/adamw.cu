@@ -60,10 +60,22 @@ template <typename Op> __global__ void reduce_part_k(typename Op::T *part, const
     if (threadIdx.x == 0) part[blockIdx.x] = sh[0];
 }
 
+/* Megatron's clip coefficient from the gradient's sum of squares, as the
+ * engine's eng_clip_scale(sqrt(sumsq), clip) takes it on the host: the same
+ * double operations (IEEE square root and division on both), the same bits. */
+__device__ float clip_scale_of(double sumsq, double clip)
+{
+    if (clip <= 0.0) return 1.0f;
+    double c = clip / (sqrt(sumsq) + 1e-6);
+    return c < 1.0 ? (float)c : 1.0f;
+}
+
 /* part[0] = the sum of part[0, parts), parts <= SUMSQ_PARTS: one block, a
  * thread a partial, the same fixed tree as the blocks' (one thread adding
- * 1024 doubles in a chain took 26.6 us of an H200 step). */
-template <typename T> __global__ void __launch_bounds__(SUMSQ_PARTS) reduce_finish_k(T *part, int parts)
+ * 1024 doubles in a chain took 26.6 us of an H200 step). With clip_scale
+ * (sums of squares only), the clip scale from it too. */
+template <typename T>
+__global__ void __launch_bounds__(SUMSQ_PARTS) reduce_finish_k(T *part, int parts, float *clip_scale, double clip)
 {
     __shared__ T sh[SUMSQ_PARTS];
     sh[threadIdx.x] = (int)threadIdx.x < parts ? part[threadIdx.x] : (T)0;
@@ -72,22 +84,32 @@ template <typename T> __global__ void __launch_bounds__(SUMSQ_PARTS) reduce_fini
         if ((int)threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
         __syncthreads();
     }
-    if (threadIdx.x == 0) part[0] = sh[0];
+    if (threadIdx.x == 0) {
+        part[0] = sh[0];
+        if (clip_scale) *clip_scale = clip_scale_of((double)sh[0], clip);
+    }
 }
 
 /* One read of x[n] (4 bytes an element, the floor), at most SUMSQ_PARTS
  * partials added in a fixed tree on the device, one value to the host (a sync). */
-template <typename Op> static typename Op::T reduce_to_host(const float *x, size_t n)
+template <typename Op> static typename Op::T *reduce_queue(const float *x, size_t n, float *clip_scale, double clip)
 {
     typedef typename Op::T T;
-    if (n == 0) return 0;
     size_t blocks = (n / 4 + SUMSQ_BLOCK) / SUMSQ_BLOCK; /* a thread per float4 at most, one block at least */
     int parts = blocks < SUMSQ_PARTS ? (int)blocks : SUMSQ_PARTS;
     T *part = (T *)kcu_scratch(sizeof(T) * SUMSQ_PARTS);
     reduce_part_k<Op><<<parts, SUMSQ_BLOCK, 0, kcu_stream()>>>(part, x, n);
     kcu_launched();
-    reduce_finish_k<T><<<1, SUMSQ_PARTS, 0, kcu_stream()>>>(part, parts);
+    reduce_finish_k<T><<<1, SUMSQ_PARTS, 0, kcu_stream()>>>(part, parts, clip_scale, clip);
     kcu_launched();
+    return part;
+}
+
+template <typename Op> static typename Op::T reduce_to_host(const float *x, size_t n)
+{
+    typedef typename Op::T T;
+    if (n == 0) return 0;
+    T *part = reduce_queue<Op>(x, n, nullptr, 0.0);
     T s = 0;
     cudaCheck(cudaMemcpyAsync(&s, part, sizeof s, cudaMemcpyDeviceToHost, kcu_stream()));
     kcu_wait();
@@ -97,10 +119,49 @@ template <typename Op> static typename Op::T reduce_to_host(const float *x, size
 double kcu_sumsq(const float *x, size_t n) { return reduce_to_host<sumsq_of>(x, n); }
 uint64_t kcu_nonzeros(const float *x, size_t n) { return (uint64_t)reduce_to_host<nonzero_of>(x, n); }
 
+/* ---- the norm and the clip scale without a host wait before the optimizer ----
+ * The host read the norm before it queued AdamW with the clip scale, so the
+ * GPU stood idle from that read until the optimizer's launch: ~150 us a GPT-2
+ * step on an H200 (the profile's idle after the norm's copy). Here the scale
+ * stays on the device (clip_dev) for adamw_segments, and the host waits for
+ * the sum alone (kcu_reads_land) while the optimizer runs. */
+static struct {
+    float *clip_dev;  /* the last sumsq_begin's clip scale */
+    double sum;       /* its sum, once landed */
+    int open;         /* a sumsq_begin without its sumsq_end yet */
+} NORM;
+
+void kcu_sumsq_begin(const float *x, size_t n, double clip)
+{
+    if (NORM.open) {
+        fprintf(stderr, "kernels/cuda: sumsq_begin twice without sumsq_end\n");
+        exit(EXIT_FAILURE);
+    }
+    if (!NORM.clip_dev) cudaCheck(cudaMalloc((void **)&NORM.clip_dev, sizeof(float)));
+    NORM.open = 1;
+    NORM.sum = 0.0;
+    double *part = reduce_queue<sumsq_of>(x, n, NORM.clip_dev, clip);
+    kcu_to_host_later(&NORM.sum, part, sizeof NORM.sum); /* queued before anything that reuses the scratch */
+    kcu_reads_mark();
+}
+
+double kcu_sumsq_end(void)
+{
+    if (!NORM.open) {
+        fprintf(stderr, "kernels/cuda: sumsq_end without sumsq_begin\n");
+        exit(EXIT_FAILURE);
+    }
+    kcu_reads_land();
+    NORM.open = 0;
+    return NORM.sum;
+}
+
 /* Same operation order as the CPU reference; bc1, bc2 computed on the host. */
 __global__ void adamw_k(float *param, bf16 *param_bf16, const float *grad, float *m, float *v, size_t n, float lr,
-                        float beta1, float beta2, float eps, float wd, float grad_scale, float bc1, float bc2)
+                        float beta1, float beta2, float eps, float wd, float grad_scale, const float *grad_scale_dev,
+                        float bc1, float bc2)
 {
+    if (grad_scale_dev) grad_scale = *grad_scale_dev;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float g = grad[i] * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
@@ -114,13 +175,24 @@ __global__ void adamw_k(float *param, bf16 *param_bf16, const float *grad, float
     }
 }
 
+/* grad_scale K_GRAD_SCALE_FROM_NORM: the last sumsq_begin's clip scale, read on the device */
+static const float *scale_on_device(float grad_scale)
+{
+    if (grad_scale != K_GRAD_SCALE_FROM_NORM) return nullptr;
+    if (!NORM.clip_dev) {
+        fprintf(stderr, "kernels/cuda: AdamW asked for the clip scale of a norm no sumsq_begin computed\n");
+        exit(EXIT_FAILURE);
+    }
+    return NORM.clip_dev;
+}
+
 static void adamw(float *param, bf16 *pbf, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
                   float beta2, float eps, float wd, float grad_scale, int t)
 {
     if (n == 0) return;
     float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
     adamw_k<<<kcu_grid(n, 256), 256, 0, kcu_stream()>>>(param, pbf, grad, m, v, n, lr, beta1, beta2, eps, wd,
-                                                          grad_scale, bc1, bc2);
+                                                          grad_scale, scale_on_device(grad_scale), bc1, bc2);
     kcu_launched();
 }
 
@@ -149,9 +221,10 @@ __device__ __forceinline__ void adamw_one(float &p, float &mi, float &vi, float 
 
 __global__ void adamw_seg_k(float *param, bf16 *param_bf16, const float *grad, float *m, float *v, size_t n4, int nseg,
                             const unsigned long long *seg_end, const float *seg_wd, float lr, float beta1, float beta2,
-                            float eps, float grad_scale, float bc1, float bc2)
+                            float eps, float grad_scale, const float *grad_scale_dev, float bc1, float bc2)
 {
     extern __shared__ unsigned long long adamw_smem[];
+    if (grad_scale_dev) grad_scale = *grad_scale_dev;
     unsigned long long *ends = adamw_smem;
     float *wds = (float *)(ends + nseg);
     for (int s = threadIdx.x; s < nseg; s += blockDim.x) {
@@ -218,6 +291,6 @@ void kcu_adamw_segments(float *master, uint16_t *param_bf16, const float *grad, 
     unsigned grid = need < (size_t)blocks ? (unsigned)(need ? need : 1) : (unsigned)blocks;
     adamw_seg_k<<<grid, 256, bytes, kcu_stream()>>>(master, as_bf(param_bf16), grad, m, v, n / 4, nseg, dev,
                                                                 (const float *)(dev + nseg), lr, beta1, beta2, eps,
-                                                                grad_scale, bc1, bc2);
+                                                                grad_scale, scale_on_device(grad_scale), bc1, bc2);
     kcu_launched();
 }

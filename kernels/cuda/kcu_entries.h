@@ -52,6 +52,8 @@ void kcu_xent_loss(float *, const float *, const float *, const float *, const i
 void kcu_xent_backward(float *, const float *, const float *, const float *, const int32_t *, float, int, int, int);
 double kcu_sumsq(const float *, size_t);
 uint64_t kcu_nonzeros(const float *, size_t);
+void kcu_sumsq_begin(const float *, size_t, double);
+double kcu_sumsq_end(void);
 void kcu_adamw(float *, const float *, float *, float *, size_t, float, float, float, float, float, float, int);
 
 void kcu_to_bf16(uint16_t *, const float *, size_t);

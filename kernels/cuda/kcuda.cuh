@@ -32,8 +32,14 @@ int kcu_sms(void);
 void *kcu_scratch(size_t bytes);
 #define kcu_launched() cudaCheck(cudaGetLastError())
 /* The host waits for everything queued on the stream, and the reads queued
- * by to_host_later land (memory.cu). Every wait of the backend goes here. */
+ * by to_host_later land (memory.cu). Every wait of the backend goes here
+ * but kcu_reads_land's. */
 void kcu_wait(void);
+/* A wait for what is queued now, not for what is queued after: kcu_reads_mark
+ * notes the point (and the reads later queued before it), kcu_reads_land
+ * waits for it alone and lands those reads (memory.cu). One mark at a time. */
+void kcu_reads_mark(void);
+void kcu_reads_land(void);
 /* While a graph is being captured (k_cuda_graph_begin): records why the
  * capture cannot hold what the caller is about to do, and returns 1: the
  * caller skips it (nothing captured runs; the ops are called again without

@@ -185,7 +185,10 @@ static struct {
     later *q;
     int nq, qcap;
     long waits;
-} X = { PTHREAD_MUTEX_INITIALIZER, {}, 0, NULL, 0, 0, 0, 0, NULL, 0, 0, 0 };
+    /* kcu_reads_mark: the reads later queued before the mark, and its event */
+    int marked;
+    cudaEvent_t mark;
+} X = { PTHREAD_MUTEX_INITIALIZER, {}, 0, NULL, 0, 0, 0, 0, NULL, 0, 0, 0, -1, NULL };
 
 /* Page-locked memory of at least `bytes` (rounded up to a power of two, 64 KiB
  * at least, so a few sizes recur); NULL when none can be had. */
@@ -215,6 +218,7 @@ static void wait_locked(int forced)
     for (int i = 0; i < X.nq; i++) memcpy(X.q[i].dst, X.arena + X.q[i].off, X.q[i].bytes);
     X.nq = 0;
     X.arena_used = 0;
+    if (X.marked > 0) X.marked = 0; /* the mark's reads landed with the rest */
 }
 
 void kcu_wait(void)
@@ -226,6 +230,45 @@ void kcu_wait(void)
 }
 
 extern "C" long k_cuda_host_waits(void) { return X.waits; }
+
+/* A wait for the work queued so far without the work queued after it: the
+ * mark notes the reads later queued until now and records an event;
+ * kcu_reads_land waits for that event alone and lands those reads (the ones
+ * queued since stay queued), so the host can read a result while the kernels
+ * it queued after the mark (the optimizer's) keep the device busy. One mark
+ * at a time. */
+void kcu_reads_mark(void)
+{
+    if (kcu_capture_broken("a read of device memory")) return;
+    pthread_mutex_lock(&X.mu);
+    if (!X.mark) cudaCheck(cudaEventCreateWithFlags(&X.mark, cudaEventDisableTiming));
+    cudaCheck(cudaEventRecord(X.mark, S.stream));
+    X.marked = X.nq;
+    pthread_mutex_unlock(&X.mu);
+}
+
+void kcu_reads_land(void)
+{
+    if (kcu_capture_broken("a read of device memory")) return;
+    pthread_mutex_lock(&X.mu);
+    if (X.marked < 0) {
+        fprintf(stderr, "kernels/cuda: kcu_reads_land without kcu_reads_mark\n");
+        exit(EXIT_FAILURE);
+    }
+    cudaCheck(cudaEventSynchronize(X.mark));
+    X.waits++;
+    int n = X.marked < X.nq ? X.marked : X.nq; /* a wait since the mark may have landed them already */
+    for (int i = 0; i < n; i++) memcpy(X.q[i].dst, X.arena + X.q[i].off, X.q[i].bytes);
+    memmove(X.q, X.q + n, (size_t)(X.nq - n) * sizeof *X.q);
+    X.nq -= n;
+    if (X.nq == 0) { /* all landed: the arena starts over, as after a wait */
+        if (X.want < X.asked) X.want = X.asked;
+        X.asked = 0;
+        X.arena_used = 0;
+    }
+    X.marked = -1;
+    pthread_mutex_unlock(&X.mu);
+}
 
 void kcu_to_device(void *dst, const void *src, size_t bytes)
 {

@@ -175,6 +175,8 @@ static void fill(k_ops *k)
     k->xent_backward = kcu_xent_backward;
     k->sumsq = kcu_sumsq;
     k->nonzeros = kcu_nonzeros;
+    k->sumsq_begin = kcu_sumsq_begin;
+    k->sumsq_end = kcu_sumsq_end;
     k->adamw = kcu_adamw;
 
     k->to_bf16 = kcu_to_bf16;

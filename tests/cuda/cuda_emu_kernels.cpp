@@ -367,6 +367,37 @@ static void test_elementwise_optimizer(size_t n)
         cmp("adamw_segments v", bv, av, 1e-5);
         cmp("adamw_segments bf16 copy", widen(bb), widen(ab), 1e-2);
     }
+    /* sumsq_begin / sumsq_end: sumsq's bits; AdamW with the clip scale left on the device equals AdamW with the
+     * scale the host computes (eng_clip_scale's double arithmetic), both segment paths, clipping or not. A read
+     * queued before the begin lands at the end; one queued between stays queued until the next wait. */
+    for (int mis = 0; mis < 2; mis++)
+        for (double clip : { 1e-2, 1e9, 0.0 }) {
+            size_t ends[3] = { n / 4 / 4 * 4, n / 2 / 4 * 4 + (size_t)mis, n };
+            float wd[3] = { 0.1f, 0.0f, 0.05f };
+            vec a = p, am = m, av = v, b = p, bm = m, bv = v, before = rv(8), between = rv(8);
+            vec got_before(8, -7.0f), got_between(8, -7.0f);
+            std::vector<uint16_t> ab(n), bb(n);
+            double host = kcu_sumsq(g.data(), n), norm = std::sqrt(host), c = clip / (norm + 1e-6);
+            float scale = clip <= 0.0 ? 1.0f : c < 1.0 ? (float)c : 1.0f;
+            kcu_adamw_segments(a.data(), ab.data(), g.data(), am.data(), av.data(), n, 3, ends, wd, 1e-3f, 0.9f,
+                               0.95f, 1e-8f, scale, 5);
+            kcu_to_host_later(got_before.data(), before.data(), 8 * sizeof(float));
+            kcu_sumsq_begin(g.data(), n, clip);
+            kcu_adamw_segments(b.data(), bb.data(), g.data(), bm.data(), bv.data(), n, 3, ends, wd, 1e-3f, 0.9f,
+                               0.95f, 1e-8f, K_GRAD_SCALE_FROM_NORM, 5);
+            kcu_to_host_later(got_between.data(), between.data(), 8 * sizeof(float));
+            double dev = kcu_sumsq_end();
+            check(!memcmp(&dev, &host, sizeof dev), "sumsq_end %.17g, sumsq %.17g", dev, host);
+            check(!memcmp(a.data(), b.data(), n * 4) && !memcmp(am.data(), bm.data(), n * 4) &&
+                      !memcmp(av.data(), bv.data(), n * 4) && !memcmp(ab.data(), bb.data(), n * 2),
+                  "adamw_segments (%s) with the clip scale on the device (clip %g, scale %.9g): not the bits of "
+                  "the host's scale", mis ? "fallback" : "vector", clip, (double)scale);
+            check(got_before == before && got_between[0] == -7.0f,
+                  "sumsq_end: the read queued before it %s landed, the one queued after it %s (want: yes, no)",
+                  got_before == before ? "has" : "has not", got_between[0] == -7.0f ? "has not" : "has");
+            kcu_sync();
+            check(got_between == between, "the read queued after sumsq_begin did not land at the next wait");
+        }
 }
 
 /* The bf16 entries a layer runs, against the CPU: plain, bias, and bias +

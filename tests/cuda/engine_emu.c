@@ -179,6 +179,84 @@ out:
     free(cu.init), free(cu.grads0), free(cu.params), free(ref.init), free(ref.grads0), free(ref.params);
 }
 
+/* The optimizer step with the clip scale computed on the device
+ * (eng_optim_step_norm_clipped: no host wait between the norm and AdamW)
+ * against the host's path (eng_grad_sumsq, eng_clip_scale, eng_optim_step),
+ * from the same gradients: the same sum and the same weights to the bit,
+ * with clipping that scales (clip below the norm) and none (cuda_emu_kernels
+ * checks a clip above the norm, on the kernels alone).
+ * The CPU table has no sumsq_begin: there the call declines and runs nothing. */
+static void test_norm_clipped(const variant *v)
+{
+    atoll_config c;
+    configure(&c, v);
+    char err[256];
+    eng_layout lay = eng_layout_single(&c);
+    const double clips[2] = { 1e-3, 0.0 };
+    for (int ci = 0; ci < 2; ci++) {
+        eng_model *m[2];
+        eng_optim *o[2];
+        eng_acts *a[2];
+        double sum[2] = { -1, -1 };
+        float *w[2];
+        size_t n = 0;
+        for (int j = 0; j < 2; j++) {
+            m[j] = eng_model_create(&c, &lay, k_cuda_emu(), err, sizeof err);
+            CHECK(m[j] != NULL, "%s: %s", v->name, err);
+            if (!m[j]) return;
+            eng_init_params(m[j], 11);
+            eng_params_updated(m[j]);
+            a[j] = eng_acts_create(m[j], 0);
+            o[j] = eng_optim_create(m[j]);
+            eng_rates rates = { 3e-3, 3e-3, 0.1 };
+            float dloss = 1.0f / (B * v->T);
+            for (int s = 0; s < 2; s++) { /* two steps: the second's moments carry the first's scale */
+                eng_set_step(m[j], 1234, s + 1, 1);
+                eng_zero_grads(m[j]);
+                CHECK(eng_forward(m[j], a[j], TOK[0], NULL, TGT[0], dloss, NULL) == 0 &&
+                          eng_backward(m[j], a[j], NULL, dloss) == 0,
+                      "%s: forward and backward", v->name);
+                if (j == 0) {
+                    sum[0] = eng_grad_sumsq(m[0], NULL);
+                    eng_optim_step(o[0], m[0], &rates, eng_clip_scale(sqrt(sum[0]), clips[ci]), s + 1);
+                } else {
+                    CHECK(eng_optim_step_norm_clipped(o[1], m[1], &rates, clips[ci], s + 1, &sum[1]) == 1,
+                          "%s: the step with the clip scale on the device declined on the cuda table", v->name);
+                }
+            }
+            n = m[j]->num_floats;
+            w[j] = malloc(n * sizeof(float));
+            m[j]->k->to_host(w[j], m[j]->params, n * sizeof(float));
+        }
+        size_t diff = 0;
+        for (size_t i = 0; i < n; i++) diff += memcmp(&w[0][i], &w[1][i], sizeof(float)) != 0;
+        CHECK(memcmp(&sum[0], &sum[1], sizeof(double)) == 0, "%s, clip %g: the sum of squares on the device %.17g, "
+              "the host's %.17g", v->name, clips[ci], sum[1], sum[0]);
+        CHECK(diff == 0, "%s, clip %g (norm %.4g): %zu of %zu weights differ from the host's clipping", v->name,
+              clips[ci], sqrt(sum[0]), diff, n);
+        for (int j = 0; j < 2; j++) {
+            free(w[j]);
+            eng_optim_free(o[j]);
+            eng_acts_free(m[j], a[j]);
+            eng_model_free(m[j]);
+        }
+    }
+    /* the CPU table: declines, and the weights stay as they were */
+    eng_model *mc = eng_model_create(&c, &lay, k_cpu(), err, sizeof err);
+    CHECK(mc != NULL, "%s on cpu: %s", v->name, err);
+    if (!mc) return;
+    eng_init_params(mc, 11);
+    eng_params_updated(mc);
+    eng_optim *oc = eng_optim_create(mc);
+    float first = mc->params[0];
+    double sq = -1;
+    eng_rates rates = { 3e-3, 3e-3, 0.1 };
+    CHECK(eng_optim_step_norm_clipped(oc, mc, &rates, 1.0, 1, &sq) == 0 && sq == -1 && mc->params[0] == first,
+          "%s: on the cpu table the step with the clip scale on the device should decline and run nothing", v->name);
+    eng_optim_free(oc);
+    eng_model_free(mc);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -198,5 +276,7 @@ int main(int argc, char **argv)
         { "nemotron bf16", 1, 128, 2, 2, 64, 96, 2, 1, 0, 0, 1, 0, 0.0 },
     };
     for (size_t i = 0; i < sizeof V / sizeof V[0]; i++) compare(&V[i]);
+    test_norm_clipped(&V[0]); /* fp32 */
+    test_norm_clipped(&V[2]); /* bf16: the master weights and their bf16 copy */
     return check_summary(argv[0]);
 }
