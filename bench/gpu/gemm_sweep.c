@@ -193,10 +193,13 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
         cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &c->epi, sizeof c->epi));
         if (c->epi == CUBLASLT_EPILOGUE_BIAS || c->epi == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
             cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+        int refused = 0; /* a what-if this cuBLASLt does not take: its row says so (no algorithms) */
         if (c->epi == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
             cudaDataType_t bt = CUDA_R_32F;
-            cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias));
-            cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+            refused = cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias) !=
+                          CUBLAS_STATUS_SUCCESS ||
+                      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt) !=
+                          CUBLAS_STATUS_SUCCESS;
         }
         if (c->ldaux) {
             int64_t ldaux = c->ldaux;
@@ -211,7 +214,9 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
                                                    sizeof ws_bytes));
         cublasLtMatmulHeuristicResult_t h[GS_CANDIDATES];
         int found = 0;
-        cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, GS_CANDIDATES, h, &found);
+        cublasStatus_t st = refused ? CUBLAS_STATUS_NOT_SUPPORTED
+                                    : cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, GS_CANDIDATES, h,
+                                                                     &found);
         float first = -1, best = -1, t[GS_CANDIDATES];
         int best_i = -1;
         if (st != CUBLAS_STATUS_SUCCESS) found = 0;
@@ -230,8 +235,8 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
         cublasLtMatmulHeuristicResult_t h0[GS_CANDIDATES];
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &none,
                                                          sizeof none));
-        if (cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, GS_CANDIDATES, h0, &found0) !=
-            CUBLAS_STATUS_SUCCESS)
+        if (refused || cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, GS_CANDIDATES, h0, &found0) !=
+                           CUBLAS_STATUS_SUCCESS)
             found0 = 0;
         for (int j = 0; j < found0; j++) {
             int seen = -1;
