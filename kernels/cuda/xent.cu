@@ -70,12 +70,48 @@ __global__ void xent_bwd_k(T *dlogits, const T *logits, const float *rowmax, con
     }
 }
 
+/* A row of nc 16-byte chunks (bf16), the block's threads a chunk at a time:
+ * its max M and sum S of exp(x - M) in one pass (each thread a running max m
+ * and a sum s of exp(x - m), rescaled by exp(m_old - m_new) when its max
+ * grows: the online softmax), combined as S = sum s_t exp(m_t - M). */
+template <typename T> __device__ void xent_row_stats(const T *row, int nc, float *sh, float *M, float *S)
+{
+    float m = -INFINITY, s = 0.0f;
+    for (int i = threadIdx.x; i < nc; i += blockDim.x) {
+        float v[8];
+        ld8(row + i * 8, v);
+        float mx = v[0];
+        for (int k = 1; k < 8; k++) mx = fmaxf(mx, v[k]);
+        if (mx > m) {
+            s *= __expf(m - mx); /* 0 on the first chunk: exp(-inf) */
+            m = mx;
+        }
+        for (int k = 0; k < 8; k++) s += __expf(v[k] - m);
+    }
+    *M = block_max(m, sh);
+    *S = block_sum(m == -INFINITY ? 0.0f : s * __expf(m - *M), sh); /* a thread with no chunk adds 0 */
+}
+
+/* The row's logit gradient dloss (softmax - onehot(tgt)) into g, chunk by
+ * chunk as xent_row_stats reads; inv = 1/S (0 for an ignored token). */
+template <typename T>
+__device__ void xent_row_grad(T *g, const T *row, int nc, float M, float inv, int tgt, float dloss)
+{
+    for (int i = threadIdx.x; i < nc; i += blockDim.x) {
+        float v[8];
+        ld8(row + i * 8, v);
+        for (int k = 0; k < 8; k++) {
+            int j = i * 8 + k;
+            v[k] = dloss * (__expf(v[k] - M) * inv - (j == tgt ? 1.0f : 0.0f));
+        }
+        st8(g + i * 8, v);
+    }
+}
+
 /* One block per row. `cached`: the row fits in dynamic shared memory (V
  * elements), else the passes read device memory. bf16 rows of whole 16-byte
  * chunks (the vocab is padded to a multiple of 128) take max and sum-exp in
- * one pass: each thread keeps a running max m and a sum s of exp(x - m),
- * rescaled by exp(m_old - m_new) when its max grows (the online softmax), and
- * the block combines the pairs as S = sum s_t exp(m_t - M). A cached row is
+ * one pass (xent_row_stats). A cached row is
  * requested all at once with asynchronous copies (the whole row in flight
  * rather than one load per thread) and that pass reads shared memory; a row
  * too large for it (LLaMA-3's 128256) is read twice from device memory, for
@@ -102,20 +138,7 @@ __global__ void xent_fused_k(float *loss, T *logits, const int32_t *targets, flo
             __syncthreads();
             row = c;
         }
-        for (int i = threadIdx.x; i < V / 8; i += blockDim.x) {
-            float v[8];
-            ld8(row + i * 8, v);
-            float mx = v[0];
-            for (int k = 1; k < 8; k++) mx = fmaxf(mx, v[k]);
-            if (mx > m) {
-                s *= __expf(m - mx); /* 0 on the first chunk: exp(-inf) */
-                m = mx;
-            }
-            for (int k = 0; k < 8; k++) s += __expf(v[k] - m);
-        }
-        float M = block_max(m, sh);
-        s = block_sum(m == -INFINITY ? 0.0f : s * __expf(m - M), sh); /* a thread with no chunk adds 0 */
-        m = M;
+        xent_row_stats(row, V / 8, sh, &m, &s);
     } else {
         if (cached) {
             T *c = (T *)xent_smem;
@@ -136,15 +159,7 @@ __global__ void xent_fused_k(float *loss, T *logits, const int32_t *targets, flo
     float inv = 1.0f / s;
     if (tgt < 0) inv = 0.0f; /* an ignored token: gradient 0 */
     if (chunks) {
-        for (int i = threadIdx.x; i < V / 8; i += blockDim.x) {
-            float v[8];
-            ld8(row + i * 8, v);
-            for (int k = 0; k < 8; k++) {
-                int j = i * 8 + k;
-                v[k] = dloss * (__expf(v[k] - m) * inv - (j == tgt ? 1.0f : 0.0f));
-            }
-            st8(g + i * 8, v);
-        }
+        xent_row_grad(g, row, V / 8, m, inv, tgt, dloss);
     } else {
         for (int j = threadIdx.x; j < V; j += blockDim.x)
             stf(g + j, dloss * (__expf(ldf(row + j) - m) * inv - (j == tgt ? 1.0f : 0.0f)));
@@ -181,34 +196,11 @@ __global__ void __launch_bounds__(XENT_PIPE_BLOCK) xent_pipe_k(float *loss, T *l
         cp_async_commit(); /* empty after the last row: the wait below still means "all but the newest" */
         cp_async_wait<1>();
         __syncthreads(); /* every thread's part of `row` has landed */
-        float m = -INFINITY, s = 0.0f;
-        for (int i = threadIdx.x; i < nc; i += blockDim.x) {
-            float v[8];
-            ld8(row + i * 8, v);
-            float mx = v[0];
-            for (int k = 1; k < 8; k++) mx = fmaxf(mx, v[k]);
-            if (mx > m) {
-                s *= __expf(m - mx); /* 0 on the first chunk: exp(-inf) */
-                m = mx;
-            }
-            for (int k = 0; k < 8; k++) s += __expf(v[k] - m);
-        }
-        float M = block_max(m, sh);
-        s = block_sum(m == -INFINITY ? 0.0f : s * __expf(m - M), sh); /* a thread with no chunk adds 0 */
-        if (threadIdx.x == 0) loss[n] = tgt < 0 ? 0.0f : logf(s) + M - ldf(row + tgt);
-        if (dloss != 0.0f) {
-            float inv = tgt < 0 ? 0.0f : 1.0f / s; /* an ignored token: gradient 0 */
-            T *g = logits + (size_t)n * V;
-            for (int i = threadIdx.x; i < nc; i += blockDim.x) {
-                float v[8];
-                ld8(row + i * 8, v);
-                for (int k = 0; k < 8; k++) {
-                    int j = i * 8 + k;
-                    v[k] = dloss * (__expf(v[k] - M) * inv - (j == tgt ? 1.0f : 0.0f));
-                }
-                st8(g + i * 8, v);
-            }
-        }
+        float M, S;
+        xent_row_stats(row, nc, sh, &M, &S);
+        if (threadIdx.x == 0) loss[n] = tgt < 0 ? 0.0f : logf(S) + M - ldf(row + tgt);
+        if (dloss != 0.0f) /* an ignored token: gradient 0 */
+            xent_row_grad(logits + (size_t)n * V, row, nc, M, tgt < 0 ? 0.0f : 1.0f / S, tgt, dloss);
         __syncthreads(); /* all reads of `row` done: the next turn's copies go into it */
     }
 }
