@@ -1075,28 +1075,33 @@ static void test_emu_big_block()
     }
 }
 
-/* Dynamic shared memory that only block 0 writes, read by every block: on a
- * GPU block 1 finds whatever was there. The emulation gives each block NaN
+/* Shared memory (a kernel's own array, or the launch's dynamic) that only
+ * block 0 writes, read by every block: on a GPU block 1 finds whatever was there. The emulation gives each block NaN
  * bytes, so the read is wrong every time, not only where the last block's
  * leftovers happen to differ. */
-static void emu_unwritten_smem_k(float *out)
+static void emu_unwritten_smem_k(float *out, int dynamic)
 {
-    float *s = (float *)emu_dyn_smem;
+    __shared__ float st[32]; /* a kernel's own array: as undefined at a block's start */
+    float *s = dynamic ? (float *)emu_dyn_smem : st;
     if (blockIdx.x == 0) s[threadIdx.x] = 1.0f + (float)threadIdx.x;
     __syncthreads();
     out[blockIdx.x * blockDim.x + threadIdx.x] = s[threadIdx.x];
 }
 static void test_emu_unwritten_smem()
 {
-    vec out(2 * 32, 0.0f);
-    emu_launch(emu_unwritten_smem_k, dim3(2), dim3(32), 32 * sizeof(float), nullptr, out.data());
-    int block0 = 0, nan1 = 0;
-    for (int t = 0; t < 32; t++) {
-        block0 += out[t] == 1.0f + (float)t;
-        nan1 += std::isnan(out[32 + t]);
+    for (int dynamic = 0; dynamic < 2; dynamic++) {
+        vec out(2 * 32, 0.0f);
+        emu_launch(emu_unwritten_smem_k, dim3(2), dim3(32), dynamic ? 32 * sizeof(float) : 0, nullptr, out.data(),
+                   dynamic);
+        int block0 = 0, nan1 = 0;
+        for (int t = 0; t < 32; t++) {
+            block0 += out[t] == 1.0f + (float)t;
+            nan1 += std::isnan(out[32 + t]);
+        }
+        check(block0 == 32 && nan1 == 32, "emulated %s shared memory a block did not write: block 0 read back %d of "
+              "32 values it wrote, block 1 found %d of 32 NaN (want 32 and 32)", dynamic ? "dynamic" : "static",
+              block0, nan1);
     }
-    check(block0 == 32 && nan1 == 32, "emulated shared memory a block did not write: block 0 read back %d of 32 "
-          "values it wrote, block 1 found %d of 32 NaN (want 32 and 32)", block0, nan1);
 }
 
 /* A barrier that not all threads of a block reach (thread 5 returns first):

@@ -6,7 +6,7 @@
  * Model: each CUDA thread of a block is a fiber (its own stack) on the
  * launching thread, run in turn until it meets a barrier or ends; the blocks of
  * a launch run one after another, so `__shared__` (a function-level static
- * here) is the block's shared memory. __syncthreads is a barrier over the
+ * here, in a section of its own) is the block's shared memory. __syncthreads is a barrier over the
  * block, __syncwarp one over the warp: a fiber that arrives yields until the
  * last one of its group arrives; each waiting fiber hands over to the next
  * live one in thread order. Shuffles and ballots exchange through one of two
@@ -19,9 +19,10 @@
  *
  * What it checks: indexing, tiling, masks, reductions, the order of
  * operations (same results as the GPU up to expf/tanhf rounding), that
- * every output element is written, and that no block reads dynamic shared
- * memory it has not written (each block's starts as NaN bytes, and a cp.async
- * lands only at the wait that covers it). What it cannot: the GPU memory model
+ * every output element is written, and that no block reads shared memory it
+ * has not written (each block's, dynamic and the kernels' own arrays, starts
+ * as NaN bytes, and a cp.async lands only at the wait that covers it). What it
+ * cannot: the GPU memory model
  * beyond barriers (threads here never run at once), launch and shared-memory
  * limits, timing, cuBLAS itself (emu/cublas_mock.h computes what the calls
  * ask for). A barrier reached by only part of a block, undefined on the GPU,
@@ -63,7 +64,9 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __shared__ static
+/* A kernel's own __shared__ arrays: function-level statics, all in one section (emu_shared), so that
+ * each block can start with them undefined, as on a GPU (emu_shared_poison). */
+#define __shared__ static __attribute__((section("emu_shared")))
 #define __launch_bounds__(...)
 #define __align__(n)
 
@@ -658,6 +661,21 @@ void mma_sync(acc_frag &d, const fragment<matrix_a, 16, 16, 16, T, LA> &a, const
 } // namespace wmma
 } // namespace nvcuda
 
+/* The emu_shared section's bounds, from the linker (weak: a program without such arrays has none). */
+extern "C" char __start_emu_shared[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_emu_shared[] __attribute__((weak, visibility("hidden")));
+/* Every __shared__ array of every kernel as NaN bytes: what a block finds there is the last block's or
+ * nothing defined on a GPU. A byte loop, not memset, and not instrumented: under AddressSanitizer the
+ * section also holds the arrays' redzones, which this may overwrite but must not be reported for. */
+__attribute__((no_sanitize("address"))) inline void emu_shared_poison()
+{
+    char *p = __start_emu_shared, *e = __stop_emu_shared;
+    if (!p) return;
+    volatile uint64_t *w = (volatile uint64_t *)p; /* the section starts aligned to its arrays (32 bytes) */
+    for (; (char *)(w + 1) <= e; w++) *w = ~(uint64_t)0;
+    for (volatile char *b = (volatile char *)w; b < e; b++) *b = (char)0xff;
+}
+
 /* One launch, run: block after block, each block's threads as fibers run in
  * turn from the launching thread. */
 template <typename... P, typename... A>
@@ -692,6 +710,7 @@ void emu_launch_now(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, A... args
              * anything): here all NaN bytes (0xff: NaN as float and bf16, -1 as an integer), so a
              * kernel that reads what it did not write gets a wrong answer every time. */
             memset(dyn.data(), 0xff, dyn.size());
+            emu_shared_poison();
             for (unsigned w = 0; w < nw; w++) emu_warps[w].bar = { nt - w * 32 < 32 ? nt - w * 32 : 32, 0, 0 };
             for (unsigned t = 0; t < nt; t++) emu_fiber_start(&emu_fibers[t]);
             /* Into thread 0; from there each fiber hands over to the next live one, at a barrier
