@@ -91,7 +91,8 @@ __global__ void __launch_bounds__(SUMSQ_PARTS) reduce_finish_k(T *part, int part
 }
 
 /* One read of x[n] (4 bytes an element, the floor), at most SUMSQ_PARTS
- * partials added in a fixed tree on the device, one value to the host (a sync). */
+ * partials added in a fixed tree on the device: the sum at the returned
+ * part[0] (in the scratch) once the queued kernels have run. */
 template <typename Op> static typename Op::T *reduce_queue(const float *x, size_t n, float *clip_scale, double clip)
 {
     typedef typename Op::T T;
@@ -105,6 +106,7 @@ template <typename Op> static typename Op::T *reduce_queue(const float *x, size_
     return part;
 }
 
+/* The same, its one value to the host (a sync). */
 template <typename Op> static typename Op::T reduce_to_host(const float *x, size_t n)
 {
     typedef typename Op::T T;
