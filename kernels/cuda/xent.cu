@@ -16,61 +16,8 @@
 
 #define XENT_BLOCK 512
 
-template <typename T> __global__ void xent_max_k(float *rowmax, const T *logits, int V)
-{
-    __shared__ float sh[32];
-    const T *l = logits + (size_t)blockIdx.x * V;
-    float m = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, ldf(l + j));
-    m = block_max(m, sh);
-    if (threadIdx.x == 0) rowmax[blockIdx.x] = m;
-}
-
-template <typename T>
-__global__ void xent_sumexp_k(float *sumexp, float *target_logit, const T *logits, const float *rowmax,
-                              const int32_t *targets, int V, int off)
-{
-    __shared__ float sh[32];
-    int n = blockIdx.x;
-    const T *l = logits + (size_t)n * V;
-    float mx = rowmax[n], s = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(ldf(l + j) - mx);
-    s = block_sum(s, sh);
-    if (threadIdx.x == 0) {
-        int r = targets[n] - off;
-        sumexp[n] = s;
-        target_logit[n] = (targets[n] >= 0 && r >= 0 && r < V) ? ldf(l + r) : 0.0f;
-    }
-}
-
-__global__ void xent_loss_k(float *loss, const float *rowmax, const float *sumexp, const float *target_logit,
-                            const int32_t *targets, int N)
-{
-    int n = blockIdx.x * blockDim.x + threadIdx.x;
-    if (n < N) loss[n] = targets[n] < 0 ? 0.0f : logf(sumexp[n]) + rowmax[n] - target_logit[n];
-}
-
-/* dlogits may alias logits: each element is read once, then written. */
-template <typename T>
-__global__ void xent_bwd_k(T *dlogits, const T *logits, const float *rowmax, const float *sumexp,
-                           const int32_t *targets, float dloss, int V, int off)
-{
-    int n = blockIdx.x;
-    const T *l = logits + (size_t)n * V;
-    T *d = dlogits + (size_t)n * V;
-    if (targets[n] < 0) {
-        for (int j = threadIdx.x; j < V; j += blockDim.x) stf(d + j, 0.0f);
-        return;
-    }
-    float mx = rowmax[n], inv = 1.0f / sumexp[n];
-    int r = targets[n] - off;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float p = expf(ldf(l + j) - mx) * inv;
-        stf(d + j, dloss * (p - (j == r ? 1.0f : 0.0f)));
-    }
-}
-
-/* A row of nc 16-byte chunks (bf16), the block's threads a chunk at a time:
+/* A row of nc chunks of 8 elements (16-byte accesses: one in bf16, two in
+ * fp32; vec8_ok), the block's threads a chunk at a time:
  * its max M and sum S of exp(x - M) in one pass (each thread a running max m
  * and a sum s of exp(x - m), rescaled by exp(m_old - m_new) when its max
  * grows: the online softmax), combined as S = sum s_t exp(m_t - M). */
@@ -92,9 +39,11 @@ template <typename T> __device__ void xent_row_stats(const T *row, int nc, float
     *S = block_sum(m == -INFINITY ? 0.0f : s * __expf(m - *M), sh); /* a thread with no chunk adds 0 */
 }
 
-/* The row's logit gradient dloss (softmax - onehot(tgt)) into g, chunk by
- * chunk as xent_row_stats reads; inv = 1/S (0 for an ignored token). */
-template <typename T>
+/* The row's logit gradient dloss (softmax - onehot(tgt)) into g (which may be
+ * row: each chunk is read, then written), chunk by chunk as xent_row_stats
+ * reads; inv = 1/S (0 for an ignored token); tgt outside [0, 8 nc) marks no
+ * column. FAST: __expf (the fused kernels'), else expf (the partials'). */
+template <bool FAST, typename T>
 __device__ void xent_row_grad(T *g, const T *row, int nc, float M, float inv, int tgt, float dloss)
 {
     for (int i = threadIdx.x; i < nc; i += blockDim.x) {
@@ -102,9 +51,86 @@ __device__ void xent_row_grad(T *g, const T *row, int nc, float M, float inv, in
         ld8(row + i * 8, v);
         for (int k = 0; k < 8; k++) {
             int j = i * 8 + k;
-            v[k] = dloss * (__expf(v[k] - M) * inv - (j == tgt ? 1.0f : 0.0f));
+            v[k] = dloss * ((FAST ? __expf(v[k] - M) : expf(v[k] - M)) * inv - (j == tgt ? 1.0f : 0.0f));
         }
         st8(g + i * 8, v);
+    }
+}
+
+/* The vocab-parallel partials, a block a row. chunks: the row is whole 16-byte
+ * chunks (V % 8 == 0, aligned: vec8_ok), read 8 elements an access; bf16 read
+ * an element at a time ran at ~30% of the memory's rate on an H200. */
+template <typename T> __global__ void xent_max_k(float *rowmax, const T *logits, int V, int chunks)
+{
+    __shared__ float sh[32];
+    const T *l = logits + (size_t)blockIdx.x * V;
+    float m = -INFINITY;
+    if (chunks) {
+        for (int i = threadIdx.x; i < V / 8; i += blockDim.x) {
+            float v[8];
+            ld8(l + i * 8, v);
+            for (int k = 0; k < 8; k++) m = fmaxf(m, v[k]);
+        }
+    } else {
+        for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, ldf(l + j));
+    }
+    m = block_max(m, sh);
+    if (threadIdx.x == 0) rowmax[blockIdx.x] = m;
+}
+
+template <typename T>
+__global__ void xent_sumexp_k(float *sumexp, float *target_logit, const T *logits, const float *rowmax,
+                              const int32_t *targets, int V, int off, int chunks)
+{
+    __shared__ float sh[32];
+    int n = blockIdx.x;
+    const T *l = logits + (size_t)n * V;
+    float mx = rowmax[n], s = 0.0f;
+    if (chunks) {
+        for (int i = threadIdx.x; i < V / 8; i += blockDim.x) {
+            float v[8];
+            ld8(l + i * 8, v);
+            for (int k = 0; k < 8; k++) s += expf(v[k] - mx);
+        }
+    } else {
+        for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(ldf(l + j) - mx);
+    }
+    s = block_sum(s, sh);
+    if (threadIdx.x == 0) {
+        int r = targets[n] - off;
+        sumexp[n] = s;
+        target_logit[n] = (targets[n] >= 0 && r >= 0 && r < V) ? ldf(l + r) : 0.0f;
+    }
+}
+
+__global__ void xent_loss_k(float *loss, const float *rowmax, const float *sumexp, const float *target_logit,
+                            const int32_t *targets, int N)
+{
+    int n = blockIdx.x * blockDim.x + threadIdx.x;
+    if (n < N) loss[n] = targets[n] < 0 ? 0.0f : logf(sumexp[n]) + rowmax[n] - target_logit[n];
+}
+
+/* dlogits may alias logits: each element is read once, then written. */
+template <typename T>
+__global__ void xent_bwd_k(T *dlogits, const T *logits, const float *rowmax, const float *sumexp,
+                           const int32_t *targets, float dloss, int V, int off, int chunks)
+{
+    int n = blockIdx.x;
+    const T *l = logits + (size_t)n * V;
+    T *d = dlogits + (size_t)n * V;
+    if (targets[n] < 0) {
+        for (int j = threadIdx.x; j < V; j += blockDim.x) stf(d + j, 0.0f);
+        return;
+    }
+    float mx = rowmax[n], inv = 1.0f / sumexp[n];
+    int r = targets[n] - off;
+    if (chunks) {
+        xent_row_grad<false>(d, l, V / 8, mx, inv, r, dloss);
+        return;
+    }
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float p = expf(ldf(l + j) - mx) * inv;
+        stf(d + j, dloss * (p - (j == r ? 1.0f : 0.0f)));
     }
 }
 
@@ -159,7 +185,7 @@ __global__ void xent_fused_k(float *loss, T *logits, const int32_t *targets, flo
     float inv = 1.0f / s;
     if (tgt < 0) inv = 0.0f; /* an ignored token: gradient 0 */
     if (chunks) {
-        xent_row_grad(g, row, V / 8, m, inv, tgt, dloss);
+        xent_row_grad<true>(g, row, V / 8, m, inv, tgt, dloss);
     } else {
         for (int j = threadIdx.x; j < V; j += blockDim.x)
             stf(g + j, dloss * (__expf(ldf(row + j) - m) * inv - (j == tgt ? 1.0f : 0.0f)));
@@ -200,7 +226,7 @@ __global__ void __launch_bounds__(XENT_PIPE_BLOCK) xent_pipe_k(float *loss, T *l
         xent_row_stats(row, nc, sh, &M, &S);
         if (threadIdx.x == 0) loss[n] = tgt < 0 ? 0.0f : logf(S) + M - ldf(row + tgt);
         if (dloss != 0.0f) /* an ignored token: gradient 0 */
-            xent_row_grad(logits + (size_t)n * V, row, nc, M, tgt < 0 ? 0.0f : 1.0f / S, tgt, dloss);
+            xent_row_grad<true>(logits + (size_t)n * V, row, nc, M, tgt < 0 ? 0.0f : 1.0f / S, tgt, dloss);
         __syncthreads(); /* all reads of `row` done: the next turn's copies go into it */
     }
 }
@@ -244,7 +270,7 @@ void kcu_xent_fused_bf16(float *loss, uint16_t *logits, const int32_t *targets, 
 template <typename T> static void xent_max(float *rowmax, const T *logits, int N, int V)
 {
     if (N <= 0) return;
-    xent_max_k<T><<<N, XENT_BLOCK, 0, kcu_stream()>>>(rowmax, logits, V);
+    xent_max_k<T><<<N, XENT_BLOCK, 0, kcu_stream()>>>(rowmax, logits, V, vec8_ok((size_t)V, logits));
     kcu_launched();
 }
 
@@ -253,7 +279,8 @@ static void xent_sumexp(float *sumexp, float *tl, const T *logits, const float *
                         int N, int V, int off)
 {
     if (N <= 0) return;
-    xent_sumexp_k<T><<<N, XENT_BLOCK, 0, kcu_stream()>>>(sumexp, tl, logits, rowmax, targets, V, off);
+    xent_sumexp_k<T><<<N, XENT_BLOCK, 0, kcu_stream()>>>(sumexp, tl, logits, rowmax, targets, V, off,
+                                                        vec8_ok((size_t)V, logits));
     kcu_launched();
 }
 
@@ -262,7 +289,8 @@ static void xent_backward(T *dlogits, const T *logits, const float *rowmax, cons
                           const int32_t *targets, float dloss, int N, int V, int off)
 {
     if (N <= 0) return;
-    xent_bwd_k<T><<<N, XENT_BLOCK, 0, kcu_stream()>>>(dlogits, logits, rowmax, sumexp, targets, dloss, V, off);
+    xent_bwd_k<T><<<N, XENT_BLOCK, 0, kcu_stream()>>>(dlogits, logits, rowmax, sumexp, targets, dloss, V, off,
+                                                     vec8_ok((size_t)V, logits, dlogits));
     kcu_launched();
 }
 

@@ -288,6 +288,11 @@ static void test_xent(int N, int Vfull, int off, int V)
     R->xent_max(mx1.data(), lg.data(), N, V);
     R->xent_sumexp_target(se1.data(), tl1.data(), lg.data(), mx1.data(), tg.data(), N, V, off);
     R->xent_backward(d1.data(), lg.data(), mx1.data(), se1.data(), tg.data(), 0.5f, N, V, off);
+    kcu_xent_max_bf16(mx2.data(), lb.data(), N, V);
+    cmp("xent_max_bf16", mx2, mx1, 1e-6); /* the same bf16 values: the same max */
+    kcu_xent_sumexp_target_bf16(se2.data(), tl2.data(), lb.data(), mx1.data(), tg.data(), N, V, off);
+    cmp("xent_sumexp_target_bf16 sumexp", se2, se1, 1e-5); /* only the summation order differs */
+    cmp("xent_sumexp_target_bf16 target", tl2, tl1, 1e-6);
     kcu_xent_backward_bf16(lb.data(), lb.data(), mx1.data(), se1.data(), tg.data(), 0.5f, N, V, off);
     cmp("xent_backward_bf16 (in place)", widen(lb), d1, 1e-2);
 }
@@ -1168,6 +1173,7 @@ int main(int, char **argv)
     test_embedding_runs(19);            /* one a lane */
     test_xent(9, 50, 0, 50);
     test_xent(20, 3000, 1500, 1500);
+    test_xent(10, 4096, 2048, 2048); /* whole 16-byte chunks: 8 elements an access; a tp2 vocab's second half */
     test_xent_fused(5, 37);   /* scalar path */
     test_xent_fused(6, 1000); /* 16-byte path, fewer chunks than threads */
     test_xent_fused(1, 1000); /* bf16: one row, fewer than the SMs: a block, no next row to request */
