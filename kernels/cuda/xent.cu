@@ -197,7 +197,8 @@ __global__ void xent_fused_k(float *loss, T *logits, const int32_t *targets, flo
  * 0.78 ms at the H200's 4236 GB/s copy rate; xent_fused_k measured 0.957 ms
  * (81%). Its block loads a row, waits, computes, then writes: two blocks an
  * SM (98 KiB each), and while both compute, the SM's memory traffic stops.
- * Here one block of XENT_PIPE_BLOCK threads an SM takes rows blockIdx.x,
+ * Here one block of up to XENT_PIPE_BLOCK threads (a chunk a thread at
+ * most: a short row takes fewer) an SM takes rows blockIdx.x,
  * blockIdx.x + gridDim.x, ... and requests row k + 1 into the other half of
  * its shared memory before it works on row k: the SM always has a row's reads
  * in flight beside the current row's writes. The same online softmax and
@@ -246,7 +247,8 @@ template <typename T> static void xent_fused(float *loss, T *logits, const int32
         if (V % 8 == 0 && 2 * bytes + 1024 <= (size_t)max_smem) { /* two rows fit: the pipeline */
             cudaCheck(cudaFuncSetAttribute(xent_pipe_k<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(2 * bytes)));
             int grid = N < sms ? N : sms;
-            xent_pipe_k<T><<<grid, XENT_PIPE_BLOCK, 2 * bytes, kcu_stream()>>>(loss, logits, targets, dloss, N, V);
+            int nc = V / 8, threads = nc >= XENT_PIPE_BLOCK ? XENT_PIPE_BLOCK : (nc + 31) / 32 * 32;
+            xent_pipe_k<T><<<grid, threads, 2 * bytes, kcu_stream()>>>(loss, logits, targets, dloss, N, V);
             kcu_launched();
             return;
         }
