@@ -205,20 +205,31 @@ static char *pinned(size_t bytes, size_t *cap)
     return (char *)p;
 }
 
-/* The host waits for the stream; the reads later land. `forced`: by a full
- * arena (which counts on). X.mu held. */
-static void wait_locked(int forced)
+/* The first n reads later, whose copies are done, land; the rest stay queued.
+ * When none is left the arena starts over and, but after a wait a full arena
+ * forced (which counts on), the reads asked since the last such wait set what
+ * it grows to hold. X.mu held. */
+static void land_locked(int n, int forced)
 {
-    cudaCheck(cudaStreamSynchronize(S.stream));
-    X.waits++;
+    for (int i = 0; i < n; i++) memcpy(X.q[i].dst, X.arena + X.q[i].off, X.q[i].bytes);
+    if (X.nq > n) memmove(X.q, X.q + n, (size_t)(X.nq - n) * sizeof *X.q); /* (X.q may be NULL when none) */
+    X.nq -= n;
+    if (X.marked > 0) X.marked = X.marked > n ? X.marked - n : 0; /* the mark's reads among them */
+    if (X.nq) return;
     if (!forced) {
         if (X.want < X.asked) X.want = X.asked;
         X.asked = 0;
     }
-    for (int i = 0; i < X.nq; i++) memcpy(X.q[i].dst, X.arena + X.q[i].off, X.q[i].bytes);
-    X.nq = 0;
     X.arena_used = 0;
-    if (X.marked > 0) X.marked = 0; /* the mark's reads landed with the rest */
+}
+
+/* The host waits for the stream; the reads later land. `forced`: by a full
+ * arena. X.mu held. */
+static void wait_locked(int forced)
+{
+    cudaCheck(cudaStreamSynchronize(S.stream));
+    X.waits++;
+    land_locked(X.nq, forced);
 }
 
 void kcu_wait(void)
@@ -241,6 +252,10 @@ void kcu_reads_mark(void)
 {
     if (kcu_capture_broken("a read of device memory")) return;
     pthread_mutex_lock(&X.mu);
+    if (X.marked >= 0) {
+        fprintf(stderr, "kernels/cuda: kcu_reads_mark while the last mark has not landed\n");
+        exit(EXIT_FAILURE);
+    }
     if (!X.mark) cudaCheck(cudaEventCreateWithFlags(&X.mark, cudaEventDisableTiming));
     cudaCheck(cudaEventRecord(X.mark, S.stream));
     X.marked = X.nq;
@@ -257,15 +272,7 @@ void kcu_reads_land(void)
     }
     cudaCheck(cudaEventSynchronize(X.mark));
     X.waits++;
-    int n = X.marked < X.nq ? X.marked : X.nq; /* a wait since the mark may have landed them already */
-    for (int i = 0; i < n; i++) memcpy(X.q[i].dst, X.arena + X.q[i].off, X.q[i].bytes);
-    memmove(X.q, X.q + n, (size_t)(X.nq - n) * sizeof *X.q);
-    X.nq -= n;
-    if (X.nq == 0) { /* all landed: the arena starts over, as after a wait */
-        if (X.want < X.asked) X.want = X.asked;
-        X.asked = 0;
-        X.arena_used = 0;
-    }
+    land_locked(X.marked, 0); /* those a wait since the mark has not landed already */
     X.marked = -1;
     pthread_mutex_unlock(&X.mu);
 }
