@@ -219,9 +219,7 @@ int eng_optim_step_norm_clipped(eng_optim *o, eng_model *m, const eng_rates *r, 
     sumsq_walk(m, 0, SIZE_MAX, &runs);
     if (runs.runs != 1) return 0;
     k->sumsq_begin(m->grads + runs.run_lo, runs.run_hi - runs.run_lo, clip);
-    eng_adamw_segs_step(&o->segs, k, &m->cfg, m->params, m->params16, m->grads, o->m, o->v, r, K_GRAD_SCALE_FROM_NORM,
-                        t);
-    eng_norms_updated(m);
+    eng_optim_step(o, m, r, K_GRAD_SCALE_FROM_NORM, t); /* its one-launch path: the checks above */
     *sumsq = k->sumsq_end();
     return 1;
 }

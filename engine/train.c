@@ -789,28 +789,23 @@ static int train_step(run *r, step_stats *s, char *err, size_t errlen)
     double sq = 0.0;
     /* The plain case: the clip scale computed on the device, so the optimizer is queued before the host
      * reads the norm (on a GPU it would stand idle from that read to the optimizer's launch). */
-    if (!r->d.acc && !zp && !r->o->dump_dir[0] && eng_optim_step_norm_clipped(r->opt, m, &rates, c->clip_grad,
-                                                                               adam_t, &sq)) {
+    int stepped = !r->d.acc && !zp && !r->o->dump_dir[0] &&
+                  eng_optim_step_norm_clipped(r->opt, m, &rates, c->clip_grad, adam_t, &sq);
+    if (stepped)
         s->grad_norm = sqrt(sq);
-        s->num_zeros = -1.0;
-        /* the sum's read landed the reads queued before it: the losses are here */
-        s->loss = eng_losses_sum(m, r->losses, nmicro, r->c->eod_mask_loss ? r->mb_scale : NULL) /
-                  ((double)s->batch * T);
-        return finish_step(r, s, t0, err, errlen);
-    }
-    /* --deterministic-dp: the norm as the ranks of a DP run take it (dist_grad_sumsq,
-     * through a float), so clipping does not depend on the world size either */
-    s->grad_norm = r->d.acc ? sqrt((double)(float)dist_grad_sumsq(&r->d, m, &r->dopt, zp))
-                            : sqrt(eng_grad_sumsq(m, zp));
+    else /* --deterministic-dp: the norm as the ranks of a DP run take it (dist_grad_sumsq, through a
+          * float), so clipping does not depend on the world size either */
+        s->grad_norm = r->d.acc ? sqrt((double)(float)dist_grad_sumsq(&r->d, m, &r->dopt, zp))
+                                : sqrt(eng_grad_sumsq(m, zp));
     s->num_zeros = zp ? (double)zeros : -1.0;
-    /* the norm's read waited for the device, so the losses are here */
+    /* the norm's read waited for the device (stepped: for the reads queued before it), so the losses are here */
     s->loss = eng_losses_sum(m, r->losses, nmicro, r->c->eod_mask_loss ? r->mb_scale : NULL) / ((double)s->batch * T);
     if (r->o->dump_dir[0]) {
         int rc = dump_step(r, logits0, s->loss, err, errlen);
         free(logits0);
         if (rc) return -1;
     }
-    eng_optim_step(r->opt, m, &rates, eng_clip_scale(s->grad_norm, c->clip_grad), adam_t);
+    if (!stepped) eng_optim_step(r->opt, m, &rates, eng_clip_scale(s->grad_norm, c->clip_grad), adam_t);
     return finish_step(r, s, t0, err, errlen);
 }
 
