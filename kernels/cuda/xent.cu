@@ -235,18 +235,17 @@ __global__ void __launch_bounds__(XENT_PIPE_BLOCK) xent_pipe_k(float *loss, T *l
 template <typename T> static void xent_fused(float *loss, T *logits, const int32_t *targets, float dloss, int N, int V)
 {
     if (N <= 0) return;
-    static int max_smem = -1, sms = 0;
+    static int max_smem = -1;
     if (max_smem < 0) {
         int dev = 0;
         cudaCheck(cudaGetDevice(&dev));
         cudaCheck(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        cudaCheck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     }
     size_t bytes = (size_t)V * sizeof(T);
     if constexpr (sizeof(T) == 2) {
-        if (V % 8 == 0 && 2 * bytes + 1024 <= (size_t)max_smem) { /* two rows fit: the pipeline */
+        if (vec8_ok((size_t)V, logits) && 2 * bytes + 1024 <= (size_t)max_smem) { /* two rows fit: the pipeline */
             cudaCheck(cudaFuncSetAttribute(xent_pipe_k<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(2 * bytes)));
-            int grid = N < sms ? N : sms;
+            int grid = N < kcu_sms() ? N : kcu_sms();
             int nc = V / 8, threads = nc >= XENT_PIPE_BLOCK ? XENT_PIPE_BLOCK : (nc + 31) / 32 * 32;
             xent_pipe_k<T><<<grid, threads, 2 * bytes, kcu_stream()>>>(loss, logits, targets, dloss, N, V);
             kcu_launched();
