@@ -123,46 +123,92 @@ template <typename D, typename S> __global__ void cast_k(D *dst, const S *src, s
 }
 
 /* ---- deterministic column sums ----
- * Rows are cut into at most COLSUM_PARTS chunks; block (x, y) sums columns
- * [x*256, x*256+256) over chunk y into part[y][c]; a second kernel adds the
- * parts in chunk order. The chunk count depends only on N. With C % 8 == 0
- * each thread takes 8 columns through 16-byte loads over a chunk of `rows`
- * rows, its loads issued COLSUM_INFLIGHT rows at a time before they are added
- * (in row order). Chunks are COLSUM_ROWS8 rows, halved (down to
- * COLSUM_INFLIGHT) while the grid would have fewer than COLSUM_THREADS
- * threads: a narrow sum (the 1.5B model's 1600 columns over 8192 rows: 25,600
- * threads at 64 rows, under 200 an SM) then waits for memory 2 times a thread,
- * not 8, with ~100 thousand threads' loads in flight. The chunk size depends
- * only on N and C. */
+ * Rows are cut into chunks; block (x, y) sums columns [x*256, x*256+256) over chunk y into part[y][c]. With
+ * C % 8 == 0 each thread takes 8 columns through 16-byte loads over a chunk of `rows` rows, its loads issued
+ * COLSUM_INFLIGHT rows at a time before they are added (in row order). Chunks are COLSUM_ROWS8 rows, halved
+ * (down to COLSUM_INFLIGHT) while the grid would have fewer than COLSUM_THREADS threads: a narrow sum (the
+ * 1.5B model's 1600 columns over 8192 rows: 25,600 threads at 64 rows, under 200 an SM) then waits for
+ * memory 2 times a thread, not 8, with ~100 thousand threads' loads in flight. The chunk size depends only
+ * on N and C.
+ * The chunks' partials are then added in the same kernel, in two levels, each done by the block that
+ * arrives last (kcu_arrive_last): the chunks of column strip x come in groups of `group` (about the square
+ * root of their count); the last block of a group adds the group's partials in chunk order into a group
+ * sum, and the last of the strip's groups to be summed adds the group sums in group order into dst. So a
+ * sum is one launch, not a part kernel and a finish kernel (GPT-2 on an H200: the finish 3.5 us plus a
+ * launch gap of 1.7, 24 times a step; the 1.5B model 4.4 us, 1536 times a step), and the order of the
+ * additions depends only on N and C. Without counters (kcu_counters), or with C % 8 != 0, a second kernel
+ * finishes (kcu_colsum_finish). */
 #define COLSUM_PARTS 64
 #define COLSUM_ROWS8 64
 #define COLSUM_INFLIGHT 8
 #define COLSUM_THREADS 65536
 
-template <typename T>
-__global__ void colsum8_part_k(float *part, const T *src, int N, int C, int rows)
+/* s[8] = the sum of the 8 floats at p, p + ld, ... (n rows) in that order, 8 loads in flight */
+__device__ __forceinline__ void colsum8_rows_cg(float s[8], const float *p, size_t ld, int n)
 {
-    int c = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
-    if (c >= C) return;
-    int r = blockIdx.y * rows, r1 = min(N, r + rows);
-    const T *p = src + (size_t)r * C + c;
-    float s[8] = { 0 };
-    for (; r + COLSUM_INFLIGHT <= r1; r += COLSUM_INFLIGHT, p += (size_t)COLSUM_INFLIGHT * C) {
-        float v[COLSUM_INFLIGHT][8];
 #pragma unroll
-        for (int j = 0; j < COLSUM_INFLIGHT; j++) ld8(p + (size_t)j * C, v[j]);
+    for (int k = 0; k < 8; k++) s[k] = 0.0f;
+    int r = 0;
+    for (; r + 8 <= n; r += 8) {
+        float v[8][8];
 #pragma unroll
-        for (int j = 0; j < COLSUM_INFLIGHT; j++)
+        for (int j = 0; j < 8; j++) ldcg8(p + (size_t)(r + j) * ld, v[j]);
+#pragma unroll
+        for (int j = 0; j < 8; j++)
 #pragma unroll
             for (int k = 0; k < 8; k++) s[k] += v[j][k];
     }
-    for (; r < r1; r++, p += C) {
+    for (; r < n; r++) {
         float v[8];
-        ld8(p, v);
+        ldcg8(p + (size_t)r * ld, v);
 #pragma unroll
         for (int k = 0; k < 8; k++) s[k] += v[k];
     }
-    st8(part + (size_t)blockIdx.y * C + c, s);
+}
+
+/* part holds gridDim.y chunk rows then their group sums (rows of C); cnt: a counter a group and one for the
+ * group sums, per column strip (NULL: partials only, kcu_colsum_finish adds them) */
+template <typename T>
+__global__ void colsum8_k(float *dst, float *part, unsigned *cnt, const T *src, int N, int C, int rows, int group)
+{
+    int c = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    int parts = gridDim.y, groups = (parts + group - 1) / group;
+    if (c < C) {
+        int r = blockIdx.y * rows, r1 = min(N, r + rows);
+        const T *p = src + (size_t)r * C + c;
+        float s[8] = { 0 };
+        for (; r + COLSUM_INFLIGHT <= r1; r += COLSUM_INFLIGHT, p += (size_t)COLSUM_INFLIGHT * C) {
+            float v[COLSUM_INFLIGHT][8];
+#pragma unroll
+            for (int j = 0; j < COLSUM_INFLIGHT; j++) ld8(p + (size_t)j * C, v[j]);
+#pragma unroll
+            for (int j = 0; j < COLSUM_INFLIGHT; j++)
+#pragma unroll
+                for (int k = 0; k < 8; k++) s[k] += v[j][k];
+        }
+        for (; r < r1; r++, p += C) {
+            float v[8];
+            ld8(p, v);
+#pragma unroll
+            for (int k = 0; k < 8; k++) s[k] += v[k];
+        }
+        st8(part + (size_t)blockIdx.y * C + c, s);
+    }
+    if (!cnt) return;
+    unsigned *strip = cnt + (size_t)blockIdx.x * (groups + 1);
+    int g = blockIdx.y / group, p0 = g * group, n = min(parts - p0, group);
+    if (!kcu_arrive_last(strip + g, (unsigned)n)) return;
+    float *sums = part + (size_t)parts * C, s[8];
+    if (c < C) {
+        colsum8_rows_cg(s, part + (size_t)p0 * C + c, C, n);
+        st8(sums + (size_t)g * C + c, s);
+    }
+    if (!kcu_arrive_last(strip + groups, (unsigned)groups)) return;
+    if (c < C) {
+        colsum8_rows_cg(s, sums + c, C, groups);
+#pragma unroll
+        for (int k = 0; k < 8; k++) dst[c + k] += s[k]; /* dst: any float alignment */
+    }
 }
 
 template <typename T>
@@ -235,11 +281,15 @@ template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C
         int rows = COLSUM_ROWS8;
         while (rows > COLSUM_INFLIGHT && (size_t)(C / 8) * (size_t)((N + rows - 1) / rows) < COLSUM_THREADS) rows /= 2;
         int parts = (N + rows - 1) / rows, threads = C / 8 < 128 ? C / 8 : 128;
-        float *part = (float *)kcu_scratch(sizeof(float) * (size_t)parts * C);
+        int group = 1;
+        while (group * group < parts) group++;
+        int groups = (parts + group - 1) / group;
         dim3 grid((C / 8 + threads - 1) / threads, parts);
-        colsum8_part_k<T><<<grid, threads, 0, kcu_stream()>>>(part, src, N, C, rows);
+        unsigned *cnt = kcu_counters((size_t)grid.x * (groups + 1));
+        float *part = (float *)kcu_scratch(sizeof(float) * (size_t)(parts + groups) * C);
+        colsum8_k<T><<<grid, threads, 0, kcu_stream()>>>(dst, part, cnt, src, N, C, rows, group);
         kcu_launched();
-        kcu_colsum_finish(dst, NULL, NULL, part, parts, C);
+        if (!cnt) kcu_colsum_finish(dst, NULL, NULL, part, parts, C);
         return;
     }
     int rows_per = (N + COLSUM_PARTS - 1) / COLSUM_PARTS;

@@ -31,6 +31,9 @@ int kcu_sms(void);
  * its size; later steps reuse it). Valid until the next kcu_scratch call. */
 void *kcu_scratch(size_t bytes);
 #define kcu_launched() cudaCheck(cudaGetLastError())
+/* Arrival counters (kcu_arrive_last) owned by the backend: zero, for kernels on kcu_stream() only, and each
+ * kernel leaves those it used zero again. NULL when n are more than it has: the caller goes without. */
+unsigned *kcu_counters(size_t n);
 /* The host waits for everything queued on the stream, and the reads queued
  * by to_host_later land (memory.cu). Every wait of the backend goes here
  * but kcu_reads_land's. */
@@ -59,6 +62,32 @@ __device__ __forceinline__ int kcu_opaque(int v)
     asm volatile("mov.u32 %0, %0;" : "+r"(v));
 #endif
     return v;
+}
+
+/* For a block whose writes other blocks of the launch read: called by every thread of the block once its
+ * writes are done. *cnt counts the arrivals of `expected` blocks; returns true, in every thread, in the one
+ * block that arrives last (any one: blocks run in no set order), which leaves *cnt zero for the next launch
+ * and may then read every other block's writes, with __ldcg (from L2, past its own SM's L1). Each thread
+ * fences its writes before the block arrives (the CUDA guide's pattern for a last block, as in its
+ * threadFenceReduction sample). */
+__device__ __forceinline__ bool kcu_arrive_last(unsigned *cnt, unsigned expected)
+{
+    __threadfence();
+    __syncthreads();
+    int last = 0;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(cnt, 1u) == expected - 1;
+        if (last) atomicExch(cnt, 0u);
+    }
+    bool r = __syncthreads_or(last) != 0;
+    if (r) __threadfence();
+    return r;
+}
+/* 8 floats written by other blocks (kcu_arrive_last), through L2 */
+__device__ __forceinline__ void ldcg8(const float *p, float v[8])
+{
+    float4 a = __ldcg(reinterpret_cast<const float4 *>(p)), b = __ldcg(reinterpret_cast<const float4 *>(p) + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
 /* ---- fp32 <-> storage type ---- */
@@ -172,8 +201,9 @@ __device__ __forceinline__ float block_max(float v, float *sh)
 }
 
 /* dst[C] += column sums of src[N, C] (fp32 accumulation, fixed order: the
- * same inputs always give the same bits). Two passes through kcu_scratch:
- * per-row-chunk partials, then a sum over chunks. (elementwise.cu) */
+ * same inputs always give the same bits). One launch where C % 8 == 0 (its
+ * last blocks add the partials, in kcu_scratch), else a second for the
+ * partials (kcu_colsum_finish). (elementwise.cu) */
 template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C);
 /* dst[c] += sum over p < parts of part[p][c], c < C; with dst2, part rows
  * are 2C wide and dst2[c] += those of column C + c; with dst3 (and dst2) 3C

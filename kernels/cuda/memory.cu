@@ -11,6 +11,7 @@
 #include <string.h>
 
 #define KCU_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt's advice for Hopper */
+#define KCU_COUNTERS 16384                      /* kcu_counters: 64 KiB */
 
 static struct {
     int up;
@@ -22,6 +23,7 @@ static struct {
     void *workspace;
     void *scratch;
     size_t scratch_bytes;
+    unsigned *counters; /* KCU_COUNTERS, zero between kernels */
     cudaEvent_t t0, t1;
 } S;
 
@@ -48,6 +50,8 @@ void *kcu_scratch(size_t bytes)
     S.scratch_bytes = want;
     return S.scratch;
 }
+
+unsigned *kcu_counters(size_t n) { return n <= KCU_COUNTERS ? S.counters : NULL; }
 
 /* Probe without aborting: a machine with no device (CI) must get NULL and a
  * message, never an exit. */
@@ -78,6 +82,8 @@ int kcu_init(void)
     cublasCheck(cublasLtCreate(&S.lt));
     cudaCheck(cudaMalloc(&S.workspace, KCU_WORKSPACE_BYTES));
     cublasCheck(cublasSetWorkspace(S.cublas, S.workspace, KCU_WORKSPACE_BYTES));
+    cudaCheck(cudaMalloc((void **)&S.counters, KCU_COUNTERS * sizeof(unsigned)));
+    cudaCheck(cudaMemsetAsync(S.counters, 0, KCU_COUNTERS * sizeof(unsigned), S.stream));
     cudaCheck(cudaEventCreate(&S.t0));
     cudaCheck(cudaEventCreate(&S.t1));
     kcu_scratch((size_t)16 << 20);
@@ -87,7 +93,7 @@ int kcu_init(void)
 
 extern "C" const char *k_cuda_status(void) { return S.status[0] ? S.status : "k_cuda() not called"; }
 extern "C" void *k_cuda_stream(void) { return S.up ? (void *)S.stream : NULL; }
-extern "C" size_t k_cuda_reserved_bytes(void) { return S.up ? KCU_WORKSPACE_BYTES + S.scratch_bytes : 0; }
+extern "C" size_t k_cuda_reserved_bytes(void) { return S.up ? KCU_WORKSPACE_BYTES + S.scratch_bytes + KCU_COUNTERS * sizeof(unsigned) : 0; }
 
 extern "C" size_t k_cuda_device_used_bytes(void)
 {

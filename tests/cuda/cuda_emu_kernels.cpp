@@ -23,8 +23,7 @@ extern "C" {
 #include "cuda_check.h"
 #include "k_cuda.h"
 #include "kcu_entries.h"
-template <typename T> void kcu_colsum_acc(float *dst, const T *src, int N, int C);
-void *kcu_scratch(size_t bytes);
+#include "kcuda.cuh"
 
 typedef std::vector<float> vec;
 static const k_ops *R;
@@ -105,18 +104,56 @@ static void cmp(const char *what, const vec &got, const vec &ref, double tol)
             got.size());
 }
 
-/* Column sums (bias gradients): over many row chunks the chunks shrink to 8
- * rows for a narrow sum, and the finish adds 4 parts' loads at a time plus a
- * remainder. */
-static void test_colsum(int N, int C)
+/* Column sums (bias gradients), accumulated into dst (here at dst_off floats into its buffer: a bias
+ * gradient's place in the flat gradients need not be 16-byte aligned). Rows of whole 16-byte chunks are
+ * summed and finished in one launch, by the last blocks to arrive (kcu_arrive_last): checked against a
+ * sum on the host, for the same bits again from the same start (the emulation runs each launch's blocks in
+ * another order), one launch, and every arrival counter left zero for the next kernel. */
+static void test_colsum(int N, int C, int dst_off = 0)
 {
-    vec g = rv((size_t)N * C), cs = rv(C), cs2 = cs;
+    vec g = rv((size_t)N * C), start = rv(C + dst_off), cs = start, cs2 = start;
     for (int n = 0; n < N; n++)
-        for (int c = 0; c < C; c++) cs[c] += g[(size_t)n * C + c];
-    kcu_colsum_acc<float>(cs2.data(), g.data(), N, C);
-    char what[64];
-    snprintf(what, sizeof what, "colsum (N=%d C=%d)", N, C);
+        for (int c = 0; c < C; c++) cs[dst_off + c] += g[(size_t)n * C + c];
+    unsigned long launches = emu_launches;
+    kcu_colsum_acc<float>(cs2.data() + dst_off, g.data(), N, C);
+    unsigned long took = emu_launches - launches;
+    char what[96];
+    snprintf(what, sizeof what, "colsum (N=%d C=%d, dst %d floats in)", N, C, dst_off);
     cmp(what, cs2, cs, 1e-5);
+    vec again = start;
+    kcu_colsum_acc<float>(again.data() + dst_off, g.data(), N, C);
+    check(!memcmp(again.data(), cs2.data(), cs2.size() * sizeof(float)), "%s: the same bits twice", what);
+    check(took == (C % 8 ? 2u : 1u), "%s: %lu launches (want %d)", what, took, C % 8 ? 2 : 1);
+    const unsigned *cnt = kcu_counters(16384);
+    int left = 0;
+    for (int i = 0; cnt && i < 16384; i++) left += cnt[i] != 0;
+    check(cnt && left == 0, "%s: %d arrival counters left non-zero", what, left);
+}
+
+/* kcu_arrive_last: of a launch's blocks arriving at one counter, exactly one, the last to run, is told so,
+ * sees what every block wrote before it arrived, and leaves the counter zero; a block arriving again at a
+ * second counter likewise (the shared flag reused). */
+static void emu_arrive_k(int *wrote, int *sums, int *lasts, unsigned *cnt)
+{
+    if (threadIdx.x == 0) wrote[blockIdx.x] = (int)blockIdx.x + 1;
+    if (kcu_arrive_last(cnt, gridDim.x)) {
+        if (threadIdx.x == 0) {
+            int s = 0;
+            for (unsigned b = 0; b < gridDim.x; b++) s += __ldcg(wrote + b);
+            sums[0] = s;
+            lasts[0]++;
+        }
+    }
+    if (kcu_arrive_last(cnt + 1, gridDim.x) && threadIdx.x == 0) lasts[1]++;
+}
+static void test_arrive_last()
+{
+    std::vector<int> wrote(37, 0), sums(1, 0), lasts(2, 0);
+    std::vector<unsigned> cnt(2, 0);
+    emu_launch(emu_arrive_k, dim3(37), dim3(64), 0, nullptr, wrote.data(), sums.data(), lasts.data(), cnt.data());
+    check(lasts[0] == 1 && lasts[1] == 1 && sums[0] == 37 * 38 / 2 && cnt[0] == 0 && cnt[1] == 0,
+          "kcu_arrive_last over 37 blocks: %d and %d blocks last (want 1 and 1), the last saw a sum of %d (want %d), "
+          "counters left %u %u (want 0 0)", lasts[0], lasts[1], sums[0], 37 * 38 / 2, cnt[0], cnt[1]);
 }
 
 /* sum_in_pass: 1 when the backward must take dsum in the pass that writes dinp
@@ -1109,6 +1146,29 @@ static void test_emu_unwritten_smem()
     }
 }
 
+/* The blocks of a launch run in an order of its own, not in index order, and every block runs once. */
+static void emu_order_k(unsigned *seq, unsigned *order)
+{
+    if (threadIdx.x == 0) order[atomicAdd(seq, 1u)] = blockIdx.y * gridDim.x + blockIdx.x;
+}
+static void test_emu_block_order()
+{
+    std::vector<unsigned> a(64), b(64), seq(1, 0);
+    emu_launch(emu_order_k, dim3(16, 4), dim3(32), 0, nullptr, seq.data(), a.data());
+    seq[0] = 0;
+    emu_launch(emu_order_k, dim3(16, 4), dim3(32), 0, nullptr, seq.data(), b.data());
+    std::vector<int> seen(64, 0);
+    int in_place = 0;
+    for (unsigned i = 0; i < 64; i++) {
+        if (a[i] < 64) seen[a[i]]++;
+        in_place += a[i] == i;
+    }
+    int once = 0;
+    for (int n : seen) once += n == 1;
+    check(once == 64 && in_place < 16 && a != b, "emulated block order: %d of 64 blocks ran once (want 64), %d in "
+          "index order (want few), two launches %s", once, in_place, a != b ? "differ" : "ran in the same order");
+}
+
 /* A barrier that not all threads of a block reach (thread 5 returns first):
  * undefined on a GPU, here a stop with a message that says so, not a hang. */
 static void emu_partial_barrier_k(int *out)
@@ -1154,6 +1214,8 @@ int main(int, char **argv)
     test_emu_big_block();
     test_emu_unwritten_smem();
     test_emu_partial_barrier();
+    test_emu_block_order();
+    test_arrive_last();
     kcu_init();
     test_copies();
     test_graph();
@@ -1167,8 +1229,10 @@ int main(int, char **argv)
     test_layernorm(9, 3080);  /* rows too wide for the fused backward's slices: the two-pass form */
     test_embedding(37, 19, 0, 50);
     test_embedding(300, 64, 100, 100); /* a vocab slice, many repeats */
-    test_colsum(2100, 24); /* 263 chunks of 8 rows: the finish's 4-load batches and a remainder */
-    test_colsum(700, 776); /* 22 chunks of 32 rows */
+    test_colsum(2100, 24);   /* 263 chunks of 8 rows: 16 groups of 17, the last of 8 */
+    test_colsum(700, 776, 1); /* 88 chunks of 8 rows: 9 groups of 10; dst not 16-byte aligned */
+    test_colsum(300, 2400);  /* 3 column strips, the last partial */
+    test_colsum(50, 37);     /* C % 8 != 0: a part kernel and a finish kernel */
     test_embedding_runs(40);            /* 8 columns a lane */
     test_embedding_runs(19);            /* one a lane */
     test_xent(9, 50, 0, 50);

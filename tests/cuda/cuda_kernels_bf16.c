@@ -185,6 +185,39 @@ static void test_matmul(int N, int C, int OC, int mode)
     G->free(dgw); G->free(dgb);
 }
 
+/* The bias gradient with many blocks at once, where the last to arrive add the partials (kcu_arrive_last):
+ * GPT-2's fc width (3072: 3 column strips) over rows cut into 256 chunks in 16 groups, as at its 16384 rows,
+ * and the 1.5B model's (6400: 7 strips, the last partial) in 128 chunks. Against the host's sum in double
+ * (fp32 sums: 1e-5), and the same bits on each of three runs. dw is computed, not checked (test_matmul
+ * does); a narrow C keeps its GEMM cheap where the GPU is emulated. */
+static void test_bias_sums(int N, int C, int OC)
+{
+    size_t no = (size_t)N * OC;
+    float *g = bf_rand(no, 1), *gb = h_rand(OC, 1), *want = malloc(OC * sizeof(float));
+    double *sum = calloc(OC, sizeof(double));
+    for (size_t i = 0; i < no; i++) sum[i % OC] += g[i];
+    for (int c = 0; c < OC; c++) want[c] = (float)(sum[c] + gb[c]);
+    uint16_t *dg = d_put_bf(g, no), *dx = G->alloc((size_t)N * C * 2), *dw = G->alloc((size_t)OC * C * 2);
+    float *dgw = G->alloc((size_t)OC * C * 4), *first = NULL;
+    char what[96];
+    snprintf(what, sizeof what, "bias gradient of %d rows x %d", N, OC);
+    for (int rep = 0; rep < 3; rep++) {
+        float *dgb = d_put(gb, OC * sizeof(float));
+        G->matmul_backward_bf16(NULL, dgw, dgb, dg, dx, dw, N, C, OC);
+        float *got = d_get(dgb, OC);
+        if (!first) {
+            first = got;
+            h_compare(what, d_get(dgb, OC), want, OC, 1e-5);
+        } else {
+            CHECK(!memcmp(got, first, OC * sizeof(float)), "%s: run %d gave other bits than run 1", what, rep + 1);
+            free(got);
+        }
+        G->free(dgb);
+    }
+    free(g); free(gb); free(want); free(sum); free(first);
+    G->free(dg); G->free(dx); G->free(dw); G->free(dgw);
+}
+
 /* squared ReLU (--squared-relu) in bf16; n % 8 == 0 takes the 16-byte path */
 static void test_relu2(size_t n)
 {
@@ -458,6 +491,8 @@ int main(int argc, char **argv)
     }
     test_matmul(256, 3072, 768, 1);
     test_matmul(77, 64, 40, 1); /* bias gradient on 16-byte rows: a partial last chunk ending in 5 rows */
+    test_bias_sums(2048, 8, 3072);
+    test_bias_sums(1024, 8, 6400);
     test_elementwise(1);
     test_elementwise(100003);
     test_relu2(1);

@@ -23,9 +23,10 @@
  * has not written (each block's, dynamic and the kernels' own arrays, starts
  * as NaN bytes, and a cp.async lands only at the wait that covers it). What it
  * cannot: the GPU memory model
- * beyond barriers (threads here never run at once), launch and shared-memory
- * limits, timing, cuBLAS itself (emu/cublas_mock.h computes what the calls
- * ask for). A barrier reached by only part of a block, undefined on the GPU,
+ * beyond barriers (threads here never run at once), registers and the launch
+ * limits other than threads and shared memory, timing, cuBLAS itself (emu/cublas_mock.h computes what the calls
+ * ask for). The blocks of a launch run in a shuffled order, as a GPU gives
+ * none. A barrier reached by only part of a block, undefined on the GPU,
  * stops the program here with a message. */
 #ifndef ATOLL_EMU_CUDA_H
 #define ATOLL_EMU_CUDA_H
@@ -356,6 +357,23 @@ inline unsigned __ballot_sync(unsigned, int p)
     return m;
 }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
+/* Device-wide memory: one thread runs at a time here, so an atomic is a plain read-modify-write and a fence
+ * orders nothing that is not already in order. What the emulation does check about blocks that talk
+ * through memory is that no result depends on the order the blocks run in (emu_launch_now). */
+inline unsigned atomicAdd(unsigned *p, unsigned v)
+{
+    unsigned old = *p;
+    *p = old + v;
+    return old;
+}
+inline unsigned atomicExch(unsigned *p, unsigned v)
+{
+    unsigned old = *p;
+    *p = v;
+    return old;
+}
+inline void __threadfence() {}
+template <typename V> inline V __ldcg(const V *p) { return *p; }
 inline float __expf(float x) { return expf(x); }
 inline int min(int a, int b) { return a < b ? a : b; }
 
@@ -676,6 +694,8 @@ __attribute__((no_sanitize("address"))) inline void emu_shared_poison()
     for (volatile char *b = (volatile char *)w; b < e; b++) *b = (char)0xff;
 }
 
+inline unsigned long emu_launch_seq; /* launches run so far: each one's block order (emu_launch_now) */
+
 /* One launch, run: block after block, each block's threads as fibers run in
  * turn from the launching thread. */
 template <typename... P, typename... A>
@@ -703,22 +723,33 @@ void emu_launch_now(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, A... args
     emu_body = [](void *p) { (*(decltype(body) *)p)(); };
     emu_body_arg = &body;
     emu_threads = nt;
-    for (unsigned by = 0; by < g.y; by++)
-        for (unsigned bx = 0; bx < g.x; bx++) {
-            blockIdx = dim3(bx, by);
-            /* A block's dynamic shared memory starts undefined on a GPU (the last block's, or
-             * anything): here all NaN bytes (0xff: NaN as float and bf16, -1 as an integer), so a
-             * kernel that reads what it did not write gets a wrong answer every time. */
-            memset(dyn.data(), 0xff, dyn.size());
-            emu_shared_poison();
-            for (unsigned w = 0; w < nw; w++) emu_warps[w].bar = { nt - w * 32 < 32 ? nt - w * 32 : 32, 0, 0 };
-            for (unsigned t = 0; t < nt; t++) emu_fiber_start(&emu_fibers[t]);
-            /* Into thread 0; from there each fiber hands over to the next live one, at a barrier
-             * it waits at or at its end, and the last to end comes back here. */
-            emu_live = nt;
-            emu_pass_events = emu_events;
-            emu_switch_into(&emu_sched, true, &emu_fibers[0]);
-        }
+    /* The blocks in an order of their own for each launch (a shuffle seeded by the launch's number, so a
+     * run repeats itself): a GPU promises none, so a result that depends on which block runs first or
+     * last (a block that finishes what the others left, kcu_arrive_last) must come out the same. */
+    std::vector<unsigned> order((size_t)g.x * g.y);
+    for (size_t i = 0; i < order.size(); i++) order[i] = (unsigned)i;
+    uint64_t seed = 0x9e3779b97f4a7c15ull * ++emu_launch_seq;
+    for (size_t i = order.size(); i > 1; i--) {
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17; /* xorshift64 */
+        size_t j = seed % i;
+        unsigned t = order[i - 1];
+        order[i - 1] = order[j], order[j] = t;
+    }
+    for (unsigned o : order) {
+        blockIdx = dim3(o % g.x, o / g.x);
+        /* A block's dynamic shared memory starts undefined on a GPU (the last block's, or
+         * anything): here all NaN bytes (0xff: NaN as float and bf16, -1 as an integer), so a
+         * kernel that reads what it did not write gets a wrong answer every time. */
+        memset(dyn.data(), 0xff, dyn.size());
+        emu_shared_poison();
+        for (unsigned w = 0; w < nw; w++) emu_warps[w].bar = { nt - w * 32 < 32 ? nt - w * 32 : 32, 0, 0 };
+        for (unsigned t = 0; t < nt; t++) emu_fiber_start(&emu_fibers[t]);
+        /* Into thread 0; from there each fiber hands over to the next live one, at a barrier
+         * it waits at or at its end, and the last to end comes back here. */
+        emu_live = nt;
+        emu_pass_events = emu_events;
+        emu_switch_into(&emu_sched, true, &emu_fibers[0]);
+    }
 }
 
 /* Kernel launches queued so far (tests count what an op launches). */
