@@ -5,7 +5,7 @@
  *
  * Model: each CUDA thread of a block is a fiber (its own stack) on the
  * launching thread, run in turn until it meets a barrier or ends; the blocks of
- * a launch run one after another, so `__shared__` (a function-level static
+ * a launch run one after another (in a shuffled order), so `__shared__` (a function-level static
  * here, in a section of its own) is the block's shared memory. __syncthreads is a barrier over the
  * block, __syncwarp one over the warp: a fiber that arrives yields until the
  * last one of its group arrives; each waiting fiber hands over to the next
