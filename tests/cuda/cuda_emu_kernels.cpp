@@ -1169,6 +1169,25 @@ static void test_emu_block_order()
           "index order (want few), two launches %s", once, in_place, a != b ? "differ" : "ran in the same order");
 }
 
+/* A read of what the thread before wrote, with no barrier between: a race on a GPU, and here a wrong
+ * answer in many blocks (run in thread order the reader would always come after the writer and it would
+ * pass). */
+static void emu_no_barrier_k(float *out)
+{
+    __shared__ float s[64];
+    s[threadIdx.x] = (float)threadIdx.x;
+    out[blockIdx.x * 64 + threadIdx.x] = s[(threadIdx.x + 63) % 64];
+}
+static void test_emu_thread_order()
+{
+    vec out(16 * 64, 0.0f);
+    emu_launch(emu_no_barrier_k, dim3(16), dim3(64), 0, nullptr, out.data());
+    int stale = 0;
+    for (float x : out) stale += std::isnan(x);
+    check(stale > 16 * 64 / 4 && stale < 16 * 64, "emulated threads' turns: %d of %d reads without a barrier found "
+          "nothing written (want many, not all)", stale, 16 * 64);
+}
+
 /* A barrier that not all threads of a block reach (thread 5 returns first):
  * undefined on a GPU, here a stop with a message that says so, not a hang. */
 static void emu_partial_barrier_k(int *out)
@@ -1215,6 +1234,7 @@ int main(int, char **argv)
     test_emu_unwritten_smem();
     test_emu_partial_barrier();
     test_emu_block_order();
+    test_emu_thread_order();
     test_arrive_last();
     kcu_init();
     test_copies();

@@ -4,30 +4,37 @@
  * block, smem, stream, args)`), against these stand-ins for the CUDA headers.
  *
  * Model: each CUDA thread of a block is a fiber (its own stack) on the
- * launching thread, run in turn until it meets a barrier or ends; the blocks of
- * a launch run one after another (in a shuffled order), so `__shared__` (a function-level static
- * here, in a section of its own) is the block's shared memory. __syncthreads is a barrier over the
- * block, __syncwarp one over the warp: a fiber that arrives yields until the
- * last one of its group arrives; each waiting fiber hands over to the next
- * live one in thread order. Shuffles and ballots exchange through one of two
- * per-warp areas, used in turn, at one warp barrier. WMMA fragments hold the whole 16x16 tile in every
- * thread, and each WMMA call is warp-collective (barriers around it), which is
- * faithful for code that only loads, stores, fills and multiplies fragments.
- * The mma.sync / ldmatrix / cp.async functions of kcuda_mma.cuh have a
- * stand-in in include/kcuda_mma.cuh that exchanges each lane's registers and
+ * launching thread, run in turn until it meets a barrier or ends; the blocks
+ * of a launch run one after another, so `__shared__` (a function-level static
+ * here, in a section of its own) is the block's shared memory. __syncthreads
+ * is a barrier over the block, __syncwarp one over the warp: a fiber that
+ * arrives yields until the last one of its group arrives; each waiting fiber
+ * hands over to the next live one in turn order. A GPU promises no order of
+ * blocks, nor of threads between barriers, so here each launch runs its
+ * blocks in a shuffled order and each block its threads in a shuffled turn
+ * order (seeded by the launch's number: a run repeats itself). Shuffles and
+ * ballots exchange through one of two per-warp areas, used in turn, at one
+ * warp barrier. WMMA fragments hold the whole 16x16 tile in every thread, and
+ * each WMMA call is warp-collective (barriers around it), which is faithful
+ * for code that only loads, stores, fills and multiplies fragments. The
+ * mma.sync / ldmatrix / cp.async functions of kcuda_mma.cuh have a stand-in
+ * in include/kcuda_mma.cuh that exchanges each lane's registers and
  * addresses through the warp and computes from the PTX fragment layouts.
  *
  * What it checks: indexing, tiling, masks, reductions, the order of
- * operations (same results as the GPU up to expf/tanhf rounding), that
- * every output element is written, and that no block reads shared memory it
- * has not written (each block's, dynamic and the kernels' own arrays, starts
- * as NaN bytes, and a cp.async lands only at the wait that covers it). What it
- * cannot: the GPU memory model
- * beyond barriers (threads here never run at once), registers and the launch
- * limits other than threads and shared memory, timing, cuBLAS itself (emu/cublas_mock.h computes what the calls
- * ask for). The blocks of a launch run in a shuffled order, as a GPU gives
- * none. A barrier reached by only part of a block, undefined on the GPU,
- * stops the program here with a message. */
+ * operations (same results as the GPU up to expf/tanhf rounding), that every
+ * output element is written, that no block reads shared memory it has not
+ * written (each block's, dynamic and the kernels' own arrays, starts as NaN
+ * bytes, and a cp.async lands only at the wait that covers it), that no
+ * result depends on the order of blocks, and that no thread reads what
+ * another writes without a barrier between (in the shuffled turns the reader
+ * comes first in about half the blocks, whichever thread index it has). What
+ * it cannot: the GPU memory model beyond barriers,
+ * atomics and fences (threads here never run at once), registers and the
+ * launch limits other than threads and shared memory, timing, cuBLAS itself
+ * (emu/cublas_mock.h computes what the calls ask for). A barrier reached by
+ * only part of a block, undefined on the GPU, stops the program here with a
+ * message. */
 #ifndef ATOLL_EMU_CUDA_H
 #define ATOLL_EMU_CUDA_H
 
@@ -176,14 +183,21 @@ inline void emu_enter(emu_fiber *f)
     emu_my_warp = &emu_warps[t / 32];
 }
 
-/* The live fiber after the running one, in thread order. Passing thread 0 ends a pass over the
+/* The order the block's threads take turns in: a shuffle a block (emu_launch_now), so that between
+ * two barriers a thread runs before some of its warp and after others; a kernel that reads what
+ * another thread writes without a barrier between gets a wrong answer, whichever of the two comes
+ * first in thread order. */
+inline unsigned emu_turn[1024];     /* the threads in turn order */
+inline unsigned emu_turn_of[1024];  /* each thread's place in it */
+
+/* The live fiber after the running one, in turn order. Passing the first turn ends a pass over the
  * block: with no arrival and no end since the last, no barrier can open, and the launch stops. */
 inline emu_fiber *emu_next()
 {
-    unsigned t = (unsigned)(emu_cur - emu_fibers);
+    unsigned i = emu_turn_of[emu_cur - emu_fibers];
     for (;;) {
-        if (++t == emu_threads) {
-            t = 0;
+        if (++i == emu_threads) {
+            i = 0;
             if (emu_events == emu_pass_events) {
                 fprintf(stderr, "emu_launch: block (%u, %u) of %u threads: a barrier that not all of its "
                                 "threads reach (%u still waiting)\n", blockIdx.x, blockIdx.y, emu_threads, emu_live);
@@ -191,7 +205,7 @@ inline emu_fiber *emu_next()
             }
             emu_pass_events = emu_events;
         }
-        if (!emu_fibers[t].done) return &emu_fibers[t];
+        if (!emu_fibers[emu_turn[i]].done) return &emu_fibers[emu_turn[i]];
     }
 }
 
@@ -239,8 +253,8 @@ inline void emu_bar_wait(emu_bar *b)
 inline void emu_fiber_main()
 {
 #ifdef EMU_ASAN
-    /* thread 0 starts from the launch's loop, whose stack the last fiber goes back to */
-    if (emu_cur == emu_fibers) __sanitizer_finish_switch_fiber(nullptr, &emu_sched_bottom, &emu_sched_size);
+    /* the first turn starts from the launch's loop, whose stack the last fiber goes back to */
+    if (emu_cur == &emu_fibers[emu_turn[0]]) __sanitizer_finish_switch_fiber(nullptr, &emu_sched_bottom, &emu_sched_size);
     else __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
 #endif
     emu_body(emu_body_arg);
@@ -694,7 +708,18 @@ __attribute__((no_sanitize("address"))) inline void emu_shared_poison()
     for (volatile char *b = (volatile char *)w; b < e; b++) *b = (char)0xff;
 }
 
-inline unsigned long emu_launch_seq; /* launches run so far: each one's block order (emu_launch_now) */
+inline unsigned long emu_launch_seq; /* launches run so far: each one's orders (emu_launch_now) */
+
+/* v[0..n) in an order drawn from *seed (xorshift64, Fisher-Yates) */
+inline void emu_shuffle(unsigned *v, size_t n, uint64_t *seed)
+{
+    for (size_t i = n; i > 1; i--) {
+        *seed ^= *seed << 13, *seed ^= *seed >> 7, *seed ^= *seed << 17;
+        size_t j = *seed % i;
+        unsigned t = v[i - 1];
+        v[i - 1] = v[j], v[j] = t;
+    }
+}
 
 /* One launch, run: block after block, each block's threads as fibers run in
  * turn from the launching thread. */
@@ -729,14 +754,12 @@ void emu_launch_now(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, A... args
     std::vector<unsigned> order((size_t)g.x * g.y);
     for (size_t i = 0; i < order.size(); i++) order[i] = (unsigned)i;
     uint64_t seed = 0x9e3779b97f4a7c15ull * ++emu_launch_seq;
-    for (size_t i = order.size(); i > 1; i--) {
-        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17; /* xorshift64 */
-        size_t j = seed % i;
-        unsigned t = order[i - 1];
-        order[i - 1] = order[j], order[j] = t;
-    }
+    emu_shuffle(order.data(), order.size(), &seed);
     for (unsigned o : order) {
         blockIdx = dim3(o % g.x, o / g.x);
+        for (unsigned t = 0; t < nt; t++) emu_turn[t] = t;
+        emu_shuffle(emu_turn, nt, &seed);
+        for (unsigned i = 0; i < nt; i++) emu_turn_of[emu_turn[i]] = i;
         /* A block's dynamic shared memory starts undefined on a GPU (the last block's, or
          * anything): here all NaN bytes (0xff: NaN as float and bf16, -1 as an integer), so a
          * kernel that reads what it did not write gets a wrong answer every time. */
@@ -744,11 +767,11 @@ void emu_launch_now(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, A... args
         emu_shared_poison();
         for (unsigned w = 0; w < nw; w++) emu_warps[w].bar = { nt - w * 32 < 32 ? nt - w * 32 : 32, 0, 0 };
         for (unsigned t = 0; t < nt; t++) emu_fiber_start(&emu_fibers[t]);
-        /* Into thread 0; from there each fiber hands over to the next live one, at a barrier
-         * it waits at or at its end, and the last to end comes back here. */
+        /* Into the first turn; from there each fiber hands over to the next live one, at a
+         * barrier it waits at or at its end, and the last to end comes back here. */
         emu_live = nt;
         emu_pass_events = emu_events;
-        emu_switch_into(&emu_sched, true, &emu_fibers[0]);
+        emu_switch_into(&emu_sched, true, &emu_fibers[emu_turn[0]]);
     }
 }
 
