@@ -4,7 +4,8 @@
  * SIGTERM/SIGINT for a clean stop. With --stop-grace, SIGTERM while jobs are
  * active keeps serving until they have ended (their ranks are stopping too when
  * Slurm ends the allocation, and their exits say how), and 2 s more for clients
- * to read how, or until the grace has passed. */
+ * to read how, or until the grace has passed; with none active, 2 s (a job may
+ * have ended on the same signal just before). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,10 +110,20 @@ static void on_signal(uv_signal_t *h, int signum)
 {
     coord *c = h->data;
     server_state *s = c->server;
-    if (signum == SIGTERM && !s->drain_until_ms && c->o.stop_grace_ms > 0 && c->live.n > 0) {
-        s->drain_until_ms = (uint64_t)c->now() + (uint64_t)c->o.stop_grace_ms;
-        log_info("SIGTERM: %zu job(s) active; serving until they end, at most %d s (--stop-grace; SIGINT stops "
-                 "at once)", c->live.n, (c->o.stop_grace_ms + 999) / 1000);
+    if (signum == SIGTERM && !s->drain_until_ms && c->o.stop_grace_ms > 0) {
+        uint64_t now = (uint64_t)c->now();
+        if (c->live.n > 0) {
+            s->drain_until_ms = now + (uint64_t)c->o.stop_grace_ms;
+            log_info("SIGTERM: %zu job(s) active; serving until they end, at most %d s (--stop-grace; SIGINT stops "
+                     "at once)", c->live.n, (c->o.stop_grace_ms + 999) / 1000);
+            return;
+        }
+        /* None active: a job's end may have just been recorded (Slurm signals the ranks too, and the loop can
+         * see their exits before this signal); its clients get the same DRAIN_LINGER_MS to read it. */
+        s->drained = 1;
+        s->drain_until_ms = now + (uint64_t)(c->o.stop_grace_ms < DRAIN_LINGER_MS ? c->o.stop_grace_ms : DRAIN_LINGER_MS);
+        log_info("SIGTERM: no job is active; stopping in %d ms (--stop-grace; SIGINT stops at once)",
+                 (int)(s->drain_until_ms - now));
         return;
     }
     stop(c, signum == SIGTERM ? "SIGTERM" : "SIGINT");

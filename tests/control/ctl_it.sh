@@ -6,6 +6,7 @@
 #   dead     kill -9 of a workerd: its node turns dead within the node timeout, with events
 #   restart  kill -9 of the coordinator: jobs, states and events survive, workers re-register
 #   python   a client written with Python's protobuf package and hmac speaks the protocol
+#   grace    SIGTERM with --stop-grace and no job active: serving 2 s more, then exit 0
 #   refuse   wrong token, garbage frame, oversized frame, unauthenticated request and an
 #            invalid job spec are refused with clear messages; the daemon keeps serving
 #   attack_* issue 12's attacks (ctl_attack.py), each with heartbeats measured meanwhile
@@ -27,10 +28,11 @@ TIMEOUT_MS=1500
 
 . "$(dirname "$0")/it_lib.sh"
 
+COORD_ARGS=()
 start_coord() { # [PORT]
   rm -f "$TMP/state/coordinatord.addr"
   "$BIN/coordinatord" --listen "127.0.0.1:${1:-0}" --http 127.0.0.1:0 --state-dir "$TMP/state" \
-      --heartbeat-interval $HB --node-timeout $TIMEOUT >>"$TMP/coordinatord.log" 2>&1 &
+      --heartbeat-interval $HB --node-timeout $TIMEOUT "${COORD_ARGS[@]}" >>"$TMP/coordinatord.log" 2>&1 &
   COORD_PID=$!
   PIDS+=("$COORD_PID")
   wait_until 10 test -s "$TMP/state/coordinatord.addr" || fail "coordinatord did not start"
@@ -406,6 +408,26 @@ YAML
   ok "the next valid job (from --yaml-cfg, flags overriding) is accepted as job $id; a bad YAML key is a usage error"
   wait_until 3 node_state_is n1 alive || fail "worker lost during the refusals"
   stop_all
+}
+
+# SIGTERM with --stop-grace and no job active (Slurm ending the allocation after the job's ranks, on
+# the same signal, already exited): the coordinator serves 2 s more, so that the batch script can read
+# how the job ended, then exits 0; not the whole grace.
+case_grace() {
+  COORD_ARGS=(--stop-grace 20)
+  start_coord
+  atoll jobs >/dev/null || fail "coordinator not serving"
+  local t0; t0=$(now)
+  kill -TERM "$COORD_PID"
+  sleep 0.5
+  atoll jobs >/dev/null || fail "0.5 s after SIGTERM with --stop-grace and no job active: not serving"
+  wait "$COORD_PID"; local rc=$?
+  local took; took=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
+  [ $rc -eq 0 ] || fail "coordinatord exited $rc"
+  awk -v t="$took" 'BEGIN { exit !(t >= 1.5 && t < 10) }' || fail "stopped $took s after SIGTERM (want ~2 s, not the 20 s grace)"
+  grep -q "SIGTERM: no job is active; stopping in 2000 ms" "$TMP/coordinatord.log" \
+    || fail "no word of the linger: $(tail -3 "$TMP/coordinatord.log")"
+  ok "SIGTERM with --stop-grace 20 and no job active: served 0.5 s later, exited 0 after $took s"
 }
 
 case_python() {
