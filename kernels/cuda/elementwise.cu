@@ -123,8 +123,8 @@ template <typename D, typename S> __global__ void cast_k(D *dst, const S *src, s
 }
 
 /* ---- deterministic column sums ----
- * Rows are cut into chunks; block (x, y) sums columns [x*256, x*256+256) over chunk y into part[y][c]. With
- * C % 8 == 0 each thread takes 8 columns through 16-byte loads over a chunk of `rows` rows, its loads issued
+ * Rows are cut into chunks; block (x, y) sums column strip x (8 columns a thread) over chunk y into
+ * part[y][c]. With C % 8 == 0 each thread takes 8 columns through 16-byte loads over a chunk of `rows` rows, its loads issued
  * COLSUM_INFLIGHT rows at a time before they are added (in row order). Chunks are COLSUM_ROWS8 rows, halved
  * (down to COLSUM_INFLIGHT) while the grid would have fewer than COLSUM_THREADS threads: a narrow sum (the
  * 1.5B model's 1600 columns over 8192 rows: 25,600 threads at 64 rows, under 200 an SM) then waits for
@@ -135,9 +135,10 @@ template <typename D, typename S> __global__ void cast_k(D *dst, const S *src, s
  * root of their count); the last block of a group adds the group's partials in chunk order into a group
  * sum, and the last of the strip's groups to be summed adds the group sums in group order into dst. So a
  * sum is one launch, not a part kernel and a finish kernel (GPT-2 on an H200: the finish 3.5 us plus a
- * launch gap of 1.7, 24 times a step; the 1.5B model 4.4 us, 1536 times a step), and the order of the
- * additions depends only on N and C. Without counters (kcu_counters), or with C % 8 != 0, a second kernel
- * finishes (kcu_colsum_finish). */
+ * launch gap of 1.7, 24 times a step; the 1.5B model 4.4 and 1.4 us, 768 times a step), and the order of the
+ * additions depends only on N and C. Without counters (kcu_counters) a second kernel finishes
+ * (kcu_colsum_finish); so it does for C % 8 != 0, whose part kernel cuts the rows into at most
+ * COLSUM_PARTS chunks, a thread a column, 256 columns a block. */
 #define COLSUM_PARTS 64
 #define COLSUM_ROWS8 64
 #define COLSUM_INFLIGHT 8
