@@ -144,24 +144,25 @@ template <typename D, typename S> __global__ void cast_k(D *dst, const S *src, s
 #define COLSUM_INFLIGHT 8
 #define COLSUM_THREADS 65536
 
-/* s[8] = the sum of the 8 floats at p, p + ld, ... (n rows) in that order, 8 loads in flight */
-__device__ __forceinline__ void colsum8_rows_cg(float s[8], const float *p, size_t ld, int n)
+/* s[8] = the sum over rows [0, n) of the 8 floats load(row, v) gives, in row order, the loads of
+ * COLSUM_INFLIGHT rows issued before they are added */
+template <typename L> __device__ __forceinline__ void colsum8_rows(float s[8], int n, L load)
 {
 #pragma unroll
     for (int k = 0; k < 8; k++) s[k] = 0.0f;
     int r = 0;
-    for (; r + 8 <= n; r += 8) {
-        float v[8][8];
+    for (; r + COLSUM_INFLIGHT <= n; r += COLSUM_INFLIGHT) {
+        float v[COLSUM_INFLIGHT][8];
 #pragma unroll
-        for (int j = 0; j < 8; j++) ldcg8(p + (size_t)(r + j) * ld, v[j]);
+        for (int j = 0; j < COLSUM_INFLIGHT; j++) load(r + j, v[j]);
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < COLSUM_INFLIGHT; j++)
 #pragma unroll
             for (int k = 0; k < 8; k++) s[k] += v[j][k];
     }
     for (; r < n; r++) {
         float v[8];
-        ldcg8(p + (size_t)r * ld, v);
+        load(r, v);
 #pragma unroll
         for (int k = 0; k < 8; k++) s[k] += v[k];
     }
@@ -174,39 +175,26 @@ __global__ void colsum8_k(float *dst, float *part, unsigned *cnt, const T *src, 
 {
     int c = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
     int parts = gridDim.y, groups = (parts + group - 1) / group;
+    float s[8];
     if (c < C) {
-        int r = blockIdx.y * rows, r1 = min(N, r + rows);
-        const T *p = src + (size_t)r * C + c;
-        float s[8] = { 0 };
-        for (; r + COLSUM_INFLIGHT <= r1; r += COLSUM_INFLIGHT, p += (size_t)COLSUM_INFLIGHT * C) {
-            float v[COLSUM_INFLIGHT][8];
-#pragma unroll
-            for (int j = 0; j < COLSUM_INFLIGHT; j++) ld8(p + (size_t)j * C, v[j]);
-#pragma unroll
-            for (int j = 0; j < COLSUM_INFLIGHT; j++)
-#pragma unroll
-                for (int k = 0; k < 8; k++) s[k] += v[j][k];
-        }
-        for (; r < r1; r++, p += C) {
-            float v[8];
-            ld8(p, v);
-#pragma unroll
-            for (int k = 0; k < 8; k++) s[k] += v[k];
-        }
+        int r0 = blockIdx.y * rows;
+        const T *p = src + (size_t)r0 * C + c;
+        colsum8_rows(s, min(N - r0, rows), [&](int r, float v[8]) { ld8(p + (size_t)r * C, v); });
         st8(part + (size_t)blockIdx.y * C + c, s);
     }
     if (!cnt) return;
     unsigned *strip = cnt + (size_t)blockIdx.x * (groups + 1);
     int g = blockIdx.y / group, p0 = g * group, n = min(parts - p0, group);
     if (!kcu_arrive_last(strip + g, (unsigned)n)) return;
-    float *sums = part + (size_t)parts * C, s[8];
-    if (c < C) {
-        colsum8_rows_cg(s, part + (size_t)p0 * C + c, C, n);
+    float *sums = part + (size_t)parts * C;
+    if (c < C) { /* the others' partials, through L2 */
+        const float *q = part + (size_t)p0 * C + c;
+        colsum8_rows(s, n, [&](int r, float v[8]) { ldcg8(q + (size_t)r * C, v); });
         st8(sums + (size_t)g * C + c, s);
     }
     if (!kcu_arrive_last(strip + groups, (unsigned)groups)) return;
     if (c < C) {
-        colsum8_rows_cg(s, sums + c, C, groups);
+        colsum8_rows(s, groups, [&](int r, float v[8]) { ldcg8(sums + (size_t)r * C + c, v); });
 #pragma unroll
         for (int k = 0; k < 8; k++) dst[c + k] += s[k]; /* dst: any float alignment */
     }

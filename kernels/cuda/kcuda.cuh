@@ -83,13 +83,6 @@ __device__ __forceinline__ bool kcu_arrive_last(unsigned *cnt, unsigned expected
     if (r) __threadfence();
     return r;
 }
-/* 8 floats written by other blocks (kcu_arrive_last), through L2 */
-__device__ __forceinline__ void ldcg8(const float *p, float v[8])
-{
-    float4 a = __ldcg(reinterpret_cast<const float4 *>(p)), b = __ldcg(reinterpret_cast<const float4 *>(p) + 1);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-
 /* ---- fp32 <-> storage type ---- */
 __device__ __forceinline__ float ldf(const float *p) { return *p; }
 __device__ __forceinline__ float ldf(const bf16 *p) { return __bfloat162float(*p); }
@@ -132,6 +125,14 @@ template <typename T> __device__ __forceinline__ void ld8(const T *p, float v[8]
 {
     kcu_raw8<T> r;
     ld8raw(p, r);
+    unpack8(r, v);
+}
+/* 8 floats written by other blocks (kcu_arrive_last), through L2 (past this SM's L1) */
+__device__ __forceinline__ void ldcg8(const float *p, float v[8])
+{
+    kcu_raw8<float> r;
+    r.a = __ldcg(reinterpret_cast<const float4 *>(p));
+    r.b = __ldcg(reinterpret_cast<const float4 *>(p) + 1);
     unpack8(r, v);
 }
 __device__ __forceinline__ void st8(bf16 *p, const float v[8])

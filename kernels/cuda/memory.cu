@@ -93,7 +93,10 @@ int kcu_init(void)
 
 extern "C" const char *k_cuda_status(void) { return S.status[0] ? S.status : "k_cuda() not called"; }
 extern "C" void *k_cuda_stream(void) { return S.up ? (void *)S.stream : NULL; }
-extern "C" size_t k_cuda_reserved_bytes(void) { return S.up ? KCU_WORKSPACE_BYTES + S.scratch_bytes + KCU_COUNTERS * sizeof(unsigned) : 0; }
+extern "C" size_t k_cuda_reserved_bytes(void)
+{
+    return S.up ? KCU_WORKSPACE_BYTES + S.scratch_bytes + KCU_COUNTERS * sizeof(unsigned) : 0;
+}
 
 extern "C" size_t k_cuda_device_used_bytes(void)
 {

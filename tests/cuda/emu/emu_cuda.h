@@ -29,12 +29,11 @@
  * result depends on the order of blocks, and that no thread reads what
  * another writes without a barrier between (in the shuffled turns the reader
  * comes first in about half the blocks, whichever thread index it has). What
- * it cannot: the GPU memory model beyond barriers,
- * atomics and fences (threads here never run at once), registers and the
- * launch limits other than threads and shared memory, timing, cuBLAS itself
- * (emu/cublas_mock.h computes what the calls ask for). A barrier reached by
- * only part of a block, undefined on the GPU, stops the program here with a
- * message. */
+ * it cannot: the GPU memory model beyond barriers, atomics and fences
+ * (threads here never run at once), registers and the launch limits other
+ * than threads and shared memory, timing, cuBLAS itself (emu/cublas_mock.h
+ * computes what the calls ask for). A barrier reached by only part of a
+ * block, undefined on the GPU, stops the program here with a message. */
 #ifndef ATOLL_EMU_CUDA_H
 #define ATOLL_EMU_CUDA_H
 
