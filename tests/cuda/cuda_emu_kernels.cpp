@@ -132,7 +132,7 @@ static void test_colsum(int N, int C, int dst_off = 0)
 
 /* kcu_arrive_last: of a launch's blocks arriving at one counter, exactly one, the last to run, is told so,
  * sees what every block wrote before it arrived, and leaves the counter zero; a block arriving again at a
- * second counter likewise (the shared flag reused). */
+ * second counter likewise. */
 static void emu_arrive_k(int *wrote, int *sums, int *lasts, unsigned *cnt)
 {
     if (threadIdx.x == 0) wrote[blockIdx.x] = (int)blockIdx.x + 1;
