@@ -1151,6 +1151,40 @@ static void emu_order_k(unsigned *seq, unsigned *order)
 {
     if (threadIdx.x == 0) order[atomicAdd(seq, 1u)] = blockIdx.y * gridDim.x + blockIdx.x;
 }
+/* A stream of cudaStreamCreateWithFlags (the backend's second one) keeps its work until something waits for
+ * it, then runs it in order up to what is waited for; the kernels' stream runs its work at once. */
+static void test_emu_deferred()
+{
+    cudaStream_t s;
+    cudaEvent_t e1, e2;
+    cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamDefault));
+    cudaCheck(cudaEventCreateWithFlags(&e1, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&e2, cudaEventDisableTiming));
+    std::vector<unsigned char> a(64, 0), b(64, 0), c(64, 0);
+    cudaCheck(cudaMemsetAsync(a.data(), 1, a.size(), s));
+    cudaCheck(cudaEventRecord(e1, s));
+    cudaCheck(cudaMemsetAsync(b.data(), 2, b.size(), s));
+    cudaCheck(cudaEventRecord(e2, s));
+    cudaCheck(cudaMemsetAsync(c.data(), 3, c.size(), nullptr)); /* the kernels' stream: at once */
+    check(a[0] == 0 && b[0] == 0 && c[0] == 3, "emulated deferred stream: ran before anything waited (%d %d %d)", a[0],
+          b[0], c[0]);
+    cudaCheck(cudaStreamWaitEvent(nullptr, e1, 0));
+    check(a[63] == 1 && b[0] == 0, "emulated deferred stream: a wait for its first event ran %s",
+          a[63] != 1 ? "nothing" : "past it");
+    cudaCheck(cudaStreamWaitEvent(s, e1, 0)); /* a stream waiting on its own: nothing to run */
+    check(b[0] == 0, "emulated deferred stream: its own wait ran its work");
+    cudaCheck(cudaEventSynchronize(e2));
+    check(b[63] == 2, "emulated deferred stream: a sync of its second event did not run its work");
+    cudaCheck(cudaMemsetAsync(a.data(), 4, a.size(), s));
+    cudaCheck(cudaStreamSynchronize(s));
+    check(a[0] == 4, "emulated deferred stream: a sync of it did not run its work");
+    cudaCheck(cudaMemsetAsync(c.data(), 5, c.size(), s));
+    cudaCheck(cudaStreamDestroy(s));
+    check(c[0] == 5, "emulated deferred stream: destroyed with its work not run");
+    cudaCheck(cudaEventDestroy(e1));
+    cudaCheck(cudaEventDestroy(e2));
+}
+
 static void test_emu_block_order()
 {
     std::vector<unsigned> a(64), b(64), seq(1, 0);
@@ -1235,6 +1269,7 @@ int main(int, char **argv)
     test_emu_partial_barrier();
     test_emu_block_order();
     test_emu_thread_order();
+    test_emu_deferred();
     test_arrive_last();
     kcu_init();
     test_copies();

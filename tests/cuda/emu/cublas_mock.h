@@ -147,7 +147,7 @@ inline void mock_gemm(int ta, int tb, int m, int n, int k, float alpha, const vo
 }
 inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void *alpha, const void *A, cublasLtMatrixLayout_t la,
     const void *B, cublasLtMatrixLayout_t lb, const void *beta, const void *C, cublasLtMatrixLayout_t lc, void *D, cublasLtMatrixLayout_t ld,
-    const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t)
+    const cublasLtMatmulAlgo_t *algo, void *, size_t, cudaStream_t st)
 {
     if (C != D || lc != ld) abort();
     if (!algo || algo->data[0] >= MOCK_ALGOS) abort(); /* matmul.cu always passes one it was offered */
@@ -170,7 +170,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
         mock_gemm(dv.ta, dv.tb, m, n, k, al, A, av.t, av.ld, B, bv.t, bv.ld, be, D, dl.t, dl.ld, dv.epi, dv.bias, dv.aux,
                   dv.ldaux);
     };
-    emu_stream_op(run);
+    emu_stream_op(st, run);
     return 0;
 }
 inline cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,

@@ -37,6 +37,7 @@
 #ifndef ATOLL_EMU_CUDA_H
 #define ATOLL_EMU_CUDA_H
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -443,6 +444,48 @@ template <typename F> void emu_stream_op(F f)
     if (emu_capture) emu_capture->ops.push_back(std::function<void()>(f));
     else f();
 }
+
+/* A stream made by cudaStreamCreateWithFlags (the backend's second stream: the
+ * weight gradients beside the kernels', kernels/cuda/memory.cu) keeps its work
+ * and runs it, in order, only when something waits for it: the kernels' stream
+ * waiting for an event recorded on it, a sync of that event or of the stream,
+ * a cudaFree. That is as late as a GPU may run it, so a call on the kernels'
+ * stream that changes what the kept work reads, or reads what it writes, before
+ * such a wait gives other results than the same calls in order, where on a GPU
+ * it would race. `at` counts the work ever queued on it. */
+struct emu_deferred {
+    std::vector<std::function<void()>> q;
+    size_t base = 0, ran = 0; /* q[i] is item base + i; q[0..ran) have run */
+};
+inline std::vector<emu_deferred *> emu_deferred_streams;
+inline emu_deferred *emu_deferred_of(cudaStream_t s)
+{
+    for (emu_deferred *d : emu_deferred_streams)
+        if ((void *)d == s) return d;
+    return nullptr;
+}
+/* Runs d's items up to (not including) item number `upto`. */
+inline void emu_deferred_run(emu_deferred *d, size_t upto)
+{
+    while (d->base + d->ran < upto && d->ran < d->q.size()) {
+        std::function<void()> f = std::move(d->q[d->ran]);
+        d->ran++;
+        f();
+    }
+    if (d->ran == d->q.size()) d->base += d->q.size(), d->q.clear(), d->ran = 0;
+}
+inline void emu_deferred_run_all()
+{
+    for (emu_deferred *d : emu_deferred_streams) emu_deferred_run(d, (size_t)-1);
+}
+/* The same on stream s: kept there when s is a deferred stream (not while capturing: a graph records every
+ * stream's work in the order it was queued). */
+template <typename F> void emu_stream_op(cudaStream_t s, F f)
+{
+    emu_deferred *d = emu_capture ? nullptr : emu_deferred_of(s);
+    if (d) d->q.push_back(std::function<void()>(f));
+    else emu_stream_op(f);
+}
 /* A call CUDA refuses while a capture is under way: the capture becomes invalid. */
 inline bool emu_refused_in_capture()
 {
@@ -481,9 +524,9 @@ inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsig
     *x = new emu_graph(*g);
     return cudaSuccess;
 }
-inline cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t)
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t st)
 {
-    emu_stream_op([x] {
+    emu_stream_op(st, [x] {
         for (auto &op : x->ops) op();
     });
     return cudaSuccess;
@@ -549,9 +592,28 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int)
  * orders other streams after it (the NCCL backend's events) does so. */
 inline char emu_kernel_stream;
 inline cudaError_t cudaStreamCreate(cudaStream_t *s) { *s = &emu_kernel_stream; return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t)
+enum { cudaStreamDefault = 0, cudaStreamNonBlocking = 1 };
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned)
 {
-    return emu_refused_in_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+    emu_deferred *d = new emu_deferred;
+    emu_deferred_streams.push_back(d);
+    *s = d;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    emu_deferred *d = emu_deferred_of(s);
+    if (!d) return cudaSuccess;
+    emu_deferred_run(d, (size_t)-1); /* as CUDA: the work queued still runs */
+    emu_deferred_streams.erase(std::find(emu_deferred_streams.begin(), emu_deferred_streams.end(), d));
+    delete d;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    if (emu_refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
+    if (emu_deferred *d = emu_deferred_of(s)) emu_deferred_run(d, (size_t)-1);
+    return cudaSuccess;
 }
 inline cudaError_t cudaMalloc(void **p, size_t n)
 {
@@ -562,6 +624,7 @@ inline cudaError_t cudaMalloc(void **p, size_t n)
 inline cudaError_t cudaFree(void *p)
 {
     if (emu_refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
+    emu_deferred_run_all(); /* as CUDA's: it waits for the device */
     emu_device_free(p);
     return cudaSuccess;
 }
@@ -587,38 +650,69 @@ enum { cudaEventDisableTiming = 2 };
  * emu_clock_ms (the cuBLASLt mock charges each algorithm its mock_algo_ms);
  * an event records the clock, ElapsedTime is the difference. */
 inline double emu_clock_ms;
+/* An event: the clock when its stream got there; on a deferred stream, the item it follows there. */
+struct emu_event {
+    double t = 0.0;
+    emu_deferred *s = nullptr;
+    size_t at = 0;
+};
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned)
 {
-    *e = new double(0.0);
+    *e = new emu_event;
     return cudaSuccess;
 }
-inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t)
+inline cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
-    emu_stream_op([=] { memset(p, v, n); });
+    delete (emu_event *)e;
     return cudaSuccess;
 }
-inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t)
+inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t st)
 {
-    emu_stream_op([=] { memmove(d, s, n); });
+    emu_stream_op(st, [=] { memset(p, v, n); });
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t st)
+{
+    emu_stream_op(st, [=] { memmove(d, s, n); });
     return cudaSuccess;
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
-inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t)
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st)
 {
-    emu_stream_op([=] { *(double *)e = emu_clock_ms; });
+    emu_event *ev = (emu_event *)e;
+    emu_stream_op(st, [=] { ev->t = emu_clock_ms; });
+    emu_deferred *d = emu_capture ? nullptr : emu_deferred_of(st);
+    ev->s = d;
+    ev->at = d ? d->base + d->q.size() : 0;
     return cudaSuccess;
 }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t)
+/* What waits for an event recorded on a deferred stream runs that stream up to it. */
+inline void emu_event_reached(cudaEvent_t e)
 {
-    return emu_refused_in_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+    emu_event *ev = (emu_event *)e;
+    if (ev->s) emu_deferred_run(ev->s, ev->at);
 }
-inline cudaError_t cudaEventQuery(cudaEvent_t)
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t st, cudaEvent_t e, unsigned)
 {
-    return emu_refused_in_capture() ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+    /* the kernels' stream runs its work as queued: a deferred stream waiting for it has nothing to wait for */
+    if (!emu_capture && !emu_deferred_of(st)) emu_event_reached(e);
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    if (emu_refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
+    emu_event_reached(e);
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    if (emu_refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
+    emu_event_reached(e);
+    return cudaSuccess;
 }
 inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 {
-    *ms = (float)(*(double *)b - *(double *)a);
+    *ms = (float)(((emu_event *)b)->t - ((emu_event *)a)->t);
     return cudaSuccess;
 }
 
@@ -780,10 +874,10 @@ inline std::atomic<unsigned long> emu_launches;
 /* kernel<<<g, b, smem, stream>>>(args...): run now, or kept for the graph
  * being captured with the arguments' values of now. */
 template <typename... P, typename... A>
-void emu_launch(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t, A... args)
+void emu_launch(void (*kernel)(P...), dim3 g, dim3 b, size_t smem, cudaStream_t st, A... args)
 {
     emu_launches++;
-    emu_stream_op([=] { emu_launch_now(kernel, g, b, smem, args...); });
+    emu_stream_op(st, [=] { emu_launch_now(kernel, g, b, smem, args...); });
 }
 
 #endif
