@@ -122,6 +122,7 @@ static const key_def KEYS[] = {
     F("tune-gemms", K_BOOL, tune_gemms),
     F("enable-cuda-graph", K_BOOL, enable_cuda_graph),
     F("nondeterministic-attention", K_BOOL, nondeterministic_attention),
+    F("overlap-wgrad", K_BOOL, overlap_wgrad),
     F("normalization", K_STR, normalization),
     F("swiglu", K_BOOL, swiglu),
     F("squared-relu", K_BOOL, squared_relu),

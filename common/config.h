@@ -141,6 +141,7 @@ typedef struct atoll_config {
     int tune_gemms;                    /* cuda: GEMM algorithms chosen by time, kept in --save for restarts */
     int enable_cuda_graph;             /* cuda, one rank: each micro-batch's forward and backward as one CUDA graph */
     int nondeterministic_attention;    /* cuda, cuDNN attention: the backward's dQ summed by atomic adds */
+    int overlap_wgrad;                 /* cuda: weight-gradient GEMMs on a second stream beside the backward */
     char normalization[16];            /* "LayerNorm" (default) or "RMSNorm" */
     int swiglu;
     int squared_relu;                  /* the MLP's activation is relu(x)^2 instead of GELU (Nemotron's) */

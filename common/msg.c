@@ -282,6 +282,7 @@ void msg_spec_from_cfg(Atoll__JobSpec *o, const atoll_config *c, const char *nam
     o->tune_gemms = c->tune_gemms;
     o->enable_cuda_graph = c->enable_cuda_graph;
     o->nondeterministic_attention = c->nondeterministic_attention;
+    o->overlap_wgrad = c->overlap_wgrad;
     o->swiglu = c->swiglu;
     o->squared_relu = c->squared_relu;
     o->apply_layernorm_1p = c->apply_layernorm_1p;

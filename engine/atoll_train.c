@@ -54,6 +54,8 @@ static void usage(FILE *f)
             "          --enable-cuda-graph (cuda, one rank: a micro-batch's kernels launched as one CUDA graph)\n"
             "          --nondeterministic-attention (cuda, cuDNN attention: dQ summed by atomic adds; faster, but\n"
             "          not bit-reproducible)\n"
+            "          --overlap-wgrad (cuda: the weight-gradient GEMMs on a second stream, beside the rest of the\n"
+            "          backward; the same bits)\n"
             "          --nproc-per-node N (local launcher)\n"
             "          --print-groups (the rank groups as JSON for --nproc-per-node, WORLD_SIZE or --num-gpus)\n");
 }

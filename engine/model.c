@@ -1277,6 +1277,16 @@ double eng_losses_sum(const eng_model *m, const float *host, int nmicro, const f
 
 /* ---- backward ---- */
 
+/* The weight gradients a backend computes beside the calls after their
+ * matmul_backward (kernels.h) are complete from here on, and their inputs free:
+ * before anything but the next matmul_backward reads a weight gradient (the
+ * data-parallel hook, the optimizer after the pass) or overwrites a buffer
+ * such a GEMM may still read (a recomputed group's activations). */
+static void wgrad_join(const eng_model *m)
+{
+    if (m->k->wgrad_join) m->k->wgrad_join();
+}
+
 /* d(norm output) [N, C] into ws_dln from the gradient of q, k, v (in
  * ws_dqkv, attention's layout): the rotary embedding turned back (and the
  * query and key heads' norms), then the input gradients of c_attn, or of
@@ -1431,11 +1441,13 @@ int eng_backward(eng_model *m, eng_acts *a, const void *dout, float dloss)
              * group from its saved input (same TP collectives and dropout masks, in the same order on every
              * TP rank), then take the layers' backward one by one */
             int G = m->recompute_group, g0 = l / G * G;
-            if (l + 1 == (g0 + G < nl ? g0 + G : nl))
+            if (l + 1 == (g0 + G < nl ? g0 + G : nl)) {
+                wgrad_join(m);
                 for (int j = g0; j <= l; j++)
                     if (layer_forward(m, a, ch->layer_begin + j, &ch->w.layers[j], rebuilt_acts(m, j), a->res[j],
                                       a->res[j + 1], 0, NULL))
                         return -1;
+            }
             la = rebuilt_acts(m, l);
         }
         /* the down projection's bias: summed by the norm above where there is one in this chunk */
@@ -1444,8 +1456,12 @@ int eng_backward(eng_model *m, eng_acts *a, const void *dout, float dloss)
         if (layer_backward(m, a, layer, &ch->w.layers[l], &ch->g.layers[l], la, a->res[l], mlp_bias_done,
                            below_bias))
             return -1;
-        if (m->layer_done) m->layer_done(m->layer_done_ctx, a->chunk, layer);
+        if (m->layer_done) {
+            wgrad_join(m);
+            m->layer_done(m->layer_done_ctx, a->chunk, layer);
+        }
     }
+    wgrad_join(m); /* the embeddings' backward adds into the tied classifier's gradient; the optimizer follows */
     if (ch->first) {
         op_dropout(m, m->ws_dres, hidden_drop(m, a, -1, 0, &dd));
         const void *d = gather_rows(m, m->ws_dres);

@@ -1159,6 +1159,9 @@ static int setup(run *r, char *err, size_t errlen)
         return ENG_ERR_CONFIG;
     if (gemm_tuned(r)) k_cuda_gemm_tuning(1);
     if (!strcmp(r->o->device, "cuda")) k_cuda_attention_atomic_dq(c->nondeterministic_attention);
+    if (!strcmp(r->o->device, "cuda") && c->overlap_wgrad && !k_cuda_overlap_wgrad(1))
+        fprintf(stderr, "atoll-train: note: --overlap-wgrad: no room for a second GEMM workspace (32 MiB): the weight "
+                "gradients run in order\n");
 #endif
     r->gemm_kept = -1;
     if (dist_init(&r->d, c, k, err, errlen)) return -1;
@@ -1167,6 +1170,9 @@ static int setup(run *r, char *err, size_t errlen)
     if (c->tune_gemms && strcmp(r->o->device, "cuda") && r->d.rank == 0)
         fprintf(stderr, "atoll-train: note: --tune-gemms chooses cuBLASLt's algorithms: nothing to choose on "
                 "--device %s\n", r->o->device);
+    if (c->overlap_wgrad && strcmp(r->o->device, "cuda") && r->d.rank == 0)
+        fprintf(stderr, "atoll-train: note: --overlap-wgrad runs the weight-gradient GEMMs on a second CUDA stream: "
+                "nothing changes on --device %s\n", r->o->device);
     if (c->nondeterministic_attention && r->d.rank == 0 &&
         (strcmp(r->o->device, "cuda") || !c->bf16 || !strcmp(c->attention_backend, "flash")))
         fprintf(stderr, "atoll-train: note: --nondeterministic-attention sums cuDNN's attention gradients by atomic "
@@ -1587,6 +1593,12 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
                "workspace)\n", took / gib, need.total_bytes / gib, need.state_bytes / gib, need.act_bytes / gib,
                need.attn_workspace_bytes / gib);
     }
+#ifdef ATOLL_HAVE_CUDA_KERNELS
+    if (!rc && r.d.rank == 0 && c.overlap_wgrad && !strcmp(r.o->device, "cuda"))
+        printf("atoll-train: --overlap-wgrad: %ld weight gradients queued beside the backward (a graph's once, as "
+               "recorded)\n",
+               k_cuda_overlap_wgrad_calls());
+#endif
     if (!rc && r.d.rank == 0 && r.graph_records)
         printf("atoll-train: --enable-cuda-graph: %ld graph%s recorded, %ld micro-batches launched from them\n",
                r.graph_records, r.graph_records == 1 ? "" : "s", r.graph_launches);

@@ -110,9 +110,17 @@ typedef struct k_ops {
     void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
                            int N, int C, int OC);
     /* dinp[N,C] = dout w (OVERWRITES; dinp may be NULL to skip it);
-     * dw[OC,C] += dout^T inp; dbias[OC] += column sums of dout (dbias may be NULL). */
+     * dw[OC,C] += dout^T inp; dbias[OC] += column sums of dout (dbias may be NULL).
+     * A backend with wgrad_join may compute dw beside the calls that follow (the
+     * cuda backend with k_cuda_overlap_wgrad on), up to the next matmul_backward*
+     * call, wgrad_join, or a call that waits for earlier work: until then the
+     * caller changes neither dout nor inp and reads or writes no dw. The same for
+     * the *_bf16 and gelu entries. */
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int C, int OC);
+    /* Optional (NULL: every call in order): the dw of the last matmul_backward*
+     * is complete for the calls after this one, and its dout and inp free. */
+    void (*wgrad_join)(void);
 
     /* ---- causal self-attention, grouped-query ----
      * NH query heads share NG key/value groups (NH % NG == 0; NG == NH is

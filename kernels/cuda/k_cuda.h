@@ -109,6 +109,15 @@ k_cuda_graph *k_cuda_graph_end(char *err, size_t errlen);
 int k_cuda_graph_launch(k_cuda_graph *g);
 void k_cuda_graph_free(k_cuda_graph *g);
 
+/* --overlap-wgrad: matmul_backward's weight-gradient GEMM runs on a second
+ * stream beside the calls after it (kernels.h: matmul_backward, wgrad_join),
+ * with a cuBLASLt workspace of its own (counted in k_cuda_reserved_bytes), from
+ * the next call on. Off by default. Returns whether it is on (0 without a
+ * device, or without room for the workspace). _calls: how many weight
+ * gradients have gone there so far. The bits are the same either way. */
+int k_cuda_overlap_wgrad(int on);
+long k_cuda_overlap_wgrad_calls(void);
+
 /* Step timing for MFU: events recorded on the backend stream. end() waits for
  * the work queued since begin() and returns its device time in milliseconds. */
 void k_cuda_timer_begin(void);

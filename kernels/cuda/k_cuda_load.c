@@ -50,6 +50,8 @@ static struct {
     k_cuda_graph *(*graph_end)(char *, size_t);
     int (*graph_launch)(k_cuda_graph *);
     void (*graph_free)(k_cuda_graph *);
+    int (*overlap_wgrad)(int);
+    long (*overlap_wgrad_calls)(void);
 } M;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
@@ -101,6 +103,8 @@ static void open_backend(void)
         { (void **)&M.graph_end, "k_cuda_graph_end" },
         { (void **)&M.graph_launch, "k_cuda_graph_launch" },
         { (void **)&M.graph_free, "k_cuda_graph_free" },
+        { (void **)&M.overlap_wgrad, "k_cuda_overlap_wgrad" },
+        { (void **)&M.overlap_wgrad_calls, "k_cuda_overlap_wgrad_calls" },
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         *syms[i].fn = dlsym(h, syms[i].name);
@@ -181,6 +185,8 @@ void k_cuda_graph_free(k_cuda_graph *g)
 {
     if (g && backend()) M.graph_free(g);
 }
+int k_cuda_overlap_wgrad(int on) { return backend() ? M.overlap_wgrad(on) : 0; }
+long k_cuda_overlap_wgrad_calls(void) { return backend() ? M.overlap_wgrad_calls() : 0; }
 size_t k_cuda_reserved_bytes(void) { return backend() ? M.reserved() : 0; }
 size_t k_cuda_device_used_bytes(void) { return backend() ? M.device_used() : 0; }
 void k_cuda_gemm_tuning(int on)

@@ -34,6 +34,13 @@ void *kcu_scratch(size_t bytes);
 /* Arrival counters (kcu_arrive_last) owned by the backend: zero, for kernels on kcu_stream() only, and each
  * kernel leaves those it used zero again. NULL when n are more than it has: the caller goes without. */
 unsigned *kcu_counters(size_t n);
+/* The weight gradients' stream (memory.cu, k_cuda_overlap_wgrad): _fork
+ * returns it, ordered after the work queued on kcu_stream() so far, and its
+ * own cuBLASLt workspace, or NULL when it is off; the caller queues there and
+ * then calls _queued. _join: kcu_stream() waits for all queued there so far. */
+cudaStream_t kcu_wgrad_fork(void **ws, size_t *ws_bytes);
+void kcu_wgrad_queued(void);
+void kcu_wgrad_join(void);
 /* The host waits for everything queued on the stream, and the reads queued
  * by to_host_later land (memory.cu). Every wait of the backend goes here
  * but kcu_reads_land's. */

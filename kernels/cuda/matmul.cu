@@ -33,6 +33,9 @@ typedef struct {
     const void *bias;
     void *aux;
     int ldaux;
+    cudaStream_t st; /* where it runs, with workspace ws of ws_bytes: NULL for kcu_stream() and its workspace */
+    void *ws;
+    size_t ws_bytes;
 } lt_call;
 
 /* The heuristic assumes 256-byte aligned pointers unless told: tell it the truth. */
@@ -116,6 +119,7 @@ static int lt_fastest(const lt_call *c, cublasLtMatmulDesc_t op, cublasLtMatrixL
                       size_t ws_bytes, float ms[2])
 {
     ms[0] = ms[1] = -1.0f;
+    kcu_wgrad_join(); /* timed alone, on kcu_stream() */
     static cudaEvent_t e0, e1;
     if (!e0) {
         cudaCheck(cudaEventCreate(&e0));
@@ -213,7 +217,8 @@ static bool lt_matmul(const lt_call *c)
     cublasLtMatrixLayout_t la, lb, ld;
     cublasOperation_t ta = c->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = c->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
     size_t ws_bytes;
-    void *ws = kcu_workspace(&ws_bytes);
+    void *ws = kcu_workspace(&ws_bytes); /* the one the choices are made for; the call runs with c->ws if given */
+    cudaStream_t st = c->st ? c->st : kcu_stream();
 
     cublasCheck(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -284,7 +289,7 @@ static bool lt_matmul(const lt_call *c)
     bool ok = skip || lt_cache[slot].found;
     if (ok && !skip)
         cublasCheck(cublasLtMatmul(kcu_cublaslt(), op, &c->alpha, c->A, la, c->B, lb, &c->beta, c->D, ld, c->D, ld,
-                                   &lt_cache[slot].algo, ws, ws_bytes, kcu_stream()));
+                                   &lt_cache[slot].algo, c->st ? c->ws : ws, c->st ? c->ws_bytes : ws_bytes, st));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(ld));
@@ -318,24 +323,49 @@ static lt_call forward_call(void *out, const void *inp, const void *w, cudaDataT
     return c;
 }
 
-template <typename T>
-static void matmul_backward(T *dinp, float *dw, float *dbias, const T *dout, const T *inp, const T *w,
-                            int N, int C, int OC, cudaDataType_t t)
+/* The weight gradient dw += inp^T dout (fp32). With the weight gradients' stream on
+ * (k_cuda_overlap_wgrad), wgrad_beside queues it there, ordered after everything queued so far,
+ * and returns true: the calls after it go on beside it until the next matmul_backward* or a
+ * join (kernels.h: wgrad_join). Otherwise (or where cuBLASLt cannot run it there) it returns
+ * false and the caller queues it on kcu_stream() with lt_matmul_or_die where it did before.
+ * Either way it first joins the last one: its dout and inp are the caller's again. */
+static lt_call wgrad_call(float *dw, const void *dout, const void *inp, cudaDataType_t t, int N, int C, int OC)
 {
-    if (N <= 0 || C <= 0 || OC <= 0) return;
-    if (dinp) {
-        lt_call c = {};
-        c.A = w; c.B = dout; c.D = dinp; c.ab = t; c.d = t;
-        c.m = C; c.n = N; c.k = OC; c.lda = C; c.ldb = OC; c.ldd = C;
-        c.alpha = 1.0f; c.beta = 0.0f; c.epi = CUBLASLT_EPILOGUE_DEFAULT;
-        lt_matmul_or_die(&c);
-    }
     lt_call c = {};
     c.A = inp; c.B = dout; c.D = dw; c.ab = t; c.d = CUDA_R_32F; /* fp32 weight gradient */
     c.ta = false; c.tb = true;
     c.m = C; c.n = OC; c.k = N; c.lda = C; c.ldb = OC; c.ldd = C;
     c.alpha = 1.0f; c.beta = 1.0f; c.epi = CUBLASLT_EPILOGUE_DEFAULT;
-    lt_matmul_or_die(&c);
+    return c;
+}
+
+static bool wgrad_beside(lt_call *c)
+{
+    kcu_wgrad_join();
+    c->st = kcu_wgrad_fork(&c->ws, &c->ws_bytes);
+    if (!c->st) return false;
+    bool beside = lt_matmul(c);
+    kcu_wgrad_queued();
+    if (!beside) c->st = NULL, c->ws = NULL, c->ws_bytes = 0;
+    return beside;
+}
+
+/* dinp = dout w, dw += inp^T dout (beside the rest where wgrad_beside puts it), dbias += column sums. */
+template <typename T>
+static void matmul_backward(T *dinp, float *dw, float *dbias, const T *dout, const T *inp, const T *w,
+                            int N, int C, int OC, cudaDataType_t t)
+{
+    if (N <= 0 || C <= 0 || OC <= 0) return;
+    lt_call c = wgrad_call(dw, dout, inp, t, N, C, OC);
+    bool beside = wgrad_beside(&c);
+    if (dinp) {
+        lt_call d = {};
+        d.A = w; d.B = dout; d.D = dinp; d.ab = t; d.d = t;
+        d.m = C; d.n = N; d.k = OC; d.lda = C; d.ldb = OC; d.ldd = C;
+        d.alpha = 1.0f; d.beta = 0.0f; d.epi = CUBLASLT_EPILOGUE_DEFAULT;
+        lt_matmul_or_die(&d);
+    }
+    if (!beside) lt_matmul_or_die(&c);
     if (dbias) kcu_colsum_acc(dbias, dout, N, OC);
 }
 
@@ -439,6 +469,9 @@ void kcu_matmul_backward_gelu_bf16(uint16_t *dpre, float *dw, float *dbias, cons
                                    const uint16_t *w, const uint16_t *pre_gelu, int N, int C, int OC)
 {
     if (N <= 0 || C <= 0 || OC <= 0) return;
+    /* dw first: beside, it has the dinp GEMM below to run next to */
+    lt_call g = wgrad_call(dw, dout, inp, CUDA_R_16BF, N, C, OC);
+    bool beside = wgrad_beside(&g);
     lt_call c = {};
     c.A = w; c.B = dout; c.D = dpre; c.ab = CUDA_R_16BF; c.d = CUDA_R_16BF;
     c.m = C; c.n = N; c.k = OC; c.lda = C; c.ldb = OC; c.ldd = C;
@@ -453,7 +486,8 @@ void kcu_matmul_backward_gelu_bf16(uint16_t *dpre, float *dw, float *dbias, cons
         lt_matmul_or_die(&c);
         kcu_gelu_backward_bf16(dpre, pre_gelu, dpre, (size_t)N * C);
     }
-    matmul_backward((bf16 *)NULL, dw, dbias, as_bf(dout), as_bf(inp), as_bf(w), N, C, OC, CUDA_R_16BF);
+    if (!beside) lt_matmul_or_die(&g);
+    if (dbias) kcu_colsum_acc(dbias, as_bf(dout), N, OC);
 }
 
 /* ---- the choices, for k_cuda.h ---- */

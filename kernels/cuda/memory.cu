@@ -91,11 +91,81 @@ int kcu_init(void)
     return 1;
 }
 
+/* ---- the weight gradients' stream (k_cuda_overlap_wgrad) ----
+ * With it on, matmul_backward queues its weight gradient's GEMM on a second
+ * stream that waits for the kernels' stream where the call is made
+ * (kcu_wgrad_fork) and then runs beside what the kernels' stream does next, so
+ * the GPU has work for the gaps between the kernels' launches and the tails of
+ * their last waves. The kernels' stream waits for it (kcu_wgrad_join) at the
+ * next matmul_backward, at the table's wgrad_join, and before anything that
+ * waits for the kernels' stream or orders after it: a host wait, a read mark,
+ * the step timer, k_cuda_stream (the NCCL streams' order), the start and the
+ * end of a graph's capture. The GEMM has a cuBLASLt workspace of its own: two
+ * GEMMs at once may not share one. */
+static struct {
+    int on;
+    cudaStream_t s;
+    void *ws;
+    cudaEvent_t fork, done;
+    int pending; /* work queued on s that the kernels' stream has not waited for */
+    long forks;
+} W;
+
+void kcu_wgrad_join(void)
+{
+    if (!W.pending) return;
+    W.pending = 0;
+    cudaCheck(cudaStreamWaitEvent(S.stream, W.done, 0));
+}
+
+cudaStream_t kcu_wgrad_fork(void **ws, size_t *ws_bytes)
+{
+    if (!W.on) return NULL;
+    cudaCheck(cudaEventRecord(W.fork, S.stream));
+    cudaCheck(cudaStreamWaitEvent(W.s, W.fork, 0));
+    *ws = W.ws;
+    *ws_bytes = KCU_WORKSPACE_BYTES;
+    W.forks++;
+    return W.s;
+}
+
+void kcu_wgrad_queued(void)
+{
+    cudaCheck(cudaEventRecord(W.done, W.s));
+    W.pending = 1;
+}
+
+extern "C" int k_cuda_overlap_wgrad(int on)
+{
+    if (!S.up) return 0;
+    kcu_wgrad_join();
+    if (on && !W.s) {
+        void *ws = NULL;
+        if (cudaMalloc(&ws, KCU_WORKSPACE_BYTES) != cudaSuccess) {
+            (void)cudaGetLastError(); /* no room: the GEMMs stay on the kernels' stream */
+            return 0;
+        }
+        cudaCheck(cudaStreamCreateWithFlags(&W.s, cudaStreamDefault)); /* blocking, as the kernels' stream */
+        cudaCheck(cudaEventCreateWithFlags(&W.fork, cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&W.done, cudaEventDisableTiming));
+        W.ws = ws;
+    }
+    W.on = on && W.s;
+    return W.on;
+}
+
+extern "C" long k_cuda_overlap_wgrad_calls(void) { return W.forks; }
+
 extern "C" const char *k_cuda_status(void) { return S.status[0] ? S.status : "k_cuda() not called"; }
-extern "C" void *k_cuda_stream(void) { return S.up ? (void *)S.stream : NULL; }
+extern "C" void *k_cuda_stream(void)
+{
+    if (!S.up) return NULL;
+    kcu_wgrad_join(); /* what orders after the kernels' stream orders after the weight gradients too */
+    return (void *)S.stream;
+}
 extern "C" size_t k_cuda_reserved_bytes(void)
 {
-    return S.up ? KCU_WORKSPACE_BYTES + S.scratch_bytes + KCU_COUNTERS * sizeof(unsigned) : 0;
+    return S.up ? KCU_WORKSPACE_BYTES * (W.ws ? 2 : 1) + S.scratch_bytes + KCU_COUNTERS * sizeof(unsigned) : 0;
 }
 
 extern "C" size_t k_cuda_device_used_bytes(void)
@@ -125,6 +195,7 @@ extern "C" void k_cuda_timer_begin(void) { cudaCheck(cudaEventRecord(S.t0, S.str
 extern "C" float k_cuda_timer_end_ms(void)
 {
     float ms = 0.0f;
+    kcu_wgrad_join();
     cudaCheck(cudaEventRecord(S.t1, S.stream));
     cudaCheck(cudaEventSynchronize(S.t1));
     cudaCheck(cudaEventElapsedTime(&ms, S.t0, S.t1));
@@ -236,6 +307,7 @@ static void land_locked(int n, int forced)
  * arena. X.mu held. */
 static void wait_locked(int forced)
 {
+    kcu_wgrad_join();
     cudaCheck(cudaStreamSynchronize(S.stream));
     X.waits++;
     land_locked(X.nq, forced);
@@ -266,6 +338,7 @@ void kcu_reads_mark(void)
         exit(EXIT_FAILURE);
     }
     if (!X.mark) cudaCheck(cudaEventCreateWithFlags(&X.mark, cudaEventDisableTiming));
+    kcu_wgrad_join();
     cudaCheck(cudaEventRecord(X.mark, S.stream));
     X.marked = X.nq;
     pthread_mutex_unlock(&X.mu);
@@ -425,6 +498,7 @@ extern "C" int k_cuda_graph_begin(char *err, size_t errlen)
         snprintf(err, errlen, "%s", !S.up ? "no CUDA device" : "a capture is already under way");
         return -1;
     }
+    kcu_wgrad_join(); /* the capture starts with nothing beside it */
     cudaError_t e = cudaStreamBeginCapture(S.stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
@@ -444,6 +518,7 @@ extern "C" k_cuda_graph *k_cuda_graph_end(char *err, size_t errlen)
         return NULL;
     }
     cudaGraph_t g = NULL;
+    kcu_wgrad_join(); /* a capture ends with every stream it forked joined */
     cudaError_t e = cudaStreamEndCapture(S.stream, &g);
     G.on = 0;
     long fused, flash; /* the attention calls recorded did not run: a launch counts them */

@@ -177,6 +177,7 @@ static void fill(k_ops *k)
     k->nonzeros = kcu_nonzeros;
     k->sumsq_begin = kcu_sumsq_begin;
     k->sumsq_end = kcu_sumsq_end;
+    k->wgrad_join = kcu_wgrad_join;
     k->adamw = kcu_adamw;
 
     k->to_bf16 = kcu_to_bf16;

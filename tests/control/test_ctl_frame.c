@@ -181,7 +181,7 @@ static void message_cases(void)
     snprintf(c.data_args_path, sizeof c.data_args_path, "/data/blend.txt");
     snprintf(c.per_split_data_args_path, sizeof c.per_split_data_args_path, "/data/splits.json");
     c.rope_scaling_factor = 32.0;
-    c.tune_gemms = c.enable_cuda_graph = c.nondeterministic_attention = 1; /* the GPU path's switches */
+    c.tune_gemms = c.enable_cuda_graph = c.nondeterministic_attention = c.overlap_wgrad = 1; /* the GPU path's switches */
     c.weight_decay_incr_style = WD_INCR_LINEAR;
     c.start_weight_decay = 0.0; /* given, and 0: travels as given, not as absent */
     c.end_weight_decay = 0.1;

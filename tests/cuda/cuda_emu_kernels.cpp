@@ -1260,6 +1260,82 @@ static void test_emu_partial_barrier()
               std::string::npos, "a launch with a barrier 1 of 64 threads skips said: %s", err.c_str());
 }
 
+/* --overlap-wgrad (k_cuda_overlap_wgrad): matmul_backward's weight gradient on the backend's second stream.
+ * The emulation runs that stream's work only when something waits for it (emu_cuda.h: emu_deferred), as
+ * late as a GPU may, so: dw is not there after the call and dinp and dbias are; it is after the join (the
+ * table's wgrad_join), after the next matmul_backward (which joins before it queues), and after each wait
+ * of the backend (a sync, a read, the step timer, k_cuda_stream for the NCCL streams); a graph records the
+ * fork and the join; and every result is the bits of the same calls in order. */
+static void test_overlap_wgrad()
+{
+    enum { N = 64, C = 24, OC = 40 };
+    vec x = rv(N * C), w = rv(OC * C), g = rv(N * OC), g2 = rv(N * OC);
+    vec d_ref = nanv(N * C), gw_ref(OC * C, 0.0f), gb_ref(OC, 0.0f), gw2_ref;
+    kcu_matmul_backward(d_ref.data(), gw_ref.data(), gb_ref.data(), g.data(), x.data(), w.data(), N, C, OC);
+    gw2_ref = gw_ref;
+    kcu_matmul_backward(NULL, gw2_ref.data(), NULL, g2.data(), x.data(), w.data(), N, C, OC);
+    long calls = k_cuda_overlap_wgrad_calls();
+    check(k_cuda_overlap_wgrad(1) == 1, "overlap: the second stream did not start");
+    vec d = nanv(N * C), gw(OC * C, 0.0f), gb(OC, 0.0f), zero(OC * C, 0.0f);
+    kcu_matmul_backward(d.data(), gw.data(), gb.data(), g.data(), x.data(), w.data(), N, C, OC);
+    cmp("overlap: dinp at once", d, d_ref, 0);
+    cmp("overlap: dbias at once", gb, gb_ref, 0);
+    cmp("overlap: dw not yet (beside, run when waited for)", gw, zero, 0);
+    kcu_wgrad_join(); /* the table's wgrad_join */
+    cmp("overlap: dw after wgrad_join", gw, gw_ref, 0);
+    /* the next call joins the last before it queues its own: then the caller may change the last one's dout */
+    std::fill(gw.begin(), gw.end(), 0.0f);
+    vec g1 = g;
+    kcu_matmul_backward(NULL, gw.data(), NULL, g1.data(), x.data(), w.data(), N, C, OC);
+    kcu_matmul_backward(NULL, gw.data(), NULL, g2.data(), x.data(), w.data(), N, C, OC);
+    g1.assign(g1.size(), 7.0f); /* the first call's dout, changed after the second call: too late to matter */
+    kcu_wgrad_join();
+    cmp("overlap: two calls in a row, the second joining the first", gw, gw2_ref, 0);
+    /* and changing it before the next call is what the contract forbids: the emulation shows it */
+    std::fill(gw.begin(), gw.end(), 0.0f);
+    g1 = g;
+    kcu_matmul_backward(NULL, gw.data(), NULL, g1.data(), x.data(), w.data(), N, C, OC);
+    g1.assign(g1.size(), 7.0f);
+    kcu_wgrad_join();
+    double diff = 0;
+    for (size_t i = 0; i < gw.size(); i++) diff += std::fabs((double)gw[i] - gw_ref[i]);
+    check(diff > 0, "overlap: a dout changed before the join did not reach dw: the emulation ran it in order");
+    /* each wait of the backend waits for it too */
+    const char *waits[] = { "sync", "read", "timer", "k_cuda_stream" };
+    for (const char *wt : waits) {
+        std::fill(gw.begin(), gw.end(), 0.0f);
+        float host = 0.0f;
+        k_cuda_timer_begin();
+        kcu_matmul_backward(NULL, gw.data(), NULL, g.data(), x.data(), w.data(), N, C, OC);
+        if (!strcmp(wt, "sync")) kcu_sync();
+        else if (!strcmp(wt, "read")) kcu_to_host(&host, d.data(), sizeof host);
+        else if (!strcmp(wt, "timer")) (void)k_cuda_timer_end_ms();
+        else cudaCheck(cudaStreamSynchronize((cudaStream_t)k_cuda_stream()));
+        cmp((std::string("overlap: dw after a ") + wt).c_str(), gw, gw_ref, 0);
+    }
+    /* a graph: the fork and the join are recorded with it */
+    char why[256] = "";
+    std::fill(gw.begin(), gw.end(), 0.0f);
+    d = nanv(N * C);
+    check(k_cuda_graph_begin(why, sizeof why) == 0, "overlap: graph begin: %s", why);
+    kcu_matmul_backward(d.data(), gw.data(), NULL, g.data(), x.data(), w.data(), N, C, OC);
+    k_cuda_graph *gr = k_cuda_graph_end(why, sizeof why);
+    check(gr != NULL, "overlap: a backward recorded with its weight gradient beside: %s", why);
+    if (gr) {
+        check(k_cuda_graph_launch(gr) == 0, "overlap: the graph's launch was refused");
+        kcu_sync();
+        cmp("overlap: graph, dinp", d, d_ref, 0);
+        cmp("overlap: graph, dw", gw, gw_ref, 0);
+        k_cuda_graph_free(gr);
+    }
+    check(k_cuda_overlap_wgrad_calls() - calls == 9, "overlap: %ld weight gradients beside, 9 queued",
+          k_cuda_overlap_wgrad_calls() - calls);
+    check(k_cuda_overlap_wgrad(0) == 0, "overlap: still on after off");
+    std::fill(gw.begin(), gw.end(), 0.0f);
+    kcu_matmul_backward(NULL, gw.data(), NULL, g.data(), x.data(), w.data(), N, C, OC);
+    cmp("overlap: off, dw at once", gw, gw_ref, 0);
+}
+
 int main(int, char **argv)
 {
     R = k_cpu();
@@ -1274,6 +1350,7 @@ int main(int, char **argv)
     kcu_init();
     test_copies();
     test_graph();
+    test_overlap_wgrad();
     test_layernorm(5, 37);
     test_layernorm(70, 300);  /* C % 8 != 0: the general kernels */
     test_layernorm(37, 264);  /* the warp-per-row kernels, a partial last block of rows */

@@ -19,7 +19,11 @@
 #   and on the CPU;
 # - --tune-gemms: its choices written beside the checkpoint and read back by a
 #   restart (which chooses none anew and repeats the losses), a malformed
-#   choices file refused with its line, a note on the CPU.
+#   choices file refused with its line, a note on the CPU;
+# - --overlap-wgrad: the weight-gradient GEMMs on a second stream, which the
+#   emulation runs as late as a GPU may: the losses bit for bit those without
+#   (fp32, bf16, with graphs, tp2 x pp2, full recompute, a LLaMA layer with head
+#   norms, separate q/k/v and hidden dropout), each GEMM counted; a note on the CPU.
 #   engine_cuda_emu.sh ATOLL_TRAIN ATOLL_TRAIN_EMU WORKDIR
 set -euo pipefail
 train=$1
@@ -60,6 +64,21 @@ run cpu_tune "$train" --device cpu --tune-gemms
 # --nondeterministic-attention changes cuDNN's attention backward only: elsewhere a note, the same losses
 run cpu_nondet "$train" --device cpu --nondeterministic-attention
 run cuda_bf16_nondet "$emu" --device cuda --bf16 --nondeterministic-attention
+# --overlap-wgrad: the weight-gradient GEMMs on a second stream (the emulation runs its work as late as a GPU may:
+# when something waits for it); the same bits as in order, in each path that reuses a buffer such a GEMM reads
+run cuda_ow "$emu" --device cuda --overlap-wgrad
+run cuda_bf16_ow "$emu" --device cuda --bf16 --overlap-wgrad
+run cuda_bf16_graph_ow "$emu" --device cuda --bf16 --enable-cuda-graph --overlap-wgrad
+run cuda_tp2pp2_ow "$emu" --device cuda --nproc-per-node 4 --tensor-model-parallel-size 2 \
+  --pipeline-model-parallel-size 2 --overlap-wgrad
+full=(--bf16 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1)
+run cuda_full "$emu" --device cuda "${full[@]}"
+run cuda_full_ow "$emu" --device cuda "${full[@]}" --overlap-wgrad
+llama=(--bf16 --swiglu --normalization RMSNorm --position-embedding-type rope --disable-bias-linear --qk-layernorm
+       --group-query-attention --num-query-groups 1 --untie-embeddings-and-output-weights --hidden-dropout 0.1)
+run cuda_llama "$emu" --device cuda "${llama[@]}"
+run cuda_llama_ow "$emu" --device cuda "${llama[@]}" --overlap-wgrad
+run cpu_ow "$train" --device cpu --overlap-wgrad
 failures=0
 choices=$work/ckpt_tune/gemm_choices_rank0.txt
 n=$(grep -c ' - ' "$choices" 2>/dev/null || true)
@@ -81,7 +100,7 @@ else
   echo "FAIL: host waits a step: ${w4:-?} in 4 steps, ${w6:-?} in 6 (want one more a step)"; failures=$((failures + 1))
 fi
 # one recording, then every micro-batch but the first (which makes the first calls) launched from it
-for name in cuda_graph cuda_bf16_graph cuda_tune_graph; do
+for name in cuda_graph cuda_bf16_graph cuda_tune_graph cuda_bf16_graph_ow; do
   if grep -q "^atoll-train: --enable-cuda-graph: 1 graph recorded, 7 micro-batches launched from them" "$work/$name.log"; then
     echo "ok: $name: 1 graph recorded, 7 of 8 micro-batches launched from it"
   else
@@ -109,6 +128,16 @@ grep -q "note: --nondeterministic-attention sums cuDNN's attention gradients by 
 grep -q "attention calls on cuDNN's fused attention: 0, on the flash kernels: [1-9][0-9]*; cuDNN workspace 0.0 MiB$" \
   "$work/cuda_bf16_nondet.log" ||
   { tail -3 "$work/cuda_bf16_nondet.log"; echo "FAIL: without cuDNN, --nondeterministic-attention claimed atomic adds"; failures=$((failures + 1)); }
+# 2 micro-batches a step of 2 layers of 4 GEMMs and the classifier: 18 a step; with graphs, the first micro-batch's
+# and the recording's (the 7 launched from the graph repeat the recorded ones)
+for n in cuda_ow:72 cuda_bf16_ow:72 cuda_full_ow:72 cuda_bf16_graph_ow:18; do
+  name=${n%:*} want=${n#*:}
+  grep -q "^atoll-train: --overlap-wgrad: $want weight gradients queued beside the backward" "$work/$name.log" &&
+    echo "ok: $name: $want weight gradients queued beside the backward" ||
+    { tail -3 "$work/$name.log"; echo "FAIL: $name: not $want weight gradients beside"; failures=$((failures + 1)); }
+done
+grep -q "note: --overlap-wgrad runs the weight-gradient GEMMs on a second CUDA stream: nothing changes on --device cpu" \
+  "$work/cpu_ow.log" || { echo "FAIL: --overlap-wgrad on the CPU gave no note"; failures=$((failures + 1)); }
 grep -q "atoll-train: cuda," "$work/cuda.log" || { echo "FAIL: the emulated run did not say it ran on cuda"; failures=1; }
 # four ranks on the one emulated device: the host transport, staging device buffers (engine_nccl_emu has NCCL)
 grep -q "; collectives on the host transport (the ranks share a GPU" "$work/cuda_tp2pp2.log" ||
@@ -152,6 +181,12 @@ check(mem and took >= state > 0 and est >= state,
 for name, ref in (("cpu_nondet", "cpu"), ("cuda_bf16_nondet", "cuda_bf16")):
     got, want = L(name), L(ref)
     check(len(got) == 4 and got == want, f"{name}: the flash kernels and the CPU are deterministic: {ref}'s losses "
+          f"bit for bit ({got} vs {want})")
+for name, ref in (("cuda_ow", "cuda"), ("cuda_bf16_ow", "cuda_bf16"), ("cuda_bf16_graph_ow", "cuda_bf16"),
+                  ("cuda_tp2pp2_ow", "cuda_tp2pp2"), ("cuda_full_ow", "cuda_full"), ("cuda_llama_ow", "cuda_llama"),
+                  ("cpu_ow", "cpu")):
+    got, want = L(name), L(ref)
+    check(len(got) == 4 and got == want, f"{name}: the weight gradients beside the backward give {ref}'s losses, "
           f"bit for bit ({got} vs {want})")
 check(L("cuda") != cpu, "the emulated cuda run is not the CPU backend (the losses differ in the last bits)")
 sys.exit(0 if check.ok else 1)

@@ -23,7 +23,10 @@
 #   vpp2 with twice the micro-batches a step (8, not 4: twice the send/receive
 #   batches) has the host wait for the GPU no more often, and its measured
 #   bubble (the device's stalls in the batches and the closing barrier, by
-#   events) is above 0 and below 1 at each stage and step.
+#   events) is above 0 and below 1 at each stage and step;
+# - --overlap-wgrad (dp2, tp2 with sequence parallelism, dp2 x pp2 with ZeRO-1):
+#   the weight gradients computed beside the backward (the emulation runs them
+#   as late as a GPU may) give the losses and norms of the runs without, bit for bit.
 #   engine_nccl_emu.sh ATOLL_TRAIN ATOLL_TRAIN_EMU WORKDIR
 set -euo pipefail
 train=$1
@@ -49,6 +52,10 @@ run pp2_vpp2 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipelin
 run pp2_vpp2_mb8 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 16
 run dp2pp2_zero1 4 --pipeline-model-parallel-size 2 --use-distributed-optimizer
 run tp2pp2 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
+# --overlap-wgrad: the weight gradients beside the backward, joined before each collective takes them
+run dp2_ow 2 --overlap-wgrad
+run tp2_sp_ow 2 --tensor-model-parallel-size 2 --sequence-parallel --overlap-wgrad
+run dp2pp2_zero1_ow 4 --pipeline-model-parallel-size 2 --use-distributed-optimizer --overlap-wgrad
 run dp2pp2_save 4 --pipeline-model-parallel-size 2 --use-distributed-optimizer --exit-interval 2 \
   --save "$work/ckpt" --save-interval 2
 run dp2pp2_resume 4 --pipeline-model-parallel-size 2 --use-distributed-optimizer --load "$work/ckpt"
@@ -65,7 +72,8 @@ evals=(--data-path "$work/words" --split 7,3,0 --eval-interval 2 --eval-iters 2)
 run cpu_eval 0 "${evals[@]}"
 run pp2_vpp2_eval 2 "${evals[@]}" --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
 failures=0
-for name in dp2 dp2_zero1 tp2_sp pp2_vpp2 dp2pp2_zero1 tp2pp2 dp2pp2_save dp2pp2_resume pp2_vpp2_eval; do
+for name in dp2 dp2_zero1 tp2_sp pp2_vpp2 dp2pp2_zero1 tp2pp2 dp2pp2_save dp2pp2_resume pp2_vpp2_eval dp2_ow tp2_sp_ow \
+            dp2pp2_zero1_ow; do
   grep -q "; collectives on NCCL$" "$work/$name.log" ||
     { grep "ranks:" "$work/$name.log"; echo "FAIL: $name: its collectives were not on NCCL"; failures=$((failures + 1)); }
 done
@@ -83,6 +91,10 @@ for name in ("dp2", "dp2_zero1", "tp2_sp", "pp2_vpp2", "dp2pp2_zero1", "tp2pp2")
     check(ok and rel(got, cpu) <= 1e-4 and rel(gn, cpu_norms) <= 1e-4,
           f"{name} on NCCL: the CPU's losses and gradient norms within 1e-4 "
           f"({rel(got, cpu) if ok else float('nan'):.1e}, {rel(gn, cpu_norms) if ok else float('nan'):.1e})")
+for name in ("dp2", "tp2_sp", "dp2pp2_zero1"):
+    got, gn, want, wn = losses(w, name + "_ow"), norms(name + "_ow"), losses(w, name), norms(name)
+    check(len(got) == 4 and got == want and gn == wn,
+          f"{name} on NCCL with --overlap-wgrad: the losses and gradient norms without it, bit for bit ({got} vs {want})")
 s, r, whole = losses(w, "dp2pp2_save"), losses(w, "dp2pp2_resume"), losses(w, "dp2pp2_zero1")
 check(len(s) == 2 and len(r) == 2 and s + r == whole,
       f"dp2 x pp2 with ZeRO-1 on NCCL, saved at step 2 and resumed: the uninterrupted run's losses bit for bit "
