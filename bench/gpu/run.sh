@@ -236,7 +236,9 @@ for s in $stages; do
     atoll_best=0 atoll_best_p=""
     for p in "--bf16 --attention-backend flash" "--bf16 --attention-backend fused" "--bf16" "--bf16 --tune-gemms" \
              "--bf16 --enable-cuda-graph" "--bf16 --tune-gemms --enable-cuda-graph" "--bf16 --nondeterministic-attention" \
-             "--bf16 --tune-gemms --enable-cuda-graph --nondeterministic-attention" ""; do
+             "--bf16 --tune-gemms --enable-cuda-graph --nondeterministic-attention" "--bf16 --overlap-wgrad" \
+             "--bf16 --tune-gemms --enable-cuda-graph --overlap-wgrad" \
+             "--bf16 --tune-gemms --enable-cuda-graph --nondeterministic-attention --overlap-wgrad" ""; do
       timeout 300 "$train" --device cuda $p $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" \
         --train-iters $((STEPS + 3)) --lr 6e-4 --data-path "$work/text" > "$work/a.log" 2>&1 || { tail -5 "$work/a.log"; fails=$((fails + 1)); }
       tail -2 "$work/a.log"
@@ -246,10 +248,22 @@ for s in $stages; do
       grep -m1 'kernels/cuda' "$work/a.log" || true
       grep -m1 'chosen by time' "$work/a.log" | sed 's/^/  /' || true
       grep -m1 -e '--enable-cuda-graph' "$work/a.log" | sed 's/^/  /' || true
+      grep -m1 -e '--overlap-wgrad' "$work/a.log" | sed 's/^/  /' || true
       [ "$p" = --bf16 ] && note "|  ($(grep -o 'device memory: .*' "$work/a.log" || echo 'device memory: not reported')) | | | |"
       calls=$(grep -o 'attention calls on.*' "$work/a.log")
       [ -n "$calls" ] && note "|  ($calls) | | | |"
       case "$p" in *fused*) ms_fused=$ms ;; *flash*) ms_flash=$ms ;; esac
+      # the weight gradients beside the backward add the same products in the same order: the default run's losses
+      # and gradient norms as logged (7 digits), a check on the GPU that the two streams never race
+      [ "$p" = --bf16 ] && grep -oE 'lm loss: [^|]*|grad norm: [^|]*' "$work/a.log" > "$work/losses_bf16"
+      if [ "$p" = "--bf16 --overlap-wgrad" ]; then
+        if [ -s "$work/losses_bf16" ] && grep -oE 'lm loss: [^|]*|grad norm: [^|]*' "$work/a.log" | cmp -s - "$work/losses_bf16"; then
+          note "|  (--overlap-wgrad: the losses and gradient norms of \`--bf16\`, $(($(wc -l < "$work/losses_bf16") / 2)) steps) | | | |"
+        else
+          note "|  (FAIL: --overlap-wgrad's losses or gradient norms are not those of \`--bf16\`) | | | |"
+          fails=$((fails + 1))
+        fi
+      fi
     done
     # which --attention-backend `auto` should mean, by this run's step times
     if [ -n "${ms_flash:-}" ] && [ -n "${ms_fused:-}" ]; then
@@ -328,6 +342,18 @@ EOF
     # One micro-batch per step (as llm.c is run above), then 8 micro-batches per step: a
     # 1.5B model trains on a global batch of 64+ sequences, over which the optimizer step
     # (30 bytes a parameter, ~16 ms here) and the step's fixed costs are spread.
+    # one run of 8 micro-batches of $mb a step with these flags: its figures and the first match of PATTERN in its log
+    big_flagged() { # PATTERN, then the flags
+      local what=$1
+      shift
+      timeout 300 "$train" --device cuda --bf16 "$@" --attention-backend "$ab" $big_flags --micro-batch-size "$mb" \
+        --global-batch-size "$gbs" --train-iters 6 --lr 1e-4 --data-path "$work/text" > "$work/b.log" 2>&1 ||
+        { tail -3 "$work/b.log"; fails=$((fails + 1)); }
+      read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
+      note "- the same with $*: ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-}" \
+           "($(grep -o -e "$what" "$work/b.log" | head -1 | grep . || echo "no '$what' in its log"))"
+      big_best "${mfu:-}" "$*"
+    }
     for ab in flash fused; do
       for mb in 8 4; do
         [ -f "$work/text.idx" ] || make_data "$work/text"
@@ -349,28 +375,16 @@ EOF
       note "  - $(grep -o 'device memory: .*' "$work/b.log" || echo 'device memory: not reported')"
       [ "$ab" = fused ] || continue
       # the same with each GEMM's algorithm chosen by time (the first step times the candidates: 6 steps, the
-      # median is over the last 3)
-      timeout 300 "$train" --device cuda --bf16 --tune-gemms --attention-backend $ab $big_flags --micro-batch-size $mb \
-        --global-batch-size $gbs --train-iters 6 --lr 1e-4 --data-path "$work/text" > "$work/b.log" 2>&1 ||
-        { tail -3 "$work/b.log"; fails=$((fails + 1)); }
-      read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
-      note "- the same with --tune-gemms: ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-} ($(grep -o 'chosen by time.*' "$work/b.log"))"
-      big_best "${mfu:-}" "--tune-gemms"
-      timeout 300 "$train" --device cuda --bf16 --tune-gemms --enable-cuda-graph --attention-backend $ab $big_flags \
-        --micro-batch-size $mb --global-batch-size $gbs --train-iters 6 --lr 1e-4 --data-path "$work/text" > "$work/b.log" 2>&1 ||
-        { tail -3 "$work/b.log"; fails=$((fails + 1)); }
-      read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
-      note "- the same with --tune-gemms --enable-cuda-graph: ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-} ($(grep -o -e '--enable-cuda-graph.*' "$work/b.log" | head -1))"
-      big_best "${mfu:-}" "--tune-gemms --enable-cuda-graph"
-      timeout 300 "$train" --device cuda --bf16 --tune-gemms --enable-cuda-graph --nondeterministic-attention \
-        --attention-backend $ab $big_flags --micro-batch-size $mb --global-batch-size $gbs --train-iters 6 --lr 1e-4 \
-        --data-path "$work/text" > "$work/b.log" 2>&1 || { tail -3 "$work/b.log"; fails=$((fails + 1)); }
-      read -r tps ms mfu <<< "$(atoll_rate "$work/b.log")"
-      note "- the same with --nondeterministic-attention too: ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-} ($(grep -o 'dQ summed by atomic adds' "$work/b.log" | head -1 || echo 'dQ NOT by atomic adds'))"
-      big_best "${mfu:-}" "--tune-gemms --enable-cuda-graph --nondeterministic-attention"
+      # median is over the last 3), then with graphs, with dQ by atomic adds, and the defaults with the weight
+      # gradients on a second stream
+      big_flagged "chosen by time.*" --tune-gemms
+      big_flagged "--enable-cuda-graph.*" --tune-gemms --enable-cuda-graph
+      big_flagged "dQ summed by atomic adds" --tune-gemms --enable-cuda-graph --nondeterministic-attention
+      big_flagged "--overlap-wgrad: .*" --overlap-wgrad
       # the same 64 sequences a step as 4 micro-batches of 16: GEMMs of 16384 rows, half the launches a
       # token (~69 GiB: an 80 GB card may not hold it, which the start says; that is not a failed check)
-      for f in "" "--tune-gemms --enable-cuda-graph --nondeterministic-attention"; do
+      for f in "" "--tune-gemms --enable-cuda-graph --nondeterministic-attention" \
+               "--tune-gemms --enable-cuda-graph --nondeterministic-attention --overlap-wgrad"; do
         # shellcheck disable=SC2086 # $f: no flags, or several
         timeout 300 "$train" --device cuda --bf16 $f --attention-backend $ab $big_flags --micro-batch-size 16 \
           --global-batch-size 64 --train-iters 6 --lr 1e-4 --data-path "$work/text" > "$work/b.log" 2>&1 ||

@@ -3,7 +3,9 @@
 # fp32 on cuda, bf16 on cuda (atoll's flash attention), bf16 on cuda with cuDNN's
 # fused attention (--attention-backend fused), and the same with its backward's dQ
 # summed by atomic adds (--nondeterministic-attention); same seed, data and schedule. Prints each run's
-# loss every 10 steps and the largest relative difference from the reference.
+# loss every 10 steps and the largest relative difference from the reference. A sixth run, cuDNN's
+# attention with the weight gradients on a second stream (--overlap-wgrad), must give the fused run's
+# losses bit for bit: the check, on a GPU, that the two streams never race.
 #
 #   traj.sh ATOLL_TRAIN WORKDIR [OUTDIR]
 #
@@ -28,11 +30,12 @@ python3 "$(dirname "$0")/make_data.py" "$work/bigram" bigram 256 256 2048
 flags=(--data-path "$work/bigram" --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 256
        --micro-batch-size 4 --global-batch-size 8 --train-iters 50 --lr 1e-3 --lr-warmup-iters 5
        --min-lr 1e-4 --clip-grad 1.0 --seed 11 --log-interval 1)
-for run in cpu_fp32 cuda_fp32 cuda_bf16 cuda_fused cuda_atomic; do
+for run in cpu_fp32 cuda_fp32 cuda_bf16 cuda_fused cuda_atomic cuda_ow; do
   dev=${run%_*}
   case ${run#*_} in
     fp32) prec=() ;; bf16) prec=(--bf16) ;; fused) prec=(--bf16 --attention-backend fused) ;;
     atomic) prec=(--bf16 --attention-backend fused --nondeterministic-attention) ;;
+    ow) prec=(--bf16 --attention-backend fused --overlap-wgrad) ;;
   esac
   rm -f "$work/$run.jsonl"
   "$train" "${flags[@]}" --device "$dev" "${prec[@]}" \
@@ -60,7 +63,11 @@ for i in list(range(0, 50, 10)) + [49]:
 err = {r: max(abs(a - b) / abs(b) for a, b in zip(runs[r], ref)) for r in names[1:]}
 open(f"{out}/traj.md", "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
+ow = [json.loads(l)["loss"] for l in open(f"{work}/cuda_ow.jsonl")]
 ok = err["cuda_fp32"] <= 1e-4 and err["cuda_bf16"] <= 1e-2 and err["cuda_fused"] <= 1e-2 and err["cuda_atomic"] <= 1e-2
+print(f"{'pass' if ow == runs['cuda_fused'] else 'FAIL'}: --overlap-wgrad: the cuDNN run's 50 losses bit for bit "
+      f"({sum(a != b for a, b in zip(ow, runs['cuda_fused'])) + abs(len(ow) - 50)} of 50 differ)")
+ok = ok and ow == runs["cuda_fused"]
 print(f"{'pass' if ok else 'FAIL'}: max relative loss difference from cpu fp32 over 50 steps: "
       f"cuda fp32 {err['cuda_fp32']:.1e} (limit 1e-4), cuda bf16 {err['cuda_bf16']:.1e} (limit 1e-2), "
       f"cuda bf16 with cuDNN attention {err['cuda_fused']:.1e}, with its dQ by atomic adds {err['cuda_atomic']:.1e} "
