@@ -281,6 +281,11 @@ for s in $stages; do
     CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_AFTER=adamw_seg_k KTRACE_OUT=$out/profile_atoll_graph.md timeout 200 "$train" \
       --device cuda --bf16 --tune-gemms --enable-cuda-graph $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" \
       --train-iters 10 --lr 6e-4 --data-path "$work/text" > "$work/p.log" 2>&1 || tail -3 "$work/p.log"
+    # the defaults with the weight gradients on a second stream: the idle time left, and how long the GEMMs take
+    # when they share the GPU (ktrace counts idle time where no kernel of either stream runs)
+    CUDA_INJECTION64_PATH=$kit/bin/ktrace.so KTRACE_AFTER=adamw_seg_k KTRACE_OUT=$out/profile_atoll_overlap.md timeout 200 \
+      "$train" --device cuda --bf16 --overlap-wgrad $gpt2_flags --micro-batch-size "$B124" --global-batch-size "$B124" \
+      --train-iters 10 --lr 6e-4 --data-path "$work/text" > "$work/p.log" 2>&1 || tail -3 "$work/p.log"
     if [ -x "$kit/peers/train_gpt2cu" ]; then
       python3 - "$work" "$root/bench/gpu" <<'EOF'
 import numpy as np, sys
