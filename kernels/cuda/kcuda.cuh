@@ -36,7 +36,7 @@ void *kcu_scratch(size_t bytes);
 unsigned *kcu_counters(size_t n);
 /* The weight gradients' stream (memory.cu, k_cuda_overlap_wgrad): _fork
  * returns it, ordered after the work queued on kcu_stream() so far, and its
- * own cuBLASLt workspace, or NULL when it is off; the caller queues there and
+ * own cuBLASLt workspace, or NULL when it is off; a caller that queued there
  * then calls _queued. _join: kcu_stream() waits for all queued there so far. */
 cudaStream_t kcu_wgrad_fork(void **ws, size_t *ws_bytes);
 void kcu_wgrad_queued(void);

@@ -216,8 +216,8 @@ static bool lt_matmul(const lt_call *c)
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
     cublasOperation_t ta = c->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = c->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    size_t ws_bytes;
-    void *ws = kcu_workspace(&ws_bytes); /* the one the choices are made for; the call runs with c->ws if given */
+    size_t ws_bytes = c->ws_bytes;
+    void *ws = c->ws ? c->ws : kcu_workspace(&ws_bytes);
     cudaStream_t st = c->st ? c->st : kcu_stream();
 
     cublasCheck(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -289,7 +289,7 @@ static bool lt_matmul(const lt_call *c)
     bool ok = skip || lt_cache[slot].found;
     if (ok && !skip)
         cublasCheck(cublasLtMatmul(kcu_cublaslt(), op, &c->alpha, c->A, la, c->B, lb, &c->beta, c->D, ld, c->D, ld,
-                                   &lt_cache[slot].algo, c->st ? c->ws : ws, c->st ? c->ws_bytes : ws_bytes, st));
+                                   &lt_cache[slot].algo, ws, ws_bytes, st));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(ld));
@@ -344,10 +344,12 @@ static bool wgrad_beside(lt_call *c)
     kcu_wgrad_join();
     c->st = kcu_wgrad_fork(&c->ws, &c->ws_bytes);
     if (!c->st) return false;
-    bool beside = lt_matmul(c);
-    kcu_wgrad_queued();
-    if (!beside) c->st = NULL, c->ws = NULL, c->ws_bytes = 0;
-    return beside;
+    if (lt_matmul(c)) {
+        kcu_wgrad_queued();
+        return true;
+    }
+    c->st = NULL, c->ws = NULL, c->ws_bytes = 0; /* nothing went there */
+    return false;
 }
 
 /* dinp = dout w, dw += inp^T dout (beside the rest where wgrad_beside puts it), dbias += column sums. */

@@ -108,7 +108,7 @@ static struct {
     void *ws;
     cudaEvent_t fork, done;
     int pending; /* work queued on s that the kernels' stream has not waited for */
-    long forks;
+    long queued; /* GEMMs queued on s so far */
 } W;
 
 void kcu_wgrad_join(void)
@@ -125,7 +125,6 @@ cudaStream_t kcu_wgrad_fork(void **ws, size_t *ws_bytes)
     cudaCheck(cudaStreamWaitEvent(W.s, W.fork, 0));
     *ws = W.ws;
     *ws_bytes = KCU_WORKSPACE_BYTES;
-    W.forks++;
     return W.s;
 }
 
@@ -133,6 +132,7 @@ void kcu_wgrad_queued(void)
 {
     cudaCheck(cudaEventRecord(W.done, W.s));
     W.pending = 1;
+    W.queued++;
 }
 
 extern "C" int k_cuda_overlap_wgrad(int on)
@@ -154,7 +154,7 @@ extern "C" int k_cuda_overlap_wgrad(int on)
     return W.on;
 }
 
-extern "C" long k_cuda_overlap_wgrad_calls(void) { return W.forks; }
+extern "C" long k_cuda_overlap_wgrad_calls(void) { return W.queued; }
 
 extern "C" const char *k_cuda_status(void) { return S.status[0] ? S.status : "k_cuda() not called"; }
 extern "C" void *k_cuda_stream(void)

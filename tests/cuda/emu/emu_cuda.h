@@ -452,7 +452,7 @@ template <typename F> void emu_stream_op(F f)
  * a cudaFree. That is as late as a GPU may run it, so a call on the kernels'
  * stream that changes what the kept work reads, or reads what it writes, before
  * such a wait gives other results than the same calls in order, where on a GPU
- * it would race. `at` counts the work ever queued on it. */
+ * it would race. Items are numbered from the stream's first (an event keeps the number it follows). */
 struct emu_deferred {
     std::vector<std::function<void()>> q;
     size_t base = 0, ran = 0; /* q[i] is item base + i; q[0..ran) have run */
