@@ -1605,10 +1605,11 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
     if (!rc && r.d.rank == 0 && gemm_tuned(&r)) {
         k_cuda_gemm_stats g;
         k_cuda_gemm_choices(&g);
-        char found[160] = "";
+        char found[200] = "";
         if (g.timed && g.first_ms > 0)
             snprintf(found, sizeof found, " (timed on their first calls: %.1f%% less than cuBLASLt's first choices, "
-                     "%d needing no workspace)", 100.0 * (1.0 - g.chosen_ms / g.first_ms), g.no_workspace);
+                     "%d needing no workspace, %d splitting K in place)", 100.0 * (1.0 - g.chosen_ms / g.first_ms),
+                     g.no_workspace, g.in_place);
         printf("atoll-train: --tune-gemms: GEMM algorithms chosen by time: %d%s, read from --save: %d%s\n", g.timed,
                found, g.loaded, c.save[0] ? "" : " (no --save: a restart chooses anew)");
     }

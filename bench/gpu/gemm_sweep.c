@@ -11,8 +11,12 @@
  * include those the heuristic offers when told there is no workspace, as
  * --tune-gemms times them: cuBLASLt queues a memset of its own before many of
  * the kernels it picks with one (~125 a GPT-2 step in the H200 profiles, 1.7
- * us each plus a launch gap); a kernel that needs none has no memset. The
- * last column is that list's first. Nothing here changes what atoll runs.
+ * us each plus a launch gap); a kernel that needs none has no memset. And
+ * those it offers when told to split K only in place: its first choices for
+ * GPT-2's weight gradients add their K splits in a kernel of their own after
+ * the GEMM (36 a step). The last two columns are those lists' firsts, and a
+ * column says how the first choice splits K. Nothing here changes what atoll
+ * runs.
  * Part of gpu_bench (bench/gpu/run.sh's bench stage). */
 #include "gemm_sweep.h"
 #include "cuda_check.h" /* cudaCheck, cublasCheck: the project's one macro per API */
@@ -66,6 +70,32 @@ static float time_algo(cublasLtHandle_t lt, cublasLtMatmulDesc_t op, cublasLtMat
     }
     qsort(t, GS_REPS, sizeof t[0], cmpf);
     return t[GS_REPS / 2];
+}
+
+/* How algo splits K, as text: "1", or the number of splits and how the parts are added; "?" where
+ * the library does not say (NULL: "-"). */
+static void algo_split(const cublasLtMatmulAlgo_t *algo, char *buf, size_t len)
+{
+    int32_t splits = 1;
+    uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    size_t got = 0;
+    if (!algo) {
+        snprintf(buf, len, "-");
+        return;
+    }
+    if (cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof splits, &got) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme,
+                                             &got) != CUBLAS_STATUS_SUCCESS) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    const char *how = scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE         ? "in place"
+                      : scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE  ? "compute type"
+                      : scheme == CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE   ? "output type"
+                                                                          : "none";
+    if (splits <= 1) snprintf(buf, len, "1");
+    else snprintf(buf, len, "%d, %s", (int)splits, how);
 }
 
 /* n random bf16 in [-scale, scale) on the device: a block of distinct values
@@ -167,19 +197,26 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
     cublasCheck(cublasLtCreate(&lt));
 
     printf("\ncuBLASLt candidates at %s, N=%d tokens (heuristic's first vs the fastest of up to %d with the "
-           "workspace and %d for none)\n", model, N, GS_CANDIDATES, GS_CANDIDATES);
+           "workspace, %d for K split in place and %d for none)\n", model, N, GS_CANDIDATES, GS_CANDIDATES,
+           GS_CANDIDATES);
     fprintf(md, "\n### cuBLASLt's candidates for atoll's GEMMs (%s, N = %d tokens, bf16, random data)\n\n"
                 "Each GEMM as kernels/cuda/matmul.cu sets it up; the heuristic's first algorithm (what atoll runs "
                 "by default) against the fastest of up to %d it offers with the 32 MiB workspace and as many "
-                "for none (as `--tune-gemms` times them; #nK is the latter's K-th), median of %d runs each.\n\n"
+                "each when told to split K only in place and that there is no workspace (as `--tune-gemms` times "
+                "them; #iK and #nK are the K-th new one of those lists), median of %d runs each.\n\n"
                 "Each is timed run after run, as `--tune-gemms` times them, with up to the whole L2 cache still "
                 "holding its operands; the column \"cold\" times the heuristic's first from an L2 (%d MiB) without "
                 "them (a memset of twice its size before each run), as a step's GEMMs meet their weights.\n\n"
-                "The last column: the heuristic's first when it is told there is no workspace.\n\n"
-                "| GEMM | m x n x k | per micro-batch | candidates | first ms | first ms, cold | fastest ms (#) "
-                "| TFLOP/s first / fastest | first, no workspace ms |\n"
-                "|---|---|---:|---:|---:|---:|---:|---:|---:|\n", model, N, GS_CANDIDATES, GS_REPS, l2 >> 20);
-    double step_first = 0, step_best = 0, step_nows = 0, step_cold = 0;
+                "\"K splits\": how the heuristic's first splits K and adds the parts (\"1\": not split; \"in "
+                "place\": the splits add into the output in turn; \"compute type\" or \"output type\": a "
+                "reduction kernel of cuBLASLt's after the GEMM, `splitKreduce_kernel`). The last two columns: the "
+                "heuristic's first when told to split K only in place (#iK among the candidates) and when told "
+                "there is no workspace (#nK); \"-1\" where it offers none.\n\n"
+                "| GEMM | m x n x k | per micro-batch | candidates | first ms | first ms, cold | K splits "
+                "| fastest ms (#) | TFLOP/s first / fastest | first, split in place ms | first, no workspace ms |\n"
+                "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|\n", model, N, GS_CANDIDATES, GS_REPS,
+                l2 >> 20);
+    double step_first = 0, step_best = 0, step_nows = 0, step_cold = 0, step_inpl = 0;
     for (int i = 0; i < ng; i++) {
         const gs_gemm *c = &g[i];
         cublasOperation_t ta = c->ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb = c->tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -212,54 +249,64 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
         cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
         cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                    sizeof ws_bytes));
-        cublasLtMatmulHeuristicResult_t h[GS_CANDIDATES];
-        int found = 0;
-        cublasStatus_t st = refused ? CUBLAS_STATUS_NOT_SUPPORTED
-                                    : cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, GS_CANDIDATES, h,
-                                                                     &found);
-        float first = -1, best = -1, t[GS_CANDIDATES];
-        int best_i = -1;
-        if (st != CUBLAS_STATUS_SUCCESS) found = 0;
-        for (int j = 0; j < found; j++) {
-            t[j] = time_algo(lt, op, la, lb, ld, &h[j].algo, A, B, D, c->wgrad ? 1.0f : 0.0f, ws, ws_bytes, e0, e1, 0);
-            if (j == 0) first = t[j];
-            if (t[j] > 0 && (best < 0 || t[j] < best)) best = t[j], best_i = j;
-        }
-        float cold = found ? time_algo(lt, op, la, lb, ld, &h[0].algo, A, B, D, c->wgrad ? 1.0f : 0.0f, ws,
-                                       ws_bytes, e0, e1, 1) : -1;
-        /* and those it offers for no workspace, as --tune-gemms times them (matmul.cu): the workspace still
-         * passed, each algorithm once (one both lists offer keeps its first timing) */
+        /* the candidates: the heuristic's answers with the workspace, then (each algorithm once, as
+         * --tune-gemms times them: matmul.cu) those for K split only in place and those for no workspace,
+         * the workspace still passed; h[0..found) the first list, h[found..found_i) the second */
+        cublasLtMatmulHeuristicResult_t h[3 * GS_CANDIDATES];
+        float t[3 * GS_CANDIDATES], first = -1, best = -1, inpl = -1, nows = -1;
+        int found = 0, found_i = 0, ncand = 0, best_i = -1;
+        float beta = c->wgrad ? 1.0f : 0.0f;
+        uint32_t in_place = CUBLASLT_REDUCTION_SCHEME_INPLACE, any = CUBLASLT_REDUCTION_SCHEME_MASK;
         size_t none = 0;
-        int found0 = 0, ncand = found;
-        float nows = -1;
-        cublasLtMatmulHeuristicResult_t h0[GS_CANDIDATES];
-        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &none,
-                                                         sizeof none));
-        if (refused || cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, GS_CANDIDATES, h0, &found0) !=
-                           CUBLAS_STATUS_SUCCESS)
-            found0 = 0;
-        for (int j = 0; j < found0; j++) {
-            int seen = -1;
-            for (int q = 0; q < found && seen < 0; q++)
-                if (!memcmp(&h[q].algo, &h0[j].algo, sizeof h0[j].algo)) seen = q;
-            float ms = seen >= 0 ? t[seen] : time_algo(lt, op, la, lb, ld, &h0[j].algo, A, B, D,
-                                                       c->wgrad ? 1.0f : 0.0f, ws, ws_bytes, e0, e1, 0);
-            if (j == 0) nows = ms;
-            if (seen < 0) ncand++;
-            if (seen < 0 && ms > 0 && (best < 0 || ms < best)) best = ms, best_i = found + j;
+        for (int list = 0; list < 3 && !refused; list++) {
+            if (list == 1)
+                cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                                 &in_place, sizeof in_place));
+            if (list == 2) {
+                cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &any,
+                                                                 sizeof any));
+                cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                 &none, sizeof none));
+            }
+            cublasLtMatmulHeuristicResult_t h0[GS_CANDIDATES];
+            int got = 0;
+            if (cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, ld, ld, pref, GS_CANDIDATES, h0, &got) !=
+                CUBLAS_STATUS_SUCCESS)
+                got = 0;
+            for (int j = 0; j < got; j++) {
+                int seen = -1;
+                for (int q = 0; q < ncand && seen < 0; q++)
+                    if (!memcmp(&h[q].algo, &h0[j].algo, sizeof h0[j].algo)) seen = q;
+                float ms = seen >= 0 ? t[seen]
+                                     : time_algo(lt, op, la, lb, ld, &h0[j].algo, A, B, D, beta, ws, ws_bytes, e0, e1, 0);
+                if (j == 0) *(list == 0 ? &first : list == 1 ? &inpl : &nows) = ms;
+                if (seen >= 0) continue;
+                h[ncand] = h0[j], t[ncand] = ms;
+                if (ms > 0 && (best < 0 || ms < best)) best = ms, best_i = ncand;
+                ncand++;
+            }
+            if (list == 0) found = ncand;
+            if (list == 1) found_i = ncand;
         }
+        float cold = found ? time_algo(lt, op, la, lb, ld, &h[0].algo, A, B, D, beta, ws, ws_bytes, e0, e1, 1) : -1;
+        char split[32]; /* how the first choice splits K */
+        algo_split(found ? &h[0].algo : NULL, split, sizeof split);
         cudaCheck(cudaGetLastError());
         double fl = 2.0 * c->m * (double)c->n * c->k;
-        char which[16]; /* the fastest: #K among those offered with the workspace, #nK among those for none */
-        snprintf(which, sizeof which, "%s%d", best_i >= found ? "n" : "", best_i >= found ? best_i - found : best_i);
-        printf("%-34s %6d x %6d x %6d  %2d candidates  first %8.3f ms (cold %8.3f)  fastest %8.3f ms (#%s)  "
-               "no workspace %8.3f ms  x%d\n", c->name, c->m, c->n, c->k, ncand, first, cold, best, which, nows,
-               c->per_step);
-        fprintf(md, "| %s | %d x %d x %d | %d | %d | %.3f | %.3f | %.3f (#%s) | %.0f / %.0f | %.3f |\n", c->name, c->m,
-                c->n, c->k, c->per_step, ncand, first, cold, best, which, first > 0 ? fl / first / 1e9 : 0,
-                best > 0 ? fl / best / 1e9 : 0, nows);
+        /* the fastest: #K among those offered with the workspace, #iK among those for K split in place, #nK
+         * among those for none (K counts the list's own new ones) */
+        char which[16];
+        snprintf(which, sizeof which, "%s%d", best_i >= found_i ? "n" : best_i >= found ? "i" : "",
+                 best_i - (best_i >= found_i ? found_i : best_i >= found ? found : 0));
+        printf("%-34s %6d x %6d x %6d  %2d candidates  first %8.3f ms (cold %8.3f; K splits %s)  fastest %8.3f ms "
+               "(#%s)  split in place %8.3f ms  no workspace %8.3f ms  x%d\n", c->name, c->m, c->n, c->k, ncand, first,
+               cold, split, best, which, inpl, nows, c->per_step);
+        fprintf(md, "| %s | %d x %d x %d | %d | %d | %.3f | %.3f | %s | %.3f (#%s) | %.0f / %.0f | %.3f | %.3f |\n",
+                c->name, c->m, c->n, c->k, c->per_step, ncand, first, cold, split, best, which,
+                first > 0 ? fl / first / 1e9 : 0, best > 0 ? fl / best / 1e9 : 0, inpl, nows);
         if (first > 0 && best > 0) step_first += c->per_step * first, step_best += c->per_step * best;
         step_nows += c->per_step * (nows > 0 ? nows : first); /* none found: the GEMM keeps its workspace */
+        step_inpl += c->per_step * (inpl > 0 ? inpl : first);
         step_cold += c->per_step * (cold > 0 ? cold : 0);
         cublasLtMatmulPreferenceDestroy(pref);
         cublasLtMatrixLayoutDestroy(la);
@@ -269,12 +316,13 @@ static int sweep_model(FILE *md, const char *model, int N, int C, int F, int L)
     }
     printf("%s, a micro-batch's GEMMs: %.2f ms with the heuristic's first choices, %.2f ms with the fastest "
            "(%.1f%% less)\n", model, step_first, step_best, step_first > 0 ? 100.0 * (1 - step_best / step_first) : 0);
-    printf("%s, a micro-batch's GEMMs with the first choices for no workspace: %.2f ms; the first choices from a "
-           "cold L2: %.2f ms\n", model, step_nows, step_cold);
+    printf("%s, a micro-batch's GEMMs with the first choices for K split in place: %.2f ms; for no workspace: "
+           "%.2f ms; the first choices from a cold L2: %.2f ms\n", model, step_inpl, step_nows, step_cold);
     fprintf(md, "\nA micro-batch's GEMMs (%d layers and the classifier): %.2f ms with the heuristic's first choices, "
-                "%.2f ms with the fastest candidates (%.1f%% less), %.2f ms with its first choices for no "
-                "workspace, %.2f ms with the first choices from a cold L2.\n", L, step_first, step_best,
-            step_first > 0 ? 100.0 * (1 - step_best / step_first) : 0, step_nows, step_cold);
+                "%.2f ms with the fastest candidates (%.1f%% less), %.2f ms with its first choices for K split in "
+                "place, %.2f ms with its first choices for no workspace, %.2f ms with the first choices from a cold "
+                "L2.\n", L, step_first, step_best, step_first > 0 ? 100.0 * (1 - step_best / step_first) : 0,
+            step_inpl, step_nows, step_cold);
     cublasLtDestroy(lt);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);

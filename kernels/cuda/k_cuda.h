@@ -71,6 +71,7 @@ typedef struct {
     int timed;        /* choices made by timing here */
     int loaded;       /* choices read from a file */
     int no_workspace; /* of the timed, algorithms from the heuristic's answers for no workspace */
+    int in_place;     /* and from its answers for K split only in place (no reduction kernel after) */
     double first_ms;  /* over the timed problems, a call each: the median time of the heuristic's first */
     double chosen_ms; /* and of the one kept (the saving is what timing found, not a step's) */
 } k_cuda_gemm_stats;

@@ -64,9 +64,10 @@ static struct {
     int how;
     cublasLtMatmulAlgo_t algo;
     /* LT_TIMED: the median ms of the heuristic's first and of the one kept (negative when the first did not
-     * run), and whether the one kept came from the heuristic's answers for no workspace */
+     * run), and whether the one kept came from the heuristic's answers for no workspace, or for K split
+     * only in place */
     float first_ms, chosen_ms;
-    bool no_ws;
+    bool no_ws, in_place;
 } lt_cache[LT_CACHE];
 static int lt_cached;
 
@@ -81,14 +82,19 @@ static int lt_cached;
  * which a kernel that needs none does not have. The timing counts the memset,
  * so the choice weighs it. The workspace is still passed with every call: an
  * algorithm's use of it is fixed by the algorithm, and one chosen without
- * needs none.
+ * needs none. Third, those it offers when told to split K only with an
+ * in-place reduction (the splits add into the output in turn, counters in the
+ * workspace keeping their order): its first choices for GPT-2's weight
+ * gradients split K and sum the parts in a kernel of its own after the GEMM
+ * (`splitKreduce_kernel`, 36 a step at ~11.7 us on an H200, plus a launch gap
+ * each), which these do not have.
  * Running a candidate must not change what the call then computes: the
  * output (and the GELU input an epilogue writes) goes to scratch when the
  * call reads it (beta != 0: the weight gradients' +=) or when it overlaps an
  * operand; elsewhere it is written in place and the call itself overwrites it
  * after. Without scratch memory the heuristic's first algorithm is used. */
 #define LT_CANDIDATES 8
-#define LT_MAX_CANDIDATES (2 * LT_CANDIDATES) /* with the workspace, and for none */
+#define LT_MAX_CANDIDATES (3 * LT_CANDIDATES) /* with the workspace, split K in place, and for none */
 #define LT_TUNE_REPS 5
 static bool lt_tune;
 
@@ -176,17 +182,29 @@ static int lt_fastest(const lt_call *c, cublasLtMatmulDesc_t op, cublasLtMatrixL
     return best < 0 ? 0 : best;
 }
 
-/* Appends to h[0..n) the heuristic's answers for the same call without a workspace that
- * are not among them; returns how many. pref is left asking for none (its caller is done with it). */
-static int lt_no_workspace_candidates(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                                      cublasLtMatrixLayout_t ld, cublasLtMatmulPreference_t pref,
-                                      cublasLtMatmulHeuristicResult_t *h, int n)
+/* What lt_more_candidates asks the heuristic for again. */
+enum { LT_IN_PLACE, LT_NO_WORKSPACE };
+
+/* Appends to h[0..n) the heuristic's answers for the same call with K split only in place (LT_IN_PLACE) or
+ * without a workspace (LT_NO_WORKSPACE) that are not among them; returns how many. pref is left asking for
+ * that (its caller asks in this order, then is done with it). */
+static int lt_more_candidates(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                              cublasLtMatrixLayout_t ld, cublasLtMatmulPreference_t pref,
+                              cublasLtMatmulHeuristicResult_t *h, int n, int what)
 {
     size_t none = 0;
+    uint32_t in_place = CUBLASLT_REDUCTION_SCHEME_INPLACE, any = CUBLASLT_REDUCTION_SCHEME_MASK;
     cublasLtMatmulHeuristicResult_t h0[LT_CANDIDATES];
     int found = 0, added = 0;
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &none,
-                                                     sizeof none));
+    if (what == LT_IN_PLACE)
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &in_place,
+                                                         sizeof in_place));
+    else {
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &any,
+                                                         sizeof any));
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &none,
+                                                         sizeof none));
+    }
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(kcu_cublaslt(), op, la, lb, ld, ld, pref, LT_CANDIDATES, h0,
                                                        &found);
     if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
@@ -266,8 +284,12 @@ static bool lt_matmul(const lt_call *c)
                                                            lt_tune ? LT_CANDIDATES : 1, h, &found);
         if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
         bool have = st == CUBLAS_STATUS_SUCCESS && found > 0;
-        int with_ws = found; /* h[with_ws..found) are the answers for no workspace */
-        if (have && lt_tune) found += lt_no_workspace_candidates(op, la, lb, ld, pref, h, found);
+        /* h[with_ws..in_place) are the answers for K split in place, h[in_place..found) those for no workspace */
+        int with_ws = found, in_place = found;
+        if (have && lt_tune) {
+            in_place = found += lt_more_candidates(op, la, lb, ld, pref, h, found, LT_IN_PLACE);
+            found += lt_more_candidates(op, la, lb, ld, pref, h, found, LT_NO_WORKSPACE);
+        }
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
         bool timed = have && lt_tune && found > 1;
         /* timing waits for the device, which a graph's recording cannot: the recording gives no graph, and the
@@ -283,7 +305,8 @@ static bool lt_matmul(const lt_call *c)
             if (have) lt_cache[slot].algo = h[pick].algo;
             lt_cache[slot].first_ms = ms[0];
             lt_cache[slot].chosen_ms = ms[1];
-            lt_cache[slot].no_ws = pick >= with_ws;
+            lt_cache[slot].in_place = pick >= with_ws && pick < in_place;
+            lt_cache[slot].no_ws = pick >= in_place;
         }
     }
     bool ok = skip || lt_cache[slot].found;
@@ -504,6 +527,7 @@ extern "C" void k_cuda_gemm_choices(k_cuda_gemm_stats *s)
         if (lt_cache[i].how != LT_TIMED) continue;
         s->timed++;
         s->no_workspace += lt_cache[i].no_ws;
+        s->in_place += lt_cache[i].in_place;
         if (lt_cache[i].first_ms >= 0 && lt_cache[i].chosen_ms >= 0)
             s->first_ms += lt_cache[i].first_ms, s->chosen_ms += lt_cache[i].chosen_ms;
     }

@@ -620,6 +620,31 @@ static void test_gemm_tuning()
           "(want the fastest, 1, and none)", mock_last_algo, g.no_workspace);
     mock_nows_candidates = 0, mock_algo_ms[4] = mock_algo_ms[5] = 0;
 
+    /* the heuristic's answers for K split only in place (no reduction kernel after the GEMM) are candidates
+     * too, counted apart from the no-workspace ones; one it also offers with the workspace (1) is timed once */
+    kcu_gemm_choices_clear();
+    mock_inplace_candidates = 2, mock_inplace[0] = 1, mock_inplace[1] = 6;
+    mock_nows_candidates = 1, mock_nows[0] = 4;
+    costs(3, 2, 2.5), mock_algo_ms[4] = 1.5, mock_algo_ms[6] = 1;
+    memset(mock_algo_runs, 0, sizeof mock_algo_runs);
+    matmul_bf16(16, 24, 32, "gemm tuning, in-place candidates:");
+    counts();
+    check(mock_last_algo == 6 && timed == 6 && g.in_place == 6 && g.no_workspace == 0, "gemm tuning with in-place "
+          "candidates: algorithm %d ran (want the fastest, 6), %d timed, %d splitting K in place, %d without "
+          "workspace (want 6, 6, 0)", mock_last_algo, timed, g.in_place, g.no_workspace);
+    check(mock_algo_runs[0] > 0 && mock_algo_runs[1] == mock_algo_runs[0] && mock_algo_runs[4] == mock_algo_runs[0] &&
+          mock_algo_runs[6] > mock_algo_runs[0], "gemm tuning: algorithms 0, 1, 4, 6 ran %ld, %ld, %ld, %ld times (want "
+          "each timed once a problem, 1 too, and 6 also run by the calls)", mock_algo_runs[0], mock_algo_runs[1],
+          mock_algo_runs[4], mock_algo_runs[6]);
+    /* slower in place: the no-workspace answer, next fastest, is kept */
+    kcu_gemm_choices_clear();
+    mock_algo_ms[6] = 5;
+    matmul_bf16(16, 24, 32, "gemm tuning, slower in-place candidates:");
+    counts();
+    check(mock_last_algo == 4 && g.in_place == 0 && g.no_workspace == 6, "gemm tuning: algorithm %d ran, %d in place "
+          "and %d without workspace kept (want 4, 0, 6)", mock_last_algo, g.in_place, g.no_workspace);
+    mock_inplace_candidates = mock_nows_candidates = 0, mock_algo_ms[4] = mock_algo_ms[6] = 0;
+
     /* the GPU's clocks still coming up while the candidates are timed: timed one after the other, the
      * later ones would look faster (algorithm 1's median 1.8 against 0's 1.9); in rounds over them, 0 is kept */
     kcu_gemm_choices_clear();

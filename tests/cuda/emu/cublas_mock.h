@@ -23,14 +23,18 @@ typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLAS
 typedef enum { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
   CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12 } cublasLtMatmulDescAttributes_t;
-typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3,
+  CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8 } cublasLtMatmulPreferenceAttributes_t;
 struct mock_desc { int ta = 0, tb = 0; int epi = 1; const void *bias = nullptr; void *aux = nullptr; int64_t ldaux = 0; };
 struct mock_layout { cudaDataType_t t; uint64_t rows, cols; int64_t ld; };
 typedef mock_desc *cublasLtMatmulDesc_t;
 typedef mock_layout *cublasLtMatrixLayout_t;
-struct mock_pref { size_t max_ws = 0; };
+typedef enum { CUBLASLT_REDUCTION_SCHEME_NONE = 0, CUBLASLT_REDUCTION_SCHEME_INPLACE = 1,
+  CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE = 2, CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE = 4,
+  CUBLASLT_REDUCTION_SCHEME_MASK = 7 } cublasLtReductionScheme_t;
+struct mock_pref { size_t max_ws = 0; uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_MASK; };
 typedef mock_pref *cublasLtMatmulPreference_t;
 typedef struct { uint64_t data[8]; } cublasLtMatmulAlgo_t;
 typedef struct { cublasLtMatmulAlgo_t algo; size_t workspaceSize; int state; float wavesCount; int reserved[4]; } cublasLtMatmulHeuristicResult_t;
@@ -39,9 +43,12 @@ inline int mock_fused_calls, mock_rejected_calls; /* how often each path ran */
  * with data[0] = i; each run of algorithm i charges mock_algo_ms[i] to the emulated clock
  * (emu_clock_ms), counts in mock_algo_runs[i], and the last one run is mock_last_algo. Every
  * one computes the same. Told that there is no workspace (MAX_WORKSPACE_BYTES 0), it offers
- * the mock_nows_candidates listed in mock_nows (none by default). */
+ * the mock_nows_candidates listed in mock_nows (none by default); told to split K only in place
+ * (REDUCTION_SCHEME_MASK without the two out-of-place schemes), the mock_inplace_candidates
+ * listed in mock_inplace (none by default). */
 #define MOCK_ALGOS 8
 inline int mock_candidates = 3, mock_last_algo = -1, mock_nows_candidates, mock_nows[MOCK_ALGOS];
+inline int mock_inplace_candidates, mock_inplace[MOCK_ALGOS];
 inline double mock_algo_ms[MOCK_ALGOS];
 inline long mock_algo_runs[MOCK_ALGOS];
 /* A GPU's clocks coming up from idle: from each heuristic query on, a run costs mock_ramp_ms more, less
@@ -76,6 +83,10 @@ inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPrefere
         if (n != sizeof(size_t)) abort(); /* the library reads a uint64_t */
         memcpy(&p->max_ws, v, n);
     }
+    if (a == CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK) {
+        if (n != sizeof(uint32_t)) abort();
+        memcpy(&p->reductions, v, n);
+    }
     return 0;
 }
 /* policy: fused epilogues only when m and n are even, so odd test shapes take the fallbacks */
@@ -86,12 +97,13 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
     if (d->epi != CUBLASLT_EPILOGUE_DEFAULT && ((D->rows | D->cols) & 1)) { *found = 0; mock_rejected_calls++; return CUBLAS_STATUS_NOT_SUPPORTED; }
     mock_ramp_left = mock_ramp_ms;
     bool none = p->max_ws == 0;
-    int have = none ? mock_nows_candidates : mock_candidates;
+    bool in_place = !none && !(p->reductions & (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE));
+    int have = none ? mock_nows_candidates : in_place ? mock_inplace_candidates : mock_candidates;
     if (have == 0) { *found = 0; return CUBLAS_STATUS_NOT_SUPPORTED; }
     *found = want > 1 ? (have < want ? have : want) : 1;
     for (int i = 0; i < *found; i++) {
         memset(&h[i], 0, sizeof h[i]);
-        h[i].algo.data[0] = (uint64_t)(none ? mock_nows[i] : i);
+        h[i].algo.data[0] = (uint64_t)(none ? mock_nows[i] : in_place ? mock_inplace[i] : i);
     }
     return 0;
 }
