@@ -1612,6 +1612,10 @@ int eng_train(const atoll_config *cfg, const eng_run_opts *o, char *err, size_t 
                      g.no_workspace, g.in_place);
         printf("atoll-train: --tune-gemms: GEMM algorithms chosen by time: %d%s, read from --save: %d%s\n", g.timed,
                found, g.loaded, c.save[0] ? "" : " (no --save: a restart chooses anew)");
+        char *report = k_cuda_gemm_tuning_report(), *nl; /* a line a problem timed */
+        for (char *line = report; line && (nl = strchr(line, '\n')); line = nl + 1)
+            printf("atoll-train: --tune-gemms:   %.*s\n", (int)(nl - line), line);
+        free(report);
     }
 #endif
     if (!rc && stopped && r.d.rank == 0) {

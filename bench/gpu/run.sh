@@ -26,7 +26,8 @@
 # are judged by first, the per-kernel floors and the other families last.
 # Output: OUTDIR/run.log (everything), OUTDIR/summary.md (the figures),
 # OUTDIR/gpu_bench.md, OUTDIR/profile_*.md (kernel times, ktrace.so: GPT-2 over the 9 steps after the
-# first of 10, the 1.5B model over the second of 2; KTRACE_AFTER leaves the first step out).
+# first of 10, the 1.5B model over the second of 2; KTRACE_AFTER leaves the first step out),
+# OUTDIR/tune_gpt2.txt and tune_big.txt (--tune-gemms's timings, GEMM by GEMM).
 # Environment: B124 (micro-batch for gpt2, default 16),
 # STEPS (timed steps per program, default 20), BUDGET_S (seconds the whole run may take, default 540),
 # LLMC_RUNS (llm.c's timed runs with its default flags, the fastest kept, default 3), LLMC_FAST_RUNS
@@ -247,6 +248,8 @@ for s in $stages; do
       if [ -n "${tps:-}" ] && [ "$tps" -gt "$atoll_best" ]; then atoll_best=$tps atoll_best_p=$p; fi
       grep -m1 'kernels/cuda' "$work/a.log" || true
       grep -m1 'chosen by time' "$work/a.log" | sed 's/^/  /' || true
+      # what timing found GEMM by GEMM, to set beside gpu_bench's sweep of the same shapes
+      [ "$p" = "--bf16 --tune-gemms" ] && { grep -e '--tune-gemms:   ' "$work/a.log" > "$out/tune_gpt2.txt" || true; }
       grep -m1 -e '--enable-cuda-graph' "$work/a.log" | sed 's/^/  /' || true
       grep -m1 -e '--overlap-wgrad' "$work/a.log" | sed 's/^/  /' || true
       [ "$p" = --bf16 ] && note "|  ($(grep -o 'device memory: .*' "$work/a.log" || echo 'device memory: not reported')) | | | |"
@@ -358,6 +361,7 @@ EOF
       note "- the same with $*: ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-}" \
            "($(grep -o -e "$what" "$work/b.log" | head -1 | grep . || echo "no '$what' in its log"))"
       big_best "${mfu:-}" "$*"
+      [ "$*" = --tune-gemms ] && { grep -e '--tune-gemms:   ' "$work/b.log" > "$out/tune_big.txt" || true; }
     }
     for ab in flash fused; do
       for mb in 8 4; do

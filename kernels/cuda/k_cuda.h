@@ -79,6 +79,10 @@ void k_cuda_gemm_tuning(int on);
 char *k_cuda_gemm_choices_text(void);
 int k_cuda_gemm_choices_load(const char *path, char *err, size_t errlen);
 void k_cuda_gemm_choices(k_cuda_gemm_stats *s);
+/* What timing found, a line a problem timed here (its shape, types and epilogue; cuBLASLt's first
+ * choice's median ms and the kept one's, and which candidate that was): malloc'd, the caller's; ""
+ * when none was timed, NULL when out of memory or without the backend. */
+char *k_cuda_gemm_tuning_report(void);
 
 /* Page-locked host memory (cudaMallocHost), which device copies move at full
  * speed: the host transport's staging buffers. NULL when it cannot be had. */

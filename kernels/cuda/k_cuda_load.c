@@ -45,6 +45,7 @@ static struct {
     char *(*gemm_text)(void);
     int (*gemm_load)(const char *, char *, size_t);
     void (*gemm_choices)(k_cuda_gemm_stats *);
+    char *(*gemm_report)(void);
     long (*host_waits)(void);
     int (*graph_begin)(char *, size_t);
     k_cuda_graph *(*graph_end)(char *, size_t);
@@ -98,6 +99,7 @@ static void open_backend(void)
         { (void **)&M.gemm_text, "k_cuda_gemm_choices_text" },
         { (void **)&M.gemm_load, "k_cuda_gemm_choices_load" },
         { (void **)&M.gemm_choices, "k_cuda_gemm_choices" },
+        { (void **)&M.gemm_report, "k_cuda_gemm_tuning_report" },
         { (void **)&M.host_waits, "k_cuda_host_waits" },
         { (void **)&M.graph_begin, "k_cuda_graph_begin" },
         { (void **)&M.graph_end, "k_cuda_graph_end" },
@@ -194,6 +196,7 @@ void k_cuda_gemm_tuning(int on)
     if (backend()) M.gemm_tuning(on);
 }
 char *k_cuda_gemm_choices_text(void) { return backend() ? M.gemm_text() : NULL; }
+char *k_cuda_gemm_tuning_report(void) { return backend() ? M.gemm_report() : NULL; }
 int k_cuda_gemm_choices_load(const char *path, char *err, size_t errlen)
 {
     return backend() ? M.gemm_load(path, err, errlen) : no_backend(err, errlen);

@@ -68,6 +68,7 @@ static struct {
      * only in place */
     float first_ms, chosen_ms;
     bool no_ws, in_place;
+    int pick, candidates; /* the one kept: its place among the candidates (0: the heuristic's first), of how many */
 } lt_cache[LT_CACHE];
 static int lt_cached;
 
@@ -307,6 +308,8 @@ static bool lt_matmul(const lt_call *c)
             lt_cache[slot].chosen_ms = ms[1];
             lt_cache[slot].in_place = pick >= with_ws && pick < in_place;
             lt_cache[slot].no_ws = pick >= in_place;
+            lt_cache[slot].pick = pick;
+            lt_cache[slot].candidates = found;
         }
     }
     bool ok = skip || lt_cache[slot].found;
@@ -531,6 +534,48 @@ extern "C" void k_cuda_gemm_choices(k_cuda_gemm_stats *s)
         if (lt_cache[i].first_ms >= 0 && lt_cache[i].chosen_ms >= 0)
             s->first_ms += lt_cache[i].first_ms, s->chosen_ms += lt_cache[i].chosen_ms;
     }
+}
+
+static const char *epilogue_name(cublasLtEpilogue_t e)
+{
+    switch (e) {
+    case CUBLASLT_EPILOGUE_DEFAULT: return "";
+    case CUBLASLT_EPILOGUE_BIAS: return " +bias";
+    case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return " +bias, GELU";
+    case CUBLASLT_EPILOGUE_DGELU: return " DGELU";
+    default: return " (another epilogue)";
+    }
+}
+
+extern "C" char *k_cuda_gemm_tuning_report(void)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
+    for (int i = 0; i < lt_cached; i++) {
+        const lt_key *k = &lt_cache[i].key;
+        float a = lt_cache[i].first_ms, b = lt_cache[i].chosen_ms;
+        if (lt_cache[i].how != LT_TIMED) continue;
+        /* the three set-ups of this file: forward_call (TN), the input gradient (NN), the weight gradient (NT) */
+        const char *pass = k->ta && !k->tb ? "forward" : !k->ta && !k->tb ? "input gradient"
+                         : !k->ta && k->tb ? "weight gradient" : "GEMM";
+        fprintf(f, "%s m %d n %d k %d, %c%c, %s%s%s: ", pass, k->m, k->n, k->k, k->ta ? 'T' : 'N', k->tb ? 'T' : 'N',
+                k->ab == CUDA_R_32F ? "fp32" : "bf16", k->d == CUDA_R_32F ? " -> fp32" : "", epilogue_name(k->epi));
+        if (a < 0 || b < 0) {
+            fprintf(f, "cuBLASLt's first did not run; kept candidate %d of %d\n", lt_cache[i].pick + 1,
+                    lt_cache[i].candidates);
+            continue;
+        }
+        fprintf(f, "cuBLASLt's first %.3f ms, kept %.3f ms (%.1f%% less; candidate %d of %d, %s)\n", a, b,
+                a > 0 ? 100.0 * (1.0 - b / a) : 0.0, lt_cache[i].pick + 1, lt_cache[i].candidates,
+                lt_cache[i].no_ws ? "for no workspace" : lt_cache[i].in_place ? "K split in place" : "with the workspace");
+    }
+    if (fclose(f) != 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
 }
 
 void kcu_gemm_choices_clear(void) { lt_cached = 0; }

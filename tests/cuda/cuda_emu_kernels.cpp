@@ -545,6 +545,17 @@ static void test_gemm_tuning()
     /* what the timing found: the heuristic's first (3 ms a call) against the one kept (1 ms), a call a problem */
     check(g.first_ms == 18 && g.chosen_ms == 6 && g.no_workspace == 0, "gemm tuning: timed %g ms with the first "
           "choices, %g with the kept, %d without workspace (want 18, 6, 0)", g.first_ms, g.chosen_ms, g.no_workspace);
+    /* and problem by problem: 6 lines, each the first's 3 ms against the kept 1 ms, the second of 3 candidates */
+    char *report = k_cuda_gemm_tuning_report();
+    std::string rep = report ? report : "";
+    free(report);
+    size_t lines = 0, said = 0;
+    for (size_t at = 0; (at = rep.find('\n', at)) != std::string::npos; at++) lines++;
+    for (size_t at = 0; (at = rep.find("first 3.000 ms, kept 1.000 ms (66.7% less; candidate 2 of 3, with the "
+                                       "workspace)", at)) != std::string::npos; at++)
+        said++;
+    check(lines == 6 && said == 6 && rep.find("forward m 32 n 16 k 24, TN, bf16 +bias:") != std::string::npos,
+          "gemm tuning report: %zu lines, %zu saying what timing found (want 6, 6):\n%s", lines, said, rep.c_str());
     char *saved = k_cuda_gemm_choices_text();
     check(saved != NULL, "gemm choices: no text");
     write_text(path, saved ? saved : "");
@@ -629,6 +640,11 @@ static void test_gemm_tuning()
     memset(mock_algo_runs, 0, sizeof mock_algo_runs);
     matmul_bf16(16, 24, 32, "gemm tuning, in-place candidates:");
     counts();
+    report = k_cuda_gemm_tuning_report();
+    rep = report ? report : "";
+    free(report);
+    check(rep.find("candidate 4 of 5, K split in place)") != std::string::npos, "gemm tuning report: the kept "
+          "in-place candidate not named (want the 4th of 5, K split in place):\n%s", rep.c_str());
     check(mock_last_algo == 6 && timed == 6 && g.in_place == 6 && g.no_workspace == 0, "gemm tuning with in-place "
           "candidates: algorithm %d ran (want the fastest, 6), %d timed, %d splitting K in place, %d without "
           "workspace (want 6, 6, 0)", mock_last_algo, timed, g.in_place, g.no_workspace);
