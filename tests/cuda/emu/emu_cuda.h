@@ -538,10 +538,12 @@ enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize, cudaFuncAt
 enum cudaSharedCarveout { cudaSharedmemCarveoutDefault = -1, cudaSharedmemCarveoutMaxL1 = 0,
                           cudaSharedmemCarveoutMaxShared = 100 };
 enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDevAttrMultiProcessorCount };
-struct uint4 {
+/* 16-byte aligned, as CUDA declares them: a GPU faults on a 16-byte access through one that is not
+ * ("misaligned address"); here UBSan (the sanitized build) stops at it. */
+struct alignas(16) uint4 {
     unsigned x, y, z, w;
 };
-struct float4 {
+struct alignas(16) float4 {
     float x, y, z, w;
 };
 struct cudaDeviceProp { char name[256]; };
