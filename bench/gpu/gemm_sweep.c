@@ -51,7 +51,7 @@ static void *flush;
 static size_t flush_bytes;
 
 /* Median ms of GS_REPS runs of algo (after two), or a negative value when it fails to run; each run
- * from an L2 without its operands when cold (see flush), else right after the run before. */
+ * from an L2 without its operands when cold (see flush), else right after an untimed run of its own. */
 static float time_algo(cublasLtHandle_t lt, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la,
                        cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t *algo,
                        const void *A, const void *B, void *D, float beta, void *ws, size_t ws_bytes, cudaEvent_t e0,
@@ -59,7 +59,13 @@ static float time_algo(cublasLtHandle_t lt, cublasLtMatmulDesc_t op, cublasLtMat
 {
     float alpha = 1.0f, t[GS_REPS];
     for (int r = -2; r < GS_REPS; r++) {
+        /* something queued ahead of the timed run, as in a step (--tune-gemms does the same): the flush, or a run
+         * of the same algorithm; otherwise the device, idle after the wait below, would count the time the host
+         * takes to make the call */
         if (cold && flush_bytes) cudaMemsetAsync(flush, r & 0xff, flush_bytes, 0);
+        else if (cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, algo, ws, ws_bytes, 0) !=
+                 CUBLAS_STATUS_SUCCESS)
+            return -1.0f;
         cudaEventRecord(e0, 0);
         if (cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, algo, ws, ws_bytes, 0) !=
             CUBLAS_STATUS_SUCCESS)

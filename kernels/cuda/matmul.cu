@@ -75,8 +75,9 @@ static int lt_cached;
 /* ---- the choice by time (k_cuda_gemm_tuning) ----
  * On a new problem, each algorithm the heuristic offers (up to LT_CANDIDATES)
  * runs LT_TUNE_REPS times after one warm-up, on the call's own operands (in
- * rounds over the candidates), and the one with the least median time is
- * kept. The candidates are those it offers with the workspace and those it
+ * rounds over the candidates; each timed run queued behind an untimed one, so
+ * that it times the device's time and not the host's), and the one with the
+ * least median time is kept. The candidates are those it offers with the workspace and those it
  * offers when told there is none (each once): before many kernels it picks
  * with a workspace, cuBLASLt queues a memset of that workspace (~125 a GPT-2
  * step, 4257 a 1.5B step on an H200, 1.3-1.7 us each plus a launch gap),
@@ -155,12 +156,20 @@ static int lt_fastest(const lt_call *c, cublasLtMatmulDesc_t op, cublasLtMatrixL
     float t[LT_MAX_CANDIDATES][LT_TUNE_REPS];
     bool ok[LT_MAX_CANDIDATES];
     for (int i = 0; i < n; i++) ok[i] = true;
+    auto run = [&](int i) {
+        return cublasLtMatmul(kcu_cublaslt(), op, &c->alpha, c->A, la, c->B, lb, &c->beta, D, ld, D, ld, &h[i].algo, ws,
+                              ws_bytes, kcu_stream()) == CUBLAS_STATUS_SUCCESS;
+    };
     for (int r = -1; r < LT_TUNE_REPS; r++)
         for (int i = 0; i < n; i++) {
             if (!ok[i]) continue; /* a candidate that does not run is not chosen */
+            /* a run before the timed one, queued ahead of it: the timed run starts as the device finishes this one,
+             * as a step's GEMMs start with the host ahead of the device, not after the time the host takes to
+             * make the call (which, after the wait below, an idle device would count: a few us a call, and more
+             * for a candidate that has cuBLASLt queue a memset before it) */
+            ok[i] = run(i);
             cudaCheck(cudaEventRecord(e0, kcu_stream()));
-            ok[i] = cublasLtMatmul(kcu_cublaslt(), op, &c->alpha, c->A, la, c->B, lb, &c->beta, D, ld, D, ld,
-                                   &h[i].algo, ws, ws_bytes, kcu_stream()) == CUBLAS_STATUS_SUCCESS;
+            ok[i] = ok[i] && run(i);
             cudaCheck(cudaEventRecord(e1, kcu_stream()));
             cudaCheck(cudaEventSynchronize(e1));
             if (r >= 0 && ok[i]) cudaCheck(cudaEventElapsedTime(&t[i][r], e0, e1));

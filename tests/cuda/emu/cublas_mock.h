@@ -54,6 +54,10 @@ inline long mock_algo_runs[MOCK_ALGOS];
 /* A GPU's clocks coming up from idle: from each heuristic query on, a run costs mock_ramp_ms more, less
  * mock_ramp_step for each run before it, down to nothing (none by default). */
 inline double mock_ramp_ms, mock_ramp_step, mock_ramp_left;
+/* The host's time to make a call, which the device sees only when nothing was queued ahead of it (the
+ * host has waited since the last GEMM: emu_host_waited): charged to the clock before such a GEMM runs
+ * (none by default). */
+inline double mock_idle_launch_ms;
 inline size_t cublasLtGetVersion() { return 130000; }
 inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t, cudaDataType_t) { *d = new mock_desc; return 0; }
 inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return 0; }
@@ -177,6 +181,8 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
     auto run = [=] {
         mock_last_algo = algo_i;
         mock_algo_runs[algo_i]++;
+        if (emu_host_waited) emu_clock_ms += mock_idle_launch_ms;
+        emu_host_waited = false;
         emu_clock_ms += mock_algo_ms[algo_i] + mock_ramp_left;
         mock_ramp_left = mock_ramp_left > mock_ramp_step ? mock_ramp_left - mock_ramp_step : 0.0;
         mock_gemm(dv.ta, dv.tb, m, n, k, al, A, av.t, av.ld, B, bv.t, bv.ld, be, D, dl.t, dl.ld, dv.epi, dv.bias, dv.aux,

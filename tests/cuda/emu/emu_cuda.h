@@ -611,10 +611,14 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s)
     delete d;
     return cudaSuccess;
 }
+/* Whether the host has waited for the device since the last GEMM the cuBLASLt mock ran: then nothing
+ * was queued ahead of the next one, and a GPU sits idle while the host makes that call (mock_idle_launch_ms). */
+inline bool emu_host_waited = true;
 inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     if (emu_refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
     if (emu_deferred *d = emu_deferred_of(s)) emu_deferred_run(d, (size_t)-1);
+    emu_host_waited = true;
     return cudaSuccess;
 }
 inline cudaError_t cudaMalloc(void **p, size_t n)
@@ -704,6 +708,7 @@ inline cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     if (emu_refused_in_capture()) return cudaErrorStreamCaptureUnsupported;
     emu_event_reached(e);
+    emu_host_waited = true;
     return cudaSuccess;
 }
 inline cudaError_t cudaEventQuery(cudaEvent_t e)
