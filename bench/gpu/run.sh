@@ -27,7 +27,8 @@
 # Output: OUTDIR/run.log (everything), OUTDIR/summary.md (the figures),
 # OUTDIR/gpu_bench.md, OUTDIR/profile_*.md (kernel times, ktrace.so: GPT-2 over the 9 steps after the
 # first of 10, the 1.5B model over the second of 2; KTRACE_AFTER leaves the first step out),
-# OUTDIR/tune_gpt2.txt and tune_big.txt (--tune-gemms's timings, GEMM by GEMM).
+# OUTDIR/tune_gpt2.txt and tune_big.txt (--tune-gemms's timings, GEMM by GEMM) and, with the bench
+# stage, tune_vs_sweep.md (those beside the sweep's: bench/gpu/tune_vs_sweep.py).
 # Environment: B124 (micro-batch for gpt2, default 16),
 # STEPS (timed steps per program, default 20), BUDGET_S (seconds the whole run may take, default 540),
 # LLMC_RUNS (llm.c's timed runs with its default flags, the fastest kept, default 3), LLMC_FAST_RUNS
@@ -111,6 +112,15 @@ if [ -z "${ATOLL_GPU_STAGE:-}" ]; then
     fi
     echo "==== $s took $((SECONDS - t0)) s"
     took="${took:+$took, }$s $((SECONDS - t0))"
+  done
+  # what --tune-gemms found in the training runs beside what the sweep found for the same shapes
+  for pair in "gpt2:GPT-2" "big:~1.5B"; do
+    key=${pair%%:*} model=${pair#*:}
+    if [ ! -s "$out/tune_$key.txt" ] || [ ! -s "$out/gpu_bench.md" ]; then continue; fi
+    { echo "### --tune-gemms ($model) beside gpu_bench's sweep"; echo
+      python3 "$root/bench/gpu/tune_vs_sweep.py" "$out/gpu_bench.md" "$out/tune_$key.txt" "$model" 2>&1
+      echo; } >> "$out/tune_vs_sweep.md"
+    note "- --tune-gemms beside the sweep ($model): $(grep -o 'matched GEMMs.*' "$out/tune_vs_sweep.md" | tail -1)"
   done
   note ""
   note "failed checks: $fails ($((SECONDS - start)) s; seconds a stage: ${took:-none run})"
@@ -249,7 +259,7 @@ for s in $stages; do
       grep -m1 'kernels/cuda' "$work/a.log" || true
       grep -m1 'chosen by time' "$work/a.log" | sed 's/^/  /' || true
       # what timing found GEMM by GEMM, to set beside gpu_bench's sweep of the same shapes
-      [ "$p" = "--bf16 --tune-gemms" ] && { grep -e '--tune-gemms:   ' "$work/a.log" > "$out/tune_gpt2.txt" || true; }
+      if [ "$p" = "--bf16 --tune-gemms" ]; then grep -e '--tune-gemms:   ' "$work/a.log" > "$out/tune_gpt2.txt"; fi
       grep -m1 -e '--enable-cuda-graph' "$work/a.log" | sed 's/^/  /' || true
       grep -m1 -e '--overlap-wgrad' "$work/a.log" | sed 's/^/  /' || true
       [ "$p" = --bf16 ] && note "|  ($(grep -o 'device memory: .*' "$work/a.log" || echo 'device memory: not reported')) | | | |"
@@ -361,7 +371,7 @@ EOF
       note "- the same with $*: ${tps:-failed} tokens/s, ${ms:-} ms/step, MFU ${mfu:-}" \
            "($(grep -o -e "$what" "$work/b.log" | head -1 | grep . || echo "no '$what' in its log"))"
       big_best "${mfu:-}" "$*"
-      [ "$*" = --tune-gemms ] && { grep -e '--tune-gemms:   ' "$work/b.log" > "$out/tune_big.txt" || true; }
+      if [ "$*" = --tune-gemms ]; then grep -e '--tune-gemms:   ' "$work/b.log" > "$out/tune_big.txt"; fi
     }
     for ab in flash fused; do
       for mb in 8 4; do
