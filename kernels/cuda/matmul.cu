@@ -217,7 +217,15 @@ static int lt_more_candidates(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la
     }
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(kcu_cublaslt(), op, la, lb, ld, ld, pref, LT_CANDIDATES, h0,
                                                        &found);
-    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(st);
+    /* more candidates are a choice's extras: a library that refuses the question (other than "none") costs them,
+     * said once, not the run */
+    static bool said[2];
+    if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED && !said[what]) {
+        said[what] = true;
+        fprintf(stderr, "atoll-train: --tune-gemms: cuBLASLt refused to offer algorithms %s (%s): the others are "
+                "timed without them\n", what == LT_IN_PLACE ? "that split K only in place" : "for no workspace",
+                cublasGetStatusString(st));
+    }
     for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found; i++) {
         bool seen = false;
         for (int j = 0; j < n + added && !seen; j++) seen = !memcmp(&h[j].algo, &h0[i].algo, sizeof h0[i].algo);

@@ -669,6 +669,16 @@ static void test_gemm_tuning()
     counts();
     check(mock_last_algo == 4 && g.in_place == 0 && g.no_workspace == 6, "gemm tuning: algorithm %d ran, %d in place "
           "and %d without workspace kept (want 4, 0, 6)", mock_last_algo, g.in_place, g.no_workspace);
+    /* a library that answers the question about in place with an error: the run goes on, timing the others */
+    kcu_gemm_choices_clear();
+    mock_algo_ms[6] = 1, mock_inplace_refused = true;
+    memset(mock_algo_runs, 0, sizeof mock_algo_runs);
+    matmul_bf16(16, 24, 32, "gemm tuning, in place refused:");
+    counts();
+    check(mock_last_algo == 4 && timed == 6 && g.in_place == 0 && mock_algo_runs[6] == 0, "gemm tuning with the "
+          "in-place question refused: algorithm %d ran (want 4), %d timed (want 6), %d in place, algorithm 6 ran %ld "
+          "times (want 0, 0)", mock_last_algo, timed, g.in_place, mock_algo_runs[6]);
+    mock_inplace_refused = false;
     mock_inplace_candidates = mock_nows_candidates = 0, mock_algo_ms[4] = mock_algo_ms[6] = 0;
 
     /* the GPU's clocks still coming up while the candidates are timed: timed one after the other, the

@@ -15,7 +15,7 @@ extern "C" int k_cpu_blas_threads(int n); /* kernels.h */
 typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType_t;
 typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
-enum { CUBLAS_STATUS_NOT_SUPPORTED = 15 };
+enum { CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_NOT_SUPPORTED = 15 };
 typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU = 32,
   CUBLASLT_EPILOGUE_GELU_AUX = 32 | 128, CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 32 | 128 | 4,
@@ -49,6 +49,7 @@ inline int mock_fused_calls, mock_rejected_calls; /* how often each path ran */
 #define MOCK_ALGOS 8
 inline int mock_candidates = 3, mock_last_algo = -1, mock_nows_candidates, mock_nows[MOCK_ALGOS];
 inline int mock_inplace_candidates, mock_inplace[MOCK_ALGOS];
+inline bool mock_inplace_refused; /* the question about in place answered with an error, as a library might */
 inline double mock_algo_ms[MOCK_ALGOS];
 inline long mock_algo_runs[MOCK_ALGOS];
 /* A GPU's clocks coming up from idle: from each heuristic query on, a run costs mock_ramp_ms more, less
@@ -102,6 +103,7 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
     mock_ramp_left = mock_ramp_ms;
     bool none = p->max_ws == 0;
     bool in_place = !none && !(p->reductions & (CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE));
+    if (in_place && mock_inplace_refused) { *found = 0; return CUBLAS_STATUS_INVALID_VALUE; }
     int have = none ? mock_nows_candidates : in_place ? mock_inplace_candidates : mock_candidates;
     if (have == 0) { *found = 0; return CUBLAS_STATUS_NOT_SUPPORTED; }
     *found = want > 1 ? (have < want ? have : want) : 1;
