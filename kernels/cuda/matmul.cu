@@ -366,12 +366,17 @@ static lt_call forward_call(void *out, const void *inp, const void *w, cudaDataT
     return c;
 }
 
-/* The weight gradient dw += inp^T dout (fp32). With the weight gradients' stream on
- * (k_cuda_overlap_wgrad), wgrad_beside queues it there, ordered after everything queued so far,
- * and returns true: the calls after it go on beside it until the next matmul_backward* or a
- * join (kernels.h: wgrad_join). Otherwise (or where cuBLASLt cannot run it there) it returns
- * false and the caller queues it on kcu_stream() with lt_matmul_or_die where it did before.
- * Either way it first joins the last one: its dout and inp are the caller's again. */
+/* The input gradient dinp = dout w (overwritten). */
+static lt_call dinp_call(void *dinp, const void *dout, const void *w, cudaDataType_t t, int N, int C, int OC)
+{
+    lt_call c = {};
+    c.A = w; c.B = dout; c.D = dinp; c.ab = t; c.d = t;
+    c.m = C; c.n = N; c.k = OC; c.lda = C; c.ldb = OC; c.ldd = C;
+    c.alpha = 1.0f; c.beta = 0.0f; c.epi = CUBLASLT_EPILOGUE_DEFAULT;
+    return c;
+}
+
+/* The weight gradient dw += inp^T dout (fp32). */
 static lt_call wgrad_call(float *dw, const void *dout, const void *inp, cudaDataType_t t, int N, int C, int OC)
 {
     lt_call c = {};
@@ -382,6 +387,11 @@ static lt_call wgrad_call(float *dw, const void *dout, const void *inp, cudaData
     return c;
 }
 
+/* With the weight gradients' stream on (k_cuda_overlap_wgrad), queues the weight gradient c there,
+ * ordered after everything queued so far, and returns true: the calls after it go on beside it until
+ * the next matmul_backward* or a join (kernels.h: wgrad_join). Otherwise (or where cuBLASLt cannot run
+ * it there) returns false, and the caller queues it on kcu_stream() with lt_matmul_or_die. Either way
+ * it first joins the last one: its dout and inp are the caller's again. */
 static bool wgrad_beside(lt_call *c)
 {
     kcu_wgrad_join();
@@ -404,10 +414,7 @@ static void matmul_backward(T *dinp, float *dw, float *dbias, const T *dout, con
     lt_call c = wgrad_call(dw, dout, inp, t, N, C, OC);
     bool beside = wgrad_beside(&c);
     if (dinp) {
-        lt_call d = {};
-        d.A = w; d.B = dout; d.D = dinp; d.ab = t; d.d = t;
-        d.m = C; d.n = N; d.k = OC; d.lda = C; d.ldb = OC; d.ldd = C;
-        d.alpha = 1.0f; d.beta = 0.0f; d.epi = CUBLASLT_EPILOGUE_DEFAULT;
+        lt_call d = dinp_call(dinp, dout, w, t, N, C, OC);
         lt_matmul_or_die(&d);
     }
     if (!beside) lt_matmul_or_die(&c);
@@ -517,10 +524,7 @@ void kcu_matmul_backward_gelu_bf16(uint16_t *dpre, float *dw, float *dbias, cons
     /* dw first: beside, it has the dinp GEMM below to run next to */
     lt_call g = wgrad_call(dw, dout, inp, CUDA_R_16BF, N, C, OC);
     bool beside = wgrad_beside(&g);
-    lt_call c = {};
-    c.A = w; c.B = dout; c.D = dpre; c.ab = CUDA_R_16BF; c.d = CUDA_R_16BF;
-    c.m = C; c.n = N; c.k = OC; c.lda = C; c.ldb = OC; c.ldd = C;
-    c.alpha = 1.0f; c.beta = 0.0f;
+    lt_call c = dinp_call(dpre, dout, w, CUDA_R_16BF, N, C, OC);
     c.epi = CUBLASLT_EPILOGUE_DGELU;
     c.aux = (void *)pre_gelu;
     c.ldaux = C;
@@ -574,7 +578,7 @@ extern "C" char *k_cuda_gemm_tuning_report(void)
         const lt_key *k = &lt_cache[i].key;
         float a = lt_cache[i].first_ms, b = lt_cache[i].chosen_ms;
         if (lt_cache[i].how != LT_TIMED) continue;
-        /* the three set-ups of this file: forward_call (TN), the input gradient (NN), the weight gradient (NT) */
+        /* this file's three set-ups: forward_call (TN), dinp_call (NN), wgrad_call (NT) */
         const char *pass = k->ta && !k->tb ? "forward" : !k->ta && !k->tb ? "input gradient"
                          : !k->ta && k->tb ? "weight gradient" : "GEMM";
         fprintf(f, "%s m %d n %d k %d, %c%c, %s%s%s: ", pass, k->m, k->n, k->k, k->ta ? 'T' : 'N', k->tb ? 'T' : 'N',
